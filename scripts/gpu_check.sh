@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
+# Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
+#
+#   STAGES=build,tests,pytests,perf,mpiperf  (default: build,tests,perf)
+#   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
+#   PERF_EXTRA="..."                         extra yali-perf flags (e.g. -G 20)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/yali-gpu-check}
+mkdir -p "$OUT/logs"
+LOG=$OUT/logs
+STAGES=${STAGES:-build,tests,perf}
+PERF_SIZES=${PERF_SIZES:--b 4K -e 1G -f 4}
+PERF_DTYPES=${PERF_DTYPES:-float,bfloat16}
+PERF_ITERS=${PERF_ITERS:--n 20 -w 5}
+PERF_EXTRA=${PERF_EXTRA:-}
+BUILD=${BUILD:-build}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+summary=()
+note() { summary+=("$1"); echo "## $1"; }
+t0=$(date +%s)
+ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+{ nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$LOG/machine.txt" 2>&1
+git rev-parse HEAD > "$LOG/commit.txt" 2>/dev/null || true
+
+if has build; then
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$LOG/cmake.log" 2>&1 &&
+     cmake --build "$BUILD" -j "$(nproc)" > "$LOG/build.log" 2>&1; then
+    note "build: ok ($(( $(date +%s) - t0 )) s)"
+  else
+    note "build: FAILED"; tail -40 "$LOG/cmake.log" "$LOG/build.log"
+    tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1
+  fi
+fi
+
+if has tests; then
+  ctest --test-dir "$BUILD" --output-on-failure --timeout 900 > "$LOG/ctest.log" 2>&1
+  rc=$?
+  note "ctest: rc=$rc $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
+  grep -E '^ *[0-9]+/[0-9]+ Test' "$LOG/ctest.log" | sed 's/^/   /'
+  [ $rc -ne 0 ] && grep -E 'FAIL|SKIP' "$LOG/ctest.log" | head -40
+fi
+
+if has pytests; then
+  python3 -m pytest -q -x tests/python > "$LOG/pytest.log" 2>&1
+  note "pytest: rc=$? $(tail -1 "$LOG/pytest.log")"
+fi
+
+perf=$BUILD/bench/yali_perf/yali-perf
+if has perf; then
+  for n in 2 4 8; do
+    [ "$n" -gt "$ngpus" ] && continue
+    "$perf" -g "$n" $PERF_SIZES -d "$PERF_DTYPES" $PERF_ITERS $PERF_EXTRA -J "$LOG/perf_single_g$n.json" \
+      > "$LOG/perf_single_g$n.txt" 2>&1
+    note "yali-perf single -g $n: rc=$?"
+  done
+fi
+if has mpiperf; then
+  for n in 2 4 8; do
+    [ "$n" -gt "$ngpus" ] && continue
+    bash scripts/launch_ranks.sh "$n" "$perf" -g 1 $PERF_SIZES -d "$PERF_DTYPES" $PERF_ITERS $PERF_EXTRA \
+      -J "$LOG/perf_multi_np$n.json" > "$LOG/perf_multi_np$n.txt" 2>&1
+    note "yali-perf multi -np $n: rc=$?"
+  done
+fi
+
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs
+echo
+echo "==== summary ($(( $(date +%s) - t0 )) s, $ngpus GPUs, commit $(cat "$LOG/commit.txt" 2>/dev/null | cut -c1-10))"
+printf '%s\n' "${summary[@]}"
+ls "$LOG"/perf_*.json >/dev/null 2>&1 && python3 scripts/summarize_perf.py "$LOG"/perf_*.json

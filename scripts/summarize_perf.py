@@ -1,0 +1,40 @@
+#!/usr/bin/env python3
+"""Prints a compact YALI-vs-NCCL table from yali-perf JSON files (out-of-place results)."""
+import json
+import sys
+
+
+def human(n):
+    for unit, div in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if n >= div and n % div == 0:
+            return f"{n // div}{unit}"
+    return str(n)
+
+
+def main(paths):
+    for path in paths:
+        with open(path) as f:
+            doc = json.load(f)
+        rows = {}
+        for r in doc["results"]:
+            if r["placement"] != "out-of-place":
+                continue
+            rows.setdefault((r["dtype"], r["bytes"]), {})[r["impl"]] = r
+        print(f"\n{path.split('/')[-1]}: nranks={doc['nranks']} mode={doc['launch_mode']} timing={doc['timing']}")
+        print(f"{'dtype':>8} {'size':>6} {'yali_us':>9} {'nccl_us':>9} {'ratio':>6} {'yali_bw':>8} {'nccl_bw':>8} "
+              f"{'p99/p50':>7} {'wrong':>5}  algo")
+        for (dtype, size), impls in sorted(rows.items()):
+            y, n = impls.get("yali"), impls.get("nccl")
+            yt = y["time_us"] if y else float("nan")
+            nt = n["time_us"] if n else float("nan")
+            st = (y or {}).get("stats_us") or {}
+            tail = st.get("p99", float("nan")) / st["p50"] if st.get("p50") else float("nan")
+            wrong = (y["wrong"] if y else 0) + (n["wrong"] if n else 0)
+            algo = f"{y.get('algo')}/{y.get('ctas')}" if y else "-"
+            print(f"{dtype:>8} {human(size):>6} {yt:9.2f} {nt:9.2f} {nt / yt:6.2f} "
+                  f"{(y or {}).get('busbw_gbs', float('nan')):8.1f} {(n or {}).get('busbw_gbs', float('nan')):8.1f} "
+                  f"{tail:7.2f} {wrong:5d}  {algo}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

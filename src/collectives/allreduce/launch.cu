@@ -1,0 +1,46 @@
+// Host-side dispatch of the AllReduce kernels: one table of instantiations per algorithm,
+// indexed by data type and reduction op (3 x 5 each, nothing else is templated).
+#include "collectives/allreduce/launch.h"
+
+#include "collectives/allreduce/oneshot_ll.cuh"
+#include "collectives/allreduce/twoshot.cuh"
+
+namespace yali {
+namespace {
+
+using KernelFn = void (*)(DeviceArgs);
+
+
+// Rows: fp16, fp32, bf16 (DataType order); columns: Op order.
+#define YALI_KERNEL_ROW(KERNEL, T)                                                             \
+  {                                                                                            \
+    KERNEL<T, Op::kSum>, KERNEL<T, Op::kProd>, KERNEL<T, Op::kMax>, KERNEL<T, Op::kMin>,      \
+        KERNEL<T, Op::kAvg>                                                                    \
+  }
+
+const KernelFn kOneshotLL[3][5] = {YALI_KERNEL_ROW(oneshotLLKernel, __half),
+                                   YALI_KERNEL_ROW(oneshotLLKernel, float),
+                                   YALI_KERNEL_ROW(oneshotLLKernel, __nv_bfloat16)};
+const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotKernel, __half),
+                                 YALI_KERNEL_ROW(twoshotKernel, float),
+                                 YALI_KERNEL_ROW(twoshotKernel, __nv_bfloat16)};
+#undef YALI_KERNEL_ROW
+
+}  // namespace
+
+cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
+                            const DeviceArgs& args, cudaStream_t stream) {
+  const int row = static_cast<int>(dtype);
+  KernelFn fn = nullptr;
+  switch (choice.algo) {
+    case Algo::kOneshotLL: fn = kOneshotLL[row][op]; break;
+    case Algo::kTwoshot: fn = kTwoshot[row][op]; break;
+    default: return cudaErrorInvalidValue;
+  }
+  DeviceArgs a = args;
+  void* params[] = {&a};
+  return cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(choice.ctas),
+                          dim3(choice.threads), params, 0, stream);
+}
+
+}  // namespace yali

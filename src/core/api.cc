@@ -1,0 +1,280 @@
+// The public C API: argument checks (before any CUDA call, so that they work and say something
+// useful even without a GPU), then the communicator and collective layers.
+#include <string.h>
+
+#include <set>
+
+#include "collectives/allreduce/launch.h"
+#include "core/bootstrap.h"
+#include "core/comm.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "yali/yali.h"
+
+using namespace yali;
+
+namespace {
+
+thread_local int groupDepth = 0;
+
+// Checks that `comm` is a live communicator. `call` names the API function in messages.
+yaliResult_t checkComm(const yaliComm* comm, const char* call) {
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "%s: comm is NULL", call);
+  if (!isKnownComm(comm))
+    return fail(yaliInvalidArgument, nullptr,
+                "%s: comm is not a communicator returned by yaliCommInitRank/yaliCommInitAll", call);
+  if (comm->state == CommState::kDestroyed)
+    return fail(yaliInvalidUsage, nullptr, "%s: comm was destroyed (yaliCommDestroy)", call);
+  if (comm->state == CommState::kAborted)
+    return fail(yaliInvalidUsage, nullptr, "%s: comm was aborted (yaliCommAbort)", call);
+  return yaliSuccess;
+}
+
+// Returns the comm's device-side failure, if any, as an error of `call`.
+yaliResult_t checkAsync(yaliComm* comm, const char* call) {
+  yaliResult_t r = commAsyncError(comm);
+  if (r == yaliSuccess) return r;
+  const HostStatus* s = comm->hostStatus;
+  const char* what = r == yaliTimeout ? "a device-side wait for a peer timed out (YALI_TIMEOUT_MS)"
+                     : r == yaliRemoteError ? "a peer aborted the communicator"
+                                            : "the communicator was aborted";
+  return fail(r, comm,
+              "%s: an earlier operation on this comm failed on the device: %s (timeout %lld ms, "
+              "wait phase %d, block %d, launch %llu); the comm must be aborted with yaliCommAbort",
+              call, what, static_cast<long long>(comm->settings.timeoutMs), s->failurePhase,
+              s->failureBlock, static_cast<unsigned long long>(s->failureEpoch));
+}
+
+bool toDataType(yaliDataType_t t, DataType* out) {
+  switch (static_cast<int>(t)) {
+    case yaliFloat16: *out = DataType::kFloat16; return true;
+    case yaliFloat32: *out = DataType::kFloat32; return true;
+    case yaliBfloat16: *out = DataType::kBfloat16; return true;
+    default: return false;
+  }
+}
+
+yaliResult_t loadSettingsFor(const char* call, Settings* s) {
+  std::string err;
+  if (!loadSettings(s, &err)) return fail(yaliInvalidArgument, nullptr, "%s: %s", call, err.c_str());
+  return yaliSuccess;
+}
+
+// A buffer argument must be device (or managed) memory of the comm's GPU, aligned to its element.
+yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize,
+                         const char* call) {
+  if (p == nullptr) return fail(yaliInvalidArgument, comm, "%s: %s is NULL", call, name);
+  if (reinterpret_cast<uintptr_t>(p) % elemSize != 0)
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p is not aligned to its element size (%zu bytes)",
+                call, name, p, elemSize);
+  cudaPointerAttributes attr;
+  cudaError_t e = cudaPointerGetAttributes(&attr, p);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p is not CUDA memory (%s)", call, name, p,
+                cudaGetErrorString(e));
+  }
+  if (attr.type == cudaMemoryTypeManaged) return yaliSuccess;
+  if (attr.type != cudaMemoryTypeDevice)
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p is host or unregistered memory, not device memory",
+                call, name, p);
+  if (attr.device != comm->device)
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p is on device %d but comm is on device %d", call,
+                name, p, attr.device, comm->device);
+  return yaliSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+YALI_API const char* yaliGetErrorString(yaliResult_t result) { return resultString(result); }
+
+YALI_API const char* yaliGetLastError(yaliComm_t comm) {
+  if (comm != nullptr && isKnownComm(comm)) {
+    comm->lastErrorReturned = comm->getLastError();
+    return comm->lastErrorReturned.c_str();
+  }
+  return threadLastError();
+}
+
+YALI_API yaliResult_t yaliGetVersion(int* version) {
+  if (version == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliGetVersion: version is NULL");
+  *version = YALI_VERSION_CODE;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliGetUniqueId(yaliUniqueId* uniqueId) {
+  if (uniqueId == nullptr)
+    return fail(yaliInvalidArgument, nullptr, "yaliGetUniqueId: uniqueId is NULL");
+  std::string err;
+  if (!makeUniqueId(uniqueId, &err))
+    return fail(yaliSystemError, nullptr, "yaliGetUniqueId: %s", err.c_str());
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliCommInitRank(yaliComm_t* comm, int nranks, yaliUniqueId uniqueId,
+                                       int rank) {
+  const char* call = "yaliCommInitRank";
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "%s: comm is NULL", call);
+  *comm = nullptr;
+  if (nranks < 1 || nranks > kMaxRanks)
+    return fail(yaliInvalidArgument, nullptr, "%s: nranks=%d is out of range [1, %d]", call, nranks,
+                kMaxRanks);
+  if (rank < 0 || rank >= nranks)
+    return fail(yaliInvalidArgument, nullptr, "%s: rank=%d is out of range [0, nranks-1=%d]", call,
+                rank, nranks - 1);
+  UniqueIdFields id;
+  if (!decodeUniqueId(uniqueId, &id))
+    return fail(yaliInvalidArgument, nullptr,
+                "%s: uniqueId was not produced by yaliGetUniqueId (bad magic or checksum)", call);
+  Settings settings;
+  yaliResult_t r = loadSettingsFor(call, &settings);
+  if (r != yaliSuccess) return r;
+  return commInitRank(comm, nranks, id, rank, settings);
+}
+
+YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* devlist) {
+  const char* call = "yaliCommInitAll";
+  if (comms == nullptr) return fail(yaliInvalidArgument, nullptr, "%s: comms is NULL", call);
+  if (ndev < 1 || ndev > kMaxRanks)
+    return fail(yaliInvalidArgument, nullptr, "%s: ndev=%d is out of range [1, %d]", call, ndev,
+                kMaxRanks);
+  if (devlist != nullptr) {
+    std::set<int> seen;
+    for (int i = 0; i < ndev; ++i) {
+      if (devlist[i] < 0)
+        return fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d is negative", call, i, devlist[i]);
+      if (!seen.insert(devlist[i]).second)
+        return fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d appears twice in devlist", call,
+                    i, devlist[i]);
+    }
+  }
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  Settings settings;
+  yaliResult_t r = loadSettingsFor(call, &settings);
+  if (r != yaliSuccess) return r;
+  return commInitAll(comms, ndev, devlist, settings);
+}
+
+YALI_API yaliResult_t yaliCommDestroy(yaliComm_t comm) {
+  yaliResult_t r = checkComm(comm, "yaliCommDestroy");
+  return r != yaliSuccess ? r : commDestroy(comm);
+}
+
+YALI_API yaliResult_t yaliCommAbort(yaliComm_t comm) {
+  yaliResult_t r = checkComm(comm, "yaliCommAbort");
+  return r != yaliSuccess ? r : commAbort(comm);
+}
+
+YALI_API yaliResult_t yaliCommGetAsyncError(yaliComm_t comm, yaliResult_t* asyncError) {
+  const char* call = "yaliCommGetAsyncError";
+  yaliResult_t r = checkComm(comm, call);
+  if (r != yaliSuccess) return r;
+  if (asyncError == nullptr) return fail(yaliInvalidArgument, comm, "%s: asyncError is NULL", call);
+  *asyncError = commAsyncError(comm);
+  if (*asyncError != yaliSuccess) checkAsync(comm, call);  // records the detail for yaliGetLastError
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliCommCount(const yaliComm_t comm, int* count) {
+  yaliResult_t r = checkComm(comm, "yaliCommCount");
+  if (r != yaliSuccess) return r;
+  if (count == nullptr) return fail(yaliInvalidArgument, comm, "yaliCommCount: count is NULL");
+  *count = comm->nranks;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliCommCuDevice(const yaliComm_t comm, int* device) {
+  yaliResult_t r = checkComm(comm, "yaliCommCuDevice");
+  if (r != yaliSuccess) return r;
+  if (device == nullptr) return fail(yaliInvalidArgument, comm, "yaliCommCuDevice: device is NULL");
+  *device = comm->device;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank) {
+  yaliResult_t r = checkComm(comm, "yaliCommUserRank");
+  if (r != yaliSuccess) return r;
+  if (rank == nullptr) return fail(yaliInvalidArgument, comm, "yaliCommUserRank: rank is NULL");
+  *rank = comm->rank;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliGroupStart(void) {
+  ++groupDepth;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliGroupEnd(void) {
+  if (groupDepth == 0)
+    return fail(yaliInvalidUsage, nullptr, "yaliGroupEnd: called without a matching yaliGroupStart");
+  --groupDepth;
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    yaliDataType_t datatype, yaliRedOp_t op, yaliComm_t comm,
+                                    cudaStream_t stream) {
+  const char* call = "yaliAllReduce";
+  yaliResult_t r = checkComm(comm, call);
+  if (r != yaliSuccess) return r;
+  DataType dtype;
+  if (!toDataType(datatype, &dtype))
+    return fail(yaliInvalidArgument, comm,
+                "%s: datatype=%d is not supported (yaliFloat16=6, yaliFloat32=7, yaliBfloat16=9)", call,
+                static_cast<int>(datatype));
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= yaliNumOps)
+    return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t (sum, prod, max, min, avg)",
+                call, static_cast<int>(op));
+  r = checkAsync(comm, call);
+  if (r != yaliSuccess) return r;
+  if (count == 0) return yaliSuccess;
+  const size_t elemSize = dataTypeSize(dtype);
+  if (count > SIZE_MAX / elemSize)
+    return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", call, count);
+  ScopedDevice onDevice(comm->device);
+  if (onDevice.status() != cudaSuccess)
+    return fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", call, comm->device);
+  r = checkBuffer(comm, sendbuff, "sendbuff", elemSize, call);
+  if (r != yaliSuccess) return r;
+  if (recvbuff != sendbuff) {
+    r = checkBuffer(comm, recvbuff, "recvbuff", elemSize, call);
+    if (r != yaliSuccess) return r;
+  }
+  const AlgoChoice choice = comm->selector.choose(count * elemSize);
+  DeviceArgs args = baseDeviceArgs(comm);
+  args.send = sendbuff;
+  args.recv = recvbuff;
+  args.count = count;
+  args.slotBytes = choice.slotBytes;
+  args.epochHint = ++comm->launches;
+  cudaError_t e = launchAllReduce(choice, dtype, static_cast<int>(op), args, stream);
+  if (e != cudaSuccess)
+    return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", call,
+                algoName(choice.algo), choice.ctas, cudaGetErrorString(e));
+  return yaliSuccess;
+}
+
+YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, size_t count, yaliDataType_t datatype,
+                                            yaliRedOp_t op, yaliAlgoInfo_t* info) {
+  const char* call = "yaliAllReduceAlgoInfo";
+  yaliResult_t r = checkComm(comm, call);
+  if (r != yaliSuccess) return r;
+  if (info == nullptr) return fail(yaliInvalidArgument, comm, "%s: info is NULL", call);
+  DataType dtype;
+  if (!toDataType(datatype, &dtype))
+    return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not supported", call,
+                static_cast<int>(datatype));
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= yaliNumOps)
+    return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t", call, static_cast<int>(op));
+  const AlgoChoice c = comm->selector.choose(count * dataTypeSize(dtype));
+  memset(info, 0, sizeof(*info));
+  strncpy(info->algorithm, count == 0 ? "none" : algoName(c.algo), sizeof(info->algorithm) - 1);
+  info->ctas = count == 0 ? 0 : c.ctas;
+  info->threads = count == 0 ? 0 : c.threads;
+  info->chunkBytes = c.slotBytes;
+  return yaliSuccess;
+}
+
+}  // extern "C"

@@ -1,0 +1,360 @@
+#include "core/comm.h"
+
+#include <string.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <unordered_set>
+#include <vector>
+
+#include "core/error.h"
+
+namespace yali {
+
+// Comms created together by yaliCommInitAll share one owner of their windows: a window may be
+// freed only when every comm that maps it is gone.
+struct ProcessGroup {
+  std::vector<int> devices;
+  std::vector<char*> windows;
+  ~ProcessGroup() {
+    for (size_t i = 0; i < windows.size(); ++i) {
+      if (windows[i] == nullptr) continue;
+      int prev;
+      cudaGetDevice(&prev);
+      cudaSetDevice(devices[i]);
+      cudaFree(windows[i]);
+      cudaSetDevice(prev);
+    }
+  }
+};
+
+namespace {
+
+std::mutex registryMutex;
+std::unordered_set<const yaliComm*>& registry() {
+  static auto* set = new std::unordered_set<const yaliComm*>();  // never destroyed: see yaliComm
+  return *set;
+}
+
+size_t alignUp(size_t v) { return (v + 255) / 256 * 256; }
+
+// What each rank tells the others at set-up.
+struct PeerInfo {
+  int32_t pid;
+  int32_t device;
+  uint64_t windowAddress;  // valid in the sender's process only
+  uint64_t windowBytes;
+  uint64_t settingsDigest;  // ranks must agree on everything that steers algorithm choice
+  cudaIpcMemHandle_t handle;
+};
+
+uint64_t settingsDigest(const Settings& s) {
+  std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
+                    std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
+                    std::to_string(s.stagingBytes) + "|" + s.tuningFile;
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1),
+// the local state and the host-mapped status on the current device.
+yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
+  comm->layout = computeLayout(comm->nranks, comm->settings);
+  YALI_CUDA_CHECK(cudaMalloc(&comm->window, comm->layout.total));
+  YALI_CUDA_CHECK(cudaMemset(comm->window, 0, comm->layout.total));
+  YALI_CUDA_CHECK(cudaMalloc(&comm->local, sizeof(LocalState)));
+  LocalState init{};
+  init.epoch = 1;
+  YALI_CUDA_CHECK(cudaMemcpy(comm->local, &init, sizeof(init), cudaMemcpyHostToDevice));
+  YALI_CUDA_CHECK(cudaHostAlloc(&comm->hostStatus, sizeof(HostStatus),
+                                cudaHostAllocMapped | cudaHostAllocPortable));
+  memset(comm->hostStatus, 0, sizeof(HostStatus));
+  YALI_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&comm->hostStatusDev),
+                                           comm->hostStatus, 0));
+  YALI_CUDA_CHECK(cudaDeviceSynchronize());  // zeroes land before any peer learns the address
+  int major = 0;
+  YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
+  comm->smMajor = major;
+  SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
+                        static_cast<int64_t>(comm->layout.stagingBytes)};
+  std::string err;
+  if (!comm->selector.init(comm->settings, limits, &err))
+    return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
+  return yaliSuccess;
+}
+
+// Frees what allocateRankResources made and unmaps peers; the window only when this comm owns it.
+void releaseRankResources(yaliComm* comm) {
+  ScopedDevice onDevice(comm->device);
+  for (int p = 0; p < comm->nranks; ++p) {
+    if (comm->peerMappedByIpc[p]) cudaIpcCloseMemHandle(comm->peerWindows[p]);
+    comm->peerMappedByIpc[p] = false;
+    comm->peerWindows[p] = nullptr;
+  }
+  if (comm->local) cudaFree(comm->local);
+  if (comm->hostStatus) cudaFreeHost(comm->hostStatus);
+  if (comm->window && !comm->group) cudaFree(comm->window);
+  comm->local = nullptr;
+  comm->hostStatus = nullptr;
+  comm->hostStatusDev = nullptr;
+  comm->window = nullptr;
+  comm->group.reset();
+  comm->bootstrap.reset();
+  cudaGetLastError();  // tear-down errors are not the caller's next error
+}
+
+}  // namespace
+
+WindowLayout computeLayout(int nranks, const Settings& s) {
+  WindowLayout L{};
+  size_t off = alignUp(sizeof(WindowHeader));
+  L.pushFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxCtas * kMaxRanks);
+  L.resultFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxCtas * kMaxRanks);
+  L.ll = off;
+  L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
+  off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
+  L.staging = off;
+  L.stagingBytes = static_cast<size_t>(s.stagingBytes);
+  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
+  L.result = off;
+  off += 2 * L.stagingBytes;
+  L.total = off;
+  return L;
+}
+
+void registerComm(yaliComm* comm) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  registry().insert(comm);
+}
+
+bool isKnownComm(const yaliComm* comm) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  return registry().count(comm) != 0;
+}
+
+ScopedDevice::ScopedDevice(int device) {
+  status_ = cudaGetDevice(&previous_);
+  if (status_ == cudaSuccess && previous_ != device) status_ = cudaSetDevice(device);
+  else previous_ = -1;  // nothing to restore
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
+DeviceArgs baseDeviceArgs(const yaliComm* comm) {
+  DeviceArgs a{};
+  a.rank = comm->rank;
+  a.nranks = comm->nranks;
+  a.window = comm->window;
+  for (int p = 0; p < comm->nranks; ++p) a.peerWindows[p] = comm->peerWindows[p];
+  a.layout = comm->layout;
+  a.local = comm->local;
+  a.host = comm->hostStatusDev;
+  a.timeoutNs = static_cast<uint64_t>(comm->settings.timeoutMs) * 1000000ull;
+  return a;
+}
+
+yaliResult_t commAsyncError(yaliComm* comm) {
+  if (comm->hostStatus == nullptr) return yaliSuccess;
+  switch (reinterpret_cast<volatile HostStatus*>(comm->hostStatus)->failure) {
+    case kFailNone: return yaliSuccess;
+    case kFailTimeout: return yaliTimeout;
+    case kFailAborted: return yaliInvalidUsage;
+    case kFailRemoteAbort: return yaliRemoteError;
+    default: return yaliInternalError;
+  }
+}
+
+yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id, int rank,
+                          const Settings& settings) {
+  const char* call = "yaliCommInitRank";
+  yaliComm* comm = new yaliComm();
+  comm->rank = rank;
+  comm->nranks = nranks;
+  comm->settings = settings;
+  registerComm(comm);
+  auto cleanup = [&](yaliResult_t code) {
+    releaseRankResources(comm);
+    comm->state = CommState::kDestroyed;
+    return code;
+  };
+  if (cudaGetDevice(&comm->device) != cudaSuccess)
+    return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: no usable CUDA device (cudaGetDevice failed)", call));
+  yaliResult_t r = allocateRankResources(comm, call);
+  if (r != yaliSuccess) return cleanup(r);
+
+  std::string err;
+  Bootstrap* boot = nullptr;
+  r = Bootstrap::connect(id, rank, nranks, settings.timeoutMs, &boot, &err);
+  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: rank %d of %d: %s", call, rank, nranks, err.c_str()));
+  comm->bootstrap.reset(boot);
+
+  std::vector<PeerInfo> info(nranks);
+  PeerInfo& mine = info[rank];
+  memset(&mine, 0, sizeof(mine));
+  mine.pid = getpid();
+  mine.device = comm->device;
+  mine.windowAddress = reinterpret_cast<uint64_t>(comm->window);
+  mine.windowBytes = comm->layout.total;
+  mine.settingsDigest = settingsDigest(settings);
+  if (cudaIpcGetMemHandle(&mine.handle, comm->window) != cudaSuccess)
+    return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: cudaIpcGetMemHandle failed: %s", call,
+                        cudaGetErrorString(cudaGetLastError())));
+  r = comm->bootstrap->allGather(info.data(), sizeof(PeerInfo), &err);
+  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: exchanging buffers: %s", call, err.c_str()));
+
+  for (int p = 0; p < nranks; ++p) {
+    if (info[p].settingsDigest != mine.settingsDigest || info[p].windowBytes != mine.windowBytes)
+      return cleanup(fail(yaliInvalidUsage, nullptr,
+                          "%s: rank %d and rank %d have different YALI_* settings (algorithm, "
+                          "thresholds, buffer sizes or tuning file must match on every rank)",
+                          call, rank, p));
+    if (p == rank) {
+      comm->peerWindows[p] = comm->window;
+    } else if (info[p].pid == mine.pid) {
+      // Same process (one thread per GPU): the address is ours too; IPC would refuse it.
+      comm->peerWindows[p] = reinterpret_cast<char*>(info[p].windowAddress);
+      if (info[p].device != comm->device) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(info[p].device, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          return cleanup(fail(yaliUnhandledCudaError, nullptr,
+                              "%s: cudaDeviceEnablePeerAccess(%d) from device %d failed: %s", call,
+                              info[p].device, comm->device, cudaGetErrorString(e)));
+        cudaGetLastError();
+      }
+    } else {
+      void* mapped = nullptr;
+      cudaError_t e = cudaIpcOpenMemHandle(&mapped, info[p].handle, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess)
+        return cleanup(fail(yaliUnhandledCudaError, nullptr,
+                            "%s: mapping rank %d's buffer (cudaIpcOpenMemHandle) failed: %s; the "
+                            "GPUs need peer-to-peer access (NVLink)",
+                            call, p, cudaGetErrorString(e)));
+      comm->peerWindows[p] = static_cast<char*>(mapped);
+      comm->peerMappedByIpc[p] = true;
+    }
+  }
+  // Nobody launches before every rank has mapped every window.
+  r = comm->bootstrap->barrier(&err);
+  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: final barrier: %s", call, err.c_str()));
+  logInfo("rank %d/%d on device %d: window %zu bytes", rank, nranks, comm->device, comm->layout.total);
+  *out = comm;
+  return yaliSuccess;
+}
+
+yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const Settings& settings) {
+  const char* call = "yaliCommInitAll";
+  auto group = std::make_shared<ProcessGroup>();
+  std::vector<yaliComm*> made;
+  auto cleanup = [&](yaliResult_t code) {
+    for (yaliComm* c : made) {
+      releaseRankResources(c);
+      c->state = CommState::kDestroyed;
+    }
+    return code;
+  };
+  int previous = 0;
+  cudaGetDevice(&previous);
+  for (int i = 0; i < ndev; ++i) {
+    yaliComm* comm = new yaliComm();
+    comm->rank = i;
+    comm->nranks = ndev;
+    comm->device = devlist ? devlist[i] : i;
+    comm->settings = settings;
+    comm->group = group;
+    registerComm(comm);
+    made.push_back(comm);
+    if (cudaSetDevice(comm->device) != cudaSuccess) {
+      cudaSetDevice(previous);
+      return cleanup(fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d is not a usable CUDA device",
+                          call, i, comm->device));
+    }
+    yaliResult_t r = allocateRankResources(comm, call);
+    group->devices.push_back(comm->device);
+    group->windows.push_back(comm->window);
+    if (r != yaliSuccess) {
+      cudaSetDevice(previous);
+      return cleanup(r);
+    }
+  }
+  for (int i = 0; i < ndev; ++i) {
+    cudaSetDevice(made[i]->device);
+    for (int j = 0; j < ndev; ++j) {
+      made[i]->peerWindows[j] = made[j]->window;
+      if (i == j || made[i]->device == made[j]->device) continue;
+      int can = 0;
+      cudaDeviceCanAccessPeer(&can, made[i]->device, made[j]->device);
+      if (!can) {
+        cudaSetDevice(previous);
+        return cleanup(fail(yaliInvalidUsage, nullptr,
+                            "%s: device %d cannot access device %d peer-to-peer (NVLink needed)", call,
+                            made[i]->device, made[j]->device));
+      }
+      cudaError_t e = cudaDeviceEnablePeerAccess(made[j]->device, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        cudaSetDevice(previous);
+        return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s",
+                            call, made[j]->device, made[i]->device, cudaGetErrorString(e)));
+      }
+      cudaGetLastError();
+    }
+  }
+  cudaSetDevice(previous);
+  for (int i = 0; i < ndev; ++i) comms[i] = made[i];
+  return yaliSuccess;
+}
+
+yaliResult_t commDestroy(yaliComm* comm) {
+  const char* call = "yaliCommDestroy";
+  yaliResult_t result = yaliSuccess;
+  {
+    ScopedDevice onDevice(comm->device);
+    // Our launches end (a stuck wait ends at YALI_TIMEOUT_MS) before peers may unmap us.
+    cudaError_t e = cudaDeviceSynchronize();
+    if (e != cudaSuccess)
+      result = fail(yaliUnhandledCudaError, comm, "%s: waiting for the comm's work: %s", call,
+                    cudaGetErrorString(e));
+  }
+  if (comm->bootstrap) {
+    // Peers may still read our window until they too have finished: wait for all of them.
+    std::string err;
+    yaliResult_t r = comm->bootstrap->barrier(&err);
+    if (r != yaliSuccess && result == yaliSuccess)
+      result = fail(r, comm, "%s: waiting for peers to finish: %s", call, err.c_str());
+  }
+  releaseRankResources(comm);
+  comm->state = CommState::kDestroyed;
+  return result;
+}
+
+yaliResult_t commAbort(yaliComm* comm) {
+  // 1. Our own device waits give up (they poll this host-mapped word).
+  if (comm->hostStatus) reinterpret_cast<volatile HostStatus*>(comm->hostStatus)->abortRequested = 1;
+  {
+    ScopedDevice onDevice(comm->device);
+    // 2. Peers' waits give up too: mark their windows. A private non-blocking stream so that a
+    //    stuck user stream cannot hold this copy back.
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
+      static const int kOne = 1;
+      for (int p = 0; p < comm->nranks; ++p) {
+        if (p == comm->rank || comm->peerWindows[p] == nullptr) continue;
+        cudaMemcpyAsync(comm->peerWindows[p] + offsetof(WindowHeader, abortedByPeer), &kOne,
+                        sizeof(kOne), cudaMemcpyHostToDevice, s);
+      }
+      cudaStreamSynchronize(s);
+      cudaStreamDestroy(s);
+    }
+    // 3. Our kernels have seen the abort word; let them drain before freeing what they use.
+    cudaDeviceSynchronize();
+  }
+  releaseRankResources(comm);
+  comm->state = CommState::kAborted;
+  return yaliSuccess;
+}
+
+}  // namespace yali

@@ -1,0 +1,117 @@
+#include "core/env.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include <cstring>
+
+#include "collectives/common/device_state.h"
+
+namespace yali {
+namespace {
+
+constexpr int64_t kDefaultTimeoutMs = 120000;
+constexpr int64_t kDefaultLLBufferBytes = 1 << 20;
+constexpr int64_t kDefaultStagingBytes = 4 << 20;
+
+// The one list of settings. README.md's table is checked against it by a host test.
+const SettingDoc kDocs[] = {
+    {"YALI_TIMEOUT_MS", "120000",
+     "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
+     "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
+    {"YALI_ALGO", "auto",
+     "Force one AllReduce algorithm: oneshot_ll or twoshot (auto: the selector decides)."},
+    {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
+     "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
+     "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
+    {"YALI_MAX_CTAS", "0",
+     "Cap on thread blocks per GPU for any algorithm (0: the tuning table's value)."},
+    {"YALI_LL_BUFFER_BYTES", "1048576",
+     "One-shot LL payload capacity per sender and parity (the buffer holds twice that in "
+     "packets, times 2 parities times nranks)."},
+    {"YALI_STAGING_BYTES", "4194304",
+     "Two-shot staging per sender and parity; also caps (thread blocks x slot bytes)."},
+    {"YALI_TUNING_FILE", "",
+     "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
+    {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
+};
+
+const char* getenvOrNull(const char* name) {
+  const char* v = getenv(name);
+  return (v != nullptr && v[0] != '\0') ? v : nullptr;
+}
+
+}  // namespace
+
+bool parseIntSetting(const char* name, const char* text, int64_t defaultValue, int64_t minValue,
+                     int64_t maxValue, int64_t* out, std::string* error) {
+  if (text == nullptr) {
+    *out = defaultValue;
+    return true;
+  }
+  errno = 0;
+  char* end = nullptr;
+  long long v = strtoll(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0') {
+    *error = std::string(name) + "='" + text + "' is not an integer";
+    return false;
+  }
+  if (v < minValue || v > maxValue) {
+    *error = std::string(name) + "=" + text + " is out of range [" + std::to_string(minValue) +
+             ", " + std::to_string(maxValue) + "]";
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool parseThresholdSetting(const char* name, const char* text, int64_t* out, std::string* error) {
+  return parseIntSetting(name, text, kThresholdTable, kThresholdTable, INT64_MAX, out, error);
+}
+
+bool loadSettings(Settings* s, std::string* error) {
+  if (!parseIntSetting("YALI_TIMEOUT_MS", getenvOrNull("YALI_TIMEOUT_MS"), kDefaultTimeoutMs, 1,
+                       INT64_C(86400000), &s->timeoutMs, error))
+    return false;
+  const char* algo = getenvOrNull("YALI_ALGO");
+  s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
+  if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "twoshot") {
+    *error = "YALI_ALGO='" + s->algo + "' is not one of auto, oneshot_ll, twoshot";
+    return false;
+  }
+  if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
+                             &s->oneshotLLMaxBytes, error))
+    return false;
+  if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
+                       error))
+    return false;
+  if (!parseIntSetting("YALI_LL_BUFFER_BYTES", getenvOrNull("YALI_LL_BUFFER_BYTES"),
+                       kDefaultLLBufferBytes, 4096, INT64_C(1) << 30, &s->llBufferBytes, error))
+    return false;
+  if (!parseIntSetting("YALI_STAGING_BYTES", getenvOrNull("YALI_STAGING_BYTES"),
+                       kDefaultStagingBytes, INT64_C(64) << 10, INT64_C(1) << 32, &s->stagingBytes,
+                       error))
+    return false;
+  // Sizes are used as 256-byte-aligned offsets.
+  s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
+  s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
+  const char* tuning = getenvOrNull("YALI_TUNING_FILE");
+  s->tuningFile = tuning ? tuning : "";
+  s->debug = debugLoggingEnabled();
+  return true;
+}
+
+bool debugLoggingEnabled() {
+  static const bool enabled = [] {
+    const char* v = getenv("YALI_DEBUG");
+    return v != nullptr && v[0] != '\0' && strcmp(v, "0") != 0;
+  }();
+  return enabled;
+}
+
+const SettingDoc* settingDocs(int* count) {
+  *count = static_cast<int>(sizeof(kDocs) / sizeof(kDocs[0]));
+  return kDocs;
+}
+
+}  // namespace yali

@@ -1,0 +1,50 @@
+// Environment settings: each declared once in env.cc (name, default, meaning), read when a
+// communicator is created and copied into it, so a comm never sees a setting change mid-life.
+#pragma once
+
+#include <stdint.h>
+
+#include <string>
+
+namespace yali {
+
+// Threshold settings share one convention (from the tuning design):
+//   0  the algorithm is disabled
+//  -1  the algorithm is used for all sizes it can handle
+//  -2  the per-architecture default from the tuning table (the default)
+//  >0  an explicit byte threshold
+constexpr int64_t kThresholdDisabled = 0;
+constexpr int64_t kThresholdAlways = -1;
+constexpr int64_t kThresholdTable = -2;
+
+struct Settings {
+  int64_t timeoutMs;          // YALI_TIMEOUT_MS
+  std::string algo;           // YALI_ALGO: "" (auto), "oneshot_ll", "twoshot"
+  int64_t oneshotLLMaxBytes;  // YALI_ONESHOT_LL_MAX_BYTES
+  int64_t maxCtas;            // YALI_MAX_CTAS: 0 = table, else 1..kMaxCtas
+  int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
+  int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)
+  std::string tuningFile;     // YALI_TUNING_FILE
+  bool debug;                 // YALI_DEBUG
+};
+
+// Reads every YALI_* variable. On a malformed or out-of-range value returns false and writes a
+// message naming the variable and the value into *error.
+bool loadSettings(Settings* out, std::string* error);
+
+// The parser behind loadSettings, exposed for host tests. `text` null means unset.
+bool parseIntSetting(const char* name, const char* text, int64_t defaultValue, int64_t minValue,
+                     int64_t maxValue, int64_t* out, std::string* error);
+bool parseThresholdSetting(const char* name, const char* text, int64_t* out, std::string* error);
+
+bool debugLoggingEnabled();
+
+// One line per setting (name, default, meaning) for the README check and --help texts.
+struct SettingDoc {
+  const char* name;
+  const char* defaultValue;
+  const char* meaning;
+};
+const SettingDoc* settingDocs(int* count);
+
+}  // namespace yali

@@ -1,0 +1,196 @@
+#include "tuning/selector.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "collectives/common/device_state.h"
+
+namespace yali {
+namespace {
+
+// Built-in tuning for Hopper (H100/H200 with NVSwitch, NV18 between every pair).
+// Initial values, before any sweep on hardware:
+//  - ll_max: one-shot LL moves 2x the payload (flags) to each of n-1 peers but has no barrier;
+//    two-shot moves ~2(n-1)/n of the payload with two flag round trips per step. With ~1.5 us per
+//    round trip and ~350 GB/s links, the crossover is near 2 * 1.5 us * 350 GB/s / (2(n-1) -
+//    2(n-1)/n) ~ 512 KB at n = 2 and a quarter of that at n = 4.
+//  - threads 512 per block: enough 16-byte accesses in flight per SM for NVLink latency.
+//  - two-shot ctas 32: the budget for large messages (users overlap compute).
+//  - slots: 8 KB minimum keeps per-step flag costs below data time; 128 KB maximum keeps the
+//    staging footprint at 2 * n * 32 * 128 KB.
+const TuningEntry kBuiltinTables[] = {
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot
+    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
+    {9, 4, 128 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
+    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
+};
+
+size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+size_t dataTypeSize(DataType t) { return t == DataType::kFloat32 ? 4 : 2; }
+
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::kOneshotLL: return "oneshot_ll";
+    case Algo::kTwoshot: return "twoshot";
+  }
+  return "unknown";
+}
+
+bool algoFromName(const std::string& name, Algo* out) {
+  if (name == "oneshot_ll") *out = Algo::kOneshotLL;
+  else if (name == "twoshot") *out = Algo::kTwoshot;
+  else return false;
+  return true;
+}
+
+TuningEntry builtinTuning(int smMajor, int nranks) {
+  // Other architectures use Hopper's figures until measured: the algorithms are the same.
+  const TuningEntry* best = &kBuiltinTables[0];
+  for (const TuningEntry& e : kBuiltinTables) {
+    if (e.nranks <= nranks) best = &e;  // tables are sorted by nranks
+  }
+  TuningEntry e = *best;
+  e.smMajor = smMajor;
+  e.nranks = nranks;
+  return e;
+}
+
+bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error) {
+  std::istringstream lines(text);
+  std::string line;
+  int lineNo = 0;
+  while (std::getline(lines, line)) {
+    ++lineNo;
+    line = line.substr(0, line.find('#'));
+    std::istringstream words(line);
+    std::string word;
+    TuningEntry e{};
+    int seen = 0;
+    while (words >> word) {
+      size_t eq = word.find('=');
+      if (eq == std::string::npos) {
+        *error = "line " + std::to_string(lineNo) + ": '" + word + "' is not key=value";
+        return false;
+      }
+      std::string key = word.substr(0, eq);
+      long long v;
+      try {
+        size_t used = 0;
+        v = std::stoll(word.substr(eq + 1), &used);
+        if (used != word.size() - eq - 1) throw std::invalid_argument("trailing");
+      } catch (...) {
+        *error = "line " + std::to_string(lineNo) + ": '" + word + "' has no integer value";
+        return false;
+      }
+      if (key == "sm") e.smMajor = static_cast<int>(v);
+      else if (key == "nranks") e.nranks = static_cast<int>(v);
+      else if (key == "ll_max") e.oneshotLLMaxBytes = v;
+      else if (key == "ll_threads") e.llThreads = static_cast<int>(v);
+      else if (key == "ll_ctas") e.llMaxCtas = static_cast<int>(v);
+      else if (key == "twoshot_threads") e.twoshotThreads = static_cast<int>(v);
+      else if (key == "twoshot_ctas") e.twoshotMaxCtas = static_cast<int>(v);
+      else if (key == "twoshot_min_slot") e.twoshotMinSlotBytes = v;
+      else if (key == "twoshot_max_slot") e.twoshotMaxSlotBytes = v;
+      else {
+        *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
+        return false;
+      }
+      ++seen;
+    }
+    if (seen == 0) continue;
+    if (seen != 9) {
+      *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
+      return false;
+    }
+    auto threadsOk = [](int t) { return t >= 64 && t <= 1024 && t % 32 == 0; };
+    if (e.nranks < 2 || e.nranks > kMaxRanks || !threadsOk(e.llThreads) ||
+        !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
+        e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
+        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0) {
+      *error = "line " + std::to_string(lineNo) + ": a value is out of range";
+      return false;
+    }
+    out->push_back(e);
+  }
+  return true;
+}
+
+std::string formatTuningEntry(const TuningEntry& e) {
+  std::ostringstream s;
+  s << "sm=" << e.smMajor << " nranks=" << e.nranks << " ll_max=" << e.oneshotLLMaxBytes
+    << " ll_threads=" << e.llThreads << " ll_ctas=" << e.llMaxCtas
+    << " twoshot_threads=" << e.twoshotThreads << " twoshot_ctas=" << e.twoshotMaxCtas
+    << " twoshot_min_slot=" << e.twoshotMinSlotBytes << " twoshot_max_slot=" << e.twoshotMaxSlotBytes;
+  return s.str();
+}
+
+bool Selector::init(const Settings& settings, const SelectorLimits& limits, std::string* error) {
+  settings_ = settings;
+  limits_ = limits;
+  entry_ = builtinTuning(limits.smMajor, limits.nranks);
+  if (!settings.tuningFile.empty()) {
+    std::ifstream f(settings.tuningFile);
+    if (!f) {
+      *error = "YALI_TUNING_FILE='" + settings.tuningFile + "' cannot be read";
+      return false;
+    }
+    std::stringstream buf;
+    buf << f.rdbuf();
+    std::vector<TuningEntry> entries;
+    std::string err;
+    if (!parseTuningText(buf.str(), &entries, &err)) {
+      *error = "YALI_TUNING_FILE='" + settings.tuningFile + "': " + err;
+      return false;
+    }
+    for (const TuningEntry& e : entries)
+      if (e.smMajor == limits.smMajor && e.nranks == limits.nranks) entry_ = e;
+  }
+  if (settings.maxCtas > 0) {
+    entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
+    entry_.twoshotMaxCtas = std::min<int>(entry_.twoshotMaxCtas, static_cast<int>(settings.maxCtas));
+  }
+  return true;
+}
+
+AlgoChoice Selector::oneshotLL(size_t bytes) const {
+  const size_t packets = (bytes + 7) / 8;
+  const size_t threads = static_cast<size_t>(entry_.llThreads);
+  const int ctas = static_cast<int>(
+      std::min<size_t>(entry_.llMaxCtas, std::max<size_t>(1, (packets + threads - 1) / threads)));
+  return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
+}
+
+AlgoChoice Selector::twoshot(size_t bytes) const {
+  const size_t n = static_cast<size_t>(limits_.nranks);
+  const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
+  // As many blocks as there are min-size slots to fill, up to the cap.
+  size_t ctas = std::max<size_t>(1, bytes / (n * minSlot));
+  ctas = std::min<size_t>(ctas, static_cast<size_t>(entry_.twoshotMaxCtas));
+  // Slot: the message spread evenly over the blocks, within [min, max] and what staging holds.
+  const size_t maxSlot = std::min<size_t>(static_cast<size_t>(entry_.twoshotMaxSlotBytes),
+                                          static_cast<size_t>(limits_.stagingBytes) / ctas / 256 * 256);
+  size_t slot = roundUp((bytes + n * ctas - 1) / (n * ctas), 256);
+  slot = std::max(minSlot, std::min(slot, maxSlot));
+  return {Algo::kTwoshot, static_cast<int>(ctas), entry_.twoshotThreads, slot};
+}
+
+AlgoChoice Selector::choose(size_t bytes) const {
+  const bool llFits = static_cast<int64_t>(bytes) <= limits_.llPayloadBytes;
+  Algo forced;
+  if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
+    // A forced LL that does not fit its buffer falls back to two-shot (logged by the caller).
+    if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
+    return twoshot(bytes);
+  }
+  int64_t llMax = settings_.oneshotLLMaxBytes;
+  if (llMax == kThresholdTable) llMax = entry_.oneshotLLMaxBytes;
+  const bool useLL = llMax == kThresholdAlways ? llFits
+                                               : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
+  return useLL ? oneshotLL(bytes) : twoshot(bytes);
+}
+
+}  // namespace yali

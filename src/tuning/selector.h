@@ -1,0 +1,76 @@
+// The AllReduce selector: which algorithm, how many blocks and threads, which slot size, for a
+// given GPU architecture, world size and message size. Tuning is data (kBuiltinTables in
+// selector.cc, or a file from `yali-perf --tune` named by YALI_TUNING_FILE); environment
+// thresholds (core/env.h) override it.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "core/env.h"
+
+namespace yali {
+
+// Row order of the kernel tables: keep in sync with launch.cu.
+enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
+size_t dataTypeSize(DataType t);
+
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1 };
+const char* algoName(Algo a);
+bool algoFromName(const std::string& name, Algo* out);
+
+struct AlgoChoice {
+  Algo algo;
+  int ctas;
+  int threads;
+  size_t slotBytes;  // two-shot: bytes per (block, sender) per step; 0 for one-shot LL
+};
+
+// One world size's tuning on one architecture. Every field's value is justified in selector.cc.
+struct TuningEntry {
+  int smMajor;                // compute capability major (9 = Hopper)
+  int nranks;                 // world size
+  int64_t oneshotLLMaxBytes;  // crossover: LL for messages up to this size, two-shot above
+  int llThreads;              // LL: threads per block
+  int llMaxCtas;              // LL: blocks cap (one 8-byte packet per thread per pass)
+  int twoshotThreads;         // two-shot: threads per block
+  int twoshotMaxCtas;         // two-shot: blocks cap
+  int64_t twoshotMinSlotBytes;  // two-shot: smallest slot (fewer blocks below n*ctas*this)
+  int64_t twoshotMaxSlotBytes;  // two-shot: largest slot per step
+};
+
+struct SelectorLimits {
+  int smMajor;
+  int nranks;
+  int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
+  int64_t stagingBytes;    // two-shot staging per sender and parity
+};
+
+class Selector {
+ public:
+  // Loads the tuning file if settings name one; on a bad file returns false with a message.
+  bool init(const Settings& settings, const SelectorLimits& limits, std::string* error);
+  AlgoChoice choose(size_t bytes) const;
+  const TuningEntry& entry() const { return entry_; }
+
+ private:
+  AlgoChoice twoshot(size_t bytes) const;
+  AlgoChoice oneshotLL(size_t bytes) const;
+  Settings settings_;
+  SelectorLimits limits_;
+  TuningEntry entry_;
+};
+
+// The built-in entry for (smMajor, nranks), falling back to the nearest world size on Hopper.
+TuningEntry builtinTuning(int smMajor, int nranks);
+
+// Tuning file format (text, '#' comments): one line per world size,
+//   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
+//   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes>
+bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
+std::string formatTuningEntry(const TuningEntry& e);
+
+}  // namespace yali

@@ -1,0 +1,251 @@
+// Internal host logic: settings parsing, the selector and its tuning table, tuning files, unique
+// ids and the socket bootstrap. Needs no GPU.
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "collectives/common/device_state.h"
+#include "core/bootstrap.h"
+#include "core/env.h"
+#include "harness.h"
+#include "tuning/selector.h"
+
+using namespace yali;
+
+namespace {
+
+Settings defaultSettings() {
+  // Start from a clean environment so that the host's YALI_* variables cannot leak in.
+  for (const char* v : {"YALI_TIMEOUT_MS", "YALI_ALGO", "YALI_ONESHOT_LL_MAX_BYTES", "YALI_MAX_CTAS",
+                        "YALI_LL_BUFFER_BYTES", "YALI_STAGING_BYTES", "YALI_TUNING_FILE"})
+    unsetenv(v);
+  Settings s;
+  std::string err;
+  loadSettings(&s, &err);
+  return s;
+}
+
+Selector makeSelector(const Settings& s, int nranks) {
+  Selector sel;
+  std::string err;
+  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes};
+  sel.init(s, limits, &err);
+  return sel;
+}
+
+}  // namespace
+
+TEST(int_setting_parses_and_rejects) {
+  int64_t v = 0;
+  std::string err;
+  CHECK(parseIntSetting("X", nullptr, 7, 0, 10, &v, &err));
+  CHECK_EQ(v, 7);
+  CHECK(parseIntSetting("X", "9", 7, 0, 10, &v, &err));
+  CHECK_EQ(v, 9);
+  CHECK(!parseIntSetting("X", "11", 7, 0, 10, &v, &err));
+  CHECK(err.find("X=11") != std::string::npos);
+  CHECK(!parseIntSetting("X", "12abc", 7, 0, 100, &v, &err));
+  CHECK(err.find("not an integer") != std::string::npos);
+  CHECK(!parseIntSetting("X", "", 7, 0, 100, &v, &err) || v == 7);
+}
+
+TEST(threshold_setting_values) {
+  int64_t v = 0;
+  std::string err;
+  CHECK(parseThresholdSetting("T", nullptr, &v, &err));
+  CHECK_EQ(v, kThresholdTable);
+  CHECK(parseThresholdSetting("T", "-1", &v, &err));
+  CHECK_EQ(v, kThresholdAlways);
+  CHECK(parseThresholdSetting("T", "0", &v, &err));
+  CHECK_EQ(v, kThresholdDisabled);
+  CHECK(parseThresholdSetting("T", "65536", &v, &err));
+  CHECK_EQ(v, 65536);
+  CHECK(!parseThresholdSetting("T", "-3", &v, &err));
+}
+
+TEST(load_settings_reports_variable) {
+  defaultSettings();
+  setenv("YALI_TIMEOUT_MS", "soon", 1);
+  Settings s;
+  std::string err;
+  CHECK(!loadSettings(&s, &err));
+  CHECK(err.find("YALI_TIMEOUT_MS") != std::string::npos);
+  unsetenv("YALI_TIMEOUT_MS");
+  setenv("YALI_ALGO", "threeshot", 1);
+  CHECK(!loadSettings(&s, &err));
+  CHECK(err.find("YALI_ALGO") != std::string::npos);
+  unsetenv("YALI_ALGO");
+  CHECK(loadSettings(&s, &err));
+  CHECK_EQ(s.timeoutMs, 120000);
+}
+
+TEST(selector_default_crossover) {
+  Settings s = defaultSettings();
+  for (int n : {2, 4, 8}) {
+    Selector sel = makeSelector(s, n);
+    const int64_t llMax = builtinTuning(9, n).oneshotLLMaxBytes;
+    CHECK(sel.choose(4096).algo == Algo::kOneshotLL);
+    CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
+    CHECK(sel.choose(static_cast<size_t>(llMax) + 1).algo == Algo::kTwoshot);
+    CHECK(sel.choose(size_t(1) << 30).algo == Algo::kTwoshot);
+  }
+}
+
+TEST(selector_threshold_env_semantics) {
+  Settings s = defaultSettings();
+  s.oneshotLLMaxBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(16).algo == Algo::kTwoshot);
+  s.oneshotLLMaxBytes = kThresholdAlways;
+  Selector always = makeSelector(s, 2);
+  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes)).algo == Algo::kOneshotLL);
+  // Past the LL buffer, "always" still has to fall back.
+  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes) + 8).algo == Algo::kTwoshot);
+  s.oneshotLLMaxBytes = 1000;
+  Selector explicitT = makeSelector(s, 2);
+  CHECK(explicitT.choose(1000).algo == Algo::kOneshotLL);
+  CHECK(explicitT.choose(1001).algo == Algo::kTwoshot);
+  s.oneshotLLMaxBytes = kThresholdTable;
+  s.algo = "twoshot";
+  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshot);
+}
+
+TEST(selector_twoshot_geometry_fits_staging) {
+  Settings s = defaultSettings();
+  s.algo = "twoshot";
+  for (int n : {2, 3, 4, 5, 8}) {
+    Selector sel = makeSelector(s, n);
+    for (size_t bytes : {size_t(2), size_t(4096), size_t(1) << 20, size_t(64) << 20, size_t(1) << 30,
+                         size_t(3) << 30}) {
+      AlgoChoice c = sel.choose(bytes);
+      CHECK(c.ctas >= 1 && c.ctas <= kMaxCtas);
+      CHECK(c.slotBytes % 256 == 0 && c.slotBytes > 0);
+      CHECK_MSG(static_cast<int64_t>(c.slotBytes) * c.ctas <= s.stagingBytes, "n=%d bytes=%zu", n, bytes);
+      if (bytes >= (size_t(64) << 20)) CHECK(c.ctas <= 32);  // the large-message CTA budget
+    }
+  }
+}
+
+TEST(selector_max_ctas_cap) {
+  Settings s = defaultSettings();
+  s.maxCtas = 4;
+  Selector sel = makeSelector(s, 4);
+  CHECK(sel.choose(size_t(1) << 30).ctas <= 4);
+  CHECK(sel.choose(256 << 10).ctas <= 4);
+}
+
+TEST(tuning_file_round_trip_and_errors) {
+  TuningEntry e = builtinTuning(9, 4);
+  e.oneshotLLMaxBytes = 12345;
+  std::vector<TuningEntry> parsed;
+  std::string err;
+  CHECK(parseTuningText("# comment\n" + formatTuningEntry(e) + "\n\n", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].oneshotLLMaxBytes, 12345);
+  CHECK_EQ(parsed[0].nranks, 4);
+  parsed.clear();
+  CHECK(!parseTuningText("sm=9 nranks=4", &parsed, &err));
+  CHECK(err.find("expected 9 keys") != std::string::npos);
+  CHECK(!parseTuningText("sm=9 nranks=4 bogus=1", &parsed, &err));
+  CHECK(!parseTuningText(formatTuningEntry(e) + " extra", &parsed, &err));
+
+  char path[] = "/tmp/yali-tuning-XXXXXX";
+  int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path) << formatTuningEntry(e) << "\n";
+  Settings s = defaultSettings();
+  s.tuningFile = path;
+  Selector sel = makeSelector(s, 4);
+  CHECK_EQ(sel.entry().oneshotLLMaxBytes, 12345);
+  CHECK(sel.choose(12345).algo == Algo::kOneshotLL);
+  CHECK(sel.choose(12346).algo == Algo::kTwoshot);
+  unlink(path);
+}
+
+TEST(unique_id_checks) {
+  yaliUniqueId a, b;
+  std::string err;
+  REQUIRE(makeUniqueId(&a, &err));
+  REQUIRE(makeUniqueId(&b, &err));
+  UniqueIdFields fa, fb;
+  CHECK(decodeUniqueId(a, &fa));
+  CHECK(decodeUniqueId(b, &fb));
+  CHECK(fa.token[0] != fb.token[0] || fa.token[1] != fb.token[1]);
+  yaliUniqueId zero{};
+  CHECK(!decodeUniqueId(zero, &fa));
+  a.internal[20] ^= 1;  // one flipped bit in the token breaks the checksum
+  CHECK(!decodeUniqueId(a, &fa));
+}
+
+TEST(bootstrap_allgather_across_processes) {
+  yaliUniqueId id;
+  std::string err;
+  REQUIRE(makeUniqueId(&id, &err));
+  UniqueIdFields f;
+  REQUIRE(decodeUniqueId(id, &f));
+  const int n = 4;
+  std::vector<pid_t> kids;
+  for (int r = 0; r < n; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      Bootstrap* b = nullptr;
+      std::string e;
+      if (Bootstrap::connect(f, r, n, 10000, &b, &e) != yaliSuccess) _exit(2);
+      int values[n] = {};
+      values[r] = 100 + r;
+      if (b->allGather(values, sizeof(int), &e) != yaliSuccess) _exit(3);
+      for (int i = 0; i < n; ++i)
+        if (values[i] != 100 + i) _exit(4);
+      if (b->barrier(&e) != yaliSuccess) _exit(5);
+      delete b;
+      _exit(0);
+    }
+    kids.push_back(pid);
+  }
+  for (pid_t pid : kids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child exit status %d", WEXITSTATUS(status));
+  }
+}
+
+TEST(bootstrap_times_out_without_rank0) {
+  yaliUniqueId id;
+  std::string err;
+  REQUIRE(makeUniqueId(&id, &err));
+  UniqueIdFields f;
+  REQUIRE(decodeUniqueId(id, &f));
+  Bootstrap* b = nullptr;
+  CHECK_EQ(Bootstrap::connect(f, 1, 2, 200, &b, &err), yaliTimeout);
+  CHECK(err.find("YALI_TIMEOUT_MS") != std::string::npos);
+}
+
+// README.md's environment table and the settings declared in env.cc must agree both ways.
+TEST(readme_documents_every_setting) {
+  std::ifstream f(YALI_README_PATH);
+  REQUIRE(f.good());
+  std::stringstream buf;
+  buf << f.rdbuf();
+  const std::string readme = buf.str();
+  int count = 0;
+  const SettingDoc* docs = settingDocs(&count);
+  std::set<std::string> declared;
+  for (int i = 0; i < count; ++i) {
+    declared.insert(docs[i].name);
+    CHECK_MSG(readme.find(std::string("`") + docs[i].name + "`") != std::string::npos,
+              "README.md does not document %s", docs[i].name);
+  }
+  std::regex var("`(YALI_[A-Z_]+)`");
+  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), var); it != std::sregex_iterator(); ++it) {
+    const std::string name = (*it)[1];
+    if (name == "YALI_LIBRARY" || name.rfind("YALI_PERF_", 0) == 0 || name == "YALI_REQUIRE_LIB") continue;  // tools' variables
+    CHECK_MSG(declared.count(name) == 1, "README.md names %s, which env.cc does not declare", name.c_str());
+  }
+}
+
+int main(int argc, char** argv) { return yali_test::runAllTests(argc, argv); }
