@@ -4,7 +4,7 @@
 set -uo pipefail
 build=${1:-build}; shift || true
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-perf=$build/bench/yali_perf/yali-perf
+perf=$build/bench/yali-perf
 ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 if [ "${ngpus:-0}" -lt 2 ]; then
   echo "SKIP: make bench needs 2 or more GPUs (found ${ngpus:-0})"

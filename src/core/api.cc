@@ -67,6 +67,8 @@ yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t
   if (reinterpret_cast<uintptr_t>(p) % elemSize != 0)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is not aligned to its element size (%zu bytes)",
                 call, name, p, elemSize);
+  for (const void* known : comm->validatedBuffers)
+    if (known == p) return yaliSuccess;
   cudaPointerAttributes attr;
   cudaError_t e = cudaPointerGetAttributes(&attr, p);
   if (e != cudaSuccess) {
@@ -74,13 +76,14 @@ yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is not CUDA memory (%s)", call, name, p,
                 cudaGetErrorString(e));
   }
-  if (attr.type == cudaMemoryTypeManaged) return yaliSuccess;
-  if (attr.type != cudaMemoryTypeDevice)
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is host or unregistered memory, not device memory",
                 call, name, p);
-  if (attr.device != comm->device)
+  if (attr.type == cudaMemoryTypeDevice && attr.device != comm->device)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is on device %d but comm is on device %d", call,
                 name, p, attr.device, comm->device);
+  comm->validatedBuffers[comm->nextValidatedSlot] = p;
+  comm->nextValidatedSlot = (comm->nextValidatedSlot + 1) % yaliComm::kValidatedBuffers;
   return yaliSuccess;
 }
 

@@ -44,6 +44,13 @@ struct yaliComm {
   yali::HostStatus* hostStatusDev = nullptr;  // the device's alias of it
   uint64_t launches = 0;
 
+  // Buffers already checked by cudaPointerGetAttributes (device memory of this GPU): training
+  // loops pass the same few buffers every call, and the query costs more than a launch's
+  // bookkeeping. Round-robin replacement.
+  static constexpr int kValidatedBuffers = 8;
+  const void* validatedBuffers[kValidatedBuffers] = {};
+  int nextValidatedSlot = 0;
+
   std::unique_ptr<yali::Bootstrap> bootstrap;     // one process per GPU
   std::shared_ptr<yali::ProcessGroup> group;      // yaliCommInitAll
 

@@ -77,7 +77,7 @@ template <typename T, Op kOp>
 __global__ void oneshotLLKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   if (commFailed(args)) return;
-  const uint64_t epoch = claimEpoch(args.local, &epochSlot);
+  const uint64_t epoch = readEpoch(args.local, &epochSlot);
   const uint32_t flag = static_cast<uint32_t>(epoch);
   const int parity = static_cast<int>(epoch & 1);
   const int n = args.nranks;
@@ -119,6 +119,7 @@ __global__ void oneshotLLKernel(DeviceArgs args) {
     }
     storePayload8(recv, p, args.count, acc.result(n));
   }
+  retireEpoch(args.local, epoch);
 }
 
 }  // namespace yali

@@ -86,13 +86,13 @@ __device__ __forceinline__ void reduceElems(T* dst0, T* dst1, const T* const* sr
 }
 
 // Publishes `value` into flag array `flagsOffset`[b][rank] of every other rank (one thread each),
-// after the whole block's preceding writes (see device.cuh: publish()).
+// after the whole block's preceding writes: __syncthreads() orders them before the publishing
+// thread, whose st.release.sys is cumulative over what it has observed (device.cuh: publish()).
 __device__ __forceinline__ void signalPeers(const DeviceArgs& args, size_t flagsOffset,
                                             uint64_t value) {
   __syncthreads();
   const int peer = threadIdx.x;
   if (peer < args.nranks && peer != args.rank) {
-    __threadfence_system();
     uint64_t* flag = reinterpret_cast<uint64_t*>(args.peerWindows[peer] + flagsOffset) +
                      blockIdx.x * kMaxRanks + args.rank;
     publish(flag, value);
@@ -126,7 +126,7 @@ template <typename T, Op kOp>
 __global__ void twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   if (commFailed(args)) return;
-  const uint64_t epoch = claimEpoch(args.local, &epochSlot);
+  const uint64_t epoch = readEpoch(args.local, &epochSlot);
   constexpr size_t kE = 16 / sizeof(T);
   const int n = args.nranks;
   const int me = args.rank;
@@ -186,6 +186,7 @@ __global__ void twoshotKernel(DeviceArgs args) {
     }
     __syncthreads();
   }
+  retireEpoch(args.local, epoch);
 }
 
 }  // namespace yali

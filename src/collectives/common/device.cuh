@@ -117,26 +117,31 @@ __device__ __forceinline__ bool commFailed(const DeviceArgs& args) {
 
 // ---- Launch epoch ---------------------------------------------------------------------------------
 
-// Every launch on a comm gets the next epoch, without the host passing it in (a captured graph
-// replays the same arguments each time). Each block reads LocalState::epoch, then counts itself in
-// `epochReaders`; the last block of the grid to arrive advances the epoch for the next launch.
-// Ordering: a block's read of `epoch` precedes its atomicAdd (fence before it), and the last
-// block's increment follows its atomicAdd, which observed every other block's add; so no block of
-// this launch can read the advanced value. The next launch on the stream starts after this one.
-__device__ __forceinline__ uint64_t claimEpoch(LocalState* local, uint64_t* sharedEpochSlot) {
-  if (threadIdx.x == 0) {
-    uint64_t e = *reinterpret_cast<volatile uint64_t*>(&local->epoch);
-    *sharedEpochSlot = e;
-    __threadfence();
-    unsigned arrived = atomicAdd(&local->epochReaders, 1u);
-    if (arrived == gridDim.x - 1) {
-      __threadfence();
-      local->epochReaders = 0;
-      *reinterpret_cast<volatile uint64_t*>(&local->epoch) = e + 1;
-    }
-  }
+// Every launch on a comm gets the next epoch without the host passing it in (a captured graph
+// replays the same arguments each time). Thread 0 of each block reads LocalState::epoch when the
+// block starts (readEpoch; the block takes it from shared memory) and counts the block in
+// `epochReaders` when its own work is done (retireEpoch); the last block of the grid to retire
+// advances the epoch for the next launch. Each block's read precedes its retirement in thread 0's
+// program order (fence between), and the advance follows the last retirement, so no block of this
+// launch can read the advanced value; the next launch on the stream starts after this one ends.
+// Retiring at the end keeps the atomic off the latency-critical start, and needs no barrier, so a
+// thread that abandoned a failed wait cannot hold it up.
+__device__ __forceinline__ uint64_t readEpoch(LocalState* local, uint64_t* sharedEpochSlot) {
+  if (threadIdx.x == 0) *sharedEpochSlot = *reinterpret_cast<volatile uint64_t*>(&local->epoch);
   __syncthreads();
   return *sharedEpochSlot;
+}
+
+__device__ __forceinline__ void retireEpoch(LocalState* local, uint64_t epoch) {
+  if (threadIdx.x == 0) {
+    __threadfence();
+    const unsigned retired = atomicAdd(&local->epochReaders, 1u);
+    if (retired == gridDim.x - 1) {
+      __threadfence();
+      local->epochReaders = 0;
+      *reinterpret_cast<volatile uint64_t*>(&local->epoch) = epoch + 1;
+    }
+  }
 }
 
 // ---- Element types and reduction ------------------------------------------------------------------

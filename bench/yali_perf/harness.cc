@@ -1,0 +1,441 @@
+#include "harness.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+#include "cuda_check.h"
+#include "perf_error.h"
+
+namespace yali_perf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MicrosecondsBetween(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::micro>(end - start).count();
+}
+
+// What one rank measured for one case, before the reduction over ranks.
+struct RankMeasurement {
+  int rank = 0;
+  double time_us = 0;               // per call
+  std::vector<double> samples_us;   // per call, one per iteration / launch
+  uint64_t wrong = 0;
+  uint64_t checksum = 0;
+};
+
+void EnsureEvents(RankSlot& slot, size_t needed) {
+  if (slot.events.size() >= needed) return;
+  YALI_PERF_CUDA(cudaSetDevice(slot.device));
+  while (slot.events.size() < needed) {
+    cudaEvent_t event;
+    YALI_PERF_CUDA(cudaEventCreate(&event));
+    slot.events.push_back(event);
+  }
+}
+
+double EventMicroseconds(cudaEvent_t start, cudaEvent_t end) {
+  float milliseconds = 0;
+  YALI_PERF_CUDA(cudaEventElapsedTime(&milliseconds, start, end));
+  return 1000.0 * static_cast<double>(milliseconds);
+}
+
+// One call of the collective on every local rank, grouped as NCCL requires for one thread
+// driving several GPUs.
+void IssueAll(World& world, Backend& backend, const CaseSpec& spec) {
+  backend.GroupStart();
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    const void* send = spec.in_place ? slot.recv : slot.send;
+    spec.collective->run(backend, static_cast<int>(local), send, slot.recv, spec.count, spec.dtype,
+                         spec.op, slot.stream);
+  }
+  backend.GroupEnd();
+}
+
+void RecordOnAll(World& world, size_t event_index) {
+  for (RankSlot& slot : world.local)
+    YALI_PERF_CUDA(cudaEventRecord(slot.events[event_index], slot.stream));
+}
+
+DataSpec MakeDataSpec(const World& world, const Backend& backend, const CaseSpec& spec,
+                      const RankSlot& slot) {
+  DataSpec data;
+  data.dtype = spec.dtype;
+  data.op = spec.op;
+  data.count = spec.count;
+  data.seed = spec.seed;
+  data.rank = slot.rank;
+  data.nranks = world.nranks;
+  data.accumulation_eps = backend.AccumulationEpsilon(spec.dtype);
+  return data;
+}
+
+// Fills every local rank's input; with `poison`, sets an out-of-place output to NaN first so that
+// elements the collective never writes are counted as wrong.
+void PrepareBuffers(World& world, const Backend& backend, const CaseSpec& spec, bool poison) {
+  size_t element_bytes = ElementSize(spec.dtype);
+  for (RankSlot& slot : world.local) {
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    DataSpec data = MakeDataSpec(world, backend, spec, slot);
+    if (poison && !spec.in_place)
+      PoisonBuffer(slot.recv,
+                   spec.collective->output_bytes(spec.count, element_bytes, world.nranks),
+                   slot.stream);
+    spec.collective->fill_input(spec.in_place ? slot.recv : slot.send, data, slot.stream);
+  }
+}
+
+// One untimed call on freshly filled buffers, then each rank counts its wrong elements and hashes
+// its output.
+void CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
+                std::vector<RankMeasurement>* measurements) {
+  PrepareBuffers(world, backend, spec, /*poison=*/true);
+  WaitForStreams(world, nullptr, "filling the inputs");
+  HostBarrier(world, "before the checked run");
+  IssueAll(world, backend, spec);
+  WaitForStreams(world, &backend, "the checked run");
+  size_t element_bytes = ElementSize(spec.dtype);
+  std::vector<unsigned long long> host_counters(2 * world.local.size(), 0);
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaMemsetAsync(slot.counters, 0, 2 * sizeof(unsigned long long), slot.stream));
+    DataSpec data = MakeDataSpec(world, backend, spec, slot);
+    spec.collective->count_wrong(slot.recv, data, &slot.counters[0], slot.stream);
+    LaunchChecksum(slot.recv, spec.collective->output_bytes(spec.count, element_bytes, world.nranks),
+                   &slot.counters[1], slot.stream);
+    YALI_PERF_CUDA(cudaMemcpyAsync(&host_counters[2 * local], slot.counters,
+                                   2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
+                                   slot.stream));
+  }
+  WaitForStreams(world, nullptr, "checking the results");
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    (*measurements)[local].wrong = host_counters[2 * local];
+    (*measurements)[local].checksum = host_counters[2 * local + 1];
+  }
+}
+
+void Warmup(World& world, Backend& backend, const CaseSpec& spec, int iterations) {
+  for (int i = 0; i < iterations; ++i) IssueAll(world, backend, spec);
+  WaitForStreams(world, &backend, "the warmup iterations");
+}
+
+// Events recorded between iterations: one per iteration up to this many iterations; beyond, one
+// per group of consecutive iterations (the sample is then the group's time per call), so that
+// -n 1000000 does not create a million events.
+constexpr int kMaxTimingEvents = 10000;
+
+int IterationsPerSample(int iterations) {
+  return (iterations + kMaxTimingEvents - 1) / kMaxTimingEvents;
+}
+
+// Per-call samples from events recorded after every `group` iterations (the last group may be
+// shorter) out of `iterations`, each divided by `calls_per_iteration`.
+std::vector<double> GroupSamples(const RankSlot& slot, int iterations, int group,
+                                 double calls_per_iteration) {
+  std::vector<double> samples;
+  int event = 0;
+  for (int start = 0; start < iterations; start += group, ++event) {
+    int size = std::min(group, iterations - start);
+    samples.push_back(EventMicroseconds(slot.events[event], slot.events[event + 1]) /
+                      (size * calls_per_iteration));
+  }
+  return samples;
+}
+
+// The nccl-tests method: events around -n back-to-back calls on each rank's stream, plus one
+// between consecutive calls for the per-iteration distribution.
+void TimeWithEvents(World& world, Backend& backend, const CaseSpec& spec,
+                    const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
+  const int group = IterationsPerSample(options.iters);
+  const int nevents = (options.iters + group - 1) / group + 1;
+  for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
+  HostBarrier(world, "before the warmup");
+  Warmup(world, backend, spec, options.warmup);
+  RecordOnAll(world, 0);
+  int recorded = 1;
+  for (int i = 0; i < options.iters; ++i) {
+    IssueAll(world, backend, spec);
+    if ((i + 1) % group == 0 || i + 1 == options.iters) RecordOnAll(world, recorded++);
+  }
+  WaitForStreams(world, &backend, "the timed iterations");
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    RankMeasurement& m = (*measurements)[local];
+    m.time_us = EventMicroseconds(slot.events[0], slot.events[nevents - 1]) / options.iters;
+    m.samples_us = GroupSamples(slot, options.iters, group, 1.0);
+  }
+}
+
+// The -n calls of each rank captured into one CUDA graph, launched -G times between events.
+void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
+                   const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
+  const int launches = std::max(1, options.graph_launches);
+  const int group = IterationsPerSample(launches);
+  const int nevents = (launches + group - 1) / group + 1;
+  for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
+  HostBarrier(world, "before the warmup");
+  // Plain warmup calls first: a library that sets things up lazily on its first call must not do
+  // that inside a capture.
+  Warmup(world, backend, spec, options.warmup);
+
+  // Relaxed capture mode: a call that is unsafe during a capture (a cudaMalloc, a pointer query
+  // on a buffer not seen before) is allowed and simply not recorded, instead of invalidating the
+  // capture; the warmup above has already made such calls, so the graph holds only the launches.
+  for (RankSlot& slot : world.local) {
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
+  }
+  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
+  std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    cudaGraph_t graph = nullptr;
+    YALI_PERF_CUDA(cudaStreamEndCapture(slot.stream, &graph));
+    YALI_PERF_CUDA(cudaGraphInstantiate(&executables[local], graph, 0));
+    YALI_PERF_CUDA(cudaGraphDestroy(graph));
+  }
+
+  auto launch_all = [&]() {
+    for (size_t local = 0; local < world.local.size(); ++local)
+      YALI_PERF_CUDA(cudaGraphLaunch(executables[local], world.local[local].stream));
+  };
+  launch_all();  // the first launch uploads the graph; keep it out of the timing
+  WaitForStreams(world, &backend, "the warmup graph launch");
+  HostBarrier(world, "before the timed graph launches");
+  RecordOnAll(world, 0);
+  int recorded = 1;
+  for (int g = 0; g < launches; ++g) {
+    launch_all();
+    if ((g + 1) % group == 0 || g + 1 == launches) RecordOnAll(world, recorded++);
+  }
+  WaitForStreams(world, &backend, "the timed graph launches");
+
+  const double calls = static_cast<double>(options.iters) * launches;
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    RankMeasurement& m = (*measurements)[local];
+    m.time_us = EventMicroseconds(slot.events[0], slot.events[nevents - 1]) / calls;
+    m.samples_us = GroupSamples(slot, launches, group, options.iters);
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaGraphExecDestroy(executables[local]));
+  }
+}
+
+// Host clock around -n back-to-back calls, all local GPUs idle before and after.
+void TimeWithHostThroughput(World& world, Backend& backend, const CaseSpec& spec,
+                            const TimingOptions& options,
+                            std::vector<RankMeasurement>* measurements) {
+  HostBarrier(world, "before the warmup");
+  Warmup(world, backend, spec, options.warmup);
+  Clock::time_point start = Clock::now();
+  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
+  WaitForStreams(world, &backend, "the timed iterations");
+  double per_call = MicrosecondsBetween(start, Clock::now()) / options.iters;
+  for (RankMeasurement& m : *measurements) {
+    m.time_us = per_call;
+    m.samples_us.assign(1, per_call);
+  }
+}
+
+// Host clock around each call, waiting for it to finish before issuing the next: the latency an
+// application sees when it needs the result right away.
+void TimeWithHostLatency(World& world, Backend& backend, const CaseSpec& spec,
+                         const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
+  HostBarrier(world, "before the warmup");
+  Warmup(world, backend, spec, options.warmup);
+  std::vector<double> samples(options.iters);
+  double total = 0;
+  for (int i = 0; i < options.iters; ++i) {
+    Clock::time_point start = Clock::now();
+    IssueAll(world, backend, spec);
+    WaitForStreams(world, &backend, "a timed call");
+    samples[i] = MicrosecondsBetween(start, Clock::now());
+    total += samples[i];
+  }
+  for (RankMeasurement& m : *measurements) {
+    m.time_us = total / options.iters;
+    m.samples_us = samples;
+  }
+}
+
+// ---- Reduction over ranks -----------------------------------------------------------------------
+
+template <typename T>
+void AppendRaw(std::string* blob, const T& value) {
+  blob->append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+
+template <typename T>
+bool ReadRaw(const std::string& blob, size_t* offset, T* value) {
+  if (*offset + sizeof(T) > blob.size()) return false;
+  std::memcpy(value, blob.data() + *offset, sizeof(T));
+  *offset += sizeof(T);
+  return true;
+}
+
+std::string Serialize(const RankMeasurement& m) {
+  std::string blob;
+  AppendRaw(&blob, m.rank);
+  AppendRaw(&blob, m.time_us);
+  AppendRaw(&blob, m.wrong);
+  AppendRaw(&blob, m.checksum);
+  AppendRaw(&blob, static_cast<uint64_t>(m.samples_us.size()));
+  for (double sample : m.samples_us) AppendRaw(&blob, sample);
+  return blob;
+}
+
+bool Deserialize(const std::string& blob, RankMeasurement* m) {
+  size_t offset = 0;
+  uint64_t nsamples = 0;
+  if (!ReadRaw(blob, &offset, &m->rank) || !ReadRaw(blob, &offset, &m->time_us) ||
+      !ReadRaw(blob, &offset, &m->wrong) || !ReadRaw(blob, &offset, &m->checksum) ||
+      !ReadRaw(blob, &offset, &nsamples))
+    return false;
+  m->samples_us.resize(nsamples);
+  for (uint64_t i = 0; i < nsamples; ++i)
+    if (!ReadRaw(blob, &offset, &m->samples_us[i])) return false;
+  return offset == blob.size();
+}
+
+// Every rank's measurement, in rank order.
+std::vector<RankMeasurement> GatherMeasurements(World& world,
+                                                const std::vector<RankMeasurement>& mine) {
+  if (!world.multi_process) {
+    std::vector<RankMeasurement> all = mine;
+    std::sort(all.begin(), all.end(),
+              [](const RankMeasurement& a, const RankMeasurement& b) { return a.rank < b.rank; });
+    return all;
+  }
+  std::vector<std::string> blobs;
+  std::string error;
+  if (!world.exchange->AllGather(Serialize(mine.at(0)), &blobs, &error))
+    Fatal("gathering the measurements: " + error);
+  std::vector<RankMeasurement> all(blobs.size());
+  for (size_t r = 0; r < blobs.size(); ++r) {
+    if (!Deserialize(blobs[r], &all[r]) || all[r].rank != static_cast<int>(r))
+      Fatal("malformed measurement from rank " + std::to_string(r));
+  }
+  return all;
+}
+
+CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& options) {
+  CaseResult result;
+  double sum = 0;
+  double min_time = all[0].time_us;
+  double max_time = all[0].time_us;
+  for (const RankMeasurement& m : all) {
+    sum += m.time_us;
+    min_time = std::min(min_time, m.time_us);
+    max_time = std::max(max_time, m.time_us);
+  }
+  switch (options.average) {
+    case RankAggregate::kMin: result.time_us = min_time; break;
+    case RankAggregate::kMean: result.time_us = sum / all.size(); break;
+    case RankAggregate::kMax: result.time_us = max_time; break;
+  }
+  // An iteration of a collective is done when its slowest rank is done.
+  result.samples_us = all[0].samples_us;
+  for (const RankMeasurement& m : all)
+    for (size_t i = 0; i < result.samples_us.size() && i < m.samples_us.size(); ++i)
+      result.samples_us[i] = std::max(result.samples_us[i], m.samples_us[i]);
+
+  result.checked = options.check;
+  if (options.check) {
+    for (const RankMeasurement& m : all) {
+      result.wrong += m.wrong;
+      if (m.checksum != all[0].checksum) {
+        result.ranks_differing_from_rank0.push_back(m.rank);
+        result.wrong += 1;
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+void HostBarrier(World& world, const char* what) {
+  if (!world.multi_process) return;
+  std::string error;
+  if (!world.exchange->Barrier(&error)) Fatal(std::string("host barrier ") + what + ": " + error);
+}
+
+void WaitForStreams(World& world, Backend* backend, const char* what) {
+  const Clock::time_point start = Clock::now();
+  Clock::time_point next_health_check = start + std::chrono::milliseconds(100);
+  // Spin without sleeping: in latency mode this loop is part of what is measured.
+  for (;;) {
+    bool all_done = true;
+    for (RankSlot& slot : world.local) {
+      cudaError_t status = cudaStreamQuery(slot.stream);
+      if (status == cudaErrorNotReady) {
+        all_done = false;
+      } else if (status != cudaSuccess) {
+        CheckCuda(status, "cudaStreamQuery", __FILE__, __LINE__);
+      }
+    }
+    if (all_done) return;
+    Clock::time_point now = Clock::now();
+    if (now < next_health_check) continue;
+    next_health_check = now + std::chrono::milliseconds(100);
+    std::string message;
+    if (backend != nullptr) {
+      for (size_t local = 0; local < world.local.size(); ++local)
+        if (backend->HasAsyncError(static_cast<int>(local), &message))
+          Fatal(std::string("during ") + what + ": " + message);
+    }
+    if (world.exchange != nullptr && world.exchange->PeerAborted(&message))
+      Fatal(std::string("during ") + what + ": " + message);
+    double waited_s = std::chrono::duration<double>(now - start).count();
+    if (waited_s > world.timeout_s) {
+      Fatal(std::string("the GPU work of ") + what + " did not finish within " +
+            std::to_string(static_cast<int>(world.timeout_s)) +
+            " s (a peer may have failed or hung; raise YALI_PERF_TIMEOUT_S for very long runs)");
+    }
+  }
+}
+
+void InitComms(World& world, Backend& backend) {
+  if (!world.multi_process) {
+    std::vector<int> devices;
+    for (const RankSlot& slot : world.local) devices.push_back(slot.device);
+    backend.InitAll(devices);
+    return;
+  }
+  const RankSlot& slot = world.local[0];
+  std::string id = slot.rank == 0 ? backend.NewUniqueId() : std::string();
+  std::string error;
+  if (!world.exchange->Broadcast(0, &id, &error))
+    Fatal(std::string("sharing the ") + backend.Name() + " unique id: " + error);
+  backend.InitRank(id, world.nranks, slot.rank, slot.device);
+}
+
+CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
+                   const TimingOptions& options) {
+  std::vector<RankMeasurement> mine(world.local.size());
+  for (size_t local = 0; local < world.local.size(); ++local) mine[local].rank = world.local[local].rank;
+
+  if (options.check) {
+    CheckedRun(world, backend, spec, &mine);
+  } else {
+    // Defined data even when unchecked, so that no timing runs on NaNs or denormals by accident.
+    PrepareBuffers(world, backend, spec, /*poison=*/false);
+    WaitForStreams(world, nullptr, "filling the inputs");
+  }
+  // The timed iterations run on whatever the checked run left in the buffers: refilling between
+  // iterations would time the fill too.
+  switch (options.mode) {
+    case TimingMode::kEvents: TimeWithEvents(world, backend, spec, options, &mine); break;
+    case TimingMode::kGraph: TimeWithGraph(world, backend, spec, options, &mine); break;
+    case TimingMode::kThroughput: TimeWithHostThroughput(world, backend, spec, options, &mine); break;
+    case TimingMode::kLatency: TimeWithHostLatency(world, backend, spec, options, &mine); break;
+  }
+  return Reduce(GatherMeasurements(world, mine), options);
+}
+
+}  // namespace yali_perf

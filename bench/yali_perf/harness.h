@@ -1,0 +1,87 @@
+// The timing loops: one case (collective, dtype, op, size, placement) on one backend, timed the
+// same way for every library, checked, and reduced over ranks.
+#ifndef YALI_PERF_HARNESS_H_
+#define YALI_PERF_HARNESS_H_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "backend.h"
+#include "collectives.h"
+#include "host_exchange.h"
+#include "perf_args.h"
+
+namespace yali_perf {
+
+// One GPU that this process drives.
+struct RankSlot {
+  int rank = 0;    // global rank
+  int device = 0;  // CUDA device index in this process
+  cudaStream_t stream = nullptr;
+  void* send = nullptr;  // World::buffer_bytes each, shared by every case and backend
+  void* recv = nullptr;
+  unsigned long long* counters = nullptr;  // device: [0] wrong elements, [1] output checksum
+  std::vector<cudaEvent_t> events;         // grown on demand, reused across cases
+};
+
+struct World {
+  int nranks = 1;
+  bool multi_process = false;
+  HostExchange* exchange = nullptr;  // multi-process only
+  std::vector<RankSlot> local;       // single process: all ranks; multi-process: one
+  size_t buffer_bytes = 0;           // per buffer per rank, equal on all ranks
+  double timeout_s = 120.0;          // bound on every wait for the GPUs and for peers
+};
+
+struct TimingOptions {
+  TimingMode mode = TimingMode::kEvents;
+  int iters = 20;
+  int warmup = 5;
+  int graph_launches = 1;
+  RankAggregate average = RankAggregate::kMean;
+  bool check = true;
+};
+
+struct CaseSpec {
+  const Collective* collective = nullptr;
+  DType dtype = DType::kFloat;
+  RedOp op = RedOp::kSum;
+  size_t count = 0;
+  bool in_place = false;
+  uint64_t seed = 0;
+};
+
+struct CaseResult {
+  // Per call, in microseconds: each rank's time, then min/mean/max over ranks (-a).
+  double time_us = 0;
+  // One per timed iteration (per graph launch in graph mode, one for throughput mode), per call:
+  // the slowest rank's time for that iteration.
+  std::vector<double> samples_us;
+  bool checked = false;
+  // Out-of-tolerance elements summed over ranks, plus one per rank whose output is not bitwise
+  // identical to rank 0's.
+  uint64_t wrong = 0;
+  std::vector<int> ranks_differing_from_rank0;
+};
+
+// Creates `backend`'s comms for `world`: all at once in a single process, or rank by rank with an
+// id that rank 0 creates and the exchange hands to every process (so everything rank 0 did before
+// the call, such as writing a file the library reads at creation, is done before any peer starts).
+void InitComms(World& world, Backend& backend);
+
+// Runs one case on every rank of `world`. All ranks of a multi-process job call it in step.
+CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
+                   const TimingOptions& options);
+
+// Waits for every local stream, bounded by world.timeout_s; checks `backend`'s asynchronous
+// errors (when not null) and peers' aborts while waiting. Fatal on any failure.
+void WaitForStreams(World& world, Backend* backend, const char* what);
+
+// Host barrier among the processes of a multi-process job (a no-op in a single process).
+void HostBarrier(World& world, const char* what);
+
+}  // namespace yali_perf
+
+#endif  // YALI_PERF_HARNESS_H_

@@ -1,0 +1,517 @@
+#include "perf_args.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+
+namespace yali_perf {
+namespace {
+
+// One option of the table below. `short_name` is 0 for long-only options.
+struct OptionSpec {
+  char short_name;
+  const char* long_name;
+  const char* alt_long_name;  // nccl-tests' spelling, where it differs from ours
+  bool takes_value;
+};
+
+constexpr OptionSpec kOptions[] = {
+    {'b', "minbytes", nullptr, true},       {'e', "maxbytes", nullptr, true},
+    {'f', "stepfactor", nullptr, true},     {'i', "stepbytes", nullptr, true},
+    {'g', "ngpus", nullptr, true},          {'n', "iters", nullptr, true},
+    {'w', "warmup", "warmup_iters", true},  {'c', "check", nullptr, true},
+    {'d', "dtype", "datatype", true},       {'o', "op", nullptr, true},
+    {'G', "graphlaunches", "cudagraph", true}, {'J', "json", "output_file", true},
+    {'a', "average", nullptr, true},        {0, "impl", nullptr, true},
+    {0, "timing", nullptr, true},           {0, "inplace", nullptr, true},
+    {0, "percentiles", nullptr, false},     {0, "tune", nullptr, false},
+    {0, "tune-out", nullptr, true},         {'h', "help", nullptr, false},
+};
+
+const OptionSpec* FindShort(char c) {
+  for (const OptionSpec& spec : kOptions)
+    if (spec.short_name != 0 && spec.short_name == c) return &spec;
+  return nullptr;
+}
+
+const OptionSpec* FindLong(const std::string& name) {
+  for (const OptionSpec& spec : kOptions) {
+    if (name == spec.long_name) return &spec;
+    if (spec.alt_long_name != nullptr && name == spec.alt_long_name) return &spec;
+  }
+  return nullptr;
+}
+
+bool ParseInt(const std::string& text, long min_value, long max_value, long* value) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  long parsed = std::strtol(text.c_str(), &end, 10);
+  if (errno != 0 || end == nullptr || *end != '\0') return false;
+  if (parsed < min_value || parsed > max_value) return false;
+  *value = parsed;
+  return true;
+}
+
+bool ParseDouble(const std::string& text, double* value) {
+  if (text.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double parsed = std::strtod(text.c_str(), &end);
+  if (errno != 0 || end == nullptr || *end != '\0') return false;
+  *value = parsed;
+  return true;
+}
+
+std::vector<std::string> SplitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream stream(text);
+  while (std::getline(stream, part, ',')) parts.push_back(part);
+  if (!text.empty() && text.back() == ',') parts.push_back("");
+  return parts;
+}
+
+std::string Lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+template <typename T>
+void AppendUnique(std::vector<T>* list, T value) {
+  for (const T& existing : *list)
+    if (existing == value) return;
+  list->push_back(value);
+}
+
+bool ParseDTypeList(const std::string& text, std::vector<DType>* dtypes) {
+  std::vector<DType> parsed;
+  for (const std::string& raw : SplitCommas(text)) {
+    std::string name = Lower(raw);
+    if (name == "all") {
+      for (DType d : {DType::kFloat, DType::kHalf, DType::kBfloat16}) AppendUnique(&parsed, d);
+    } else if (name == "float" || name == "fp32" || name == "float32") {
+      AppendUnique(&parsed, DType::kFloat);
+    } else if (name == "half" || name == "fp16" || name == "float16") {
+      AppendUnique(&parsed, DType::kHalf);
+    } else if (name == "bfloat16" || name == "bf16") {
+      AppendUnique(&parsed, DType::kBfloat16);
+    } else {
+      return false;
+    }
+  }
+  if (parsed.empty()) return false;
+  *dtypes = parsed;
+  return true;
+}
+
+bool ParseOpList(const std::string& text, std::vector<RedOp>* ops) {
+  std::vector<RedOp> parsed;
+  for (const std::string& raw : SplitCommas(text)) {
+    std::string name = Lower(raw);
+    if (name == "all") {
+      for (RedOp op : {RedOp::kSum, RedOp::kProd, RedOp::kMax, RedOp::kMin, RedOp::kAvg})
+        AppendUnique(&parsed, op);
+    } else if (name == "sum") {
+      AppendUnique(&parsed, RedOp::kSum);
+    } else if (name == "prod") {
+      AppendUnique(&parsed, RedOp::kProd);
+    } else if (name == "max") {
+      AppendUnique(&parsed, RedOp::kMax);
+    } else if (name == "min") {
+      AppendUnique(&parsed, RedOp::kMin);
+    } else if (name == "avg") {
+      AppendUnique(&parsed, RedOp::kAvg);
+    } else {
+      return false;
+    }
+  }
+  if (parsed.empty()) return false;
+  *ops = parsed;
+  return true;
+}
+
+bool ParseImplList(const std::string& text, bool* run_yali, bool* run_nccl) {
+  bool yali = false;
+  bool nccl = false;
+  for (const std::string& raw : SplitCommas(text)) {
+    std::string name = Lower(raw);
+    if (name == "yali") {
+      yali = true;
+    } else if (name == "nccl") {
+      nccl = true;
+    } else if (name == "all" || name == "both") {
+      yali = nccl = true;
+    } else {
+      return false;
+    }
+  }
+  if (!yali && !nccl) return false;
+  *run_yali = yali;
+  *run_nccl = nccl;
+  return true;
+}
+
+bool ParseTimingMode(const std::string& text, TimingMode* mode) {
+  std::string name = Lower(text);
+  if (name == "events") {
+    *mode = TimingMode::kEvents;
+  } else if (name == "graph") {
+    *mode = TimingMode::kGraph;
+  } else if (name == "throughput") {
+    *mode = TimingMode::kThroughput;
+  } else if (name == "latency") {
+    *mode = TimingMode::kLatency;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string OptionLabel(const OptionSpec& spec) {
+  std::string label;
+  if (spec.short_name != 0) label = std::string("-") + spec.short_name + "/";
+  return label + "--" + spec.long_name;
+}
+
+// --tune fixes what it measures (tune.h): its own sizes, out-of-place sum, CUDA events, the
+// slowest rank, every candidate checked. An option that would change one of these is refused
+// rather than ignored, so that a table is never silently measured differently from what was asked.
+bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec*>& given,
+                      std::string* error) {
+  for (const OptionSpec* spec : given) {
+    const std::string name = spec->long_name;
+    const char* why = nullptr;
+    if (name == "minbytes" || name == "maxbytes" || name == "stepfactor" || name == "stepbytes") {
+      why = "--tune picks its own message sizes";
+    } else if ((name == "graphlaunches" || name == "timing") &&
+               parsed.timing != TimingMode::kEvents) {
+      why = "--tune times with CUDA events (--timing events)";
+    } else if (name == "average" && parsed.average != RankAggregate::kMax) {
+      why = "--tune takes the slowest rank's time (-a 2)";
+    } else if (name == "inplace" && parsed.placements != PlacementSet::kOutOfPlace) {
+      why = "--tune measures out-of-place only (--inplace 0)";
+    } else if (name == "op" && !(parsed.ops.size() == 1 && parsed.ops[0] == RedOp::kSum)) {
+      why = "--tune measures sum only";
+    } else if (name == "impl" && parsed.run_nccl) {
+      why = "--tune measures YALI only";
+    } else if (name == "check" && !parsed.check) {
+      why = "--tune checks every candidate (a wrong result rejects it)";
+    } else if (name == "percentiles") {
+      why = "--tune prints no percentile table";
+    }
+    if (why != nullptr) {
+      *error = "option " + OptionLabel(*spec) + " does not apply to --tune: " + why;
+      return false;
+    }
+  }
+  if (parsed.dtypes.size() != 1) {
+    *error = "--tune measures one dtype (-d float, half or bfloat16)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ParseSize(const std::string& text, size_t* bytes) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 20) return false;
+  errno = 0;
+  unsigned long long value = std::strtoull(text.substr(0, digits).c_str(), nullptr, 10);
+  if (errno != 0) return false;
+  std::string suffix = Lower(text.substr(digits));
+  // Accept the unit letter alone or followed by "b" / "ib": 4K, 4KB, 4KiB are all 4096.
+  unsigned shift = 0;
+  if (!suffix.empty() && suffix != "b") {
+    switch (suffix[0]) {
+      case 'k': shift = 10; break;
+      case 'm': shift = 20; break;
+      case 'g': shift = 30; break;
+      case 't': shift = 40; break;
+      default: return false;
+    }
+    std::string rest = suffix.substr(1);
+    if (!rest.empty() && rest != "b" && rest != "ib") return false;
+  }
+  if (shift > 0 && value > (std::numeric_limits<unsigned long long>::max() >> shift)) return false;
+  *bytes = static_cast<size_t>(value << shift);
+  return true;
+}
+
+bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::string* error) {
+  PerfArgs parsed;
+  bool factor_given = false;
+  bool step_bytes_given = false;
+  bool timing_given = false;
+  bool graph_given = false;
+  bool tune_out_given = false;
+  std::vector<const OptionSpec*> given;  // in command-line order, for the --tune checks
+
+  for (int index = 1; index < argc; ++index) {
+    std::string arg = argv[index];
+    const OptionSpec* spec = nullptr;
+    std::string value;
+    bool value_inline = false;
+    if (arg.size() > 2 && arg[0] == '-' && arg[1] == '-') {
+      std::string name = arg.substr(2);
+      size_t equals = name.find('=');
+      if (equals != std::string::npos) {
+        value = name.substr(equals + 1);
+        name = name.substr(0, equals);
+        value_inline = true;
+      }
+      spec = FindLong(name);
+      if (spec == nullptr) {
+        *error = "unknown option '" + arg + "' (see -h)";
+        return false;
+      }
+    } else if (arg.size() >= 2 && arg[0] == '-') {
+      spec = FindShort(arg[1]);
+      if (spec == nullptr) {
+        *error = "unknown option '" + arg + "' (see -h)";
+        return false;
+      }
+      if (arg.size() > 2) {
+        value = arg.substr(2);
+        value_inline = true;
+      }
+    } else {
+      *error = "unexpected argument '" + arg + "' (options start with '-'; see -h)";
+      return false;
+    }
+
+    if (spec->takes_value && !value_inline) {
+      if (index + 1 >= argc) {
+        *error = "option " + OptionLabel(*spec) + " needs a value";
+        return false;
+      }
+      value = argv[++index];
+    } else if (!spec->takes_value && value_inline) {
+      *error = "option " + OptionLabel(*spec) + " takes no value";
+      return false;
+    }
+
+    given.push_back(spec);
+    const std::string label = OptionLabel(*spec);
+    const std::string name = spec->long_name;
+    long number = 0;
+    auto bad = [&](const char* expected) {
+      *error = "bad value '" + value + "' for " + label + ": expected " + expected;
+      return false;
+    };
+
+    if (name == "minbytes" || name == "maxbytes" || name == "stepbytes") {
+      size_t bytes = 0;
+      if (!ParseSize(value, &bytes)) return bad("a size such as 4096, 64K, 32M or 1G");
+      if (name == "minbytes") parsed.min_bytes = bytes;
+      if (name == "maxbytes") parsed.max_bytes = bytes;
+      if (name == "stepbytes") {
+        if (bytes == 0) return bad("a size > 0");
+        parsed.step_bytes = bytes;
+        step_bytes_given = true;
+      }
+    } else if (name == "stepfactor") {
+      double factor = 0;
+      if (!ParseDouble(value, &factor) || factor < 1.0 || factor > 1e6)
+        return bad("a number >= 1 (1 means: add -i bytes instead)");
+      parsed.step_factor = factor;
+      factor_given = true;
+    } else if (name == "ngpus") {
+      if (!ParseInt(value, 1, 1024, &number)) return bad("an integer >= 1");
+      parsed.ngpus = static_cast<int>(number);
+    } else if (name == "iters") {
+      if (!ParseInt(value, 1, 100000000, &number)) return bad("an integer >= 1");
+      parsed.iters = static_cast<int>(number);
+    } else if (name == "warmup") {
+      if (!ParseInt(value, 0, 100000000, &number)) return bad("an integer >= 0");
+      parsed.warmup = static_cast<int>(number);
+    } else if (name == "check") {
+      if (!ParseInt(value, 0, 1, &number)) return bad("0 or 1");
+      parsed.check = number != 0;
+    } else if (name == "dtype") {
+      if (!ParseDTypeList(value, &parsed.dtypes))
+        return bad("float|fp32, half|fp16, bfloat16|bf16, all, or a comma list");
+    } else if (name == "op") {
+      if (!ParseOpList(value, &parsed.ops)) return bad("sum, prod, max, min, avg, all, or a comma list");
+    } else if (name == "graphlaunches") {
+      if (!ParseInt(value, 0, 100000000, &number)) return bad("an integer >= 0");
+      parsed.graph_launches = static_cast<int>(number);
+      graph_given = number > 0;
+    } else if (name == "json") {
+      if (value.empty()) return bad("a file name");
+      parsed.json_path = value;
+    } else if (name == "average") {
+      if (!ParseInt(value, 0, 2, &number)) return bad("0 (min), 1 (mean) or 2 (max) over ranks");
+      parsed.average = static_cast<RankAggregate>(number);
+    } else if (name == "impl") {
+      if (!ParseImplList(value, &parsed.run_yali, &parsed.run_nccl))
+        return bad("yali, nccl, or yali,nccl");
+      parsed.impl_given = true;
+    } else if (name == "timing") {
+      if (!ParseTimingMode(value, &parsed.timing)) return bad("events, throughput, latency or graph");
+      timing_given = true;
+    } else if (name == "inplace") {
+      if (!ParseInt(value, 0, 2, &number))
+        return bad("0 (out-of-place only), 1 (in-place only) or 2 (both)");
+      parsed.placements = static_cast<PlacementSet>(number);
+    } else if (name == "percentiles") {
+      parsed.percentiles = true;
+    } else if (name == "tune") {
+      parsed.tune = true;
+    } else if (name == "tune-out") {
+      if (value.empty()) return bad("a file name");
+      parsed.tune_out = value;
+      tune_out_given = true;
+    } else if (name == "help") {
+      parsed.help = true;
+    }
+  }
+
+  // -G N (N > 0) asks for graph timing; an explicit different --timing is a contradiction.
+  if (graph_given) {
+    if (timing_given && parsed.timing != TimingMode::kGraph) {
+      *error = std::string("-G ") + std::to_string(parsed.graph_launches) +
+               " needs --timing graph (it was --timing " + TimingModeName(parsed.timing) + ")";
+      return false;
+    }
+    parsed.timing = TimingMode::kGraph;
+  } else if (parsed.timing == TimingMode::kGraph) {
+    parsed.graph_launches = 1;
+  }
+
+  // nccl-tests' rule: a factor > 1 multiplies; otherwise the step is additive. Our default factor
+  // is 4, so -i alone (without -f) switches to additive steps.
+  if (step_bytes_given && !factor_given) parsed.step_factor = 1.0;
+  if (parsed.min_bytes > parsed.max_bytes) {
+    *error = "-b (" + std::to_string(parsed.min_bytes) + ") is larger than -e (" +
+             std::to_string(parsed.max_bytes) + ")";
+    return false;
+  }
+  if (parsed.step_factor <= 1.0 && parsed.step_bytes == 0) {
+    *error = "the sweep needs -f > 1 or -i > 0";
+    return false;
+  }
+  if (tune_out_given && !parsed.tune) {
+    *error = "--tune-out needs --tune";
+    return false;
+  }
+  if (parsed.tune && !CheckTuneOptions(parsed, given, error)) return false;
+  *args = parsed;
+  return true;
+}
+
+std::vector<size_t> SizeSweep(const PerfArgs& args) {
+  // Bounded so that a tiny additive step over a large range cannot make the run endless.
+  constexpr size_t kMaxSizes = 100000;
+  std::vector<size_t> sizes;
+  size_t size = args.min_bytes;
+  while (size <= args.max_bytes && sizes.size() < kMaxSizes) {
+    sizes.push_back(size);
+    size_t next;
+    if (args.step_factor > 1.0) {
+      double scaled = static_cast<double>(size) * args.step_factor;
+      if (scaled >= static_cast<double>(std::numeric_limits<size_t>::max())) break;
+      next = static_cast<size_t>(scaled);
+      if (next <= size) next = size + 1;  // a factor like 1.1 on size 0 or 1 must still move
+    } else {
+      if (size > std::numeric_limits<size_t>::max() - args.step_bytes) break;
+      next = size + args.step_bytes;
+    }
+    size = next;
+  }
+  return sizes;
+}
+
+size_t ElementSize(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat: return 4;
+    case DType::kHalf: return 2;
+    case DType::kBfloat16: return 2;
+  }
+  return 1;
+}
+
+double DTypeEpsilon(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat: return 1.0 / (1 << 23);
+    case DType::kHalf: return 1.0 / (1 << 10);
+    case DType::kBfloat16: return 1.0 / (1 << 7);
+  }
+  return 1.0;
+}
+
+const char* DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat: return "float";
+    case DType::kHalf: return "half";
+    case DType::kBfloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+const char* RedOpName(RedOp op) {
+  switch (op) {
+    case RedOp::kSum: return "sum";
+    case RedOp::kProd: return "prod";
+    case RedOp::kMax: return "max";
+    case RedOp::kMin: return "min";
+    case RedOp::kAvg: return "avg";
+  }
+  return "?";
+}
+
+const char* TimingModeName(TimingMode mode) {
+  switch (mode) {
+    case TimingMode::kEvents: return "events";
+    case TimingMode::kGraph: return "graph";
+    case TimingMode::kThroughput: return "throughput";
+    case TimingMode::kLatency: return "latency";
+  }
+  return "?";
+}
+
+std::string PerfUsage(const char* program) {
+  std::ostringstream out;
+  out << "usage: " << program << " [options]\n"
+      << "AllReduce bandwidth and correctness, YALI and NCCL side by side (nccl-tests' flags).\n"
+      << "\n"
+      << "  -b, --minbytes <size>      smallest message per rank (default 4K; K/M/G suffixes)\n"
+      << "  -e, --maxbytes <size>      largest message per rank (default 1G)\n"
+      << "  -f, --stepfactor <x>       multiply the size by x each step (default 4)\n"
+      << "  -i, --stepbytes <size>     add this many bytes each step (used when -f is 1 or\n"
+      << "                             when -i is given without -f; default 1M)\n"
+      << "  -g, --ngpus <n>            GPUs driven by this process (default: all visible GPUs\n"
+      << "                             in a single process; 1 under a launcher)\n"
+      << "  -n, --iters <n>            timed iterations (default 20)\n"
+      << "  -w, --warmup <n>           warmup iterations (default 5)\n"
+      << "  -c, --check <0|1>          check results, count #wrong (default 1)\n"
+      << "  -d, --dtype <list>         float|fp32, half|fp16, bfloat16|bf16, all (default float)\n"
+      << "  -o, --op <list>            sum, prod, max, min, avg, all (default sum)\n"
+      << "  -G, --graphlaunches <n>    capture -n calls in a CUDA graph, launch it n times\n"
+      << "                             (implies --timing graph)\n"
+      << "  -J, --json <file>          write the results as JSON (schema yali-perf/1)\n"
+      << "  -a, --average <0|1|2>      time over ranks: 0 min, 1 mean (default), 2 max\n"
+      << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
+      << "      --timing <mode>        events (default), graph, throughput, latency\n"
+      << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2)\n"
+      << "      --percentiles          print a table of per-iteration percentiles at the end\n"
+      << "      --tune                 measure YALI's crossovers on this machine (two-shot\n"
+      << "                             geometry, min slot, LL geometry, LL/two-shot threshold)\n"
+      << "                             and write a tuning table for YALI_TUNING_FILE; takes -g,\n"
+      << "                             -n, -w, one -d, -J\n"
+      << "      --tune-out <file>      where --tune writes the table (default yali-tuning.txt)\n"
+      << "  -h, --help                 this text\n"
+      << "\n"
+      << "Launch: one process drives -g GPUs; or one process per GPU under mpirun, srun or\n"
+      << "torchrun (rank and size read from the environment; processes meet through files in\n"
+      << "$YALI_PERF_RENDEZVOUS_DIR, default /tmp; job id $YALI_PERF_JOBID). Waits are bounded by\n"
+      << "$YALI_PERF_TIMEOUT_S (default 120).\n";
+  return out.str();
+}
+
+}  // namespace yali_perf

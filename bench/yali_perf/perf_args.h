@@ -1,0 +1,87 @@
+// Command-line options of yali-perf: nccl-tests' flags plus YALI's (--impl, --timing, --inplace,
+// --tune).
+//
+// Host-only (no CUDA): the parser and the size sweep are unit-tested without a GPU
+// (tests/test_perf_args.cc).
+#ifndef YALI_PERF_PERF_ARGS_H_
+#define YALI_PERF_PERF_ARGS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace yali_perf {
+
+// Element types the benchmark knows. Kept separate from yaliDataType_t / ncclDataType_t so that the
+// parser and the report need neither header; each backend maps them.
+enum class DType { kFloat, kHalf, kBfloat16 };
+enum class RedOp { kSum, kProd, kMax, kMin, kAvg };
+
+enum class TimingMode {
+  kEvents,      // CUDA events around -n back-to-back calls (the nccl-tests method)
+  kGraph,       // the -n calls captured into one CUDA graph, launched -G times
+  kThroughput,  // host clock around -n back-to-back calls
+  kLatency,     // host clock around each call, synchronized one by one
+};
+
+// How the per-rank times of one collective become the reported time (-a).
+enum class RankAggregate { kMin = 0, kMean = 1, kMax = 2 };
+
+// Placement of the result: --inplace 0 runs out-of-place only, 1 in-place only, 2 both.
+enum class PlacementSet { kOutOfPlace = 0, kInPlace = 1, kBoth = 2 };
+
+struct PerfArgs {
+  size_t min_bytes = 4096;
+  size_t max_bytes = size_t(1) << 30;
+  // The sweep multiplies by step_factor when it is > 1, else adds step_bytes (nccl-tests' rule).
+  double step_factor = 4.0;
+  size_t step_bytes = size_t(1) << 20;
+  int ngpus = 0;  // 0: not given (all visible GPUs in single-process mode, 1 under a launcher)
+  int iters = 20;
+  int warmup = 5;
+  bool check = true;
+  std::vector<DType> dtypes = {DType::kFloat};
+  std::vector<RedOp> ops = {RedOp::kSum};
+  int graph_launches = 0;  // -G; > 0 selects graph timing
+  std::string json_path;   // -J; empty: no JSON
+  RankAggregate average = RankAggregate::kMean;
+  bool run_yali = true;
+  bool run_nccl = true;
+  bool impl_given = false;  // --impl on the command line (so a missing NCCL is an error, not a note)
+  TimingMode timing = TimingMode::kEvents;
+  PlacementSet placements = PlacementSet::kBoth;
+  bool percentiles = false;  // --percentiles: a second table with the per-iteration distribution
+  // --tune: measure YALI's crossovers on this machine and write a tuning table (tune.h) to
+  // tune_out (--tune-out) instead of running the sweep.
+  bool tune = false;
+  std::string tune_out = "yali-tuning.txt";
+  bool help = false;
+};
+
+// Parses argv[1..argc). Returns false and sets *error (one line naming the option) on a bad option.
+bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::string* error);
+
+// "4096", "4K", "32M", "1G", "2GB", "8KiB" -> bytes (powers of 1024, as nccl-tests). False if malformed.
+bool ParseSize(const std::string& text, size_t* bytes);
+
+// The message sizes of the sweep, min..max inclusive, in bytes.
+std::vector<size_t> SizeSweep(const PerfArgs& args);
+
+// Number of elements for a byte size (nccl-tests semantics: bytes / element size, rounded down).
+size_t ElementSize(DType dtype);
+inline size_t CountForBytes(size_t bytes, DType dtype) { return bytes / ElementSize(dtype); }
+// Machine epsilon (the gap between 1 and the next representable value) of each element type.
+double DTypeEpsilon(DType dtype);
+
+// Names as the table and the JSON print them: "float", "half", "bfloat16"; "sum", "prod", ...
+const char* DTypeName(DType dtype);
+const char* RedOpName(RedOp op);
+const char* TimingModeName(TimingMode mode);
+
+// The -h text.
+std::string PerfUsage(const char* program);
+
+}  // namespace yali_perf
+
+#endif  // YALI_PERF_PERF_ARGS_H_

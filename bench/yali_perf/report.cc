@@ -1,0 +1,164 @@
+#include "report.h"
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+
+#include "json_writer.h"
+
+namespace yali_perf {
+namespace {
+
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+std::string Format(const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  return text;
+}
+
+std::string PlacementColumns(const ResultRecord* record) {
+  if (record == nullptr) return Format("  %9s %8s %8s %7s", "-", "-", "-", "-");
+  std::string wrong = record->checked ? std::to_string(record->wrong) : "N/A";
+  return Format("  %9.2f %8.2f %8.2f %7s", record->time_us, record->algbw_gbs, record->busbw_gbs,
+                wrong.c_str());
+}
+
+std::string Ratio(double ratio) { return ratio < 0 ? "-" : Format("%.3f", ratio); }
+
+void WriteStats(JsonWriter& json, const SampleStats& stats) {
+  json.BeginObject();
+  json.Key("mean"); json.Double(stats.mean);
+  json.Key("std"); json.Double(stats.std);
+  json.Key("min"); json.Double(stats.min);
+  json.Key("max"); json.Double(stats.max);
+  json.Key("p50"); json.Double(stats.p50);
+  json.Key("p90"); json.Double(stats.p90);
+  json.Key("p95"); json.Double(stats.p95);
+  json.Key("p99"); json.Double(stats.p99);
+  json.Key("n"); json.UInt(stats.n);
+  json.EndObject();
+}
+
+}  // namespace
+
+double AlgorithmBandwidth(size_t bytes, double time_us) {
+  if (time_us <= 0) return 0;
+  return static_cast<double>(bytes) / (time_us * 1e-6) / 1e9;
+}
+
+std::string TableHeader() {
+  std::string first = Format("#%6s %12s %12s %9s %6s  %9s %8s %8s %7s  %9s %8s %8s %7s  %-18s %8s %8s",
+                             "impl", "size", "count", "type", "redop", "time", "algbw", "busbw",
+                             "#wrong", "time", "algbw", "busbw", "#wrong", "algo", "nccl/", "nccl/");
+  std::string second = Format("#%6s %12s %12s %9s %6s  %9s %8s %8s %7s  %9s %8s %8s %7s  %-18s %8s %8s",
+                              "", "(B)", "(elements)", "", "", "(us)", "(GB/s)", "(GB/s)", "",
+                              "(us)", "(GB/s)", "(GB/s)", "", "(name/ctas)", "yali", "yali");
+  // The arrows span the four columns of each placement (35 characters).
+  std::string third = Format("#%6s %12s %12s %9s %6s  %-35s  %-35s  %-18s %8s %8s", "", "", "", "",
+                             "", "<---------- out-of-place --------->",
+                             "<------------ in-place ----------->", "", "(oop)", "(ip)");
+  return first + "\n" + second + "\n" + third + "\n";
+}
+
+std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype, RedOp op,
+                     const ResultRecord* out_of_place, const ResultRecord* in_place,
+                     const std::string& algo_label, double ratio_out_of_place,
+                     double ratio_in_place) {
+  return Format(" %6s %12zu %12zu %9s %6s", impl.c_str(), bytes, count, DTypeName(dtype),
+                RedOpName(op)) +
+         PlacementColumns(out_of_place) + PlacementColumns(in_place) +
+         Format("  %-18s %8s %8s\n", algo_label.c_str(), Ratio(ratio_out_of_place).c_str(),
+                Ratio(ratio_in_place).c_str());
+}
+
+std::string AlgoLabel(const ResultRecord& record) {
+  if (!record.algo_known) return "-";
+  return record.algo + "/" + std::to_string(record.ctas);
+}
+
+std::string PercentileTable(const std::vector<ResultRecord>& records) {
+  std::string text =
+      "#\n# Per-iteration times (us), each iteration's slowest rank:\n" +
+      Format("#%6s %12s %9s %6s %13s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "impl", "size", "type",
+             "redop", "placement", "n", "min", "p50", "p90", "p95", "p99", "max", "mean", "std");
+  for (const ResultRecord& r : records) {
+    const SampleStats& s = r.stats;
+    text += Format(" %6s %12zu %9s %6s %13s %7zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n",
+                   r.impl.c_str(), r.bytes, DTypeName(r.dtype), RedOpName(r.op),
+                   r.in_place ? "in-place" : "out-of-place", s.n, s.min, s.p50, s.p90, s.p95,
+                   s.p99, s.max, s.mean, s.std);
+  }
+  return text;
+}
+
+std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& records,
+                       const std::function<void(JsonWriter&)>& extra) {
+  JsonWriter json;
+  json.BeginObject();
+  json.Key("schema"); json.String("yali-perf/1");
+  json.Key("collective"); json.String(info.collective);
+  json.Key("date"); json.String(info.date);
+  json.Key("hostname"); json.String(info.hostname);
+  json.Key("command"); json.String(info.command);
+  json.Key("nranks"); json.Int(info.nranks);
+  json.Key("launch_mode"); json.String(info.multi_process ? "multi" : "single");
+  json.Key("timing"); json.String(TimingModeName(info.timing));
+  json.Key("iters"); json.Int(info.iters);
+  json.Key("warmup"); json.Int(info.warmup);
+  json.Key("graph_launches"); json.Int(info.graph_launches);
+  json.Key("gpus");
+  json.BeginArray();
+  for (const GpuInfo& gpu : info.gpus) {
+    json.BeginObject();
+    json.Key("rank"); json.Int(gpu.rank);
+    json.Key("device"); json.Int(gpu.device);
+    json.Key("name"); json.String(gpu.name);
+    json.Key("pci_bus_id"); json.String(gpu.pci_bus_id);
+    json.EndObject();
+  }
+  json.EndArray();
+  json.Key("yali_version");
+  if (info.yali_version >= 0) json.Int(info.yali_version); else json.Null();
+  json.Key("nccl_version");
+  if (info.nccl_version >= 0) json.Int(info.nccl_version); else json.Null();
+  json.Key("results");
+  json.BeginArray();
+  for (const ResultRecord& r : records) {
+    json.BeginObject();
+    json.Key("impl"); json.String(r.impl);
+    json.Key("dtype"); json.String(DTypeName(r.dtype));
+    json.Key("redop"); json.String(RedOpName(r.op));
+    json.Key("bytes"); json.UInt(r.bytes);
+    json.Key("count"); json.UInt(r.count);
+    json.Key("placement"); json.String(r.in_place ? "in-place" : "out-of-place");
+    json.Key("time_us"); json.Double(r.time_us);
+    json.Key("algbw_gbs"); json.Double(r.algbw_gbs);
+    json.Key("busbw_gbs"); json.Double(r.busbw_gbs);
+    json.Key("wrong");
+    if (r.checked) json.UInt(r.wrong); else json.Null();
+    json.Key("algo");
+    if (r.algo_known) json.String(r.algo); else json.Null();
+    json.Key("ctas");
+    if (r.algo_known) json.Int(r.ctas); else json.Null();
+    json.Key("stats_us");
+    WriteStats(json, r.stats);
+    json.Key("samples_us");
+    if (r.samples_us.size() > kMaxJsonSamples) {
+      json.DoubleArray(std::vector<double>(r.samples_us.begin(),
+                                           r.samples_us.begin() + kMaxJsonSamples));
+    } else {
+      json.DoubleArray(r.samples_us);
+    }
+    json.EndObject();
+  }
+  json.EndArray();
+  if (extra) extra(json);
+  json.EndObject();
+  return json.text();
+}
+
+}  // namespace yali_perf

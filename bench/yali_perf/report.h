@@ -1,0 +1,90 @@
+// The printed table and the JSON file (schema "yali-perf/1"). Host-only, so that the formats are
+// unit-tested without a GPU.
+#ifndef YALI_PERF_REPORT_H_
+#define YALI_PERF_REPORT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "json_writer.h"
+#include "perf_args.h"
+#include "sample_stats.h"
+
+namespace yali_perf {
+
+struct GpuInfo {
+  int rank = 0;
+  int device = 0;
+  std::string name;
+  std::string pci_bus_id;
+};
+
+struct RunInfo {
+  std::string collective;  // "allreduce"
+  std::string date;        // ISO 8601, UTC
+  std::string hostname;
+  std::string command;
+  int nranks = 0;
+  bool multi_process = false;
+  TimingMode timing = TimingMode::kEvents;
+  int iters = 0;
+  int warmup = 0;
+  int graph_launches = 0;
+  std::vector<GpuInfo> gpus;
+  int yali_version = -1;  // -1: not loaded (JSON null)
+  int nccl_version = -1;  // -1: not built or not run (JSON null)
+};
+
+// One measured case: one row of the JSON "results", half a row of the table.
+struct ResultRecord {
+  std::string impl;
+  DType dtype = DType::kFloat;
+  RedOp op = RedOp::kSum;
+  size_t bytes = 0;
+  size_t count = 0;
+  bool in_place = false;
+  double time_us = 0;
+  double algbw_gbs = 0;
+  double busbw_gbs = 0;
+  bool checked = false;
+  uint64_t wrong = 0;
+  bool algo_known = false;
+  std::string algo;
+  int ctas = 0;
+  std::vector<double> samples_us;
+  SampleStats stats;
+};
+
+// algbw in GB/s (1e9 bytes per second, as nccl-tests).
+double AlgorithmBandwidth(size_t bytes, double time_us);
+
+// The two header lines of the table.
+std::string TableHeader();
+
+// One table row: out-of-place and in-place halves (either may be null: printed as "-"), the
+// algorithm label, and the nccl/yali time ratios (negative: "-").
+std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype, RedOp op,
+                     const ResultRecord* out_of_place, const ResultRecord* in_place,
+                     const std::string& algo_label, double ratio_out_of_place,
+                     double ratio_in_place);
+
+// "twoshot/32", or "-" when the library did not say.
+std::string AlgoLabel(const ResultRecord& record);
+
+// The --percentiles table.
+std::string PercentileTable(const std::vector<ResultRecord>& records);
+
+// The whole JSON document. `extra`, when given, writes more keys into the top-level object after
+// "results" (yali-perf --tune adds its "tune" object there).
+std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& records,
+                       const std::function<void(JsonWriter&)>& extra = nullptr);
+
+// Samples kept in the JSON per result (the first ones); stats_us always covers all of them.
+constexpr size_t kMaxJsonSamples = 1000;
+
+}  // namespace yali_perf
+
+#endif  // YALI_PERF_REPORT_H_

@@ -1,0 +1,839 @@
+// Host tests of yali-perf's GPU-free parts: the option parser and size sweep, the launcher
+// environment, statistics, the report formats, --tune's plan and table (read back with the
+// library's own parser), and the file-based host exchange (with forked processes). No CUDA call
+// is made. Prints "N passed, N failed" last; non-zero exit on failure.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "host_exchange.h"
+#include "json_writer.h"
+#include "launch_env.h"
+#include "perf_args.h"
+#include "report.h"
+#include "sample_stats.h"
+#include "tune_plan.h"
+#include "tuning/selector.h"  // the library's tuning-file parser (yali_host_logic)
+
+using namespace yali_perf;
+
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+void Expect(bool condition, const std::string& what, int line) {
+  if (condition) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAIL (line %d): %s\n", line, what.c_str());
+  }
+}
+#define EXPECT(condition) Expect((condition), #condition, __LINE__)
+
+bool Parse(const std::vector<std::string>& words, PerfArgs* args, std::string* error) {
+  std::vector<const char*> argv = {"yali-perf"};
+  for (const std::string& word : words) argv.push_back(word.c_str());
+  return ParsePerfArgs(static_cast<int>(argv.size()), argv.data(), args, error);
+}
+
+bool ParseOk(const std::vector<std::string>& words, PerfArgs* args) {
+  std::string error;
+  bool ok = Parse(words, args, &error);
+  if (!ok) std::printf("  unexpected parse error: %s\n", error.c_str());
+  return ok;
+}
+
+bool ParseFails(const std::vector<std::string>& words, const std::string& error_part) {
+  PerfArgs args;
+  std::string error;
+  if (Parse(words, &args, &error)) return false;
+  if (error.find(error_part) == std::string::npos) {
+    std::printf("  error '%s' lacks '%s'\n", error.c_str(), error_part.c_str());
+    return false;
+  }
+  return true;
+}
+
+size_t SizeOf(const std::string& text) {
+  size_t bytes = 0;
+  return ParseSize(text, &bytes) ? bytes : static_cast<size_t>(-1);
+}
+
+// ---- Options ------------------------------------------------------------------------------------
+
+void TestParseSize() {
+  EXPECT(SizeOf("4096") == 4096);
+  EXPECT(SizeOf("0") == 0);
+  EXPECT(SizeOf("4K") == 4096);
+  EXPECT(SizeOf("4k") == 4096);
+  EXPECT(SizeOf("4KB") == 4096);
+  EXPECT(SizeOf("4KiB") == 4096);
+  EXPECT(SizeOf("32M") == 32u << 20);
+  EXPECT(SizeOf("1G") == size_t(1) << 30);
+  EXPECT(SizeOf("2GB") == size_t(2) << 30);
+  EXPECT(SizeOf("1T") == size_t(1) << 40);
+  EXPECT(SizeOf("100B") == 100);
+  for (const char* bad : {"", "K", "4X", "4KX", "-1", "1.5M", " 4K", "4 K", "4KBB"})
+    Expect(SizeOf(bad) == static_cast<size_t>(-1), std::string("ParseSize rejects '") + bad + "'",
+           __LINE__);
+  EXPECT(SizeOf("99999999999999999999999") == static_cast<size_t>(-1));
+  EXPECT(SizeOf("17179869184G") == static_cast<size_t>(-1));  // overflows 64 bits
+}
+
+void TestDefaults() {
+  PerfArgs args;
+  EXPECT(ParseOk({}, &args));
+  EXPECT(args.min_bytes == 4096 && args.max_bytes == size_t(1) << 30);
+  EXPECT(args.step_factor == 4.0);
+  EXPECT(args.iters == 20 && args.warmup == 5 && args.check);
+  EXPECT(args.dtypes.size() == 1 && args.dtypes[0] == DType::kFloat);
+  EXPECT(args.ops.size() == 1 && args.ops[0] == RedOp::kSum);
+  EXPECT(args.run_yali && args.run_nccl && !args.impl_given);
+  EXPECT(args.timing == TimingMode::kEvents && args.graph_launches == 0);
+  EXPECT(args.placements == PlacementSet::kBoth);
+  EXPECT(args.average == RankAggregate::kMean);
+  EXPECT(args.ngpus == 0 && args.json_path.empty() && !args.help);
+}
+
+void TestNcclTestsFlags() {
+  PerfArgs args;
+  EXPECT(ParseOk({"-b", "8", "-e", "128M", "-f", "2", "-g", "4", "-n", "50", "-w", "10", "-c", "0",
+                  "-d", "bf16", "-o", "max", "-J", "out.json", "-a", "2"},
+                 &args));
+  EXPECT(args.min_bytes == 8 && args.max_bytes == 128u << 20 && args.step_factor == 2.0);
+  EXPECT(args.ngpus == 4 && args.iters == 50 && args.warmup == 10 && !args.check);
+  EXPECT(args.dtypes.size() == 1 && args.dtypes[0] == DType::kBfloat16);
+  EXPECT(args.ops.size() == 1 && args.ops[0] == RedOp::kMax);
+  EXPECT(args.json_path == "out.json" && args.average == RankAggregate::kMax);
+
+  // Attached values and long forms, including nccl-tests' spellings.
+  EXPECT(ParseOk({"-b4K", "-e1M", "--iters=7", "--warmup_iters", "3", "--datatype=half",
+                  "--stepfactor", "8"},
+                 &args));
+  EXPECT(args.min_bytes == 4096 && args.max_bytes == 1u << 20 && args.iters == 7 &&
+         args.warmup == 3 && args.step_factor == 8.0);
+  EXPECT(args.dtypes[0] == DType::kHalf);
+  EXPECT(ParseOk({"-h"}, &args) && args.help);
+  EXPECT(ParseOk({"--help"}, &args) && args.help);
+}
+
+void TestLists() {
+  PerfArgs args;
+  EXPECT(ParseOk({"-d", "all", "-o", "all"}, &args));
+  EXPECT(args.dtypes.size() == 3 && args.ops.size() == 5);
+  EXPECT(args.dtypes[0] == DType::kFloat && args.dtypes[1] == DType::kHalf &&
+         args.dtypes[2] == DType::kBfloat16);
+  EXPECT(ParseOk({"-d", "fp16,FP32,fp16", "-o", "sum,avg,prod"}, &args));
+  EXPECT(args.dtypes.size() == 2 && args.dtypes[0] == DType::kHalf &&
+         args.dtypes[1] == DType::kFloat);
+  EXPECT(args.ops.size() == 3 && args.ops[1] == RedOp::kAvg && args.ops[2] == RedOp::kProd);
+  EXPECT(ParseOk({"-d", "float32,bfloat16"}, &args) && args.dtypes.size() == 2);
+  EXPECT(ParseFails({"-d", "int8"}, "-d/--dtype"));
+  EXPECT(ParseFails({"-d", "float,"}, "-d/--dtype"));
+  EXPECT(ParseFails({"-o", "xor"}, "-o/--op"));
+}
+
+void TestYaliFlags() {
+  PerfArgs args;
+  EXPECT(ParseOk({"--impl", "yali"}, &args) && args.run_yali && !args.run_nccl && args.impl_given);
+  EXPECT(ParseOk({"--impl", "nccl"}, &args) && !args.run_yali && args.run_nccl);
+  EXPECT(ParseOk({"--impl=yali,nccl"}, &args) && args.run_yali && args.run_nccl);
+  EXPECT(ParseFails({"--impl", "mpi"}, "--impl"));
+  EXPECT(ParseOk({"--inplace", "0"}, &args) && args.placements == PlacementSet::kOutOfPlace);
+  EXPECT(ParseOk({"--inplace", "1"}, &args) && args.placements == PlacementSet::kInPlace);
+  EXPECT(ParseFails({"--inplace", "3"}, "--inplace"));
+  EXPECT(ParseOk({"--timing", "latency"}, &args) && args.timing == TimingMode::kLatency);
+  EXPECT(ParseOk({"--timing", "throughput"}, &args) && args.timing == TimingMode::kThroughput);
+  EXPECT(ParseOk({"--percentiles"}, &args) && args.percentiles);
+  EXPECT(ParseFails({"--timing", "wallclock"}, "--timing"));
+
+  // Graph timing: -G N > 0 implies it; --timing graph alone launches once.
+  EXPECT(ParseOk({"-G", "10"}, &args) && args.timing == TimingMode::kGraph &&
+         args.graph_launches == 10);
+  EXPECT(ParseOk({"--timing", "graph"}, &args) && args.graph_launches == 1);
+  EXPECT(ParseOk({"--timing", "graph", "-G", "4"}, &args) && args.graph_launches == 4);
+  EXPECT(ParseOk({"-G", "0"}, &args) && args.timing == TimingMode::kEvents);
+  EXPECT(ParseFails({"-G", "3", "--timing", "events"}, "--timing graph"));
+}
+
+void TestBadOptions() {
+  EXPECT(ParseFails({"-x"}, "unknown option"));
+  EXPECT(ParseFails({"--frobnicate"}, "unknown option"));
+  EXPECT(ParseFails({"stray"}, "unexpected argument"));
+  EXPECT(ParseFails({"-b"}, "needs a value"));
+  EXPECT(ParseFails({"-b", "1M", "-e", "4K"}, "larger than -e"));
+  EXPECT(ParseFails({"-n", "0"}, "-n/--iters"));
+  EXPECT(ParseFails({"-n", "ten"}, "-n/--iters"));
+  EXPECT(ParseFails({"-w", "-1"}, "-w/--warmup"));
+  EXPECT(ParseFails({"-c", "2"}, "-c/--check"));
+  EXPECT(ParseFails({"-a", "3"}, "-a/--average"));
+  EXPECT(ParseFails({"-g", "0"}, "-g/--ngpus"));
+  EXPECT(ParseFails({"-f", "0.5"}, "-f/--stepfactor"));
+  EXPECT(ParseFails({"-i", "0"}, "-i/--stepbytes"));
+  EXPECT(ParseFails({"--percentiles=1"}, "takes no value"));
+}
+
+void TestTuneArgs() {
+  PerfArgs args;
+  EXPECT(ParseOk({}, &args) && !args.tune && args.tune_out == "yali-tuning.txt");
+  EXPECT(ParseOk({"--tune"}, &args) && args.tune && args.tune_out == "yali-tuning.txt");
+  EXPECT(args.dtypes.size() == 1 && args.dtypes[0] == DType::kFloat);
+  EXPECT(ParseOk({"--tune", "--tune-out", "t.txt", "-g", "4", "-n", "10", "-w", "2", "-d", "bf16",
+                  "-J", "t.json"},
+                 &args));
+  EXPECT(args.tune && args.tune_out == "t.txt" && args.ngpus == 4 && args.iters == 10 &&
+         args.warmup == 2 && args.dtypes[0] == DType::kBfloat16 && args.json_path == "t.json");
+  EXPECT(ParseOk({"--tune-out=o.txt", "--tune"}, &args) && args.tune_out == "o.txt");
+  // Options that agree with what --tune measures are accepted.
+  EXPECT(ParseOk({"--tune", "--impl", "yali", "--timing", "events", "-a", "2", "--inplace", "0",
+                  "-o", "sum", "-c", "1", "-G", "0"},
+                 &args));
+
+  EXPECT(ParseFails({"--tune-out", "x"}, "--tune-out needs --tune"));
+  EXPECT(ParseFails({"--tune", "--tune-out"}, "needs a value"));
+  EXPECT(ParseFails({"--tune", "--tune-out="}, "a file name"));
+  EXPECT(ParseFails({"--tune=1"}, "takes no value"));
+  for (const std::vector<std::string>& words : std::vector<std::vector<std::string>>{
+           {"-b", "4K"}, {"-e", "1G"}, {"-f", "2"}, {"-i", "1M"}, {"-G", "5"},
+           {"--timing", "graph"}, {"--timing", "latency"}, {"-a", "1"}, {"--inplace", "2"},
+           {"-o", "max"}, {"--impl", "nccl"}, {"--impl", "yali,nccl"}, {"-c", "0"},
+           {"--percentiles"}}) {
+    std::vector<std::string> full = {"--tune"};
+    full.insert(full.end(), words.begin(), words.end());
+    Expect(ParseFails(full, "does not apply to --tune"), "--tune refuses " + words[0], __LINE__);
+  }
+  EXPECT(ParseFails({"--tune", "-d", "float,half"}, "one dtype"));
+  EXPECT(ParseFails({"-d", "all", "--tune"}, "one dtype"));
+  EXPECT(PerfUsage("yali-perf").find("--tune-out <file>") != std::string::npos);
+}
+
+void TestSizeSweep() {
+  PerfArgs args;
+  EXPECT(ParseOk({}, &args));
+  std::vector<size_t> sizes = SizeSweep(args);  // 4K, 16K, ..., 1G
+  EXPECT(sizes.size() == 10 && sizes.front() == 4096 && sizes.back() == size_t(1) << 30);
+
+  EXPECT(ParseOk({"-b", "1K", "-e", "4K", "-i", "1K"}, &args));  // -i alone: additive
+  EXPECT(SizeSweep(args) == std::vector<size_t>({1024, 2048, 3072, 4096}));
+
+  EXPECT(ParseOk({"-b", "1K", "-e", "8K", "-f", "2", "-i", "1K"}, &args));  // -f > 1 wins
+  EXPECT(SizeSweep(args) == std::vector<size_t>({1024, 2048, 4096, 8192}));
+
+  EXPECT(ParseOk({"-b", "1K", "-e", "3K", "-f", "1", "-i", "1K"}, &args));
+  EXPECT(SizeSweep(args) == std::vector<size_t>({1024, 2048, 3072}));
+
+  EXPECT(ParseOk({"-b", "32M", "-e", "32M"}, &args));
+  EXPECT(SizeSweep(args) == std::vector<size_t>({32u << 20}));
+
+  EXPECT(ParseOk({"-b", "1000", "-e", "5000", "-f", "2"}, &args));  // not powers of two
+  EXPECT(SizeSweep(args) == std::vector<size_t>({1000, 2000, 4000}));
+
+  EXPECT(ParseOk({"-b", "0", "-e", "2", "-f", "2"}, &args));  // 0 must not loop forever
+  EXPECT(SizeSweep(args) == std::vector<size_t>({0, 1, 2}));
+
+  EXPECT(CountForBytes(4097, DType::kFloat) == 1024);
+  EXPECT(CountForBytes(4097, DType::kHalf) == 2048);
+  EXPECT(CountForBytes(3, DType::kFloat) == 0);
+  EXPECT(std::string(DTypeName(DType::kBfloat16)) == "bfloat16");
+  EXPECT(DTypeEpsilon(DType::kFloat) == 1.0 / 8388608 && DTypeEpsilon(DType::kHalf) == 1.0 / 1024 &&
+         DTypeEpsilon(DType::kBfloat16) == 1.0 / 128);
+  EXPECT(std::string(RedOpName(RedOp::kAvg)) == "avg");
+  EXPECT(PerfUsage("yali-perf").find("--impl") != std::string::npos);
+}
+
+// ---- Launcher environment -----------------------------------------------------------------------
+
+EnvLookup FakeEnv(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+void TestLaunchEnv() {
+  LaunchEnv env;
+  std::string error;
+  EXPECT(DetectLaunchEnv(FakeEnv({}), 4242, &env, &error));
+  EXPECT(!env.under_launcher && env.rank == 0 && env.size == 1);
+  EXPECT(env.job_id == "ppid4242");
+
+  EXPECT(DetectLaunchEnv(FakeEnv({{"OMPI_COMM_WORLD_RANK", "3"},
+                                  {"OMPI_COMM_WORLD_SIZE", "8"},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                  {"RANK", "5"},
+                                  {"WORLD_SIZE", "6"},
+                                  {"OMPI_MCA_ess_base_jobid", "777"}}),
+                         1, &env, &error));
+  EXPECT(env.under_launcher && env.rank == 3 && env.size == 8 && env.local_rank == 1);
+  EXPECT(env.job_id == "777" && env.job_id_source == "OMPI_MCA_ess_base_jobid");
+
+  EXPECT(DetectLaunchEnv(FakeEnv({{"PMI_RANK", "2"}, {"PMI_SIZE", "4"}}), 9, &env, &error));
+  EXPECT(env.rank == 2 && env.size == 4 && env.local_rank == 2 && env.job_id == "ppid9");
+
+  EXPECT(DetectLaunchEnv(FakeEnv({{"SLURM_PROCID", "1"},
+                                  {"SLURM_NTASKS", "2"},
+                                  {"SLURM_LOCALID", "0"},
+                                  {"SLURM_JOB_ID", "55"},
+                                  {"SLURM_STEP_ID", "3"}}),
+                         9, &env, &error));
+  EXPECT(env.rank == 1 && env.size == 2 && env.local_rank == 0 && env.job_id == "55.3");
+
+  EXPECT(DetectLaunchEnv(FakeEnv({{"RANK", "1"},
+                                  {"WORLD_SIZE", "4"},
+                                  {"LOCAL_RANK", "1"},
+                                  {"TORCHELASTIC_RUN_ID", "abc"},
+                                  {"YALI_PERF_JOBID", "mine"}}),
+                         9, &env, &error));
+  EXPECT(env.rank == 1 && env.size == 4 && env.local_rank == 1 && env.job_id == "mine");
+  EXPECT(DetectLaunchEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_RUN_ID", "abc"}}),
+                         9, &env, &error));
+  EXPECT(env.job_id == "abc");
+
+  EXPECT(!DetectLaunchEnv(FakeEnv({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), 9, &env, &error));
+  EXPECT(!DetectLaunchEnv(FakeEnv({{"RANK", "x"}, {"WORLD_SIZE", "4"}}), 9, &env, &error));
+  EXPECT(!DetectLaunchEnv(FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "-1"}}), 9,
+                          &env, &error));
+  // A lone RANK without WORLD_SIZE is not a launcher.
+  EXPECT(DetectLaunchEnv(FakeEnv({{"RANK", "3"}}), 9, &env, &error) && !env.under_launcher);
+}
+
+// ---- Statistics and reports ---------------------------------------------------------------------
+
+bool Near(double a, double b) { return a - b < 1e-9 && b - a < 1e-9; }
+
+void TestStats() {
+  SampleStats stats = ComputeStats({5, 1, 4, 2, 3});
+  EXPECT(stats.n == 5 && Near(stats.mean, 3) && Near(stats.min, 1) && Near(stats.max, 5));
+  EXPECT(Near(stats.p50, 3) && Near(stats.p90, 4.6) && Near(stats.p99, 4.96));
+  EXPECT(Near(stats.std, 1.5811388300841898));
+  SampleStats one = ComputeStats({7});
+  EXPECT(one.n == 1 && Near(one.p99, 7) && Near(one.std, 0));
+  EXPECT(ComputeStats({}).n == 0);
+}
+
+std::vector<std::string> Fields(const std::string& line) {
+  std::istringstream stream(line);
+  std::vector<std::string> fields;
+  for (std::string field; stream >> field;) fields.push_back(field);
+  return fields;
+}
+
+// Brackets balanced outside strings, strings closed, no trailing commas.
+bool JsonWellFormed(const std::string& json) {
+  int depth = 0;
+  bool balanced = true;
+  bool in_string = false;
+  for (size_t i = 0; i < json.size(); ++i) {
+    char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (c == '{' || c == '[') ++depth;
+    if (c == '}' || c == ']') balanced = balanced && --depth >= 0;
+  }
+  return balanced && depth == 0 && !in_string && json.find(",\n}") == std::string::npos &&
+         json.find(",]") == std::string::npos;
+}
+
+void TestReport() {
+  EXPECT(Near(AlgorithmBandwidth(1000000000, 1e6), 1.0));
+  ResultRecord yali;
+  yali.impl = "yali";
+  yali.bytes = 4096;
+  yali.count = 1024;
+  yali.time_us = 10.0;
+  yali.algbw_gbs = AlgorithmBandwidth(4096, 10.0);
+  yali.busbw_gbs = yali.algbw_gbs * 1.5;
+  yali.checked = true;
+  yali.algo_known = true;
+  yali.algo = "oneshot_ll";
+  yali.ctas = 8;
+  yali.samples_us = {9.5, 10.0, 10.5};
+  yali.stats = ComputeStats(yali.samples_us);
+  EXPECT(AlgoLabel(yali) == "oneshot_ll/8");
+
+  ResultRecord nccl = yali;
+  nccl.impl = "nccl";
+  nccl.algo_known = false;
+  nccl.in_place = true;
+  nccl.checked = false;
+  EXPECT(AlgoLabel(nccl) == "-");
+
+  // Every row has the same 16 fields, so that awk/pandas can read the table.
+  std::vector<std::string> row =
+      Fields(TableRow("yali", 4096, 1024, DType::kFloat, RedOp::kSum, &yali, &yali,
+                      AlgoLabel(yali), -1, -1));
+  EXPECT(row.size() == 16 && row[0] == "yali" && row[1] == "4096" && row[3] == "float" &&
+         row[13] == "oneshot_ll/8" && row[14] == "-");
+  row = Fields(TableRow("nccl", 4096, 1024, DType::kFloat, RedOp::kSum, nullptr, &nccl, "-", -1,
+                        1.25));
+  EXPECT(row.size() == 16 && row[5] == "-" && row[12] == "N/A" && row[15] == "1.250");
+  for (const std::string& line : {TableHeader()}) EXPECT(line[0] == '#');
+  EXPECT(PercentileTable({yali}).find("oneshot") == std::string::npos);
+
+  RunInfo info;
+  info.collective = "allreduce";
+  info.date = "2026-11-22T10:00:00Z";
+  info.hostname = "host\"name";
+  info.command = "yali-perf -b 4K";
+  info.nranks = 2;
+  info.gpus = {{0, 0, "NVIDIA H200", "0000:18:00.0"}, {1, 1, "NVIDIA H200", "0000:2a:00.0"}};
+  info.yali_version = 100;
+  std::string json = FormatJson(info, {yali, nccl});
+  for (const char* needle :
+       {"\"schema\": \"yali-perf/1\"", "\"collective\": \"allreduce\"", "\"launch_mode\": \"single\"",
+        "\"timing\": \"events\"", "\"nccl_version\": null", "\"yali_version\": 100",
+        "\"algo\": \"oneshot_ll\"", "\"ctas\": 8", "\"algo\": null", "\"wrong\": null",
+        "\"wrong\": 0", "\"placement\": \"in-place\"", "\"placement\": \"out-of-place\"",
+        "\"samples_us\": [9.5, 10, 10.5]", "\"p99\":", "\"pci_bus_id\": \"0000:2a:00.0\"",
+        "\"hostname\": \"host\\\"name\""})
+    Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
+  EXPECT(JsonWellFormed(json));
+
+  JsonWriter writer;
+  writer.BeginObject();
+  writer.Key("nan");
+  writer.Double(0.0 / 0.0);
+  writer.Key("empty");
+  writer.BeginArray();
+  writer.EndArray();
+  writer.EndObject();
+  EXPECT(writer.text() == "{\n  \"nan\": null,\n  \"empty\": []\n}\n");
+  EXPECT(JsonWriter::Escape("a\nb\x01") == "\"a\\nb\\u0001\"");
+}
+
+// ---- --tune: plan, choices, table ---------------------------------------------------------------
+
+TuneMeasurement Timed(size_t bytes, double time_us, uint64_t wrong = 0) {
+  TuneMeasurement m;
+  m.bytes = bytes;
+  m.time_us = time_us;
+  m.busbw_gbs = static_cast<double>(bytes) / (time_us * 1e3);
+  m.checked = true;
+  m.wrong = wrong;
+  m.algo = "twoshot";
+  return m;
+}
+
+// The library's parser on `text`: its entries, or none with *error set.
+std::vector<yali::TuningEntry> ParseWithLibrary(const std::string& text, std::string* error) {
+  std::vector<yali::TuningEntry> entries;
+  if (!yali::parseTuningText(text, &entries, error)) entries.clear();
+  return entries;
+}
+
+bool SameEntry(const yali::TuningEntry& e, const TuningLine& line) {
+  return e.smMajor == line.sm_major && e.nranks == line.nranks && e.oneshotLLMaxBytes == line.ll_max &&
+         e.llThreads == line.ll_threads && e.llMaxCtas == line.ll_ctas &&
+         e.twoshotThreads == line.twoshot_threads && e.twoshotMaxCtas == line.twoshot_ctas &&
+         e.twoshotMinSlotBytes == line.twoshot_min_slot &&
+         e.twoshotMaxSlotBytes == line.twoshot_max_slot;
+}
+
+// A crossover over 4K..1M from LL and two-shot times in microseconds.
+Crossover MakeCrossover(const std::vector<double>& ll_us, const std::vector<double>& twoshot_us) {
+  Crossover c;
+  for (size_t i = 0; i < ll_us.size(); ++i) {
+    size_t bytes = size_t(4096) << i;
+    c.sizes.push_back(bytes);
+    c.ll.push_back(Timed(bytes, ll_us[i]));
+    c.twoshot.push_back(Timed(bytes, twoshot_us[i]));
+  }
+  return c;
+}
+
+void TestTuneLine() {
+  TuningLine line;
+  line.sm_major = 9;
+  line.nranks = 4;
+  line.ll_max = 256 << 10;
+  line.ll_threads = 1024;
+  line.ll_ctas = 16;
+  line.twoshot_threads = 256;
+  line.twoshot_ctas = 24;
+  line.twoshot_min_slot = 4 << 10;
+  line.twoshot_max_slot = 64 << 10;
+  yali::TuningEntry entry{9, 4, 256 << 10, 1024, 16, 256, 24, 4 << 10, 64 << 10};
+  // Word for word what the library writes, and read back to the same values.
+  EXPECT(FormatTuningLine(line) == yali::formatTuningEntry(entry));
+  std::string error;
+  std::vector<yali::TuningEntry> parsed = ParseWithLibrary(FormatTuningLine(line), &error);
+  EXPECT(parsed.size() == 1 && SameEntry(parsed[0], line));
+
+  EXPECT(SizeLabel(4096) == "4K" && SizeLabel(256 << 10) == "256K" && SizeLabel(1 << 20) == "1M");
+  EXPECT(SizeLabel(size_t(256) << 20) == "256M" && SizeLabel(1000) == "1000");
+  EXPECT(SizeLabel(1536) == "1536" && SizeLabel(3 << 19) == "1536K");
+  EXPECT(TuneLargestMessageBytes() == size_t(256) << 20);
+  EXPECT(std::string(TuneAlgoName(TuneAlgo::kOneshotLL)) == "oneshot_ll" &&
+         std::string(TuneAlgoName(TuneAlgo::kTwoshot)) == "twoshot");
+}
+
+void TestTuneCandidates() {
+  TuningLine base;
+  base.sm_major = 9;
+  base.nranks = 4;
+  const size_t big = size_t(256) << 20;
+
+  TuneStep geometry = TwoshotGeometryStep(base, 4 << 20, big);
+  // 3 threads x (4 ctas x 4 slots - {24, 32} x 256K over the 4 MiB staging).
+  EXPECT(geometry.candidates.size() == 42);
+  EXPECT(geometry.sizes == std::vector<size_t>({size_t(64) << 20, size_t(256) << 20}));
+  EXPECT(geometry.algo == TuneAlgo::kTwoshot && HigherIsBetter(geometry.kind));
+  bool all_valid = true;
+  for (const TuneCandidate& c : geometry.candidates) {
+    std::string error;
+    std::vector<yali::TuningEntry> parsed = ParseWithLibrary(FormatTuningLine(c.line), &error);
+    all_valid = all_valid && parsed.size() == 1 && SameEntry(parsed[0], c.line) &&
+                c.line.twoshot_ctas * c.line.twoshot_max_slot <= (4 << 20) &&
+                c.line.twoshot_ctas <= 32;
+  }
+  EXPECT(all_valid);
+  EXPECT(TwoshotGeometryStep(base, 1 << 20, big).candidates.size() == 21);
+  EXPECT(TwoshotGeometryStep(base, 4 << 20, size_t(100) << 20).sizes.size() == 1);
+  EXPECT(CandidateParams(geometry.kind, geometry.candidates[0].line) ==
+         "threads=256 ctas=8 max_slot=32K");
+
+  TuningLine chosen = geometry.candidates.back().line;  // 1024 threads, 32 ctas, 128K
+  EXPECT(chosen.twoshot_threads == 1024 && chosen.twoshot_ctas == 32 &&
+         chosen.twoshot_max_slot == (128 << 10));
+  TuneStep min_slot = TwoshotMinSlotStep(chosen, big);
+  EXPECT(min_slot.candidates.size() == 5 && !HigherIsBetter(min_slot.kind));
+  EXPECT(min_slot.sizes == std::vector<size_t>({256 << 10, 1 << 20, 4 << 20}));
+  EXPECT(min_slot.candidates[0].line.twoshot_threads == 1024);  // keeps step 1's choice
+  chosen.twoshot_max_slot = 16 << 10;  // min slot never above max slot (the parser's rule)
+  EXPECT(TwoshotMinSlotStep(chosen, big).candidates.size() == 4);
+
+  TuneStep ll = LLGeometryStep(base, 1 << 20);
+  EXPECT(ll.candidates.size() == 12 && ll.algo == TuneAlgo::kOneshotLL);
+  EXPECT(ll.sizes == std::vector<size_t>({4 << 10, 64 << 10, 256 << 10}));
+  EXPECT(LLGeometryStep(base, 128 << 10).sizes.size() == 2);  // a smaller LL capacity
+  EXPECT(CandidateParams(ll.kind, ll.candidates[5].line) == "threads=512 ctas=16");
+
+  EXPECT(CrossoverSizes(1 << 20, big).size() == 9);  // 4K .. 1M
+  EXPECT(CrossoverSizes(1 << 20, 256 << 10).back() == (256 << 10));
+  EXPECT(CrossoverSizes(4096, big) == std::vector<size_t>({4096}));
+  EXPECT(CrossoverSizes(1000192, big).back() == (512 << 10));
+  EXPECT(ComparisonSizes(big).size() == 7 && ComparisonSizes(1 << 20).size() == 4);
+}
+
+void TestTuneChoices() {
+  TuneStep step = LLGeometryStep(TuningLine(), 1 << 20);
+  step.candidates.resize(4);
+  const double times[4][3] = {{5, 10, 20}, {4, 9, 19}, {4, 9, 19}, {1, 1, 1}};
+  for (int i = 0; i < 4; ++i)
+    for (int s = 0; s < 3; ++s) step.candidates[i].measurements.push_back(Timed(4096, times[i][s]));
+  step.candidates[3].rejected = true;  // fastest, but wrong
+  ChooseBest(&step);
+  EXPECT(step.chosen == 1 && step.runner_up == 2);  // a tie keeps the earlier one
+  EXPECT(Near(step.candidates[1].score, 32) && Near(step.candidates[0].score, 35));
+
+  TuneStep bw = TwoshotGeometryStep(TuningLine(), 4 << 20, size_t(256) << 20);
+  bw.candidates.resize(3);
+  for (int i = 0; i < 3; ++i) bw.candidates[i].measurements.push_back(Timed(1 << 20, 10.0 - i));
+  ChooseBest(&bw);
+  EXPECT(bw.chosen == 2 && bw.runner_up == 1);  // highest busBW = shortest time here
+  for (TuneCandidate& c : bw.candidates) c.rejected = true;
+  ChooseBest(&bw);
+  EXPECT(bw.chosen == -1 && bw.runner_up == -1);
+
+  const int64_t capacity = 1 << 20;
+  // LL wins 4K..256K, loses at 512K and 1M.
+  Crossover c = MakeCrossover({3, 3, 3.5, 4, 4.5, 5, 6.1, 12, 20}, {8, 8, 8, 8, 8, 8, 7.9, 9, 11});
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == (256 << 10));
+  EXPECT(c.reason == "ll_max: LL faster up to 256K (LL 6.1 us vs two-shot 7.9 us at 256K; "
+                     "two-shot faster at 512K)");
+  // Two-shot everywhere.
+  c = MakeCrossover({9, 9, 9}, {8, 8, 8});
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == 0 && c.reason.find("two-shot faster at every size") != std::string::npos);
+  // Two-shot at 4K (LL kept there), LL at 8K and 16K, two-shot at 32K, LL again at 64K (not
+  // used: one threshold).
+  c = MakeCrossover({9, 3, 3, 9, 3}, {8, 8, 8, 8, 8});
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == (16 << 10));
+  EXPECT(c.reason.find("two-shot faster at 4K, kept on LL") != std::string::npos &&
+         c.reason.find("LL faster again at 64K, not used") != std::string::npos);
+  // LL up to its capacity.
+  c = MakeCrossover({1, 1, 1, 1, 1, 1, 1, 1, 1}, {2, 2, 2, 2, 2, 2, 2, 2, 2});
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == capacity && c.reason.find("is the LL capacity") != std::string::npos);
+  // A wrong LL result ends LL's range; a wrong two-shot result leaves LL as the only choice.
+  c = MakeCrossover({1, 1, 1, 1}, {2, 2, 2, 2});
+  c.ll[2].wrong = 5;
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == (8 << 10) && c.reason.find("LL wrong at 16K") != std::string::npos);
+  c = MakeCrossover({3, 3}, {2, 2});
+  c.twoshot[0].wrong = 1;
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == 4096);
+  c = Crossover();
+  ChooseLLMax(&c, capacity);
+  EXPECT(c.ll_max == 0);
+}
+
+void TestTuneTable() {
+  TuneHeader header;
+  header.date = "2026-11-22T10:00:00Z";
+  header.hostname = "node1";
+  header.gpu_name = "NVIDIA H200\nsm=1 nranks=2";  // a newline must not end the comment
+  header.sm_major = 9;
+  header.nranks = 4;
+  header.dtype = "float";
+  header.command = "yali-perf --tune -g 4";
+  header.iters = 20;
+  header.warmup = 5;
+  header.yali_version = 100;
+  header.ll_capacity = 1 << 20;
+  header.staging_bytes = 4 << 20;
+
+  TuningLine base;
+  base.nranks = 4;
+  std::vector<TuneStep> steps;
+  steps.push_back(TwoshotGeometryStep(base, header.staging_bytes, size_t(256) << 20));
+  steps.push_back(TwoshotMinSlotStep(base, size_t(256) << 20));
+  steps.push_back(LLGeometryStep(base, header.ll_capacity));
+  for (TuneStep& step : steps) {
+    for (size_t i = 0; i < step.candidates.size(); ++i)
+      for (size_t bytes : step.sizes)
+        step.candidates[i].measurements.push_back(Timed(bytes, 10.0 + static_cast<double>(i)));
+    ChooseBest(&step);
+  }
+  steps[0].candidates[3].rejected = true;
+  Crossover crossover = MakeCrossover({3, 3, 9}, {8, 8, 8});
+  ChooseLLMax(&crossover, header.ll_capacity);
+  TuningLine chosen = steps[2].candidates[steps[2].chosen].line;
+  chosen.ll_max = crossover.ll_max;
+
+  const std::string text = TuningFileText(header, steps, crossover, chosen);
+  std::string error;
+  std::vector<yali::TuningEntry> parsed = ParseWithLibrary(text, &error);
+  Expect(parsed.size() == 1 && SameEntry(parsed[0], chosen),
+         "the library reads the table back (" + error + ")", __LINE__);
+  std::istringstream lines(text);
+  std::string line;
+  std::vector<std::string> all;
+  while (std::getline(lines, line)) all.push_back(line);
+  bool comments_first = !all.empty();
+  for (size_t i = 0; i + 1 < all.size(); ++i) comments_first = comments_first && all[i][0] == '#';
+  EXPECT(comments_first && all.back() == FormatTuningLine(chosen));
+  EXPECT(all[0] == "# yali-perf --tune");
+  for (const char* needle :
+       {"host node1", "nranks 4", "dtype float", "# command: yali-perf --tune -g 4",
+        "# twoshot_threads=", "highest busBW of 42 candidates at 64M + 256M", "(runner-up threads=",
+        "# twoshot_min_slot=", "lowest time of 5 candidates at 256K + 1M + 4M", "# ll_threads=",
+        "# ll_max: LL faster up to 8K (LL 3.0 us vs two-shot 8.0 us at 8K; two-shot faster at 16K)",
+        "WARNING: 1 candidate(s)"})
+    Expect(text.find(needle) != std::string::npos, std::string("table has ") + needle, __LINE__);
+
+  TuneComparison comparison;
+  comparison.sizes = {4096};
+  comparison.builtin = {Timed(4096, 5)};
+  comparison.tuned = {Timed(4096, 4)};
+  RunInfo info;
+  info.collective = "allreduce";
+  info.nranks = 4;
+  std::string json = FormatJson(info, {}, [&](JsonWriter& writer) {
+    WriteTuneJson(writer, header, steps, crossover, comparison, chosen, "yali-tuning.txt");
+  });
+  EXPECT(JsonWellFormed(json));
+  for (const char* needle :
+       {"\"results\": []", "\"tune\": {", "\"name\": \"twoshot_geometry\"",
+        "\"name\": \"ll_geometry\"", "\"score\": \"sum_busbw_gbs\"", "\"rejected\": true",
+        "\"ll_max\": 8192", "\"file\": \"yali-tuning.txt\"", "\"builtin\": [", "\"line\": \"sm=9 "})
+    Expect(json.find(needle) != std::string::npos, std::string("tune JSON has ") + needle, __LINE__);
+}
+
+// ---- Host exchange (forked processes) -----------------------------------------------------------
+
+std::string MakeTempDir() {
+  char pattern[] = "/tmp/yali-perf-test-XXXXXX";
+  char* dir = mkdtemp(pattern);
+  return dir != nullptr ? dir : "";
+}
+
+HostExchange::Options ExchangeOptions(const std::string& dir, const std::string& job, int rank,
+                                      int nranks, double timeout_s) {
+  HostExchange::Options options;
+  options.base_dir = dir;
+  options.job_id = job;
+  options.rank = rank;
+  options.nranks = nranks;
+  options.timeout_s = timeout_s;
+  return options;
+}
+
+// Body of one forked rank: returns the child's exit status (0 = all good).
+int ExchangeRank(const std::string& dir, const std::string& job, int rank, int nranks) {
+  HostExchange exchange;
+  std::string error;
+  if (!exchange.Open(ExchangeOptions(dir, job, rank, nranks, 20.0), &error)) {
+    std::fprintf(stderr, "rank %d open: %s\n", rank, error.c_str());
+    return 10;
+  }
+  for (int round = 0; round < 30; ++round) {
+    // Blobs of different lengths, with NUL bytes, some empty.
+    std::string mine(static_cast<size_t>((rank * 37 + round) % 50), '\0');
+    for (size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<char>(rank * 13 + round + i);
+    std::vector<std::string> all;
+    if (!exchange.AllGather(mine, &all, &error) || static_cast<int>(all.size()) != nranks) {
+      std::fprintf(stderr, "rank %d allgather: %s\n", rank, error.c_str());
+      return 11;
+    }
+    for (int r = 0; r < nranks; ++r) {
+      std::string expected(static_cast<size_t>((r * 37 + round) % 50), '\0');
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] = static_cast<char>(r * 13 + round + i);
+      if (all[r] != expected) return 12;
+    }
+    if (!exchange.Barrier(&error)) return 13;
+  }
+  const int root = nranks - 1;
+  std::string blob = rank == root ? std::string("from the root") : std::string("ignored");
+  if (!exchange.Broadcast(root, &blob, &error) || blob != "from the root") return 14;
+  if (!exchange.Close(&error)) {
+    std::fprintf(stderr, "rank %d close: %s\n", rank, error.c_str());
+    return 15;
+  }
+  return 0;
+}
+
+// Forks one process per rank (rank r starts after delays_ms[r]) and returns their exit statuses.
+std::vector<int> RunRanks(const std::vector<int>& delays_ms,
+                          int (*body)(const std::string&, const std::string&, int, int),
+                          const std::string& dir, const std::string& job) {
+  std::vector<pid_t> pids;
+  int nranks = static_cast<int>(delays_ms.size());
+  for (int rank = 0; rank < nranks; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(delays_ms[rank]));
+      std::_Exit(body(dir, job, rank, nranks));
+    }
+    pids.push_back(pid);
+  }
+  std::vector<int> statuses;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    statuses.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status));
+  }
+  return statuses;
+}
+
+bool AllZero(const std::vector<int>& statuses) {
+  for (int s : statuses)
+    if (s != 0) return false;
+  return true;
+}
+
+bool DirectoryExists(const std::string& path) {
+  struct stat info;
+  return stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+std::string SessionDir(const std::string& base, const std::string& job) {
+  return base + "/yali-perf-" + std::to_string(getuid()) + "-" + job;
+}
+
+int AbortingRank(const std::string& dir, const std::string& job, int rank, int nranks) {
+  HostExchange exchange;
+  std::string error;
+  if (!exchange.Open(ExchangeOptions(dir, job, rank, nranks, 20.0), &error)) return 20;
+  if (rank == 1) {
+    exchange.PostAbort("cudaMalloc failed (simulated)");
+    return 0;
+  }
+  auto start = std::chrono::steady_clock::now();
+  bool ok = exchange.Barrier(&error);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The peer's abort ends the wait long before the 20 s timeout, and says why.
+  if (ok || waited > 5.0 || error.find("rank 1 failed: cudaMalloc failed (simulated)") ==
+                                std::string::npos) {
+    std::fprintf(stderr, "rank %d: barrier after abort: ok=%d waited %.1f s: %s\n", rank, ok,
+                 waited, error.c_str());
+    return 21;
+  }
+  return 0;
+}
+
+void TestHostExchange() {
+  std::string base = MakeTempDir();
+  EXPECT(!base.empty());
+
+  // Three ranks, started in scrambled order.
+  EXPECT(AllZero(RunRanks({150, 0, 60}, ExchangeRank, base, "job-a")));
+  EXPECT(!DirectoryExists(SessionDir(base, "job-a")));  // rank 0 cleaned up
+
+  // Files left by a crashed run with the same job id: a stale session, ready and data file.
+  std::string stale = SessionDir(base, "job-b");
+  EXPECT(mkdir(stale.c_str(), 0700) == 0);
+  for (const char* name : {"session", "deadbeef.ready", "deadbeef.d1.0"}) {
+    FILE* file = std::fopen((stale + "/" + name).c_str(), "w");
+    std::fputs(std::string(name) == "session" ? "deadbeef" : "1 2 3", file);
+    std::fclose(file);
+  }
+  EXPECT(AllZero(RunRanks({300, 0, 0}, ExchangeRank, base, "job-b")));
+  EXPECT(!DirectoryExists(stale));
+
+  // A single rank needs nobody.
+  EXPECT(AllZero(RunRanks({0}, ExchangeRank, base, "job-c")));
+
+  // A missing peer: bounded wait, clear message.
+  {
+    HostExchange lonely;
+    std::string error;
+    auto start = std::chrono::steady_clock::now();
+    bool ok = lonely.Open(ExchangeOptions(base, "job-d", 0, 3, 0.5), &error);
+    double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT(!ok && waited < 5.0);
+    EXPECT(error.find("timed out") != std::string::npos &&
+           error.find("rank(s) 1,2") != std::string::npos);
+    HostExchange peer;
+    EXPECT(!peer.Open(ExchangeOptions(base, "job-e", 2, 3, 0.3), &error));
+    EXPECT(error.find("waiting for rank 0") != std::string::npos);
+  }
+
+  // A failing peer ends the others' waits at once.
+  EXPECT(AllZero(RunRanks({0, 0}, AbortingRank, base, "job-f")));
+
+  std::string cleanup = "rm -rf '" + base + "'";
+  EXPECT(std::system(cleanup.c_str()) == 0);
+}
+
+}  // namespace
+
+int main() {
+  TestParseSize();
+  TestDefaults();
+  TestNcclTestsFlags();
+  TestLists();
+  TestYaliFlags();
+  TestBadOptions();
+  TestTuneArgs();
+  TestSizeSweep();
+  TestLaunchEnv();
+  TestStats();
+  TestReport();
+  TestTuneLine();
+  TestTuneCandidates();
+  TestTuneChoices();
+  TestTuneTable();
+  TestHostExchange();
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,436 @@
+#include "tune_plan.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <sstream>
+
+namespace yali_perf {
+namespace {
+
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
+std::string Format(const char* format, ...) {
+  char text[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(text, sizeof(text), format, args);
+  va_end(args);
+  return text;
+}
+
+// A value placed on a comment line: a newline inside it would end the comment and leave the rest
+// for the library's parser.
+std::string OneLine(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  return text;
+}
+
+constexpr size_t KiB = size_t(1) << 10;
+constexpr size_t MiB = size_t(1) << 20;
+
+// The sizes of each step. Large messages: 64M and 256M are past every slot/CTA ramp (n * 32 CTAs
+// * 256K = 32M at n = 4), so the score is the steady-state bandwidth. Medium: 256K..4M is where
+// the min slot decides how many blocks a message gets. Small: LL's range, from a single block
+// (4K) to the LL capacity's neighbourhood (256K).
+const size_t kGeometrySizes[] = {64 * MiB, 256 * MiB};
+const size_t kMinSlotSizes[] = {256 * KiB, 1 * MiB, 4 * MiB};
+const size_t kLLSizes[] = {4 * KiB, 64 * KiB, 256 * KiB};
+const size_t kComparisonSizes[] = {4 * KiB,  64 * KiB, 256 * KiB, 1 * MiB,
+                                   4 * MiB,  64 * MiB, 256 * MiB};
+
+const int kThreadCandidates[] = {256, 512, 1024};
+const int kTwoshotCtaCandidates[] = {8, 16, 24, 32};
+const int64_t kMaxSlotCandidates[] = {32 << 10, 64 << 10, 128 << 10, 256 << 10};
+const int64_t kMinSlotCandidates[] = {2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10};
+// 64 is the library's kMaxCtas (the flag arrays are sized for it).
+const int kLLCtaCandidates[] = {8, 16, 32, 64};
+
+template <size_t N>
+std::vector<size_t> SizesUpTo(const size_t (&sizes)[N], size_t max_bytes) {
+  std::vector<size_t> kept;
+  for (size_t bytes : sizes)
+    if (bytes <= max_bytes) kept.push_back(bytes);
+  return kept;
+}
+
+// "a + b = c us" for time scores, "a + b GB/s" for bandwidth scores.
+std::string ScoreText(TuneStepKind kind, const TuneCandidate& candidate) {
+  std::string text;
+  for (size_t i = 0; i < candidate.measurements.size(); ++i) {
+    const TuneMeasurement& m = candidate.measurements[i];
+    text += (i ? " + " : "") + Format("%.1f", HigherIsBetter(kind) ? m.busbw_gbs : m.time_us);
+  }
+  if (HigherIsBetter(kind)) return text + " GB/s";
+  if (candidate.measurements.size() > 1) text += Format(" = %.1f", candidate.score);
+  return text + " us";
+}
+
+std::string StepKeys(TuneStepKind kind, const TuningLine& line) {
+  switch (kind) {
+    case TuneStepKind::kTwoshotGeometry:
+      return Format("twoshot_threads=%d twoshot_ctas=%d twoshot_max_slot=%s", line.twoshot_threads,
+                    line.twoshot_ctas, SizeLabel(line.twoshot_max_slot).c_str());
+    case TuneStepKind::kTwoshotMinSlot:
+      return "twoshot_min_slot=" + SizeLabel(line.twoshot_min_slot);
+    case TuneStepKind::kLLGeometry:
+      return Format("ll_threads=%d ll_ctas=%d", line.ll_threads, line.ll_ctas);
+  }
+  return "";
+}
+
+std::string JoinSizes(const std::vector<size_t>& sizes, const char* separator) {
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? separator : "") + SizeLabel(sizes[i]);
+  return text;
+}
+
+void WriteSizes(JsonWriter& json, const std::vector<size_t>& sizes) {
+  json.BeginArray();
+  for (size_t bytes : sizes) json.UInt(bytes);
+  json.EndArray();
+}
+
+void WriteEntry(JsonWriter& json, const TuningLine& line) {
+  json.BeginObject();
+  json.Key("sm"); json.Int(line.sm_major);
+  json.Key("nranks"); json.Int(line.nranks);
+  json.Key("ll_max"); json.Int(line.ll_max);
+  json.Key("ll_threads"); json.Int(line.ll_threads);
+  json.Key("ll_ctas"); json.Int(line.ll_ctas);
+  json.Key("twoshot_threads"); json.Int(line.twoshot_threads);
+  json.Key("twoshot_ctas"); json.Int(line.twoshot_ctas);
+  json.Key("twoshot_min_slot"); json.Int(line.twoshot_min_slot);
+  json.Key("twoshot_max_slot"); json.Int(line.twoshot_max_slot);
+  json.EndObject();
+}
+
+void WriteMeasurements(JsonWriter& json, const std::vector<TuneMeasurement>& measurements) {
+  json.BeginArray();
+  for (const TuneMeasurement& m : measurements) {
+    json.BeginObject();
+    json.Key("bytes"); json.UInt(m.bytes);
+    json.Key("time_us"); json.Double(m.time_us);
+    json.Key("busbw_gbs"); json.Double(m.busbw_gbs);
+    json.Key("wrong");
+    if (m.checked) json.UInt(m.wrong); else json.Null();
+    json.Key("algo"); json.String(m.algo);
+    json.Key("ctas"); json.Int(m.ctas);
+    json.Key("threads"); json.Int(m.threads);
+    json.Key("slot_bytes"); json.UInt(m.slot_bytes);
+    json.EndObject();
+  }
+  json.EndArray();
+}
+
+}  // namespace
+
+std::string FormatTuningLine(const TuningLine& line) {
+  std::ostringstream s;
+  s << "sm=" << line.sm_major << " nranks=" << line.nranks << " ll_max=" << line.ll_max
+    << " ll_threads=" << line.ll_threads << " ll_ctas=" << line.ll_ctas
+    << " twoshot_threads=" << line.twoshot_threads << " twoshot_ctas=" << line.twoshot_ctas
+    << " twoshot_min_slot=" << line.twoshot_min_slot
+    << " twoshot_max_slot=" << line.twoshot_max_slot;
+  return s.str();
+}
+
+size_t TuneLargestMessageBytes() {
+  size_t largest = 0;
+  for (size_t bytes : kGeometrySizes) largest = bytes > largest ? bytes : largest;
+  for (size_t bytes : kComparisonSizes) largest = bytes > largest ? bytes : largest;
+  return largest;
+}
+
+std::string SizeLabel(size_t bytes) {
+  if (bytes >= MiB && bytes % MiB == 0) return std::to_string(bytes / MiB) + "M";
+  if (bytes >= KiB && bytes % KiB == 0) return std::to_string(bytes / KiB) + "K";
+  return std::to_string(bytes);
+}
+
+const char* TuneAlgoName(TuneAlgo algo) {
+  return algo == TuneAlgo::kOneshotLL ? "oneshot_ll" : "twoshot";
+}
+
+const char* TuneStepName(TuneStepKind kind) {
+  switch (kind) {
+    case TuneStepKind::kTwoshotGeometry: return "twoshot_geometry";
+    case TuneStepKind::kTwoshotMinSlot: return "twoshot_min_slot";
+    case TuneStepKind::kLLGeometry: return "ll_geometry";
+  }
+  return "?";
+}
+
+bool HigherIsBetter(TuneStepKind kind) { return kind == TuneStepKind::kTwoshotGeometry; }
+
+std::string CandidateParams(TuneStepKind kind, const TuningLine& line) {
+  switch (kind) {
+    case TuneStepKind::kTwoshotGeometry:
+      return Format("threads=%d ctas=%d max_slot=%s", line.twoshot_threads, line.twoshot_ctas,
+                    SizeLabel(line.twoshot_max_slot).c_str());
+    case TuneStepKind::kTwoshotMinSlot:
+      return "min_slot=" + SizeLabel(line.twoshot_min_slot);
+    case TuneStepKind::kLLGeometry:
+      return Format("threads=%d ctas=%d", line.ll_threads, line.ll_ctas);
+  }
+  return "";
+}
+
+TuneStep TwoshotGeometryStep(const TuningLine& base, int64_t staging_bytes, size_t max_bytes) {
+  TuneStep step;
+  step.kind = TuneStepKind::kTwoshotGeometry;
+  step.algo = TuneAlgo::kTwoshot;
+  step.sizes = SizesUpTo(kGeometrySizes, max_bytes);
+  for (int threads : kThreadCandidates) {
+    for (int ctas : kTwoshotCtaCandidates) {
+      for (int64_t slot : kMaxSlotCandidates) {
+        if (ctas * slot > staging_bytes) continue;
+        TuneCandidate candidate;
+        candidate.line = base;
+        candidate.line.twoshot_threads = threads;
+        candidate.line.twoshot_ctas = ctas;
+        candidate.line.twoshot_max_slot = slot;
+        // The file format requires min slot <= max slot.
+        if (candidate.line.twoshot_min_slot > slot) candidate.line.twoshot_min_slot = slot;
+        step.candidates.push_back(candidate);
+      }
+    }
+  }
+  return step;
+}
+
+TuneStep TwoshotMinSlotStep(const TuningLine& base, size_t max_bytes) {
+  TuneStep step;
+  step.kind = TuneStepKind::kTwoshotMinSlot;
+  step.algo = TuneAlgo::kTwoshot;
+  step.sizes = SizesUpTo(kMinSlotSizes, max_bytes);
+  for (int64_t slot : kMinSlotCandidates) {
+    if (slot > base.twoshot_max_slot) continue;
+    TuneCandidate candidate;
+    candidate.line = base;
+    candidate.line.twoshot_min_slot = slot;
+    step.candidates.push_back(candidate);
+  }
+  return step;
+}
+
+TuneStep LLGeometryStep(const TuningLine& base, size_t max_bytes) {
+  TuneStep step;
+  step.kind = TuneStepKind::kLLGeometry;
+  step.algo = TuneAlgo::kOneshotLL;
+  step.sizes = SizesUpTo(kLLSizes, max_bytes);
+  for (int threads : kThreadCandidates) {
+    for (int ctas : kLLCtaCandidates) {
+      TuneCandidate candidate;
+      candidate.line = base;
+      candidate.line.ll_threads = threads;
+      candidate.line.ll_ctas = ctas;
+      step.candidates.push_back(candidate);
+    }
+  }
+  return step;
+}
+
+void ChooseBest(TuneStep* step) {
+  const bool higher = HigherIsBetter(step->kind);
+  step->chosen = -1;
+  step->runner_up = -1;
+  for (size_t i = 0; i < step->candidates.size(); ++i) {
+    TuneCandidate& candidate = step->candidates[i];
+    candidate.score = 0;
+    for (const TuneMeasurement& m : candidate.measurements)
+      candidate.score += higher ? m.busbw_gbs : m.time_us;
+  }
+  auto better = [&](int a, int b) {  // strictly better: ties keep the earlier candidate
+    if (b < 0) return true;
+    double sa = step->candidates[a].score;
+    double sb = step->candidates[b].score;
+    return higher ? sa > sb : sa < sb;
+  };
+  for (size_t i = 0; i < step->candidates.size(); ++i) {
+    const int index = static_cast<int>(i);
+    if (step->candidates[i].rejected || step->candidates[i].measurements.empty()) continue;
+    if (better(index, step->chosen)) {
+      step->runner_up = step->chosen;
+      step->chosen = index;
+    } else if (better(index, step->runner_up)) {
+      step->runner_up = index;
+    }
+  }
+}
+
+std::vector<size_t> CrossoverSizes(int64_t ll_capacity, size_t max_bytes) {
+  std::vector<size_t> sizes;
+  for (size_t bytes = 4 * KiB; static_cast<int64_t>(bytes) <= ll_capacity && bytes <= max_bytes;
+       bytes *= 2)
+    sizes.push_back(bytes);
+  return sizes;
+}
+
+std::vector<size_t> ComparisonSizes(size_t max_bytes) {
+  return SizesUpTo(kComparisonSizes, max_bytes);
+}
+
+void ChooseLLMax(Crossover* crossover, int64_t ll_capacity) {
+  const std::vector<size_t>& sizes = crossover->sizes;
+  const size_t n = sizes.size();
+  std::vector<bool> ll_wins(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    const TuneMeasurement& ll = crossover->ll[i];
+    const TuneMeasurement& two = crossover->twoshot[i];
+    ll_wins[i] = ll.wrong == 0 && (two.wrong > 0 || ll.time_us < two.time_us);
+  }
+  auto times_at = [&](size_t i) {
+    return Format("LL %.1f us vs two-shot %.1f us at %s", crossover->ll[i].time_us,
+                  crossover->twoshot[i].time_us, SizeLabel(sizes[i]).c_str());
+  };
+
+  size_t first = 0;
+  while (first < n && !ll_wins[first]) ++first;
+  if (first == n) {
+    crossover->ll_max = 0;
+    crossover->reason =
+        n == 0 ? "ll_max: 0, no size fits the LL buffer"
+               : "ll_max: 0, two-shot faster at every size tested (" + JoinSizes(sizes, ", ") +
+                     "; " + times_at(0) + ")";
+    return;
+  }
+  size_t last = first;
+  while (last + 1 < n && ll_wins[last + 1]) ++last;
+  crossover->ll_max = static_cast<int64_t>(sizes[last]);
+
+  std::string reason = "ll_max: LL faster up to " + SizeLabel(sizes[last]) + " (" + times_at(last);
+  if (last + 1 < n) {
+    const TuneMeasurement& ll = crossover->ll[last + 1];
+    reason += "; " + std::string(ll.wrong > 0 ? "LL wrong" : "two-shot faster") + " at " +
+              SizeLabel(sizes[last + 1]);
+  } else if (static_cast<int64_t>(sizes[last]) * 2 > ll_capacity) {
+    reason += "; " + SizeLabel(sizes[last]) + " is the LL capacity (YALI_LL_BUFFER_BYTES)";
+  } else {
+    reason += "; the largest size tested";
+  }
+  reason += ")";
+  if (first > 0) {
+    reason += "; two-shot faster at " + SizeLabel(sizes[0]) +
+              (first > 1 ? ".." + SizeLabel(sizes[first - 1]) : std::string()) +
+              ", kept on LL (one threshold)";
+  }
+  for (size_t i = last + 1; i < n; ++i) {
+    if (ll_wins[i]) {
+      reason += "; LL faster again at " + SizeLabel(sizes[i]) +
+                ", not used (LL must win at every size from its first win on)";
+      break;
+    }
+  }
+  crossover->reason = reason;
+}
+
+std::string TuningFileText(const TuneHeader& header, const std::vector<TuneStep>& steps,
+                           const Crossover& crossover, const TuningLine& chosen) {
+  std::string text = "# yali-perf --tune\n";
+  text += "# date " + OneLine(header.date) + ", host " + OneLine(header.hostname) + "\n";
+  text += Format("# GPU %s (compute capability major %d), nranks %d (%s), dtype %s\n",
+                 OneLine(header.gpu_name).c_str(), header.sm_major, header.nranks,
+                 header.multi_process ? "one process per GPU" : "one process driving every GPU",
+                 header.dtype.c_str());
+  text += "# command: " + OneLine(header.command) + "\n";
+  text += Format("# timing: CUDA events around -n %d back-to-back out-of-place AllReduce (sum) "
+                 "calls after -w %d, the slowest rank's time; each candidate's result checked\n",
+                 header.iters, header.warmup);
+  text += Format("# YALI version %d, YALI_LL_BUFFER_BYTES=%lld, YALI_STAGING_BYTES=%lld; "
+                 "YALI_ONESHOT_LL_MAX_BYTES and YALI_MAX_CTAS, when set, override this table\n",
+                 header.yali_version, static_cast<long long>(header.ll_capacity),
+                 static_cast<long long>(header.staging_bytes));
+  int rejected = 0;
+  for (const TuneStep& step : steps) {
+    for (const TuneCandidate& candidate : step.candidates) rejected += candidate.rejected;
+    if (step.chosen < 0) continue;
+    const TuneCandidate& best = step.candidates[step.chosen];
+    const bool higher = HigherIsBetter(step.kind);
+    std::string line = "# " + StepKeys(step.kind, best.line) + ": " +
+                       (higher ? "highest busBW" : "lowest time") +
+                       Format(" of %zu candidates at ", step.candidates.size()) + JoinSizes(step.sizes, " + ") +
+                       ": " + ScoreText(step.kind, best);
+    if (step.runner_up >= 0) {
+      const TuneCandidate& second = step.candidates[step.runner_up];
+      line += " (runner-up " + CandidateParams(step.kind, second.line) + ": " +
+              ScoreText(step.kind, second) + ")";
+    }
+    text += line + "\n";
+  }
+  text += "# " + crossover.reason + "\n";
+  if (!crossover.sizes.empty()) {
+    text += Format("#   %8s %10s %14s  %s\n", "size", "LL (us)", "two-shot (us)", "faster");
+    for (size_t i = 0; i < crossover.sizes.size(); ++i) {
+      const TuneMeasurement& ll = crossover.ll[i];
+      const TuneMeasurement& two = crossover.twoshot[i];
+      const char* faster = ll.wrong > 0    ? "two-shot (LL wrong)"
+                           : two.wrong > 0 ? "LL (two-shot wrong)"
+                           : ll.time_us < two.time_us ? "LL"
+                                                      : "two-shot";
+      text += Format("#   %8s %10.2f %14.2f  %s\n", SizeLabel(crossover.sizes[i]).c_str(),
+                     ll.time_us, two.time_us, faster);
+    }
+  }
+  if (rejected > 0)
+    text += Format("# WARNING: %d candidate(s) gave wrong results and were rejected\n", rejected);
+  return text + FormatTuningLine(chosen) + "\n";
+}
+
+void WriteTuneJson(JsonWriter& json, const TuneHeader& header, const std::vector<TuneStep>& steps,
+                   const Crossover& crossover, const TuneComparison& comparison,
+                   const TuningLine& chosen, const std::string& file_path) {
+  json.Key("tune");
+  json.BeginObject();
+  json.Key("file"); json.String(file_path);
+  json.Key("sm_major"); json.Int(header.sm_major);
+  json.Key("nranks"); json.Int(header.nranks);
+  json.Key("dtype"); json.String(header.dtype);
+  json.Key("ll_capacity_bytes"); json.Int(header.ll_capacity);
+  json.Key("staging_bytes"); json.Int(header.staging_bytes);
+  json.Key("steps");
+  json.BeginArray();
+  for (const TuneStep& step : steps) {
+    json.BeginObject();
+    json.Key("name"); json.String(TuneStepName(step.kind));
+    json.Key("algo"); json.String(TuneAlgoName(step.algo));
+    json.Key("score"); json.String(HigherIsBetter(step.kind) ? "sum_busbw_gbs" : "sum_time_us");
+    json.Key("higher_is_better"); json.Bool(HigherIsBetter(step.kind));
+    json.Key("sizes"); WriteSizes(json, step.sizes);
+    json.Key("chosen");
+    if (step.chosen >= 0) json.Int(step.chosen); else json.Null();
+    json.Key("candidates");
+    json.BeginArray();
+    for (const TuneCandidate& candidate : step.candidates) {
+      json.BeginObject();
+      json.Key("params"); json.String(CandidateParams(step.kind, candidate.line));
+      json.Key("entry"); WriteEntry(json, candidate.line);
+      json.Key("rejected"); json.Bool(candidate.rejected);
+      json.Key("score"); json.Double(candidate.score);
+      json.Key("measurements"); WriteMeasurements(json, candidate.measurements);
+      json.EndObject();
+    }
+    json.EndArray();
+    json.EndObject();
+  }
+  json.EndArray();
+  json.Key("crossover");
+  json.BeginObject();
+  json.Key("sizes"); WriteSizes(json, crossover.sizes);
+  json.Key("oneshot_ll"); WriteMeasurements(json, crossover.ll);
+  json.Key("twoshot"); WriteMeasurements(json, crossover.twoshot);
+  json.Key("ll_max"); json.Int(crossover.ll_max);
+  json.Key("reason"); json.String(crossover.reason);
+  json.EndObject();
+  json.Key("comparison");
+  json.BeginObject();
+  json.Key("sizes"); WriteSizes(json, comparison.sizes);
+  json.Key("builtin"); WriteMeasurements(json, comparison.builtin);
+  json.Key("tuned"); WriteMeasurements(json, comparison.tuned);
+  json.EndObject();
+  json.Key("chosen"); WriteEntry(json, chosen);
+  json.Key("line"); json.String(FormatTuningLine(chosen));
+  json.EndObject();
+}
+
+}  // namespace yali_perf

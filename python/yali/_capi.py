@@ -1,0 +1,565 @@
+"""ctypes binding of the YALI C API (include/yali/yali.h).
+
+Nothing here is compiled against Python or PyTorch: the library is opened with ctypes the first time
+a function is called, so ``import yali`` works on a machine with no GPU, no CUDA and no libyali.
+
+Where the library is looked for, in order:
+  1. ``$YALI_LIBRARY``: a path to libyali.so (when set, it must exist; nothing else is tried);
+  2. the package's own ``yali/lib/libyali.so*`` (what ``pip install .`` ships);
+  3. ``<repo>/build/src/libyali.so`` when running from the source tree (``make build``).
+
+This module mirrors the header: the enums (same names without the ``yali`` prefix, same values), the
+two structs, one checked wrapper per function, and the error classes. ``yali/__init__.py`` builds the
+Pythonic layer (UniqueId, Comm) on top of it.
+"""
+
+import ctypes
+import enum
+import glob
+import os
+import threading
+import warnings
+from pathlib import Path
+
+# ---- Constants and enums (values copied from yali.h; tests/python/test_capi_host.py checks them) ----
+
+UNIQUE_ID_BYTES = 128
+# The C library this package was written for; yaliGetVersion() reports major*10000+minor*100+patch.
+VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 0, 1, 0
+VERSION_CODE = VERSION_MAJOR * 10000 + VERSION_MINOR * 100 + VERSION_PATCH
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+_SIZE_MAX = 2**64 - 1
+
+
+class Result(enum.IntEnum):
+    """yaliResult_t."""
+
+    Success = 0
+    UnhandledCudaError = 1
+    SystemError = 2
+    InternalError = 3
+    InvalidArgument = 4
+    InvalidUsage = 5
+    RemoteError = 6
+    InProgress = 7
+    Timeout = 8
+    NumResults = 9
+
+
+class DataType(enum.IntEnum):
+    """yaliDataType_t. Half and Float are aliases, as in the header."""
+
+    Float16 = 6
+    Half = 6
+    Float32 = 7
+    Float = 7
+    Bfloat16 = 9
+
+
+class RedOp(enum.IntEnum):
+    """yaliRedOp_t."""
+
+    Sum = 0
+    Prod = 1
+    Max = 2
+    Min = 3
+    Avg = 4
+    NumOps = 5
+
+
+# ---- Structs -------------------------------------------------------------------------------------
+
+
+class yaliUniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * UNIQUE_ID_BYTES)]
+
+
+class yaliAlgoInfo_t(ctypes.Structure):
+    _fields_ = [
+        ("algorithm", ctypes.c_char * 32),
+        ("ctas", ctypes.c_int),
+        ("threads", ctypes.c_int),
+        ("chunkBytes", ctypes.c_size_t),
+    ]
+
+
+# ---- Errors --------------------------------------------------------------------------------------
+
+
+class YaliLibraryError(OSError):
+    """libyali.so could not be found or opened. The message lists every place that was tried."""
+
+
+class YaliError(RuntimeError):
+    """A YALI call failed.
+
+    Attributes: ``code`` (a Result), ``call`` (the C function, e.g. "yaliCommInitRank"),
+    ``error_string`` (yaliGetErrorString(code)) and ``detail`` (yaliGetLastError: the argument and
+    the cause, as the library recorded them).
+    """
+
+    def __init__(self, code, call, error_string="", detail=""):
+        try:
+            code = Result(code)
+        except ValueError:
+            code = int(code)
+        self.code = code
+        self.call = call
+        self.error_string = error_string
+        self.detail = detail
+        name = f"yali{code.name}" if isinstance(code, Result) else f"result {int(code)}"
+        # The library's detail already starts with the call's name ("yaliCommInitRank: nranks=0
+        # ..."); do not repeat it.
+        if detail.startswith(call):
+            head = detail
+        else:
+            head = f"{call}: {detail}" if detail else call
+        super().__init__(f"{head} [{name}: {error_string or 'error'}]")
+
+    def __reduce__(self):
+        return (_make_error, (int(self.code), self.call, self.error_string, self.detail))
+
+
+class YaliUnhandledCudaError(YaliError):
+    """yaliUnhandledCudaError: a CUDA call failed."""
+
+
+class YaliSystemError(YaliError):
+    """yaliSystemError: an operating-system call failed (sockets, memory)."""
+
+
+class YaliInternalError(YaliError):
+    """yaliInternalError: a bug in YALI."""
+
+
+class YaliInvalidArgument(YaliError, ValueError):
+    """yaliInvalidArgument: a bad value was passed. Also a ValueError."""
+
+
+class YaliInvalidUsage(YaliError):
+    """yaliInvalidUsage: a call that is not allowed now (destroyed or aborted comm, ...)."""
+
+
+class YaliRemoteError(YaliError):
+    """yaliRemoteError: a peer failed or left."""
+
+
+class YaliInProgress(YaliError):
+    """yaliInProgress: reserved."""
+
+
+class YaliTimeout(YaliError):
+    """yaliTimeout: a device-side wait for a peer ran past YALI_TIMEOUT_MS."""
+
+
+_ERROR_CLASSES = {
+    Result.UnhandledCudaError: YaliUnhandledCudaError,
+    Result.SystemError: YaliSystemError,
+    Result.InternalError: YaliInternalError,
+    Result.InvalidArgument: YaliInvalidArgument,
+    Result.InvalidUsage: YaliInvalidUsage,
+    Result.RemoteError: YaliRemoteError,
+    Result.InProgress: YaliInProgress,
+    Result.Timeout: YaliTimeout,
+}
+
+
+def _make_error(code, call, error_string="", detail=""):
+    """The YaliError subclass for ``code``."""
+    cls = _ERROR_CLASSES.get(code, YaliError)
+    return cls(code, call, error_string, detail)
+
+
+def python_error(code, call, detail):
+    """An error found on the Python side before the C call, worded like the library's own."""
+    return _make_error(code, call, _error_string_or_blank(code), detail)
+
+
+def _error_string_or_blank(code):
+    try:
+        return get_error_string(code)
+    except YaliLibraryError:
+        return ""
+
+
+# ---- Locating and opening the library ------------------------------------------------------------
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_REPO_DIR = _PACKAGE_DIR.parent.parent  # python/yali/_capi.py -> <repo>
+
+
+def _candidates():
+    """[(description, path or None)] in search order; path None: nothing there."""
+    env = os.environ.get("YALI_LIBRARY")
+    if env:
+        return [("$YALI_LIBRARY", env)], True
+    found = []
+    libs = sorted(glob.glob(str(_PACKAGE_DIR / "lib" / "libyali.so*")), key=lambda p: (len(p), p))
+    found.append((f"{_PACKAGE_DIR / 'lib' / 'libyali.so*'}", libs[0] if libs else None))
+    if (_REPO_DIR / "include" / "yali" / "yali.h").is_file():
+        found.append(("source tree build", str(_REPO_DIR / "build" / "src" / "libyali.so")))
+    return found, False
+
+
+def find_library():
+    """The path of the libyali.so that would be loaded, or raise YaliLibraryError."""
+    cands, from_env = _candidates()
+    tried = []
+    for desc, path in cands:
+        if path and os.path.isfile(path):
+            return os.path.abspath(path)
+        if from_env:
+            tried.append(f"YALI_LIBRARY={path} (no such file)")
+        elif path is None:
+            tried.append(f"{desc} (no match)")
+        else:
+            tried.append(f"{path} (no such file)")
+    if not from_env:
+        tried.insert(0, "YALI_LIBRARY (not set)")
+    raise YaliLibraryError(
+        "libyali.so not found. Looked in: " + "; ".join(tried) + ". Build it with `make build` "
+        "(then it is found in build/src) or `pip install .`, or set YALI_LIBRARY=/path/to/libyali.so."
+    )
+
+
+def _preload_cudart():
+    """Best effort: load a libcudart that libyali can bind to (torch's pip copy, $CUDA_HOME, ...).
+
+    libyali's RPATH is $ORIGIN only; its libcudart.so.N usually comes from the system loader path.
+    When it is not there, a copy already shipped with the nvidia-cuda-runtime wheel or the toolkit
+    is loaded globally so that the dynamic loader reuses it (it matches by SONAME).
+    """
+    dirs = []
+    try:
+        import importlib.util
+
+        for mod in ("nvidia.cuda_runtime", "nvidia.cu13", "nvidia"):
+            spec = importlib.util.find_spec(mod)
+            if spec and spec.submodule_search_locations:
+                for loc in spec.submodule_search_locations:
+                    dirs += [os.path.join(loc, "lib"), os.path.join(loc, "cuda_runtime", "lib")]
+                    dirs += glob.glob(os.path.join(loc, "cu*", "lib"))
+    except Exception:  # noqa: BLE001 (a broken nvidia package must not stop the search)
+        pass
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            dirs.append(os.path.join(os.environ[var], "lib64"))
+    dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
+    for d in dirs:
+        for path in sorted(glob.glob(os.path.join(d, "libcudart.so.*")), reverse=True):
+            try:
+                ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+                return path
+            except OSError:
+                continue
+    return None
+
+
+# name -> (restype, argtypes). One line per function of the header.
+_c_int_p = ctypes.POINTER(ctypes.c_int)
+_PROTOTYPES = {
+    "yaliGetErrorString": (ctypes.c_char_p, [ctypes.c_int]),
+    "yaliGetLastError": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "yaliGetVersion": (ctypes.c_int, [_c_int_p]),
+    "yaliGetUniqueId": (ctypes.c_int, [ctypes.POINTER(yaliUniqueId)]),
+    "yaliCommInitRank": (
+        ctypes.c_int,
+        [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, yaliUniqueId, ctypes.c_int],
+    ),
+    "yaliCommInitAll": (ctypes.c_int, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, _c_int_p]),
+    "yaliCommDestroy": (ctypes.c_int, [ctypes.c_void_p]),
+    "yaliCommAbort": (ctypes.c_int, [ctypes.c_void_p]),
+    "yaliCommGetAsyncError": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "yaliCommCount": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "yaliCommCuDevice": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "yaliCommUserRank": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "yaliGroupStart": (ctypes.c_int, []),
+    "yaliGroupEnd": (ctypes.c_int, []),
+    "yaliAllReduce": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff
+            ctypes.c_void_p,  # recvbuff
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # op
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliAllReduceAlgoInfo": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(yaliAlgoInfo_t)],
+    ),
+}
+
+
+class _Library:
+    """The opened libyali and its typed functions (attributes named as in the header)."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.cdll = ctypes.CDLL(path)
+        except OSError as first:
+            cudart = _preload_cudart()
+            try:
+                self.cdll = ctypes.CDLL(path)
+            except OSError as second:
+                raise YaliLibraryError(
+                    f"cannot open {path}: {second}"
+                    + ("" if cudart else " (no libcudart.so found to preload either)")
+                ) from first
+        missing = []
+        for name, (restype, argtypes) in _PROTOTYPES.items():
+            try:
+                fn = getattr(self.cdll, name)
+            except AttributeError:
+                missing.append(name)
+                continue
+            fn.restype = restype
+            fn.argtypes = argtypes
+            setattr(self, name, fn)
+        if missing:
+            raise YaliLibraryError(
+                f"{path} lacks {', '.join(missing)}: it is older or newer than this Python package "
+                f"(written for libyali {VERSION_MAJOR}.{VERSION_MINOR}.{VERSION_PATCH})"
+            )
+        v = ctypes.c_int(0)
+        self.yaliGetVersion(ctypes.byref(v))
+        self.version = v.value
+        if self.version // 10000 != VERSION_MAJOR or (self.version // 100) % 100 != VERSION_MINOR:
+            warnings.warn(
+                f"{path} is libyali version code {self.version}; this Python package expects "
+                f"{VERSION_CODE}",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def lib():
+    """The loaded library (opened on first use). Raises YaliLibraryError with the places tried."""
+    global _lib
+    if _lib is None:
+        with _lib_lock:
+            if _lib is None:
+                _lib = _Library(find_library())
+    return _lib
+
+
+def library_path():
+    """The path of the loaded library, or of the one that would be loaded, or None."""
+    if _lib is not None:
+        return _lib.path
+    try:
+        return find_library()
+    except YaliLibraryError:
+        return None
+
+
+# ---- Checked wrappers ----------------------------------------------------------------------------
+
+
+def _text(raw):
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def get_error_string(code):
+    """yaliGetErrorString(code): the fixed description of a result code."""
+    return _text(lib().yaliGetErrorString(int(code)))
+
+
+def get_last_error(comm_handle=None):
+    """yaliGetLastError(comm): the detail of the last failure (the thread's when comm is None)."""
+    return _text(lib().yaliGetLastError(comm_handle))
+
+
+def check(code, call, comm_handle=None):
+    """Raise the YaliError subclass for ``code`` unless it is yaliSuccess.
+
+    The detail is the comm's last error when a comm is involved (falling back to the thread's when
+    the comm has none), else the thread's.
+    """
+    if code == 0:
+        return
+    detail = get_last_error(comm_handle) if comm_handle else ""
+    if not detail:
+        detail = get_last_error(None)
+    raise _make_error(code, call, get_error_string(code), detail)
+
+
+def as_c_int(value, call, name):
+    """``value`` as a C int, or YaliInvalidArgument naming ``call`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise python_error(
+                Result.InvalidArgument, call, f"{name} must be an int, got {type(value).__name__}"
+            ) from None
+    if not _INT_MIN <= value <= _INT_MAX:
+        raise python_error(Result.InvalidArgument, call, f"{name}={value} does not fit a C int")
+    return int(value)
+
+
+def as_size_t(value, call, name):
+    """``value`` as a size_t (an int >= 0), or YaliInvalidArgument."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        try:
+            value = value.__index__()
+        except (AttributeError, TypeError):
+            raise python_error(
+                Result.InvalidArgument, call, f"{name} must be an int, got {type(value).__name__}"
+            ) from None
+    if not 0 <= value <= _SIZE_MAX:
+        raise python_error(Result.InvalidArgument, call, f"{name}={value} must be >= 0")
+    return int(value)
+
+
+def get_version():
+    """yaliGetVersion(): the YALI_VERSION_CODE of the loaded library."""
+    v = ctypes.c_int(0)
+    check(lib().yaliGetVersion(ctypes.byref(v)), "yaliGetVersion")
+    return v.value
+
+
+def get_unique_id():
+    """yaliGetUniqueId(): 128 bytes."""
+    uid = yaliUniqueId()
+    check(lib().yaliGetUniqueId(ctypes.byref(uid)), "yaliGetUniqueId")
+    return ctypes.string_at(ctypes.addressof(uid), UNIQUE_ID_BYTES)
+
+
+def comm_init_rank(nranks, uid_bytes, rank):
+    """yaliCommInitRank on the current CUDA device; returns the handle (an int)."""
+    call = "yaliCommInitRank"
+    nranks = as_c_int(nranks, call, "nranks")
+    rank = as_c_int(rank, call, "rank")
+    uid = yaliUniqueId()
+    ctypes.memmove(ctypes.addressof(uid), bytes(uid_bytes), UNIQUE_ID_BYTES)
+    handle = ctypes.c_void_p(None)
+    check(lib().yaliCommInitRank(ctypes.byref(handle), nranks, uid, rank), call)
+    return handle.value
+
+
+def comm_init_all(devices):
+    """yaliCommInitAll; ``devices`` a list of ints, or an int (devices 0..n-1, devlist NULL)."""
+    call = "yaliCommInitAll"
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        ndev, devlist = as_c_int(devices, call, "ndev"), None
+    else:
+        devs = [as_c_int(d, call, "devlist[%d]" % i) for i, d in enumerate(devices)]
+        ndev = len(devs)
+        devlist = (ctypes.c_int * max(ndev, 1))(*devs)
+    handles = (ctypes.c_void_p * max(ndev, 1))()
+    check(lib().yaliCommInitAll(handles, ndev, devlist), call)
+    return [handles[i] for i in range(ndev)]
+
+
+def comm_destroy(handle):
+    # The comm may be gone after a failure: read the thread's error, not the comm's.
+    check(lib().yaliCommDestroy(handle), "yaliCommDestroy")
+
+
+def comm_abort(handle):
+    check(lib().yaliCommAbort(handle), "yaliCommAbort")
+
+
+def comm_get_async_error(handle):
+    err = ctypes.c_int(0)
+    check(lib().yaliCommGetAsyncError(handle, ctypes.byref(err)), "yaliCommGetAsyncError", handle)
+    try:
+        return Result(err.value)
+    except ValueError:
+        return err.value
+
+
+def _comm_int_query(fn_name, handle):
+    out = ctypes.c_int(-1)
+    check(getattr(lib(), fn_name)(handle, ctypes.byref(out)), fn_name, handle)
+    return out.value
+
+
+def comm_count(handle):
+    return _comm_int_query("yaliCommCount", handle)
+
+
+def comm_cu_device(handle):
+    return _comm_int_query("yaliCommCuDevice", handle)
+
+
+def comm_user_rank(handle):
+    return _comm_int_query("yaliCommUserRank", handle)
+
+
+def group_start():
+    check(lib().yaliGroupStart(), "yaliGroupStart")
+
+
+def group_end():
+    check(lib().yaliGroupEnd(), "yaliGroupEnd")
+
+
+def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
+    """yaliAllReduce with plain ints (pointers, count, enum values, handle, stream)."""
+    call = "yaliAllReduce"
+    code = lib().yaliAllReduce(
+        send_ptr,
+        recv_ptr,
+        as_size_t(count, call, "count"),
+        as_c_int(datatype, call, "datatype"),
+        as_c_int(op, call, "op"),
+        handle,
+        stream,
+    )
+    if code:
+        check(code, call, handle)
+
+
+def all_reduce_algo_info(handle, count, datatype, op):
+    """yaliAllReduceAlgoInfo -> (algorithm, ctas, threads, chunk_bytes)."""
+    call = "yaliAllReduceAlgoInfo"
+    info = yaliAlgoInfo_t()
+    check(
+        lib().yaliAllReduceAlgoInfo(
+            handle,
+            as_size_t(count, call, "count"),
+            as_c_int(datatype, call, "datatype"),
+            as_c_int(op, call, "op"),
+            ctypes.byref(info),
+        ),
+        call,
+        handle,
+    )
+    return (_text(info.algorithm), info.ctas, info.threads, info.chunkBytes)
+
+
+# ---- CUDA runtime helpers (through libyali's own libcudart: no torch needed) ---------------------
+
+
+def _cuda_check(rc, call):
+    if rc != 0:
+        fn = lib().cdll.cudaGetErrorString
+        fn.restype, fn.argtypes = ctypes.c_char_p, [ctypes.c_int]
+        raise python_error(Result.UnhandledCudaError, call, f"CUDA error {rc}: {_text(fn(rc))}")
+
+
+def cuda_get_device():
+    dev = ctypes.c_int(-1)
+    _cuda_check(lib().cdll.cudaGetDevice(ctypes.byref(dev)), "cudaGetDevice")
+    return dev.value
+
+
+def cuda_set_device(device):
+    _cuda_check(lib().cdll.cudaSetDevice(ctypes.c_int(device)), f"cudaSetDevice({device})")
+
+
+def cuda_device_count():
+    n = ctypes.c_int(0)
+    _cuda_check(lib().cdll.cudaGetDeviceCount(ctypes.byref(n)), "cudaGetDeviceCount")
+    return n.value

@@ -1,0 +1,494 @@
+"""PyTorch integration: YALI collectives on torch tensors.
+
+``Communicator(group=None)``
+    One process per GPU. Built from a torch.distributed process group (default WORLD): rank 0 of the
+    group creates the unique id and the group carries it to the others. Lives on the rank's current
+    CUDA device. ``all_reduce(tensor, op="sum", out=None)``.
+
+``SingleProcessCommunicator(devices=None)``
+    One process driving several GPUs (yaliCommInitAll). ``all_reduce(tensors, op="sum", outs=None)``.
+
+Every collective is a custom operator (``torch.ops.yali.*``) with a fake implementation, so that
+``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
+current stream, never synchronizes and allocates only in the functional form, so it can be captured
+in a CUDA graph. For a collective ``X`` there are three operators:
+
+    yali::X_(Tensor(a!) tensor, int comm, int op) -> ()               in place
+    yali::X_out(Tensor tensor, Tensor(a!) out, int comm, int op) -> ()  into ``out``
+    yali::X(Tensor tensor, int comm, int op) -> Tensor                functional (a new tensor)
+
+``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a yali.RedOp value.
+
+This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
+"""
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _e:  # pragma: no cover - exercised by tests/python/test_capi_host.py
+    raise ImportError(
+        "yali.torch needs PyTorch (torch >= 2.4), which could not be imported: "
+        f"{_e}. Install it (e.g. pip install 'yali[torch]'), or use the torch-free API in `yali`."
+    ) from _e
+
+if not (hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+        and hasattr(torch.library, "register_fake")):
+    raise ImportError(
+        f"yali.torch needs torch >= 2.4 (torch.library.custom_op); found torch {torch.__version__}"
+    )
+
+import yali
+from yali import _capi
+from yali._capi import DataType, RedOp
+
+__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS"]
+
+# torch dtype -> yaliDataType_t value.
+DTYPES = {
+    torch.float32: int(DataType.Float32),
+    torch.float16: int(DataType.Float16),
+    torch.bfloat16: int(DataType.Bfloat16),
+}
+_DTYPE_TUPLE = tuple(DTYPES)
+
+# op name -> yaliRedOp_t value.
+OPS = {"sum": int(RedOp.Sum), "prod": int(RedOp.Prod), "max": int(RedOp.Max),
+       "min": int(RedOp.Min), "avg": int(RedOp.Avg)}
+_OP_ALIASES = {"product": int(RedOp.Prod), "mean": int(RedOp.Avg)}
+_TORCH_OPS = (("SUM", RedOp.Sum), ("PRODUCT", RedOp.Prod), ("MAX", RedOp.Max),
+              ("MIN", RedOp.Min), ("AVG", RedOp.Avg))
+
+_is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+if _is_compiling is None:  # pragma: no cover (torch 2.4 has it; kept for safety)
+    _is_compiling = torch._dynamo.is_compiling
+
+
+def _op_code(op, method):
+    """yaliRedOp_t value of ``op``: "sum"/"prod"/"max"/"min"/"avg", a yali.RedOp, or
+    torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG."""
+    if isinstance(op, str):
+        code = OPS.get(op.lower(), _OP_ALIASES.get(op.lower()))
+    elif type(op) is int or isinstance(op, RedOp):  # not int subclasses such as torch's enums
+        code = int(op) if 0 <= op < int(RedOp.NumOps) else None
+    else:
+        code = None
+        for name, value in _TORCH_OPS:
+            member = getattr(dist.ReduceOp, name, None)
+            if member is not None and op == member:
+                code = int(value)
+                break
+    if code is None:
+        raise ValueError(
+            f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg' "
+            "or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
+        )
+    return code
+
+
+def _device_index(device, method):
+    """A CUDA device ordinal from an int, "cuda:1" or a torch.device."""
+    if isinstance(device, int) and not isinstance(device, bool):
+        return device
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise ValueError(f"{method}: device must be a CUDA device, got {device!r}")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def _check_tensor(method, name, t, device_index):
+    """The checks every collective argument passes; errors name the method and the argument."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{method}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{method}: {name} must be a CUDA tensor, got one on {t.device}")
+    if device_index is not None and t.device.index != device_index:
+        raise ValueError(
+            f"{method}: {name} is on {t.device} but the communicator is on cuda:{device_index}"
+        )
+    if t.dtype not in _DTYPE_TUPLE:
+        raise TypeError(
+            f"{method}: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16"
+        )
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{method}: {name} must be contiguous (got shape {tuple(t.shape)}, strides "
+            f"{t.stride()}); pass t.contiguous()"
+        )
+
+
+def _check_out(method, tensor, out, out_name="out", tensor_name="tensor"):
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{method}: {out_name} must be a torch.Tensor, got {type(out).__name__}")
+    if out.shape != tensor.shape:
+        raise ValueError(
+            f"{method}: {out_name} has shape {tuple(out.shape)}, {tensor_name} has "
+            f"{tuple(tensor.shape)}; they must match"
+        )
+    if out.dtype != tensor.dtype:
+        raise TypeError(
+            f"{method}: {out_name} has dtype {out.dtype}, {tensor_name} has {tensor.dtype}; "
+            "they must match"
+        )
+    if out.device != tensor.device:
+        raise ValueError(
+            f"{method}: {out_name} is on {out.device}, {tensor_name} on {tensor.device}; "
+            "they must match"
+        )
+    if not out.is_contiguous():
+        raise ValueError(f"{method}: {out_name} must be contiguous")
+    if out.numel() and out.data_ptr() != tensor.data_ptr():
+        a, b = tensor.data_ptr(), out.data_ptr()
+        nbytes = tensor.numel() * tensor.element_size()
+        if a < b + nbytes and b < a + nbytes:
+            raise ValueError(
+                f"{method}: {out_name} partly overlaps {tensor_name}; use the same tensor "
+                "(in place) or disjoint memory"
+            )
+
+
+# ---- Live communicators, by handle (what the custom ops receive) --------------------------------
+
+# handle -> yali.Comm. Lets the operators turn an int back into a comm, refuse a closed one instead
+# of passing a dangling pointer to C, and lets fake implementations check the device.
+_LIVE = {}
+
+
+def _live_comm(opname, handle):
+    comm = _LIVE.get(handle)
+    if comm is None:
+        raise _capi.python_error(
+            yali.Result.InvalidUsage,
+            opname,
+            f"comm={handle:#x} is not a live YALI communicator (closed, or never created here)",
+        )
+    return comm
+
+
+def _dtype_code(opname, name, t):
+    code = DTYPES.get(t.dtype)
+    if code is None:
+        raise TypeError(f"{opname}: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
+    return code
+
+
+# ---- Custom operators ----------------------------------------------------------------------------
+
+
+def _same_shape(tensor, comm):
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
+def _launch_all_reduce(opname, handle, src, dst, op):
+    comm = _live_comm(opname, handle)
+    if src.device.type != "cuda" or src.device.index != comm.device:
+        raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
+    if not (src.is_contiguous() and dst.is_contiguous()):
+        raise ValueError(f"{opname}: tensors must be contiguous")
+    if dst is not src and (dst.numel() != src.numel() or dst.dtype != src.dtype
+                           or dst.device != src.device):
+        raise ValueError(f"{opname}: out ({tuple(dst.shape)} {dst.dtype} {dst.device}) does not "
+                         f"match tensor ({tuple(src.shape)} {src.dtype} {src.device})")
+    stream = torch.cuda.current_stream(src.device).cuda_stream
+    _capi.all_reduce(src.data_ptr(), dst.data_ptr(), src.numel(), _dtype_code(opname, "tensor", src),
+                     op, handle, stream)
+
+
+def _fake_check(opname, handle, t, name="tensor"):
+    comm = _LIVE.get(handle) if isinstance(handle, int) else None
+    _check_tensor(opname, name, t, comm.device if comm is not None else None)
+
+
+class _CollectiveOps:
+    """The three operators of one collective (see the module docstring)."""
+
+    def __init__(self, inplace, out, functional):
+        self.inplace = inplace
+        self.out = out
+        self.functional = functional
+
+
+def _define_collective(name, launch, out_like):
+    """Registers yali::<name>_, yali::<name>_out and yali::<name> over ``launch(opname, comm, src,
+    dst, op)``; ``out_like(tensor, comm)`` allocates the functional form's result (and is its fake).
+    Adding a collective: a C wrapper in _capi, a launch function, one call here, one method."""
+    qual = f"yali::{name}"
+
+    @torch.library.custom_op(qual + "_", mutates_args=("tensor",), device_types="cuda")
+    def inplace(tensor: torch.Tensor, comm: int, op: int) -> None:
+        launch(qual + "_", comm, tensor, tensor, op)
+
+    @inplace.register_fake
+    def _inplace_fake(tensor, comm, op):
+        _fake_check(qual + "_", comm, tensor)
+
+    @torch.library.custom_op(qual + "_out", mutates_args=("out",), device_types="cuda")
+    def out_variant(tensor: torch.Tensor, out: torch.Tensor, comm: int, op: int) -> None:
+        launch(qual + "_out", comm, tensor, out, op)
+
+    @out_variant.register_fake
+    def _out_fake(tensor, out, comm, op):
+        _fake_check(qual + "_out", comm, tensor)
+        _fake_check(qual + "_out", comm, out, "out")
+
+    @torch.library.custom_op(qual, mutates_args=(), device_types="cuda")
+    def functional(tensor: torch.Tensor, comm: int, op: int) -> torch.Tensor:
+        result = out_like(tensor, comm)
+        launch(qual, comm, tensor, result, op)
+        return result
+
+    @functional.register_fake
+    def _functional_fake(tensor, comm, op):
+        _fake_check(qual, comm, tensor)
+        return out_like(tensor, comm)
+
+    ns = torch.ops.yali
+    return _CollectiveOps(
+        getattr(ns, name + "_").default, getattr(ns, name + "_out").default, getattr(ns, name).default
+    )
+
+
+_all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_shape)
+
+
+# ---- Communicators -------------------------------------------------------------------------------
+
+
+class Communicator:
+    """A YALI communicator over the ranks of a torch.distributed process group, one GPU each.
+
+    ``group``: a ProcessGroup (default WORLD; any backend: the group only carries the unique id).
+    ``device``: this rank's GPU (default: torch.cuda.current_device()).
+    Creating it is collective over the group, and so is ``close()``.
+    """
+
+    def __init__(self, group=None, device=None):
+        method = "Communicator"
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                f"{method}: torch.distributed is not initialized; call "
+                "torch.distributed.init_process_group first (or use SingleProcessCommunicator)"
+            )
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{method}: CUDA is not available")
+        self.group = dist.group.WORLD if group is None else group
+        rank = dist.get_rank(self.group)
+        size = dist.get_world_size(self.group)
+        if rank < 0:
+            raise ValueError(f"{method}: this process is not a member of group {self.group}")
+        dev = torch.cuda.current_device() if device is None else _device_index(device, method)
+        self._comm = None
+        with torch.cuda.device(dev):
+            # Rank 0 sends the id, or its error so that the others fail instead of waiting.
+            payload = [None]
+            if rank == 0:
+                try:
+                    payload[0] = bytes(yali.get_unique_id())
+                except Exception as e:  # noqa: BLE001 (re-raised on every rank below)
+                    payload[0] = f"{type(e).__name__}: {e}"
+            src = 0 if self.group is dist.group.WORLD else dist.get_global_rank(self.group, 0)
+            dist.broadcast_object_list(payload, src=src, group=self.group)
+            if not isinstance(payload[0], bytes):
+                raise RuntimeError(f"{method}: rank 0 could not create the unique id: {payload[0]}")
+            comm = yali.Comm.init_rank(size, yali.UniqueId(payload[0]), rank)
+        if comm.device != dev or comm.rank != rank or comm.size != size:
+            comm.abort()
+            raise RuntimeError(
+                f"{method}: the comm reports rank {comm.rank}/{comm.size} on cuda:{comm.device}; "
+                f"expected {rank}/{size} on cuda:{dev}"
+            )
+        self._comm = comm
+        self._handle = comm.handle
+        self.rank = rank
+        self.world_size = size
+        self.device = torch.device("cuda", dev)
+        self._device_index = dev
+        _LIVE[self._handle] = comm
+
+    # -- properties
+
+    @property
+    def handle(self):
+        """The yaliComm_t as an int (what the torch.ops.yali operators take)."""
+        if self._comm is None:
+            raise _capi.python_error(
+                yali.Result.InvalidUsage, "Communicator", "this communicator is closed"
+            )
+        return self._handle
+
+    @property
+    def comm(self):
+        """The low-level yali.Comm."""
+        return self._comm
+
+    @property
+    def closed(self):
+        return self._comm is None
+
+    # -- collectives
+
+    def all_reduce(self, tensor, op="sum", out=None):
+        """All-reduce ``tensor`` across the group: in place (returns ``tensor``), or into ``out``
+        (returns ``out``). On torch's current stream; no host synchronization."""
+        method = "Communicator.all_reduce"
+        code = _op_code(op, method)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+            if out is not None and out is not tensor:
+                _check_out(method, tensor, out)
+        if out is None or out is tensor:
+            _all_reduce_ops.inplace(tensor, handle, code)
+            return tensor
+        _all_reduce_ops.out(tensor, out, handle, code)
+        return out
+
+    def all_reduce_functional(self, tensor, op="sum"):
+        """All-reduce into a new tensor (``tensor`` is unchanged)."""
+        method = "Communicator.all_reduce_functional"
+        code = _op_code(op, method)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        return _all_reduce_ops.functional(tensor, handle, code)
+
+    def algo_info(self, tensor, op="sum"):
+        """What yaliAllReduce would run for ``tensor`` (a yali.AlgoInfo). Launches nothing."""
+        return self._comm_or_raise().all_reduce_algo_info(
+            tensor.numel(), DTYPES[tensor.dtype], _op_code(op, "Communicator.algo_info"))
+
+    # -- life cycle
+
+    def check_async_error(self):
+        """Raise the YaliError a device-side operation hit (yaliTimeout, ...), if any."""
+        self._comm_or_raise().check_async_error()
+
+    def close(self):
+        """yaliCommDestroy (collective over the group). Idempotent."""
+        comm = self._release()
+        if comm is not None:
+            comm.destroy()
+
+    def abort(self):
+        """yaliCommAbort: frees without waiting for peers. Idempotent."""
+        comm = self._release()
+        if comm is not None:
+            comm.abort()
+
+    def _comm_or_raise(self):
+        self.handle  # noqa: B018 (raises when closed)
+        return self._comm
+
+    def _release(self):
+        comm, self._comm = self._comm, None
+        if comm is not None:
+            _LIVE.pop(self._handle, None)
+        return comm
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self._comm is None else "open"
+        return f"<yali.torch.Communicator rank {self.rank}/{self.world_size} {self.device} {state}>"
+
+
+class SingleProcessCommunicator:
+    """One process, several GPUs: rank i on ``devices[i]`` (default: every visible GPU)."""
+
+    def __init__(self, devices=None):
+        method = "SingleProcessCommunicator"
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"{method}: CUDA is not available")
+        if devices is None:
+            devices = range(torch.cuda.device_count())
+        self.devices = [_device_index(d, method) for d in devices]
+        self.comms = yali.Comm.init_all(self.devices)
+        for c in self.comms:
+            _LIVE[c.handle] = c
+
+    @property
+    def world_size(self):
+        return len(self.devices)
+
+    @property
+    def closed(self):
+        return not self.comms
+
+    def all_reduce(self, tensors, op="sum", outs=None):
+        """All-reduce ``tensors[i]`` (on ``devices[i]``) in place, or into ``outs[i]``; each on its
+        device's current stream. Returns the list of results."""
+        method = "SingleProcessCommunicator.all_reduce"
+        code = _op_code(op, method)
+        if not self.comms:
+            raise _capi.python_error(yali.Result.InvalidUsage, method, "this communicator is closed")
+        tensors = list(tensors)
+        n = len(self.devices)
+        if len(tensors) != n:
+            raise ValueError(f"{method}: tensors has {len(tensors)} tensors, expected {n} (one per GPU)")
+        for i, t in enumerate(tensors):
+            _check_tensor(method, f"tensors[{i}]", t, self.devices[i])
+            if i and (t.shape != tensors[0].shape or t.dtype != tensors[0].dtype):
+                raise ValueError(
+                    f"{method}: tensors[{i}] is {tuple(t.shape)} {t.dtype}, tensors[0] is "
+                    f"{tuple(tensors[0].shape)} {tensors[0].dtype}; they must match"
+                )
+        if outs is None:
+            outs = tensors
+        else:
+            outs = list(outs)
+            if len(outs) != n:
+                raise ValueError(f"{method}: outs has {len(outs)} tensors, expected {n}")
+            for i, (t, o) in enumerate(zip(tensors, outs)):
+                if o is not t:
+                    _check_out(method, t, o, f"outs[{i}]", f"tensors[{i}]")
+        dtype = DTYPES[tensors[0].dtype]
+        count = tensors[0].numel()
+        # One thread issues every rank's call; YALI never blocks the host, the group is for NCCL
+        # parity (it only checks nesting).
+        with yali.group():
+            for dev, comm, t, o in zip(self.devices, self.comms, tensors, outs):
+                with torch.cuda.device(dev):
+                    stream = torch.cuda.current_stream(dev).cuda_stream
+                    _capi.all_reduce(t.data_ptr(), o.data_ptr(), count, dtype, code, comm.handle,
+                                     stream)
+        return outs
+
+    def close(self):
+        """Destroys every comm. Idempotent."""
+        comms, self.comms = self.comms, []
+        errors = []
+        for c in comms:
+            _LIVE.pop(c.handle, None)
+        for c in comms:
+            try:
+                c.destroy()
+            except yali.YaliError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+    def abort(self):
+        comms, self.comms = self.comms, []
+        for c in comms:
+            _LIVE.pop(c.handle, None)
+            c.abort()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def __repr__(self):
+        return f"<yali.torch.SingleProcessCommunicator devices={self.devices}>"

@@ -1,0 +1,333 @@
+// Buffers with guards, output checking, identity across ranks (see runs.h).
+#include "runs.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+namespace yt {
+
+const char* allocName(Alloc a) {
+  switch (a) {
+    case Alloc::Malloc: return "cudaMalloc";
+    case Alloc::DefaultPool: return "cudaMallocAsync";
+    case Alloc::OwnPool: return "cudaMallocFromPoolAsync";
+  }
+  return "?";
+}
+
+DevAlloc allocDev(Ctx& ctx, int dev, size_t bytes, Alloc kind, cudaStream_t stream) {
+  DevAlloc a;
+  a.dev = dev;
+  a.bytes = bytes;
+  a.kind = kind;
+  a.stream = stream;
+  CUDA_OK(ctx, cudaSetDevice(dev));
+  void* p = nullptr;
+  switch (kind) {
+    case Alloc::Malloc: CUDA_OK(ctx, cudaMalloc(&p, bytes)); break;
+    case Alloc::DefaultPool: CUDA_OK(ctx, cudaMallocAsync(&p, bytes, stream)); break;
+    case Alloc::OwnPool: {
+      cudaMemPoolProps props;
+      std::memset(&props, 0, sizeof props);
+      props.allocType = cudaMemAllocationTypePinned;
+      props.location.type = cudaMemLocationTypeDevice;
+      props.location.id = dev;
+      CUDA_OK(ctx, cudaMemPoolCreate(&a.pool, &props));
+      CUDA_OK(ctx, cudaMallocFromPoolAsync(&p, bytes, a.pool, stream));
+      break;
+    }
+  }
+  if (kind != Alloc::Malloc) CUDA_OK(ctx, cudaStreamSynchronize(stream));
+  a.p = static_cast<char*>(p);
+  return a;
+}
+
+void freeDev(Ctx& ctx, DevAlloc& a) {
+  if (a.p == nullptr) return;
+  CUDA_OK(ctx, cudaSetDevice(a.dev));
+  if (a.kind == Alloc::Malloc) {
+    CUDA_OK(ctx, cudaFree(a.p));
+  } else {
+    CUDA_OK(ctx, cudaFreeAsync(a.p, a.stream));
+    CUDA_OK(ctx, cudaStreamSynchronize(a.stream));
+    if (a.pool != nullptr) CUDA_OK(ctx, cudaMemPoolDestroy(a.pool));
+  }
+  a.p = nullptr;
+  a.pool = nullptr;
+}
+
+void fillGuard(Ctx& ctx, const DevAlloc& a, cudaStream_t stream) {
+  CUDA_OK(ctx, cudaSetDevice(a.dev));
+  CUDA_OK(ctx, cudaMemsetAsync(a.p, kGuardByte, a.bytes, stream));
+}
+
+bool checkGuard(Ctx& ctx, const DevAlloc& a,
+                const std::vector<std::pair<const void*, size_t>>& slices, const std::string& label) {
+  // The protected ranges: [0, bytes) minus the slices that lie in this allocation.
+  std::vector<std::pair<size_t, size_t>> used;  // [begin, end) offsets
+  for (const auto& s : slices) {
+    const char* b = static_cast<const char*>(s.first);
+    if (b >= a.p && b + s.second <= a.p + a.bytes) {
+      used.push_back({(size_t)(b - a.p), (size_t)(b - a.p) + s.second});
+    }
+  }
+  std::sort(used.begin(), used.end());
+  std::vector<std::pair<size_t, size_t>> guards;
+  size_t at = 0;
+  for (const auto& u : used) {
+    if (u.first > at) guards.push_back({at, u.first});
+    at = std::max(at, u.second);
+  }
+  if (at < a.bytes) guards.push_back({at, a.bytes});
+
+  CUDA_OK(ctx, cudaSetDevice(a.dev));
+  bool ok = true;
+  std::vector<unsigned char> host;
+  for (const auto& g : guards) {
+    host.resize(g.second - g.first);
+    CUDA_OK(ctx, cudaMemcpy(host.data(), a.p + g.first, host.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (host[i] != kGuardByte) {
+        size_t n = 0;
+        for (size_t j = i; j < host.size(); ++j) n += host[j] != kGuardByte;
+        ctx.fail("%s: guard bytes overwritten (out-of-bounds write): %zu bytes changed in the "
+                 "guard region at allocation offset [%zu, %zu), first at offset %zu (0x%02x, "
+                 "expected 0x%02x)",
+                 label.c_str(), n, g.first, g.second, g.first + i, host[i], kGuardByte);
+        ok = false;
+        break;
+      }
+    }
+  }
+  return ok;
+}
+
+namespace {
+
+std::string lastErrors(yaliComm_t comm) {
+  std::string s = "yaliGetLastError(NULL)=\"";
+  const char* t = yaliGetLastError(nullptr);
+  s += t ? t : "(null)";
+  s += "\"";
+  if (comm != nullptr) {
+    const char* c = yaliGetLastError(comm);
+    s += " yaliGetLastError(comm)=\"";
+    s += c ? c : "(null)";
+    s += "\"";
+    yaliResult_t async = yaliSuccess;
+    if (yaliCommGetAsyncError(comm, &async) == yaliSuccess && async != yaliSuccess) {
+      s += " asyncError=";
+      s += yaliGetErrorString(async);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+bool checkIssued(Ctx& ctx, yaliResult_t r, int rank, yaliComm_t comm, const std::string& label) {
+  if (r == yaliSuccess) return true;
+  ctx.fail("%s: rank %d: yaliAllReduce returned %d (%s); %s", label.c_str(), rank, (int)r,
+           yaliGetErrorString(r), lastErrors(comm).c_str());
+  return false;
+}
+
+bool checkOutput(Ctx& ctx, int localIndex, yaliComm_t comm, cudaStream_t stream, const void* out,
+                 size_t count, yaliDataType_t dt, yaliRedOp_t op, uint64_t seed, const void* in,
+                 const std::string& label, uint64_t* hash) {
+  const LocalRank& lr = ctx.local[localIndex];
+  watchdogStep("%s: waiting for rank %d's stream, then checking its output", label.c_str(), lr.rank);
+  CUDA_OK(ctx, cudaSetDevice(lr.dev));
+  VerifyResult res;
+  cudaError_t e = verifyOutput(out, count, dt, op, ctx.nranks, seed, in, lr.rank, lr.scratch, &res,
+                               stream);
+  if (e != cudaSuccess) {
+    ctx.fatal("%s: rank %d: CUDA error while running or checking the allreduce: %s; %s",
+              label.c_str(), lr.rank, cudaGetErrorString(e), lastErrors(comm).c_str());
+  }
+  *hash += res.hash;
+  bool ok = true;
+  if (res.nbad != 0) {
+    ok = false;
+    size_t nrec = std::min<size_t>(res.nrec, VerifyResult::kRecords);
+    std::vector<VerifyResult::Record> recs(res.rec, res.rec + nrec);
+    std::sort(recs.begin(), recs.end(),
+              [](const VerifyResult::Record& a, const VerifyResult::Record& b) {
+                return a.index < b.index;
+              });
+    std::string detail;
+    char buf[200];
+    for (size_t i = 0; i < recs.size(); ++i) {
+      std::snprintf(buf, sizeof buf, "%s[%llu] got %.9g expected %.9g (tol %.3g)", i ? "; " : "",
+                    recs[i].index, recs[i].got, recs[i].expected, recs[i].tol);
+      detail += buf;
+    }
+    ctx.fail("%s: rank %d: %llu of %zu elements wrong (%llu NaN: poison never overwritten, or a NaN result), first wrong "
+             "index %llu; some: %s; %s",
+             label.c_str(), lr.rank, res.nbad, count, res.nnan, res.firstBad, detail.c_str(),
+             lastErrors(comm).c_str());
+  }
+  if (in != nullptr && res.nbadInput != 0) {
+    ok = false;
+    ctx.fail("%s: rank %d: the send buffer changed: %llu of %zu elements differ from the input",
+             label.c_str(), lr.rank, res.nbadInput, count);
+  }
+  return ok;
+}
+
+bool checkIdentity(Ctx& ctx, const std::vector<uint64_t>& hashes, const std::string& label) {
+  // Each process contributes a row of nranks hashes with its own ranks filled in.
+  struct Entry {
+    uint64_t hash;
+    uint64_t present;
+  };
+  std::vector<Entry> row(ctx.nranks, Entry{0, 0});
+  for (size_t i = 0; i < ctx.local.size(); ++i) row[ctx.local[i].rank] = Entry{hashes[i], 1};
+  std::vector<Entry> all(row.size() * ctx.world->size());
+  ctx.world->allgather(row.data(), all.data(), row.size() * sizeof(Entry));
+  std::vector<uint64_t> byRank(ctx.nranks, 0);
+  for (int p = 0; p < ctx.world->size(); ++p) {
+    for (int r = 0; r < ctx.nranks; ++r) {
+      const Entry& e = all[(size_t)p * ctx.nranks + r];
+      if (e.present) byRank[r] = e.hash;
+    }
+  }
+  bool same = std::all_of(byRank.begin(), byRank.end(), [&](uint64_t h) { return h == byRank[0]; });
+  if (!same) {
+    // Reported once, by the process that drives rank 0; every process returns false.
+    bool reporter = false;
+    for (const auto& lr : ctx.local) reporter |= lr.rank == 0;
+    if (reporter) {
+      std::string list;
+      char buf[64];
+      for (int r = 0; r < ctx.nranks; ++r) {
+        std::snprintf(buf, sizeof buf, "%s%d:%016" PRIx64, r ? " " : "", r, byRank[r]);
+        list += buf;
+      }
+      ctx.fail("%s: outputs are not bitwise identical across ranks (hash per rank: %s)",
+               label.c_str(), list.c_str());
+    }
+  }
+  return same;
+}
+
+std::string describe(const RunSpec& s) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "%s %s count=%zu%s", dtypeName(s.dt), opName(s.op), s.count,
+                s.layout.inplace ? " in-place" : "");
+  std::string d = buf;
+  if (s.layout.sendOff || s.layout.recvOff) {
+    std::snprintf(buf, sizeof buf, " send+%zu recv+%zu elems", s.layout.sendOff,
+                  s.layout.inplace ? s.layout.sendOff : s.layout.recvOff);
+    d += buf;
+  }
+  if (s.layout.shared) d += " one-allocation";
+  if (s.layout.alloc != Alloc::Malloc) d += std::string(" ") + allocName(s.layout.alloc);
+  return d;
+}
+
+Run::Run(Ctx& ctx, const RunSpec& s, std::vector<cudaStream_t> streams) : spec(s), ctx_(ctx) {
+  const size_t es = dtypeSize(spec.dt);
+  const size_t bytes = spec.count * es;
+  const Layout& L = spec.layout;
+  ranks.resize(ctx.local.size());
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    Rank& R = ranks[i];
+    R.stream = streams.empty() ? ctx.local[i].stream : streams[i];
+    int dev = ctx.local[i].dev;
+    if (L.inplace) {
+      R.allocs.push_back(allocDev(ctx, dev, 2 * kGuardBytes + L.sendOff * es + bytes, L.alloc, R.stream));
+      R.send = R.recv = R.allocs[0].p + kGuardBytes + L.sendOff * es;
+    } else if (L.shared) {
+      size_t total = 3 * kGuardBytes + (L.sendOff + L.recvOff) * es + 2 * bytes;
+      R.allocs.push_back(allocDev(ctx, dev, total, L.alloc, R.stream));
+      char* send = R.allocs[0].p + kGuardBytes + L.sendOff * es;
+      R.send = send;
+      R.recv = send + bytes + kGuardBytes + L.recvOff * es;
+    } else {
+      R.allocs.push_back(allocDev(ctx, dev, 2 * kGuardBytes + L.sendOff * es + bytes, L.alloc, R.stream));
+      R.allocs.push_back(allocDev(ctx, dev, 2 * kGuardBytes + L.recvOff * es + bytes, L.alloc, R.stream));
+      R.send = R.allocs[0].p + kGuardBytes + L.sendOff * es;
+      R.recv = R.allocs[1].p + kGuardBytes + L.recvOff * es;
+    }
+  }
+}
+
+Run::~Run() {
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    CUDA_OK(ctx_, cudaStreamSynchronize(ranks[i].stream));
+    for (DevAlloc& a : ranks[i].allocs) freeDev(ctx_, a);
+  }
+}
+
+void Run::prepare(uint64_t s) {
+  seed = s;
+  const size_t bytes = spec.count * dtypeSize(spec.dt);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Rank& R = ranks[i];
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    for (const DevAlloc& a : R.allocs) fillGuard(ctx_, a, R.stream);
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    CUDA_OK(ctx_, launchGenerate(R.send, spec.count, spec.dt, spec.op, ctx_.local[i].rank, seed,
+                                 nullptr, R.stream));
+    if (!spec.layout.inplace) CUDA_OK(ctx_, cudaMemsetAsync(R.recv, kPoisonByte, bytes, R.stream));
+  }
+}
+
+bool Run::issue(const std::vector<yaliComm_t>& comms) {
+  bool ok = true;
+  std::string label = describe(spec);
+  watchdogStep("yaliAllReduce %s", label.c_str());
+  // Deliberately no cudaSetDevice per comm: a comm carries its device, and one thread may issue on
+  // several comms in a loop (the header's single-process usage).
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    yaliResult_t r = yaliAllReduce(ranks[i].send, ranks[i].recv, spec.count, spec.dt, spec.op,
+                                   comms[i], ranks[i].stream);
+    ok &= checkIssued(ctx_, r, ctx_.local[i].rank, comms[i], label);
+  }
+  return ok;
+}
+
+bool Run::verify(const std::vector<yaliComm_t>& comms, const std::string& extra) {
+  std::string label = extra.empty() ? describe(spec) : extra + ": " + describe(spec);
+  const size_t bytes = spec.count * dtypeSize(spec.dt);
+  bool ok = true;
+  std::vector<uint64_t> hashes(ranks.size(), 0);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    Rank& R = ranks[i];
+    ok &= checkOutput(ctx_, (int)i, comms[i], R.stream, R.recv, spec.count, spec.dt, spec.op, seed,
+                      spec.layout.inplace ? nullptr : R.send, label, &hashes[i]);
+    std::vector<std::pair<const void*, size_t>> slices = {{R.send, bytes}, {R.recv, bytes}};
+    for (const DevAlloc& a : R.allocs) ok &= checkGuard(ctx_, a, slices, label);
+  }
+  watchdogStep("%s: comparing output hashes across ranks", label.c_str());
+  ok &= checkIdentity(ctx_, hashes, label);
+  return ok;
+}
+
+bool allreduceAndVerify(Ctx& ctx, const std::vector<yaliComm_t>& comms, const RunSpec& spec,
+                        const std::string& label) {
+  Run run(ctx, spec);
+  run.prepare(ctx.nextSeed());
+  bool ok = run.issue(comms);
+  ok &= run.verify(comms, label);
+  return ok;
+}
+
+size_t minFreeMemory(Ctx& ctx) {
+  uint64_t mine = UINT64_MAX;
+  for (const LocalRank& lr : ctx.local) {
+    size_t freeB = 0, total = 0;
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx, cudaMemGetInfo(&freeB, &total));
+    mine = std::min<uint64_t>(mine, freeB);
+  }
+  std::vector<uint64_t> all(ctx.world->size());
+  ctx.world->allgather(&mine, all.data(), sizeof mine);
+  return (size_t)*std::min_element(all.begin(), all.end());
+}
+
+}  // namespace yt

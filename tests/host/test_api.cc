@@ -1,0 +1,363 @@
+// Host tests of the public C API: everything that must work on a machine with the CUDA toolkit but
+// no GPU (CI). Argument errors are reported before any CUDA call, so none of these tests needs a
+// device; the last test checks that the CUDA driver was never even loaded.
+//
+// Anything that needs a real communicator is in tests/gpu/.
+#include <yali/yali.h>
+
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <unistd.h>
+
+#include "harness.h"
+
+namespace {
+
+// True when `name` occurs in `text` as a whole identifier (so "rank" does not match inside "nranks"
+// and "comm" does not match inside "yaliCommInitRank").
+bool containsWord(const std::string& text, const std::string& name) {
+  auto isIdent = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  };
+  for (size_t pos = text.find(name); pos != std::string::npos; pos = text.find(name, pos + 1)) {
+    bool startOk = pos == 0 || !isIdent(text[pos - 1]);
+    size_t end = pos + name.size();
+    bool endOk = end == text.size() || !isIdent(text[end]);
+    if (startOk && endOk) return true;
+  }
+  return false;
+}
+
+std::string lastError() {
+  const char* s = yaliGetLastError(nullptr);
+  return s == nullptr ? std::string("(null)") : std::string(s);
+}
+
+// Checks that a call failed with `expected` and that yaliGetLastError(NULL) names the call and the
+// argument.
+#define EXPECT_ERROR(expr, expected, callName, argName)                                         \
+  do {                                                                                          \
+    yaliResult_t r_ = (expr);                                                                   \
+    std::string msg_ = lastError();                                                             \
+    CHECK_MSG(r_ == (expected), "%s returned %d (%s), expected %d (%s); last error: %s", #expr,   \
+              (int)r_, yaliGetErrorString(r_), (int)(expected), yaliGetErrorString(expected),   \
+              msg_.c_str());                                                                    \
+    CHECK_MSG(msg_.find(callName) != std::string::npos,                                          \
+              "after %s, yaliGetLastError(NULL) does not name the call %s: \"%s\"", #expr,       \
+              callName, msg_.c_str());                                                          \
+    if ((argName)[0] != '\0') {                                                                 \
+      CHECK_MSG(containsWord(msg_, argName),                                                    \
+                "after %s, yaliGetLastError(NULL) does not name the argument '%s': \"%s\"",     \
+                #expr, argName, msg_.c_str());                                                  \
+    }                                                                                           \
+  } while (0)
+
+yaliUniqueId validId() {
+  yaliUniqueId id;
+  std::memset(&id, 0, sizeof id);
+  yaliResult_t r = yaliGetUniqueId(&id);
+  if (r != yaliSuccess) {
+    ::yali_test::reportFailure(__FILE__, __LINE__,
+                               std::string("yaliGetUniqueId failed: ") + lastError());
+    throw ::yali_test::RequireFailed();
+  }
+  return id;
+}
+
+bool cudaDriverLoaded() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("libcuda.so") != std::string::npos) return true;
+  }
+  return false;
+}
+
+bool gDriverLoadedAtStart = false;
+
+const yaliResult_t kAllResults[] = {yaliSuccess,        yaliUnhandledCudaError, yaliSystemError,
+                                    yaliInternalError,  yaliInvalidArgument,    yaliInvalidUsage,
+                                    yaliRemoteError,    yaliInProgress,         yaliTimeout};
+
+}  // namespace
+
+// ---- Errors and version -------------------------------------------------------------------------
+
+TEST(error_strings_nonempty_and_distinct) {
+  static_assert(sizeof(kAllResults) / sizeof(kAllResults[0]) == yaliNumResults,
+                "kAllResults must list every yaliResult_t value");
+  std::set<std::string> seen;
+  for (yaliResult_t r : kAllResults) {
+    const char* s = yaliGetErrorString(r);
+    CHECK_MSG(s != nullptr, "yaliGetErrorString(%d) is NULL", (int)r);
+    if (s == nullptr) continue;
+    CHECK_MSG(s[0] != '\0', "yaliGetErrorString(%d) is empty", (int)r);
+    CHECK_MSG(seen.insert(s).second, "yaliGetErrorString(%d) = \"%s\" repeats another code's", (int)r,
+              s);
+  }
+}
+
+TEST(error_string_out_of_range_not_null) {
+  const int bad[] = {yaliNumResults, -1, 1000, 0x7fffffff};
+  for (int v : bad) {
+    const char* s = yaliGetErrorString((yaliResult_t)v);
+    CHECK_MSG(s != nullptr, "yaliGetErrorString(%d) is NULL", v);
+  }
+}
+
+TEST(result_codes_match_nccl) {
+  // The header promises NCCL's numbers; programs that switch libraries by renaming rely on them.
+  CHECK_EQ(yaliSuccess, 0);
+  CHECK_EQ(yaliUnhandledCudaError, 1);
+  CHECK_EQ(yaliSystemError, 2);
+  CHECK_EQ(yaliInternalError, 3);
+  CHECK_EQ(yaliInvalidArgument, 4);
+  CHECK_EQ(yaliInvalidUsage, 5);
+  CHECK_EQ(yaliRemoteError, 6);
+  CHECK_EQ(yaliInProgress, 7);
+  CHECK_EQ(yaliFloat16, 6);
+  CHECK_EQ(yaliFloat32, 7);
+  CHECK_EQ(yaliBfloat16, 9);
+  CHECK_EQ(yaliSum, 0);
+  CHECK_EQ(yaliProd, 1);
+  CHECK_EQ(yaliMax, 2);
+  CHECK_EQ(yaliMin, 3);
+  CHECK_EQ(yaliAvg, 4);
+}
+
+TEST(version_matches_header) {
+  int v = -12345;
+  CHECK_EQ(yaliGetVersion(&v), yaliSuccess);
+  CHECK_EQ(v, YALI_VERSION_CODE);
+  CHECK_EQ(YALI_VERSION_CODE, YALI_MAJOR * 10000 + YALI_MINOR * 100 + YALI_PATCH);
+}
+
+TEST(version_null_pointer) {
+  EXPECT_ERROR(yaliGetVersion(nullptr), yaliInvalidArgument, "yaliGetVersion", "version");
+}
+
+TEST(last_error_is_per_thread) {
+  // A fresh thread has no failure yet: an empty string, never NULL.
+  std::string fresh = "(not run)";
+  std::thread([&] {
+    const char* s = yaliGetLastError(nullptr);
+    fresh = s == nullptr ? "(null)" : s;
+  }).join();
+  CHECK_MSG(fresh.empty(), "yaliGetLastError(NULL) on a new thread is \"%s\", expected \"\"",
+            fresh.c_str());
+
+  // A failure on another thread does not replace this thread's last failure.
+  CHECK_EQ(yaliGetVersion(nullptr), yaliInvalidArgument);
+  std::string other;
+  std::thread([&] {
+    yaliComm_t comms[2];
+    (void)yaliCommInitAll(comms, 0, nullptr);
+    other = lastError();
+  }).join();
+  std::string mine = lastError();
+  CHECK_MSG(mine.find("yaliGetVersion") != std::string::npos,
+            "this thread's last error changed after another thread failed: \"%s\"", mine.c_str());
+  CHECK_MSG(other.find("yaliCommInitAll") != std::string::npos,
+            "the other thread's last error does not name yaliCommInitAll: \"%s\"", other.c_str());
+}
+
+// ---- Unique ids ----------------------------------------------------------------------------------
+
+TEST(unique_id_null_pointer) {
+  EXPECT_ERROR(yaliGetUniqueId(nullptr), yaliInvalidArgument, "yaliGetUniqueId", "uniqueId");
+}
+
+TEST(unique_ids_differ) {
+  // Works without a GPU (this machine may have none) and never repeats.
+  std::set<std::string> seen;
+  for (int i = 0; i < 64; ++i) {
+    yaliUniqueId id;
+    std::memset(&id, 0, sizeof id);
+    yaliResult_t r = yaliGetUniqueId(&id);
+    CHECK_MSG(r == yaliSuccess, "yaliGetUniqueId #%d returned %d: %s", i, (int)r,
+              lastError().c_str());
+    if (r != yaliSuccess) return;
+    std::string bytes(id.internal, sizeof id.internal);
+    CHECK_MSG(bytes != std::string(sizeof id.internal, '\0'), "id #%d is all zero bytes", i);
+    CHECK_MSG(seen.insert(bytes).second, "yaliGetUniqueId #%d repeated an earlier id", i);
+  }
+}
+
+// ---- yaliCommInitRank argument errors (checked before any CUDA call) ------------------------------
+
+TEST(init_rank_null_comm) {
+  yaliUniqueId id = validId();
+  EXPECT_ERROR(yaliCommInitRank(nullptr, 2, id, 0), yaliInvalidArgument, "yaliCommInitRank",
+               "comm");
+}
+
+TEST(init_rank_bad_nranks) {
+  yaliUniqueId id = validId();
+  const int bad[] = {0, -1, 9, 1 << 20};
+  for (int n : bad) {
+    yaliComm_t comm = nullptr;
+    EXPECT_ERROR(yaliCommInitRank(&comm, n, id, 0), yaliInvalidArgument, "yaliCommInitRank",
+                 "nranks");
+  }
+}
+
+TEST(init_rank_bad_rank) {
+  yaliUniqueId id = validId();
+  struct {
+    int nranks, rank;
+  } bad[] = {{2, -1}, {2, 2}, {4, 4}, {8, 8}, {4, -100}, {2, 1 << 30}};
+  for (auto b : bad) {
+    yaliComm_t comm = nullptr;
+    EXPECT_ERROR(yaliCommInitRank(&comm, b.nranks, id, b.rank), yaliInvalidArgument,
+                 "yaliCommInitRank", "rank");
+  }
+}
+
+TEST(init_rank_id_from_nowhere) {
+  // An id not produced by yaliGetUniqueId: all zeros, and random bytes.
+  yaliUniqueId zero;
+  std::memset(&zero, 0, sizeof zero);
+  yaliComm_t comm = nullptr;
+  EXPECT_ERROR(yaliCommInitRank(&comm, 2, zero, 0), yaliInvalidArgument, "yaliCommInitRank",
+               "uniqueId");
+
+  yaliUniqueId garbage;
+  unsigned long long x = 0x243F6A8885A308D3ull;  // a fixed xorshift stream: reproducible bytes
+  for (size_t i = 0; i < sizeof garbage.internal; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    garbage.internal[i] = (char)(x >> 56);
+  }
+  EXPECT_ERROR(yaliCommInitRank(&comm, 2, garbage, 1), yaliInvalidArgument, "yaliCommInitRank",
+               "uniqueId");
+
+  // A real id with one byte in the middle changed is also "from nowhere" only if the library keeps
+  // a checksum; that is not part of the contract, so it is not tested.
+}
+
+// ---- yaliCommInitAll argument errors --------------------------------------------------------------
+
+TEST(init_all_null_comms) {
+  EXPECT_ERROR(yaliCommInitAll(nullptr, 2, nullptr), yaliInvalidArgument, "yaliCommInitAll",
+               "comms");
+}
+
+TEST(init_all_bad_ndev) {
+  yaliComm_t comms[16];
+  const int bad[] = {0, -1, 9, 16};
+  for (int n : bad) {
+    EXPECT_ERROR(yaliCommInitAll(comms, n, nullptr), yaliInvalidArgument, "yaliCommInitAll",
+                 "ndev");
+  }
+}
+
+TEST(init_all_bad_devlist) {
+  yaliComm_t comms[8];
+  const int dup[] = {0, 0};
+  EXPECT_ERROR(yaliCommInitAll(comms, 2, dup), yaliInvalidArgument, "yaliCommInitAll", "devlist");
+  const int dupLater[] = {1, 0, 2, 1};
+  EXPECT_ERROR(yaliCommInitAll(comms, 4, dupLater), yaliInvalidArgument, "yaliCommInitAll",
+               "devlist");
+  const int negative[] = {-1, 0};
+  EXPECT_ERROR(yaliCommInitAll(comms, 2, negative), yaliInvalidArgument, "yaliCommInitAll",
+               "devlist");
+  const int negativeLast[] = {0, 1, -3};
+  EXPECT_ERROR(yaliCommInitAll(comms, 3, negativeLast), yaliInvalidArgument, "yaliCommInitAll",
+               "devlist");
+}
+
+// ---- Calls with a NULL comm -----------------------------------------------------------------------
+
+TEST(null_comm_allreduce) {
+  // Plausible, aligned (fake) buffers: the NULL comm must be reported before anything looks at them.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  EXPECT_ERROR(yaliAllReduce(fake, fake, 16, yaliFloat32, yaliSum, nullptr, nullptr),
+               yaliInvalidArgument, "yaliAllReduce", "comm");
+  EXPECT_ERROR(yaliAllReduce(fake, fake, 0, yaliBfloat16, yaliMax, nullptr, nullptr),
+               yaliInvalidArgument, "yaliAllReduce", "comm");
+}
+
+TEST(null_comm_queries) {
+  int v = -7;
+  EXPECT_ERROR(yaliCommCount(nullptr, &v), yaliInvalidArgument, "yaliCommCount", "comm");
+  EXPECT_ERROR(yaliCommCuDevice(nullptr, &v), yaliInvalidArgument, "yaliCommCuDevice", "comm");
+  EXPECT_ERROR(yaliCommUserRank(nullptr, &v), yaliInvalidArgument, "yaliCommUserRank", "comm");
+  CHECK_MSG(v == -7, "a failed query wrote its output (%d)", v);
+  yaliResult_t async = yaliInProgress;
+  EXPECT_ERROR(yaliCommGetAsyncError(nullptr, &async), yaliInvalidArgument,
+               "yaliCommGetAsyncError", "comm");
+}
+
+TEST(null_comm_destroy_abort) {
+  EXPECT_ERROR(yaliCommDestroy(nullptr), yaliInvalidArgument, "yaliCommDestroy", "comm");
+  EXPECT_ERROR(yaliCommAbort(nullptr), yaliInvalidArgument, "yaliCommAbort", "comm");
+}
+
+TEST(null_comm_algo_info) {
+  yaliAlgoInfo_t info;
+  std::memset(&info, 0, sizeof info);
+  EXPECT_ERROR(yaliAllReduceAlgoInfo(nullptr, 1024, yaliFloat32, yaliSum, &info),
+               yaliInvalidArgument, "yaliAllReduceAlgoInfo", "comm");
+}
+
+// ---- Groups ---------------------------------------------------------------------------------------
+
+TEST(group_end_without_start) {
+  EXPECT_ERROR(yaliGroupEnd(), yaliInvalidUsage, "yaliGroupEnd", "");
+}
+
+TEST(group_nesting) {
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupEnd(), yaliSuccess);
+  CHECK_EQ(yaliGroupEnd(), yaliSuccess);
+  // Balanced again: one more End is unmatched.
+  EXPECT_ERROR(yaliGroupEnd(), yaliInvalidUsage, "yaliGroupEnd", "");
+  // Nesting is per thread (like NCCL): a group opened here is not closed from another thread.
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  yaliResult_t otherEnd = yaliSuccess;
+  std::thread([&] { otherEnd = yaliGroupEnd(); }).join();
+  CHECK_MSG(otherEnd == yaliInvalidUsage, "yaliGroupEnd on a thread with no open group returned %d",
+            (int)otherEnd);
+  CHECK_EQ(yaliGroupEnd(), yaliSuccess);
+}
+
+// ---- Runs last: none of the above may have loaded the CUDA driver --------------------------------
+
+TEST(zz_no_cuda_driver_loaded) {
+  // yaliGetUniqueId and every argument check must work without touching CUDA (the multi-process
+  // launcher calls yaliGetUniqueId in a parent that then forks). Touching CUDA loads libcuda.so.
+  if (gDriverLoadedAtStart) {
+    std::printf("    note: libcuda.so was already loaded when main() started; check not possible\n");
+    return;
+  }
+  CHECK_MSG(!cudaDriverLoaded(),
+            "libcuda.so is mapped into this process: some call above touched CUDA");
+}
+
+namespace {
+void onAlarm(int) {
+  // A call that should fail at once is blocking (for example, it went on to wait for peers).
+  char buf[256];
+  int n = std::snprintf(buf, sizeof buf, "TIMEOUT: host test %s did not finish in 60 s\n",
+                        ::yali_test::currentTestName());
+  if (n > 0) (void)!write(1, buf, (size_t)n);
+  _exit(1);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  gDriverLoadedAtStart = cudaDriverLoaded();
+  std::signal(SIGALRM, onAlarm);
+  // Each test is fast; a per-test alarm names the one that hangs.
+  ::yali_test::beforeEachTest() = [](const char*) { alarm(60); };
+  return ::yali_test::runAllTests(argc, argv);
+}

@@ -1,0 +1,488 @@
+"""Tests of the benchmark report (yali.report), the sweep (yali.sweep) and their glue; no GPU.
+
+    PYTHONPATH=python python3 -m pytest tests/python/test_report.py -q
+
+The fixture under fixtures/sweep1 is what a small sweep would save (2 dtypes, 6 sizes, both impls,
+two timing modes, two launch modes, 2 runs, per-iteration samples, a yali-hw baseline, example
+results); make_fixtures.py regenerates it. The expected figures below are recomputed here from the
+fixture's raw JSON with the report's documented formulas, independently of the report's code.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import stat
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+FIXTURE = os.path.join(HERE, "fixtures", "sweep1")
+sys.path.insert(0, os.path.join(REPO, "python"))
+
+from yali import report, sweep  # noqa: E402
+
+SECTIONS = ["1. Executive summary", "2. Hardware baseline", "3. Example correctness",
+            "4. Bandwidth per dtype", "5. Stability", "6. Latency", "7. Speedup heat map",
+            "8. How to reproduce"]
+DLABEL = {"float": "fp32", "half": "fp16", "bfloat16": "bf16"}
+TLABEL = {"events": "cuda-events", "latency": "latency", "graph": "graph",
+          "throughput": "throughput"}
+REQUIRED_COLUMNS = ["size_bytes", "size", "launch_mode", "timing", "placement", "runs", "samples",
+                    "busbw_mean_gbs", "busbw_std_gbs", "busbw_min_gbs", "busbw_max_gbs",
+                    "busbw_cv_pct", "time_iter_p50_us", "time_iter_p90_us", "time_iter_p95_us",
+                    "time_iter_p99_us", "sol_pct"]
+
+
+# ---- helpers (independent of yali.report) --------------------------------------------------------
+
+def load_fixture_results(root=FIXTURE):
+    """{(impl, dtype, launch, timing, placement, bytes): [result, ...]} straight from raw/*.json."""
+    groups = {}
+    for path in sorted(glob.glob(os.path.join(root, "raw", "*.json"))):
+        with open(path) as f:
+            doc = json.load(f)
+        for r in doc["results"]:
+            key = (r["impl"], r["dtype"], doc["launch_mode"], doc["timing"], r["placement"],
+                   r["bytes"])
+            groups.setdefault(key, []).append(r)
+    return groups
+
+
+def mean_std(values):
+    m = sum(values) / len(values)
+    s = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return m, s
+
+
+def size_label(n):
+    for shift, suffix in ((30, "G"), (20, "M"), (10, "K")):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{suffix}"
+    return f"{n}B"
+
+
+def us(v):
+    return f"{v:.1f}" if v >= 100 else f"{v:.2f}"
+
+
+def fixture_p2p():
+    with open(os.path.join(FIXTURE, "hw-baseline", "yali-hw.json")) as f:
+        return json.load(f)["summary"]["p2p_oneway_gbs"]
+
+
+def tables_by_heading(md):
+    """{'#### heading text': [[cell, ...], ...]} for every table that follows a #### heading."""
+    out, heading = {}, None
+    for line in md.splitlines():
+        if line.startswith("#### "):
+            heading = line[5:].strip()
+            out[heading] = []
+        elif line.startswith("## ") or line.startswith("### "):
+            heading = None
+        elif heading and line.startswith("|") and not line.startswith("|---"):
+            out[heading].append([c.strip() for c in line.strip().strip("|").split("|")])
+    return {h: rows[1:] for h, rows in out.items()}  # drop the header row
+
+
+def png_size(path):
+    with open(path, "rb") as f:
+        head = f.read(24)
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    assert head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("report"))
+    ds = report.generate(FIXTURE, out)
+    with open(os.path.join(out, "summary.md"), encoding="utf-8") as f:
+        md = f.read()
+    return out, md, ds
+
+
+# ---- report --------------------------------------------------------------------------------------
+
+def test_sections_present_in_order(built):
+    _, md, _ = built
+    positions = []
+    for title in SECTIONS:
+        m = re.search(rf"^## {re.escape(title)}\s*$", md, re.M)
+        assert m, f"missing section '## {title}'"
+        positions.append(m.start())
+    assert positions == sorted(positions), "sections out of order"
+
+
+def test_every_graph_exists_and_is_a_png(built):
+    out, md, _ = built
+    refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    # executive, 3 per dtype in section 4, 1 per dtype in 5, 3 per dtype in 6, the heat map
+    assert len(refs) >= 1 + 2 * 3 + 2 + 2 * 3 + 1, refs
+    for rel in refs:
+        path = os.path.join(out, rel)
+        assert os.path.isfile(path), f"{rel} referenced but missing"
+        assert os.path.getsize(path) > 2000, f"{rel} is suspiciously small"
+        w, h = png_size(path)
+        assert 300 <= w <= 1700 and 200 <= h <= 1300, f"{rel}: {w}x{h} px"
+    for section in ("Executive", "Stability", "Latency", "heat map"):
+        part = md.split(section, 1)[1].split("\n## ", 1)[0]
+        assert "![" in part, f"no graph in the {section} section"
+
+
+def test_csvs_have_the_columns_and_the_numbers(built):
+    out, _, _ = built
+    groups = load_fixture_results()
+    p2p = fixture_p2p()
+    for impl in ("yali", "nccl"):
+        for dtype in ("float", "bfloat16"):
+            path = os.path.join(out, impl, f"{DLABEL[dtype]}.csv")
+            assert os.path.isfile(path), path
+            with open(path) as f:
+                rows = list(csv.DictReader(f))
+            assert rows
+            for c in REQUIRED_COLUMNS:
+                assert c in rows[0], f"{path} lacks column {c}"
+            expected_rows = [k for k in groups if k[0] == impl and k[1] == dtype]
+            assert len(rows) == len(expected_rows)
+            for r in rows:
+                key = (impl, dtype, r["launch_mode"], r["timing"], r["placement"],
+                       int(r["size_bytes"]))
+                res = groups[key]
+                m, s = mean_std([x["busbw_gbs"] for x in res])
+                assert float(r["busbw_mean_gbs"]) == pytest.approx(m, abs=1e-3)
+                assert float(r["busbw_std_gbs"]) == pytest.approx(s, abs=1e-3)
+                assert float(r["busbw_min_gbs"]) == pytest.approx(min(x["busbw_gbs"] for x in res),
+                                                                  abs=1e-3)
+                assert float(r["busbw_cv_pct"]) == pytest.approx(s / m * 100, abs=1e-3)
+                assert int(r["runs"]) == 2
+                pooled = [v for x in res for v in x["samples_us"]]
+                assert int(r["samples"]) == len(pooled) == 24
+                assert float(r["time_iter_p99_us"]) == pytest.approx(np.percentile(pooled, 99),
+                                                                     abs=1e-3)
+                assert float(r["sol_pct"]) == pytest.approx(m / p2p * 100, abs=1e-3)
+    assert os.path.isfile(os.path.join(out, "speedup.csv"))
+
+
+def test_bandwidth_tables_equal_the_input(built):
+    _, md, _ = built
+    groups = load_fixture_results()
+    p2p = fixture_p2p()
+    tables = tables_by_heading(md)
+    modes = {(k[1], k[2], k[3], k[4]) for k in groups}
+    checked = 0
+    for dtype, launch, timing, placement in modes:
+        heading = f"{DLABEL[dtype]} · {launch} · {TLABEL[timing]} · {placement}"
+        assert heading in tables, f"no table '{heading}'"
+        rows = {r[0]: r for r in tables[heading]}
+        sizes = sorted({k[5] for k in groups if k[1:5] == (dtype, launch, timing, placement)})
+        assert list(rows) == [size_label(b) for b in sizes]
+        for b in sizes:
+            y = [x["busbw_gbs"] for x in groups[("yali", dtype, launch, timing, placement, b)]]
+            n = [x["busbw_gbs"] for x in groups[("nccl", dtype, launch, timing, placement, b)]]
+            ym, ys = mean_std(y)
+            nm, ns = mean_std(n)
+            row = rows[size_label(b)]
+            assert row[1] == f"{ym:.2f} ± {ys:.2f}", (heading, b, row)
+            assert row[2] == f"{ym / p2p * 100:.1f}%"
+            assert row[3] == f"{nm:.2f} ± {ns:.2f}"
+            assert row[4] == f"{nm / p2p * 100:.1f}%"
+            assert row[5] == f"{ym / nm:.2f}x"
+            assert row[6] == f"{(ym / nm - 1) * 100:+.1f}%"
+            checked += 1
+    assert checked == 2 * 2 * 3 * 6  # dtypes x launches x (events oop+ip, latency oop) x sizes
+
+
+def test_latency_tables_equal_the_input(built):
+    _, md, _ = built
+    groups = load_fixture_results()
+    tables = tables_by_heading(md)
+    for dtype in ("float", "bfloat16"):
+        for launch in ("single", "multi"):
+            heading = f"{DLABEL[dtype]} · {launch} · latency · out-of-place · percentiles"
+            assert heading in tables, heading
+            for row in tables[heading]:
+                b = report.parse_size(row[0])
+                cells = []
+                for impl in ("yali", "nccl"):
+                    pooled = [v for x in groups[(impl, dtype, launch, "latency", "out-of-place", b)]
+                              for v in x["samples_us"]]
+                    cells += [us(np.percentile(pooled, q)) for q in (50, 95, 99)]
+                assert row[1:] == cells, (heading, row)
+
+
+def test_executive_summary_peaks_and_speedup(built):
+    _, md, _ = built
+    groups = load_fixture_results()
+    section = md.split("## 1. Executive summary", 1)[1].split("\n## ", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith("| fp32 | single |")]
+    assert len(lines) == 1
+    cells = [c.strip() for c in lines[0].strip("|").split("|")]
+    peaks = {}
+    for impl in ("yali", "nccl"):
+        best = max(((mean_std([x["busbw_gbs"] for x in v])[0], k[5]) for k, v in groups.items()
+                    if k[:5] == (impl, "float", "single", "events", "out-of-place")))
+        peaks[impl] = best
+    assert cells[3] == f"{peaks['yali'][0]:.2f} @ {size_label(peaks['yali'][1])}"
+    assert cells[4] == f"{peaks['nccl'][0]:.2f} @ {size_label(peaks['nccl'][1])}"
+    assert cells[5] == f"{peaks['yali'][0] / peaks['nccl'][0]:.2f}x"
+
+
+def test_hardware_and_examples_sections(built):
+    _, md, _ = built
+    hw = md.split("## 2. Hardware baseline", 1)[1].split("\n## ", 1)[0]
+    assert "| 0 → 1 | yes |" in hw
+    assert f"{fixture_p2p():.2f}" in hw
+    assert "478.12" in hw  # 18 links x 26.562 GB/s
+    ex = md.split("## 3. Example correctness", 1)[1].split("\n## ", 1)[0]
+    assert "2 of 3 examples passed" in ex
+    assert re.search(r"yali-example-04_broken.*\*\*FAIL\*\*", ex)
+    repro = md.split("## 8. How to reproduce", 1)[1]
+    assert "python3 -m yali.sweep" in repro and "python3 -m yali.report --input" in repro
+
+
+def test_without_hw_baseline_sol_is_na(tmp_path):
+    src = tmp_path / "in"
+    shutil.copytree(os.path.join(FIXTURE, "raw"), src / "raw")
+    out = tmp_path / "out"
+    assert report.main(["--input", str(src), "--output", str(out)]) == 0
+    md = (out / "summary.md").read_text()
+    assert "No hardware baseline" in md
+    row = tables_by_heading(md)["fp32 · single · cuda-events · out-of-place"][0]
+    assert row[2] == "n/a" and row[4] == "n/a"
+    assert "Examples were not run." in md
+
+
+def test_report_fails_on_empty_input(tmp_path):
+    assert report.main(["--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 1
+
+
+def test_sizes_and_labels():
+    assert report.parse_size("4K") == 4096
+    assert report.parse_size("2G") == 2 << 30
+    assert report.parse_size("1.5M") == 3 << 19
+    assert report.human_size(4096) == "4K" and report.human_size(1 << 30) == "1G"
+    assert report.human_size(1536) == "1.5K"
+    assert sweep.parse_sizes("4K:64K") == [4096, 8192, 16384, 32768, 65536]
+    assert sweep.parse_sizes("4K:1M:16") == [4096, 65536, 1 << 20]
+    assert sweep.parse_sizes("1M,4K,1M") == [4096, 1 << 20]
+    with pytest.raises(ValueError):
+        sweep.parse_sizes("1M:4K")
+    assert sweep.size_groups([4096, 65536, 1 << 20]) == [
+        ([4096, 65536, 1 << 20], ["-b", "4K", "-e", "1M", "-f", "16"])]
+    assert len(sweep.size_groups([4096, 65536, 3 << 20])) == 3
+
+
+# ---- sweep ---------------------------------------------------------------------------------------
+
+def run_sweep(args, env_extra=None, timeout=180):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(REPO, "python")
+    for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+        env.pop(k, None)  # the sweep must set them itself
+    env.update(env_extra or {})
+    return subprocess.run([sys.executable, "-m", "yali.sweep"] + args, capture_output=True,
+                          text=True, env=env, timeout=timeout, cwd=REPO)
+
+
+def test_dry_run_commands_without_binaries(tmp_path):
+    r = run_sweep(["--dry-run", "--quick", "--gpus", "4", "--launcher", "mpirun",
+                   "--build", str(tmp_path / "nobuild"), "--output", str(tmp_path / "out")])
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    perf = [l for l in lines if " -J " in l and not l.startswith("#")]
+    assert len(perf) == 8  # 1 dtype x 4 timing modes x 2 launch modes x 1 run
+    single = [l for l in perf if not l.startswith("mpirun")]
+    multi = [l for l in perf if l.startswith("mpirun")]
+    assert len(single) == len(multi) == 4
+    for l in single:
+        assert " -g 4 " in l
+    for l in multi:
+        assert l.startswith("mpirun --allow-run-as-root -np 4 ")
+        assert " -g 1 " in l
+        for var in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
+            assert f"-x {var}" in l
+    timings = sorted(re.search(r"--timing (\S+)", l).group(1) for l in perf)
+    assert timings == sorted(["events", "throughput", "latency", "graph"] * 2)
+    for l in perf:
+        assert "-b 4K -e 256M -f 16" in l and "-d float" in l and "--impl yali,nccl" in l
+        assert re.search(r"-J \S+/raw/\S+\.json", l)
+    assert "yali-hw --json" in r.stdout
+    assert not (tmp_path / "out").exists(), "dry run must not create the output directory"
+
+
+def test_dry_run_self_launch_and_options(tmp_path):
+    r = run_sweep(["--dry-run", "--mpi", "--launcher", "self", "--gpus", "2", "--sizes",
+                   "4K,1M", "--dtypes", "bf16,fp16", "--timing", "cuda-events", "--runs", "2",
+                   "--placement", "both", "--build", str(tmp_path)])
+    assert r.returncode == 0, r.stderr
+    perf = [l for l in r.stdout.splitlines() if " -J " in l and not l.startswith("#")]
+    # 2 runs x 2 dtypes x 1 timing x 1 launch; one range invocation (4K x256 = 1M); 2 ranks each
+    assert len(perf) == 2 * 2 * 2
+    assert all(l.startswith(("RANK=0 WORLD_SIZE=2", "RANK=1 WORLD_SIZE=2")) for l in perf)
+    assert all("YALI_PERF_JOBID=" in l and " -g 1 " in l and "--inplace 2" in l for l in perf)
+    assert {re.search(r"-d (\S+)", l).group(1) for l in perf} == {"bfloat16", "half"}
+    assert all("-b 4K -e 1M -f 256" in l for l in perf)
+
+
+FAKE_PERF = textwrap.dedent('''\
+    #!{python}
+    """A stand-in for yali-perf: checks its environment and flags, writes yali-perf/1 JSON."""
+    import os, sys, time
+    sys.path.insert(0, {fixtures!r})
+    from make_fixtures import perf_document
+    import json
+
+    for k, v in {{"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+                 "NVSHMEM_DISABLE_NVLS": "1"}}.items():
+        if os.environ.get(k) != v:
+            print("missing", k); sys.exit(3)
+    args = sys.argv[1:]
+    opt = {{}}
+    i = 0
+    while i < len(args):
+        opt[args[i]] = args[i + 1]; i += 2
+    def size(s):
+        m = {{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}}
+        return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
+    multi = "RANK" in os.environ
+    if multi and (opt["-g"] != "1" or "YALI_PERF_JOBID" not in os.environ):
+        print("bad multi-process launch"); sys.exit(4)
+    if multi and os.environ.get("FAKE_FAIL_MULTI"):
+        print("rank", os.environ["RANK"], "failing on purpose"); sys.exit(5)
+    if os.environ.get("FAKE_HANG"):
+        time.sleep(120)
+    b, e, f = size(opt["-b"]), size(opt["-e"]), int(opt["-f"])
+    sizes = []
+    while b <= e:
+        sizes.append(b); b *= f
+    placements = {{"0": ["out-of-place"], "1": ["in-place"], "2": ["out-of-place", "in-place"]}}
+    nranks = int(os.environ["WORLD_SIZE"]) if multi else int(opt["-g"])
+    doc = perf_document(nranks=nranks, launch="multi" if multi else "single",
+                        timing=opt["--timing"], dtype=opt["-d"], sizes=sizes,
+                        impls=opt["--impl"].split(","), placements=placements[opt["--inplace"]],
+                        iters=int(opt["-n"]), warmup=int(opt["-w"]),
+                        seed=abs(hash(opt["-J"])) % 1000, command="yali-perf " + " ".join(args))
+    if os.environ.get("RANK", "0") == "0":
+        with open(opt["-J"], "w") as fh:
+            json.dump(doc, fh)
+    print("ok")
+''')
+
+FAKE_HW = textwrap.dedent('''\
+    #!{python}
+    import json, sys
+    sys.path.insert(0, {fixtures!r})
+    from make_fixtures import hw_document
+    path = sys.argv[sys.argv.index("--json") + 1]
+    with open(path, "w") as fh:
+        json.dump(hw_document(2), fh)
+    print("yali-hw (fake): 2 GPUs")
+''')
+
+
+def _write_exe(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+@pytest.fixture()
+def fake_build(tmp_path):
+    build = tmp_path / "build"
+    fx = os.path.join(HERE, "fixtures")
+    _write_exe(str(build / "bench" / "yali_perf" / "yali-perf"),
+               FAKE_PERF.format(python=sys.executable, fixtures=fx))
+    _write_exe(str(build / "bench" / "hw" / "yali-hw"),
+               FAKE_HW.format(python=sys.executable, fixtures=fx))
+    _write_exe(str(build / "examples" / "yali-example-01_ok"), "#!/bin/sh\necho result OK\n")
+    _write_exe(str(build / "examples" / "yali-example-02_bad"),
+               "#!/bin/sh\necho mismatch at 3\nexit 1\n")
+    _write_exe(str(build / "examples" / "sub" / "yali-example-03_needs_world"),
+               "#!/bin/sh\n# linked against libmpi.so.40\n"
+               "[ -n \"$OMPI_COMM_WORLD_SIZE\" ] && echo PASS && exit 0\nexit 9\n")
+    (build / "examples" / "yali-example-notes.txt").write_text("not executable\n")
+    return build
+
+
+def test_sweep_end_to_end_with_fake_binaries(fake_build, tmp_path):
+    out = tmp_path / "out"
+    r = run_sweep(["--quick", "--gpus", "2", "--launcher", "self", "--runs", "2",
+                   "--timing", "cuda-events,latency", "--build", str(fake_build),
+                   "--output", str(out)])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"\[8/8\] multi\s+latency\s+fp32 4K\.\.256M run 2/2 \| elapsed \S+ \| "
+                     r"left ~\S+", r.stdout), r.stdout
+    assert "peak busBW YALI" in r.stdout  # the closing summary
+    raws = sorted(glob.glob(str(out / "raw" / "*.json")))
+    assert len(raws) == 2 * 2 * 2  # runs x launch modes x timing modes
+    with open(out / "sweep.json") as f:
+        rec = json.load(f)
+    assert rec["failures"] == [] and all(s["status"] == "ok" for s in rec["steps"])
+    with open(out / "examples" / "results.json") as f:
+        ex = {e["name"]: e["status"] for e in json.load(f)}
+    # the MPI example runs under mpirun where there is one, else it is skipped, never run alone
+    mpi_status = "PASS" if shutil.which("mpirun") else "SKIP"
+    assert ex == {"yali-example-01_ok": "PASS", "yali-example-02_bad": "FAIL",
+                  "yali-example-03_needs_world": mpi_status}
+    assert (out / "hw-baseline" / "yali-hw.json").exists()
+    assert (out / "hw-baseline" / "yali-hw.txt").read_text().startswith("yali-hw (fake)")
+    md = (out / "summary.md").read_text()
+    for title in SECTIONS:
+        assert f"## {title}" in md
+    assert f"{1 + (mpi_status == 'PASS')} of 3 examples passed" in md
+    tables = tables_by_heading(md)
+    row = tables["fp32 · multi · cuda-events · out-of-place"][0]
+    assert row[0] == "4K" and row[2] != "n/a"  # SoL from the (fake) hw baseline
+    with open(out / "yali" / "fp32.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert {r["runs"] for r in rows} == {"2"}
+
+    # --from-json rebuilds the same tables into another directory, running nothing.
+    again = tmp_path / "again"
+    r2 = run_sweep(["--from-json", str(out), "--output", str(again)])
+    assert r2.returncode == 0, r2.stderr
+    assert tables_by_heading((again / "summary.md").read_text()) == tables
+
+
+def test_sweep_records_failures_and_timeouts(fake_build, tmp_path):
+    out = tmp_path / "out"
+    r = run_sweep(["--quick", "--gpus", "2", "--launcher", "self", "--timing", "latency",
+                   "--skip-hw", "--skip-examples", "--build", str(fake_build),
+                   "--output", str(out)], env_extra={"FAKE_FAIL_MULTI": "1"})
+    assert r.returncode == 1
+    with open(out / "sweep.json") as f:
+        rec = json.load(f)
+    status = {s["name"]: s["status"] for s in rec["steps"]}
+    assert status == {"fp32_single_latency_run1": "ok", "fp32_multi_latency_run1": "failed"}
+    assert "exit code 5" in rec["failures"][0]["reason"]
+    md = (out / "summary.md").read_text()
+    assert "1 benchmark invocation(s) failed" in md
+
+    out2 = tmp_path / "hang"
+    r = run_sweep(["--quick", "--gpus", "2", "--single", "--timing", "latency", "--skip-hw",
+                   "--skip-examples", "--timeout", "2", "--build", str(fake_build),
+                   "--output", str(out2)], env_extra={"FAKE_HANG": "1"}, timeout=60)
+    assert r.returncode == 1
+    with open(out2 / "sweep.json") as f:
+        rec = json.load(f)
+    assert "timed out" in rec["failures"][0]["reason"]
+
+
+def test_sweep_without_perf_binary_fails_clearly(tmp_path):
+    r = run_sweep(["--quick", "--gpus", "2", "--build", str(tmp_path), "--output",
+                   str(tmp_path / "o")])
+    assert r.returncode == 1
+    assert "yali-perf not found" in r.stderr

@@ -1,0 +1,701 @@
+"""GPU tests of yali.torch: one process per GPU (2 and 4 ranks) and the single-process form.
+
+    cd /work/main && YALI_LIBRARY=build/src/libyali.so PYTHONPATH=python python3 -m pytest tests/python/test_torch_gpu.py -v
+
+Skipped, with the reason, without PyTorch >= 2.4, CUDA or enough GPUs; failed when libyali is
+missing and YALI_REQUIRE_LIB=1. To keep the run short every world size runs ONE job (this file
+started as a script, one process per rank, bounded by YALI_TEST_TIMEOUT seconds, default 900) that
+does all the checks and writes one JSON line per check; the tests below read them by section. A
+hang kills the job and fails the sections it did not finish.
+
+What is checked, YALI result against a float64 reference (every rank's input gathered through
+NCCL, reduced in rank order) with dtype tolerances, and bitwise equality across ranks:
+  eager   fp32/fp16/bf16 x sum/prod/max/min/avg x 1, 7, 1023, 65537, 1_000_003 elements x in place,
+          out=, functional; max/min must be exact; NCCL's own error is reported beside
+  slices  x[3:] of a larger tensor in place, out= into a slice, guards around them untouched, 2-D
+  errors  argument checks name the method and the argument; the comm still works afterwards
+  graph   torch.cuda.graph capture once, replay 4 times with new inputs (out=, in place, functional)
+  compile torch.compile(fullgraph=True), backend inductor and aot_eager; torch.library.opcheck
+  single  SingleProcessCommunicator over 2 and 4 GPUs
+"""
+
+import contextlib
+import datetime
+import functools
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve()
+REPO = HERE.parents[2]
+if importlib.util.find_spec("yali") is None:
+    sys.path.insert(0, str(REPO / "python"))
+
+try:
+    import torch
+except ImportError:
+    torch = None
+
+import yali  # noqa: E402
+from yali import _capi, _launch  # noqa: E402
+
+WORLD_SIZES = (2, 4)
+JOB_TIMEOUT = float(os.environ.get("YALI_TEST_TIMEOUT", "900"))
+OPS = ("sum", "prod", "max", "min", "avg")
+SIZES = (1, 7, 1023, 65537, 1_000_003)
+
+# ---- Skips ---------------------------------------------------------------------------------------
+
+
+def _torch_version_ok():
+    try:
+        major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+    except ValueError:
+        return True
+    return (major, minor) >= (2, 4)
+
+
+def _require_gpus(n):
+    if torch is None:
+        pytest.skip("PyTorch is not installed")
+    if not _torch_version_ok():
+        pytest.skip(f"yali.torch needs torch >= 2.4, found {torch.__version__}")
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    have = torch.cuda.device_count()
+    if have < n:
+        pytest.skip(f"needs {n} GPUs, {have} visible")
+    try:
+        return _capi.lib().path
+    except _capi.YaliLibraryError as e:
+        if os.environ.get("YALI_REQUIRE_LIB") == "1":
+            pytest.fail(f"YALI_REQUIRE_LIB=1 and libyali is unusable: {e}", pytrace=False)
+        pytest.skip(f"libyali not available: {e}")
+
+
+# ---- Jobs ----------------------------------------------------------------------------------------
+
+
+class _Job:
+    def __init__(self, result, records, nranks):
+        self.result = result
+        self.records = records
+        self.nranks = nranks
+
+    def check_section(self, section):
+        recs = [r for r in self.records if r["section"] == section]
+        done = {r["rank"] for r in recs if r["case"] == "__done__"}
+        checks = [r for r in recs if r["case"] != "__done__"]
+        failures = [r for r in checks if not r["ok"]]
+        lines = [f"rank {r['rank']} {r['case']}: {r['detail']}" for r in failures[:40]]
+        if len(failures) > 40:
+            lines.append(f"... and {len(failures) - 40} more")
+        if failures:
+            pytest.fail(f"{len(failures)} of {len(checks)} checks failed in section '{section}':\n"
+                        + "\n".join(lines), pytrace=False)
+        missing = sorted(set(range(self.nranks)) - done)
+        if missing:
+            pytest.fail(f"section '{section}' did not finish on rank(s) {missing} "
+                        f"({len(checks)} checks recorded):\n{self.result.summary()}", pytrace=False)
+        assert checks, f"section '{section}' recorded no checks"
+        return checks
+
+
+@functools.lru_cache(maxsize=None)
+def _run_job(kind, n, lib_path):
+    out_dir = tempfile.mkdtemp(prefix=f"yali_torch_gpu_{kind}{n}_")
+    try:
+        args = [str(HERE), "--worker", kind, "--out", out_dir, "--ndev", str(n)]
+        env = {"YALI_LIBRARY": lib_path, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        world = n if kind == "multi" else 1
+        res = _launch.launch(args, world, timeout=JOB_TIMEOUT, env=env, peer_grace=60)
+        records = []
+        for path in sorted(Path(out_dir).glob("rank*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    pass  # a line cut short by a kill
+        return _Job(res, records, world)
+    finally:
+        shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def _multi(ws):
+    return _run_job("multi", ws, _require_gpus(ws))
+
+
+def _single(n):
+    return _run_job("single", n, _require_gpus(n))
+
+
+_ws = pytest.mark.parametrize("ws", WORLD_SIZES, ids=[f"{w}ranks" for w in WORLD_SIZES])
+
+
+@_ws
+def test_all_reduce_eager(ws):
+    _multi(ws).check_section("eager")
+
+
+@_ws
+def test_all_reduce_slices(ws):
+    _multi(ws).check_section("slices")
+
+
+@_ws
+def test_argument_errors(ws):
+    _multi(ws).check_section("errors")
+
+
+@_ws
+def test_cuda_graph_capture_replay(ws):
+    _multi(ws).check_section("graph")
+
+
+@_ws
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_torch_compile_fullgraph(ws, backend):
+    _multi(ws).check_section(f"compile_{backend}")
+
+
+@_ws
+def test_custom_op_opcheck(ws):
+    _multi(ws).check_section("opcheck")
+
+
+@_ws
+def test_job_exits_cleanly(ws):
+    job = _multi(ws)
+    assert job.result.ok, "the job did not exit cleanly (close/destroy included):\n" + \
+        job.result.summary()
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES, ids=[f"{n}gpus" for n in WORLD_SIZES])
+def test_single_process(n):
+    job = _single(n)
+    job.check_section("single")
+    assert job.result.ok, job.result.summary()
+
+
+def test_ops_registered_and_op_names():
+    if torch is None:
+        pytest.skip("PyTorch is not installed")
+    if not _torch_version_ok():
+        pytest.skip(f"yali.torch needs torch >= 2.4, found {torch.__version__}")
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    for name, schema_part in (("all_reduce_", "Tensor(a!) tensor"), ("all_reduce_out", "Tensor(a!) out"),
+                              ("all_reduce", "-> Tensor")):
+        op = getattr(torch.ops.yali, name).default
+        assert schema_part in str(op._schema), str(op._schema)
+    assert yt._op_code("sum", "m") == 0 and yt._op_code("AVG", "m") == 4
+    assert yt._op_code(dist.ReduceOp.MAX, "m") == 2
+    assert yt._op_code(dist.ReduceOp.PRODUCT, "m") == 1
+    assert yt._op_code(dist.ReduceOp.AVG, "m") == 4
+    with pytest.raises(ValueError, match="op="):
+        yt._op_code("xor", "Communicator.all_reduce")
+
+
+# ==== Worker side (this file run as a script, one process per rank) ==============================
+
+_TOL = {}  # dtype -> (rtol, atol), filled in the worker (needs torch)
+
+
+class _Recorder:
+    """One JSON line per check, flushed, so that a killed job still tells what it did."""
+
+    def __init__(self, out_dir, rank):
+        self.rank = rank
+        self.section = None
+        self.f = open(Path(out_dir) / f"rank{rank}.jsonl", "a")
+
+    def record(self, case, ok, detail=""):
+        self.f.write(json.dumps({"rank": self.rank, "section": self.section, "case": case,
+                                 "ok": bool(ok), "detail": str(detail)[:2000]}) + "\n")
+        self.f.flush()
+
+    def check(self, case, fn, *args):
+        """fn(*args) -> list of problems (empty: pass). An exception is a failure."""
+        try:
+            problems = fn(*args)
+        except Exception:  # noqa: BLE001
+            self.record(case, False, traceback.format_exc(limit=6))
+            return
+        self.record(case, not problems, "; ".join(problems) if problems else "")
+
+    @contextlib.contextmanager
+    def in_section(self, name):
+        self.section = name
+        print(f"[rank {self.rank}] section {name}", flush=True)
+        try:
+            yield
+        except Exception:  # noqa: BLE001
+            self.record("__section__", False, traceback.format_exc(limit=8))
+        finally:
+            self.record("__done__", True)
+
+
+def _make_input(n, dtype, op, seed, device):
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    if op == "prod":  # products of values near 1 stay in range for every dtype
+        x = torch.rand(n, generator=g, device=device, dtype=torch.float32) + 0.5
+    else:
+        x = torch.randn(n, generator=g, device=device, dtype=torch.float32)
+    return x.to(dtype)
+
+
+def _reduce64(parts, op):
+    """float64 reduction of ``parts`` in list (rank) order."""
+    acc = parts[0].double()
+    for p in parts[1:]:
+        p = p.double()
+        if op in ("sum", "avg"):
+            acc = acc + p
+        elif op == "prod":
+            acc = acc * p
+        elif op == "max":
+            acc = torch.maximum(acc, p)
+        else:
+            acc = torch.minimum(acc, p)
+    return acc / len(parts) if op == "avg" else acc
+
+
+def _gather(x):
+    import torch.distributed as dist
+
+    parts = [torch.empty_like(x) for _ in range(dist.get_world_size())]
+    dist.all_gather(parts, x.contiguous())
+    return parts
+
+
+def _reference(x, op):
+    return _reduce64(_gather(x), op)
+
+
+def _compare(got, ref64, dtype, op, what="result"):
+    """Problems of ``got`` against the float64 reference (exact for max/min)."""
+    got = got.reshape(-1)
+    ref64 = ref64.reshape(-1)
+    if op in ("max", "min"):
+        want = ref64.to(dtype)
+        if torch.equal(got.view(torch.uint8) if got.numel() else got,
+                       want.view(torch.uint8) if want.numel() else want):
+            return []
+        bad = (got != want).nonzero()
+        i = int(bad[0]) if len(bad) else 0
+        return [f"{what}: {len(bad)}/{got.numel()} elements differ from the exact {op}; first at "
+                f"{i}: got {got[i].item()!r}, want {want[i].item()!r}"]
+    rtol, atol = _TOL[dtype]
+    err = (got.double() - ref64).abs()
+    bound = atol + rtol * ref64.abs()
+    bad = ~(err <= bound)  # NaN counts as bad
+    if not bool(bad.any()):
+        return []
+    idx = bad.nonzero()
+    i = int(idx[0])
+    return [f"{what}: {len(idx)}/{got.numel()} elements out of tolerance (rtol {rtol}, atol {atol}); "
+            f"first at {i}: got {got[i].item()!r}, ref {ref64[i].item()!r}; max err "
+            f"{float(err.nan_to_num(float('inf')).max()):.3g}"]
+
+
+def _max_err(got, ref64):
+    return float((got.double().reshape(-1) - ref64.reshape(-1)).abs().max()) if got.numel() else 0.0
+
+
+def _same_on_all_ranks(y, what="result"):
+    """Problems if ``y`` is not bitwise identical on every rank (gathered through NCCL)."""
+    parts = _gather(y)
+    mine = parts[0].reshape(-1).view(torch.uint8) if y.numel() else parts[0]
+    bad = [r for r, p in enumerate(parts[1:], 1)
+           if not torch.equal(p.reshape(-1).view(torch.uint8) if y.numel() else p, mine)]
+    return [f"{what} differs bitwise between rank 0 and rank(s) {bad}"] if bad else []
+
+
+def _torch_op(op):
+    import torch.distributed as dist
+
+    return {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "max": dist.ReduceOp.MAX,
+            "min": dist.ReduceOp.MIN, "avg": dist.ReduceOp.AVG}[op]
+
+
+def _section_eager(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    case_no = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for op in OPS:
+            for n in SIZES:
+                for mode in ("inplace", "out", "functional"):
+                    case_no += 1
+                    seed = 7919 * case_no + rank
+
+                    def run(dtype=dtype, op=op, n=n, mode=mode, seed=seed):
+                        x = _make_input(n, dtype, op, seed, dev)
+                        keep = x.clone()
+                        ref = _reference(x, op)
+                        if mode == "inplace":
+                            y = x
+                            r = comm.all_reduce(y, op=op)
+                        elif mode == "out":
+                            y = torch.full_like(x, float("nan"))
+                            r = comm.all_reduce(x, op=op, out=y)
+                        else:
+                            y = r = comm.all_reduce_functional(x, op=op)
+                        torch.cuda.synchronize()
+                        problems = [] if r is y else ["the returned tensor is not the result"]
+                        if mode != "inplace" and not torch.equal(x, keep):
+                            problems.append("the input changed")
+                        problems += _compare(y, ref, dtype, op)
+                        problems += _same_on_all_ranks(y)
+                        nccl = keep.clone()
+                        dist.all_reduce(nccl, op=_torch_op(op))
+                        torch.cuda.synchronize()
+                        if not problems and rank == 0 and n == SIZES[-1]:
+                            print(f"  {dtype} {op} n={n} {mode}: yali max err {_max_err(y, ref):.3g}, "
+                                  f"nccl max err {_max_err(nccl, ref):.3g}", flush=True)
+                        return problems
+
+                    rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
+
+
+def _section_slices(rec, comm, rank, dev):
+    case_no = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for op in ("sum", "max", "avg"):
+            for n in SIZES:
+                case_no += 1
+                seed = 104729 * case_no + rank
+
+                def run(dtype=dtype, op=op, n=n, seed=seed):
+                    problems = []
+                    # In place on x[3:] of a larger tensor.
+                    base = _make_input(n + 3, dtype, op, seed, dev)
+                    guard = base[:3].clone()
+                    x = base[3:]
+                    ref = _reference(x, op)
+                    comm.all_reduce(x, op=op)
+                    # Out of place: from src_base[5:] into out_base[1:1+n].
+                    src_base = _make_input(n + 5, dtype, op, seed + 1, dev)
+                    src = src_base[5:]
+                    src_keep = src_base.clone()
+                    out_base = torch.full((n + 4,), 7.0, dtype=dtype, device=dev)
+                    out = out_base[1:1 + n]
+                    ref2 = _reference(src, op)
+                    comm.all_reduce(src, op=op, out=out)
+                    torch.cuda.synchronize()
+                    problems += _compare(x, ref, dtype, op, "x[3:] in place")
+                    if not torch.equal(base[:3], guard):
+                        problems.append("in place on x[3:] wrote before the slice")
+                    problems += _compare(out, ref2, dtype, op, "out slice")
+                    if not (bool((out_base[:1] == 7).all()) and bool((out_base[1 + n:] == 7).all())):
+                        problems.append("out= into a slice wrote outside it")
+                    if not torch.equal(src_base, src_keep):
+                        problems.append("the out-of-place input changed")
+                    problems += _same_on_all_ranks(x, "x[3:]")
+                    problems += _same_on_all_ranks(out, "out slice")
+                    return problems
+
+                rec.check(f"{str(dtype)[6:]} {op} n={n} slices", run)
+
+    def two_d():
+        x = _make_input(3 * 5, torch.float32, "sum", 99 + rank, dev).view(3, 5)
+        ref = _reference(x, "sum")
+        y = comm.all_reduce_functional(x)
+        comm.all_reduce(x)
+        torch.cuda.synchronize()
+        problems = [] if y.shape == (3, 5) else [f"functional result has shape {tuple(y.shape)}"]
+        return problems + _compare(x, ref, torch.float32, "sum", "2-D in place") + \
+            _compare(y, ref, torch.float32, "sum", "2-D functional")
+
+    rec.check("2-D tensor", two_d)
+
+    def empty():
+        x = torch.empty(0, device=dev)
+        comm.all_reduce(x)
+        y = comm.all_reduce_functional(x)
+        torch.cuda.synchronize()
+        return [] if y.numel() == 0 else ["empty result not empty"]
+
+    rec.check("0 elements", empty)
+
+
+def _expect_error(method, words, fn):
+    try:
+        fn()
+    except (TypeError, ValueError, yali.YaliError) as e:
+        msg = str(e)
+        missing = [w for w in [method, *words] if w not in msg]
+        return [f"message {msg!r} lacks {missing}"] if missing else []
+    return [f"no error raised (expected one naming {words})"]
+
+
+def _section_errors(rec, comm, rank, dev):
+    m = "Communicator.all_reduce"
+    good = torch.ones(8, device=dev)
+    rec.check("cpu tensor", _expect_error, m, ["tensor", "CUDA"],
+              lambda: comm.all_reduce(torch.ones(8)))
+    if torch.cuda.device_count() > 1:
+        other = torch.device("cuda", (dev.index + 1) % torch.cuda.device_count())
+        rec.check("tensor on another GPU", _expect_error, m, ["tensor", str(other)],
+                  lambda: comm.all_reduce(torch.ones(8, device=other)))
+    rec.check("non-contiguous", _expect_error, m, ["tensor", "contiguous"],
+              lambda: comm.all_reduce(torch.ones(16, device=dev)[::2]))
+    rec.check("float64", _expect_error, m, ["tensor", "dtype"],
+              lambda: comm.all_reduce(torch.ones(8, device=dev, dtype=torch.float64)))
+    rec.check("int32", _expect_error, m, ["tensor", "dtype"],
+              lambda: comm.all_reduce(torch.ones(8, device=dev, dtype=torch.int32)))
+    rec.check("out shape", _expect_error, m, ["out", "shape"],
+              lambda: comm.all_reduce(good, out=torch.empty(9, device=dev)))
+    rec.check("out dtype", _expect_error, m, ["out", "dtype"],
+              lambda: comm.all_reduce(good, out=torch.empty(8, device=dev, dtype=torch.float16)))
+    rec.check("out on cpu", _expect_error, m, ["out"],
+              lambda: comm.all_reduce(good, out=torch.empty(8)))
+    rec.check("out overlaps", _expect_error, m, ["out", "overlap"], lambda: _overlap_call(comm, dev))
+    rec.check("bad op", _expect_error, m, ["op"], lambda: comm.all_reduce(good, op="xor"))
+    rec.check("functional cpu", _expect_error, "Communicator.all_reduce_functional", ["tensor"],
+              lambda: comm.all_reduce_functional(torch.ones(8)))
+    rec.check("stale handle", _expect_error, "yali::all_reduce_", ["not a live"],
+              lambda: torch.ops.yali.all_reduce_(good, 12345, 0))
+
+    def still_works():
+        x = _make_input(1000, torch.float32, "sum", 5 + rank, dev)
+        ref = _reference(x, "sum")
+        comm.all_reduce(x)
+        torch.cuda.synchronize()
+        comm.check_async_error()
+        return _compare(x, ref, torch.float32, "sum")
+
+    rec.check("comm works after the errors", still_works)
+
+
+def _overlap_call(comm, dev):
+    buf = torch.ones(16, device=dev)
+    comm.all_reduce(buf[:8], out=buf[4:12])
+
+
+def _section_graph(rec, comm, rank, dev):
+    n, nb = 65537, 1023
+    x = torch.zeros(n, device=dev)
+    y = torch.empty_like(x)
+    buf = torch.empty_like(x)
+    xb = torch.zeros(nb, device=dev, dtype=torch.bfloat16)
+
+    def body():
+        comm.all_reduce(x, op="sum", out=y)
+        buf.copy_(x)
+        comm.all_reduce(buf, op="max")
+        z = comm.all_reduce_functional(x, op="avg")
+        comm.all_reduce(xb, op="sum")
+        return z
+
+    # Warm up on a side stream (as torch recommends before capture), then capture once.
+    s = torch.cuda.Stream(device=dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        body()
+    torch.cuda.current_stream(dev).wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        z = body()
+    torch.cuda.synchronize()
+    rec.record("capture", True)
+    for it in range(4):
+        def run(it=it):
+            new_x = _make_input(n, torch.float32, "sum", 1000 * it + rank, dev)
+            new_xb = _make_input(nb, torch.bfloat16, "sum", 1000 * it + 500 + rank, dev)
+            ref_sum, ref_max = _reference(new_x, "sum"), _reference(new_x, "max")
+            ref_avg, ref_b = _reference(new_x, "avg"), _reference(new_xb, "sum")
+            x.copy_(new_x)
+            xb.copy_(new_xb)
+            g.replay()
+            torch.cuda.synchronize()
+            return (_compare(y, ref_sum, torch.float32, "sum", "out= sum")
+                    + _compare(buf, ref_max, torch.float32, "max", "in place max")
+                    + _compare(z, ref_avg, torch.float32, "avg", "functional avg")
+                    + _compare(xb, ref_b, torch.bfloat16, "sum", "bf16 in place sum")
+                    + _same_on_all_ranks(y, "out= sum") + _same_on_all_ranks(z, "functional avg"))
+
+        rec.check(f"replay {it}", run)
+
+
+def _section_compile(rec, comm, rank, dev, backend):
+    import torch.distributed as dist
+
+    torch._dynamo.reset()
+
+    def f(x):
+        y = x * 2.0
+        comm.all_reduce(y)  # in place on an intermediate
+        z = comm.all_reduce_functional(y + 1.0, op="max")
+        out = torch.empty_like(x)
+        comm.all_reduce(z, op="avg", out=out)
+        return out * 0.5 + y
+
+    def f_eager_nccl(x):
+        y = x * 2.0
+        dist.all_reduce(y)
+        z = y + 1.0
+        dist.all_reduce(z, op=dist.ReduceOp.MAX)
+        dist.all_reduce(z, op=dist.ReduceOp.AVG)
+        return z * 0.5 + y
+
+    cf = torch.compile(f, fullgraph=True, backend=backend)
+    for trial, n in enumerate((4099, 4099, 8191)):
+        def run(trial=trial, n=n):
+            x = _make_input(n, torch.float32, "sum", 31 * trial + rank, dev)
+            expected = f_eager_nccl(x.clone())
+            got = cf(x)
+            torch.cuda.synchronize()
+            problems = []
+            tol = 1e-4 * (1 + expected.abs())
+            if not bool(((got - expected).abs() <= tol).all()):
+                problems.append(f"compiled result differs from eager NCCL: max diff "
+                                f"{float((got - expected).abs().max()):.3g}")
+            return problems + _same_on_all_ranks(got, "compiled result")
+
+        rec.check(f"f n={n} call {trial}", run)
+
+    def g(x):
+        comm.all_reduce(x, op="sum")  # mutates a graph input
+        return x + 0.0
+
+    cg = torch.compile(g, fullgraph=True, backend=backend)
+
+    def run_input_mutation():
+        x = _make_input(1023, torch.float32, "sum", 77 + rank, dev)
+        ref = _reference(x, "sum")
+        r = cg(x)
+        torch.cuda.synchronize()
+        return _compare(x, ref, torch.float32, "sum", "mutated input") + \
+            _compare(r, ref, torch.float32, "sum", "returned value")
+
+    rec.check("input mutation", run_input_mutation)
+    torch._dynamo.reset()
+
+
+def _section_opcheck(rec, comm, rank, dev):
+    ops = torch.ops.yali
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    h = comm.handle
+
+    def one(op, args):
+        torch.library.opcheck(op, args, test_utils=utils)
+        torch.cuda.synchronize()
+        return []
+
+    x = _make_input(257, torch.float32, "sum", rank, dev)
+    rec.check("opcheck all_reduce_", one, ops.all_reduce_.default, (x.clone(), h, 0))
+    rec.check("opcheck all_reduce_out", one, ops.all_reduce_out.default,
+              (x.clone(), torch.empty_like(x), h, 2))
+    rec.check("opcheck all_reduce", one, ops.all_reduce.default, (x.clone(), h, 4))
+
+
+def _worker_multi(out_dir):
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    rank = int(os.environ["RANK"])
+    local = int(os.environ["LOCAL_RANK"])
+    _TOL.update({torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3),
+                 torch.bfloat16: (1.6e-2, 1e-2)})
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=300))
+    rec = _Recorder(out_dir, rank)
+    comm = yt.Communicator()
+    assert comm.rank == rank and comm.world_size == dist.get_world_size() and comm.device == dev
+    with rec.in_section("eager"):
+        _section_eager(rec, comm, rank, dev)
+    with rec.in_section("slices"):
+        _section_slices(rec, comm, rank, dev)
+    with rec.in_section("errors"):
+        _section_errors(rec, comm, rank, dev)
+    with rec.in_section("graph"):
+        _section_graph(rec, comm, rank, dev)
+    for backend in ("inductor", "aot_eager"):
+        with rec.in_section(f"compile_{backend}"):
+            _section_compile(rec, comm, rank, dev, backend)
+    with rec.in_section("opcheck"):
+        _section_opcheck(rec, comm, rank, dev)
+    torch.cuda.synchronize()
+    dist.barrier()
+    comm.close()
+    dist.destroy_process_group()
+    return 0
+
+
+def _worker_single(out_dir, ndev):
+    import yali.torch as yt
+
+    _TOL.update({torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3),
+                 torch.bfloat16: (1.6e-2, 1e-2)})
+    rec = _Recorder(out_dir, 0)
+    devs = [torch.device("cuda", i) for i in range(ndev)]
+
+    def sync():
+        for d in devs:
+            torch.cuda.synchronize(d)
+
+    with rec.in_section("single"), yt.SingleProcessCommunicator(list(range(ndev))) as sp:
+        case_no = 0
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
+            for op in OPS:
+                for n in (1, 7, 65537, 1_000_003):
+                    for mode in ("inplace", "out"):
+                        case_no += 1
+
+                        def run(dtype=dtype, op=op, n=n, mode=mode, c=case_no):
+                            xs = [_make_input(n, dtype, op, 7919 * c + i, d) for i, d in enumerate(devs)]
+                            ref = _reduce64([x.to(devs[0]) for x in xs], op)
+                            if mode == "inplace":
+                                ys = xs
+                                r = sp.all_reduce(xs, op=op)
+                            else:
+                                ys = [torch.full_like(x, float("nan")) for x in xs]
+                                r = sp.all_reduce(xs, op=op, outs=ys)
+                            sync()
+                            problems = [] if all(a is b for a, b in zip(r, ys)) else ["wrong return"]
+                            problems += _compare(ys[0], ref, dtype, op, "GPU 0")
+                            first = ys[0].reshape(-1).view(torch.uint8) if n else ys[0]
+                            for i, y in enumerate(ys[1:], 1):
+                                yi = y.to(devs[0]).reshape(-1)
+                                if not torch.equal(yi.view(torch.uint8) if n else yi, first):
+                                    problems.append(f"GPU {i} differs bitwise from GPU 0")
+                            return problems
+
+                        rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
+        m = "SingleProcessCommunicator.all_reduce"
+        rec.check("wrong count", _expect_error, m, ["tensors"],
+                  lambda: sp.all_reduce([torch.ones(4, device=devs[0])]))
+        rec.check("wrong device", _expect_error, m, ["tensors[1]"],
+                  lambda: sp.all_reduce([torch.ones(4, device=devs[0])] * ndev))
+    return 0
+
+
+def _worker_main(argv):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--worker", choices=("multi", "single"), required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--ndev", type=int, default=2)
+    a = p.parse_args(argv)
+    if a.worker == "multi":
+        return _worker_multi(a.out)
+    return _worker_single(a.out, a.ndev)
+
+
+if __name__ == "__main__":
+    sys.exit(_worker_main(sys.argv[1:]))
