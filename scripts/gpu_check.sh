@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,tests,pytests,perf,mpiperf  (default: build,tests,perf)
+#   STAGES=build,tests,pytests,perf,mpiperf,graphperf,tune  (default: build,tests,perf)
 #   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
 #   PERF_EXTRA="..."                         extra yali-perf flags (e.g. -G 20)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
@@ -69,6 +69,22 @@ if has mpiperf; then
     bash scripts/launch_ranks.sh "$n" "$perf" -g 1 $PERF_SIZES -d "$PERF_DTYPES" $PERF_ITERS $PERF_EXTRA \
       -J "$LOG/perf_multi_np$n.json" > "$LOG/perf_multi_np$n.txt" 2>&1
     note "yali-perf multi -np $n: rc=$?"
+  done
+fi
+
+if has graphperf; then
+  for n in 2 4 8; do
+    [ "$n" -gt "$ngpus" ] && continue
+    bash scripts/launch_ranks.sh "$n" "$perf" -g 1 ${GRAPH_SIZES:--b 4K -e 64M -f 4} -d "$PERF_DTYPES" -n 20 -w 5 -G 20 \
+      -J "$LOG/perf_graph_np$n.json" > "$LOG/perf_graph_np$n.txt" 2>&1
+    note "yali-perf graph -np $n: rc=$?"
+  done
+fi
+if has tune; then
+  for n in 2 4 8; do
+    [ "$n" -gt "$ngpus" ] && continue
+    "$perf" --tune -g "$n" --tune-out "$LOG/tuning_g$n.txt" -J "$LOG/tune_g$n.json" > "$LOG/tune_g$n.log" 2>&1
+    note "tune -g $n: rc=$? $(grep -v '^#' "$LOG/tuning_g$n.txt" 2>/dev/null)"
   done
 fi
 

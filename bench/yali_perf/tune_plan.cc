@@ -39,7 +39,10 @@ const size_t kLLSizes[] = {4 * KiB, 64 * KiB, 256 * KiB};
 const size_t kComparisonSizes[] = {4 * KiB,  64 * KiB, 256 * KiB, 1 * MiB,
                                    4 * MiB,  64 * MiB, 256 * MiB};
 
-const int kThreadCandidates[] = {256, 512, 1024};
+const int kLLThreadCandidates[] = {256, 512, 1024};
+// The two-shot kernel holds 96 registers per thread: 1024 threads would need 96K of an SM's 64K
+// registers and could not launch (the library clamps to what a kernel can launch).
+const int kTwoshotThreadCandidates[] = {256, 512};
 const int kTwoshotCtaCandidates[] = {8, 16, 24, 32};
 const int64_t kMaxSlotCandidates[] = {32 << 10, 64 << 10, 128 << 10, 256 << 10};
 const int64_t kMinSlotCandidates[] = {2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10};
@@ -181,7 +184,7 @@ TuneStep TwoshotGeometryStep(const TuningLine& base, int64_t staging_bytes, size
   step.kind = TuneStepKind::kTwoshotGeometry;
   step.algo = TuneAlgo::kTwoshot;
   step.sizes = SizesUpTo(kGeometrySizes, max_bytes);
-  for (int threads : kThreadCandidates) {
+  for (int threads : kTwoshotThreadCandidates) {
     for (int ctas : kTwoshotCtaCandidates) {
       for (int64_t slot : kMaxSlotCandidates) {
         if (ctas * slot > staging_bytes) continue;
@@ -219,7 +222,7 @@ TuneStep LLGeometryStep(const TuningLine& base, size_t max_bytes) {
   step.kind = TuneStepKind::kLLGeometry;
   step.algo = TuneAlgo::kOneshotLL;
   step.sizes = SizesUpTo(kLLSizes, max_bytes);
-  for (int threads : kThreadCandidates) {
+  for (int threads : kLLThreadCandidates) {
     for (int ctas : kLLCtaCandidates) {
       TuneCandidate candidate;
       candidate.line = base;

@@ -252,7 +252,8 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   args.count = count;
   args.slotBytes = choice.slotBytes;
   args.epochHint = ++comm->launches;
-  cudaError_t e = launchAllReduce(choice, dtype, static_cast<int>(op), args, stream);
+  const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
+  cudaError_t e = launchAllReduce(choice, dtype, static_cast<int>(op), args, programmatic, stream);
   if (e != cudaSuccess)
     return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", call,
                 algoName(choice.algo), choice.ctas, cudaGetErrorString(e));

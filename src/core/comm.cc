@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "collectives/allreduce/launch.h"
 #include "core/error.h"
 
 namespace yali {
@@ -77,7 +78,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
-                        static_cast<int64_t>(comm->layout.stagingBytes)};
+                        static_cast<int64_t>(comm->layout.stagingBytes),
+                        maxLaunchableThreads(Algo::kOneshotLL), maxLaunchableThreads(Algo::kTwoshot)};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());

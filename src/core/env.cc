@@ -33,6 +33,9 @@ const SettingDoc kDocs[] = {
      "Two-shot staging per sender and parity; also caps (thread blocks x slot bytes)."},
     {"YALI_TUNING_FILE", "",
      "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
+    {"YALI_PDL", "1",
+     "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
+     "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
     {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
 };
 
@@ -95,6 +98,9 @@ bool loadSettings(Settings* s, std::string* error) {
   // Sizes are used as 256-byte-aligned offsets.
   s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
   s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
+  int64_t pdl = 1;
+  if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
+  s->programmaticLaunch = pdl == 1;
   const char* tuning = getenvOrNull("YALI_TUNING_FILE");
   s->tuningFile = tuning ? tuning : "";
   s->debug = debugLoggingEnabled();

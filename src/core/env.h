@@ -25,6 +25,7 @@ struct Settings {
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)
   std::string tuningFile;     // YALI_TUNING_FILE
+  bool programmaticLaunch;    // YALI_PDL
   bool debug;                 // YALI_DEBUG
 };
 

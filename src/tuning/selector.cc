@@ -149,6 +149,8 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
     for (const TuningEntry& e : entries)
       if (e.smMajor == limits.smMajor && e.nranks == limits.nranks) entry_ = e;
   }
+  entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads);
+  entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
   if (settings.maxCtas > 0) {
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
     entry_.twoshotMaxCtas = std::min<int>(entry_.twoshotMaxCtas, static_cast<int>(settings.maxCtas));

@@ -47,6 +47,8 @@ struct SelectorLimits {
   int nranks;
   int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
   int64_t stagingBytes;    // two-shot staging per sender and parity
+  int maxLLThreads;        // what the kernels can launch with (registers); table values are
+  int maxTwoshotThreads;   // clamped to these
 };
 
 class Selector {

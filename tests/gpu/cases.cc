@@ -586,7 +586,12 @@ void caseGraphs(Ctx& ctx) {
       (void)cudaGetLastError();
       continue;
     }
-    e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+  }
+  // Instantiate only once every capture has ended: in thread-local mode, instantiating while this
+  // thread still has another stream capturing is prohibited and invalidates that capture.
+  for (size_t i = 0; i < nl && captured; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    cudaError_t e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
     if (e != cudaSuccess) {
       ctx.fail("cudaGraphInstantiate (rank %d): %s", ctx.local[i].rank, cudaGetErrorString(e));
       captured = false;

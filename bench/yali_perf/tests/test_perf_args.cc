@@ -490,8 +490,8 @@ void TestTuneCandidates() {
   const size_t big = size_t(256) << 20;
 
   TuneStep geometry = TwoshotGeometryStep(base, 4 << 20, big);
-  // 3 threads x (4 ctas x 4 slots - {24, 32} x 256K over the 4 MiB staging).
-  EXPECT(geometry.candidates.size() == 42);
+  // 2 threads x (4 ctas x 4 slots - {24, 32} x 256K over the 4 MiB staging).
+  EXPECT(geometry.candidates.size() == 28);
   EXPECT(geometry.sizes == std::vector<size_t>({size_t(64) << 20, size_t(256) << 20}));
   EXPECT(geometry.algo == TuneAlgo::kTwoshot && HigherIsBetter(geometry.kind));
   bool all_valid = true;
@@ -503,18 +503,18 @@ void TestTuneCandidates() {
                 c.line.twoshot_ctas <= 32;
   }
   EXPECT(all_valid);
-  EXPECT(TwoshotGeometryStep(base, 1 << 20, big).candidates.size() == 21);
+  EXPECT(TwoshotGeometryStep(base, 1 << 20, big).candidates.size() == 14);
   EXPECT(TwoshotGeometryStep(base, 4 << 20, size_t(100) << 20).sizes.size() == 1);
   EXPECT(CandidateParams(geometry.kind, geometry.candidates[0].line) ==
          "threads=256 ctas=8 max_slot=32K");
 
-  TuningLine chosen = geometry.candidates.back().line;  // 1024 threads, 32 ctas, 128K
-  EXPECT(chosen.twoshot_threads == 1024 && chosen.twoshot_ctas == 32 &&
+  TuningLine chosen = geometry.candidates.back().line;  // 512 threads, 32 ctas, 128K
+  EXPECT(chosen.twoshot_threads == 512 && chosen.twoshot_ctas == 32 &&
          chosen.twoshot_max_slot == (128 << 10));
   TuneStep min_slot = TwoshotMinSlotStep(chosen, big);
   EXPECT(min_slot.candidates.size() == 5 && !HigherIsBetter(min_slot.kind));
   EXPECT(min_slot.sizes == std::vector<size_t>({256 << 10, 1 << 20, 4 << 20}));
-  EXPECT(min_slot.candidates[0].line.twoshot_threads == 1024);  // keeps step 1's choice
+  EXPECT(min_slot.candidates[0].line.twoshot_threads == 512);  // keeps step 1's choice
   chosen.twoshot_max_slot = 16 << 10;  // min slot never above max slot (the parser's rule)
   EXPECT(TwoshotMinSlotStep(chosen, big).candidates.size() == 4);
 
@@ -635,7 +635,7 @@ void TestTuneTable() {
   EXPECT(all[0] == "# yali-perf --tune");
   for (const char* needle :
        {"host node1", "nranks 4", "dtype float", "# command: yali-perf --tune -g 4",
-        "# twoshot_threads=", "highest busBW of 42 candidates at 64M + 256M", "(runner-up threads=",
+        "# twoshot_threads=", "highest busBW of 28 candidates at 64M + 256M", "(runner-up threads=",
         "# twoshot_min_slot=", "lowest time of 5 candidates at 256K + 1M + 4M", "# ll_threads=",
         "# ll_max: LL faster up to 8K (LL 3.0 us vs two-shot 8.0 us at 8K; two-shot faster at 16K)",
         "WARNING: 1 candidate(s)"})

@@ -28,8 +28,22 @@ const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotKernel, __half),
 
 }  // namespace
 
+int maxLaunchableThreads(Algo algo) {
+  const KernelFn(*table)[5] = algo == Algo::kOneshotLL ? kOneshotLL : kTwoshot;
+  int limit = 1024;
+  for (int row = 0; row < 3; ++row) {
+    for (int op = 0; op < 5; ++op) {
+      cudaFuncAttributes attr;
+      if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(table[row][op])) == cudaSuccess)
+        limit = attr.maxThreadsPerBlock < limit ? attr.maxThreadsPerBlock : limit;
+    }
+  }
+  cudaGetLastError();
+  return limit / 32 * 32;
+}
+
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
-                            const DeviceArgs& args, cudaStream_t stream) {
+                            const DeviceArgs& args, bool programmatic, cudaStream_t stream) {
   const int row = static_cast<int>(dtype);
   KernelFn fn = nullptr;
   switch (choice.algo) {
@@ -39,8 +53,17 @@ cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
   }
   DeviceArgs a = args;
   void* params[] = {&a};
-  return cudaLaunchKernel(reinterpret_cast<const void*>(fn), dim3(choice.ctas),
-                          dim3(choice.threads), params, 0, stream);
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(choice.ctas);
+  config.blockDim = dim3(choice.threads);
+  config.stream = stream;
+  // Programmatic stream serialization (Hopper and newer): see waitForPriorGrids() in device.cuh.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(fn), params);
 }
 
 }  // namespace yali

@@ -8,8 +8,14 @@
 
 namespace yali {
 
-// `op` is the yaliRedOp_t value (0..4); `args` is complete but for nothing the kernel fills.
+// `op` is the yaliRedOp_t value (0..4). `programmatic`: launch with programmatic stream
+// serialization (compute capability 9.0+), so the kernel may start while the previous one on the
+// stream finishes; the kernels wait for it themselves before touching memory.
+// The most threads per block every instantiation of `algo` can launch with (register-bound), on
+// the current device.
+int maxLaunchableThreads(Algo algo);
+
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
-                            const DeviceArgs& args, cudaStream_t stream);
+                            const DeviceArgs& args, bool programmatic, cudaStream_t stream);
 
 }  // namespace yali

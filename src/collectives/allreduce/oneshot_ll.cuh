@@ -76,6 +76,7 @@ struct PayloadAccumulator {
 template <typename T, Op kOp>
 __global__ void oneshotLLKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
+  waitForPriorGrids();
   if (commFailed(args)) return;
   const uint64_t epoch = readEpoch(args.local, &epochSlot);
   const uint32_t flag = static_cast<uint32_t>(epoch);
@@ -99,6 +100,8 @@ __global__ void oneshotLLKernel(DeviceArgs args) {
       storeVolatile16(dst, packet);
     }
   }
+
+  allowNextGrid();
 
   // Phase 2: receive from every sender in rank order, reduce, store.
   const uint4* recvArea = reinterpret_cast<const uint4*>(

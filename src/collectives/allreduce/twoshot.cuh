@@ -2,27 +2,29 @@
 //
 // The message is cut into tiles of nranks * slotElems elements. Within a tile, rank d owns shard d
 // (a 16-byte-aligned run of q elements). Block b handles tiles b, b + gridDim.x, ...; its k-th
-// tile is its step k. Per step, with parity = step & 1:
-//   1. push    - for every other rank d, copy our part of shard d into d's
-//                staging[parity][our rank][slot b] (NVLink writes).
-//   2. signal  - publish pushFlags[b][our rank] = flagValue(epoch, step) on every other rank.
-//   3. wait    - until every other rank's pushFlags[b][s] on our window reaches that value.
-//   4. reduce  - our shard: our own input and the n-1 staged pieces, in rank order 0..n-1, into
-//                our output and into result[parity][slot b] (local).
-//   5. signal  - publish resultFlags[b][our rank] on every other rank.
-//   6. wait    - for every other rank's resultFlags[b][s].
-//   7. pull    - copy every other rank's result[parity][slot b] into our output (NVLink reads).
+// tile is its step k, using buffers of parity k & 1. The parts of a step:
+//   push(k)    - for every other rank d, copy our part of shard d into d's
+//                staging[parity][our rank][slot b] (NVLink writes), then publish
+//                pushFlags[b][our rank] = flagValue(epoch, k) on d.
+//   reduce(k)  - wait until every other rank's pushFlags[b][s] on our window reaches that value;
+//                reduce our own input and the n-1 staged pieces of our shard in rank order 0..n-1
+//                into our output and into result[parity][slot b]; publish resultFlags[b][our rank]
+//                on every other rank.
+//   pull(k)    - wait for every other rank's resultFlags[b][s]; copy their result[parity][slot b]
+//                into our output (NVLink reads).
+// Software pipeline: push(k+1) is issued between reduce(k) and pull(k), so the wait for the peers'
+// results of step k overlaps our next writes:  push(0) | reduce(0) push(1) pull(0) | reduce(1)
+// push(2) pull(1) | ...
 // Each rank reduces only its own shard, so all ranks hold the same bits.
 //
-// Reuse (why two parities suffice): a sender writes staging[parity] of step k + 2 only after its
-// step-6 wait of step k + 1, i.e. after the owner reduced step k + 1 and so finished reading step
-// k. An owner overwrites result[parity] at step k + 2 only after its step-3 wait of step k + 2,
-// i.e. after every peer pushed step k + 2, which each did after pulling step k + 1 and so after
-// pulling step k. Across launches: any wait of a new launch is satisfied only by a peer's flag
-// from that launch, which the peer published after its previous launch ended; and a launch ends
-// only once it has seen every peer's last result flag, published after that peer's last read of
-// its staging. So regions may be laid out differently from launch to launch (other slot sizes,
-// another algorithm) without a hazard.
+// Reuse (why two parities suffice): push(k+2) writes staging parity k & 1 after our wait in
+// pull(k), which saw the owner's result flag of step k: the owner had finished reading that
+// staging. An owner overwrites result parity k & 1 in reduce(k+2) after seeing every peer's
+// push(k+2), which each issued after its pull(k). Across launches: a launch's first push comes
+// after the previous launch ended, which required every peer's last result flag (so their reads of
+// our pushes were done), and our first result write waits for the peers' first pushes of the new
+// launch (so their pulls of the old one were done). So block counts, slot sizes and algorithms may
+// change from launch to launch without a hazard.
 #pragma once
 
 #include "collectives/common/device.cuh"
@@ -42,7 +44,7 @@ __device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n) {
     const size_t vecs = n / kE;
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
-    constexpr int kUnroll = 4;  // four 16-byte loads in flight per thread before the stores
+    constexpr int kUnroll = 8;  // eight 16-byte loads in flight per thread before the stores
     size_t i = threadIdx.x;
     for (; i + (kUnroll - 1) * blockDim.x < vecs; i += kUnroll * blockDim.x) {
       uint4 v[kUnroll];
@@ -125,6 +127,7 @@ __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOf
 template <typename T, Op kOp>
 __global__ void twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
+  waitForPriorGrids();
   if (commFailed(args)) return;
   const uint64_t epoch = readEpoch(args.local, &epochSlot);
   constexpr size_t kE = 16 / sizeof(T);
@@ -138,53 +141,64 @@ __global__ void twoshotKernel(DeviceArgs args) {
   T* recv = static_cast<T*>(args.recv);
   const size_t slotOffset = static_cast<size_t>(blockIdx.x) * args.slotBytes;
 
-  uint32_t step = 0;
-  for (size_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, ++step) {
-    const int parity = step & 1;
-    const size_t tileStart = tile * tileElems;
-    const size_t tileLen = min(tileElems, args.count - tileStart);
+  // Geometry of step k (tile blockIdx.x + k * gridDim.x).
+  struct Step {
+    size_t tileStart, tileLen, q;
+    __device__ size_t begin(int d) const { return min(static_cast<size_t>(d) * q, tileLen); }
+    __device__ size_t len(int d) const { return min(static_cast<size_t>(d + 1) * q, tileLen) - begin(d); }
+  };
+  auto stepAt = [&](uint32_t k) {
+    Step st;
+    st.tileStart = (blockIdx.x + static_cast<size_t>(k) * gridDim.x) * tileElems;
+    st.tileLen = min(tileElems, args.count - st.tileStart);
     // Shard length: 16-byte multiple so every shard of every rank starts aligned in staging.
-    const size_t q = ((tileLen + n - 1) / n + kE - 1) / kE * kE;
-    auto shardBegin = [&](int d) { return min(static_cast<size_t>(d) * q, tileLen); };
-    auto shardLen = [&](int d) { return min(static_cast<size_t>(d + 1) * q, tileLen) - shardBegin(d); };
-    const uint64_t value = flagValue(epoch, step);
-
-    // 1. push our part of every other rank's shard into its staging slot.
-    for (int k = 1; k < n; ++k) {
-      const int d = (me + k) % n;  // start with the next rank: spreads the load over peers
-      T* dst = reinterpret_cast<T*>(args.peerWindows[d] + L.staging +
-                                    (static_cast<size_t>(parity) * n + me) * L.stagingBytes +
-                                    slotOffset);
-      copyElems(dst, send + tileStart + shardBegin(d), shardLen(d));
+    st.q = ((st.tileLen + n - 1) / n + kE - 1) / kE * kE;
+    return st;
+  };
+  auto staging = [&](char* window, uint32_t k, int sender) {
+    return window + L.staging + (static_cast<size_t>(k & 1) * n + sender) * L.stagingBytes + slotOffset;
+  };
+  auto resultArea = [&](char* window, uint32_t k) {
+    return window + L.result + (k & 1) * L.stagingBytes + slotOffset;
+  };
+  auto push = [&](uint32_t k) {
+    const Step st = stepAt(k);
+    for (int i = 1; i < n; ++i) {
+      const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
+      copyElems(reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
+                send + st.tileStart + st.begin(d), st.len(d));
     }
-    // 2-3.
-    signalPeers(args, L.pushFlags, value);
-    if (!waitPeers(args, L.pushFlags, value, kPhasePushWait)) return;
+    signalPeers(args, L.pushFlags, flagValue(epoch, k));
+  };
 
-    // 4. reduce our shard in rank order; our own piece comes straight from the input.
+  const uint32_t steps = blockIdx.x < tiles ? static_cast<uint32_t>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) : 0;
+  if (steps > 0) push(0);
+  for (uint32_t k = 0; k < steps; ++k) {
+    const Step st = stepAt(k);
+    const uint64_t value = flagValue(epoch, k);
+
+    // reduce(k): our shard, in rank order; our own piece comes straight from the input.
+    if (!waitPeers(args, L.pushFlags, value, kPhasePushWait)) return;
     const T* src[kMaxRanks];
 #pragma unroll
     for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
-      src[s] = (s == me) ? send + tileStart + shardBegin(me)
-                         : reinterpret_cast<const T*>(
-                               args.window + L.staging +
-                               (static_cast<size_t>(parity) * n + s) * L.stagingBytes + slotOffset);
+      src[s] = (s == me) ? send + st.tileStart + st.begin(me)
+                         : reinterpret_cast<const T*>(staging(args.window, k, s));
     }
-    T* result = reinterpret_cast<T*>(args.window + L.result + parity * L.stagingBytes + slotOffset);
-    reduceElems<T, kOp>(recv + tileStart + shardBegin(me), result, src, n, shardLen(me));
-
-    // 5-6.
+    T* result = reinterpret_cast<T*>(resultArea(args.window, k));
+    reduceElems<T, kOp>(recv + st.tileStart + st.begin(me), result, src, n, st.len(me));
     signalPeers(args, L.resultFlags, value);
-    if (!waitPeers(args, L.resultFlags, value, kPhaseResultWait)) return;
 
-    // 7. pull every other rank's reduced shard.
-    for (int k = 1; k < n; ++k) {
-      const int s = (me + k) % n;
-      const T* peerResult = reinterpret_cast<const T*>(args.peerWindows[s] + L.result +
-                                                       parity * L.stagingBytes + slotOffset);
-      copyElems(recv + tileStart + shardBegin(s), peerResult, shardLen(s));
+    if (k + 1 < steps) push(k + 1);
+    else allowNextGrid();
+
+    // pull(k): every other rank's reduced shard.
+    if (!waitPeers(args, L.resultFlags, value, kPhaseResultWait)) return;
+    for (int i = 1; i < n; ++i) {
+      const int s = (me + i) % n;
+      copyElems(recv + st.tileStart + st.begin(s),
+                reinterpret_cast<const T*>(resultArea(args.peerWindows[s], k)), st.len(s));
     }
-    __syncthreads();
   }
   retireEpoch(args.local, epoch);
 }

@@ -115,6 +115,26 @@ __device__ __forceinline__ bool commFailed(const DeviceArgs& args) {
   return *reinterpret_cast<volatile int*>(&args.local->failed) != 0;
 }
 
+// ---- Programmatic dependent launch ---------------------------------------------------------------
+
+// Our kernels are launched with programmatic stream serialization (launch.cu), so the next one on
+// the stream can be scheduled while this one is still running; that hides most of the gap between
+// back-to-back launches. Correctness stays with stream order: a kernel calls waitForPriorGrids()
+// before touching anything, which returns only once every prior grid on the stream has completed
+// and its memory is visible. allowNextGrid() lets our successor be scheduled early; it changes
+// nothing about what that successor may see.
+__device__ __forceinline__ void waitForPriorGrids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allowNextGrid() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // ---- Launch epoch ---------------------------------------------------------------------------------
 
 // Every launch on a comm gets the next epoch without the host passing it in (a captured graph

@@ -22,7 +22,7 @@ namespace {
 Settings defaultSettings() {
   // Start from a clean environment so that the host's YALI_* variables cannot leak in.
   for (const char* v : {"YALI_TIMEOUT_MS", "YALI_ALGO", "YALI_ONESHOT_LL_MAX_BYTES", "YALI_MAX_CTAS",
-                        "YALI_LL_BUFFER_BYTES", "YALI_STAGING_BYTES", "YALI_TUNING_FILE"})
+                        "YALI_LL_BUFFER_BYTES", "YALI_STAGING_BYTES", "YALI_TUNING_FILE", "YALI_PDL"})
     unsetenv(v);
   Settings s;
   std::string err;
@@ -33,7 +33,7 @@ Settings defaultSettings() {
 Selector makeSelector(const Settings& s, int nranks) {
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes};
+  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, 1024, 512};
   sel.init(s, limits, &err);
   return sel;
 }
@@ -128,6 +128,16 @@ TEST(selector_twoshot_geometry_fits_staging) {
       if (bytes >= (size_t(64) << 20)) CHECK(c.ctas <= 32);  // the large-message CTA budget
     }
   }
+}
+
+TEST(selector_clamps_threads_to_launchable) {
+  Settings s = defaultSettings();
+  s.algo = "twoshot";
+  Selector sel;
+  std::string err;
+  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, 1024, 256};
+  REQUIRE(sel.init(s, limits, &err));
+  CHECK(sel.choose(size_t(1) << 30).threads <= 256);
 }
 
 TEST(selector_max_ctas_cap) {
