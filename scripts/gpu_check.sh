@@ -2,7 +2,8 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,tests,pytests,perf,mpiperf,graphperf,tune  (default: build,tests,perf)
+#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,backends,sweep
+#          (default: build,tests,perf)
 #   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
 #   PERF_EXTRA="..."                         extra yali-perf flags (e.g. -G 20)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
@@ -49,8 +50,21 @@ if has tests; then
   [ $rc -ne 0 ] && grep -E 'FAIL|SKIP' "$LOG/ctest.log" | head -40
 fi
 
+if has algotests; then
+  # The GPU suite once more with each algorithm forced, so that every dtype x op x count runs
+  # through every kernel (auto selection sends each size to one algorithm only).
+  for algo in oneshot_ll twoshot twoshot_push; do
+    YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks 4 --mode multi > "$LOG/algotest_$algo.log" 2>&1
+    note "gpu suite YALI_ALGO=$algo multi 4: rc=$? $(tail -1 "$LOG/algotest_$algo.log")"
+  done
+fi
+
 if has pytests; then
-  python3 -m pytest -q -x tests/python > "$LOG/pytest.log" 2>&1
+  # What a user does: pip install ., then the tests import the installed package.
+  python3 -m pip install --no-build-isolation --no-deps . > "$LOG/pip.log" 2>&1
+  note "pip install: rc=$?"
+  (cd /tmp && python3 -c "import yali; print(yali.__file__)") >> "$LOG/pip.log" 2>&1
+  env -u PYTHONPATH -u YALI_LIBRARY timeout 420 python3 -m pytest -q tests/python > "$LOG/pytest.log" 2>&1
   note "pytest: rc=$? $(tail -1 "$LOG/pytest.log")"
 fi
 
@@ -86,6 +100,34 @@ if has tune; then
     "$perf" --tune -g "$n" --tune-out "$LOG/tuning_g$n.txt" -J "$LOG/tune_g$n.json" > "$LOG/tune_g$n.log" 2>&1
     note "tune -g $n: rc=$? $(grep -v '^#' "$LOG/tuning_g$n.txt" 2>/dev/null)"
   done
+fi
+
+if has algocmp; then
+  # Two-shot with the all-gather by reads (twoshot) against by writes (twoshot_push), and
+  # programmatic launch on/off for small messages; one process per GPU.
+  for n in 2 4; do
+    [ "$n" -gt "$ngpus" ] && continue
+    for variant in pull push; do
+      min=0; [ "$variant" = push ] && min=-1
+      YALI_TWOSHOT_PUSH_MIN_BYTES=$min YALI_ONESHOT_LL_MAX_BYTES=0 bash scripts/launch_ranks.sh "$n" "$perf" -g 1 \
+        -b 256K -e 1G -f 4 -d float -n 20 -w 5 --inplace 0 -J "$LOG/cmp_${variant}_np$n.json" > "$LOG/cmp_${variant}_np$n.txt" 2>&1
+      note "algocmp $variant np$n: rc=$?"
+    done
+    for pdl in 0 1; do
+      YALI_PDL=$pdl bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -b 4K -e 256K -f 4 -d float -n 50 -w 10 --inplace 0 \
+        -J "$LOG/cmp_pdl${pdl}_np$n.json" > "$LOG/cmp_pdl${pdl}_np$n.txt" 2>&1
+      note "pdl=$pdl np$n: rc=$?"
+    done
+  done
+fi
+if has backends; then
+  timeout 300 python3 -m yali.bench_backends --run_all --output_dir "$LOG/backends" > "$LOG/backends.log" 2>&1
+  note "bench_backends --run_all: rc=$?"
+fi
+if has sweep; then
+  timeout ${SWEEP_TIMEOUT:-300} python3 -m yali.sweep --build "$BUILD" ${SWEEP_ARGS:---quick} --output "$OUT/sweep" > "$LOG/sweep.log" 2>&1
+  note "sweep ${SWEEP_ARGS:---quick}: rc=$?"
+  tar -czf "$OUT/sweep.tar.gz" -C "$OUT" sweep 2>/dev/null
 fi
 
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs

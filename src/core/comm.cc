@@ -51,6 +51,7 @@ struct PeerInfo {
 
 uint64_t settingsDigest(const Settings& s) {
   std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
+                    std::to_string(s.twoshotPushMinBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
                     std::to_string(s.stagingBytes) + "|" + s.tuningFile;
   uint64_t h = 1469598103934665603ull;
@@ -123,6 +124,8 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
   L.result = off;
   off += 2 * L.stagingBytes;
+  L.gather = off;
+  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
   L.total = off;
   return L;
 }

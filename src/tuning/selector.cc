@@ -19,11 +19,19 @@ namespace {
 //  - two-shot ctas 32: the budget for large messages (users overlap compute).
 //  - slots: 8 KB minimum keeps per-step flag costs below data time; 128 KB maximum keeps the
 //    staging footprint at 2 * n * 32 * 128 KB.
+//  - push_min: twoshot_push (all-gather by NVLink writes plus a local copy) against twoshot (by
+//    NVLink reads); writes are expected to stream better for large messages. Provisional 4 MB
+//    until measured.
+// Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
+// two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
+// was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
+// the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
+// graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot
-    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
-    {9, 4, 128 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
-    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin
+    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
+    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
+    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -36,6 +44,7 @@ const char* algoName(Algo a) {
   switch (a) {
     case Algo::kOneshotLL: return "oneshot_ll";
     case Algo::kTwoshot: return "twoshot";
+    case Algo::kTwoshotPush: return "twoshot_push";
   }
   return "unknown";
 }
@@ -43,6 +52,7 @@ const char* algoName(Algo a) {
 bool algoFromName(const std::string& name, Algo* out) {
   if (name == "oneshot_ll") *out = Algo::kOneshotLL;
   else if (name == "twoshot") *out = Algo::kTwoshot;
+  else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
   else return false;
   return true;
 }
@@ -69,7 +79,9 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     std::istringstream words(line);
     std::string word;
     TuningEntry e{};
+    e.twoshotPushMinBytes = -1;  // "not given": filled from the built-in table below
     int seen = 0;
+    bool sawPushMin = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -95,13 +107,18 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       else if (key == "twoshot_ctas") e.twoshotMaxCtas = static_cast<int>(v);
       else if (key == "twoshot_min_slot") e.twoshotMinSlotBytes = v;
       else if (key == "twoshot_max_slot") e.twoshotMaxSlotBytes = v;
+      else if (key == "twoshot_push_min") {
+        e.twoshotPushMinBytes = v;
+        sawPushMin = true;
+        continue;  // optional key: not counted among the nine
+      }
       else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
         return false;
       }
       ++seen;
     }
-    if (seen == 0) continue;
+    if (seen == 0 && !sawPushMin) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -110,10 +127,12 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     if (e.nranks < 2 || e.nranks > kMaxRanks || !threadsOk(e.llThreads) ||
         !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
         e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
-        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0) {
+        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
+        (sawPushMin && e.twoshotPushMinBytes < 0)) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
+    if (!sawPushMin) e.twoshotPushMinBytes = builtinTuning(e.smMajor, e.nranks).twoshotPushMinBytes;
     out->push_back(e);
   }
   return true;
@@ -166,7 +185,7 @@ AlgoChoice Selector::oneshotLL(size_t bytes) const {
   return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
 }
 
-AlgoChoice Selector::twoshot(size_t bytes) const {
+AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
   const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
   // As many blocks as there are min-size slots to fill, up to the cap.
@@ -177,7 +196,7 @@ AlgoChoice Selector::twoshot(size_t bytes) const {
                                           static_cast<size_t>(limits_.stagingBytes) / ctas / 256 * 256);
   size_t slot = roundUp((bytes + n * ctas - 1) / (n * ctas), 256);
   slot = std::max(minSlot, std::min(slot, maxSlot));
-  return {Algo::kTwoshot, static_cast<int>(ctas), entry_.twoshotThreads, slot};
+  return {variant, static_cast<int>(ctas), entry_.twoshotThreads, slot};
 }
 
 AlgoChoice Selector::choose(size_t bytes) const {
@@ -186,13 +205,17 @@ AlgoChoice Selector::choose(size_t bytes) const {
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
     // A forced LL that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
-    return twoshot(bytes);
+    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   int64_t llMax = settings_.oneshotLLMaxBytes;
   if (llMax == kThresholdTable) llMax = entry_.oneshotLLMaxBytes;
   const bool useLL = llMax == kThresholdAlways ? llFits
                                                : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
-  return useLL ? oneshotLL(bytes) : twoshot(bytes);
+  if (useLL) return oneshotLL(bytes);
+  int64_t pushMin = settings_.twoshotPushMinBytes;
+  if (pushMin == kThresholdTable) pushMin = entry_.twoshotPushMinBytes;
+  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && static_cast<int64_t>(bytes) >= pushMin);
+  return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
 }
 
 }  // namespace yali

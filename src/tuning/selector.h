@@ -18,7 +18,7 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int { kOneshotLL = 0, kTwoshot = 1 };
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2 };
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 
@@ -40,6 +40,7 @@ struct TuningEntry {
   int twoshotMaxCtas;         // two-shot: blocks cap
   int64_t twoshotMinSlotBytes;  // two-shot: smallest slot (fewer blocks below n*ctas*this)
   int64_t twoshotMaxSlotBytes;  // two-shot: largest slot per step
+  int64_t twoshotPushMinBytes;  // crossover: twoshot_push (all-writes) from this size up, 0 never
 };
 
 struct SelectorLimits {
@@ -59,7 +60,7 @@ class Selector {
   const TuningEntry& entry() const { return entry_; }
 
  private:
-  AlgoChoice twoshot(size_t bytes) const;
+  AlgoChoice twoshot(size_t bytes, Algo variant) const;
   AlgoChoice oneshotLL(size_t bytes) const;
   Settings settings_;
   SelectorLimits limits_;
@@ -71,8 +72,11 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
-//   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes>
+//   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
+// (the last key is optional: without it the built-in value for that world size applies).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
+// The nine mandatory keys (what `yali-perf --tune` writes); the optional push crossover is left to
+// the built-in table.
 std::string formatTuningEntry(const TuningEntry& e);
 
 }  // namespace yali

@@ -21,15 +21,24 @@ using KernelFn = void (*)(DeviceArgs);
 const KernelFn kOneshotLL[3][5] = {YALI_KERNEL_ROW(oneshotLLKernel, __half),
                                    YALI_KERNEL_ROW(oneshotLLKernel, float),
                                    YALI_KERNEL_ROW(oneshotLLKernel, __nv_bfloat16)};
-const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotKernel, __half),
-                                 YALI_KERNEL_ROW(twoshotKernel, float),
-                                 YALI_KERNEL_ROW(twoshotKernel, __nv_bfloat16)};
+template <typename T, Op kOp>
+constexpr KernelFn twoshotPull = twoshotKernel<T, kOp, false>;
+template <typename T, Op kOp>
+constexpr KernelFn twoshotPush = twoshotKernel<T, kOp, true>;
+const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotPull, __half),
+                                 YALI_KERNEL_ROW(twoshotPull, float),
+                                 YALI_KERNEL_ROW(twoshotPull, __nv_bfloat16)};
+const KernelFn kTwoshotPush[3][5] = {YALI_KERNEL_ROW(twoshotPush, __half),
+                                     YALI_KERNEL_ROW(twoshotPush, float),
+                                     YALI_KERNEL_ROW(twoshotPush, __nv_bfloat16)};
 #undef YALI_KERNEL_ROW
 
 }  // namespace
 
 int maxLaunchableThreads(Algo algo) {
-  const KernelFn(*table)[5] = algo == Algo::kOneshotLL ? kOneshotLL : kTwoshot;
+  const KernelFn(*table)[5] = algo == Algo::kOneshotLL ? kOneshotLL
+                             : algo == Algo::kTwoshotPush ? kTwoshotPush
+                                                          : kTwoshot;
   int limit = 1024;
   for (int row = 0; row < 3; ++row) {
     for (int op = 0; op < 5; ++op) {
@@ -49,6 +58,7 @@ cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
   switch (choice.algo) {
     case Algo::kOneshotLL: fn = kOneshotLL[row][op]; break;
     case Algo::kTwoshot: fn = kTwoshot[row][op]; break;
+    case Algo::kTwoshotPush: fn = kTwoshotPush[row][op]; break;
     default: return cudaErrorInvalidValue;
   }
   DeviceArgs a = args;

@@ -17,6 +17,12 @@
 // push(2) pull(1) | ...
 // Each rank reduces only its own shard, so all ranks hold the same bits.
 //
+// Variant twoshot_push (kPushGather): every NVLink transfer is a write. reduce(k) also stores the
+// reduced shard into every peer's gather[parity][our rank][slot b] in the same pass, and pull(k)
+// becomes a local copy out of our own gather area once the owners' flags arrive. It trades NVLink
+// reads for local HBM traffic. Reuse of gather parity k & 1: an owner writes it at reduce(k+2)
+// after seeing our push(k+2), which we issue after our copy-out of step k.
+//
 // Reuse (why two parities suffice): push(k+2) writes staging parity k & 1 after our wait in
 // pull(k), which saw the owner's result flag of step k: the owner had finished reading that
 // staging. An owner overwrites result parity k & 1 in reduce(k+2) after seeing every peer's
@@ -59,15 +65,16 @@ __device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n) {
   for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
 }
 
-// out = reduce(src[0..n-1]) in rank order, written to both dst0 and dst1.
+// out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory).
 template <typename T, Op kOp>
-__device__ __forceinline__ void reduceElems(T* dst0, T* dst1, const T* const* src, int nsrc,
+__device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* const* src, int nsrc,
                                             size_t n) {
   constexpr size_t kE = 16 / sizeof(T);
-  uintptr_t align = reinterpret_cast<uintptr_t>(dst0) | reinterpret_cast<uintptr_t>(dst1);
+  uintptr_t align = 0;
 #pragma unroll
   for (int r = 0; r < kMaxRanks; ++r) {
     if (r < nsrc) align |= reinterpret_cast<uintptr_t>(src[r]);
+    if (r < ndst) align |= reinterpret_cast<uintptr_t>(dst[r]);
   }
   size_t done = 0;
   if ((align & 15) == 0) {
@@ -75,15 +82,17 @@ __device__ __forceinline__ void reduceElems(T* dst0, T* dst1, const T* const* sr
     const uint4* const* s = reinterpret_cast<const uint4* const*>(src);
     for (size_t i = threadIdx.x; i < vecs; i += blockDim.x) {
       const uint4 v = reduceSources<T, kOp, uint4>(s, i, nsrc);
-      reinterpret_cast<uint4*>(dst0)[i] = v;
-      reinterpret_cast<uint4*>(dst1)[i] = v;
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d)
+        if (d < ndst) reinterpret_cast<uint4*>(dst[d])[i] = v;
     }
     done = vecs * kE;
   }
   for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) {
     const T v = reduceSources<T, kOp, T>(src, i, nsrc);
-    dst0[i] = v;
-    dst1[i] = v;
+#pragma unroll
+    for (int d = 0; d < kMaxRanks; ++d)
+      if (d < ndst) dst[d][i] = v;
   }
 }
 
@@ -124,7 +133,7 @@ __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOf
   return failed == 0;
 }
 
-template <typename T, Op kOp>
+template <typename T, Op kOp, bool kPushGather>
 __global__ void twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
@@ -161,6 +170,9 @@ __global__ void twoshotKernel(DeviceArgs args) {
   auto resultArea = [&](char* window, uint32_t k) {
     return window + L.result + (k & 1) * L.stagingBytes + slotOffset;
   };
+  auto gatherArea = [&](char* window, uint32_t k, int owner) {
+    return window + L.gather + (static_cast<size_t>(k & 1) * n + owner) * L.stagingBytes + slotOffset;
+  };
   auto push = [&](uint32_t k) {
     const Step st = stepAt(k);
     for (int i = 1; i < n; ++i) {
@@ -185,19 +197,31 @@ __global__ void twoshotKernel(DeviceArgs args) {
       src[s] = (s == me) ? send + st.tileStart + st.begin(me)
                          : reinterpret_cast<const T*>(staging(args.window, k, s));
     }
-    T* result = reinterpret_cast<T*>(resultArea(args.window, k));
-    reduceElems<T, kOp>(recv + st.tileStart + st.begin(me), result, src, n, st.len(me));
+    // Destinations: our output, then our result area (pull) or every peer's gather area (push).
+    T* dst[kMaxRanks];
+#pragma unroll
+    for (int d = 0; d < kMaxRanks; ++d) {
+      if constexpr (kPushGather) {
+        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+                        : reinterpret_cast<T*>(gatherArea(args.peerWindows[(me + d) % n], k, me));
+      } else {
+        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+                        : reinterpret_cast<T*>(resultArea(args.window, k));
+      }
+    }
+    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
     signalPeers(args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
     else allowNextGrid();
 
-    // pull(k): every other rank's reduced shard.
+    // pull(k): every other rank's reduced shard (from its result area, or from our gather area
+    // where it pushed it).
     if (!waitPeers(args, L.resultFlags, value, kPhaseResultWait)) return;
     for (int i = 1; i < n; ++i) {
       const int s = (me + i) % n;
-      copyElems(recv + st.tileStart + st.begin(s),
-                reinterpret_cast<const T*>(resultArea(args.peerWindows[s], k)), st.len(s));
+      const char* from = kPushGather ? gatherArea(args.window, k, s) : resultArea(args.peerWindows[s], k);
+      copyElems(recv + st.tileStart + st.begin(s), reinterpret_cast<const T*>(from), st.len(s));
     }
   }
   retireEpoch(args.local, epoch);

@@ -36,7 +36,9 @@ enum DeviceFailure : int {
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //   staging     [parity 2][sender nranks][stagingBytes]: reduce-scatter pieces pushed by senders;
 //               block b with slot size s uses bytes [b*s, (b+1)*s) of each sender's part
-//   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers
+//   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers (twoshot)
+//   gather      [parity 2][sender nranks][stagingBytes]: reduced shards pushed by their owners
+//               (twoshot_push); same slot rule as staging
 struct WindowHeader {
   int abortedByPeer;  // set by a peer's yaliCommAbort; our device waits give up when they see it
   int pad[63];
@@ -50,6 +52,7 @@ struct WindowLayout {
   size_t staging;
   size_t stagingBytes;  // bytes per (parity, sender)
   size_t result;
+  size_t gather;
   size_t total;
 };
 

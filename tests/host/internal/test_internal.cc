@@ -22,7 +22,7 @@ namespace {
 Settings defaultSettings() {
   // Start from a clean environment so that the host's YALI_* variables cannot leak in.
   for (const char* v : {"YALI_TIMEOUT_MS", "YALI_ALGO", "YALI_ONESHOT_LL_MAX_BYTES", "YALI_MAX_CTAS",
-                        "YALI_LL_BUFFER_BYTES", "YALI_STAGING_BYTES", "YALI_TUNING_FILE", "YALI_PDL"})
+                        "YALI_LL_BUFFER_BYTES", "YALI_STAGING_BYTES", "YALI_TUNING_FILE", "YALI_PDL", "YALI_TWOSHOT_PUSH_MIN_BYTES"})
     unsetenv(v);
   Settings s;
   std::string err;
@@ -92,8 +92,23 @@ TEST(selector_default_crossover) {
     CHECK(sel.choose(4096).algo == Algo::kOneshotLL);
     CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
     CHECK(sel.choose(static_cast<size_t>(llMax) + 1).algo == Algo::kTwoshot);
-    CHECK(sel.choose(size_t(1) << 30).algo == Algo::kTwoshot);
+    CHECK(sel.choose(size_t(1) << 30).algo != Algo::kOneshotLL);
   }
+}
+
+TEST(selector_push_variant_threshold) {
+  Settings s = defaultSettings();
+  const int64_t pushMin = builtinTuning(9, 4).twoshotPushMinBytes;
+  Selector table = makeSelector(s, 4);
+  CHECK(table.choose(static_cast<size_t>(pushMin)).algo == Algo::kTwoshotPush);
+  CHECK(table.choose(static_cast<size_t>(pushMin) - 16).algo == Algo::kTwoshot);
+  s.twoshotPushMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
+  s.twoshotPushMinBytes = kThresholdAlways;
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotPush);
+  s.twoshotPushMinBytes = kThresholdTable;
+  s.algo = "twoshot_push";
+  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotPush);
 }
 
 TEST(selector_threshold_env_semantics) {
@@ -162,6 +177,13 @@ TEST(tuning_file_round_trip_and_errors) {
   CHECK(err.find("expected 9 keys") != std::string::npos);
   CHECK(!parseTuningText("sm=9 nranks=4 bogus=1", &parsed, &err));
   CHECK(!parseTuningText(formatTuningEntry(e) + " extra", &parsed, &err));
+  // The push crossover is optional: a nine-key line (what `yali-perf --tune` writes) takes the
+  // built-in value.
+  parsed.clear();
+  CHECK(parseTuningText("sm=9 nranks=4 ll_max=1 ll_threads=512 ll_ctas=8 twoshot_threads=512 "
+                        "twoshot_ctas=8 twoshot_min_slot=4096 twoshot_max_slot=65536", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].twoshotPushMinBytes, builtinTuning(9, 4).twoshotPushMinBytes);
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
