@@ -20,8 +20,9 @@ namespace {
 //  - slots: 8 KB minimum keeps per-step flag costs below data time; 128 KB maximum keeps the
 //    staging footprint at 2 * n * 32 * 128 KB.
 //  - push_min: twoshot_push (all-gather by NVLink writes plus a local copy) against twoshot (by
-//    NVLink reads); writes are expected to stream better for large messages. Provisional 4 MB
-//    until measured.
+//    NVLink reads). Measured (nvidia-h200-x4, one process per GPU, fp32, docs/PERF.md): push is
+//    faster at every size from 256K to 1G at n = 2 and n = 4 (1G: 311 vs 279 GB/s busBW at n = 2,
+//    313 vs 263 at n = 4), so it is used for every two-shot size (push_min = 1 byte).
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
@@ -29,9 +30,9 @@ namespace {
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
     // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin
-    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
-    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
-    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 4 << 20},
+    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
+    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
+    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }

@@ -62,16 +62,20 @@ __device__ __forceinline__ uint4 loadShared16(const uint4* p) { return __ldcg(p)
 
 // Every spin loop on the device goes through a WaitGuard: it turns "the peer never came" into an
 // error the host can read instead of a hang. It checks, every kSpinsPerCheck iterations,
-//   1. the deadline (DeviceArgs::timeoutNs from the kernel's start),
-//   2. the comm's local failure word (another block of ours or an earlier launch already failed,
-//      or a peer's yaliCommAbort wrote into our window),
-//   3. the host-mapped abort word (yaliCommAbort on this rank).
+//   1. the deadline (DeviceArgs::timeoutNs from the wait's start),
+//   2. the comm's local failure word (another block of ours or an earlier launch already failed),
+//   3. our window's abortedByPeer word (a peer's yaliCommAbort),
+// and every kChecksPerHostCheck checks also
+//   4. the host-mapped abort word (yaliCommAbort on this rank). That read crosses PCIe; with
+//      thousands of threads waiting at once it must stay rare (about every 16K spins).
 // On failure it records the first error in HostStatus and every later check returns false.
 struct WaitGuard {
   static constexpr int kSpinsPerCheck = 256;
+  static constexpr int kChecksPerHostCheck = 64;
   const DeviceArgs& args;
   uint64_t deadline;
   int spins = 0;
+  int checks = 0;
 
   __device__ explicit WaitGuard(const DeviceArgs& a) : args(a) {
     deadline = globalTimerNs() + a.timeoutNs;
@@ -86,7 +90,8 @@ struct WaitGuard {
       fail(kFailRemoteAbort, phase);
       return false;
     }
-    if (*reinterpret_cast<volatile int*>(&args.host->abortRequested) != 0) {
+    if (++checks % kChecksPerHostCheck == 0 &&
+        *reinterpret_cast<volatile int*>(&args.host->abortRequested) != 0) {
       fail(kFailAborted, phase);
       return false;
     }

@@ -91,7 +91,7 @@ TEST(selector_default_crossover) {
     const int64_t llMax = builtinTuning(9, n).oneshotLLMaxBytes;
     CHECK(sel.choose(4096).algo == Algo::kOneshotLL);
     CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
-    CHECK(sel.choose(static_cast<size_t>(llMax) + 1).algo == Algo::kTwoshot);
+    CHECK(sel.choose(static_cast<size_t>(llMax) + 1).algo != Algo::kOneshotLL);
     CHECK(sel.choose(size_t(1) << 30).algo != Algo::kOneshotLL);
   }
 }
@@ -100,8 +100,11 @@ TEST(selector_push_variant_threshold) {
   Settings s = defaultSettings();
   const int64_t pushMin = builtinTuning(9, 4).twoshotPushMinBytes;
   Selector table = makeSelector(s, 4);
-  CHECK(table.choose(static_cast<size_t>(pushMin)).algo == Algo::kTwoshotPush);
-  CHECK(table.choose(static_cast<size_t>(pushMin) - 16).algo == Algo::kTwoshot);
+  CHECK(table.choose(size_t(1) << 30).algo == (pushMin > 0 ? Algo::kTwoshotPush : Algo::kTwoshot));
+  s.twoshotPushMinBytes = size_t(8) << 20;
+  Selector explicitT = makeSelector(s, 4);
+  CHECK(explicitT.choose(size_t(8) << 20).algo == Algo::kTwoshotPush);
+  CHECK(explicitT.choose((size_t(8) << 20) - 16).algo == Algo::kTwoshot);
   s.twoshotPushMinBytes = kThresholdDisabled;
   CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
   s.twoshotPushMinBytes = kThresholdAlways;
@@ -114,16 +117,16 @@ TEST(selector_push_variant_threshold) {
 TEST(selector_threshold_env_semantics) {
   Settings s = defaultSettings();
   s.oneshotLLMaxBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(16).algo == Algo::kTwoshot);
+  CHECK(makeSelector(s, 2).choose(16).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = kThresholdAlways;
   Selector always = makeSelector(s, 2);
   CHECK(always.choose(static_cast<size_t>(s.llBufferBytes)).algo == Algo::kOneshotLL);
   // Past the LL buffer, "always" still has to fall back.
-  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes) + 8).algo == Algo::kTwoshot);
+  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes) + 8).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = 1000;
   Selector explicitT = makeSelector(s, 2);
   CHECK(explicitT.choose(1000).algo == Algo::kOneshotLL);
-  CHECK(explicitT.choose(1001).algo == Algo::kTwoshot);
+  CHECK(explicitT.choose(1001).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = kThresholdTable;
   s.algo = "twoshot";
   CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshot);
@@ -195,7 +198,7 @@ TEST(tuning_file_round_trip_and_errors) {
   Selector sel = makeSelector(s, 4);
   CHECK_EQ(sel.entry().oneshotLLMaxBytes, 12345);
   CHECK(sel.choose(12345).algo == Algo::kOneshotLL);
-  CHECK(sel.choose(12346).algo == Algo::kTwoshot);
+  CHECK(sel.choose(12346).algo != Algo::kOneshotLL);
   unlink(path);
 }
 
