@@ -120,11 +120,15 @@ if has algocmp; then
     done
   done
 fi
+# The sweep and the backend benchmark run from this checkout: its python/ and the fresh libyali.
+export_repo_python() { export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" YALI_LIBRARY="$PWD/$BUILD/src/libyali.so"; }
 if has backends; then
+  export_repo_python
   timeout 300 python3 -m yali.bench_backends --run_all --output_dir "$LOG/backends" > "$LOG/backends.log" 2>&1
   note "bench_backends --run_all: rc=$?"
 fi
 if has sweep; then
+  export_repo_python
   timeout ${SWEEP_TIMEOUT:-300} python3 -m yali.sweep --build "$BUILD" ${SWEEP_ARGS:---quick} --output "$OUT/sweep" > "$LOG/sweep.log" 2>&1
   note "sweep ${SWEEP_ARGS:---quick}: rc=$?"
   tar -czf "$OUT/sweep.tar.gz" -C "$OUT" sweep 2>/dev/null
