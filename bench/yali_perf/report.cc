@@ -1,4 +1,5 @@
 #include "report.h"
+#include "text_format.h"
 
 #include <cinttypes>
 #include <cstdarg>
@@ -9,16 +10,6 @@
 namespace yali_perf {
 namespace {
 
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
-
-std::string Format(const char* format, ...) {
-  char text[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof(text), format, args);
-  va_end(args);
-  return text;
-}
 
 std::string PlacementColumns(const ResultRecord* record) {
   if (record == nullptr) return Format("  %9s %8s %8s %7s", "-", "-", "-", "-");

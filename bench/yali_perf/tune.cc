@@ -1,4 +1,5 @@
 #include "tune.h"
+#include "text_format.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -82,16 +83,6 @@ class SavedEnv {
   std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
 };
 
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
-
-std::string Format(const char* format, ...) {
-  char text[1024];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof(text), format, args);
-  va_end(args);
-  return text;
-}
 
 // "twoshot/32x512 slot 128K" or "oneshot_ll/8x512": what the selector ran.
 std::string SelectorLabel(const TuneMeasurement& m) {

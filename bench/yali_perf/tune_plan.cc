@@ -1,4 +1,5 @@
 #include "tune_plan.h"
+#include "text_format.h"
 
 #include <cstdarg>
 #include <cstdio>
@@ -7,16 +8,6 @@
 namespace yali_perf {
 namespace {
 
-std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
-
-std::string Format(const char* format, ...) {
-  char text[512];
-  va_list args;
-  va_start(args, format);
-  std::vsnprintf(text, sizeof(text), format, args);
-  va_end(args);
-  return text;
-}
 
 // A value placed on a comment line: a newline inside it would end the comment and leave the rest
 // for the library's parser.

@@ -269,7 +269,23 @@ def _as_stream(value, call):
     )
 
 
-class Comm:
+class _ClosingContext:
+    """``with`` support shared by the communicator classes (here and in yali.torch): a normal exit
+    closes the communicator; an exit by exception aborts it, since its peers may be gone and a
+    collective close could wait for them."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+
+class Comm(_ClosingContext):
     """One rank's communicator (yaliComm_t). Create with ``Comm.init_rank`` or ``Comm.init_all``.
 
     ``destroy()`` is collective (every rank calls it); leaving a ``with`` block destroys the comm,
@@ -397,15 +413,7 @@ class Comm:
         handle, self._handle = self._handle, None
         _capi.comm_abort(handle)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.destroy()
-        else:
-            self.abort()
-        return False
+    close = destroy  # the name _ClosingContext (and torch-side code) uses
 
     def __repr__(self):
         state = "closed" if self._handle is None else f"0x{self._handle:x}"

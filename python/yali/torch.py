@@ -253,7 +253,7 @@ _all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_sha
 # ---- Communicators -------------------------------------------------------------------------------
 
 
-class Communicator:
+class Communicator(yali._ClosingContext):
     """A YALI communicator over the ranks of a torch.distributed process group, one GPU each.
 
     ``group``: a ProcessGroup (default WORLD; any backend: the group only carries the unique id).
@@ -384,22 +384,12 @@ class Communicator:
             _LIVE.pop(self._handle, None)
         return comm
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
-
     def __repr__(self):
         state = "closed" if self._comm is None else "open"
         return f"<yali.torch.Communicator rank {self.rank}/{self.world_size} {self.device} {state}>"
 
 
-class SingleProcessCommunicator:
+class SingleProcessCommunicator(yali._ClosingContext):
     """One process, several GPUs: rank i on ``devices[i]`` (default: every visible GPU)."""
 
     def __init__(self, devices=None):
@@ -479,16 +469,6 @@ class SingleProcessCommunicator:
         for c in comms:
             _LIVE.pop(c.handle, None)
             c.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-        return False
 
     def __repr__(self):
         return f"<yali.torch.SingleProcessCommunicator devices={self.devices}>"
