@@ -393,8 +393,8 @@ def check(code, call, comm_handle=None):
     raise _make_error(code, call, get_error_string(code), detail)
 
 
-def as_c_int(value, call, name):
-    """``value`` as a C int, or YaliInvalidArgument naming ``call`` and ``name``."""
+def _as_integer(value, call, name):
+    """``value`` as a Python int (anything with __index__, not a bool), or YaliInvalidArgument."""
     if isinstance(value, bool) or not isinstance(value, int):
         try:
             value = value.__index__()
@@ -402,6 +402,12 @@ def as_c_int(value, call, name):
             raise python_error(
                 Result.InvalidArgument, call, f"{name} must be an int, got {type(value).__name__}"
             ) from None
+    return value
+
+
+def as_c_int(value, call, name):
+    """``value`` as a C int, or YaliInvalidArgument naming ``call`` and ``name``."""
+    value = _as_integer(value, call, name)
     if not _INT_MIN <= value <= _INT_MAX:
         raise python_error(Result.InvalidArgument, call, f"{name}={value} does not fit a C int")
     return int(value)
@@ -409,13 +415,7 @@ def as_c_int(value, call, name):
 
 def as_size_t(value, call, name):
     """``value`` as a size_t (an int >= 0), or YaliInvalidArgument."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            value = value.__index__()
-        except (AttributeError, TypeError):
-            raise python_error(
-                Result.InvalidArgument, call, f"{name} must be an int, got {type(value).__name__}"
-            ) from None
+    value = _as_integer(value, call, name)
     if not 0 <= value <= _SIZE_MAX:
         raise python_error(Result.InvalidArgument, call, f"{name}={value} must be >= 0")
     return int(value)
