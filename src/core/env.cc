@@ -111,7 +111,6 @@ bool loadSettings(Settings* s, std::string* error) {
   s->programmaticLaunch = pdl == 1;
   const char* tuning = getenvOrNull("YALI_TUNING_FILE");
   s->tuningFile = tuning ? tuning : "";
-  s->debug = debugLoggingEnabled();
   return true;
 }
 

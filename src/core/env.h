@@ -27,7 +27,6 @@ struct Settings {
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)
   std::string tuningFile;     // YALI_TUNING_FILE
   bool programmaticLaunch;    // YALI_PDL
-  bool debug;                 // YALI_DEBUG
 };
 
 // Reads every YALI_* variable. On a malformed or out-of-range value returns false and writes a

@@ -24,7 +24,6 @@ yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) {
 }
 
 const char* threadLastError() { return tlsLastError.c_str(); }
-void clearThreadLastError() { tlsLastError.clear(); }
 
 const char* resultString(yaliResult_t result) {
   switch (result) {

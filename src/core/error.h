@@ -14,7 +14,6 @@ yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 const char* threadLastError();
-void clearThreadLastError();
 
 const char* resultString(yaliResult_t result);
 

@@ -55,9 +55,6 @@ __device__ __forceinline__ uint4 loadVolatile16(const uint4* p) {
   return v;
 }
 
-// Load that bypasses L1 (see the file comment); for data another GPU wrote.
-__device__ __forceinline__ uint4 loadShared16(const uint4* p) { return __ldcg(p); }
-
 // ---- Bounded waits ------------------------------------------------------------------------------
 
 // Every spin loop on the device goes through a WaitGuard: it turns "the peer never came" into an
