@@ -2,8 +2,14 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,backends,sweep
+#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,backends,sweep
 #          (default: build,tests,perf)
+#   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
+#   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
+#   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
+#                                                       table compares them (NCCL once, as "nccl")
+#   NCU_CASES="name:SIZE:VAR=v,VAR=v ..."               ncu: one-pass hardware counters of one
+#                                                       AllReduce kernel on rank 0 of 2 processes
 #   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
 #   PERF_EXTRA="..."                         extra yali-perf flags (e.g. -G 20)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
@@ -53,9 +59,19 @@ fi
 if has algotests; then
   # The GPU suite once more with each algorithm forced, so that every dtype x op x count runs
   # through every kernel (auto selection sends each size to one algorithm only).
-  for algo in oneshot_ll twoshot twoshot_push; do
-    YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks 4 --mode multi > "$LOG/algotest_$algo.log" 2>&1
-    note "gpu suite YALI_ALGO=$algo multi 4: rc=$? $(tail -1 "$LOG/algotest_$algo.log")"
+  for n in ${ALGO_RANKS:-2 4}; do
+    [ "$n" -gt "$ngpus" ] && continue
+    for algo in ${ALGOS:-oneshot_ll twoshot twoshot_push stream_oneshot stream_twoshot}; do
+      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
+      note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
+    done
+  done
+  # The streaming kernels with tiny stages (32 KB): many steps per block, every stage reused.
+  for algo in stream_oneshot stream_twoshot; do
+    [ 4 -gt "$ngpus" ] && continue
+    YALI_STAGING_BYTES=65536 YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks 4 --mode multi \
+      > "$LOG/algotest_${algo}_small_stages.log" 2>&1
+    note "gpu suite YALI_ALGO=$algo YALI_STAGING_BYTES=65536 multi 4: rc=$? $(tail -1 "$LOG/algotest_${algo}_small_stages.log")"
   done
 fi
 
@@ -120,6 +136,37 @@ if has algocmp; then
     done
   done
 fi
+if has variants; then
+  # The same sizes under several settings (algorithm, warps, blocks), YALI only, then NCCL once.
+  for n in ${VARIANT_NP:-2 4}; do
+    [ "$n" -gt "$ngpus" ] && continue
+    for v in ${VARIANTS:-push:YALI_ALGO=twoshot_push s1:YALI_ALGO=stream_oneshot s2:YALI_ALGO=stream_twoshot}; do
+      name=${v%%:*}; settings=${v#*:}
+      env ${settings//,/ } bash scripts/launch_ranks.sh "$n" "$perf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} \
+        -d float -n 20 -w 5 --inplace 0 --impl yali -J "$LOG/var_${name}_np$n.json" > "$LOG/var_${name}_np$n.txt" 2>&1
+      note "variant $name ($settings) np$n: rc=$?"
+    done
+    bash scripts/launch_ranks.sh "$n" "$perf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} -d float -n 20 -w 5 \
+      --inplace 0 --impl nccl -J "$LOG/var_nccl_np$n.json" > "$LOG/var_nccl_np$n.txt" 2>&1
+  done
+fi
+if has ncu; then
+  # Rank 0 runs under ncu, rank 1 plainly, both at full speed: only metrics that fit one pass are
+  # asked for, because a kernel replay would wait for a peer that does not replay.
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,nvltx__bytes.sum,nvlrx__bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed
+  for c in ${NCU_CASES:-push1G:1G:YALI_ALGO=twoshot_push s1_1G:1G:YALI_ALGO=stream_oneshot s1_1M:1M:YALI_ALGO=stream_oneshot}; do
+    name=${c%%:*}; rest=${c#*:}; size=${rest%%:*}; settings=${rest#*:}
+    export YALI_PERF_JOBID="ncu-$$-$name"
+    ( export ${settings//,/ } YALI_TIMEOUT_MS=20000
+      RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 timeout 120 ncu --clock-control none \
+        -k regex:'streamKernel|twoshotKernel|oneshotLLKernel' --launch-skip 4 --launch-count 1 --metrics "$metrics" \
+        "$perf" -g 1 -b "$size" -e "$size" -d float -n 10 -w 3 -c 0 --impl yali > "$LOG/ncu_$name.txt" 2>&1 &
+      RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 timeout 120 \
+        "$perf" -g 1 -b "$size" -e "$size" -d float -n 10 -w 3 -c 0 --impl yali > "$LOG/ncu_${name}_peer.txt" 2>&1
+      wait )
+    note "ncu $name: $(grep -E 'gpu__time_duration|nvltx__bytes|dram__bytes_read' "$LOG/ncu_$name.txt" | awk '{print $1"="$(NF)}' | tr '\n' ' ')"
+  done
+fi
 # The sweep and the backend benchmark run from this checkout: its python/ and the fresh libyali.
 export_repo_python() { export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" YALI_LIBRARY="$PWD/$BUILD/src/libyali.so"; }
 if has backends; then
@@ -139,3 +186,4 @@ echo
 echo "==== summary ($(( $(date +%s) - t0 )) s, $ngpus GPUs, commit $(cat "$LOG/commit.txt" 2>/dev/null | cut -c1-10))"
 printf '%s\n' "${summary[@]}"
 ls "$LOG"/perf_*.json >/dev/null 2>&1 && python3 scripts/summarize_perf.py "$LOG"/perf_*.json
+ls "$LOG"/var_*.json >/dev/null 2>&1 && python3 scripts/summarize_perf.py --variants "$LOG"/var_*.json

@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
-"""Prints a compact YALI-vs-NCCL table from yali-perf JSON files (out-of-place results)."""
+"""Prints a compact YALI-vs-NCCL table from yali-perf JSON files (out-of-place results).
+
+With --variants, the files are var_<name>_np<N>.json from gpu_check.sh's variants stage: one table
+per world size, a busBW column (GB/s) per variant, #wrong summed over all of them."""
 import json
+import os
+import re
 import sys
 
 
@@ -36,5 +41,41 @@ def main(paths):
                   f"{tail:7.2f} {wrong:5d}  {algo}")
 
 
+def variants(paths):
+    table = {}   # np -> size -> name -> busbw
+    names = {}   # np -> [names in file order]
+    wrong = 0
+    for path in paths:
+        m = re.match(r"var_(.+)_np(\d+)\.json$", os.path.basename(path))
+        if not m:
+            continue
+        name, n = m.group(1), int(m.group(2))
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        names.setdefault(n, [])
+        if name not in names[n]:
+            names[n].append(name)
+        for r in doc["results"]:
+            if r["placement"] != "out-of-place" or r["dtype"] != "float":
+                continue
+            wrong += r.get("wrong", 0)
+            cell = f"{r['busbw_gbs']:.1f}"
+            if r["impl"] == "yali":
+                cell += f" {r.get('algo', '')[:9]}/{r.get('ctas', '')}"
+            table.setdefault(n, {}).setdefault(r["bytes"], {})[name] = cell
+    for n in sorted(table):
+        cols = names[n]
+        print(f"\nvariants, {n} processes, float, busBW GB/s (#wrong over all: {wrong})")
+        print(f"{'size':>6} " + " ".join(f"{c:>22}" for c in cols))
+        for size in sorted(table[n]):
+            print(f"{human(size):>6} " + " ".join(f"{table[n][size].get(c, '-'):>22}" for c in cols))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--variants"]:
+        variants(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -80,7 +81,9 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   comm->smMajor = major;
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
-                        maxLaunchableThreads(Algo::kOneshotLL), maxLaunchableThreads(Algo::kTwoshot)};
+                        maxLaunchableThreads(Algo::kOneshotLL),
+                        std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
+                                  maxLaunchableThreads(Algo::kStreamTwoshot)})};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());

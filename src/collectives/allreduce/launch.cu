@@ -3,6 +3,7 @@
 #include "collectives/allreduce/launch.h"
 
 #include "collectives/allreduce/oneshot_ll.cuh"
+#include "collectives/allreduce/stream.cuh"
 #include "collectives/allreduce/twoshot.cuh"
 
 namespace yali {
@@ -31,14 +32,27 @@ const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotPull, __half),
 const KernelFn kTwoshotPush[3][5] = {YALI_KERNEL_ROW(twoshotPush, __half),
                                      YALI_KERNEL_ROW(twoshotPush, float),
                                      YALI_KERNEL_ROW(twoshotPush, __nv_bfloat16)};
+// One instantiation serves both streaming variants (DeviceArgs::wholeTile picks at run time).
+const KernelFn kStream[3][5] = {YALI_KERNEL_ROW(streamKernel, __half),
+                                YALI_KERNEL_ROW(streamKernel, float),
+                                YALI_KERNEL_ROW(streamKernel, __nv_bfloat16)};
 #undef YALI_KERNEL_ROW
+
+const KernelFn (*kernelTable(Algo algo))[5] {
+  switch (algo) {
+    case Algo::kOneshotLL: return kOneshotLL;
+    case Algo::kTwoshot: return kTwoshot;
+    case Algo::kTwoshotPush: return kTwoshotPush;
+    case Algo::kStreamOneshot:
+    case Algo::kStreamTwoshot: return kStream;
+  }
+  return nullptr;
+}
 
 }  // namespace
 
 int maxLaunchableThreads(Algo algo) {
-  const KernelFn(*table)[5] = algo == Algo::kOneshotLL ? kOneshotLL
-                             : algo == Algo::kTwoshotPush ? kTwoshotPush
-                                                          : kTwoshot;
+  const KernelFn(*table)[5] = kernelTable(algo);
   int limit = 1024;
   for (int row = 0; row < 3; ++row) {
     for (int op = 0; op < 5; ++op) {
@@ -54,13 +68,9 @@ int maxLaunchableThreads(Algo algo) {
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
                             const DeviceArgs& args, bool programmatic, cudaStream_t stream) {
   const int row = static_cast<int>(dtype);
-  KernelFn fn = nullptr;
-  switch (choice.algo) {
-    case Algo::kOneshotLL: fn = kOneshotLL[row][op]; break;
-    case Algo::kTwoshot: fn = kTwoshot[row][op]; break;
-    case Algo::kTwoshotPush: fn = kTwoshotPush[row][op]; break;
-    default: return cudaErrorInvalidValue;
-  }
+  const KernelFn(*table)[5] = kernelTable(choice.algo);
+  if (table == nullptr) return cudaErrorInvalidValue;
+  const KernelFn fn = table[row][op];
   DeviceArgs a = args;
   void* params[] = {&a};
   cudaLaunchConfig_t config = {};
