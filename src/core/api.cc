@@ -251,8 +251,6 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   args.recv = recvbuff;
   args.count = count;
   args.slotBytes = choice.slotBytes;
-  args.senderThreads = choice.senderThreads;
-  args.wholeTile = choice.algo == Algo::kStreamOneshot ? 1 : 0;
   args.epochHint = ++comm->launches;
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
   cudaError_t e = launchAllReduce(choice, dtype, static_cast<int>(op), args, programmatic, stream);

@@ -82,8 +82,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
-                        std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kStreamTwoshot)})};
+                        std::min(maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush))};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());

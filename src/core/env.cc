@@ -20,23 +20,14 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, twoshot, twoshot_push, stream_oneshot or "
-     "stream_twoshot (auto: the selector decides)."},
+     "Force one AllReduce algorithm: oneshot_ll, twoshot or twoshot_push (auto: the selector "
+     "decides)."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
      "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
      "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
     {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_STREAM_ONESHOT_MAX_BYTES", "-2",
-     "Largest message (above the LL range) for stream_oneshot, where every rank reduces the "
-     "whole message (0 never, -1 every size, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_STREAM_TWOSHOT_MIN_BYTES", "-2",
-     "Smallest message for the pipelined, warp-specialized stream_twoshot (0 never, -1 every "
-     "size above the one-shot ranges, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_STREAM_SENDER_WARPS", "0",
-     "Warps per block that push data in the streaming kernels; the rest reduce (0: the tuning "
-     "table's value)."},
     {"YALI_MAX_CTAS", "0",
      "Cap on thread blocks per GPU for any algorithm (0: the tuning table's value)."},
     {"YALI_LL_BUFFER_BYTES", "1048576",
@@ -92,9 +83,8 @@ bool loadSettings(Settings* s, std::string* error) {
   const char* algo = getenvOrNull("YALI_ALGO");
   s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
   if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "twoshot" &&
-      s->algo != "twoshot_push" && s->algo != "stream_oneshot" && s->algo != "stream_twoshot") {
-    *error = "YALI_ALGO='" + s->algo +
-             "' is not one of auto, oneshot_ll, twoshot, twoshot_push, stream_oneshot, stream_twoshot";
+      s->algo != "twoshot_push") {
+    *error = "YALI_ALGO='" + s->algo + "' is not one of auto, oneshot_ll, twoshot, twoshot_push";
     return false;
   }
   if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
@@ -102,15 +92,6 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
                              getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_STREAM_ONESHOT_MAX_BYTES",
-                             getenvOrNull("YALI_STREAM_ONESHOT_MAX_BYTES"), &s->streamOneshotMaxBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_STREAM_TWOSHOT_MIN_BYTES",
-                             getenvOrNull("YALI_STREAM_TWOSHOT_MIN_BYTES"), &s->streamTwoshotMinBytes, error))
-    return false;
-  if (!parseIntSetting("YALI_STREAM_SENDER_WARPS", getenvOrNull("YALI_STREAM_SENDER_WARPS"), 0, 0, 31,
-                       &s->streamSenderWarps, error))
     return false;
   if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
                        error))

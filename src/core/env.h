@@ -19,12 +19,9 @@ constexpr int64_t kThresholdTable = -2;
 
 struct Settings {
   int64_t timeoutMs;          // YALI_TIMEOUT_MS
-  std::string algo;           // YALI_ALGO: "" (auto) or an algorithm name (algoFromName)
+  std::string algo;           // YALI_ALGO: "" (auto), "oneshot_ll", "twoshot", "twoshot_push"
   int64_t oneshotLLMaxBytes;  // YALI_ONESHOT_LL_MAX_BYTES
   int64_t twoshotPushMinBytes;  // YALI_TWOSHOT_PUSH_MIN_BYTES
-  int64_t streamOneshotMaxBytes;  // YALI_STREAM_ONESHOT_MAX_BYTES
-  int64_t streamTwoshotMinBytes;  // YALI_STREAM_TWOSHOT_MIN_BYTES
-  int64_t streamSenderWarps;      // YALI_STREAM_SENDER_WARPS: 0 = table
   int64_t maxCtas;            // YALI_MAX_CTAS: 0 = table, else 1..kMaxCtas
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)

@@ -28,14 +28,11 @@ namespace {
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
-//  - streaming kernels (stream.cuh): not yet measured; off until a run on hardware sets the
-//    crossovers. Sender warps: 8 of the 16 (the sender's NVLink stores and the reducer's local
-//    traffic are the two halves of each step).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin  s1Max  s2Min  sWarps
-    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1, 0, 0, 8},
-    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1, 0, 0, 8},
-    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1, 0, 0, 8},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin
+    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
+    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
+    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -49,8 +46,6 @@ const char* algoName(Algo a) {
     case Algo::kOneshotLL: return "oneshot_ll";
     case Algo::kTwoshot: return "twoshot";
     case Algo::kTwoshotPush: return "twoshot_push";
-    case Algo::kStreamOneshot: return "stream_oneshot";
-    case Algo::kStreamTwoshot: return "stream_twoshot";
   }
   return "unknown";
 }
@@ -59,8 +54,6 @@ bool algoFromName(const std::string& name, Algo* out) {
   if (name == "oneshot_ll") *out = Algo::kOneshotLL;
   else if (name == "twoshot") *out = Algo::kTwoshot;
   else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
-  else if (name == "stream_oneshot") *out = Algo::kStreamOneshot;
-  else if (name == "stream_twoshot") *out = Algo::kStreamTwoshot;
   else return false;
   return true;
 }
@@ -87,9 +80,9 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     std::istringstream words(line);
     std::string word;
     TuningEntry e{};
+    e.twoshotPushMinBytes = -1;  // "not given": filled from the built-in table below
     int seen = 0;
-    // Optional keys: given on this line or taken from the built-in table below.
-    bool sawPushMin = false, sawOneshotMax = false, sawStreamMin = false, sawWarps = false;
+    bool sawPushMin = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -118,19 +111,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       else if (key == "twoshot_push_min") {
         e.twoshotPushMinBytes = v;
         sawPushMin = true;
-        continue;  // optional keys are not counted among the nine
-      } else if (key == "stream_oneshot_max") {
-        e.streamOneshotMaxBytes = v;
-        sawOneshotMax = true;
-        continue;
-      } else if (key == "stream_twoshot_min") {
-        e.streamTwoshotMinBytes = v;
-        sawStreamMin = true;
-        continue;
-      } else if (key == "stream_sender_warps") {
-        e.streamSenderWarps = static_cast<int>(v);
-        sawWarps = true;
-        continue;
+        continue;  // optional key: not counted among the nine
       }
       else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
@@ -138,8 +119,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       }
       ++seen;
     }
-    const bool sawOptional = sawPushMin || sawOneshotMax || sawStreamMin || sawWarps;
-    if (seen == 0 && !sawOptional) continue;
+    if (seen == 0 && !sawPushMin) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -149,17 +129,11 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
         e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
         e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
-        (sawPushMin && e.twoshotPushMinBytes < 0) || (sawOneshotMax && e.streamOneshotMaxBytes < 0) ||
-        (sawStreamMin && e.streamTwoshotMinBytes < 0) ||
-        (sawWarps && (e.streamSenderWarps < 1 || e.streamSenderWarps >= e.twoshotThreads / 32))) {
+        (sawPushMin && e.twoshotPushMinBytes < 0)) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
-    const TuningEntry builtin = builtinTuning(e.smMajor, e.nranks);
-    if (!sawPushMin) e.twoshotPushMinBytes = builtin.twoshotPushMinBytes;
-    if (!sawOneshotMax) e.streamOneshotMaxBytes = builtin.streamOneshotMaxBytes;
-    if (!sawStreamMin) e.streamTwoshotMinBytes = builtin.streamTwoshotMinBytes;
-    if (!sawWarps) e.streamSenderWarps = builtin.streamSenderWarps;
+    if (!sawPushMin) e.twoshotPushMinBytes = builtinTuning(e.smMajor, e.nranks).twoshotPushMinBytes;
     out->push_back(e);
   }
   return true;
@@ -197,7 +171,6 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   }
   entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads);
   entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
-  if (settings.streamSenderWarps > 0) entry_.streamSenderWarps = static_cast<int>(settings.streamSenderWarps);
   if (settings.maxCtas > 0) {
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
     entry_.twoshotMaxCtas = std::min<int>(entry_.twoshotMaxCtas, static_cast<int>(settings.maxCtas));
@@ -210,7 +183,7 @@ AlgoChoice Selector::oneshotLL(size_t bytes) const {
   const size_t threads = static_cast<size_t>(entry_.llThreads);
   const int ctas = static_cast<int>(
       std::min<size_t>(entry_.llMaxCtas, std::max<size_t>(1, (packets + threads - 1) / threads)));
-  return {Algo::kOneshotLL, ctas, entry_.llThreads, 0, 0};
+  return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
 }
 
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
@@ -224,25 +197,7 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
                                           static_cast<size_t>(limits_.stagingBytes) / ctas / 256 * 256);
   size_t slot = roundUp((bytes + n * ctas - 1) / (n * ctas), 256);
   slot = std::max(minSlot, std::min(slot, maxSlot));
-  return {variant, static_cast<int>(ctas), entry_.twoshotThreads, slot, 0};
-}
-
-AlgoChoice Selector::stream(size_t bytes, Algo variant) const {
-  // A tile is one slot (stream_oneshot) or n slots (stream_twoshot); blocks and slot sizes follow
-  // the two-shot rules, within one stage of the kStreamStages-deep staging.
-  const size_t perTile = variant == Algo::kStreamOneshot ? 1 : static_cast<size_t>(limits_.nranks);
-  const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
-  size_t ctas = std::max<size_t>(1, bytes / (perTile * minSlot));
-  ctas = std::min<size_t>(ctas, static_cast<size_t>(entry_.twoshotMaxCtas));
-  const size_t stage = 2 * static_cast<size_t>(limits_.stagingBytes) / kStreamStages / 256 * 256;
-  const size_t maxSlot = std::max<size_t>(
-      256, std::min<size_t>(static_cast<size_t>(entry_.twoshotMaxSlotBytes), stage / ctas / 256 * 256));
-  size_t slot = roundUp((bytes + perTile * ctas - 1) / (perTile * ctas), 256);
-  slot = std::min(std::max(minSlot, slot), maxSlot);
-  const int threads = entry_.twoshotThreads;
-  // Both roles keep at least one warp (and the reducer at least kMaxRanks flag threads).
-  const int senderWarps = std::max(1, std::min(entry_.streamSenderWarps, threads / 32 - 1));
-  return {variant, static_cast<int>(ctas), threads, slot, senderWarps * 32};
+  return {variant, static_cast<int>(ctas), entry_.twoshotThreads, slot};
 }
 
 AlgoChoice Selector::choose(size_t bytes) const {
@@ -251,7 +206,6 @@ AlgoChoice Selector::choose(size_t bytes) const {
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
     // A forced LL that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
-    if (forced == Algo::kStreamOneshot || forced == Algo::kStreamTwoshot) return stream(bytes, forced);
     return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   int64_t llMax = settings_.oneshotLLMaxBytes;
@@ -259,14 +213,6 @@ AlgoChoice Selector::choose(size_t bytes) const {
   const bool useLL = llMax == kThresholdAlways ? llFits
                                                : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
   if (useLL) return oneshotLL(bytes);
-  int64_t oneshotMax = settings_.streamOneshotMaxBytes;
-  if (oneshotMax == kThresholdTable) oneshotMax = entry_.streamOneshotMaxBytes;
-  if (oneshotMax == kThresholdAlways || (oneshotMax > 0 && static_cast<int64_t>(bytes) <= oneshotMax))
-    return stream(bytes, Algo::kStreamOneshot);
-  int64_t streamMin = settings_.streamTwoshotMinBytes;
-  if (streamMin == kThresholdTable) streamMin = entry_.streamTwoshotMinBytes;
-  if (streamMin == kThresholdAlways || (streamMin > 0 && static_cast<int64_t>(bytes) >= streamMin))
-    return stream(bytes, Algo::kStreamTwoshot);
   int64_t pushMin = settings_.twoshotPushMinBytes;
   if (pushMin == kThresholdTable) pushMin = entry_.twoshotPushMinBytes;
   const bool push = pushMin == kThresholdAlways || (pushMin > 0 && static_cast<int64_t>(bytes) >= pushMin);

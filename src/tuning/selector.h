@@ -18,13 +18,7 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int {
-  kOneshotLL = 0,
-  kTwoshot = 1,
-  kTwoshotPush = 2,
-  kStreamOneshot = 3,
-  kStreamTwoshot = 4,
-};
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2 };
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 
@@ -32,8 +26,7 @@ struct AlgoChoice {
   Algo algo;
   int ctas;
   int threads;
-  size_t slotBytes;   // two-shot, streaming: bytes per (block, sender) per step; 0 for one-shot LL
-  int senderThreads;  // streaming: threads of the sender role; 0 otherwise
+  size_t slotBytes;  // two-shot: bytes per (block, sender) per step; 0 for one-shot LL
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
@@ -48,10 +41,6 @@ struct TuningEntry {
   int64_t twoshotMinSlotBytes;  // two-shot: smallest slot (fewer blocks below n*ctas*this)
   int64_t twoshotMaxSlotBytes;  // two-shot: largest slot per step
   int64_t twoshotPushMinBytes;  // crossover: twoshot_push (all-writes) from this size up, 0 never
-  // Optional keys (a tuning file may leave them out; the built-in value applies):
-  int64_t streamOneshotMaxBytes;  // crossover: stream_oneshot above LL up to this size, 0 never
-  int64_t streamTwoshotMinBytes;  // crossover: stream_twoshot from this size up, 0 never
-  int streamSenderWarps;          // streaming: warps per block in the sender role
 };
 
 struct SelectorLimits {
@@ -60,7 +49,7 @@ struct SelectorLimits {
   int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
   int64_t stagingBytes;    // two-shot staging per sender and parity
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
-  int maxTwoshotThreads;   // clamped to these (two-shot and streaming kernels)
+  int maxTwoshotThreads;   // clamped to these (the smaller of the two two-shot variants)
 };
 
 class Selector {
@@ -72,7 +61,6 @@ class Selector {
 
  private:
   AlgoChoice twoshot(size_t bytes, Algo variant) const;
-  AlgoChoice stream(size_t bytes, Algo variant) const;
   AlgoChoice oneshotLL(size_t bytes) const;
   Settings settings_;
   SelectorLimits limits_;
@@ -84,13 +72,11 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
-//   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes>
-//   [twoshot_push_min=<bytes>] [stream_oneshot_max=<bytes>] [stream_twoshot_min=<bytes>]
-//   [stream_sender_warps=<w>]
-// (the bracketed keys are optional: a missing one takes the built-in value for that world size).
+//   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
+// (the last key is optional: without it the built-in value for that world size applies).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
-// The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the
-// built-in table.
+// The nine mandatory keys (what `yali-perf --tune` writes); the optional push crossover is left to
+// the built-in table.
 std::string formatTuningEntry(const TuningEntry& e);
 
 }  // namespace yali

@@ -3,7 +3,6 @@
 #include "collectives/allreduce/launch.h"
 
 #include "collectives/allreduce/oneshot_ll.cuh"
-#include "collectives/allreduce/stream.cuh"
 #include "collectives/allreduce/twoshot.cuh"
 
 namespace yali {
@@ -32,10 +31,6 @@ const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotPull, __half),
 const KernelFn kTwoshotPush[3][5] = {YALI_KERNEL_ROW(twoshotPush, __half),
                                      YALI_KERNEL_ROW(twoshotPush, float),
                                      YALI_KERNEL_ROW(twoshotPush, __nv_bfloat16)};
-// One instantiation serves both streaming variants (DeviceArgs::wholeTile picks at run time).
-const KernelFn kStream[3][5] = {YALI_KERNEL_ROW(streamKernel, __half),
-                                YALI_KERNEL_ROW(streamKernel, float),
-                                YALI_KERNEL_ROW(streamKernel, __nv_bfloat16)};
 #undef YALI_KERNEL_ROW
 
 const KernelFn (*kernelTable(Algo algo))[5] {
@@ -43,8 +38,6 @@ const KernelFn (*kernelTable(Algo algo))[5] {
     case Algo::kOneshotLL: return kOneshotLL;
     case Algo::kTwoshot: return kTwoshot;
     case Algo::kTwoshotPush: return kTwoshotPush;
-    case Algo::kStreamOneshot:
-    case Algo::kStreamTwoshot: return kStream;
   }
   return nullptr;
 }

@@ -1,6 +1,5 @@
-// Cooperative copy and reduce loops shared by the multi-block kernels. Every loop is written for a
-// group of threads (`tid` in [0, nthreads)): the whole block in the two-shot kernels, one warp role
-// in the streaming kernels. Loads use ld.global.cg (L2 only): sources may be a peer's memory or a
+// Cooperative copy and reduce loops of the multi-block kernels. Every loop is written for a group
+// of threads (`tid` in [0, nthreads)), today always the whole block. Loads use ld.global.cg (L2 only): sources may be a peer's memory or a
 // buffer a peer wrote during this kernel (device.cuh explains why L1 must not serve them).
 #pragma once
 
@@ -8,56 +7,11 @@
 
 namespace yali {
 
-// Block size bound for the kernels built on these loops (two-shot, streaming): it caps registers
+// Block size bound for the kernels built on these loops (two-shot): it caps registers
 // at 128 per thread so that 512-thread blocks, the tuned size, can always launch.
 constexpr int kBulkMaxThreads = 512;
 
-// Copies `n` elements src -> each of dst[0..ndst-1] (one load, ndst stores); 16-byte vectors when
-// every pointer allows it, element by element otherwise. Bits are copied untouched.
-template <typename T>
-__device__ __forceinline__ void copyElems(T* const* dst, int ndst, const T* src, size_t n,
-                                          unsigned tid, unsigned nthreads) {
-  constexpr size_t kE = 16 / sizeof(T);
-  uintptr_t align = reinterpret_cast<uintptr_t>(src);
-#pragma unroll
-  for (int d = 0; d < kMaxRanks; ++d)
-    if (d < ndst) align |= reinterpret_cast<uintptr_t>(dst[d]);
-  size_t done = 0;
-  if ((align & 15) == 0) {
-    const size_t vecs = n / kE;
-    const uint4* s = reinterpret_cast<const uint4*>(src);
-    constexpr int kUnroll = 8;  // eight 16-byte loads in flight per thread before the stores
-    size_t i = tid;
-    for (; i + (kUnroll - 1) * nthreads < vecs; i += kUnroll * nthreads) {
-      uint4 v[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * nthreads);
-#pragma unroll
-      for (int d = 0; d < kMaxRanks; ++d) {
-        if (d < ndst) {
-#pragma unroll
-          for (int u = 0; u < kUnroll; ++u) reinterpret_cast<uint4*>(dst[d])[i + u * nthreads] = v[u];
-        }
-      }
-    }
-    for (; i < vecs; i += nthreads) {
-      const uint4 v = __ldcg(s + i);
-#pragma unroll
-      for (int d = 0; d < kMaxRanks; ++d)
-        if (d < ndst) reinterpret_cast<uint4*>(dst[d])[i] = v;
-    }
-    done = vecs * kE;
-  }
-  for (size_t i = done + tid; i < n; i += nthreads) {
-    const T v = __ldcg(src + i);
-#pragma unroll
-    for (int d = 0; d < kMaxRanks; ++d)
-      if (d < ndst) dst[d][i] = v;
-  }
-}
-
-// The one-destination case, kept apart from the fan-out loop: with ndst fixed at 1 it needs far
-// fewer registers in kernels that also hold many peer pointers.
+// Copies `n` elements; 16-byte vectors when both ends allow it, element by element otherwise.
 template <typename T>
 __device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n, unsigned tid,
                                           unsigned nthreads) {

@@ -39,8 +39,6 @@ enum DeviceFailure : int {
 //   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers (twoshot)
 //   gather      [parity 2][sender nranks][stagingBytes]: reduced shards pushed by their owners
 //               (twoshot_push); same slot rule as staging
-// The streaming kernels (stream.cuh) view staging and gather as [stage kStreamStages][sender
-// nranks][streamStageBytes] instead: the same bytes, cut into more, smaller stages.
 struct WindowHeader {
   int abortedByPeer;  // set by a peer's yaliCommAbort; our device waits give up when they see it
   int pad[63];
@@ -57,14 +55,6 @@ struct WindowLayout {
   size_t gather;
   size_t total;
 };
-
-// Pipeline depth of the streaming kernels: a staging stage is reused every kStreamStages steps.
-constexpr int kStreamStages = 4;
-
-// Bytes per (stage, sender) when staging and gather are viewed as kStreamStages stages.
-YALI_HOST_DEVICE inline size_t streamStageBytes(const WindowLayout& L) {
-  return 2 * L.stagingBytes / kStreamStages / 256 * 256;
-}
 
 // Flag values grow monotonically over the life of a comm (epoch, then step within a launch), so a
 // wait is "flag >= expected" and nothing is ever reset; a peer that is already one step ahead
@@ -104,9 +94,7 @@ struct DeviceArgs {
   HostStatus* host;  // device alias of the host-mapped status
   uint64_t timeoutNs;
   uint64_t epochHint;  // host-side launch count, for error reports only
-  size_t slotBytes;    // two-shot and streaming: bytes per (block, sender) slot and per step
-  int senderThreads;   // streaming: threads [0, senderThreads) push, the rest reduce
-  int wholeTile;       // streaming: 1 = stream_oneshot (every rank reduces whole tiles)
+  size_t slotBytes;    // two-shot: bytes per (block, sender) slot and per step
 };
 
 }  // namespace yali

@@ -132,46 +132,6 @@ TEST(selector_threshold_env_semantics) {
   CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshot);
 }
 
-TEST(selector_stream_thresholds_and_geometry) {
-  Settings s = defaultSettings();
-  s.oneshotLLMaxBytes = kThresholdDisabled;
-  s.twoshotPushMinBytes = kThresholdDisabled;
-  s.streamOneshotMaxBytes = size_t(4) << 20;
-  s.streamTwoshotMinBytes = size_t(64) << 20;
-  for (int n : {2, 4, 8}) {
-    Selector sel = makeSelector(s, n);
-    CHECK(sel.choose(size_t(4) << 20).algo == Algo::kStreamOneshot);
-    CHECK(sel.choose((size_t(4) << 20) + 16).algo == Algo::kTwoshot);
-    CHECK(sel.choose((size_t(64) << 20) - 16).algo == Algo::kTwoshot);
-    const AlgoChoice big = sel.choose(size_t(1) << 30);
-    CHECK(big.algo == Algo::kStreamTwoshot);
-    // One stage of the streaming view must hold every block's slot, and both roles get warps.
-    const size_t stage = 2 * static_cast<size_t>(s.stagingBytes) / kStreamStages;
-    CHECK(static_cast<size_t>(big.ctas) * big.slotBytes <= stage);
-    CHECK(big.slotBytes % 256 == 0);
-    CHECK(big.senderThreads >= 32 && big.senderThreads <= big.threads - 32);
-    CHECK(big.ctas <= 32);
-  }
-  s.streamOneshotMaxBytes = kThresholdAlways;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kStreamOneshot);
-  s.streamOneshotMaxBytes = kThresholdDisabled;
-  s.streamTwoshotMinBytes = kThresholdAlways;
-  CHECK(makeSelector(s, 4).choose(size_t(1) << 20).algo == Algo::kStreamTwoshot);
-  // LL still comes first, forcing wins over every threshold.
-  s.oneshotLLMaxBytes = kThresholdTable;
-  CHECK(makeSelector(s, 4).choose(4096).algo == Algo::kOneshotLL);
-  s.algo = "stream_oneshot";
-  CHECK(makeSelector(s, 4).choose(4096).algo == Algo::kStreamOneshot);
-  // Sender warps: settings override the table, clamped so the reducer keeps a warp.
-  s.streamSenderWarps = 15;
-  CHECK_EQ(makeSelector(s, 4).choose(size_t(1) << 30).senderThreads, 15 * 32);
-  // Tiny staging (the GPU suite's stress setting): slots shrink, still within one stage.
-  s.stagingBytes = 65536;
-  const AlgoChoice tiny = makeSelector(s, 4).choose(size_t(1) << 30);
-  CHECK(static_cast<size_t>(tiny.ctas) * tiny.slotBytes <= 2 * 65536 / kStreamStages);
-  CHECK(tiny.slotBytes >= 256);
-}
-
 TEST(selector_twoshot_geometry_fits_staging) {
   Settings s = defaultSettings();
   s.algo = "twoshot";
@@ -227,19 +187,6 @@ TEST(tuning_file_round_trip_and_errors) {
                         "twoshot_ctas=8 twoshot_min_slot=4096 twoshot_max_slot=65536", &parsed, &err));
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].twoshotPushMinBytes, builtinTuning(9, 4).twoshotPushMinBytes);
-  CHECK_EQ(parsed[0].streamOneshotMaxBytes, builtinTuning(9, 4).streamOneshotMaxBytes);
-  CHECK_EQ(parsed[0].streamSenderWarps, builtinTuning(9, 4).streamSenderWarps);
-  // The streaming keys, when given, are read; out-of-range sender warps are rejected.
-  parsed.clear();
-  const std::string nine = formatTuningEntry(e);
-  CHECK(parseTuningText(nine + " stream_oneshot_max=777 stream_twoshot_min=888 stream_sender_warps=4",
-                        &parsed, &err));
-  REQUIRE(parsed.size() == 1);
-  CHECK_EQ(parsed[0].streamOneshotMaxBytes, 777);
-  CHECK_EQ(parsed[0].streamTwoshotMinBytes, 888);
-  CHECK_EQ(parsed[0].streamSenderWarps, 4);
-  CHECK(!parseTuningText(nine + " stream_sender_warps=16", &parsed, &err));
-  CHECK(!parseTuningText(nine + " stream_twoshot_min=-5", &parsed, &err));
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
