@@ -29,7 +29,8 @@ const SettingDoc kDocs[] = {
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
     {"YALI_MAX_CTAS", "0",
-     "Cap on thread blocks per GPU for any algorithm (0: the tuning table's value)."},
+     "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
+     "32-block cap from 64 MB up (0: the tuning table's values)."},
     {"YALI_LL_BUFFER_BYTES", "1048576",
      "One-shot LL payload capacity per sender and parity (the buffer holds twice that in "
      "packets, times 2 parities times nranks)."},

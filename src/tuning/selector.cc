@@ -16,9 +16,15 @@ namespace {
 //    round trip and ~350 GB/s links, the crossover is near 2 * 1.5 us * 350 GB/s / (2(n-1) -
 //    2(n-1)/n) ~ 512 KB at n = 2 and a quarter of that at n = 4.
 //  - threads 512 per block: enough 16-byte accesses in flight per SM for NVLink latency.
-//  - two-shot ctas 32: the budget for large messages (users overlap compute).
+//  - two-shot ctas: 64 below 64 MB, 32 from 64 MB up (frugal_min / frugal_ctas: the budget for
+//    large messages, which users overlap with compute). Measured (nvidia-h200-x4, 2026-11-22,
+//    twoshot_push, one process per GPU, docs/PERF.md "Blocks and slot size"): 64 blocks against 32
+//    at 16 MB: 278 vs 258 GB/s busBW (n = 2), 292 vs 273 (n = 4); at 4 MB 193 vs 190, 214 vs 203.
+//    At 1 GB 64 blocks (with 8 MB staging) reach 346 / 335 against 303 / 317, which is why
+//    YALI_MAX_CTAS=64 is the documented override for users who do not overlap.
 //  - slots: 8 KB minimum keeps per-step flag costs below data time; 128 KB maximum keeps the
-//    staging footprint at 2 * n * 32 * 128 KB.
+//    staging footprint at 2 * n * 32 * 128 KB. Measured at 32 blocks, 1 GB, n = 2: 64 KB slots
+//    252 GB/s, 128 KB 303, 256 KB 297, 512 KB 316 (but 303 against 317 at n = 4).
 //  - push_min: twoshot_push (all-gather by NVLink writes plus a local copy) against twoshot (by
 //    NVLink reads). Measured (nvidia-h200-x4, one process per GPU, fp32, docs/PERF.md): push is
 //    faster at every size from 256K to 1G at n = 2 and n = 4 (1G: 311 vs 279 GB/s busBW at n = 2,
@@ -29,10 +35,10 @@ namespace {
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin
-    {9, 2, 512 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
-    {9, 4, 256 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
-    {9, 8, 64 << 10, 512, 32, 512, 32, 8 << 10, 128 << 10, 1},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -80,9 +86,9 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     std::istringstream words(line);
     std::string word;
     TuningEntry e{};
-    e.twoshotPushMinBytes = -1;  // "not given": filled from the built-in table below
     int seen = 0;
-    bool sawPushMin = false;
+    // Optional keys: given on this line or taken from the built-in table below.
+    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -111,7 +117,15 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       else if (key == "twoshot_push_min") {
         e.twoshotPushMinBytes = v;
         sawPushMin = true;
-        continue;  // optional key: not counted among the nine
+        continue;  // optional keys are not counted among the nine
+      } else if (key == "frugal_min") {
+        e.frugalMinBytes = v;
+        sawFrugalMin = true;
+        continue;
+      } else if (key == "frugal_ctas") {
+        e.frugalMaxCtas = static_cast<int>(v);
+        sawFrugalCtas = true;
+        continue;
       }
       else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
@@ -119,7 +133,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       }
       ++seen;
     }
-    if (seen == 0 && !sawPushMin) continue;
+    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -129,11 +143,15 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
         e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
         e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
-        (sawPushMin && e.twoshotPushMinBytes < 0)) {
+        (sawPushMin && e.twoshotPushMinBytes < 0) || (sawFrugalMin && e.frugalMinBytes < 0) ||
+        (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas))) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
-    if (!sawPushMin) e.twoshotPushMinBytes = builtinTuning(e.smMajor, e.nranks).twoshotPushMinBytes;
+    const TuningEntry builtin = builtinTuning(e.smMajor, e.nranks);
+    if (!sawPushMin) e.twoshotPushMinBytes = builtin.twoshotPushMinBytes;
+    if (!sawFrugalMin) e.frugalMinBytes = builtin.frugalMinBytes;
+    if (!sawFrugalCtas) e.frugalMaxCtas = builtin.frugalMaxCtas;
     out->push_back(e);
   }
   return true;
@@ -172,8 +190,10 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads);
   entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
   if (settings.maxCtas > 0) {
+    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included).
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
-    entry_.twoshotMaxCtas = std::min<int>(entry_.twoshotMaxCtas, static_cast<int>(settings.maxCtas));
+    entry_.twoshotMaxCtas = static_cast<int>(settings.maxCtas);
+    entry_.frugalMaxCtas = static_cast<int>(settings.maxCtas);
   }
   return true;
 }
@@ -191,7 +211,8 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
   // As many blocks as there are min-size slots to fill, up to the cap.
   size_t ctas = std::max<size_t>(1, bytes / (n * minSlot));
-  ctas = std::min<size_t>(ctas, static_cast<size_t>(entry_.twoshotMaxCtas));
+  const bool frugal = entry_.frugalMinBytes > 0 && static_cast<int64_t>(bytes) >= entry_.frugalMinBytes;
+  ctas = std::min<size_t>(ctas, static_cast<size_t>(frugal ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas));
   // Slot: the message spread evenly over the blocks, within [min, max] and what staging holds.
   const size_t maxSlot = std::min<size_t>(static_cast<size_t>(entry_.twoshotMaxSlotBytes),
                                           static_cast<size_t>(limits_.stagingBytes) / ctas / 256 * 256);

@@ -37,10 +37,13 @@ struct TuningEntry {
   int llThreads;              // LL: threads per block
   int llMaxCtas;              // LL: blocks cap (one 8-byte packet per thread per pass)
   int twoshotThreads;         // two-shot: threads per block
-  int twoshotMaxCtas;         // two-shot: blocks cap
+  int twoshotMaxCtas;         // two-shot: blocks cap below frugalMinBytes
   int64_t twoshotMinSlotBytes;  // two-shot: smallest slot (fewer blocks below n*ctas*this)
   int64_t twoshotMaxSlotBytes;  // two-shot: largest slot per step
   int64_t twoshotPushMinBytes;  // crossover: twoshot_push (all-writes) from this size up, 0 never
+  // Optional keys (a tuning file may leave them out; the built-in value applies):
+  int64_t frugalMinBytes;  // from this size up, two-shot uses at most frugalMaxCtas blocks
+  int frugalMaxCtas;       // (users overlap large collectives with compute)
 };
 
 struct SelectorLimits {
@@ -73,10 +76,11 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
-// (the last key is optional: without it the built-in value for that world size applies).
+//   [frugal_min=<bytes>] [frugal_ctas=<c>]
+// (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
-// The nine mandatory keys (what `yali-perf --tune` writes); the optional push crossover is left to
-// the built-in table.
+// The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the
+// built-in table.
 std::string formatTuningEntry(const TuningEntry& e);
 
 }  // namespace yali

@@ -166,6 +166,28 @@ TEST(selector_max_ctas_cap) {
   CHECK(sel.choose(256 << 10).ctas <= 4);
 }
 
+TEST(selector_frugal_blocks_for_large_messages) {
+  // The budget: at most 32 blocks from 64 MB up by default; more below it.
+  Settings s = defaultSettings();
+  for (int n : {2, 4, 8}) {
+    Selector sel = makeSelector(s, n);
+    const TuningEntry& e = sel.entry();
+    CHECK(e.frugalMinBytes == (int64_t(64) << 20));
+    CHECK(sel.choose(size_t(64) << 20).ctas <= 32);
+    CHECK(sel.choose(size_t(1) << 30).ctas <= 32);
+    CHECK(sel.choose(size_t(16) << 20).ctas == e.twoshotMaxCtas);
+    CHECK(e.twoshotMaxCtas > 32);
+    // Every block's slot still fits the staging area.
+    for (size_t bytes : {size_t(4) << 20, size_t(16) << 20, size_t(1) << 30}) {
+      const AlgoChoice c = sel.choose(bytes);
+      CHECK(static_cast<size_t>(c.ctas) * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
+    }
+  }
+  // YALI_MAX_CTAS replaces both two-shot caps.
+  s.maxCtas = 64;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 64);
+}
+
 TEST(tuning_file_round_trip_and_errors) {
   TuningEntry e = builtinTuning(9, 4);
   e.oneshotLLMaxBytes = 12345;
@@ -187,6 +209,14 @@ TEST(tuning_file_round_trip_and_errors) {
                         "twoshot_ctas=8 twoshot_min_slot=4096 twoshot_max_slot=65536", &parsed, &err));
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].twoshotPushMinBytes, builtinTuning(9, 4).twoshotPushMinBytes);
+  CHECK_EQ(parsed[0].frugalMinBytes, builtinTuning(9, 4).frugalMinBytes);
+  CHECK_EQ(parsed[0].frugalMaxCtas, builtinTuning(9, 4).frugalMaxCtas);
+  parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e) + " frugal_min=1048576 frugal_ctas=16", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].frugalMinBytes, 1048576);
+  CHECK_EQ(parsed[0].frugalMaxCtas, 16);
+  CHECK(!parseTuningText(formatTuningEntry(e) + " frugal_ctas=65", &parsed, &err));
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
