@@ -131,7 +131,7 @@ if has algocmp; then
   done
 fi
 if has variants; then
-  # The same sizes under several settings (algorithm, warps, blocks), YALI only, then NCCL once.
+  # The same sizes under several settings (algorithm, blocks, slots), YALI only, then NCCL once.
   for n in ${VARIANT_NP:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
     for v in ${VARIANTS:-pull:YALI_ALGO=twoshot push:YALI_ALGO=twoshot_push}; do
@@ -154,7 +154,7 @@ if has ncu; then
     export YALI_PERF_JOBID="ncu-$$-$name"
     ( export ${settings//,/ } YALI_TIMEOUT_MS=20000
       RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 timeout 90 ncu --clock-control none \
-        -k regex:'streamKernel|twoshotKernel|oneshotLLKernel' --launch-skip 4 --launch-count 1 --metrics "$metrics" \
+        -k regex:'twoshotKernel|oneshotLLKernel' --launch-skip 4 --launch-count 1 --metrics "$metrics" \
         "$perf" -g 1 -b "$size" -e "$size" -d float -n 10 -w 3 -c 0 --impl yali > "$LOG/ncu_$name.txt" 2>&1 &
       RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 timeout 90 \
         "$perf" -g 1 -b "$size" -e "$size" -d float -n 10 -w 3 -c 0 --impl yali > "$LOG/ncu_${name}_peer.txt" 2>&1

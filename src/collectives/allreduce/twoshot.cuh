@@ -33,12 +33,68 @@
 // change from launch to launch without a hazard.
 #pragma once
 
-#include "collectives/common/copy.cuh"
+#include "collectives/common/device.cuh"
 
 namespace yali {
 
 constexpr int kPhasePushWait = 2;
 constexpr int kPhaseResultWait = 3;
+
+// Copies `n` elements; 16-byte vectors when both ends allow it, element by element otherwise.
+// Loads use ld.cg: the source may be a peer's buffer or one a peer wrote.
+template <typename T>
+__device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n) {
+  constexpr size_t kE = 16 / sizeof(T);
+  size_t done = 0;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const size_t vecs = n / kE;
+    const uint4* s = reinterpret_cast<const uint4*>(src);
+    uint4* d = reinterpret_cast<uint4*>(dst);
+    constexpr int kUnroll = 8;  // eight 16-byte loads in flight per thread before the stores
+    size_t i = threadIdx.x;
+    for (; i + (kUnroll - 1) * blockDim.x < vecs; i += kUnroll * blockDim.x) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * blockDim.x);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) d[i + u * blockDim.x] = v[u];
+    }
+    for (; i < vecs; i += blockDim.x) d[i] = __ldcg(s + i);
+    done = vecs * kE;
+  }
+  for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+}
+
+// out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory).
+template <typename T, Op kOp>
+__device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* const* src, int nsrc,
+                                            size_t n) {
+  constexpr size_t kE = 16 / sizeof(T);
+  uintptr_t align = 0;
+#pragma unroll
+  for (int r = 0; r < kMaxRanks; ++r) {
+    if (r < nsrc) align |= reinterpret_cast<uintptr_t>(src[r]);
+    if (r < ndst) align |= reinterpret_cast<uintptr_t>(dst[r]);
+  }
+  size_t done = 0;
+  if ((align & 15) == 0) {
+    const size_t vecs = n / kE;
+    const uint4* const* s = reinterpret_cast<const uint4* const*>(src);
+    for (size_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+      const uint4 v = reduceSources<T, kOp, uint4>(s, i, nsrc);
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d)
+        if (d < ndst) reinterpret_cast<uint4*>(dst[d])[i] = v;
+    }
+    done = vecs * kE;
+  }
+  for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+    const T v = reduceSources<T, kOp, T>(src, i, nsrc);
+#pragma unroll
+    for (int d = 0; d < kMaxRanks; ++d)
+      if (d < ndst) dst[d][i] = v;
+  }
+}
 
 // Publishes `value` into flag array `flagsOffset`[b][rank] of every other rank (one thread each),
 // after the whole block's preceding writes: __syncthreads() orders them before the publishing
@@ -78,7 +134,7 @@ __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOf
 }
 
 template <typename T, Op kOp, bool kPushGather>
-__global__ void __launch_bounds__(kBulkMaxThreads) twoshotKernel(DeviceArgs args) {
+__global__ void twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;
@@ -122,7 +178,7 @@ __global__ void __launch_bounds__(kBulkMaxThreads) twoshotKernel(DeviceArgs args
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
       copyElems(reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
-                send + st.tileStart + st.begin(d), st.len(d), threadIdx.x, blockDim.x);
+                send + st.tileStart + st.begin(d), st.len(d));
     }
     signalPeers(args, L.pushFlags, flagValue(epoch, k));
   };
@@ -153,7 +209,7 @@ __global__ void __launch_bounds__(kBulkMaxThreads) twoshotKernel(DeviceArgs args
                         : reinterpret_cast<T*>(resultArea(args.window, k));
       }
     }
-    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me), threadIdx.x, blockDim.x);
+    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
     signalPeers(args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
@@ -165,8 +221,7 @@ __global__ void __launch_bounds__(kBulkMaxThreads) twoshotKernel(DeviceArgs args
     for (int i = 1; i < n; ++i) {
       const int s = (me + i) % n;
       const char* from = kPushGather ? gatherArea(args.window, k, s) : resultArea(args.peerWindows[s], k);
-      copyElems(recv + st.tileStart + st.begin(s), reinterpret_cast<const T*>(from), st.len(s),
-                threadIdx.x, blockDim.x);
+      copyElems(recv + st.tileStart + st.begin(s), reinterpret_cast<const T*>(from), st.len(s));
     }
   }
   retireEpoch(args.local, epoch);
