@@ -79,10 +79,12 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
+  YALI_CUDA_CHECK(prepareAllReduceKernels());
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
-                        std::min(maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush))};
+                        std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
+                                  maxLaunchableThreads(Algo::kTwoshotBulk)})};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());

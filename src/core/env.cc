@@ -20,14 +20,18 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, twoshot or twoshot_push (auto: the selector "
-     "decides)."},
+     "Force one AllReduce algorithm: oneshot_ll, twoshot, twoshot_push or twoshot_bulk (auto: the "
+     "selector decides)."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
      "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
      "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
     {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
+    {"YALI_TWOSHOT_BULK_MIN_BYTES", "-2",
+     "Smallest two-shot message for twoshot_bulk, which sends over NVLink by bulk copies (TMA) "
+     "from shared memory; it takes precedence over twoshot_push (0 never, -1 every two-shot size, "
+     "-2 the tuning table's value, >0 bytes)."},
     {"YALI_MAX_CTAS", "0",
      "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
      "32-block cap from 64 MB up (0: the tuning table's values)."},
@@ -84,8 +88,9 @@ bool loadSettings(Settings* s, std::string* error) {
   const char* algo = getenvOrNull("YALI_ALGO");
   s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
   if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "twoshot" &&
-      s->algo != "twoshot_push") {
-    *error = "YALI_ALGO='" + s->algo + "' is not one of auto, oneshot_ll, twoshot, twoshot_push";
+      s->algo != "twoshot_push" && s->algo != "twoshot_bulk") {
+    *error = "YALI_ALGO='" + s->algo +
+             "' is not one of auto, oneshot_ll, twoshot, twoshot_push, twoshot_bulk";
     return false;
   }
   if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
@@ -93,6 +98,9 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
                              getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
+    return false;
+  if (!parseThresholdSetting("YALI_TWOSHOT_BULK_MIN_BYTES",
+                             getenvOrNull("YALI_TWOSHOT_BULK_MIN_BYTES"), &s->twoshotBulkMinBytes, error))
     return false;
   if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
                        error))

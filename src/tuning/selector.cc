@@ -35,10 +35,10 @@ namespace {
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC bulkMin
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -52,6 +52,7 @@ const char* algoName(Algo a) {
     case Algo::kOneshotLL: return "oneshot_ll";
     case Algo::kTwoshot: return "twoshot";
     case Algo::kTwoshotPush: return "twoshot_push";
+    case Algo::kTwoshotBulk: return "twoshot_bulk";
   }
   return "unknown";
 }
@@ -60,6 +61,7 @@ bool algoFromName(const std::string& name, Algo* out) {
   if (name == "oneshot_ll") *out = Algo::kOneshotLL;
   else if (name == "twoshot") *out = Algo::kTwoshot;
   else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
+  else if (name == "twoshot_bulk") *out = Algo::kTwoshotBulk;
   else return false;
   return true;
 }
@@ -88,7 +90,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     TuningEntry e{};
     int seen = 0;
     // Optional keys: given on this line or taken from the built-in table below.
-    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false;
+    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false, sawBulkMin = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -126,6 +128,10 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.frugalMaxCtas = static_cast<int>(v);
         sawFrugalCtas = true;
         continue;
+      } else if (key == "twoshot_bulk_min") {
+        e.twoshotBulkMinBytes = v;
+        sawBulkMin = true;
+        continue;
       }
       else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
@@ -133,7 +139,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       }
       ++seen;
     }
-    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas) continue;
+    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawBulkMin) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -144,7 +150,8 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
         e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
         (sawPushMin && e.twoshotPushMinBytes < 0) || (sawFrugalMin && e.frugalMinBytes < 0) ||
-        (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas))) {
+        (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas)) ||
+        (sawBulkMin && e.twoshotBulkMinBytes < 0)) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
@@ -152,6 +159,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     if (!sawPushMin) e.twoshotPushMinBytes = builtin.twoshotPushMinBytes;
     if (!sawFrugalMin) e.frugalMinBytes = builtin.frugalMinBytes;
     if (!sawFrugalCtas) e.frugalMaxCtas = builtin.frugalMaxCtas;
+    if (!sawBulkMin) e.twoshotBulkMinBytes = builtin.twoshotBulkMinBytes;
     out->push_back(e);
   }
   return true;
@@ -227,17 +235,22 @@ AlgoChoice Selector::choose(size_t bytes) const {
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
     // A forced LL that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
-    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
+    return twoshot(bytes, forced == Algo::kOneshotLL ? Algo::kTwoshot : forced);
   }
   int64_t llMax = settings_.oneshotLLMaxBytes;
   if (llMax == kThresholdTable) llMax = entry_.oneshotLLMaxBytes;
   const bool useLL = llMax == kThresholdAlways ? llFits
                                                : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
   if (useLL) return oneshotLL(bytes);
+  auto atLeast = [bytes](int64_t threshold) {
+    return threshold == kThresholdAlways || (threshold > 0 && static_cast<int64_t>(bytes) >= threshold);
+  };
+  int64_t bulkMin = settings_.twoshotBulkMinBytes;
+  if (bulkMin == kThresholdTable) bulkMin = entry_.twoshotBulkMinBytes;
+  if (atLeast(bulkMin)) return twoshot(bytes, Algo::kTwoshotBulk);
   int64_t pushMin = settings_.twoshotPushMinBytes;
   if (pushMin == kThresholdTable) pushMin = entry_.twoshotPushMinBytes;
-  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && static_cast<int64_t>(bytes) >= pushMin);
-  return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
+  return twoshot(bytes, atLeast(pushMin) ? Algo::kTwoshotPush : Algo::kTwoshot);
 }
 
 }  // namespace yali

@@ -18,7 +18,7 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2 };
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kTwoshotBulk = 3 };
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 
@@ -44,6 +44,8 @@ struct TuningEntry {
   // Optional keys (a tuning file may leave them out; the built-in value applies):
   int64_t frugalMinBytes;  // from this size up, two-shot uses at most frugalMaxCtas blocks
   int frugalMaxCtas;       // (users overlap large collectives with compute)
+  int64_t twoshotBulkMinBytes;  // crossover: twoshot_bulk (bulk-copy sends) from this size up,
+                                // 0 never; takes precedence over twoshotPushMinBytes
 };
 
 struct SelectorLimits {
@@ -76,7 +78,7 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
-//   [frugal_min=<bytes>] [frugal_ctas=<c>]
+//   [frugal_min=<bytes>] [frugal_ctas=<c>] [twoshot_bulk_min=<bytes>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the

@@ -114,6 +114,33 @@ TEST(selector_push_variant_threshold) {
   CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotPush);
 }
 
+TEST(selector_bulk_variant_threshold) {
+  // twoshot_bulk takes precedence over twoshot_push where its threshold applies.
+  Settings s = defaultSettings();
+  const int64_t bulkMin = builtinTuning(9, 2).twoshotBulkMinBytes;
+  const Algo big = makeSelector(s, 2).choose(size_t(1) << 30).algo;
+  CHECK(bulkMin > 0 ? big == Algo::kTwoshotBulk : big != Algo::kTwoshotBulk);
+  s.twoshotBulkMinBytes = size_t(64) << 20;
+  Selector explicitT = makeSelector(s, 2);
+  CHECK(explicitT.choose(size_t(64) << 20).algo == Algo::kTwoshotBulk);
+  CHECK(explicitT.choose((size_t(64) << 20) - 16).algo != Algo::kTwoshotBulk);
+  CHECK(explicitT.choose(4096).algo == Algo::kOneshotLL);  // LL still comes first
+  s.twoshotBulkMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo != Algo::kTwoshotBulk);
+  s.twoshotBulkMinBytes = kThresholdAlways;
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotBulk);
+  s.twoshotBulkMinBytes = kThresholdTable;
+  s.algo = "twoshot_bulk";
+  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotBulk);
+  CHECK(std::string(algoName(Algo::kTwoshotBulk)) == "twoshot_bulk");
+  setenv("YALI_TWOSHOT_BULK_MIN_BYTES", "-3", 1);
+  Settings bad;
+  std::string err;
+  CHECK(!loadSettings(&bad, &err));
+  CHECK(err.find("YALI_TWOSHOT_BULK_MIN_BYTES") != std::string::npos);
+  unsetenv("YALI_TWOSHOT_BULK_MIN_BYTES");
+}
+
 TEST(selector_threshold_env_semantics) {
   Settings s = defaultSettings();
   s.oneshotLLMaxBytes = kThresholdDisabled;
@@ -217,6 +244,15 @@ TEST(tuning_file_round_trip_and_errors) {
   CHECK_EQ(parsed[0].frugalMinBytes, 1048576);
   CHECK_EQ(parsed[0].frugalMaxCtas, 16);
   CHECK(!parseTuningText(formatTuningEntry(e) + " frugal_ctas=65", &parsed, &err));
+  parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e) + " twoshot_bulk_min=67108864", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].twoshotBulkMinBytes, 67108864);
+  CHECK(!parseTuningText(formatTuningEntry(e) + " twoshot_bulk_min=-1", &parsed, &err));
+  parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e), &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].twoshotBulkMinBytes, builtinTuning(9, 4).twoshotBulkMinBytes);
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
