@@ -24,6 +24,8 @@ bench: build
 test: build
 	bash scripts/test.sh $(BUILD)
 
+# Hardware baseline, examples, YALI vs NCCL over sizes, dtypes and modes, then the report under
+# output/: SWEEP_ARGS=--quick, --standard (default) or --extensive (~6 minutes on 4 H200s).
 sweep: build
 	$(PYTHON) -m yali.sweep --build $(BUILD) $(SWEEP_ARGS)
 

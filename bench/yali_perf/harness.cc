@@ -123,6 +123,56 @@ void Warmup(World& world, Backend& backend, const CaseSpec& spec, int iterations
   WaitForStreams(world, &backend, "the warmup iterations");
 }
 
+// The time per call that every rank uses to size a case under --max-case-time: the smallest of
+// the ranks' estimates. Each rank's clock also counts the time it waited for peers that started
+// the call later (the settling call before brings the ranks close, but a process that is
+// descheduled for a moment lags), and that skew could make a small size look slow enough to be
+// cut; the last rank to start waited for nobody, so its figure is the collective's own time,
+// which is common to all ranks. Every rank reduces the same gathered values, so all get the same
+// estimate and hence the same counts.
+double AgreedSecondsPerCall(World& world, double mine) {
+  if (!world.multi_process) return mine;
+  std::string blob(reinterpret_cast<const char*>(&mine), sizeof(mine));
+  std::vector<std::string> all;
+  std::string error;
+  if (!world.exchange->AllGather(blob, &all, &error))
+    Fatal("agreeing on the time per call: " + error);
+  double agreed = mine;
+  for (size_t r = 0; r < all.size(); ++r) {
+    double theirs = 0;
+    if (all[r].size() != sizeof(theirs))
+      Fatal("malformed time per call from rank " + std::to_string(r));
+    std::memcpy(&theirs, all[r].data(), sizeof(theirs));
+    agreed = std::min(agreed, theirs);
+  }
+  return agreed;
+}
+
+// The untimed calls before a case's timed ones, and the case's call counts. Without a time limit,
+// -w calls and -n iterations. With one, the first kTimeLimitProbeCalls warmup calls estimate the
+// time per call (all but the last settle the case's first-call set-up; the last is timed alone,
+// on the host clock, GPUs idle before and after), the ranks agree on the estimate, and the rest
+// of the warmup and the timed iterations are sized from it.
+CallCounts WarmUpAndDecideCounts(World& world, Backend& backend, const CaseSpec& spec,
+                                  const TimingOptions& options) {
+  static_assert(kTimeLimitProbeCalls >= 2, "one settling call, then one timed call");
+  HostBarrier(world, "before the warmup");
+  if (!(options.max_case_seconds > 0)) {
+    Warmup(world, backend, spec, options.warmup);
+    return CallCounts{options.iters, options.warmup};
+  }
+  Warmup(world, backend, spec, kTimeLimitProbeCalls - 1);
+  Clock::time_point start = Clock::now();
+  IssueAll(world, backend, spec);
+  WaitForStreams(world, &backend, "the call that times the case");
+  double mine = std::chrono::duration<double>(Clock::now() - start).count();
+  CallCounts counts = CallCountsWithinTimeLimit(
+      options.iters, options.warmup, options.max_case_seconds, AgreedSecondsPerCall(world, mine),
+      CallsPerIteration(options.mode, options.graph_launches));
+  Warmup(world, backend, spec, counts.warmup - kTimeLimitProbeCalls);
+  return counts;
+}
+
 // Events recorded between iterations: one per iteration up to this many iterations; beyond, one
 // per group of consecutive iterations (the sample is then the group's time per call), so that
 // -n 1000000 does not create a million events.
@@ -155,8 +205,6 @@ void TimeWithEvents(World& world, Backend& backend, const CaseSpec& spec,
   const int group = IterationsPerSample(options.iters);
   const int nevents = std::max(2, (options.iters + group - 1) / group + 1);
   for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
-  HostBarrier(world, "before the warmup");
-  Warmup(world, backend, spec, options.warmup);
 
   RecordOnAll(world, 0);
   for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
@@ -185,14 +233,11 @@ void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
   const int group = IterationsPerSample(launches);
   const int nevents = (launches + group - 1) / group + 1;
   for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
-  HostBarrier(world, "before the warmup");
-  // Plain warmup calls first: a library that sets things up lazily on its first call must not do
-  // that inside a capture.
-  Warmup(world, backend, spec, options.warmup);
 
   // Relaxed capture mode: a call that is unsafe during a capture (a cudaMalloc, a pointer query
   // on a buffer not seen before) is allowed and simply not recorded, instead of invalidating the
-  // capture; the warmup above has already made such calls, so the graph holds only the launches.
+  // capture; the plain warmup calls before (RunCase) have already made such calls, so the graph
+  // holds only the launches.
   for (RankSlot& slot : world.local) {
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
@@ -238,8 +283,6 @@ void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
 void TimeWithHostThroughput(World& world, Backend& backend, const CaseSpec& spec,
                             const TimingOptions& options,
                             std::vector<RankMeasurement>* measurements) {
-  HostBarrier(world, "before the warmup");
-  Warmup(world, backend, spec, options.warmup);
   Clock::time_point start = Clock::now();
   for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
   WaitForStreams(world, &backend, "the timed iterations");
@@ -254,8 +297,6 @@ void TimeWithHostThroughput(World& world, Backend& backend, const CaseSpec& spec
 // application sees when it needs the result right away.
 void TimeWithHostLatency(World& world, Backend& backend, const CaseSpec& spec,
                          const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
-  HostBarrier(world, "before the warmup");
-  Warmup(world, backend, spec, options.warmup);
   std::vector<double> samples(options.iters);
   double total = 0;
   for (int i = 0; i < options.iters; ++i) {
@@ -435,15 +476,23 @@ CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
     PrepareBuffers(world, backend, spec, /*poison=*/false);
     WaitForStreams(world, nullptr, "filling the inputs");
   }
+  // Plain warmup calls first, in every mode: a library that sets things up lazily on its first
+  // call must not do that inside a graph capture.
+  const CallCounts counts = WarmUpAndDecideCounts(world, backend, spec, options);
+  TimingOptions sized = options;
+  sized.iters = counts.iters;
+  sized.warmup = counts.warmup;
   // The timed iterations run on whatever the checked run left in the buffers: refilling between
   // iterations would time the fill too.
-  switch (options.mode) {
-    case TimingMode::kEvents: TimeWithEvents(world, backend, spec, options, &mine); break;
-    case TimingMode::kGraph: TimeWithGraph(world, backend, spec, options, &mine); break;
-    case TimingMode::kThroughput: TimeWithHostThroughput(world, backend, spec, options, &mine); break;
-    case TimingMode::kLatency: TimeWithHostLatency(world, backend, spec, options, &mine); break;
+  switch (sized.mode) {
+    case TimingMode::kEvents: TimeWithEvents(world, backend, spec, sized, &mine); break;
+    case TimingMode::kGraph: TimeWithGraph(world, backend, spec, sized, &mine); break;
+    case TimingMode::kThroughput: TimeWithHostThroughput(world, backend, spec, sized, &mine); break;
+    case TimingMode::kLatency: TimeWithHostLatency(world, backend, spec, sized, &mine); break;
   }
-  return Reduce(GatherMeasurements(world, mine), options);
+  CaseResult result = Reduce(GatherMeasurements(world, mine), sized);
+  result.counts = counts;
+  return result;
 }
 
 }  // namespace yali_perf

@@ -42,6 +42,8 @@ struct TimingOptions {
   int graph_launches = 1;
   RankAggregate average = RankAggregate::kMean;
   bool check = true;
+  // --max-case-time: > 0 shrinks iters and warmup per case to fit (CallCountsWithinTimeLimit).
+  double max_case_seconds = 0;
 };
 
 struct CaseSpec {
@@ -64,6 +66,9 @@ struct CaseResult {
   // identical to rank 0's.
   uint64_t wrong = 0;
   std::vector<int> ranks_differing_from_rank0;
+  // The timed iterations and warmup calls this case made: TimingOptions' iters and warmup, or
+  // fewer under a time limit. The same on every rank.
+  CallCounts counts;
 };
 
 // Creates `backend`'s comms for `world`: all at once in a single process, or rank by rank with an
@@ -71,7 +76,9 @@ struct CaseResult {
 // the call, such as writing a file the library reads at creation, is done before any peer starts).
 void InitComms(World& world, Backend& backend);
 
-// Runs one case on every rank of `world`. All ranks of a multi-process job call it in step.
+// Runs one case on every rank of `world`. All ranks of a multi-process job call it in step; under
+// a time limit they agree on the case's call counts through world.exchange before the timed
+// calls, so that every rank makes the same number of collective calls.
 CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
                    const TimingOptions& options);
 

@@ -3,9 +3,9 @@
 //
 // The flow: parse the options; find this process's place (single process driving -g GPUs, or one
 // process per GPU under a launcher, meeting through HostExchange); create both libraries' comms;
-// allocate one send and one receive buffer per rank, shared by every case; then for each dtype,
-// op and size, run each library out-of-place and in-place through the same harness (harness.cc)
-// and print one table row per library.
+// allocate one send and one receive buffer per rank, shared by every case; then for each pass of
+// --repeat, dtype, op and size, run each library out-of-place and in-place through the same
+// harness (harness.cc) and print one table row per library.
 // With --tune, the same set-up (YALI only), then tune.cc measures YALI's crossovers instead of the
 // sweep and writes a tuning table.
 #include <unistd.h>
@@ -33,6 +33,7 @@
 #include "perf_error.h"
 #include "report.h"
 #include "sample_stats.h"
+#include "text_format.h"
 #include "tune.h"
 #include "tune_plan.h"
 
@@ -239,6 +240,8 @@ RunInfo DescribeRun(const Options& options, World& world, const Collective& coll
   info.iters = args.iters;
   info.warmup = args.warmup;
   info.graph_launches = args.timing == TimingMode::kGraph ? args.graph_launches : 0;
+  info.repeat = args.repeat;
+  info.max_case_seconds = args.max_case_seconds;
   info.gpus = DescribeGpus(world);
   YALI_PERF_CUDA(cudaSetDevice(world.local[0].device));
   if (yaliGetVersion(&info.yali_version) != yaliSuccess) info.yali_version = -1;
@@ -272,6 +275,12 @@ std::string TimingDescription(const PerfArgs& args) {
   text += "; time = " + std::string(aggregate[static_cast<int>(args.average)]) +
           " over ranks of each rank's time per call (-a " +
           std::to_string(static_cast<int>(args.average)) + ")";
+  if (args.max_case_seconds > 0) {
+    text += Format("; --max-case-time %g: -n and -w shrink per case to about %g s of timed calls "
+                   "(at least %d iterations), sized from a timed warmup call (the fastest rank's)",
+                   args.max_case_seconds, args.max_case_seconds, kMinItersWithinTimeLimit);
+  }
+  if (args.repeat > 1) text += "; " + std::to_string(args.repeat) + " passes (--repeat)";
   return text;
 }
 
@@ -436,91 +445,104 @@ int Run(const Options& options) {
   timing.graph_launches = args.graph_launches;
   timing.average = args.average;
   timing.check = args.check;
+  timing.max_case_seconds = args.max_case_seconds;
 
   const bool run_out_of_place = args.placements != PlacementSet::kInPlace;
   const bool run_in_place = args.placements != PlacementSet::kOutOfPlace;
   std::vector<ResultRecord> records;
 
-  for (DType dtype : args.dtypes) {
-    for (RedOp op : args.ops) {
-      for (size_t requested_bytes : sizes) {
-        const size_t count = CountForBytes(requested_bytes, dtype);
-        const size_t element_bytes = ElementSize(dtype);
-        const size_t bytes = count * element_bytes;
-        const size_t needed = std::max(collective.input_bytes(count, element_bytes, world.nranks),
-                                       collective.output_bytes(count, element_bytes, world.nranks));
-        if (needed > world.buffer_bytes) {
-          if (printer)
-            std::printf("# %zu B %s %s: skipped, needs %zu B per buffer, %zu B fit on the GPUs\n",
-                        bytes, DTypeName(dtype), RedOpName(op), needed, world.buffer_bytes);
-          continue;
-        }
-        // nccl/yali time ratios at this size, filled in as the rows are measured.
-        double yali_time[2] = {-1, -1};
-        for (ImplRun& impl : impls) {
-          ResultRecord halves[2];
-          bool ran[2] = {false, false};
-          for (int placement = 0; placement < 2; ++placement) {
-            const bool in_place = placement == 1;
-            if ((in_place && !run_in_place) || (!in_place && !run_out_of_place)) continue;
-            CaseSpec spec;
-            spec.collective = &collective;
-            spec.dtype = dtype;
-            spec.op = op;
-            spec.count = count;
-            spec.in_place = in_place;
-            spec.seed = CaseSeed(dtype, op, bytes, in_place);
-            CaseResult result = RunCase(world, *impl.backend, spec, timing);
+  // Passes outermost: a slow drift of the machine then touches every case of a pass alike, as it
+  // does separate processes, instead of making one case's repetitions look unstable.
+  for (int run = 1; run <= args.repeat; ++run) {
+    if (printer && args.repeat > 1) {
+      std::printf("# run %d of %d\n", run, args.repeat);
+      std::fflush(stdout);
+    }
+    for (DType dtype : args.dtypes) {
+      for (RedOp op : args.ops) {
+        for (size_t requested_bytes : sizes) {
+          const size_t count = CountForBytes(requested_bytes, dtype);
+          const size_t element_bytes = ElementSize(dtype);
+          const size_t bytes = count * element_bytes;
+          const size_t needed =
+              std::max(collective.input_bytes(count, element_bytes, world.nranks),
+                       collective.output_bytes(count, element_bytes, world.nranks));
+          if (needed > world.buffer_bytes) {
+            if (printer && run == 1)
+              std::printf("# %zu B %s %s: skipped, needs %zu B per buffer, %zu B fit on the GPUs\n",
+                          bytes, DTypeName(dtype), RedOpName(op), needed, world.buffer_bytes);
+            continue;
+          }
+          // nccl/yali time ratios at this size, filled in as the rows are measured.
+          double yali_time[2] = {-1, -1};
+          for (ImplRun& impl : impls) {
+            ResultRecord halves[2];
+            bool ran[2] = {false, false};
+            for (int placement = 0; placement < 2; ++placement) {
+              const bool in_place = placement == 1;
+              if ((in_place && !run_in_place) || (!in_place && !run_out_of_place)) continue;
+              CaseSpec spec;
+              spec.collective = &collective;
+              spec.dtype = dtype;
+              spec.op = op;
+              spec.count = count;
+              spec.in_place = in_place;
+              spec.seed = CaseSeed(dtype, op, bytes, in_place);
+              CaseResult result = RunCase(world, *impl.backend, spec, timing);
 
-            ResultRecord& record = halves[placement];
-            ran[placement] = true;
-            record.impl = impl.backend->Name();
-            record.dtype = dtype;
-            record.op = op;
-            record.bytes = bytes;
-            record.count = count;
-            record.in_place = in_place;
-            record.time_us = result.time_us;
-            record.algbw_gbs = AlgorithmBandwidth(bytes, result.time_us);
-            record.busbw_gbs = record.algbw_gbs * collective.bus_bandwidth_factor(world.nranks);
-            record.checked = result.checked;
-            record.wrong = result.wrong;
-            AlgoChoice algo = impl.backend->DescribeAllReduce(0, count, dtype, op);
-            record.algo_known = algo.known;
-            record.algo = algo.algorithm;
-            record.ctas = algo.ctas;
-            record.samples_us = result.samples_us;
-            record.stats = ComputeStats(result.samples_us);
-            impl.total_wrong += result.wrong;
-            impl.busbw_sum += record.busbw_gbs;
-            impl.results += 1;
-            if (printer && !result.ranks_differing_from_rank0.empty()) {
-              std::string ranks;
-              for (int r : result.ranks_differing_from_rank0) ranks += " " + std::to_string(r);
-              std::printf("# %s %zu B %s %s %s: output of rank(s)%s differs bitwise from rank 0 "
-                          "(counted in #wrong)\n",
-                          record.impl.c_str(), bytes, DTypeName(dtype), RedOpName(op),
-                          in_place ? "in-place" : "out-of-place", ranks.c_str());
+              ResultRecord& record = halves[placement];
+              ran[placement] = true;
+              record.impl = impl.backend->Name();
+              record.dtype = dtype;
+              record.op = op;
+              record.bytes = bytes;
+              record.count = count;
+              record.in_place = in_place;
+              record.run = run;
+              record.iters = result.counts.iters;
+              record.warmup = result.counts.warmup;
+              record.time_us = result.time_us;
+              record.algbw_gbs = AlgorithmBandwidth(bytes, result.time_us);
+              record.busbw_gbs = record.algbw_gbs * collective.bus_bandwidth_factor(world.nranks);
+              record.checked = result.checked;
+              record.wrong = result.wrong;
+              AlgoChoice algo = impl.backend->DescribeAllReduce(0, count, dtype, op);
+              record.algo_known = algo.known;
+              record.algo = algo.algorithm;
+              record.ctas = algo.ctas;
+              record.samples_us = result.samples_us;
+              record.stats = ComputeStats(result.samples_us);
+              impl.total_wrong += result.wrong;
+              impl.busbw_sum += record.busbw_gbs;
+              impl.results += 1;
+              if (printer && !result.ranks_differing_from_rank0.empty()) {
+                std::string ranks;
+                for (int r : result.ranks_differing_from_rank0) ranks += " " + std::to_string(r);
+                std::printf("# %s %zu B %s %s %s: output of rank(s)%s differs bitwise from rank 0 "
+                            "(counted in #wrong)\n",
+                            record.impl.c_str(), bytes, DTypeName(dtype), RedOpName(op),
+                            in_place ? "in-place" : "out-of-place", ranks.c_str());
+              }
             }
-          }
-          bool is_yali = std::string(impl.backend->Name()) == "yali";
-          double ratio[2] = {-1, -1};
-          for (int placement = 0; placement < 2; ++placement) {
-            if (!ran[placement]) continue;
-            if (is_yali) {
-              yali_time[placement] = halves[placement].time_us;
-            } else if (yali_time[placement] > 0) {
-              ratio[placement] = halves[placement].time_us / yali_time[placement];
+            bool is_yali = std::string(impl.backend->Name()) == "yali";
+            double ratio[2] = {-1, -1};
+            for (int placement = 0; placement < 2; ++placement) {
+              if (!ran[placement]) continue;
+              if (is_yali) {
+                yali_time[placement] = halves[placement].time_us;
+              } else if (yali_time[placement] > 0) {
+                ratio[placement] = halves[placement].time_us / yali_time[placement];
+              }
+              records.push_back(halves[placement]);
             }
-            records.push_back(halves[placement]);
-          }
-          if (printer) {
-            const ResultRecord& any = ran[0] ? halves[0] : halves[1];
-            std::fputs(TableRow(any.impl, bytes, count, dtype, op, ran[0] ? &halves[0] : nullptr,
-                                ran[1] ? &halves[1] : nullptr, AlgoLabel(any), ratio[0], ratio[1])
-                           .c_str(),
-                       stdout);
-            std::fflush(stdout);
+            if (printer) {
+              const ResultRecord& any = ran[0] ? halves[0] : halves[1];
+              std::fputs(TableRow(any.impl, bytes, count, dtype, op, ran[0] ? &halves[0] : nullptr,
+                                  ran[1] ? &halves[1] : nullptr, AlgoLabel(any), ratio[0], ratio[1])
+                             .c_str(),
+                         stdout);
+              std::fflush(stdout);
+            }
           }
         }
       }

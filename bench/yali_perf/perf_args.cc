@@ -1,7 +1,9 @@
 #include "perf_args.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -27,7 +29,8 @@ constexpr OptionSpec kOptions[] = {
     {'G', "graphlaunches", "cudagraph", true}, {'J', "json", "output_file", true},
     {'a', "average", nullptr, true},        {0, "impl", nullptr, true},
     {0, "timing", nullptr, true},           {0, "inplace", nullptr, true},
-    {0, "percentiles", nullptr, false},     {0, "tune", nullptr, false},
+    {0, "percentiles", nullptr, false},     {0, "repeat", nullptr, true},
+    {0, "max-case-time", nullptr, true},    {0, "tune", nullptr, false},
     {0, "tune-out", nullptr, true},         {'h', "help", nullptr, false},
 };
 
@@ -202,6 +205,10 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune checks every candidate (a wrong result rejects it)";
     } else if (name == "percentiles") {
       why = "--tune prints no percentile table";
+    } else if (name == "repeat" && parsed.repeat != 1) {
+      why = "--tune measures each candidate once";
+    } else if (name == "max-case-time") {
+      why = "--tune times every candidate with the same -n and -w";
     }
     if (why != nullptr) {
       *error = "option " + OptionLabel(*spec) + " does not apply to --tune: " + why;
@@ -361,6 +368,14 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       parsed.placements = static_cast<PlacementSet>(number);
     } else if (name == "percentiles") {
       parsed.percentiles = true;
+    } else if (name == "repeat") {
+      if (!ParseInt(value, 1, 100000, &number)) return bad("an integer >= 1");
+      parsed.repeat = static_cast<int>(number);
+    } else if (name == "max-case-time") {
+      double seconds = 0;
+      if (!ParseDouble(value, &seconds) || !std::isfinite(seconds) || seconds <= 0)
+        return bad("seconds > 0, such as 0.02 (leave the option out for no limit)");
+      parsed.max_case_seconds = seconds;
     } else if (name == "tune") {
       parsed.tune = true;
     } else if (name == "tune-out") {
@@ -425,6 +440,36 @@ std::vector<size_t> SizeSweep(const PerfArgs& args) {
     size = next;
   }
   return sizes;
+}
+
+CallCounts CallCountsWithinTimeLimit(int iters, int warmup, double max_case_seconds,
+                                     double seconds_per_call, double calls_per_iteration) {
+  CallCounts counts;
+  counts.iters = iters;
+  counts.warmup = warmup;
+  if (!(max_case_seconds > 0)) return counts;
+  counts.warmup = std::max(warmup, kTimeLimitProbeCalls);  // the probe calls are made regardless
+  // An estimate of zero (a clock too coarse for the call) cannot exceed any limit.
+  if (!(seconds_per_call > 0) || !(calls_per_iteration > 0)) return counts;
+  const double fitting = max_case_seconds / (seconds_per_call * calls_per_iteration);
+  if (fitting >= iters) return counts;
+  counts.iters = std::min(iters, std::max(kMinItersWithinTimeLimit, static_cast<int>(fitting)));
+  // The warmup shrinks by the factor that would have fitted -n into the limit (not by the floored
+  // count's factor), rounded up so that a -w > 0 keeps at least one call beyond the probe's.
+  const double scale = fitting / iters;
+  const int scaled_warmup = static_cast<int>(std::ceil(warmup * scale));
+  counts.warmup = std::max(kTimeLimitProbeCalls, std::min(warmup, scaled_warmup));
+  return counts;
+}
+
+double CallsPerIteration(TimingMode mode, int graph_launches) {
+  switch (mode) {
+    case TimingMode::kEvents: return 2.0;
+    case TimingMode::kGraph: return 1.0 + std::max(1, graph_launches);
+    case TimingMode::kThroughput: return 1.0;
+    case TimingMode::kLatency: return 1.0;
+  }
+  return 1.0;
 }
 
 size_t ElementSize(DType dtype) {
@@ -500,6 +545,14 @@ std::string PerfUsage(const char* program) {
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
       << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2)\n"
       << "      --percentiles          print a table of per-iteration percentiles at the end\n"
+      << "      --repeat <n>           run the whole sweep n times in this process; results are\n"
+      << "                             numbered by pass (\"run\" in the JSON; default 1)\n"
+      << "      --max-case-time <s>    spend about s seconds at most in the timed calls of each\n"
+      << "                             case (size, dtype, op, library, placement): -n and -w\n"
+      << "                             shrink to fit a per-call time measured in the warmup,\n"
+      << "                             never below " << kMinItersWithinTimeLimit
+      << " iterations; the JSON records the counts\n"
+      << "                             used (default: no limit)\n"
       << "      --tune                 measure YALI's crossovers on this machine (two-shot\n"
       << "                             geometry, min slot, LL geometry, LL/two-shot threshold)\n"
       << "                             and write a tuning table for YALI_TUNING_FILE; takes -g,\n"

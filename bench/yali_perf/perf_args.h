@@ -1,5 +1,5 @@
 // Command-line options of yali-perf: nccl-tests' flags plus YALI's (--impl, --timing, --inplace,
-// --tune).
+// --repeat, --max-case-time, --tune).
 //
 // Host-only (no CUDA): the parser and the size sweep are unit-tested without a GPU
 // (tests/test_perf_args.cc).
@@ -40,6 +40,11 @@ struct PerfArgs {
   int ngpus = 0;  // 0: not given (all visible GPUs in single-process mode, 1 under a launcher)
   int iters = 20;
   int warmup = 5;
+  // --repeat: passes over the whole sweep in this process; each result carries its pass number
+  // ("run" in the JSON), so that one process can stand for several runs of the report.
+  int repeat = 1;
+  // --max-case-time: seconds; 0 means no limit. See CallCountsWithinTimeLimit.
+  double max_case_seconds = 0;
   bool check = true;
   std::vector<DType> dtypes = {DType::kFloat};
   std::vector<RedOp> ops = {RedOp::kSum};
@@ -78,6 +83,37 @@ double DTypeEpsilon(DType dtype);
 const char* DTypeName(DType dtype);
 const char* RedOpName(RedOp op);
 const char* TimingModeName(TimingMode mode);
+
+// Calls that one case (one size, dtype, op, library and placement) makes.
+struct CallCounts {
+  int iters = 0;   // timed iterations (-n, or fewer under --max-case-time)
+  int warmup = 0;  // untimed calls before them (-w, or fewer under --max-case-time)
+};
+
+// --max-case-time never takes a case below this many timed iterations. Ten is where the
+// per-iteration statistics still mean something: P90 lies between real samples, the sample std
+// has 9 degrees of freedom, and the report pools them over runs (50 samples with 5 runs). The
+// sizes that reach the floor are the large ones (hundreds of MB), whose calls last milliseconds
+// and vary by well under 1%, so ten back-to-back calls already give their mean time.
+constexpr int kMinItersWithinTimeLimit = 10;
+// Under --max-case-time the warmup starts with this many calls, whatever -w says: the first
+// absorbs set-up done on a case's first call (the check run is skipped with -c 0), the second
+// is timed to estimate the time per call from which the counts are derived.
+constexpr int kTimeLimitProbeCalls = 2;
+
+// The counts of one case under a limit of `max_case_seconds` (0: no limit, -n and -w as given)
+// for a call estimated at `seconds_per_call`, in a timing mode that makes `calls_per_iteration`
+// calls per timed iteration (CallsPerIteration). The timed iterations shrink to fit the limit,
+// but never below kMinItersWithinTimeLimit (nor above -n); the warmup shrinks by the same factor,
+// but never below kTimeLimitProbeCalls. A pure function: every rank that feeds it the same
+// estimate gets the same counts.
+CallCounts CallCountsWithinTimeLimit(int iters, int warmup, double max_case_seconds,
+                                     double seconds_per_call, double calls_per_iteration);
+
+// Calls of the collective per timed iteration in `mode`: events times -n calls twice (the
+// headline block, then the block with an event between calls); graph runs the captured -n calls
+// once to upload the graph, then graph_launches times; throughput and latency once.
+double CallsPerIteration(TimingMode mode, int graph_launches);
 
 // The -h text.
 std::string PerfUsage(const char* program);

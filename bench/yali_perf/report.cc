@@ -74,14 +74,16 @@ std::string AlgoLabel(const ResultRecord& record) {
 std::string PercentileTable(const std::vector<ResultRecord>& records) {
   std::string text =
       "#\n# Per-iteration times (us), each iteration's slowest rank:\n" +
-      Format("#%6s %12s %9s %6s %13s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "impl", "size", "type",
-             "redop", "placement", "n", "min", "p50", "p90", "p95", "p99", "max", "mean", "std");
+      Format("#%6s %12s %9s %6s %13s %4s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "impl", "size",
+             "type", "redop", "placement", "run", "n", "min", "p50", "p90", "p95", "p99", "max",
+             "mean", "std");
   for (const ResultRecord& r : records) {
     const SampleStats& s = r.stats;
-    text += Format(" %6s %12zu %9s %6s %13s %7zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n",
+    text += Format(" %6s %12zu %9s %6s %13s %4d %7zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f"
+                   " %9.2f\n",
                    r.impl.c_str(), r.bytes, DTypeName(r.dtype), RedOpName(r.op),
-                   r.in_place ? "in-place" : "out-of-place", s.n, s.min, s.p50, s.p90, s.p95,
-                   s.p99, s.max, s.mean, s.std);
+                   r.in_place ? "in-place" : "out-of-place", r.run, s.n, s.min, s.p50, s.p90,
+                   s.p95, s.p99, s.max, s.mean, s.std);
   }
   return text;
 }
@@ -101,6 +103,9 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   json.Key("iters"); json.Int(info.iters);
   json.Key("warmup"); json.Int(info.warmup);
   json.Key("graph_launches"); json.Int(info.graph_launches);
+  json.Key("repeat"); json.Int(info.repeat);
+  json.Key("max_case_time_s");
+  if (info.max_case_seconds > 0) json.Double(info.max_case_seconds); else json.Null();
   json.Key("gpus");
   json.BeginArray();
   for (const GpuInfo& gpu : info.gpus) {
@@ -126,6 +131,9 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
     json.Key("bytes"); json.UInt(r.bytes);
     json.Key("count"); json.UInt(r.count);
     json.Key("placement"); json.String(r.in_place ? "in-place" : "out-of-place");
+    json.Key("run"); json.Int(r.run);
+    json.Key("iters"); json.Int(r.iters);
+    json.Key("warmup"); json.Int(r.warmup);
     json.Key("time_us"); json.Double(r.time_us);
     json.Key("algbw_gbs"); json.Double(r.algbw_gbs);
     json.Key("busbw_gbs"); json.Double(r.busbw_gbs);

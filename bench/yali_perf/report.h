@@ -30,9 +30,11 @@ struct RunInfo {
   int nranks = 0;
   bool multi_process = false;
   TimingMode timing = TimingMode::kEvents;
-  int iters = 0;
-  int warmup = 0;
+  int iters = 0;   // -n as given; a result's own count may be smaller (--max-case-time)
+  int warmup = 0;  // -w as given, likewise
   int graph_launches = 0;
+  int repeat = 1;               // --repeat
+  double max_case_seconds = 0;  // --max-case-time; 0: none (JSON null)
   std::vector<GpuInfo> gpus;
   int yali_version = -1;  // -1: not loaded (JSON null)
   int nccl_version = -1;  // -1: not built or not run (JSON null)
@@ -46,6 +48,9 @@ struct ResultRecord {
   size_t bytes = 0;
   size_t count = 0;
   bool in_place = false;
+  int run = 1;     // which pass of --repeat measured it, from 1
+  int iters = 0;   // timed iterations actually made (in graph mode: calls per graph)
+  int warmup = 0;  // warmup calls actually made
   double time_us = 0;
   double algbw_gbs = 0;
   double busbw_gbs = 0;

@@ -12,10 +12,17 @@ Input directory layout (what yali.sweep writes; every part but the raw JSON is o
     sweep.json                 the sweep's own record: its command line, failures, machine
 Output: summary.md, figures/*.png, yali/<dtype>.csv, nccl/<dtype>.csv, speedup.csv.
 
+A raw file may hold several dtypes and several runs: every result names its dtype and, from
+yali-perf --repeat, its run (its pass over the sizes); a file's results are grouped exactly as if
+each (dtype, run) had come in a file of its own.
+
 Statistics (the one definition used by the CSVs, the tables and the graphs):
-  - busBW columns (busbw_*): across runs. Each run (one yali-perf invocation) reports one busBW per
-    size and mode, computed by yali-perf from its mean time; mean/std/min/max/CV are over those
-    per-run figures. std is the sample standard deviation (n-1), 0 with a single run.
+  - busBW columns (busbw_*): across runs. Each run (one pass of yali-perf over its sizes: a whole
+    invocation, or one --repeat pass of one) reports one busBW per size and mode, computed by
+    yali-perf from its mean time; mean/std/min/max/CV are over those per-run figures. std is the
+    sample standard deviation (n-1), 0 with a single run.
+  - iters: timed iterations summed over runs, as each result records them (yali-perf
+    --max-case-time makes fewer than -n at large sizes); samples: per-iteration samples pooled.
   - time_iter_* columns: over the per-iteration samples (samples_us) pooled from all runs.
     Percentiles use linear interpolation (numpy's default). Runs without samples contribute the
     figures of their stats_us, averaged over runs.
@@ -67,7 +74,7 @@ SECTION_TITLES = (
 
 CSV_COLUMNS = (
     "size_bytes", "size", "count", "nranks", "launch_mode", "timing", "placement", "redop",
-    "runs", "samples",
+    "runs", "iters", "samples",
     "busbw_mean_gbs", "busbw_std_gbs", "busbw_min_gbs", "busbw_max_gbs", "busbw_cv_pct",
     "algbw_mean_gbs", "time_mean_us",
     "time_iter_mean_us", "time_iter_std_us", "time_iter_min_us", "time_iter_max_us",
@@ -268,6 +275,8 @@ class Dataset:
         times = [float(r["time_us"]) for _, r in items]
         samples: List[float] = []
         fallback: List[Dict[str, Any]] = []
+        # Files from before per-result counts hold only the document's -n.
+        iters = sum(int(r.get("iters") or doc.get("iters") or 0) for doc, r in items)
         for _, r in items:
             s = r.get("samples_us") or []
             if s:
@@ -281,7 +290,7 @@ class Dataset:
             "count": items[0][1].get("count"),
             "nranks": items[0][0].get("nranks"), "launch_mode": launch, "timing": timing,
             "placement": placement, "redop": items[0][1].get("redop", "sum"),
-            "runs": len(items), "samples": len(samples),
+            "runs": len(items), "iters": iters, "samples": len(samples),
             "busbw_mean_gbs": bmean, "busbw_std_gbs": bstd,
             "busbw_min_gbs": min(busbw), "busbw_max_gbs": max(busbw),
             "busbw_cv_pct": (bstd / bmean * 100.0) if bmean > 0 else None,
@@ -966,8 +975,10 @@ def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[s
         gpus = d0.get("gpus") or []
         gname = gpus[0].get("name") if gpus else "?"
         dates = sorted(str(d.get("date", "")) for d in docs)
+        runs = sum(len({r.get("run", 1) for r in d.get("results", [])}) for d in docs)
         md += [f"Host `{d0.get('hostname', '?')}`, {d0.get('nranks', '?')} × {gname}; "
-               f"{len(docs)} yali-perf runs from {dates[0]} to {dates[-1]}; "
+               f"{len(docs)} yali-perf invocations ({runs} runs in all) from {dates[0]} to "
+               f"{dates[-1]}; "
                f"YALI version code {d0.get('yali_version', '?')}, "
                f"NCCL version code {d0.get('nccl_version', '?')}.", ""]
     failures = (sweep or {}).get("failures") or []
@@ -1017,7 +1028,8 @@ def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[s
     # 4
     md += [f"## {SECTION_TITLES[3]}", "",
            "busBW = algBW × 2(n-1)/n (nccl-tests' AllReduce factor). `mean ± std` are over runs "
-           "(one busBW per yali-perf invocation; sample std, 0 with one run). SoL% = busBW mean / "
+           "(one busBW per pass of yali-perf over the sizes; sample std, 0 with one run). "
+           "SoL% = busBW mean / "
            "measured one-way P2P bandwidth"
            + (f" ({fmt_gbs(p2p)} GB/s; NVLink link rate {fmt_gbs(link_rate)} GB/s)" if p2p
               else " (n/a: no hardware baseline)")

@@ -7,8 +7,24 @@ launch modes and timing modes, repeated --runs times; then the report (yali.repo
     python3 -m yali.sweep --dry-run --quick      # print the commands, run nothing
     python3 -m yali.sweep --from-json output/2026-11-22/100000   # rebuild the report only
 
-Each step is one yali-perf process (or one process per GPU) that measures YALI and NCCL side by
-side with the same timing mode, sizes and buffers, and writes its results with -J into raw/.
+Each step is one yali-perf process (or one process per GPU) for one launch mode and one timing
+mode: it measures YALI and NCCL side by side over every dtype and size, with the same buffers, and
+writes its results with -J into raw/<launch>_<timing>_run1-<runs>.json (run1.json with one run;
+each result names its dtype and run). Start-up (CUDA contexts, both libraries' communicators)
+costs seconds per process, so a sweep makes as few processes as it can.
+
+A run is one pass over every dtype and size of a (launch, timing) step. By default the --runs runs
+are passes of one process (yali-perf --repeat), one after the other, and the report treats each
+pass as it would a separate process: its own busBW per size, mean ± std across runs. Passes share
+the process's communicators, buffers and start-up, so their spread shows the drift over time
+of one set-up, not the variation between set-ups; --process-per-run makes every run its own
+process (one raw file each, run<k>.json) to include that too, at the cost of a start-up per run.
+
+--max-case-time S (the --extensive preset sets one) caps the timed calls of each case (size,
+dtype, library, placement) at about S seconds: yali-perf shrinks -n and -w for the large sizes from
+a per-call time it measures in the warmup, never below 10 iterations, and records the counts it
+used in each result.
+
 Multi-process steps use mpirun when it is on PATH (--launcher to choose), else this script starts
 one yali-perf per GPU itself with RANK / WORLD_SIZE / LOCAL_RANK and a shared YALI_PERF_JOBID (a
 file rendezvous in yali-perf). Child processes always get NCCL_NVLS_ENABLE=0,
@@ -25,6 +41,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import math
 import os
 import shlex
 import shutil
@@ -65,6 +82,7 @@ class Preset:
     iters: int
     warmup: int
     placement: str
+    max_case_time: Optional[float]  # yali-perf --max-case-time; None: no limit
     about: str
 
 
@@ -72,13 +90,20 @@ class Preset:
 # --standard gives 3 runs so that mean ± std across runs means something, over the full range the
 # issue asks for (4 KB to 2 GB); --extensive adds runs and iterations for the latency percentiles
 # (P99 over 5 x 100 samples per size is an interpolation between real samples, not an extreme).
+# --extensive's 100 iterations would cost a 2 GB case 2 s (10 ms per call, twice over in events
+# and graph timing), 30 minutes for the whole grid; its 20 ms limit per case keeps the full 100
+# where a call takes up to ~0.1 ms (16 MB), fewer above (10 from 256 MB up), so that the whole
+# sweep fits in ~6 minutes on 4 H200s: ~5 for the benchmarks by estimate_seconds (which errs
+# long), the rest for yali-hw (~20 s), the examples and the report. The 10-iteration floor at the
+# largest sizes is most of what is left: a lower limit would save little.
 PRESETS = {
-    "quick": Preset("4K:256M:16", ("fp32",), 1, 20, 5, "out-of-place",
+    "quick": Preset("4K:256M:16", ("fp32",), 1, 20, 5, "out-of-place", None,
                     "fp32, 4K..256M x16 (5 sizes), 1 run, 20 iterations"),
-    "standard": Preset("4K:2G", ("fp32", "fp16", "bf16"), 3, 20, 5, "both",
+    "standard": Preset("4K:2G", ("fp32", "fp16", "bf16"), 3, 20, 5, "both", None,
                        "fp32/fp16/bf16, 4K..2G x2 (20 sizes), 3 runs, 20 iterations"),
-    "extensive": Preset("4K:2G", ("fp32", "fp16", "bf16"), 5, 100, 20, "both",
-                        "fp32/fp16/bf16, 4K..2G x2 (20 sizes), 5 runs, 100 iterations"),
+    "extensive": Preset("4K:2G", ("fp32", "fp16", "bf16"), 5, 100, 20, "both", 0.02,
+                        "fp32/fp16/bf16, 4K..2G x2 (20 sizes), 5 runs, 100 iterations\n"
+                        "              (fewer at large sizes: --max-case-time 0.02)"),
 }
 
 
@@ -167,10 +192,10 @@ def visible_gpus() -> Optional[int]:
 @dataclass
 class Step:
     index: int
-    run: int
+    runs: List[int]          # the runs it measures (1-based): passes of yali-perf --repeat
     launch: str              # "single" | "multi"
     timing: str              # yali-perf name
-    dtype: str               # yali-perf name
+    dtypes: List[str]        # yali-perf names
     sizes: List[int]
     size_args: List[str]
     name: str                # file stem under raw/
@@ -200,39 +225,95 @@ class Config:
     perf_args: List[str]
     timeout: Optional[float]
     preset: str
+    max_case_time: Optional[float] = None  # yali-perf --max-case-time; None: no limit
+    process_per_run: bool = False          # one process per run instead of --repeat
 
 
-def estimate_seconds(cfg: Config, launch: str, timing: str, sizes: Sequence[int]) -> float:
-    """A rough model of one yali-perf run, for the progress line's time left and the default
-    timeout: start-up (process, CUDA contexts, NCCL and YALI communicators), then for each size,
-    impl and placement, (warmup + iters + check) calls at ~20 us + bytes x 2(n-1)/n / 300 GB/s,
-    plus the correctness check's host-side work (~2 GB/s). Real runs replace it as they finish."""
-    n = max(cfg.ngpus, 2)
-    startup = 4.0 if launch == "single" else 6.0
-    base = 40e-6 if timing == "latency" else 20e-6
+# The estimate's model of yali-perf on H200s (NVLink, 4 GPUs). The calls' part is calibrated
+# against the sweep of docs/results/2026-11-22-sweep-h200x4 (YALI 5.1 ms and NCCL 4.5 ms per 1 GB
+# AllReduce; events timing 0.5-1 s longer than throughput timing at 30 iterations). Start-up was
+# ~3 s there (single) and ~3.5 s (mpirun); the model keeps 4 and 6 s, to err long on a cold
+# machine, a slow /tmp (the multi-process rendezvous) or the self launcher.
+STARTUP_S = {"single": 4.0, "multi": 6.0}  # process(es), CUDA contexts, both libraries' comms
+CALL_BASE_S = {"latency": 45e-6}           # a small call; a synchronized one costs more
+CALL_BASE_DEFAULT_S = 25e-6
+BUS_BANDWIDTH_BPS = 300e9                  # busBW of a large call
+CASE_OVERHEAD_S = {"single": 0.5e-3, "multi": 2e-3}  # syncs; host exchanges between processes
+CHECK_BANDWIDTH_BPS = 500e9                # fill, check and checksum kernels over the buffers
+# yali-perf's CallsPerIteration: events times -n calls twice; graph runs the captured calls once
+# to upload the graph, then once per launch (the sweep launches once).
+CALLS_PER_ITERATION = {"events": 2, "graph": 2, "throughput": 1, "latency": 1}
+# yali-perf's kMinItersWithinTimeLimit and kTimeLimitProbeCalls (perf_args.h).
+MIN_ITERS_WITHIN_TIME_LIMIT = 10
+TIME_LIMIT_PROBE_CALLS = 2
+
+
+def counts_within_time_limit(iters: int, warmup: int, max_case_time: Optional[float],
+                             seconds_per_call: float, calls_per_iteration: float
+                             ) -> Tuple[int, int]:
+    """(timed iterations, warmup calls) of one case, as yali-perf's CallCountsWithinTimeLimit
+    (perf_args.cc) decides them under --max-case-time; kept equal by the tests."""
+    if not max_case_time or max_case_time <= 0:
+        return iters, warmup
+    probe_warmup = max(warmup, TIME_LIMIT_PROBE_CALLS)
+    if seconds_per_call <= 0 or calls_per_iteration <= 0:
+        return iters, probe_warmup
+    fitting = max_case_time / (seconds_per_call * calls_per_iteration)
+    if fitting >= iters:
+        return iters, probe_warmup
+    n = min(iters, max(MIN_ITERS_WITHIN_TIME_LIMIT, int(fitting)))
+    w = max(TIME_LIMIT_PROBE_CALLS, min(warmup, math.ceil(warmup * fitting / iters)))
+    return n, w
+
+
+def seconds_per_call(nbytes: int, timing: str, ngpus: int) -> float:
+    n = max(ngpus, 2)
+    return (CALL_BASE_S.get(timing, CALL_BASE_DEFAULT_S)
+            + nbytes * 2.0 * (n - 1) / n / BUS_BANDWIDTH_BPS)
+
+
+def estimate_seconds(cfg: Config, launch: str, timing: str, sizes: Sequence[int],
+                     runs: int = 1) -> float:
+    """A model of one yali-perf process, for the plan's total, the progress line's time left and
+    the default timeout: start-up, then for each run, dtype, size, library and placement, the
+    case's fixed cost (syncs, the check's kernels) and its calls (warmup, the checked call, the
+    timed iterations) at seconds_per_call, with the counts that --max-case-time leaves. Real runs
+    replace it as they finish."""
     placements = 2 if cfg.placement == "both" else 1
-    calls = cfg.warmup + cfg.iters + (1 if cfg.check else 0)
-    total = startup
+    k = CALLS_PER_ITERATION.get(timing, 1)
+    per_pass = 0.0
     for s in sizes:
-        per_call = base + s * 2.0 * (n - 1) / n / 300e9
-        total += 2 * placements * (calls * per_call + (s / 2e9 if cfg.check else 0.0))
-    return total * 1.2
+        t = seconds_per_call(s, timing, cfg.ngpus)
+        iters, warmup = counts_within_time_limit(cfg.iters, cfg.warmup, cfg.max_case_time, t, k)
+        calls = warmup + (1 if cfg.check else 0) + k * iters
+        case = CASE_OVERHEAD_S[launch] + (s / CHECK_BANDWIDTH_BPS if cfg.check else 0.0)
+        per_pass += 2 * placements * (case + calls * t)
+    return STARTUP_S[launch] + runs * len(cfg.dtypes) * per_pass
+
+
+def run_label(runs: Sequence[int]) -> str:
+    """'run3' for one run, 'run1-5' for several (file names and progress lines)."""
+    return f"run{runs[0]}" if len(runs) == 1 else f"run{runs[0]}-{runs[-1]}"
 
 
 def build_plan(cfg: Config) -> List[Step]:
+    """One step per launch mode, timing mode and size group, covering every dtype and (through
+    --repeat) every run; with process_per_run, one step per run of each, runs outermost so that
+    slow drift hits every mode alike."""
     steps: List[Step] = []
     groups = size_groups(cfg.sizes)
-    for run in range(1, cfg.runs + 1):  # runs outermost: slow drift hits every mode alike
+    all_runs = list(range(1, cfg.runs + 1))
+    run_sets = [[r] for r in all_runs] if cfg.process_per_run else [all_runs]
+    for runs in run_sets:
         for launch in cfg.launches:
             for timing in cfg.timings:
-                for dtype in cfg.dtypes:
-                    for sizes, size_args in groups:
-                        name = f"{_report.dtype_label(dtype)}_{launch}_{timing}_run{run}"
-                        if len(groups) > 1:
-                            name += f"_{sizes[0]}"
-                        steps.append(Step(len(steps) + 1, run, launch, timing, dtype, sizes,
-                                          size_args, name,
-                                          estimate_seconds(cfg, launch, timing, sizes)))
+                for sizes, size_args in groups:
+                    name = f"{launch}_{timing}_{run_label(runs)}"
+                    if len(groups) > 1:
+                        name += f"_{sizes[0]}"
+                    steps.append(Step(len(steps) + 1, runs, launch, timing, list(cfg.dtypes),
+                                      sizes, size_args, name,
+                                      estimate_seconds(cfg, launch, timing, sizes, len(runs))))
     return steps
 
 
@@ -243,10 +324,16 @@ def find_perf(build: str) -> Optional[str]:
 def perf_argv(cfg: Config, step: Step, binary: str) -> List[str]:
     json_path = os.path.join(cfg.out_dir, "raw", step.name + ".json")
     g = cfg.ngpus if step.launch == "single" else 1
+    limits = []
+    if len(step.runs) > 1:
+        limits += ["--repeat", str(len(step.runs))]
+    if cfg.max_case_time:
+        limits += ["--max-case-time", f"{cfg.max_case_time:g}"]
     return ([binary, "-g", str(g)] + step.size_args +
             ["-n", str(cfg.iters), "-w", str(cfg.warmup), "-c", str(cfg.check),
-             "-d", step.dtype, "--impl", "yali,nccl", "--timing", step.timing,
-             "--inplace", str(PLACEMENT_ARGS[cfg.placement]), "-J", json_path] + cfg.perf_args)
+             "-d", ",".join(step.dtypes), "--impl", "yali,nccl", "--timing", step.timing,
+             "--inplace", str(PLACEMENT_ARGS[cfg.placement])] + limits + ["-J", json_path]
+            + cfg.perf_args)
 
 
 def forwarded_env_names() -> List[str]:
@@ -442,6 +529,17 @@ def run_examples(cfg: Config, timeout: float, children: Children) -> List[Dict[s
     return results
 
 
+def dtype_labels(dtypes: Sequence[str]) -> str:
+    return ",".join(_report.dtype_label(d) for d in dtypes)
+
+
+def runs_text(runs: Sequence[int], total: int) -> str:
+    """'run 2/3' for a step of one run, 'runs 1-5/5' for one of several (passes of --repeat)."""
+    if len(runs) == 1:
+        return f"run {runs[0]}/{total}"
+    return f"runs {runs[0]}-{runs[-1]}/{total}"
+
+
 def _fmt_duration(s: float) -> str:
     s = int(round(s))
     if s >= 3600:
@@ -474,14 +572,25 @@ def make_parser() -> argparse.ArgumentParser:
                     "report.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="presets:\n" + "\n".join(f"  --{k:9} {p.about}" for k, p in PRESETS.items())
-               + "\n(default --standard; --sizes/--dtypes/--runs/--iters override a preset)")
+               + "\n(default --standard; --sizes/--dtypes/--runs/--iters/--max-case-time override a "
+                 "preset)")
     p = ap.add_mutually_exclusive_group()
     p.add_argument("--quick", dest="preset", action="store_const", const="quick")
     p.add_argument("--standard", dest="preset", action="store_const", const="standard")
     p.add_argument("--extensive", dest="preset", action="store_const", const="extensive")
     ap.add_argument("--sizes", help="list and/or ranges: 4K,1M,1G or 4K:2G (x2) or 4K:2G:4")
     ap.add_argument("--dtypes", help="comma list of fp32, fp16, bf16")
-    ap.add_argument("--runs", type=int, help="repeat each yali-perf invocation this many times")
+    ap.add_argument("--runs", type=int,
+                    help="runs of every (launch, timing) step: passes of one yali-perf process "
+                         "(--repeat) unless --process-per-run")
+    ap.add_argument("--process-per-run", action="store_true",
+                    help="start a yali-perf process for every run instead of repeating in one "
+                         "(adds start-up to each run; the spread across runs then includes the "
+                         "variation between processes)")
+    ap.add_argument("--max-case-time", type=float, metavar="SECONDS",
+                    help="yali-perf --max-case-time: about this many seconds of timed calls per "
+                         "case at most, fewer iterations at large sizes (never below 10); 0 for "
+                         "no limit (default: the preset's)")
     ap.add_argument("--iters", type=int, help="timed iterations per size (yali-perf -n)")
     ap.add_argument("--warmup", type=int, help="warm-up iterations per size (yali-perf -w)")
     ap.add_argument("--check", type=int, default=1, help="yali-perf -c (default 1: check results)")
@@ -526,12 +635,17 @@ def config_from_args(args, ngpus: int, launcher: str) -> Config:
     warmup = args.warmup if args.warmup is not None else preset.warmup
     if runs < 1 or iters < 1 or warmup < 0:
         raise ValueError("--runs and --iters must be >= 1, --warmup >= 0")
+    max_case_time = (args.max_case_time if args.max_case_time is not None
+                     else preset.max_case_time)
+    if max_case_time is not None and (not math.isfinite(max_case_time) or max_case_time < 0):
+        raise ValueError("--max-case-time must be seconds >= 0 (0: no limit)")
     return Config(build=args.build, out_dir=out, ngpus=ngpus,
                   sizes=parse_sizes(args.sizes or preset.sizes), dtypes=dtypes, timings=timings,
                   launches=launches, runs=runs, iters=iters, warmup=warmup, check=args.check,
                   placement=args.placement or preset.placement, launcher=launcher,
                   perf_args=shlex.split(args.perf_args), timeout=args.timeout,
-                  preset=args.preset or "standard")
+                  preset=args.preset or "standard", max_case_time=max_case_time or None,
+                  process_per_run=args.process_per_run)
 
 
 def sweep_command(argv: Sequence[str]) -> str:
@@ -574,14 +688,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     perf = find_perf(cfg.build)
     perf_shown = perf or os.path.join(cfg.build, PERF_CANDIDATES[0])
     total_est = sum(s.est_seconds for s in steps)
-    print(f"YALI sweep: {len(steps)} yali-perf runs on {cfg.ngpus} GPU(s)"
+    runs_how = ("one process each" if cfg.process_per_run or cfg.runs == 1
+                else "passes of one process")
+    limit = (f", at most ~{cfg.max_case_time:g} s of timed calls per case"
+             if cfg.max_case_time else "")
+    print(f"YALI sweep: {len(steps)} yali-perf processes on {cfg.ngpus} GPU(s)"
           f"{' (assumed: GPU count unknown here)' if assumed else ''}; "
           f"sizes {_report.human_size(cfg.sizes[0])}..{_report.human_size(cfg.sizes[-1])} "
           f"({len(cfg.sizes)}), dtypes {','.join(_report.dtype_label(d) for d in cfg.dtypes)}, "
           f"timing {','.join(_report.timing_label(t) for t in cfg.timings)}, "
-          f"launch {','.join(cfg.launches)} (multi via {cfg.launcher}), {cfg.runs} run(s), "
-          f"{cfg.iters} iterations; estimated {_fmt_duration(total_est)} for the benchmarks "
-          f"(a model, not a measurement)", flush=True)
+          f"launch {','.join(cfg.launches)} (multi via {cfg.launcher}), {cfg.runs} run(s) "
+          f"({runs_how}), {cfg.iters} iterations{limit}; estimated {_fmt_duration(total_est)} "
+          f"for the benchmarks (a model, not a measurement)", flush=True)
 
     if args.dry_run:
         print(f"# output directory: {cfg.out_dir}")
@@ -599,8 +717,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 print(shlex.join(a) if a else f"# {e}: skipped, needs mpirun")
         for step in steps:
             print(f"# [{step.index}/{len(steps)}] {step.launch} "
-                  f"{_report.timing_label(step.timing)} {_report.dtype_label(step.dtype)} "
-                  f"run {step.run}/{cfg.runs} (~{_fmt_duration(step.est_seconds)})")
+                  f"{_report.timing_label(step.timing)} {dtype_labels(step.dtypes)} "
+                  f"{runs_text(step.runs, cfg.runs)} (~{_fmt_duration(step.est_seconds)})")
             for line in describe(cfg, step, perf_shown):
                 print(line)
         print(f"# then: python3 -m yali.report --input {cfg.out_dir} --output {cfg.out_dir}")
@@ -619,12 +737,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "hostname": socket.gethostname(), "commit": commit, "dirty": dirty,
         "ngpus": cfg.ngpus, "preset": cfg.preset, "launcher": cfg.launcher,
+        "runs": cfg.runs, "process_per_run": cfg.process_per_run,
+        "max_case_time_s": cfg.max_case_time,
+        "estimated_seconds": round(total_est, 1),
         "yali_perf": perf, "child_env": _hw.CHILD_ENV, "failures": [], "steps": [],
     }
 
     def save_record() -> None:
-        record["steps"] = [{"index": s.index, "name": s.name, "status": s.status,
-                            "seconds": round(s.seconds, 2), "reason": s.reason,
+        record["steps"] = [{"index": s.index, "name": s.name, "launch": s.launch,
+                            "timing": s.timing, "dtypes": s.dtypes, "runs": s.runs,
+                            "status": s.status, "seconds": round(s.seconds, 2),
+                            "estimated_seconds": round(s.est_seconds, 1), "reason": s.reason,
                             "commands": s.commands} for s in steps]
         record["failures"] = [{"command": " ; ".join(s.commands), "reason": s.reason,
                                "step": s.name} for s in steps if s.status == "failed"]
@@ -657,9 +780,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             remaining_est = sum(s.est_seconds for s in steps[step.index - 1:])
             scale = (elapsed / done_est) if done_est > 0 else 1.0
             print(f"[{step.index}/{len(steps)}] {step.launch:6} "
-                  f"{_report.timing_label(step.timing):11} {_report.dtype_label(step.dtype):4} "
+                  f"{_report.timing_label(step.timing):11} {dtype_labels(step.dtypes)} "
                   f"{_report.human_size(step.sizes[0])}..{_report.human_size(step.sizes[-1])} "
-                  f"run {step.run}/{cfg.runs} | elapsed {_fmt_duration(time.time() - t_start)}"
+                  f"{runs_text(step.runs, cfg.runs)} | elapsed "
+                  f"{_fmt_duration(time.time() - t_start)}"
                   f" | left ~{_fmt_duration(remaining_est * scale)}", flush=True)
             step.commands = describe(cfg, step, perf)
             run_step(cfg, step, perf, children)

@@ -4,7 +4,8 @@
 
 The fixture under fixtures/sweep1 is what a small sweep would save (2 dtypes, 6 sizes, both impls,
 two timing modes, two launch modes, 2 runs, per-iteration samples, a yali-hw baseline, example
-results); make_fixtures.py regenerates it. The expected figures below are recomputed here from the
+results), one raw file per dtype and run as sweeps wrote them before yali-perf --repeat;
+make_fixtures.py regenerates it. The expected figures below are recomputed here from the
 fixture's raw JSON with the report's documented formulas, independently of the report's code.
 """
 
@@ -252,6 +253,68 @@ def test_hardware_and_examples_sections(built):
     assert "python3 -m yali.sweep" in repro and "python3 -m yali.report --input" in repro
 
 
+def merge_fixture_per_mode(dest):
+    """The fixture's raw files as yali-perf --repeat writes them today: one file per (launch,
+    timing) holding both dtypes and both runs, each result tagged with its run."""
+    merged = {}
+    for path in sorted(glob.glob(os.path.join(FIXTURE, "raw", "*.json"))):
+        run = int(re.search(r"_run(\d+)\.json$", path).group(1))
+        with open(path) as f:
+            doc = json.load(f)
+        key = (doc["launch_mode"], doc["timing"])
+        if key not in merged:
+            merged[key] = dict(doc, results=[], repeat=2)
+        merged[key]["results"] += [dict(r, run=run) for r in doc["results"]]
+    os.makedirs(os.path.join(dest, "raw"))
+    for (launch, timing), doc in merged.items():
+        # yali-perf's order: runs outermost, then dtypes
+        doc["results"].sort(key=lambda r: (r["run"], report.DTYPE_ORDER.index(r["dtype"])))
+        with open(os.path.join(dest, "raw", f"{launch}_{timing}_run1-2.json"), "w") as f:
+            json.dump(doc, f)
+    for part in ("hw-baseline", "examples"):
+        shutil.copytree(os.path.join(FIXTURE, part), os.path.join(dest, part))
+    shutil.copy(os.path.join(FIXTURE, "sweep.json"), dest)
+    return len(merged)
+
+
+def test_dtypes_and_runs_in_one_file_report_as_separate_files(built, tmp_path):
+    out, md, _ = built
+    src = tmp_path / "in"
+    assert merge_fixture_per_mode(str(src)) == 4  # 16 files (2 dtypes x 2 runs each) -> 4
+    again = tmp_path / "out"
+    ds = report.generate(str(src), str(again))
+    assert len(ds.docs) == 4
+    md2 = (again / "summary.md").read_text()
+    assert tables_by_heading(md2) == tables_by_heading(md)
+    assert "4 yali-perf invocations (8 runs in all)" in md2
+    assert "16 yali-perf invocations (16 runs in all)" in md
+    for part in ("yali", "nccl"):
+        for name in ("fp32.csv", "bf16.csv"):
+            assert (again / part / name).read_text() == open(os.path.join(out, part, name)).read()
+    assert (again / "speedup.csv").read_text() == open(os.path.join(out, "speedup.csv")).read()
+
+
+def test_iters_column_counts_what_each_result_made(tmp_path):
+    sys.path.insert(0, os.path.join(HERE, "fixtures"))
+    from make_fixtures import perf_document
+    doc = perf_document(nranks=4, launch="single", timing="events", dtypes=("float", "half"),
+                        sizes=[4096, 1 << 30], iters=12, repeat=3, max_case_time=0.02)
+    assert {r["run"] for r in doc["results"]} == {1, 2, 3}
+    for r in doc["results"]:
+        if r["bytes"] == 1 << 30:  # as --max-case-time leaves a large size
+            r["iters"], r["samples_us"] = 10, r["samples_us"][:10]
+    os.makedirs(tmp_path / "raw")
+    with open(tmp_path / "raw" / "single_events_run1-3.json", "w") as f:
+        json.dump(doc, f)
+    report.generate(str(tmp_path), str(tmp_path / "out"))
+    for dtype in ("fp32", "fp16"):
+        with open(tmp_path / "out" / "yali" / f"{dtype}.csv") as f:
+            rows = {int(r["size_bytes"]): r for r in csv.DictReader(f)}
+        assert rows[4096]["runs"] == rows[1 << 30]["runs"] == "3"
+        assert (rows[4096]["iters"], rows[4096]["samples"]) == ("36", "36")
+        assert (rows[1 << 30]["iters"], rows[1 << 30]["samples"]) == ("30", "30")
+
+
 def test_without_hw_baseline_sol_is_na(tmp_path):
     src = tmp_path / "in"
     shutil.copytree(os.path.join(FIXTURE, "raw"), src / "raw")
@@ -285,6 +348,70 @@ def test_sizes_and_labels():
 
 
 # ---- sweep ---------------------------------------------------------------------------------------
+
+def plan_for(argv, ngpus=4):
+    cfg = sweep.config_from_args(sweep.make_parser().parse_args(argv), ngpus, "mpirun")
+    return cfg, sweep.build_plan(cfg)
+
+
+def test_extensive_plan_fits_in_six_minutes():
+    cfg, steps = plan_for(["--extensive"])
+    # one process per launch mode x timing mode, each covering 3 dtypes x 5 runs
+    assert len(steps) == 2 * 4
+    assert {(s.launch, s.timing) for s in steps} == {
+        (l, t) for l in ("single", "multi") for t in ("events", "throughput", "latency", "graph")}
+    for step in steps:
+        assert step.dtypes == ["float", "half", "bfloat16"] and step.runs == [1, 2, 3, 4, 5]
+        argv = " ".join(sweep.perf_argv(cfg, step, "yali-perf"))
+        assert "-b 4K -e 2G -f 2 -n 100 -w 20 " in argv
+        assert " -d float,half,bfloat16 " in argv and " --inplace 2 " in argv
+        assert " --repeat 5 --max-case-time 0.02 " in argv
+        assert argv.endswith(f"raw/{step.launch}_{step.timing}_run1-5.json")
+    total = sum(s.est_seconds for s in steps)
+    # the benchmarks leave a minute of the six for yali-hw, the examples and the report
+    assert 180 < total <= 5 * 60 + 30, total
+
+    # Without the limit, the same grid is the half hour it was; separate processes per run
+    # add a start-up to each of the 40.
+    _, unlimited = plan_for(["--extensive", "--max-case-time", "0"])
+    assert sum(s.est_seconds for s in unlimited) > 25 * 60
+    _, apart = plan_for(["--extensive", "--process-per-run"])
+    assert len(apart) == 40 and all(len(s.runs) == 1 for s in apart)
+    assert sum(s.est_seconds for s in apart) == pytest.approx(
+        total + 4 * 4 * (sweep.STARTUP_S["single"] + sweep.STARTUP_S["multi"]))
+
+    with pytest.raises(ValueError):
+        plan_for(["--extensive", "--max-case-time", "-1"])
+
+
+def test_dry_run_extensive_prints_the_plan(tmp_path):
+    r = run_sweep(["--dry-run", "--extensive", "--gpus", "4", "--launcher", "mpirun",
+                   "--skip-hw", "--skip-examples", "--build", str(tmp_path)])
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.splitlines()[0]
+    assert head.startswith("YALI sweep: 8 yali-perf processes on 4 GPU(s)"), head
+    assert "5 run(s) (passes of one process)" in head and "~0.02 s of timed calls" in head
+    minutes, seconds = map(int, re.search(r"estimated (\d+)m(\d+)s", head).groups())
+    assert 60 * minutes + seconds <= 5 * 60 + 30
+    assert len(re.findall(r"^# \[\d/8\] \S+ \S+ fp32,fp16,bf16 runs 1-5/5", r.stdout, re.M)) == 8
+
+
+def test_counts_within_time_limit_match_yali_perf():
+    # The cases of TestCallCountsWithinTimeLimit (bench/yali_perf/tests/test_perf_args.cc): the
+    # sweep's estimate must size the cases as yali-perf does.
+    f = sweep.counts_within_time_limit
+    low, probe = sweep.MIN_ITERS_WITHIN_TIME_LIMIT, sweep.TIME_LIMIT_PROBE_CALLS
+    assert (low, probe) == (10, 2)
+    assert f(100, 20, None, 1.0, 2) == f(100, 20, 0, 1.0, 2) == (100, 20)
+    assert f(100, 20, 0.02, 10e-6, 2) == (100, 20)
+    assert f(100, 20, 0.02, 200e-6, 2) == (50, 10)
+    assert f(100, 20, 0.02, 300e-6, 1) == (66, 14)
+    assert f(100, 20, 0.02, 10e-3, 2) == (low, probe)
+    assert f(5, 20, 0.02, 10e-3, 2) == (5, 4)
+    assert f(100, 0, 0.02, 10e-6, 1) == (100, probe)
+    assert f(100, 0, 0.02, 10e-3, 1) == (low, probe)
+    assert f(100, 20, 0.02, 0.0, 2) == (100, 20)
+    assert f(100000000, 5, 1000, 1e-9, 2) == (100000000, 5)
 
 def run_sweep(args, env_extra=None, timeout=180):
     env = dict(os.environ)
@@ -325,15 +452,29 @@ def test_dry_run_commands_without_binaries(tmp_path):
 def test_dry_run_self_launch_and_options(tmp_path):
     r = run_sweep(["--dry-run", "--mpi", "--launcher", "self", "--gpus", "2", "--sizes",
                    "4K,1M", "--dtypes", "bf16,fp16", "--timing", "cuda-events", "--runs", "2",
-                   "--placement", "both", "--build", str(tmp_path)])
+                   "--placement", "both", "--max-case-time", "0.5", "--build", str(tmp_path)])
     assert r.returncode == 0, r.stderr
     perf = [l for l in r.stdout.splitlines() if " -J " in l and not l.startswith("#")]
-    # 2 runs x 2 dtypes x 1 timing x 1 launch; one range invocation (4K x256 = 1M); 2 ranks each
-    assert len(perf) == 2 * 2 * 2
+    # 1 timing x 1 launch, both dtypes and both runs in one process; one range invocation
+    # (4K x256 = 1M); 2 ranks
+    assert len(perf) == 2
     assert all(l.startswith(("RANK=0 WORLD_SIZE=2", "RANK=1 WORLD_SIZE=2")) for l in perf)
     assert all("YALI_PERF_JOBID=" in l and " -g 1 " in l and "--inplace 2" in l for l in perf)
-    assert {re.search(r"-d (\S+)", l).group(1) for l in perf} == {"bfloat16", "half"}
+    assert all(" -d bfloat16,half " in l and " --repeat 2 " in l and " --max-case-time 0.5 " in l
+               for l in perf)
+    assert all(re.search(r"-J \S+/raw/multi_events_run1-2\.json", l) for l in perf)
     assert all("-b 4K -e 1M -f 256" in l for l in perf)
+
+    # One process per run: the runs' files apart, no --repeat.
+    r = run_sweep(["--dry-run", "--single", "--gpus", "2", "--sizes", "4K,1M", "--dtypes",
+                   "bf16,fp16", "--timing", "cuda-events", "--runs", "2", "--process-per-run",
+                   "--skip-hw", "--skip-examples", "--build", str(tmp_path)])
+    assert r.returncode == 0, r.stderr
+    perf = [l for l in r.stdout.splitlines() if " -J " in l and not l.startswith("#")]
+    assert len(perf) == 2 and not any("--repeat" in l for l in perf)
+    assert [re.search(r"raw/(\S+)\.json", l).group(1) for l in perf] == [
+        "single_events_run1", "single_events_run2"]
+    assert all("--max-case-time" not in l for l in perf)  # the standard preset has no limit
 
 
 FAKE_PERF = textwrap.dedent('''\
@@ -357,6 +498,8 @@ FAKE_PERF = textwrap.dedent('''\
         m = {{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}}
         return int(s[:-1]) * m[s[-1]] if s[-1] in m else int(s)
     multi = "RANK" in os.environ
+    if "--max-case-time" in opt and not float(opt["--max-case-time"]) > 0:
+        print("bad --max-case-time"); sys.exit(2)
     if multi and (opt["-g"] != "1" or "YALI_PERF_JOBID" not in os.environ):
         print("bad multi-process launch"); sys.exit(4)
     if multi and os.environ.get("FAKE_FAIL_MULTI"):
@@ -370,9 +513,12 @@ FAKE_PERF = textwrap.dedent('''\
     placements = {{"0": ["out-of-place"], "1": ["in-place"], "2": ["out-of-place", "in-place"]}}
     nranks = int(os.environ["WORLD_SIZE"]) if multi else int(opt["-g"])
     doc = perf_document(nranks=nranks, launch="multi" if multi else "single",
-                        timing=opt["--timing"], dtype=opt["-d"], sizes=sizes,
+                        timing=opt["--timing"], dtypes=opt["-d"].split(","), sizes=sizes,
                         impls=opt["--impl"].split(","), placements=placements[opt["--inplace"]],
                         iters=int(opt["-n"]), warmup=int(opt["-w"]),
+                        repeat=int(opt.get("--repeat", "1")),
+                        max_case_time=float(opt["--max-case-time"])
+                        if "--max-case-time" in opt else None,
                         seed=abs(hash(opt["-J"])) % 1000, command="yali-perf " + " ".join(args))
     if os.environ.get("RANK", "0") == "0":
         with open(opt["-J"], "w") as fh:
@@ -423,11 +569,11 @@ def test_sweep_end_to_end_with_fake_binaries(fake_build, tmp_path):
                    "--timing", "cuda-events,latency", "--build", str(fake_build),
                    "--output", str(out)])
     assert r.returncode == 0, r.stdout + r.stderr
-    assert re.search(r"\[8/8\] multi\s+latency\s+fp32 4K\.\.256M run 2/2 \| elapsed \S+ \| "
+    assert re.search(r"\[4/4\] multi\s+latency\s+fp32 4K\.\.256M runs 1-2/2 \| elapsed \S+ \| "
                      r"left ~\S+", r.stdout), r.stdout
     assert "peak busBW YALI" in r.stdout  # the closing summary
     raws = sorted(glob.glob(str(out / "raw" / "*.json")))
-    assert len(raws) == 2 * 2 * 2  # runs x launch modes x timing modes
+    assert len(raws) == 2 * 2  # launch modes x timing modes, each with both runs
     with open(out / "sweep.json") as f:
         rec = json.load(f)
     assert rec["failures"] == [] and all(s["status"] == "ok" for s in rec["steps"])
@@ -466,7 +612,7 @@ def test_sweep_records_failures_and_timeouts(fake_build, tmp_path):
     with open(out / "sweep.json") as f:
         rec = json.load(f)
     status = {s["name"]: s["status"] for s in rec["steps"]}
-    assert status == {"fp32_single_latency_run1": "ok", "fp32_multi_latency_run1": "failed"}
+    assert status == {"single_latency_run1": "ok", "multi_latency_run1": "failed"}
     assert "exit code 5" in rec["failures"][0]["reason"]
     md = (out / "summary.md").read_text()
     assert "1 benchmark invocation(s) failed" in md

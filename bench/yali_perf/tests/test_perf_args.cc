@@ -105,6 +105,7 @@ void TestDefaults() {
   EXPECT(args.placements == PlacementSet::kBoth);
   EXPECT(args.average == RankAggregate::kMean);
   EXPECT(args.ngpus == 0 && args.json_path.empty() && !args.help);
+  EXPECT(args.repeat == 1 && args.max_case_seconds == 0);
 }
 
 void TestNcclTestsFlags() {
@@ -168,6 +169,57 @@ void TestYaliFlags() {
   EXPECT(ParseFails({"-G", "3", "--timing", "events"}, "--timing graph"));
 }
 
+void TestRepeatAndTimeLimit() {
+  PerfArgs args;
+  EXPECT(ParseOk({"--repeat", "5", "--max-case-time", "0.02"}, &args));
+  EXPECT(args.repeat == 5 && args.max_case_seconds == 0.02);
+  EXPECT(ParseOk({"--repeat=2", "--max-case-time=1.5"}, &args));
+  EXPECT(args.repeat == 2 && args.max_case_seconds == 1.5);
+  for (const char* bad : {"0", "-1", "two", "1.5", ""})
+    Expect(ParseFails({"--repeat", bad}, "--repeat: expected an integer >= 1"),
+           std::string("--repeat rejects '") + bad + "'", __LINE__);
+  for (const char* bad : {"0", "-0.5", "soon", "nan", "inf", "1s", ""})
+    Expect(ParseFails({"--max-case-time", bad}, "--max-case-time: expected seconds > 0"),
+           std::string("--max-case-time rejects '") + bad + "'", __LINE__);
+  EXPECT(ParseFails({"--max-case-time"}, "option --max-case-time needs a value"));
+  EXPECT(PerfUsage("yali-perf").find("--max-case-time <s>") != std::string::npos);
+  EXPECT(PerfUsage("yali-perf").find("--repeat <n>") != std::string::npos);
+}
+
+void TestCallCountsWithinTimeLimit() {
+  auto same = [](CallCounts c, int iters, int warmup) {
+    return c.iters == iters && c.warmup == warmup;
+  };
+  // No limit: -n and -w as given, whatever the estimate.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0, 1.0, 2), 100, 20));
+  // Fits: 100 x 2 calls x 10 us = 2 ms < 20 ms.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0.02, 10e-6, 2), 100, 20));
+  // Too long: 20 ms / (2 x 200 us) = 50 iterations; the warmup shrinks by the same half.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0.02, 200e-6, 2), 50, 10));
+  // Rounding: 20 ms / 300 us = 66.7 -> 66 iterations; warmup 20 x 0.667 = 13.3 -> 14.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0.02, 300e-6, 1), 66, 14));
+  // Very long calls: never below the floor; the warmup keeps only the probe's calls.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0.02, 10e-3, 2), kMinItersWithinTimeLimit,
+              kTimeLimitProbeCalls));
+  // The floor never raises -n. The warmup still shrinks by what -n would have: 1 of 5 fits,
+  // so 20 x 1/5 = 4 warmup calls.
+  EXPECT(same(CallCountsWithinTimeLimit(5, 20, 0.02, 10e-3, 2), 5, 4));
+  // The probe's calls are made even when -w asks for fewer.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 0, 0.02, 10e-6, 1), 100, kTimeLimitProbeCalls));
+  EXPECT(same(CallCountsWithinTimeLimit(100, 0, 0.02, 10e-3, 1), kMinItersWithinTimeLimit,
+              kTimeLimitProbeCalls));
+  // A zero estimate (a call below the clock's resolution) cannot exceed the limit.
+  EXPECT(same(CallCountsWithinTimeLimit(100, 20, 0.02, 0.0, 2), 100, 20));
+  // Huge -n against a tiny estimate: no overflow.
+  EXPECT(same(CallCountsWithinTimeLimit(100000000, 5, 1000, 1e-9, 2), 100000000, 5));
+
+  EXPECT(CallsPerIteration(TimingMode::kEvents, 0) == 2);
+  EXPECT(CallsPerIteration(TimingMode::kGraph, 1) == 2);
+  EXPECT(CallsPerIteration(TimingMode::kGraph, 4) == 5);
+  EXPECT(CallsPerIteration(TimingMode::kThroughput, 0) == 1);
+  EXPECT(CallsPerIteration(TimingMode::kLatency, 0) == 1);
+}
+
 void TestBadOptions() {
   EXPECT(ParseFails({"-x"}, "unknown option"));
   EXPECT(ParseFails({"--frobnicate"}, "unknown option"));
@@ -214,6 +266,10 @@ void TestTuneArgs() {
     full.insert(full.end(), words.begin(), words.end());
     Expect(ParseFails(full, "does not apply to --tune"), "--tune refuses " + words[0], __LINE__);
   }
+  EXPECT(ParseOk({"--tune", "--repeat", "1"}, &args));
+  EXPECT(ParseFails({"--tune", "--repeat", "3"}, "--repeat does not apply to --tune"));
+  EXPECT(ParseFails({"--tune", "--max-case-time", "1"},
+                    "--max-case-time does not apply to --tune"));
   EXPECT(ParseFails({"--tune", "-d", "float,half"}, "one dtype"));
   EXPECT(ParseFails({"-d", "all", "--tune"}, "one dtype"));
   EXPECT(PerfUsage("yali-perf").find("--tune-out <file>") != std::string::npos);
@@ -365,6 +421,9 @@ void TestReport() {
   yali.ctas = 8;
   yali.samples_us = {9.5, 10.0, 10.5};
   yali.stats = ComputeStats(yali.samples_us);
+  yali.run = 3;
+  yali.iters = 12;
+  yali.warmup = 2;
   EXPECT(AlgoLabel(yali) == "oneshot_ll/8");
 
   ResultRecord nccl = yali;
@@ -385,6 +444,14 @@ void TestReport() {
   EXPECT(row.size() == 16 && row[5] == "-" && row[12] == "N/A" && row[15] == "1.250");
   for (const std::string& line : {TableHeader()}) EXPECT(line[0] == '#');
   EXPECT(PercentileTable({yali}).find("oneshot") == std::string::npos);
+  // The percentile table numbers each row by its --repeat pass: 15 fields, the run 6th, n 7th.
+  std::vector<std::string> percentile_row;
+  {
+    std::istringstream lines(PercentileTable({yali}));
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty() && line[0] != '#') percentile_row = Fields(line);
+  }
+  EXPECT(percentile_row.size() == 15 && percentile_row[5] == "3" && percentile_row[6] == "3");
 
   RunInfo info;
   info.collective = "allreduce";
@@ -394,6 +461,8 @@ void TestReport() {
   info.nranks = 2;
   info.gpus = {{0, 0, "NVIDIA H200", "0000:18:00.0"}, {1, 1, "NVIDIA H200", "0000:2a:00.0"}};
   info.yali_version = 100;
+  info.iters = 20;
+  info.repeat = 4;
   std::string json = FormatJson(info, {yali, nccl});
   for (const char* needle :
        {"\"schema\": \"yali-perf/1\"", "\"collective\": \"allreduce\"", "\"launch_mode\": \"single\"",
@@ -401,9 +470,12 @@ void TestReport() {
         "\"algo\": \"oneshot_ll\"", "\"ctas\": 8", "\"algo\": null", "\"wrong\": null",
         "\"wrong\": 0", "\"placement\": \"in-place\"", "\"placement\": \"out-of-place\"",
         "\"samples_us\": [9.5, 10, 10.5]", "\"p99\":", "\"pci_bus_id\": \"0000:2a:00.0\"",
-        "\"hostname\": \"host\\\"name\""})
+        "\"hostname\": \"host\\\"name\"", "\"iters\": 20", "\"repeat\": 4",
+        "\"max_case_time_s\": null", "\"run\": 3", "\"iters\": 12", "\"warmup\": 2"})
     Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
   EXPECT(JsonWellFormed(json));
+  info.max_case_seconds = 0.02;
+  EXPECT(FormatJson(info, {yali}).find("\"max_case_time_s\": 0.02,") != std::string::npos);
 
   JsonWriter writer;
   writer.BeginObject();
@@ -823,6 +895,8 @@ int main() {
   TestNcclTestsFlags();
   TestLists();
   TestYaliFlags();
+  TestRepeatAndTimeLimit();
+  TestCallCountsWithinTimeLimit();
   TestBadOptions();
   TestTuneArgs();
   TestSizeSweep();
