@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,backends,sweep
+#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,ncu,backends,sweep,symm
 #          (default: build,tests,perf)
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
@@ -62,7 +62,7 @@ if has algotests; then
   # through every kernel (auto selection sends each size to one algorithm only).
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for algo in ${ALGOS:-oneshot_ll twoshot twoshot_push twoshot_bulk}; do
+    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push}; do
       YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
     done
@@ -176,6 +176,11 @@ if has sweep; then
   tar -czf "$OUT/sweep.tar.gz" -C "$OUT" sweep 2>/dev/null
 fi
 
+if has symm; then
+  export_repo_python
+  timeout 300 python3 -m yali.bench_symm --output_dir "$LOG/symm" > "$LOG/symm.log" 2>&1
+  note "bench_symm: rc=$? $(tail -1 "$LOG/symm.log")"
+fi
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs
 echo
 echo "==== summary ($(( $(date +%s) - t0 )) s, $ngpus GPUs, commit $(cat "$LOG/commit.txt" 2>/dev/null | cut -c1-10))"

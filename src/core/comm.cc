@@ -54,7 +54,7 @@ uint64_t settingsDigest(const Settings& s) {
   std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
                     std::to_string(s.twoshotPushMinBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
-                    std::to_string(s.stagingBytes) + "|" + s.tuningFile;
+                    std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
   return h;
@@ -79,12 +79,12 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
-  YALI_CUDA_CHECK(prepareAllReduceKernels());
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
+                        static_cast<int64_t>(comm->layout.copyInBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kTwoshotBulk)})};
+                                  maxLaunchableThreads(Algo::kOneshotPull)})};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
@@ -130,6 +130,9 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   off += 2 * L.stagingBytes;
   L.gather = off;
   off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
+  L.copyIn = off;
+  L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
+  off += 2 * L.copyInBytes;
   L.total = off;
   return L;
 }

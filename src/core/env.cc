@@ -13,6 +13,9 @@ namespace {
 constexpr int64_t kDefaultTimeoutMs = 120000;
 constexpr int64_t kDefaultLLBufferBytes = 1 << 20;
 constexpr int64_t kDefaultStagingBytes = 4 << 20;
+// 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its selector entry), and 2 x 4 MB of window
+// per rank is small next to two-shot's staging.
+constexpr int64_t kDefaultPullBufferBytes = 4 << 20;
 
 // The one list of settings. README.md's table is checked against it by a host test.
 const SettingDoc kDocs[] = {
@@ -20,18 +23,18 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, twoshot, twoshot_push or twoshot_bulk (auto: the "
+     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot or twoshot_push (auto: the "
      "selector decides)."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
      "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
      "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
+    {"YALI_ONESHOT_PULL_MAX_BYTES", "-2",
+     "Largest message for oneshot_pull (copy-in, one flag exchange, NVLink reads), used above the "
+     "LL range (0 disabled, -1 all sizes that fit its buffer, -2 the tuning table's value, >0 "
+     "bytes)."},
     {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_TWOSHOT_BULK_MIN_BYTES", "-2",
-     "Smallest two-shot message for twoshot_bulk, which sends over NVLink by bulk copies (TMA) "
-     "from shared memory; it takes precedence over twoshot_push (0 never, -1 every two-shot size, "
-     "-2 the tuning table's value, >0 bytes)."},
     {"YALI_MAX_CTAS", "0",
      "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
      "32-block cap from 64 MB up (0: the tuning table's values)."},
@@ -40,6 +43,9 @@ const SettingDoc kDocs[] = {
      "packets, times 2 parities times nranks)."},
     {"YALI_STAGING_BYTES", "4194304",
      "Two-shot staging per sender and parity; also caps (thread blocks x slot bytes)."},
+    {"YALI_PULL_BUFFER_BYTES", "4194304",
+     "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
+     "holds twice that)."},
     {"YALI_TUNING_FILE", "",
      "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
     {"YALI_PDL", "1",
@@ -87,20 +93,20 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   const char* algo = getenvOrNull("YALI_ALGO");
   s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
-  if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "twoshot" &&
-      s->algo != "twoshot_push" && s->algo != "twoshot_bulk") {
+  if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "oneshot_pull" &&
+      s->algo != "twoshot" && s->algo != "twoshot_push") {
     *error = "YALI_ALGO='" + s->algo +
-             "' is not one of auto, oneshot_ll, twoshot, twoshot_push, twoshot_bulk";
+             "' is not one of auto, oneshot_ll, oneshot_pull, twoshot, twoshot_push";
     return false;
   }
   if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
                              &s->oneshotLLMaxBytes, error))
     return false;
+  if (!parseThresholdSetting("YALI_ONESHOT_PULL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_PULL_MAX_BYTES"),
+                             &s->oneshotPullMaxBytes, error))
+    return false;
   if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
                              getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_TWOSHOT_BULK_MIN_BYTES",
-                             getenvOrNull("YALI_TWOSHOT_BULK_MIN_BYTES"), &s->twoshotBulkMinBytes, error))
     return false;
   if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
                        error))
@@ -112,9 +118,13 @@ bool loadSettings(Settings* s, std::string* error) {
                        kDefaultStagingBytes, INT64_C(64) << 10, INT64_C(1) << 32, &s->stagingBytes,
                        error))
     return false;
+  if (!parseIntSetting("YALI_PULL_BUFFER_BYTES", getenvOrNull("YALI_PULL_BUFFER_BYTES"),
+                       kDefaultPullBufferBytes, 0, INT64_C(1) << 32, &s->pullBufferBytes, error))
+    return false;
   // Sizes are used as 256-byte-aligned offsets.
   s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
   s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
+  s->pullBufferBytes = (s->pullBufferBytes + 255) / 256 * 256;
   int64_t pdl = 1;
   if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
   s->programmaticLaunch = pdl == 1;

@@ -29,15 +29,22 @@ namespace {
 //    NVLink reads). Measured (nvidia-h200-x4, one process per GPU, fp32, docs/PERF.md): push is
 //    faster at every size from 256K to 1G at n = 2 and n = 4 (1G: 311 vs 279 GB/s busBW at n = 2,
 //    313 vs 263 at n = 4), so it is used for every two-shot size (push_min = 1 byte).
+//  - pull_max: oneshot_pull (copy-in, one flag exchange, NVLink reads) above the LL range.
+//    Measured (nvidia-h200-x4, 2026-11-22, one process per GPU, fp32, busBW GB/s, docs/PERF.md
+//    "One-shot pull"): n = 2: 512K LL 68.0 vs pull 65.4; 1M pull 108.7 vs twoshot_push 83.3;
+//    2M 159.8 vs 134.1; 4M 205.9 vs 193.7; 8M twoshot_push 249 (pull does not fit 4 MB), so
+//    pull_max = 4M. n = 4: 512K pull 62.5 vs twoshot_push 58.2 (LL 48.6); 1M 91.5 vs 101.5, so
+//    pull_max = 512K (LL keeps 256K: 41.0 vs 41.2). n = 8: not measured (no 8-GPU machine when it
+//    was written); each rank would read 7 inputs, so it stays off.
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC bulkMin
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10},
     {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
 };
 
@@ -52,7 +59,7 @@ const char* algoName(Algo a) {
     case Algo::kOneshotLL: return "oneshot_ll";
     case Algo::kTwoshot: return "twoshot";
     case Algo::kTwoshotPush: return "twoshot_push";
-    case Algo::kTwoshotBulk: return "twoshot_bulk";
+    case Algo::kOneshotPull: return "oneshot_pull";
   }
   return "unknown";
 }
@@ -61,7 +68,7 @@ bool algoFromName(const std::string& name, Algo* out) {
   if (name == "oneshot_ll") *out = Algo::kOneshotLL;
   else if (name == "twoshot") *out = Algo::kTwoshot;
   else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
-  else if (name == "twoshot_bulk") *out = Algo::kTwoshotBulk;
+  else if (name == "oneshot_pull") *out = Algo::kOneshotPull;
   else return false;
   return true;
 }
@@ -90,7 +97,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     TuningEntry e{};
     int seen = 0;
     // Optional keys: given on this line or taken from the built-in table below.
-    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false, sawBulkMin = false;
+    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false, sawPullMax = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -128,9 +135,9 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.frugalMaxCtas = static_cast<int>(v);
         sawFrugalCtas = true;
         continue;
-      } else if (key == "twoshot_bulk_min") {
-        e.twoshotBulkMinBytes = v;
-        sawBulkMin = true;
+      } else if (key == "oneshot_pull_max") {
+        e.oneshotPullMaxBytes = v;
+        sawPullMax = true;
         continue;
       }
       else {
@@ -139,7 +146,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       }
       ++seen;
     }
-    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawBulkMin) continue;
+    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawPullMax) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -151,7 +158,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
         (sawPushMin && e.twoshotPushMinBytes < 0) || (sawFrugalMin && e.frugalMinBytes < 0) ||
         (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas)) ||
-        (sawBulkMin && e.twoshotBulkMinBytes < 0)) {
+        (sawPullMax && e.oneshotPullMaxBytes < 0)) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
@@ -159,7 +166,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     if (!sawPushMin) e.twoshotPushMinBytes = builtin.twoshotPushMinBytes;
     if (!sawFrugalMin) e.frugalMinBytes = builtin.frugalMinBytes;
     if (!sawFrugalCtas) e.frugalMaxCtas = builtin.frugalMaxCtas;
-    if (!sawBulkMin) e.twoshotBulkMinBytes = builtin.twoshotBulkMinBytes;
+    if (!sawPullMax) e.oneshotPullMaxBytes = builtin.oneshotPullMaxBytes;
     out->push_back(e);
   }
   return true;
@@ -214,6 +221,16 @@ AlgoChoice Selector::oneshotLL(size_t bytes) const {
   return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
 }
 
+AlgoChoice Selector::oneshotPull(size_t bytes) const {
+  // Runs of at least the two-shot minimum slot per block, as many blocks as the two-shot cap: each
+  // block's reads of n - 1 peers need the SMs' combined load slots to fill the links.
+  const size_t minRun = static_cast<size_t>(entry_.twoshotMinSlotBytes);
+  const size_t ctas = std::max<size_t>(
+      1, std::min<size_t>((bytes + minRun - 1) / minRun, static_cast<size_t>(entry_.twoshotMaxCtas)));
+  const size_t run = roundUp((bytes + ctas - 1) / ctas, 16);  // 16 bytes: vector loads per run
+  return {Algo::kOneshotPull, static_cast<int>(ctas), entry_.twoshotThreads, run};
+}
+
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
   const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
@@ -231,26 +248,28 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
 
 AlgoChoice Selector::choose(size_t bytes) const {
   const bool llFits = static_cast<int64_t>(bytes) <= limits_.llPayloadBytes;
+  const bool pullFits = static_cast<int64_t>(bytes) <= limits_.pullBufferBytes;
   Algo forced;
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
-    // A forced LL that does not fit its buffer falls back to two-shot (logged by the caller).
+    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
-    return twoshot(bytes, forced == Algo::kOneshotLL ? Algo::kTwoshot : forced);
+    if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
+    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   int64_t llMax = settings_.oneshotLLMaxBytes;
   if (llMax == kThresholdTable) llMax = entry_.oneshotLLMaxBytes;
   const bool useLL = llMax == kThresholdAlways ? llFits
                                                : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
   if (useLL) return oneshotLL(bytes);
-  auto atLeast = [bytes](int64_t threshold) {
-    return threshold == kThresholdAlways || (threshold > 0 && static_cast<int64_t>(bytes) >= threshold);
-  };
-  int64_t bulkMin = settings_.twoshotBulkMinBytes;
-  if (bulkMin == kThresholdTable) bulkMin = entry_.twoshotBulkMinBytes;
-  if (atLeast(bulkMin)) return twoshot(bytes, Algo::kTwoshotBulk);
+  int64_t pullMax = settings_.oneshotPullMaxBytes;
+  if (pullMax == kThresholdTable) pullMax = entry_.oneshotPullMaxBytes;
+  const bool usePull = pullFits && (pullMax == kThresholdAlways ||
+                                    (pullMax > 0 && static_cast<int64_t>(bytes) <= pullMax));
+  if (usePull) return oneshotPull(bytes);
   int64_t pushMin = settings_.twoshotPushMinBytes;
   if (pushMin == kThresholdTable) pushMin = entry_.twoshotPushMinBytes;
-  return twoshot(bytes, atLeast(pushMin) ? Algo::kTwoshotPush : Algo::kTwoshot);
+  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && static_cast<int64_t>(bytes) >= pushMin);
+  return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
 }
 
 }  // namespace yali

@@ -18,7 +18,7 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kTwoshotBulk = 3 };
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kOneshotPull = 3 };
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 
@@ -26,7 +26,8 @@ struct AlgoChoice {
   Algo algo;
   int ctas;
   int threads;
-  size_t slotBytes;  // two-shot: bytes per (block, sender) per step; 0 for one-shot LL
+  size_t slotBytes;  // two-shot: bytes per (block, sender) per step; oneshot_pull: bytes per
+                     // block; 0 for one-shot LL
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
@@ -44,8 +45,7 @@ struct TuningEntry {
   // Optional keys (a tuning file may leave them out; the built-in value applies):
   int64_t frugalMinBytes;  // from this size up, two-shot uses at most frugalMaxCtas blocks
   int frugalMaxCtas;       // (users overlap large collectives with compute)
-  int64_t twoshotBulkMinBytes;  // crossover: twoshot_bulk (bulk-copy sends) from this size up,
-                                // 0 never; takes precedence over twoshotPushMinBytes
+  int64_t oneshotPullMaxBytes;  // crossover: oneshot_pull above LL up to this size, 0 never
 };
 
 struct SelectorLimits {
@@ -53,6 +53,7 @@ struct SelectorLimits {
   int nranks;
   int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
   int64_t stagingBytes;    // two-shot staging per sender and parity
+  int64_t pullBufferBytes; // oneshot_pull copy-in capacity (its largest message)
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
   int maxTwoshotThreads;   // clamped to these (the smaller of the two two-shot variants)
 };
@@ -67,6 +68,7 @@ class Selector {
  private:
   AlgoChoice twoshot(size_t bytes, Algo variant) const;
   AlgoChoice oneshotLL(size_t bytes) const;
+  AlgoChoice oneshotPull(size_t bytes) const;
   Settings settings_;
   SelectorLimits limits_;
   TuningEntry entry_;
@@ -78,7 +80,7 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
-//   [frugal_min=<bytes>] [frugal_ctas=<c>] [twoshot_bulk_min=<bytes>]
+//   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the

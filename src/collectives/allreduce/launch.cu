@@ -3,6 +3,7 @@
 #include "collectives/allreduce/launch.h"
 
 #include "collectives/allreduce/oneshot_ll.cuh"
+#include "collectives/allreduce/oneshot_pull.cuh"
 #include "collectives/allreduce/twoshot.cuh"
 
 namespace yali {
@@ -21,21 +22,19 @@ using KernelFn = void (*)(DeviceArgs);
 const KernelFn kOneshotLL[3][5] = {YALI_KERNEL_ROW(oneshotLLKernel, __half),
                                    YALI_KERNEL_ROW(oneshotLLKernel, float),
                                    YALI_KERNEL_ROW(oneshotLLKernel, __nv_bfloat16)};
+const KernelFn kOneshotPull[3][5] = {YALI_KERNEL_ROW(oneshotPullKernel, __half),
+                                     YALI_KERNEL_ROW(oneshotPullKernel, float),
+                                     YALI_KERNEL_ROW(oneshotPullKernel, __nv_bfloat16)};
 template <typename T, Op kOp>
-constexpr KernelFn twoshotPull = twoshotKernel<T, kOp, TwoshotMode::kPull>;
+constexpr KernelFn twoshotPull = twoshotKernel<T, kOp, false>;
 template <typename T, Op kOp>
-constexpr KernelFn twoshotPush = twoshotKernel<T, kOp, TwoshotMode::kPush>;
-template <typename T, Op kOp>
-constexpr KernelFn twoshotBulk = twoshotKernel<T, kOp, TwoshotMode::kBulk>;
+constexpr KernelFn twoshotPush = twoshotKernel<T, kOp, true>;
 const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotPull, __half),
                                  YALI_KERNEL_ROW(twoshotPull, float),
                                  YALI_KERNEL_ROW(twoshotPull, __nv_bfloat16)};
 const KernelFn kTwoshotPush[3][5] = {YALI_KERNEL_ROW(twoshotPush, __half),
                                      YALI_KERNEL_ROW(twoshotPush, float),
                                      YALI_KERNEL_ROW(twoshotPush, __nv_bfloat16)};
-const KernelFn kTwoshotBulk[3][5] = {YALI_KERNEL_ROW(twoshotBulk, __half),
-                                     YALI_KERNEL_ROW(twoshotBulk, float),
-                                     YALI_KERNEL_ROW(twoshotBulk, __nv_bfloat16)};
 #undef YALI_KERNEL_ROW
 
 const KernelFn (*kernelTable(Algo algo))[5] {
@@ -43,28 +42,12 @@ const KernelFn (*kernelTable(Algo algo))[5] {
     case Algo::kOneshotLL: return kOneshotLL;
     case Algo::kTwoshot: return kTwoshot;
     case Algo::kTwoshotPush: return kTwoshotPush;
-    case Algo::kTwoshotBulk: return kTwoshotBulk;
+    case Algo::kOneshotPull: return kOneshotPull;
   }
   return nullptr;
 }
 
-// Dynamic shared memory each algorithm's kernels launch with.
-size_t sharedBytes(Algo algo) { return algo == Algo::kTwoshotBulk ? kBulkSharedBytes : 0; }
-
 }  // namespace
-
-cudaError_t prepareAllReduceKernels() {
-  // Above 48 KB of dynamic shared memory a kernel must opt in, once per device.
-  for (int row = 0; row < 3; ++row) {
-    for (int op = 0; op < 5; ++op) {
-      cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void*>(kTwoshotBulk[row][op]),
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kBulkSharedBytes));
-      if (e != cudaSuccess) return e;
-    }
-  }
-  return cudaSuccess;
-}
 
 int maxLaunchableThreads(Algo algo) {
   const KernelFn(*table)[5] = kernelTable(algo);
@@ -91,7 +74,6 @@ cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(choice.ctas);
   config.blockDim = dim3(choice.threads);
-  config.dynamicSmemBytes = sharedBytes(choice.algo);
   config.stream = stream;
   // Programmatic stream serialization (Hopper and newer): see waitForPriorGrids() in device.cuh.
   cudaLaunchAttribute attr[1];

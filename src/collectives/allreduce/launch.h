@@ -8,17 +8,13 @@
 
 namespace yali {
 
-// `op` is the yaliRedOp_t value (0..4). `programmatic`: launch with programmatic stream
-// serialization (compute capability 9.0+), so the kernel may start while the previous one on the
-// stream finishes; the kernels wait for it themselves before touching memory.
-// Per-device set-up of the kernels (the bulk variant's shared memory opt-in); call once per device
-// before the first launch there.
-cudaError_t prepareAllReduceKernels();
-
 // The most threads per block every instantiation of `algo` can launch with (register-bound), on
 // the current device.
 int maxLaunchableThreads(Algo algo);
 
+// `op` is the yaliRedOp_t value (0..4). `programmatic`: launch with programmatic stream
+// serialization (compute capability 9.0+), so the kernel may start while the previous one on the
+// stream finishes; the kernels wait for it themselves before touching memory.
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
                             const DeviceArgs& args, bool programmatic, cudaStream_t stream);
 

@@ -17,17 +17,11 @@
 // push(2) pull(1) | ...
 // Each rank reduces only its own shard, so all ranks hold the same bits.
 //
-// Variant twoshot_push (TwoshotMode::kPush): every NVLink transfer is a write. reduce(k) also stores the
+// Variant twoshot_push (kPushGather): every NVLink transfer is a write. reduce(k) also stores the
 // reduced shard into every peer's gather[parity][our rank][slot b] in the same pass, and pull(k)
 // becomes a local copy out of our own gather area once the owners' flags arrive. It trades NVLink
 // reads for local HBM traffic. Reuse of gather parity k & 1: an owner writes it at reduce(k+2)
 // after seeing our push(k+2), which we issue after our copy-out of step k.
-//
-// Variant twoshot_bulk (TwoshotMode::kBulk): the data flow of twoshot_push, but every NVLink write
-// (and the reduced shard's local store) is a bulk copy out of a shared-memory ring
-// (bulk_copy.cuh); the threads only load local memory and reduce. Before each flag is published
-// the block drains its bulk copies, so the flags mean what they mean in twoshot_push and the reuse
-// argument below holds unchanged.
 //
 // Reuse (why two parities suffice): push(k+2) writes staging parity k & 1 after our wait in
 // pull(k), which saw the owner's result flag of step k: the owner had finished reading that
@@ -39,7 +33,6 @@
 // change from launch to launch without a hazard.
 #pragma once
 
-#include "collectives/common/bulk_copy.cuh"
 #include "collectives/common/device.cuh"
 
 namespace yali {
@@ -140,17 +133,8 @@ __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOf
   return failed == 0;
 }
 
-// Where the all-gather half moves data: pulled by NVLink reads (twoshot), pushed by the owners'
-// stores (twoshot_push), or pushed by bulk copies (twoshot_bulk, which also sends the
-// reduce-scatter pieces by bulk copies).
-enum class TwoshotMode { kPull, kPush, kBulk };
-
-template <typename T, Op kOp, TwoshotMode kMode>
+template <typename T, Op kOp, bool kPushGather>
 __global__ void twoshotKernel(DeviceArgs args) {
-  constexpr bool kPushGather = kMode != TwoshotMode::kPull;
-  constexpr bool kBulk = kMode == TwoshotMode::kBulk;
-  extern __shared__ __align__(128) char bulkBuffers[];  // kBulkSharedBytes when kBulk, else none
-  BulkRing ring{bulkBuffers, 0};
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;
@@ -191,21 +175,11 @@ __global__ void twoshotKernel(DeviceArgs args) {
   };
   auto push = [&](uint32_t k) {
     const Step st = stepAt(k);
-    if constexpr (kBulk) bulkStreamBegin();
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
-      T* to = reinterpret_cast<T*>(staging(args.peerWindows[d], k, me));
-      const T* from = send + st.tileStart + st.begin(d);
-      if constexpr (kBulk) {
-        const uint4* from4 = reinterpret_cast<const uint4*>(from);
-        bulkStream<T>(
-            ring, &to, 1, st.len(d), (reinterpret_cast<uintptr_t>(from) & 15) == 0,
-            [&](size_t v) { return __ldcg(from4 + v); }, [&](size_t e) { return __ldcg(from + e); });
-      } else {
-        copyElems(to, from, st.len(d));
-      }
+      copyElems(reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
+                send + st.tileStart + st.begin(d), st.len(d));
     }
-    if constexpr (kBulk) bulkDrain();
     signalPeers(args, L.pushFlags, flagValue(epoch, k));
   };
 
@@ -235,21 +209,7 @@ __global__ void twoshotKernel(DeviceArgs args) {
                         : reinterpret_cast<T*>(resultArea(args.window, k));
       }
     }
-    if constexpr (kBulk) {
-      bulkStreamBegin();
-      uintptr_t srcAlign = 0;
-#pragma unroll
-      for (int s = 0; s < kMaxRanks; ++s)
-        if (s < n) srcAlign |= reinterpret_cast<uintptr_t>(src[s]);
-      const uint4* const* src4 = reinterpret_cast<const uint4* const*>(src);
-      bulkStream<T>(
-          ring, dst, n, st.len(me), (srcAlign & 15) == 0,
-          [&](size_t v) { return reduceSources<T, kOp, uint4>(src4, v, n); },
-          [&](size_t e) { return reduceSources<T, kOp, T>(src, e, n); });
-      bulkDrain();
-    } else {
-      reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
-    }
+    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
     signalPeers(args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);

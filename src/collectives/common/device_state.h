@@ -39,6 +39,8 @@ enum DeviceFailure : int {
 //   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers (twoshot)
 //   gather      [parity 2][sender nranks][stagingBytes]: reduced shards pushed by their owners
 //               (twoshot_push); same slot rule as staging
+//   copyIn      [parity 2][copyInBytes]: this rank's whole input, copied in for oneshot_pull and
+//               read by every peer; block b's run of elements at the same offset as in the input
 struct WindowHeader {
   int abortedByPeer;  // set by a peer's yaliCommAbort; our device waits give up when they see it
   int pad[63];
@@ -53,6 +55,8 @@ struct WindowLayout {
   size_t stagingBytes;  // bytes per (parity, sender)
   size_t result;
   size_t gather;
+  size_t copyIn;
+  size_t copyInBytes;  // bytes per parity: the largest oneshot_pull message
   size_t total;
 };
 
@@ -94,7 +98,8 @@ struct DeviceArgs {
   HostStatus* host;  // device alias of the host-mapped status
   uint64_t timeoutNs;
   uint64_t epochHint;  // host-side launch count, for error reports only
-  size_t slotBytes;    // two-shot: bytes per (block, sender) slot and per step
+  size_t slotBytes;    // two-shot: bytes per (block, sender) slot and per step;
+                       // oneshot_pull: bytes of the message per block
 };
 
 }  // namespace yali

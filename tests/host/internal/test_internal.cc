@@ -33,7 +33,7 @@ Settings defaultSettings() {
 Selector makeSelector(const Settings& s, int nranks) {
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, 1024, 512};
+  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, 1024, 512};
   sel.init(s, limits, &err);
   return sel;
 }
@@ -114,31 +114,48 @@ TEST(selector_push_variant_threshold) {
   CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotPush);
 }
 
-TEST(selector_bulk_variant_threshold) {
-  // twoshot_bulk takes precedence over twoshot_push where its threshold applies.
+TEST(selector_pull_variant_threshold) {
+  // oneshot_pull sits between LL and two-shot, within its copy-in buffer.
   Settings s = defaultSettings();
-  const int64_t bulkMin = builtinTuning(9, 2).twoshotBulkMinBytes;
-  const Algo big = makeSelector(s, 2).choose(size_t(1) << 30).algo;
-  CHECK(bulkMin > 0 ? big == Algo::kTwoshotBulk : big != Algo::kTwoshotBulk);
-  s.twoshotBulkMinBytes = size_t(64) << 20;
-  Selector explicitT = makeSelector(s, 2);
-  CHECK(explicitT.choose(size_t(64) << 20).algo == Algo::kTwoshotBulk);
-  CHECK(explicitT.choose((size_t(64) << 20) - 16).algo != Algo::kTwoshotBulk);
-  CHECK(explicitT.choose(4096).algo == Algo::kOneshotLL);  // LL still comes first
-  s.twoshotBulkMinBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo != Algo::kTwoshotBulk);
-  s.twoshotBulkMinBytes = kThresholdAlways;
-  CHECK(makeSelector(s, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotBulk);
-  s.twoshotBulkMinBytes = kThresholdTable;
-  s.algo = "twoshot_bulk";
-  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotBulk);
-  CHECK(std::string(algoName(Algo::kTwoshotBulk)) == "twoshot_bulk");
-  setenv("YALI_TWOSHOT_BULK_MIN_BYTES", "-3", 1);
+  const int64_t llMax = builtinTuning(9, 2).oneshotLLMaxBytes;
+  s.oneshotPullMaxBytes = size_t(2) << 20;
+  Selector sel = makeSelector(s, 2);
+  CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
+  CHECK(sel.choose(static_cast<size_t>(llMax) + 16).algo == Algo::kOneshotPull);
+  CHECK(sel.choose(size_t(2) << 20).algo == Algo::kOneshotPull);
+  CHECK(sel.choose((size_t(2) << 20) + 16).algo != Algo::kOneshotPull);
+  // Geometry: every block's run is a 16-byte multiple and the runs cover the message.
+  for (size_t bytes : {size_t(600) << 10, (size_t(1) << 20) + 48, size_t(2) << 20}) {
+    const AlgoChoice c = sel.choose(bytes);
+    CHECK(c.slotBytes % 16 == 0);
+    CHECK(c.ctas >= 1 && c.ctas <= kMaxCtas);
+    CHECK(static_cast<size_t>(c.ctas) * c.slotBytes >= bytes);
+  }
+  // The built-in table: pull above LL at n = 2 up to 4 MB; at n = 4 only up to 512 KB.
+  Settings d = defaultSettings();
+  CHECK(makeSelector(d, 2).choose(size_t(1) << 20).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(d, 2).choose(size_t(8) << 20).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(d, 4).choose(size_t(512) << 10).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(d, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotPush);
+  // -1: every size that fits the buffer, and no further.
+  s.oneshotPullMaxBytes = kThresholdAlways;
+  Selector always = makeSelector(s, 2);
+  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes)).algo == Algo::kOneshotPull);
+  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes) + 16).algo != Algo::kOneshotPull);
+  s.oneshotPullMaxBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 20).algo != Algo::kOneshotPull);
+  // Forced, it falls back to two-shot past its buffer.
+  s.oneshotPullMaxBytes = kThresholdTable;
+  s.algo = "oneshot_pull";
+  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
+  CHECK(std::string(algoName(Algo::kOneshotPull)) == "oneshot_pull");
+  setenv("YALI_ONESHOT_PULL_MAX_BYTES", "-3", 1);
   Settings bad;
   std::string err;
   CHECK(!loadSettings(&bad, &err));
-  CHECK(err.find("YALI_TWOSHOT_BULK_MIN_BYTES") != std::string::npos);
-  unsetenv("YALI_TWOSHOT_BULK_MIN_BYTES");
+  CHECK(err.find("YALI_ONESHOT_PULL_MAX_BYTES") != std::string::npos);
+  unsetenv("YALI_ONESHOT_PULL_MAX_BYTES");
 }
 
 TEST(selector_threshold_env_semantics) {
@@ -180,7 +197,7 @@ TEST(selector_clamps_threads_to_launchable) {
   s.algo = "twoshot";
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, 1024, 256};
+  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, 1024, 256};
   REQUIRE(sel.init(s, limits, &err));
   CHECK(sel.choose(size_t(1) << 30).threads <= 256);
 }
@@ -245,14 +262,14 @@ TEST(tuning_file_round_trip_and_errors) {
   CHECK_EQ(parsed[0].frugalMaxCtas, 16);
   CHECK(!parseTuningText(formatTuningEntry(e) + " frugal_ctas=65", &parsed, &err));
   parsed.clear();
-  CHECK(parseTuningText(formatTuningEntry(e) + " twoshot_bulk_min=67108864", &parsed, &err));
+  CHECK(parseTuningText(formatTuningEntry(e) + " oneshot_pull_max=2097152", &parsed, &err));
   REQUIRE(parsed.size() == 1);
-  CHECK_EQ(parsed[0].twoshotBulkMinBytes, 67108864);
-  CHECK(!parseTuningText(formatTuningEntry(e) + " twoshot_bulk_min=-1", &parsed, &err));
+  CHECK_EQ(parsed[0].oneshotPullMaxBytes, 2097152);
+  CHECK(!parseTuningText(formatTuningEntry(e) + " oneshot_pull_max=-1", &parsed, &err));
   parsed.clear();
   CHECK(parseTuningText(formatTuningEntry(e), &parsed, &err));
   REQUIRE(parsed.size() == 1);
-  CHECK_EQ(parsed[0].twoshotBulkMinBytes, builtinTuning(9, 4).twoshotBulkMinBytes);
+  CHECK_EQ(parsed[0].oneshotPullMaxBytes, builtinTuning(9, 4).oneshotPullMaxBytes);
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
