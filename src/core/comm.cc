@@ -52,6 +52,7 @@ struct PeerInfo {
 
 uint64_t settingsDigest(const Settings& s) {
   std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
+                    std::to_string(s.oneshotPullMaxBytes) + "|" +
                     std::to_string(s.twoshotPushMinBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
                     std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
