@@ -247,8 +247,9 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
 }
 
 AlgoChoice Selector::choose(size_t bytes) const {
-  const bool llFits = static_cast<int64_t>(bytes) <= limits_.llPayloadBytes;
-  const bool pullFits = static_cast<int64_t>(bytes) <= limits_.pullBufferBytes;
+  const int64_t n = static_cast<int64_t>(bytes);
+  const bool llFits = n <= limits_.llPayloadBytes;
+  const bool pullFits = n <= limits_.pullBufferBytes;
   Algo forced;
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
     // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
@@ -256,19 +257,15 @@ AlgoChoice Selector::choose(size_t bytes) const {
     if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
     return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
-  int64_t llMax = settings_.oneshotLLMaxBytes;
-  if (llMax == kThresholdTable) llMax = entry_.oneshotLLMaxBytes;
-  const bool useLL = llMax == kThresholdAlways ? llFits
-                                               : (llMax > 0 && static_cast<int64_t>(bytes) <= llMax && llFits);
-  if (useLL) return oneshotLL(bytes);
-  int64_t pullMax = settings_.oneshotPullMaxBytes;
-  if (pullMax == kThresholdTable) pullMax = entry_.oneshotPullMaxBytes;
-  const bool usePull = pullFits && (pullMax == kThresholdAlways ||
-                                    (pullMax > 0 && static_cast<int64_t>(bytes) <= pullMax));
-  if (usePull) return oneshotPull(bytes);
-  int64_t pushMin = settings_.twoshotPushMinBytes;
-  if (pushMin == kThresholdTable) pushMin = entry_.twoshotPushMinBytes;
-  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && static_cast<int64_t>(bytes) >= pushMin);
+  // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
+  // bytes. The one-shot ones are upper bounds within their buffers, the push one a lower bound.
+  auto resolve = [](int64_t setting, int64_t table) { return setting == kThresholdTable ? table : setting; };
+  auto upTo = [n](int64_t max, bool fits) { return fits && (max == kThresholdAlways || (max > 0 && n <= max)); };
+  if (upTo(resolve(settings_.oneshotLLMaxBytes, entry_.oneshotLLMaxBytes), llFits)) return oneshotLL(bytes);
+  if (upTo(resolve(settings_.oneshotPullMaxBytes, entry_.oneshotPullMaxBytes), pullFits))
+    return oneshotPull(bytes);
+  const int64_t pushMin = resolve(settings_.twoshotPushMinBytes, entry_.twoshotPushMinBytes);
+  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && n >= pushMin);
   return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
 }
 
