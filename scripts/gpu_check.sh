@@ -62,7 +62,7 @@ if has algotests; then
   # through every kernel (auto selection sends each size to one algorithm only).
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push}; do
+    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push copy_engine}; do
       YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
     done

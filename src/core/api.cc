@@ -253,7 +253,10 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   args.slotBytes = choice.slotBytes;
   args.epochHint = ++comm->launches;
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
-  cudaError_t e = launchAllReduce(choice, dtype, static_cast<int>(op), args, programmatic, stream);
+  cudaError_t e = choice.algo == Algo::kCopyEngine
+                      ? launchAllReduceCopyEngine(choice, dtype, static_cast<int>(op), args,
+                                                  comm->ceStreams, stream)
+                      : launchAllReduce(choice, dtype, static_cast<int>(op), args, programmatic, stream);
   if (e != cudaSuccess)
     return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", call,
                 algoName(choice.algo), choice.ctas, cudaGetErrorString(e));

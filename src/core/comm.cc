@@ -53,7 +53,8 @@ struct PeerInfo {
 uint64_t settingsDigest(const Settings& s) {
   std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
                     std::to_string(s.oneshotPullMaxBytes) + "|" +
-                    std::to_string(s.twoshotPushMinBytes) + "|" +
+                    std::to_string(s.twoshotPushMinBytes) + "|" + std::to_string(s.ceMinBytes) + "|" +
+                    std::to_string(s.ceChunkBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
                     std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
   uint64_t h = 1469598103934665603ull;
@@ -76,6 +77,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   memset(comm->hostStatus, 0, sizeof(HostStatus));
   YALI_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&comm->hostStatusDev),
                                            comm->hostStatus, 0));
+  if (comm->layout.ceChunkBytes > 0) YALI_CUDA_CHECK(createCopyEngineStreams(&comm->ceStreams));
   YALI_CUDA_CHECK(cudaDeviceSynchronize());  // zeroes land before any peer learns the address
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
@@ -83,9 +85,11 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
                         static_cast<int64_t>(comm->layout.copyInBytes),
+                        static_cast<int64_t>(comm->layout.ceChunkBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kOneshotPull)})};
+                                  maxLaunchableThreads(Algo::kOneshotPull)}),
+                        maxLaunchableThreads(Algo::kCopyEngine)};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
@@ -100,6 +104,7 @@ void releaseRankResources(yaliComm* comm) {
     comm->peerMappedByIpc[p] = false;
     comm->peerWindows[p] = nullptr;
   }
+  destroyCopyEngineStreams(&comm->ceStreams);
   if (comm->local) cudaFree(comm->local);
   if (comm->hostStatus) cudaFreeHost(comm->hostStatus);
   if (comm->window && !comm->group) cudaFree(comm->window);
@@ -134,6 +139,13 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   L.copyIn = off;
   L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
   off += 2 * L.copyInBytes;
+  L.ceFlags = off;
+  off += alignUp(sizeof(CeFlags));
+  L.ceChunkBytes = static_cast<size_t>(s.ceChunkBytes);
+  L.ceRs = off;
+  off += static_cast<size_t>(kCeSlots) * nranks * L.ceChunkBytes;
+  L.ceAg = off;
+  off += static_cast<size_t>(kCeSlots) * L.ceChunkBytes;
   L.total = off;
   return L;
 }

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/allreduce/launch.h"
 #include "collectives/common/device_state.h"
 #include "core/bootstrap.h"
 #include "core/env.h"
@@ -38,6 +39,8 @@ struct yaliComm {
   yali::WindowLayout layout{};
   char* peerWindows[yali::kMaxRanks] = {};
   bool peerMappedByIpc[yali::kMaxRanks] = {};  // close with cudaIpcCloseMemHandle on tear-down
+
+  yali::CopyEngineStreams ceStreams;           // copy_engine's side streams (none if it is off)
 
   yali::LocalState* local = nullptr;          // device memory, rank-private
   yali::HostStatus* hostStatus = nullptr;     // host-mapped; the host's view

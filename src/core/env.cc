@@ -16,6 +16,9 @@ constexpr int64_t kDefaultStagingBytes = 4 << 20;
 // 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its selector entry), and 2 x 4 MB of window
 // per rank is small next to two-shot's staging.
 constexpr int64_t kDefaultPullBufferBytes = 4 << 20;
+// 4 MB: a copy of 4 MB takes about 11 us at 390 GB/s, long next to the few microseconds each
+// round's gate and signal launches cost; the window holds kCeSlots * (nranks + 1) of them.
+constexpr int64_t kDefaultCeChunkBytes = 4 << 20;
 
 // The one list of settings. README.md's table is checked against it by a host test.
 const SettingDoc kDocs[] = {
@@ -23,8 +26,8 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot or twoshot_push (auto: the "
-     "selector decides)."},
+     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push or "
+     "copy_engine (auto: the selector decides)."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
      "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
      "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
@@ -35,6 +38,10 @@ const SettingDoc kDocs[] = {
     {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
+    {"YALI_CE_MIN_BYTES", "-2",
+     "Smallest message for copy_engine (the copy engines move the NVLink traffic, the SMs only "
+     "reduce), used instead of two-shot (0 never, -1 every size above the one-shot ranges, -2 the "
+     "tuning table's value, >0 bytes)."},
     {"YALI_MAX_CTAS", "0",
      "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
      "32-block cap from 64 MB up (0: the tuning table's values)."},
@@ -46,6 +53,9 @@ const SettingDoc kDocs[] = {
     {"YALI_PULL_BUFFER_BYTES", "4194304",
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that)."},
+    {"YALI_CE_CHUNK_BYTES", "4194304",
+     "copy_engine staging per round, slot and sender: the largest shard one round moves (the "
+     "window holds 3 x (nranks + 1) of them; 0 allocates none and turns copy_engine off)."},
     {"YALI_TUNING_FILE", "",
      "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
     {"YALI_PDL", "1",
@@ -94,9 +104,9 @@ bool loadSettings(Settings* s, std::string* error) {
   const char* algo = getenvOrNull("YALI_ALGO");
   s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
   if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "oneshot_pull" &&
-      s->algo != "twoshot" && s->algo != "twoshot_push") {
+      s->algo != "twoshot" && s->algo != "twoshot_push" && s->algo != "copy_engine") {
     *error = "YALI_ALGO='" + s->algo +
-             "' is not one of auto, oneshot_ll, oneshot_pull, twoshot, twoshot_push";
+             "' is not one of auto, oneshot_ll, oneshot_pull, twoshot, twoshot_push, copy_engine";
     return false;
   }
   if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
@@ -107,6 +117,9 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
                              getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
+    return false;
+  if (!parseThresholdSetting("YALI_CE_MIN_BYTES", getenvOrNull("YALI_CE_MIN_BYTES"), &s->ceMinBytes,
+                             error))
     return false;
   if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
                        error))
@@ -121,10 +134,19 @@ bool loadSettings(Settings* s, std::string* error) {
   if (!parseIntSetting("YALI_PULL_BUFFER_BYTES", getenvOrNull("YALI_PULL_BUFFER_BYTES"),
                        kDefaultPullBufferBytes, 0, INT64_C(1) << 32, &s->pullBufferBytes, error))
     return false;
+  if (!parseIntSetting("YALI_CE_CHUNK_BYTES", getenvOrNull("YALI_CE_CHUNK_BYTES"),
+                       kDefaultCeChunkBytes, 0, INT64_C(1) << 30, &s->ceChunkBytes, error))
+    return false;
+  if (s->ceChunkBytes != 0 && s->ceChunkBytes < (INT64_C(64) << 10)) {
+    *error = "YALI_CE_CHUNK_BYTES=" + std::to_string(s->ceChunkBytes) +
+             " is below the smallest chunk, 65536 (0 turns copy_engine off)";
+    return false;
+  }
   // Sizes are used as 256-byte-aligned offsets.
   s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
   s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
   s->pullBufferBytes = (s->pullBufferBytes + 255) / 256 * 256;
+  s->ceChunkBytes = (s->ceChunkBytes + 255) / 256 * 256;
   int64_t pdl = 1;
   if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
   s->programmaticLaunch = pdl == 1;

@@ -20,14 +20,16 @@ constexpr int64_t kThresholdTable = -2;
 struct Settings {
   int64_t timeoutMs;          // YALI_TIMEOUT_MS
   std::string algo;           // YALI_ALGO: "" (auto), "oneshot_ll", "oneshot_pull", "twoshot",
-                              // "twoshot_push"
+                              // "twoshot_push", "copy_engine"
   int64_t oneshotLLMaxBytes;  // YALI_ONESHOT_LL_MAX_BYTES
   int64_t oneshotPullMaxBytes;  // YALI_ONESHOT_PULL_MAX_BYTES
   int64_t twoshotPushMinBytes;  // YALI_TWOSHOT_PUSH_MIN_BYTES
+  int64_t ceMinBytes;         // YALI_CE_MIN_BYTES
   int64_t maxCtas;            // YALI_MAX_CTAS: 0 = table, else 1..kMaxCtas
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)
   int64_t pullBufferBytes;    // YALI_PULL_BUFFER_BYTES: oneshot_pull copy-in per parity
+  int64_t ceChunkBytes;       // YALI_CE_CHUNK_BYTES: copy_engine staging per (slot, sender)
   std::string tuningFile;     // YALI_TUNING_FILE
   bool programmaticLaunch;    // YALI_PDL
 };

@@ -42,10 +42,10 @@ namespace {
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 64 << 20, 32},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 64 << 20, 32},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -60,6 +60,7 @@ const char* algoName(Algo a) {
     case Algo::kTwoshot: return "twoshot";
     case Algo::kTwoshotPush: return "twoshot_push";
     case Algo::kOneshotPull: return "oneshot_pull";
+    case Algo::kCopyEngine: return "copy_engine";
   }
   return "unknown";
 }
@@ -69,6 +70,7 @@ bool algoFromName(const std::string& name, Algo* out) {
   else if (name == "twoshot") *out = Algo::kTwoshot;
   else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
   else if (name == "oneshot_pull") *out = Algo::kOneshotPull;
+  else if (name == "copy_engine") *out = Algo::kCopyEngine;
   else return false;
   return true;
 }
@@ -98,6 +100,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     int seen = 0;
     // Optional keys: given on this line or taken from the built-in table below.
     bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false, sawPullMax = false;
+    bool sawCeMin = false, sawCeCtas = false;
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -139,6 +142,14 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.oneshotPullMaxBytes = v;
         sawPullMax = true;
         continue;
+      } else if (key == "ce_min") {
+        e.ceMinBytes = v;
+        sawCeMin = true;
+        continue;
+      } else if (key == "ce_ctas") {
+        e.ceCtas = static_cast<int>(v);
+        sawCeCtas = true;
+        continue;
       }
       else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
@@ -146,7 +157,9 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       }
       ++seen;
     }
-    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawPullMax) continue;
+    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawPullMax && !sawCeMin &&
+        !sawCeCtas)
+      continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
@@ -158,7 +171,8 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
         e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
         (sawPushMin && e.twoshotPushMinBytes < 0) || (sawFrugalMin && e.frugalMinBytes < 0) ||
         (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas)) ||
-        (sawPullMax && e.oneshotPullMaxBytes < 0)) {
+        (sawPullMax && e.oneshotPullMaxBytes < 0) || (sawCeMin && e.ceMinBytes < 0) ||
+        (sawCeCtas && (e.ceCtas < 1 || e.ceCtas > kMaxCtas))) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
@@ -167,6 +181,8 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     if (!sawFrugalMin) e.frugalMinBytes = builtin.frugalMinBytes;
     if (!sawFrugalCtas) e.frugalMaxCtas = builtin.frugalMaxCtas;
     if (!sawPullMax) e.oneshotPullMaxBytes = builtin.oneshotPullMaxBytes;
+    if (!sawCeMin) e.ceMinBytes = builtin.ceMinBytes;
+    if (!sawCeCtas) e.ceCtas = builtin.ceCtas;
     out->push_back(e);
   }
   return true;
@@ -205,10 +221,12 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads);
   entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
   if (settings.maxCtas > 0) {
-    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included).
+    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included)
+    // and copy_engine's reduce blocks.
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
     entry_.twoshotMaxCtas = static_cast<int>(settings.maxCtas);
     entry_.frugalMaxCtas = static_cast<int>(settings.maxCtas);
+    entry_.ceCtas = static_cast<int>(settings.maxCtas);
   }
   return true;
 }
@@ -229,6 +247,19 @@ AlgoChoice Selector::oneshotPull(size_t bytes) const {
       1, std::min<size_t>((bytes + minRun - 1) / minRun, static_cast<size_t>(entry_.twoshotMaxCtas)));
   const size_t run = roundUp((bytes + ctas - 1) / ctas, 16);  // 16 bytes: vector loads per run
   return {Algo::kOneshotPull, static_cast<int>(ctas), entry_.twoshotThreads, run};
+}
+
+AlgoChoice Selector::copyEngine(size_t bytes) const {
+  // At least kTargetRounds rounds, so that sending, reducing and reading overlap for most of the
+  // message, in chunks of at least 64 KB (each round costs a few launches) and at most what the
+  // staging holds.
+  constexpr size_t kTargetRounds = 8;
+  constexpr size_t kMinChunk = 64 << 10;
+  const size_t n = static_cast<size_t>(limits_.nranks);
+  size_t chunk = roundUp((bytes + n * kTargetRounds - 1) / (n * kTargetRounds), kMinChunk);
+  chunk = std::min(chunk, static_cast<size_t>(limits_.ceChunkBytes) / 256 * 256);
+  const int threads = std::min(entry_.twoshotThreads, limits_.maxCeThreads);
+  return {Algo::kCopyEngine, entry_.ceCtas, threads, chunk};
 }
 
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
@@ -255,6 +286,8 @@ AlgoChoice Selector::choose(size_t bytes) const {
     // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
     if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
+    if (forced == Algo::kCopyEngine && limits_.ceChunkBytes > 0) return copyEngine(bytes);
+    if (forced == Algo::kCopyEngine) return twoshot(bytes, Algo::kTwoshotPush);
     return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
@@ -264,9 +297,12 @@ AlgoChoice Selector::choose(size_t bytes) const {
   if (upTo(resolve(settings_.oneshotLLMaxBytes, entry_.oneshotLLMaxBytes), llFits)) return oneshotLL(bytes);
   if (upTo(resolve(settings_.oneshotPullMaxBytes, entry_.oneshotPullMaxBytes), pullFits))
     return oneshotPull(bytes);
+  // Above the one-shot ranges, copy_engine from its threshold up (a lower bound, like push's).
+  auto from = [n](int64_t min) { return min == kThresholdAlways || (min > 0 && n >= min); };
+  if (limits_.ceChunkBytes > 0 && from(resolve(settings_.ceMinBytes, entry_.ceMinBytes)))
+    return copyEngine(bytes);
   const int64_t pushMin = resolve(settings_.twoshotPushMinBytes, entry_.twoshotPushMinBytes);
-  const bool push = pushMin == kThresholdAlways || (pushMin > 0 && n >= pushMin);
-  return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
+  return twoshot(bytes, from(pushMin) ? Algo::kTwoshotPush : Algo::kTwoshot);
 }
 
 }  // namespace yali

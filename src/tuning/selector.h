@@ -18,7 +18,7 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kOneshotPull = 3 };
+enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kOneshotPull = 3, kCopyEngine = 4 };
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 
@@ -27,7 +27,7 @@ struct AlgoChoice {
   int ctas;
   int threads;
   size_t slotBytes;  // two-shot: bytes per (block, sender) per step; oneshot_pull: bytes per
-                     // block; 0 for one-shot LL
+                     // block; copy_engine: bytes per shard per round; 0 for one-shot LL
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
@@ -46,6 +46,8 @@ struct TuningEntry {
   int64_t frugalMinBytes;  // from this size up, two-shot uses at most frugalMaxCtas blocks
   int frugalMaxCtas;       // (users overlap large collectives with compute)
   int64_t oneshotPullMaxBytes;  // crossover: oneshot_pull above LL up to this size, 0 never
+  int64_t ceMinBytes;  // crossover: copy_engine instead of two-shot from this size up, 0 never
+  int ceCtas;          // copy_engine: blocks of its reduce kernel (the SMs only reduce)
 };
 
 struct SelectorLimits {
@@ -54,8 +56,10 @@ struct SelectorLimits {
   int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
   int64_t stagingBytes;    // two-shot staging per sender and parity
   int64_t pullBufferBytes; // oneshot_pull copy-in capacity (its largest message)
+  int64_t ceChunkBytes;    // copy_engine staging per (slot, sender); 0: the algorithm is off
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
   int maxTwoshotThreads;   // clamped to these (the smaller of the two two-shot variants)
+  int maxCeThreads;
 };
 
 class Selector {
@@ -69,6 +73,7 @@ class Selector {
   AlgoChoice twoshot(size_t bytes, Algo variant) const;
   AlgoChoice oneshotLL(size_t bytes) const;
   AlgoChoice oneshotPull(size_t bytes) const;
+  AlgoChoice copyEngine(size_t bytes) const;
   Settings settings_;
   SelectorLimits limits_;
   TuningEntry entry_;
@@ -80,7 +85,8 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
-//   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>]
+//   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>] [ce_min=<bytes>]
+//   [ce_ctas=<c>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the

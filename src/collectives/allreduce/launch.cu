@@ -43,6 +43,7 @@ const KernelFn (*kernelTable(Algo algo))[5] {
     case Algo::kTwoshot: return kTwoshot;
     case Algo::kTwoshotPush: return kTwoshotPush;
     case Algo::kOneshotPull: return kOneshotPull;
+    case Algo::kCopyEngine: return nullptr;  // copy_engine.cu: not a single kernel
   }
   return nullptr;
 }
@@ -50,6 +51,7 @@ const KernelFn (*kernelTable(Algo algo))[5] {
 }  // namespace
 
 int maxLaunchableThreads(Algo algo) {
+  if (algo == Algo::kCopyEngine) return maxCopyEngineThreads();
   const KernelFn(*table)[5] = kernelTable(algo);
   int limit = 1024;
   for (int row = 0; row < 3; ++row) {

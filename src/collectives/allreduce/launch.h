@@ -18,4 +18,29 @@ int maxLaunchableThreads(Algo algo);
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
                             const DeviceArgs& args, bool programmatic, cudaStream_t stream);
 
+// ---- Copy-engine AllReduce (copy_engine.cu) ----------------------------------------------------
+
+// The side streams and events a comm keeps for the copy-engine algorithm: two streams that send
+// (alternate rounds), two that read, the fork event on the caller's stream and one join event per
+// side stream.
+struct CopyEngineStreams {
+  cudaStream_t send[2] = {};
+  cudaStream_t read[2] = {};
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join[4] = {};
+};
+
+cudaError_t createCopyEngineStreams(CopyEngineStreams* ce);  // on the current device
+void destroyCopyEngineStreams(CopyEngineStreams* ce);
+
+// The most threads per block its reduce kernel can launch with, on the current device.
+int maxCopyEngineThreads();
+
+// Enqueues one copy-engine AllReduce (choice.algo == Algo::kCopyEngine): a fork onto the comm's
+// side streams, the reduce kernel on `stream`, per round a gate kernel, the copies and a signal
+// kernel on the side streams, the join back onto `stream`. Works under stream capture.
+cudaError_t launchAllReduceCopyEngine(const AlgoChoice& choice, DataType dtype, int op,
+                                      const DeviceArgs& args, const CopyEngineStreams& ce,
+                                      cudaStream_t stream);
+
 }  // namespace yali

@@ -21,7 +21,7 @@
 // launch e + 1, which started after the peer's launch e, the last to read parity p, ended.
 #pragma once
 
-#include "collectives/allreduce/twoshot.cuh"
+#include "collectives/common/block_ops.cuh"
 #include "collectives/common/device.cuh"
 
 namespace yali {

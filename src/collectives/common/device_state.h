@@ -16,6 +16,10 @@ namespace yali {
 
 constexpr int kMaxRanks = 8;
 constexpr int kMaxCtas = 64;
+// Copy-engine AllReduce (copy_engine.cu): rounds in flight per direction, i.e. how many rounds'
+// worth of staging each window holds. Three lets a sender run two rounds ahead of the slowest
+// receiver's reduction.
+constexpr int kCeSlots = 3;
 
 // Why a device wait was abandoned (HostStatus::failure).
 enum DeviceFailure : int {
@@ -41,6 +45,11 @@ enum DeviceFailure : int {
 //               (twoshot_push); same slot rule as staging
 //   copyIn      [parity 2][copyInBytes]: this rank's whole input, copied in for oneshot_pull and
 //               read by every peer; block b's run of elements at the same offset as in the input
+//   ceFlags     CeFlags: the copy-engine algorithm's flags (below)
+//   ceRs        [slot kCeSlots][sender nranks][ceChunkBytes]: reduce-scatter pieces that senders'
+//               copy engines wrote; round g uses slot g % kCeSlots
+//   ceAg        [slot kCeSlots][ceChunkBytes]: this rank's reduced shard of round g, read by every
+//               peer's copy engine
 struct WindowHeader {
   int abortedByPeer;  // set by a peer's yaliCommAbort; our device waits give up when they see it
   int pad[63];
@@ -57,7 +66,26 @@ struct WindowLayout {
   size_t gather;
   size_t copyIn;
   size_t copyInBytes;  // bytes per parity: the largest oneshot_pull message
+  size_t ceFlags;
+  size_t ceRs;
+  size_t ceAg;
+  size_t ceChunkBytes;  // bytes per (slot, sender): the largest shard of one round; 0 = no CE
   size_t total;
+};
+
+// The copy-engine algorithm's flags, in the receiver's window. Round j of a launch uses slot
+// j % kCeSlots (so the host knows every copy's addresses, and a captured graph replays them), and
+// is that slot's use number u = LocalState::ceSlotUses[slot] + j / kCeSlots, counted over the life
+// of the comm and the same on every rank. Every flag holds "u + 1" of the last use it announces, so
+// zero means never and every wait is "flag >= value"; nothing is ever reset.
+struct CeFlags {
+  uint64_t arrived[kCeSlots][kMaxRanks];         // [slot][sender]: sender's copy into our
+                                                 // ceRs[slot][sender] for that round has completed
+  uint64_t ready[kCeSlots][kMaxRanks][kMaxCtas];  // [slot][owner][block]: the owner's block has
+                                                 // written its part of the owner's ceAg[slot] (and
+                                                 // so has finished reading the owner's ceRs[slot])
+  uint64_t freed[kCeSlots][kMaxRanks];           // [slot][reader]: reader's copy out of our
+                                                 // ceAg[slot] for that round has completed
 };
 
 // Flag values grow monotonically over the life of a comm (epoch, then step within a launch), so a
@@ -72,6 +100,8 @@ struct LocalState {
   uint64_t epoch;          // the next launch's epoch; starts at 1 (LL buffers are zero: never valid)
   unsigned epochReaders;   // blocks of the current launch that have read `epoch`
   int failed;              // sticky: a wait of this comm failed; later launches return at once
+  uint64_t ceSlotUses[kCeSlots];  // copy-engine AllReduce: how many rounds of earlier launches
+                                  // used each slot (a round's "use" number, see CeFlags)
 };
 
 // ---- Host-mapped status (cudaHostAlloc, mapped) ---------------------------------------------------

@@ -33,7 +33,8 @@ Settings defaultSettings() {
 Selector makeSelector(const Settings& s, int nranks) {
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, 1024, 512};
+  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, s.ceChunkBytes,
+                        1024, 512, 512};
   sel.init(s, limits, &err);
   return sel;
 }
@@ -98,6 +99,7 @@ TEST(selector_default_crossover) {
 
 TEST(selector_push_variant_threshold) {
   Settings s = defaultSettings();
+  s.ceMinBytes = kThresholdDisabled;  // two-shot for every large size
   const int64_t pushMin = builtinTuning(9, 4).twoshotPushMinBytes;
   Selector table = makeSelector(s, 4);
   CHECK(table.choose(size_t(1) << 30).algo == (pushMin > 0 ? Algo::kTwoshotPush : Algo::kTwoshot));
@@ -158,6 +160,69 @@ TEST(selector_pull_variant_threshold) {
   unsetenv("YALI_ONESHOT_PULL_MAX_BYTES");
 }
 
+TEST(selector_copy_engine_threshold_and_chunks) {
+  Settings s = defaultSettings();
+  for (int n : {2, 4}) {
+    Selector sel = makeSelector(s, n);
+    const int64_t ceMin = builtinTuning(9, n).ceMinBytes;
+    REQUIRE(ceMin > 0);
+    CHECK(sel.choose(static_cast<size_t>(ceMin)).algo == Algo::kCopyEngine);
+    CHECK(sel.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
+    CHECK(sel.choose(static_cast<size_t>(ceMin) - 16).algo == Algo::kTwoshotPush);
+    for (size_t bytes : {size_t(16), static_cast<size_t>(ceMin), size_t(1) << 30, size_t(3) << 30}) {
+      s.algo = "copy_engine";
+      const AlgoChoice c = makeSelector(s, n).choose(bytes);
+      s.algo = "";
+      CHECK(c.algo == Algo::kCopyEngine);
+      CHECK(c.slotBytes % 256 == 0 && c.slotBytes >= (64 << 10));
+      CHECK(static_cast<int64_t>(c.slotBytes) <= s.ceChunkBytes);
+      CHECK(c.ctas >= 1 && c.ctas <= 32);  // the large-message block budget
+      // At least 8 rounds where the chunk is not at its cap, so that the stages overlap.
+      const size_t rounds = (bytes + n * c.slotBytes - 1) / (n * c.slotBytes);
+      if (static_cast<int64_t>(c.slotBytes) < s.ceChunkBytes && c.slotBytes > (64 << 10)) CHECK(rounds >= 8);
+    }
+  }
+  CHECK(builtinTuning(9, 8).ceMinBytes == 0);  // not measured at 8 GPUs: off
+  CHECK(makeSelector(s, 8).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  s.ceMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  s.ceMinBytes = kThresholdAlways;  // every size above the one-shot ranges
+  CHECK(makeSelector(s, 2).choose(4096).algo == Algo::kOneshotLL);
+  CHECK(makeSelector(s, 2).choose(size_t(8) << 20).algo == Algo::kCopyEngine);
+  s.ceMinBytes = size_t(32) << 20;
+  CHECK(makeSelector(s, 4).choose(size_t(32) << 20).algo == Algo::kCopyEngine);
+  CHECK(makeSelector(s, 4).choose((size_t(32) << 20) - 16).algo == Algo::kTwoshotPush);
+  // No staging, no copy engine: not even when forced.
+  s.ceMinBytes = kThresholdTable;
+  s.ceChunkBytes = 0;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  s.algo = "copy_engine";
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
+  // YALI_MAX_CTAS sets the reduce kernel's blocks.
+  s = defaultSettings();
+  s.maxCtas = 8;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 8);
+  // Settings errors name the variable.
+  Settings bad;
+  std::string err;
+  setenv("YALI_CE_CHUNK_BYTES", "1000", 1);
+  CHECK(!loadSettings(&bad, &err));
+  CHECK(err.find("YALI_CE_CHUNK_BYTES") != std::string::npos);
+  setenv("YALI_CE_CHUNK_BYTES", "0", 1);
+  CHECK(loadSettings(&bad, &err));
+  CHECK(bad.ceChunkBytes == 0);
+  unsetenv("YALI_CE_CHUNK_BYTES");
+  setenv("YALI_CE_MIN_BYTES", "-5", 1);
+  CHECK(!loadSettings(&bad, &err));
+  CHECK(err.find("YALI_CE_MIN_BYTES") != std::string::npos);
+  unsetenv("YALI_CE_MIN_BYTES");
+  setenv("YALI_ALGO", "copy_engine", 1);
+  CHECK(loadSettings(&bad, &err));
+  CHECK(bad.algo == "copy_engine");
+  unsetenv("YALI_ALGO");
+}
+
 TEST(selector_threshold_env_semantics) {
   Settings s = defaultSettings();
   s.oneshotLLMaxBytes = kThresholdDisabled;
@@ -197,7 +262,8 @@ TEST(selector_clamps_threads_to_launchable) {
   s.algo = "twoshot";
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, 1024, 256};
+  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, s.ceChunkBytes, 1024,
+                        256, 256};
   REQUIRE(sel.init(s, limits, &err));
   CHECK(sel.choose(size_t(1) << 30).threads <= 256);
 }
@@ -224,6 +290,7 @@ TEST(selector_frugal_blocks_for_large_messages) {
     // Every block's slot still fits the staging area.
     for (size_t bytes : {size_t(4) << 20, size_t(16) << 20, size_t(1) << 30}) {
       const AlgoChoice c = sel.choose(bytes);
+      if (c.algo == Algo::kCopyEngine) continue;  // its own staging (the selector test above)
       CHECK(static_cast<size_t>(c.ctas) * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
     }
   }
@@ -267,9 +334,18 @@ TEST(tuning_file_round_trip_and_errors) {
   CHECK_EQ(parsed[0].oneshotPullMaxBytes, 2097152);
   CHECK(!parseTuningText(formatTuningEntry(e) + " oneshot_pull_max=-1", &parsed, &err));
   parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e) + " ce_min=33554432 ce_ctas=16", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].ceMinBytes, 33554432);
+  CHECK_EQ(parsed[0].ceCtas, 16);
+  CHECK(!parseTuningText(formatTuningEntry(e) + " ce_ctas=0", &parsed, &err));
+  CHECK(!parseTuningText(formatTuningEntry(e) + " ce_min=-2", &parsed, &err));
+  parsed.clear();
   CHECK(parseTuningText(formatTuningEntry(e), &parsed, &err));
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].oneshotPullMaxBytes, builtinTuning(9, 4).oneshotPullMaxBytes);
+  CHECK_EQ(parsed[0].ceMinBytes, builtinTuning(9, 4).ceMinBytes);
+  CHECK_EQ(parsed[0].ceCtas, builtinTuning(9, 4).ceCtas);
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
