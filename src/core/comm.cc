@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 #include <unordered_set>
 #include <vector>
 
@@ -263,6 +264,13 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
       comm->peerMappedByIpc[p] = true;
     }
   }
+  // copy_engine needs every peer's window imported into this process by CUDA IPC: a copy into a
+  // window of another GPU of the same process (peer access) hung or lost rounds on the x4 machine
+  // (2026-11-22, the suite with YALI_ALGO=copy_engine in single-process mode at 4 GPUs, and in CUDA
+  // graphs at 2). Every rank sees the same pids, so all make the same choice.
+  std::set<int32_t> pids;
+  for (const PeerInfo& p : info) pids.insert(p.pid);
+  if (static_cast<int>(pids.size()) != nranks) comm->selector.disableCopyEngine();
   // Nobody launches before every rank has mapped every window.
   r = comm->bootstrap->barrier(&err);
   if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: final barrier: %s", call, err.c_str()));
@@ -273,6 +281,9 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
 
 yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const Settings& settings) {
   const char* call = "yaliCommInitAll";
+  // One process drives every GPU: no copy_engine (see commInitRank), so no memory or streams for it.
+  Settings inProcess = settings;
+  inProcess.ceChunkBytes = 0;
   auto group = std::make_shared<ProcessGroup>();
   std::vector<yaliComm*> made;
   auto cleanup = [&](yaliResult_t code) {
@@ -289,7 +300,7 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
     comm->rank = i;
     comm->nranks = ndev;
     comm->device = devlist ? devlist[i] : i;
-    comm->settings = settings;
+    comm->settings = inProcess;
     comm->group = group;
     registerComm(comm);
     made.push_back(comm);

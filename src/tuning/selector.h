@@ -68,6 +68,8 @@ class Selector {
   bool init(const Settings& settings, const SelectorLimits& limits, std::string* error);
   AlgoChoice choose(size_t bytes) const;
   const TuningEntry& entry() const { return entry_; }
+  // copy_engine is never chosen, not even when forced (its two-shot fallback is).
+  void disableCopyEngine() { limits_.ceChunkBytes = 0; }
 
  private:
   AlgoChoice twoshot(size_t bytes, Algo variant) const;

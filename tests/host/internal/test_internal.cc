@@ -199,6 +199,12 @@ TEST(selector_copy_engine_threshold_and_chunks) {
   s.algo = "copy_engine";
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
+  // Ranks that share a process turn it off (comm.cc), forced or not.
+  s.ceChunkBytes = defaultSettings().ceChunkBytes;
+  Selector shared = makeSelector(s, 2);
+  CHECK(shared.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
+  shared.disableCopyEngine();
+  CHECK(shared.choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   // YALI_MAX_CTAS sets the reduce kernel's blocks.
   s = defaultSettings();
   s.maxCtas = 8;
