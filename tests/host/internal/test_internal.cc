@@ -162,10 +162,11 @@ TEST(selector_pull_variant_threshold) {
 
 TEST(selector_copy_engine_threshold_and_chunks) {
   Settings s = defaultSettings();
+  for (int n : {2, 4, 8}) CHECK(builtinTuning(9, n).ceMinBytes == 0);  // measured slower: off
   for (int n : {2, 4}) {
+    const int64_t ceMin = int64_t(64) << 20;
+    s.ceMinBytes = ceMin;
     Selector sel = makeSelector(s, n);
-    const int64_t ceMin = builtinTuning(9, n).ceMinBytes;
-    REQUIRE(ceMin > 0);
     CHECK(sel.choose(static_cast<size_t>(ceMin)).algo == Algo::kCopyEngine);
     CHECK(sel.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
     CHECK(sel.choose(static_cast<size_t>(ceMin) - 16).algo == Algo::kTwoshotPush);
@@ -182,7 +183,8 @@ TEST(selector_copy_engine_threshold_and_chunks) {
       if (static_cast<int64_t>(c.slotBytes) < s.ceChunkBytes && c.slotBytes > (64 << 10)) CHECK(rounds >= 8);
     }
   }
-  CHECK(builtinTuning(9, 8).ceMinBytes == 0);  // not measured at 8 GPUs: off
+  s.ceMinBytes = kThresholdTable;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   CHECK(makeSelector(s, 8).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   s.ceMinBytes = kThresholdDisabled;
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
@@ -201,6 +203,7 @@ TEST(selector_copy_engine_threshold_and_chunks) {
   CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
   // Ranks that share a process turn it off (comm.cc), forced or not.
   s.ceChunkBytes = defaultSettings().ceChunkBytes;
+  s.ceMinBytes = kThresholdAlways;
   Selector shared = makeSelector(s, 2);
   CHECK(shared.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
   shared.disableCopyEngine();
