@@ -36,6 +36,11 @@ namespace {
 //    pull_max = 4M. n = 4: 512K pull 62.5 vs twoshot_push 58.2 (LL 48.6); 1M 91.5 vs 101.5, so
 //    pull_max = 512K (LL keeps 256K: 41.0 vs 41.2). n = 8: not measured (no 8-GPU machine when it
 //    was written); each rank would read 7 inputs, so it stays off.
+//  - ce_min / ce_ctas: copy_engine (copy engines move the NVLink bytes, 32 blocks reduce) was
+//    measured slower than twoshot_push at every size it was tried (nvidia-h200-x4, 2026-11-22,
+//    commit 384b4cb, one process per GPU, fp32 busBW GB/s, docs/PERF.md "Copy engines"): n = 2
+//    64M 189 vs 290, 1G 170 vs 307; n = 4 64M 153 vs 300, 1G 164 vs 314 (8 MB chunks: +2-14 %). So
+//    ce_min = 0 (off) everywhere; ce_ctas = 32, the large-message block budget.
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
