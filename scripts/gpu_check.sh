@@ -63,7 +63,9 @@ if has algotests; then
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
     for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push copy_engine}; do
-      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
+      # copy_engine has no staging by default (YALI_CE_CHUNK_BYTES=0): give it the measured 4 MB.
+      chunk=0; [ "$algo" = copy_engine ] && chunk=${CE_CHUNK:-4194304}
+      YALI_CE_CHUNK_BYTES=$chunk YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
     done
   done

@@ -16,9 +16,11 @@ constexpr int64_t kDefaultStagingBytes = 4 << 20;
 // 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its selector entry), and 2 x 4 MB of window
 // per rank is small next to two-shot's staging.
 constexpr int64_t kDefaultPullBufferBytes = 4 << 20;
-// 4 MB: a copy of 4 MB takes about 11 us at 390 GB/s, long next to the few microseconds each
-// round's gate and signal launches cost; the window holds kCeSlots * (nranks + 1) of them.
-constexpr int64_t kDefaultCeChunkBytes = 4 << 20;
+// 0: copy_engine is off by default (measured slower, docs/PERF.md "Copy engines"), so its staging
+// (kCeSlots * (nranks + 1) chunks: 60 MB at 4 GPUs with 4 MB chunks) and side streams are not
+// allocated unless asked for. 4 MB (4194304) is what it was measured with: a copy of 4 MB takes
+// about 11 us at 390 GB/s, long next to the few microseconds each round's gate and signal cost.
+constexpr int64_t kDefaultCeChunkBytes = 0;
 
 // The one list of settings. README.md's table is checked against it by a host test.
 const SettingDoc kDocs[] = {
@@ -53,9 +55,10 @@ const SettingDoc kDocs[] = {
     {"YALI_PULL_BUFFER_BYTES", "4194304",
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that)."},
-    {"YALI_CE_CHUNK_BYTES", "4194304",
+    {"YALI_CE_CHUNK_BYTES", "0",
      "copy_engine staging per round, slot and sender: the largest shard one round moves (the "
-     "window holds 3 x (nranks + 1) of them; 0 allocates none and turns copy_engine off)."},
+     "window holds 3 x (nranks + 1) of them). 0 allocates none and turns copy_engine off; it was "
+     "measured with 4194304."},
     {"YALI_TUNING_FILE", "",
      "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
     {"YALI_PDL", "1",

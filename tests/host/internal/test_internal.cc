@@ -162,6 +162,9 @@ TEST(selector_pull_variant_threshold) {
 
 TEST(selector_copy_engine_threshold_and_chunks) {
   Settings s = defaultSettings();
+  CHECK(s.ceChunkBytes == 0);  // off by default: no staging
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  s.ceChunkBytes = int64_t(4) << 20;
   for (int n : {2, 4, 8}) CHECK(builtinTuning(9, n).ceMinBytes == 0);  // measured slower: off
   for (int n : {2, 4}) {
     const int64_t ceMin = int64_t(64) << 20;
@@ -202,7 +205,7 @@ TEST(selector_copy_engine_threshold_and_chunks) {
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
   // Ranks that share a process turn it off (comm.cc), forced or not.
-  s.ceChunkBytes = defaultSettings().ceChunkBytes;
+  s.ceChunkBytes = int64_t(4) << 20;
   s.ceMinBytes = kThresholdAlways;
   Selector shared = makeSelector(s, 2);
   CHECK(shared.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
@@ -210,6 +213,8 @@ TEST(selector_copy_engine_threshold_and_chunks) {
   CHECK(shared.choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
   // YALI_MAX_CTAS sets the reduce kernel's blocks.
   s = defaultSettings();
+  s.ceChunkBytes = int64_t(4) << 20;
+  s.algo = "copy_engine";
   s.maxCtas = 8;
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 8);
   // Settings errors name the variable.
