@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "collectives/common/device_state.h"
@@ -55,6 +56,14 @@ const TuningEntry kBuiltinTables[] = {
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
+// The tuning file's optional keys and their allowed ranges; a line that leaves one out takes the
+// built-in value (parseTuningText).
+const std::map<std::string, std::pair<int64_t, int64_t>> kOptionalKeys = {
+    {"twoshot_push_min", {0, INT64_MAX}}, {"frugal_min", {0, INT64_MAX}},
+    {"frugal_ctas", {1, kMaxCtas}},       {"oneshot_pull_max", {0, INT64_MAX}},
+    {"ce_min", {0, INT64_MAX}},           {"ce_ctas", {1, kMaxCtas}},
+};
+
 }  // namespace
 
 size_t dataTypeSize(DataType t) { return t == DataType::kFloat32 ? 4 : 2; }
@@ -103,9 +112,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     std::string word;
     TuningEntry e{};
     int seen = 0;
-    // Optional keys: given on this line or taken from the built-in table below.
-    bool sawPushMin = false, sawFrugalMin = false, sawFrugalCtas = false, sawPullMax = false;
-    bool sawCeMin = false, sawCeCtas = false;
+    std::map<std::string, int64_t> optional;  // optional keys given on this line
     while (words >> word) {
       size_t eq = word.find('=');
       if (eq == std::string::npos) {
@@ -131,63 +138,45 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       else if (key == "twoshot_ctas") e.twoshotMaxCtas = static_cast<int>(v);
       else if (key == "twoshot_min_slot") e.twoshotMinSlotBytes = v;
       else if (key == "twoshot_max_slot") e.twoshotMaxSlotBytes = v;
-      else if (key == "twoshot_push_min") {
-        e.twoshotPushMinBytes = v;
-        sawPushMin = true;
+      else if (kOptionalKeys.count(key)) {
+        optional[key] = v;
         continue;  // optional keys are not counted among the nine
-      } else if (key == "frugal_min") {
-        e.frugalMinBytes = v;
-        sawFrugalMin = true;
-        continue;
-      } else if (key == "frugal_ctas") {
-        e.frugalMaxCtas = static_cast<int>(v);
-        sawFrugalCtas = true;
-        continue;
-      } else if (key == "oneshot_pull_max") {
-        e.oneshotPullMaxBytes = v;
-        sawPullMax = true;
-        continue;
-      } else if (key == "ce_min") {
-        e.ceMinBytes = v;
-        sawCeMin = true;
-        continue;
-      } else if (key == "ce_ctas") {
-        e.ceCtas = static_cast<int>(v);
-        sawCeCtas = true;
-        continue;
-      }
-      else {
+      } else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
         return false;
       }
       ++seen;
     }
-    if (seen == 0 && !sawPushMin && !sawFrugalMin && !sawFrugalCtas && !sawPullMax && !sawCeMin &&
-        !sawCeCtas)
-      continue;
+    if (seen == 0 && optional.empty()) continue;
     if (seen != 9) {
       *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
       return false;
     }
     auto threadsOk = [](int t) { return t >= 64 && t <= 1024 && t % 32 == 0; };
+    bool optionalOk = true;
+    for (const auto& kv : optional) {
+      const std::pair<int64_t, int64_t>& range = kOptionalKeys.at(kv.first);
+      optionalOk = optionalOk && kv.second >= range.first && kv.second <= range.second;
+    }
     if (e.nranks < 2 || e.nranks > kMaxRanks || !threadsOk(e.llThreads) ||
         !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
         e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
-        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 ||
-        (sawPushMin && e.twoshotPushMinBytes < 0) || (sawFrugalMin && e.frugalMinBytes < 0) ||
-        (sawFrugalCtas && (e.frugalMaxCtas < 1 || e.frugalMaxCtas > kMaxCtas)) ||
-        (sawPullMax && e.oneshotPullMaxBytes < 0) || (sawCeMin && e.ceMinBytes < 0) ||
-        (sawCeCtas && (e.ceCtas < 1 || e.ceCtas > kMaxCtas))) {
+        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 || !optionalOk) {
       *error = "line " + std::to_string(lineNo) + ": a value is out of range";
       return false;
     }
+    // Each optional key: the line's value, or the built-in table's for this world size.
     const TuningEntry builtin = builtinTuning(e.smMajor, e.nranks);
-    if (!sawPushMin) e.twoshotPushMinBytes = builtin.twoshotPushMinBytes;
-    if (!sawFrugalMin) e.frugalMinBytes = builtin.frugalMinBytes;
-    if (!sawFrugalCtas) e.frugalMaxCtas = builtin.frugalMaxCtas;
-    if (!sawPullMax) e.oneshotPullMaxBytes = builtin.oneshotPullMaxBytes;
-    if (!sawCeMin) e.ceMinBytes = builtin.ceMinBytes;
-    if (!sawCeCtas) e.ceCtas = builtin.ceCtas;
+    auto given = [&](const char* key, int64_t builtinValue) {
+      auto it = optional.find(key);
+      return it == optional.end() ? builtinValue : it->second;
+    };
+    e.twoshotPushMinBytes = given("twoshot_push_min", builtin.twoshotPushMinBytes);
+    e.frugalMinBytes = given("frugal_min", builtin.frugalMinBytes);
+    e.frugalMaxCtas = static_cast<int>(given("frugal_ctas", builtin.frugalMaxCtas));
+    e.oneshotPullMaxBytes = given("oneshot_pull_max", builtin.oneshotPullMaxBytes);
+    e.ceMinBytes = given("ce_min", builtin.ceMinBytes);
+    e.ceCtas = static_cast<int>(given("ce_ctas", builtin.ceCtas));
     out->push_back(e);
   }
   return true;
@@ -288,12 +277,13 @@ AlgoChoice Selector::choose(size_t bytes) const {
   const bool pullFits = n <= limits_.pullBufferBytes;
   Algo forced;
   if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
-    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
+    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller);
+    // copy_engine without staging to twoshot_push, the default for large messages.
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
     if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
     if (forced == Algo::kCopyEngine && limits_.ceChunkBytes > 0) return copyEngine(bytes);
-    if (forced == Algo::kCopyEngine) return twoshot(bytes, Algo::kTwoshotPush);
-    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
+    const bool push = forced == Algo::kTwoshotPush || forced == Algo::kCopyEngine;
+    return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
   // bytes. The one-shot ones are upper bounds within their buffers, the push one a lower bound.
