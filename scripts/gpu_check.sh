@@ -2,12 +2,15 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,ncu,backends,sweep,symm
+#   STAGES=build,extrabuilds,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,ncu,backends,sweep,symm
 #          (default: build,tests,perf)
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
 #   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
-#                                                       table compares them (NCCL once, as "nccl")
+#                                                       table compares them (NCCL once, as "nccl");
+#                                                       PERF_BUILD=dir in a list runs dir's yali-perf
+#   EXTRA_BUILDS="dir:-DFLAG=v,-DFLAG2=v ..."           extrabuilds: yali-perf once more per entry,
+#                                                       built in dir with those CUDA flags (A/B runs)
 #   NCU_CASES="name:SIZE:VAR=v,VAR=v ..."               ncu: one-pass hardware counters of one
 #                                                       AllReduce kernel on rank 0 of 2 processes
 #   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
@@ -44,6 +47,15 @@ if has build; then
     note "build: FAILED"; tail -40 "$LOG/cmake.log" "$LOG/build.log"
     tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs; exit 1
   fi
+fi
+
+if has extrabuilds; then
+  for b in ${EXTRA_BUILDS:-}; do
+    dir=${b%%:*}; flags=${b#*:}
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_FLAGS=${flags//,/ }" > "$LOG/cmake_$dir.log" 2>&1 &&
+      cmake --build "$dir" -j "$(nproc)" --target yali-perf > "$LOG/build_$dir.log" 2>&1
+    note "extra build $dir ($flags): rc=$?"
+  done
 fi
 
 if has tests; then
@@ -138,7 +150,8 @@ if has variants; then
     [ "$n" -gt "$ngpus" ] && continue
     for v in ${VARIANTS:-pull:YALI_ALGO=twoshot push:YALI_ALGO=twoshot_push}; do
       name=${v%%:*}; settings=${v#*:}
-      env ${settings//,/ } bash scripts/launch_ranks.sh "$n" "$perf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} \
+      vperf=$perf; [[ ",$settings," =~ ,PERF_BUILD=([^,]*), ]] && vperf=${BASH_REMATCH[1]}/bench/yali-perf
+      env ${settings//,/ } bash scripts/launch_ranks.sh "$n" "$vperf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} \
         -d float -n 20 -w 5 --inplace 0 --impl yali -J "$LOG/var_${name}_np$n.json" > "$LOG/var_${name}_np$n.txt" 2>&1
       note "variant $name ($settings) np$n: rc=$?"
     done
