@@ -155,6 +155,7 @@ struct Options {
   double maxSeconds = 300.0;
   int ctasPerSm = 4;  // SM copy kernel: blocks per SM ...
   int threads = 512;  // ... of this many threads
+  std::vector<int> blocks;  // --blocks: SM figures between GPUs 0 and 1 at these block counts
   std::string jsonPath;
 };
 
@@ -180,12 +181,15 @@ size_t parseSize(const char* s) {
 void usage() {
   std::printf(
       "usage: yali-hw [--bytes N[K|M|G]] [--reps N] [--max-seconds S] [--ctas-per-sm N]\n"
-      "               [--threads N] [--json FILE]\n"
+      "               [--threads N] [--blocks N,N,...] [--json FILE]\n"
       "  --bytes        bytes per transfer (default 1G = 1 GiB)\n"
       "  --reps         timed repetitions per figure, median reported (default 5)\n"
       "  --max-seconds  stop measuring new pairs after this long (default 300)\n"
       "  --ctas-per-sm  SM copy kernel blocks per SM (default 4)\n"
       "  --threads      SM copy kernel threads per block (default 512)\n"
+      "  --blocks LIST  also measure SM copies and stores between GPUs 0 and 1 with exactly\n"
+      "                 these block counts (e.g. 8,16,32,64): what a kernel limited to that\n"
+      "                 many blocks can move over NVLink\n"
       "  --json FILE    also write the results as JSON (schema yali-hw/1)\n"
       "GPUs: every visible GPU (set CUDA_VISIBLE_DEVICES to choose).\n");
 }
@@ -207,6 +211,18 @@ Options parseArgs(int argc, char** argv) {
     else if (a == "--ctas-per-sm") o.ctasPerSm = std::atoi(next());
     else if (a == "--threads") o.threads = std::atoi(next());
     else if (a == "--json") o.jsonPath = next();
+    else if (a == "--blocks") {
+      for (const char* p = next(); *p;) {
+        char* end = nullptr;
+        const long b = std::strtol(p, &end, 10);
+        if (end == p || b < 1 || b > 65535 || (*end != ',' && *end != '\0')) {
+          std::fprintf(stderr, "yali-hw: --blocks wants a comma-separated list of counts 1..65535\n");
+          std::exit(2);
+        }
+        o.blocks.push_back(static_cast<int>(b));
+        p = *end == ',' ? end + 1 : end;
+      }
+    }
     else if (a == "-h" || a == "--help") { usage(); std::exit(0); }
     else {
       std::fprintf(stderr, "yali-hw: unknown argument '%s'\n", a.c_str());
@@ -242,6 +258,14 @@ __global__ void copyKernel(const int4* __restrict__ src, int4* __restrict__ dst,
   for (; i < n; i += stride) dst[i] = src[i];
 }
 
+// Stores n 16-byte vectors of a constant: the write half of copyKernel without its loads, so the
+// --blocks table can tell a block's store rate over NVLink from its load latency.
+__global__ void storeKernel(int4* __restrict__ dst, size_t n) {
+  const size_t stride = size_t(gridDim.x) * blockDim.x;
+  const int4 v = make_int4(static_cast<int>(threadIdx.x), 1, 2, 3);
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = v;
+}
+
 // ---- Per-GPU state ------------------------------------------------------------------------------
 
 struct Gpu {
@@ -268,6 +292,13 @@ struct Link {
   std::string remotePci;
   std::string remoteType;  // "gpu", "nvswitch", "other", ""
   int remoteGpu;           // index among the visible GPUs, or -1
+};
+
+// SM figures between GPUs 0 and 1 with a fixed number of blocks (--blocks), GB/s; < 0: not measured.
+struct BlockRow {
+  int blocks;
+  double copyWrite = -1, storeWrite = -1;  // one way, 0 -> 1: copyKernel / storeKernel
+  double copyBidir = -1, storeBidir = -1;  // both ways at once, total of both directions
 };
 
 struct Pair {
@@ -583,6 +614,39 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- SM figures by block count (GPUs 0 and 1) ----
+  std::vector<BlockRow> blockRows;
+  if (!opt.blocks.empty()) {
+    if (ngpus < 2 || !findPair(0, 1).p2p || !findPair(1, 0).p2p) {
+      std::printf("yali-hw: --blocks needs GPUs 0 and 1 with peer access both ways; skipped\n");
+    } else {
+      Gpu* a = &gpus[0];
+      Gpu* b = &gpus[1];
+      auto copyOn = [&](Gpu* g, const void* from, void* to, int ctas) {
+        copyKernel<<<ctas, opt.threads, 0, g->stream>>>(static_cast<const int4*>(from),
+                                                         static_cast<int4*>(to), nvec);
+      };
+      auto storeOn = [&](Gpu* g, void* to, int ctas) {
+        storeKernel<<<ctas, opt.threads, 0, g->stream>>>(static_cast<int4*>(to), nvec);
+      };
+      for (int ctas : opt.blocks) {
+        BlockRow row;
+        row.blocks = ctas;
+        std::vector<Job> cw{{a, [&] { copyOn(a, a->src, b->dst, ctas); }}};
+        row.copyWrite = gbs(B, timeJobs(cw, opt.reps));
+        std::vector<Job> sw{{a, [&] { storeOn(a, b->dst, ctas); }}};
+        row.storeWrite = gbs(B, timeJobs(sw, opt.reps));
+        std::vector<Job> cb{{a, [&] { copyOn(a, a->src, b->dst, ctas); }},
+                            {b, [&] { copyOn(b, b->src, a->dst, ctas); }}};
+        row.copyBidir = gbs(2 * B, timeJobs(cb, opt.reps));
+        std::vector<Job> sb{{a, [&] { storeOn(a, b->dst, ctas); }},
+                            {b, [&] { storeOn(b, a->dst, ctas); }}};
+        row.storeBidir = gbs(2 * B, timeJobs(sb, opt.reps));
+        blockRows.push_back(row);
+      }
+    }
+  }
+
   // ---- Summary ----
   std::vector<double> bestOneway;
   for (const Pair& p : pairs) {
@@ -634,6 +698,17 @@ int main(int argc, char** argv) {
                 p.p2p ? "yes" : "no", p.perfRank, p.atomics > 0 ? "yes" : "no",
                 fmtGbs(p.ceOneway).c_str(), fmtGbs(p.ceBidir).c_str(), fmtGbs(p.smWrite).c_str(),
                 fmtGbs(p.smRead).c_str(), fmtGbs(p.smBidir).c_str(), p.note.c_str());
+  }
+  if (!blockRows.empty()) {
+    std::printf("\nSM kernels between GPUs 0 and 1 by block count (%d threads; copy = local load then "
+                "remote store, store = remote stores only; both = total of both directions):\n",
+                opt.threads);
+    std::printf("%8s %12s %12s %12s %12s\n", "blocks", "copy 1way", "store 1way", "copy both",
+                "store both");
+    for (const BlockRow& r : blockRows)
+      std::printf("%8d %12s %12s %12s %12s\n", r.blocks, fmtGbs(r.copyWrite).c_str(),
+                  fmtGbs(r.storeWrite).c_str(), fmtGbs(r.copyBidir).c_str(),
+                  fmtGbs(r.storeBidir).c_str());
   }
   std::printf("\nLocal device-to-device copy (cudaMemcpyAsync; bytes read + bytes written):\n");
   for (int i = 0; i < ngpus; ++i)
@@ -713,6 +788,16 @@ int main(int argc, char** argv) {
     for (int i = 0; i < ngpus; ++i)
       std::fprintf(f, "%s%s", jsonNum(localD2d[i]).c_str(), i + 1 < ngpus ? ", " : "");
     std::fprintf(f, "],\n  \"local_d2d_counts\": \"bytes read + bytes written\",\n");
+    std::fprintf(f, "  \"block_sweep\": {\"gpus\": [0, 1], \"threads\": %d, \"rows\": [", opt.threads);
+    for (size_t k = 0; k < blockRows.size(); ++k) {
+      const BlockRow& r = blockRows[k];
+      std::fprintf(f,
+                   "%s\n    {\"blocks\": %d, \"copy_oneway_gbs\": %s, \"store_oneway_gbs\": %s, "
+                   "\"copy_bidir_gbs\": %s, \"store_bidir_gbs\": %s}",
+                   k ? "," : "", r.blocks, jsonNum(r.copyWrite).c_str(), jsonNum(r.storeWrite).c_str(),
+                   jsonNum(r.copyBidir).c_str(), jsonNum(r.storeBidir).c_str());
+    }
+    std::fprintf(f, "%s]},\n", blockRows.empty() ? "" : "\n  ");
     std::fprintf(f,
                  "  \"summary\": {\"p2p_oneway_gbs\": %s, \"p2p_oneway_min_gbs\": %s, "
                  "\"p2p_oneway_max_gbs\": %s, \"p2p_oneway_basis\": "

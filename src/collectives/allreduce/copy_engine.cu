@@ -91,7 +91,7 @@ __device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64
 
 // One kernel for every round of the launch: block b reduces its part of our shard of each round.
 template <typename T, Op kOp>
-__global__ void __launch_bounds__(kBlockOpsMaxThreads) ceReduceKernel(DeviceArgs args) {
+__global__ void ceReduceKernel(DeviceArgs args) {
   if (commFailed(args)) return;
   __shared__ int failed;
   constexpr size_t kE = 16 / sizeof(T);

@@ -63,7 +63,7 @@ __device__ __forceinline__ void reduceVectorsAllInFlight(uint4* dst, const uint4
 }
 
 template <typename T, Op kOp>
-__global__ void __launch_bounds__(kBlockOpsMaxThreads) oneshotPullKernel(DeviceArgs args) {
+__global__ void oneshotPullKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;

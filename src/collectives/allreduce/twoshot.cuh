@@ -42,7 +42,7 @@ constexpr int kPhasePushWait = 2;
 constexpr int kPhaseResultWait = 3;
 
 template <typename T, Op kOp, bool kPushGather>
-__global__ void __launch_bounds__(kBlockOpsMaxThreads) twoshotKernel(DeviceArgs args) {
+__global__ void twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;
@@ -99,19 +99,25 @@ __global__ void __launch_bounds__(kBlockOpsMaxThreads) twoshotKernel(DeviceArgs 
 
     // reduce(k): our shard, in rank order; our own piece comes straight from the input.
     if (!waitPeers(args, L.pushFlags, value, kPhasePushWait)) return;
-    // Sources in rank order: our own piece straight from the input, the others from staging.
-    const T* const ownPiece = send + st.tileStart + st.begin(me);
-    auto srcAt = [&](int s) -> const T* {
-      return s == me ? ownPiece : reinterpret_cast<const T*>(staging(args.window, k, s));
-    };
+    const T* src[kMaxRanks];
+#pragma unroll
+    for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
+      src[s] = (s == me) ? send + st.tileStart + st.begin(me)
+                         : reinterpret_cast<const T*>(staging(args.window, k, s));
+    }
     // Destinations: our output, then our result area (pull) or every peer's gather area (push).
-    T* const out = recv + st.tileStart + st.begin(me);
-    auto dstAt = [&](int d) -> T* {
-      if (d == 0) return out;
-      if constexpr (kPushGather) return reinterpret_cast<T*>(gatherArea(args.peerWindows[(me + d) % n], k, me));
-      return reinterpret_cast<T*>(resultArea(args.window, k));
-    };
-    reduceElemsAt<T, kOp>(dstAt, kPushGather ? n : 2, srcAt, n, st.len(me));
+    T* dst[kMaxRanks];
+#pragma unroll
+    for (int d = 0; d < kMaxRanks; ++d) {
+      if constexpr (kPushGather) {
+        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+                        : reinterpret_cast<T*>(gatherArea(args.peerWindows[(me + d) % n], k, me));
+      } else {
+        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+                        : reinterpret_cast<T*>(resultArea(args.window, k));
+      }
+    }
+    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
     signalPeers(args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
