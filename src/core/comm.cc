@@ -90,7 +90,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
                                   maxLaunchableThreads(Algo::kOneshotPull)}),
-                        maxLaunchableThreads(Algo::kCopyEngine)};
+                        // Only with staging: the query loads the 15 reduce kernels.
+                        comm->layout.ceChunkBytes > 0 ? maxLaunchableThreads(Algo::kCopyEngine) : 0};
   std::string err;
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());

@@ -59,7 +59,7 @@ struct SelectorLimits {
   int64_t ceChunkBytes;    // copy_engine staging per (slot, sender); 0: the algorithm is off
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
   int maxTwoshotThreads;   // clamped to these (the smaller of the two two-shot variants)
-  int maxCeThreads;
+  int maxCeThreads;        // copy_engine reduce kernel; 0 when it has no staging (never chosen)
 };
 
 class Selector {

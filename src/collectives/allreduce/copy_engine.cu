@@ -40,6 +40,7 @@
 #include "collectives/allreduce/launch.h"
 #include "collectives/common/block_ops.cuh"
 #include "collectives/common/device.cuh"
+#include "collectives/common/tile_split.h"
 
 namespace yali {
 namespace {
@@ -51,24 +52,11 @@ constexpr int kPhaseCeReadGate = 8; // read gate: waiting for peers' reduced sha
 
 constexpr int kGateThreads = 256;
 
-// Round j's geometry in elements: the same arithmetic on host (copies) and device (reduce).
-struct CeRound {
-  size_t start, len, q;  // round's first element, its length, shard length (16-byte multiple)
-  YALI_HOST_DEVICE size_t begin(int d) const { return d * q < len ? d * q : len; }
-  YALI_HOST_DEVICE size_t length(int d) const {
-    const size_t end = (d + 1) * q < len ? (d + 1) * q : len;
-    return end - begin(d);
-  }
-};
-
-YALI_HOST_DEVICE inline CeRound ceRound(size_t j, size_t count, size_t chunkElems, int n,
-                                        size_t elemSize) {
-  const size_t vecElems = 16 / elemSize;
-  CeRound r;
-  r.start = j * chunkElems * n;
-  r.len = count - r.start < chunkElems * n ? count - r.start : chunkElems * n;
-  r.q = ((r.len + n - 1) / n + vecElems - 1) / vecElems * vecElems;
-  return r;
+// Round j's geometry in elements, the same on host (copies) and device (reduce): tile j of
+// nranks * chunk elements.
+YALI_HOST_DEVICE inline TileSplit ceRound(size_t j, size_t count, size_t chunkElems, int n,
+                                          size_t elemSize) {
+  return tileSplit(j, chunkElems * n, count, n, elemSize);
 }
 
 __device__ __forceinline__ CeFlags* ceFlagsOf(char* window, const WindowLayout& L) {
@@ -78,15 +66,6 @@ __device__ __forceinline__ CeFlags* ceFlagsOf(char* window, const WindowLayout& 
 // The use number of round j (see CeFlags). ceSlotUses does not change during a launch.
 __device__ __forceinline__ uint64_t ceUse(const LocalState* local, size_t j) {
   return *reinterpret_cast<const volatile uint64_t*>(&local->ceSlotUses[j % kCeSlots]) + j / kCeSlots;
-}
-
-__device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64_t* flag,
-                                            uint64_t value, int phase) {
-  WaitGuard guard(args);
-  while (observe(flag) < value) {
-    if (!guard.keepWaiting(phase)) return false;
-  }
-  return true;
 }
 
 // One kernel for every round of the launch: block b reduces its part of our shard of each round.
@@ -106,7 +85,7 @@ __global__ void ceReduceKernel(DeviceArgs args) {
   for (size_t j = 0; j < rounds; ++j) {
     const int slot = static_cast<int>(j % kCeSlots);
     const uint64_t use = ceUse(args.local, j);
-    const CeRound rd = ceRound(j, args.count, chunkElems, n, sizeof(T));
+    const TileSplit rd = ceRound(j, args.count, chunkElems, n, sizeof(T));
     // This block's part of our shard: a 16-byte multiple, so every part starts aligned.
     const size_t shardLen = rd.length(me);
     const size_t part = ((shardLen + gridDim.x - 1) / gridDim.x + kE - 1) / kE * kE;
@@ -195,28 +174,16 @@ __global__ void ceAdvanceKernel(LocalState* local, unsigned long long rounds) {
     local->ceSlotUses[s] += (rounds + kCeSlots - 1 - s) / kCeSlots;  // rounds j < `rounds` with j % K == s
 }
 
-using ReduceFn = void (*)(DeviceArgs);
 #define YALI_CE_ROW(T) \
   { ceReduceKernel<T, Op::kSum>, ceReduceKernel<T, Op::kProd>, ceReduceKernel<T, Op::kMax>, \
     ceReduceKernel<T, Op::kMin>, ceReduceKernel<T, Op::kAvg> }
 // Rows: fp16, fp32, bf16 (DataType order); columns: Op order.
-const ReduceFn kCeReduce[3][5] = {YALI_CE_ROW(__half), YALI_CE_ROW(float), YALI_CE_ROW(__nv_bfloat16)};
+const KernelFn kCeReduce[3][5] = {YALI_CE_ROW(__half), YALI_CE_ROW(float), YALI_CE_ROW(__nv_bfloat16)};
 #undef YALI_CE_ROW
 
 }  // namespace
 
-int maxCopyEngineThreads() {
-  int limit = 1024;
-  for (const auto& row : kCeReduce) {
-    for (ReduceFn fn : row) {
-      cudaFuncAttributes attr;
-      if (cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(fn)) == cudaSuccess)
-        limit = attr.maxThreadsPerBlock < limit ? attr.maxThreadsPerBlock : limit;
-    }
-  }
-  cudaGetLastError();
-  return limit / 32 * 32;
-}
+int maxCopyEngineThreads() { return maxThreadsOfTable(kCeReduce); }
 
 cudaError_t createCopyEngineStreams(CopyEngineStreams* ce) {
   // Load the gate and advance kernels now. With lazy loading (CUDA_MODULE_LOADING=LAZY, the
@@ -284,7 +251,7 @@ cudaError_t launchAllReduceCopyEngine(const AlgoChoice& choice, DataType dtype, 
                             params, 0, s);
   };
   for (size_t j = 0; j < rounds; ++j) {
-    const CeRound rd = ceRound(j, args.count, chunkElems, n, elemSize);
+    const TileSplit rd = ceRound(j, args.count, chunkElems, n, elemSize);
     const size_t slot = j % kCeSlots;
     cudaStream_t sendStream = ce.send[j & 1];
     cudaStream_t readStream = ce.read[j & 1];

@@ -9,8 +9,6 @@
 namespace yali {
 namespace {
 
-using KernelFn = void (*)(DeviceArgs);
-
 
 // Rows: fp16, fp32, bf16 (DataType order); columns: Op order.
 #define YALI_KERNEL_ROW(KERNEL, T)                                                             \
@@ -50,9 +48,7 @@ const KernelFn (*kernelTable(Algo algo))[5] {
 
 }  // namespace
 
-int maxLaunchableThreads(Algo algo) {
-  if (algo == Algo::kCopyEngine) return maxCopyEngineThreads();
-  const KernelFn(*table)[5] = kernelTable(algo);
+int maxThreadsOfTable(const KernelFn (*table)[5]) {
   int limit = 1024;
   for (int row = 0; row < 3; ++row) {
     for (int op = 0; op < 5; ++op) {
@@ -63,6 +59,11 @@ int maxLaunchableThreads(Algo algo) {
   }
   cudaGetLastError();
   return limit / 32 * 32;
+}
+
+int maxLaunchableThreads(Algo algo) {
+  if (algo == Algo::kCopyEngine) return maxCopyEngineThreads();
+  return maxThreadsOfTable(kernelTable(algo));
 }
 
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,

@@ -9,8 +9,13 @@
 namespace yali {
 
 // The most threads per block every instantiation of `algo` can launch with (register-bound), on
-// the current device.
+// the current device. Querying a kernel also loads it (see createCopyEngineStreams).
 int maxLaunchableThreads(Algo algo);
+
+// A kernel table, rows by data type (fp16, fp32, bf16), columns by op; and the most threads per
+// block all of its kernels can launch with, on the current device.
+using KernelFn = void (*)(DeviceArgs);
+int maxThreadsOfTable(const KernelFn (*table)[5]);
 
 // `op` is the yaliRedOp_t value (0..4). `programmatic`: launch with programmatic stream
 // serialization (compute capability 9.0+), so the kernel may start while the previous one on the

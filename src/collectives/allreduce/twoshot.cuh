@@ -35,6 +35,7 @@
 
 #include "collectives/common/block_ops.cuh"
 #include "collectives/common/device.cuh"
+#include "collectives/common/tile_split.h"
 
 namespace yali {
 
@@ -47,7 +48,6 @@ __global__ void twoshotKernel(DeviceArgs args) {
   waitForPriorGrids();
   if (commFailed(args)) return;
   const uint64_t epoch = readEpoch(args.local, &epochSlot);
-  constexpr size_t kE = 16 / sizeof(T);
   const int n = args.nranks;
   const int me = args.rank;
   const WindowLayout& L = args.layout;
@@ -58,19 +58,9 @@ __global__ void twoshotKernel(DeviceArgs args) {
   T* recv = static_cast<T*>(args.recv);
   const size_t slotOffset = static_cast<size_t>(blockIdx.x) * args.slotBytes;
 
-  // Geometry of step k (tile blockIdx.x + k * gridDim.x).
-  struct Step {
-    size_t tileStart, tileLen, q;
-    __device__ size_t begin(int d) const { return min(static_cast<size_t>(d) * q, tileLen); }
-    __device__ size_t len(int d) const { return min(static_cast<size_t>(d + 1) * q, tileLen) - begin(d); }
-  };
+  // Geometry of step k: tile blockIdx.x + k * gridDim.x.
   auto stepAt = [&](uint32_t k) {
-    Step st;
-    st.tileStart = (blockIdx.x + static_cast<size_t>(k) * gridDim.x) * tileElems;
-    st.tileLen = min(tileElems, args.count - st.tileStart);
-    // Shard length: 16-byte multiple so every shard of every rank starts aligned in staging.
-    st.q = ((st.tileLen + n - 1) / n + kE - 1) / kE * kE;
-    return st;
+    return tileSplit(blockIdx.x + static_cast<size_t>(k) * gridDim.x, tileElems, args.count, n, sizeof(T));
   };
   auto staging = [&](char* window, uint32_t k, int sender) {
     return window + L.staging + (static_cast<size_t>(k & 1) * n + sender) * L.stagingBytes + slotOffset;
@@ -82,11 +72,11 @@ __global__ void twoshotKernel(DeviceArgs args) {
     return window + L.gather + (static_cast<size_t>(k & 1) * n + owner) * L.stagingBytes + slotOffset;
   };
   auto push = [&](uint32_t k) {
-    const Step st = stepAt(k);
+    const TileSplit st = stepAt(k);
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
       copyElems(reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
-                send + st.tileStart + st.begin(d), st.len(d));
+                send + st.start + st.begin(d), st.length(d));
     }
     signalPeers(args, L.pushFlags, flagValue(epoch, k));
   };
@@ -94,7 +84,7 @@ __global__ void twoshotKernel(DeviceArgs args) {
   const uint32_t steps = blockIdx.x < tiles ? static_cast<uint32_t>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) : 0;
   if (steps > 0) push(0);
   for (uint32_t k = 0; k < steps; ++k) {
-    const Step st = stepAt(k);
+    const TileSplit st = stepAt(k);
     const uint64_t value = flagValue(epoch, k);
 
     // reduce(k): our shard, in rank order; our own piece comes straight from the input.
@@ -102,7 +92,7 @@ __global__ void twoshotKernel(DeviceArgs args) {
     const T* src[kMaxRanks];
 #pragma unroll
     for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
-      src[s] = (s == me) ? send + st.tileStart + st.begin(me)
+      src[s] = (s == me) ? send + st.start + st.begin(me)
                          : reinterpret_cast<const T*>(staging(args.window, k, s));
     }
     // Destinations: our output, then our result area (pull) or every peer's gather area (push).
@@ -110,14 +100,14 @@ __global__ void twoshotKernel(DeviceArgs args) {
 #pragma unroll
     for (int d = 0; d < kMaxRanks; ++d) {
       if constexpr (kPushGather) {
-        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+        dst[d] = d == 0 ? recv + st.start + st.begin(me)
                         : reinterpret_cast<T*>(gatherArea(args.peerWindows[(me + d) % n], k, me));
       } else {
-        dst[d] = d == 0 ? recv + st.tileStart + st.begin(me)
+        dst[d] = d == 0 ? recv + st.start + st.begin(me)
                         : reinterpret_cast<T*>(resultArea(args.window, k));
       }
     }
-    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.len(me));
+    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.length(me));
     signalPeers(args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
@@ -129,7 +119,7 @@ __global__ void twoshotKernel(DeviceArgs args) {
     for (int i = 1; i < n; ++i) {
       const int s = (me + i) % n;
       const char* from = kPushGather ? gatherArea(args.window, k, s) : resultArea(args.peerWindows[s], k);
-      copyElems(recv + st.tileStart + st.begin(s), reinterpret_cast<const T*>(from), st.len(s));
+      copyElems(recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
     }
   }
   retireEpoch(args.local, epoch);

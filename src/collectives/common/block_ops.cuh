@@ -77,6 +77,16 @@ __device__ __forceinline__ void signalPeers(const DeviceArgs& args, size_t flags
   }
 }
 
+// Waits until `flag` reaches `value` (the calling thread only); false when the wait failed.
+__device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64_t* flag,
+                                            uint64_t value, int phase) {
+  WaitGuard guard(args);
+  while (observe(flag) < value) {
+    if (!guard.keepWaiting(phase)) return false;
+  }
+  return true;
+}
+
 // Waits until every other rank's flag [b][s] in our window reaches `value` (one thread each).
 // Returns false (for the whole block) when the wait failed.
 __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOffset,
@@ -88,13 +98,7 @@ __device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOf
   if (peer < args.nranks && peer != args.rank) {
     const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
                            blockIdx.x * kMaxRanks + peer;
-    WaitGuard guard(args);
-    while (observe(flag) < value) {
-      if (!guard.keepWaiting(phase)) {
-        failed = 1;
-        break;
-      }
-    }
+    if (!waitAtLeast(args, flag, value, phase)) failed = 1;
   }
   __syncthreads();
   return failed == 0;
