@@ -1,11 +1,11 @@
 // Copy-engine AllReduce ("ce") for large messages: every byte that crosses NVLink is moved by the
 // GPUs' copy engines (cudaMemcpyAsync between windows), and the SMs only reduce, from local memory.
 //
-// Why: an SM issues NVLink traffic at about 9.5 GB/s (docs/PERF.md, "Why the large-message targets
-// are missed"), so the 32 blocks allowed from 64 MB up cap the SM kernels near 300 GB/s, while the
-// copy engines move about 390 GB/s per direction with no SM at all. As built it reached only
-// 153-198 GB/s busBW (docs/PERF.md, "Copy engines"), so it is off by default: no staging unless
-// YALI_CE_CHUNK_BYTES is set, and the tuning table's ce_min is 0.
+// Why: the copy engines move about 390 GB/s per direction with no SM at all, above what SM stores
+// carry between two GPUs with both directions busy (343-356 GB/s per direction at 32-132 blocks,
+// `yali-hw --blocks`, docs/PERF.md). As built it reached only 153-198 GB/s busBW (docs/PERF.md,
+// "Copy engines"), so it is off by default: no staging unless YALI_CE_CHUNK_BYTES is set, and the
+// tuning table's ce_min is 0.
 //
 // The message is cut into rounds of nranks * chunk elements (chunk: AlgoChoice::slotBytes, at most
 // WindowLayout::ceChunkBytes); within round j, rank d owns shard d (the same split as two-shot's
