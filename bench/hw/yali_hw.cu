@@ -549,10 +549,12 @@ int main(int argc, char** argv) {
   };
 
   const size_t nvec = opt.bytes / 16;
-  auto copyLaunch = [&](Gpu* runner, const void* from, void* to) {
-    const int ctas = runner->sms * opt.ctasPerSm;
+  auto copyOn = [&](Gpu* runner, const void* from, void* to, int ctas) {
     copyKernel<<<ctas, opt.threads, 0, runner->stream>>>(static_cast<const int4*>(from),
                                                           static_cast<int4*>(to), nvec);
+  };
+  auto copyLaunch = [&](Gpu* runner, const void* from, void* to) {
+    copyOn(runner, from, to, runner->sms * opt.ctasPerSm);
   };
   const double B = static_cast<double>(opt.bytes);
 
@@ -622,10 +624,6 @@ int main(int argc, char** argv) {
     } else {
       Gpu* a = &gpus[0];
       Gpu* b = &gpus[1];
-      auto copyOn = [&](Gpu* g, const void* from, void* to, int ctas) {
-        copyKernel<<<ctas, opt.threads, 0, g->stream>>>(static_cast<const int4*>(from),
-                                                         static_cast<int4*>(to), nvec);
-      };
       auto storeOn = [&](Gpu* g, void* to, int ctas) {
         storeKernel<<<ctas, opt.threads, 0, g->stream>>>(static_cast<int4*>(to), nvec);
       };

@@ -9,7 +9,6 @@
 namespace yali {
 namespace {
 
-
 // Rows: fp16, fp32, bf16 (DataType order); columns: Op order.
 #define YALI_KERNEL_ROW(KERNEL, T)                                                             \
   {                                                                                            \
