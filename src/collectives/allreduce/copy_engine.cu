@@ -2,7 +2,7 @@
 // GPUs' copy engines (cudaMemcpyAsync between windows), and the SMs only reduce, from local memory.
 //
 // Why: the copy engines move about 390 GB/s per direction with no SM at all, above what SM stores
-// carry between two GPUs with both directions busy (343-356 GB/s per direction at 32-132 blocks,
+// carry between two GPUs with both directions busy (343-358 GB/s per direction at 32-132 blocks,
 // `yali-hw --blocks`, docs/PERF.md). As built it reached only 153-198 GB/s busBW (docs/PERF.md,
 // "Copy engines"), so it is off by default: no staging unless YALI_CE_CHUNK_BYTES is set, and the
 // tuning table's ce_min is 0.
