@@ -148,7 +148,7 @@ typedef struct {
   char algorithm[32]; /* e.g. "oneshot_ll", "twoshot" */
   int ctas;           /* thread blocks per GPU */
   int threads;        /* threads per block */
-  size_t chunkBytes;  /* pipeline chunk per block per step, 0 when the algorithm has none */
+  size_t chunkBytes;  /* chunk per pipeline (a block, or a team of one) per step, 0 if none */
 } yaliAlgoInfo_t;
 
 YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, size_t count,

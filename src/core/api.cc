@@ -251,6 +251,7 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   args.recv = recvbuff;
   args.count = count;
   args.slotBytes = choice.slotBytes;
+  args.teamsPerBlock = choice.teams;
   args.epochHint = ++comm->launches;
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
   cudaError_t e = choice.algo == Algo::kCopyEngine

@@ -125,9 +125,9 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   WindowLayout L{};
   size_t off = alignUp(sizeof(WindowHeader));
   L.pushFlags = off;
-  off += alignUp(sizeof(uint64_t) * kMaxCtas * kMaxRanks);
+  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
   L.resultFlags = off;
-  off += alignUp(sizeof(uint64_t) * kMaxCtas * kMaxRanks);
+  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
   L.ll = off;
   L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
   off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
@@ -182,6 +182,7 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
   a.local = comm->local;
   a.host = comm->hostStatusDev;
   a.timeoutNs = static_cast<uint64_t>(comm->settings.timeoutMs) * 1000000ull;
+  a.teamsPerBlock = 1;
   return a;
 }
 

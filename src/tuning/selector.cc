@@ -42,16 +42,22 @@ namespace {
 //    commit 384b4cb, one process per GPU, fp32 busBW GB/s, docs/PERF.md "Copy engines"): n = 2
 //    64M 189 vs 290, 1G 170 vs 307; n = 4 64M 153 vs 300, 1G 164 vs 314 (8 MB chunks: +2-14 %). So
 //    ce_min = 0 (off) everywhere; ce_ctas = 32, the large-message block budget.
+//  - frugal_teams: two teams of 256 threads per block from frugal_min up, i.e. 64 pipelines of
+//    64 KB slots in 32 blocks (4 MB staging). Measured (nvidia-h200-x4, 2026-11-22, twoshot_push,
+//    fp32 busBW GB/s, two runs, docs/PERF.md "Teams"): n = 4 64M 306-308 vs 294-298, 256M 319-321
+//    vs 305-308, 1G 323-325 vs 311-315; n = 2 64M 289-292 vs 285-287, 256M 298-302 vs 298-301,
+//    1G 301-308 vs 300. Below 64 MB (64 blocks) teams lost (16M n = 2: 268 vs 275; 4M n = 4: 205
+//    vs 212), hence frugal range only. n = 8: not measured, 1.
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas fTeams
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32, 1},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -62,6 +68,7 @@ const std::map<std::string, std::pair<int64_t, int64_t>> kOptionalKeys = {
     {"twoshot_push_min", {0, INT64_MAX}}, {"frugal_min", {0, INT64_MAX}},
     {"frugal_ctas", {1, kMaxCtas}},       {"oneshot_pull_max", {0, INT64_MAX}},
     {"ce_min", {0, INT64_MAX}},           {"ce_ctas", {1, kMaxCtas}},
+    {"frugal_teams", {1, kMaxTeamsPerBlock}},
 };
 
 }  // namespace
@@ -177,6 +184,7 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     e.oneshotPullMaxBytes = given("oneshot_pull_max", builtin.oneshotPullMaxBytes);
     e.ceMinBytes = given("ce_min", builtin.ceMinBytes);
     e.ceCtas = static_cast<int>(given("ce_ctas", builtin.ceCtas));
+    e.frugalTeams = static_cast<int>(given("frugal_teams", builtin.frugalTeams));
     out->push_back(e);
   }
   return true;
@@ -216,11 +224,13 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
   if (settings.maxCtas > 0) {
     // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included)
-    // and copy_engine's reduce blocks.
+    // and copy_engine's reduce blocks. It also means one pipeline per block: the blocks the user
+    // asked for, with the geometry that was measured for them (docs/PERF.md "Teams").
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
     entry_.twoshotMaxCtas = static_cast<int>(settings.maxCtas);
     entry_.frugalMaxCtas = static_cast<int>(settings.maxCtas);
     entry_.ceCtas = static_cast<int>(settings.maxCtas);
+    entry_.frugalTeams = 1;
   }
   return true;
 }
@@ -260,15 +270,22 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
   const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
   // As many blocks as there are min-size slots to fill, up to the cap.
-  size_t ctas = std::max<size_t>(1, bytes / (n * minSlot));
+  const size_t minSlots = bytes / (n * minSlot);
+  size_t ctas = std::max<size_t>(1, minSlots);
   const bool frugal = entry_.frugalMinBytes > 0 && static_cast<int64_t>(bytes) >= entry_.frugalMinBytes;
   ctas = std::min<size_t>(ctas, static_cast<size_t>(frugal ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas));
-  // Slot: the message spread evenly over the blocks, within [min, max] and what staging holds.
+  // Teams (independent pipelines per block) in the frugal range, when every pipeline gets a
+  // min-size slot and each team keeps at least two warps.
+  const int threads = entry_.twoshotThreads;
+  int teams = frugal ? entry_.frugalTeams : 1;
+  if (teams < 1 || minSlots < ctas * teams || threads % (32 * teams) != 0 || threads / teams < 64) teams = 1;
+  const size_t pipelines = ctas * static_cast<size_t>(teams);
+  // Slot: the message spread evenly over the pipelines, within [min, max] and what staging holds.
   const size_t maxSlot = std::min<size_t>(static_cast<size_t>(entry_.twoshotMaxSlotBytes),
-                                          static_cast<size_t>(limits_.stagingBytes) / ctas / 256 * 256);
-  size_t slot = roundUp((bytes + n * ctas - 1) / (n * ctas), 256);
+                                          static_cast<size_t>(limits_.stagingBytes) / pipelines / 256 * 256);
+  size_t slot = roundUp((bytes + n * pipelines - 1) / (n * pipelines), 256);
   slot = std::max(minSlot, std::min(slot, maxSlot));
-  return {variant, static_cast<int>(ctas), entry_.twoshotThreads, slot};
+  return {variant, static_cast<int>(ctas), threads, slot, teams};
 }
 
 AlgoChoice Selector::choose(size_t bytes) const {

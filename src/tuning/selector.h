@@ -26,8 +26,9 @@ struct AlgoChoice {
   Algo algo;
   int ctas;
   int threads;
-  size_t slotBytes;  // two-shot: bytes per (block, sender) per step; oneshot_pull: bytes per
+  size_t slotBytes;  // two-shot: bytes per (pipeline, sender) per step; oneshot_pull: bytes per
                      // block; copy_engine: bytes per shard per round; 0 for one-shot LL
+  int teams = 1;     // two-shot: pipelines per block (teams of threads / teams threads each)
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
@@ -48,6 +49,9 @@ struct TuningEntry {
   int64_t oneshotPullMaxBytes;  // crossover: oneshot_pull above LL up to this size, 0 never
   int64_t ceMinBytes;  // crossover: copy_engine instead of two-shot from this size up, 0 never
   int ceCtas;          // copy_engine: blocks of its reduce kernel (the SMs only reduce)
+  int frugalTeams;     // two-shot from frugalMinBytes up: independent pipelines (teams of
+                       // warps) per block, so that the capped blocks keep sending while one
+                       // team waits
 };
 
 struct SelectorLimits {
@@ -88,7 +92,7 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
 //   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>] [ce_min=<bytes>]
-//   [ce_ctas=<c>]
+//   [ce_ctas=<c>] [frugal_teams=<t>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the

@@ -117,7 +117,7 @@ __global__ void ceReduceKernel(DeviceArgs args) {
     T* dst[kMaxRanks] = {};
     dst[0] = recv + rd.start + rd.begin(me) + off;
     dst[1] = reinterpret_cast<T*>(args.window + L.ceAg + static_cast<size_t>(slot) * L.ceChunkBytes) + off;
-    reduceElems<T, kOp>(dst, 2, src, n, len);
+    reduceElems<T, kOp>(wholeBlock(), dst, 2, src, n, len);
 
     // Publish after the whole block's writes (and reads of ceRs): bar.sync, then st.release.sys
     // from the publishing thread (cumulative over what the block did; device.cuh).

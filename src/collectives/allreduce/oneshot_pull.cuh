@@ -82,11 +82,11 @@ __global__ void oneshotPullKernel(DeviceArgs args) {
   if ((reinterpret_cast<uintptr_t>(in) & 15) == 0 && len % kE == 0) {
     copyVectorsAllInFlight(reinterpret_cast<uint4*>(mine), reinterpret_cast<const uint4*>(in), len / kE);
   } else {
-    copyElems(mine, in, len);
+    copyElems(wholeBlock(), mine, in, len);
   }
   const uint64_t value = flagValue(epoch, 0);
-  signalPeers(args, L.pushFlags, value);  // block barrier first: the whole run is copied in
-  if (!waitPeers(args, L.pushFlags, value, kPhasePullWait)) return;
+  signalPeers(wholeBlock(), args, L.pushFlags, value);  // block barrier first: the whole run is copied in
+  if (!waitPeers(wholeBlock(), args, L.pushFlags, value, kPhasePullWait)) return;
   allowNextGrid();
 
   const T* src[kMaxRanks];
@@ -99,7 +99,7 @@ __global__ void oneshotPullKernel(DeviceArgs args) {
                                      reinterpret_cast<const uint4* const*>(src), n, len / kE);
   } else {
     T* dst[1] = {out};
-    reduceElems<T, kOp>(dst, 1, src, n, len);
+    reduceElems<T, kOp>(wholeBlock(), dst, 1, src, n, len);
   }
   retireEpoch(args.local, epoch);
 }

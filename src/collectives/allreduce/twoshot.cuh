@@ -1,17 +1,22 @@
 // Two-shot AllReduce (reduce-scatter, then all-gather) for medium and large messages.
 //
 // The message is cut into tiles of nranks * slotElems elements. Within a tile, rank d owns shard d
-// (a 16-byte-aligned run of q elements). Block b handles tiles b, b + gridDim.x, ...; its k-th
-// tile is its step k, using buffers of parity k & 1. The parts of a step:
+// (a 16-byte-aligned run of q elements). The work runs in P independent pipelines: each block, or
+// each of its args.teamsPerBlock teams of warps (block_ops.cuh: Team), is one. Pipeline p handles
+// tiles p, p + P, ...; its k-th tile is its step k, using buffers of parity k & 1. The parts of a
+// step:
 //   push(k)    - for every other rank d, copy our part of shard d into d's
-//                staging[parity][our rank][slot b] (NVLink writes), then publish
-//                pushFlags[b][our rank] = flagValue(epoch, k) on d.
-//   reduce(k)  - wait until every other rank's pushFlags[b][s] on our window reaches that value;
+//                staging[parity][our rank][slot p] (NVLink writes), then publish
+//                pushFlags[p][our rank] = flagValue(epoch, k) on d.
+//   reduce(k)  - wait until every other rank's pushFlags[p][s] on our window reaches that value;
 //                reduce our own input and the n-1 staged pieces of our shard in rank order 0..n-1
-//                into our output and into result[parity][slot b]; publish resultFlags[b][our rank]
+//                into our output and into result[parity][slot p]; publish resultFlags[p][our rank]
 //                on every other rank.
-//   pull(k)    - wait for every other rank's resultFlags[b][s]; copy their result[parity][slot b]
+//   pull(k)    - wait for every other rank's resultFlags[p][s]; copy their result[parity][slot p]
 //                into our output (NVLink reads).
+// Two teams per block give the SM a second pipeline to feed the links while one waits at a barrier,
+// a release or a flag; a pipeline's phases themselves stay in order. (Measured from 64 MB up, at 32
+// blocks: +1-5 %, less than 64 blocks give; docs/PERF.md "Teams".)
 // Software pipeline: push(k+1) is issued between reduce(k) and pull(k), so the wait for the peers'
 // results of step k overlaps our next writes:  push(0) | reduce(0) push(1) pull(0) | reduce(1)
 // push(2) pull(1) | ...
@@ -29,8 +34,8 @@
 // push(k+2), which each issued after its pull(k). Across launches: a launch's first push comes
 // after the previous launch ended, which required every peer's last result flag (so their reads of
 // our pushes were done), and our first result write waits for the peers' first pushes of the new
-// launch (so their pulls of the old one were done). So block counts, slot sizes and algorithms may
-// change from launch to launch without a hazard.
+// launch (so their pulls of the old one were done). So block and team counts, slot sizes and
+// algorithms may change from launch to launch without a hazard.
 #pragma once
 
 #include "collectives/common/block_ops.cuh"
@@ -41,9 +46,15 @@ namespace yali {
 
 constexpr int kPhasePushWait = 2;
 constexpr int kPhaseResultWait = 3;
+// 512 threads at most: it caps the registers at 128 per thread, so that one 512-thread block fits
+// an SM's register file (without the bound some instantiations take up to 147 and could launch
+// only 384 threads). The cost: 4-16 bytes of spills in the kAvg instantiations (its division's
+// slow path), which ptxas -warn-spills reports. The selector clamps the tuning's thread count to
+// what the kernels allow.
+constexpr int kTwoshotMaxThreads = 512;
 
 template <typename T, Op kOp, bool kPushGather>
-__global__ void twoshotKernel(DeviceArgs args) {
+__global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;
@@ -56,11 +67,12 @@ __global__ void twoshotKernel(DeviceArgs args) {
   const size_t tiles = (args.count + tileElems - 1) / tileElems;
   const T* send = static_cast<const T*>(args.send);
   T* recv = static_cast<T*>(args.recv);
-  const size_t slotOffset = static_cast<size_t>(blockIdx.x) * args.slotBytes;
+  const Team team = teamOf(args.teamsPerBlock);
+  const size_t slotOffset = static_cast<size_t>(team.id) * args.slotBytes;
 
-  // Geometry of step k: tile blockIdx.x + k * gridDim.x.
+  // Geometry of step k: tile team.id + k * team.count.
   auto stepAt = [&](uint32_t k) {
-    return tileSplit(blockIdx.x + static_cast<size_t>(k) * gridDim.x, tileElems, args.count, n, sizeof(T));
+    return tileSplit(team.id + static_cast<size_t>(k) * team.count, tileElems, args.count, n, sizeof(T));
   };
   auto staging = [&](char* window, uint32_t k, int sender) {
     return window + L.staging + (static_cast<size_t>(k & 1) * n + sender) * L.stagingBytes + slotOffset;
@@ -75,20 +87,21 @@ __global__ void twoshotKernel(DeviceArgs args) {
     const TileSplit st = stepAt(k);
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
-      copyElems(reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
+      copyElems(team, reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
                 send + st.start + st.begin(d), st.length(d));
     }
-    signalPeers(args, L.pushFlags, flagValue(epoch, k));
+    signalPeers(team, args, L.pushFlags, flagValue(epoch, k));
   };
 
-  const uint32_t steps = blockIdx.x < tiles ? static_cast<uint32_t>((tiles - blockIdx.x + gridDim.x - 1) / gridDim.x) : 0;
+  const size_t id = static_cast<size_t>(team.id);
+  const uint32_t steps = id < tiles ? static_cast<uint32_t>((tiles - id + team.count - 1) / team.count) : 0;
   if (steps > 0) push(0);
   for (uint32_t k = 0; k < steps; ++k) {
     const TileSplit st = stepAt(k);
     const uint64_t value = flagValue(epoch, k);
 
     // reduce(k): our shard, in rank order; our own piece comes straight from the input.
-    if (!waitPeers(args, L.pushFlags, value, kPhasePushWait)) return;
+    if (!waitPeers(team, args, L.pushFlags, value, kPhasePushWait)) return;
     const T* src[kMaxRanks];
 #pragma unroll
     for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
@@ -107,19 +120,19 @@ __global__ void twoshotKernel(DeviceArgs args) {
                         : reinterpret_cast<T*>(resultArea(args.window, k));
       }
     }
-    reduceElems<T, kOp>(dst, kPushGather ? n : 2, src, n, st.length(me));
-    signalPeers(args, L.resultFlags, value);
+    reduceElems<T, kOp>(team, dst, kPushGather ? n : 2, src, n, st.length(me));
+    signalPeers(team, args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
     else allowNextGrid();
 
     // pull(k): every other rank's reduced shard (from its result area, or from our gather area
     // where it pushed it).
-    if (!waitPeers(args, L.resultFlags, value, kPhaseResultWait)) return;
+    if (!waitPeers(team, args, L.resultFlags, value, kPhaseResultWait)) return;
     for (int i = 1; i < n; ++i) {
       const int s = (me + i) % n;
       const char* from = kPushGather ? gatherArea(args.window, k, s) : resultArea(args.peerWindows[s], k);
-      copyElems(recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
+      copyElems(team, recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
     }
   }
   retireEpoch(args.local, epoch);

@@ -1,16 +1,50 @@
-// Block-wide building blocks shared by the multi-step AllReduce kernels (twoshot, oneshot_pull,
-// copy_engine): element copies and reductions over a block's threads, and the per-block flag
-// exchange with every peer.
+// Building blocks shared by the multi-step AllReduce kernels (twoshot, oneshot_pull, copy_engine):
+// element copies and reductions over a team's threads, and the per-pipeline flag exchange with
+// every peer.
 #pragma once
 
 #include "collectives/common/device.cuh"
 
 namespace yali {
 
-// Copies `n` elements; 16-byte vectors when both ends allow it, element by element otherwise.
-// Loads use ld.cg: the source may be a peer's buffer or one a peer wrote.
+// The threads that run one pipeline of a multi-step kernel together: the whole block (wholeBlock),
+// or, in two-shot, one of `perBlock` teams of whole warps (teamOf). A block's teams share nothing
+// but the SM: each has its own flags row, slot and tiles, and synchronizes only its own threads, so
+// one team's barrier, release drain and flag wait overlap the other team's NVLink stores.
+struct Team {
+  int id;       // pipeline index in the grid: flags row [id], slot id of every staging area
+  int count;    // pipelines in the grid
+  int index;    // team within its block: its hardware barrier is 1 + index (0 is
+                // __syncthreads) and its __shared__ words are [index]
+  int size;     // threads in the team, a multiple of 32
+  int thread;   // this thread's index in the team
+
+  // bar.sync orders memory among the threads that take part, like __syncthreads() does for a block
+  // (PTX: barrier.sync), which is what signalPeers' cumulativity argument needs.
+  __device__ __forceinline__ void sync() const {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + index), "r"(size) : "memory");
+  }
+};
+
+__device__ __forceinline__ Team wholeBlock() {
+  return {static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x), 0,
+          static_cast<int>(blockDim.x), static_cast<int>(threadIdx.x)};
+}
+
+// Team of this thread when the block is cut into `perBlock` equal teams (blockDim.x / perBlock
+// must be a multiple of 32; the selector guarantees it). Pipelines are numbered block-major.
+__device__ __forceinline__ Team teamOf(int perBlock) {
+  if (perBlock <= 1) return wholeBlock();
+  const int size = static_cast<int>(blockDim.x) / perBlock;
+  const int index = static_cast<int>(threadIdx.x) / size;
+  return {static_cast<int>(blockIdx.x) * perBlock + index, static_cast<int>(gridDim.x) * perBlock,
+          index, size, static_cast<int>(threadIdx.x) - index * size};
+}
+
+// Copies `n` elements with the team's threads; 16-byte vectors when both ends allow it, element by
+// element otherwise. Loads use ld.cg: the source may be a peer's buffer or one a peer wrote.
 template <typename T>
-__device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n) {
+__device__ __forceinline__ void copyElems(const Team& team, T* dst, const T* src, size_t n) {
   constexpr size_t kE = 16 / sizeof(T);
   size_t done = 0;
   if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
@@ -18,24 +52,26 @@ __device__ __forceinline__ void copyElems(T* dst, const T* src, size_t n) {
     const uint4* s = reinterpret_cast<const uint4*>(src);
     uint4* d = reinterpret_cast<uint4*>(dst);
     constexpr int kUnroll = 8;  // eight 16-byte loads in flight per thread before the stores
-    size_t i = threadIdx.x;
-    for (; i + (kUnroll - 1) * blockDim.x < vecs; i += kUnroll * blockDim.x) {
+    const size_t stride = team.size;
+    size_t i = team.thread;
+    for (; i + (kUnroll - 1) * stride < vecs; i += kUnroll * stride) {
       uint4 v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * blockDim.x);
+      for (int u = 0; u < kUnroll; ++u) v[u] = __ldcg(s + i + u * stride);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) d[i + u * blockDim.x] = v[u];
+      for (int u = 0; u < kUnroll; ++u) d[i + u * stride] = v[u];
     }
-    for (; i < vecs; i += blockDim.x) d[i] = __ldcg(s + i);
+    for (; i < vecs; i += stride) d[i] = __ldcg(s + i);
     done = vecs * kE;
   }
-  for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldcg(src + i);
+  for (size_t i = done + team.thread; i < n; i += team.size) dst[i] = __ldcg(src + i);
 }
 
-// out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory).
+// out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory),
+// by the team's threads.
 template <typename T, Op kOp>
-__device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* const* src, int nsrc,
-                                            size_t n) {
+__device__ __forceinline__ void reduceElems(const Team& team, T* const* dst, int ndst,
+                                            const T* const* src, int nsrc, size_t n) {
   constexpr size_t kE = 16 / sizeof(T);
   uintptr_t align = 0;
 #pragma unroll
@@ -47,7 +83,7 @@ __device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* co
   if ((align & 15) == 0) {
     const size_t vecs = n / kE;
     const uint4* const* s = reinterpret_cast<const uint4* const*>(src);
-    for (size_t i = threadIdx.x; i < vecs; i += blockDim.x) {
+    for (size_t i = team.thread; i < vecs; i += team.size) {
       const uint4 v = reduceSources<T, kOp, uint4>(s, i, nsrc);
 #pragma unroll
       for (int d = 0; d < kMaxRanks; ++d)
@@ -55,7 +91,7 @@ __device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* co
     }
     done = vecs * kE;
   }
-  for (size_t i = done + threadIdx.x; i < n; i += blockDim.x) {
+  for (size_t i = done + team.thread; i < n; i += team.size) {
     const T v = reduceSources<T, kOp, T>(src, i, nsrc);
 #pragma unroll
     for (int d = 0; d < kMaxRanks; ++d)
@@ -63,16 +99,17 @@ __device__ __forceinline__ void reduceElems(T* const* dst, int ndst, const T* co
   }
 }
 
-// Publishes `value` into flag array `flagsOffset`[b][rank] of every other rank (one thread each),
-// after the whole block's preceding writes: __syncthreads() orders them before the publishing
-// thread, whose st.release.sys is cumulative over what it has observed (device.cuh: publish()).
-__device__ __forceinline__ void signalPeers(const DeviceArgs& args, size_t flagsOffset,
-                                            uint64_t value) {
-  __syncthreads();
-  const int peer = threadIdx.x;
+// Publishes `value` into flag array `flagsOffset`[team.id][rank] of every other rank (one thread
+// each), after the whole team's preceding writes: the team barrier orders them before the
+// publishing thread, whose st.release.sys is cumulative over what it has observed (device.cuh:
+// publish()).
+__device__ __forceinline__ void signalPeers(const Team& team, const DeviceArgs& args,
+                                            size_t flagsOffset, uint64_t value) {
+  team.sync();
+  const int peer = team.thread;
   if (peer < args.nranks && peer != args.rank) {
     uint64_t* flag = reinterpret_cast<uint64_t*>(args.peerWindows[peer] + flagsOffset) +
-                     blockIdx.x * kMaxRanks + args.rank;
+                     team.id * kMaxRanks + args.rank;
     publish(flag, value);
   }
 }
@@ -87,21 +124,21 @@ __device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64
   return true;
 }
 
-// Waits until every other rank's flag [b][s] in our window reaches `value` (one thread each).
-// Returns false (for the whole block) when the wait failed.
-__device__ __forceinline__ bool waitPeers(const DeviceArgs& args, size_t flagsOffset,
-                                          uint64_t value, int phase) {
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  __syncthreads();
-  const int peer = threadIdx.x;
+// Waits until every other rank's flag [team.id][s] in our window reaches `value` (one thread
+// each). Returns false (for the whole team) when the wait failed.
+__device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& args,
+                                          size_t flagsOffset, uint64_t value, int phase) {
+  __shared__ int failed[kMaxTeamsPerBlock];
+  if (team.thread == 0) failed[team.index] = 0;
+  team.sync();
+  const int peer = team.thread;
   if (peer < args.nranks && peer != args.rank) {
     const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
-                           blockIdx.x * kMaxRanks + peer;
-    if (!waitAtLeast(args, flag, value, phase)) failed = 1;
+                           team.id * kMaxRanks + peer;
+    if (!waitAtLeast(args, flag, value, phase)) failed[team.index] = 1;
   }
-  __syncthreads();
-  return failed == 0;
+  team.sync();
+  return failed[team.index] == 0;
 }
 
 }  // namespace yali

@@ -16,6 +16,10 @@ namespace yali {
 
 constexpr int kMaxRanks = 8;
 constexpr int kMaxCtas = 64;
+// Two-shot may split a block into teams that run independent pipelines (block_ops.cuh: Team); the
+// flag arrays hold one row per pipeline.
+constexpr int kMaxTeamsPerBlock = 2;
+constexpr int kMaxPipelines = kMaxCtas * kMaxTeamsPerBlock;
 // Copy-engine AllReduce (copy_engine.cu): rounds in flight per direction, i.e. how many rounds'
 // worth of staging each window holds. Three lets a sender run two rounds ahead of the slowest
 // receiver's reduction.
@@ -33,13 +37,14 @@ enum DeviceFailure : int {
 //
 // Byte layout (offsets in WindowLayout, all 256-byte aligned):
 //   header      WindowHeader
-//   pushFlags   uint64[kMaxCtas][kMaxRanks]  [b][s]: sender s's block b pushed its reduce-scatter
-//                                            pieces into our staging; value = flagValue(epoch, step)
-//   resultFlags uint64[kMaxCtas][kMaxRanks]  [b][s]: sender s's block b has its reduced shard ready
-//                                            in its result area for step `step` of epoch `epoch`
+//   pushFlags   uint64[kMaxPipelines][kMaxRanks]  [p][s]: sender s's pipeline p (a block, or a
+//                                            team of one) pushed its reduce-scatter pieces into our
+//                                            staging; value = flagValue(epoch, step)
+//   resultFlags uint64[kMaxPipelines][kMaxRanks]  [p][s]: sender s's pipeline p has its reduced
+//                                            shard ready for step `step` of epoch `epoch`
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //   staging     [parity 2][sender nranks][stagingBytes]: reduce-scatter pieces pushed by senders;
-//               block b with slot size s uses bytes [b*s, (b+1)*s) of each sender's part
+//               pipeline p with slot size s uses bytes [p*s, (p+1)*s) of each sender's part
 //   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers (twoshot)
 //   gather      [parity 2][sender nranks][stagingBytes]: reduced shards pushed by their owners
 //               (twoshot_push); same slot rule as staging
@@ -128,8 +133,9 @@ struct DeviceArgs {
   HostStatus* host;  // device alias of the host-mapped status
   uint64_t timeoutNs;
   uint64_t epochHint;  // host-side launch count, for error reports only
-  size_t slotBytes;    // two-shot: bytes per (block, sender) slot and per step;
+  size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
+  int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel
 };
 
 }  // namespace yali

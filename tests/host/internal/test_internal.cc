@@ -265,7 +265,8 @@ TEST(selector_twoshot_geometry_fits_staging) {
       AlgoChoice c = sel.choose(bytes);
       CHECK(c.ctas >= 1 && c.ctas <= kMaxCtas);
       CHECK(c.slotBytes % 256 == 0 && c.slotBytes > 0);
-      CHECK_MSG(static_cast<int64_t>(c.slotBytes) * c.ctas <= s.stagingBytes, "n=%d bytes=%zu", n, bytes);
+      CHECK(c.teams >= 1 && c.teams <= kMaxTeamsPerBlock && c.threads % (32 * c.teams) == 0);
+      CHECK_MSG(static_cast<int64_t>(c.slotBytes) * c.ctas * c.teams <= s.stagingBytes, "n=%d bytes=%zu", n, bytes);
       if (bytes >= (size_t(64) << 20)) CHECK(c.ctas <= 32);  // the large-message CTA budget
     }
   }
@@ -305,12 +306,44 @@ TEST(selector_frugal_blocks_for_large_messages) {
     for (size_t bytes : {size_t(4) << 20, size_t(16) << 20, size_t(1) << 30}) {
       const AlgoChoice c = sel.choose(bytes);
       if (c.algo == Algo::kCopyEngine) continue;  // its own staging (the selector test above)
-      CHECK(static_cast<size_t>(c.ctas) * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
+      CHECK(static_cast<size_t>(c.ctas) * c.teams * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
     }
   }
-  // YALI_MAX_CTAS replaces both two-shot caps.
+  // YALI_MAX_CTAS replaces both two-shot caps, with one pipeline per block.
   s.maxCtas = 64;
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 64);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).teams == 1);
+}
+
+TEST(selector_teams_in_frugal_range) {
+  // Two teams per block from frugal_min up at n = 2 and 4 (measured), one below it and at n = 8.
+  Settings s = defaultSettings();
+  for (int n : {2, 4}) {
+    Selector sel = makeSelector(s, n);
+    const AlgoChoice big = sel.choose(size_t(1) << 30);
+    CHECK_EQ(big.teams, 2);
+    CHECK_EQ(big.ctas, 32);
+    CHECK_EQ(big.slotBytes, size_t(64) << 10);  // 64 pipelines in 4 MB of staging
+    CHECK_EQ(sel.choose(size_t(64) << 20).teams, 2);
+    CHECK_EQ(sel.choose((size_t(64) << 20) - 256).teams, 1);
+  }
+  CHECK_EQ(makeSelector(s, 8).choose(size_t(1) << 30).teams, 1);
+  // A tuning line may set it; a message too small for a min-size slot per pipeline gets one team.
+  std::vector<TuningEntry> parsed;
+  std::string err;
+  REQUIRE(parseTuningText(formatTuningEntry(builtinTuning(9, 2)) + " frugal_min=1 frugal_ctas=3 frugal_teams=2",
+                          &parsed, &err));
+  CHECK_EQ(parsed[0].frugalTeams, 2);
+  CHECK(!parseTuningText(formatTuningEntry(builtinTuning(9, 2)) + " frugal_teams=3", &parsed, &err));
+  // The GPU suite's teams tuning (tests/gpu/teams_tuning.txt) parses and gives every size teams.
+  std::ifstream f(YALI_TEAMS_TUNING_PATH);
+  REQUIRE(f.good());
+  std::stringstream text;
+  text << f.rdbuf();
+  parsed.clear();
+  REQUIRE(parseTuningText(text.str(), &parsed, &err));
+  CHECK_EQ(parsed.size(), size_t(4));
+  for (const TuningEntry& t : parsed) CHECK(t.frugalTeams == 2 && t.frugalMinBytes == 1);
 }
 
 TEST(tuning_file_round_trip_and_errors) {
