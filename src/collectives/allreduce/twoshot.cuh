@@ -16,7 +16,7 @@
 //                into our output (NVLink reads).
 // Two teams per block give the SM a second pipeline to feed the links while one waits at a barrier,
 // a release or a flag; a pipeline's phases themselves stay in order. (Measured from 64 MB up, at 32
-// blocks: +1-5 %, less than 64 blocks give; docs/PERF.md "Teams".)
+// blocks: +0-5 %, much less than 64 blocks give; docs/PERF.md "Teams".)
 // Software pipeline: push(k+1) is issued between reduce(k) and pull(k), so the wait for the peers'
 // results of step k overlaps our next writes:  push(0) | reduce(0) push(1) pull(0) | reduce(1)
 // push(2) pull(1) | ...
