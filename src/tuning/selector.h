@@ -28,7 +28,7 @@ struct AlgoChoice {
   int threads;
   size_t slotBytes;  // two-shot: bytes per (pipeline, sender) per step; oneshot_pull: bytes per
                      // block; copy_engine: bytes per shard per round; 0 for one-shot LL
-  int teams = 1;     // two-shot: pipelines per block (teams of threads / teams threads each)
+  int teams = 1;     // two-shot: pipelines per block, each a team of threads / teams threads
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
