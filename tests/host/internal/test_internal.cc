@@ -328,7 +328,7 @@ TEST(selector_teams_in_frugal_range) {
     CHECK_EQ(sel.choose((size_t(64) << 20) - 256).teams, 1);
   }
   CHECK_EQ(makeSelector(s, 8).choose(size_t(1) << 30).teams, 1);
-  // A tuning line may set it; a message too small for a min-size slot per pipeline gets one team.
+  // A tuning line may set it.
   std::vector<TuningEntry> parsed;
   std::string err;
   REQUIRE(parseTuningText(formatTuningEntry(builtinTuning(9, 2)) + " frugal_min=1 frugal_ctas=3 frugal_teams=2",
@@ -344,6 +344,13 @@ TEST(selector_teams_in_frugal_range) {
   REQUIRE(parseTuningText(text.str(), &parsed, &err));
   CHECK_EQ(parsed.size(), size_t(4));
   for (const TuningEntry& t : parsed) CHECK(t.frugalTeams == 2 && t.frugalMinBytes == 1);
+  // Under it (n = 2: 3 blocks, 256-byte minimum slots), teams need 6 min-size slots: 3 KB.
+  s.tuningFile = YALI_TEAMS_TUNING_PATH;
+  s.algo = "twoshot_push";
+  Selector small = makeSelector(s, 2);
+  CHECK_EQ(small.choose(3072).teams, 2);
+  CHECK_EQ(small.choose(3072).ctas, 3);
+  CHECK_EQ(small.choose(3072 - 256).teams, 1);
 }
 
 TEST(tuning_file_round_trip_and_errors) {
