@@ -30,6 +30,17 @@ Settings defaultSettings() {
   return s;
 }
 
+// loadSettings must refuse `name`=`value` with a message that names the variable; `name` is unset
+// again afterwards.
+void checkSettingRejected(const char* name, const char* value) {
+  setenv(name, value, 1);
+  Settings s;
+  std::string err;
+  CHECK_MSG(!loadSettings(&s, &err), "%s=%s", name, value);
+  CHECK_MSG(err.find(name) != std::string::npos, "%s=%s: %s", name, value, err.c_str());
+  unsetenv(name);
+}
+
 Selector makeSelector(const Settings& s, int nranks) {
   Selector sel;
   std::string err;
@@ -71,16 +82,10 @@ TEST(threshold_setting_values) {
 
 TEST(load_settings_reports_variable) {
   defaultSettings();
-  setenv("YALI_TIMEOUT_MS", "soon", 1);
+  checkSettingRejected("YALI_TIMEOUT_MS", "soon");
+  checkSettingRejected("YALI_ALGO", "threeshot");
   Settings s;
   std::string err;
-  CHECK(!loadSettings(&s, &err));
-  CHECK(err.find("YALI_TIMEOUT_MS") != std::string::npos);
-  unsetenv("YALI_TIMEOUT_MS");
-  setenv("YALI_ALGO", "threeshot", 1);
-  CHECK(!loadSettings(&s, &err));
-  CHECK(err.find("YALI_ALGO") != std::string::npos);
-  unsetenv("YALI_ALGO");
   CHECK(loadSettings(&s, &err));
   CHECK_EQ(s.timeoutMs, 120000);
 }
@@ -152,12 +157,7 @@ TEST(selector_pull_variant_threshold) {
   CHECK(makeSelector(s, 4).choose(8).algo == Algo::kOneshotPull);
   CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
   CHECK(std::string(algoName(Algo::kOneshotPull)) == "oneshot_pull");
-  setenv("YALI_ONESHOT_PULL_MAX_BYTES", "-3", 1);
-  Settings bad;
-  std::string err;
-  CHECK(!loadSettings(&bad, &err));
-  CHECK(err.find("YALI_ONESHOT_PULL_MAX_BYTES") != std::string::npos);
-  unsetenv("YALI_ONESHOT_PULL_MAX_BYTES");
+  checkSettingRejected("YALI_ONESHOT_PULL_MAX_BYTES", "-3");
 }
 
 TEST(selector_copy_engine_threshold_and_chunks) {
@@ -218,19 +218,14 @@ TEST(selector_copy_engine_threshold_and_chunks) {
   s.maxCtas = 8;
   CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 8);
   // Settings errors name the variable.
+  checkSettingRejected("YALI_CE_CHUNK_BYTES", "1000");
   Settings bad;
   std::string err;
-  setenv("YALI_CE_CHUNK_BYTES", "1000", 1);
-  CHECK(!loadSettings(&bad, &err));
-  CHECK(err.find("YALI_CE_CHUNK_BYTES") != std::string::npos);
   setenv("YALI_CE_CHUNK_BYTES", "0", 1);
   CHECK(loadSettings(&bad, &err));
   CHECK(bad.ceChunkBytes == 0);
   unsetenv("YALI_CE_CHUNK_BYTES");
-  setenv("YALI_CE_MIN_BYTES", "-5", 1);
-  CHECK(!loadSettings(&bad, &err));
-  CHECK(err.find("YALI_CE_MIN_BYTES") != std::string::npos);
-  unsetenv("YALI_CE_MIN_BYTES");
+  checkSettingRejected("YALI_CE_MIN_BYTES", "-5");
   setenv("YALI_ALGO", "copy_engine", 1);
   CHECK(loadSettings(&bad, &err));
   CHECK(bad.algo == "copy_engine");
