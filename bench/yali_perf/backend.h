@@ -47,9 +47,21 @@ class Backend {
   virtual void AllReduce(int local, const void* send, void* recv, size_t count, DType dtype,
                          RedOp op, cudaStream_t stream) = 0;
 
-  virtual AlgoChoice DescribeAllReduce(int local, size_t count, DType dtype, RedOp op) {
+  // What AllReduce on local comm `local` would run with these buffers (the ones the case passes:
+  // recv for both in place), since registered buffers can change the choice.
+  virtual AlgoChoice DescribeAllReduce(int local, const void* send, const void* recv, size_t count,
+                                       DType dtype, RedOp op) {
     return AlgoChoice();
   }
+
+  // -R 1: registers `bytes` at each of buffers[local][k] with local comm `local`, for zero-copy
+  // collectives. buffers[local] lists that rank's buffers in the same order on every rank, and
+  // `bytes` is equal on every rank (YALI's registration is collective and matches registrations
+  // by call order and size). Each backend keeps its handles for DeregisterBuffers.
+  virtual void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) = 0;
+  // Undoes RegisterBuffers (collective for YALI too); a no-op when nothing is registered. Called
+  // before DestroyAll, with no collective in flight.
+  virtual void DeregisterBuffers() = 0;
 
   // The relative rounding error that each reduction step may add, for the #wrong tolerance.
   // YALI accumulates fp16/bf16 in fp32 (yali.h), so fp32's epsilon; NCCL's ring stores partial

@@ -464,6 +464,17 @@ void InitComms(World& world, Backend& backend) {
   backend.InitRank(id, world.nranks, slot.rank, slot.device);
 }
 
+void RegisterBuffers(World& world, Backend& backend) {
+  std::vector<std::vector<void*>> buffers;
+  for (const RankSlot& slot : world.local) buffers.push_back({slot.send, slot.recv});
+  // YALI's registration waits for every peer's (bounded by YALI_TIMEOUT_MS): arriving together
+  // keeps a slow peer from looking like a hung one, and a peer that failed before is reported
+  // here by the exchange instead.
+  const std::string what = std::string("before registering the ") + backend.Name() + " buffers";
+  HostBarrier(world, what.c_str());
+  backend.RegisterBuffers(buffers, world.buffer_bytes);
+}
+
 CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
                    const TimingOptions& options) {
   std::vector<RankMeasurement> mine(world.local.size());

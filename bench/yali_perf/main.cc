@@ -3,9 +3,10 @@
 //
 // The flow: parse the options; find this process's place (single process driving -g GPUs, or one
 // process per GPU under a launcher, meeting through HostExchange); create both libraries' comms;
-// allocate one send and one receive buffer per rank, shared by every case; then for each pass of
-// --repeat, dtype, op and size, run each library out-of-place and in-place through the same
-// harness (harness.cc) and print one table row per library.
+// allocate one send and one receive buffer per rank, shared by every case (with -R 1, registered
+// with both libraries); then for each pass of --repeat, dtype, op and size, run each library
+// out-of-place and in-place through the same harness (harness.cc) and print one table row per
+// library.
 // With --tune, the same set-up (YALI only), then tune.cc measures YALI's crossovers instead of the
 // sweep and writes a tuning table.
 #include <unistd.h>
@@ -242,6 +243,7 @@ RunInfo DescribeRun(const Options& options, World& world, const Collective& coll
   info.graph_launches = args.timing == TimingMode::kGraph ? args.graph_launches : 0;
   info.repeat = args.repeat;
   info.max_case_seconds = args.max_case_seconds;
+  info.registered = args.registered;
   info.gpus = DescribeGpus(world);
   YALI_PERF_CUDA(cudaSetDevice(world.local[0].device));
   if (yaliGetVersion(&info.yali_version) != yaliSuccess) info.yali_version = -1;
@@ -400,6 +402,10 @@ int Run(const Options& options) {
                          collective.output_bytes(count, ElementSize(dtype), world.nranks)});
     }
   AllocateBuffers(world, wanted);
+  // -R 1: every library registers the same buffers, so that each may run zero-copy and the
+  // comparison stays like for like.
+  if (args.registered)
+    for (ImplRun& impl : impls) RegisterBuffers(world, *impl.backend);
 
   RunInfo info = DescribeRun(options, world, collective, nccl_version);
 
@@ -433,7 +439,10 @@ int Run(const Options& options) {
                              "reference, summed over ranks, + ranks whose output differs "
                              "bitwise from rank 0's"
                            : "off (-c 0)");
-    std::printf("# buffers: %zu bytes per buffer per rank\n#\n", world.buffer_bytes);
+    std::printf("# buffers: %zu bytes per buffer per rank, %s\n#\n", world.buffer_bytes,
+                args.registered ? "registered with each library (-R 1: yaliCommRegister, "
+                                  "ncclCommRegister)"
+                                : "not registered (-R 0)");
     std::fputs(TableHeader().c_str(), stdout);
     std::fflush(stdout);
   }
@@ -506,7 +515,10 @@ int Run(const Options& options) {
               record.busbw_gbs = record.algbw_gbs * collective.bus_bandwidth_factor(world.nranks);
               record.checked = result.checked;
               record.wrong = result.wrong;
-              AlgoChoice algo = impl.backend->DescribeAllReduce(0, count, dtype, op);
+              // The buffers the case ran on (registered ones can change YALI's choice).
+              const RankSlot& slot0 = world.local[0];
+              AlgoChoice algo = impl.backend->DescribeAllReduce(
+                  0, in_place ? slot0.recv : slot0.send, slot0.recv, count, dtype, op);
               record.algo_known = algo.known;
               record.algo = algo.algorithm;
               record.ctas = algo.ctas;
@@ -575,6 +587,12 @@ int Run(const Options& options) {
     }
   }
 
+  // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
+  // ranks start it together (rank 0 has just written the report).
+  if (args.registered) {
+    HostBarrier(world, "before deregistering the buffers");
+    for (ImplRun& impl : impls) impl.backend->DeregisterBuffers();
+  }
   for (ImplRun& impl : impls) impl.backend->DestroyAll();
   FreeBuffers(world);
   if (multi) {

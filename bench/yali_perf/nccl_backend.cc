@@ -55,6 +55,7 @@ class NcclBackend final : public Backend {
   }
 
   void InitAll(const std::vector<int>& devices) override {
+    devices_ = devices;
     comms_.assign(devices.size(), nullptr);
     Check(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()),
           "ncclCommInitAll", nullptr);
@@ -73,6 +74,7 @@ class NcclBackend final : public Backend {
     ncclUniqueId id;
     std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
     YALI_PERF_CUDA(cudaSetDevice(device));
+    devices_.assign(1, device);
     comms_.assign(1, nullptr);
     Check(ncclCommInitRank(&comms_[0], nranks, id, rank), "ncclCommInitRank", nullptr);
   }
@@ -92,6 +94,44 @@ class NcclBackend final : public Backend {
     }
   }
 
+  // ncclCommRegister (NCCL >= 2.19) is local, not collective; NCCL uses a registration only when
+  // every rank passes registered buffers, which -R 1 guarantees by registering the same buffers
+  // on every rank.
+  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) override {
+#if NCCL_VERSION_CODE >= 21900
+    handles_.assign(comms_.size(), std::vector<void*>());
+    for (size_t local = 0; local < comms_.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+      for (size_t k = 0; k < buffers[local].size(); ++k) {
+        void* handle = nullptr;
+        Check(ncclCommRegister(comms_[local], buffers[local][k], bytes, &handle),
+              "ncclCommRegister(buffer " + std::to_string(k) + ", " + std::to_string(bytes) +
+                  " bytes, local comm " + std::to_string(local) + ")",
+              comms_[local]);
+        handles_[local].push_back(handle);
+      }
+    }
+#else
+    Fatal("-R 1: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
+          ", which has no ncclCommRegister (NCCL 2.19 or later); run -R 0 or --impl yali");
+#endif
+  }
+
+  void DeregisterBuffers() override {
+#if NCCL_VERSION_CODE >= 21900
+    for (size_t local = 0; local < handles_.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+      for (size_t k = 0; k < handles_[local].size(); ++k) {
+        Check(ncclCommDeregister(comms_[local], handles_[local][k]),
+              "ncclCommDeregister(buffer " + std::to_string(k) + ", local comm " +
+                  std::to_string(local) + ")",
+              comms_[local]);
+      }
+    }
+    handles_.clear();
+#endif
+  }
+
   double AccumulationEpsilon(DType dtype) const override { return DTypeEpsilon(dtype); }
 
   bool HasAsyncError(int local, std::string* message) override {
@@ -109,6 +149,7 @@ class NcclBackend final : public Backend {
       comm = nullptr;
     }
     comms_.clear();
+    handles_.clear();  // the abort released the registrations with the comms
   }
 
   void DestroyAll() override {
@@ -138,6 +179,8 @@ class NcclBackend final : public Backend {
   }
 
   std::vector<ncclComm_t> comms_;
+  std::vector<int> devices_;                 // per local comm
+  std::vector<std::vector<void*>> handles_;  // per local comm, in registration order
 };
 
 }  // namespace

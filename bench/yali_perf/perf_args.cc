@@ -27,11 +27,12 @@ constexpr OptionSpec kOptions[] = {
     {'w', "warmup", "warmup_iters", true},  {'c', "check", nullptr, true},
     {'d', "dtype", "datatype", true},       {'o', "op", nullptr, true},
     {'G', "graphlaunches", "cudagraph", true}, {'J', "json", "output_file", true},
-    {'a', "average", nullptr, true},        {0, "impl", nullptr, true},
-    {0, "timing", nullptr, true},           {0, "inplace", nullptr, true},
-    {0, "percentiles", nullptr, false},     {0, "repeat", nullptr, true},
-    {0, "max-case-time", nullptr, true},    {0, "tune", nullptr, false},
-    {0, "tune-out", nullptr, true},         {'h', "help", nullptr, false},
+    {'a', "average", nullptr, true},        {'R', "registered", "local_register", true},
+    {0, "impl", nullptr, true},             {0, "timing", nullptr, true},
+    {0, "inplace", nullptr, true},          {0, "percentiles", nullptr, false},
+    {0, "repeat", nullptr, true},           {0, "max-case-time", nullptr, true},
+    {0, "tune", nullptr, false},            {0, "tune-out", nullptr, true},
+    {'h', "help", nullptr, false},
 };
 
 const OptionSpec* FindShort(char c) {
@@ -209,6 +210,9 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune measures each candidate once";
     } else if (name == "max-case-time") {
       why = "--tune times every candidate with the same -n and -w";
+    } else if (name == "registered" && parsed.registered) {
+      // Registered buffers take the direct path, which the tuning table does not describe.
+      why = "--tune measures the staged algorithms, on unregistered buffers (-R 0)";
     }
     if (why != nullptr) {
       *error = "option " + OptionLabel(*spec) + " does not apply to --tune: " + why;
@@ -355,6 +359,9 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
     } else if (name == "average") {
       if (!ParseInt(value, 0, 2, &number)) return bad("0 (min), 1 (mean) or 2 (max) over ranks");
       parsed.average = static_cast<RankAggregate>(number);
+    } else if (name == "registered") {
+      if (!ParseInt(value, 0, 1, &number)) return bad("0 (unregistered buffers) or 1 (registered)");
+      parsed.registered = number != 0;
     } else if (name == "impl") {
       if (!ParseImplList(value, &parsed.run_yali, &parsed.run_nccl))
         return bad("yali, nccl, or yali,nccl");
@@ -541,6 +548,9 @@ std::string PerfUsage(const char* program) {
       << "                             (implies --timing graph)\n"
       << "  -J, --json <file>          write the results as JSON (schema yali-perf/1)\n"
       << "  -a, --average <0|1|2>      time over ranks: 0 min, 1 mean (default), 2 max\n"
+      << "  -R, --registered <0|1>     1: register every rank's send and receive buffers with\n"
+      << "                             each library (yaliCommRegister, ncclCommRegister) before\n"
+      << "                             the first case, for zero-copy paths (default 0)\n"
       << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
       << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2)\n"

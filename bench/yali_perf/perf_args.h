@@ -57,6 +57,10 @@ struct PerfArgs {
   TimingMode timing = TimingMode::kEvents;
   PlacementSet placements = PlacementSet::kBoth;
   bool percentiles = false;  // --percentiles: a second table with the per-iteration distribution
+  // -R 1 (nccl-tests' flag): every library under test registers each rank's send and receive
+  // buffers with its comms (yaliCommRegister, ncclCommRegister) before the first case, so that
+  // both may run zero-copy on them.
+  bool registered = false;
   // --tune: measure YALI's crossovers on this machine and write a tuning table (tune.h) to
   // tune_out (--tune-out) instead of running the sweep.
   bool tune = false;

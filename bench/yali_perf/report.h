@@ -35,6 +35,7 @@ struct RunInfo {
   int graph_launches = 0;
   int repeat = 1;               // --repeat
   double max_case_seconds = 0;  // --max-case-time; 0: none (JSON null)
+  bool registered = false;      // -R: buffers registered with every library (JSON 0 or 1)
   std::vector<GpuInfo> gpus;
   int yali_version = -1;  // -1: not loaded (JSON null)
   int nccl_version = -1;  // -1: not built or not run (JSON null)

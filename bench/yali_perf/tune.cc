@@ -313,7 +313,8 @@ TuneMeasurement Tuner::Measure(size_t bytes, bool check) {
       AlgorithmBandwidth(m.bytes, result.time_us) * kAllReduce.bus_bandwidth_factor(world_.nranks);
   m.checked = result.checked;
   m.wrong = result.wrong;
-  AlgoChoice algo = yali_.DescribeAllReduce(0, count, dtype_, RedOp::kSum);
+  const RankSlot& slot = world_.local[0];
+  AlgoChoice algo = yali_.DescribeAllReduce(0, slot.send, slot.recv, count, dtype_, RedOp::kSum);
   m.algo = algo.algorithm;
   m.ctas = algo.ctas;
   m.threads = algo.threads;

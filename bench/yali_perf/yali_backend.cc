@@ -49,6 +49,7 @@ class YaliBackend final : public Backend {
   }
 
   void InitAll(const std::vector<int>& devices) override {
+    devices_ = devices;
     comms_.assign(devices.size(), nullptr);
     Check(yaliCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()),
           "yaliCommInitAll", nullptr);
@@ -67,6 +68,7 @@ class YaliBackend final : public Backend {
     yaliUniqueId id;
     std::memcpy(id.internal, unique_id.data(), sizeof(id.internal));
     YALI_PERF_CUDA(cudaSetDevice(device));
+    devices_.assign(1, device);
     comms_.assign(1, nullptr);
     Check(yaliCommInitRank(&comms_[0], nranks, id, rank), "yaliCommInitRank", nullptr);
   }
@@ -86,10 +88,11 @@ class YaliBackend final : public Backend {
     }
   }
 
-  AlgoChoice DescribeAllReduce(int local, size_t count, DType dtype, RedOp op) override {
+  AlgoChoice DescribeAllReduce(int local, const void* send, const void* recv, size_t count,
+                               DType dtype, RedOp op) override {
     yaliAlgoInfo_t info;
     std::memset(&info, 0, sizeof(info));
-    Check(yaliAllReduceAlgoInfo(comms_[local], count, ToYali(dtype), ToYali(op), &info),
+    Check(yaliAllReduceAlgoInfo(comms_[local], send, recv, count, ToYali(dtype), ToYali(op), &info),
           "yaliAllReduceAlgoInfo", comms_[local]);
     AlgoChoice choice;
     choice.known = true;
@@ -98,6 +101,41 @@ class YaliBackend final : public Backend {
     choice.threads = info.threads;
     choice.chunk_bytes = info.chunkBytes;
     return choice;
+  }
+
+  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) override {
+    // yaliCommRegister is collective and pairs each rank's k-th registration with its peers'
+    // k-th. Registering buffer k on every local comm before buffer k+1 keeps the order the same
+    // on every comm, however a single process's comms are matched (yali.h lets one thread loop
+    // over them).
+    const size_t per_rank = buffers.empty() ? 0 : buffers[0].size();
+    handles_.assign(comms_.size(), std::vector<void*>());
+    for (size_t k = 0; k < per_rank; ++k) {
+      for (size_t local = 0; local < comms_.size(); ++local) {
+        YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+        void* handle = nullptr;
+        Check(yaliCommRegister(comms_[local], buffers[local][k], bytes, &handle),
+              "yaliCommRegister(buffer " + std::to_string(k) + ", " + std::to_string(bytes) +
+                  " bytes, local comm " + std::to_string(local) + ")",
+              comms_[local]);
+        handles_[local].push_back(handle);
+      }
+    }
+  }
+
+  void DeregisterBuffers() override {
+    // Collective like the registration: the same order on every rank.
+    const size_t per_rank = handles_.empty() ? 0 : handles_[0].size();
+    for (size_t k = 0; k < per_rank; ++k) {
+      for (size_t local = 0; local < comms_.size(); ++local) {
+        YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+        Check(yaliCommDeregister(comms_[local], handles_[local][k]),
+              "yaliCommDeregister(buffer " + std::to_string(k) + ", local comm " +
+                  std::to_string(local) + ")",
+              comms_[local]);
+      }
+    }
+    handles_.clear();
   }
 
   double AccumulationEpsilon(DType dtype) const override { return DTypeEpsilon(DType::kFloat); }
@@ -117,6 +155,7 @@ class YaliBackend final : public Backend {
       comm = nullptr;
     }
     comms_.clear();
+    handles_.clear();  // the abort released the registrations with the comms
   }
 
   void DestroyAll() override {
@@ -152,6 +191,8 @@ class YaliBackend final : public Backend {
   }
 
   std::vector<yaliComm_t> comms_;
+  std::vector<int> devices_;                 // per local comm
+  std::vector<std::vector<void*>> handles_;  // per local comm, in registration order
 };
 
 }  // namespace

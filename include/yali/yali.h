@@ -121,6 +121,26 @@ YALI_API yaliResult_t yaliCommCount(const yaliComm_t comm, int* count);
 YALI_API yaliResult_t yaliCommCuDevice(const yaliComm_t comm, int* device);
 YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
 
+/* ---- Registered buffers (zero-copy) ---------------------------------------------------------- */
+
+/* Maps `size` bytes of device memory at `buff` (on this comm's GPU) into every peer, so that a
+ * collective whose buffers lie inside registered memory on every rank reads its peers' inputs and
+ * writes their outputs directly over NVLink, with no copy through YALI's staging buffers (the
+ * `direct` algorithm). Collective: every rank calls it, in the same order relative to its other
+ * registrations, with the same size (bounded by YALI_TIMEOUT_MS); in single-process mode
+ * (yaliCommInitAll) call it on every comm before a collective uses the buffer. *handle names the
+ * registration for yaliCommDeregister. The memory must stay allocated until then.
+ *
+ * A collective takes the direct path only when both of its buffers are registered on every rank,
+ * at the same byte offset within the same registration on every rank (the same call order makes
+ * registrations correspond). Ranks that disagree (different offsets, counts, types or ops) make
+ * the call fail on the device without writing anything: yaliInvalidUsage from the next call. If
+ * some ranks pass registered buffers and others do not, the call times out (yaliTimeout). */
+YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t size, void** handle);
+
+/* Undoes yaliCommRegister. Collective, like it; waits for the comm's work on this GPU to finish. */
+YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
+
 /* ---- Groups (for NCCL source compatibility) -------------------------------------------------- */
 
 /* YALI's launches never block the host, so one thread may issue a collective on several comms in a
@@ -143,15 +163,18 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
 /* ---- Introspection (YALI extension, no NCCL equivalent) ------------------------------------ */
 
 /* What yaliAllReduce would run for this call on this comm, as chosen by the selector (tuning
- * table, YALI_* thresholds, YALI_ALGO). For benchmarks and reports; launches nothing. */
+ * table, YALI_* thresholds, YALI_ALGO, and whether both buffers are registered: yaliCommRegister).
+ * sendbuff and recvbuff may be NULL: the choice for unregistered buffers. For benchmarks and
+ * reports; launches nothing. */
 typedef struct {
-  char algorithm[32]; /* e.g. "oneshot_ll", "twoshot" */
+  char algorithm[32]; /* e.g. "oneshot_ll", "twoshot_push", "direct" */
   int ctas;           /* thread blocks per GPU */
   int threads;        /* threads per block */
   size_t chunkBytes;  /* chunk per pipeline (a block, or a team of one) per step, 0 if none */
 } yaliAlgoInfo_t;
 
-YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, size_t count,
+YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, const void* sendbuff,
+                                            const void* recvbuff, size_t count,
                                             yaliDataType_t datatype, yaliRedOp_t op,
                                             yaliAlgoInfo_t* info);
 

@@ -11,6 +11,13 @@ Low level (plain pointers as ints, any CUDA array library)::
     comm.all_reduce(send_ptr, recv_ptr, count, "float32", "sum", stream_ptr)
     comm.destroy()
 
+Registered buffers (zero-copy: the ``direct`` algorithm reads peers' inputs and writes their outputs
+over NVLink, with no copy through YALI's staging buffers)::
+
+    with comm.register(send_ptr, nbytes), comm.register(recv_ptr, nbytes):  # collective
+        comm.all_reduce(send_ptr, recv_ptr, count, "float32")
+    # torch: comm.register(tensor) registers the tensor's whole storage
+
 PyTorch: ``yali.torch`` (Communicator, SingleProcessCommunicator, torch.compile custom ops).
 Submodules ``torch``, ``sweep``, ``report``, ``hw``, ``bench_backends`` are imported on first use.
 """
@@ -45,6 +52,7 @@ __all__ = [
     "AlgoInfo",
     "Comm",
     "DataType",
+    "Registration",
     "RedOp",
     "Result",
     "UniqueId",
@@ -68,6 +76,7 @@ __all__ = [
     "group_end",
     "group_start",
     "library_path",
+    "register_all",
 ]
 
 _LAZY_SUBMODULES = ("torch", "sweep", "report", "hw", "bench_backends")
@@ -269,6 +278,214 @@ def _as_stream(value, call):
     )
 
 
+def _as_span(buf, nbytes, call):
+    """(pointer, size in bytes, object to keep alive) of the memory to register.
+
+    - a torch tensor, nbytes None: its whole untyped storage (storage.data_ptr(), storage.nbytes()),
+      so that every view of that storage lies inside the registration;
+    - a torch tensor with nbytes: ``nbytes`` bytes from tensor.data_ptr();
+    - an object with __cuda_array_interface__ (CuPy, Numba): its data pointer and, with nbytes None,
+      shape x itemsize (contiguous arrays only);
+    - an int (a device pointer): nbytes is required.
+    """
+    if nbytes is not None:
+        nbytes = _capi.as_size_t(nbytes, call, "nbytes")
+    if buf is None or isinstance(buf, bool):
+        raise _capi.python_error(
+            Result.InvalidArgument, call, f"buff must be a device pointer or tensor, got {buf!r}"
+        )
+    if isinstance(buf, int):
+        if nbytes is None:
+            raise _capi.python_error(
+                Result.InvalidArgument, call, "nbytes is required when buff is a pointer (int)"
+            )
+        return buf, nbytes, None
+    if hasattr(buf, "data_ptr"):
+        if nbytes is not None:
+            return buf.data_ptr(), nbytes, buf
+        storage = getattr(buf, "untyped_storage", None)
+        if storage is not None:
+            st = storage()
+            return st.data_ptr(), st.nbytes(), buf
+        size = getattr(buf, "nbytes", None)
+        if isinstance(size, int):
+            return buf.data_ptr(), size, buf
+        raise _capi.python_error(
+            Result.InvalidArgument, call, f"nbytes is required for a {type(buf).__name__}"
+        )
+    cai = getattr(buf, "__cuda_array_interface__", None)
+    if cai is not None:
+        ptr = cai["data"][0]
+        if nbytes is None:
+            if cai.get("strides") is not None:
+                raise _capi.python_error(
+                    Result.InvalidArgument, call,
+                    "nbytes is required for a strided __cuda_array_interface__ array",
+                )
+            nbytes = int(cai["typestr"][2:])
+            for dim in cai["shape"]:
+                nbytes *= int(dim)
+        return ptr, nbytes, buf
+    raise _capi.python_error(
+        Result.InvalidArgument,
+        call,
+        f"buff must be a device pointer (int) or a tensor, got {type(buf).__name__}",
+    )
+
+
+class Registration:
+    """Device memory registered with yaliCommRegister on one comm (``Comm.register``) or on every
+    comm of a single process (``yali.register_all``).
+
+    While it lasts, a collective whose send and receive buffers both lie inside registrations on
+    every rank, at the same byte offset of corresponding registrations, may take the zero-copy
+    ``direct`` path (from YALI_DIRECT_MIN_BYTES up; see ``Comm.all_reduce_algo_info``).
+
+    ``deregister()`` (yaliCommDeregister) is collective, like the registration: every rank calls it,
+    in the same order relative to its other registrations. Idempotent. ``with`` support: a normal
+    exit deregisters; an exit by exception does not (a collective call could wait for peers that
+    are gone): the comm's destroy or abort ends it then. Not deregistered on garbage collection.
+
+    The registered object (tensor, array) is referenced until deregistration, so that its memory
+    stays allocated as the library requires.
+
+    Attributes: ``ptrs``, ``nbytes`` (per comm, the same size everywhere), ``comms``; for one comm,
+    ``ptr`` and ``handle`` (the registration handle as an int).
+    """
+
+    def __init__(self, entries, nbytes, keepalive=()):
+        # entries: [(Comm, registration handle, pointer)]
+        self._entries = list(entries)
+        self.nbytes = nbytes
+        self._keepalive = list(keepalive)
+        for comm, _, _ in self._entries:
+            comm._registrations.append(self)
+
+    @property
+    def comms(self):
+        return [c for c, _, _ in self._entries]
+
+    @property
+    def ptrs(self):
+        return [p for _, _, p in self._entries]
+
+    @property
+    def handles(self):
+        return [h for _, h, _ in self._entries]
+
+    @property
+    def ptr(self):
+        return self._only("ptr")[2]
+
+    @property
+    def handle(self):
+        return self._only("handle")[1]
+
+    def _only(self, what):
+        if len(self._entries) != 1:
+            raise AttributeError(
+                f"Registration.{what}: this registration spans {len(self._entries)} comms; "
+                f"use .{what}s"
+            )
+        return self._entries[0]
+
+    @property
+    def closed(self):
+        """True once deregistered (or its comms destroyed/aborted)."""
+        return not self._entries
+
+    def contains(self, ptr, nbytes=0, index=0):
+        """Whether [ptr, ptr + nbytes) lies inside the registered range on comm ``index``."""
+        if self.closed:
+            return False
+        base = self._entries[index][2]
+        return base <= ptr and ptr + nbytes <= base + self.nbytes
+
+    def deregister(self):
+        """yaliCommDeregister on every comm of this registration (collective). Idempotent; does
+        nothing once its comms were destroyed or aborted."""
+        entries, self._entries = self._entries, []
+        first = None
+        for comm, reg, _ in entries:
+            _forget(comm, self)
+            if comm.closed:
+                continue
+            try:
+                _capi.comm_deregister(comm.handle, reg)
+            except YaliError as e:
+                first = first or e
+        self._keepalive = []  # only now may the memory be freed
+        if first is not None:
+            raise first
+
+    def _released(self, comm):
+        """Called by ``comm`` being destroyed or aborted: the library ends its registrations."""
+        self._entries = [e for e in self._entries if e[0] is not comm]
+        if not self._entries:
+            self._keepalive = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.deregister()
+        return False
+
+    def __repr__(self):
+        if self.closed:
+            return "<yali.Registration deregistered>"
+        where = ", ".join(f"cuda:{c.device} 0x{p:x}" for c, _, p in self._entries)
+        return f"<yali.Registration {self.nbytes} bytes at {where}>"
+
+
+def _forget(comm, registration):
+    try:
+        comm._registrations.remove(registration)
+    except ValueError:
+        pass
+
+
+def register_all(comms, buffers, nbytes=None):
+    """yaliCommRegister on every comm of one process (from ``Comm.init_all``): ``buffers[i]`` (a
+    tensor, array or pointer on comms[i]'s GPU, see ``Comm.register``) on ``comms[i]``, in a loop.
+    Returns one Registration spanning them all. If a comm's registration fails, the others are
+    still called (registrations pair up by call order on each comm), those that succeeded are
+    deregistered (best effort), and the first error is raised."""
+    call = "yaliCommRegister"
+    comms, buffers = list(comms), list(buffers)
+    if len(comms) != len(buffers) or not comms:
+        raise _capi.python_error(
+            Result.InvalidArgument,
+            call,
+            f"register_all needs one buffer per comm: {len(buffers)} buffers, {len(comms)} comms",
+        )
+    spans = [_as_span(b, nbytes, call) for b in buffers]
+    sizes = {n for _, n, _ in spans}
+    if len(sizes) != 1:
+        raise _capi.python_error(
+            Result.InvalidArgument,
+            call,
+            f"the buffers must have the same size on every comm, got {[n for _, n, _ in spans]}",
+        )
+    # Every comm is called even after one fails: the library numbers registrations per comm, and
+    # the k-th of each comm must stay paired with the k-th of the others.
+    done, first = [], None
+    for comm, (ptr, size, _) in zip(comms, spans):
+        try:
+            done.append((comm, _capi.comm_register(comm.handle, ptr, size), ptr))
+        except YaliError as e:
+            first = first or e
+    if first is not None:
+        for comm, reg, _ in done:
+            try:
+                _capi.comm_deregister(comm.handle, reg)
+            except YaliError:
+                pass
+        raise first
+    return Registration(done, sizes.pop(), [k for _, _, k in spans if k is not None])
+
+
 class _ClosingContext:
     """``with`` support shared by the communicator classes (here and in yali.torch): a normal exit
     closes the communicator; an exit by exception aborts it, since its peers may be gone and a
@@ -297,6 +514,7 @@ class Comm(_ClosingContext):
         if not handle:
             raise ValueError("Comm needs a non-NULL yaliComm_t; use Comm.init_rank or Comm.init_all")
         self._handle = int(handle)
+        self._registrations = []  # live Registration objects on this comm
         self._rank = _capi.comm_user_rank(self._handle)
         self._size = _capi.comm_count(self._handle)
         self._device = _capi.comm_cu_device(self._handle)
@@ -373,14 +591,73 @@ class Comm(_ClosingContext):
             _as_stream(stream_ptr, call),
         )
 
-    def all_reduce_algo_info(self, count, dtype=DataType.Float32, op=RedOp.Sum):
-        """yaliAllReduceAlgoInfo: the algorithm yaliAllReduce would run. Launches nothing."""
+    def all_reduce_algo_info(self, count, dtype=DataType.Float32, op=RedOp.Sum, send_ptr=None,
+                             recv_ptr=None):
+        """yaliAllReduceAlgoInfo: the algorithm yaliAllReduce would run. Launches nothing.
+
+        ``send_ptr``/``recv_ptr`` (pointers or tensors, as for ``all_reduce``; the same one twice
+        for in place): the buffers of the call, which matter when they are registered (the
+        ``direct`` algorithm). None (the default) passes NULL: the choice for unregistered
+        buffers."""
         call = "yaliAllReduceAlgoInfo"
         return AlgoInfo(
             *_capi.all_reduce_algo_info(
-                self.handle, count, as_datatype(dtype, call), as_redop(op, call)
+                self.handle,
+                _as_ptr(send_ptr, call, "sendbuff"),
+                _as_ptr(recv_ptr, call, "recvbuff"),
+                count,
+                as_datatype(dtype, call),
+                as_redop(op, call),
             )
         )
+
+    # -- registered buffers
+
+    def register(self, buff, nbytes=None):
+        """yaliCommRegister: maps device memory of this comm's GPU into every peer, so that
+        collectives whose buffers lie inside it (on every rank, at the same offset) can run
+        zero-copy. Collective: every rank calls it, in the same order, with the same size.
+
+        ``buff``: a torch tensor (``nbytes`` None: its whole untyped storage, from
+        ``untyped_storage().data_ptr()`` for ``untyped_storage().nbytes()`` bytes, so that every view
+        of it qualifies; with ``nbytes``: that many bytes from ``data_ptr()``), an object with
+        __cuda_array_interface__ (shape x itemsize unless ``nbytes``), or a pointer (int; ``nbytes``
+        required). The memory must be shareable by CUDA IPC (from cudaMalloc: torch's caching
+        allocator qualifies, except with expandable_segments). Returns a Registration
+        (``deregister()``, or use it in a ``with`` block)."""
+        call = "yaliCommRegister"
+        ptr, size, keep = _as_span(buff, nbytes, call)
+        reg = _capi.comm_register(self.handle, ptr, size)
+        return Registration([(self, reg, ptr)], size, [keep] if keep is not None else [])
+
+    def deregister(self, registration):
+        """yaliCommDeregister (collective): ends a Registration made by ``register`` (or, given a
+        raw registration handle as an int, the registration it names)."""
+        call = "yaliCommDeregister"
+        if isinstance(registration, int) and not isinstance(registration, bool):
+            for r in self._registrations:
+                if len(r.comms) == 1 and r.handle == registration:
+                    registration = r
+                    break
+            else:
+                _capi.comm_deregister(self.handle, registration)
+                return
+        if not isinstance(registration, Registration):
+            raise _capi.python_error(
+                Result.InvalidArgument,
+                call,
+                f"handle must be a yali.Registration or an int, got {type(registration).__name__}",
+            )
+        if not registration.closed and self not in registration.comms:
+            raise _capi.python_error(
+                Result.InvalidArgument, call, f"{registration!r} was not made on this communicator"
+            )
+        registration.deregister()
+
+    @property
+    def registrations(self):
+        """The live Registrations on this comm, oldest first."""
+        return list(self._registrations)
 
     # -- errors and life cycle
 
@@ -404,14 +681,29 @@ class Comm(_ClosingContext):
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
-        _capi.comm_destroy(handle)
+        try:
+            _capi.comm_destroy(handle)
+        finally:
+            # After the call: the registered memory (kept alive by the Registrations) must stay
+            # allocated until the library has let go of it.
+            self._release_registrations()
 
     def abort(self):
         """yaliCommAbort: frees without waiting for peers. Idempotent."""
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
-        _capi.comm_abort(handle)
+        try:
+            _capi.comm_abort(handle)
+        finally:
+            # After the call: the registered memory (kept alive by the Registrations) must stay
+            # allocated until the library has let go of it.
+            self._release_registrations()
+
+    def _release_registrations(self):
+        regs, self._registrations = self._registrations, []
+        for r in regs:
+            r._released(self)
 
     close = destroy  # the name _ClosingContext (and torch-side code) uses
 

@@ -274,6 +274,16 @@ _PROTOTYPES = {
     "yaliCommCount": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     "yaliCommCuDevice": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     "yaliCommUserRank": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
+    "yaliCommRegister": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # buff
+            ctypes.c_size_t,  # size
+            ctypes.POINTER(ctypes.c_void_p),  # handle (out)
+        ],
+    ),
+    "yaliCommDeregister": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
     "yaliGroupStart": (ctypes.c_int, []),
     "yaliGroupEnd": (ctypes.c_int, []),
     "yaliAllReduce": (
@@ -290,7 +300,15 @@ _PROTOTYPES = {
     ),
     "yaliAllReduceAlgoInfo": (
         ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.POINTER(yaliAlgoInfo_t)],
+        [
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # sendbuff (NULL: the choice for unregistered buffers)
+            ctypes.c_void_p,  # recvbuff (NULL allowed)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # op
+            ctypes.POINTER(yaliAlgoInfo_t),  # info (out)
+        ],
     ),
 }
 
@@ -497,6 +515,21 @@ def comm_user_rank(handle):
     return _comm_int_query("yaliCommUserRank", handle)
 
 
+def comm_register(handle, ptr, size):
+    """yaliCommRegister(comm, ptr, size) -> the registration handle (an int, never 0).
+    Collective: every rank, same order, same size."""
+    call = "yaliCommRegister"
+    size = as_size_t(size, call, "size")
+    reg = ctypes.c_void_p(None)
+    check(lib().yaliCommRegister(handle, ptr, size, ctypes.byref(reg)), call, handle)
+    return reg.value
+
+
+def comm_deregister(handle, reg_handle):
+    """yaliCommDeregister(comm, handle). Collective, like yaliCommRegister."""
+    check(lib().yaliCommDeregister(handle, reg_handle), "yaliCommDeregister", handle)
+
+
 def group_start():
     check(lib().yaliGroupStart(), "yaliGroupStart")
 
@@ -521,13 +554,16 @@ def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
         check(code, call, handle)
 
 
-def all_reduce_algo_info(handle, count, datatype, op):
-    """yaliAllReduceAlgoInfo -> (algorithm, ctas, threads, chunk_bytes)."""
+def all_reduce_algo_info(handle, send_ptr, recv_ptr, count, datatype, op):
+    """yaliAllReduceAlgoInfo -> (algorithm, ctas, threads, chunk_bytes). ``send_ptr``/``recv_ptr``:
+    ints or None (NULL: the choice for unregistered buffers)."""
     call = "yaliAllReduceAlgoInfo"
     info = yaliAlgoInfo_t()
     check(
         lib().yaliAllReduceAlgoInfo(
             handle,
+            send_ptr,
+            recv_ptr,
             as_size_t(count, call, "count"),
             as_c_int(datatype, call, "datatype"),
             as_c_int(op, call, "op"),

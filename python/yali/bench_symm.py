@@ -4,9 +4,17 @@ per GPU.
     python -m yali.bench_symm                                   # 2 and 4 GPUs, 4K..256M, bf16
     python -m yali.bench_symm --world_sizes 2 --sizes 4K,1M --dtype fp32
     python -m yali.bench_symm --timing eager --symm_backend NVSHMEM
+    python -m yali.bench_symm --yali_buffers plain              # YALI on unregistered tensors
 
 Variants (sum; sizes in bytes, 1K = 2^10):
-  yali                 yali.torch.Communicator.all_reduce(x, out=y): out of place, plain tensors.
+  yali                 yali.torch.Communicator.all_reduce(x, out=y): out of place. With
+                       --yali_buffers registered (the default), x and y are prefix views of two
+                       buffers of the largest size registered once with yaliCommRegister
+                       (Communicator.empty_registered), so YALI, like the symmetric-memory kernels,
+                       reads pre-registered memory and runs its zero-copy `direct` algorithm where
+                       the library selects it (from YALI_DIRECT_MIN_BYTES up); with plain, x and y
+                       are ordinary tensors allocated per size (YALI copies through its staging
+                       buffers). The algorithm YALI ran is recorded per size.
   symm_one_shot        torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name): reads a
                        symmetric buffer (torch.distributed._symmetric_memory.empty + rendezvous),
                        returns a new tensor.
@@ -19,8 +27,11 @@ Variants (sum; sizes in bytes, 1K = 2^10):
                        what a caller whose data is not already in symmetric memory pays.
   nccl                 torch.distributed.all_reduce on the NCCL process group (in place).
 The symmetric-memory kernels read their input from a pre-registered buffer, so no copy-in is
-counted in symm_one_shot(_out) and symm_two_shot; yali and nccl read ordinary tensors. The
-symmetric buffer comes from torch's default allocation backend unless --symm_backend names one.
+counted in symm_one_shot(_out) and symm_two_shot; nccl reads ordinary tensors, and so does yali with
+--yali_buffers plain. Registered YALI buffers (the default) are the like-for-like comparison with the
+pure symmetric-memory variants; plain ones compare what a caller whose data is not in registered
+memory pays (as symm_two_shot+copy does). The symmetric buffer comes from torch's default
+allocation backend unless --symm_backend names one.
 
 Timing (--timing), per (variant, size), after --num_warmup calls and the correctness check:
   graph (default)  the warm-up runs on a side stream, then N calls are captured into one
@@ -80,6 +91,10 @@ COLUMN_TITLES = {"yali": "yali us", "symm_one_shot": "symm one-shot us",
 DTYPES = {"bf16": ("bfloat16", 2), "fp16": ("float16", 2), "fp32": ("float32", 4)}
 YALI_MODE = "out-of-place (Communicator.all_reduce(x, out=y))"
 TIMINGS = ("graph", "eager")
+# --yali_buffers: registered (yaliCommRegister, zero-copy; the default) or plain tensors. Results
+# written before the option existed were plain.
+YALI_BUFFERS = ("registered", "plain")
+DEFAULT_YALI_BUFFERS = "registered"
 
 DEFAULT_WORLD_SIZES = "2,4"
 DEFAULT_SIZES = "4K,64K,256K,1M,4M,16M,64M,256M"
@@ -106,12 +121,30 @@ _METHOD = {
 }
 
 
-def note(timing):
+def yali_buffers_of(meta):
+    """The --yali_buffers of a result; results written before the option existed were plain."""
+    return meta.get("yali_buffers", "plain")
+
+
+def yali_reads(buffers):
+    """What the yali variant reads, in words."""
+    if buffers == "registered":
+        return ("YALI reads tensors registered with yaliCommRegister (zero-copy `direct` algorithm "
+                "where the library selects it)")
+    return "YALI reads a plain tensor"
+
+
+def note(timing, yali_buffers="plain"):
     """The paragraph under the tables: how a figure was measured and what each variant reads."""
+    if yali_buffers == "registered":
+        reads = ("yali reads and writes buffers registered with yaliCommRegister (no copy-in "
+                 "counted either); nccl reads plain tensors")
+    else:
+        reads = "yali and nccl read plain tensors"
     return (
         _METHOD.get(timing, _METHOD["eager"]) + " symm_one_shot(_out) and symm_two_shot read their "
-        "input from a pre-registered symmetric buffer (no copy-in counted); yali and nccl read "
-        "plain tensors; symm_two_shot+copy adds the copy of a plain tensor into the symmetric "
+        "input from a pre-registered symmetric buffer (no copy-in counted); " + reads + "; "
+        "symm_two_shot+copy adds the copy of a plain tensor into the symmetric "
         "buffer (the result stays in that buffer). yali: " + YALI_MODE + "; symm_one_shot_out: "
         "into a plain tensor; nccl and symm_two_shot: in place; symm_one_shot: returns a new "
         "tensor. Speedup = best of (symm one-shot, one-shot out, two-shot) / yali, correct results "
@@ -197,6 +230,11 @@ def build_parser():
                    help="pin the symmetric-memory allocation backend "
                         "(torch.distributed._symmetric_memory.set_backend, e.g. CUDA, NVSHMEM); "
                         "default: torch's own choice")
+    p.add_argument("--yali_buffers", choices=YALI_BUFFERS, default=DEFAULT_YALI_BUFFERS,
+                   help="registered: YALI's input and output are registered once with "
+                        "yaliCommRegister (zero-copy, like the symmetric-memory kernels' "
+                        "pre-registered buffer); plain: ordinary tensors (YALI copies through its "
+                        f"staging buffers) (default {DEFAULT_YALI_BUFFERS})")
     p.add_argument("--timeout", type=float, default=120,
                    help="seconds for one world size's process group (start-up included)")
     p.add_argument("--output_dir", default=None, help="default: output/bench_symm/<timestamp>/")
@@ -351,8 +389,9 @@ def text_table(rows, world, variants):
 def _detail_lines(rows, world, variants):
     """Per variant: time per call, p50, p99 (of single calls in eager mode, of graph replays in
     graph mode), host time to issue one call, calls per timed loop."""
-    lines = ["| size | variant | us/call | p50 us | p99 us | host us/call | N | correct |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| size | variant | us/call | p50 us | p99 us | host us/call | N | correct | "
+             "algorithm |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for nbytes, cells in _cells_by_size(rows, world).items():
         for v in variants:
             r = cells.get(v)
@@ -361,8 +400,9 @@ def _detail_lines(rows, world, variants):
             f = lambda k: "" if r.get(k) is None else f"{r[k]:.2f}"  # noqa: E731
             correct = "n/a" if r.get("error") else ("ok" if r.get("correct") else "FAIL")
             calls = r.get("iterations") or ""
+            algo = r.get("algorithm") or ""
             lines.append(f"| {format_size(nbytes)} | {v} | {_time_cell(r)} | {f('p50_us')} | "
-                         f"{f('p99_us')} | {f('host_us')} | {calls} | {correct} |")
+                         f"{f('p99_us')} | {f('host_us')} | {calls} | {correct} | {algo} |")
     return lines
 
 
@@ -397,9 +437,10 @@ def header_lines(meta):
         f"AllReduce sum, {dtype}, YALI vs PyTorch symmetric memory (torch {torch_version}); "
         f"timing: {timing_text(meta)}.",
         "symm one-shot / two-shot read a pre-registered symmetric buffer (no copy-in counted); "
-        "YALI reads a plain tensor; symm two-shot+copy = copy of a plain tensor into the "
-        "symmetric buffer + two-shot.",
-        f"yali: {YALI_MODE}. Symmetric-memory backend: {backend} (requested: {requested}).",
+        f"{yali_reads(yali_buffers_of(meta))}; symm two-shot+copy = copy of a plain tensor into "
+        "the symmetric buffer + two-shot.",
+        f"yali: {YALI_MODE}, buffers {yali_buffers_of(meta)} (--yali_buffers). Symmetric-memory "
+        f"backend: {backend} (requested: {requested}).",
     ]
 
 
@@ -410,7 +451,7 @@ def markdown(result):
     lines += header_lines(meta) + [""]
     for world in worlds_of(rows):
         lines += [f"## {world} GPUs", ""] + markdown_table(rows, world, variants) + [""]
-    lines += [note(timing_of(meta)), "", "## Details", ""]
+    lines += [note(timing_of(meta), yali_buffers_of(meta)), "", "## Details", ""]
     for world in worlds_of(rows):
         lines += [f"### {world} GPUs", ""] + _detail_lines(rows, world, variants) + [""]
     if meta.get("command"):
@@ -473,13 +514,15 @@ def _capture_reason(e):
 
 
 class _Variant:
-    """One variant at one size (see make_* in _worker)."""
+    """One variant at one size (see make_* in _worker). ``algorithm``: what the library reports it
+    runs (yali only), else None."""
 
-    def __init__(self, load, call, result, repeatable):
+    def __init__(self, load, call, result, repeatable, algorithm=None):
         self.load = load
         self.call = call
         self.result = result
         self.repeatable = repeatable
+        self.algorithm = algorithm
 
 
 def _worker(args):
@@ -549,6 +592,7 @@ def _worker(args):
     # ---- Resources shared by the sizes, set up just before the first variant that needs them.
     symm = {"buf": None, "error": None, "ready": False}
     yali_state = {"comm": None, "error": None, "ready": False}
+    yali_bufs = {"pair": None, "error": None, "ready": False}
 
     def symm_buffer():
         """One symmetric buffer of the largest size; each size uses a prefix view of it (the ops
@@ -619,14 +663,41 @@ def _worker(args):
     # tests/python/test_torch_gpu.py), ProcessGroupNCCL's all_reduce is capturable (NCCL >= 2.9.6),
     # and so are the symm_mem ops.
 
+    def yali_registered_pair():
+        """Two registered buffers of the largest size (input, output), made once; each size uses
+        prefix views of them, at offset 0 on every rank (what the direct path needs)."""
+        if yali_bufs["ready"]:
+            return yali_bufs["pair"], yali_bufs["error"]
+        yali_bufs["ready"] = True
+        comm, err = yali_comm()
+        if err is None:
+            try:
+                # Collective, in the same order on every rank.
+                pair = (comm.empty_registered(max_count, dtype),
+                        comm.empty_registered(max_count, dtype))
+            except Exception as e:  # noqa: BLE001 (recorded as n/a)
+                err = "yali register: " + _first_line(e)
+            err = agree(err)
+        if err is None:
+            yali_bufs["pair"] = pair
+        yali_bufs["error"] = err
+        return yali_bufs["pair"], err
+
     def make_yali(count):
         comm, err = yali_comm()
         if err:
             raise _Unavailable(err)
-        src = torch.empty(count, dtype=dtype, device=device)
-        dst = torch.empty_like(src)
+        if args.yali_buffers == "registered":
+            pair, err = yali_registered_pair()
+            if err:
+                raise _Unavailable(err)
+            src, dst = pair[0][:count], pair[1][:count]
+        else:
+            src = torch.empty(count, dtype=dtype, device=device)
+            dst = torch.empty_like(src)
+        algorithm = comm.algo_info(src, out=dst).algorithm
         return _Variant(lambda x: src.copy_(x), lambda: comm.all_reduce(src, out=dst),
-                        lambda: dst, True)
+                        lambda: dst, True, algorithm)
 
     def make_nccl(count):
         buf = torch.empty(count, dtype=dtype, device=device)
@@ -850,7 +921,8 @@ def _worker(args):
         line = (f"[x{world}] {row['variant']:<19} {format_size(row['bytes']):>5}: "
                 + (f"n/a ({row['error']})" if row["error"] else
                    f"{row['time_us']:.2f} us (p50 {row['p50_us']:.2f}, p99 {row['p99_us']:.2f})"
-                   f" {'correct' if row['correct'] else 'WRONG'}"))
+                   f" {'correct' if row['correct'] else 'WRONG'}")
+                + (f" [{row['algorithm']}]" if row.get("algorithm") else ""))
         if echo:
             print(line, flush=True)
         if args.result_file:
@@ -860,7 +932,8 @@ def _worker(args):
             os.replace(tmp, args.result_file)
 
     meta = {"torch": torch.__version__, "device": torch.cuda.get_device_name(device),
-            "group_name": str(group_name), "timing": args.timing}
+            "group_name": str(group_name), "timing": args.timing,
+            "yali_buffers": args.yali_buffers}
 
     todo = [(v, b) for v in RUN_ORDER if v in args.variants for b in args.sizes]
     stopped = None
@@ -871,10 +944,11 @@ def _worker(args):
                "dtype": args.dtype, "timing": args.timing, "iterations": n,
                "replays": args.num_replays if args.timing == "graph" else None, "time_us": None,
                "p50_us": None, "p99_us": None, "host_us": None, "correct": None,
-               "graph_check": None, "error": None}
+               "graph_check": None, "error": None, "algorithm": None}
         err, ok, timing, check, v = None, False, None, None, None
         try:
             v = makers[variant](count)
+            row["algorithm"] = v.algorithm
             v.load(rank_input(count, rank))
             sync_all()
             v.call()
@@ -919,8 +993,9 @@ def _worker(args):
         dist.barrier(group=host_group)
         sys.stdout.flush()
         os._exit(3)
+    yali_bufs["pair"] = None
     if yali_state["comm"] is not None:
-        yali_state["comm"].close()
+        yali_state["comm"].close()  # also ends the registrations
     symm["buf"] = None
     torch.cuda.synchronize(device)
     dist.barrier(group=host_group)
@@ -934,7 +1009,8 @@ def _missing_row(world, variant, nbytes, args, why):
     return {"world_size": world, "variant": variant, "bytes": nbytes,
             "count": nbytes // DTYPES[args.dtype][1], "dtype": args.dtype, "timing": args.timing,
             "iterations": 0, "replays": None, "time_us": None, "p50_us": None, "p99_us": None,
-            "host_us": None, "correct": None, "graph_check": None, "error": why}
+            "host_us": None, "correct": None, "graph_check": None, "error": why,
+            "algorithm": None}
 
 
 def _run_world(world, args):
@@ -948,6 +1024,7 @@ def _run_world(world, args):
                "--dtype", args.dtype, "--variants", ",".join(args.variants),
                "--timing", args.timing, "--num_warmup", str(args.num_warmup),
                "--num_replays", str(args.num_replays),
+               "--yali_buffers", args.yali_buffers,
                "--timeout", str(args.timeout), "--result_file", result_file]
         if args.num_iterations is not None:
             cmd += ["--num_iterations", str(args.num_iterations)]
@@ -1009,12 +1086,13 @@ def main(argv=None):
             "num_iterations": args.num_iterations,
             "num_replays": args.num_replays if args.timing == "graph" else None,
             "symm_backend_requested": args.symm_backend, "gpus_visible": gpus,
-            "yali_mode": YALI_MODE,
+            "yali_mode": YALI_MODE, "yali_buffers": args.yali_buffers,
             "command": "python -m yali.bench_symm " + " ".join(sys.argv[1:] if argv is None
                                                                 else argv),
-            "note": note(args.timing)}
+            "note": note(args.timing, args.yali_buffers)}
     print(f"bench_symm: {args.dtype}, world sizes {worlds}, sizes "
-          f"{','.join(format_size(b) for b in args.sizes)}, timing {args.timing}; up to "
+          f"{','.join(format_size(b) for b in args.sizes)}, timing {args.timing}, yali buffers "
+          f"{args.yali_buffers}; up to "
           f"{args.timeout:.0f} s per world size", flush=True)
     rows, failures = [], []
     for world in worlds:
@@ -1037,14 +1115,15 @@ def main(argv=None):
     for line in header_lines(meta):
         print(line)
     for world in worlds_of(rows):
-        print(f"\n{world} GPUs, {args.dtype}, {args.timing} timing, us per call (max over ranks)")
+        print(f"\n{world} GPUs, {args.dtype}, {args.timing} timing, yali buffers "
+              f"{args.yali_buffers}, us per call (max over ranks)")
         print("\n".join(text_table(rows, world, args.variants)))
     print()
-    print(note(args.timing))
+    print(note(args.timing, args.yali_buffers))
     print(f"saved {out_dir / 'results.md'}, {out_dir / 'results.json'}")
     # Last line: what scripts/gpu_check.sh puts in its summary.
-    print(summary_line(rows) + (f"; {len(failures)} process group(s) failed" if failures else ""),
-          flush=True)
+    print(summary_line(rows) + f"; yali buffers {args.yali_buffers}"
+          + (f"; {len(failures)} process group(s) failed" if failures else ""), flush=True)
     wrong = any(not r.get("error") and r.get("correct") is False for r in rows)
     return 1 if wrong or failures else 0
 

@@ -8,6 +8,15 @@
 ``SingleProcessCommunicator(devices=None)``
     One process driving several GPUs (yaliCommInitAll). ``all_reduce(tensors, op="sum", outs=None)``.
 
+Zero-copy: ``empty_registered(shape, dtype)`` on either communicator allocates tensors registered
+with yaliCommRegister (collective: every rank calls it in the same order with the same shape). An
+all_reduce whose input and output both lie in registered memory on every rank, at the same offset
+(the tensors themselves, or the same views of them), runs the ``direct`` algorithm from
+YALI_DIRECT_MIN_BYTES up: peers' inputs are read and outputs written over NVLink, with no copy
+through YALI's staging buffers. ``register(tensor)`` registers an existing tensor's whole storage;
+``deregister(tensor_or_registration)`` ends a registration (collective); ``close()`` ends them all.
+``algo_info(tensor, out=...)`` tells which algorithm a call would run.
+
 Every collective is a custom operator (``torch.ops.yali.*``) with a fake implementation, so that
 ``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
 current stream, never synchronizes and allocates only in the functional form, so it can be captured
@@ -250,6 +259,44 @@ def _define_collective(name, launch, out_like):
 _all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_shape)
 
 
+# ---- Registered memory ---------------------------------------------------------------------------
+
+
+def _storage_ptr(t):
+    return t.untyped_storage().data_ptr()
+
+
+def _empty_on(shape, dtype, dev, method):
+    if dtype not in _DTYPE_TUPLE:
+        raise TypeError(f"{method}: dtype {dtype} is not supported; float32, float16, bfloat16")
+    return torch.empty(shape, dtype=dtype, device=torch.device("cuda", dev))
+
+
+def _find_registration(regs, x, method):
+    """The live Registration in ``regs`` that is ``x``, or that holds tensor ``x`` (for a list of
+    tensors, x[0]): the one that starts at its storage, else one that contains its data."""
+    if isinstance(x, yali.Registration):
+        return x
+    t = x[0] if isinstance(x, (list, tuple)) and x else x
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{method}: expected a tensor or a yali.Registration, got {type(x).__name__}")
+    live = [r for r in regs if not r.closed]
+    # Device pointers are unique across GPUs (unified addressing): any comm's range may match.
+    storage = _storage_ptr(t)
+    for r in live:
+        if storage in r.ptrs:
+            return r
+    for r in live:
+        if any(r.contains(t.data_ptr(), 1, i) for i in range(len(r.ptrs))):
+            return r
+    raise ValueError(f"{method}: this tensor's storage is not registered on this communicator")
+
+
+def _info_ptr(t):
+    """A tensor's data_ptr for yaliAllReduceAlgoInfo; None (NULL) unless it is a CUDA tensor."""
+    return t.data_ptr() if isinstance(t, torch.Tensor) and t.device.type == "cuda" else None
+
+
 # ---- Communicators -------------------------------------------------------------------------------
 
 
@@ -351,10 +398,41 @@ class Communicator(yali._ClosingContext):
             _check_tensor(method, "tensor", tensor, self._device_index)
         return _all_reduce_ops.functional(tensor, handle, code)
 
-    def algo_info(self, tensor, op="sum"):
-        """What yaliAllReduce would run for ``tensor`` (a yali.AlgoInfo). Launches nothing."""
+    def algo_info(self, tensor, op="sum", out=None):
+        """What ``all_reduce(tensor, op, out)`` would run (a yali.AlgoInfo): the buffers are passed,
+        so a registered tensor and out show the ``direct`` algorithm. Launches nothing."""
         return self._comm_or_raise().all_reduce_algo_info(
-            tensor.numel(), DTYPES[tensor.dtype], _op_code(op, "Communicator.algo_info"))
+            tensor.numel(), DTYPES[tensor.dtype], _op_code(op, "Communicator.algo_info"),
+            send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(tensor if out is None else out))
+
+    # -- registered memory (zero-copy)
+
+    def register(self, tensor, nbytes=None):
+        """yaliCommRegister of ``tensor``'s whole untyped storage (or of ``nbytes`` bytes from its
+        data_ptr()). Collective over the group: same order and size on every rank. Returns a
+        yali.Registration (``deregister()``; usable in a ``with`` block); ``close()`` ends it."""
+        method = "Communicator.register"
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{method}: tensor must be a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device != self.device:
+            raise ValueError(f"{method}: tensor is on {tensor.device}, the comm on {self.device}")
+        return self._comm_or_raise().register(tensor, nbytes)
+
+    def empty_registered(self, shape, dtype=torch.float32):
+        """A new uninitialized tensor on this rank's GPU, registered (collective: every rank calls
+        it in the same order with the same shape and dtype). all_reduce on it (in place, or with a
+        registered ``out``) runs zero-copy. It stays registered until ``deregister(tensor)`` or
+        ``close()``."""
+        t = _empty_on(shape, dtype, self._device_index, "Communicator.empty_registered")
+        self.register(t)
+        return t
+
+    def deregister(self, tensor_or_registration):
+        """yaliCommDeregister (collective) of a Registration, or of the registration holding a
+        tensor's storage (from ``empty_registered`` or ``register``)."""
+        comm = self._comm_or_raise()
+        _find_registration(comm.registrations, tensor_or_registration,
+                           "Communicator.deregister").deregister()
 
     # -- life cycle
 
@@ -449,6 +527,52 @@ class SingleProcessCommunicator(yali._ClosingContext):
                     _capi.all_reduce(t.data_ptr(), o.data_ptr(), count, dtype, code, comm.handle,
                                      stream)
         return outs
+
+    def algo_info(self, tensors, op="sum", outs=None):
+        """What ``all_reduce(tensors, op, outs)`` would run on each GPU: a list of yali.AlgoInfo.
+        Launches nothing."""
+        code = _op_code(op, "SingleProcessCommunicator.algo_info")
+        tensors = list(tensors)
+        outs = tensors if outs is None else list(outs)
+        return [c.all_reduce_algo_info(t.numel(), DTYPES[t.dtype], code, send_ptr=_info_ptr(t),
+                                       recv_ptr=_info_ptr(o))
+                for c, t, o in zip(self._open_comms("algo_info"), tensors, outs)]
+
+    def register(self, tensors, nbytes=None):
+        """yaliCommRegister of ``tensors[i]``'s whole storage (or ``nbytes`` from its data_ptr())
+        on comm i, for every GPU (yali.register_all). Returns one yali.Registration."""
+        method = "SingleProcessCommunicator.register"
+        comms = self._open_comms("register")
+        tensors = list(tensors)
+        if len(tensors) != len(comms):
+            raise ValueError(f"{method}: tensors has {len(tensors)} tensors, expected "
+                             f"{len(comms)} (one per GPU)")
+        for i, t in enumerate(tensors):
+            if not isinstance(t, torch.Tensor) or t.device != torch.device("cuda", self.devices[i]):
+                raise ValueError(f"{method}: tensors[{i}] must be a tensor on cuda:{self.devices[i]}")
+        return yali.register_all(comms, tensors, nbytes)
+
+    def empty_registered(self, shape, dtype=torch.float32):
+        """One new uninitialized tensor per GPU (``[t0, t1, ...]``), registered on every comm.
+        all_reduce on them (in place, or into registered ``outs``) runs zero-copy. They stay
+        registered until ``deregister(tensors)`` or ``close()``."""
+        ts = [_empty_on(shape, dtype, d, "SingleProcessCommunicator.empty_registered")
+              for d in self.devices]
+        self.register(ts)
+        return ts
+
+    def deregister(self, tensors_or_registration):
+        """yaliCommDeregister on every comm, of a Registration or of the one holding the tensors
+        (a list from ``empty_registered``, or its first tensor)."""
+        comms = self._open_comms("deregister")
+        _find_registration(comms[0].registrations, tensors_or_registration,
+                           "SingleProcessCommunicator.deregister").deregister()
+
+    def _open_comms(self, what):
+        if not self.comms:
+            raise _capi.python_error(yali.Result.InvalidUsage,
+                                     f"SingleProcessCommunicator.{what}", "this communicator is closed")
+        return self.comms
 
     def close(self):
         """Destroys every comm. Idempotent."""

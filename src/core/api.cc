@@ -35,9 +35,15 @@ yaliResult_t checkAsync(yaliComm* comm, const char* call) {
   yaliResult_t r = commAsyncError(comm);
   if (r == yaliSuccess) return r;
   const HostStatus* s = comm->hostStatus;
-  const char* what = r == yaliTimeout ? "a device-side wait for a peer timed out (YALI_TIMEOUT_MS)"
-                     : r == yaliRemoteError ? "a peer aborted the communicator"
-                                            : "the communicator was aborted";
+  const char* what =
+      s->failure == kFailTimeout
+          ? "a device-side wait for a peer timed out (YALI_TIMEOUT_MS; did every rank make the same "
+            "call, with registered buffers on all ranks or on none?)"
+      : s->failure == kFailMismatch
+          ? "the ranks made different calls on registered buffers (count, datatype, op, or the "
+            "buffers' offsets within their registrations differ); nothing was written"
+      : s->failure == kFailRemoteAbort ? "a peer aborted the communicator"
+                                       : "the communicator was aborted";
   return fail(r, comm,
               "%s: an earlier operation on this comm failed on the device: %s (timeout %lld ms, "
               "wait phase %d, block %d, launch %llu); the comm must be aborted with yaliCommAbort",
@@ -85,6 +91,37 @@ yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t
   comm->validatedBuffers[comm->nextValidatedSlot] = p;
   comm->nextValidatedSlot = (comm->nextValidatedSlot + 1) % yaliComm::kValidatedBuffers;
   return yaliSuccess;
+}
+
+// Where a call's two buffers lie in registered memory (yaliCommRegister).
+struct RegisteredCall {
+  RegisteredSpan send;
+  RegisteredSpan recv;
+  // What every rank's kernel compares with its peers' at entry (block_ops.cuh: enterWithTag): the
+  // algorithm, the call's count, type and op, and the registrations and offsets of the buffers the
+  // algorithm maps (twoshot_direct maps only the output), folded into 32 bits (FNV-1a).
+  uint32_t tag(Algo algo, size_t count, yaliDataType_t datatype, yaliRedOp_t op) const {
+    const bool mapsSend = algo == Algo::kDirect;
+    const uint64_t fields[] = {static_cast<uint64_t>(algo), count, static_cast<uint64_t>(datatype),
+                               static_cast<uint64_t>(op), recv.registration->id, recv.offset,
+                               mapsSend ? send.registration->id : ~0ull, mapsSend ? send.offset : ~0ull};
+    uint64_t h = 1469598103934665603ull;
+    for (uint64_t f : fields) {
+      for (int i = 0; i < 8; ++i) h = (h ^ ((f >> (8 * i)) & 0xff)) * 1099511628211ull;
+    }
+    return static_cast<uint32_t>(h ^ (h >> 32));
+  }
+};
+
+RegisteredCall findRegisteredCall(const yaliComm* comm, const void* send, const void* recv, size_t bytes) {
+  RegisteredCall c;
+  c.send = findRegistered(comm, send, bytes);
+  c.recv = send == recv ? c.send : findRegistered(comm, recv, bytes);
+  return c;
+}
+
+AlgoChoice chooseFor(const yaliComm* comm, const RegisteredCall& reg, size_t bytes) {
+  return comm->selector.choose(bytes, reg.send.registration != nullptr, reg.recv.registration != nullptr);
 }
 
 }  // namespace
@@ -204,6 +241,32 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank) {
   return yaliSuccess;
 }
 
+YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t size, void** handle) {
+  const char* call = "yaliCommRegister";
+  yaliResult_t r = checkComm(comm, call);
+  if (r != yaliSuccess) return r;
+  if (handle == nullptr)
+    return refuseRegistration(comm, fail(yaliInvalidArgument, comm, "%s: handle is NULL", call));
+  *handle = nullptr;
+  if (size == 0) return refuseRegistration(comm, fail(yaliInvalidArgument, comm, "%s: size is 0", call));
+  r = checkAsync(comm, call);
+  if (r != yaliSuccess) return refuseRegistration(comm, r);
+  ScopedDevice onDevice(comm->device);
+  if (onDevice.status() != cudaSuccess)
+    return refuseRegistration(
+        comm, fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", call, comm->device));
+  r = checkBuffer(comm, buff, "buff", 1, call);
+  return r != yaliSuccess ? refuseRegistration(comm, r) : registerBuffer(comm, buff, size, handle, call);
+}
+
+YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle) {
+  const char* call = "yaliCommDeregister";
+  yaliResult_t r = checkComm(comm, call);
+  if (r != yaliSuccess) return r;
+  if (handle == nullptr) return fail(yaliInvalidArgument, comm, "%s: handle is NULL", call);
+  return deregisterBuffer(comm, handle, call);
+}
+
 YALI_API yaliResult_t yaliGroupStart(void) {
   ++groupDepth;
   return yaliSuccess;
@@ -245,7 +308,8 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
     r = checkBuffer(comm, recvbuff, "recvbuff", elemSize, call);
     if (r != yaliSuccess) return r;
   }
-  const AlgoChoice choice = comm->selector.choose(count * elemSize);
+  const RegisteredCall reg = findRegisteredCall(comm, sendbuff, recvbuff, count * elemSize);
+  const AlgoChoice choice = chooseFor(comm, reg, count * elemSize);
   DeviceArgs args = baseDeviceArgs(comm);
   args.send = sendbuff;
   args.recv = recvbuff;
@@ -253,6 +317,13 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   args.slotBytes = choice.slotBytes;
   args.teamsPerBlock = choice.teams;
   args.epochHint = ++comm->launches;
+  if (choice.algo == Algo::kDirect || choice.algo == Algo::kTwoshotDirect) {
+    for (int p = 0; p < comm->nranks; ++p) {
+      if (choice.algo == Algo::kDirect) args.peerSend[p] = reg.send.registration->peerBase[p] + reg.send.offset;
+      args.peerRecv[p] = reg.recv.registration->peerBase[p] + reg.recv.offset;
+    }
+    args.callTag = reg.tag(choice.algo, count, datatype, op);
+  }
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
   cudaError_t e = choice.algo == Algo::kCopyEngine
                       ? launchAllReduceCopyEngine(choice, dtype, static_cast<int>(op), args,
@@ -264,8 +335,10 @@ YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t
   return yaliSuccess;
 }
 
-YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, size_t count, yaliDataType_t datatype,
-                                            yaliRedOp_t op, yaliAlgoInfo_t* info) {
+YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, const void* sendbuff,
+                                            const void* recvbuff, size_t count,
+                                            yaliDataType_t datatype, yaliRedOp_t op,
+                                            yaliAlgoInfo_t* info) {
   const char* call = "yaliAllReduceAlgoInfo";
   yaliResult_t r = checkComm(comm, call);
   if (r != yaliSuccess) return r;
@@ -276,7 +349,8 @@ YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, size_t count, yaliD
                 static_cast<int>(datatype));
   if (static_cast<int>(op) < 0 || static_cast<int>(op) >= yaliNumOps)
     return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t", call, static_cast<int>(op));
-  const AlgoChoice c = comm->selector.choose(count * dataTypeSize(dtype));
+  const size_t bytes = count * dataTypeSize(dtype);
+  const AlgoChoice c = chooseFor(comm, findRegisteredCall(comm, sendbuff, recvbuff, bytes), bytes);
   memset(info, 0, sizeof(*info));
   strncpy(info->algorithm, count == 0 ? "none" : algoName(c.algo), sizeof(info->algorithm) - 1);
   info->ctas = count == 0 ? 0 : c.ctas;

@@ -14,22 +14,16 @@
 
 namespace yali {
 
-// Comms created together by yaliCommInitAll share one owner of their windows: a window may be
-// freed only when every comm that maps it is gone.
-struct ProcessGroup {
-  std::vector<int> devices;
-  std::vector<char*> windows;
-  ~ProcessGroup() {
-    for (size_t i = 0; i < windows.size(); ++i) {
-      if (windows[i] == nullptr) continue;
-      int prev;
-      cudaGetDevice(&prev);
-      cudaSetDevice(devices[i]);
-      cudaFree(windows[i]);
-      cudaSetDevice(prev);
-    }
+ProcessGroup::~ProcessGroup() {
+  for (size_t i = 0; i < windows.size(); ++i) {
+    if (windows[i] == nullptr) continue;
+    int prev;
+    cudaGetDevice(&prev);
+    cudaSetDevice(devices[i]);
+    cudaFree(windows[i]);
+    cudaSetDevice(prev);
   }
-};
+}
 
 namespace {
 
@@ -55,6 +49,7 @@ uint64_t settingsDigest(const Settings& s) {
   std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
                     std::to_string(s.oneshotPullMaxBytes) + "|" +
                     std::to_string(s.twoshotPushMinBytes) + "|" + std::to_string(s.ceMinBytes) + "|" +
+                    std::to_string(s.directMinBytes) + "|" + std::to_string(s.twoshotDirectMinBytes) + "|" +
                     std::to_string(s.ceChunkBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
                     std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
@@ -89,7 +84,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
                         static_cast<int64_t>(comm->layout.ceChunkBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kOneshotPull)}),
+                                  maxLaunchableThreads(Algo::kOneshotPull), maxLaunchableThreads(Algo::kDirect)}),
                         // Only with staging: the query loads the 15 reduce kernels.
                         comm->layout.ceChunkBytes > 0 ? maxLaunchableThreads(Algo::kCopyEngine) : 0};
   std::string err;
@@ -101,6 +96,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
 // Frees what allocateRankResources made and unmaps peers; the window only when this comm owns it.
 void releaseRankResources(yaliComm* comm) {
   ScopedDevice onDevice(comm->device);
+  releaseRegistrations(comm);
   for (int p = 0; p < comm->nranks; ++p) {
     if (comm->peerMappedByIpc[p]) cudaIpcCloseMemHandle(comm->peerWindows[p]);
     comm->peerMappedByIpc[p] = false;
@@ -128,6 +124,8 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
   L.resultFlags = off;
   off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
+  L.directFlags = off;
+  off += alignUp(sizeof(uint64_t) * 2 * kMaxCtas * kMaxRanks);
   L.ll = off;
   L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
   off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
@@ -193,6 +191,7 @@ yaliResult_t commAsyncError(yaliComm* comm) {
     case kFailTimeout: return yaliTimeout;
     case kFailAborted: return yaliInvalidUsage;
     case kFailRemoteAbort: return yaliRemoteError;
+    case kFailMismatch: return yaliInvalidUsage;
     default: return yaliInternalError;
   }
 }

@@ -7,17 +7,26 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "collectives/allreduce/launch.h"
 #include "collectives/common/device_state.h"
 #include "core/bootstrap.h"
 #include "core/env.h"
+#include "core/registration.h"
 #include "tuning/selector.h"
 #include "yali/yali.h"
 
 namespace yali {
 
-struct ProcessGroup;  // comms made together by yaliCommInitAll (comm.cc)
+// Comms created together by yaliCommInitAll share one owner of their windows (a window may be freed
+// only when every comm that maps it is gone) and collect their registrations here.
+struct ProcessGroup {
+  std::vector<int> devices;
+  std::vector<char*> windows;
+  GroupRegistrations registrations;
+  ~ProcessGroup();
+};
 
 enum class CommState { kActive, kDestroyed, kAborted };
 
@@ -40,6 +49,7 @@ struct yaliComm {
   char* peerWindows[yali::kMaxRanks] = {};
   bool peerMappedByIpc[yali::kMaxRanks] = {};  // close with cudaIpcCloseMemHandle on tear-down
 
+  yali::RegistrationTable registrations;      // yaliCommRegister
   yali::CopyEngineStreams ceStreams;           // copy_engine's side streams (none if it is off)
 
   yali::LocalState* local = nullptr;          // device memory, rank-private

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "collectives/common/device_state.h"
+#include "tuning/selector.h"
 
 namespace yali {
 namespace {
@@ -28,8 +29,10 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push or "
-     "copy_engine (auto: the selector decides)."},
+     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push, "
+     "copy_engine, direct or twoshot_direct (auto: the selector decides). direct needs both "
+     "buffers registered (yaliCommRegister), twoshot_direct the output; calls on other buffers get "
+     "the automatic choice among the rest."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
      "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
      "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
@@ -44,6 +47,15 @@ const SettingDoc kDocs[] = {
      "Smallest message for copy_engine (the copy engines move the NVLink traffic, the SMs only "
      "reduce), used instead of two-shot (0 never, -1 every size above the one-shot ranges, -2 the "
      "tuning table's value, >0 bytes)."},
+    {"YALI_DIRECT_MIN_BYTES", "-2",
+     "Smallest message for direct, the zero-copy algorithm for buffers registered with "
+     "yaliCommRegister on every rank (0 never, -1 every size, -2 the tuning table's value, >0 "
+     "bytes). Unregistered buffers never use it."},
+    {"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-2",
+     "Smallest message for twoshot_direct, two-shot whose owners store the reduced shards straight "
+     "into the peers' outputs when the output is registered on every rank (0 never, -1 every size, "
+     "-2 the tuning table's value, >0 bytes); direct takes precedence when both buffers are "
+     "registered and its threshold is met."},
     {"YALI_MAX_CTAS", "0",
      "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
      "32-block cap from 64 MB up (0: the tuning table's values)."},
@@ -106,10 +118,9 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   const char* algo = getenvOrNull("YALI_ALGO");
   s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
-  if (!s->algo.empty() && s->algo != "oneshot_ll" && s->algo != "oneshot_pull" &&
-      s->algo != "twoshot" && s->algo != "twoshot_push" && s->algo != "copy_engine") {
-    *error = "YALI_ALGO='" + s->algo +
-             "' is not one of auto, oneshot_ll, oneshot_pull, twoshot, twoshot_push, copy_engine";
+  Algo named;
+  if (!s->algo.empty() && !algoFromName(s->algo, &named)) {
+    *error = "YALI_ALGO='" + s->algo + "' is not one of auto, " + algoNameList();
     return false;
   }
   if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
@@ -123,6 +134,12 @@ bool loadSettings(Settings* s, std::string* error) {
     return false;
   if (!parseThresholdSetting("YALI_CE_MIN_BYTES", getenvOrNull("YALI_CE_MIN_BYTES"), &s->ceMinBytes,
                              error))
+    return false;
+  if (!parseThresholdSetting("YALI_DIRECT_MIN_BYTES", getenvOrNull("YALI_DIRECT_MIN_BYTES"),
+                             &s->directMinBytes, error))
+    return false;
+  if (!parseThresholdSetting("YALI_TWOSHOT_DIRECT_MIN_BYTES",
+                             getenvOrNull("YALI_TWOSHOT_DIRECT_MIN_BYTES"), &s->twoshotDirectMinBytes, error))
     return false;
   if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
                        error))

@@ -19,12 +19,13 @@ constexpr int64_t kThresholdTable = -2;
 
 struct Settings {
   int64_t timeoutMs;          // YALI_TIMEOUT_MS
-  std::string algo;           // YALI_ALGO: "" (auto), "oneshot_ll", "oneshot_pull", "twoshot",
-                              // "twoshot_push", "copy_engine"
+  std::string algo;           // YALI_ALGO: "" (auto) or an algorithm name (selector.h: algoName)
   int64_t oneshotLLMaxBytes;  // YALI_ONESHOT_LL_MAX_BYTES
   int64_t oneshotPullMaxBytes;  // YALI_ONESHOT_PULL_MAX_BYTES
   int64_t twoshotPushMinBytes;  // YALI_TWOSHOT_PUSH_MIN_BYTES
   int64_t ceMinBytes;         // YALI_CE_MIN_BYTES
+  int64_t directMinBytes;     // YALI_DIRECT_MIN_BYTES (registered buffers only)
+  int64_t twoshotDirectMinBytes;  // YALI_TWOSHOT_DIRECT_MIN_BYTES (registered outputs only)
   int64_t maxCtas;            // YALI_MAX_CTAS: 0 = table, else 1..kMaxCtas
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)

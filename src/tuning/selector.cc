@@ -48,16 +48,23 @@ namespace {
 //    vs 305-308, 1G 323-325 vs 311-315; n = 2 64M 289-292 vs 285-287, 256M 298-302 vs 298-301,
 //    1G 301-308 vs 300. Below 64 MB (64 blocks) teams lost (16M n = 2: 268 vs 275; 4M n = 4: 205
 //    vs 212), hence frugal range only. n = 8: not measured, 1.
+//  - direct_min: direct (registered buffers: NVLink reads of the peers' inputs, NVLink writes into
+//    their outputs, no staging) from this size up. Initial value before measurement: 256 KB at
+//    n = 2 and 4, where one-shot LL's doubled bytes start to cost more than direct's two flag
+//    round trips; n = 8: not measured, off.
+//  - twoshot_direct_min: twoshot_direct (registered outputs: twoshot_push whose owners store into
+//    the peers' outputs, no copy-out) from this size up. Initial value before measurement: 16 MB
+//    at n = 2 and 4; n = 8: not measured, off.
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas fTeams
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32, 1},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas fTeams directMin 2sDirectMin
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2, 256 << 10, 16 << 20},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2, 256 << 10, 16 << 20},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32, 1, 0, 0},
 };
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
@@ -68,32 +75,38 @@ const std::map<std::string, std::pair<int64_t, int64_t>> kOptionalKeys = {
     {"twoshot_push_min", {0, INT64_MAX}}, {"frugal_min", {0, INT64_MAX}},
     {"frugal_ctas", {1, kMaxCtas}},       {"oneshot_pull_max", {0, INT64_MAX}},
     {"ce_min", {0, INT64_MAX}},           {"ce_ctas", {1, kMaxCtas}},
-    {"frugal_teams", {1, kMaxTeamsPerBlock}},
+    {"frugal_teams", {1, kMaxTeamsPerBlock}}, {"direct_min", {0, INT64_MAX}},
+    {"twoshot_direct_min", {0, INT64_MAX}},
 };
+
+// Names by Algo value (YALI_ALGO, yaliAlgoInfo_t, logs).
+const char* const kAlgoNames[kNumAlgos] = {"oneshot_ll",   "twoshot",     "twoshot_push",
+                                           "oneshot_pull", "copy_engine", "direct",
+                                           "twoshot_direct"};
 
 }  // namespace
 
 size_t dataTypeSize(DataType t) { return t == DataType::kFloat32 ? 4 : 2; }
 
 const char* algoName(Algo a) {
-  switch (a) {
-    case Algo::kOneshotLL: return "oneshot_ll";
-    case Algo::kTwoshot: return "twoshot";
-    case Algo::kTwoshotPush: return "twoshot_push";
-    case Algo::kOneshotPull: return "oneshot_pull";
-    case Algo::kCopyEngine: return "copy_engine";
-  }
-  return "unknown";
+  const int i = static_cast<int>(a);
+  return i >= 0 && i < kNumAlgos ? kAlgoNames[i] : "unknown";
 }
 
 bool algoFromName(const std::string& name, Algo* out) {
-  if (name == "oneshot_ll") *out = Algo::kOneshotLL;
-  else if (name == "twoshot") *out = Algo::kTwoshot;
-  else if (name == "twoshot_push") *out = Algo::kTwoshotPush;
-  else if (name == "oneshot_pull") *out = Algo::kOneshotPull;
-  else if (name == "copy_engine") *out = Algo::kCopyEngine;
-  else return false;
-  return true;
+  for (int i = 0; i < kNumAlgos; ++i) {
+    if (name == kAlgoNames[i]) {
+      *out = static_cast<Algo>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string algoNameList() {
+  std::string list;
+  for (int i = 0; i < kNumAlgos; ++i) list += (i ? ", " : "") + std::string(kAlgoNames[i]);
+  return list;
 }
 
 TuningEntry builtinTuning(int smMajor, int nranks) {
@@ -185,6 +198,8 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     e.ceMinBytes = given("ce_min", builtin.ceMinBytes);
     e.ceCtas = static_cast<int>(given("ce_ctas", builtin.ceCtas));
     e.frugalTeams = static_cast<int>(given("frugal_teams", builtin.frugalTeams));
+    e.directMinBytes = given("direct_min", builtin.directMinBytes);
+    e.twoshotDirectMinBytes = given("twoshot_direct_min", builtin.twoshotDirectMinBytes);
     out->push_back(e);
   }
   return true;
@@ -266,18 +281,32 @@ AlgoChoice Selector::copyEngine(size_t bytes) const {
   return {Algo::kCopyEngine, entry_.ceCtas, threads, chunk};
 }
 
+bool Selector::frugal(size_t bytes) const {
+  return entry_.frugalMinBytes > 0 && static_cast<int64_t>(bytes) >= entry_.frugalMinBytes;
+}
+
+// Blocks for a message cut into pieces of the min slot per rank: one per piece, within the cap
+// (the frugal one from frugalMinBytes up).
+size_t Selector::ctasFor(size_t bytes) const {
+  const size_t n = static_cast<size_t>(limits_.nranks);
+  const size_t pieces = bytes / (n * static_cast<size_t>(entry_.twoshotMinSlotBytes));
+  const size_t cap = static_cast<size_t>(frugal(bytes) ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas);
+  return std::max<size_t>(1, std::min(pieces, cap));
+}
+
+AlgoChoice Selector::direct(size_t bytes) const {
+  return {Algo::kDirect, static_cast<int>(ctasFor(bytes)), entry_.twoshotThreads, 0};
+}
+
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
   const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
-  // As many blocks as there are min-size slots to fill, up to the cap.
   const size_t minSlots = bytes / (n * minSlot);
-  size_t ctas = std::max<size_t>(1, minSlots);
-  const bool frugal = entry_.frugalMinBytes > 0 && static_cast<int64_t>(bytes) >= entry_.frugalMinBytes;
-  ctas = std::min<size_t>(ctas, static_cast<size_t>(frugal ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas));
+  const size_t ctas = ctasFor(bytes);
   // Teams (independent pipelines per block) in the frugal range, when every pipeline gets a
   // min-size slot and each team keeps at least two warps.
   const int threads = entry_.twoshotThreads;
-  int teams = frugal ? entry_.frugalTeams : 1;
+  int teams = frugal(bytes) ? entry_.frugalTeams : 1;
   if (teams < 1 || minSlots < ctas * teams || threads % (32 * teams) != 0 || threads / teams < 64) teams = 1;
   const size_t pipelines = ctas * static_cast<size_t>(teams);
   // Slot: the message spread evenly over the pipelines, within [min, max] and what staging holds.
@@ -288,12 +317,28 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   return {variant, static_cast<int>(ctas), threads, slot, teams};
 }
 
-AlgoChoice Selector::choose(size_t bytes) const {
+AlgoChoice Selector::choose(size_t bytes, bool sendRegistered, bool recvRegistered) const {
   const int64_t n = static_cast<int64_t>(bytes);
   const bool llFits = n <= limits_.llPayloadBytes;
   const bool pullFits = n <= limits_.pullBufferBytes;
+  // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
+  // bytes. The one-shot ones are upper bounds within their buffers, the others lower bounds.
+  auto resolve = [](int64_t setting, int64_t table) { return setting == kThresholdTable ? table : setting; };
+  auto upTo = [n](int64_t max, bool fits) { return fits && (max == kThresholdAlways || (max > 0 && n <= max)); };
+  auto from = [n](int64_t min) { return min == kThresholdAlways || (min > 0 && n >= min); };
   Algo forced;
-  if (!settings_.algo.empty() && algoFromName(settings_.algo, &forced)) {
+  const bool isForced = !settings_.algo.empty() && algoFromName(settings_.algo, &forced);
+  // The algorithms for registered buffers first. Forced on buffers they cannot take, the call gets
+  // the automatic choice among the others.
+  if (recvRegistered) {
+    if (sendRegistered &&
+        (isForced ? forced == Algo::kDirect : from(resolve(settings_.directMinBytes, entry_.directMinBytes))))
+      return direct(bytes);
+    if (isForced ? forced == Algo::kTwoshotDirect
+                 : from(resolve(settings_.twoshotDirectMinBytes, entry_.twoshotDirectMinBytes)))
+      return twoshot(bytes, Algo::kTwoshotDirect);
+  }
+  if (isForced && forced != Algo::kDirect && forced != Algo::kTwoshotDirect) {
     // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller);
     // copy_engine without staging to twoshot_push, the default for large messages.
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
@@ -302,15 +347,10 @@ AlgoChoice Selector::choose(size_t bytes) const {
     const bool push = forced == Algo::kTwoshotPush || forced == Algo::kCopyEngine;
     return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
-  // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
-  // bytes. The one-shot ones are upper bounds within their buffers, the push one a lower bound.
-  auto resolve = [](int64_t setting, int64_t table) { return setting == kThresholdTable ? table : setting; };
-  auto upTo = [n](int64_t max, bool fits) { return fits && (max == kThresholdAlways || (max > 0 && n <= max)); };
   if (upTo(resolve(settings_.oneshotLLMaxBytes, entry_.oneshotLLMaxBytes), llFits)) return oneshotLL(bytes);
   if (upTo(resolve(settings_.oneshotPullMaxBytes, entry_.oneshotPullMaxBytes), pullFits))
     return oneshotPull(bytes);
-  // Above the one-shot ranges, copy_engine from its threshold up (a lower bound, like push's).
-  auto from = [n](int64_t min) { return min == kThresholdAlways || (min > 0 && n >= min); };
+  // Above the one-shot ranges, copy_engine from its threshold up.
   if (limits_.ceChunkBytes > 0 && from(resolve(settings_.ceMinBytes, entry_.ceMinBytes)))
     return copyEngine(bytes);
   const int64_t pushMin = resolve(settings_.twoshotPushMinBytes, entry_.twoshotPushMinBytes);

@@ -18,9 +18,19 @@ namespace yali {
 enum class DataType : int { kFloat16 = 0, kFloat32 = 1, kBfloat16 = 2 };
 size_t dataTypeSize(DataType t);
 
-enum class Algo : int { kOneshotLL = 0, kTwoshot = 1, kTwoshotPush = 2, kOneshotPull = 3, kCopyEngine = 4 };
+enum class Algo : int {
+  kOneshotLL = 0,
+  kTwoshot = 1,
+  kTwoshotPush = 2,
+  kOneshotPull = 3,
+  kCopyEngine = 4,
+  kDirect = 5,         // both buffers registered (direct.cuh)
+  kTwoshotDirect = 6,  // output registered (twoshot.cuh: Gather::kIntoOutputs)
+};
+constexpr int kNumAlgos = 7;
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
+std::string algoNameList();  // "oneshot_ll, twoshot, ..." for messages
 
 struct AlgoChoice {
   Algo algo;
@@ -52,6 +62,9 @@ struct TuningEntry {
   int frugalTeams;     // two-shot from frugalMinBytes up: independent pipelines (teams of
                        // warps) per block, so that the capped blocks keep sending while one
                        // team waits
+  int64_t directMinBytes;  // crossover: direct (both buffers registered) from this size up, 0 never
+  int64_t twoshotDirectMinBytes;  // crossover: twoshot_direct (output registered) from this size
+                                  // up, 0 never
 };
 
 struct SelectorLimits {
@@ -62,7 +75,8 @@ struct SelectorLimits {
   int64_t pullBufferBytes; // oneshot_pull copy-in capacity (its largest message)
   int64_t ceChunkBytes;    // copy_engine staging per (slot, sender); 0: the algorithm is off
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
-  int maxTwoshotThreads;   // clamped to these (the smaller of the two two-shot variants)
+  int maxTwoshotThreads;   // clamped to these (the smallest of the two-shot variants,
+                           // oneshot_pull and direct)
   int maxCeThreads;        // copy_engine reduce kernel; 0 when it has no staging (never chosen)
 };
 
@@ -70,7 +84,9 @@ class Selector {
  public:
   // Loads the tuning file if settings name one; on a bad file returns false with a message.
   bool init(const Settings& settings, const SelectorLimits& limits, std::string* error);
-  AlgoChoice choose(size_t bytes) const;
+  // sendRegistered / recvRegistered: the buffer lies in memory registered on every rank
+  // (yaliCommRegister): direct needs both, twoshot_direct the output.
+  AlgoChoice choose(size_t bytes, bool sendRegistered, bool recvRegistered) const;
   const TuningEntry& entry() const { return entry_; }
   // copy_engine is never chosen, not even when forced (its two-shot fallback is).
   void disableCopyEngine() { limits_.ceChunkBytes = 0; }
@@ -80,6 +96,9 @@ class Selector {
   AlgoChoice oneshotLL(size_t bytes) const;
   AlgoChoice oneshotPull(size_t bytes) const;
   AlgoChoice copyEngine(size_t bytes) const;
+  AlgoChoice direct(size_t bytes) const;
+  bool frugal(size_t bytes) const;
+  size_t ctasFor(size_t bytes) const;
   Settings settings_;
   SelectorLimits limits_;
   TuningEntry entry_;
@@ -92,7 +111,7 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
 //   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>] [ce_min=<bytes>]
-//   [ce_ctas=<c>] [frugal_teams=<t>]
+//   [ce_ctas=<c>] [frugal_teams=<t>] [direct_min=<bytes>] [twoshot_direct_min=<bytes>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the

@@ -18,17 +18,6 @@ namespace {
 const yaliDataType_t kDtypes[] = {yaliFloat32, yaliFloat16, yaliBfloat16};
 const yaliRedOp_t kOps[] = {yaliSum, yaliProd, yaliMax, yaliMin, yaliAvg};
 
-bool containsWord(const std::string& text, const std::string& name) {
-  auto isIdent = [](char c) { return std::isalnum((unsigned char)c) || c == '_'; };
-  for (size_t pos = text.find(name); pos != std::string::npos; pos = text.find(name, pos + 1)) {
-    size_t end = pos + name.size();
-    if ((pos == 0 || !isIdent(text[pos - 1])) && (end == text.size() || !isIdent(text[end]))) {
-      return true;
-    }
-  }
-  return false;
-}
-
 std::string lower(std::string s) {
   for (char& c : s) c = (char)std::tolower((unsigned char)c);
   return s;
@@ -51,53 +40,6 @@ void crossProduct(Ctx& ctx, const std::vector<yaliComm_t>& comms, const std::vec
       for (yaliRedOp_t op : kOps) allreduceAndVerify(ctx, comms, spec(count, dt, op, L));
     }
   }
-}
-
-void syncAll(Ctx& ctx) {
-  for (const LocalRank& lr : ctx.local) {
-    CUDA_OK(ctx, cudaSetDevice(lr.dev));
-    CUDA_OK(ctx, cudaStreamSynchronize(lr.stream));
-  }
-}
-
-// Checks a call that must fail: the code, and that yaliGetLastError(NULL) names the call and the
-// argument.
-bool expectFailure(Ctx& ctx, const std::string& what, yaliResult_t got, yaliResult_t want,
-                   const char* call, const char* arg) {
-  std::string msg = yaliGetLastError(nullptr) ? yaliGetLastError(nullptr) : "(null)";
-  bool ok = true;
-  if (got != want) {
-    ctx.fail("%s: returned %d (%s), expected %d (%s); yaliGetLastError(NULL)=\"%s\"", what.c_str(),
-             (int)got, yaliGetErrorString(got), (int)want, yaliGetErrorString(want), msg.c_str());
-    return false;
-  }
-  if (msg.find(call) == std::string::npos) {
-    ctx.fail("%s: yaliGetLastError(NULL) does not name %s: \"%s\"", what.c_str(), call, msg.c_str());
-    ok = false;
-  }
-  if (arg != nullptr && !containsWord(msg, arg)) {
-    ctx.fail("%s: yaliGetLastError(NULL) does not name the argument '%s': \"%s\"", what.c_str(), arg,
-             msg.c_str());
-    ok = false;
-  }
-  return ok;
-}
-
-// The whole buffer still holds kPoisonByte (a failed call wrote nothing).
-bool expectPoisoned(Ctx& ctx, int dev, const void* p, size_t bytes, const std::string& what) {
-  std::vector<unsigned char> host(bytes);
-  CUDA_OK(ctx, cudaSetDevice(dev));
-  CUDA_OK(ctx, cudaDeviceSynchronize());
-  CUDA_OK(ctx, cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
-  size_t changed = 0, first = 0;
-  for (size_t i = 0; i < bytes; ++i) {
-    if (host[i] != kPoisonByte && changed++ == 0) first = i;
-  }
-  if (changed) {
-    ctx.fail("%s: the failed call wrote the output: %zu bytes changed, first at byte %zu",
-             what.c_str(), changed, first);
-  }
-  return changed == 0;
 }
 
 // ---- basics: queries, algorithm info, groups, device lists ---------------------------------------
@@ -145,7 +87,7 @@ void caseBasics(Ctx& ctx) {
       for (size_t i = 0; i < comms.size(); ++i) {
         yaliAlgoInfo_t info;
         std::memset(&info, 0x5A, sizeof info);
-        yaliResult_t r = yaliAllReduceAlgoInfo(comms[i], count, dt, yaliSum, &info);
+        yaliResult_t r = yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, count, dt, yaliSum, &info);
         if (r != yaliSuccess) {
           ctx.fail("yaliAllReduceAlgoInfo(count=%zu, %s) (rank %d) returned %d: %s", count,
                    dtypeName(dt), ctx.local[i].rank, (int)r, yaliGetLastError(nullptr));
@@ -160,6 +102,11 @@ void caseBasics(Ctx& ctx) {
                    count, dtypeName(dt), ctx.local[i].rank, (int)std::min<size_t>(len, 32),
                    info.algorithm, len, info.ctas, info.threads);
         }
+        // NULL buffers: the choice for unregistered memory, which is never the zero-copy one.
+        if (ok && std::strcmp(info.algorithm, "direct") == 0) {
+          ctx.fail("yaliAllReduceAlgoInfo(NULL, NULL, count=%zu, %s) (rank %d) reports \"direct\", "
+                   "which needs registered buffers", count, dtypeName(dt), ctx.local[i].rank);
+        }
         uint64_t h = mix64(count) ^ mix64((uint64_t)info.ctas * 1000003u + (uint64_t)info.threads);
         h = mix64(h ^ (uint64_t)info.chunkBytes);
         for (size_t k = 0; k < len && k < sizeof info.algorithm; ++k) h = mix64(h ^ (unsigned char)info.algorithm[k]);
@@ -173,13 +120,13 @@ void caseBasics(Ctx& ctx) {
   for (size_t i = 0; i < comms.size(); ++i) {
     yaliAlgoInfo_t info;
     expectFailure(ctx, "yaliAllReduceAlgoInfo(info=NULL)",
-                  yaliAllReduceAlgoInfo(comms[i], 1024, yaliFloat32, yaliSum, nullptr),
+                  yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, 1024, yaliFloat32, yaliSum, nullptr),
                   yaliInvalidArgument, "yaliAllReduceAlgoInfo", "info");
     expectFailure(ctx, "yaliAllReduceAlgoInfo(datatype=3)",
-                  yaliAllReduceAlgoInfo(comms[i], 1024, (yaliDataType_t)3, yaliSum, &info),
+                  yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, 1024, (yaliDataType_t)3, yaliSum, &info),
                   yaliInvalidArgument, "yaliAllReduceAlgoInfo", "datatype");
     expectFailure(ctx, "yaliAllReduceAlgoInfo(op=17)",
-                  yaliAllReduceAlgoInfo(comms[i], 1024, yaliFloat32, (yaliRedOp_t)17, &info),
+                  yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, 1024, yaliFloat32, (yaliRedOp_t)17, &info),
                   yaliInvalidArgument, "yaliAllReduceAlgoInfo", "op");
   }
 
@@ -818,7 +765,8 @@ void caseDestroyLoop(Ctx& ctx) {
 }  // namespace
 
 const std::vector<CaseDef>& allCases() {
-  static const std::vector<CaseDef> cases = {
+  static const std::vector<CaseDef> cases = [] {
+    std::vector<CaseDef> v = {
       {"basics", "comm queries, algorithm info, groups, count 0, device lists", 120, caseBasics},
       {"counts_small", "counts 0..4093, every dtype x op", 120, caseCountsSmall},
       {"counts_medium", "counts 65537..1048573, every dtype x op", 120, caseCountsMedium},
@@ -834,7 +782,11 @@ const std::vector<CaseDef>& allCases() {
       {"timeout", "YALI_TIMEOUT_MS=2000, rank 0 alone: yaliTimeout, no hang", 60, caseTimeout},
       {"bad_args", "invalid arguments with a real comm; destroyed and aborted comms", 120, caseBadArgs},
       {"destroy_loop", "create and destroy 5 times", 120, caseDestroyLoop},
-  };
+    };
+    // Registered buffers (yaliCommRegister, the direct algorithm): cases_registered.cc.
+    for (const CaseDef& c : registeredCases()) v.push_back(c);
+    return v;
+  }();
   return cases;
 }
 

@@ -2,6 +2,7 @@
 #include "runs.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -315,6 +316,61 @@ bool allreduceAndVerify(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Ru
   bool ok = run.issue(comms);
   ok &= run.verify(comms, label);
   return ok;
+}
+
+bool containsWord(const std::string& text, const std::string& name) {
+  auto isIdent = [](char c) { return std::isalnum((unsigned char)c) || c == '_'; };
+  for (size_t pos = text.find(name); pos != std::string::npos; pos = text.find(name, pos + 1)) {
+    size_t end = pos + name.size();
+    if ((pos == 0 || !isIdent(text[pos - 1])) && (end == text.size() || !isIdent(text[end]))) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void syncAll(Ctx& ctx) {
+  for (const LocalRank& lr : ctx.local) {
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx, cudaStreamSynchronize(lr.stream));
+  }
+}
+
+bool expectFailure(Ctx& ctx, const std::string& what, yaliResult_t got, yaliResult_t want,
+                   const char* call, const char* arg) {
+  std::string msg = yaliGetLastError(nullptr) ? yaliGetLastError(nullptr) : "(null)";
+  bool ok = true;
+  if (got != want) {
+    ctx.fail("%s: returned %d (%s), expected %d (%s); yaliGetLastError(NULL)=\"%s\"", what.c_str(),
+             (int)got, yaliGetErrorString(got), (int)want, yaliGetErrorString(want), msg.c_str());
+    return false;
+  }
+  if (msg.find(call) == std::string::npos) {
+    ctx.fail("%s: yaliGetLastError(NULL) does not name %s: \"%s\"", what.c_str(), call, msg.c_str());
+    ok = false;
+  }
+  if (arg != nullptr && !containsWord(msg, arg)) {
+    ctx.fail("%s: yaliGetLastError(NULL) does not name the argument '%s': \"%s\"", what.c_str(), arg,
+             msg.c_str());
+    ok = false;
+  }
+  return ok;
+}
+
+bool expectPoisoned(Ctx& ctx, int dev, const void* p, size_t bytes, const std::string& what) {
+  std::vector<unsigned char> host(bytes);
+  CUDA_OK(ctx, cudaSetDevice(dev));
+  CUDA_OK(ctx, cudaDeviceSynchronize());
+  CUDA_OK(ctx, cudaMemcpy(host.data(), p, bytes, cudaMemcpyDeviceToHost));
+  size_t changed = 0, first = 0;
+  for (size_t i = 0; i < bytes; ++i) {
+    if (host[i] != kPoisonByte && changed++ == 0) first = i;
+  }
+  if (changed) {
+    ctx.fail("%s: the failed call wrote the output: %zu bytes changed, first at byte %zu",
+             what.c_str(), changed, first);
+  }
+  return changed == 0;
 }
 
 size_t minFreeMemory(Ctx& ctx) {

@@ -108,6 +108,22 @@ class Run {
 bool allreduceAndVerify(Ctx& ctx, const std::vector<yaliComm_t>& comms, const RunSpec& spec,
                         const std::string& label = "");
 
+// ---- Helpers shared by the case files -----------------------------------------------------------
+
+// True when `name` occurs in `text` as a whole identifier ("rank" not inside "nranks").
+bool containsWord(const std::string& text, const std::string& name);
+
+// cudaStreamSynchronize on every local rank's main stream (fatal on a CUDA error).
+void syncAll(Ctx& ctx);
+
+// Checks a call that must fail: the code, and that yaliGetLastError(NULL) names the call and the
+// argument (`arg` nullptr: any message).
+bool expectFailure(Ctx& ctx, const std::string& what, yaliResult_t got, yaliResult_t want,
+                   const char* call, const char* arg);
+
+// The whole buffer still holds kPoisonByte (a failed call wrote nothing). Synchronizes the device.
+bool expectPoisoned(Ctx& ctx, int dev, const void* p, size_t bytes, const std::string& what);
+
 // Free device memory on the local devices, minimum over all processes (collective).
 size_t minFreeMemory(Ctx& ctx);
 

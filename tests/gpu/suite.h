@@ -71,6 +71,8 @@ struct CaseDef {
   void (*fn)(Ctx&);
 };
 const std::vector<CaseDef>& allCases();
+// The registered-buffer cases (cases_registered.cc); allCases() includes them.
+const std::vector<CaseDef>& registeredCases();
 bool caseSelected(const CaseDef& c, const Options& opt);
 
 // Exit codes of a case's process.

@@ -304,8 +304,34 @@ TEST(null_comm_destroy_abort) {
 TEST(null_comm_algo_info) {
   yaliAlgoInfo_t info;
   std::memset(&info, 0, sizeof info);
-  EXPECT_ERROR(yaliAllReduceAlgoInfo(nullptr, 1024, yaliFloat32, yaliSum, &info),
+  EXPECT_ERROR(yaliAllReduceAlgoInfo(nullptr, nullptr, nullptr, 1024, yaliFloat32, yaliSum, &info),
                yaliInvalidArgument, "yaliAllReduceAlgoInfo", "comm");
+  // With (fake) buffers: the comm is still what is reported, before anything looks at them.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  EXPECT_ERROR(yaliAllReduceAlgoInfo(nullptr, fake, fake, 1024, yaliBfloat16, yaliMax, &info),
+               yaliInvalidArgument, "yaliAllReduceAlgoInfo", "comm");
+}
+
+TEST(null_comm_register) {
+  // Plausible (fake) buffer and handle: the NULL comm must be reported first, without CUDA.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  void* handle = nullptr;
+  EXPECT_ERROR(yaliCommRegister(nullptr, fake, 4096, &handle), yaliInvalidArgument,
+               "yaliCommRegister", "comm");
+  EXPECT_ERROR(yaliCommDeregister(nullptr, fake), yaliInvalidArgument, "yaliCommDeregister", "comm");
+}
+
+TEST(not_a_comm_register) {
+  // A pointer that no yaliCommInit* returned (here: host memory of this test): refused by the
+  // handle registry, never dereferenced as a comm.
+  alignas(64) static char notAComm[4096];
+  std::memset(notAComm, 0x5A, sizeof notAComm);
+  yaliComm_t bogus = reinterpret_cast<yaliComm_t>(notAComm);
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  void* handle = nullptr;
+  EXPECT_ERROR(yaliCommRegister(bogus, fake, 4096, &handle), yaliInvalidArgument, "yaliCommRegister",
+               "comm");
+  EXPECT_ERROR(yaliCommDeregister(bogus, fake), yaliInvalidArgument, "yaliCommDeregister", "comm");
 }
 
 // ---- Groups ---------------------------------------------------------------------------------------

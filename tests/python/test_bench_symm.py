@@ -96,6 +96,8 @@ def test_defaults():
     # None: iterations_for picks 50, fewer for large sizes.
     assert args.num_warmup == 10 and args.num_iterations is None and args.num_replays == 5
     assert args.symm_backend is None  # torch's default backend; pinning "CUDA" failed on 2.11
+    # Registered YALI buffers: like-for-like with the symm kernels' pre-registered buffer.
+    assert args.yali_buffers == "registered"
     assert args.variants == list(bs.VARIANTS)
     assert args.output_dir is None
     assert not args._worker
@@ -113,13 +115,14 @@ def test_options():
     assert args.timing == "eager" and args.num_replays == 3
     assert args.symm_backend == "NVSHMEM"
     assert bs.parse_args(["--variants", "symm_one_shot_out"]).variants == ["symm_one_shot_out"]
+    assert bs.parse_args(["--yali_buffers", "plain"]).yali_buffers == "plain"
 
 
 @pytest.mark.parametrize("argv", [["--world_sizes", "1"], ["--world_sizes", "two"],
                                   ["--dtype", "int8"], ["--variants", "yali,gloo"],
                                   ["--num_iterations", "0"], ["--sizes", "6", "--dtype", "fp32"],
                                   ["--sizes", "3"], ["--timing", "host"], ["--num_replays", "0"],
-                                  ["--num_warmup", "-1"]])
+                                  ["--num_warmup", "-1"], ["--yali_buffers", "pinned"]])
 def test_bad_arguments(argv):
     with pytest.raises(SystemExit) as e:
         bs.parse_args(argv)
@@ -310,6 +313,26 @@ def test_header_names_the_timing_mode(result):
     assert "Python dispatch" in bs.note("eager")
 
 
+def test_yali_buffers_in_the_report(result):
+    """Results say whether YALI's buffers were registered; older results (no yali_buffers) were
+    plain. The details table carries the algorithm YALI ran."""
+    md = bs.markdown(result)
+    assert "YALI reads a plain tensor" in md and "buffers plain (--yali_buffers)" in md
+    assert "yali and nccl read plain tensors" in md
+    result["meta"]["yali_buffers"] = "registered"
+    result["rows"][0]["algorithm"] = "direct"
+    md = bs.markdown(result)
+    assert "YALI reads tensors registered with yaliCommRegister" in md
+    assert "buffers registered (--yali_buffers)" in md
+    assert "yali reads and writes buffers registered with yaliCommRegister" in md
+    assert "YALI reads a plain tensor" not in md and "yali and nccl read plain" not in md
+    assert "| size | variant | us/call | p50 us | p99 us | host us/call | N | correct | algorithm |" \
+        in md
+    assert "| 4K | yali | 5.0 | 4.90 | 6.00 | 3.00 | 50 | ok | direct |" in md
+    assert "| 4K | nccl | 20.0 | 19.60 | 24.00 | 3.00 | 50 | ok |  |" in md
+    assert bs.note("graph", "registered") != bs.note("graph", "plain")
+
+
 def test_summary_line(result):
     line = bs.summary_line(result["rows"])
     assert line.startswith("yali faster than best symm at 2/3 points")
@@ -358,7 +381,7 @@ def test_help(tmp_path):
     assert res.returncode == 0, res.stderr
     for flag in ("--world_sizes", "--sizes", "--dtype", "--num_warmup", "--num_iterations",
                  "--output_dir", "--timeout", "--variants", "--timing", "--num_replays",
-                 "--symm_backend", "symm_one_shot_out"):
+                 "--symm_backend", "symm_one_shot_out", "--yali_buffers", "yaliCommRegister"):
         assert flag in res.stdout
     assert "--_worker" not in res.stdout
 
@@ -422,12 +445,16 @@ def test_main_fills_what_a_timed_out_group_did_not_save(tmp_path, monkeypatch, c
         assert cmd[cmd.index("--timing") + 1] == "graph"
         assert cmd[cmd.index("--num_replays") + 1] == "5"
         assert "--num_iterations" not in cmd and "--symm_backend" not in cmd
+        assert cmd[cmd.index("--yali_buffers") + 1] == "registered"
         worker = bs.parse_args(cmd[cmd.index("--_worker"):])
         assert worker._worker and worker.timing == "graph" and worker.num_iterations is None
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["meta"]["torch"] == "2.11.0"
     assert doc["meta"]["timing"] == "graph" and doc["meta"]["num_replays"] == 5
     assert doc["meta"]["child_env"] == _launch.NVLS_OFF_ENV
+    assert doc["meta"]["yali_buffers"] == "registered"
+    assert "yali buffers registered" in doc["meta"]["note"] or \
+        "registered with yaliCommRegister" in doc["meta"]["note"]
     rows4 = [r for r in doc["rows"] if r["world_size"] == 4]
     assert len(rows4) == 4
     assert sum(r["error"] == "TIMEOUT" for r in rows4) == 3
@@ -435,6 +462,7 @@ def test_main_fills_what_a_timed_out_group_did_not_save(tmp_path, monkeypatch, c
     assert out.rstrip().splitlines()[-1].startswith(
         "yali faster than best symm at 0/2 points (lowest 1.00x at 2 GPUs 4K)")
     assert "1 process group(s) failed" in out
+    assert "; yali buffers registered" in out.rstrip().splitlines()[-1]
     assert "timing: graph" in out
 
 
@@ -458,16 +486,18 @@ def test_main_passes_flags_and_reports_a_stopped_world(tmp_path, monkeypatch, ca
     monkeypatch.setattr(bench_backends, "_gpu_count", lambda: 2)
     monkeypatch.setattr(_launch, "launch", fake_launch)
     rc = bs.main(["--sizes", "4K", "--variants", "yali,nccl", "--timing", "eager",
-                  "--num_iterations", "20", "--symm_backend", "NVSHMEM", "--output_dir",
-                  str(tmp_path)])
+                  "--num_iterations", "20", "--symm_backend", "NVSHMEM", "--yali_buffers", "plain",
+                  "--output_dir", str(tmp_path)])
     assert rc == 1
     (cmd,) = cmds
     worker = bs.parse_args(cmd[cmd.index("--_worker"):])
     assert (worker.timing, worker.num_iterations, worker.symm_backend) == ("eager", 20, "NVSHMEM")
+    assert worker.yali_buffers == "plain"
     doc = json.loads((tmp_path / "results.json").read_text())
     assert doc["meta"]["stopped"] == {
         "2": "CUDA context unusable after nccl 4K: y"}
     assert doc["meta"]["symm_backend_requested"] == "NVSHMEM"
+    assert doc["meta"]["yali_buffers"] == "plain"
     assert len(doc["rows"]) == 2  # nothing filled in twice
     captured = capsys.readouterr()
     assert "[x2] stopped: CUDA context unusable" in captured.err

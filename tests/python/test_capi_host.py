@@ -96,6 +96,83 @@ def test_every_header_function_is_bound(header_text):
     assert declared == set(_capi._PROTOTYPES), "functions in yali.h vs the ctypes prototypes"
 
 
+_HEADER_PROTO = re.compile(
+    r"YALI_API\s+(?P<ret>[\w\s\*]+?)\b(?P<name>yali\w+)\s*\((?P<params>[^)]*)\)\s*;")
+_INT_LIKE = {"int", "yaliResult_t", "yaliDataType_t", "yaliRedOp_t"}
+_PTR_LIKE = {"yaliComm_t", "cudaStream_t"}
+
+
+def _header_kind(ctype):
+    """'ptr', 'size_t', 'int' or 'uid' for a C type from yali.h (a parameter or return type)."""
+    t = " ".join(ctype.replace("const", " ").split())
+    if "*" in t or t in _PTR_LIKE:
+        return "ptr"
+    if t == "size_t":
+        return "size_t"
+    if t in _INT_LIKE:
+        return "int"
+    if t == "yaliUniqueId":
+        return "uid"
+    raise AssertionError(f"test does not know the C type {ctype!r}")
+
+
+def _ctypes_kind(ct):
+    if ct in (ctypes.c_void_p, ctypes.c_char_p) or (
+            isinstance(ct, type) and issubclass(ct, ctypes._Pointer)):
+        return "ptr"
+    if ct is ctypes.c_size_t:
+        return "size_t"
+    if ct is ctypes.c_int:
+        return "int"
+    if ct is _capi.yaliUniqueId:
+        return "uid"
+    raise AssertionError(f"unexpected ctypes type {ct!r}")
+
+
+def _header_prototypes(text):
+    """{name: (return kind, [parameter kinds])} of every YALI_API function in yali.h."""
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    out = {}
+    for m in _HEADER_PROTO.finditer(text):
+        params = " ".join(m.group("params").split())
+        kinds = []
+        if params not in ("", "void"):
+            for param in params.split(","):
+                # Every parameter in yali.h is named: drop the name, keep the type.
+                pm = re.fullmatch(r"\s*(?P<type>.*?[\w\*])\s*\b\w+\s*", param)
+                assert pm, f"cannot parse parameter {param!r} of {m.group('name')}"
+                kinds.append(_header_kind(pm.group("type")))
+        out[m.group("name")] = (_header_kind(m.group("ret")), kinds)
+    return out
+
+
+def test_prototypes_match_header_signatures(header_text):
+    """Every ctypes prototype has the header's parameter count and kinds (pointer, size_t, int,
+    struct) and return kind: catches a signature that changed in yali.h (such as
+    yaliAllReduceAlgoInfo gaining its buffers) but not here."""
+    header = _header_prototypes(header_text)
+    assert set(header) == set(_capi._PROTOTYPES)
+    wrong = []
+    for name, (ret, params) in sorted(header.items()):
+        restype, argtypes = _capi._PROTOTYPES[name]
+        got = (_ctypes_kind(restype), [_ctypes_kind(a) for a in argtypes])
+        if got != (ret, params):
+            wrong.append(f"{name}: header {(ret, params)}, ctypes {got}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_register_and_algo_info_prototypes():
+    restype, argtypes = _capi._PROTOTYPES["yaliCommRegister"]
+    assert restype is ctypes.c_int
+    assert argtypes[:3] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    assert argtypes[3]._type_ is ctypes.c_void_p  # void** handle
+    assert _capi._PROTOTYPES["yaliCommDeregister"] == (ctypes.c_int,
+                                                       [ctypes.c_void_p, ctypes.c_void_p])
+    restype, argtypes = _capi._PROTOTYPES["yaliAllReduceAlgoInfo"]
+    assert argtypes[:4] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    assert argtypes[6]._type_ is _capi.yaliAlgoInfo_t
+
+
 def test_pyproject_version_matches():
     text = (REPO / "pyproject.toml").read_text()
     m = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M)
@@ -282,3 +359,236 @@ def test_group_nesting():
 def test_library_path():
     path = _require_lib()
     assert os.path.samefile(yali.library_path(), path)
+
+
+# ---- Registered buffers: the Python side, with the C calls faked (no library needed) -------------
+
+
+class _FakeStorage:
+    def __init__(self, ptr, nbytes):
+        self._ptr, self._nbytes = ptr, nbytes
+
+    def data_ptr(self):
+        return self._ptr
+
+    def nbytes(self):
+        return self._nbytes
+
+
+class _FakeTensor:
+    """What _as_span reads of a torch tensor: a view at +offset of a storage."""
+
+    def __init__(self, base, storage_nbytes, offset=0):
+        self._storage = _FakeStorage(base, storage_nbytes)
+        self._offset = offset
+
+    def data_ptr(self):
+        return self._storage.data_ptr() + self._offset
+
+    def untyped_storage(self):
+        return self._storage
+
+
+class _FakeCai:
+    def __init__(self, ptr, shape, typestr="<f4", strides=None):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "typestr": typestr,
+                                         "strides": strides, "version": 3}
+
+
+def _fake_comm(i=0, n=2):
+    c = object.__new__(yali.Comm)
+    c._handle = 0x1000 + i
+    c._registrations = []
+    c._rank, c._size, c._device = i, n, i
+    return c
+
+
+@pytest.fixture
+def fake_c(monkeypatch):
+    """Records the register/deregister/destroy calls; comm_register returns 0xA000 + n."""
+    calls = []
+
+    def register(handle, ptr, size):
+        calls.append(("register", handle, ptr, size))
+        return 0xA000 + len(calls)
+
+    monkeypatch.setattr(_capi, "comm_register", register)
+    monkeypatch.setattr(_capi, "comm_deregister",
+                        lambda handle, reg: calls.append(("deregister", handle, reg)))
+    monkeypatch.setattr(_capi, "comm_destroy", lambda handle: calls.append(("destroy", handle)))
+    monkeypatch.setattr(_capi, "comm_abort", lambda handle: calls.append(("abort", handle)))
+    return calls
+
+
+def test_register_span_rules():
+    span = yali._as_span
+    call = "yaliCommRegister"
+    # A tensor: its whole storage (a view at +64 still registers from the storage's start).
+    assert span(_FakeTensor(0x10000, 4096, offset=64), None, call)[:2] == (0x10000, 4096)
+    # A tensor with nbytes: from its data_ptr.
+    assert span(_FakeTensor(0x10000, 4096, offset=64), 128, call)[:2] == (0x10040, 128)
+    # A pointer needs nbytes.
+    assert span(0x20000, 256, call) == (0x20000, 256, None)
+    with pytest.raises(yali.YaliInvalidArgument, match="nbytes is required"):
+        span(0x20000, None, call)
+    # __cuda_array_interface__: shape x itemsize when contiguous.
+    assert span(_FakeCai(0x30000, (4, 8), "<f2"), None, call)[:2] == (0x30000, 64)
+    with pytest.raises(yali.YaliInvalidArgument, match="strided"):
+        span(_FakeCai(0x30000, (4, 8), strides=(64, 4)), None, call)
+    for bad in (None, True, "0x1000", 1.5):
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            span(bad, 16, call)
+        assert info.value.call == call
+    with pytest.raises(yali.YaliInvalidArgument, match="nbytes"):
+        span(0x20000, -1, call)
+
+
+def test_comm_register_and_deregister(fake_c):
+    comm = _fake_comm()
+    t = _FakeTensor(0x10000, 4096, offset=256)
+    reg = comm.register(t)
+    assert fake_c == [("register", 0x1000, 0x10000, 4096)]
+    assert (reg.ptr, reg.nbytes, reg.handle, reg.comms) == (0x10000, 4096, 0xA001, [comm])
+    assert comm.registrations == [reg] and not reg.closed
+    assert reg._keepalive == [t]  # the tensor stays alive while registered
+    assert reg.contains(t.data_ptr(), 1024) and not reg.contains(0x10000, 4097)
+    with reg:
+        pass
+    assert fake_c[-1] == ("deregister", 0x1000, 0xA001)
+    assert reg.closed and comm.registrations == [] and reg._keepalive == []
+    reg.deregister()  # idempotent
+    assert len(fake_c) == 2
+    assert "deregistered" in repr(reg)
+
+    # An exception inside `with` leaves it registered (no collective call on an error path).
+    reg2 = comm.register(0x50000, 512)
+    with pytest.raises(KeyError):
+        with reg2:
+            raise KeyError("boom")
+    assert not reg2.closed and fake_c[-1][0] == "register"
+    # Comm.deregister takes the Registration or its raw handle.
+    h2 = reg2.handle
+    comm.deregister(h2)
+    assert reg2.closed and fake_c[-1] == ("deregister", 0x1000, h2)
+    with pytest.raises(yali.YaliInvalidArgument, match="Registration"):
+        comm.deregister("nope")
+    other = _fake_comm(1)
+    reg3 = other.register(0x60000, 16)
+    with pytest.raises(yali.YaliInvalidArgument, match="not made on this communicator"):
+        comm.deregister(reg3)
+
+
+def test_destroy_and_abort_release_registrations(fake_c):
+    comm = _fake_comm()
+    reg = comm.register(_FakeTensor(0x10000, 64))
+    comm.destroy()
+    assert fake_c[-1] == ("destroy", 0x1000)
+    assert reg.closed and reg._keepalive == []
+    reg.deregister()  # nothing to do: the library ended it with the comm
+    assert fake_c[-1] == ("destroy", 0x1000)
+    comm2 = _fake_comm(1)
+    reg2 = comm2.register(0x70000, 64)
+    comm2.abort()
+    assert reg2.closed and fake_c[-1] == ("abort", 0x1001)
+
+
+def test_register_all(fake_c):
+    comms = [_fake_comm(i, 3) for i in range(3)]
+    bufs = [_FakeTensor(0x10000 * (i + 1), 1024) for i in range(3)]
+    reg = yali.register_all(comms, bufs)
+    assert [c[1:] for c in fake_c] == [(0x1000 + i, 0x10000 * (i + 1), 1024) for i in range(3)]
+    assert reg.ptrs == [0x10000, 0x20000, 0x30000] and reg.nbytes == 1024
+    assert len(reg.handles) == 3 and all(c.registrations == [reg] for c in comms)
+    with pytest.raises(AttributeError, match="handles"):
+        reg.handle  # noqa: B018 (spans 3 comms)
+    reg.deregister()
+    assert [c[:2] for c in fake_c[3:]] == [("deregister", 0x1000 + i) for i in range(3)]
+    assert all(c.registrations == [] for c in comms)
+    # Destroying one comm releases only its part.
+    reg = yali.register_all(comms, bufs)
+    comms[0].destroy()
+    assert reg.comms == comms[1:]
+    del fake_c[:]
+    reg.deregister()
+    assert [c[:2] for c in fake_c] == [("deregister", 0x1001), ("deregister", 0x1002)]
+
+
+def test_register_all_errors_and_rollback(fake_c, monkeypatch):
+    comms = [_fake_comm(i, 3) for i in range(3)]
+    with pytest.raises(yali.YaliInvalidArgument, match="one buffer per comm"):
+        yali.register_all(comms, [0x1000], 64)
+    with pytest.raises(yali.YaliInvalidArgument, match="same size"):
+        yali.register_all(comms[:2], [_FakeTensor(0x1000, 64), _FakeTensor(0x2000, 128)])
+    assert fake_c == []
+
+    real = _capi.comm_register
+
+    def second_fails(handle, ptr, size):
+        if handle == 0x1001:
+            fake_c.append(("register-failed", handle, ptr, size))
+            raise _capi._make_error(4, "yaliCommRegister", "invalid argument",
+                                    "yaliCommRegister: buff=0x2000 is host memory")
+        return real(handle, ptr, size)
+
+    monkeypatch.setattr(_capi, "comm_register", second_fails)
+    with pytest.raises(yali.YaliInvalidArgument, match="host memory"):
+        yali.register_all(comms, [0x1000, 0x2000, 0x3000], 64)
+    # Every comm was still called (registrations pair by call order), then the two made undone.
+    assert [c[:2] for c in fake_c] == [("register", 0x1000), ("register-failed", 0x1001),
+                                       ("register", 0x1002), ("deregister", 0x1000),
+                                       ("deregister", 0x1002)]
+    assert all(c.registrations == [] for c in comms)
+
+
+def test_algo_info_passes_buffers(monkeypatch):
+    seen = []
+    monkeypatch.setattr(_capi, "all_reduce_algo_info",
+                        lambda *a: seen.append(a) or ("direct", 8, 512, 0))
+    comm = _fake_comm()
+    info = comm.all_reduce_algo_info(1024)
+    assert info == yali.AlgoInfo("direct", 8, 512, 0) and info.algorithm == "direct"
+    assert seen[-1] == (0x1000, None, None, 1024, yali.DataType.Float32, yali.RedOp.Sum)
+    t = _FakeTensor(0x10000, 4096, offset=8)
+    comm.all_reduce_algo_info(16, "bf16", "max", send_ptr=t, recv_ptr=0x20000)
+    assert seen[-1] == (0x1000, 0x10008, 0x20000, 16, yali.DataType.Bfloat16, yali.RedOp.Max)
+    comm.all_reduce_algo_info(16, recv_ptr=_FakeCai(0x30000, (16,)))
+    assert seen[-1][1:3] == (None, 0x30000)
+
+
+# ---- Registered buffers against the library (no GPU: NULL comms) ---------------------------------
+
+
+def test_register_null_comm_is_invalid_argument():
+    _require_lib()
+    lib = _capi.lib()
+    handle = ctypes.c_void_p(None)
+    code = lib.yaliCommRegister(None, None, 4096, ctypes.byref(handle))
+    assert code == yali.Result.InvalidArgument, f"yaliCommRegister(NULL) returned {code}"
+    assert "yaliCommRegister" in yali.get_last_error()
+    assert handle.value is None
+    code = lib.yaliCommDeregister(None, None)
+    assert code == yali.Result.InvalidArgument, f"yaliCommDeregister(NULL) returned {code}"
+    assert "yaliCommDeregister" in yali.get_last_error()
+    # Through the checked wrappers: the error names the call and carries yaliGetLastError's text.
+    with pytest.raises(yali.YaliInvalidArgument) as info:
+        _capi.comm_register(None, 0x1000, 4096)
+    assert info.value.call == "yaliCommRegister" and "yaliCommRegister" in info.value.detail
+    with pytest.raises(yali.YaliInvalidArgument) as info:
+        _capi.comm_deregister(None, 0x1000)
+    assert info.value.call == "yaliCommDeregister" and info.value.detail
+
+
+def test_algo_info_null_comm_is_invalid_argument():
+    _require_lib()
+    lib = _capi.lib()
+    info = _capi.yaliAlgoInfo_t()
+    code = lib.yaliAllReduceAlgoInfo(None, None, None, 1024, int(yali.DataType.Float32),
+                                     int(yali.RedOp.Sum), ctypes.byref(info))
+    assert code == yali.Result.InvalidArgument, f"yaliAllReduceAlgoInfo(NULL) returned {code}"
+    assert "yaliAllReduceAlgoInfo" in yali.get_last_error()
+    with pytest.raises(yali.YaliInvalidArgument) as e:
+        _capi.all_reduce_algo_info(None, None, None, 1024, int(yali.DataType.Float32),
+                                   int(yali.RedOp.Sum))
+    assert e.value.call == "yaliAllReduceAlgoInfo"
+    with pytest.raises(yali.YaliInvalidArgument, match="count"):
+        _capi.all_reduce_algo_info(None, None, None, -1, 7, 0)

@@ -17,6 +17,12 @@ NCCL, reduced in rank order) with dtype tolerances, and bitwise equality across 
   graph   torch.cuda.graph capture once, replay 4 times with new inputs (out=, in place, functional)
   compile torch.compile(fullgraph=True), backend inductor and aot_eager; torch.library.opcheck
   single  SingleProcessCommunicator over 2 and 4 GPUs
+  registered  (a second Communicator made with YALI_DIRECT_MIN_BYTES=-1) empty_registered and
+          register: algo_info reports "direct" for registered input and output (in place, out of
+          place, views at the same offset, the low-level Comm call with pointers) and not for
+          NULL, plain or partly registered buffers; results exact/in tolerance and bitwise equal
+          across ranks at every dtype, op and size; a CUDA graph of a registered call; deregister
+  single_registered  the same with SingleProcessCommunicator (register_all on every comm)
 """
 
 import contextlib
@@ -48,6 +54,13 @@ import yali  # noqa: E402
 from yali import _capi, _launch  # noqa: E402
 
 WORLD_SIZES = (2, 4)
+# YALI_TEST_SECTIONS=registered,single_registered: run only those sections (to iterate quickly;
+# the tests of the other sections then fail as unfinished, so select the matching tests with -k).
+_SECTIONS = {x.strip() for x in os.environ.get("YALI_TEST_SECTIONS", "").split(",") if x.strip()}
+
+
+def _want(section):
+    return not _SECTIONS or section in _SECTIONS
 JOB_TIMEOUT = float(os.environ.get("YALI_TEST_TIMEOUT", "900"))
 OPS = ("sum", "prod", "max", "min", "avg")
 SIZES = (1, 7, 1023, 65537, 1_000_003)
@@ -178,11 +191,21 @@ def test_job_exits_cleanly(ws):
         job.result.summary()
 
 
+@_ws
+def test_registered_all_reduce(ws):
+    _multi(ws).check_section("registered")
+
+
 @pytest.mark.parametrize("n", WORLD_SIZES, ids=[f"{n}gpus" for n in WORLD_SIZES])
 def test_single_process(n):
     job = _single(n)
     job.check_section("single")
     assert job.result.ok, job.result.summary()
+
+
+@pytest.mark.parametrize("n", WORLD_SIZES, ids=[f"{n}gpus" for n in WORLD_SIZES])
+def test_single_process_registered(n):
+    _single(n).check_section("single_registered")
 
 
 def test_ops_registered_and_op_names():
@@ -604,6 +627,183 @@ def _section_opcheck(rec, comm, rank, dev):
     rec.check("opcheck all_reduce", one, ops.all_reduce.default, (x.clone(), h, 4))
 
 
+def _direct_problems(what, info, want_direct=True):
+    if (info.algorithm == "direct") == want_direct:
+        return []
+    return [f"{what}: algo_info reports {info.algorithm!r}, expected "
+            + ("'direct'" if want_direct else "not 'direct'")]
+
+
+_REG_N = SIZES[-1] + 8  # elements of fp32 in each registered buffer (room for an offset view)
+
+
+def _section_registered(rec, comm, rank, dev):
+    """``comm`` was created with YALI_DIRECT_MIN_BYTES=-1: registered buffers go direct at every
+    size."""
+    a = comm.empty_registered(_REG_N, torch.float32)  # inputs live here
+    b = comm.empty_registered(_REG_N, torch.float32)  # outputs
+    plain = torch.empty(_REG_N, device=dev)
+
+    def registrations():
+        regs = comm.comm.registrations
+        if len(regs) != 2:
+            return [f"{len(regs)} registrations on the comm, expected 2"]
+        problems = []
+        for r, t in zip(regs, (a, b)):
+            st = t.untyped_storage()
+            if (r.ptr, r.nbytes) != (st.data_ptr(), st.nbytes()):
+                problems.append(f"registration {r!r} is not the storage of the tensor "
+                                f"({st.data_ptr():#x}, {st.nbytes()})")
+        return problems
+
+    rec.check("empty_registered registers the whole storage", registrations)
+
+    def algo_info():
+        n = 4096
+        problems = []
+        problems += _direct_problems("out of place", comm.algo_info(a[:n], out=b[:n]))
+        problems += _direct_problems("in place", comm.algo_info(a[:n]))
+        problems += _direct_problems("views at offset 16",
+                                     comm.algo_info(a[16:16 + n], out=b[16:16 + n]))
+        problems += _direct_problems("bf16 views", comm.algo_info(a.view(torch.bfloat16)[:n],
+                                                                  out=b.view(torch.bfloat16)[:n]))
+        problems += _direct_problems(
+            "Comm.all_reduce_algo_info with tensors",
+            comm.comm.all_reduce_algo_info(n, "float32", "sum", send_ptr=a, recv_ptr=b))
+        problems += _direct_problems(
+            "Comm.all_reduce_algo_info with pointers",
+            comm.comm.all_reduce_algo_info(n, "float32", "sum", send_ptr=a.data_ptr(),
+                                           recv_ptr=b.data_ptr() + 64))
+        problems += _direct_problems("NULL buffers", comm.comm.all_reduce_algo_info(n), False)
+        problems += _direct_problems("send only", comm.comm.all_reduce_algo_info(
+            n, send_ptr=a.data_ptr()), False)
+        problems += _direct_problems("plain out", comm.algo_info(a[:n], out=plain[:n]), False)
+        problems += _direct_problems("plain input", comm.algo_info(plain[:n], out=b[:n]), False)
+        problems += _direct_problems("plain in place", comm.algo_info(plain[:n]), False)
+        past = a.data_ptr() + (_REG_N - n + 1) * 4  # runs 4 bytes past the registration
+        problems += _direct_problems("past the end", comm.comm.all_reduce_algo_info(
+            n, send_ptr=past, recv_ptr=past), False)
+        return problems
+
+    rec.check("algo_info", algo_info)
+
+    case_no = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        av, bv = a.view(dtype), b.view(dtype)
+        for op in ("sum", "avg", "max", "prod"):
+            for n in SIZES:
+                for mode in ("out", "inplace", "offset", "plain_out"):
+                    case_no += 1
+                    seed = 15485863 + 7919 * case_no + rank
+
+                    def run(dtype=dtype, op=op, n=n, mode=mode, seed=seed, av=av, bv=bv):
+                        off = 3 if mode == "offset" else 0  # elements, the same on every rank
+                        x = av[off:off + n]
+                        x.copy_(_make_input(n, dtype, op, seed, dev))
+                        keep = x.clone()
+                        ref = _reference(keep, op)
+                        if mode == "inplace":
+                            y = x
+                        elif mode == "plain_out":
+                            y = torch.full((n,), float("nan"), dtype=dtype, device=dev)
+                        else:
+                            y = bv[off:off + n]
+                            y.fill_(float("nan"))
+                        info = comm.algo_info(x, op=op, out=y)
+                        r = comm.all_reduce(x, op=op, out=None if y is x else y)
+                        torch.cuda.synchronize()
+                        comm.check_async_error()
+                        problems = _direct_problems(mode, info, mode != "plain_out")
+                        if r is not y:
+                            problems.append("the returned tensor is not the result")
+                        if y is not x and not torch.equal(x, keep):
+                            problems.append("the input changed")
+                        problems += _compare(y, ref, dtype, op)
+                        problems += _same_on_all_ranks(y)
+                        return problems
+
+                    rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
+
+    def guards():
+        # A direct call on a view writes only that view of the registered output.
+        n = 1000
+        b.fill_(7.0)
+        x = a[100:100 + n]
+        x.copy_(_make_input(n, torch.float32, "sum", 3 + rank, dev))
+        ref = _reference(x, "sum")
+        comm.all_reduce(x, out=b[100:100 + n])
+        torch.cuda.synchronize()
+        problems = _compare(b[100:100 + n], ref, torch.float32, "sum", "view")
+        if not (bool((b[:100] == 7).all()) and bool((b[100 + n:] == 7).all())):
+            problems.append("the direct call wrote outside its output view")
+        return problems
+
+    rec.check("writes only its view", guards)
+
+    def graph():
+        n = 65537
+        x, y = a[:n], b[:n]
+        s = torch.cuda.Stream(device=dev)
+        s.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(s):
+            comm.all_reduce(x, out=y)
+        torch.cuda.current_stream(dev).wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            comm.all_reduce(x, out=y)
+        problems = []
+        for it in range(3):
+            new_x = _make_input(n, torch.float32, "sum", 2000 * it + rank, dev)
+            ref = _reference(new_x, "sum")
+            x.copy_(new_x)
+            g.replay()
+            torch.cuda.synchronize()
+            problems += _compare(y, ref, torch.float32, "sum", f"replay {it}")
+            problems += _same_on_all_ranks(y, f"replay {it}")
+        return problems
+
+    rec.check("CUDA graph of a registered call", graph)
+
+    rec.check("register a CPU tensor", _expect_error, "Communicator.register", ["tensor"],
+              lambda: comm.register(torch.ones(8)))
+    rec.check("deregister an unregistered tensor", _expect_error, "Communicator.deregister",
+              ["not registered"], lambda: comm.deregister(plain))
+
+    def register_existing():
+        t = torch.empty(4096, device=dev)
+        with comm.register(t) as reg:
+            problems = _direct_problems("registered tensor in place", comm.algo_info(t[:1024]))
+            t.copy_(_make_input(4096, torch.float32, "sum", 11 + rank, dev))
+            ref = _reference(t, "sum")
+            comm.all_reduce(t)
+            torch.cuda.synchronize()
+            problems += _compare(t, ref, torch.float32, "sum", "registered in place")
+        if not reg.closed:
+            problems.append("leaving the with block did not deregister")
+        problems += _direct_problems("after deregistration", comm.algo_info(t), False)
+        return problems
+
+    rec.check("register an existing tensor (with block)", register_existing)
+
+    def deregister():
+        comm.deregister(a)
+        comm.deregister(b)
+        problems = []
+        if comm.comm.registrations:
+            problems.append(f"still registered: {comm.comm.registrations}")
+        problems += _direct_problems("after deregister", comm.algo_info(a[:4096], out=b[:4096]),
+                                     False)
+        x = a[:4096]
+        x.copy_(_make_input(4096, torch.float32, "sum", 13 + rank, dev))
+        ref = _reference(x, "sum")
+        comm.all_reduce(x, out=b[:4096])
+        torch.cuda.synchronize()
+        return problems + _compare(b[:4096], ref, torch.float32, "sum", "after deregister")
+
+    rec.check("deregister", deregister)
+
+
 def _worker_multi(out_dir):
     import torch.distributed as dist
 
@@ -619,21 +819,28 @@ def _worker_multi(out_dir):
     rec = _Recorder(out_dir, rank)
     comm = yt.Communicator()
     assert comm.rank == rank and comm.world_size == dist.get_world_size() and comm.device == dev
-    with rec.in_section("eager"):
-        _section_eager(rec, comm, rank, dev)
-    with rec.in_section("slices"):
-        _section_slices(rec, comm, rank, dev)
-    with rec.in_section("errors"):
-        _section_errors(rec, comm, rank, dev)
-    with rec.in_section("graph"):
-        _section_graph(rec, comm, rank, dev)
-    for backend in ("inductor", "aot_eager"):
-        with rec.in_section(f"compile_{backend}"):
-            _section_compile(rec, comm, rank, dev, backend)
-    with rec.in_section("opcheck"):
-        _section_opcheck(rec, comm, rank, dev)
+    sections = [("eager", _section_eager), ("slices", _section_slices),
+                ("errors", _section_errors), ("graph", _section_graph)]
+    sections += [(f"compile_{backend}", functools.partial(_section_compile, backend=backend))
+                 for backend in ("inductor", "aot_eager")]
+    sections += [("opcheck", _section_opcheck)]
+    for name, section in sections:
+        if _want(name):
+            with rec.in_section(name):
+                section(rec, comm, rank, dev)
+    # Registered buffers, on a comm of their own made with direct at every size (the variable is
+    # read when a comm is created, the same on every rank).
+    comm_direct = None
+    if _want("registered"):
+        os.environ["YALI_DIRECT_MIN_BYTES"] = "-1"
+        comm_direct = yt.Communicator()
+        os.environ.pop("YALI_DIRECT_MIN_BYTES")
+        with rec.in_section("registered"):
+            _section_registered(rec, comm_direct, rank, dev)
     torch.cuda.synchronize()
     dist.barrier()
+    if comm_direct is not None:
+        comm_direct.close()
     comm.close()
     dist.destroy_process_group()
     return 0
@@ -651,40 +858,124 @@ def _worker_single(out_dir, ndev):
         for d in devs:
             torch.cuda.synchronize(d)
 
-    with rec.in_section("single"), yt.SingleProcessCommunicator(list(range(ndev))) as sp:
-        case_no = 0
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            for op in OPS:
-                for n in (1, 7, 65537, 1_000_003):
-                    for mode in ("inplace", "out"):
-                        case_no += 1
-
-                        def run(dtype=dtype, op=op, n=n, mode=mode, c=case_no):
-                            xs = [_make_input(n, dtype, op, 7919 * c + i, d) for i, d in enumerate(devs)]
-                            ref = _reduce64([x.to(devs[0]) for x in xs], op)
-                            if mode == "inplace":
-                                ys = xs
-                                r = sp.all_reduce(xs, op=op)
-                            else:
-                                ys = [torch.full_like(x, float("nan")) for x in xs]
-                                r = sp.all_reduce(xs, op=op, outs=ys)
-                            sync()
-                            problems = [] if all(a is b for a, b in zip(r, ys)) else ["wrong return"]
-                            problems += _compare(ys[0], ref, dtype, op, "GPU 0")
-                            first = ys[0].reshape(-1).view(torch.uint8) if n else ys[0]
-                            for i, y in enumerate(ys[1:], 1):
-                                yi = y.to(devs[0]).reshape(-1)
-                                if not torch.equal(yi.view(torch.uint8) if n else yi, first):
-                                    problems.append(f"GPU {i} differs bitwise from GPU 0")
-                            return problems
-
-                        rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
-        m = "SingleProcessCommunicator.all_reduce"
-        rec.check("wrong count", _expect_error, m, ["tensors"],
-                  lambda: sp.all_reduce([torch.ones(4, device=devs[0])]))
-        rec.check("wrong device", _expect_error, m, ["tensors[1]"],
-                  lambda: sp.all_reduce([torch.ones(4, device=devs[0])] * ndev))
+    if _want("single"):
+        with rec.in_section("single"), yt.SingleProcessCommunicator(list(range(ndev))) as sp:
+            _section_single(rec, sp, devs, sync, ndev)
+    if _want("single_registered"):
+        os.environ["YALI_DIRECT_MIN_BYTES"] = "-1"
+        try:
+            sp = yt.SingleProcessCommunicator(list(range(ndev)))
+        finally:
+            os.environ.pop("YALI_DIRECT_MIN_BYTES")
+        with rec.in_section("single_registered"), sp:
+            _section_single_registered(rec, sp, devs, sync)
     return 0
+
+
+def _section_single(rec, sp, devs, sync, ndev):
+    case_no = 0
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for op in OPS:
+            for n in (1, 7, 65537, 1_000_003):
+                for mode in ("inplace", "out"):
+                    case_no += 1
+
+                    def run(dtype=dtype, op=op, n=n, mode=mode, c=case_no):
+                        xs = [_make_input(n, dtype, op, 7919 * c + i, d) for i, d in enumerate(devs)]
+                        ref = _reduce64([x.to(devs[0]) for x in xs], op)
+                        if mode == "inplace":
+                            ys = xs
+                            r = sp.all_reduce(xs, op=op)
+                        else:
+                            ys = [torch.full_like(x, float("nan")) for x in xs]
+                            r = sp.all_reduce(xs, op=op, outs=ys)
+                        sync()
+                        problems = [] if all(a is b for a, b in zip(r, ys)) else ["wrong return"]
+                        problems += _compare(ys[0], ref, dtype, op, "GPU 0")
+                        first = ys[0].reshape(-1).view(torch.uint8) if n else ys[0]
+                        for i, y in enumerate(ys[1:], 1):
+                            yi = y.to(devs[0]).reshape(-1)
+                            if not torch.equal(yi.view(torch.uint8) if n else yi, first):
+                                problems.append(f"GPU {i} differs bitwise from GPU 0")
+                        return problems
+
+                    rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
+    m = "SingleProcessCommunicator.all_reduce"
+    rec.check("wrong count", _expect_error, m, ["tensors"],
+              lambda: sp.all_reduce([torch.ones(4, device=devs[0])]))
+    rec.check("wrong device", _expect_error, m, ["tensors[1]"],
+              lambda: sp.all_reduce([torch.ones(4, device=devs[0])] * ndev))
+
+
+def _section_single_registered(rec, sp, devs, sync):
+    A = sp.empty_registered(_REG_N, torch.float32)
+    B = sp.empty_registered(_REG_N, torch.float32)
+
+    def algo_info():
+        n = 4096
+        problems = []
+        for i, info in enumerate(sp.algo_info([x[:n] for x in A], outs=[y[:n] for y in B])):
+            problems += _direct_problems(f"GPU {i} out of place", info)
+        for i, info in enumerate(sp.algo_info([x[8:8 + n] for x in A])):
+            problems += _direct_problems(f"GPU {i} in place at offset 8", info)
+        plain = [torch.empty(n, device=d) for d in devs]
+        for i, info in enumerate(sp.algo_info(plain)):
+            problems += _direct_problems(f"GPU {i} plain", info, False)
+        regs = [c.registrations for c in sp.comms]
+        if any(len(r) != 2 for r in regs) or any(r != regs[0] for r in regs):
+            problems.append(f"registrations per comm: {regs}")
+        return problems
+
+    rec.check("algo_info", algo_info)
+
+    case_no = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        for op in ("sum", "max", "avg"):
+            for n in (1, 7, 65537, SIZES[-1]):
+                for mode in ("inplace", "out"):
+                    case_no += 1
+
+                    def run(dtype=dtype, op=op, n=n, mode=mode, c=case_no):
+                        xs = [t.view(dtype)[:n] for t in A]
+                        for i, (x, d) in enumerate(zip(xs, devs)):
+                            x.copy_(_make_input(n, dtype, op, 104729 * c + i, d))
+                        keep = [x.clone() for x in xs]
+                        ref = _reduce64([x.to(devs[0]) for x in keep], op)
+                        ys = xs if mode == "inplace" else [t.view(dtype)[:n] for t in B]
+                        problems = []
+                        for i, info in enumerate(sp.algo_info(xs, op=op, outs=ys)):
+                            problems += _direct_problems(f"GPU {i}", info)
+                        sp.all_reduce(xs, op=op, outs=None if mode == "inplace" else ys)
+                        sync()
+                        for comm in sp.comms:
+                            comm.check_async_error()
+                        problems += _compare(ys[0], ref, dtype, op, "GPU 0")
+                        first = ys[0].reshape(-1).view(torch.uint8)
+                        for i, y in enumerate(ys[1:], 1):
+                            if not torch.equal(y.to(devs[0]).reshape(-1).view(torch.uint8), first):
+                                problems.append(f"GPU {i} differs bitwise from GPU 0")
+                        if mode == "out" and not all(torch.equal(x, k) for x, k in zip(xs, keep)):
+                            problems.append("the input changed")
+                        return problems
+
+                    rec.check(f"{str(dtype)[6:]} {op} n={n} {mode}", run)
+
+    def deregister():
+        sp.deregister(A)
+        sp.deregister(B[0])  # the first tensor names the registration too
+        problems = [f"comm {i} still has {c.registrations}" for i, c in enumerate(sp.comms)
+                    if c.registrations]
+        for i, info in enumerate(sp.algo_info([x[:4096] for x in A], outs=[y[:4096] for y in B])):
+            problems += _direct_problems(f"GPU {i} after deregister", info, False)
+        ts = [torch.empty(1024, device=d) for d in devs]
+        with sp.register(ts) as reg:
+            for i, info in enumerate(sp.algo_info(ts)):
+                problems += _direct_problems(f"GPU {i} register(existing)", info)
+        if not reg.closed:
+            problems.append("leaving the with block did not deregister")
+        return problems
+
+    rec.check("deregister", deregister)
 
 
 def _worker_main(argv):

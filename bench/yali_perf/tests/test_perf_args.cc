@@ -106,6 +106,7 @@ void TestDefaults() {
   EXPECT(args.average == RankAggregate::kMean);
   EXPECT(args.ngpus == 0 && args.json_path.empty() && !args.help);
   EXPECT(args.repeat == 1 && args.max_case_seconds == 0);
+  EXPECT(!args.registered);
 }
 
 void TestNcclTestsFlags() {
@@ -167,6 +168,28 @@ void TestYaliFlags() {
   EXPECT(ParseOk({"--timing", "graph", "-G", "4"}, &args) && args.graph_launches == 4);
   EXPECT(ParseOk({"-G", "0"}, &args) && args.timing == TimingMode::kEvents);
   EXPECT(ParseFails({"-G", "3", "--timing", "events"}, "--timing graph"));
+}
+
+void TestRegistered() {
+  PerfArgs args;
+  EXPECT(ParseOk({"-R", "1"}, &args) && args.registered);
+  EXPECT(ParseOk({"-R", "0"}, &args) && !args.registered);
+  EXPECT(ParseOk({"-R1"}, &args) && args.registered);
+  EXPECT(ParseOk({"--registered=1"}, &args) && args.registered);
+  EXPECT(ParseOk({"--registered", "0"}, &args) && !args.registered);
+  // nccl-tests' long spelling.
+  EXPECT(ParseOk({"--local_register", "1"}, &args) && args.registered);
+  // The last occurrence wins, as for every option.
+  EXPECT(ParseOk({"-R", "1", "-R", "0"}, &args) && !args.registered);
+  for (const char* bad : {"2", "-1", "yes", ""})
+    Expect(ParseFails({"-R", bad}, "for -R/--registered: expected 0 (unregistered buffers) or 1"),
+           std::string("-R rejects '") + bad + "'", __LINE__);
+  EXPECT(ParseFails({"-R"}, "option -R/--registered needs a value"));
+  // --tune measures the staged algorithms: -R 0 is accepted, -R 1 refused.
+  EXPECT(ParseOk({"--tune", "-R", "0"}, &args) && args.tune && !args.registered);
+  EXPECT(ParseFails({"--tune", "-R", "1"}, "-R/--registered does not apply to --tune"));
+  EXPECT(ParseFails({"--registered=1", "--tune"}, "does not apply to --tune"));
+  EXPECT(PerfUsage("yali-perf").find("-R, --registered <0|1>") != std::string::npos);
 }
 
 void TestRepeatAndTimeLimit() {
@@ -471,11 +494,14 @@ void TestReport() {
         "\"wrong\": 0", "\"placement\": \"in-place\"", "\"placement\": \"out-of-place\"",
         "\"samples_us\": [9.5, 10, 10.5]", "\"p99\":", "\"pci_bus_id\": \"0000:2a:00.0\"",
         "\"hostname\": \"host\\\"name\"", "\"iters\": 20", "\"repeat\": 4",
-        "\"max_case_time_s\": null", "\"run\": 3", "\"iters\": 12", "\"warmup\": 2"})
+        "\"max_case_time_s\": null", "\"registered\": 0", "\"run\": 3", "\"iters\": 12",
+        "\"warmup\": 2"})
     Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
   EXPECT(JsonWellFormed(json));
   info.max_case_seconds = 0.02;
   EXPECT(FormatJson(info, {yali}).find("\"max_case_time_s\": 0.02,") != std::string::npos);
+  info.registered = true;
+  EXPECT(FormatJson(info, {yali}).find("\"registered\": 1,") != std::string::npos);
 
   JsonWriter writer;
   writer.BeginObject();
@@ -895,6 +921,7 @@ int main() {
   TestNcclTestsFlags();
   TestLists();
   TestYaliFlags();
+  TestRegistered();
   TestRepeatAndTimeLimit();
   TestCallCountsWithinTimeLimit();
   TestBadOptions();

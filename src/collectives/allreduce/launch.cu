@@ -2,6 +2,7 @@
 // indexed by data type and reduction op (3 x 5 each, nothing else is templated).
 #include "collectives/allreduce/launch.h"
 
+#include "collectives/allreduce/direct.cuh"
 #include "collectives/allreduce/oneshot_ll.cuh"
 #include "collectives/allreduce/oneshot_pull.cuh"
 #include "collectives/allreduce/twoshot.cuh"
@@ -23,15 +24,23 @@ const KernelFn kOneshotPull[3][5] = {YALI_KERNEL_ROW(oneshotPullKernel, __half),
                                      YALI_KERNEL_ROW(oneshotPullKernel, float),
                                      YALI_KERNEL_ROW(oneshotPullKernel, __nv_bfloat16)};
 template <typename T, Op kOp>
-constexpr KernelFn twoshotPull = twoshotKernel<T, kOp, false>;
+constexpr KernelFn twoshotPull = twoshotKernel<T, kOp, Gather::kByReads>;
 template <typename T, Op kOp>
-constexpr KernelFn twoshotPush = twoshotKernel<T, kOp, true>;
+constexpr KernelFn twoshotPush = twoshotKernel<T, kOp, Gather::kByWrites>;
+template <typename T, Op kOp>
+constexpr KernelFn twoshotDirect = twoshotKernel<T, kOp, Gather::kIntoOutputs>;
 const KernelFn kTwoshot[3][5] = {YALI_KERNEL_ROW(twoshotPull, __half),
                                  YALI_KERNEL_ROW(twoshotPull, float),
                                  YALI_KERNEL_ROW(twoshotPull, __nv_bfloat16)};
 const KernelFn kTwoshotPush[3][5] = {YALI_KERNEL_ROW(twoshotPush, __half),
                                      YALI_KERNEL_ROW(twoshotPush, float),
                                      YALI_KERNEL_ROW(twoshotPush, __nv_bfloat16)};
+const KernelFn kTwoshotDirect[3][5] = {YALI_KERNEL_ROW(twoshotDirect, __half),
+                                       YALI_KERNEL_ROW(twoshotDirect, float),
+                                       YALI_KERNEL_ROW(twoshotDirect, __nv_bfloat16)};
+const KernelFn kDirect[3][5] = {YALI_KERNEL_ROW(directKernel, __half),
+                                YALI_KERNEL_ROW(directKernel, float),
+                                YALI_KERNEL_ROW(directKernel, __nv_bfloat16)};
 #undef YALI_KERNEL_ROW
 
 const KernelFn (*kernelTable(Algo algo))[5] {
@@ -41,6 +50,8 @@ const KernelFn (*kernelTable(Algo algo))[5] {
     case Algo::kTwoshotPush: return kTwoshotPush;
     case Algo::kOneshotPull: return kOneshotPull;
     case Algo::kCopyEngine: return nullptr;  // copy_engine.cu: not a single kernel
+    case Algo::kDirect: return kDirect;
+    case Algo::kTwoshotDirect: return kTwoshotDirect;
   }
   return nullptr;
 }

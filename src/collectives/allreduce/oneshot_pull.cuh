@@ -47,21 +47,6 @@ __device__ __forceinline__ void copyVectorsAllInFlight(uint4* dst, const uint4* 
   }
 }
 
-// dst[i] = reduce of src[0..n-1][i] in rank order, for vectors [0, vecs).
-template <typename T, Op kOp>
-__device__ __forceinline__ void reduceVectorsAllInFlight(uint4* dst, const uint4* const* src,
-                                                         int n, size_t vecs) {
-  for (size_t base = threadIdx.x; base < vecs; base += kPullUnroll * blockDim.x) {
-    uint4 v[kPullUnroll];
-#pragma unroll
-    for (int u = 0; u < kPullUnroll; ++u)
-      if (base + u * blockDim.x < vecs) v[u] = reduceSources<T, kOp, uint4>(src, base + u * blockDim.x, n);
-#pragma unroll
-    for (int u = 0; u < kPullUnroll; ++u)
-      if (base + u * blockDim.x < vecs) dst[base + u * blockDim.x] = v[u];
-  }
-}
-
 template <typename T, Op kOp>
 __global__ void oneshotPullKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
@@ -95,8 +80,9 @@ __global__ void oneshotPullKernel(DeviceArgs args) {
     src[s] = s < n ? reinterpret_cast<const T*>(args.peerWindows[s] + parityOffset) + begin : nullptr;
   T* out = static_cast<T*>(args.recv) + begin;
   if ((reinterpret_cast<uintptr_t>(out) & 15) == 0 && len % kE == 0) {
-    reduceVectorsAllInFlight<T, kOp>(reinterpret_cast<uint4*>(out),
-                                     reinterpret_cast<const uint4* const*>(src), n, len / kE);
+    uint4* dst[1] = {reinterpret_cast<uint4*>(out)};
+    reduceVectorsInFlight<T, kOp, kPullUnroll>(wholeBlock(), dst, 1,
+                                               reinterpret_cast<const uint4* const*>(src), n, len / kE);
   } else {
     T* dst[1] = {out};
     reduceElems<T, kOp>(wholeBlock(), dst, 1, src, n, len);

@@ -22,7 +22,15 @@
 // push(2) pull(1) | ...
 // Each rank reduces only its own shard, so all ranks hold the same bits.
 //
-// Variant twoshot_push (kPushGather): every NVLink transfer is a write. reduce(k) also stores the
+// Variant twoshot_direct (kIntoOutputs), for outputs registered on every rank (yaliCommRegister;
+// DeviceArgs::peerRecv): reduce(k) stores the reduced shard straight into every peer's output, so
+// pull(k) only waits for the owners' flags and nothing is copied out. Per message byte the SMs
+// load and store (n-1)/n less than twoshot_push, and every NVLink transfer stays a write. It starts
+// with enterWithTag (block_ops.cuh), so that it runs only when every rank made the same call with
+// registered outputs; the rest of the exchange is twoshot_push's, and writing into a peer's output
+// in reduce(k) is safe because that peer's push(k) of this launch came first.
+//
+// Variant twoshot_push (kByWrites): every NVLink transfer is a write. reduce(k) also stores the
 // reduced shard into every peer's gather[parity][our rank][slot b] in the same pass, and pull(k)
 // becomes a local copy out of our own gather area once the owners' flags arrive. It trades NVLink
 // reads for local HBM traffic. Reuse of gather parity k & 1: an owner writes it at reduce(k+2)
@@ -46,6 +54,7 @@ namespace yali {
 
 constexpr int kPhasePushWait = 2;
 constexpr int kPhaseResultWait = 3;
+constexpr int kPhaseTwoshotEnter = 11;  // twoshot_direct's entry handshake
 // 512 threads at most: it caps the registers at 128 per thread, so that one 512-thread block fits
 // an SM's register file (without the bound some instantiations take up to 147 and could launch
 // only 384 threads). The cost: 4-16 bytes of spills in the kAvg instantiations (its division's
@@ -53,12 +62,22 @@ constexpr int kPhaseResultWait = 3;
 // what the kernels allow.
 constexpr int kTwoshotMaxThreads = 512;
 
-template <typename T, Op kOp, bool kPushGather>
+// Where the all-gather puts the reduced shards.
+enum class Gather : int {
+  kByReads = 0,      // twoshot: our result area, read by the peers
+  kByWrites = 1,     // twoshot_push: every peer's gather area, copied out by the peer
+  kIntoOutputs = 2,  // twoshot_direct: every peer's (registered) output
+};
+
+template <typename T, Op kOp, Gather kGather>
 __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs args) {
   __shared__ uint64_t epochSlot;
   waitForPriorGrids();
   if (commFailed(args)) return;
   const uint64_t epoch = readEpoch(args.local, &epochSlot);
+  if constexpr (kGather == Gather::kIntoOutputs) {
+    if (!enterWithTag(args, args.layout.directFlags, epoch, kPhaseTwoshotEnter)) return;
+  }
   const int n = args.nranks;
   const int me = args.rank;
   const WindowLayout& L = args.layout;
@@ -108,31 +127,39 @@ __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs a
       src[s] = (s == me) ? send + st.start + st.begin(me)
                          : reinterpret_cast<const T*>(staging(args.window, k, s));
     }
-    // Destinations: our output, then our result area (pull) or every peer's gather area (push).
+    // Destinations: our output, then our result area (by reads), every peer's gather area (by
+    // writes) or every peer's output.
     T* dst[kMaxRanks];
 #pragma unroll
     for (int d = 0; d < kMaxRanks; ++d) {
-      if constexpr (kPushGather) {
+      const int peer = (me + d) % n;
+      if constexpr (kGather == Gather::kIntoOutputs) {
         dst[d] = d == 0 ? recv + st.start + st.begin(me)
-                        : reinterpret_cast<T*>(gatherArea(args.peerWindows[(me + d) % n], k, me));
+                        : static_cast<T*>(args.peerRecv[peer]) + st.start + st.begin(me);
+      } else if constexpr (kGather == Gather::kByWrites) {
+        dst[d] = d == 0 ? recv + st.start + st.begin(me)
+                        : reinterpret_cast<T*>(gatherArea(args.peerWindows[peer], k, me));
       } else {
         dst[d] = d == 0 ? recv + st.start + st.begin(me)
                         : reinterpret_cast<T*>(resultArea(args.window, k));
       }
     }
-    reduceElems<T, kOp>(team, dst, kPushGather ? n : 2, src, n, st.length(me));
+    reduceElems<T, kOp>(team, dst, kGather == Gather::kByReads ? 2 : n, src, n, st.length(me));
     signalPeers(team, args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
     else allowNextGrid();
 
     // pull(k): every other rank's reduced shard (from its result area, or from our gather area
-    // where it pushed it).
+    // where it pushed it; twoshot_direct's owners stored it into our output already).
     if (!waitPeers(team, args, L.resultFlags, value, kPhaseResultWait)) return;
-    for (int i = 1; i < n; ++i) {
-      const int s = (me + i) % n;
-      const char* from = kPushGather ? gatherArea(args.window, k, s) : resultArea(args.peerWindows[s], k);
-      copyElems(team, recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
+    if constexpr (kGather != Gather::kIntoOutputs) {
+      for (int i = 1; i < n; ++i) {
+        const int s = (me + i) % n;
+        const char* from = kGather == Gather::kByWrites ? gatherArea(args.window, k, s)
+                                                        : resultArea(args.peerWindows[s], k);
+        copyElems(team, recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
+      }
     }
   }
   retireEpoch(args.local, epoch);

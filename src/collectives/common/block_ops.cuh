@@ -99,6 +99,29 @@ __device__ __forceinline__ void reduceElems(const Team& team, T* const* dst, int
   }
 }
 
+// dst[d][i] = reduce of src[0..nsrc-1][i] in rank order, for vectors [0, vecs) and d < ndst, by the
+// team's threads. Each thread issues the loads of kU vectors of every source before its first
+// store, so a run whose sources are peers' memory pays one NVLink latency per kU vectors (and the
+// stores cannot be mistaken for writes to the sources, which would serialize the loads).
+// Registers: kU x nsrc x 16 bytes of loads in flight per thread, for up to kMaxRanks sources.
+template <typename T, Op kOp, int kU>
+__device__ __forceinline__ void reduceVectorsInFlight(const Team& team, uint4* const* dst, int ndst,
+                                                      const uint4* const* src, int nsrc, size_t vecs) {
+  const size_t stride = team.size;
+  for (size_t base = team.thread; base < vecs; base += kU * stride) {
+    uint4 v[kU];
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (base + u * stride < vecs) v[u] = reduceSources<T, kOp, uint4>(src, base + u * stride, nsrc);
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d)
+        if (d < ndst && base + u * stride < vecs) dst[d][base + u * stride] = v[u];
+    }
+  }
+}
+
 // Publishes `value` into flag array `flagsOffset`[team.id][rank] of every other rank (one thread
 // each), after the whole team's preceding writes: the team barrier orders them before the
 // publishing thread, whose st.release.sys is cumulative over what it has observed (device.cuh:
@@ -139,6 +162,36 @@ __device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& ar
   }
   team.sync();
   return failed[team.index] == 0;
+}
+
+// The entry handshake of the kernels that touch peers' registered buffers (direct, twoshot_direct),
+// by the whole block: publishes flagValue(epoch, args.callTag) into flag array `flagsOffset`
+// [block][our rank] of every peer and waits until every peer's block has published its own. A
+// peer publishes after its waitForPriorGrids(), so from then on its registered buffers hold its
+// input and nothing of its own still reads or writes them (stream order). A peer whose tag is
+// not ours made a different call (or runs a different algorithm): the block records
+// kFailMismatch. Every rank sees a differing tag when any does, so all give up before touching a
+// peer's buffer. Returns false when the block must stop (mismatch or a failed wait).
+__device__ __forceinline__ bool enterWithTag(const DeviceArgs& args, size_t flagsOffset, uint64_t epoch,
+                                             int phase) {
+  __shared__ int mismatch;
+  const Team block = wholeBlock();
+  if (threadIdx.x == 0) mismatch = 0;  // ordered before the checks by signalPeers' barrier
+  signalPeers(block, args, flagsOffset, flagValue(epoch, args.callTag));
+  if (!waitPeers(block, args, flagsOffset, flagValue(epoch, 0), phase)) return false;
+  // The peer's flag holds this launch's value: it cannot enter the next launch before we left
+  // this one.
+  const int peer = threadIdx.x;
+  if (peer < args.nranks && peer != args.rank) {
+    const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
+                           blockIdx.x * kMaxRanks + peer;
+    if (static_cast<uint32_t>(observe(flag)) != args.callTag) {
+      mismatch = 1;
+      recordFailure(args, kFailMismatch, phase);
+    }
+  }
+  __syncthreads();
+  return mismatch == 0;
 }
 
 }  // namespace yali

@@ -57,6 +57,19 @@ __device__ __forceinline__ uint4 loadVolatile16(const uint4* p) {
 
 // ---- Bounded waits ------------------------------------------------------------------------------
 
+// Records that this launch failed (DeviceFailure `code`, in wait phase `phase`) where the host reads
+// it, and marks the comm failed so that every later wait and launch gives up at once. The first
+// failure wins; the host reads these words without synchronizing.
+__device__ inline void recordFailure(const DeviceArgs& args, int code, int phase) {
+  if (atomicCAS(&args.host->failure, 0, code) == 0) {
+    args.host->failurePhase = phase;
+    args.host->failureBlock = blockIdx.x;
+    args.host->failureEpoch = args.epochHint;
+  }
+  atomicExch(&args.local->failed, 1);
+  __threadfence_system();
+}
+
 // Every spin loop on the device goes through a WaitGuard: it turns "the peer never came" into an
 // error the host can read instead of a hang. It checks, every kSpinsPerCheck iterations,
 //   1. the deadline (DeviceArgs::timeoutNs from the wait's start),
@@ -65,7 +78,7 @@ __device__ __forceinline__ uint4 loadVolatile16(const uint4* p) {
 // and every kChecksPerHostCheck checks also
 //   4. the host-mapped abort word (yaliCommAbort on this rank). That read crosses PCIe; with
 //      thousands of threads waiting at once it must stay rare (about every 16K spins).
-// On failure it records the first error in HostStatus and every later check returns false.
+// On failure it records the error (recordFailure) and every later check returns false.
 struct WaitGuard {
   static constexpr int kSpinsPerCheck = 256;
   static constexpr int kChecksPerHostCheck = 64;
@@ -84,30 +97,19 @@ struct WaitGuard {
     spins = 0;
     if (*reinterpret_cast<volatile int*>(&args.local->failed) != 0) return false;
     if (reinterpret_cast<volatile WindowHeader*>(args.window)->abortedByPeer != 0) {
-      fail(kFailRemoteAbort, phase);
+      recordFailure(args, kFailRemoteAbort, phase);
       return false;
     }
     if (++checks % kChecksPerHostCheck == 0 &&
         *reinterpret_cast<volatile int*>(&args.host->abortRequested) != 0) {
-      fail(kFailAborted, phase);
+      recordFailure(args, kFailAborted, phase);
       return false;
     }
     if (globalTimerNs() > deadline) {
-      fail(kFailTimeout, phase);
+      recordFailure(args, kFailTimeout, phase);
       return false;
     }
     return true;
-  }
-
-  __device__ void fail(int code, int phase) const {
-    // First failure wins; the host reads these words without synchronizing.
-    if (atomicCAS(&args.host->failure, 0, code) == 0) {
-      args.host->failurePhase = phase;
-      args.host->failureBlock = blockIdx.x;
-      args.host->failureEpoch = args.epochHint;
-    }
-    atomicExch(&args.local->failed, 1);
-    __threadfence_system();
   }
 };
 

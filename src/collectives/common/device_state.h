@@ -31,6 +31,7 @@ enum DeviceFailure : int {
   kFailTimeout = 1,      // a peer did not arrive within YALI_TIMEOUT_MS
   kFailAborted = 2,      // yaliCommAbort on this rank
   kFailRemoteAbort = 3,  // a peer called yaliCommAbort
+  kFailMismatch = 4,     // direct: a peer made a different call (DeviceArgs::callTag differs)
 };
 
 // ---- The window: one cudaMalloc per rank, mapped by every peer (CUDA IPC or peer access) ----------
@@ -42,6 +43,11 @@ enum DeviceFailure : int {
 //                                            staging; value = flagValue(epoch, step)
 //   resultFlags uint64[kMaxPipelines][kMaxRanks]  [p][s]: sender s's pipeline p has its reduced
 //                                            shard ready for step `step` of epoch `epoch`
+//   directFlags uint64[2][kMaxCtas][kMaxRanks]  direct's [0] enter and [1] leave flags:
+//                                            [b][s]: sender s's block b has started (enter) or
+//                                            finished with every buffer (leave) in epoch `epoch`;
+//                                            enter = flagValue(epoch, callTag), leave =
+//                                            flagValue(epoch, 0)
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //   staging     [parity 2][sender nranks][stagingBytes]: reduce-scatter pieces pushed by senders;
 //               pipeline p with slot size s uses bytes [p*s, (p+1)*s) of each sender's part
@@ -63,6 +69,7 @@ struct WindowHeader {
 struct WindowLayout {
   size_t pushFlags;
   size_t resultFlags;
+  size_t directFlags;
   size_t ll;
   size_t llSlotBytes;  // bytes of packets per (parity, sender); payload is half of it
   size_t staging;
@@ -136,6 +143,12 @@ struct DeviceArgs {
   size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
   int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel
+  // direct (registered buffers): every rank's send and recv buffers of this call as mapped here
+  // ([rank] is ours), and a digest of the call (count, type, op, registrations and offsets) that
+  // every peer's must equal.
+  const void* peerSend[kMaxRanks];
+  void* peerRecv[kMaxRanks];
+  uint32_t callTag;
 };
 
 }  // namespace yali

@@ -95,10 +95,10 @@ TEST(selector_default_crossover) {
   for (int n : {2, 4, 8}) {
     Selector sel = makeSelector(s, n);
     const int64_t llMax = builtinTuning(9, n).oneshotLLMaxBytes;
-    CHECK(sel.choose(4096).algo == Algo::kOneshotLL);
-    CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
-    CHECK(sel.choose(static_cast<size_t>(llMax) + 1).algo != Algo::kOneshotLL);
-    CHECK(sel.choose(size_t(1) << 30).algo != Algo::kOneshotLL);
+    CHECK(sel.choose(4096, false, false).algo == Algo::kOneshotLL);
+    CHECK(sel.choose(static_cast<size_t>(llMax), false, false).algo == Algo::kOneshotLL);
+    CHECK(sel.choose(static_cast<size_t>(llMax) + 1, false, false).algo != Algo::kOneshotLL);
+    CHECK(sel.choose(size_t(1) << 30, false, false).algo != Algo::kOneshotLL);
   }
 }
 
@@ -107,18 +107,18 @@ TEST(selector_push_variant_threshold) {
   s.ceMinBytes = kThresholdDisabled;  // two-shot for every large size
   const int64_t pushMin = builtinTuning(9, 4).twoshotPushMinBytes;
   Selector table = makeSelector(s, 4);
-  CHECK(table.choose(size_t(1) << 30).algo == (pushMin > 0 ? Algo::kTwoshotPush : Algo::kTwoshot));
+  CHECK(table.choose(size_t(1) << 30, false, false).algo == (pushMin > 0 ? Algo::kTwoshotPush : Algo::kTwoshot));
   s.twoshotPushMinBytes = size_t(8) << 20;
   Selector explicitT = makeSelector(s, 4);
-  CHECK(explicitT.choose(size_t(8) << 20).algo == Algo::kTwoshotPush);
-  CHECK(explicitT.choose((size_t(8) << 20) - 16).algo == Algo::kTwoshot);
+  CHECK(explicitT.choose(size_t(8) << 20, false, false).algo == Algo::kTwoshotPush);
+  CHECK(explicitT.choose((size_t(8) << 20) - 16, false, false).algo == Algo::kTwoshot);
   s.twoshotPushMinBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshot);
   s.twoshotPushMinBytes = kThresholdAlways;
-  CHECK(makeSelector(s, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 20, false, false).algo == Algo::kTwoshotPush);
   s.twoshotPushMinBytes = kThresholdTable;
   s.algo = "twoshot_push";
-  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 4).choose(8, false, false).algo == Algo::kTwoshotPush);
 }
 
 TEST(selector_pull_variant_threshold) {
@@ -127,35 +127,35 @@ TEST(selector_pull_variant_threshold) {
   const int64_t llMax = builtinTuning(9, 2).oneshotLLMaxBytes;
   s.oneshotPullMaxBytes = size_t(2) << 20;
   Selector sel = makeSelector(s, 2);
-  CHECK(sel.choose(static_cast<size_t>(llMax)).algo == Algo::kOneshotLL);
-  CHECK(sel.choose(static_cast<size_t>(llMax) + 16).algo == Algo::kOneshotPull);
-  CHECK(sel.choose(size_t(2) << 20).algo == Algo::kOneshotPull);
-  CHECK(sel.choose((size_t(2) << 20) + 16).algo != Algo::kOneshotPull);
+  CHECK(sel.choose(static_cast<size_t>(llMax), false, false).algo == Algo::kOneshotLL);
+  CHECK(sel.choose(static_cast<size_t>(llMax) + 16, false, false).algo == Algo::kOneshotPull);
+  CHECK(sel.choose(size_t(2) << 20, false, false).algo == Algo::kOneshotPull);
+  CHECK(sel.choose((size_t(2) << 20) + 16, false, false).algo != Algo::kOneshotPull);
   // Geometry: every block's run is a 16-byte multiple and the runs cover the message.
   for (size_t bytes : {size_t(600) << 10, (size_t(1) << 20) + 48, size_t(2) << 20}) {
-    const AlgoChoice c = sel.choose(bytes);
+    const AlgoChoice c = sel.choose(bytes, false, false);
     CHECK(c.slotBytes % 16 == 0);
     CHECK(c.ctas >= 1 && c.ctas <= kMaxCtas);
     CHECK(static_cast<size_t>(c.ctas) * c.slotBytes >= bytes);
   }
   // The built-in table: pull above LL at n = 2 up to 4 MB; at n = 4 only up to 512 KB.
   Settings d = defaultSettings();
-  CHECK(makeSelector(d, 2).choose(size_t(1) << 20).algo == Algo::kOneshotPull);
-  CHECK(makeSelector(d, 2).choose(size_t(8) << 20).algo == Algo::kTwoshotPush);
-  CHECK(makeSelector(d, 4).choose(size_t(512) << 10).algo == Algo::kOneshotPull);
-  CHECK(makeSelector(d, 4).choose(size_t(1) << 20).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(d, 2).choose(size_t(1) << 20, false, false).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(d, 2).choose(size_t(8) << 20, false, false).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(d, 4).choose(size_t(512) << 10, false, false).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(d, 4).choose(size_t(1) << 20, false, false).algo == Algo::kTwoshotPush);
   // -1: every size that fits the buffer, and no further.
   s.oneshotPullMaxBytes = kThresholdAlways;
   Selector always = makeSelector(s, 2);
-  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes)).algo == Algo::kOneshotPull);
-  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes) + 16).algo != Algo::kOneshotPull);
+  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes), false, false).algo == Algo::kOneshotPull);
+  CHECK(always.choose(static_cast<size_t>(s.pullBufferBytes) + 16, false, false).algo != Algo::kOneshotPull);
   s.oneshotPullMaxBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 20).algo != Algo::kOneshotPull);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 20, false, false).algo != Algo::kOneshotPull);
   // Forced, it falls back to two-shot past its buffer.
   s.oneshotPullMaxBytes = kThresholdTable;
   s.algo = "oneshot_pull";
-  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kOneshotPull);
-  CHECK(makeSelector(s, 4).choose(size_t(1) << 30).algo == Algo::kTwoshot);
+  CHECK(makeSelector(s, 4).choose(8, false, false).algo == Algo::kOneshotPull);
+  CHECK(makeSelector(s, 4).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshot);
   CHECK(std::string(algoName(Algo::kOneshotPull)) == "oneshot_pull");
   checkSettingRejected("YALI_ONESHOT_PULL_MAX_BYTES", "-3");
 }
@@ -163,19 +163,19 @@ TEST(selector_pull_variant_threshold) {
 TEST(selector_copy_engine_threshold_and_chunks) {
   Settings s = defaultSettings();
   CHECK(s.ceChunkBytes == 0);  // off by default: no staging
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   s.ceChunkBytes = int64_t(4) << 20;
   for (int n : {2, 4, 8}) CHECK(builtinTuning(9, n).ceMinBytes == 0);  // measured slower: off
   for (int n : {2, 4}) {
     const int64_t ceMin = int64_t(64) << 20;
     s.ceMinBytes = ceMin;
     Selector sel = makeSelector(s, n);
-    CHECK(sel.choose(static_cast<size_t>(ceMin)).algo == Algo::kCopyEngine);
-    CHECK(sel.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
-    CHECK(sel.choose(static_cast<size_t>(ceMin) - 16).algo == Algo::kTwoshotPush);
+    CHECK(sel.choose(static_cast<size_t>(ceMin), false, false).algo == Algo::kCopyEngine);
+    CHECK(sel.choose(size_t(1) << 30, false, false).algo == Algo::kCopyEngine);
+    CHECK(sel.choose(static_cast<size_t>(ceMin) - 16, false, false).algo == Algo::kTwoshotPush);
     for (size_t bytes : {size_t(16), static_cast<size_t>(ceMin), size_t(1) << 30, size_t(3) << 30}) {
       s.algo = "copy_engine";
-      const AlgoChoice c = makeSelector(s, n).choose(bytes);
+      const AlgoChoice c = makeSelector(s, n).choose(bytes, false, false);
       s.algo = "";
       CHECK(c.algo == Algo::kCopyEngine);
       CHECK(c.slotBytes % 256 == 0 && c.slotBytes >= (64 << 10));
@@ -187,36 +187,36 @@ TEST(selector_copy_engine_threshold_and_chunks) {
     }
   }
   s.ceMinBytes = kThresholdTable;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
-  CHECK(makeSelector(s, 8).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 8).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   s.ceMinBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   s.ceMinBytes = kThresholdAlways;  // every size above the one-shot ranges
-  CHECK(makeSelector(s, 2).choose(4096).algo == Algo::kOneshotLL);
-  CHECK(makeSelector(s, 2).choose(size_t(8) << 20).algo == Algo::kCopyEngine);
+  CHECK(makeSelector(s, 2).choose(4096, false, false).algo == Algo::kOneshotLL);
+  CHECK(makeSelector(s, 2).choose(size_t(8) << 20, false, false).algo == Algo::kCopyEngine);
   s.ceMinBytes = size_t(32) << 20;
-  CHECK(makeSelector(s, 4).choose(size_t(32) << 20).algo == Algo::kCopyEngine);
-  CHECK(makeSelector(s, 4).choose((size_t(32) << 20) - 16).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 4).choose(size_t(32) << 20, false, false).algo == Algo::kCopyEngine);
+  CHECK(makeSelector(s, 4).choose((size_t(32) << 20) - 16, false, false).algo == Algo::kTwoshotPush);
   // No staging, no copy engine: not even when forced.
   s.ceMinBytes = kThresholdTable;
   s.ceChunkBytes = 0;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   s.algo = "copy_engine";
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
   // Ranks that share a process turn it off (comm.cc), forced or not.
   s.ceChunkBytes = int64_t(4) << 20;
   s.ceMinBytes = kThresholdAlways;
   Selector shared = makeSelector(s, 2);
-  CHECK(shared.choose(size_t(1) << 30).algo == Algo::kCopyEngine);
+  CHECK(shared.choose(size_t(1) << 30, false, false).algo == Algo::kCopyEngine);
   shared.disableCopyEngine();
-  CHECK(shared.choose(size_t(1) << 30).algo == Algo::kTwoshotPush);
+  CHECK(shared.choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
   // YALI_MAX_CTAS sets the reduce kernel's blocks.
   s = defaultSettings();
   s.ceChunkBytes = int64_t(4) << 20;
   s.algo = "copy_engine";
   s.maxCtas = 8;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 8);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).ctas == 8);
   // Settings errors name the variable.
   checkSettingRejected("YALI_CE_CHUNK_BYTES", "1000");
   Settings bad;
@@ -235,19 +235,19 @@ TEST(selector_copy_engine_threshold_and_chunks) {
 TEST(selector_threshold_env_semantics) {
   Settings s = defaultSettings();
   s.oneshotLLMaxBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(16).algo != Algo::kOneshotLL);
+  CHECK(makeSelector(s, 2).choose(16, false, false).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = kThresholdAlways;
   Selector always = makeSelector(s, 2);
-  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes)).algo == Algo::kOneshotLL);
+  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes), false, false).algo == Algo::kOneshotLL);
   // Past the LL buffer, "always" still has to fall back.
-  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes) + 8).algo != Algo::kOneshotLL);
+  CHECK(always.choose(static_cast<size_t>(s.llBufferBytes) + 8, false, false).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = 1000;
   Selector explicitT = makeSelector(s, 2);
-  CHECK(explicitT.choose(1000).algo == Algo::kOneshotLL);
-  CHECK(explicitT.choose(1001).algo != Algo::kOneshotLL);
+  CHECK(explicitT.choose(1000, false, false).algo == Algo::kOneshotLL);
+  CHECK(explicitT.choose(1001, false, false).algo != Algo::kOneshotLL);
   s.oneshotLLMaxBytes = kThresholdTable;
   s.algo = "twoshot";
-  CHECK(makeSelector(s, 4).choose(8).algo == Algo::kTwoshot);
+  CHECK(makeSelector(s, 4).choose(8, false, false).algo == Algo::kTwoshot);
 }
 
 TEST(selector_twoshot_geometry_fits_staging) {
@@ -257,7 +257,7 @@ TEST(selector_twoshot_geometry_fits_staging) {
     Selector sel = makeSelector(s, n);
     for (size_t bytes : {size_t(2), size_t(4096), size_t(1) << 20, size_t(64) << 20, size_t(1) << 30,
                          size_t(3) << 30}) {
-      AlgoChoice c = sel.choose(bytes);
+      AlgoChoice c = sel.choose(bytes, false, false);
       CHECK(c.ctas >= 1 && c.ctas <= kMaxCtas);
       CHECK(c.slotBytes % 256 == 0 && c.slotBytes > 0);
       CHECK(c.teams >= 1 && c.teams <= kMaxTeamsPerBlock && c.threads % (32 * c.teams) == 0);
@@ -275,15 +275,15 @@ TEST(selector_clamps_threads_to_launchable) {
   SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, s.ceChunkBytes, 1024,
                         256, 256};
   REQUIRE(sel.init(s, limits, &err));
-  CHECK(sel.choose(size_t(1) << 30).threads <= 256);
+  CHECK(sel.choose(size_t(1) << 30, false, false).threads <= 256);
 }
 
 TEST(selector_max_ctas_cap) {
   Settings s = defaultSettings();
   s.maxCtas = 4;
   Selector sel = makeSelector(s, 4);
-  CHECK(sel.choose(size_t(1) << 30).ctas <= 4);
-  CHECK(sel.choose(256 << 10).ctas <= 4);
+  CHECK(sel.choose(size_t(1) << 30, false, false).ctas <= 4);
+  CHECK(sel.choose(256 << 10, false, false).ctas <= 4);
 }
 
 TEST(selector_frugal_blocks_for_large_messages) {
@@ -293,21 +293,21 @@ TEST(selector_frugal_blocks_for_large_messages) {
     Selector sel = makeSelector(s, n);
     const TuningEntry& e = sel.entry();
     CHECK(e.frugalMinBytes == (int64_t(64) << 20));
-    CHECK(sel.choose(size_t(64) << 20).ctas <= 32);
-    CHECK(sel.choose(size_t(1) << 30).ctas <= 32);
-    CHECK(sel.choose(size_t(16) << 20).ctas == e.twoshotMaxCtas);
+    CHECK(sel.choose(size_t(64) << 20, false, false).ctas <= 32);
+    CHECK(sel.choose(size_t(1) << 30, false, false).ctas <= 32);
+    CHECK(sel.choose(size_t(16) << 20, false, false).ctas == e.twoshotMaxCtas);
     CHECK(e.twoshotMaxCtas > 32);
     // Every block's slot still fits the staging area.
     for (size_t bytes : {size_t(4) << 20, size_t(16) << 20, size_t(1) << 30}) {
-      const AlgoChoice c = sel.choose(bytes);
+      const AlgoChoice c = sel.choose(bytes, false, false);
       if (c.algo == Algo::kCopyEngine) continue;  // its own staging (the selector test above)
       CHECK(static_cast<size_t>(c.ctas) * c.teams * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
     }
   }
   // YALI_MAX_CTAS replaces both two-shot caps, with one pipeline per block.
   s.maxCtas = 64;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).ctas == 64);
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30).teams == 1);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).ctas == 64);
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).teams == 1);
 }
 
 TEST(selector_teams_in_frugal_range) {
@@ -315,14 +315,14 @@ TEST(selector_teams_in_frugal_range) {
   Settings s = defaultSettings();
   for (int n : {2, 4}) {
     Selector sel = makeSelector(s, n);
-    const AlgoChoice big = sel.choose(size_t(1) << 30);
+    const AlgoChoice big = sel.choose(size_t(1) << 30, false, false);
     CHECK_EQ(big.teams, 2);
     CHECK_EQ(big.ctas, 32);
     CHECK_EQ(big.slotBytes, size_t(64) << 10);  // 64 pipelines in 4 MB of staging
-    CHECK_EQ(sel.choose(size_t(64) << 20).teams, 2);
-    CHECK_EQ(sel.choose((size_t(64) << 20) - 256).teams, 1);
+    CHECK_EQ(sel.choose(size_t(64) << 20, false, false).teams, 2);
+    CHECK_EQ(sel.choose((size_t(64) << 20) - 256, false, false).teams, 1);
   }
-  CHECK_EQ(makeSelector(s, 8).choose(size_t(1) << 30).teams, 1);
+  CHECK_EQ(makeSelector(s, 8).choose(size_t(1) << 30, false, false).teams, 1);
   // A tuning line may set it.
   std::vector<TuningEntry> parsed;
   std::string err;
@@ -343,9 +343,98 @@ TEST(selector_teams_in_frugal_range) {
   s.tuningFile = YALI_TEAMS_TUNING_PATH;
   s.algo = "twoshot_push";
   Selector small = makeSelector(s, 2);
-  CHECK_EQ(small.choose(3072).teams, 2);
-  CHECK_EQ(small.choose(3072).ctas, 3);
-  CHECK_EQ(small.choose(3072 - 256).teams, 1);
+  CHECK_EQ(small.choose(3072, false, false).teams, 2);
+  CHECK_EQ(small.choose(3072, false, false).ctas, 3);
+  CHECK_EQ(small.choose(3072 - 256, false, false).teams, 1);
+}
+
+// direct runs only on registered buffers, from YALI_DIRECT_MIN_BYTES (or the table's direct_min)
+// up, with the two-shot block caps; YALI_ALGO=direct leaves unregistered calls to the automatic
+// choice.
+TEST(selector_direct_only_for_registered_buffers) {
+  Settings s = defaultSettings();
+  for (int n : {2, 4}) {
+    const Selector sel = makeSelector(s, n);
+    const size_t directMin = static_cast<size_t>(builtinTuning(9, n).directMinBytes);
+    CHECK(directMin > 0);
+    CHECK(sel.choose(directMin, true, true).algo == Algo::kDirect);
+    CHECK(sel.choose(directMin - 16, true, true).algo != Algo::kDirect);
+    CHECK(sel.choose(directMin, false, false).algo != Algo::kDirect);
+    CHECK(sel.choose(size_t(1) << 30, false, false).algo != Algo::kDirect);
+    const AlgoChoice big = sel.choose(size_t(1) << 30, true, true);
+    CHECK(big.algo == Algo::kDirect);
+    CHECK_EQ(big.ctas, builtinTuning(9, n).frugalMaxCtas);
+    CHECK_EQ(sel.choose(16 << 20, true, true).ctas, builtinTuning(9, n).twoshotMaxCtas);
+  }
+  CHECK(makeSelector(s, 8).choose(size_t(1) << 30, true, true).algo != Algo::kDirect);  // not measured
+  s.directMinBytes = kThresholdAlways;
+  CHECK(makeSelector(s, 2).choose(16, true, true).algo == Algo::kDirect);
+  CHECK_EQ(makeSelector(s, 2).choose(16, true, true).ctas, 1);
+  s.directMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, true, true).algo != Algo::kDirect);
+  s.directMinBytes = kThresholdTable;
+  s.maxCtas = 8;
+  CHECK_EQ(makeSelector(s, 2).choose(size_t(1) << 30, true, true).ctas, 8);
+  s.maxCtas = 0;
+  s.algo = "direct";
+  const Selector forced = makeSelector(s, 2);
+  CHECK(forced.choose(16, true, true).algo == Algo::kDirect);
+  CHECK(forced.choose(16, false, false).algo == Algo::kOneshotLL);
+  CHECK(forced.choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
+  s.algo = "twoshot";
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, true, true).algo == Algo::kTwoshot);
+}
+
+// twoshot_direct needs only the output registered, from YALI_TWOSHOT_DIRECT_MIN_BYTES (or the
+// table's twoshot_direct_min) up, with two-shot's geometry; direct wins when both are registered.
+TEST(selector_twoshot_direct_for_registered_outputs) {
+  Settings s = defaultSettings();
+  for (int n : {2, 4}) {
+    const Selector sel = makeSelector(s, n);
+    const size_t min = static_cast<size_t>(builtinTuning(9, n).twoshotDirectMinBytes);
+    CHECK(min > 0);
+    const AlgoChoice td = sel.choose(size_t(1) << 30, false, true);
+    const AlgoChoice push = sel.choose(size_t(1) << 30, false, false);
+    CHECK(td.algo == Algo::kTwoshotDirect);
+    CHECK(push.algo == Algo::kTwoshotPush);
+    CHECK_EQ(td.ctas, push.ctas);
+    CHECK_EQ(td.teams, push.teams);
+    CHECK_EQ(td.slotBytes, push.slotBytes);
+    CHECK(sel.choose(min, false, true).algo == Algo::kTwoshotDirect);
+    CHECK(sel.choose(min - 16, false, true).algo != Algo::kTwoshotDirect);
+    CHECK(sel.choose(size_t(1) << 30, true, false).algo == Algo::kTwoshotPush);  // input only
+    CHECK(sel.choose(size_t(1) << 30, true, true).algo == Algo::kDirect);
+  }
+  CHECK(makeSelector(s, 8).choose(size_t(1) << 30, false, true).algo != Algo::kTwoshotDirect);
+  s.twoshotDirectMinBytes = kThresholdAlways;
+  CHECK(makeSelector(s, 2).choose(16, false, true).algo == Algo::kTwoshotDirect);
+  s.directMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(16, true, true).algo == Algo::kTwoshotDirect);
+  s.twoshotDirectMinBytes = kThresholdDisabled;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, true, true).algo == Algo::kTwoshotPush);
+  s = defaultSettings();
+  s.algo = "twoshot_direct";
+  CHECK(makeSelector(s, 2).choose(16, true, true).algo == Algo::kTwoshotDirect);
+  CHECK(makeSelector(s, 2).choose(16, false, false).algo == Algo::kOneshotLL);
+}
+
+TEST(algo_names_round_trip) {
+  for (int i = 0; i < kNumAlgos; ++i) {
+    Algo a;
+    CHECK(algoFromName(algoName(static_cast<Algo>(i)), &a));
+    CHECK_EQ(static_cast<int>(a), i);
+    CHECK(algoNameList().find(algoName(a)) != std::string::npos);
+  }
+  Algo a;
+  CHECK(!algoFromName("threeshot", &a));
+  setenv("YALI_ALGO", "direct", 1);
+  Settings s;
+  std::string err;
+  CHECK(loadSettings(&s, &err));
+  CHECK(s.algo == "direct");
+  unsetenv("YALI_ALGO");
+  checkSettingRejected("YALI_DIRECT_MIN_BYTES", "-3");
+  checkSettingRejected("YALI_TWOSHOT_DIRECT_MIN_BYTES", "x");
 }
 
 TEST(tuning_file_round_trip_and_errors) {
@@ -395,6 +484,16 @@ TEST(tuning_file_round_trip_and_errors) {
   CHECK_EQ(parsed[0].oneshotPullMaxBytes, builtinTuning(9, 4).oneshotPullMaxBytes);
   CHECK_EQ(parsed[0].ceMinBytes, builtinTuning(9, 4).ceMinBytes);
   CHECK_EQ(parsed[0].ceCtas, builtinTuning(9, 4).ceCtas);
+  CHECK_EQ(parsed[0].directMinBytes, builtinTuning(9, 4).directMinBytes);
+  parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e) + " direct_min=0", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].directMinBytes, 0);
+  CHECK(!parseTuningText(formatTuningEntry(e) + " direct_min=-1", &parsed, &err));
+  parsed.clear();
+  CHECK(parseTuningText(formatTuningEntry(e) + " twoshot_direct_min=1048576", &parsed, &err));
+  REQUIRE(parsed.size() == 1);
+  CHECK_EQ(parsed[0].twoshotDirectMinBytes, 1048576);
 
   char path[] = "/tmp/yali-tuning-XXXXXX";
   int fd = mkstemp(path);
@@ -405,8 +504,8 @@ TEST(tuning_file_round_trip_and_errors) {
   s.tuningFile = path;
   Selector sel = makeSelector(s, 4);
   CHECK_EQ(sel.entry().oneshotLLMaxBytes, 12345);
-  CHECK(sel.choose(12345).algo == Algo::kOneshotLL);
-  CHECK(sel.choose(12346).algo != Algo::kOneshotLL);
+  CHECK(sel.choose(12345, false, false).algo == Algo::kOneshotLL);
+  CHECK(sel.choose(12346, false, false).algo != Algo::kOneshotLL);
   unlink(path);
 }
 

@@ -1,0 +1,1320 @@
+// GPU cases for registered buffers (yaliCommRegister / yaliCommDeregister) and the zero-copy
+// "direct" AllReduce they enable. Same rules as cases.cc (suite.h): every process takes the same
+// collective steps in the same order.
+//
+// A case allocates per rank one or more "arenas" (one cudaMalloc each, the same size on every
+// rank), registers some of them, and places each call's send and recv regions inside them at byte
+// offsets that are the same on every rank (the condition for direct). Every byte of every arena
+// outside the call's regions must keep the guard pattern after the call: with direct, peers write
+// our output over NVLink, so a wrong offset on any rank lands somewhere in our arena and is caught.
+//
+// Whether a call must run direct follows the environment the comms were created under (settings
+// are read at comm creation): YALI_ALGO=direct, or YALI_DIRECT_MIN_BYTES -1 / 0 / >0 decide it;
+// with the tuning table's threshold (unset or -2) the cases only check that the ranks agree and
+// that unregistered buffers never report direct. ctest runs the suite once more with
+// YALI_DIRECT_MIN_BYTES=-1 (gpu_multi_direct_*), where every registered call is direct; the
+// registered_threshold case sets its own values.
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runs.h"
+#include "suite.h"
+
+namespace yt {
+namespace {
+
+const yaliDataType_t kDtypes[] = {yaliFloat32, yaliFloat16, yaliBfloat16};
+const yaliRedOp_t kOps[] = {yaliSum, yaliProd, yaliMax, yaliMin, yaliAvg};
+
+// ---- Environment ---------------------------------------------------------------------------------
+
+// Sets (value) or unsets (nullptr) variables for the comms created while it lives; restores them
+// when it ends (the MPI launcher runs every case in one process).
+class EnvScope {
+ public:
+  explicit EnvScope(const std::vector<std::pair<const char*, const char*>>& vars) {
+    for (const auto& v : vars) {
+      const char* old = std::getenv(v.first);
+      saved_.push_back({v.first, old != nullptr, old ? old : ""});
+      if (v.second != nullptr) setenv(v.first, v.second, 1);
+      else unsetenv(v.first);
+    }
+  }
+  ~EnvScope() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->had) setenv(it->name.c_str(), it->value.c_str(), 1);
+      else unsetenv(it->name.c_str());
+    }
+  }
+  EnvScope(const EnvScope&) = delete;
+  EnvScope& operator=(const EnvScope&) = delete;
+
+ private:
+  struct Saved {
+    std::string name;
+    bool had;
+    std::string value;
+  };
+  std::vector<Saved> saved_;
+};
+
+// What yaliAllReduceAlgoInfo must report for a call.
+enum class Want { Direct, NotDirect, Any };
+
+const char* wantName(Want w) {
+  switch (w) {
+    case Want::Direct: return "direct";
+    case Want::NotDirect: return "not direct";
+    case Want::Any: return "any";
+  }
+  return "?";
+}
+
+// For a call of `bytes` whose buffers are both registered on every rank at the same offsets, under
+// the environment the comms were created with.
+Want registeredWant(size_t bytes) {
+  if (bytes == 0) return Want::NotDirect;  // count 0 launches nothing
+  const char* algo = std::getenv("YALI_ALGO");
+  if (algo != nullptr && algo[0] != '\0' && std::strcmp(algo, "auto") != 0) {
+    return std::strcmp(algo, "direct") == 0 ? Want::Direct : Want::Any;
+  }
+  const char* m = std::getenv("YALI_DIRECT_MIN_BYTES");
+  if (m == nullptr || m[0] == '\0') return Want::Any;  // the tuning table's threshold
+  long long v = std::strtoll(m, nullptr, 0);
+  if (v == -1) return Want::Direct;
+  if (v == 0) return Want::NotDirect;
+  if (v > 0) return (long long)bytes >= v ? Want::Direct : Want::NotDirect;
+  return Want::Any;
+}
+
+// ---- Arenas: one allocation per rank, optionally registered --------------------------------------
+
+struct Arena {
+  std::string name;
+  std::vector<DevAlloc> a;        // per local rank, the same size everywhere
+  std::vector<void*> handle;      // per local rank; nullptr while not registered
+  size_t regOff = 0, regBytes = 0;  // the registered range of each allocation
+};
+
+Arena makeArena(Ctx& ctx, const char* name, size_t bytes) {
+  Arena A;
+  A.name = name;
+  for (const LocalRank& lr : ctx.local) {
+    A.a.push_back(allocDev(ctx, lr.dev, bytes, Alloc::Malloc, lr.stream));
+    A.handle.push_back(nullptr);
+  }
+  return A;
+}
+
+void freeArena(Ctx& ctx, Arena& A) {
+  for (DevAlloc& d : A.a) freeDev(ctx, d);
+}
+
+// Collective. Registers [off, off + bytes) of each rank's allocation (bytes 0: to the end) with
+// the rank's comm, in a loop over the local comms (single-process mode: one thread, every comm).
+// Fatal on failure: a rank that did not register would leave the others' direct calls waiting.
+void registerArena(Ctx& ctx, const std::vector<yaliComm_t>& comms, Arena& A, size_t off = 0,
+                   size_t bytes = 0) {
+  if (bytes == 0) bytes = A.a[0].bytes - off;
+  watchdogStep("yaliCommRegister %s (%zu bytes at +%zu)", A.name.c_str(), bytes, off);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    void* h = nullptr;
+    yaliResult_t r = yaliCommRegister(comms[i], A.a[i].p + off, bytes, &h);
+    if (r != yaliSuccess) {
+      ctx.fatal("yaliCommRegister(%s, %zu bytes at +%zu) (rank %d) returned %d (%s): %s",
+                A.name.c_str(), bytes, off, ctx.local[i].rank, (int)r, yaliGetErrorString(r),
+                yaliGetLastError(nullptr));
+    }
+    if (h == nullptr) {
+      ctx.fatal("yaliCommRegister(%s) (rank %d) returned success with a NULL handle", A.name.c_str(),
+                ctx.local[i].rank);
+    }
+    A.handle[i] = h;
+  }
+  A.regOff = off;
+  A.regBytes = bytes;
+}
+
+// Collective. Fatal on failure (peers would wait in theirs).
+void deregisterArena(Ctx& ctx, const std::vector<yaliComm_t>& comms, Arena& A) {
+  watchdogStep("yaliCommDeregister %s", A.name.c_str());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    yaliResult_t r = yaliCommDeregister(comms[i], A.handle[i]);
+    if (r != yaliSuccess) {
+      ctx.fatal("yaliCommDeregister(%s) (rank %d) returned %d (%s): %s", A.name.c_str(),
+                ctx.local[i].rank, (int)r, yaliGetErrorString(r), yaliGetLastError(nullptr));
+    }
+    A.handle[i] = nullptr;
+  }
+  A.regOff = A.regBytes = 0;
+}
+
+// Hands out regions of an arena, each after a guard gap of kGuardBytes, at `skew` bytes past a
+// 4 KiB-aligned start. The same sequence of take() gives the same offsets on every rank.
+class Carver {
+ public:
+  size_t take(size_t bytes, size_t skew = 0) {
+    size_t off = at_ + kGuardBytes + skew;
+    at_ = (off + bytes + 4095) / 4096 * 4096;
+    return off;
+  }
+  size_t size() const { return at_ + kGuardBytes; }
+
+ private:
+  size_t at_ = 0;
+};
+
+// ---- One allreduce at given places ---------------------------------------------------------------
+
+struct Call {
+  size_t count;
+  yaliDataType_t dt;
+  yaliRedOp_t op;
+  size_t bytes() const { return count * dtypeSize(dt); }
+};
+
+std::string callName(const Call& c) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s %s count=%zu", dtypeName(c.dt), opName(c.op), c.count);
+  return buf;
+}
+
+struct Placed {
+  char* send;
+  char* recv;
+};
+using Placement = std::vector<Placed>;  // per local rank
+
+// send at sendOff in S, recv at recvOff in R (byte offsets from each allocation's start).
+Placement place(const Arena& S, size_t sendOff, const Arena& R, size_t recvOff) {
+  Placement p;
+  for (size_t i = 0; i < S.a.size(); ++i) p.push_back({S.a[i].p + sendOff, R.a[i].p + recvOff});
+  return p;
+}
+Placement placeInPlace(const Arena& A, size_t off) { return place(A, off, A, off); }
+
+uint64_t infoHash(const yaliAlgoInfo_t& info) {
+  uint64_t h = mix64((uint64_t)info.ctas * 1000003u + (uint64_t)info.threads);
+  h = mix64(h ^ (uint64_t)info.chunkBytes);
+  for (size_t k = 0; k < sizeof info.algorithm && info.algorithm[k]; ++k) {
+    h = mix64(h ^ (unsigned char)info.algorithm[k]);
+  }
+  return h;
+}
+
+// yaliAllReduceAlgoInfo with the call's buffers reports `want`, and the same choice on every rank;
+// with NULL buffers (the unregistered choice) never "direct". Collective.
+bool checkAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& at, const Call& c,
+               Want want, const std::string& label) {
+  bool ok = true;
+  std::vector<uint64_t> hashes(comms.size(), 0);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const int rank = ctx.local[i].rank;
+    yaliAlgoInfo_t info;
+    std::memset(&info, 0, sizeof info);
+    yaliResult_t r = yaliAllReduceAlgoInfo(comms[i], at[i].send, at[i].recv, c.count, c.dt, c.op, &info);
+    if (r != yaliSuccess) {
+      ctx.fail("%s: yaliAllReduceAlgoInfo with the call's buffers (rank %d) returned %d (%s): %s",
+               label.c_str(), rank, (int)r, yaliGetErrorString(r), yaliGetLastError(nullptr));
+      ok = false;
+      continue;
+    }
+    info.algorithm[sizeof info.algorithm - 1] = '\0';
+    const bool direct = std::strcmp(info.algorithm, "direct") == 0;
+    if ((want == Want::Direct && !direct) || (want == Want::NotDirect && direct)) {
+      ctx.fail("%s: yaliAllReduceAlgoInfo with the call's buffers (rank %d) reports \"%s\"; expected "
+               "%s (YALI_DIRECT_MIN_BYTES=%s, YALI_ALGO=%s)",
+               label.c_str(), rank, info.algorithm, wantName(want),
+               std::getenv("YALI_DIRECT_MIN_BYTES") ? std::getenv("YALI_DIRECT_MIN_BYTES") : "(unset)",
+               std::getenv("YALI_ALGO") ? std::getenv("YALI_ALGO") : "(unset)");
+      ok = false;
+    }
+    hashes[i] = infoHash(info);
+    yaliAlgoInfo_t plain;
+    std::memset(&plain, 0, sizeof plain);
+    r = yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, c.count, c.dt, c.op, &plain);
+    plain.algorithm[sizeof plain.algorithm - 1] = '\0';
+    if (r != yaliSuccess || std::strcmp(plain.algorithm, "direct") == 0) {
+      ctx.fail("%s: yaliAllReduceAlgoInfo with NULL buffers (rank %d) returned %d, algorithm \"%s\"; "
+               "expected success and not direct",
+               label.c_str(), rank, (int)r, plain.algorithm);
+      ok = false;
+    }
+  }
+  ok &= checkIdentity(ctx, hashes, label + ": yaliAllReduceAlgoInfo (the same choice on every rank)");
+  return ok;
+}
+
+// Output against the reference, input unchanged (out of place, when checkInput), guard bytes of
+// every arena outside `slices` (default: this call's send and recv) intact, identical outputs.
+// Collective.
+bool verifyPlaced(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& at,
+                  const std::vector<const Arena*>& arenas, const Call& c, uint64_t seed,
+                  const std::string& label, bool checkInput = true,
+                  const std::vector<std::vector<std::pair<const void*, size_t>>>* slices = nullptr) {
+  bool ok = true;
+  std::vector<uint64_t> hashes(comms.size(), 0);
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const bool inplace = at[i].send == at[i].recv;
+    ok &= checkOutput(ctx, (int)i, comms[i], ctx.local[i].stream, at[i].recv, c.count, c.dt, c.op,
+                      seed, inplace || !checkInput ? nullptr : at[i].send, label, &hashes[i]);
+    std::vector<std::pair<const void*, size_t>> mine = {{at[i].send, c.bytes()},
+                                                        {at[i].recv, c.bytes()}};
+    for (const Arena* A : arenas) {
+      ok &= checkGuard(ctx, A->a[i], slices ? (*slices)[i] : mine, label + " (" + A->name + ")");
+    }
+  }
+  watchdogStep("%s: comparing output hashes across ranks", label.c_str());
+  ok &= checkIdentity(ctx, hashes, label);
+  return ok;
+}
+
+// Guard pattern over `arenas`, the input at send, poison at recv (out of place). Asynchronous.
+void preparePlaced(Ctx& ctx, const Placement& at, const std::vector<const Arena*>& arenas,
+                   const Call& c, uint64_t seed) {
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const LocalRank& lr = ctx.local[i];
+    for (const Arena* A : arenas) fillGuard(ctx, A->a[i], lr.stream);
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx, launchGenerate(at[i].send, c.count, c.dt, c.op, lr.rank, seed, nullptr, lr.stream));
+    if (at[i].recv != at[i].send && c.count > 0) {
+      CUDA_OK(ctx, cudaMemsetAsync(at[i].recv, kPoisonByte, c.bytes(), lr.stream));
+    }
+  }
+}
+
+bool issuePlaced(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& at, const Call& c,
+                 const std::string& label) {
+  bool ok = true;
+  watchdogStep("yaliAllReduce %s", label.c_str());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    yaliResult_t r = yaliAllReduce(at[i].send, at[i].recv, c.count, c.dt, c.op, comms[i],
+                                   ctx.local[i].stream);
+    ok &= checkIssued(ctx, r, ctx.local[i].rank, comms[i], label);
+  }
+  return ok;
+}
+
+// Algorithm check, prepare, issue, verify. Collective.
+bool placedAllReduce(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& at,
+                     const std::vector<const Arena*>& arenas, const Call& c, Want want,
+                     const std::string& where) {
+  const std::string label = callName(c) + " " + where;
+  bool ok = checkAlgo(ctx, comms, at, c, want, label);
+  const uint64_t seed = ctx.nextSeed();
+  preparePlaced(ctx, at, arenas, c, seed);
+  ok &= issuePlaced(ctx, comms, at, c, label);
+  ok &= verifyPlaced(ctx, comms, at, arenas, c, seed, label);
+  return ok;
+}
+
+// ---- Sweeps over counts, dtypes, ops and placements ----------------------------------------------
+
+// How a call's buffers lie in the registered arenas A and B.
+struct RegLayout {
+  const char* name;
+  size_t sendSkew, recvSkew;  // elements past a 4 KiB-aligned start
+  bool inplace;
+  bool recvInB;  // recv in the second registration
+};
+
+const RegLayout kLayouts[] = {
+    {"out-of-place, aligned", 0, 0, false, false},
+    {"out-of-place, send +1 recv +3 elements", 1, 3, false, false},
+    {"in-place, aligned", 0, 0, true, false},
+    {"in-place, +3 elements", 3, 3, true, false},
+    {"send in A, recv +5 elements in B (second registration)", 0, 5, false, true},
+};
+constexpr size_t kMaxSkew = 5;
+
+// Bytes of A and B that any layout of `maxCount` elements (any dtype) needs.
+size_t arenaABytes(size_t maxCount) {
+  Carver cv;
+  cv.take(maxCount * 4, kMaxSkew * 4);
+  cv.take(maxCount * 4, kMaxSkew * 4);
+  return cv.size();
+}
+size_t arenaBBytes(size_t maxCount) {
+  Carver cv;
+  cv.take(maxCount * 4, kMaxSkew * 4);
+  return cv.size();
+}
+
+Placement placeLayout(const Arena& A, const Arena& B, const RegLayout& L, const Call& c) {
+  const size_t es = dtypeSize(c.dt);
+  Carver cv;
+  size_t s = cv.take(c.bytes(), L.sendSkew * es);
+  if (L.inplace) return placeInPlace(A, s);
+  if (L.recvInB) {
+    Carver cb;
+    return place(A, s, B, cb.take(c.bytes(), L.recvSkew * es));
+  }
+  return place(A, s, A, cv.take(c.bytes(), L.recvSkew * es));
+}
+
+// Every call of counts x dtypes x ops x layouts, in registered arenas A and B.
+void registeredSweep(Ctx& ctx, const char* label, const std::vector<size_t>& counts,
+                     const std::vector<yaliDataType_t>& dtypes, const std::vector<yaliRedOp_t>& ops,
+                     const std::vector<int>& layouts) {
+  std::vector<yaliComm_t> comms = ctx.createComms(label);
+  const size_t maxCount = *std::max_element(counts.begin(), counts.end());
+  Arena A = makeArena(ctx, "A", arenaABytes(maxCount));
+  Arena B = makeArena(ctx, "B", arenaBBytes(maxCount));
+  registerArena(ctx, comms, A);
+  registerArena(ctx, comms, B);
+  for (size_t count : counts) {
+    for (int li : layouts) {
+      const RegLayout& L = kLayouts[li];
+      for (yaliDataType_t dt : dtypes) {
+        for (yaliRedOp_t op : ops) {
+          Call c{count, dt, op};
+          placedAllReduce(ctx, comms, placeLayout(A, B, L, c), {&A, &B}, c, registeredWant(c.bytes()),
+                          std::string("registered, ") + L.name);
+        }
+      }
+    }
+  }
+  deregisterArena(ctx, comms, B);
+  deregisterArena(ctx, comms, A);
+  ctx.destroyComms(comms, label);
+  ctx.world->barrier();  // no peer maps our arenas any more
+  freeArena(ctx, A);
+  freeArena(ctx, B);
+}
+
+const std::vector<yaliDataType_t> kAllDtypes(std::begin(kDtypes), std::end(kDtypes));
+const std::vector<yaliRedOp_t> kAllOps(std::begin(kOps), std::end(kOps));
+
+void caseRegCountsSmall(Ctx& ctx) {
+  std::vector<size_t> counts = {0, 1, 2, 3, 7, 31, 127, 1023, 1024, 4093};
+  if (ctx.quick()) counts = {0, 1, 3, 31, 1024, 4093};
+  registeredSweep(ctx, "registered_small", counts, kAllDtypes, kAllOps, {0, 1, 2, 3, 4});
+}
+
+void caseRegCountsMedium(Ctx& ctx) {
+  std::vector<size_t> counts = {65537, 262147, 1048573};
+  std::vector<int> layouts = {0, 1, 2, 3, 4};
+  if (ctx.quick()) {
+    counts = {65537, 1048573};
+    layouts = {1, 3};
+  }
+  registeredSweep(ctx, "registered_medium", counts, kAllDtypes, kAllOps, layouts);
+}
+
+void caseRegCountsLarge(Ctx& ctx) {
+  // 16 MB of fp32 every time; 64 MB (16777259 fp32) without --quick.
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_large");
+  const size_t big = ctx.quick() ? 4194301 : 16777259;
+  Arena A = makeArena(ctx, "A", arenaABytes(big));
+  Arena B = makeArena(ctx, "B", arenaBBytes(big));
+  registerArena(ctx, comms, A);
+  registerArena(ctx, comms, B);
+  struct One {
+    Call c;
+    int layout;
+  };
+  std::vector<One> calls = {{{4194301, yaliFloat32, yaliSum}, 1},
+                            {{4194301, yaliBfloat16, yaliSum}, 3},
+                            {{4194301, yaliFloat16, yaliMax}, 4},
+                            {{4194301, yaliBfloat16, yaliAvg}, 0}};
+  if (ctx.quick()) {
+    calls.resize(2);
+  } else {
+    calls.push_back({{16777259, yaliFloat32, yaliSum}, 1});
+    calls.push_back({{16777259, yaliBfloat16, yaliSum}, 3});
+    calls.push_back({{16777259, yaliFloat16, yaliProd}, 4});
+  }
+  for (const One& o : calls) {
+    const RegLayout& L = kLayouts[o.layout];
+    placedAllReduce(ctx, comms, placeLayout(A, B, L, o.c), {&A, &B}, o.c,
+                    registeredWant(o.c.bytes()), std::string("registered, ") + L.name);
+  }
+  deregisterArena(ctx, comms, A);
+  deregisterArena(ctx, comms, B);
+  ctx.destroyComms(comms, "registered_large");
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, B);
+}
+
+// ---- Mixed: one buffer registered, the other not -------------------------------------------------
+
+void caseRegMixed(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_mixed");
+  const size_t maxCount = ctx.quick() ? 1048573 : 4194301;
+  Arena A = makeArena(ctx, "A (registered)", arenaABytes(maxCount));
+  Arena U = makeArena(ctx, "U (not registered)", arenaABytes(maxCount));
+  registerArena(ctx, comms, A);
+  std::vector<Call> calls = {{4093, yaliFloat32, yaliSum}, {65537, yaliBfloat16, yaliAvg},
+                             {1048573, yaliFloat32, yaliSum}, {1048573, yaliFloat16, yaliMin}};
+  if (!ctx.quick()) calls.push_back({4194301, yaliBfloat16, yaliSum});
+  for (const Call& c : calls) {
+    const size_t es = dtypeSize(c.dt);
+    Carver cv;
+    const size_t s = cv.take(c.bytes(), 1 * es);
+    const size_t r = cv.take(c.bytes(), 3 * es);
+    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotDirect,
+                    "send registered, recv not");
+    placedAllReduce(ctx, comms, place(U, s, A, r), {&A, &U}, c, Want::NotDirect,
+                    "recv registered, send not");
+    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotDirect,
+                    "neither registered");
+    placedAllReduce(ctx, comms, placeInPlace(U, s), {&A, &U}, c, Want::NotDirect,
+                    "in-place, not registered");
+    placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &U}, c, registeredWant(c.bytes()),
+                    "both registered");
+  }
+  deregisterArena(ctx, comms, A);
+  ctx.destroyComms(comms, "registered_mixed");
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, U);
+}
+
+// ---- Life cycle: several registrations, deregistration, re-registration, a sub-range ------------
+
+void caseRegLifecycle(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_lifecycle");
+  const size_t maxCount = 262147;
+  Arena A = makeArena(ctx, "A", arenaABytes(maxCount));
+  Arena B = makeArena(ctx, "B", arenaABytes(maxCount));
+  const Call c1{262147, yaliFloat32, yaliSum}, c2{65537, yaliBfloat16, yaliAvg},
+      c3{4093, yaliFloat16, yaliMax};
+  auto offs = [](const Call& c, size_t* s, size_t* r) {
+    const size_t es = dtypeSize(c.dt);
+    Carver cv;
+    *s = cv.take(c.bytes(), 1 * es);
+    *r = cv.take(c.bytes(), 3 * es);
+  };
+  size_t s1, r1, s2, r2, s3, r3;
+  offs(c1, &s1, &r1);
+  offs(c2, &s2, &r2);
+  offs(c3, &s3, &r3);
+  const std::vector<const Arena*> both = {&A, &B};
+
+  // One registration.
+  registerArena(ctx, comms, A);
+  placedAllReduce(ctx, comms, place(A, s1, A, r1), both, c1, registeredWant(c1.bytes()), "A registered");
+  placedAllReduce(ctx, comms, placeInPlace(A, s2), both, c2, registeredWant(c2.bytes()),
+                  "A registered, in-place");
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotDirect,
+                  "recv in B, not yet registered");
+  // A second one: buffers in both registrations.
+  registerArena(ctx, comms, B);
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, registeredWant(c1.bytes()),
+                  "send in A, recv in B");
+  placedAllReduce(ctx, comms, place(B, s2, A, r2), both, c2, registeredWant(c2.bytes()),
+                  "send in B, recv in A");
+  placedAllReduce(ctx, comms, place(B, s3, B, r3), both, c3, registeredWant(c3.bytes()), "B only");
+  // A deregistered: its buffers take the unregistered path, B still goes direct.
+  deregisterArena(ctx, comms, A);
+  placedAllReduce(ctx, comms, place(A, s1, A, r1), both, c1, Want::NotDirect, "A after deregistering A");
+  placedAllReduce(ctx, comms, place(B, s1, A, r1), both, c1, Want::NotDirect,
+                  "send in B, recv in A after deregistering A");
+  placedAllReduce(ctx, comms, place(B, s1, B, r1), both, c1, registeredWant(c1.bytes()),
+                  "B after deregistering A");
+  // A again (now the third registration of every rank).
+  registerArena(ctx, comms, A);
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, registeredWant(c1.bytes()),
+                  "A registered again, recv in B");
+  placedAllReduce(ctx, comms, placeInPlace(A, s3), both, c3, registeredWant(c3.bytes()),
+                  "A registered again, in-place");
+
+  // Many calls on the same registrations, every fifth on unregistered memory in between.
+  {
+    Arena U = makeArena(ctx, "U (not registered)", arenaABytes(maxCount));
+    const int iters = ctx.quick() ? 30 : 100;
+    watchdogStep("registered_lifecycle: %d calls on the same registrations", iters);
+    for (int it = 0; it < iters; ++it) {
+      char where[96];
+      std::snprintf(where, sizeof where, "many calls, #%d of %d", it + 1, iters);
+      if (it % 5 == 4) {
+        placedAllReduce(ctx, comms, place(U, s2, U, r2), {&A, &B, &U}, c2, Want::NotDirect,
+                        std::string(where) + ", unregistered");
+      } else if (it % 2 == 0) {
+        placedAllReduce(ctx, comms, place(A, s2, B, r2), {&A, &B, &U}, c2,
+                        registeredWant(c2.bytes()), where);
+      } else {
+        placedAllReduce(ctx, comms, placeInPlace(B, s3), {&A, &B, &U}, c3,
+                        registeredWant(c3.bytes()), std::string(where) + ", in-place");
+      }
+    }
+    ctx.world->barrier();
+    freeArena(ctx, U);
+  }
+
+  // A registration of a sub-range of an allocation: [64 KiB, size - 64 KiB) of C.
+  {
+    const size_t margin = 64 << 10;
+    Carver cv;
+    const Call c{65537, yaliFloat32, yaliSum};
+    const size_t inS = margin + cv.take(c.bytes(), 4);   // inside the registration
+    const size_t inR = margin + cv.take(c.bytes(), 12);
+    const size_t regBytes = cv.size();
+    Arena C = makeArena(ctx, "C (sub-range registered)", regBytes + 2 * margin);
+    registerArena(ctx, comms, C, margin, regBytes);
+    const std::vector<const Arena*> arenas = {&A, &B, &C};
+    placedAllReduce(ctx, comms, place(C, inS, C, inR), arenas, c, registeredWant(c.bytes()),
+                    "inside a registered sub-range");
+    placedAllReduce(ctx, comms, placeInPlace(C, inR), arenas, c, registeredWant(c.bytes()),
+                    "inside a registered sub-range, in-place");
+    // Straddling the registration's end (last 1 KiB of the call outside it).
+    const Call s{4093, yaliFloat32, yaliSum};
+    const size_t endOff = margin + regBytes;
+    placedAllReduce(ctx, comms, place(C, inS, C, endOff - s.bytes() + 1024), arenas, s,
+                    Want::NotDirect, "recv straddling the end of the registration");
+    // Straddling its start.
+    placedAllReduce(ctx, comms, place(C, margin - 1024, C, inR), arenas, s, Want::NotDirect,
+                    "send straddling the start of the registration");
+    // Entirely before it.
+    placedAllReduce(ctx, comms, placeInPlace(C, margin - s.bytes() - 64), arenas, s, Want::NotDirect,
+                    "in-place, before the registration");
+    // Deregistered in another order than registered: B, C, A.
+    deregisterArena(ctx, comms, B);
+    deregisterArena(ctx, comms, C);
+    placedAllReduce(ctx, comms, place(C, inS, C, inR), arenas, c, Want::NotDirect,
+                    "sub-range after deregistering it");
+    ctx.world->barrier();
+    freeArena(ctx, C);
+  }
+  deregisterArena(ctx, comms, A);
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotDirect,
+                  "after deregistering everything");
+  ctx.destroyComms(comms, "registered_lifecycle");
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, B);
+}
+
+// ---- Two communicators sharing a registered buffer -----------------------------------------------
+
+void caseRegTwoComms(Ctx& ctx) {
+  std::vector<yaliComm_t> a = ctx.createComms("registered_two_comms A");
+  std::vector<yaliComm_t> b = ctx.createComms("registered_two_comms B");
+  const Call c{262147, yaliFloat32, yaliSum};
+  Carver cv;
+  const size_t sa = cv.take(c.bytes(), 4), ra = cv.take(c.bytes(), 12);
+  const size_t sb = cv.take(c.bytes(), 8), rb = cv.take(c.bytes(), 0);
+  Arena X = makeArena(ctx, "X (registered with A and B)", cv.size());
+  Arena Y = makeArena(ctx, "Y (registered with B)", cv.size());
+  registerArena(ctx, a, X);
+  const std::vector<void*> xOnA = X.handle;
+  registerArena(ctx, b, X);
+  const std::vector<void*> xOnB = X.handle;
+  registerArena(ctx, b, Y);
+  const std::vector<const Arena*> arenas = {&X, &Y};
+  const Want w = registeredWant(c.bytes());
+  placedAllReduce(ctx, a, place(X, sa, X, ra), arenas, c, w, "comm A, X");
+  placedAllReduce(ctx, b, place(X, sb, X, rb), arenas, c, w, "comm B, X");
+  placedAllReduce(ctx, b, place(X, sb, Y, rb), arenas, c, w, "comm B, send in X, recv in Y");
+  placedAllReduce(ctx, a, place(X, sa, Y, ra), arenas, c, Want::NotDirect,
+                  "comm A, recv in Y (registered with B only)");
+  // Both comms in flight on the same streams, on different regions of X.
+  {
+    const Placement pa = place(X, sa, X, ra), pb = place(X, sb, X, rb);
+    const std::string la = callName(c) + " comm A, X, queued with comm B";
+    const std::string lb = callName(c) + " comm B, X, queued after comm A";
+    const uint64_t seedA = ctx.nextSeed(), seedB = ctx.nextSeed();
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      const LocalRank& lr = ctx.local[i];
+      fillGuard(ctx, X.a[i], lr.stream);
+      fillGuard(ctx, Y.a[i], lr.stream);
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      CUDA_OK(ctx, launchGenerate(pa[i].send, c.count, c.dt, c.op, lr.rank, seedA, nullptr, lr.stream));
+      CUDA_OK(ctx, launchGenerate(pb[i].send, c.count, c.dt, c.op, lr.rank, seedB, nullptr, lr.stream));
+      CUDA_OK(ctx, cudaMemsetAsync(pa[i].recv, kPoisonByte, c.bytes(), lr.stream));
+      CUDA_OK(ctx, cudaMemsetAsync(pb[i].recv, kPoisonByte, c.bytes(), lr.stream));
+    }
+    issuePlaced(ctx, a, pa, c, la);
+    issuePlaced(ctx, b, pb, c, lb);
+    std::vector<std::vector<std::pair<const void*, size_t>>> slices(ctx.local.size());
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      slices[i] = {{pa[i].send, c.bytes()}, {pa[i].recv, c.bytes()}, {pb[i].send, c.bytes()},
+                   {pb[i].recv, c.bytes()}};
+    }
+    verifyPlaced(ctx, a, pa, arenas, c, seedA, la, true, &slices);
+    verifyPlaced(ctx, b, pb, arenas, c, seedB, lb, true, &slices);
+  }
+  // X deregistered from A only: B still goes direct on it.
+  X.handle = xOnA;
+  deregisterArena(ctx, a, X);
+  placedAllReduce(ctx, a, place(X, sa, X, ra), arenas, c, Want::NotDirect,
+                  "comm A, X after deregistering it from A");
+  placedAllReduce(ctx, b, place(X, sb, X, rb), arenas, c, w, "comm B, X after deregistering it from A");
+  ctx.destroyComms(a, "registered_two_comms A");
+  placedAllReduce(ctx, b, place(X, sb, Y, rb), arenas, c, w, "comm B, X and Y, after A was destroyed");
+  X.handle = xOnB;
+  deregisterArena(ctx, b, X);
+  deregisterArena(ctx, b, Y);
+  ctx.destroyComms(b, "registered_two_comms B");
+  ctx.world->barrier();
+  freeArena(ctx, X);
+  freeArena(ctx, Y);
+}
+
+// ---- Back to back: many calls without a host sync ------------------------------------------------
+
+// kCalls allreduces without a host synchronization, all reading one registered send region that
+// the generator rewrites before each call (so a rank must not leave a call while a peer still
+// reads its input), each writing its own output: two of three in the registered arena, every third
+// in unregistered memory (the algorithm changes from call to call).
+void regBackToBack(Ctx& ctx, const std::vector<yaliComm_t>& comms, yaliDataType_t dt, yaliRedOp_t op) {
+  const int kCalls = ctx.quick() ? 20 : 50;
+  const size_t cycle[] = {1023, 65537, 4093, 262147, 1048573, 7, 16384};
+  const size_t ncycle = sizeof cycle / sizeof cycle[0];
+  const size_t es = dtypeSize(dt);
+  const size_t maxCount = *std::max_element(cycle, cycle + ncycle);
+  std::vector<size_t> counts(kCalls), outOff(kCalls);
+  std::vector<bool> inU(kCalls);
+  std::vector<uint64_t> seeds(kCalls);
+  Carver cs, cu;
+  const size_t sendOff = cs.take(maxCount * es, es);
+  for (int k = 0; k < kCalls; ++k) {
+    counts[k] = cycle[k % ncycle];
+    seeds[k] = ctx.nextSeed();
+    inU[k] = k % 3 == 2;
+    outOff[k] = (inU[k] ? cu : cs).take(counts[k] * es, (size_t)(k % 4) * es);
+  }
+  Arena S = makeArena(ctx, "S (registered)", cs.size());
+  Arena U = makeArena(ctx, "U (not registered)", cu.size());
+  registerArena(ctx, comms, S);
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const LocalRank& lr = ctx.local[i];
+    fillGuard(ctx, S.a[i], lr.stream);
+    fillGuard(ctx, U.a[i], lr.stream);
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    for (int k = 0; k < kCalls; ++k) {
+      char* out = (inU[k] ? U : S).a[i].p + outOff[k];
+      CUDA_OK(ctx, cudaMemsetAsync(out, kPoisonByte, counts[k] * es, lr.stream));
+    }
+  }
+  syncAll(ctx);
+  char label[128];
+  std::snprintf(label, sizeof label, "registered back-to-back %s %s", dtypeName(dt), opName(op));
+  // The algorithm each call must take.
+  for (int k = 0; k < kCalls && k < (int)ncycle * 2; ++k) {
+    Call c{counts[k], dt, op};
+    char what[256];
+    std::snprintf(what, sizeof what, "%s call %d (count %zu%s)", label, k, counts[k],
+                  inU[k] ? ", output not registered" : "");
+    checkAlgo(ctx, comms, place(S, sendOff, inU[k] ? U : S, outOff[k]), c,
+              inU[k] ? Want::NotDirect : registeredWant(c.bytes()), what);
+  }
+  watchdogStep("%s: issuing %d allreduces without host synchronization", label, kCalls);
+  for (int k = 0; k < kCalls; ++k) {
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      const LocalRank& lr = ctx.local[i];
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      CUDA_OK(ctx, launchGenerate(S.a[i].p + sendOff, counts[k], dt, op, lr.rank, seeds[k], nullptr,
+                                  lr.stream));
+    }
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      char* out = (inU[k] ? U : S).a[i].p + outOff[k];
+      yaliResult_t r = yaliAllReduce(S.a[i].p + sendOff, out, counts[k], dt, op, comms[i],
+                                     ctx.local[i].stream);
+      char what[256];
+      std::snprintf(what, sizeof what, "%s call %d (count %zu)", label, k, counts[k]);
+      checkIssued(ctx, r, ctx.local[i].rank, comms[i], what);
+    }
+  }
+  for (int k = 0; k < kCalls; ++k) {
+    char what[256];
+    std::snprintf(what, sizeof what, "%s call %d of %d (count %zu%s)", label, k, kCalls, counts[k],
+                  inU[k] ? ", output not registered" : "");
+    std::vector<uint64_t> hashes(ctx.local.size(), 0);
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      const char* out = (inU[k] ? U : S).a[i].p + outOff[k];
+      const void* in = k == kCalls - 1 ? S.a[i].p + sendOff : nullptr;
+      checkOutput(ctx, (int)i, comms[i], ctx.local[i].stream, out, counts[k], dt, op, seeds[k], in,
+                  what, &hashes[i]);
+    }
+    checkIdentity(ctx, hashes, what);
+  }
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    std::vector<std::pair<const void*, size_t>> slices = {{S.a[i].p + sendOff, maxCount * es}};
+    for (int k = 0; k < kCalls; ++k) {
+      slices.push_back({(inU[k] ? U : S).a[i].p + outOff[k], counts[k] * es});
+    }
+    checkGuard(ctx, S.a[i], slices, std::string(label) + " (S)");
+    checkGuard(ctx, U.a[i], slices, std::string(label) + " (U)");
+  }
+  deregisterArena(ctx, comms, S);
+  ctx.world->barrier();
+  freeArena(ctx, S);
+  freeArena(ctx, U);
+}
+
+void caseRegBackToBack(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_back_to_back");
+  regBackToBack(ctx, comms, yaliFloat32, yaliSum);
+  regBackToBack(ctx, comms, yaliBfloat16, yaliSum);
+  if (!ctx.quick()) regBackToBack(ctx, comms, yaliFloat16, yaliMax);
+  ctx.destroyComms(comms, "registered_back_to_back");
+}
+
+// ---- CUDA graphs on registered buffers -----------------------------------------------------------
+
+void caseRegGraphs(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_graphs");
+  const cudaStreamCaptureMode mode = ctx.opt.capture == CaptureMode::Relaxed
+                                         ? cudaStreamCaptureModeRelaxed
+                                         : ctx.opt.capture == CaptureMode::Global
+                                               ? cudaStreamCaptureModeGlobal
+                                               : cudaStreamCaptureModeThreadLocal;
+  // Four allreduces captured together, each after its generator and poisoning: about 4 KB out of
+  // place at odd offsets, 1 MB in place, 16 MB (1 MB with --quick) from A into the second
+  // registration B, and one whose output is not registered (not direct) in the same graph.
+  struct G {
+    Call c;
+    const char* where;
+    int sendArena, recvArena;  // 0 A, 1 B, 2 U (not registered)
+    size_t sendOff, recvOff;
+  };
+  std::vector<G> gs = {
+      {{1024, yaliFloat32, yaliSum}, "A, send +1 recv +3 elements", 0, 0, 0, 0},
+      {{524288, yaliBfloat16, yaliAvg}, "A, in-place +1 element", 0, 0, 0, 0},
+      {{ctx.quick() ? (size_t)262147 : (size_t)4194301, yaliFloat32, yaliSum}, "send in A, recv in B",
+       0, 1, 0, 0},
+      {{65537, yaliFloat16, yaliMax}, "send in A, recv not registered", 0, 2, 0, 0},
+  };
+  Carver ca, cb, cu;
+  gs[0].sendOff = ca.take(gs[0].c.bytes(), 4);
+  gs[0].recvOff = ca.take(gs[0].c.bytes(), 12);
+  gs[1].sendOff = gs[1].recvOff = ca.take(gs[1].c.bytes(), 2);
+  gs[2].sendOff = ca.take(gs[2].c.bytes(), 0);
+  gs[2].recvOff = cb.take(gs[2].c.bytes(), 4);
+  gs[3].sendOff = ca.take(gs[3].c.bytes(), 6);
+  gs[3].recvOff = cu.take(gs[3].c.bytes(), 2);
+  Arena A = makeArena(ctx, "A", ca.size());
+  Arena B = makeArena(ctx, "B", cb.size());
+  Arena U = makeArena(ctx, "U (not registered)", cu.size());
+  Arena* arenaOf[3] = {&A, &B, &U};
+  const std::vector<const Arena*> arenas = {&A, &B, &U};
+  registerArena(ctx, comms, A);
+  registerArena(ctx, comms, B);
+  auto placementOf = [&](const G& g) {
+    return place(*arenaOf[g.sendArena], g.sendOff, *arenaOf[g.recvArena], g.recvOff);
+  };
+  for (const G& g : gs) {
+    checkAlgo(ctx, comms, placementOf(g), g.c,
+              g.recvArena == 2 ? Want::NotDirect : registeredWant(g.c.bytes()),
+              "graph: " + callName(g.c) + " " + g.where);
+  }
+  const size_t nl = ctx.local.size();
+  std::vector<std::vector<std::pair<const void*, size_t>>> slices(nl);
+  for (size_t i = 0; i < nl; ++i) {
+    for (const G& g : gs) {
+      Placement p = placementOf(g);
+      slices[i].push_back({p[i].send, g.c.bytes()});
+      slices[i].push_back({p[i].recv, g.c.bytes()});
+    }
+  }
+  const int kReplays = ctx.quick() ? 5 : 20;
+  std::vector<uint64_t*> seedDev(nl, nullptr);
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaMalloc(&seedDev[i], sizeof(uint64_t)));
+    for (const Arena* ar : arenas) fillGuard(ctx, ar->a[i], ctx.local[i].stream);
+  }
+  syncAll(ctx);
+
+  watchdogStep("registered graphs: capturing");
+  bool captured = true;
+  std::vector<cudaGraph_t> graphs(nl, nullptr);
+  std::vector<cudaGraphExec_t> execs(nl, nullptr);
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamBeginCapture(ctx.local[i].stream, mode));
+  }
+  for (size_t k = 0; k < gs.size(); ++k) {
+    const G& g = gs[k];
+    Placement p = placementOf(g);
+    for (size_t i = 0; i < nl; ++i) {
+      const LocalRank& lr = ctx.local[i];
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      CUDA_OK(ctx, launchGenerate(p[i].send, g.c.count, g.c.dt, g.c.op, lr.rank, /*salt=*/k + 1,
+                                  seedDev[i], lr.stream));
+      if (p[i].recv != p[i].send) {
+        CUDA_OK(ctx, cudaMemsetAsync(p[i].recv, kPoisonByte, g.c.bytes(), lr.stream));
+      }
+    }
+    for (size_t i = 0; i < nl; ++i) {
+      yaliResult_t r = yaliAllReduce(p[i].send, p[i].recv, g.c.count, g.c.dt, g.c.op, comms[i],
+                                     ctx.local[i].stream);
+      captured &= checkIssued(ctx, r, ctx.local[i].rank, comms[i],
+                              "captured yaliAllReduce " + callName(g.c) + " " + g.where);
+    }
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    cudaError_t e = cudaStreamEndCapture(ctx.local[i].stream, &graphs[i]);
+    if (e != cudaSuccess) {
+      ctx.fail("cudaStreamEndCapture (rank %d): %s (capture invalidated by a call inside "
+               "yaliAllReduce on registered buffers?)", ctx.local[i].rank, cudaGetErrorString(e));
+      captured = false;
+      (void)cudaGetLastError();
+    }
+  }
+  for (size_t i = 0; i < nl && captured; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    cudaError_t e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+    if (e != cudaSuccess) {
+      ctx.fail("cudaGraphInstantiate (rank %d): %s", ctx.local[i].rank, cudaGetErrorString(e));
+      captured = false;
+    }
+  }
+  if (ctx.allTrue(captured)) {
+    for (int rep = 0; rep < kReplays; ++rep) {
+      uint64_t replaySeed = ctx.nextSeed();
+      watchdogStep("registered graphs: replay %d of %d", rep + 1, kReplays);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaMemcpy(seedDev[i], &replaySeed, sizeof replaySeed, cudaMemcpyHostToDevice));
+      }
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      for (size_t k = 0; k < gs.size(); ++k) {
+        const G& g = gs[k];
+        char what[192];
+        std::snprintf(what, sizeof what, "registered graph replay %d, allreduce %zu (%s %s)", rep, k,
+                      callName(g.c).c_str(), g.where);
+        // Guards only once per replay (after the last allreduce's check), against every slice.
+        const bool last = k + 1 == gs.size();
+        verifyPlaced(ctx, comms, placementOf(g), last ? arenas : std::vector<const Arena*>{}, g.c,
+                     combineSeed(replaySeed, k + 1), what, true, &slices);
+      }
+    }
+  } else {
+    ctx.fail("graph capture failed on some rank; replays not run");
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+    if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    CUDA_OK(ctx, cudaFree(seedDev[i]));
+  }
+  // Eager calls on the same registered buffers after the graphs are gone.
+  for (const G& g : gs) {
+    placedAllReduce(ctx, comms, placementOf(g), arenas, g.c,
+                    g.recvArena == 2 ? Want::NotDirect : registeredWant(g.c.bytes()),
+                    std::string("eager after graphs, ") + g.where);
+  }
+  deregisterArena(ctx, comms, A);
+  deregisterArena(ctx, comms, B);
+  ctx.destroyComms(comms, "registered_graphs");
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, B);
+  freeArena(ctx, U);
+}
+
+// ---- Thresholds: YALI_DIRECT_MIN_BYTES and YALI_ALGO=direct --------------------------------------
+
+void thresholdPart(Ctx& ctx, const char* label,
+                   const std::vector<std::pair<const char*, const char*>>& env,
+                   const std::vector<std::pair<Call, Want>>& registeredCalls,
+                   const std::vector<Call>& unregisteredCalls) {
+  EnvScope scope(env);
+  std::vector<yaliComm_t> comms = ctx.createComms(label);
+  size_t maxCount = 1;
+  for (const auto& rc : registeredCalls) maxCount = std::max(maxCount, rc.first.count);
+  for (const Call& c : unregisteredCalls) maxCount = std::max(maxCount, c.count);
+  Arena A = makeArena(ctx, "A", arenaABytes(maxCount));
+  Arena U = makeArena(ctx, "U (not registered)", arenaABytes(maxCount));
+  registerArena(ctx, comms, A);
+  const std::string where = std::string("(") + label + ")";
+  for (const auto& rc : registeredCalls) {
+    const Call& c = rc.first;
+    const size_t es = dtypeSize(c.dt);
+    Carver cv;
+    const size_t s = cv.take(c.bytes(), es), r = cv.take(c.bytes(), 3 * es);
+    placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &U}, c, rc.second, "registered " + where);
+    placedAllReduce(ctx, comms, placeInPlace(A, r), {&A, &U}, c, rc.second,
+                    "registered, in-place " + where);
+  }
+  for (const Call& c : unregisteredCalls) {
+    const size_t es = dtypeSize(c.dt);
+    Carver cv;
+    const size_t s = cv.take(c.bytes(), es), r = cv.take(c.bytes(), 3 * es);
+    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotDirect,
+                    "not registered " + where);
+    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotDirect,
+                    "send registered, recv not " + where);
+  }
+  deregisterArena(ctx, comms, A);
+  ctx.destroyComms(comms, label);
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, U);
+}
+
+void caseRegThreshold(Ctx& ctx) {
+  const Want D = Want::Direct, N = Want::NotDirect;
+  // 0: never.
+  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=0",
+                {{"YALI_DIRECT_MIN_BYTES", "0"}, {"YALI_ALGO", nullptr}},
+                {{{4093, yaliFloat32, yaliSum}, N}, {{1048573, yaliFloat32, yaliSum}, N},
+                 {{4194301, yaliBfloat16, yaliSum}, N}},
+                {});
+  // 65536 bytes: direct from exactly that size up.
+  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=65536",
+                {{"YALI_DIRECT_MIN_BYTES", "65536"}, {"YALI_ALGO", nullptr}},
+                {{{16384, yaliFloat32, yaliSum}, D},
+                 {{16383, yaliFloat32, yaliSum}, N},
+                 {{32768, yaliBfloat16, yaliAvg}, D},
+                 {{32767, yaliFloat16, yaliMax}, N},
+                 {{1048573, yaliFloat32, yaliProd}, D},
+                 {{7, yaliFloat32, yaliMin}, N}},
+                {{1048573, yaliFloat32, yaliSum}});
+  // -1: every size.
+  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=-1",
+                {{"YALI_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}},
+                {{{1, yaliFloat32, yaliSum}, D},
+                 {{3, yaliFloat16, yaliProd}, D},
+                 {{4093, yaliBfloat16, yaliMin}, D},
+                 {{0, yaliFloat32, yaliSum}, N}},
+                {{1, yaliFloat32, yaliSum}, {65537, yaliBfloat16, yaliSum}});
+  // YALI_ALGO=direct: every registered call, the default choice for the others.
+  thresholdPart(ctx, "YALI_ALGO=direct",
+                {{"YALI_ALGO", "direct"}, {"YALI_DIRECT_MIN_BYTES", nullptr}},
+                {{{7, yaliFloat32, yaliSum}, D},
+                 {{65537, yaliBfloat16, yaliAvg}, D},
+                 {{1048573, yaliFloat16, yaliSum}, D}},
+                {{7, yaliFloat32, yaliSum}, {1048573, yaliFloat32, yaliSum}});
+}
+
+// ---- Argument errors -----------------------------------------------------------------------------
+
+void caseRegBadArgs(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_bad_args");
+  const size_t kBytes = 1 << 20;
+  Arena A = makeArena(ctx, "A", kBytes);
+  std::vector<char> hostMem(1 << 16);
+  void* pinned = nullptr;
+  CUDA_OK(ctx, cudaSetDevice(ctx.local[0].dev));
+  CUDA_OK(ctx, cudaMallocHost(&pinned, 1 << 16));
+  const size_t nl = ctx.local.size();
+  auto reg = [&](size_t i, const char* what, const char* arg, yaliResult_t got) {
+    std::string w = std::string("yaliCommRegister with ") + what + " (rank " +
+                    std::to_string(ctx.local[i].rank) + ")";
+    expectFailure(ctx, w, got, yaliInvalidArgument, "yaliCommRegister", arg);
+  };
+  auto dereg = [&](size_t i, const char* what, yaliResult_t got, yaliResult_t want = yaliInvalidArgument,
+                   const char* arg = "handle") {
+    std::string w = std::string("yaliCommDeregister with ") + what + " (rank " +
+                    std::to_string(ctx.local[i].rank) + ")";
+    expectFailure(ctx, w, got, want, "yaliCommDeregister", arg);
+  };
+  watchdogStep("registered_bad_args: rejected registrations");
+  for (size_t i = 0; i < nl; ++i) {
+    yaliComm_t c = comms[i];
+    void* p = A.a[i].p;
+    void* h = nullptr;
+    reg(i, "buff NULL", "buff", yaliCommRegister(c, nullptr, 4096, &h));
+    reg(i, "size 0", "size", yaliCommRegister(c, p, 0, &h));
+    reg(i, "handle NULL", "handle", yaliCommRegister(c, p, 4096, nullptr));
+    reg(i, "buff in host memory (malloc)", "buff", yaliCommRegister(c, hostMem.data(), 4096, &h));
+    reg(i, "buff in pinned host memory (cudaMallocHost)", "buff", yaliCommRegister(c, pinned, 4096, &h));
+    if (ctx.single() && nl > 1) {
+      // Device memory, but of another rank's GPU.
+      reg(i, "buff on another GPU", "buff", yaliCommRegister(c, A.a[(i + 1) % nl].p, 4096, &h));
+    }
+    dereg(i, "handle NULL", yaliCommDeregister(c, nullptr));
+    dereg(i, "a handle that is no registration", yaliCommDeregister(c, &hostMem[64]));
+  }
+  // Rank 0 alone fails two more registrations: a rejected call must not count as one (the k-th
+  // registration of every rank must still match).
+  for (size_t i = 0; i < nl; ++i) {
+    if (ctx.local[i].rank != 0) continue;
+    void* h = nullptr;
+    reg(i, "buff NULL (rank 0 only)", "buff", yaliCommRegister(comms[i], nullptr, 4096, &h));
+    reg(i, "size 0 (rank 0 only)", "size", yaliCommRegister(comms[i], A.a[i].p, 0, &h));
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    yaliResult_t async = yaliInProgress;
+    if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliSuccess) {
+      ctx.fail("rejected registrations set the comm's async error to %d (%s)", (int)async,
+               yaliGetErrorString(async));
+    }
+  }
+  // The first real registration works and matches across ranks.
+  registerArena(ctx, comms, A);
+  const Call c{65537, yaliFloat32, yaliSum};
+  Carver cv;
+  const size_t s = cv.take(c.bytes(), 4), r = cv.take(c.bytes(), 8);
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, registeredWant(c.bytes()),
+                  "registered after rejected calls");
+
+  // A handle of another comm is not a registration of this one.
+  std::vector<yaliComm_t> other = ctx.createComms("registered_bad_args (second comm)");
+  Arena X = makeArena(ctx, "X (second comm)", 1 << 16);
+  registerArena(ctx, other, X);
+  for (size_t i = 0; i < nl; ++i) {
+    dereg(i, "the handle of another comm's registration", yaliCommDeregister(comms[i], X.handle[i]));
+    dereg(i, "the handle of another comm's registration", yaliCommDeregister(other[i], A.handle[i]));
+  }
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, registeredWant(c.bytes()),
+                  "registered after rejected deregistrations");
+  deregisterArena(ctx, other, X);
+  ctx.destroyComms(other, "registered_bad_args (second comm)");
+
+  // Deregistered twice: the second time the handle is no live registration.
+  std::vector<void*> stale = A.handle;
+  deregisterArena(ctx, comms, A);
+  for (size_t i = 0; i < nl; ++i) {
+    dereg(i, "a handle already deregistered", yaliCommDeregister(comms[i], stale[i]));
+  }
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::NotDirect, "after deregistering");
+
+  // A destroyed comm: invalid usage, naming the comm, like every other call.
+  std::vector<yaliComm_t> dead = comms;
+  ctx.destroyComms(comms, "registered_bad_args");
+  for (size_t i = 0; i < nl; ++i) {
+    void* h = nullptr;
+    std::string w = "yaliCommRegister on a destroyed comm (rank " + std::to_string(ctx.local[i].rank) + ")";
+    expectFailure(ctx, w, yaliCommRegister(dead[i], A.a[i].p, 4096, &h), yaliInvalidUsage,
+                  "yaliCommRegister", "comm");
+    dereg(i, "a destroyed comm", yaliCommDeregister(dead[i], stale[i]), yaliInvalidUsage, "comm");
+  }
+  ctx.world->barrier();
+  CUDA_OK(ctx, cudaFreeHost(pinned));
+  freeArena(ctx, A);
+  freeArena(ctx, X);
+}
+
+// ---- Ranks that disagree: the call fails on the device without writing ---------------------------
+
+// Each variant gets fresh comms (the failed one must be aborted): YALI_DIRECT_MIN_BYTES=-1 makes
+// every registered call direct; rank 0 makes a different call than the others (another offset in
+// the registration, count, op or dtype). Every rank's stream must come back (no hang, no trap),
+// yaliCommGetAsyncError must say yaliInvalidUsage, the outputs must still hold the poison, nothing
+// else in the arena may change, the next call must return yaliInvalidUsage, and yaliCommAbort must
+// succeed.
+void caseRegMismatch(Ctx& ctx) {
+  const int kTimeoutMs = 10000;
+  EnvScope env({{"YALI_DIRECT_MIN_BYTES", "-1"},
+                {"YALI_ALGO", nullptr},
+                {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str()}});
+  enum Kind { kOffset, kCount, kOp, kDtype };
+  struct Variant {
+    const char* name;
+    Kind kind;
+  };
+  const Variant variants[] = {{"offsets (rank 0 at +256 bytes)", kOffset},
+                              {"counts (rank 0 one element fewer)", kCount},
+                              {"ops (rank 0 sum, the others max)", kOp},
+                              {"dtypes (rank 0 fp16, the others bf16)", kDtype}};
+  const size_t count = 65537;
+  const size_t shift = 256;
+  for (const Variant& v : variants) {
+    const std::string label = std::string("mismatched ") + v.name;
+    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm init: start together
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    Carver cv;
+    const size_t s0 = cv.take(count * 4 + shift), r0 = cv.take(count * 4 + shift);
+    Arena A = makeArena(ctx, "A", cv.size());
+    registerArena(ctx, comms, A);
+    const size_t nl = ctx.local.size();
+    std::vector<Call> calls(nl);
+    Placement at(nl);
+    const uint64_t seed = ctx.nextSeed();
+    for (size_t i = 0; i < nl; ++i) {
+      const bool r0rank = ctx.local[i].rank == 0;
+      Call c{count, v.kind == kDtype ? yaliBfloat16 : yaliFloat32, v.kind == kOp ? yaliMax : yaliSum};
+      size_t s = s0, r = r0;
+      if (r0rank) {
+        if (v.kind == kOffset) {
+          s += shift;
+          r += shift;
+        }
+        if (v.kind == kCount) c.count = count - 1;
+        if (v.kind == kOp) c.op = yaliSum;
+        if (v.kind == kDtype) c.dt = yaliFloat16;
+      }
+      calls[i] = c;
+      at[i] = {A.a[i].p + s, A.a[i].p + r};
+      yaliAlgoInfo_t info;
+      std::memset(&info, 0, sizeof info);
+      yaliResult_t ir = yaliAllReduceAlgoInfo(comms[i], at[i].send, at[i].recv, c.count, c.dt, c.op, &info);
+      info.algorithm[sizeof info.algorithm - 1] = '\0';
+      if (ir != yaliSuccess || std::strcmp(info.algorithm, "direct") != 0) {
+        ctx.fail("%s: yaliAllReduceAlgoInfo (rank %d) returned %d, algorithm \"%s\"; expected direct "
+                 "(YALI_DIRECT_MIN_BYTES=-1, registered buffers)",
+                 label.c_str(), ctx.local[i].rank, (int)ir, info.algorithm);
+      }
+      const LocalRank& lr = ctx.local[i];
+      fillGuard(ctx, A.a[i], lr.stream);
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      CUDA_OK(ctx, launchGenerate(at[i].send, c.count, c.dt, c.op, lr.rank, seed, nullptr, lr.stream));
+      CUDA_OK(ctx, cudaMemsetAsync(at[i].recv, kPoisonByte, c.bytes(), lr.stream));
+    }
+    syncAll(ctx);
+    ctx.world->barrier();
+    watchdogStep("%s: issuing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const Call& c = calls[i];
+      yaliResult_t r = yaliAllReduce(at[i].send, at[i].recv, c.count, c.dt, c.op, comms[i],
+                                     ctx.local[i].stream);
+      checkIssued(ctx, r, ctx.local[i].rank, comms[i], label + " (the call itself)");
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < nl; ++i) {
+      const LocalRank& lr = ctx.local[i];
+      const Call& c = calls[i];
+      watchdogStep("%s: waiting for rank %d's stream (it must come back, not hang)", label.c_str(),
+                   lr.rank);
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      cudaError_t e = cudaStreamSynchronize(lr.stream);
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (lr.rank == 0) ctx.note("%s: rank 0's stream returned after %.0f ms (%s)", label.c_str(), ms,
+                                 cudaGetErrorString(e));
+      if (e != cudaSuccess) {
+        ctx.fail("%s: rank %d: cudaStreamSynchronize returned %s: a mismatch must end the kernel "
+                 "cleanly (no trap)", label.c_str(), lr.rank, cudaGetErrorString(e));
+        continue;
+      }
+      yaliResult_t async = yaliSuccess;
+      yaliResult_t r = yaliCommGetAsyncError(comms[i], &async);
+      if (r != yaliSuccess || async != yaliInvalidUsage) {
+        ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected "
+                 "yaliInvalidUsage; yaliGetLastError(comm)=\"%s\"",
+                 label.c_str(), lr.rank, (int)r, (int)async, yaliGetErrorString(async),
+                 yaliGetLastError(comms[i]));
+      }
+      expectPoisoned(ctx, lr.dev, at[i].recv, c.bytes(),
+                     label + " (rank " + std::to_string(lr.rank) + "'s output)");
+      checkGuard(ctx, A.a[i], {{at[i].send, c.bytes()}, {at[i].recv, c.bytes()}}, label);
+      r = yaliAllReduce(at[i].send, at[i].recv, c.count, c.dt, c.op, comms[i], lr.stream);
+      expectFailure(ctx, label + ": the next yaliAllReduce (rank " + std::to_string(lr.rank) + ")", r,
+                    yaliInvalidUsage, "yaliAllReduce", nullptr);
+    }
+    ctx.world->barrier();  // every rank has seen its failure before anyone aborts
+    watchdogStep("%s: yaliCommAbort on every comm", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      yaliResult_t r = yaliCommAbort(comms[i]);
+      if (r != yaliSuccess) {
+        ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank,
+                 (int)r, yaliGetErrorString(r), yaliGetLastError(nullptr));
+      }
+    }
+    ctx.world->barrier();
+    freeArena(ctx, A);
+  }
+  // The devices are still fine: fresh comms, a fresh registration, a correct direct call.
+  ctx.world->barrier();
+  std::vector<yaliComm_t> comms = ctx.createComms("after the mismatches");
+  const Call c{65537, yaliFloat32, yaliSum};
+  Carver cv;
+  const size_t s = cv.take(c.bytes(), 4), r = cv.take(c.bytes(), 8);
+  Arena A = makeArena(ctx, "A", cv.size());
+  registerArena(ctx, comms, A);
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::Direct, "fresh comm after the mismatches");
+  deregisterArena(ctx, comms, A);
+  ctx.destroyComms(comms, "after the mismatches");
+  ctx.world->barrier();
+  freeArena(ctx, A);
+}
+
+// ---- Some ranks registered, others not: yaliTimeout, no hang -------------------------------------
+
+void caseRegPartial(Ctx& ctx) {
+  const int kTimeoutMs = 2000;
+  const double kMarginMs = 5000;
+  EnvScope env({{"YALI_DIRECT_MIN_BYTES", "-1"},
+                {"YALI_ALGO", nullptr},
+                {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str()}});
+  ctx.world->barrier();
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_partial (YALI_TIMEOUT_MS=2000)");
+  const Call c{65537, yaliFloat32, yaliSum};
+  Carver cv;
+  const size_t s = cv.take(c.bytes(), 4), r = cv.take(c.bytes(), 8);
+  Arena A = makeArena(ctx, "A (registered)", cv.size());
+  Arena U = makeArena(ctx, "U (not registered)", cv.size());
+  registerArena(ctx, comms, A);
+  const size_t nl = ctx.local.size();
+  // Rank 0 uses unregistered buffers, the others registered ones.
+  Placement at = place(A, s, A, r);
+  const Placement atU = place(U, s, U, r);
+  for (size_t i = 0; i < nl; ++i) {
+    if (ctx.local[i].rank == 0) at[i] = atU[i];
+  }
+  const uint64_t seed = ctx.nextSeed();
+  preparePlaced(ctx, at, {&A, &U}, c, seed);
+  syncAll(ctx);
+  ctx.world->barrier();
+  issuePlaced(ctx, comms, at, c, "registered on every rank but rank 0");
+  auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < nl; ++i) {
+    const LocalRank& lr = ctx.local[i];
+    watchdogStep("registered_partial: waiting for rank %d's stream (must time out, not hang)", lr.rank);
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    cudaError_t e = cudaStreamSynchronize(lr.stream);
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ctx.note("rank %d's stream returned after %.0f ms (%s)", lr.rank, ms, cudaGetErrorString(e));
+    if (e != cudaSuccess) {
+      ctx.fail("rank %d: cudaStreamSynchronize returned %s: a timed-out wait must end its kernel "
+               "cleanly", lr.rank, cudaGetErrorString(e));
+      continue;
+    }
+    if (ms > kTimeoutMs + kMarginMs) {
+      ctx.fail("rank %d: the stream returned after %.0f ms, more than YALI_TIMEOUT_MS + %.0f ms",
+               lr.rank, ms, kMarginMs);
+    }
+    yaliResult_t async = yaliSuccess;
+    yaliResult_t rr = yaliCommGetAsyncError(comms[i], &async);
+    if (rr != yaliSuccess || async != yaliTimeout) {
+      ctx.fail("rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected "
+               "yaliTimeout (some ranks registered, others not)",
+               lr.rank, (int)rr, (int)async, yaliGetErrorString(async));
+    }
+  }
+  ctx.world->barrier();
+  for (size_t i = 0; i < nl; ++i) {
+    yaliResult_t rr = yaliCommAbort(comms[i]);
+    if (rr != yaliSuccess) {
+      ctx.fail("yaliCommAbort (rank %d) returned %d (%s): %s", ctx.local[i].rank, (int)rr,
+               yaliGetErrorString(rr), yaliGetLastError(nullptr));
+    }
+  }
+  ctx.world->barrier();
+  freeArena(ctx, A);
+  freeArena(ctx, U);
+}
+
+}  // namespace
+
+const std::vector<CaseDef>& registeredCases() {
+  static const std::vector<CaseDef> cases = {
+      {"registered_small", "registered buffers: counts 0..4093, every dtype x op x placement", 120,
+       caseRegCountsSmall},
+      {"registered_medium", "registered buffers: counts 65537..1048573, every dtype x op", 180,
+       caseRegCountsMedium},
+      {"registered_large", "registered buffers: 16 MB and 64 MB", 180, caseRegCountsLarge},
+      {"registered_mixed", "only one of send/recv registered: not direct, still correct", 120,
+       caseRegMixed},
+      {"registered_lifecycle", "two registrations, deregister, re-register, sub-range, many calls",
+       180, caseRegLifecycle},
+      {"registered_two_comms", "one buffer registered with two comms", 120, caseRegTwoComms},
+      {"registered_back_to_back", "registered input rewritten between calls, no host sync", 120,
+       caseRegBackToBack},
+      {"registered_graphs", "registered buffers captured in a graph, replays with new data", 180,
+       caseRegGraphs},
+      {"registered_threshold", "YALI_DIRECT_MIN_BYTES 0 / 65536 / -1 and YALI_ALGO=direct", 180,
+       caseRegThreshold},
+      {"registered_bad_args", "yaliCommRegister/Deregister argument errors", 120, caseRegBadArgs},
+      {"registered_mismatch", "ranks disagree on a direct call: yaliInvalidUsage, nothing written",
+       120, caseRegMismatch},
+      {"registered_partial", "rank 0 unregistered, others registered: yaliTimeout, no hang", 60,
+       caseRegPartial},
+  };
+  return cases;
+}
+
+}  // namespace yt
