@@ -11,8 +11,8 @@ Low level (plain pointers as ints, any CUDA array library)::
     comm.all_reduce(send_ptr, recv_ptr, count, "float32", "sum", stream_ptr)
     comm.destroy()
 
-Registered buffers (zero-copy: the ``direct`` algorithm reads peers' inputs and writes their outputs
-over NVLink, with no copy through YALI's staging buffers)::
+Registered buffers (zero-copy: ``twoshot_direct`` writes the reduced shards straight into every
+rank's registered output, ``direct`` also reads the registered inputs over NVLink)::
 
     with comm.register(send_ptr, nbytes), comm.register(recv_ptr, nbytes):  # collective
         comm.all_reduce(send_ptr, recv_ptr, count, "float32")
@@ -337,9 +337,10 @@ class Registration:
     """Device memory registered with yaliCommRegister on one comm (``Comm.register``) or on every
     comm of a single process (``yali.register_all``).
 
-    While it lasts, a collective whose send and receive buffers both lie inside registrations on
-    every rank, at the same byte offset of corresponding registrations, may take the zero-copy
-    ``direct`` path (from YALI_DIRECT_MIN_BYTES up; see ``Comm.all_reduce_algo_info``).
+    While it lasts, a collective whose buffers lie inside registrations on every rank, at the same
+    byte offset of corresponding registrations, may take a zero-copy algorithm: ``twoshot_direct``
+    (output registered, from YALI_TWOSHOT_DIRECT_MIN_BYTES up) or ``direct`` (both registered, from
+    YALI_DIRECT_MIN_BYTES up); see ``Comm.all_reduce_algo_info``.
 
     ``deregister()`` (yaliCommDeregister) is collective, like the registration: every rank calls it,
     in the same order relative to its other registrations. Idempotent. ``with`` support: a normal
@@ -597,7 +598,7 @@ class Comm(_ClosingContext):
 
         ``send_ptr``/``recv_ptr`` (pointers or tensors, as for ``all_reduce``; the same one twice
         for in place): the buffers of the call, which matter when they are registered (the
-        ``direct`` algorithm). None (the default) passes NULL: the choice for unregistered
+        zero-copy algorithms). None (the default) passes NULL: the choice for unregistered
         buffers."""
         call = "yaliAllReduceAlgoInfo"
         return AlgoInfo(

@@ -11,8 +11,8 @@ Variants (sum; sizes in bytes, 1K = 2^10):
                        --yali_buffers registered (the default), x and y are prefix views of two
                        buffers of the largest size registered once with yaliCommRegister
                        (Communicator.empty_registered), so YALI, like the symmetric-memory kernels,
-                       reads pre-registered memory and runs its zero-copy `direct` algorithm where
-                       the library selects it (from YALI_DIRECT_MIN_BYTES up); with plain, x and y
+                       reads pre-registered memory and runs its zero-copy algorithms where the
+                       library selects them (twoshot_direct from 16 MB); with plain, x and y
                        are ordinary tensors allocated per size (YALI copies through its staging
                        buffers). The algorithm YALI ran is recorded per size.
   symm_one_shot        torch.ops.symm_mem.one_shot_all_reduce(buf, "sum", group_name): reads a
@@ -129,8 +129,8 @@ def yali_buffers_of(meta):
 def yali_reads(buffers):
     """What the yali variant reads, in words."""
     if buffers == "registered":
-        return ("YALI reads tensors registered with yaliCommRegister (zero-copy `direct` algorithm "
-                "where the library selects it)")
+        return ("YALI reads tensors registered with yaliCommRegister (zero-copy algorithms "
+                "where the library selects them)")
     return "YALI reads a plain tensor"
 
 

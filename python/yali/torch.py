@@ -11,9 +11,10 @@
 Zero-copy: ``empty_registered(shape, dtype)`` on either communicator allocates tensors registered
 with yaliCommRegister (collective: every rank calls it in the same order with the same shape). An
 all_reduce whose input and output both lie in registered memory on every rank, at the same offset
-(the tensors themselves, or the same views of them), runs the ``direct`` algorithm from
-YALI_DIRECT_MIN_BYTES up: peers' inputs are read and outputs written over NVLink, with no copy
-through YALI's staging buffers. ``register(tensor)`` registers an existing tensor's whole storage;
+(the tensors themselves, or the same views of them), runs a zero-copy algorithm:
+``twoshot_direct`` (the reduced shards are written straight into every rank's output, from
+YALI_TWOSHOT_DIRECT_MIN_BYTES up; a registered output suffices) or ``direct`` (inputs read and outputs
+written over NVLink, off unless YALI_DIRECT_MIN_BYTES is set). ``register(tensor)`` registers an existing tensor's whole storage;
 ``deregister(tensor_or_registration)`` ends a registration (collective); ``close()`` ends them all.
 ``algo_info(tensor, out=...)`` tells which algorithm a call would run.
 
@@ -400,7 +401,7 @@ class Communicator(yali._ClosingContext):
 
     def algo_info(self, tensor, op="sum", out=None):
         """What ``all_reduce(tensor, op, out)`` would run (a yali.AlgoInfo): the buffers are passed,
-        so a registered tensor and out show the ``direct`` algorithm. Launches nothing."""
+        so registered tensors show the zero-copy algorithms. Launches nothing."""
         return self._comm_or_raise().all_reduce_algo_info(
             tensor.numel(), DTYPES[tensor.dtype], _op_code(op, "Communicator.algo_info"),
             send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(tensor if out is None else out))

@@ -48,13 +48,16 @@ namespace {
 //    vs 305-308, 1G 323-325 vs 311-315; n = 2 64M 289-292 vs 285-287, 256M 298-302 vs 298-301,
 //    1G 301-308 vs 300. Below 64 MB (64 blocks) teams lost (16M n = 2: 268 vs 275; 4M n = 4: 205
 //    vs 212), hence frugal range only. n = 8: not measured, 1.
-//  - direct_min: direct (registered buffers: NVLink reads of the peers' inputs, NVLink writes into
-//    their outputs, no staging) from this size up. Initial value before measurement: 256 KB at
-//    n = 2 and 4, where one-shot LL's doubled bytes start to cost more than direct's two flag
-//    round trips; n = 8: not measured, off.
-//  - twoshot_direct_min: twoshot_direct (registered outputs: twoshot_push whose owners store into
-//    the peers' outputs, no copy-out) from this size up. Initial value before measurement: 16 MB
-//    at n = 2 and 4; n = 8: not measured, off.
+//  - direct_min / twoshot_direct_min: the algorithms for registered buffers. Measured
+//    (nvidia-h200-x2, 2026-11-22, commit 457d7dd, yali-perf -R 1, one process per GPU, fp32 busBW
+//    GB/s, docs/PERF.md "Registered buffers"), n = 2, against the staged choice:
+//      direct (NVLink reads of the inputs, writes into the outputs): 64K 6.4 vs 15.0, 1M 83.5 vs
+//      104.3, 16M 271.8 vs 273.4, 1G 308.2 vs 306.0: never ahead, so off (0). Its reads wait on
+//      NVLink latency; 4 vectors per source in flight instead of 2 did not help (1G 304.3).
+//      twoshot_direct (twoshot_push storing into the peers' outputs, no copy-out): 4M 179.3 vs
+//      208.3 (oneshot_pull), 16M 280.9 vs 273.4, 64M 307.4 vs 291.3, 256M 321.1 vs 302.9, 1G 328.2
+//      vs 306.0: from 16 MB. n = 4: not measured (no x4 machine was lent); the same kernels with a
+//      larger copy-out saved, so the n = 2 values. n = 8: not measured, off.
 // Measured on nvidia-h200-x4 (2026-11-22, `yali-perf --tune -g 2`, docs/PERF.md): at n = 2 LL beats
 // two-shot up to 512K (12.4 vs 15.0 us), two-shot wins at 1M; 512 threads x 32 blocks x 128K slots
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
@@ -62,8 +65,8 @@ namespace {
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
     // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas fTeams directMin 2sDirectMin
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2, 256 << 10, 16 << 20},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2, 256 << 10, 16 << 20},
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2, 0, 16 << 20},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2, 0, 16 << 20},
     {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32, 1, 0, 0},
 };
 

@@ -348,25 +348,28 @@ TEST(selector_teams_in_frugal_range) {
   CHECK_EQ(small.choose(3072 - 256, false, false).teams, 1);
 }
 
-// direct runs only on registered buffers, from YALI_DIRECT_MIN_BYTES (or the table's direct_min)
-// up, with the two-shot block caps; YALI_ALGO=direct leaves unregistered calls to the automatic
-// choice.
+// direct runs only on registered buffers, from YALI_DIRECT_MIN_BYTES (or the table's direct_min,
+// off by default: measured slower) up, with the two-shot block caps; YALI_ALGO=direct leaves
+// unregistered calls to the automatic choice.
 TEST(selector_direct_only_for_registered_buffers) {
   Settings s = defaultSettings();
+  for (int n : {2, 4, 8}) {
+    CHECK_EQ(builtinTuning(9, n).directMinBytes, 0);
+    CHECK(makeSelector(s, n).choose(size_t(1) << 30, true, true).algo != Algo::kDirect);
+  }
+  s.directMinBytes = 1 << 20;
   for (int n : {2, 4}) {
     const Selector sel = makeSelector(s, n);
-    const size_t directMin = static_cast<size_t>(builtinTuning(9, n).directMinBytes);
-    CHECK(directMin > 0);
-    CHECK(sel.choose(directMin, true, true).algo == Algo::kDirect);
-    CHECK(sel.choose(directMin - 16, true, true).algo != Algo::kDirect);
-    CHECK(sel.choose(directMin, false, false).algo != Algo::kDirect);
+    CHECK(sel.choose(1 << 20, true, true).algo == Algo::kDirect);
+    CHECK(sel.choose((1 << 20) - 16, true, true).algo != Algo::kDirect);
+    CHECK(sel.choose(1 << 20, false, false).algo != Algo::kDirect);
+    CHECK(sel.choose(1 << 20, false, true).algo != Algo::kDirect);
     CHECK(sel.choose(size_t(1) << 30, false, false).algo != Algo::kDirect);
     const AlgoChoice big = sel.choose(size_t(1) << 30, true, true);
     CHECK(big.algo == Algo::kDirect);
     CHECK_EQ(big.ctas, builtinTuning(9, n).frugalMaxCtas);
     CHECK_EQ(sel.choose(16 << 20, true, true).ctas, builtinTuning(9, n).twoshotMaxCtas);
   }
-  CHECK(makeSelector(s, 8).choose(size_t(1) << 30, true, true).algo != Algo::kDirect);  // not measured
   s.directMinBytes = kThresholdAlways;
   CHECK(makeSelector(s, 2).choose(16, true, true).algo == Algo::kDirect);
   CHECK_EQ(makeSelector(s, 2).choose(16, true, true).ctas, 1);
@@ -403,8 +406,11 @@ TEST(selector_twoshot_direct_for_registered_outputs) {
     CHECK(sel.choose(min, false, true).algo == Algo::kTwoshotDirect);
     CHECK(sel.choose(min - 16, false, true).algo != Algo::kTwoshotDirect);
     CHECK(sel.choose(size_t(1) << 30, true, false).algo == Algo::kTwoshotPush);  // input only
-    CHECK(sel.choose(size_t(1) << 30, true, true).algo == Algo::kDirect);
+    CHECK(sel.choose(size_t(1) << 30, true, true).algo == Algo::kTwoshotDirect);   // direct is off
   }
+  s.directMinBytes = kThresholdAlways;
+  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, true, true).algo == Algo::kDirect);  // precedence
+  s.directMinBytes = kThresholdTable;
   CHECK(makeSelector(s, 8).choose(size_t(1) << 30, false, true).algo != Algo::kTwoshotDirect);
   s.twoshotDirectMinBytes = kThresholdAlways;
   CHECK(makeSelector(s, 2).choose(16, false, true).algo == Algo::kTwoshotDirect);
