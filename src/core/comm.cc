@@ -84,7 +84,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
                         static_cast<int64_t>(comm->layout.ceChunkBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kOneshotPull), maxLaunchableThreads(Algo::kDirect)}),
+                                  maxLaunchableThreads(Algo::kTwoshotDirect), maxLaunchableThreads(Algo::kOneshotPull),
+                                  maxLaunchableThreads(Algo::kDirect)}),
                         // Only with staging: the query loads the 15 reduce kernels.
                         comm->layout.ceChunkBytes > 0 ? maxLaunchableThreads(Algo::kCopyEngine) : 0};
   std::string err;

@@ -2,7 +2,10 @@
 // every peer (yaliCommRegister; DeviceArgs::peerSend/peerRecv), so no byte passes through the
 // window: each rank reads its shard of every peer's input and writes the reduced shard into every
 // peer's output, over NVLink. Per message byte, a GPU's SMs load 1 and store 1 byte; two-shot
-// through staging loads and stores about 2.5 of each at n = 4 (push, reduce, copy-out).
+// through staging loads and stores about 2.5 of each at n = 4 (push, reduce, copy-out). Measured at
+// 2 GPUs it was never faster than the staged algorithms or twoshot_direct: half of its loads are
+// NVLink reads, which each thread waits for before it stores (docs/PERF.md "Registered buffers"),
+// so the selector leaves it off by default (YALI_DIRECT_MIN_BYTES turns it on).
 //
 // Rank d owns shard d of the message (tileSplit of the whole message as one tile); block b of
 // every rank takes the b-th of gridDim.x equal runs of its rank's shard. Block b:
@@ -33,7 +36,8 @@ constexpr int kPhaseDirectLeave = 10;
 // 512 threads at most, as for two-shot: 128 registers per thread, which the loads in flight need.
 constexpr int kDirectMaxThreads = 512;
 // Vectors per source in flight per thread (reduceVectorsInFlight): a run's sources are mostly
-// peers' memory, so each thread keeps kDirectUnroll x n loads outstanding.
+// peers' memory, so each thread keeps kDirectUnroll x n loads outstanding. 4 (128 registers and a
+// few bytes of spills) measured no faster than 2 (docs/PERF.md "Registered buffers").
 #ifndef YALI_DIRECT_UNROLL
 #define YALI_DIRECT_UNROLL 2
 #endif

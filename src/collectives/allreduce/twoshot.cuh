@@ -28,7 +28,8 @@
 // load and store (n-1)/n less than twoshot_push, and every NVLink transfer stays a write. It starts
 // with enterWithTag (block_ops.cuh), so that it runs only when every rank made the same call with
 // registered outputs; the rest of the exchange is twoshot_push's, and writing into a peer's output
-// in reduce(k) is safe because that peer's push(k) of this launch came first.
+// in reduce(k) is safe because that peer's push(k) of this launch came first. (Measured at 2 GPUs
+// from 16 MB: +3-7 % over the staged path; docs/PERF.md "Registered buffers".)
 //
 // Variant twoshot_push (kByWrites): every NVLink transfer is a write. reduce(k) also stores the
 // reduced shard into every peer's gather[parity][our rank][slot b] in the same pass, and pull(k)
