@@ -45,10 +45,8 @@ constexpr int kDirectUnroll = YALI_DIRECT_UNROLL;
 
 template <typename T, Op kOp>
 __global__ void __launch_bounds__(kDirectMaxThreads) directKernel(DeviceArgs args) {
-  __shared__ uint64_t epochSlot;
-  waitForPriorGrids();
-  if (commFailed(args)) return;
-  const uint64_t epoch = readEpoch(args.local, &epochSlot);
+  uint64_t epoch;
+  if (!startLaunch(args, &epoch)) return;
   const int n = args.nranks;
   const int me = args.rank;
   const Team block = wholeBlock();

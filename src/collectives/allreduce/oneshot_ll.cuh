@@ -75,10 +75,8 @@ struct PayloadAccumulator {
 
 template <typename T, Op kOp>
 __global__ void oneshotLLKernel(DeviceArgs args) {
-  __shared__ uint64_t epochSlot;
-  waitForPriorGrids();
-  if (commFailed(args)) return;
-  const uint64_t epoch = readEpoch(args.local, &epochSlot);
+  uint64_t epoch;
+  if (!startLaunch(args, &epoch)) return;
   const uint32_t flag = static_cast<uint32_t>(epoch);
   const int parity = static_cast<int>(epoch & 1);
   const int n = args.nranks;

@@ -49,10 +49,8 @@ __device__ __forceinline__ void copyVectorsAllInFlight(uint4* dst, const uint4* 
 
 template <typename T, Op kOp>
 __global__ void oneshotPullKernel(DeviceArgs args) {
-  __shared__ uint64_t epochSlot;
-  waitForPriorGrids();
-  if (commFailed(args)) return;
-  const uint64_t epoch = readEpoch(args.local, &epochSlot);
+  uint64_t epoch;
+  if (!startLaunch(args, &epoch)) return;
   const int n = args.nranks;
   const WindowLayout& L = args.layout;
   const size_t parityOffset = L.copyIn + static_cast<size_t>(epoch & 1) * L.copyInBytes;

@@ -72,10 +72,8 @@ enum class Gather : int {
 
 template <typename T, Op kOp, Gather kGather>
 __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs args) {
-  __shared__ uint64_t epochSlot;
-  waitForPriorGrids();
-  if (commFailed(args)) return;
-  const uint64_t epoch = readEpoch(args.local, &epochSlot);
+  uint64_t epoch;
+  if (!startLaunch(args, &epoch)) return;
   if constexpr (kGather == Gather::kIntoOutputs) {
     if (!enterWithTag(args, args.layout.directFlags, epoch, kPhaseTwoshotEnter)) return;
   }

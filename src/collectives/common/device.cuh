@@ -156,6 +156,16 @@ __device__ __forceinline__ uint64_t readEpoch(LocalState* local, uint64_t* share
   return *sharedEpochSlot;
 }
 
+// The start of every single-kernel collective: waits for the previous grid on the stream, gives
+// up when the comm has failed (false: the kernel returns at once), and reads this launch's epoch.
+__device__ __forceinline__ bool startLaunch(const DeviceArgs& args, uint64_t* epoch) {
+  __shared__ uint64_t epochSlot;
+  waitForPriorGrids();
+  if (commFailed(args)) return false;
+  *epoch = readEpoch(args.local, &epochSlot);
+  return true;
+}
+
 __device__ __forceinline__ void retireEpoch(LocalState* local, uint64_t epoch) {
   if (threadIdx.x == 0) {
     __threadfence();
