@@ -123,16 +123,17 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
 
 /* ---- Registered buffers (zero-copy) ---------------------------------------------------------- */
 
-/* Maps `size` bytes of device memory at `buff` (on this comm's GPU) into every peer, so that a
- * collective whose buffers lie inside registered memory on every rank reads its peers' inputs and
- * writes their outputs directly over NVLink, with no copy through YALI's staging buffers (the
- * `direct` algorithm). Collective: every rank calls it, in the same order relative to its other
- * registrations, with the same size (bounded by YALI_TIMEOUT_MS); in single-process mode
- * (yaliCommInitAll) call it on every comm before a collective uses the buffer. *handle names the
- * registration for yaliCommDeregister. The memory must stay allocated until then.
+/* Maps `size` bytes of device memory at `buff` (cudaMalloc'd, on this comm's GPU) into every peer,
+ * so that collectives on buffers inside registered memory skip YALI's staging copies: with a
+ * registered output, twoshot_direct (from 16 MB by default) stores each reduced shard straight into
+ * every rank's output; with both buffers registered, direct (off by default, YALI_DIRECT_MIN_BYTES)
+ * also reads the peers' inputs over NVLink. Collective: every rank calls it, in the same order
+ * relative to its other registrations, with the same size (bounded by YALI_TIMEOUT_MS); in
+ * single-process mode (yaliCommInitAll) call it on every comm before a collective uses the buffer.
+ * *handle names the registration for yaliCommDeregister. The memory must stay allocated until then.
  *
- * A collective takes the direct path only when both of its buffers are registered on every rank,
- * at the same byte offset within the same registration on every rank (the same call order makes
+ * A call takes a zero-copy path only when its buffers lie in registered memory on every rank, at
+ * the same byte offset within the same registration on every rank (the same call order makes
  * registrations correspond). Ranks that disagree (different offsets, counts, types or ops) make
  * the call fail on the device without writing anything: yaliInvalidUsage from the next call. If
  * some ranks pass registered buffers and others do not, the call times out (yaliTimeout). */
