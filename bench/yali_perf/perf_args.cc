@@ -211,7 +211,7 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
     } else if (name == "max-case-time") {
       why = "--tune times every candidate with the same -n and -w";
     } else if (name == "registered" && parsed.registered) {
-      // Registered buffers take the direct path, which the tuning table does not describe.
+      // Registered buffers take the zero-copy algorithms, whose crossovers --tune does not measure.
       why = "--tune measures the staged algorithms, on unregistered buffers (-R 0)";
     }
     if (why != nullptr) {
