@@ -488,100 +488,60 @@ void caseGraphs(Ctx& ctx) {
   std::vector<std::unique_ptr<Run>> runs;
   for (const RunSpec& s : specs) runs.emplace_back(new Run(ctx, s));
   const size_t nl = ctx.local.size();
-  std::vector<uint64_t*> seedDev(nl, nullptr);
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    CUDA_OK(ctx, cudaMalloc(&seedDev[i], sizeof(uint64_t)));
     for (auto& run : runs) {
       for (const DevAlloc& al : run->ranks[i].allocs) fillGuard(ctx, al, ctx.local[i].stream);
     }
   }
   syncAll(ctx);
 
-  watchdogStep("graphs: capturing");
-  bool captured = true;
-  std::vector<cudaGraph_t> graphs(nl, nullptr);
-  std::vector<cudaGraphExec_t> execs(nl, nullptr);
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    CUDA_OK(ctx, cudaStreamBeginCapture(ctx.local[i].stream, mode));
-  }
-  for (size_t k = 0; k < runs.size(); ++k) {
-    const RunSpec& s = runs[k]->spec;
-    for (size_t i = 0; i < nl; ++i) {
-      const LocalRank& lr = ctx.local[i];
-      Run::Rank& R = runs[k]->ranks[i];
-      CUDA_OK(ctx, cudaSetDevice(lr.dev));
-      CUDA_OK(ctx, launchGenerate(R.send, s.count, s.dt, s.op, lr.rank, /*salt=*/k + 1, seedDev[i],
-                                  lr.stream));
-      CUDA_OK(ctx, cudaMemsetAsync(R.recv, kPoisonByte, s.count * dtypeSize(s.dt), lr.stream));
-    }
-    for (size_t i = 0; i < nl; ++i) {
-      Run::Rank& R = runs[k]->ranks[i];
-      yaliResult_t r = yaliAllReduce(R.send, R.recv, s.count, s.dt, s.op, comms[i], R.stream);
-      captured &= checkIssued(ctx, r, ctx.local[i].rank, comms[i],
+  {
+    ReplayableGraphs graphs(ctx);
+    watchdogStep("graphs: capturing");
+    bool issued = true;
+    graphs.beginCapture(mode);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const RunSpec& s = runs[k]->spec;
+      for (size_t i = 0; i < nl; ++i) {
+        const LocalRank& lr = ctx.local[i];
+        Run::Rank& R = runs[k]->ranks[i];
+        CUDA_OK(ctx, cudaSetDevice(lr.dev));
+        CUDA_OK(ctx, launchGenerate(R.send, s.count, s.dt, s.op, lr.rank, /*salt=*/k + 1,
+                                    graphs.seedDev[i], lr.stream));
+        CUDA_OK(ctx, cudaMemsetAsync(R.recv, kPoisonByte, s.count * dtypeSize(s.dt), lr.stream));
+      }
+      for (size_t i = 0; i < nl; ++i) {
+        Run::Rank& R = runs[k]->ranks[i];
+        yaliResult_t r = yaliAllReduce(R.send, R.recv, s.count, s.dt, s.op, comms[i], R.stream);
+        issued &= checkIssued(ctx, r, ctx.local[i].rank, comms[i],
                               "captured yaliAllReduce " + describe(s));
-    }
-  }
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    cudaError_t e = cudaStreamEndCapture(ctx.local[i].stream, &graphs[i]);
-    if (e != cudaSuccess) {
-      ctx.fail("cudaStreamEndCapture (rank %d): %s (capture invalidated by a call inside "
-               "yaliAllReduce?)", ctx.local[i].rank, cudaGetErrorString(e));
-      captured = false;
-      (void)cudaGetLastError();
-      continue;
-    }
-  }
-  // Instantiate only once every capture has ended: in thread-local mode, instantiating while this
-  // thread still has another stream capturing is prohibited and invalidates that capture.
-  for (size_t i = 0; i < nl && captured; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    cudaError_t e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
-    if (e != cudaSuccess) {
-      ctx.fail("cudaGraphInstantiate (rank %d): %s", ctx.local[i].rank, cudaGetErrorString(e));
-      captured = false;
-    }
-  }
-  if (ctx.allTrue(captured)) {
-    for (int rep = 0; rep < kReplays; ++rep) {
-      uint64_t replaySeed = ctx.nextSeed();
-      watchdogStep("graphs: replay %d of %d", rep + 1, kReplays);
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaMemcpy(seedDev[i], &replaySeed, sizeof replaySeed, cudaMemcpyHostToDevice));
       }
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
-      }
-      for (size_t k = 0; k < runs.size(); ++k) {
-        const RunSpec& s = runs[k]->spec;
-        char what[160];
-        std::snprintf(what, sizeof what, "graph replay %d, allreduce %zu (%s)", rep, k,
-                      describe(s).c_str());
-        std::vector<uint64_t> hashes(nl, 0);
-        const uint64_t seed = combineSeed(replaySeed, k + 1);
-        const size_t bytes = s.count * dtypeSize(s.dt);
-        for (size_t i = 0; i < nl; ++i) {
-          Run::Rank& R = runs[k]->ranks[i];
-          checkOutput(ctx, (int)i, comms[i], R.stream, R.recv, s.count, s.dt, s.op, seed, R.send,
-                      what, &hashes[i]);
-          for (const DevAlloc& al : R.allocs) checkGuard(ctx, al, {{R.send, bytes}, {R.recv, bytes}}, what);
+    }
+    if (graphs.endCapture(issued)) {
+      for (int rep = 0; rep < kReplays; ++rep) {
+        uint64_t replaySeed = ctx.nextSeed();
+        watchdogStep("graphs: replay %d of %d", rep + 1, kReplays);
+        graphs.replay(replaySeed);
+        for (size_t k = 0; k < runs.size(); ++k) {
+          const RunSpec& s = runs[k]->spec;
+          char what[160];
+          std::snprintf(what, sizeof what, "graph replay %d, allreduce %zu (%s)", rep, k,
+                        describe(s).c_str());
+          std::vector<uint64_t> hashes(nl, 0);
+          const uint64_t seed = combineSeed(replaySeed, k + 1);
+          const size_t bytes = s.count * dtypeSize(s.dt);
+          for (size_t i = 0; i < nl; ++i) {
+            Run::Rank& R = runs[k]->ranks[i];
+            checkOutput(ctx, (int)i, comms[i], R.stream, R.recv, s.count, s.dt, s.op, seed, R.send,
+                        what, &hashes[i]);
+            for (const DevAlloc& al : R.allocs) checkGuard(ctx, al, {{R.send, bytes}, {R.recv, bytes}}, what);
+          }
+          checkIdentity(ctx, hashes, what);
         }
-        checkIdentity(ctx, hashes, what);
       }
     }
-  } else {
-    ctx.fail("graph capture failed on some rank; replays not run");
-  }
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
-    if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
-    CUDA_OK(ctx, cudaFree(seedDev[i]));
-  }
+  }  // the graphs are destroyed here
   // The comm still works eagerly after its graphs are gone.
   allreduceAndVerify(ctx, comms, spec(4093, yaliFloat32, yaliSum), "eager after graphs");
   runs.clear();

@@ -115,6 +115,15 @@ void freeArena(Ctx& ctx, Arena& A) {
   for (DevAlloc& d : A.a) freeDev(ctx, d);
 }
 
+// The end of a case: destroys the comms, waits until every rank has (so no peer maps our arenas
+// any more), then frees the arenas. Collective.
+void destroyCommsAndFree(Ctx& ctx, std::vector<yaliComm_t>& comms, const char* label,
+                         std::initializer_list<Arena*> arenas) {
+  ctx.destroyComms(comms, label);
+  ctx.world->barrier();
+  for (Arena* A : arenas) freeArena(ctx, *A);
+}
+
 // Collective. Registers [off, off + bytes) of each rank's allocation (bytes 0: to the end) with
 // the rank's comm, in a loop over the local comms (single-process mode: one thread, every comm).
 // Fatal on failure: a rank that did not register would leave the others' direct calls waiting.
@@ -381,10 +390,7 @@ void registeredSweep(Ctx& ctx, const char* label, const std::vector<size_t>& cou
   }
   deregisterArena(ctx, comms, B);
   deregisterArena(ctx, comms, A);
-  ctx.destroyComms(comms, label);
-  ctx.world->barrier();  // no peer maps our arenas any more
-  freeArena(ctx, A);
-  freeArena(ctx, B);
+  destroyCommsAndFree(ctx, comms, label, {&A, &B});
 }
 
 const std::vector<yaliDataType_t> kAllDtypes(std::begin(kDtypes), std::end(kDtypes));
@@ -436,10 +442,7 @@ void caseRegCountsLarge(Ctx& ctx) {
   }
   deregisterArena(ctx, comms, A);
   deregisterArena(ctx, comms, B);
-  ctx.destroyComms(comms, "registered_large");
-  ctx.world->barrier();
-  freeArena(ctx, A);
-  freeArena(ctx, B);
+  destroyCommsAndFree(ctx, comms, "registered_large", {&A, &B});
 }
 
 // ---- Mixed: one buffer registered, the other not -------------------------------------------------
@@ -470,10 +473,7 @@ void caseRegMixed(Ctx& ctx) {
                     "both registered");
   }
   deregisterArena(ctx, comms, A);
-  ctx.destroyComms(comms, "registered_mixed");
-  ctx.world->barrier();
-  freeArena(ctx, A);
-  freeArena(ctx, U);
+  destroyCommsAndFree(ctx, comms, "registered_mixed", {&A, &U});
 }
 
 // ---- Life cycle: several registrations, deregistration, re-registration, a sub-range ------------
@@ -585,10 +585,7 @@ void caseRegLifecycle(Ctx& ctx) {
   deregisterArena(ctx, comms, A);
   placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotDirect,
                   "after deregistering everything");
-  ctx.destroyComms(comms, "registered_lifecycle");
-  ctx.world->barrier();
-  freeArena(ctx, A);
-  freeArena(ctx, B);
+  destroyCommsAndFree(ctx, comms, "registered_lifecycle", {&A, &B});
 }
 
 // ---- Two communicators sharing a registered buffer -----------------------------------------------
@@ -651,10 +648,7 @@ void caseRegTwoComms(Ctx& ctx) {
   X.handle = xOnB;
   deregisterArena(ctx, b, X);
   deregisterArena(ctx, b, Y);
-  ctx.destroyComms(b, "registered_two_comms B");
-  ctx.world->barrier();
-  freeArena(ctx, X);
-  freeArena(ctx, Y);
+  destroyCommsAndFree(ctx, b, "registered_two_comms B", {&X, &Y});
 }
 
 // ---- Back to back: many calls without a host sync ------------------------------------------------
@@ -815,91 +809,54 @@ void caseRegGraphs(Ctx& ctx) {
     }
   }
   const int kReplays = ctx.quick() ? 5 : 20;
-  std::vector<uint64_t*> seedDev(nl, nullptr);
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    CUDA_OK(ctx, cudaMalloc(&seedDev[i], sizeof(uint64_t)));
     for (const Arena* ar : arenas) fillGuard(ctx, ar->a[i], ctx.local[i].stream);
   }
   syncAll(ctx);
 
-  watchdogStep("registered graphs: capturing");
-  bool captured = true;
-  std::vector<cudaGraph_t> graphs(nl, nullptr);
-  std::vector<cudaGraphExec_t> execs(nl, nullptr);
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    CUDA_OK(ctx, cudaStreamBeginCapture(ctx.local[i].stream, mode));
-  }
-  for (size_t k = 0; k < gs.size(); ++k) {
-    const G& g = gs[k];
-    Placement p = placementOf(g);
-    for (size_t i = 0; i < nl; ++i) {
-      const LocalRank& lr = ctx.local[i];
-      CUDA_OK(ctx, cudaSetDevice(lr.dev));
-      CUDA_OK(ctx, launchGenerate(p[i].send, g.c.count, g.c.dt, g.c.op, lr.rank, /*salt=*/k + 1,
-                                  seedDev[i], lr.stream));
-      if (p[i].recv != p[i].send) {
-        CUDA_OK(ctx, cudaMemsetAsync(p[i].recv, kPoisonByte, g.c.bytes(), lr.stream));
+  {
+    ReplayableGraphs graphs(ctx);
+    watchdogStep("registered graphs: capturing");
+    bool issued = true;
+    graphs.beginCapture(mode);
+    for (size_t k = 0; k < gs.size(); ++k) {
+      const G& g = gs[k];
+      Placement p = placementOf(g);
+      for (size_t i = 0; i < nl; ++i) {
+        const LocalRank& lr = ctx.local[i];
+        CUDA_OK(ctx, cudaSetDevice(lr.dev));
+        CUDA_OK(ctx, launchGenerate(p[i].send, g.c.count, g.c.dt, g.c.op, lr.rank, /*salt=*/k + 1,
+                                    graphs.seedDev[i], lr.stream));
+        if (p[i].recv != p[i].send) {
+          CUDA_OK(ctx, cudaMemsetAsync(p[i].recv, kPoisonByte, g.c.bytes(), lr.stream));
+        }
       }
-    }
-    for (size_t i = 0; i < nl; ++i) {
-      yaliResult_t r = yaliAllReduce(p[i].send, p[i].recv, g.c.count, g.c.dt, g.c.op, comms[i],
-                                     ctx.local[i].stream);
-      captured &= checkIssued(ctx, r, ctx.local[i].rank, comms[i],
+      for (size_t i = 0; i < nl; ++i) {
+        yaliResult_t r = yaliAllReduce(p[i].send, p[i].recv, g.c.count, g.c.dt, g.c.op, comms[i],
+                                       ctx.local[i].stream);
+        issued &= checkIssued(ctx, r, ctx.local[i].rank, comms[i],
                               "captured yaliAllReduce " + callName(g.c) + " " + g.where);
-    }
-  }
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    cudaError_t e = cudaStreamEndCapture(ctx.local[i].stream, &graphs[i]);
-    if (e != cudaSuccess) {
-      ctx.fail("cudaStreamEndCapture (rank %d): %s (capture invalidated by a call inside "
-               "yaliAllReduce on registered buffers?)", ctx.local[i].rank, cudaGetErrorString(e));
-      captured = false;
-      (void)cudaGetLastError();
-    }
-  }
-  for (size_t i = 0; i < nl && captured; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    cudaError_t e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
-    if (e != cudaSuccess) {
-      ctx.fail("cudaGraphInstantiate (rank %d): %s", ctx.local[i].rank, cudaGetErrorString(e));
-      captured = false;
-    }
-  }
-  if (ctx.allTrue(captured)) {
-    for (int rep = 0; rep < kReplays; ++rep) {
-      uint64_t replaySeed = ctx.nextSeed();
-      watchdogStep("registered graphs: replay %d of %d", rep + 1, kReplays);
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaMemcpy(seedDev[i], &replaySeed, sizeof replaySeed, cudaMemcpyHostToDevice));
-      }
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
-      }
-      for (size_t k = 0; k < gs.size(); ++k) {
-        const G& g = gs[k];
-        char what[192];
-        std::snprintf(what, sizeof what, "registered graph replay %d, allreduce %zu (%s %s)", rep, k,
-                      callName(g.c).c_str(), g.where);
-        // Guards only once per replay (after the last allreduce's check), against every slice.
-        const bool last = k + 1 == gs.size();
-        verifyPlaced(ctx, comms, placementOf(g), last ? arenas : std::vector<const Arena*>{}, g.c,
-                     combineSeed(replaySeed, k + 1), what, true, &slices);
       }
     }
-  } else {
-    ctx.fail("graph capture failed on some rank; replays not run");
-  }
-  for (size_t i = 0; i < nl; ++i) {
-    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-    if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
-    if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
-    CUDA_OK(ctx, cudaFree(seedDev[i]));
-  }
+    if (graphs.endCapture(issued)) {
+      for (int rep = 0; rep < kReplays; ++rep) {
+        uint64_t replaySeed = ctx.nextSeed();
+        watchdogStep("registered graphs: replay %d of %d", rep + 1, kReplays);
+        graphs.replay(replaySeed);
+        for (size_t k = 0; k < gs.size(); ++k) {
+          const G& g = gs[k];
+          char what[192];
+          std::snprintf(what, sizeof what, "registered graph replay %d, allreduce %zu (%s %s)", rep,
+                        k, callName(g.c).c_str(), g.where);
+          // Guards only once per replay (after the last allreduce's check), against every slice.
+          const bool last = k + 1 == gs.size();
+          verifyPlaced(ctx, comms, placementOf(g), last ? arenas : std::vector<const Arena*>{}, g.c,
+                       combineSeed(replaySeed, k + 1), what, true, &slices);
+        }
+      }
+    }
+  }  // the graphs are destroyed here
   // Eager calls on the same registered buffers after the graphs are gone.
   for (const G& g : gs) {
     placedAllReduce(ctx, comms, placementOf(g), arenas, g.c,
@@ -908,11 +865,7 @@ void caseRegGraphs(Ctx& ctx) {
   }
   deregisterArena(ctx, comms, A);
   deregisterArena(ctx, comms, B);
-  ctx.destroyComms(comms, "registered_graphs");
-  ctx.world->barrier();
-  freeArena(ctx, A);
-  freeArena(ctx, B);
-  freeArena(ctx, U);
+  destroyCommsAndFree(ctx, comms, "registered_graphs", {&A, &B, &U});
 }
 
 // ---- Thresholds: YALI_DIRECT_MIN_BYTES and YALI_ALGO=direct --------------------------------------
@@ -949,10 +902,7 @@ void thresholdPart(Ctx& ctx, const char* label,
                     "send registered, recv not " + where);
   }
   deregisterArena(ctx, comms, A);
-  ctx.destroyComms(comms, label);
-  ctx.world->barrier();
-  freeArena(ctx, A);
-  freeArena(ctx, U);
+  destroyCommsAndFree(ctx, comms, label, {&A, &U});
 }
 
 void caseRegThreshold(Ctx& ctx) {
@@ -1217,9 +1167,7 @@ void caseRegMismatch(Ctx& ctx) {
   registerArena(ctx, comms, A);
   placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::Direct, "fresh comm after the mismatches");
   deregisterArena(ctx, comms, A);
-  ctx.destroyComms(comms, "after the mismatches");
-  ctx.world->barrier();
-  freeArena(ctx, A);
+  destroyCommsAndFree(ctx, comms, "after the mismatches", {&A});
 }
 
 // ---- Some ranks registered, others not: yaliTimeout, no hang -------------------------------------

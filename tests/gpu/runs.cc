@@ -386,4 +386,69 @@ size_t minFreeMemory(Ctx& ctx) {
   return (size_t)*std::min_element(all.begin(), all.end());
 }
 
+ReplayableGraphs::ReplayableGraphs(Ctx& ctx)
+    : seedDev(ctx.local.size(), nullptr),
+      ctx_(ctx),
+      graphs_(ctx.local.size(), nullptr),
+      execs_(ctx.local.size(), nullptr) {
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaMalloc(&seedDev[i], sizeof(uint64_t)));
+  }
+}
+
+ReplayableGraphs::~ReplayableGraphs() {
+  for (size_t i = 0; i < ctx_.local.size(); ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    if (execs_[i]) CUDA_OK(ctx_, cudaGraphExecDestroy(execs_[i]));
+    if (graphs_[i]) CUDA_OK(ctx_, cudaGraphDestroy(graphs_[i]));
+    CUDA_OK(ctx_, cudaFree(seedDev[i]));
+  }
+}
+
+void ReplayableGraphs::beginCapture(cudaStreamCaptureMode mode) {
+  for (const LocalRank& lr : ctx_.local) {
+    CUDA_OK(ctx_, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx_, cudaStreamBeginCapture(lr.stream, mode));
+  }
+}
+
+bool ReplayableGraphs::endCapture(bool issued) {
+  bool captured = issued;
+  for (size_t i = 0; i < ctx_.local.size(); ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    cudaError_t e = cudaStreamEndCapture(ctx_.local[i].stream, &graphs_[i]);
+    if (e != cudaSuccess) {
+      ctx_.fail("cudaStreamEndCapture (rank %d): %s (capture invalidated by a call inside "
+                "yaliAllReduce?)", ctx_.local[i].rank, cudaGetErrorString(e));
+      captured = false;
+      (void)cudaGetLastError();
+    }
+  }
+  for (size_t i = 0; i < ctx_.local.size() && captured; ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    cudaError_t e = cudaGraphInstantiate(&execs_[i], graphs_[i], 0);
+    if (e != cudaSuccess) {
+      ctx_.fail("cudaGraphInstantiate (rank %d): %s", ctx_.local[i].rank, cudaGetErrorString(e));
+      captured = false;
+    }
+  }
+  if (!ctx_.allTrue(captured)) {
+    ctx_.fail("graph capture failed on some rank; replays not run");
+    return false;
+  }
+  return true;
+}
+
+void ReplayableGraphs::replay(uint64_t seed) {
+  for (size_t i = 0; i < ctx_.local.size(); ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    CUDA_OK(ctx_, cudaMemcpy(seedDev[i], &seed, sizeof seed, cudaMemcpyHostToDevice));
+  }
+  for (size_t i = 0; i < ctx_.local.size(); ++i) {
+    CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
+    CUDA_OK(ctx_, cudaGraphLaunch(execs_[i], ctx_.local[i].stream));
+  }
+}
+
 }  // namespace yt

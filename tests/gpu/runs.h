@@ -110,6 +110,29 @@ bool allreduceAndVerify(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Ru
 
 // ---- Helpers shared by the case files -----------------------------------------------------------
 
+// The graph cases' machinery: one CUDA graph per local rank, captured on the rank's main stream,
+// whose generator kernels read their seed from device memory (seedDev) that replay() rewrites
+// before launching, so that every replay checks fresh inputs.
+class ReplayableGraphs {
+ public:
+  explicit ReplayableGraphs(Ctx& ctx);  // allocates seedDev[i] on each local rank's device
+  ~ReplayableGraphs();                  // destroys the graphs, frees seedDev
+  // cudaStreamBeginCapture on every local rank's main stream.
+  void beginCapture(cudaStreamCaptureMode mode);
+  // Ends every capture, then instantiates every graph (only once all have ended: in thread-local
+  // mode, instantiating while this thread has another stream capturing invalidates that capture).
+  // `issued`: whether every captured call was issued. Collective; true when all ranks succeeded.
+  bool endCapture(bool issued);
+  // Writes `seed` to every seedDev, then launches every rank's graph.
+  void replay(uint64_t seed);
+  std::vector<uint64_t*> seedDev;  // per local rank
+
+ private:
+  Ctx& ctx_;
+  std::vector<cudaGraph_t> graphs_;
+  std::vector<cudaGraphExec_t> execs_;
+};
+
 // True when `name` occurs in `text` as a whole identifier ("rank" not inside "nranks").
 bool containsWord(const std::string& text, const std::string& name);
 
