@@ -665,7 +665,7 @@ def _worker(args):
 
     def yali_registered_pair():
         """Two registered buffers of the largest size (input, output), made once; each size uses
-        prefix views of them, at offset 0 on every rank (what the direct path needs)."""
+        prefix views of them, at offset 0 on every rank (what the zero-copy paths need)."""
         if yali_bufs["ready"]:
             return yali_bufs["pair"], yali_bufs["error"]
         yali_bufs["ready"] = True

@@ -9,6 +9,7 @@
 #include "core/comm.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "yali/yali.h"
 
 using namespace yali;
@@ -105,10 +106,7 @@ struct RegisteredCall {
     const uint64_t fields[] = {static_cast<uint64_t>(algo), count, static_cast<uint64_t>(datatype),
                                static_cast<uint64_t>(op), recv.registration->id, recv.offset,
                                mapsSend ? send.registration->id : ~0ull, mapsSend ? send.offset : ~0ull};
-    uint64_t h = 1469598103934665603ull;
-    for (uint64_t f : fields) {
-      for (int i = 0; i < 8; ++i) h = (h ^ ((f >> (8 * i)) & 0xff)) * 1099511628211ull;
-    }
+    const uint64_t h = fnv1a(fields, sizeof(fields));
     return static_cast<uint32_t>(h ^ (h >> 32));
   }
 };

@@ -12,6 +12,8 @@
 
 #include <cstring>
 
+#include "core/hash.h"
+
 namespace yali {
 namespace {
 
@@ -24,15 +26,6 @@ namespace {
 //   [40, 128) zero
 constexpr char kMagic[8] = {'Y', 'A', 'L', 'I', 'U', 'I', 'D', '\0'};
 constexpr uint32_t kIdVersion = 1;
-
-uint64_t fnv1a(const unsigned char* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 int64_t nowMs() {
   timespec ts;

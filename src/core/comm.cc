@@ -11,6 +11,7 @@
 
 #include "collectives/allreduce/launch.h"
 #include "core/error.h"
+#include "core/hash.h"
 
 namespace yali {
 
@@ -53,9 +54,7 @@ uint64_t settingsDigest(const Settings& s) {
                     std::to_string(s.ceChunkBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
                     std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : key) h = (h ^ c) * 1099511628211ull;
-  return h;
+  return fnv1a(key.data(), key.size());
 }
 
 // Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1),

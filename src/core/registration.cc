@@ -47,6 +47,20 @@ bool allocationOf(const void* p, size_t bytes, uint64_t* base, std::string* erro
   return true;
 }
 
+// The allocation that holds `reg`'s buffer and its CUDA IPC handle: registrations accept only
+// memory that CUDA IPC can share (cudaMalloc's), in both modes, so that a buffer registers the
+// same way whichever way the comm was made (in single-process mode peer access covers it).
+bool shareableAllocation(const Registration* reg, uint64_t* allocation, cudaIpcMemHandle_t* handle,
+                         std::string* why) {
+  if (!allocationOf(reg->base, reg->bytes, allocation, why)) return false;
+  cudaError_t e = cudaIpcGetMemHandle(handle, reinterpret_cast<void*>(*allocation));
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  *why = std::string("CUDA IPC cannot share it (cudaIpcGetMemHandle: ") + cudaGetErrorString(e) +
+         "); register memory from cudaMalloc";
+  return false;
+}
+
 // What each rank tells the others about one registration (one process per GPU).
 struct RegisterInfo {
   int32_t pid;
@@ -101,17 +115,10 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
   mine.bytes = reg->bytes;
   std::string localError;
   uint64_t allocation = 0;
-  if (allocationOf(reg->base, reg->bytes, &allocation, &localError)) {
-    cudaError_t e = cudaIpcGetMemHandle(&mine.handle, reinterpret_cast<void*>(allocation));
-    if (e == cudaSuccess) {
-      mine.ok = 1;
-      mine.allocation = allocation;
-      mine.offset = reinterpret_cast<uint64_t>(reg->base) - allocation;
-    } else {
-      cudaGetLastError();
-      localError = std::string("CUDA IPC cannot share it (cudaIpcGetMemHandle: ") + cudaGetErrorString(e) +
-                   "); register memory from cudaMalloc";
-    }
+  if (shareableAllocation(reg, &allocation, &mine.handle, &localError)) {
+    mine.ok = 1;
+    mine.allocation = allocation;
+    mine.offset = reinterpret_cast<uint64_t>(reg->base) - allocation;
   }
   std::string err;
   yaliResult_t r = comm->bootstrap->allGather(info.data(), sizeof(RegisterInfo), &err);
@@ -163,21 +170,12 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
 // Single-process mode: record this comm's part; the last comm of the group to register the k-th
 // buffer completes every comm's registration k.
 yaliResult_t registerInGroup(yaliComm* comm, Registration* reg, const char* call) {
-  // The same rule as across processes: memory that CUDA IPC can share (peer access covers it).
   uint64_t allocation = 0;
   std::string why;
   cudaIpcMemHandle_t handle;
-  if (!allocationOf(reg->base, reg->bytes, &allocation, &why))
+  if (!shareableAllocation(reg, &allocation, &handle, &why))
     return fail(yaliInvalidArgument, comm, "%s: buff=%p (size %zu) cannot be registered: %s", call,
                 static_cast<void*>(reg->base), reg->bytes, why.c_str());
-  cudaError_t e = cudaIpcGetMemHandle(&handle, reinterpret_cast<void*>(allocation));
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return fail(yaliInvalidArgument, comm,
-                "%s: buff=%p cannot be registered: CUDA IPC cannot share it (cudaIpcGetMemHandle: %s); "
-                "register memory from cudaMalloc",
-                call, static_cast<void*>(reg->base), cudaGetErrorString(e));
-  }
   GroupRegistrations& group = comm->group->registrations;
   std::lock_guard<std::mutex> lock(group.mutex);
   std::vector<Registration*>& parts = group.byId[reg->id];
