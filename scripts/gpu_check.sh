@@ -2,8 +2,14 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,extrabuilds,tests,algotests,pytests,perf,mpiperf,graphperf,tune,algocmp,variants,ncu,backends,sweep,symm
-#          (default: build,tests,perf)
+#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,pytests,perf,mpiperf,graphperf,tune,algocmp,
+#          variants,ncu,backends,sweep,symm   (default: build,tests,perf)
+#   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
+#                                            GPUs (--share-gpus, single mode), once with the
+#                                            automatic choice per world size, then per forced
+#                                            algorithm at SHARED_ALGO_RANKS (default "2 4")
+#   SANITIZE_RANKS="2 4"  SANITIZE_ARGS="--quick"    sanitize: the suite under compute-sanitizer
+#                                            memcheck, single mode (--share-gpus where GPUs are few)
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
 #   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
@@ -80,6 +86,34 @@ if has algotests; then
       YALI_CE_CHUNK_BYTES=$chunk YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
     done
+  done
+fi
+
+if has shared; then
+  # Correctness where GPUs are few: ranks share GPUs in one process (YALI_ALLOW_SHARED_GPU). Checks
+  # the algorithms' logic (layouts, flags, epochs, offsets, graphs); not NVLink's ordering or speed.
+  for n in ${SHARED_RANKS:-2 4 8}; do
+    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single > "$LOG/shared_auto_$n.log" 2>&1
+    note "gpu suite --share-gpus single $n: rc=$? $(tail -1 "$LOG/shared_auto_$n.log")"
+  done
+  for n in ${SHARED_ALGO_RANKS:-2 4}; do
+    for algo in ${SHARED_ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push direct twoshot_direct}; do
+      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single \
+        > "$LOG/shared_${algo}_$n.log" 2>&1
+      note "gpu suite --share-gpus YALI_ALGO=$algo single $n: rc=$? $(tail -1 "$LOG/shared_${algo}_$n.log")"
+    done
+  done
+fi
+
+if has sanitize; then
+  # compute-sanitizer memcheck: out-of-bounds and misaligned device accesses, which the suite's guard
+  # bytes see only when a write lands next to a buffer. The children are forked, hence
+  # --target-processes all; kernels run 10-100x slower, hence the longer deadlines.
+  for n in ${SANITIZE_RANKS:-2 4}; do
+    timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
+      "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single --deadline-scale 5 \
+      ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$n.log" 2>&1
+    note "memcheck single $n: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$n.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$n.log" | tail -1)"
   done
 fi
 

@@ -178,20 +178,22 @@ YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* de
   if (ndev < 1 || ndev > kMaxRanks)
     return fail(yaliInvalidArgument, nullptr, "%s: ndev=%d is out of range [1, %d]", call, ndev,
                 kMaxRanks);
+  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
+  Settings settings;
+  yaliResult_t r = loadSettingsFor(call, &settings);
+  if (r != yaliSuccess) return r;
   if (devlist != nullptr) {
     std::set<int> seen;
     for (int i = 0; i < ndev; ++i) {
       if (devlist[i] < 0)
         return fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d is negative", call, i, devlist[i]);
-      if (!seen.insert(devlist[i]).second)
-        return fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d appears twice in devlist", call,
-                    i, devlist[i]);
+      if (!seen.insert(devlist[i]).second && !settings.allowSharedGpu)
+        return fail(yaliInvalidArgument, nullptr,
+                    "%s: devlist[%d]=%d appears twice in devlist (one GPU per rank; "
+                    "YALI_ALLOW_SHARED_GPU=1 lets ranks share a GPU, for testing)",
+                    call, i, devlist[i]);
     }
   }
-  for (int i = 0; i < ndev; ++i) comms[i] = nullptr;
-  Settings settings;
-  yaliResult_t r = loadSettingsFor(call, &settings);
-  if (r != yaliSuccess) return r;
   return commInitAll(comms, ndev, devlist, settings);
 }
 

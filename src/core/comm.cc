@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
 #include <set>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -40,6 +42,8 @@ size_t alignUp(size_t v) { return (v + 255) / 256 * 256; }
 struct PeerInfo {
   int32_t pid;
   int32_t device;
+  char gpuBusId[32];        // cudaDeviceGetPCIBusId: the same GPU has the same id in every process
+  int32_t multiprocessors;  // of that GPU
   uint64_t windowAddress;  // valid in the sender's process only
   uint64_t windowBytes;
   uint64_t settingsDigest;  // ranks must agree on everything that steers algorithm choice
@@ -53,8 +57,38 @@ uint64_t settingsDigest(const Settings& s) {
                     std::to_string(s.directMinBytes) + "|" + std::to_string(s.twoshotDirectMinBytes) + "|" +
                     std::to_string(s.ceChunkBytes) + "|" +
                     std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
-                    std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile;
+                    std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile +
+                    "|" + std::to_string(s.allowSharedGpu);
   return fnv1a(key.data(), key.size());
+}
+
+// Ranks that share a GPU (YALI_ALLOW_SHARED_GPU). gpuOf[r] names rank r's GPU, the same name in
+// every process; multiprocessors is the smallest count among the ranks' GPUs. Every rank sees the
+// same gpuOf, so all of them fail together or cap their blocks alike (the algorithms need the same
+// block count on every rank).
+yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multiprocessors,
+                             bool allowed, const std::vector<yaliComm*>& comms, const char* call) {
+  std::map<std::string, std::vector<int>> ranksOn;
+  for (int r = 0; r < static_cast<int>(gpuOf.size()); ++r) ranksOn[gpuOf[r]].push_back(r);
+  const std::vector<int>* crowded = nullptr;
+  for (const auto& entry : ranksOn)
+    if (entry.second.size() > 1 && (crowded == nullptr || entry.second.size() > crowded->size()))
+      crowded = &entry.second;
+  if (crowded == nullptr) return yaliSuccess;
+  const int sharing = static_cast<int>(crowded->size());
+  if (!allowed)
+    return fail(yaliInvalidUsage, nullptr,
+                "%s: ranks %d and %d are on the same GPU (%s); YALI needs one GPU per rank "
+                "(YALI_ALLOW_SHARED_GPU=1 lets ranks share one, for testing)",
+                call, (*crowded)[0], (*crowded)[1], gpuOf[(*crowded)[0]].c_str());
+  // The kernels of all ranks on a GPU must be resident together, or a rank waits for a peer whose
+  // blocks never start. Assume one block per multiprocessor (a two-shot block, 512 threads of 128
+  // registers, fills one) and give the ranks half of them: the other half is for the next
+  // kernels, which programmatic launch may start while these still wait.
+  const int cap = std::max(1, multiprocessors / (2 * sharing));
+  for (yaliComm* comm : comms) comm->selector.limitBlocks(cap);
+  logInfo("%s: up to %d ranks share a GPU: at most %d blocks per kernel", call, sharing, cap);
+  return yaliSuccess;
 }
 
 // Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1),
@@ -225,6 +259,12 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
   memset(&mine, 0, sizeof(mine));
   mine.pid = getpid();
   mine.device = comm->device;
+  if (cudaDeviceGetPCIBusId(mine.gpuBusId, sizeof(mine.gpuBusId), comm->device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&mine.multiprocessors, cudaDevAttrMultiProcessorCount, comm->device) !=
+          cudaSuccess)
+    return cleanup(fail(yaliUnhandledCudaError, nullptr,
+                        "%s: reading device %d's PCI bus id and multiprocessor count: %s", call,
+                        comm->device, cudaGetErrorString(cudaGetLastError())));
   mine.windowAddress = reinterpret_cast<uint64_t>(comm->window);
   mine.windowBytes = comm->layout.total;
   mine.settingsDigest = settingsDigest(settings);
@@ -265,6 +305,14 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
       comm->peerMappedByIpc[p] = true;
     }
   }
+  std::vector<std::string> gpuOf;
+  int multiprocessors = mine.multiprocessors;
+  for (const PeerInfo& p : info) {
+    gpuOf.emplace_back(p.gpuBusId, strnlen(p.gpuBusId, sizeof(p.gpuBusId)));
+    multiprocessors = std::min(multiprocessors, static_cast<int>(p.multiprocessors));
+  }
+  r = applyGpuSharing(gpuOf, multiprocessors, settings.allowSharedGpu, {comm}, call);
+  if (r != yaliSuccess) return cleanup(r);
   // copy_engine needs every peer's window imported into this process by CUDA IPC: a copy into a
   // window of another GPU of the same process (peer access) hung or lost rounds on the x4 machine
   // (2026-11-22, the suite with YALI_ALGO=copy_engine in single-process mode at 4 GPUs, and in CUDA
@@ -341,6 +389,16 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
     }
   }
   cudaSetDevice(previous);
+  std::vector<std::string> gpuOf;
+  int multiprocessors = INT32_MAX;
+  for (yaliComm* comm : made) {
+    int count = 0;
+    cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, comm->device);
+    multiprocessors = std::min(multiprocessors, count);
+    gpuOf.push_back(std::to_string(comm->device));
+  }
+  yaliResult_t r = applyGpuSharing(gpuOf, multiprocessors, settings.allowSharedGpu, made, call);
+  if (r != yaliSuccess) return cleanup(r);
   for (int i = 0; i < ndev; ++i) comms[i] = made[i];
   return yaliSuccess;
 }

@@ -76,6 +76,12 @@ const SettingDoc kDocs[] = {
     {"YALI_PDL", "1",
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
+    {"YALI_ALLOW_SHARED_GPU", "0",
+     "1: several ranks may share one GPU, for testing the algorithms where GPUs are few (the "
+     "answers are checked the same way; the speed means nothing). The ranks' kernels must run "
+     "at once, so the ranks on one GPU need one process (yaliCommInitAll with a device listed "
+     "more than once, or one thread per rank) or MPS, and each its own stream; their blocks are "
+     "capped so that all of them fit. 0: a GPU named twice is an error."},
     {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
 };
 
@@ -170,6 +176,11 @@ bool loadSettings(Settings* s, std::string* error) {
   int64_t pdl = 1;
   if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
   s->programmaticLaunch = pdl == 1;
+  int64_t shared = 0;
+  if (!parseIntSetting("YALI_ALLOW_SHARED_GPU", getenvOrNull("YALI_ALLOW_SHARED_GPU"), 0, 0, 1, &shared,
+                       error))
+    return false;
+  s->allowSharedGpu = shared == 1;
   const char* tuning = getenvOrNull("YALI_TUNING_FILE");
   s->tuningFile = tuning ? tuning : "";
   return true;

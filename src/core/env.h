@@ -33,6 +33,7 @@ struct Settings {
   int64_t ceChunkBytes;       // YALI_CE_CHUNK_BYTES: copy_engine staging per (slot, sender)
   std::string tuningFile;     // YALI_TUNING_FILE
   bool programmaticLaunch;    // YALI_PDL
+  bool allowSharedGpu;        // YALI_ALLOW_SHARED_GPU: ranks may share a GPU (testing)
 };
 
 // Reads every YALI_* variable. On a malformed or out-of-range value returns false and writes a

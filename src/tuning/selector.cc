@@ -253,6 +253,13 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   return true;
 }
 
+void Selector::limitBlocks(int maxBlocks) {
+  entry_.llMaxCtas = std::min(entry_.llMaxCtas, maxBlocks);
+  entry_.twoshotMaxCtas = std::min(entry_.twoshotMaxCtas, maxBlocks);
+  entry_.frugalMaxCtas = std::min(entry_.frugalMaxCtas, maxBlocks);
+  entry_.ceCtas = std::min(entry_.ceCtas, maxBlocks);
+}
+
 AlgoChoice Selector::oneshotLL(size_t bytes) const {
   const size_t packets = (bytes + 7) / 8;
   const size_t threads = static_cast<size_t>(entry_.llThreads);

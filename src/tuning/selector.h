@@ -90,6 +90,9 @@ class Selector {
   const TuningEntry& entry() const { return entry_; }
   // copy_engine is never chosen, not even when forced (its two-shot fallback is).
   void disableCopyEngine() { limits_.ceChunkBytes = 0; }
+  // No algorithm launches more than maxBlocks blocks (the caps only go down). Used when ranks
+  // share a GPU: every rank's kernel must be resident at once or their waits never end.
+  void limitBlocks(int maxBlocks);
 
  private:
   AlgoChoice twoshot(size_t bytes, Algo variant) const;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -154,7 +155,9 @@ void caseBasics(Ctx& ctx) {
   allreduceAndVerify(ctx, comms, spec(1023, yaliFloat16, yaliMax), "after count 0 with NULL buffers");
   ctx.destroyComms(comms, "basics");
 
-  if (ctx.single()) {
+  std::set<int> devices;
+  for (const LocalRank& lr : ctx.local) devices.insert(lr.dev);
+  if (ctx.single() && devices.size() == ctx.local.size()) {  // not with --share-gpus
     // devlist NULL: comms[i] on device i.
     std::vector<yaliComm_t> c(ctx.local.size(), nullptr);
     watchdogStep("yaliCommInitAll with devlist NULL");

@@ -155,7 +155,8 @@ ProbeResult probeGpus() {
 
 enum class Verdict { Pass, Fail, Skip };
 
-Verdict runForked(const CaseDef& c, Mode mode, int nranks, const Options& opt, double* seconds) {
+Verdict runForked(const CaseDef& c, Mode mode, int nranks, int visible, const Options& opt,
+                  double* seconds) {
   auto t0 = std::chrono::steady_clock::now();
   const int nprocs = mode == Mode::Single ? 1 : nranks;
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -190,14 +191,14 @@ Verdict runForked(const CaseDef& c, Mode mode, int nranks, const Options& opt, d
       if (mode == Mode::Single) {
         for (int r = 0; r < nranks; ++r) {
           ranks.push_back(r);
-          devs.push_back(r);
+          devs.push_back(deviceOfRank(opt, r, nranks, visible));
         }
       } else {
         ranks.push_back(p);
-        devs.push_back(p);
-        cudaError_t e = cudaSetDevice(p);
+        devs.push_back(deviceOfRank(opt, p, nranks, visible));
+        cudaError_t e = cudaSetDevice(devs[0]);
         if (e != cudaSuccess) {
-          logLine("  [%s %s rank %d] FAIL: cudaSetDevice(%d): %s", c.name, modeName(mode), p, p,
+          logLine("  [%s %s rank %d] FAIL: cudaSetDevice(%d): %s", c.name, modeName(mode), p, devs[0],
                   cudaGetErrorString(e));
           _exit(kExitFail);
         }
@@ -317,16 +318,18 @@ int main(int argc, char** argv) {
     return kExitSkip;
   }
   int n = opt.ranks > 0 ? opt.ranks : (probe.count < 8 ? probe.count : 8);
-  if (n > probe.count) {
-    std::printf("SKIP: --ranks %d needs %d GPUs, %d visible\n", n, n, probe.count);
+  if (n > probe.count && !opt.shareGpus) {
+    std::printf("SKIP: --ranks %d needs %d GPUs, %d visible (--share-gpus runs them anyway)\n", n, n,
+                probe.count);
     return kExitSkip;
   }
   if (n < 2) {
-    std::printf("SKIP: needs at least 2 GPUs, %d visible\n", probe.count);
+    std::printf("SKIP: needs at least 2 GPUs, %d visible (or --share-gpus --ranks N)\n", probe.count);
     return kExitSkip;
   }
-  std::printf("yali-gpu-tests: %d ranks of %d visible GPUs (%s, %zu GiB), modes:%s%s, seed 0x%llx%s\n",
-              n, probe.count, probe.name, probe.totalMem >> 30, opt.single ? " single" : "",
+  std::printf("yali-gpu-tests: %d ranks on %d visible GPUs (%s, %zu GiB)%s, modes:%s%s, seed 0x%llx%s\n",
+              n, probe.count, probe.name, probe.totalMem >> 30,
+              n > probe.count ? ", shared (--share-gpus)" : "", opt.single ? " single" : "",
               opt.multi ? " multi" : "", (unsigned long long)opt.seed, opt.quick ? ", quick" : "");
 
   int passed = 0, failed = 0, skipped = 0;
@@ -338,7 +341,7 @@ int main(int argc, char** argv) {
     for (const CaseDef& c : allCases()) {
       if (!caseSelected(c, opt)) continue;
       double secs = 0;
-      Verdict v = runForked(c, mode, n, opt, &secs);
+      Verdict v = runForked(c, mode, n, probe.count, opt, &secs);
       const char* tag = v == Verdict::Pass ? "PASS" : v == Verdict::Skip ? "SKIP" : "FAIL";
       std::printf("%s  %-16s %-6s %d ranks  %6.1f s\n", tag, c.name, modeName(mode), n, secs);
       if (v == Verdict::Pass) ++passed;

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
                              : std::string("cudaGetDeviceCount returned 0 on some rank")) + ")";
   } else if (size != localSize) {
     skip = "the MPI ranks span several nodes; YALI works inside one machine";
-  } else if (localSize > minCount) {
+  } else if (localSize > minCount && !opt.shareGpus) {
     skip = std::to_string(size) + " ranks need " + std::to_string(size) + " GPUs, " +
            std::to_string(minCount) + " visible";
   } else if (size < 2 || size > 8) {
@@ -104,7 +104,8 @@ int main(int argc, char** argv) {
   for (const CaseDef& c : allCases()) {
     if (!caseSelected(c, opt)) continue;
     double t0 = MPI_Wtime();
-    int code = runCaseHere(&world, Mode::Mpi, size, opt, c, {rank}, {localRank});
+    int code = runCaseHere(&world, Mode::Mpi, size, opt, c, {rank},
+                           {deviceOfRank(opt, localRank, size, minCount)});
     std::vector<int> codes(size);
     MPI_Allgather(&code, 1, MPI_INT, codes.data(), 1, MPI_INT, MPI_COMM_WORLD);
     int pass = 0, skp = 0;

@@ -162,6 +162,8 @@ void usage(const char* prog, bool mpi) {
       "  --deadline-scale F   multiply every case's deadline by F (default 1)\n"
       "  --capture MODE       stream capture mode for the graph case: threadlocal (default),\n"
       "                       relaxed, global\n"
+      "  --share-gpus         allow more ranks than GPUs: rank r on GPU r %% visible\n"
+      "                       (YALI_ALLOW_SHARED_GPU=1; correctness only, no NVLink)\n"
       "  --list               list the cases and exit\n"
       "Exit codes: 0 all passed, 1 a case failed, 77 skipped (no or too few GPUs).\n",
       prog, mpi ? " (must equal the MPI world size)" : "",
@@ -236,6 +238,8 @@ bool parseOptions(int argc, char** argv, bool mpi, Options* opt) {
         std::fprintf(stderr, "--capture must be relaxed, threadlocal or global, got %s\n", v);
         return false;
       }
+    } else if (a == "--share-gpus") {
+      opt->shareGpus = true;
     } else if (a == "--list") {
       opt->list = true;
     } else {
@@ -245,6 +249,11 @@ bool parseOptions(int argc, char** argv, bool mpi, Options* opt) {
     }
   }
   return true;
+}
+
+int deviceOfRank(const Options& opt, int rank, int nranks, int visible) {
+  if (opt.shareGpus && nranks > visible) setenv("YALI_ALLOW_SHARED_GPU", "1", 1);
+  return rank % visible;
 }
 
 bool caseSelected(const CaseDef& c, const Options& opt) {

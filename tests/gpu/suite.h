@@ -55,7 +55,14 @@ struct Options {
   double deadlineScale = 1.0;  // multiplies every case's deadline
   CaptureMode capture = CaptureMode::ThreadLocal;
   bool list = false;
+  // More ranks than GPUs: rank r runs on GPU r % visible, with YALI_ALLOW_SHARED_GPU=1. Checks the
+  // algorithms where GPUs are few; says nothing of NVLink's memory ordering or speed.
+  bool shareGpus = false;
 };
+
+// The GPU of `rank` when `visible` GPUs are visible (rank % visible: only --share-gpus runs more
+// ranks than GPUs). Sets YALI_ALLOW_SHARED_GPU=1 in this process when ranks share one.
+int deviceOfRank(const Options& opt, int rank, int nranks, int visible);
 
 // Parses the shared options; returns false (after printing usage) on an error. `--help` prints
 // usage and exits 0.

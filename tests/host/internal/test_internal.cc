@@ -286,6 +286,33 @@ TEST(selector_max_ctas_cap) {
   CHECK(sel.choose(256 << 10, false, false).ctas <= 4);
 }
 
+TEST(selector_limit_blocks_only_lowers) {
+  // Ranks sharing a GPU: every algorithm's blocks at or under the cap; a cap above the table's
+  // values changes nothing.
+  Settings s = defaultSettings();
+  for (int n : {2, 4, 8}) {
+    Selector sel = makeSelector(s, n);
+    const Selector before = sel;
+    sel.limitBlocks(1000);
+    for (size_t bytes = 4 << 10; bytes <= (size_t(1) << 30); bytes *= 4)
+      CHECK_EQ(sel.choose(bytes, false, false).ctas, before.choose(bytes, false, false).ctas);
+    sel.limitBlocks(8);
+    for (size_t bytes = 4 << 10; bytes <= (size_t(1) << 30); bytes *= 4) {
+      for (bool registered : {false, true}) {
+        const AlgoChoice c = sel.choose(bytes, registered, registered);
+        CHECK_MSG(c.ctas >= 1 && c.ctas <= 8, "n=%d bytes=%zu: %d blocks", n, bytes, c.ctas);
+      }
+    }
+  }
+  checkSettingRejected("YALI_ALLOW_SHARED_GPU", "2");
+  setenv("YALI_ALLOW_SHARED_GPU", "1", 1);
+  Settings shared;
+  std::string err;
+  CHECK(loadSettings(&shared, &err) && shared.allowSharedGpu);
+  unsetenv("YALI_ALLOW_SHARED_GPU");
+  CHECK(!defaultSettings().allowSharedGpu);
+}
+
 TEST(selector_frugal_blocks_for_large_messages) {
   // The budget: at most 32 blocks from 64 MB up by default; more below it.
   Settings s = defaultSettings();
