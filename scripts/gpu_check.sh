@@ -107,11 +107,12 @@ fi
 
 if has sanitize; then
   # compute-sanitizer memcheck: out-of-bounds and misaligned device accesses, which the suite's guard
-  # bytes see only when a write lands next to a buffer. The children are forked, hence
-  # --target-processes all; kernels run 10-100x slower, hence the longer deadlines.
+  # bytes see only when a write lands next to a buffer. --in-process: the sanitizer follows one
+  # process (forked children went unchecked, 2026-11-22); kernels run 10-100x slower, hence the
+  # longer deadlines.
   for n in ${SANITIZE_RANKS:-2 4}; do
-    timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 \
-      "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single --deadline-scale 5 \
+    timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$n.log" 2>&1
     note "memcheck single $n: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$n.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$n.log" | tail -1)"
   done

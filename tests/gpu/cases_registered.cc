@@ -972,7 +972,8 @@ void caseRegBadArgs(Ctx& ctx) {
     reg(i, "handle NULL", "handle", yaliCommRegister(c, p, 4096, nullptr));
     reg(i, "buff in host memory (malloc)", "buff", yaliCommRegister(c, hostMem.data(), 4096, &h));
     reg(i, "buff in pinned host memory (cudaMallocHost)", "buff", yaliCommRegister(c, pinned, 4096, &h));
-    if (ctx.single() && nl > 1) {
+    const LocalRank& next = ctx.local[(i + 1) % nl];
+    if (ctx.single() && next.dev != ctx.local[i].dev) {  // not where ranks share a GPU
       // Device memory, but of another rank's GPU.
       reg(i, "buff on another GPU", "buff", yaliCommRegister(c, A.a[(i + 1) % nl].p, 4096, &h));
     }

@@ -299,6 +299,23 @@ Verdict runForked(const CaseDef& c, Mode mode, int nranks, int visible, const Op
   return Verdict::Fail;
 }
 
+// --in-process: the case's single-mode run here, with a one-process world.
+Verdict runInProcess(const CaseDef& c, int nranks, int visible, const Options& opt, double* seconds) {
+  auto t0 = std::chrono::steady_clock::now();
+  static Shared sh;  // the world's barrier and slots; one process, so they never wait
+  std::memset(&sh, 0, sizeof sh);
+  sh.nprocs = 1;
+  ForkWorld world(&sh, 0);
+  std::vector<int> ranks, devs;
+  for (int r = 0; r < nranks; ++r) {
+    ranks.push_back(r);
+    devs.push_back(deviceOfRank(opt, r, nranks, visible));
+  }
+  int code = runCaseHere(&world, Mode::Single, nranks, opt, c, ranks, devs);
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return code == kExitPass ? Verdict::Pass : code == kExitSkip ? Verdict::Skip : Verdict::Fail;
+}
+
 }  // namespace
 }  // namespace yt
 
@@ -307,6 +324,10 @@ int main(int argc, char** argv) {
   setvbuf(stdout, nullptr, _IOLBF, 0);
   Options opt;
   if (!parseOptions(argc, argv, /*mpi=*/false, &opt)) return 2;
+  if (opt.inProcess && !opt.single) {
+    std::fprintf(stderr, "--in-process runs single mode only; --mode multi asks for processes\n");
+    return 2;
+  }
   if (opt.list) {
     for (const CaseDef& c : allCases()) std::printf("%-16s %s\n", c.name, c.what);
     return 0;
@@ -330,18 +351,20 @@ int main(int argc, char** argv) {
   std::printf("yali-gpu-tests: %d ranks on %d visible GPUs (%s, %zu GiB)%s, modes:%s%s, seed 0x%llx%s\n",
               n, probe.count, probe.name, probe.totalMem >> 30,
               n > probe.count ? ", shared (--share-gpus)" : "", opt.single ? " single" : "",
-              opt.multi ? " multi" : "", (unsigned long long)opt.seed, opt.quick ? ", quick" : "");
+              opt.multi && !opt.inProcess ? " multi" : "", (unsigned long long)opt.seed,
+              opt.inProcess ? ", in this process" : opt.quick ? ", quick" : "");
 
   int passed = 0, failed = 0, skipped = 0;
   std::vector<std::string> failures;
   std::vector<Mode> modes;
   if (opt.single) modes.push_back(Mode::Single);
-  if (opt.multi) modes.push_back(Mode::Multi);
+  if (opt.multi && !opt.inProcess) modes.push_back(Mode::Multi);
   for (Mode mode : modes) {
     for (const CaseDef& c : allCases()) {
       if (!caseSelected(c, opt)) continue;
       double secs = 0;
-      Verdict v = runForked(c, mode, n, probe.count, opt, &secs);
+      Verdict v = opt.inProcess ? runInProcess(c, n, probe.count, opt, &secs)
+                                : runForked(c, mode, n, probe.count, opt, &secs);
       const char* tag = v == Verdict::Pass ? "PASS" : v == Verdict::Skip ? "SKIP" : "FAIL";
       std::printf("%s  %-16s %-6s %d ranks  %6.1f s\n", tag, c.name, modeName(mode), n, secs);
       if (v == Verdict::Pass) ++passed;

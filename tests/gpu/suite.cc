@@ -164,6 +164,8 @@ void usage(const char* prog, bool mpi) {
       "                       relaxed, global\n"
       "  --share-gpus         allow more ranks than GPUs: rank r on GPU r %% visible\n"
       "                       (YALI_ALLOW_SHARED_GPU=1; correctness only, no NVLink)\n"
+      "  --in-process         single mode in this process (no fork), for compute-sanitizer\n"
+      "                       and cuda-gdb; a fatal failure ends the run\n"
       "  --list               list the cases and exit\n"
       "Exit codes: 0 all passed, 1 a case failed, 77 skipped (no or too few GPUs).\n",
       prog, mpi ? " (must equal the MPI world size)" : "",
@@ -238,6 +240,8 @@ bool parseOptions(int argc, char** argv, bool mpi, Options* opt) {
         std::fprintf(stderr, "--capture must be relaxed, threadlocal or global, got %s\n", v);
         return false;
       }
+    } else if (a == "--in-process" && !mpi) {
+      opt->inProcess = true;
     } else if (a == "--share-gpus") {
       opt->shareGpus = true;
     } else if (a == "--list") {

@@ -58,6 +58,9 @@ struct Options {
   // More ranks than GPUs: rank r runs on GPU r % visible, with YALI_ALLOW_SHARED_GPU=1. Checks the
   // algorithms where GPUs are few; says nothing of NVLink's memory ordering or speed.
   bool shareGpus = false;
+  // Single mode in this process, case after case (no forked children, no parent watchdog), for
+  // tools that follow one process (compute-sanitizer, cuda-gdb). A fatal failure ends the run.
+  bool inProcess = false;
 };
 
 // The GPU of `rank` when `visible` GPUs are visible (rank % visible: only --share-gpus runs more
