@@ -9,7 +9,9 @@
 #                                            automatic choice per world size, then per forced
 #                                            algorithm at SHARED_ALGO_RANKS (default "2 4")
 #   SANITIZE_RANKS="2 4"  SANITIZE_ARGS="--quick"    sanitize: the suite under compute-sanitizer
-#                                            memcheck, single mode (--share-gpus where GPUs are few)
+#   SANITIZE_ALGOS="twoshot ..."             memcheck, single mode in one process (--share-gpus
+#                                            where GPUs are few), after a planted-bug canary; then
+#                                            at 2 ranks once per forced algorithm
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
 #   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
@@ -110,11 +112,22 @@ if has sanitize; then
   # bytes see only when a write lands next to a buffer. --in-process: the sanitizer follows one
   # process (forked children went unchecked, 2026-11-22); kernels run 10-100x slower, hence the
   # longer deadlines.
+  # First the canary: a planted out-of-bounds write that memcheck must report.
+  nvcc -o "$BUILD/sanitizer_canary" tests/gpu/sanitizer_canary.cu > "$LOG/sanitize_canary.log" 2>&1 &&
+    compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/sanitizer_canary" >> "$LOG/sanitize_canary.log" 2>&1
+  rc=$?
+  note "memcheck canary (planted write past the end): rc=$rc, $( [ $rc -eq 9 ] && echo reported || echo NOT REPORTED)"
   for n in ${SANITIZE_RANKS:-2 4}; do
     timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$n.log" 2>&1
     note "memcheck single $n: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$n.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$n.log" | tail -1)"
+  done
+  for algo in ${SANITIZE_ALGOS:-}; do  # every size through one kernel, at 2 ranks
+    YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks 2 --deadline-scale 5 \
+      ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$algo.log" 2>&1
+    note "memcheck YALI_ALGO=$algo single 2: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$algo.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$algo.log" | tail -1)"
   done
 fi
 

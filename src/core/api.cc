@@ -245,18 +245,18 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
   const char* call = "yaliCommRegister";
   yaliResult_t r = checkComm(comm, call);
   if (r != yaliSuccess) return r;
-  if (handle == nullptr)
-    return refuseRegistration(comm, fail(yaliInvalidArgument, comm, "%s: handle is NULL", call));
+  // A call refused here is no registration on this comm, in either launch mode: its next call
+  // pairs with the peers' next (registration.h).
+  if (handle == nullptr) return fail(yaliInvalidArgument, comm, "%s: handle is NULL", call);
   *handle = nullptr;
-  if (size == 0) return refuseRegistration(comm, fail(yaliInvalidArgument, comm, "%s: size is 0", call));
+  if (size == 0) return fail(yaliInvalidArgument, comm, "%s: size is 0", call);
   r = checkAsync(comm, call);
-  if (r != yaliSuccess) return refuseRegistration(comm, r);
+  if (r != yaliSuccess) return r;
   ScopedDevice onDevice(comm->device);
   if (onDevice.status() != cudaSuccess)
-    return refuseRegistration(
-        comm, fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", call, comm->device));
+    return fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", call, comm->device);
   r = checkBuffer(comm, buff, "buff", 1, call);
-  return r != yaliSuccess ? refuseRegistration(comm, r) : registerBuffer(comm, buff, size, handle, call);
+  return r != yaliSuccess ? r : registerBuffer(comm, buff, size, handle, call);
 }
 
 YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle) {

@@ -181,11 +181,14 @@ yaliResult_t registerInGroup(yaliComm* comm, Registration* reg, const char* call
   std::vector<Registration*>& parts = group.byId[reg->id];
   parts.resize(comm->nranks, nullptr);
   for (int p = 0; p < comm->nranks; ++p) {
-    if (parts[p] != nullptr && parts[p]->bytes != reg->bytes)
-      return fail(yaliInvalidUsage, comm,
-                  "%s: comm of rank %d registered %zu bytes as its registration %u, this one (rank %d) "
-                  "%zu; every comm must pass the same size",
-                  call, p, parts[p]->bytes, reg->id, comm->rank, reg->bytes);
+    if (parts[p] == nullptr || parts[p]->bytes == reg->bytes) continue;
+    // The comms that registered part reg->id before this one hold it (never usable now): this
+    // comm's number is spent too, so that its next registration pairs with their next.
+    ++comm->registrations.nextId;
+    return fail(yaliInvalidUsage, comm,
+                "%s: comm of rank %d registered %zu bytes as its registration %u, this one (rank %d) "
+                "%zu; every comm must pass the same size",
+                call, p, parts[p]->bytes, reg->id, comm->rank, reg->bytes);
   }
   parts[comm->rank] = reg;
   if (std::count(parts.begin(), parts.end(), nullptr) == 0) {
@@ -222,17 +225,12 @@ yaliResult_t registerBuffer(yaliComm* comm, void* buff, size_t size, void** hand
   reg->bytes = size;
   yaliResult_t r = comm->group ? registerInGroup(comm, reg.get(), call)
                                : registerAcrossProcesses(comm, reg.get(), call);
-  if (r != yaliSuccess) return refuseRegistration(comm, r);
+  if (r != yaliSuccess) return r;
   ++comm->registrations.nextId;
   logInfo("rank %d: registered %zu bytes at %p as registration %u", comm->rank, size, buff, reg->id);
   *handle = reg.get();
   comm->registrations.live.push_back(std::move(reg));
   return yaliSuccess;
-}
-
-yaliResult_t refuseRegistration(yaliComm* comm, yaliResult_t code) {
-  if (comm->group) ++comm->registrations.nextId;
-  return code;
 }
 
 yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {

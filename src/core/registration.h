@@ -2,7 +2,10 @@
 // direct AllReduce reads peers' inputs and writes their outputs without staging.
 //
 // A registration is collective. Ranks number their registrations in call order (Registration::id),
-// so the k-th registration of every rank is the same buffer's counterpart. It is usable only once
+// so the k-th registration of every rank is the same buffer's counterpart. A call refused for this
+// rank's own reasons (its arguments, memory that cannot be shared) takes no number, in either
+// launch mode, so a stray bad call on one rank does not shift its pairing; one refused because the
+// ranks disagree (sizes) takes its number where the peers' parts may already exist (below). It is usable only once
 // every rank holds it: at once after the exchange with one process (or thread) per GPU, and in
 // single-process mode (yaliCommInitAll) when the last comm of the group has registered. A call
 // takes the direct path only with both buffers inside usable registrations, and every rank checks
@@ -67,10 +70,6 @@ struct RegisteredSpan {
 // The public calls (checked arguments: comm live, buff/handle non-null, size > 0).
 yaliResult_t registerBuffer(yaliComm* comm, void* buff, size_t size, void** handle, const char* call);
 yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call);
-// A yaliCommRegister that failed on this comm, with `code`. In single-process mode it still takes
-// its number: the group's other comms may hold their part of it, and this comm's next
-// registration must pair with their next one (across processes a failure fails on every rank).
-yaliResult_t refuseRegistration(yaliComm* comm, yaliResult_t code);
 
 // Drops every registration of `comm` (destroy, abort, failed set-up); no peer is told.
 void releaseRegistrations(yaliComm* comm);
