@@ -131,8 +131,8 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
  * relative to its other registrations, with the same size (bounded by YALI_TIMEOUT_MS); in
  * single-process mode (yaliCommInitAll) call it on every comm before a collective uses the buffer.
  * *handle names the registration for yaliCommDeregister. The memory must stay allocated until then.
- * A call refused on one rank for its own arguments (NULL, size 0, memory that is not cudaMalloc'd
- * on this GPU) registers nothing there: that rank's next call is its counterpart of the peers'.
+ * A call refused on one rank for its arguments (NULL, size 0, not device memory of this GPU)
+ * registers nothing there: that rank's next call is its counterpart of the peers'.
  *
  * A call takes a zero-copy path only when its buffers lie in registered memory on every rank, at
  * the same byte offset within the same registration on every rank (the same call order makes

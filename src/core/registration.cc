@@ -173,17 +173,22 @@ yaliResult_t registerInGroup(yaliComm* comm, Registration* reg, const char* call
   uint64_t allocation = 0;
   std::string why;
   cudaIpcMemHandle_t handle;
-  if (!shareableAllocation(reg, &allocation, &handle, &why))
+  if (!shareableAllocation(reg, &allocation, &handle, &why)) {
+    // Across processes every rank would fail this registration together; here the other comms
+    // may already hold their parts of it, so this comm's number is spent (its next registration
+    // pairs with their next).
+    ++comm->registrations.nextId;
     return fail(yaliInvalidArgument, comm, "%s: buff=%p (size %zu) cannot be registered: %s", call,
                 static_cast<void*>(reg->base), reg->bytes, why.c_str());
+  }
   GroupRegistrations& group = comm->group->registrations;
   std::lock_guard<std::mutex> lock(group.mutex);
   std::vector<Registration*>& parts = group.byId[reg->id];
   parts.resize(comm->nranks, nullptr);
   for (int p = 0; p < comm->nranks; ++p) {
     if (parts[p] == nullptr || parts[p]->bytes == reg->bytes) continue;
-    // The comms that registered part reg->id before this one hold it (never usable now): this
-    // comm's number is spent too, so that its next registration pairs with their next.
+    // The comms that registered part reg->id before this one hold it (never usable now): as
+    // above, this comm's number is spent.
     ++comm->registrations.nextId;
     return fail(yaliInvalidUsage, comm,
                 "%s: comm of rank %d registered %zu bytes as its registration %u, this one (rank %d) "

@@ -2,10 +2,11 @@
 // direct AllReduce reads peers' inputs and writes their outputs without staging.
 //
 // A registration is collective. Ranks number their registrations in call order (Registration::id),
-// so the k-th registration of every rank is the same buffer's counterpart. A call refused for this
-// rank's own reasons (its arguments, memory that cannot be shared) takes no number, in either
-// launch mode, so a stray bad call on one rank does not shift its pairing; one refused because the
-// ranks disagree (sizes) takes its number where the peers' parts may already exist (below). It is usable only once
+// so the k-th registration of every rank is the same buffer's counterpart. A call refused for its
+// arguments (api.cc, before the ranks take part) takes no number in either launch mode, so a
+// stray bad call on one rank does not shift its pairing. One refused after taking part (memory
+// that cannot be shared, sizes that differ) fails on every rank across processes, where none
+// counts it; in single-process mode it takes its number, since the other comms may hold parts. It is usable only once
 // every rank holds it: at once after the exchange with one process (or thread) per GPU, and in
 // single-process mode (yaliCommInitAll) when the last comm of the group has registered. A call
 // takes the direct path only with both buffers inside usable registrations, and every rank checks

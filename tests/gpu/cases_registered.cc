@@ -995,7 +995,31 @@ void caseRegBadArgs(Ctx& ctx) {
                yaliGetErrorString(async));
     }
   }
-  // The first real registration works and matches across ranks.
+  // Ranks that disagree on the size: refused where the disagreement shows (every rank across
+  // processes; in single mode the comms after the first), and the later registrations still pair
+  // (the check after registerArena below wants direct when YALI_ALGO=direct).
+  {
+    watchdogStep("registered_bad_args: registrations of different sizes");
+    std::vector<void*> made(nl, nullptr);
+    int refused = 0;
+    for (size_t i = 0; i < nl; ++i) {
+      const size_t bytes = ctx.local[i].rank == 0 ? 4096 : 8192;
+      yaliResult_t r = yaliCommRegister(comms[i], A.a[i].p, bytes, &made[i]);
+      if (r == yaliSuccess) continue;
+      ++refused;
+      made[i] = nullptr;
+      expectFailure(ctx, "yaliCommRegister with sizes that differ across ranks (rank " +
+                             std::to_string(ctx.local[i].rank) + ")",
+                    r, yaliInvalidUsage, "yaliCommRegister", "size");
+    }
+    if (!ctx.allTrue(refused > 0)) ctx.fail("registrations of different sizes: no rank refused one");
+    for (size_t i = 0; i < nl; ++i) {
+      if (made[i] != nullptr && yaliCommDeregister(comms[i], made[i]) != yaliSuccess)
+        ctx.fail("yaliCommDeregister of the one part of a refused registration: %s",
+                 yaliGetLastError(comms[i]));
+    }
+  }
+  // The next registration works and matches across ranks.
   registerArena(ctx, comms, A);
   const Call c{65537, yaliFloat32, yaliSum};
   Carver cv;
