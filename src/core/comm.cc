@@ -62,6 +62,23 @@ uint64_t settingsDigest(const Settings& s) {
   return fnv1a(key.data(), key.size());
 }
 
+// cudaDeviceEnablePeerAccess from the current device to `peer`, once per process: every later comm
+// on the same pair would get cudaErrorPeerAccessAlreadyEnabled, harmless but reported by tools
+// (compute-sanitizer lists each as an API error).
+cudaError_t enablePeerAccessOnce(int device, int peer) {
+  static std::mutex mutex;
+  static std::set<std::pair<int, int>> enabled;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (enabled.count({device, peer})) return cudaSuccess;
+  cudaError_t e = cudaDeviceEnablePeerAccess(peer, 0);
+  if (e == cudaErrorPeerAccessAlreadyEnabled) {  // enabled by someone else in this process
+    cudaGetLastError();
+    e = cudaSuccess;
+  }
+  if (e == cudaSuccess) enabled.insert({device, peer});
+  return e;
+}
+
 // Ranks that share a GPU (YALI_ALLOW_SHARED_GPU). gpuOf[r] names rank r's GPU, the same name in
 // every process; multiprocessors is the smallest count among the ranks' GPUs. Every rank sees the
 // same gpuOf, so all of them fail together or cap their blocks alike (the algorithms need the same
@@ -286,12 +303,11 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
       // Same process (one thread per GPU): the address is ours too; IPC would refuse it.
       comm->peerWindows[p] = reinterpret_cast<char*>(info[p].windowAddress);
       if (info[p].device != comm->device) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(info[p].device, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+        cudaError_t e = enablePeerAccessOnce(comm->device, info[p].device);
+        if (e != cudaSuccess)
           return cleanup(fail(yaliUnhandledCudaError, nullptr,
                               "%s: cudaDeviceEnablePeerAccess(%d) from device %d failed: %s", call,
                               info[p].device, comm->device, cudaGetErrorString(e)));
-        cudaGetLastError();
       }
     } else {
       void* mapped = nullptr;
@@ -379,13 +395,12 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
                             "%s: device %d cannot access device %d peer-to-peer (NVLink needed)", call,
                             made[i]->device, made[j]->device));
       }
-      cudaError_t e = cudaDeviceEnablePeerAccess(made[j]->device, 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+      cudaError_t e = enablePeerAccessOnce(made[i]->device, made[j]->device);
+      if (e != cudaSuccess) {
         cudaSetDevice(previous);
         return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s",
                             call, made[j]->device, made[i]->device, cudaGetErrorString(e)));
       }
-      cudaGetLastError();
     }
   }
   cudaSetDevice(previous);
