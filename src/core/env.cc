@@ -78,10 +78,10 @@ const SettingDoc kDocs[] = {
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
     {"YALI_ALLOW_SHARED_GPU", "0",
      "1: several ranks may share one GPU, for testing the algorithms where GPUs are few (the "
-     "answers are checked the same way; the speed means nothing). The ranks' kernels must run "
-     "at once, so the ranks on one GPU need one process (yaliCommInitAll with a device listed "
-     "more than once, or one thread per rank) or MPS, and each its own stream; their blocks are "
-     "capped so that all of them fit. 0: a GPU named twice is an error."},
+     "answers are checked the same way; the speed means nothing). Their blocks are capped so that "
+     "every rank's kernel fits on the GPU at once. Ranks of one process (yaliCommInitAll with a "
+     "device listed more than once), each on its own stream, run together; separate processes "
+     "take turns on the GPU unless MPS runs, which is slower. 0: a GPU named twice is an error."},
     {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
 };
 
