@@ -476,11 +476,6 @@ void caseMultiComm(Ctx& ctx) {
 
 void caseGraphs(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("graphs");
-  const cudaStreamCaptureMode mode = ctx.opt.capture == CaptureMode::Relaxed
-                                         ? cudaStreamCaptureModeRelaxed
-                                         : ctx.opt.capture == CaptureMode::Global
-                                               ? cudaStreamCaptureModeGlobal
-                                               : cudaStreamCaptureModeThreadLocal;
   // Three allreduces of about 4 KB, 1 MB and 16 MB, each with its generator kernel and poisoning
   // captured before it; the generator reads its seed from device memory that the host rewrites
   // between replays.
@@ -503,7 +498,7 @@ void caseGraphs(Ctx& ctx) {
     ReplayableGraphs graphs(ctx);
     watchdogStep("graphs: capturing");
     bool issued = true;
-    graphs.beginCapture(mode);
+    graphs.beginCapture();
     for (size_t k = 0; k < runs.size(); ++k) {
       const RunSpec& s = runs[k]->spec;
       for (size_t i = 0; i < nl; ++i) {

@@ -755,11 +755,6 @@ void caseRegBackToBack(Ctx& ctx) {
 
 void caseRegGraphs(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("registered_graphs");
-  const cudaStreamCaptureMode mode = ctx.opt.capture == CaptureMode::Relaxed
-                                         ? cudaStreamCaptureModeRelaxed
-                                         : ctx.opt.capture == CaptureMode::Global
-                                               ? cudaStreamCaptureModeGlobal
-                                               : cudaStreamCaptureModeThreadLocal;
   // Four allreduces captured together, each after its generator and poisoning: about 4 KB out of
   // place at odd offsets, 1 MB in place, 16 MB (1 MB with --quick) from A into the second
   // registration B, and one whose output is not registered (not direct) in the same graph.
@@ -819,7 +814,7 @@ void caseRegGraphs(Ctx& ctx) {
     ReplayableGraphs graphs(ctx);
     watchdogStep("registered graphs: capturing");
     bool issued = true;
-    graphs.beginCapture(mode);
+    graphs.beginCapture();
     for (size_t k = 0; k < gs.size(); ++k) {
       const G& g = gs[k];
       Placement p = placementOf(g);

@@ -406,7 +406,10 @@ ReplayableGraphs::~ReplayableGraphs() {
   }
 }
 
-void ReplayableGraphs::beginCapture(cudaStreamCaptureMode mode) {
+void ReplayableGraphs::beginCapture() {
+  const cudaStreamCaptureMode mode = ctx_.opt.capture == CaptureMode::Relaxed  ? cudaStreamCaptureModeRelaxed
+                                     : ctx_.opt.capture == CaptureMode::Global ? cudaStreamCaptureModeGlobal
+                                                                               : cudaStreamCaptureModeThreadLocal;
   for (const LocalRank& lr : ctx_.local) {
     CUDA_OK(ctx_, cudaSetDevice(lr.dev));
     CUDA_OK(ctx_, cudaStreamBeginCapture(lr.stream, mode));

@@ -117,8 +117,8 @@ class ReplayableGraphs {
  public:
   explicit ReplayableGraphs(Ctx& ctx);  // allocates seedDev[i] on each local rank's device
   ~ReplayableGraphs();                  // destroys the graphs, frees seedDev
-  // cudaStreamBeginCapture on every local rank's main stream.
-  void beginCapture(cudaStreamCaptureMode mode);
+  // cudaStreamBeginCapture on every local rank's main stream, in the mode --capture names.
+  void beginCapture();
   // Ends every capture, then instantiates every graph (only once all have ended: in thread-local
   // mode, instantiating while this thread has another stream capturing invalidates that capture).
   // `issued`: whether every captured call was issued. Collective; true when all ranks succeeded.
