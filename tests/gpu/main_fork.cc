@@ -153,6 +153,17 @@ ProbeResult probeGpus() {
 
 // ---- One case in child processes, with the parent's watchdog -------------------------------------
 
+// Single mode: this process drives every rank (a forked child, or the test process itself with
+// --in-process).
+int runSingleHere(World* world, const CaseDef& c, int nranks, int visible, const Options& opt) {
+  std::vector<int> ranks, devs;
+  for (int r = 0; r < nranks; ++r) {
+    ranks.push_back(r);
+    devs.push_back(deviceOfRank(opt, r, nranks, visible));
+  }
+  return runCaseHere(world, Mode::Single, nranks, opt, c, ranks, devs);
+}
+
 enum class Verdict { Pass, Fail, Skip };
 
 Verdict runForked(const CaseDef& c, Mode mode, int nranks, int visible, const Options& opt,
@@ -187,23 +198,19 @@ Verdict runForked(const CaseDef& c, Mode mode, int nranks, int visible, const Op
     pid_t pid = fork();
     if (pid == 0) {
       ForkWorld world(sh, p);
-      std::vector<int> ranks, devs;
+      int code;
       if (mode == Mode::Single) {
-        for (int r = 0; r < nranks; ++r) {
-          ranks.push_back(r);
-          devs.push_back(deviceOfRank(opt, r, nranks, visible));
-        }
+        code = runSingleHere(&world, c, nranks, visible, opt);
       } else {
-        ranks.push_back(p);
-        devs.push_back(deviceOfRank(opt, p, nranks, visible));
-        cudaError_t e = cudaSetDevice(devs[0]);
+        const int dev = deviceOfRank(opt, p, nranks, visible);
+        cudaError_t e = cudaSetDevice(dev);
         if (e != cudaSuccess) {
-          logLine("  [%s %s rank %d] FAIL: cudaSetDevice(%d): %s", c.name, modeName(mode), p, devs[0],
+          logLine("  [%s %s rank %d] FAIL: cudaSetDevice(%d): %s", c.name, modeName(mode), p, dev,
                   cudaGetErrorString(e));
           _exit(kExitFail);
         }
+        code = runCaseHere(&world, mode, nranks, opt, c, {p}, {dev});
       }
-      int code = runCaseHere(&world, mode, nranks, opt, c, ranks, devs);
       std::fflush(stdout);
       std::fflush(stderr);
       _exit(code);
@@ -306,12 +313,7 @@ Verdict runInProcess(const CaseDef& c, int nranks, int visible, const Options& o
   std::memset(&sh, 0, sizeof sh);
   sh.nprocs = 1;
   ForkWorld world(&sh, 0);
-  std::vector<int> ranks, devs;
-  for (int r = 0; r < nranks; ++r) {
-    ranks.push_back(r);
-    devs.push_back(deviceOfRank(opt, r, nranks, visible));
-  }
-  int code = runCaseHere(&world, Mode::Single, nranks, opt, c, ranks, devs);
+  int code = runSingleHere(&world, c, nranks, visible, opt);
   *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return code == kExitPass ? Verdict::Pass : code == kExitSkip ? Verdict::Skip : Verdict::Fail;
 }
