@@ -302,6 +302,7 @@ int Run(const Options& options) {
   world.multi_process = multi;
   world.timeout_s = options.timeout_s;
   HostExchange exchange;
+  bool ncclSitsOut = false;  // ranks share a GPU in this process (below)
   if (multi) {
     SetErrorPrefix("yali-perf: rank " + std::to_string(options.launch.rank) + ": ");
     if (args.ngpus > 1)
@@ -329,14 +330,22 @@ int Run(const Options& options) {
     world.local.push_back(slot);
   } else {
     int ngpus = args.ngpus > 0 ? args.ngpus : (options.launch.under_launcher ? 1 : visible);
-    if (ngpus > visible)
+    // More ranks than GPUs only where YALI lets ranks share a GPU (testing: kernel-level costs,
+    // never NVLink speed); NCCL cannot put two ranks of one process on one GPU, so it sits out.
+    const char* share = std::getenv("YALI_ALLOW_SHARED_GPU");
+    const bool sharing = ngpus > visible && share != nullptr && std::string(share) == "1";
+    if (ngpus > visible && !sharing)
       Fatal("-g " + std::to_string(ngpus) + " but only " + std::to_string(visible) +
-            " GPU(s) are visible");
+            " GPU(s) are visible (YALI_ALLOW_SHARED_GPU=1 lets ranks share them, YALI only)");
+    if (sharing && args.run_nccl && args.impl_given)
+      Fatal("-g " + std::to_string(ngpus) + " on " + std::to_string(visible) +
+            " GPU(s): NCCL cannot run two ranks of one process on one GPU; use --impl yali");
+    if (sharing) ncclSitsOut = true;
     world.nranks = ngpus;
     for (int i = 0; i < ngpus; ++i) {
       RankSlot slot;
       slot.rank = i;
-      slot.device = i;
+      slot.device = i % visible;
       world.local.push_back(slot);
     }
   }
@@ -352,12 +361,12 @@ int Run(const Options& options) {
   std::string nccl_missing;
   // --tune measures YALI alone: NCCL is not even loaded.
   std::unique_ptr<Backend> nccl = args.tune ? nullptr : MakeNcclBackend(&nccl_missing);
-  if (nccl == nullptr && args.run_nccl && args.impl_given)
+  if (nccl == nullptr && args.run_nccl && args.impl_given && !ncclSitsOut)
     Fatal("--impl nccl: NCCL baseline not built: " + nccl_missing);
   int nccl_version = nccl != nullptr ? nccl->VersionCode() : -1;
   std::string nccl_version_text = nccl != nullptr ? nccl->VersionText() : "";
   if (args.run_yali || args.tune) impls.push_back({MakeYaliBackend()});
-  if (args.run_nccl && nccl != nullptr) impls.push_back({std::move(nccl)});
+  if (args.run_nccl && !ncclSitsOut && nccl != nullptr) impls.push_back({std::move(nccl)});
   if (impls.empty()) Fatal("nothing to run");
 
   // On a fatal error: first tell the peers (so they stop waiting), then stop the comms. The last
@@ -428,7 +437,7 @@ int Run(const Options& options) {
                 YALI_VERSION_CODE);
     if (nccl_version >= 0) {
       std::printf("# NCCL version %d (%s)%s\n", nccl_version, nccl_version_text.c_str(),
-                  args.run_nccl ? "" : " (not run: --impl)");
+                  args.run_nccl && !ncclSitsOut ? "" : ncclSitsOut ? " (not run: ranks share a GPU)" : " (not run: --impl)");
     } else {
       std::printf("# NCCL baseline not built: %s\n", nccl_missing.c_str());
     }
