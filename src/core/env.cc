@@ -1,11 +1,13 @@
 #include "core/env.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cstring>
 
 #include "collectives/common/device_state.h"
+#include "core/hash.h"
 #include "tuning/selector.h"
 
 namespace yali {
@@ -17,11 +19,11 @@ constexpr int64_t kDefaultStagingBytes = 4 << 20;
 // 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its selector entry), and 2 x 4 MB of window
 // per rank is small next to two-shot's staging.
 constexpr int64_t kDefaultPullBufferBytes = 4 << 20;
-// 0: copy_engine is off by default (measured slower, docs/PERF.md "Copy engines"), so its staging
-// (kCeSlots * (nranks + 1) chunks: 60 MB at 4 GPUs with 4 MB chunks) and side streams are not
-// allocated unless asked for. 4 MB (4194304) is what it was measured with: a copy of 4 MB takes
-// about 11 us at 390 GB/s, long next to the few microseconds each round's gate and signal cost.
-constexpr int64_t kDefaultCeChunkBytes = 0;
+// Epoch 0 is never used: the window starts zeroed, and LL packets or flags of value 0 must never
+// match a launch. The largest start is the last 32-bit value, so that a test's first launches cross
+// the wrap of a 32-bit counter.
+constexpr int64_t kDefaultTestEpochStart = 1;
+constexpr int64_t kMaxTestEpochStart = INT64_C(4294967295);
 
 // The one list of settings. README.md's table is checked against it by a host test.
 const SettingDoc kDocs[] = {
@@ -29,8 +31,9 @@ const SettingDoc kDocs[] = {
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push, "
-     "copy_engine, direct or twoshot_direct (auto: the selector decides). direct needs both "
+     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push, direct or "
+     "twoshot_direct (auto: the selector decides). A one-shot algorithm forced on a message larger "
+     "than its buffer gets twoshot instead. direct needs both "
      "buffers registered (yaliCommRegister), twoshot_direct the output; calls on other buffers get "
      "the automatic choice among the rest."},
     {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
@@ -43,10 +46,6 @@ const SettingDoc kDocs[] = {
     {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
      "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
      "two-shot size, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_CE_MIN_BYTES", "-2",
-     "Smallest message for copy_engine (the copy engines move the NVLink traffic, the SMs only "
-     "reduce), used instead of two-shot (0 never, -1 every size above the one-shot ranges, -2 the "
-     "tuning table's value, >0 bytes)."},
     {"YALI_DIRECT_MIN_BYTES", "-2",
      "Smallest message for direct, the zero-copy algorithm for buffers registered with "
      "yaliCommRegister on every rank (0 never, -1 every size, -2 the tuning table's value, >0 "
@@ -63,16 +62,15 @@ const SettingDoc kDocs[] = {
      "One-shot LL payload capacity per sender and parity (the buffer holds twice that in "
      "packets, times 2 parities times nranks)."},
     {"YALI_STAGING_BYTES", "4194304",
-     "Two-shot staging per sender and parity; also caps (thread blocks x slot bytes)."},
+     "Two-shot staging per sender and parity; also caps (pipelines x slot bytes): where it holds "
+     "fewer minimum-size slots than the table's blocks, two-shot runs fewer blocks."},
     {"YALI_PULL_BUFFER_BYTES", "4194304",
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that)."},
-    {"YALI_CE_CHUNK_BYTES", "0",
-     "copy_engine staging per round, slot and sender: the largest shard one round moves (the "
-     "window holds 3 x (nranks + 1) of them). 0 allocates none and turns copy_engine off; it was "
-     "measured with 4194304."},
     {"YALI_TUNING_FILE", "",
-     "A tuning table written by `yali-perf --tune`, used instead of the built-in one."},
+     "A tuning table written by `yali-perf --tune`, used instead of the built-in one. Read once "
+     "when a communicator is created; every rank must see the same content (a file that cannot be "
+     "read is an error)."},
     {"YALI_PDL", "1",
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
@@ -82,12 +80,33 @@ const SettingDoc kDocs[] = {
      "every rank's kernel fits on the GPU at once. Ranks of one process (yaliCommInitAll with a "
      "device listed more than once), each on its own stream, run together; separate processes "
      "take turns on the GPU unless MPS runs, which is slower. 0: a GPU named twice is an error."},
+    {"YALI_TEST_EPOCH_START", "1",
+     "Testing only: the first launch number (epoch) of a new communicator, so that tests cross the "
+     "counter's wrap at 2^32 - 1 without four billion calls. Must match on every rank."},
     {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
 };
 
 const char* getenvOrNull(const char* name) {
   const char* v = getenv(name);
   return (v != nullptr && v[0] != '\0') ? v : nullptr;
+}
+
+// The whole file at `path` into *text; false with the system's reason in *why when it cannot be
+// opened or read (a directory opens but does not read).
+bool readWholeFile(const std::string& path, std::string* text, std::string* why) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    *why = strerror(errno);
+    return false;
+  }
+  text->clear();
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), f)) > 0) text->append(buf, got);
+  const bool failed = ferror(f) != 0;
+  if (failed) *why = strerror(errno);
+  fclose(f);
+  return !failed;
 }
 
 }  // namespace
@@ -138,9 +157,6 @@ bool loadSettings(Settings* s, std::string* error) {
   if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
                              getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
     return false;
-  if (!parseThresholdSetting("YALI_CE_MIN_BYTES", getenvOrNull("YALI_CE_MIN_BYTES"), &s->ceMinBytes,
-                             error))
-    return false;
   if (!parseThresholdSetting("YALI_DIRECT_MIN_BYTES", getenvOrNull("YALI_DIRECT_MIN_BYTES"),
                              &s->directMinBytes, error))
     return false;
@@ -160,19 +176,10 @@ bool loadSettings(Settings* s, std::string* error) {
   if (!parseIntSetting("YALI_PULL_BUFFER_BYTES", getenvOrNull("YALI_PULL_BUFFER_BYTES"),
                        kDefaultPullBufferBytes, 0, INT64_C(1) << 32, &s->pullBufferBytes, error))
     return false;
-  if (!parseIntSetting("YALI_CE_CHUNK_BYTES", getenvOrNull("YALI_CE_CHUNK_BYTES"),
-                       kDefaultCeChunkBytes, 0, INT64_C(1) << 30, &s->ceChunkBytes, error))
-    return false;
-  if (s->ceChunkBytes != 0 && s->ceChunkBytes < (INT64_C(64) << 10)) {
-    *error = "YALI_CE_CHUNK_BYTES=" + std::to_string(s->ceChunkBytes) +
-             " is below the smallest chunk, 65536 (0 turns copy_engine off)";
-    return false;
-  }
   // Sizes are used as 256-byte-aligned offsets.
   s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
   s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
   s->pullBufferBytes = (s->pullBufferBytes + 255) / 256 * 256;
-  s->ceChunkBytes = (s->ceChunkBytes + 255) / 256 * 256;
   int64_t pdl = 1;
   if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
   s->programmaticLaunch = pdl == 1;
@@ -181,9 +188,35 @@ bool loadSettings(Settings* s, std::string* error) {
                        error))
     return false;
   s->allowSharedGpu = shared == 1;
+  int64_t epochStart = kDefaultTestEpochStart;
+  if (!parseIntSetting("YALI_TEST_EPOCH_START", getenvOrNull("YALI_TEST_EPOCH_START"),
+                       kDefaultTestEpochStart, 1, kMaxTestEpochStart, &epochStart, error))
+    return false;
+  s->testEpochStart = static_cast<uint64_t>(epochStart);
+  // Read once, here: the selector parses this text and the digest covers it, so a rank cannot
+  // choose from a file that differs from what it told its peers.
   const char* tuning = getenvOrNull("YALI_TUNING_FILE");
   s->tuningFile = tuning ? tuning : "";
+  s->tuningText.clear();
+  std::string why;
+  if (!s->tuningFile.empty() && !readWholeFile(s->tuningFile, &s->tuningText, &why)) {
+    *error = "YALI_TUNING_FILE='" + s->tuningFile + "' cannot be read: " + why;
+    return false;
+  }
   return true;
+}
+
+uint64_t settingsDigest(const Settings& s) {
+  // Every field as text with a separator; the tuning text goes last, after its length, so that no
+  // two different settings make the same key.
+  std::string key = s.algo;
+  for (int64_t v : {s.oneshotLLMaxBytes, s.oneshotPullMaxBytes, s.twoshotPushMinBytes, s.directMinBytes,
+                    s.twoshotDirectMinBytes, s.maxCtas, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes,
+                    static_cast<int64_t>(s.allowSharedGpu), static_cast<int64_t>(s.testEpochStart),
+                    static_cast<int64_t>(s.tuningText.size())})
+    key += "|" + std::to_string(v);
+  key += "|" + s.tuningText;
+  return fnv1a(key.data(), key.size());
 }
 
 bool debugLoggingEnabled() {

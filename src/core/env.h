@@ -23,22 +23,33 @@ struct Settings {
   int64_t oneshotLLMaxBytes;  // YALI_ONESHOT_LL_MAX_BYTES
   int64_t oneshotPullMaxBytes;  // YALI_ONESHOT_PULL_MAX_BYTES
   int64_t twoshotPushMinBytes;  // YALI_TWOSHOT_PUSH_MIN_BYTES
-  int64_t ceMinBytes;         // YALI_CE_MIN_BYTES
   int64_t directMinBytes;     // YALI_DIRECT_MIN_BYTES (registered buffers only)
   int64_t twoshotDirectMinBytes;  // YALI_TWOSHOT_DIRECT_MIN_BYTES (registered outputs only)
   int64_t maxCtas;            // YALI_MAX_CTAS: 0 = table, else 1..kMaxCtas
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: two-shot staging per (parity, sender)
   int64_t pullBufferBytes;    // YALI_PULL_BUFFER_BYTES: oneshot_pull copy-in per parity
-  int64_t ceChunkBytes;       // YALI_CE_CHUNK_BYTES: copy_engine staging per (slot, sender)
-  std::string tuningFile;     // YALI_TUNING_FILE
+  std::string tuningFile;     // YALI_TUNING_FILE: the path, for messages
+  std::string tuningText;     // that file's content, read once by loadSettings: the selector parses
+                              // it and the digest covers it, so that every rank compares what
+                              // steers its choice, not a path that may name different files
+  uint64_t testEpochStart;    // YALI_TEST_EPOCH_START: a new communicator's first launch epoch
   bool programmaticLaunch;    // YALI_PDL
   bool allowSharedGpu;        // YALI_ALLOW_SHARED_GPU: ranks may share a GPU (testing)
 };
 
-// Reads every YALI_* variable. On a malformed or out-of-range value returns false and writes a
-// message naming the variable and the value into *error.
+// Reads every YALI_* variable, and the file YALI_TUNING_FILE names. On a malformed or out-of-range
+// value, or a tuning file that cannot be read, returns false and writes a message naming the
+// variable and the value into *error.
 bool loadSettings(Settings* out, std::string* error);
+
+// FNV-1a (core/hash.h) of every setting that ranks must agree on: what steers the algorithm choice
+// or the window layout (the algorithm, every threshold, YALI_MAX_CTAS, every buffer size,
+// YALI_ALLOW_SHARED_GPU, the tuning file's content) and YALI_TEST_EPOCH_START (the epochs in the
+// flags ranks exchange). Ranks compare it at set-up: a difference would make them run different
+// algorithms, geometries or epochs in the same call. Not covered: the timeout, YALI_PDL and
+// YALI_DEBUG, which each rank may set for itself.
+uint64_t settingsDigest(const Settings& s);
 
 // The parser behind loadSettings, exposed for host tests. `text` null means unset.
 bool parseIntSetting(const char* name, const char* text, int64_t defaultValue, int64_t minValue,

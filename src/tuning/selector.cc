@@ -1,8 +1,9 @@
 #include "tuning/selector.h"
 
 #include <algorithm>
-#include <fstream>
+#include <iterator>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "collectives/common/device_state.h"
@@ -37,11 +38,8 @@ namespace {
 //    pull_max = 4M. n = 4: 512K pull 62.5 vs twoshot_push 58.2 (LL 48.6); 1M 91.5 vs 101.5, so
 //    pull_max = 512K (LL keeps 256K: 41.0 vs 41.2). n = 8: not measured (no 8-GPU machine when it
 //    was written); each rank would read 7 inputs, so it stays off.
-//  - ce_min / ce_ctas: copy_engine (copy engines move the NVLink bytes, 32 blocks reduce) was
-//    measured slower than twoshot_push at every size it was tried (nvidia-h200-x4, 2026-11-22,
-//    commit 384b4cb, one process per GPU, fp32 busBW GB/s, docs/PERF.md "Copy engines"): n = 2
-//    64M 189 vs 290, 1G 170 vs 307; n = 4 64M 153 vs 300, 1G 164 vs 314 (8 MB chunks: +2-14 %). So
-//    ce_min = 0 (off) everywhere; ce_ctas = 32, the large-message block budget.
+//  - copy_engine was removed: measured slower than twoshot_push at every size, docs/PERF.md
+//    "Copy engines".
 //  - frugal_teams: two teams of 256 threads per block from frugal_min up, i.e. 64 pipelines of
 //    64 KB slots in 32 blocks (4 MB staging). Measured (nvidia-h200-x4, 2026-11-22, twoshot_push,
 //    fp32 busBW GB/s, two runs, docs/PERF.md "Teams"): n = 4 64M 306-308 vs 294-298, 256M 319-321
@@ -64,28 +62,54 @@ namespace {
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
 const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  ceMin  ceCtas fTeams directMin 2sDirectMin
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 0, 32, 2, 0, 16 << 20},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 0, 32, 2, 0, 16 << 20},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 0, 32, 1, 0, 0},
+    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  fTeams directMin 2sDirectMin
+    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 2, 0, 16 << 20},
+    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 2, 0, 16 << 20},
+    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 1, 0, 0},
 };
 
-size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
+// Two-shot slots are 256-byte multiples: every pipeline's slot then starts as aligned as the
+// staging, result and gather areas (256 bytes), and a rank's shard of a tile, which tile_split.h
+// rounds up to 16 bytes, never runs past its slot.
+constexpr size_t kSlotAlign = 256;
+// oneshot_pull's runs are 16-byte multiples: its copies are 16-byte vectors.
+constexpr size_t kPullRunAlign = 16;
+
+// Byte arithmetic that cannot wrap for any size_t (messages up to SIZE_MAX, tuning values up to
+// INT64_MAX).
+size_t ceilDiv(size_t v, size_t d) { return v / d + (v % d != 0); }
+size_t roundDown(size_t v, size_t m) { return v / m * m; }
+size_t roundUp(size_t v, size_t m) { return ceilDiv(v, m) * m; }  // callers keep v <= SIZE_MAX - m
+// A byte count or limit from an int64_t setting, table or SelectorLimits field; negative is none.
+size_t asBytes(int64_t v) { return v > 0 ? static_cast<size_t>(v) : 0; }
+
+// The tuning's smallest two-shot slot (and oneshot_pull run), as a 256-byte multiple: a tuning file
+// may give any value from 256 up.
+size_t minSlotOf(const TuningEntry& e) {
+  return roundUp(std::max(kSlotAlign, asBytes(e.twoshotMinSlotBytes)), kSlotAlign);
+}
+
+bool isTwoshotVariant(Algo a) {
+  return a == Algo::kTwoshot || a == Algo::kTwoshotPush || a == Algo::kTwoshotDirect;
+}
 
 // The tuning file's optional keys and their allowed ranges; a line that leaves one out takes the
 // built-in value (parseTuningText).
 const std::map<std::string, std::pair<int64_t, int64_t>> kOptionalKeys = {
     {"twoshot_push_min", {0, INT64_MAX}}, {"frugal_min", {0, INT64_MAX}},
     {"frugal_ctas", {1, kMaxCtas}},       {"oneshot_pull_max", {0, INT64_MAX}},
-    {"ce_min", {0, INT64_MAX}},           {"ce_ctas", {1, kMaxCtas}},
     {"frugal_teams", {1, kMaxTeamsPerBlock}}, {"direct_min", {0, INT64_MAX}},
     {"twoshot_direct_min", {0, INT64_MAX}},
 };
 
+// The keys of the removed copy_engine. A table that still sets them was tuned for an algorithm that
+// no longer exists, so it is refused rather than half applied.
+const std::set<std::string> kCopyEngineKeys = {"ce_min", "ce_ctas"};
+
 // Names by Algo value (YALI_ALGO, yaliAlgoInfo_t, logs).
-const char* const kAlgoNames[kNumAlgos] = {"oneshot_ll",   "twoshot",     "twoshot_push",
-                                           "oneshot_pull", "copy_engine", "direct",
-                                           "twoshot_direct"};
+const char* const kAlgoNames[] = {"oneshot_ll",   "twoshot", "twoshot_push",
+                                  "oneshot_pull", "direct",  "twoshot_direct"};
+static_assert(std::size(kAlgoNames) == kNumAlgos, "one name per Algo value");
 
 }  // namespace
 
@@ -164,6 +188,11 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
       else if (kOptionalKeys.count(key)) {
         optional[key] = v;
         continue;  // optional keys are not counted among the nine
+      } else if (kCopyEngineKeys.count(key)) {
+        *error = "line " + std::to_string(lineNo) + ": '" + key +
+                 "': copy_engine was removed (measured slower than twoshot_push at every size, "
+                 "docs/PERF.md \"Copy engines\"); delete the key";
+        return false;
       } else {
         *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
         return false;
@@ -198,8 +227,6 @@ bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std
     e.frugalMinBytes = given("frugal_min", builtin.frugalMinBytes);
     e.frugalMaxCtas = static_cast<int>(given("frugal_ctas", builtin.frugalMaxCtas));
     e.oneshotPullMaxBytes = given("oneshot_pull_max", builtin.oneshotPullMaxBytes);
-    e.ceMinBytes = given("ce_min", builtin.ceMinBytes);
-    e.ceCtas = static_cast<int>(given("ce_ctas", builtin.ceCtas));
     e.frugalTeams = static_cast<int>(given("frugal_teams", builtin.frugalTeams));
     e.directMinBytes = given("direct_min", builtin.directMinBytes);
     e.twoshotDirectMinBytes = given("twoshot_direct_min", builtin.twoshotDirectMinBytes);
@@ -220,86 +247,73 @@ std::string formatTuningEntry(const TuningEntry& e) {
 bool Selector::init(const Settings& settings, const SelectorLimits& limits, std::string* error) {
   settings_ = settings;
   limits_ = limits;
-  entry_ = builtinTuning(limits.smMajor, limits.nranks);
-  if (!settings.tuningFile.empty()) {
-    std::ifstream f(settings.tuningFile);
-    if (!f) {
-      *error = "YALI_TUNING_FILE='" + settings.tuningFile + "' cannot be read";
-      return false;
-    }
-    std::stringstream buf;
-    buf << f.rdbuf();
-    std::vector<TuningEntry> entries;
-    std::string err;
-    if (!parseTuningText(buf.str(), &entries, &err)) {
-      *error = "YALI_TUNING_FILE='" + settings.tuningFile + "': " + err;
-      return false;
-    }
-    for (const TuningEntry& e : entries)
-      if (e.smMajor == limits.smMajor && e.nranks == limits.nranks) entry_ = e;
+  // What the choices below rely on: a world size, one slot of staging, one warp per block.
+  if (limits.nranks < 1 || limits.nranks > kMaxRanks || asBytes(limits.stagingBytes) < kSlotAlign ||
+      limits.maxLLThreads < 32 || limits.maxTwoshotThreads < 32) {
+    *error = "selector limits out of range: nranks=" + std::to_string(limits.nranks) + " stagingBytes=" +
+             std::to_string(limits.stagingBytes) + " maxLLThreads=" + std::to_string(limits.maxLLThreads) +
+             " maxTwoshotThreads=" + std::to_string(limits.maxTwoshotThreads);
+    return false;
   }
-  entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads);
-  entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads);
+  entry_ = builtinTuning(limits.smMajor, limits.nranks);
+  std::vector<TuningEntry> entries;
+  std::string err;
+  if (!parseTuningText(settings.tuningText, &entries, &err)) {
+    *error = "YALI_TUNING_FILE='" + settings.tuningFile + "': " + err;
+    return false;
+  }
+  for (const TuningEntry& e : entries)
+    if (e.smMajor == limits.smMajor && e.nranks == limits.nranks) entry_ = e;
+  // Whole warps, within what the kernels can launch.
+  entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads / 32 * 32);
+  entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads / 32 * 32);
   if (settings.maxCtas > 0) {
-    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included)
-    // and copy_engine's reduce blocks. It also means one pipeline per block: the blocks the user
-    // asked for, with the geometry that was measured for them (docs/PERF.md "Teams").
+    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included).
+    // It also means one pipeline per block: the blocks the user asked for, with the geometry that
+    // was measured for them (docs/PERF.md "Teams").
     entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
     entry_.twoshotMaxCtas = static_cast<int>(settings.maxCtas);
     entry_.frugalMaxCtas = static_cast<int>(settings.maxCtas);
-    entry_.ceCtas = static_cast<int>(settings.maxCtas);
     entry_.frugalTeams = 1;
   }
   return true;
 }
 
 void Selector::limitBlocks(int maxBlocks) {
+  maxBlocks = std::max(1, maxBlocks);
   entry_.llMaxCtas = std::min(entry_.llMaxCtas, maxBlocks);
   entry_.twoshotMaxCtas = std::min(entry_.twoshotMaxCtas, maxBlocks);
   entry_.frugalMaxCtas = std::min(entry_.frugalMaxCtas, maxBlocks);
-  entry_.ceCtas = std::min(entry_.ceCtas, maxBlocks);
 }
 
 AlgoChoice Selector::oneshotLL(size_t bytes) const {
-  const size_t packets = (bytes + 7) / 8;
+  const size_t packets = ceilDiv(bytes, 8);
   const size_t threads = static_cast<size_t>(entry_.llThreads);
-  const int ctas = static_cast<int>(
-      std::min<size_t>(entry_.llMaxCtas, std::max<size_t>(1, (packets + threads - 1) / threads)));
+  const int ctas =
+      static_cast<int>(std::min<size_t>(entry_.llMaxCtas, std::max<size_t>(1, ceilDiv(packets, threads))));
   return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
 }
 
 AlgoChoice Selector::oneshotPull(size_t bytes) const {
   // Runs of at least the two-shot minimum slot per block, as many blocks as the two-shot cap: each
   // block's reads of n - 1 peers need the SMs' combined load slots to fill the links.
-  const size_t minRun = static_cast<size_t>(entry_.twoshotMinSlotBytes);
-  const size_t ctas = std::max<size_t>(
-      1, std::min<size_t>((bytes + minRun - 1) / minRun, static_cast<size_t>(entry_.twoshotMaxCtas)));
-  const size_t run = roundUp((bytes + ctas - 1) / ctas, 16);  // 16 bytes: vector loads per run
+  const size_t minRun = minSlotOf(entry_);
+  const size_t ctas =
+      std::max<size_t>(1, std::min<size_t>(ceilDiv(bytes, minRun), static_cast<size_t>(entry_.twoshotMaxCtas)));
+  // bytes fit the copy-in buffer (at most INT64_MAX), so rounding up cannot wrap.
+  const size_t run = roundUp(ceilDiv(bytes, ctas), kPullRunAlign);
   return {Algo::kOneshotPull, static_cast<int>(ctas), entry_.twoshotThreads, run};
 }
 
-AlgoChoice Selector::copyEngine(size_t bytes) const {
-  // At least kTargetRounds rounds, so that sending, reducing and reading overlap for most of the
-  // message, in chunks of at least 64 KB (each round costs a few launches) and at most what the
-  // staging holds.
-  constexpr size_t kTargetRounds = 8;
-  constexpr size_t kMinChunk = 64 << 10;
-  const size_t n = static_cast<size_t>(limits_.nranks);
-  size_t chunk = roundUp((bytes + n * kTargetRounds - 1) / (n * kTargetRounds), kMinChunk);
-  chunk = std::min(chunk, static_cast<size_t>(limits_.ceChunkBytes) / 256 * 256);
-  const int threads = std::min(entry_.twoshotThreads, limits_.maxCeThreads);
-  return {Algo::kCopyEngine, entry_.ceCtas, threads, chunk};
-}
-
 bool Selector::frugal(size_t bytes) const {
-  return entry_.frugalMinBytes > 0 && static_cast<int64_t>(bytes) >= entry_.frugalMinBytes;
+  return entry_.frugalMinBytes > 0 && bytes >= asBytes(entry_.frugalMinBytes);
 }
 
 // Blocks for a message cut into pieces of the min slot per rank: one per piece, within the cap
 // (the frugal one from frugalMinBytes up).
 size_t Selector::ctasFor(size_t bytes) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
-  const size_t pieces = bytes / (n * static_cast<size_t>(entry_.twoshotMinSlotBytes));
+  const size_t pieces = bytes / n / minSlotOf(entry_);  // n * min slot may not fit a size_t
   const size_t cap = static_cast<size_t>(frugal(bytes) ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas);
   return std::max<size_t>(1, std::min(pieces, cap));
 }
@@ -310,32 +324,47 @@ AlgoChoice Selector::direct(size_t bytes) const {
 
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   const size_t n = static_cast<size_t>(limits_.nranks);
-  const size_t minSlot = static_cast<size_t>(entry_.twoshotMinSlotBytes);
-  const size_t minSlots = bytes / (n * minSlot);
-  const size_t ctas = ctasFor(bytes);
+  const size_t staging = roundDown(asBytes(limits_.stagingBytes), kSlotAlign);  // >= 256: init
+  // Slot bounds as 256-byte multiples; the minimum wins over the maximum, and staging over both:
+  // when staging holds less than one minimum slot, the one pipeline takes all of it.
+  const size_t minSlot = std::min(minSlotOf(entry_), staging);
+  const size_t maxSlot = std::max(minSlot, roundDown(asBytes(entry_.twoshotMaxSlotBytes), kSlotAlign));
+  const size_t minSlots = bytes / n / minSlot;
+  // Staging holds this many pipelines of minimum slots: pipeline p uses bytes [p * slot,
+  // (p + 1) * slot) of every sender's area.
+  const size_t pipelinesThatFit = staging / minSlot;
+  size_t ctas = ctasFor(bytes);
   // Teams (independent pipelines per block) in the frugal range, when every pipeline gets a
-  // min-size slot and each team keeps at least two warps.
+  // min-size slot and each team keeps at least two warps. Where staging cannot hold a minimum slot
+  // for every pipeline, teams go first (they gained 0-5 %, blocks much more: docs/PERF.md "Teams"),
+  // then blocks.
   const int threads = entry_.twoshotThreads;
   int teams = frugal(bytes) ? entry_.frugalTeams : 1;
-  if (teams < 1 || minSlots < ctas * teams || threads % (32 * teams) != 0 || threads / teams < 64) teams = 1;
+  if (teams < 1 || teams > kMaxTeamsPerBlock || threads % (32 * teams) != 0 || threads / teams < 64 ||
+      minSlots < ctas * teams || ctas * teams > pipelinesThatFit)
+    teams = 1;
+  ctas = std::max<size_t>(1, std::min(ctas, pipelinesThatFit));
   const size_t pipelines = ctas * static_cast<size_t>(teams);
-  // Slot: the message spread evenly over the pipelines, within [min, max] and what staging holds.
-  const size_t maxSlot = std::min<size_t>(static_cast<size_t>(entry_.twoshotMaxSlotBytes),
-                                          static_cast<size_t>(limits_.stagingBytes) / pipelines / 256 * 256);
-  size_t slot = roundUp((bytes + n * pipelines - 1) / (n * pipelines), 256);
-  slot = std::max(minSlot, std::min(slot, maxSlot));
+  // Slot: the message spread evenly over the pipelines, within [min, max] and what staging holds
+  // per pipeline (at least minSlot, by the cuts above).
+  const size_t slotCap = std::min(maxSlot, roundDown(staging / pipelines, kSlotAlign));
+  const size_t even = ceilDiv(ceilDiv(bytes, n), pipelines);  // n * pipelines may not fit a size_t
+  const size_t slot = std::max(minSlot, roundUp(std::min(even, slotCap), kSlotAlign));
   return {variant, static_cast<int>(ctas), threads, slot, teams};
 }
 
 AlgoChoice Selector::choose(size_t bytes, bool sendRegistered, bool recvRegistered) const {
-  const int64_t n = static_cast<int64_t>(bytes);
-  const bool llFits = n <= limits_.llPayloadBytes;
-  const bool pullFits = n <= limits_.pullBufferBytes;
+  // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
+  // sign: a message of 2^63 bytes or more is larger than every one of them.
+  const bool llFits = bytes <= asBytes(limits_.llPayloadBytes);
+  const bool pullFits = bytes <= asBytes(limits_.pullBufferBytes);
   // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
   // bytes. The one-shot ones are upper bounds within their buffers, the others lower bounds.
   auto resolve = [](int64_t setting, int64_t table) { return setting == kThresholdTable ? table : setting; };
-  auto upTo = [n](int64_t max, bool fits) { return fits && (max == kThresholdAlways || (max > 0 && n <= max)); };
-  auto from = [n](int64_t min) { return min == kThresholdAlways || (min > 0 && n >= min); };
+  auto upTo = [bytes](int64_t max, bool fits) {
+    return fits && (max == kThresholdAlways || (max > 0 && bytes <= asBytes(max)));
+  };
+  auto from = [bytes](int64_t min) { return min == kThresholdAlways || (min > 0 && bytes >= asBytes(min)); };
   Algo forced;
   const bool isForced = !settings_.algo.empty() && algoFromName(settings_.algo, &forced);
   // The algorithms for registered buffers first. Forced on buffers they cannot take, the call gets
@@ -349,22 +378,56 @@ AlgoChoice Selector::choose(size_t bytes, bool sendRegistered, bool recvRegister
       return twoshot(bytes, Algo::kTwoshotDirect);
   }
   if (isForced && forced != Algo::kDirect && forced != Algo::kTwoshotDirect) {
-    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller);
-    // copy_engine without staging to twoshot_push, the default for large messages.
+    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
     if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
     if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
-    if (forced == Algo::kCopyEngine && limits_.ceChunkBytes > 0) return copyEngine(bytes);
-    const bool push = forced == Algo::kTwoshotPush || forced == Algo::kCopyEngine;
-    return twoshot(bytes, push ? Algo::kTwoshotPush : Algo::kTwoshot);
+    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
   }
   if (upTo(resolve(settings_.oneshotLLMaxBytes, entry_.oneshotLLMaxBytes), llFits)) return oneshotLL(bytes);
   if (upTo(resolve(settings_.oneshotPullMaxBytes, entry_.oneshotPullMaxBytes), pullFits))
     return oneshotPull(bytes);
-  // Above the one-shot ranges, copy_engine from its threshold up.
-  if (limits_.ceChunkBytes > 0 && from(resolve(settings_.ceMinBytes, entry_.ceMinBytes)))
-    return copyEngine(bytes);
   const int64_t pushMin = resolve(settings_.twoshotPushMinBytes, entry_.twoshotPushMinBytes);
   return twoshot(bytes, from(pushMin) ? Algo::kTwoshotPush : Algo::kTwoshot);
+}
+
+bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits, std::string* why) {
+  const int a = static_cast<int>(c.algo);
+  std::string problem;
+  if (a < 0 || a >= kNumAlgos) {
+    problem = "algorithm " + std::to_string(a) + " does not exist";
+  } else if (c.ctas < 1 || c.ctas > kMaxCtas) {
+    problem = std::to_string(c.ctas) + " blocks, outside [1, " + std::to_string(kMaxCtas) + "]";
+  } else {
+    const int maxThreads = c.algo == Algo::kOneshotLL ? limits.maxLLThreads : limits.maxTwoshotThreads;
+    const bool twoshotVariant = isTwoshotVariant(c.algo);
+    const size_t pipelines = static_cast<size_t>(c.ctas) * static_cast<size_t>(std::max(c.teams, 1));
+    if (c.threads < 32 || c.threads > 1024 || c.threads % 32 != 0 || c.threads > maxThreads) {
+      problem = std::to_string(c.threads) + " threads per block: not whole warps within [32, " +
+                std::to_string(std::min(1024, maxThreads)) + "]";
+    } else if (c.teams < 1 || c.teams > kMaxTeamsPerBlock || (c.teams > 1 && !twoshotVariant)) {
+      problem = std::to_string(c.teams) + " teams per block";
+    } else if (c.teams > 1 && (c.threads % (32 * c.teams) != 0 || c.threads / c.teams < 64)) {
+      problem = std::to_string(c.teams) + " teams of " + std::to_string(c.threads) +
+                " threads: not whole warps of at least 64 threads each";
+    } else if (twoshotVariant && (c.slotBytes < kSlotAlign || c.slotBytes % kSlotAlign != 0)) {
+      problem = std::to_string(c.slotBytes) + "-byte slots: not a multiple of 256 bytes";
+    } else if (twoshotVariant && c.slotBytes > asBytes(limits.stagingBytes) / pipelines) {
+      problem = std::to_string(pipelines) + " pipelines of " + std::to_string(c.slotBytes) +
+                "-byte slots exceed the " + std::to_string(limits.stagingBytes) + " bytes of staging";
+    } else if (c.algo == Algo::kOneshotPull && bytes > asBytes(limits.pullBufferBytes)) {
+      problem = "the message exceeds the " + std::to_string(limits.pullBufferBytes) + "-byte copy-in buffer";
+    } else if (c.algo == Algo::kOneshotPull &&
+               (c.slotBytes % kPullRunAlign != 0 || c.slotBytes < ceilDiv(bytes, static_cast<size_t>(c.ctas)))) {
+      problem = std::to_string(c.ctas) + " runs of " + std::to_string(c.slotBytes) +
+                " bytes: not 16-byte multiples covering the message";
+    } else if (c.algo == Algo::kOneshotLL && bytes > asBytes(limits.llPayloadBytes)) {
+      problem = "the message exceeds the " + std::to_string(limits.llPayloadBytes) + "-byte LL buffer";
+    }
+  }
+  if (problem.empty()) return true;
+  if (why != nullptr)
+    *why = std::string(algoName(c.algo)) + " for " + std::to_string(bytes) + " bytes: " + problem;
+  return false;
 }
 
 }  // namespace yali

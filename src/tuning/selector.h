@@ -23,11 +23,10 @@ enum class Algo : int {
   kTwoshot = 1,
   kTwoshotPush = 2,
   kOneshotPull = 3,
-  kCopyEngine = 4,
-  kDirect = 5,         // both buffers registered (direct.cuh)
-  kTwoshotDirect = 6,  // output registered (twoshot.cuh: Gather::kIntoOutputs)
+  kDirect = 4,         // both buffers registered (direct.cuh)
+  kTwoshotDirect = 5,  // output registered (twoshot.cuh: Gather::kIntoOutputs)
 };
-constexpr int kNumAlgos = 7;
+constexpr int kNumAlgos = 6;
 const char* algoName(Algo a);
 bool algoFromName(const std::string& name, Algo* out);
 std::string algoNameList();  // "oneshot_ll, twoshot, ..." for messages
@@ -36,9 +35,10 @@ struct AlgoChoice {
   Algo algo;
   int ctas;
   int threads;
-  size_t slotBytes;  // two-shot: bytes per (pipeline, sender) per step; oneshot_pull: bytes per
-                     // block; copy_engine: bytes per shard per round; 0 for one-shot LL
-  int teams = 1;     // two-shot: pipelines per block, each a team of threads / teams threads
+  size_t slotBytes;  // two-shot variants: bytes per (pipeline, sender) per step; oneshot_pull:
+                     // bytes per block; 0 for one-shot LL and direct
+  int teams = 1;     // two-shot variants: pipelines per block, each a team of threads / teams
+                     // threads; 1 for the others
 };
 
 // One world size's tuning on one architecture. Every field's value is justified in selector.cc.
@@ -57,8 +57,6 @@ struct TuningEntry {
   int64_t frugalMinBytes;  // from this size up, two-shot uses at most frugalMaxCtas blocks
   int frugalMaxCtas;       // (users overlap large collectives with compute)
   int64_t oneshotPullMaxBytes;  // crossover: oneshot_pull above LL up to this size, 0 never
-  int64_t ceMinBytes;  // crossover: copy_engine instead of two-shot from this size up, 0 never
-  int ceCtas;          // copy_engine: blocks of its reduce kernel (the SMs only reduce)
   int frugalTeams;     // two-shot from frugalMinBytes up: independent pipelines (teams of
                        // warps) per block, so that the capped blocks keep sending while one
                        // team waits
@@ -67,38 +65,56 @@ struct TuningEntry {
                                   // up, 0 never
 };
 
+// What one rank's window and kernels can take (core/comm.cc fills it from the window layout).
 struct SelectorLimits {
   int smMajor;
-  int nranks;
+  int nranks;              // 1..kMaxRanks
   int64_t llPayloadBytes;  // LL capacity per sender (what the window holds)
-  int64_t stagingBytes;    // two-shot staging per sender and parity
+  int64_t stagingBytes;    // two-shot staging per sender and parity: at least 256
   int64_t pullBufferBytes; // oneshot_pull copy-in capacity (its largest message)
-  int64_t ceChunkBytes;    // copy_engine staging per (slot, sender); 0: the algorithm is off
   int maxLLThreads;        // what the kernels can launch with (registers); table values are
   int maxTwoshotThreads;   // clamped to these (the smallest of the two-shot variants,
-                           // oneshot_pull and direct)
-  int maxCeThreads;        // copy_engine reduce kernel; 0 when it has no staging (never chosen)
+                           // oneshot_pull and direct); at least 32 each
 };
+
+// Whether `c` is safe to launch for a message of `bytes` within `limits`: the invariants the
+// kernels rely on and nothing checks on the device. Every choice Selector::choose returns meets
+// them, whatever the settings and tuning; the API layer checks again before each launch, so that a
+// selector bug becomes an error instead of a write past a staging area. The invariants:
+//   - ctas in [1, kMaxCtas]; threads a multiple of 32 in [32, 1024] and within the limit for its
+//     algorithm (maxLLThreads for oneshot_ll, maxTwoshotThreads for the others);
+//   - teams in [1, kMaxTeamsPerBlock], more than 1 only for the two-shot variants and then with
+//     threads a multiple of 32 * teams and at least 64 threads per team;
+//   - two-shot variants (twoshot, twoshot_push, twoshot_direct): slotBytes a multiple of 256, at
+//     least 256, and ctas * teams * slotBytes <= stagingBytes (pipeline p uses bytes
+//     [p * slot, (p + 1) * slot) of each sender's staging, result and gather areas);
+//   - oneshot_pull: bytes <= pullBufferBytes, slotBytes (each block's run) a multiple of 16 and
+//     ctas * slotBytes >= bytes;
+//   - oneshot_ll: bytes <= llPayloadBytes.
+// On a violation returns false and, when `why` is not null, says which one in *why.
+bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits, std::string* why);
 
 class Selector {
  public:
-  // Loads the tuning file if settings name one; on a bad file returns false with a message.
+  // Parses settings.tuningText (the content of YALI_TUNING_FILE, read by loadSettings) and takes
+  // its line for this GPU and world size, if any; returns false with a message on a bad table or
+  // on limits the kernels cannot run with.
   bool init(const Settings& settings, const SelectorLimits& limits, std::string* error);
   // sendRegistered / recvRegistered: the buffer lies in memory registered on every rank
-  // (yaliCommRegister): direct needs both, twoshot_direct the output.
+  // (yaliCommRegister): direct needs both, twoshot_direct the output. Any bytes from 0 to SIZE_MAX;
+  // the choice meets choiceFits(choice, bytes, limits()).
   AlgoChoice choose(size_t bytes, bool sendRegistered, bool recvRegistered) const;
   const TuningEntry& entry() const { return entry_; }
-  // copy_engine is never chosen, not even when forced (its two-shot fallback is).
-  void disableCopyEngine() { limits_.ceChunkBytes = 0; }
-  // No algorithm launches more than maxBlocks blocks (the caps only go down). Used when ranks
-  // share a GPU: every rank's kernel must be resident at once or their waits never end.
+  const SelectorLimits& limits() const { return limits_; }
+  // No algorithm launches more than maxBlocks blocks (the caps only go down, and never below 1).
+  // Used when ranks share a GPU: every rank's kernel must be resident at once or their waits never
+  // end.
   void limitBlocks(int maxBlocks);
 
  private:
   AlgoChoice twoshot(size_t bytes, Algo variant) const;
   AlgoChoice oneshotLL(size_t bytes) const;
   AlgoChoice oneshotPull(size_t bytes) const;
-  AlgoChoice copyEngine(size_t bytes) const;
   AlgoChoice direct(size_t bytes) const;
   bool frugal(size_t bytes) const;
   size_t ctasFor(size_t bytes) const;
@@ -113,9 +129,10 @@ TuningEntry builtinTuning(int smMajor, int nranks);
 // Tuning file format (text, '#' comments): one line per world size,
 //   sm=<major> nranks=<n> ll_max=<bytes> ll_threads=<t> ll_ctas=<c> twoshot_threads=<t>
 //   twoshot_ctas=<c> twoshot_min_slot=<bytes> twoshot_max_slot=<bytes> [twoshot_push_min=<bytes>]
-//   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>] [ce_min=<bytes>]
-//   [ce_ctas=<c>] [frugal_teams=<t>] [direct_min=<bytes>] [twoshot_direct_min=<bytes>]
+//   [frugal_min=<bytes>] [frugal_ctas=<c>] [oneshot_pull_max=<bytes>] [frugal_teams=<t>]
+//   [direct_min=<bytes>] [twoshot_direct_min=<bytes>]
 // (the bracketed keys are optional: a missing one takes the built-in value for that world size).
+// ce_min and ce_ctas, the keys of the removed copy_engine, are refused with a message saying so.
 bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error);
 // The nine mandatory keys (what `yali-perf --tune` writes); the optional ones are left to the
 // built-in table.

@@ -1,16 +1,15 @@
-// Internal host logic: settings parsing, the selector and its tuning table, tuning files, unique
-// ids and the socket bootstrap. Needs no GPU.
+// Internal host logic: settings parsing and their digest, the selector and its tuning table,
+// tuning files. Needs no GPU.
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
 
 #include "collectives/common/device_state.h"
-#include "core/bootstrap.h"
 #include "core/env.h"
 #include "harness.h"
 #include "tuning/selector.h"
@@ -41,13 +40,37 @@ void checkSettingRejected(const char* name, const char* value) {
   unsetenv(name);
 }
 
+// What a comm of `nranks` on Hopper gets from `s`'s buffer sizes (comm.cc: the window layout).
+SelectorLimits limitsFor(const Settings& s, int nranks) {
+  return SelectorLimits{9, nranks, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, 1024, 512};
+}
+
 Selector makeSelector(const Settings& s, int nranks) {
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, nranks, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, s.ceChunkBytes,
-                        1024, 512, 512};
-  sel.init(s, limits, &err);
+  CHECK_MSG(sel.init(s, limitsFor(s, nranks), &err), "%s", err.c_str());
   return sel;
+}
+
+// loadSettings with YALI_TUNING_FILE=path (and nothing else set), as a comm would read it.
+Settings settingsWithTuningFile(const std::string& path) {
+  defaultSettings();
+  setenv("YALI_TUNING_FILE", path.c_str(), 1);
+  Settings s;
+  std::string err;
+  CHECK_MSG(loadSettings(&s, &err), "%s", err.c_str());
+  unsetenv("YALI_TUNING_FILE");
+  return s;
+}
+
+// A new temporary file holding `text`; the caller unlinks it.
+std::string writeTempFile(const std::string& text) {
+  char path[] = "/tmp/yali-test-XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream(path) << text;
+  return path;
 }
 
 }  // namespace
@@ -104,7 +127,6 @@ TEST(selector_default_crossover) {
 
 TEST(selector_push_variant_threshold) {
   Settings s = defaultSettings();
-  s.ceMinBytes = kThresholdDisabled;  // two-shot for every large size
   const int64_t pushMin = builtinTuning(9, 4).twoshotPushMinBytes;
   Selector table = makeSelector(s, 4);
   CHECK(table.choose(size_t(1) << 30, false, false).algo == (pushMin > 0 ? Algo::kTwoshotPush : Algo::kTwoshot));
@@ -160,78 +182,6 @@ TEST(selector_pull_variant_threshold) {
   checkSettingRejected("YALI_ONESHOT_PULL_MAX_BYTES", "-3");
 }
 
-TEST(selector_copy_engine_threshold_and_chunks) {
-  Settings s = defaultSettings();
-  CHECK(s.ceChunkBytes == 0);  // off by default: no staging
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  s.ceChunkBytes = int64_t(4) << 20;
-  for (int n : {2, 4, 8}) CHECK(builtinTuning(9, n).ceMinBytes == 0);  // measured slower: off
-  for (int n : {2, 4}) {
-    const int64_t ceMin = int64_t(64) << 20;
-    s.ceMinBytes = ceMin;
-    Selector sel = makeSelector(s, n);
-    CHECK(sel.choose(static_cast<size_t>(ceMin), false, false).algo == Algo::kCopyEngine);
-    CHECK(sel.choose(size_t(1) << 30, false, false).algo == Algo::kCopyEngine);
-    CHECK(sel.choose(static_cast<size_t>(ceMin) - 16, false, false).algo == Algo::kTwoshotPush);
-    for (size_t bytes : {size_t(16), static_cast<size_t>(ceMin), size_t(1) << 30, size_t(3) << 30}) {
-      s.algo = "copy_engine";
-      const AlgoChoice c = makeSelector(s, n).choose(bytes, false, false);
-      s.algo = "";
-      CHECK(c.algo == Algo::kCopyEngine);
-      CHECK(c.slotBytes % 256 == 0 && c.slotBytes >= (64 << 10));
-      CHECK(static_cast<int64_t>(c.slotBytes) <= s.ceChunkBytes);
-      CHECK(c.ctas >= 1 && c.ctas <= 32);  // the large-message block budget
-      // At least 8 rounds where the chunk is not at its cap, so that the stages overlap.
-      const size_t rounds = (bytes + n * c.slotBytes - 1) / (n * c.slotBytes);
-      if (static_cast<int64_t>(c.slotBytes) < s.ceChunkBytes && c.slotBytes > (64 << 10)) CHECK(rounds >= 8);
-    }
-  }
-  s.ceMinBytes = kThresholdTable;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  CHECK(makeSelector(s, 8).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  s.ceMinBytes = kThresholdDisabled;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  s.ceMinBytes = kThresholdAlways;  // every size above the one-shot ranges
-  CHECK(makeSelector(s, 2).choose(4096, false, false).algo == Algo::kOneshotLL);
-  CHECK(makeSelector(s, 2).choose(size_t(8) << 20, false, false).algo == Algo::kCopyEngine);
-  s.ceMinBytes = size_t(32) << 20;
-  CHECK(makeSelector(s, 4).choose(size_t(32) << 20, false, false).algo == Algo::kCopyEngine);
-  CHECK(makeSelector(s, 4).choose((size_t(32) << 20) - 16, false, false).algo == Algo::kTwoshotPush);
-  // No staging, no copy engine: not even when forced.
-  s.ceMinBytes = kThresholdTable;
-  s.ceChunkBytes = 0;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  s.algo = "copy_engine";
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  CHECK(std::string(algoName(Algo::kCopyEngine)) == "copy_engine");
-  // Ranks that share a process turn it off (comm.cc), forced or not.
-  s.ceChunkBytes = int64_t(4) << 20;
-  s.ceMinBytes = kThresholdAlways;
-  Selector shared = makeSelector(s, 2);
-  CHECK(shared.choose(size_t(1) << 30, false, false).algo == Algo::kCopyEngine);
-  shared.disableCopyEngine();
-  CHECK(shared.choose(size_t(1) << 30, false, false).algo == Algo::kTwoshotPush);
-  // YALI_MAX_CTAS sets the reduce kernel's blocks.
-  s = defaultSettings();
-  s.ceChunkBytes = int64_t(4) << 20;
-  s.algo = "copy_engine";
-  s.maxCtas = 8;
-  CHECK(makeSelector(s, 2).choose(size_t(1) << 30, false, false).ctas == 8);
-  // Settings errors name the variable.
-  checkSettingRejected("YALI_CE_CHUNK_BYTES", "1000");
-  Settings bad;
-  std::string err;
-  setenv("YALI_CE_CHUNK_BYTES", "0", 1);
-  CHECK(loadSettings(&bad, &err));
-  CHECK(bad.ceChunkBytes == 0);
-  unsetenv("YALI_CE_CHUNK_BYTES");
-  checkSettingRejected("YALI_CE_MIN_BYTES", "-5");
-  setenv("YALI_ALGO", "copy_engine", 1);
-  CHECK(loadSettings(&bad, &err));
-  CHECK(bad.algo == "copy_engine");
-  unsetenv("YALI_ALGO");
-}
-
 TEST(selector_threshold_env_semantics) {
   Settings s = defaultSettings();
   s.oneshotLLMaxBytes = kThresholdDisabled;
@@ -267,15 +217,72 @@ TEST(selector_twoshot_geometry_fits_staging) {
   }
 }
 
+// Staging that holds fewer minimum slots than the table's pipelines: teams go first, then blocks;
+// slots never shrink below the minimum unless one slot does not fit. (The reproduced bug: at
+// YALI_STAGING_BYTES=65536, 16M fp32 elements at 2 ranks ran 64 pipelines of 8 KB slots in 64 KB
+// of staging and came out 65 % wrong.)
+TEST(selector_small_staging_takes_fewer_blocks) {
+  defaultSettings();
+  for (const char* staging : {"65536", "100000"}) {
+    setenv("YALI_STAGING_BYTES", staging, 1);
+    Settings s;
+    std::string err;
+    REQUIRE(loadSettings(&s, &err));
+    unsetenv("YALI_STAGING_BYTES");
+    const size_t minSlot = static_cast<size_t>(builtinTuning(9, 2).twoshotMinSlotBytes);
+    const size_t fit = static_cast<size_t>(s.stagingBytes) / minSlot;  // 8 and 12
+    Selector sel = makeSelector(s, 2);
+    for (size_t bytes : {size_t(64) << 20, size_t(16) << 20, size_t(1) << 30}) {
+      const AlgoChoice c = sel.choose(bytes, false, false);
+      std::string why;
+      CHECK_MSG(choiceFits(c, bytes, sel.limits(), &why), "%s", why.c_str());
+      CHECK_EQ(c.teams, 1);
+      CHECK_EQ(c.ctas, fit);
+      CHECK_EQ(c.slotBytes, minSlot);
+    }
+  }
+  // A minimum slot larger than all of staging: one pipeline takes all of it.
+  Settings s = defaultSettings();
+  s.stagingBytes = 64 << 10;
+  TuningEntry big = builtinTuning(9, 4);
+  big.twoshotMinSlotBytes = 100000;  // not a 256-multiple either
+  big.twoshotMaxSlotBytes = 200000;
+  s.tuningText = formatTuningEntry(big);
+  const AlgoChoice one = makeSelector(s, 4).choose(size_t(1) << 30, false, false);
+  CHECK_EQ(one.ctas, 1);
+  CHECK_EQ(one.teams, 1);
+  CHECK_EQ(one.slotBytes, size_t(64) << 10);
+  // Odd slot bounds in a tuning file become 256-byte multiples.
+  s = defaultSettings();
+  s.algo = "twoshot";
+  big.twoshotMinSlotBytes = 300;
+  big.twoshotMaxSlotBytes = 1000;
+  s.tuningText = formatTuningEntry(big);
+  for (size_t bytes : {size_t(4096), size_t(1) << 20, size_t(1) << 30}) {
+    const AlgoChoice c = makeSelector(s, 4).choose(bytes, false, false);
+    CHECK_MSG(c.slotBytes % 256 == 0 && c.slotBytes >= 512 && c.slotBytes <= 768, "%zu", c.slotBytes);
+  }
+}
+
 TEST(selector_clamps_threads_to_launchable) {
   Settings s = defaultSettings();
   s.algo = "twoshot";
   Selector sel;
   std::string err;
-  SelectorLimits limits{9, 4, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes, s.ceChunkBytes, 1024,
-                        256, 256};
+  SelectorLimits limits = limitsFor(s, 4);
+  limits.maxTwoshotThreads = 256;
   REQUIRE(sel.init(s, limits, &err));
   CHECK(sel.choose(size_t(1) << 30, false, false).threads <= 256);
+  // A limit that is not whole warps is rounded down to them.
+  limits.maxTwoshotThreads = 200;
+  REQUIRE(sel.init(s, limits, &err));
+  CHECK_EQ(sel.choose(size_t(1) << 30, false, false).threads, 192);
+  // Limits the kernels cannot run with are refused.
+  limits.maxTwoshotThreads = 16;
+  CHECK(!sel.init(s, limits, &err));
+  limits = limitsFor(s, 4);
+  limits.stagingBytes = 128;
+  CHECK(!sel.init(s, limits, &err));
 }
 
 TEST(selector_max_ctas_cap) {
@@ -327,7 +334,6 @@ TEST(selector_frugal_blocks_for_large_messages) {
     // Every block's slot still fits the staging area.
     for (size_t bytes : {size_t(4) << 20, size_t(16) << 20, size_t(1) << 30}) {
       const AlgoChoice c = sel.choose(bytes, false, false);
-      if (c.algo == Algo::kCopyEngine) continue;  // its own staging (the selector test above)
       CHECK(static_cast<size_t>(c.ctas) * c.teams * c.slotBytes <= static_cast<size_t>(s.stagingBytes));
     }
   }
@@ -367,7 +373,7 @@ TEST(selector_teams_in_frugal_range) {
   CHECK_EQ(parsed.size(), size_t(4));
   for (const TuningEntry& t : parsed) CHECK(t.frugalTeams == 2 && t.frugalMinBytes == 1);
   // Under it (n = 2: 3 blocks, 256-byte minimum slots), teams need 6 min-size slots: 3 KB.
-  s.tuningFile = YALI_TEAMS_TUNING_PATH;
+  s = settingsWithTuningFile(YALI_TEAMS_TUNING_PATH);
   s.algo = "twoshot_push";
   Selector small = makeSelector(s, 2);
   CHECK_EQ(small.choose(3072, false, false).teams, 2);
@@ -460,6 +466,8 @@ TEST(algo_names_round_trip) {
   }
   Algo a;
   CHECK(!algoFromName("threeshot", &a));
+  CHECK(!algoFromName("copy_engine", &a));  // removed
+  checkSettingRejected("YALI_ALGO", "copy_engine");
   setenv("YALI_ALGO", "direct", 1);
   Settings s;
   std::string err;
@@ -504,19 +512,16 @@ TEST(tuning_file_round_trip_and_errors) {
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].oneshotPullMaxBytes, 2097152);
   CHECK(!parseTuningText(formatTuningEntry(e) + " oneshot_pull_max=-1", &parsed, &err));
-  parsed.clear();
-  CHECK(parseTuningText(formatTuningEntry(e) + " ce_min=33554432 ce_ctas=16", &parsed, &err));
-  REQUIRE(parsed.size() == 1);
-  CHECK_EQ(parsed[0].ceMinBytes, 33554432);
-  CHECK_EQ(parsed[0].ceCtas, 16);
-  CHECK(!parseTuningText(formatTuningEntry(e) + " ce_ctas=0", &parsed, &err));
-  CHECK(!parseTuningText(formatTuningEntry(e) + " ce_min=-2", &parsed, &err));
+  // copy_engine's keys are refused, with the reason.
+  for (const char* key : {" ce_min=33554432", " ce_ctas=16", " ce_min=0"}) {
+    parsed.clear();
+    CHECK(!parseTuningText(formatTuningEntry(e) + key, &parsed, &err));
+    CHECK_MSG(err.find("copy_engine was removed") != std::string::npos, "%s: %s", key, err.c_str());
+  }
   parsed.clear();
   CHECK(parseTuningText(formatTuningEntry(e), &parsed, &err));
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].oneshotPullMaxBytes, builtinTuning(9, 4).oneshotPullMaxBytes);
-  CHECK_EQ(parsed[0].ceMinBytes, builtinTuning(9, 4).ceMinBytes);
-  CHECK_EQ(parsed[0].ceCtas, builtinTuning(9, 4).ceCtas);
   CHECK_EQ(parsed[0].directMinBytes, builtinTuning(9, 4).directMinBytes);
   parsed.clear();
   CHECK(parseTuningText(formatTuningEntry(e) + " direct_min=0", &parsed, &err));
@@ -528,76 +533,308 @@ TEST(tuning_file_round_trip_and_errors) {
   REQUIRE(parsed.size() == 1);
   CHECK_EQ(parsed[0].twoshotDirectMinBytes, 1048576);
 
-  char path[] = "/tmp/yali-tuning-XXXXXX";
-  int fd = mkstemp(path);
-  REQUIRE(fd >= 0);
-  close(fd);
-  std::ofstream(path) << formatTuningEntry(e) << "\n";
-  Settings s = defaultSettings();
-  s.tuningFile = path;
+  const std::string path = writeTempFile(formatTuningEntry(e) + "\n");
+  Settings s = settingsWithTuningFile(path);
   Selector sel = makeSelector(s, 4);
   CHECK_EQ(sel.entry().oneshotLLMaxBytes, 12345);
   CHECK(sel.choose(12345, false, false).algo == Algo::kOneshotLL);
   CHECK(sel.choose(12346, false, false).algo != Algo::kOneshotLL);
-  unlink(path);
+  unlink(path.c_str());
+  // A bad table is the selector's error, naming the variable and the file.
+  s.tuningText = formatTuningEntry(e) + " ce_min=1\n";
+  std::string initErr;
+  CHECK(!sel.init(s, limitsFor(s, 4), &initErr));
+  CHECK_MSG(initErr.find("YALI_TUNING_FILE='" + path + "'") != std::string::npos, "%s", initErr.c_str());
 }
 
-TEST(unique_id_checks) {
-  yaliUniqueId a, b;
-  std::string err;
-  REQUIRE(makeUniqueId(&a, &err));
-  REQUIRE(makeUniqueId(&b, &err));
-  UniqueIdFields fa, fb;
-  CHECK(decodeUniqueId(a, &fa));
-  CHECK(decodeUniqueId(b, &fb));
-  CHECK(fa.token[0] != fb.token[0] || fa.token[1] != fb.token[1]);
-  yaliUniqueId zero{};
-  CHECK(!decodeUniqueId(zero, &fa));
-  a.internal[20] ^= 1;  // one flipped bit in the token breaks the checksum
-  CHECK(!decodeUniqueId(a, &fa));
-}
+namespace {
 
-TEST(bootstrap_allgather_across_processes) {
-  yaliUniqueId id;
-  std::string err;
-  REQUIRE(makeUniqueId(&id, &err));
-  UniqueIdFields f;
-  REQUIRE(decodeUniqueId(id, &f));
-  const int n = 4;
-  std::vector<pid_t> kids;
-  for (int r = 0; r < n; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      Bootstrap* b = nullptr;
-      std::string e;
-      if (Bootstrap::connect(f, r, n, 10000, &b, &e) != yaliSuccess) _exit(2);
-      int values[n] = {};
-      values[r] = 100 + r;
-      if (b->allGather(values, sizeof(int), &e) != yaliSuccess) _exit(3);
-      for (int i = 0; i < n; ++i)
-        if (values[i] != 100 + i) _exit(4);
-      if (b->barrier(&e) != yaliSuccess) _exit(5);
-      delete b;
-      _exit(0);
+// Random values for the selector fuzz test below, from a fixed seed.
+struct FuzzRandom {
+  std::mt19937_64 rng{20261123};
+  uint64_t below(uint64_t n) { return rng() % n; }
+  int64_t between(int64_t lo, int64_t hi) {
+    return lo + static_cast<int64_t>(below(static_cast<uint64_t>(hi - lo) + 1));
+  }
+  bool oneIn(int n) { return below(static_cast<uint64_t>(n)) == 0; }
+  // Log-uniform in [0, 2^maxLog2): small and large sizes alike.
+  uint64_t bytesBelow(int maxLog2) {
+    const int bits = static_cast<int>(below(static_cast<uint64_t>(maxLog2) + 1));
+    return bits == 0 ? 0 : rng() >> (64 - bits);
+  }
+  // Every form a threshold setting takes: -2, -1, 0 and bytes (up to the largest it accepts).
+  int64_t threshold() {
+    switch (below(6)) {
+      case 0: return kThresholdTable;
+      case 1: return kThresholdAlways;
+      case 2: return kThresholdDisabled;
+      case 3: return INT64_MAX;
+      default: return std::max<int64_t>(1, static_cast<int64_t>(bytesBelow(40)));
     }
-    kids.push_back(pid);
   }
-  for (pid_t pid : kids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child exit status %d", WEXITSTATUS(status));
+  int threads() { return static_cast<int>(32 * between(2, 32)); }  // what parseTuningText accepts
+};
+
+// A tuning line that parseTuningText accepts, with each optional key present or not.
+std::string randomTuningLine(FuzzRandom& r, int nranks) {
+  TuningEntry e = builtinTuning(9, nranks);
+  e.oneshotLLMaxBytes = r.oneIn(8) ? INT64_MAX : static_cast<int64_t>(r.bytesBelow(40));
+  e.llThreads = r.threads();
+  e.llMaxCtas = static_cast<int>(r.between(1, kMaxCtas));
+  e.twoshotThreads = r.threads();
+  e.twoshotMaxCtas = static_cast<int>(r.between(1, kMaxCtas));
+  // Any slot bounds the parser takes, not only 256-byte multiples, up to ones no staging holds.
+  e.twoshotMinSlotBytes = r.oneIn(16) ? INT64_MAX / 2 : r.between(256, 1 << 20);
+  e.twoshotMaxSlotBytes =
+      r.oneIn(8) ? INT64_MAX : e.twoshotMinSlotBytes + static_cast<int64_t>(r.bytesBelow(22));
+  std::string line = formatTuningEntry(e);
+  auto maybe = [&](const char* key, int64_t value) {
+    if (r.oneIn(2)) line += std::string(" ") + key + "=" + std::to_string(value);
+  };
+  maybe("twoshot_push_min", static_cast<int64_t>(r.bytesBelow(40)));
+  maybe("frugal_min", r.oneIn(4) ? 1 : static_cast<int64_t>(r.bytesBelow(40)));
+  maybe("frugal_ctas", r.between(1, kMaxCtas));
+  maybe("oneshot_pull_max", r.oneIn(8) ? INT64_MAX : static_cast<int64_t>(r.bytesBelow(34)));
+  maybe("frugal_teams", r.between(1, kMaxTeamsPerBlock));
+  maybe("direct_min", static_cast<int64_t>(r.bytesBelow(40)));
+  maybe("twoshot_direct_min", static_cast<int64_t>(r.bytesBelow(40)));
+  return line;
+}
+
+// Message sizes at and around every boundary the selector compares with, plus the extremes.
+std::vector<size_t> edgeSizes(const Settings& s, const TuningEntry& e) {
+  std::vector<size_t> sizes = {0, 1, 16, size_t(INT64_MAX), size_t(INT64_MAX) + 1, SIZE_MAX - 1, SIZE_MAX};
+  for (int64_t t : {s.oneshotLLMaxBytes, s.oneshotPullMaxBytes, s.twoshotPushMinBytes, s.directMinBytes,
+                    s.twoshotDirectMinBytes, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes,
+                    e.oneshotLLMaxBytes, e.oneshotPullMaxBytes, e.twoshotPushMinBytes, e.directMinBytes,
+                    e.twoshotDirectMinBytes, e.frugalMinBytes}) {
+    if (t <= 0) continue;
+    for (int64_t d : {-1, 0, 1}) sizes.push_back(static_cast<size_t>(t) + static_cast<size_t>(d));
+  }
+  return sizes;
+}
+
+}  // namespace
+
+// Every choice fits the window and the kernels (choiceFits), for random settings as loadSettings
+// parses them (every YALI_ALGO value and auto, every threshold form, YALI_MAX_CTAS 0..64, buffer
+// sizes from their minimums, staging 64 KB..16 MB and not only powers of two), random tuning lines
+// that parseTuningText accepts, launch limits, block caps of ranks that share a GPU, world sizes
+// 2..8, registered buffers or not, and sizes from 0 to 2^40 plus every boundary +-1 and 2^63 - 1,
+// 2^63, SIZE_MAX. On the selector before choiceFits existed it failed in 47 % of its choices, the
+// first in its first combination: 2^63 bytes compared as negative and took oneshot_ll. With the
+// built-in table, iteration 9 was the bug report's overflow: 2 ranks, YALI_STAGING_BYTES=100000,
+// YALI_MAX_CTAS=31, 26907391 bytes: twoshot_push with 31 pipelines of 8192-byte slots in 100096
+// bytes of staging. Tuning files added slots of any size (twoshot_min_slot=933: 933-byte slots)
+// and minimum slots larger than all of staging.
+TEST(selector_fuzz_every_choice_fits) {
+  FuzzRandom r;
+  const char* const kThresholdVars[] = {"YALI_ONESHOT_LL_MAX_BYTES", "YALI_ONESHOT_PULL_MAX_BYTES",
+                                        "YALI_TWOSHOT_PUSH_MIN_BYTES", "YALI_DIRECT_MIN_BYTES",
+                                        "YALI_TWOSHOT_DIRECT_MIN_BYTES"};
+  const int kLimitThreads[] = {1024, 1024, 512, 512, 1000, 256, 96, 64, 32};
+  int reported = 0;
+  size_t choices = 0;
+  for (int iteration = 0; iteration < 10000; ++iteration) {
+    defaultSettings();
+    std::vector<std::pair<std::string, std::string>> env;
+    const int algo = static_cast<int>(r.below(kNumAlgos + 2));  // kNumAlgos: auto; + 1: unset
+    if (algo < kNumAlgos) env.push_back({"YALI_ALGO", algoName(static_cast<Algo>(algo))});
+    if (algo == kNumAlgos) env.push_back({"YALI_ALGO", "auto"});
+    for (const char* var : kThresholdVars) env.push_back({var, std::to_string(r.threshold())});
+    env.push_back({"YALI_MAX_CTAS", std::to_string(r.between(0, kMaxCtas))});
+    const int64_t stagingChoices[] = {65536, 100000, 4 << 20, 16 << 20, r.between(65536, 16 << 20)};
+    env.push_back({"YALI_STAGING_BYTES", std::to_string(stagingChoices[r.below(5)])});
+    env.push_back({"YALI_LL_BUFFER_BYTES", std::to_string(r.oneIn(3) ? 4096 : r.between(4096, 16 << 20))});
+    env.push_back({"YALI_PULL_BUFFER_BYTES", std::to_string(r.oneIn(4) ? 0 : r.between(0, 64 << 20))});
+    for (const auto& kv : env) setenv(kv.first.c_str(), kv.second.c_str(), 1);
+    Settings s;
+    std::string err;
+    const bool loaded = loadSettings(&s, &err);
+    for (const auto& kv : env) unsetenv(kv.first.c_str());
+    REQUIRE(loaded);
+    const int nranks = static_cast<int>(r.between(2, kMaxRanks));
+    // Usually a line for this world size; sometimes one for another (the built-in entry applies).
+    if (!r.oneIn(4)) s.tuningText = randomTuningLine(r, r.oneIn(8) ? 2 + (nranks - 1) % 7 : nranks);
+    SelectorLimits limits = limitsFor(s, nranks);
+    limits.maxLLThreads = kLimitThreads[r.below(9)];
+    limits.maxTwoshotThreads = kLimitThreads[r.below(9)];
+    Selector sel;
+    if (!sel.init(s, limits, &err)) {
+      CHECK_MSG(false, "init refused valid settings: %s", err.c_str());
+      continue;
+    }
+    if (r.oneIn(3)) sel.limitBlocks(static_cast<int>(r.between(1, 40)));  // ranks sharing a GPU
+    std::vector<size_t> sizes = edgeSizes(s, sel.entry());
+    for (int i = 0; i < 24; ++i) sizes.push_back(r.bytesBelow(40));
+    for (size_t bytes : sizes) {
+      for (int registered = 0; registered < 4; ++registered) {
+        const AlgoChoice c = sel.choose(bytes, registered & 1, registered & 2);
+        ++choices;
+        std::string why;
+        if (choiceFits(c, bytes, limits, &why)) continue;
+        if (++reported <= 5) {
+          std::string settings;
+          for (const auto& kv : env) settings += kv.first + "=" + kv.second + " ";
+          CHECK_MSG(false, "iteration %d, nranks=%d, limits %d/%d threads, %s| tuning '%s': %s", iteration,
+                    nranks, limits.maxLLThreads, limits.maxTwoshotThreads, settings.c_str(), s.tuningText.c_str(),
+                    why.c_str());
+        }
+      }
+    }
+  }
+  CHECK_MSG(reported == 0, "%d of %zu choices do not fit", reported, choices);
+}
+
+// Sizes of 2^63 bytes and more are larger than every buffer: never a one-shot, whatever the
+// thresholds say, even with the largest buffers a limit can describe.
+TEST(selector_huge_messages_never_take_a_one_shot) {
+  Settings s = defaultSettings();
+  SelectorLimits limits = limitsFor(s, 2);
+  limits.llPayloadBytes = INT64_MAX;
+  limits.pullBufferBytes = INT64_MAX;
+  for (const char* algo : {"", "oneshot_ll", "oneshot_pull", "twoshot_push"}) {
+    for (int64_t threshold : {kThresholdAlways, kThresholdTable, INT64_MAX}) {
+      s.algo = algo;
+      s.oneshotLLMaxBytes = threshold;
+      s.oneshotPullMaxBytes = threshold;
+      Selector sel;
+      std::string err;
+      REQUIRE(sel.init(s, limits, &err));
+      for (size_t bytes : {size_t(INT64_MAX) + 1, size_t(INT64_MAX) + 2, SIZE_MAX - 1, SIZE_MAX}) {
+        for (int registered = 0; registered < 4; ++registered) {
+          const AlgoChoice c = sel.choose(bytes, registered & 1, registered & 2);
+          CHECK_MSG(c.algo != Algo::kOneshotLL && c.algo != Algo::kOneshotPull, "ALGO=%s bytes=%zu: %s", algo,
+                    bytes, algoName(c.algo));
+          std::string why;
+          CHECK_MSG(choiceFits(c, bytes, limits, &why), "%s", why.c_str());
+        }
+      }
+      // One byte less fits the largest buffer: the comparison is exact, not merely safe.
+      if (std::string(algo).empty() && threshold != kThresholdTable)
+        CHECK(sel.choose(size_t(INT64_MAX), false, false).algo == Algo::kOneshotLL);
+    }
   }
 }
 
-TEST(bootstrap_times_out_without_rank0) {
-  yaliUniqueId id;
-  std::string err;
-  REQUIRE(makeUniqueId(&id, &err));
-  UniqueIdFields f;
-  REQUIRE(decodeUniqueId(id, &f));
-  Bootstrap* b = nullptr;
-  CHECK_EQ(Bootstrap::connect(f, 1, 2, 200, &b, &err), yaliTimeout);
-  CHECK(err.find("YALI_TIMEOUT_MS") != std::string::npos);
+// What choiceFits refuses, one invariant at a time.
+TEST(choice_fits_names_each_violation) {
+  const Settings s = defaultSettings();
+  const SelectorLimits limits = limitsFor(s, 2);
+  const size_t staging = static_cast<size_t>(s.stagingBytes);
+  std::string why;
+  const AlgoChoice good{Algo::kTwoshotPush, 32, 512, staging / 64, 2};
+  CHECK_MSG(choiceFits(good, size_t(1) << 30, limits, &why), "%s", why.c_str());
+  struct Bad {
+    const char* what;
+    AlgoChoice choice;
+    size_t bytes;
+  };
+  const Bad bad[] = {
+      {"staging overflow", {Algo::kTwoshot, 32, 512, staging / 32, 2}, size_t(1) << 30},
+      {"slot not 256-aligned", {Algo::kTwoshotDirect, 1, 512, 1000, 1}, size_t(1) << 20},
+      {"zero slot", {Algo::kTwoshot, 1, 512, 0, 1}, size_t(1) << 20},
+      {"no blocks", {Algo::kTwoshot, 0, 512, 8192, 1}, size_t(1) << 20},
+      {"too many blocks", {Algo::kDirect, kMaxCtas + 1, 512, 0, 1}, size_t(1) << 20},
+      {"threads not warps", {Algo::kTwoshot, 1, 500, 8192, 1}, size_t(1) << 20},
+      {"threads above the launch limit", {Algo::kTwoshot, 1, 1024, 8192, 1}, size_t(1) << 20},
+      {"teams of one warp", {Algo::kTwoshot, 1, 96, 8192, 2}, size_t(1) << 20},
+      {"three teams", {Algo::kTwoshot, 1, 384, 8192, 3}, size_t(1) << 20},
+      {"teams outside two-shot", {Algo::kOneshotPull, 1, 512, 4096, 2}, 4096},
+      {"LL past its buffer", {Algo::kOneshotLL, 1, 512, 0, 1}, static_cast<size_t>(s.llBufferBytes) + 1},
+      {"pull past its buffer", {Algo::kOneshotPull, 64, 512, 1 << 20, 1}, static_cast<size_t>(s.pullBufferBytes) + 16},
+      {"pull runs short", {Algo::kOneshotPull, 4, 512, 1024, 1}, 4097},
+      {"pull runs unaligned", {Algo::kOneshotPull, 4, 512, 1032, 1}, 4096},
+      {"unknown algorithm", {static_cast<Algo>(kNumAlgos), 1, 512, 0, 1}, 16},
+  };
+  for (const Bad& b : bad) {
+    why.clear();
+    CHECK_MSG(!choiceFits(b.choice, b.bytes, limits, &why), "%s was accepted", b.what);
+    CHECK_MSG(!why.empty(), "%s: no reason given", b.what);
+  }
+  CHECK(!choiceFits(bad[0].choice, bad[0].bytes, limits, nullptr));  // why is optional
+}
+
+// Ranks compare the digest at set-up: every setting that steers the choice, the layout or the
+// epochs changes it; per-rank settings (timeout, PDL) and the tuning file's path do not.
+TEST(settings_digest_covers_what_ranks_share) {
+  const Settings base = defaultSettings();
+  const uint64_t digest = settingsDigest(base);
+  CHECK_EQ(settingsDigest(base), digest);
+  struct Change {
+    const char* what;
+    void (*apply)(Settings&);
+  };
+  const Change covered[] = {
+      {"algo", [](Settings& s) { s.algo = "twoshot"; }},
+      {"oneshotLLMaxBytes", [](Settings& s) { s.oneshotLLMaxBytes = 12345; }},
+      {"oneshotPullMaxBytes", [](Settings& s) { s.oneshotPullMaxBytes = 12345; }},
+      {"twoshotPushMinBytes", [](Settings& s) { s.twoshotPushMinBytes = 12345; }},
+      {"directMinBytes", [](Settings& s) { s.directMinBytes = 12345; }},
+      {"twoshotDirectMinBytes", [](Settings& s) { s.twoshotDirectMinBytes = 12345; }},
+      {"maxCtas", [](Settings& s) { s.maxCtas = 8; }},
+      {"llBufferBytes", [](Settings& s) { s.llBufferBytes += 256; }},
+      {"stagingBytes", [](Settings& s) { s.stagingBytes += 256; }},
+      {"pullBufferBytes", [](Settings& s) { s.pullBufferBytes += 256; }},
+      {"allowSharedGpu", [](Settings& s) { s.allowSharedGpu = !s.allowSharedGpu; }},
+      {"tuningText", [](Settings& s) { s.tuningText = "# another table\n"; }},
+      {"testEpochStart", [](Settings& s) { s.testEpochStart = 4294967295u; }},
+  };
+  for (const Change& c : covered) {
+    Settings s = base;
+    c.apply(s);
+    CHECK_MSG(settingsDigest(s) != digest, "the digest ignores %s", c.what);
+  }
+  const Change ignored[] = {
+      {"timeoutMs", [](Settings& s) { s.timeoutMs = 5; }},
+      {"programmaticLaunch", [](Settings& s) { s.programmaticLaunch = !s.programmaticLaunch; }},
+      {"tuningFile", [](Settings& s) { s.tuningFile = "/elsewhere/yali-tuning.txt"; }},
+  };
+  for (const Change& c : ignored) {
+    Settings s = base;
+    c.apply(s);
+    CHECK_MSG(settingsDigest(s) == digest, "the digest covers %s", c.what);
+  }
+}
+
+// The digest follows the tuning file's content: two paths to the same table agree, one path whose
+// file changed does not. A file that cannot be read is a settings error.
+TEST(settings_digest_reads_the_tuning_file) {
+  const std::string line = formatTuningEntry(builtinTuning(9, 2)) + "\n";
+  const std::string a = writeTempFile(line);
+  const std::string b = writeTempFile(line);
+  const Settings fromA = settingsWithTuningFile(a);
+  const Settings fromB = settingsWithTuningFile(b);
+  CHECK(fromA.tuningFile != fromB.tuningFile);
+  CHECK(fromA.tuningText == line);
+  CHECK_EQ(settingsDigest(fromA), settingsDigest(fromB));
+  std::ofstream(b) << formatTuningEntry(builtinTuning(9, 4)) << "\n";
+  CHECK(settingsDigest(settingsWithTuningFile(b)) != settingsDigest(fromA));
+  CHECK(settingsDigest(fromA) != settingsDigest(defaultSettings()));
+  unlink(a.c_str());
+  unlink(b.c_str());
+  for (const std::string& unreadable : {a, std::string("/tmp")}) {  // gone, and a directory
+    checkSettingRejected("YALI_TUNING_FILE", unreadable.c_str());
+    setenv("YALI_TUNING_FILE", unreadable.c_str(), 1);
+    Settings s;
+    std::string err;
+    CHECK(!loadSettings(&s, &err));
+    CHECK_MSG(err.find(unreadable) != std::string::npos, "%s", err.c_str());
+    unsetenv("YALI_TUNING_FILE");
+  }
+}
+
+TEST(test_epoch_start_setting) {
+  CHECK_EQ(defaultSettings().testEpochStart, 1);
+  for (const char* good : {"1", "4294967295", "4294967000"}) {
+    setenv("YALI_TEST_EPOCH_START", good, 1);
+    Settings s;
+    std::string err;
+    CHECK_MSG(loadSettings(&s, &err), "%s", err.c_str());
+    CHECK_EQ(s.testEpochStart, strtoull(good, nullptr, 10));
+    unsetenv("YALI_TEST_EPOCH_START");
+  }
+  for (const char* bad : {"0", "-1", "4294967296", "lots"}) checkSettingRejected("YALI_TEST_EPOCH_START", bad);
 }
 
 // README.md's environment table and the settings declared in env.cc must agree both ways.
