@@ -1,7 +1,9 @@
 // Example 1: one process drives every visible GPU.
 //
 //   yaliCommInitAll -> one comm per GPU; a loop issues yaliAllReduce on each GPU's stream from
-//   this one thread (no grouping needed); the result is checked on the host.
+//   this one thread, inside yaliGroupStart/yaliGroupEnd (NCCL's rule for one thread driving several
+//   GPUs: the kernels launch at yaliGroupEnd, all of them before the thread does anything else);
+//   the result is checked on the host.
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +52,11 @@ int main() {
     CHECK_CUDA(cudaMemcpy(buf[g], host.data(), count * sizeof(float), cudaMemcpyHostToDevice));
   }
 
-  // In place: sendbuff == recvbuff. One thread, one call per GPU.
+  // In place: sendbuff == recvbuff. One thread, one call per GPU, grouped.
+  CHECK_YALI(yaliGroupStart(), nullptr);
   for (int g = 0; g < ngpus; ++g)
     CHECK_YALI(yaliAllReduce(buf[g], buf[g], count, yaliFloat32, yaliSum, comms[g], streams[g]), comms[g]);
+  CHECK_YALI(yaliGroupEnd(), nullptr);
   for (int g = 0; g < ngpus; ++g) {
     CHECK_CUDA(cudaSetDevice(g));
     CHECK_CUDA(cudaStreamSynchronize(streams[g]));

@@ -4,63 +4,39 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
 #include "collectives/allreduce/launch.h"
 #include "core/error.h"
-#include "core/hash.h"
+#include "core/handles.h"
+#include "core/reaper.h"
+
+yaliComm::~yaliComm() {
+  yali::releaseRegistrations(this);
+  if (control != nullptr) cudaStreamDestroy(control);  // returns at once, even with work queued
+  cudaGetLastError();
+}
 
 namespace yali {
-
-ProcessGroup::~ProcessGroup() {
-  for (size_t i = 0; i < windows.size(); ++i) {
-    if (windows[i] == nullptr) continue;
-    int prev;
-    cudaGetDevice(&prev);
-    cudaSetDevice(devices[i]);
-    cudaFree(windows[i]);
-    cudaSetDevice(prev);
-  }
-}
-
 namespace {
-
-std::mutex registryMutex;
-std::unordered_set<const yaliComm*>& registry() {
-  static auto* set = new std::unordered_set<const yaliComm*>();  // never destroyed: see yaliComm
-  return *set;
-}
 
 size_t alignUp(size_t v) { return (v + 255) / 256 * 256; }
 
-// What each rank tells the others at set-up.
+// What each rank tells the others at set-up. Process ids come from the bootstrap, which verified
+// them (Bootstrap::pids), not from here.
 struct PeerInfo {
-  int32_t pid;
   int32_t device;
   char gpuBusId[32];        // cudaDeviceGetPCIBusId: the same GPU has the same id in every process
   int32_t multiprocessors;  // of that GPU
-  uint64_t windowAddress;  // valid in the sender's process only
+  uint64_t windowAddress;   // valid in the sender's process only
   uint64_t windowBytes;
   uint64_t settingsDigest;  // ranks must agree on everything that steers algorithm choice
-  cudaIpcMemHandle_t handle;
 };
-
-uint64_t settingsDigest(const Settings& s) {
-  std::string key = s.algo + "|" + std::to_string(s.oneshotLLMaxBytes) + "|" +
-                    std::to_string(s.oneshotPullMaxBytes) + "|" +
-                    std::to_string(s.twoshotPushMinBytes) + "|" + std::to_string(s.ceMinBytes) + "|" +
-                    std::to_string(s.directMinBytes) + "|" + std::to_string(s.twoshotDirectMinBytes) + "|" +
-                    std::to_string(s.ceChunkBytes) + "|" +
-                    std::to_string(s.maxCtas) + "|" + std::to_string(s.llBufferBytes) + "|" +
-                    std::to_string(s.stagingBytes) + "|" + std::to_string(s.pullBufferBytes) + "|" + s.tuningFile +
-                    "|" + std::to_string(s.allowSharedGpu);
-  return fnv1a(key.data(), key.size());
-}
 
 // cudaDeviceEnablePeerAccess from the current device to `peer`, once per process: every later comm
 // on the same pair would get cudaErrorPeerAccessAlreadyEnabled, harmless but reported by tools
@@ -77,6 +53,66 @@ cudaError_t enablePeerAccessOnce(int device, int peer) {
   }
   if (e == cudaSuccess) enabled.insert({device, peer});
   return e;
+}
+
+// The windows of this process's comms, by address: a peer in the same process (one thread per GPU,
+// yaliCommInitRank) uses our window at its address, and holds it so that it outlives every kernel
+// of the peer's.
+std::mutex windowsMutex;
+std::map<uint64_t, std::weak_ptr<SharedMemory>>& localWindows() {
+  static auto* m = new std::map<uint64_t, std::weak_ptr<SharedMemory>>();  // never destroyed
+  return *m;
+}
+
+void publishLocalWindow(const std::shared_ptr<SharedMemory>& window) {
+  std::lock_guard<std::mutex> lock(windowsMutex);
+  auto& m = localWindows();
+  for (auto it = m.begin(); it != m.end();) it = it->second.expired() ? m.erase(it) : std::next(it);
+  m[reinterpret_cast<uint64_t>(window->data())] = window;
+}
+
+std::shared_ptr<SharedMemory> findLocalWindow(uint64_t address) {
+  std::lock_guard<std::mutex> lock(windowsMutex);
+  auto it = localWindows().find(address);
+  return it == localWindows().end() ? nullptr : it->second.lock();
+}
+
+// HostStatus blocks come from pinned pages that are never freed (cudaFreeHost waits for every
+// kernel on the device, like cudaFree), and are reused once a comm's resources are released. The
+// pool holds as many as comms lived at once.
+struct HostStatusPool {
+  std::mutex mutex;
+  std::vector<HostStatus*> free;
+};
+HostStatusPool& hostStatusPool() {
+  static auto* pool = new HostStatusPool();  // never destroyed
+  return *pool;
+}
+
+std::shared_ptr<HostStatus> newHostStatus(std::string* error) {
+  HostStatusPool& pool = hostStatusPool();
+  HostStatus* block = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (pool.free.empty()) {
+      constexpr size_t kBlocks = 64;
+      void* pages = nullptr;
+      cudaError_t e = cudaHostAlloc(&pages, kBlocks * sizeof(HostStatus), cudaHostAllocMapped | cudaHostAllocPortable);
+      if (e != cudaSuccess) {
+        cudaGetLastError();
+        *error = std::string("cudaHostAlloc: ") + cudaGetErrorString(e);
+        return nullptr;
+      }
+      for (size_t i = 0; i < kBlocks; ++i) pool.free.push_back(static_cast<HostStatus*>(pages) + i);
+    }
+    block = pool.free.back();
+    pool.free.pop_back();
+  }
+  memset(block, 0, sizeof(HostStatus));
+  return std::shared_ptr<HostStatus>(block, [](HostStatus* h) {
+    std::lock_guard<std::mutex> lock(hostStatusPool().mutex);
+    hostStatusPool().free.push_back(h);
+  });
 }
 
 // Ranks that share a GPU (YALI_ALLOW_SHARED_GPU). gpuOf[r] names rank r's GPU, the same name in
@@ -108,62 +144,69 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
   return yaliSuccess;
 }
 
-// Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1),
-// the local state and the host-mapped status on the current device.
+// Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1, and
+// LocalState at its end), the host-mapped status and the control stream on the current device, and
+// sets up the selector. Waits only for its own stream: never for other work on the device.
 yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   comm->layout = computeLayout(comm->nranks, comm->settings);
-  YALI_CUDA_CHECK(cudaMalloc(&comm->window, comm->layout.total));
-  YALI_CUDA_CHECK(cudaMemset(comm->window, 0, comm->layout.total));
-  YALI_CUDA_CHECK(cudaMalloc(&comm->local, sizeof(LocalState)));
+  std::shared_ptr<DeviceResources> res = makeDeviceResources();
+  res->device = comm->device;
+  YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
+  std::string err;
+  res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
+  if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
+  res->hostStatus = newHostStatus(&err);
+  if (!res->hostStatus) return fail(yaliUnhandledCudaError, comm, "%s: %s", call, err.c_str());
+  HostStatus* status = res->hostStatus.get();
+  status->closedWords[0] = status->closedWords[1] = 1;
+  YALI_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&res->hostStatusDev), status, 0));
+  char* window = res->window->data();
+  res->local = reinterpret_cast<LocalState*>(window + comm->layout.local);
+  YALI_CUDA_CHECK(cudaMemsetAsync(window, 0, comm->layout.total, comm->control));
+  // LocalState's first value. From pageable memory the copy is staged before cudaMemcpyAsync
+  // returns, so `init` may go out of scope; the stream is waited for below anyway.
   LocalState init{};
-  init.epoch = 1;
-  YALI_CUDA_CHECK(cudaMemcpy(comm->local, &init, sizeof(init), cudaMemcpyHostToDevice));
-  YALI_CUDA_CHECK(cudaHostAlloc(&comm->hostStatus, sizeof(HostStatus),
-                                cudaHostAllocMapped | cudaHostAllocPortable));
-  memset(comm->hostStatus, 0, sizeof(HostStatus));
-  YALI_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&comm->hostStatusDev),
-                                           comm->hostStatus, 0));
-  if (comm->layout.ceChunkBytes > 0) YALI_CUDA_CHECK(createCopyEngineStreams(&comm->ceStreams));
-  YALI_CUDA_CHECK(cudaDeviceSynchronize());  // zeroes land before any peer learns the address
+  init.epoch = comm->settings.testEpochStart;
+  YALI_CUDA_CHECK(cudaMemcpyAsync(res->local, &init, sizeof(init), cudaMemcpyHostToDevice, comm->control));
+  YALI_CUDA_CHECK(cudaStreamSynchronize(comm->control));  // zeroes land before any peer learns the address
+  res->peerWindows[comm->rank] = window;
+  comm->res = res;
+  comm->status = res->hostStatus;
+  publishLocalWindow(res->window);
+
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
+  // Querying every kernel table also loads every kernel now (launch.h: maxLaunchableThreads).
   SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
                         static_cast<int64_t>(comm->layout.stagingBytes),
                         static_cast<int64_t>(comm->layout.copyInBytes),
-                        static_cast<int64_t>(comm->layout.ceChunkBytes),
                         maxLaunchableThreads(Algo::kOneshotLL),
                         std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
                                   maxLaunchableThreads(Algo::kTwoshotDirect), maxLaunchableThreads(Algo::kOneshotPull),
-                                  maxLaunchableThreads(Algo::kDirect)}),
-                        // Only with staging: the query loads the 15 reduce kernels.
-                        comm->layout.ceChunkBytes > 0 ? maxLaunchableThreads(Algo::kCopyEngine) : 0};
-  std::string err;
+                                  maxLaunchableThreads(Algo::kDirect)})};
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
   return yaliSuccess;
 }
 
-// Frees what allocateRankResources made and unmaps peers; the window only when this comm owns it.
-void releaseRankResources(yaliComm* comm) {
-  ScopedDevice onDevice(comm->device);
+// Marks the comm closed on the device (LocalState: failed and closed both set): its launches still
+// queued, and replays of graphs that captured its calls, then touch nothing but its state words.
+bool closeOnDevice(yaliComm* comm, int64_t deadlineMs, std::string* error) {
+  if (!comm->res) return true;
+  return writeDeviceWords(comm, &comm->res->local->failed, comm->res->hostStatus->closedWords,
+                          sizeof(comm->res->hostStatus->closedWords), deadlineMs, error);
+}
+
+// The comm's end, after closeOnDevice: its handle stops resolving, and its resources go to the
+// reaper once no graph holds them any more (the comm object itself is freed when the last API call
+// holding it returns).
+void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
   releaseRegistrations(comm);
-  for (int p = 0; p < comm->nranks; ++p) {
-    if (comm->peerMappedByIpc[p]) cudaIpcCloseMemHandle(comm->peerWindows[p]);
-    comm->peerMappedByIpc[p] = false;
-    comm->peerWindows[p] = nullptr;
-  }
-  destroyCopyEngineStreams(&comm->ceStreams);
-  if (comm->local) cudaFree(comm->local);
-  if (comm->hostStatus) cudaFreeHost(comm->hostStatus);
-  if (comm->window && !comm->group) cudaFree(comm->window);
-  comm->local = nullptr;
-  comm->hostStatus = nullptr;
-  comm->hostStatusDev = nullptr;
-  comm->window = nullptr;
-  comm->group.reset();
-  comm->bootstrap.reset();
-  cudaGetLastError();  // tear-down errors are not the caller's next error
+  if (comm->res) comm->res->eagerIssued = comm->eagerLaunches;
+  comm->res.reset();
+  comm->bootstrap.reset();  // closes its sockets: peers' later exchanges fail instead of waiting
+  retireCommHandle(handle, how);
 }
 
 }  // namespace
@@ -180,6 +223,7 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   L.ll = off;
   L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
   off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
+  L.stampedBytes = off - L.pushFlags;
   L.staging = off;
   L.stagingBytes = static_cast<size_t>(s.stagingBytes);
   off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
@@ -190,25 +234,10 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   L.copyIn = off;
   L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
   off += 2 * L.copyInBytes;
-  L.ceFlags = off;
-  off += alignUp(sizeof(CeFlags));
-  L.ceChunkBytes = static_cast<size_t>(s.ceChunkBytes);
-  L.ceRs = off;
-  off += static_cast<size_t>(kCeSlots) * nranks * L.ceChunkBytes;
-  L.ceAg = off;
-  off += static_cast<size_t>(kCeSlots) * L.ceChunkBytes;
+  L.local = off;
+  off += alignUp(sizeof(LocalState));
   L.total = off;
   return L;
-}
-
-void registerComm(yaliComm* comm) {
-  std::lock_guard<std::mutex> lock(registryMutex);
-  registry().insert(comm);
-}
-
-bool isKnownComm(const yaliComm* comm) {
-  std::lock_guard<std::mutex> lock(registryMutex);
-  return registry().count(comm) != 0;
 }
 
 ScopedDevice::ScopedDevice(int device) {
@@ -225,100 +254,214 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
   DeviceArgs a{};
   a.rank = comm->rank;
   a.nranks = comm->nranks;
-  a.window = comm->window;
-  for (int p = 0; p < comm->nranks; ++p) a.peerWindows[p] = comm->peerWindows[p];
+  a.window = comm->res->window->data();
+  for (int p = 0; p < comm->nranks; ++p) a.peerWindows[p] = comm->res->peerWindows[p];
   a.layout = comm->layout;
-  a.local = comm->local;
-  a.host = comm->hostStatusDev;
+  a.local = comm->res->local;
+  a.host = comm->res->hostStatusDev;
   a.timeoutNs = static_cast<uint64_t>(comm->settings.timeoutMs) * 1000000ull;
   a.teamsPerBlock = 1;
+  a.regEpoch = comm->regEpoch;
   return a;
 }
 
-yaliResult_t commAsyncError(yaliComm* comm) {
-  if (comm->hostStatus == nullptr) return yaliSuccess;
-  switch (reinterpret_cast<volatile HostStatus*>(comm->hostStatus)->failure) {
+std::shared_ptr<DeviceResources> makeDeviceResources() {
+  // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
+  // called: the release always happens on the reaper, once the comm's eager launches have ended.
+  return std::shared_ptr<DeviceResources>(new DeviceResources(), [](DeviceResources* r) {
+    Reaper::post([r] {
+      const volatile HostStatus* s = r->hostStatus.get();
+      if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
+      if (r->device >= 0) cudaSetDevice(r->device);
+      delete r;
+      cudaGetLastError();
+      return true;
+    });
+  });
+}
+
+namespace {
+
+const volatile HostStatus* statusOf(const yaliComm* comm) { return comm->status.get(); }
+
+}  // namespace
+
+yaliResult_t commAsyncError(const yaliComm* comm) {
+  const volatile HostStatus* s = statusOf(comm);
+  if (s == nullptr) return yaliSuccess;
+  const int failure = s->failure;
+  std::atomic_thread_fence(std::memory_order_acquire);  // the details were written before it
+  switch (failure) {
     case kFailNone: return yaliSuccess;
     case kFailTimeout: return yaliTimeout;
     case kFailAborted: return yaliInvalidUsage;
-    case kFailRemoteAbort: return yaliRemoteError;
     case kFailMismatch: return yaliInvalidUsage;
+    case kFailRemote:
+      // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
+      // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
+      // peer's yaliCommAbort is yaliRemoteError; differing registered calls are invalid usage.
+      switch (s->failureRemoteCode) {
+        case kFailTimeout: return yaliTimeout;
+        case kFailMismatch: return yaliInvalidUsage;
+        default: return yaliRemoteError;
+      }
     default: return yaliInternalError;
   }
+}
+
+std::string commAsyncErrorText(yaliComm* comm) {
+  const volatile HostStatus* s = statusOf(comm);
+  if (s == nullptr || s->failure == kFailNone) return "";
+  std::atomic_thread_fence(std::memory_order_acquire);  // the details were written before failure
+  auto what = [&](int code) -> std::string {
+    switch (code) {
+      case kFailTimeout:
+        return "a device-side wait for a peer timed out (YALI_TIMEOUT_MS; did every rank make the "
+               "same call, with registered buffers on all ranks or on none?)";
+      case kFailMismatch:
+        return "the ranks made different calls on registered buffers (count, datatype, op, the "
+               "buffers' offsets within their registrations, or a registration gone); nothing was "
+               "written into a peer's buffer";
+      case kFailAborted: return "the communicator was aborted (yaliCommAbort)";
+      default: return "unknown failure " + std::to_string(code);
+    }
+  };
+  char where[160];
+  snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d, block %d, launch %llu)",
+           static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, s->failureBlock,
+           static_cast<unsigned long long>(s->failureEpoch));
+  const std::string hostNote = comm->getHostNote();
+  const std::string note = hostNote.empty() ? "" : "; " + hostNote;
+  const int failure = s->failure;
+  if (failure != kFailRemote) return what(failure) + where + note;
+  const int code = s->failureRemoteCode;
+  std::string text = "rank " + std::to_string(s->failureOrigin) + " failed and told this rank: ";
+  text += code == kFailAborted ? std::string("it called yaliCommAbort") : what(code);
+  return text + where;
+}
+
+bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, int64_t deadlineMs,
+                      std::string* error) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, comm->control);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    *error = std::string("cudaMemcpyAsync on the comm's control stream: ") + cudaGetErrorString(e);
+    return false;
+  }
+  for (int64_t sleepUs = 10;; sleepUs = std::min<int64_t>(sleepUs * 2, 2000)) {
+    e = cudaStreamQuery(comm->control);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();
+      *error = std::string("the comm's control stream: ") + cudaGetErrorString(e);
+      return false;
+    }
+    if (nowMs() > deadlineMs) {
+      *error = "a copy on the comm's control stream did not finish in time (the GPU did not run it)";
+      return false;
+    }
+    usleep(static_cast<useconds_t>(sleepUs));
+  }
+}
+
+bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {
+  const volatile HostStatus* s = statusOf(comm);
+  if (s == nullptr) return true;
+  for (int64_t sleepUs = 5; s->eagerDone < launches; sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
+    if (nowMs() > deadlineMs || comm->cancel.load()) return false;
+    usleep(static_cast<useconds_t>(sleepUs));
+  }
+  return true;
 }
 
 yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id, int rank,
                           const Settings& settings) {
   const char* call = "yaliCommInitRank";
-  yaliComm* comm = new yaliComm();
+  auto owner = std::make_shared<yaliComm>();
+  yaliComm* comm = owner.get();
   comm->rank = rank;
   comm->nranks = nranks;
   comm->settings = settings;
-  registerComm(comm);
-  auto cleanup = [&](yaliResult_t code) {
-    releaseRankResources(comm);
-    comm->state = CommState::kDestroyed;
-    return code;
-  };
   if (cudaGetDevice(&comm->device) != cudaSuccess)
-    return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: no usable CUDA device (cudaGetDevice failed)", call));
+    return fail(yaliUnhandledCudaError, nullptr, "%s: no usable CUDA device (cudaGetDevice failed)", call);
   yaliResult_t r = allocateRankResources(comm, call);
-  if (r != yaliSuccess) return cleanup(r);
+  if (r != yaliSuccess) return r;
 
   std::string err;
   Bootstrap* boot = nullptr;
-  r = Bootstrap::connect(id, rank, nranks, settings.timeoutMs, &boot, &err);
-  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: rank %d of %d: %s", call, rank, nranks, err.c_str()));
+  r = Bootstrap::connect(id, rank, nranks, settings.timeoutMs, &comm->cancel, &boot, &err);
+  if (r != yaliSuccess) return fail(r, nullptr, "%s: rank %d of %d: %s", call, rank, nranks, err.c_str());
   comm->bootstrap.reset(boot);
+  comm->pids = boot->pids();
 
   std::vector<PeerInfo> info(nranks);
   PeerInfo& mine = info[rank];
   memset(&mine, 0, sizeof(mine));
-  mine.pid = getpid();
   mine.device = comm->device;
   if (cudaDeviceGetPCIBusId(mine.gpuBusId, sizeof(mine.gpuBusId), comm->device) != cudaSuccess ||
       cudaDeviceGetAttribute(&mine.multiprocessors, cudaDevAttrMultiProcessorCount, comm->device) !=
           cudaSuccess)
-    return cleanup(fail(yaliUnhandledCudaError, nullptr,
-                        "%s: reading device %d's PCI bus id and multiprocessor count: %s", call,
-                        comm->device, cudaGetErrorString(cudaGetLastError())));
-  mine.windowAddress = reinterpret_cast<uint64_t>(comm->window);
+    return fail(yaliUnhandledCudaError, nullptr,
+                "%s: reading device %d's PCI bus id and multiprocessor count: %s", call, comm->device,
+                cudaGetErrorString(cudaGetLastError()));
+  DeviceResources& res = *comm->res;
+  mine.windowAddress = reinterpret_cast<uint64_t>(res.window->data());
   mine.windowBytes = comm->layout.total;
   mine.settingsDigest = settingsDigest(settings);
-  if (cudaIpcGetMemHandle(&mine.handle, comm->window) != cudaSuccess)
-    return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: cudaIpcGetMemHandle failed: %s", call,
-                        cudaGetErrorString(cudaGetLastError())));
   r = comm->bootstrap->allGather(info.data(), sizeof(PeerInfo), &err);
-  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: exchanging buffers: %s", call, err.c_str()));
+  if (r != yaliSuccess) return fail(r, nullptr, "%s: exchanging buffers: %s", call, err.c_str());
+  // The windows' handles, as file descriptors over the bootstrap's socket (shared_memory.h).
+  const int myFd = res.window->exportFd(&err);
+  if (myFd < 0) return fail(yaliUnhandledCudaError, nullptr, "%s: exporting the window: %s", call, err.c_str());
+  std::vector<int> fds;
+  r = comm->bootstrap->allGatherFds(myFd, &fds, &err);
+  close(myFd);
+  if (r != yaliSuccess) return fail(r, nullptr, "%s: exchanging the windows' handles: %s", call, err.c_str());
+  struct CloseAll {
+    std::vector<int>& fds;
+    ~CloseAll() {
+      for (int fd : fds)
+        if (fd >= 0) close(fd);
+    }
+  } closeFds{fds};
 
+  const int32_t myPid = comm->pids[rank];
   for (int p = 0; p < nranks; ++p) {
     if (info[p].settingsDigest != mine.settingsDigest || info[p].windowBytes != mine.windowBytes)
-      return cleanup(fail(yaliInvalidUsage, nullptr,
-                          "%s: rank %d and rank %d have different YALI_* settings (algorithm, "
-                          "thresholds, buffer sizes or tuning file must match on every rank)",
-                          call, rank, p));
-    if (p == rank) {
-      comm->peerWindows[p] = comm->window;
-    } else if (info[p].pid == mine.pid) {
-      // Same process (one thread per GPU): the address is ours too; IPC would refuse it.
-      comm->peerWindows[p] = reinterpret_cast<char*>(info[p].windowAddress);
+      return fail(yaliInvalidUsage, nullptr,
+                  "%s: rank %d and rank %d have different YALI_* settings (algorithm, thresholds, "
+                  "buffer sizes, or the tuning file's content must match on every rank)",
+                  call, rank, p);
+    if (p == rank) continue;
+    if (comm->pids[p] == myPid) {
+      // Same process (one thread per GPU): we use the peer's window at its address, and hold it so
+      // that it outlives our kernels; the peer lets our device access it, as we let its device
+      // access ours.
+      std::shared_ptr<SharedMemory> peer = findLocalWindow(info[p].windowAddress);
+      if (!peer)
+        return fail(yaliInternalError, nullptr, "%s: rank %d's window is not a window of this process",
+                    call, p);
+      res.peerWindows[p] = peer->data();
+      res.peerWindowRefs.push_back(std::move(peer));
       if (info[p].device != comm->device) {
+        // For registered user buffers, which a same-process peer also uses at their address.
         cudaError_t e = enablePeerAccessOnce(comm->device, info[p].device);
         if (e != cudaSuccess)
-          return cleanup(fail(yaliUnhandledCudaError, nullptr,
-                              "%s: cudaDeviceEnablePeerAccess(%d) from device %d failed: %s", call,
-                              info[p].device, comm->device, cudaGetErrorString(e)));
+          return fail(yaliUnhandledCudaError, nullptr,
+                      "%s: cudaDeviceEnablePeerAccess(%d) from device %d failed: %s", call,
+                      info[p].device, comm->device, cudaGetErrorString(e));
+        if (!res.window->grantAccess(info[p].device, &err))
+          return fail(yaliUnhandledCudaError, nullptr, "%s: letting device %d access the window: %s",
+                      call, info[p].device, err.c_str());
       }
     } else {
-      void* mapped = nullptr;
-      cudaError_t e = cudaIpcOpenMemHandle(&mapped, info[p].handle, cudaIpcMemLazyEnablePeerAccess);
-      if (e != cudaSuccess)
-        return cleanup(fail(yaliUnhandledCudaError, nullptr,
-                            "%s: mapping rank %d's buffer (cudaIpcOpenMemHandle) failed: %s; the "
-                            "GPUs need peer-to-peer access (NVLink)",
-                            call, p, cudaGetErrorString(e)));
-      comm->peerWindows[p] = static_cast<char*>(mapped);
-      comm->peerMappedByIpc[p] = true;
+      std::unique_ptr<SharedMemory> mapped = SharedMemory::import(fds[p], info[p].windowBytes, comm->device, &err);
+      if (!mapped)
+        return fail(yaliUnhandledCudaError, nullptr,
+                    "%s: mapping rank %d's window failed: %s; the GPUs need peer-to-peer access (NVLink)",
+                    call, p, err.c_str());
+      res.peerWindows[p] = mapped->data();
+      res.peerImports.push_back(std::move(mapped));
     }
   }
   std::vector<std::string> gpuOf;
@@ -328,142 +471,122 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
     multiprocessors = std::min(multiprocessors, static_cast<int>(p.multiprocessors));
   }
   r = applyGpuSharing(gpuOf, multiprocessors, settings.allowSharedGpu, {comm}, call);
-  if (r != yaliSuccess) return cleanup(r);
-  // copy_engine needs every peer's window imported into this process by CUDA IPC: a copy into a
-  // window of another GPU of the same process (peer access) hung or lost rounds on the x4 machine
-  // (2026-11-22, the suite with YALI_ALGO=copy_engine in single-process mode at 4 GPUs, and in CUDA
-  // graphs at 2). Every rank sees the same pids, so all make the same choice.
-  std::set<int32_t> pids;
-  for (const PeerInfo& p : info) pids.insert(p.pid);
-  if (static_cast<int>(pids.size()) != nranks) comm->selector.disableCopyEngine();
+  if (r != yaliSuccess) return r;
   // Nobody launches before every rank has mapped every window.
   r = comm->bootstrap->barrier(&err);
-  if (r != yaliSuccess) return cleanup(fail(r, nullptr, "%s: final barrier: %s", call, err.c_str()));
+  if (r != yaliSuccess) return fail(r, nullptr, "%s: final barrier: %s", call, err.c_str());
   logInfo("rank %d/%d on device %d: window %zu bytes", rank, nranks, comm->device, comm->layout.total);
-  *out = comm;
+  *out = addCommHandle(std::move(owner));
   return yaliSuccess;
 }
 
 yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const Settings& settings) {
   const char* call = "yaliCommInitAll";
-  // One process drives every GPU: no copy_engine (see commInitRank), so no memory or streams for it.
-  Settings inProcess = settings;
-  inProcess.ceChunkBytes = 0;
   auto group = std::make_shared<ProcessGroup>();
-  std::vector<yaliComm*> made;
-  auto cleanup = [&](yaliResult_t code) {
-    for (yaliComm* c : made) {
-      releaseRankResources(c);
-      c->state = CommState::kDestroyed;
-    }
-    return code;
-  };
+  std::vector<std::shared_ptr<yaliComm>> made;
   int previous = 0;
   cudaGetDevice(&previous);
+  struct RestoreDevice {
+    int device;
+    ~RestoreDevice() { cudaSetDevice(device); }
+  } restore{previous};
   for (int i = 0; i < ndev; ++i) {
-    yaliComm* comm = new yaliComm();
+    auto comm = std::make_shared<yaliComm>();
     comm->rank = i;
     comm->nranks = ndev;
     comm->device = devlist ? devlist[i] : i;
-    comm->settings = inProcess;
+    comm->settings = settings;
     comm->group = group;
-    registerComm(comm);
     made.push_back(comm);
-    if (cudaSetDevice(comm->device) != cudaSuccess) {
-      cudaSetDevice(previous);
-      return cleanup(fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d is not a usable CUDA device",
-                          call, i, comm->device));
-    }
-    yaliResult_t r = allocateRankResources(comm, call);
+    if (cudaSetDevice(comm->device) != cudaSuccess)
+      return fail(yaliInvalidArgument, nullptr, "%s: devlist[%d]=%d is not a usable CUDA device",
+                  call, i, comm->device);
+    yaliResult_t r = allocateRankResources(comm.get(), call);
+    if (r != yaliSuccess) return r;
     group->devices.push_back(comm->device);
-    group->windows.push_back(comm->window);
-    if (r != yaliSuccess) {
-      cudaSetDevice(previous);
-      return cleanup(r);
-    }
+    comm->pids.assign(ndev, static_cast<int32_t>(getpid()));
   }
   for (int i = 0; i < ndev; ++i) {
+    DeviceResources& res = *made[i]->res;
     cudaSetDevice(made[i]->device);
     for (int j = 0; j < ndev; ++j) {
-      made[i]->peerWindows[j] = made[j]->window;
-      if (i == j || made[i]->device == made[j]->device) continue;
+      if (i == j) continue;
+      res.peerWindows[j] = made[j]->res->window->data();
+      res.peerWindowRefs.push_back(made[j]->res->window);
+      if (made[i]->device == made[j]->device) continue;
+      std::string err;
+      if (!res.window->grantAccess(made[j]->device, &err))
+        return fail(yaliUnhandledCudaError, nullptr, "%s: letting device %d access device %d's window: %s",
+                    call, made[j]->device, made[i]->device, err.c_str());
       int can = 0;
       cudaDeviceCanAccessPeer(&can, made[i]->device, made[j]->device);
-      if (!can) {
-        cudaSetDevice(previous);
-        return cleanup(fail(yaliInvalidUsage, nullptr,
-                            "%s: device %d cannot access device %d peer-to-peer (NVLink needed)", call,
-                            made[i]->device, made[j]->device));
-      }
+      if (!can)
+        return fail(yaliInvalidUsage, nullptr,
+                    "%s: device %d cannot access device %d peer-to-peer (NVLink needed)", call,
+                    made[i]->device, made[j]->device);
       cudaError_t e = enablePeerAccessOnce(made[i]->device, made[j]->device);
-      if (e != cudaSuccess) {
-        cudaSetDevice(previous);
-        return cleanup(fail(yaliUnhandledCudaError, nullptr, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s",
-                            call, made[j]->device, made[i]->device, cudaGetErrorString(e)));
-      }
+      if (e != cudaSuccess)
+        return fail(yaliUnhandledCudaError, nullptr, "%s: cudaDeviceEnablePeerAccess(%d) on device %d: %s",
+                    call, made[j]->device, made[i]->device, cudaGetErrorString(e));
     }
   }
-  cudaSetDevice(previous);
   std::vector<std::string> gpuOf;
+  std::vector<yaliComm*> raw;
   int multiprocessors = INT32_MAX;
-  for (yaliComm* comm : made) {
+  for (const auto& comm : made) {
     int count = 0;
     cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, comm->device);
     multiprocessors = std::min(multiprocessors, count);
     gpuOf.push_back(std::to_string(comm->device));
+    raw.push_back(comm.get());
   }
-  yaliResult_t r = applyGpuSharing(gpuOf, multiprocessors, settings.allowSharedGpu, made, call);
-  if (r != yaliSuccess) return cleanup(r);
-  for (int i = 0; i < ndev; ++i) comms[i] = made[i];
+  yaliResult_t r = applyGpuSharing(gpuOf, multiprocessors, settings.allowSharedGpu, raw, call);
+  if (r != yaliSuccess) return r;
+  for (int i = 0; i < ndev; ++i) comms[i] = addCommHandle(made[i]);
   return yaliSuccess;
 }
 
-yaliResult_t commDestroy(yaliComm* comm) {
+yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   const char* call = "yaliCommDestroy";
+  const int64_t deadline = nowMs() + comm->settings.timeoutMs;
   yaliResult_t result = yaliSuccess;
-  {
-    ScopedDevice onDevice(comm->device);
-    // Our launches end (a stuck wait ends at YALI_TIMEOUT_MS) before peers may unmap us.
-    cudaError_t e = cudaDeviceSynchronize();
-    if (e != cudaSuccess)
-      result = fail(yaliUnhandledCudaError, comm, "%s: waiting for the comm's work: %s", call,
-                    cudaGetErrorString(e));
-  }
-  if (comm->bootstrap) {
-    // Peers may still read our window until they too have finished: wait for all of them.
-    std::string err;
-    yaliResult_t r = comm->bootstrap->barrier(&err);
-    if (r != yaliSuccess && result == yaliSuccess)
-      result = fail(r, comm, "%s: waiting for peers to finish: %s", call, err.c_str());
-  }
-  releaseRankResources(comm);
-  comm->state = CommState::kDestroyed;
+  ScopedDevice onDevice(comm->device);
+  // The calls made before destroy run to their end; only then is the comm closed.
+  if (!waitForEagerLaunches(comm, comm->eagerLaunches, deadline))
+    result = fail(comm->cancel ? yaliRemoteError : yaliTimeout, comm,
+                  "%s: rank %d: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms (they "
+                  "may wait behind other work on their streams); they will do nothing when they run, "
+                  "and the comm's memory is freed after them",
+                  call, comm->rank, static_cast<long long>(comm->settings.timeoutMs));
+  std::string err;
+  if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
+    result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
+  const uint64_t before = Reaper::lastPostedHere();
+  retire(comm, handle, HandleState::kDestroyed);
+  // Wait for the memory to come back (at once, unless a graph still holds it, or closing a peer's
+  // mapping of a registered buffer waits for the device), at most until the deadline.
+  if (Reaper::lastPostedHere() != before) Reaper::waitFor(Reaper::lastPostedHere(), deadline);
   return result;
 }
 
-yaliResult_t commAbort(yaliComm* comm) {
-  // 1. Our own device waits give up (they poll this host-mapped word).
-  if (comm->hostStatus) reinterpret_cast<volatile HostStatus*>(comm->hostStatus)->abortRequested = 1;
-  {
-    ScopedDevice onDevice(comm->device);
-    // 2. Peers' waits give up too: mark their windows. A private non-blocking stream so that a
-    //    stuck user stream cannot hold this copy back.
-    cudaStream_t s;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess) {
-      static const int kOne = 1;
-      for (int p = 0; p < comm->nranks; ++p) {
-        if (p == comm->rank || comm->peerWindows[p] == nullptr) continue;
-        cudaMemcpyAsync(comm->peerWindows[p] + offsetof(WindowHeader, abortedByPeer), &kOne,
-                        sizeof(kOne), cudaMemcpyHostToDevice, s);
-      }
-      cudaStreamSynchronize(s);
-      cudaStreamDestroy(s);
+yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle) {
+  const int64_t deadline = nowMs() + 1000;  // for our own copies only: abort waits for no kernel
+  ScopedDevice onDevice(comm->device);
+  std::string err;
+  if (comm->res) {
+    HostStatus* status = comm->res->hostStatus.get();
+    // Our waits in flight give up (they poll the host-mapped word), and so do the peers': each
+    // peer's window learns that we aborted. Then nothing of ours runs any more.
+    reinterpret_cast<volatile HostStatus*>(status)->abortRequested = 1;
+    status->remoteWord = encodeRemoteFailure(kFailAborted, comm->rank);
+    for (int p = 0; p < comm->nranks; ++p) {
+      if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;
+      writeDeviceWords(comm, comm->res->peerWindows[p] + offsetof(WindowHeader, remoteFailure),
+                       &status->remoteWord, sizeof(status->remoteWord), deadline, &err);
     }
-    // 3. Our kernels have seen the abort word; let them drain before freeing what they use.
-    cudaDeviceSynchronize();
+    closeOnDevice(comm, deadline, &err);
   }
-  releaseRankResources(comm);
-  comm->state = CommState::kAborted;
+  retire(comm, handle, HandleState::kAborted);
   return yaliSuccess;
 }
 

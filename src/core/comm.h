@@ -1,71 +1,96 @@
 // The communicator: one rank's view of a group of GPUs, the memory it shares with them and the
 // state its kernels keep between launches.
+//
+// Lifetime. What a kernel may touch (the window with the rank-private state, the peers' windows as
+// mapped here, and the host-mapped status) is one DeviceResources, shared by the comm and by every
+// CUDA graph that captured one of its calls (enqueue.cc: a CUDA user object holds a reference).
+// yaliCommDestroy and yaliCommAbort close the comm (LocalState::closed: launches still queued and
+// graph replays then touch nothing but the comm's own state words); when the last holder lets go,
+// the reaper (reaper.h) releases the resources once the comm's queued launches have ended, with
+// calls that never wait for the device (shared_memory.h). Peers' memory stays valid for us while
+// we map it (each mapping holds the physical memory), and same-process peers' windows are held by
+// reference (DeviceResources::peerWindowRefs).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "collectives/allreduce/launch.h"
 #include "collectives/common/device_state.h"
 #include "core/bootstrap.h"
 #include "core/env.h"
 #include "core/registration.h"
+#include "core/shared_memory.h"
 #include "tuning/selector.h"
 #include "yali/yali.h"
 
 namespace yali {
 
-// Comms created together by yaliCommInitAll share one owner of their windows (a window may be freed
-// only when every comm that maps it is gone) and collect their registrations here.
-struct ProcessGroup {
-  std::vector<int> devices;
-  std::vector<char*> windows;
-  GroupRegistrations registrations;
-  ~ProcessGroup();
+// Everything a kernel of one comm may touch, and the raw pointers DeviceArgs carries. Released on
+// the reaper once the comm's last eager launch has ended (HostStatus::eagerDone reaches
+// eagerIssued: a launch still queued when the comm closed reads its state words before it finds
+// the comm closed); makeDeviceResources' deleter sees to that.
+struct DeviceResources {
+  int device = -1;
+  std::shared_ptr<SharedMemory> window;        // this rank's window (LocalState at layout.local)
+  std::vector<std::shared_ptr<SharedMemory>> peerWindowRefs;  // same-process peers' windows, used
+                                                              // by address: held, not mapped
+  std::vector<std::unique_ptr<SharedMemory>> peerImports;     // other processes' windows, mapped
+  std::shared_ptr<HostStatus> hostStatus;      // pinned, mapped: the host's view
+  HostStatus* hostStatusDev = nullptr;         // the device's alias of it
+  LocalState* local = nullptr;                 // in our window
+  char* peerWindows[kMaxRanks] = {};           // every rank's window as mapped here; [rank] == ours
+  uint64_t eagerIssued = 0;                    // the comm's eager launches when it ended
 };
 
-enum class CommState { kActive, kDestroyed, kAborted };
+std::shared_ptr<DeviceResources> makeDeviceResources();
+
+// Comms created together by yaliCommInitAll: they collect their registrations here.
+struct ProcessGroup {
+  std::vector<int> devices;
+  GroupRegistrations registrations;
+};
 
 }  // namespace yali
 
-// Handles are never freed: a destroyed or aborted comm stays behind as a tombstone (a few hundred
-// bytes) so that a later call with the stale handle gets yaliInvalidUsage, not a crash.
+// One rank's communicator. API calls reach it through its handle (handles.h); `mutex` serializes
+// them, so calls from several threads on one comm cannot corrupt its host state.
 struct yaliComm {
-  yali::CommState state = yali::CommState::kActive;
   int rank = 0;
   int nranks = 0;
   int device = 0;
   int smMajor = 0;
   yali::Settings settings;
   yali::Selector selector;
-
-  // Shared memory: this rank's window and every rank's window as mapped here.
-  char* window = nullptr;
   yali::WindowLayout layout{};
-  char* peerWindows[yali::kMaxRanks] = {};
-  bool peerMappedByIpc[yali::kMaxRanks] = {};  // close with cudaIpcCloseMemHandle on tear-down
-
+  std::shared_ptr<yali::DeviceResources> res;  // null once the comm is destroyed or aborted
+  // The host-mapped status, also held by res: kept until the comm object goes, so that calls that
+  // only read it (yaliCommGetAsyncError) need not take `mutex`.
+  std::shared_ptr<yali::HostStatus> status;
   yali::RegistrationTable registrations;      // yaliCommRegister
-  yali::CopyEngineStreams ceStreams;           // copy_engine's side streams (none if it is off)
-
-  yali::LocalState* local = nullptr;          // device memory, rank-private
-  yali::HostStatus* hostStatus = nullptr;     // host-mapped; the host's view
-  yali::HostStatus* hostStatusDev = nullptr;  // the device's alias of it
-  uint64_t launches = 0;
-
-  // Buffers already checked by cudaPointerGetAttributes (device memory of this GPU): training
-  // loops pass the same few buffers every call, and the query costs more than a launch's
-  // bookkeeping. Round-robin replacement.
-  static constexpr int kValidatedBuffers = 8;
-  const void* validatedBuffers[kValidatedBuffers] = {};
-  int nextValidatedSlot = 0;
+  std::vector<int32_t> pids;                  // every rank's process id (verified at set-up)
 
   std::unique_ptr<yali::Bootstrap> bootstrap;     // one process per GPU
   std::shared_ptr<yali::ProcessGroup> group;      // yaliCommInitAll
+
+  // A non-blocking stream of the comm's own, for the host's writes into device state
+  // (writeDeviceWords: closing the comm, the registration epoch, a peer's remoteFailure word): it
+  // never waits for the caller's streams or for other libraries' work.
+  cudaStream_t control = nullptr;
+
+  std::mutex mutex;                   // held by every API call on the comm (but while a
+                                      // registration call waits for peers or for launches)
+  std::mutex registrationMutex;       // yaliCommRegister/Deregister, held across their exchanges
+                                      // and waits; taken before `mutex`, also by destroy and abort
+  std::atomic<bool> cancel{false};    // yaliCommAbort: blocked bootstrap exchanges give up now
+  uint64_t launches = 0;              // every launch (for error reports)
+  uint64_t eagerLaunches = 0;         // launches outside CUDA graphs (DeviceArgs::eagerSeq)
+  unsigned long long capturedBy = 0;  // the stream capture whose graph holds a reference to res
+  uint32_t regEpoch = 0;              // the host's copy of LocalState::regEpoch
 
   void setLastError(const std::string& msg) {
     std::lock_guard<std::mutex> lock(errorMutex);
@@ -75,28 +100,48 @@ struct yaliComm {
     std::lock_guard<std::mutex> lock(errorMutex);
     return lastError;
   }
+  void setHostNote(const std::string& note) {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    hostNote = note;
+  }
+  std::string getHostNote() {
+    std::lock_guard<std::mutex> lock(errorMutex);
+    return hostNote;
+  }
   std::mutex errorMutex;
   std::string lastError;
-  std::string lastErrorReturned;  // keeps yaliGetLastError's pointer valid until the next call
+  std::string hostNote;  // what the host knows of a device failure it provoked (a call on freed
+                         // registered memory), for its message
+
+  ~yaliComm();
 };
 
 namespace yali {
 
 WindowLayout computeLayout(int nranks, const Settings& s);
 
-// Registry of every handle ever returned (live and tombstones).
-void registerComm(yaliComm* comm);
-bool isKnownComm(const yaliComm* comm);
-
 yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id, int rank,
                           const Settings& settings);
 yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const Settings& settings);
-yaliResult_t commDestroy(yaliComm* comm);
-yaliResult_t commAbort(yaliComm* comm);
+// Both end the comm's life; `handle` is retired. Callers hold comm->mutex.
+yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle);
+yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle);
 
-// Asynchronous failure seen by the device (timeout, abort), as a result code; yaliSuccess if none.
-// Reads host-mapped memory; never synchronizes.
-yaliResult_t commAsyncError(yaliComm* comm);
+// Asynchronous failure seen by the device (timeout, abort, a peer's failure), as a result code;
+// yaliSuccess if none. Reads host-mapped memory; never synchronizes; needs no lock.
+yaliResult_t commAsyncError(const yaliComm* comm);
+// The same, as the message yaliGetLastError gives for it.
+std::string commAsyncErrorText(yaliComm* comm);
+
+// Waits until the comm's first `launches` eager launches have ended on the device
+// (HostStatus::eagerDone), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
+// True when they have ended. Needs no lock.
+bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
+
+// Writes `bytes` from pinned `src` to device address `dst` on the comm's control stream and waits
+// for the copy, at most until `deadlineMs`. False (with *error) if it failed or did not finish.
+bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, int64_t deadlineMs,
+                      std::string* error);
 
 // DeviceArgs for a launch, with everything but the per-call fields filled.
 DeviceArgs baseDeviceArgs(const yaliComm* comm);

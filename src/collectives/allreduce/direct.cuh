@@ -44,15 +44,14 @@ constexpr int kDirectMaxThreads = 512;
 constexpr int kDirectUnroll = YALI_DIRECT_UNROLL;
 
 template <typename T, Op kOp>
-__global__ void __launch_bounds__(kDirectMaxThreads) directKernel(DeviceArgs args) {
-  uint64_t epoch;
-  if (!startLaunch(args, &epoch)) return;
+__device__ __forceinline__ void direct(const DeviceArgs& args, const LaunchInfo& info) {
+  const uint64_t epoch = info.epoch;
   const int n = args.nranks;
   const int me = args.rank;
   const Team block = wholeBlock();
   const size_t enterFlags = args.layout.directFlags;
   const size_t leaveFlags = enterFlags + sizeof(uint64_t) * kMaxCtas * kMaxRanks;
-  if (!enterWithTag(args, enterFlags, epoch, kPhaseDirectEnter)) return;
+  if (!enterWithTag(args, enterFlags, info, kPhaseDirectEnter)) return;
   allowNextGrid();
 
   // This block's run of our shard.
@@ -92,8 +91,12 @@ __global__ void __launch_bounds__(kDirectMaxThreads) directKernel(DeviceArgs arg
 
   const uint64_t left = flagValue(epoch, 0);
   signalPeers(block, args, leaveFlags, left);  // block barrier first: every store of the run is issued
-  if (!waitPeers(block, args, leaveFlags, left, kPhaseDirectLeave)) return;
-  retireEpoch(args.local, epoch);
+  waitPeers(block, args, leaveFlags, left, kPhaseDirectLeave);
+}
+
+template <typename T, Op kOp>
+__global__ void __launch_bounds__(kDirectMaxThreads) directKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { direct<T, kOp>(args, info); });
 }
 
 }  // namespace yali

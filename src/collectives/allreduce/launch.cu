@@ -10,6 +10,8 @@
 namespace yali {
 namespace {
 
+using KernelFn = void (*)(DeviceArgs);
+
 // Rows: fp16, fp32, bf16 (DataType order); columns: Op order.
 #define YALI_KERNEL_ROW(KERNEL, T)                                                             \
   {                                                                                            \
@@ -49,15 +51,13 @@ const KernelFn (*kernelTable(Algo algo))[5] {
     case Algo::kTwoshot: return kTwoshot;
     case Algo::kTwoshotPush: return kTwoshotPush;
     case Algo::kOneshotPull: return kOneshotPull;
-    case Algo::kCopyEngine: return nullptr;  // copy_engine.cu: not a single kernel
     case Algo::kDirect: return kDirect;
     case Algo::kTwoshotDirect: return kTwoshotDirect;
   }
   return nullptr;
 }
 
-}  // namespace
-
+// The most threads per block all of a table's kernels can launch with, on the current device.
 int maxThreadsOfTable(const KernelFn (*table)[5]) {
   int limit = 1024;
   for (int row = 0; row < 3; ++row) {
@@ -71,10 +71,9 @@ int maxThreadsOfTable(const KernelFn (*table)[5]) {
   return limit / 32 * 32;
 }
 
-int maxLaunchableThreads(Algo algo) {
-  if (algo == Algo::kCopyEngine) return maxCopyEngineThreads();
-  return maxThreadsOfTable(kernelTable(algo));
-}
+}  // namespace
+
+int maxLaunchableThreads(Algo algo) { return maxThreadsOfTable(kernelTable(algo)); }
 
 cudaError_t launchAllReduce(const AlgoChoice& choice, DataType dtype, int op,
                             const DeviceArgs& args, bool programmatic, cudaStream_t stream) {

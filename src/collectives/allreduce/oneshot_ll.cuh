@@ -4,7 +4,8 @@
 // reduces the n copies it received, in rank order 0..n-1, so all ranks produce the same bits.
 //
 // LL packet (16 bytes, written with one st.volatile.v4): { data0, flag, data1, flag }, 8 bytes of
-// payload. The flag is the low 32 bits of the launch epoch. A reader polls a packet until both
+// payload. The flag is the launch epoch (at most kEpochLimit, so it fits 32 bits and no two
+// launches of a round share it; the rebase clears the packets between rounds). A reader polls a packet until both
 // flags equal the current epoch: each 8-byte half {data, flag} is written by one 8-byte-atomic
 // piece of the 16-byte store, so a half whose flag matches carries this epoch's data. No separate
 // "data ready" flag is needed.
@@ -13,7 +14,7 @@
 // at epoch e + 2 only after it has finished launch e + 1, which needed data every peer sent during
 // its own launch e + 1, which began after that peer's launch e (the last reader of parity p) ended.
 // Any launch in between (of any algorithm) waits on every peer the same way, so the argument holds
-// across algorithms. Stale packets carry an older epoch and never match.
+// across algorithms. Stale packets carry an older epoch of the round, or zero, and never match.
 #pragma once
 
 #include "collectives/common/device.cuh"
@@ -74,10 +75,8 @@ struct PayloadAccumulator {
 };
 
 template <typename T, Op kOp>
-__global__ void oneshotLLKernel(DeviceArgs args) {
-  uint64_t epoch;
-  if (!startLaunch(args, &epoch)) return;
-  const uint32_t flag = static_cast<uint32_t>(epoch);
+__device__ __forceinline__ void oneshotLL(const DeviceArgs& args, uint64_t epoch) {
+  const uint32_t flag = static_cast<uint32_t>(epoch);  // epoch <= kEpochLimit: unique in a round
   const int parity = static_cast<int>(epoch & 1);
   const int n = args.nranks;
   const size_t packets = (args.count * sizeof(T) + 7) / 8;
@@ -120,7 +119,11 @@ __global__ void oneshotLLKernel(DeviceArgs args) {
     }
     storePayload8(recv, p, args.count, acc.result(n));
   }
-  retireEpoch(args.local, epoch);
+}
+
+template <typename T, Op kOp>
+__global__ void oneshotLLKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { oneshotLL<T, kOp>(args, info.epoch); });
 }
 
 }  // namespace yali

@@ -48,9 +48,7 @@ __device__ __forceinline__ void copyVectorsAllInFlight(uint4* dst, const uint4* 
 }
 
 template <typename T, Op kOp>
-__global__ void oneshotPullKernel(DeviceArgs args) {
-  uint64_t epoch;
-  if (!startLaunch(args, &epoch)) return;
+__device__ __forceinline__ void oneshotPull(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
   const WindowLayout& L = args.layout;
   const size_t parityOffset = L.copyIn + static_cast<size_t>(epoch & 1) * L.copyInBytes;
@@ -85,7 +83,11 @@ __global__ void oneshotPullKernel(DeviceArgs args) {
     T* dst[1] = {out};
     reduceElems<T, kOp>(wholeBlock(), dst, 1, src, n, len);
   }
-  retireEpoch(args.local, epoch);
+}
+
+template <typename T, Op kOp>
+__global__ void oneshotPullKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { oneshotPull<T, kOp>(args, info.epoch); });
 }
 
 }  // namespace yali

@@ -71,11 +71,10 @@ enum class Gather : int {
 };
 
 template <typename T, Op kOp, Gather kGather>
-__global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs args) {
-  uint64_t epoch;
-  if (!startLaunch(args, &epoch)) return;
+__device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo& info) {
+  const uint64_t epoch = info.epoch;
   if constexpr (kGather == Gather::kIntoOutputs) {
-    if (!enterWithTag(args, args.layout.directFlags, epoch, kPhaseTwoshotEnter)) return;
+    if (!enterWithTag(args, args.layout.directFlags, info, kPhaseTwoshotEnter)) return;
   }
   const int n = args.nranks;
   const int me = args.rank;
@@ -161,7 +160,11 @@ __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(DeviceArgs a
       }
     }
   }
-  retireEpoch(args.local, epoch);
+}
+
+template <typename T, Op kOp, Gather kGather>
+__global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { twoshot<T, kOp, kGather>(args, info); });
 }
 
 }  // namespace yali

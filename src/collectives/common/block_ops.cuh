@@ -1,4 +1,4 @@
-// Building blocks shared by the multi-step AllReduce kernels (twoshot, oneshot_pull, copy_engine):
+// Building blocks shared by the multi-step AllReduce kernels (twoshot, oneshot_pull, direct):
 // element copies and reductions over a team's threads, and the per-pipeline flag exchange with
 // every peer.
 #pragma once
@@ -137,16 +137,6 @@ __device__ __forceinline__ void signalPeers(const Team& team, const DeviceArgs& 
   }
 }
 
-// Waits until `flag` reaches `value` (the calling thread only); false when the wait failed.
-__device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64_t* flag,
-                                            uint64_t value, int phase) {
-  WaitGuard guard(args);
-  while (observe(flag) < value) {
-    if (!guard.keepWaiting(phase)) return false;
-  }
-  return true;
-}
-
 // Waits until every other rank's flag [team.id][s] in our window reaches `value` (one thread
 // each). Returns false (for the whole team) when the wait failed.
 __device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& args,
@@ -165,19 +155,21 @@ __device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& ar
 }
 
 // The entry handshake of the kernels that touch peers' registered buffers (direct, twoshot_direct),
-// by the whole block: publishes flagValue(epoch, args.callTag) into flag array `flagsOffset`
-// [block][our rank] of every peer and waits until every peer's block has published its own. A
-// peer publishes after its waitForPriorGrids(), so from then on its registered buffers hold its
-// input and nothing of its own still reads or writes them (stream order). A peer whose tag is
-// not ours made a different call (or runs a different algorithm): the block records
-// kFailMismatch. Every rank sees a differing tag when any does, so all give up before touching a
-// peer's buffer. Returns false when the block must stop (mismatch or a failed wait).
-__device__ __forceinline__ bool enterWithTag(const DeviceArgs& args, size_t flagsOffset, uint64_t epoch,
-                                             int phase) {
+// by the whole block: publishes flagValue(epoch, tag) into flag array `flagsOffset` [block][our
+// rank] of every peer and waits until every peer's block has published its own. A peer publishes
+// after its waitForPriorGrids(), so from then on its registered buffers hold its input and nothing
+// of its own still reads or writes them (stream order). A peer whose tag is not ours made a
+// different call (or runs a different algorithm, or its registration is gone: LaunchInfo::tag):
+// the block records kFailMismatch. Every rank sees a differing tag when any does, so all give up
+// before touching a peer's buffer. Returns false when the block must stop (mismatch or a failed
+// wait).
+__device__ __forceinline__ bool enterWithTag(const DeviceArgs& args, size_t flagsOffset,
+                                             const LaunchInfo& info, int phase) {
   __shared__ int mismatch;
   const Team block = wholeBlock();
+  const uint64_t epoch = info.epoch;
   if (threadIdx.x == 0) mismatch = 0;  // ordered before the checks by signalPeers' barrier
-  signalPeers(block, args, flagsOffset, flagValue(epoch, args.callTag));
+  signalPeers(block, args, flagsOffset, flagValue(epoch, info.tag));
   if (!waitPeers(block, args, flagsOffset, flagValue(epoch, 0), phase)) return false;
   // The peer's flag holds this launch's value: it cannot enter the next launch before we left
   // this one.
@@ -185,7 +177,7 @@ __device__ __forceinline__ bool enterWithTag(const DeviceArgs& args, size_t flag
   if (peer < args.nranks && peer != args.rank) {
     const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
                            blockIdx.x * kMaxRanks + peer;
-    if (static_cast<uint32_t>(observe(flag)) != args.callTag) {
+    if (static_cast<uint32_t>(observe(flag)) != info.tag) {
       mismatch = 1;
       recordFailure(args, kFailMismatch, phase);
     }

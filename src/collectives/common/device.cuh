@@ -57,31 +57,81 @@ __device__ __forceinline__ uint4 loadVolatile16(const uint4* p) {
 
 // ---- Bounded waits ------------------------------------------------------------------------------
 
+__device__ __forceinline__ WindowHeader* headerOf(char* window) {
+  return reinterpret_cast<WindowHeader*>(window);
+}
+
 // Records that this launch failed (DeviceFailure `code`, in wait phase `phase`) where the host reads
-// it, and marks the comm failed so that every later wait and launch gives up at once. The first
-// failure wins; the host reads these words without synchronizing.
-__device__ inline void recordFailure(const DeviceArgs& args, int code, int phase) {
-  if (atomicCAS(&args.host->failure, 0, code) == 0) {
-    args.host->failurePhase = phase;
-    args.host->failureBlock = blockIdx.x;
-    args.host->failureEpoch = args.epochHint;
+// it, marks the comm failed so that every later wait and launch gives up at once, and tells every
+// peer (once per comm, unless the failure came from a peer): their waits for us end now rather than
+// at their own deadlines, so that a rank that dies or hangs costs every survivor one timeout, not
+// one each in turn. The first failure wins; the host reads these words without synchronizing.
+// `origin` and `remoteCode`: for kFailRemote, the peer and its own failure code.
+// Out of line (here and below, the frame's rare paths): inlined into every kernel they cost
+// registers on the paths that run (ptxas showed new spills). Kernels take their DeviceArgs as
+// __grid_constant__, so a reference to them costs no copy.
+__device__ __noinline__ void recordFailure(const DeviceArgs& args, int code, int phase, int origin = -1,
+                                           int remoteCode = kFailNone) {
+  if (atomicCAS(&args.host->claim, 0, 1) == 0) {
+    volatile HostStatus* h = args.host;
+    h->failurePhase = phase;
+    h->failureBlock = blockIdx.x;
+    h->failureEpoch = args.epochHint;
+    h->failureOrigin = origin;
+    h->failureRemoteCode = remoteCode;
+    __threadfence_system();  // the details before the code that announces them
+    h->failure = code;
   }
   atomicExch(&args.local->failed, 1);
+  if (code != kFailRemote && atomicExch(&args.local->propagated, 1) == 0) {
+    const uint32_t word = encodeRemoteFailure(code, args.rank);
+    for (int p = 0; p < args.nranks; ++p) {
+      if (p == args.rank) continue;
+      *reinterpret_cast<volatile uint32_t*>(&headerOf(args.peerWindows[p])->remoteFailure) = word;
+    }
+  }
   __threadfence_system();
 }
 
+// A peer's failure as our window's header announces it: recorded as ours (kFailRemote). False when
+// no peer has failed.
+__device__ __forceinline__ bool peerFailed(const DeviceArgs& args, int phase) {
+  const uint32_t word = *reinterpret_cast<volatile uint32_t*>(&headerOf(args.window)->remoteFailure);
+  if (word == 0) return false;
+  recordFailure(args, kFailRemote, phase, remoteFailureRank(word), remoteFailureCode(word));
+  return true;
+}
+
 // Every spin loop on the device goes through a WaitGuard: it turns "the peer never came" into an
-// error the host can read instead of a hang. It checks, every kSpinsPerCheck iterations,
-//   1. the deadline (DeviceArgs::timeoutNs from the wait's start),
-//   2. the comm's local failure word (another block of ours or an earlier launch already failed),
-//   3. our window's abortedByPeer word (a peer's yaliCommAbort),
+// error the host can read instead of a hang. Every kSpinsPerCheck iterations it calls
+// waitMayGoOn, which checks
+//   1. the comm's local failed/closed words (another block of ours or an earlier launch already
+//      failed, or the host closed the comm),
+//   2. our window's remoteFailure word (a peer failed or called yaliCommAbort),
+//   3. the deadline (DeviceArgs::timeoutNs from the wait's start),
 // and every kChecksPerHostCheck checks also
 //   4. the host-mapped abort word (yaliCommAbort on this rank). That read crosses PCIe; with
 //      thousands of threads waiting at once it must stay rare (about every 16K spins).
 // On failure it records the error (recordFailure) and every later check returns false.
+constexpr int kSpinsPerCheck = 256;
+constexpr int kChecksPerHostCheck = 64;
+
+__device__ __noinline__ bool waitMayGoOn(const DeviceArgs& args, uint64_t deadline, int checks, int phase) {
+  if (*reinterpret_cast<volatile unsigned long long*>(&args.local->failed) != 0) return false;
+  if (peerFailed(args, phase)) return false;
+  if (checks % kChecksPerHostCheck == 0 &&
+      *reinterpret_cast<volatile int*>(&args.host->abortRequested) != 0) {
+    recordFailure(args, kFailAborted, phase);
+    return false;
+  }
+  if (globalTimerNs() > deadline) {
+    recordFailure(args, kFailTimeout, phase);
+    return false;
+  }
+  return true;
+}
+
 struct WaitGuard {
-  static constexpr int kSpinsPerCheck = 256;
-  static constexpr int kChecksPerHostCheck = 64;
   const DeviceArgs& args;
   uint64_t deadline;
   int spins = 0;
@@ -95,28 +145,18 @@ struct WaitGuard {
   __device__ __forceinline__ bool keepWaiting(int phase) {
     if (++spins < kSpinsPerCheck) return true;
     spins = 0;
-    if (*reinterpret_cast<volatile int*>(&args.local->failed) != 0) return false;
-    if (reinterpret_cast<volatile WindowHeader*>(args.window)->abortedByPeer != 0) {
-      recordFailure(args, kFailRemoteAbort, phase);
-      return false;
-    }
-    if (++checks % kChecksPerHostCheck == 0 &&
-        *reinterpret_cast<volatile int*>(&args.host->abortRequested) != 0) {
-      recordFailure(args, kFailAborted, phase);
-      return false;
-    }
-    if (globalTimerNs() > deadline) {
-      recordFailure(args, kFailTimeout, phase);
-      return false;
-    }
-    return true;
+    return waitMayGoOn(args, deadline, ++checks, phase);
   }
 };
 
-// True when this launch must not run (an earlier launch on this comm failed). Graph replays reach
-// the device without passing through the host API, so kernels check this themselves.
-__device__ __forceinline__ bool commFailed(const DeviceArgs& args) {
-  return *reinterpret_cast<volatile int*>(&args.local->failed) != 0;
+// Waits until `flag` reaches `value` (the calling thread only); false when the wait failed.
+__device__ __forceinline__ bool waitAtLeast(const DeviceArgs& args, const uint64_t* flag,
+                                            uint64_t value, int phase) {
+  WaitGuard guard(args);
+  while (observe(flag) < value) {
+    if (!guard.keepWaiting(phase)) return false;
+  }
+  return true;
 }
 
 // ---- Programmatic dependent launch ---------------------------------------------------------------
@@ -139,43 +179,149 @@ __device__ __forceinline__ void allowNextGrid() {
 #endif
 }
 
-// ---- Launch epoch ---------------------------------------------------------------------------------
+// ---- The launch frame: admission, epoch, exit ------------------------------------------------------
 
-// Every launch on a comm gets the next epoch without the host passing it in (a captured graph
-// replays the same arguments each time). Thread 0 of each block reads LocalState::epoch when the
-// block starts (readEpoch; the block takes it from shared memory) and counts the block in
-// `epochReaders` when its own work is done (retireEpoch); the last block of the grid to retire
-// advances the epoch for the next launch. Each block's read precedes its retirement in thread 0's
-// program order (fence between), and the advance follows the last retirement, so no block of this
-// launch can read the advanced value; the next launch on the stream starts after this one ends.
-// Retiring at the end keeps the atomic off the latency-critical start, and needs no barrier, so a
-// thread that abandoned a failed wait cannot hold it up.
-__device__ __forceinline__ uint64_t readEpoch(LocalState* local, uint64_t* sharedEpochSlot) {
-  if (threadIdx.x == 0) *sharedEpochSlot = *reinterpret_cast<volatile uint64_t*>(&local->epoch);
-  __syncthreads();
-  return *sharedEpochSlot;
+// Phases of the frame itself (the algorithms number their waits from 1 up).
+constexpr int kPhaseAdmission = 0;  // a launch found that a peer had failed
+constexpr int kPhaseRebaseArrive = 20;
+constexpr int kPhaseRebaseClear = 21;
+
+// What a launch learns when it starts. Every launch on a comm gets the next epoch without the host
+// passing it in (a captured graph replays the same arguments each time): thread 0 of each block
+// reads LocalState::epoch when the block starts; the last block of the grid to leave advances it
+// (leaveLaunch). Each block's read precedes its leaving in thread 0's program order, and the
+// advance follows the last leaving, so no block of this launch can read the advanced value; the
+// next launch on the stream starts after this one ends.
+struct LaunchInfo {
+  uint64_t epoch;
+  uint32_t tag;  // registered buffers: DeviceArgs::callTag, or poisonedTag(callTag) when a
+                 // registration this call was captured with has gone (LocalState::regEpoch moved
+                 // on): the tags then differ and every rank stops before touching a buffer
+};
+
+enum Admission : int {
+  kAdmitted = 0,
+  kRefusedFailed = 1,  // the comm failed earlier (here or on a peer): poison the output
+  kRefusedClosed = 2,  // the comm was destroyed or aborted: touch nothing but the exit count
+};
+
+// Fills the output with all-ones bytes (NaN in fp16, bf16 and fp32), grid-wide: what a launch on a
+// failed comm leaves behind instead of stale data, for callers that read outputs without checking
+// yaliCommGetAsyncError (a graph replay reaches the device without passing through the host API).
+__device__ __noinline__ void poisonOutput(const DeviceArgs& args, size_t elemSize) {
+  unsigned char* out = static_cast<unsigned char*>(args.recv);
+  const size_t bytes = args.count * elemSize;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  size_t head = (16 - (reinterpret_cast<uintptr_t>(out) & 15)) & 15;
+  if (head > bytes) head = bytes;
+  for (size_t i = first; i < head; i += stride) out[i] = 0xFF;
+  const size_t vecs = (bytes - head) / 16;
+  uint4* v = reinterpret_cast<uint4*>(out + head);
+  for (size_t i = first; i < vecs; i += stride) v[i] = make_uint4(~0u, ~0u, ~0u, ~0u);
+  for (size_t i = head + vecs * 16 + first; i < bytes; i += stride) out[i] = 0xFF;
 }
 
-// The start of every single-kernel collective: waits for the previous grid on the stream, gives
-// up when the comm has failed (false: the kernel returns at once), and reads this launch's epoch.
-__device__ __forceinline__ bool startLaunch(const DeviceArgs& args, uint64_t* epoch) {
-  __shared__ uint64_t epochSlot;
-  waitForPriorGrids();
-  if (commFailed(args)) return false;
-  *epoch = readEpoch(args.local, &epochSlot);
-  return true;
-}
-
-__device__ __forceinline__ void retireEpoch(LocalState* local, uint64_t epoch) {
-  if (threadIdx.x == 0) {
-    __threadfence();
-    const unsigned retired = atomicAdd(&local->epochReaders, 1u);
-    if (retired == gridDim.x - 1) {
-      __threadfence();
-      local->epochReaders = 0;
-      *reinterpret_cast<volatile uint64_t*>(&local->epoch) = epoch + 1;
+// The epoch rebase, by thread 0 of the last block of the launch whose epoch is kEpochLimit, on
+// every rank: after it, epochs start again at 1 and the window's epoch-stamped areas (flags and LL
+// packets) hold zeros, so no value left from the round that ends can satisfy a wait of the next.
+//   1. publish rebaseArrived[our rank] = g + 1 on every peer (g: rebases so far, the same on every
+//      rank) and wait for every peer's: every rank's launch kEpochLimit has ended (this runs after
+//      its last block left), so no peer still writes into our window or reads from it;
+//   2. clear our window's stamped areas;
+//   3. publish rebaseCleared[our rank] = g + 1 and wait for every peer's: no rank's next launch
+//      can write into a peer's window before that peer has cleared it.
+// The flags sit in the header, outside the cleared areas; their values grow by one per rebase and
+// never wrap. A failed wait leaves the epoch where it is: the comm has failed.
+__device__ __noinline__ void rebaseEpochs(const DeviceArgs& args) {
+  const uint64_t round = args.local->rebases + 1;
+  auto exchange = [&](size_t flagsOffset, int phase) {
+    __threadfence_system();
+    for (int p = 0; p < args.nranks; ++p) {
+      if (p == args.rank) continue;
+      publish(reinterpret_cast<uint64_t*>(args.peerWindows[p] + flagsOffset) + args.rank, round);
     }
+    for (int p = 0; p < args.nranks; ++p) {
+      if (p == args.rank) continue;
+      if (!waitAtLeast(args, reinterpret_cast<const uint64_t*>(args.window + flagsOffset) + p, round, phase))
+        return false;
+    }
+    return true;
+  };
+  if (!exchange(offsetof(WindowHeader, rebaseArrived), kPhaseRebaseArrive)) return;
+  uint4* stamped = reinterpret_cast<uint4*>(args.window + args.layout.pushFlags);
+  for (size_t i = 0; i < args.layout.stampedBytes / 16; ++i) stamped[i] = make_uint4(0, 0, 0, 0);
+  if (!exchange(offsetof(WindowHeader, rebaseCleared), kPhaseRebaseClear)) return;
+  args.local->rebases = round;
+  *reinterpret_cast<volatile uint64_t*>(&args.local->epoch) = 1;
+}
+
+// The start of every collective kernel, by all threads: waits for the previous grid on the stream,
+// then decides whether this launch may run (a failed or closed comm, or a peer's failure, refuse
+// it) and reads its epoch and tag. The gate and the epoch share a cache line: one round trip.
+__device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchInfo* info) {
+  __shared__ LaunchInfo shared;
+  __shared__ int admission;
+  waitForPriorGrids();
+  if (threadIdx.x == 0) {
+    // All four loads are issued before the first result is used.
+    const LocalState* local = args.local;
+    const uint64_t gate = *reinterpret_cast<const volatile unsigned long long*>(&local->failed);
+    const uint64_t epoch = *reinterpret_cast<const volatile uint64_t*>(&local->epoch);
+    const uint32_t regEpoch = *reinterpret_cast<const volatile uint32_t*>(&local->regEpoch);
+    const uint32_t remote = *reinterpret_cast<volatile uint32_t*>(&headerOf(args.window)->remoteFailure);
+    const bool closed = (gate >> 32) != 0;
+    const bool failed = (gate & 0xFFFFFFFFu) != 0;
+    if (closed) {
+      admission = kRefusedClosed;
+    } else if (failed) {
+      admission = kRefusedFailed;
+    } else if (remote != 0) {  // a peer failed since our last launch
+      recordFailure(args, kFailRemote, kPhaseAdmission, remoteFailureRank(remote), remoteFailureCode(remote));
+      admission = kRefusedFailed;
+    } else {
+      admission = kAdmitted;
+    }
+    shared.epoch = epoch;
+    shared.tag = regEpoch == args.regEpoch ? args.callTag : poisonedTag(args.callTag, args.rank);
   }
+  __syncthreads();
+  *info = shared;
+  return static_cast<Admission>(admission);
+}
+
+// The end of every collective kernel, by thread 0 of each block, on every path (also after a
+// failed wait or a refused admission): counts the block out of the launch; the last block advances
+// the epoch (or rebases), and for an eager launch tells the host that the launch has ended
+// (yaliCommDestroy waits for that). The fence orders this block's work before its count.
+__device__ __noinline__ void leaveLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission) {
+  LocalState* local = args.local;
+  if (info.epoch == kEpochLimit) __threadfence_system();  // the rebase's peers must see our stores
+  else __threadfence();
+  const unsigned left = atomicAdd(&local->exits, 1u);
+  if (left != gridDim.x - 1) return;
+  __threadfence();
+  local->exits = 0;
+  if (admission == kAdmitted && *reinterpret_cast<volatile int*>(&local->failed) == 0) {
+    if (info.epoch >= kEpochLimit) rebaseEpochs(args);
+    else *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
+  }
+  if (args.eagerSeq != 0) {
+    __threadfence_system();
+    *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
+  }
+}
+
+// Runs one collective kernel's body inside the launch frame. `body(info)` may return early on a
+// failed wait; every thread then still reaches the frame's exit. kElemSize: the output's element
+// size (for the poison fill).
+template <size_t kElemSize, typename Body>
+__device__ __forceinline__ void runLaunch(const DeviceArgs& args, Body&& body) {
+  LaunchInfo info;
+  const Admission admission = enterLaunch(args, &info);
+  if (admission == kAdmitted) body(info);
+  else if (admission == kRefusedFailed) poisonOutput(args, kElemSize);
+  if (threadIdx.x == 0) leaveLaunch(args, info, admission);
 }
 
 // ---- Element types and reduction ------------------------------------------------------------------

@@ -20,21 +20,37 @@ constexpr int kMaxCtas = 64;
 // flag arrays hold one row per pipeline.
 constexpr int kMaxTeamsPerBlock = 2;
 constexpr int kMaxPipelines = kMaxCtas * kMaxTeamsPerBlock;
-// Copy-engine AllReduce (copy_engine.cu): rounds in flight per direction, i.e. how many rounds'
-// worth of staging each window holds. Three lets a sender run two rounds ahead of the slowest
-// receiver's reduction.
-constexpr int kCeSlots = 3;
+
+// Launch epochs run 1, 2, ..., kEpochLimit, then start again at 1 (device.cuh: rebaseEpochs). The
+// limit keeps every epoch-stamped value unique over a round: an LL packet's 32-bit flag is the
+// epoch itself, and flagValue(epoch, step) keeps the epoch in its upper 32 bits.
+constexpr uint64_t kEpochLimit = 0xFFFFFFFFull;
 
 // Why a device wait was abandoned (HostStatus::failure).
 enum DeviceFailure : int {
   kFailNone = 0,
-  kFailTimeout = 1,      // a peer did not arrive within YALI_TIMEOUT_MS
-  kFailAborted = 2,      // yaliCommAbort on this rank
-  kFailRemoteAbort = 3,  // a peer called yaliCommAbort
-  kFailMismatch = 4,     // direct: a peer made a different call (DeviceArgs::callTag differs)
+  kFailTimeout = 1,   // a peer did not arrive within YALI_TIMEOUT_MS
+  kFailAborted = 2,   // yaliCommAbort on this rank
+  kFailRemote = 3,    // a peer failed and told us (HostStatus::failureOrigin, failureRemoteCode)
+  kFailMismatch = 4,  // registered buffers: a peer made a different call (DeviceArgs::callTag)
 };
 
-// ---- The window: one cudaMalloc per rank, mapped by every peer (CUDA IPC or peer access) ----------
+// WindowHeader::remoteFailure: which peer failed and how, in one word a peer writes with one store.
+YALI_HOST_DEVICE inline uint32_t encodeRemoteFailure(int code, int rank) {
+  return (static_cast<uint32_t>(code) << 8) | static_cast<uint32_t>(rank + 1);
+}
+YALI_HOST_DEVICE inline int remoteFailureCode(uint32_t word) { return static_cast<int>(word >> 8); }
+YALI_HOST_DEVICE inline int remoteFailureRank(uint32_t word) { return static_cast<int>(word & 0xFF) - 1; }
+
+// The entry tag of a registered-buffer call that must not run (its registration is gone or its
+// memory was freed): different from the call's real tag and from every other rank's poisoned tag,
+// so that the entry handshake fails on every rank even when every rank poisons (block_ops.cuh:
+// enterWithTag). A plain complement would match when all ranks complement.
+YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
+  return tag ^ (0x80000000u | static_cast<uint32_t>(rank + 1));
+}
+
+// ---- The window: one cuMem allocation per rank, mapped by every peer ------------------------------
 //
 // Byte layout (offsets in WindowLayout, all 256-byte aligned):
 //   header      WindowHeader
@@ -46,7 +62,7 @@ enum DeviceFailure : int {
 //   directFlags uint64[2][kMaxCtas][kMaxRanks]  direct's [0] enter and [1] leave flags:
 //                                            [b][s]: sender s's block b has started (enter) or
 //                                            finished with every buffer (leave) in epoch `epoch`;
-//                                            enter = flagValue(epoch, callTag), leave =
+//                                            enter = flagValue(epoch, tag), leave =
 //                                            flagValue(epoch, 0)
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //   staging     [parity 2][sender nranks][stagingBytes]: reduce-scatter pieces pushed by senders;
@@ -56,15 +72,23 @@ enum DeviceFailure : int {
 //               (twoshot_push); same slot rule as staging
 //   copyIn      [parity 2][copyInBytes]: this rank's whole input, copied in for oneshot_pull and
 //               read by every peer; block b's run of elements at the same offset as in the input
-//   ceFlags     CeFlags: the copy-engine algorithm's flags (below)
-//   ceRs        [slot kCeSlots][sender nranks][ceChunkBytes]: reduce-scatter pieces that senders'
-//               copy engines wrote; round g uses slot g % kCeSlots
-//   ceAg        [slot kCeSlots][ceChunkBytes]: this rank's reduced shard of round g, read by every
-//               peer's copy engine
+//   local       LocalState: this rank's private launch state (in the window only to share its
+//               allocation and lifetime; no peer reads or writes it)
+// Everything from pushFlags to the end of ll is epoch-stamped (WindowLayout::stampedBytes): the
+// epoch rebase clears it.
 struct WindowHeader {
-  int abortedByPeer;  // set by a peer's yaliCommAbort; our device waits give up when they see it
-  int pad[63];
+  // 0, or encodeRemoteFailure(code, rank) of a peer that failed: written by the peer's device when
+  // one of its waits fails (recordFailure), or by its host in yaliCommAbort; our device waits and
+  // our next launch give up when they see it. Last writer wins: any one names a failed peer.
+  uint32_t remoteFailure;
+  uint32_t pad0;
+  // The epoch rebase's two rounds (device.cuh: rebaseEpochs); [s] is written by rank s, with the
+  // number of rebases rank s has completed plus one.
+  uint64_t rebaseArrived[kMaxRanks];  // s finished its launch of epoch kEpochLimit
+  uint64_t rebaseCleared[kMaxRanks];  // s cleared its own window's epoch-stamped areas
+  uint64_t pad[256 / 8 - 1 - 2 * kMaxRanks];
 };
+static_assert(sizeof(WindowHeader) == 256, "WindowHeader is one 256-byte block");
 
 struct WindowLayout {
   size_t pushFlags;
@@ -72,58 +96,60 @@ struct WindowLayout {
   size_t directFlags;
   size_t ll;
   size_t llSlotBytes;  // bytes of packets per (parity, sender); payload is half of it
+  size_t stampedBytes; // [pushFlags, pushFlags + stampedBytes): flags and LL packets
   size_t staging;
   size_t stagingBytes;  // bytes per (parity, sender)
   size_t result;
   size_t gather;
   size_t copyIn;
   size_t copyInBytes;  // bytes per parity: the largest oneshot_pull message
-  size_t ceFlags;
-  size_t ceRs;
-  size_t ceAg;
-  size_t ceChunkBytes;  // bytes per (slot, sender): the largest shard of one round; 0 = no CE
+  size_t local;        // this rank's LocalState (private: no peer touches it)
   size_t total;
 };
 
-// The copy-engine algorithm's flags, in the receiver's window. Round j of a launch uses slot
-// j % kCeSlots (so the host knows every copy's addresses, and a captured graph replays them), and
-// is that slot's use number u = LocalState::ceSlotUses[slot] + j / kCeSlots, counted over the life
-// of the comm and the same on every rank. Every flag holds "u + 1" of the last use it announces, so
-// zero means never and every wait is "flag >= value"; nothing is ever reset.
-struct CeFlags {
-  uint64_t arrived[kCeSlots][kMaxRanks];         // [slot][sender]: sender's copy into our
-                                                 // ceRs[slot][sender] for that round has completed
-  uint64_t ready[kCeSlots][kMaxRanks][kMaxCtas];  // [slot][owner][block]: the owner's block has
-                                                 // written its part of the owner's ceAg[slot] (and
-                                                 // so has finished reading the owner's ceRs[slot])
-  uint64_t freed[kCeSlots][kMaxRanks];           // [slot][reader]: reader's copy out of our
-                                                 // ceAg[slot] for that round has completed
-};
-
-// Flag values grow monotonically over the life of a comm (epoch, then step within a launch), so a
-// wait is "flag >= expected" and nothing is ever reset; a peer that is already one step ahead
-// satisfies it too.
+// Flag values grow monotonically over a round of epochs (epoch, then step within a launch), so a
+// wait is "flag >= expected" and nothing is reset but by the rebase; a peer that is already one
+// step ahead satisfies it too. epoch <= kEpochLimit < 2^32, so the shift never overflows.
 YALI_HOST_DEVICE inline uint64_t flagValue(uint64_t epoch, uint32_t step) {
   return (epoch << 32) | step;
 }
 
-// ---- Rank-private device state (plain cudaMalloc on the rank's GPU) ------------------------------
+// ---- Rank-private device state (at WindowLayout::local in the rank's own window) ------------------
 struct LocalState {
-  uint64_t epoch;          // the next launch's epoch; starts at 1 (LL buffers are zero: never valid)
-  unsigned epochReaders;   // blocks of the current launch that have read `epoch`
-  int failed;              // sticky: a wait of this comm failed; later launches return at once
-  uint64_t ceSlotUses[kCeSlots];  // copy-engine AllReduce: how many rounds of earlier launches
-                                  // used each slot (a round's "use" number, see CeFlags)
+  uint64_t epoch;   // the next launch's epoch, 1..kEpochLimit (YALI_TEST_EPOCH_START at first)
+  unsigned exits;   // blocks of the current launch that have left it; its last block resets it
+  uint32_t regEpoch;  // bumped by the host when a registration that a graph captured goes away:
+                      // replays of calls captured before then must not touch registered memory
+  // failed and closed are read together as one 8-byte word (device.cuh: readGate).
+  int failed;       // sticky: a wait of this comm failed; later launches touch nothing but poison
+                    // their outputs
+  int closed;       // set by the host (yaliCommDestroy, yaliCommAbort): later launches touch nothing
+  uint64_t rebases; // epoch rebases this comm has completed
+  int propagated;   // this rank has told its peers of its failure (recordFailure, once)
 };
+static_assert(offsetof(LocalState, failed) % 8 == 0 && offsetof(LocalState, closed) == offsetof(LocalState, failed) + 4,
+              "failed and closed form one aligned 8-byte word");
 
 // ---- Host-mapped status (cudaHostAlloc, mapped) ---------------------------------------------------
-// Written by the device on failure, read by the host at every API call without synchronizing.
+// Written by the device, read by the host at every API call without synchronizing.
 struct HostStatus {
-  int failure;        // DeviceFailure, first one wins (atomicCAS)
-  int failurePhase;   // which wait (kPhase* of the algorithm)
-  int failureBlock;   // blockIdx.x of the first failing block
-  int abortRequested; // set by yaliCommAbort on this rank; device waits poll it
-  uint64_t failureEpoch;
+  // The first failure wins `claim` (atomicCAS), writes the details, then publishes `failure` last,
+  // so that a host that reads failure != 0 (then, after an acquire fence, the details) never sees
+  // half of them.
+  int failure;          // DeviceFailure; 0 until the details below are complete
+  int claim;            // 0 until a failure claims the record
+  int failurePhase;     // which wait (kPhase* of the algorithm)
+  int failureBlock;     // blockIdx.x of the first failing block
+  int abortRequested;   // set by yaliCommAbort on this rank; device waits poll it
+  uint64_t failureEpoch;  // the host's launch count of the failing launch
+  int failureOrigin;      // kFailRemote: the peer that failed first, as far as we know
+  int failureRemoteCode;  // kFailRemote: that peer's own DeviceFailure
+  uint64_t eagerDone;     // DeviceArgs::eagerSeq of the last eager launch that has ended
+  // Sources of the host's stream-ordered writes into device memory (comm.cc: writeDeviceWords):
+  // pinned, so a copy never waits for a staging buffer.
+  int closedWords[2];     // {failed, closed} = {1, 1}: LocalState's gate after destroy or abort
+  uint32_t remoteWord;    // what yaliCommAbort writes into each peer's WindowHeader::remoteFailure
+  uint32_t regEpochWord;  // the next LocalState::regEpoch
 };
 
 // ---- Kernel arguments (passed by value) -----------------------------------------------------------
@@ -140,15 +166,17 @@ struct DeviceArgs {
   HostStatus* host;  // device alias of the host-mapped status
   uint64_t timeoutNs;
   uint64_t epochHint;  // host-side launch count, for error reports only
+  uint64_t eagerSeq;   // > 0: this eager launch's number (HostStatus::eagerDone); 0 in a graph
   size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
   int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel
-  // direct (registered buffers): every rank's send and recv buffers of this call as mapped here
-  // ([rank] is ours), and a digest of the call (count, type, op, registrations and offsets) that
-  // every peer's must equal.
+  // Registered buffers (direct, twoshot_direct): every rank's send and recv buffers of this call as
+  // mapped here ([rank] is ours), a digest of the call (count, type, op, registrations and offsets)
+  // that every peer's must equal, and LocalState::regEpoch when the call was made.
   const void* peerSend[kMaxRanks];
   void* peerRecv[kMaxRanks];
   uint32_t callTag;
+  uint32_t regEpoch;
 };
 
 }  // namespace yali

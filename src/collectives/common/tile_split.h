@@ -1,6 +1,5 @@
-// How a tile of the message is split into one shard per rank: shared by the two-shot kernels
-// (device) and copy_engine (host issues the copies, device reduces), so both sides agree on every
-// boundary.
+// How a tile of the message is split into one shard per rank: shared by the two-shot kernels and
+// direct, so that they agree on every boundary.
 #pragma once
 
 #include <cstddef>

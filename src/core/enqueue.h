@@ -1,0 +1,51 @@
+// From a checked call to a kernel on the caller's stream: the one path every collective takes after
+// its arguments are checked (api.cc), and yaliGroupStart/yaliGroupEnd.
+//
+// Groups, with NCCL's meaning: inside yaliGroupStart/yaliGroupEnd (nesting counts), collectives are
+// checked when called and launched at the outermost yaliGroupEnd, in call order, before it returns.
+// One thread driving several GPUs must group the per-GPU calls of one collective: otherwise a
+// kernel of its own that it launches between them may, on its first launch under lazy module
+// loading, wait for the device to drain, while our kernel on that device waits for a peer whose
+// kernel this thread has not launched yet (it would end at YALI_TIMEOUT_MS, as yaliTimeout).
+//
+// Graphs: a launch into a capturing stream gives the graph a reference to the comm's
+// DeviceResources (a CUDA user object), so that its replays never touch freed memory; it gets no
+// eager sequence number (DeviceArgs::eagerSeq 0).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "collectives/common/device_state.h"
+#include "core/registration.h"
+#include "tuning/selector.h"
+#include "yali/yali.h"
+
+namespace yali {
+
+// A collective call, checked and planned, ready to launch.
+struct PlannedLaunch {
+  std::shared_ptr<yaliComm> comm;
+  const char* call = "";
+  AlgoChoice choice{};
+  DataType dtype = DataType::kFloat32;
+  int op = 0;
+  size_t bytes = 0;
+  DeviceArgs args{};  // all but epochHint, eagerSeq and regEpoch, filled at launch
+  cudaStream_t stream = nullptr;
+  Registration* registrations[2] = {};  // the registrations the call's buffers lie in, if any
+};
+
+// Launches now, or at the outermost yaliGroupEnd when a group is open on this thread. The caller
+// holds plan.comm->mutex.
+yaliResult_t enqueue(PlannedLaunch plan);
+
+yaliResult_t groupStart();
+yaliResult_t groupEnd();
+// Launches of `comm` waiting in this thread's open group.
+bool hasPendingLaunches(const yaliComm* comm);
+// Forgets them (yaliCommAbort).
+void dropPendingLaunches(const yaliComm* comm);
+
+}  // namespace yali

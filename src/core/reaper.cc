@@ -1,0 +1,100 @@
+#include "core/reaper.h"
+
+#include <cuda_runtime.h>
+#include <time.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <set>
+#include <thread>
+
+namespace yali {
+namespace {
+
+constexpr int kRetryMs = 5;
+
+struct ReaperState {
+  std::mutex mutex;
+  std::condition_variable posted;    // a job was queued
+  std::condition_variable finished;  // a job has finished
+  std::deque<std::pair<uint64_t, std::function<bool()>>> jobs;
+  std::set<uint64_t> unfinished;
+  uint64_t lastPosted = 0;
+  bool started = false;
+};
+
+// Never destroyed: the thread may still run while the process exits, and CUDA's callbacks that
+// post releases may come after static destructors.
+ReaperState& state() {
+  static ReaperState* s = new ReaperState();
+  return *s;
+}
+
+void reaperLoop() {
+  cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&relaxed);
+  ReaperState& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  for (;;) {
+    s.posted.wait(lock, [&] { return !s.jobs.empty(); });
+    // One pass over the jobs queued now; those not ready go to the back.
+    bool progress = false;
+    for (size_t n = s.jobs.size(); n > 0; --n) {
+      auto job = std::move(s.jobs.front());
+      s.jobs.pop_front();
+      lock.unlock();
+      const bool done = job.second();
+      lock.lock();
+      if (done) {
+        s.unfinished.erase(job.first);
+        progress = true;
+      } else {
+        s.jobs.push_back(std::move(job));
+      }
+    }
+    if (progress) s.finished.notify_all();
+    if (!s.jobs.empty()) s.posted.wait_for(lock, std::chrono::milliseconds(kRetryMs));
+  }
+}
+
+}  // namespace
+
+int64_t nowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+thread_local uint64_t postedHere = 0;
+
+uint64_t Reaper::post(std::function<bool()> job) {
+  ReaperState& s = state();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (!s.started) {
+    s.started = true;
+    std::thread(reaperLoop).detach();
+  }
+  const uint64_t ticket = ++s.lastPosted;
+  s.jobs.emplace_back(ticket, std::move(job));
+  s.unfinished.insert(ticket);
+  s.posted.notify_one();
+  postedHere = ticket;
+  return ticket;
+}
+
+uint64_t Reaper::lastPostedHere() { return postedHere; }
+
+bool Reaper::waitFor(uint64_t ticket, int64_t deadlineMs) {
+  ReaperState& s = state();
+  std::unique_lock<std::mutex> lock(s.mutex);
+  while (s.unfinished.count(ticket) != 0) {
+    const int64_t left = deadlineMs - nowMs();
+    if (left <= 0) return false;
+    s.finished.wait_for(lock, std::chrono::milliseconds(left));
+  }
+  return true;
+}
+
+}  // namespace yali
