@@ -2,8 +2,9 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,pytests,perf,mpiperf,graphperf,tune,algocmp,
-#          variants,ncu,backends,sweep,symm   (default: build,tests,perf)
+#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,
+#          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm   (default: build,tests,perf)
+#   (every stage that runs the GPU suite passes --share-gpus: ranks share GPUs where GPUs are fewer)
 #   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
 #                                            GPUs (--share-gpus, single mode), once with the
 #                                            automatic choice per world size, then per forced
@@ -12,6 +13,17 @@
 #   SANITIZE_ALGOS="twoshot ..."             memcheck, single mode in one process (--share-gpus
 #                                            where GPUs are few), after a planted-bug canary; then
 #                                            at 2 ranks once per forced algorithm
+#   TRUST_FILTER=trust_  TRUST_SINGLE_RANKS="2 3 4"   trust: the trust cases (cases_trust.cc),
+#   TRUST_MULTI_RANKS="2 3"                  single and multi mode; then yali-kill-test (every
+#   KILL_RANKS=3  KILL_VICTIMS=1,0           algorithm, eager and graph, each victim in turn)
+#   SOAK_RANKS=2  SOAK_MODES="single multi"  soak: the soak cases (--filter soak)
+#   FUZZ_RUNS=8  FUZZ_SEED=1                 fuzz: seeded random settings (buffer sizes, blocks,
+#   FUZZ_PLAIN_RUNS=16                       algorithm, thresholds, sometimes a random tuning
+#                                            file), one line each: FUZZ_RUNS under
+#                                            compute-sanitizer memcheck (in one process, --quick,
+#                                            2 or 3 ranks), then FUZZ_PLAIN_RUNS without it (all
+#                                            sizes, 2 to 4 ranks); counts cases, registered_small
+#                                            where the algorithm needs registered buffers
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
 #   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
@@ -24,8 +36,11 @@
 #   PERF_SIZES="-b 4K -e 1G -f 4"            PERF_DTYPES=float,bfloat16   PERF_ITERS="-n 20 -w 5"
 #   PERF_EXTRA="..."                         extra yali-perf flags (e.g. -G 20)
 #   PERF_NP="2 4 8"                          world sizes for perf, mpiperf, graphperf (if GPUs allow)
+#   PERF_SHARE=1                             perf: world sizes above the GPU count too, ranks
+#                                            sharing GPUs (YALI only; kernel-level costs)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
+#   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/yali-gpu-check}
@@ -70,10 +85,13 @@ if has tests; then
   default_regex='.'
   [ "$ngpus" -le 4 ] && default_regex='^(host|perf|gpu_single|gpu_multi|gpu_mpi)'
   ctest --test-dir "$BUILD" --output-on-failure --timeout "${CTEST_TIMEOUT:-600}" \
-    -R "${CTEST_REGEX:-$default_regex}" > "$LOG/ctest.log" 2>&1
+    -R "${CTEST_REGEX:-$default_regex}" -E "${CTEST_EXCLUDE:-^gpu_(trust|soak|kill)_}" > "$LOG/ctest.log" 2>&1
   rc=$?
   note "ctest: rc=$rc $(grep -E 'tests passed|tests failed' "$LOG/ctest.log" | tail -1)"
   grep -E '^ *[0-9]+/[0-9]+ Test' "$LOG/ctest.log" | sed 's/^/   /'
+  # Each test's NOTE line (ranks sharing GPUs) is in ctest's log of the run, not in its output.
+  cp "$BUILD/Testing/Temporary/LastTest.log" "$LOG/ctest_last.log" 2>/dev/null &&
+    grep -c '^NOTE: .*ranks share GPUs' "$LOG/ctest_last.log" | sed 's/^/   tests with ranks sharing GPUs (correctness only): /'
   [ $rc -ne 0 ] && grep -E 'FAIL|SKIP' "$LOG/ctest.log" | head -40
 fi
 
@@ -82,10 +100,8 @@ if has algotests; then
   # through every kernel (auto selection sends each size to one algorithm only).
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push copy_engine}; do
-      # copy_engine has no staging by default (YALI_CE_CHUNK_BYTES=0): give it the measured 4 MB.
-      chunk=0; [ "$algo" = copy_engine ] && chunk=${CE_CHUNK:-4194304}
-      YALI_CE_CHUNK_BYTES=$chunk YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
+    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push}; do
+      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
     done
   done
@@ -131,6 +147,114 @@ if has sanitize; then
   done
 fi
 
+if has trust; then
+  # The trust cases (tests/gpu/cases_trust.cc) at 2, 3 and 4 ranks in one process and at 2 and 3 in
+  # one process per rank, ranks sharing GPUs where GPUs are few; then the kill test: one rank
+  # SIGKILLed mid-collective, every algorithm, eager and graph (tests/gpu/kill_test.cc).
+  tf=${TRUST_FILTER:-trust_}
+  for n in ${TRUST_SINGLE_RANKS:-2 3 4}; do
+    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single --filter "$tf" > "$LOG/trust_single_$n.log" 2>&1
+    note "trust cases single $n: rc=$? $(tail -1 "$LOG/trust_single_$n.log")"
+  done
+  for n in ${TRUST_MULTI_RANKS:-2 3}; do
+    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode multi --filter "$tf" > "$LOG/trust_multi_$n.log" 2>&1
+    note "trust cases multi $n: rc=$? $(tail -1 "$LOG/trust_multi_$n.log")"
+  done
+  kr=${KILL_RANKS:-3}
+  # The test bounds each of its runs itself (about 80 s at most; 4 s when it passes on one H100).
+  timeout ${KILL_TIMEOUT:-1500} "$BUILD/tests/yali-kill-test" --ranks "$kr" --victim "${KILL_VICTIMS:-1,0}" \
+    --mode both > "$LOG/kill_$kr.log" 2>&1
+  note "kill test $kr ranks: rc=$? $(grep -E 'runs passed' "$LOG/kill_$kr.log")"
+  grep -E '^(PASS|FAIL) ' "$LOG/kill_$kr.log" | cut -c1-220 | sed 's/^/   /'
+fi
+
+if has soak; then
+  # The soak cases (long runs of calls, and of comm life cycles), ranks sharing GPUs where needed.
+  for mode in ${SOAK_MODES:-single multi}; do
+    n=${SOAK_RANKS:-2}
+    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --filter soak > "$LOG/soak_${mode}_$n.log" 2>&1
+    note "soak $mode $n: rc=$? $(tail -1 "$LOG/soak_${mode}_$n.log")"
+  done
+fi
+
+if has fuzz; then
+  # Settings fuzz: seeded random YALI_* combinations (odd buffer sizes, block caps, forced
+  # algorithms, thresholds, sometimes a random valid tuning file for this GPU), each on one line
+  # with its result. The generator prints "memcheck|plain<TAB>ranks<TAB>filter<TAB>VAR=value ..."
+  # per run: FUZZ_RUNS lines for compute-sanitizer memcheck, then FUZZ_PLAIN_RUNS for plain runs.
+  # Same FUZZ_SEED, same combinations (logs/fuzz_plan.txt). YALI_TIMEOUT_MS=30000 turns a hang into
+  # a failure well inside each run's limit. 4 + 4 runs took 9 s on one H100 (2026-11-24).
+  sm=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | cut -d. -f1)
+  python3 - "${FUZZ_SEED:-1}" "${FUZZ_RUNS:-8}" "${FUZZ_PLAIN_RUNS:-16}" "$LOG" "${sm:-9}" > "$LOG/fuzz_plan.txt" <<'PY'
+import random, sys
+seed, nsan, nplain, log, sm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+rng = random.Random(seed)
+algos = ["auto", "oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "direct", "twoshot_direct"]
+def size(choices, lo, hi):  # a listed value (odd ones included) or a uniform one in [lo, hi]
+    return rng.choice(choices) if rng.random() < 0.7 else rng.randint(lo, hi)
+def threshold():  # -2 table, -1 always, 0 never, or bytes
+    return rng.choice([-2, -1, 0, rng.randint(1, 1 << 24)])
+def threads():
+    return rng.choice([64, 96, 128, 256, 512, 1024])
+for i in range(nsan + nplain):
+    sanitized = i < nsan
+    ranks = rng.choice([2, 3]) if sanitized else rng.choice([2, 3, 4])
+    algo = rng.choice(algos)
+    env = {
+        "YALI_TIMEOUT_MS": 30000,
+        "YALI_STAGING_BYTES": size([65536, 100000, 131072, 1000000, 4194304, 8388608], 65536, 8388608),
+        "YALI_LL_BUFFER_BYTES": size([4096, 65536, 100000, 262144, 1048576], 4096, 4 << 20),
+        "YALI_PULL_BUFFER_BYTES": size([0, 65536, 100000, 1048576, 4194304, 8388608], 0, 8 << 20),
+        "YALI_MAX_CTAS": rng.choice([0, 0, 1, 2, 7, 32, 64, rng.randint(0, 64)]),
+        "YALI_ALGO": algo,
+        "YALI_ONESHOT_LL_MAX_BYTES": threshold(),
+        "YALI_ONESHOT_PULL_MAX_BYTES": threshold(),
+        "YALI_TWOSHOT_PUSH_MIN_BYTES": threshold(),
+    }
+    if rng.random() < 0.35:
+        # A valid table line for this GPU and world size: the nine mandatory keys, sometimes optional ones.
+        min_slot = rng.choice([256, 4096, 16384, 65536, rng.randint(1, 256) * 256])
+        line = (f"sm={sm} nranks={ranks} ll_max={rng.choice([0, 4096, 65536, 1 << 20, rng.randint(0, 1 << 21)])} "
+                f"ll_threads={threads()} ll_ctas={rng.randint(1, 64)} twoshot_threads={threads()} "
+                f"twoshot_ctas={rng.randint(1, 64)} twoshot_min_slot={min_slot} "
+                f"twoshot_max_slot={min_slot + rng.choice([0, 256, 65536, rng.randint(0, 1 << 20) // 256 * 256])}")
+        if rng.random() < 0.5:
+            line += f" frugal_min={rng.choice([0, 1 << 20, rng.randint(0, 1 << 26)])} frugal_ctas={rng.randint(1, 64)} frugal_teams={rng.choice([1, 2])}"
+        if rng.random() < 0.5:
+            line += f" oneshot_pull_max={rng.choice([0, 65536, rng.randint(0, 1 << 23)])} twoshot_push_min={rng.choice([0, 1, rng.randint(0, 1 << 24)])}"
+        path = f"{log}/fuzz_tuning_{i + 1}.txt"  # run i + 1 in the log
+        with open(path, "w") as f:
+            f.write(f"# fuzz run {i + 1}, FUZZ_SEED={seed}\n{line}\n")
+        env["YALI_TUNING_FILE"] = path
+    # direct and twoshot_direct take only registered buffers: the registered cases run them.
+    filt = "registered_small" if algo in ("direct", "twoshot_direct") else "counts"
+    print(f"{'memcheck' if sanitized else 'plain'}\t{ranks}\t{filt}\t" + " ".join(f"{k}={v}" for k, v in env.items()))
+PY
+  i=0; fuzz_fail=0
+  while IFS=$'\t' read -r kind n filt vars; do
+    i=$((i + 1))
+    flog="$LOG/fuzz_${i}_$kind.log"
+    if [ "$kind" = memcheck ]; then
+      env $vars timeout ${FUZZ_RUN_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --quick --deadline-scale 5 \
+        --filter "$filt" > "$flog" 2>&1
+    else
+      env $vars timeout ${FUZZ_RUN_TIMEOUT:-150} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" \
+        --mode single --filter "$filt" > "$flog" 2>&1
+    fi
+    rc=$?
+    [ $rc -ne 0 ] && fuzz_fail=$((fuzz_fail + 1))
+    errs=""
+    [ "$kind" = memcheck ] && errs=", $(grep -c '========= Invalid\|========= Program hit' "$flog") memcheck errors"
+    result=$(grep -E 'passed, .* failed' "$flog" | tail -1)
+    [ -z "$result" ] && result=$(grep -E 'FAIL|SKIP|WATCHDOG' "$flog" | head -1 | cut -c1-160)
+    echo "fuzz $i $kind $n ranks --filter $filt: rc=$rc$errs, ${result:-no result} | ${vars#YALI_TIMEOUT_MS=30000 }" \
+      | sed 's|YALI_TUNING_FILE=[^ ]*/|YALI_TUNING_FILE=logs/|' | tee -a "$LOG/fuzz.txt"
+  done < "$LOG/fuzz_plan.txt"
+  note "fuzz (FUZZ_SEED=${FUZZ_SEED:-1}): $i runs, $fuzz_fail failed (one line each in logs/fuzz.txt)"
+  [ $fuzz_fail -ne 0 ] && grep -v ': rc=0,' "$LOG/fuzz.txt" | sed 's/^/   /'
+fi
+
 if has pytests; then
   # What a user does: pip install ., then the tests import the installed package.
   python3 -m pip install --no-build-isolation --no-deps . > "$LOG/pip.log" 2>&1
@@ -143,10 +267,15 @@ fi
 perf=$BUILD/bench/yali-perf
 if has perf; then
   for n in ${PERF_NP:-2 4 8}; do
-    [ "$n" -gt "$ngpus" ] && continue
-    "$perf" -g "$n" $PERF_SIZES -d "$PERF_DTYPES" $PERF_ITERS $PERF_EXTRA -J "$LOG/perf_single_g$n.json" \
+    shared=""
+    if [ "$n" -gt "$ngpus" ]; then
+      # PERF_SHARE=1: more ranks than GPUs, sharing them (YALI only: kernel-level costs, not NVLink).
+      [ "${PERF_SHARE:-0}" = 1 ] || continue
+      shared="YALI_ALLOW_SHARED_GPU=1"
+    fi
+    env $shared "$perf" -g "$n" $PERF_SIZES -d "$PERF_DTYPES" $PERF_ITERS $PERF_EXTRA -J "$LOG/perf_single_g$n.json" \
       > "$LOG/perf_single_g$n.txt" 2>&1
-    note "yali-perf single -g $n: rc=$?"
+    note "yali-perf single -g $n${shared:+ (ranks share GPUs)}: rc=$?"
   done
 fi
 if has mpiperf; then

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test of a build: ctest (host tests, then GPU tests, which skip without GPUs) and the
-# Python tests. One summary line per part; exits non-zero when any part failed.
+# Runs every test of a build: ctest (host tests, then GPU tests, which skip without GPUs and run
+# with ranks sharing GPUs where GPUs are fewer than ranks) and the Python tests. One summary line per
+# part; exits non-zero when any part failed.
 #
 #   bash scripts/test.sh [BUILD_DIR]     (default: build; `make test` calls it)
 set -u
@@ -30,10 +31,26 @@ ctest_rc=${PIPESTATUS[0]}
 # ctest's own tally ("100% tests passed, 0 tests failed out of 6") plus the skipped ones.
 tally="$(grep -E 'tests passed, [0-9]+ tests? failed out of' "$ctest_log" | tail -n 1)"
 nskip="$(grep -c '\*\*\*Skipped' "$ctest_log" || true)"
+# ctest shows a passing test's output only in its log: there, each GPU test's NOTE line (ranks
+# sharing GPUs: correctness only; one line per test, by name) and the skipped tests' SKIP reasons
+# (one line per reason, with the tests that gave it).
+notes="$(awk '/^[0-9]+\/[0-9]+ Test: /{name=$3}
+  /^NOTE:/{print "  " name ": " $0}
+  /^SKIP:/{if (!($0 in who)) order[n++]=$0; who[$0]=who[$0] (who[$0] ? ", " : "") name}
+  END{for (i=0; i<n; i++) print "  " order[i] " [" who[order[i]] "]"}' \
+  "$BUILD/Testing/Temporary/LastTest.log" 2>/dev/null)"
+nshared="$(printf '%s\n' "$notes" | grep -c ': NOTE: .*ranks share GPUs' || true)"
+if [ -n "$notes" ]; then
+  echo
+  echo "GPU tests' notes (full output: $BUILD/Testing/Temporary/LastTest.log):"
+  printf '%s\n' "$notes"
+fi
+extra="${nskip} skipped"
+[ "$nshared" -gt 0 ] && extra="$extra; $nshared ran with ranks sharing GPUs: correctness only, timings mean nothing"
 if [ "$ctest_rc" -eq 0 ]; then
-  summary+=("ctest:  PASS  (${tally:-no tally}; ${nskip} skipped)")
+  summary+=("ctest:  PASS  (${tally:-no tally}; $extra)")
 else
-  summary+=("ctest:  FAIL  (${tally:-ctest exited $ctest_rc}; ${nskip} skipped)")
+  summary+=("ctest:  FAIL  (${tally:-ctest exited $ctest_rc}; $extra)")
   status=1
 fi
 

@@ -743,6 +743,8 @@ const std::vector<CaseDef>& allCases() {
     };
     // Registered buffers (yaliCommRegister, the direct algorithm): cases_registered.cc.
     for (const CaseDef& c : registeredCases()) v.push_back(c);
+    // Failure propagation, lifetimes, argument checks, threads, soaks: cases_trust.cc.
+    for (const CaseDef& c : trustCases()) v.push_back(c);
     return v;
   }();
   return cases;

@@ -355,6 +355,12 @@ int main(int argc, char** argv) {
               n > probe.count ? ", shared (--share-gpus)" : "", opt.single ? " single" : "",
               opt.multi && !opt.inProcess ? " multi" : "", (unsigned long long)opt.seed,
               opt.inProcess ? ", in this process" : opt.quick ? ", quick" : "");
+  if (n > probe.count) {
+    // ctest passes --share-gpus to every GPU test, so that a machine with fewer GPUs than ranks
+    // still checks the algorithms; this line says what such a run does not check.
+    std::printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (correctness only; timings mean "
+                "nothing)\n", probe.count, n);
+  }
 
   int passed = 0, failed = 0, skipped = 0;
   std::vector<std::string> failures;

@@ -1,8 +1,10 @@
 // yali-gpu-tests-mpi: the same cases as yali-gpu-tests, one MPI rank per GPU (one machine).
 //
-//   mpirun -np 4 yali-gpu-tests-mpi [--filter S] [--quick]
+//   mpirun -np 4 yali-gpu-tests-mpi [--filter S] [--quick] [--share-gpus]
 //
-// The communicator's rank is the MPI rank; the GPU is the rank on this node (MPI_COMM_TYPE_SHARED).
+// The communicator's rank is the MPI rank; the GPU is the rank on this node (MPI_COMM_TYPE_SHARED),
+// modulo the visible GPUs with --share-gpus (which ctest passes: a machine with fewer GPUs than
+// ranks then runs them sharing GPUs, and rank 0 prints a NOTE line saying so).
 // Unique ids go from rank 0 to the others through the World's allgather (MPI_Allgather). All cases
 // run in these processes one after another; each is bounded by the in-process watchdog, which ends
 // the whole job (MPI_Abort) when a case hangs.
@@ -97,6 +99,10 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     std::printf("yali-gpu-tests-mpi: %d ranks (%d visible GPUs), seed 0x%llx%s\n", size, minCount,
                 (unsigned long long)opt.seed, opt.quick ? ", quick" : "");
+    if (size > minCount) {
+      std::printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (correctness only; timings mean "
+                  "nothing)\n", minCount, size);
+    }
   }
 
   int passed = 0, failed = 0, skipped = 0;

@@ -162,12 +162,14 @@ void usage(const char* prog, bool mpi) {
       "  --deadline-scale F   multiply every case's deadline by F (default 1)\n"
       "  --capture MODE       stream capture mode for the graph case: threadlocal (default),\n"
       "                       relaxed, global\n"
-      "  --share-gpus         allow more ranks than GPUs: rank r on GPU r %% visible\n"
-      "                       (YALI_ALLOW_SHARED_GPU=1; correctness only, no NVLink)\n"
+      "  --share-gpus         where GPUs are fewer than ranks, rank r runs on GPU r %% visible\n"
+      "                       (YALI_ALLOW_SHARED_GPU=1; correctness only, no NVLink) and a NOTE\n"
+      "                       line says so; with enough GPUs it changes nothing (ctest passes it)\n"
       "  --in-process         single mode in this process (no fork), for compute-sanitizer\n"
       "                       and cuda-gdb; a fatal failure ends the run\n"
       "  --list               list the cases and exit\n"
-      "Exit codes: 0 all passed, 1 a case failed, 77 skipped (no or too few GPUs).\n",
+      "Exit codes: 0 all passed, 1 a case failed, 77 skipped (no GPU, or fewer GPUs than ranks\n"
+      "without --share-gpus).\n",
       prog, mpi ? " (must equal the MPI world size)" : "",
       mpi ? "" : "  --mode single|multi|both   launch modes (default both)\n");
 }

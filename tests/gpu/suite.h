@@ -83,6 +83,8 @@ struct CaseDef {
 const std::vector<CaseDef>& allCases();
 // The registered-buffer cases (cases_registered.cc); allCases() includes them.
 const std::vector<CaseDef>& registeredCases();
+// The failure, lifetime and soak cases (cases_trust.cc); allCases() includes them.
+const std::vector<CaseDef>& trustCases();
 bool caseSelected(const CaseDef& c, const Options& opt);
 
 // Exit codes of a case's process.
