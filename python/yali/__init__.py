@@ -215,12 +215,13 @@ def get_unique_id():
 
 
 def group_start():
-    """yaliGroupStart (NCCL compatibility: YALI never needs grouping; only nesting is checked)."""
+    """yaliGroupStart: NCCL's meaning. Collectives are checked when called and launched at the
+    outermost group end; one thread driving several GPUs groups the per-GPU calls of a collective."""
     _capi.group_start()
 
 
 def group_end():
-    """yaliGroupEnd."""
+    """yaliGroupEnd: launches the group's collectives, in call order."""
     _capi.group_end()
 
 
@@ -342,10 +343,10 @@ class Registration:
     (output registered, from YALI_TWOSHOT_DIRECT_MIN_BYTES up) or ``direct`` (both registered, from
     YALI_DIRECT_MIN_BYTES up); see ``Comm.all_reduce_algo_info``.
 
-    ``deregister()`` (yaliCommDeregister) is collective, like the registration: every rank calls it,
-    in the same order relative to its other registrations. Idempotent. ``with`` support: a normal
-    exit deregisters; an exit by exception does not (a collective call could wait for peers that
-    are gone): the comm's destroy or abort ends it then. Not deregistered on garbage collection.
+    ``deregister()`` (yaliCommDeregister) is local: it waits, bounded by YALI_TIMEOUT_MS, for this
+    rank's calls on the comm, never for peers; every rank should deregister before freeing the
+    memory. Idempotent. ``with`` support: a normal exit deregisters; an exit by exception does not
+    (the comm's destroy or abort ends it then). Not deregistered on garbage collection.
 
     The registered object (tensor, array) is referenced until deregistration, so that its memory
     stays allocated as the library requires.
@@ -403,8 +404,8 @@ class Registration:
         return base <= ptr and ptr + nbytes <= base + self.nbytes
 
     def deregister(self):
-        """yaliCommDeregister on every comm of this registration (collective). Idempotent; does
-        nothing once its comms were destroyed or aborted."""
+        """yaliCommDeregister on every comm of this registration (local, bounded). Idempotent;
+        does nothing once its comms were destroyed or aborted."""
         entries, self._entries = self._entries, []
         first = None
         for comm, reg, _ in entries:
@@ -489,8 +490,8 @@ def register_all(comms, buffers, nbytes=None):
 
 class _ClosingContext:
     """``with`` support shared by the communicator classes (here and in yali.torch): a normal exit
-    closes the communicator; an exit by exception aborts it, since its peers may be gone and a
-    collective close could wait for them."""
+    closes the communicator; an exit by exception aborts it, which returns at once whatever the
+    peers and the GPU are doing."""
 
     def __enter__(self):
         return self
@@ -506,9 +507,9 @@ class _ClosingContext:
 class Comm(_ClosingContext):
     """One rank's communicator (yaliComm_t). Create with ``Comm.init_rank`` or ``Comm.init_all``.
 
-    ``destroy()`` is collective (every rank calls it); leaving a ``with`` block destroys the comm,
-    or aborts it when the block raised (peers may never reach their destroy).
-    Not destroyed on garbage collection: a collective call must not happen at an arbitrary time.
+    ``destroy()`` is local: it waits, bounded by YALI_TIMEOUT_MS, for this rank's calls on the comm,
+    never for peers. Leaving a ``with`` block destroys the comm, or aborts it when the block raised.
+    Not destroyed on garbage collection: the wait must not happen at an arbitrary time.
     """
 
     def __init__(self, handle):
@@ -632,8 +633,8 @@ class Comm(_ClosingContext):
         return Registration([(self, reg, ptr)], size, [keep] if keep is not None else [])
 
     def deregister(self, registration):
-        """yaliCommDeregister (collective): ends a Registration made by ``register`` (or, given a
-        raw registration handle as an int, the registration it names)."""
+        """yaliCommDeregister (local, bounded): ends a Registration made by ``register`` (or, given
+        a raw registration handle as an int, the registration it names)."""
         call = "yaliCommDeregister"
         if isinstance(registration, int) and not isinstance(registration, bool):
             for r in self._registrations:
@@ -663,22 +664,25 @@ class Comm(_ClosingContext):
     # -- errors and life cycle
 
     def get_async_error(self):
-        """yaliCommGetAsyncError: Result.Success or the error a device-side operation hit."""
+        """yaliCommGetAsyncError: Result.Success or the error a device-side operation hit (here or
+        on a peer: every rank learns of it). A host-memory read; does not synchronize."""
         return _capi.comm_get_async_error(self.handle)
 
     def check_async_error(self):
-        """Raise the YaliError for this comm's asynchronous error, if any."""
-        code = self.get_async_error()
-        if code != Result.Success:
-            detail = _capi.get_last_error(self.handle)
-            raise _capi._make_error(code, "yaliCommGetAsyncError", get_error_string(code), detail)
+        """Raise the YaliError subclass of this comm's asynchronous error (YaliTimeout,
+        YaliRemoteError, YaliInvalidUsage, ...) with the library's message, if it has one.
+
+        Eager calls on a failed comm raise it themselves; work that does not pass through the host
+        API (a CUDA graph replay) does not: its collectives write NaN (all-ones bytes) into their
+        outputs. Call this after such work has finished and before trusting its outputs."""
+        _capi.check_async_error(self.handle)
 
     def last_error(self):
         """yaliGetLastError(comm)."""
         return _capi.get_last_error(self.handle)
 
     def destroy(self):
-        """yaliCommDestroy (collective). Idempotent."""
+        """yaliCommDestroy (local, bounded by YALI_TIMEOUT_MS). Idempotent."""
         if self._handle is None:
             return
         handle, self._handle = self._handle, None

@@ -397,18 +397,26 @@ def get_last_error(comm_handle=None):
     return _text(lib().yaliGetLastError(comm_handle))
 
 
+def _failure_detail(comm_handle):
+    """The message of the call that just failed: the calling thread's last error, which every
+    failing call sets (yaliGetLastError(NULL)); the comm's only when the thread has none. The comm's
+    record is kept for later readers (yaliGetLastError(comm)) and may be older: an earlier failure,
+    possibly an unrelated one, of another call on that comm."""
+    detail = get_last_error(None)
+    if not detail and comm_handle:
+        detail = get_last_error(comm_handle)
+    return detail
+
+
 def check(code, call, comm_handle=None):
     """Raise the YaliError subclass for ``code`` unless it is yaliSuccess.
 
-    The detail is the comm's last error when a comm is involved (falling back to the thread's when
-    the comm has none), else the thread's.
+    The detail is the message of the call that failed (_failure_detail): the thread's last error,
+    else the comm's.
     """
     if code == 0:
         return
-    detail = get_last_error(comm_handle) if comm_handle else ""
-    if not detail:
-        detail = get_last_error(None)
-    raise _make_error(code, call, get_error_string(code), detail)
+    raise _make_error(code, call, get_error_string(code), _failure_detail(comm_handle))
 
 
 def _as_integer(value, call, name):
@@ -489,12 +497,46 @@ def comm_abort(handle):
 
 
 def comm_get_async_error(handle):
+    """yaliCommGetAsyncError: Result.Success, or the error a device-side operation of the comm hit
+    (also one a peer hit: every rank learns of it). A read of host-mapped memory: no
+    synchronization, about a microsecond."""
     err = ctypes.c_int(0)
     check(lib().yaliCommGetAsyncError(handle, ctypes.byref(err)), "yaliCommGetAsyncError", handle)
     try:
         return Result(err.value)
     except ValueError:
         return err.value
+
+
+_ASYNC_CALL = "yaliCommGetAsyncError"
+
+
+def _async_detail(handle):
+    """The message of a comm's asynchronous failure. yaliCommGetAsyncError records it, as its own
+    failure ("yaliCommGetAsyncError: an earlier operation on this comm failed on the device: ..."),
+    for the calling thread and the comm. Should the thread's text name another call (a library that
+    did not record it there), that text is an unrelated earlier failure of this thread: the comm's
+    record, which holds asynchronous failures, is used instead."""
+    thread = get_last_error(None)
+    if thread.startswith(_ASYNC_CALL):
+        return thread
+    return get_last_error(handle) or thread
+
+
+def check_async_error(handle, call=_ASYNC_CALL, where=""):
+    """Raise the YaliError subclass of the comm's asynchronous error (YaliTimeout, YaliRemoteError,
+    YaliInvalidUsage, ...) with the library's message, if it has one; return None otherwise.
+
+    ``call`` names what raises (a method such as "SingleProcessCommunicator.all_reduce"; default
+    the C call); ``where`` (e.g. "rank 1") goes before the library's message. Costs one
+    yaliCommGetAsyncError (a host-memory read)."""
+    code = comm_get_async_error(handle)
+    if code == Result.Success:
+        return
+    detail = _async_detail(handle)
+    if where:
+        detail = f"{where}: {detail}" if detail else where
+    raise _make_error(code, call, get_error_string(code), detail)
 
 
 def _comm_int_query(fn_name, handle):

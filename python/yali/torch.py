@@ -15,7 +15,7 @@ all_reduce whose input and output both lie in registered memory on every rank, a
 ``twoshot_direct`` (the reduced shards are written straight into every rank's output, from
 YALI_TWOSHOT_DIRECT_MIN_BYTES up; a registered output suffices) or ``direct`` (inputs read and outputs
 written over NVLink, off unless YALI_DIRECT_MIN_BYTES is set). ``register(tensor)`` registers an existing tensor's whole storage;
-``deregister(tensor_or_registration)`` ends a registration (collective); ``close()`` ends them all.
+``deregister(tensor_or_registration)`` ends a registration (local, bounded); ``close()`` ends them all.
 ``algo_info(tensor, out=...)`` tells which algorithm a call would run.
 
 Every collective is a custom operator (``torch.ops.yali.*``) with a fake implementation, so that
@@ -28,6 +28,24 @@ in a CUDA graph. For a collective ``X`` there are three operators:
     yali::X(Tensor tensor, int comm, int op) -> Tensor                functional (a new tensor)
 
 ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a yali.RedOp value.
+
+Failures, and CUDA graphs. A failure seen on the device (a peer that did not arrive within
+YALI_TIMEOUT_MS, a peer's abort, ranks that disagree about registered buffers) becomes the comm's
+asynchronous error, on every rank (a rank that took no part in the failed call learns of it at its
+next launch, whose output is then not to be trusted). From then on every eager call raises it
+before launching anything: YaliTimeout, YaliRemoteError or YaliInvalidUsage, with the library's
+message; the comm can only be aborted (``abort()``). A CUDA graph replay never passes through the
+host API, so nothing raises there: the YALI collectives of a replay that runs after the failure
+write NaN (all-ones bytes) into their outputs. After replaying a graph that contains YALI
+collectives, call ``comm.check_async_error()`` (alias ``comm.check()``; a host-memory read, about
+1 us, no synchronization) once the replay's work has finished (after a synchronization, such as
+``loss.item()``) and before trusting its outputs (stepping the optimizer on the gradients, saving a
+checkpoint); a check made before that finish sees only failures of earlier work. Or let
+``replay(graph, comm, synchronize=True)`` do both::
+
+    graph.replay()
+    loss_value = static_loss.item()  # waits for the replay
+    comm.check()                     # raises YaliTimeout/YaliRemoteError/... if a collective failed
 
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
@@ -51,7 +69,7 @@ import yali
 from yali import _capi
 from yali._capi import DataType, RedOp
 
-__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS"]
+__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "replay"]
 
 # torch dtype -> yaliDataType_t value.
 DTYPES = {
@@ -199,6 +217,9 @@ def _launch_all_reduce(opname, handle, src, dst, op):
         raise ValueError(f"{opname}: out ({tuple(dst.shape)} {dst.dtype} {dst.device}) does not "
                          f"match tensor ({tuple(src.shape)} {src.dtype} {src.device})")
     stream = torch.cuda.current_stream(src.device).cuda_stream
+    # yaliAllReduce reads the comm's asynchronous error (a host-mapped word) before anything else is
+    # done: a failed comm raises here (YaliTimeout, YaliRemoteError, ...) with the library's message
+    # and nothing is launched, so no separate check is needed on this path.
     _capi.all_reduce(src.data_ptr(), dst.data_ptr(), src.numel(), _dtype_code(opname, "tensor", src),
                      op, handle, stream)
 
@@ -376,7 +397,11 @@ class Communicator(yali._ClosingContext):
 
     def all_reduce(self, tensor, op="sum", out=None):
         """All-reduce ``tensor`` across the group: in place (returns ``tensor``), or into ``out``
-        (returns ``out``). On torch's current stream; no host synchronization."""
+        (returns ``out``). On torch's current stream; no host synchronization.
+
+        Raises the comm's asynchronous error (YaliTimeout, ...) once a collective has failed, before
+        launching. Captured in a CUDA graph, it is not checked at replay: see
+        ``check_async_error``."""
         method = "Communicator.all_reduce"
         code = _op_code(op, method)
         handle = self.handle
@@ -391,7 +416,7 @@ class Communicator(yali._ClosingContext):
         return out
 
     def all_reduce_functional(self, tensor, op="sum"):
-        """All-reduce into a new tensor (``tensor`` is unchanged)."""
+        """All-reduce into a new tensor (``tensor`` is unchanged). Errors as ``all_reduce``."""
         method = "Communicator.all_reduce_functional"
         code = _op_code(op, method)
         handle = self.handle
@@ -438,8 +463,16 @@ class Communicator(yali._ClosingContext):
     # -- life cycle
 
     def check_async_error(self):
-        """Raise the YaliError a device-side operation hit (yaliTimeout, ...), if any."""
+        """Raise the YaliError subclass of the error a device-side operation hit, here or on a peer
+        (YaliTimeout, YaliRemoteError, YaliInvalidUsage), with the library's message; return None
+        while the comm is healthy. A host-memory read (about 1 us); it does not synchronize.
+
+        Eager collectives raise that error themselves; a replayed CUDA graph does not (its YALI
+        collectives write NaN into their outputs once the comm has failed). After replaying a
+        graph, call this once the replay's work has finished and before trusting its outputs."""
         self._comm_or_raise().check_async_error()
+
+    check = check_async_error  # reads well in a training loop: comm.check()
 
     def close(self):
         """yaliCommDestroy (collective over the group). Idempotent."""
@@ -456,6 +489,9 @@ class Communicator(yali._ClosingContext):
     def _comm_or_raise(self):
         self.handle  # noqa: B018 (raises when closed)
         return self._comm
+
+    def _devices(self):
+        return [self._device_index]
 
     def _release(self):
         comm, self._comm = self._comm, None
@@ -492,11 +528,18 @@ class SingleProcessCommunicator(yali._ClosingContext):
 
     def all_reduce(self, tensors, op="sum", outs=None):
         """All-reduce ``tensors[i]`` (on ``devices[i]``) in place, or into ``outs[i]``; each on its
-        device's current stream. Returns the list of results."""
+        device's current stream. Returns the list of results.
+
+        Once a collective has failed (any comm's asynchronous error), raises it (YaliTimeout, ...)
+        before launching on any GPU. Captured in a CUDA graph, it is not checked at replay: see
+        ``check_async_error``."""
         method = "SingleProcessCommunicator.all_reduce"
         code = _op_code(op, method)
         if not self.comms:
             raise _capi.python_error(yali.Result.InvalidUsage, method, "this communicator is closed")
+        # Every comm before any launch: a launch on a healthy comm whose peer has failed would only
+        # wait for it until YALI_TIMEOUT_MS.
+        self._check_async_errors(method)
         tensors = list(tensors)
         n = len(self.devices)
         if len(tensors) != n:
@@ -519,8 +562,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
                     _check_out(method, t, o, f"outs[{i}]", f"tensors[{i}]")
         dtype = DTYPES[tensors[0].dtype]
         count = tensors[0].numel()
-        # One thread issues every rank's call; YALI never blocks the host, the group is for NCCL
-        # parity (it only checks nesting).
+        # One thread issues every rank's call inside a group: the kernels launch at its end, all
+        # of them before this thread launches anything else (yali.h: Groups).
         with yali.group():
             for dev, comm, t, o in zip(self.devices, self.comms, tensors, outs):
                 with torch.cuda.device(dev):
@@ -575,6 +618,26 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                      f"SingleProcessCommunicator.{what}", "this communicator is closed")
         return self.comms
 
+    def _check_async_errors(self, call):
+        for i, c in enumerate(self.comms):
+            _capi.check_async_error(c.handle, call, f"rank {i} (cuda:{self.devices[i]})")
+
+    def _devices(self):
+        return list(self.devices)
+
+    def check_async_error(self):
+        """Raise the YaliError subclass of the first comm's asynchronous error (YaliTimeout,
+        YaliRemoteError, YaliInvalidUsage), naming the rank, with the library's message; return
+        None while every comm is healthy. One host-memory read per comm; does not synchronize.
+
+        Eager collectives raise that error themselves; a replayed CUDA graph does not (its YALI
+        collectives write NaN into their outputs once a comm has failed). After replaying a graph,
+        call this once the replay's work has finished and before trusting its outputs."""
+        self._open_comms("check_async_error")
+        self._check_async_errors("SingleProcessCommunicator.check_async_error")
+
+    check = check_async_error  # reads well in a training loop: sp.check()
+
     def close(self):
         """Destroys every comm. Idempotent."""
         comms, self.comms = self.comms, []
@@ -590,10 +653,49 @@ class SingleProcessCommunicator(yali._ClosingContext):
             raise errors[0]
 
     def abort(self):
+        """Aborts every comm (yaliCommAbort: prompt, waits for no peer), also after one of them
+        failed to. Idempotent."""
         comms, self.comms = self.comms, []
+        errors = []
         for c in comms:
             _LIVE.pop(c.handle, None)
-            c.abort()
+        for c in comms:
+            try:
+                c.abort()
+            except yali.YaliError as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
 
     def __repr__(self):
         return f"<yali.torch.SingleProcessCommunicator devices={self.devices}>"
+
+
+# ---- CUDA graphs ---------------------------------------------------------------------------------
+
+
+def replay(graph, *comms, synchronize=False):
+    """Replay ``graph`` (a torch.cuda.CUDAGraph holding YALI collectives) guarded by ``comms``
+    (the Communicators / SingleProcessCommunicators, or yali.Comm, whose collectives it holds).
+
+    A replay never passes through YALI's host API: after a failure its collectives write NaN into
+    their outputs and raise nothing. This first raises any comm's asynchronous error
+    (``check_async_error``), so that a failure of earlier work stops the loop before another replay;
+    then replays on the current stream. With ``synchronize=True`` it then waits for the comms' GPUs
+    (torch.cuda.synchronize) and checks again, so that on return the replay's outputs can be
+    trusted; without it, check after your own synchronization (``comm.check()``)."""
+    if not comms:
+        raise TypeError("yali.torch.replay: name the communicators the graph uses, "
+                        "replay(graph, comm, ...)")
+    for c in comms:
+        c.check_async_error()
+    graph.replay()
+    if synchronize:
+        devices = []
+        for c in comms:
+            devs = c._devices() if hasattr(c, "_devices") else [c.device]
+            devices += [d for d in devs if d not in devices]
+        for d in devices:
+            torch.cuda.synchronize(d)
+        for c in comms:
+            c.check_async_error()

@@ -592,3 +592,99 @@ def test_algo_info_null_comm_is_invalid_argument():
     assert e.value.call == "yaliAllReduceAlgoInfo"
     with pytest.raises(yali.YaliInvalidArgument, match="count"):
         _capi.all_reduce_algo_info(None, None, None, -1, 7, 0)
+
+
+# ---- Error detail and asynchronous errors (the library faked: conftest.FakeLib) ------------------
+
+_TIMEOUT_TEXT = ("an earlier operation on this comm failed on the device: a device-side wait for a "
+                 "peer timed out")
+
+
+def test_check_detail_is_the_failing_calls_message(fake_lib):
+    """check() reports the message of the call that just failed (the thread's last error), not the
+    comm's record, which can hold an older, unrelated failure."""
+    fake_lib.comm_errors[0x1000] = "yaliCommRegister: buff=0x10 is host memory"  # long ago
+    fake_lib.thread_error = "yaliCommCount: count is NULL"  # the call that just failed
+    with pytest.raises(yali.YaliInvalidArgument) as info:
+        _capi.check(int(yali.Result.InvalidArgument), "yaliCommCount", 0x1000)
+    e = info.value
+    assert e.detail == "yaliCommCount: count is NULL", str(e)
+    assert "host memory" not in str(e)
+    assert e.error_string == "error string 4"
+    # The comm's record only when the thread has none.
+    fake_lib.thread_error = ""
+    with pytest.raises(yali.YaliInvalidUsage) as info:
+        _capi.check(int(yali.Result.InvalidUsage), "yaliCommCount", 0x1000)
+    assert info.value.detail == "yaliCommRegister: buff=0x10 is host memory"
+    _capi.check(0, "yaliCommCount", 0x1000)  # success raises nothing
+
+
+def test_failed_comm_all_reduce_raises_with_its_own_message(fake_lib):
+    """yaliAllReduce on a failed comm returns the asynchronous error: the wrapper raises its
+    subclass with yaliAllReduce's message, not the comm's older record."""
+    comm = _fake_comm()
+    fake_lib.comm_errors[comm.handle] = "yaliCommRegister: an old, unrelated failure"
+    fake_lib.record_on_comm = False  # the comm's record keeps the old text
+    fake_lib.async_errors[comm.handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    with pytest.raises(yali.YaliTimeout) as info:
+        comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+    e = info.value
+    assert e.code == yali.Result.Timeout and e.call == "yaliAllReduce"
+    assert e.detail == "yaliAllReduce: " + _TIMEOUT_TEXT, str(e)
+    assert str(e).startswith("yaliAllReduce: an earlier operation") and "yaliTimeout" in str(e)
+
+
+@pytest.mark.parametrize("code,cls", [(yali.Result.Timeout, yali.YaliTimeout),
+                                      (yali.Result.RemoteError, yali.YaliRemoteError),
+                                      (yali.Result.InvalidUsage, yali.YaliInvalidUsage)])
+def test_check_async_error_raises_the_subclass_with_the_message(fake_lib, code, cls):
+    comm = _fake_comm()
+    assert comm.get_async_error() == yali.Result.Success
+    comm.check_async_error()  # healthy: nothing raised
+    fake_lib.comm_errors[comm.handle] = "yaliCommUserRank: an old, unrelated failure"
+    fake_lib.async_errors[comm.handle] = (int(code), "the device failed this way")
+    assert comm.get_async_error() == code
+    with pytest.raises(cls) as info:
+        comm.check_async_error()
+    e = info.value
+    assert e.code == code and e.call == "yaliCommGetAsyncError"
+    assert e.detail == "yaliCommGetAsyncError: the device failed this way", str(e)
+    # The low-level helper names the caller and the rank when asked.
+    with pytest.raises(cls) as info:
+        _capi.check_async_error(comm.handle, "SingleProcessCommunicator.all_reduce", "rank 1")
+    assert str(info.value).startswith(
+        "SingleProcessCommunicator.all_reduce: rank 1: yaliCommGetAsyncError: the device failed")
+
+
+def test_async_detail_skips_a_stale_thread_message(fake_lib):
+    """If yaliCommGetAsyncError left the thread's last error alone, that text belongs to an earlier,
+    unrelated call: the comm's record (which holds asynchronous failures) is reported instead."""
+    comm = _fake_comm()
+    fake_lib.async_errors[comm.handle] = (int(yali.Result.RemoteError), "unused")
+    fake_lib.record_on_thread = fake_lib.record_on_comm = False
+    fake_lib.thread_error = "yaliCommInitRank: nranks=0 must be >= 1"
+    fake_lib.comm_errors[comm.handle] = "yaliAllReduce: a peer aborted the communicator"
+    with pytest.raises(yali.YaliRemoteError) as info:
+        comm.check_async_error()
+    assert info.value.detail == "yaliAllReduce: a peer aborted the communicator"
+
+
+def test_async_error_null_comm_is_invalid_argument():
+    _require_lib()
+    with pytest.raises(yali.YaliInvalidArgument) as info:
+        _capi.comm_get_async_error(None)
+    assert info.value.call == "yaliCommGetAsyncError" and "comm" in info.value.detail
+    with pytest.raises(yali.YaliInvalidArgument):
+        _capi.check_async_error(None)
+
+
+def test_check_reports_the_latest_failure_of_the_thread():
+    """Against the library: two failures in a row; each error carries its own call's message."""
+    _require_lib()
+    with pytest.raises(yali.YaliInvalidArgument) as first:
+        _capi.comm_register(None, 0x1000, 4096)
+    with pytest.raises(yali.YaliInvalidArgument) as second:
+        _capi.comm_user_rank(0xDEAD000)  # not a comm: refused before it is dereferenced
+    assert "yaliCommRegister" in first.value.detail
+    assert second.value.detail.startswith("yaliCommUserRank"), second.value.detail
+    assert "yaliCommRegister" not in second.value.detail

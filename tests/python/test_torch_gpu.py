@@ -23,6 +23,23 @@ NCCL, reduced in rank order) with dtype tolerances, and bitwise equality across 
           NULL, plain or partly registered buffers; results exact/in tolerance and bitwise equal
           across ranks at every dtype, op and size; a CUDA graph of a registered call; deregister
   single_registered  the same with SingleProcessCommunicator (register_all on every comm)
+
+Failures (the "faults" jobs; they need ONE GPU, which their 3 ranks share: YALI_ALLOW_SHARED_GPU=1,
+YALI_TIMEOUT_MS=4000, so that a timeout costs 4 s; bounded by YALI_TEST_FAULT_TIMEOUT, default 300):
+  faults_single  SingleProcessCommunicator over devices [0, 0, 0], each rank on a stream of its own:
+          ranks 0 and 1 call an all_reduce that rank 2 never joins; both report yaliTimeout, rank 2's
+          next call fails (raises, or launches and sets the async error); then check_async_error,
+          check, all_reduce, the custom ops and the low-level call raise YaliTimeout with the
+          library's message; a CUDA graph captured before the failure and replayed after it leaves
+          NaN (all-ones bytes) in its output; replay() raises before replaying; after abort() a
+          replay does nothing
+  timeout  the same with Communicator, one process per rank (a gloo group carries the unique id)
+  remote_abort  rank 0 aborts; the others' next call fails with yaliRemoteError, later calls and
+          check() raise YaliRemoteError; close() after the failure returns promptly
+  freed_registered  a registered tensor stays alive while registered (torch API); memory registered
+          by pointer, freed (del, torch.cuda.empty_cache) and allocated again at the same address:
+          an all_reduce on it is right or raises YaliInvalidUsage on every rank, never a wrong
+          result; then close()
 """
 
 import contextlib
@@ -35,6 +52,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -62,6 +80,11 @@ _SECTIONS = {x.strip() for x in os.environ.get("YALI_TEST_SECTIONS", "").split("
 def _want(section):
     return not _SECTIONS or section in _SECTIONS
 JOB_TIMEOUT = float(os.environ.get("YALI_TEST_TIMEOUT", "900"))
+FAULT_JOB_TIMEOUT = float(os.environ.get("YALI_TEST_FAULT_TIMEOUT", "300"))
+# The fault jobs' ranks share one GPU; a device wait gives up after 4 s instead of the default (a
+# rank's first kernels in a process that shares the GPU with two others can take a second or two).
+FAULT_ENV = {"YALI_ALLOW_SHARED_GPU": "1", "YALI_TIMEOUT_MS": "4000"}
+_MULTI_KINDS = ("multi", "faults_multi")
 OPS = ("sum", "prod", "max", "min", "avg")
 SIZES = (1, 7, 1023, 65537, 1_000_003)
 
@@ -128,8 +151,12 @@ def _run_job(kind, n, lib_path):
     try:
         args = [str(HERE), "--worker", kind, "--out", out_dir, "--ndev", str(n)]
         env = {"YALI_LIBRARY": lib_path, "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-        world = n if kind == "multi" else 1
-        res = _launch.launch(args, world, timeout=JOB_TIMEOUT, env=env, peer_grace=60)
+        timeout = JOB_TIMEOUT
+        if kind.startswith("faults"):
+            env.update(FAULT_ENV)
+            timeout = FAULT_JOB_TIMEOUT
+        world = n if kind in _MULTI_KINDS else 1
+        res = _launch.launch(args, world, timeout=timeout, env=env, peer_grace=60)
         records = []
         for path in sorted(Path(out_dir).glob("rank*.jsonl")):
             for line in path.read_text().splitlines():
@@ -206,6 +233,40 @@ def test_single_process(n):
 @pytest.mark.parametrize("n", WORLD_SIZES, ids=[f"{n}gpus" for n in WORLD_SIZES])
 def test_single_process_registered(n):
     _single(n).check_section("single_registered")
+
+
+def _faults(kind):
+    """The fault jobs run on one GPU (more are fine), shared by 3 ranks: two that wait in the call
+    that fails and report it, one that misses it."""
+    return _run_job(kind, 3, _require_gpus(1))
+
+
+def test_async_error_single_process():
+    """SingleProcessCommunicator: a timeout reaches every comm and every entry point; graph replays
+    after it write NaN; replay() and check_async_error() raise."""
+    job = _faults("faults_single")
+    job.check_section("faults_single")
+    assert job.result.ok, job.result.summary()
+
+
+def test_async_error_after_timeout():
+    _faults("faults_multi").check_section("timeout")
+
+
+def test_async_error_after_peer_abort():
+    _faults("faults_multi").check_section("remote_abort")
+
+
+def test_registered_storage_freed_while_registered():
+    checks = _faults("faults_multi").check_section("freed_registered")
+    freed = [r for r in checks if r["case"].startswith("all_reduce on memory freed")]
+    if freed and all(_NOT_REUSED in r["detail"] for r in freed):
+        pytest.skip("CUDA gave no rank the freed address again: nothing was checked")
+
+
+def test_faults_job_exits_cleanly():
+    job = _faults("faults_multi")
+    assert job.result.ok, "the fault job did not exit cleanly:\n" + job.result.summary()
 
 
 def test_ops_registered_and_op_names():
@@ -978,16 +1039,539 @@ def _section_single_registered(rec, sp, devs, sync):
     rec.check("deregister", deregister)
 
 
+# ---- Failures (the "faults" jobs: ranks sharing one GPU, YALI_TIMEOUT_MS=4000) -------------------
+#
+# A rank learns of a failure from its own device's record (yali.h, "Failures"): the ranks waiting in
+# the call that failed (the survivors) report it within about YALI_TIMEOUT_MS; a rank that took no
+# part (the one that never arrived, or an idle peer of a rank that aborted) learns of it at its next
+# launch at the latest, whose output is then not to be trusted (the async error says so). The
+# sections check exactly that, and that nothing is ever silently wrong.
+
+_FAULT_N = 4096
+
+
+def _rank_input(n, rank, dev):
+    """Small integers, different on every rank: fp32 sums of them are exact."""
+    return (torch.arange(n, device=dev) % 97 + rank + 1).float()
+
+
+def _rank_sum(n, ws, dev):
+    return sum(_rank_input(n, r, dev) for r in range(ws))
+
+
+def _exact(got, want, what):
+    if torch.equal(got, want):
+        return []
+    bad = (got != want).nonzero()
+    i = int(bad[0]) if len(bad) else 0
+    return [f"{what}: {len(bad)}/{got.numel()} elements wrong; first at {i}: got "
+            f"{got.reshape(-1)[i].item()!r}, want {want.reshape(-1)[i].item()!r}"]
+
+
+def _all_ones(y, what):
+    """A collective that ran on a failed comm must leave all-ones bytes (NaN) in its output."""
+    problems = []
+    if not bool(torch.isnan(y).all()):
+        problems.append(f"{what}: {int((~torch.isnan(y)).sum())}/{y.numel()} elements are not NaN "
+                        f"(first values {y.reshape(-1)[:4].tolist()}): stale or computed data")
+    elif not bool((y.view(torch.uint8) == 0xFF).all()):
+        problems.append(f"{what}: NaN, but not all-ones bytes")
+    return problems
+
+
+def _raises(cls, fn, *words):
+    """Problems unless fn() raises ``cls`` with ``words`` (and a detail from the library)."""
+    try:
+        fn()
+    except cls as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        problems = [f"{type(e).__name__} {msg!r} lacks {missing}"] if missing else []
+        if not getattr(e, "detail", ""):
+            problems.append(f"{type(e).__name__} {msg!r} has no detail from the library")
+        return problems
+    except Exception as e:  # noqa: BLE001
+        return [f"raised {type(e).__name__} ({e}), expected {cls.__name__}"]
+    return [f"raised nothing, expected {cls.__name__}"]
+
+
+def _wait_async(comm, seconds):
+    """A yali.Comm's async error, polled until it is set or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        code = comm.get_async_error()
+        if code != yali.Result.Success or time.monotonic() >= deadline:
+            return code
+        time.sleep(0.01)
+
+
+def _line_up():
+    """Every rank's work so far done, then a barrier: a rank's first call must not wait for a peer
+    still busy with its own first kernels (the timeout is short)."""
+    import torch.distributed as dist
+
+    torch.cuda.synchronize()
+    dist.barrier()
+
+
+def _timed(limit_s, what, fn):
+    """Problems if fn() takes limit_s or more; a YaliError from it is accepted (the comm failed)."""
+    t0 = time.monotonic()
+    try:
+        fn()
+    except yali.YaliError:
+        pass
+    dt = time.monotonic() - t0
+    return [f"{what} took {dt:.1f} s"] if dt >= limit_s else []
+
+
+def _next_call_fails(rec, case, fn, comm, cls, out):
+    """Records whether the next call of a rank that has not seen its comm's failure yet fails: it
+    raises ``cls``, or it launches, finds the failure on the device and sets the async error (its
+    output is unspecified; the note says whether it was NaN). Never a result that looks valid."""
+    code = {yali.YaliTimeout: yali.Result.Timeout, yali.YaliRemoteError: yali.Result.RemoteError,
+            yali.YaliInvalidUsage: yali.Result.InvalidUsage}[cls]
+    problems, note = [], ""
+    try:
+        fn()
+        torch.cuda.synchronize()
+        got = _wait_async(comm, 30)
+        if got != code:
+            problems.append(f"the call raised nothing and the async error is {got!r}, expected "
+                            f"{code!r}")
+        else:
+            nan = bool(torch.isnan(out).all())
+            note = "launched; the device found the failure and set the async error; output " + (
+                "NaN" if nan else "not NaN (unspecified)")
+    except cls:
+        note = f"raised {cls.__name__} at the call"
+    except Exception as e:  # noqa: BLE001
+        problems.append(f"raised {type(e).__name__} ({e}), expected {cls.__name__}")
+    rec.record(case, not problems, "; ".join(problems) if problems else note)
+
+
+def _section_faults_single(rec, dev, ws):
+    import yali.torch as yt
+
+    n = _FAULT_N
+    sp = yt.SingleProcessCommunicator([dev.index] * ws)  # YALI_ALLOW_SHARED_GPU=1 (FAULT_ENV)
+    # Ranks sharing a GPU need streams of their own to run together, so the launches go through the
+    # low-level yali.Comm (SingleProcessCommunicator.all_reduce uses the device's current stream).
+    streams = [torch.cuda.Stream(device=dev) for _ in range(ws)]
+    xs = [_rank_input(n, i, dev) for i in range(ws)]
+    keep = [x.clone() for x in xs]
+    ys = [torch.empty_like(x) for x in xs]
+    want = _rank_sum(n, ws, dev)
+    torch.cuda.synchronize()
+    late = ws - 1  # the rank that misses the call that fails
+
+    def launch(i):
+        with torch.cuda.stream(streams[i]):
+            sp.comms[i].all_reduce(xs[i], ys[i], n, "float32", "sum", streams[i])
+
+    def fill(value):
+        for y in ys:
+            y.fill_(value)
+        torch.cuda.synchronize()
+
+    def replay_all():
+        for g, s in zip(graphs, streams):
+            with torch.cuda.stream(s):
+                g.replay()
+        torch.cuda.synchronize()
+
+    def eager():
+        fill(7.0)
+        with yali.group():  # one thread driving several ranks groups their calls (yali.h)
+            for i in range(ws):
+                launch(i)
+        torch.cuda.synchronize()
+        sp.check_async_error()
+        sp.check()
+        return sum((_exact(y, want, f"rank {i}") for i, y in enumerate(ys)), [])
+
+    rec.check("eager all_reduce on a shared GPU", eager)
+
+    graphs = []
+    for i in range(ws):
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=streams[i], capture_error_mode="thread_local"):
+            sp.comms[i].all_reduce(xs[i], ys[i], n, "float32", "sum", streams[i])
+        graphs.append(g)
+
+    def replay_healthy():
+        fill(7.0)
+        replay_all()
+        sp.check()
+        return sum((_exact(y, want, f"rank {i} replay") for i, y in enumerate(ys)), [])
+
+    rec.check("graph replay before the failure", replay_healthy)
+
+    def fail():
+        t0 = time.monotonic()
+        with yali.group():
+            for i in range(ws):
+                if i != late:  # rank `late` never arrives
+                    launch(i)
+        torch.cuda.synchronize()
+        dt = time.monotonic() - t0
+        codes = [_wait_async(c, 30) for c in sp.comms[:late]]
+        problems = [f"rank {i} reports {code!r}, expected Result.Timeout"
+                    for i, code in enumerate(codes) if code != yali.Result.Timeout]
+        if dt > 30:
+            problems.append(f"the call took {dt:.1f} s with YALI_TIMEOUT_MS=4000")
+        return problems
+
+    rec.check(f"a call without rank {late} times out; every other rank reports yaliTimeout", fail)
+    fill(7.0)
+    _next_call_fails(rec, f"rank {late}'s next call fails", lambda: launch(late), sp.comms[late],
+                     yali.YaliTimeout, ys[late])
+    m = "SingleProcessCommunicator"
+    rec.check("check_async_error raises YaliTimeout", _raises, yali.YaliTimeout,
+              sp.check_async_error, f"{m}.check_async_error", "rank 0", "yaliTimeout")
+    rec.check("check() raises YaliTimeout", _raises, yali.YaliTimeout, sp.check, "rank 0")
+
+    def all_reduce_raises():
+        problems = _raises(yali.YaliTimeout, lambda: sp.all_reduce(xs), f"{m}.all_reduce")
+        torch.cuda.synchronize()
+        return problems + sum((_exact(x, k, "input after the refused call")
+                               for x, k in zip(xs, keep)), [])
+
+    rec.check("SingleProcessCommunicator.all_reduce raises YaliTimeout", all_reduce_raises)
+    ops = torch.ops.yali
+    for i in (0, late):
+        h = sp.comms[i].handle
+        rec.check(f"torch.ops.yali.all_reduce_ raises YaliTimeout (rank {i})", _raises,
+                  yali.YaliTimeout, lambda h=h, i=i: ops.all_reduce_(xs[i], h, 0), "yaliAllReduce")
+        rec.check(f"torch.ops.yali.all_reduce_out raises YaliTimeout (rank {i})", _raises,
+                  yali.YaliTimeout, lambda h=h, i=i: ops.all_reduce_out(xs[i], ys[i], h, 0),
+                  "yaliAllReduce")
+        rec.check(f"torch.ops.yali.all_reduce raises YaliTimeout (rank {i})", _raises,
+                  yali.YaliTimeout, lambda h=h, i=i: ops.all_reduce(xs[i], h, 0), "yaliAllReduce")
+
+    def low_level():
+        try:
+            sp.comms[0].all_reduce(xs[0], ys[0], n, "float32", "sum", streams[0])
+        except yali.YaliTimeout as e:
+            # The message of the call that failed (the thread's), not an older one of the comm.
+            return [] if e.detail.startswith("yaliAllReduce") else [
+                f"detail {e.detail!r} is not yaliAllReduce's"]
+        return ["yali.Comm.all_reduce raised no YaliTimeout"]
+
+    rec.check("yali.Comm.all_reduce raises YaliTimeout with its own message", low_level)
+
+    def replay_after_failure():
+        fill(7.0)
+        replay_all()
+        problems = sum((_all_ones(y, f"rank {i}") for i, y in enumerate(ys)), [])
+        return problems + _raises(yali.YaliTimeout, sp.check, "rank")
+
+    rec.check("a graph replayed after the failure writes NaN; check() raises", replay_after_failure)
+
+    def guarded_replay():
+        fill(5.0)
+        problems = _raises(yali.YaliTimeout, lambda: yt.replay(graphs[0], sp))
+        torch.cuda.synchronize()
+        if not bool((ys[0] == 5).all()):
+            problems.append("yali.torch.replay replayed the graph of a failed comm")
+        return problems
+
+    rec.check("yali.torch.replay raises before replaying", guarded_replay)
+    rec.check("abort() after the failure is prompt", _timed, 10, "abort", sp.abort)
+
+    def replay_after_abort():
+        fill(3.0)
+        replay_all()
+        return sum((_exact(y, torch.full_like(y, 3.0), f"rank {i} after abort")
+                    for i, y in enumerate(ys)), [])
+
+    rec.check("a graph replayed after abort does nothing", replay_after_abort)
+
+
+def _worker_faults_single(out_dir, ndev):
+    rec = _Recorder(out_dir, 0)
+    dev = torch.device("cuda", 0)
+    torch.cuda.set_device(dev)
+    if _want("faults_single"):
+        with rec.in_section("faults_single"):
+            _section_faults_single(rec, dev, ndev)
+    return 0
+
+
+def _section_remote_abort(rec, rank, ws, dev):
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    comm = yt.Communicator(device=dev)
+    n = _FAULT_N
+    x = _rank_input(n, rank, dev)
+    _line_up()
+
+    def works():
+        comm.all_reduce(x)
+        torch.cuda.synchronize()
+        comm.check()
+        return _exact(x, _rank_sum(n, ws, dev), "before the abort")
+
+    rec.check("all_reduce before the abort", works)
+    dist.barrier()
+    if rank == 0:
+        rec.check("rank 0 aborts promptly", _timed, 10, "abort", comm.abort)
+    dist.barrier()
+    if rank != 0:
+        code = _wait_async(comm.comm, 5)
+        rec.record("an idle peer's view of the abort", code in (yali.Result.Success,
+                                                                 yali.Result.RemoteError),
+                   f"async error {code!r} within 5 s (Success: it learns at its next launch)")
+        y = torch.full((n,), 7.0, device=dev)
+        _next_call_fails(rec, "the next all_reduce fails with yaliRemoteError",
+                         lambda: comm.all_reduce(_rank_input(n, rank, dev), out=y), comm.comm,
+                         yali.YaliRemoteError, y)
+        rec.check("check_async_error raises YaliRemoteError", _raises, yali.YaliRemoteError,
+                  comm.check_async_error, "yaliRemoteError")
+        rec.check("check() raises YaliRemoteError", _raises, yali.YaliRemoteError, comm.check)
+        x = _rank_input(n, rank, dev)
+        rec.check("all_reduce raises YaliRemoteError", _raises, yali.YaliRemoteError,
+                  lambda: comm.all_reduce(x), "yaliAllReduce")
+        rec.check("all_reduce_functional raises YaliRemoteError", _raises, yali.YaliRemoteError,
+                  lambda: comm.all_reduce_functional(x))
+        rec.check("close() after the failure is local and prompt", _timed, 10, "close",
+                  comm.close)
+    dist.barrier()
+
+
+_NOT_REUSED = "NOT reused (nothing was checked)"
+
+
+def _section_freed_registered(rec, rank, ws, dev):
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    comm = yt.Communicator(device=dev)
+    # 16 MiB: above the caching allocator's 10 MiB, a tensor gets a cudaMalloc segment of its own,
+    # which torch.cuda.empty_cache() gives back (cudaFree) once the tensor is gone.
+    n = 4 << 20
+    want = _rank_sum(n, ws, dev)
+    src = _rank_input(n, rank, dev)  # made now, so that no other allocation follows the freed one
+
+    def keepalive():
+        t = comm.empty_registered(n)
+        ref = weakref.ref(t)
+        del t
+        gc.collect()
+        t = ref()
+        if t is None:
+            return ["a tensor from empty_registered was freed while registered"]
+        comm.deregister(t)
+        return []
+
+    rec.check("the torch API keeps a registered tensor alive", keepalive)
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+
+    t = torch.empty(n, device=dev)
+    ptr = t.data_ptr()
+    # By pointer: this registration, unlike register(tensor), does not keep the tensor alive.
+    comm.comm.register(ptr, n * 4)
+
+    def registered():
+        t.copy_(src)
+        comm.all_reduce(t)
+        torch.cuda.synchronize()
+        comm.check()
+        return _exact(t, want, "registered all_reduce")
+
+    _line_up()
+    rec.check("registered all_reduce", registered)
+    del t
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # the registered memory goes back to CUDA (cudaFree)
+    dist.barrier()
+
+    # CUDA usually hands the freed range out again at once; keep the misses until it does.
+    misses = []
+    u = torch.empty(n, device=dev)
+    while u.data_ptr() != ptr and len(misses) < 16:
+        misses.append(u)
+        u = torch.empty(n, device=dev)
+    reused = u.data_ptr() == ptr
+    u.copy_(src)
+    torch.cuda.synchronize()
+    outcome, detail = "", ""
+    try:
+        comm.all_reduce(u)
+        torch.cuda.synchronize()
+        code = _wait_async(comm.comm, 0)
+        if code == yali.Result.Success:
+            outcome = "correct" if torch.equal(u, want) else "WRONG RESULT"
+            detail = "" if outcome == "correct" else _exact(u, want, "result")[0]
+        else:
+            try:
+                comm.check_async_error()
+            except yali.YaliError as e:
+                outcome, detail = type(e).__name__, str(e)
+    except yali.YaliError as e:
+        outcome, detail = type(e).__name__, str(e)
+    outcomes = [None] * ws
+    dist.all_gather_object(outcomes, outcome)
+    problems = []
+    if outcome not in ("correct", "YaliInvalidUsage"):
+        problems.append(f"{outcome}: {detail}")
+    elif outcome == "YaliInvalidUsage" and "freed" not in detail:
+        problems.append(f"the YaliInvalidUsage does not say the memory was freed: {detail}")
+    if len(set(outcomes)) != 1:
+        problems.append(f"the ranks disagree: {outcomes}")
+    note = (f"address {'reused' if reused else _NOT_REUSED} after {len(misses)} other "
+            f"allocations; outcome {outcome}")
+    rec.record("all_reduce on memory freed while registered, then allocated again",
+               not problems, "; ".join(problems + [note]) if problems else note)
+    rec.check("close() after it is prompt", _timed, 10, "close", comm.close)
+    dist.barrier()
+
+
+def _section_timeout(rec, rank, ws, dev):
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    comm = yt.Communicator(device=dev)
+    n = _FAULT_N
+    x = _rank_input(n, rank, dev)
+    keep = x.clone()
+    y = torch.empty_like(x)
+    want = _rank_sum(n, ws, dev)
+    late = ws - 1  # the rank that misses the call that fails
+    y.fill_(7.0)
+    _line_up()
+
+    def eager():
+        comm.all_reduce(x, out=y)
+        torch.cuda.synchronize()
+        comm.check()
+        return _exact(y, want, "eager")
+
+    rec.check("eager all_reduce", eager)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        comm.all_reduce(x, out=y)
+
+    def replay_healthy():
+        y.fill_(7.0)
+        g.replay()
+        torch.cuda.synchronize()
+        comm.check()
+        return _exact(y, want, "replay")
+
+    rec.check("graph replay before the failure", replay_healthy)
+    dist.barrier()
+    if rank != late:
+        def fail():
+            t0 = time.monotonic()
+            z = _rank_input(n, rank, dev)
+            comm.all_reduce(z)  # rank `late` never arrives
+            torch.cuda.synchronize()
+            code = _wait_async(comm.comm, 30)
+            dt = time.monotonic() - t0
+            problems = [] if code == yali.Result.Timeout else [
+                f"async error {code!r}, expected Timeout"]
+            return problems + ([f"took {dt:.1f} s with YALI_TIMEOUT_MS=4000"] if dt > 30 else [])
+
+        rec.check(f"a call without rank {late} times out; this rank reports yaliTimeout", fail)
+    dist.barrier()
+    if rank == late:
+        y.fill_(7.0)
+        _next_call_fails(rec, "the next all_reduce of the rank that missed the call fails",
+                         lambda: comm.all_reduce(x, out=y), comm.comm, yali.YaliTimeout, y)
+    dist.barrier()
+    rec.check("check_async_error raises YaliTimeout", _raises, yali.YaliTimeout,
+              comm.check_async_error, "yaliTimeout")
+    rec.check("check() raises YaliTimeout", _raises, yali.YaliTimeout, comm.check)
+
+    def all_reduce_raises():
+        problems = _raises(yali.YaliTimeout, lambda: comm.all_reduce(x), "yaliAllReduce")
+        problems += _raises(yali.YaliTimeout, lambda: comm.all_reduce(x, out=y), "yaliAllReduce")
+        problems += _raises(yali.YaliTimeout, lambda: comm.all_reduce_functional(x),
+                            "yaliAllReduce")
+        problems += _raises(yali.YaliTimeout, lambda: torch.ops.yali.all_reduce_(x, comm.handle, 0),
+                            "yaliAllReduce")
+        torch.cuda.synchronize()
+        return problems + _exact(x, keep, "the input after the refused calls")
+
+    rec.check("all_reduce, out=, functional and the custom op raise YaliTimeout",
+              all_reduce_raises)
+
+    def replay_after_failure():
+        y.fill_(7.0)
+        g.replay()
+        torch.cuda.synchronize()
+        return _all_ones(y, "output") + _raises(yali.YaliTimeout, comm.check)
+
+    rec.check("a graph replayed after the failure writes NaN; check() raises", replay_after_failure)
+
+    def guarded_replay():
+        y.fill_(5.0)
+        problems = _raises(yali.YaliTimeout, lambda: yt.replay(g, comm, synchronize=True))
+        torch.cuda.synchronize()
+        if not bool((y == 5).all()):
+            problems.append("yali.torch.replay replayed the graph of a failed comm")
+        return problems
+
+    rec.check("yali.torch.replay raises before replaying", guarded_replay)
+    rec.check("abort() after the failure is prompt", _timed, 10, "abort", comm.abort)
+
+    def replay_after_abort():
+        y.fill_(3.0)
+        g.replay()
+        torch.cuda.synchronize()
+        return _exact(y, torch.full_like(y, 3.0), "after abort")
+
+    rec.check("a graph replayed after abort does nothing", replay_after_abort)
+    dist.barrier()
+
+
+def _worker_faults_multi(out_dir):
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    ws = int(os.environ["WORLD_SIZE"])
+    # Every rank on GPU 0 when there is one (YALI_ALLOW_SHARED_GPU=1). The group is gloo: it only
+    # carries the unique id, the barriers and the outcomes (NCCL refuses two ranks on one GPU).
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
+    _rank_input(_FAULT_N, rank, dev).sum().item()  # torch's first kernels, before any timed wait
+    rec = _Recorder(out_dir, rank)
+    # The timeout last: its replay after abort is the riskiest step for the process.
+    for name, section in (("remote_abort", _section_remote_abort),
+                          ("freed_registered", _section_freed_registered),
+                          ("timeout", _section_timeout)):
+        if _want(name):
+            with rec.in_section(name):
+                section(rec, rank, ws, dev)
+    dist.destroy_process_group()
+    return 0
+
+
 def _worker_main(argv):
     import argparse
 
     p = argparse.ArgumentParser()
-    p.add_argument("--worker", choices=("multi", "single"), required=True)
+    p.add_argument("--worker", choices=("multi", "single", "faults_single", "faults_multi"),
+                   required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--ndev", type=int, default=2)
     a = p.parse_args(argv)
     if a.worker == "multi":
         return _worker_multi(a.out)
+    if a.worker == "faults_single":
+        return _worker_faults_single(a.out, a.ndev)
+    if a.worker == "faults_multi":
+        return _worker_faults_multi(a.out)
     return _worker_single(a.out, a.ndev)
 
 
