@@ -267,11 +267,19 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
 
 std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
-  // called: the release always happens on the reaper, once the comm's eager launches have ended.
+  // called: the release always happens on the reaper, once the comm's eager launches have ended
+  // (HostStatus::eagerDone), and kReleaseGraceMs after that. The grace: the last block of a launch
+  // writes eagerDone without a system-wide fence (it would lengthen every eager launch by about a
+  // microsecond), so stores of the launch's blocks may still be on their way then; they drain
+  // within microseconds, and unmapping the window never waits for the device.
+  constexpr int64_t kReleaseGraceMs = 50;
   return std::shared_ptr<DeviceResources>(new DeviceResources(), [](DeviceResources* r) {
-    Reaper::post([r] {
+    auto drainedAt = std::make_shared<int64_t>(-1);
+    Reaper::post([r, drainedAt] {
       const volatile HostStatus* s = r->hostStatus.get();
       if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
+      if (*drainedAt < 0) *drainedAt = nowMs();
+      if (nowMs() - *drainedAt < kReleaseGraceMs) return false;
       if (r->device >= 0) cudaSetDevice(r->device);
       delete r;
       cudaGetLastError();

@@ -292,24 +292,26 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 
 // The end of every collective kernel, by thread 0 of each block, on every path (also after a
 // failed wait or a refused admission): counts the block out of the launch; the last block advances
-// the epoch (or rebases), and for an eager launch tells the host that the launch has ended
-// (yaliCommDestroy waits for that). The fence orders this block's work before its count.
-__device__ __noinline__ void leaveLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission) {
+// the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
+// here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
+// tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
+// follow waits a grace period longer, comm.cc: makeDeviceResources). The fence orders this block's
+// work before its count.
+__device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission) {
   LocalState* local = args.local;
-  if (info.epoch == kEpochLimit) __threadfence_system();  // the rebase's peers must see our stores
+  const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
+  if (rebase) __threadfence_system();  // the rebase's peers must see our stores
   else __threadfence();
   const unsigned left = atomicAdd(&local->exits, 1u);
   if (left != gridDim.x - 1) return;
   __threadfence();
   local->exits = 0;
-  if (admission == kAdmitted && *reinterpret_cast<volatile int*>(&local->failed) == 0) {
-    if (info.epoch >= kEpochLimit) rebaseEpochs(args);
-    else *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
+  if (rebase) {
+    if (*reinterpret_cast<volatile int*>(&local->failed) == 0) rebaseEpochs(args);
+  } else if (admission == kAdmitted) {
+    *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
-  if (args.eagerSeq != 0) {
-    __threadfence_system();
-    *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
-  }
+  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
 }
 
 // Runs one collective kernel's body inside the launch frame. `body(info)` may return early on a
