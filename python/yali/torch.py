@@ -640,28 +640,23 @@ class SingleProcessCommunicator(yali._ClosingContext):
 
     def close(self):
         """Destroys every comm. Idempotent."""
-        comms, self.comms = self.comms, []
-        errors = []
-        for c in comms:
-            _LIVE.pop(c.handle, None)
-        for c in comms:
-            try:
-                c.destroy()
-            except yali.YaliError as e:
-                errors.append(e)
-        if errors:
-            raise errors[0]
+        self._end(lambda c: c.destroy())
 
     def abort(self):
         """Aborts every comm (yaliCommAbort: prompt, waits for no peer), also after one of them
         failed to. Idempotent."""
+        self._end(lambda c: c.abort())
+
+    def _end(self, end):
+        """Ends every comm with ``end`` (destroy or abort), each even after another failed to;
+        then raises the first error."""
         comms, self.comms = self.comms, []
         errors = []
         for c in comms:
             _LIVE.pop(c.handle, None)
         for c in comms:
             try:
-                c.abort()
+                end(c)
             except yali.YaliError as e:
                 errors.append(e)
         if errors:
