@@ -511,7 +511,6 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
                   call, i, comm->device);
     yaliResult_t r = allocateRankResources(comm.get(), call);
     if (r != yaliSuccess) return r;
-    group->devices.push_back(comm->device);
     comm->pids.assign(ndev, static_cast<int32_t>(getpid()));
   }
   for (int i = 0; i < ndev; ++i) {

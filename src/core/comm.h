@@ -51,7 +51,6 @@ std::shared_ptr<DeviceResources> makeDeviceResources();
 
 // Comms created together by yaliCommInitAll: they collect their registrations here.
 struct ProcessGroup {
-  std::vector<int> devices;
   GroupRegistrations registrations;
 };
 
