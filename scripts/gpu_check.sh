@@ -38,6 +38,12 @@
 #   PERF_NP="2 4 8"                          world sizes for perf, mpiperf, graphperf (if GPUs allow)
 #   PERF_SHARE=1                             perf: world sizes above the GPU count too, ranks
 #                                            sharing GPUs (YALI only; kernel-level costs)
+#   AB_BASE=base-src  AB_NP="2 4"  AB_REPS=2   abperf: kernel-level cost per call before (the tree in
+#   AB_ARGS="-b 4K -e 64M -f 4 ..."           AB_BASE, built in build-base) and after (this tree),
+#                                            ranks sharing GPUs (YALI only), eager and graph, run
+#                                            alternately; scripts/ab_table.py prints the table
+#   COLL_NP="2 4"  COLL_ARGS="-C all -d all ..."   collperf: yali-perf over every collective and
+#                                            type, ranks sharing GPUs: #wrong must be 0
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
@@ -53,6 +59,13 @@ PERF_ITERS=${PERF_ITERS:--n 20 -w 5}
 PERF_EXTRA=${PERF_EXTRA:-}
 BUILD=${BUILD:-build}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# YALI_ALGO lists that force one family for every collective (a list names one algorithm per
+# collective); an algorithm list in ALGOS/SHARED_ALGOS/SANITIZE_ALGOS is written label=list.
+ALL_LL=oneshot_ll,reducescatter_ll,allgather_ll,broadcast_ll,reduce_ll,gather_ll,scatter_ll,alltoall_ll
+ALL_STAGED=twoshot_push,reducescatter_staged,allgather_staged,broadcast_staged,reduce_staged,gather_staged,scatter_staged,alltoall_staged
+ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct
+label_of() { echo "${1%%=*}"; }
+algo_of() { echo "${1#*=}"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 summary=()
 # Logs are re-packed after every stage so that a run cut off by its time limit still returns them.
@@ -100,9 +113,10 @@ if has algotests; then
   # through every kernel (auto selection sends each size to one algorithm only).
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for algo in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push}; do
-      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${algo}_$n.log" 2>&1
-      note "gpu suite YALI_ALGO=$algo multi $n: rc=$? $(tail -1 "$LOG/algotest_${algo}_$n.log")"
+    for spec in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED}; do
+      label=$(label_of "$spec"); algo=$(algo_of "$spec")
+      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${label}_$n.log" 2>&1
+      note "gpu suite YALI_ALGO=$label multi $n: rc=$? $(tail -1 "$LOG/algotest_${label}_$n.log")"
     done
   done
 fi
@@ -115,10 +129,11 @@ if has shared; then
     note "gpu suite --share-gpus single $n: rc=$? $(tail -1 "$LOG/shared_auto_$n.log")"
   done
   for n in ${SHARED_ALGO_RANKS:-2 4}; do
-    for algo in ${SHARED_ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push direct twoshot_direct}; do
-      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single \
-        > "$LOG/shared_${algo}_$n.log" 2>&1
-      note "gpu suite --share-gpus YALI_ALGO=$algo single $n: rc=$? $(tail -1 "$LOG/shared_${algo}_$n.log")"
+    for spec in ${SHARED_ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED direct=$ALL_DIRECT}; do
+      label=$(label_of "$spec"); algo=$(algo_of "$spec")
+      YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single ${SHARED_ARGS:-} \
+        > "$LOG/shared_${label}_$n.log" 2>&1
+      note "gpu suite --share-gpus YALI_ALGO=$label single $n: rc=$? $(tail -1 "$LOG/shared_${label}_$n.log")"
     done
   done
 fi
@@ -139,11 +154,13 @@ if has sanitize; then
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$n.log" 2>&1
     note "memcheck single $n: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$n.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$n.log" | tail -1)"
   done
-  for algo in ${SANITIZE_ALGOS:-}; do  # every size through one kernel, at 2 ranks
+  for spec in ${SANITIZE_ALGOS:-}; do  # every size through one kernel (label=list: one family), at 2 ranks
+    label=$(label_of "$spec"); algo=$(algo_of "$spec")
+    [ "$label" = ll ] && algo=$ALL_LL; [ "$label" = staged ] && algo=$ALL_STAGED; [ "$label" = direct ] && algo=$ALL_DIRECT
     YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks 2 --deadline-scale 5 \
-      ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$algo.log" 2>&1
-    note "memcheck YALI_ALGO=$algo single 2: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$algo.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$algo.log" | tail -1)"
+      ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$label.log" 2>&1
+    note "memcheck YALI_ALGO=$label single 2: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$label.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$label.log" | tail -1)"
   done
 fi
 
@@ -189,7 +206,7 @@ if has fuzz; then
 import random, sys
 seed, nsan, nplain, log, sm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rng = random.Random(seed)
-algos = ["auto", "oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "direct", "twoshot_direct"]
+algos = ["auto", "oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "twoshot_direct"]
 def size(choices, lo, hi):  # a listed value (odd ones included) or a uniform one in [lo, hi]
     return rng.choice(choices) if rng.random() < 0.7 else rng.randint(lo, hi)
 def threshold():  # -2 table, -1 always, 0 never, or bytes
@@ -226,8 +243,8 @@ for i in range(nsan + nplain):
         with open(path, "w") as f:
             f.write(f"# fuzz run {i + 1}, FUZZ_SEED={seed}\n{line}\n")
         env["YALI_TUNING_FILE"] = path
-    # direct and twoshot_direct take only registered buffers: the registered cases run them.
-    filt = "registered_small" if algo in ("direct", "twoshot_direct") else "counts"
+    # twoshot_direct takes only registered outputs: the registered cases run it.
+    filt = "registered_small" if algo == "twoshot_direct" else "counts"
     print(f"{'memcheck' if sanitized else 'plain'}\t{ranks}\t{filt}\t" + " ".join(f"{k}={v}" for k, v in env.items()))
 PY
   i=0; fuzz_fail=0
@@ -287,6 +304,37 @@ if has mpiperf; then
   done
 fi
 
+if has collperf; then
+  # Every collective and type through yali-perf (correctness: #wrong; with ranks sharing GPUs the
+  # times are kernel-level costs, not NVLink speed).
+  for n in ${COLL_NP:-2 4}; do
+    YALI_ALLOW_SHARED_GPU=1 timeout 300 "$perf" -g "$n" ${COLL_ARGS:--C all -d all -b 1K -e 4M -f 16 -n 5 -w 2} --impl yali \
+      -J "$LOG/coll_g$n.json" > "$LOG/coll_g$n.txt" 2>&1
+    rc=$?
+    note "yali-perf collectives -g $n (ranks share GPUs): rc=$rc, wrong=$(python3 -c "import json,sys; print(sum(r.get('wrong',0) for r in json.load(open(sys.argv[1]))['results']))" "$LOG/coll_g$n.json" 2>/dev/null)"
+  done
+fi
+if has abperf; then
+  # Before/after, YALI only, ranks sharing GPUs (kernel-level cost per call, not NVLink speed).
+  base=${AB_BASE:-base-src}
+  cmake -S "$base" -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DYALI_BUILD_TESTS=OFF -DYALI_BUILD_EXAMPLES=OFF \
+    > "$LOG/cmake_base.log" 2>&1 && cmake --build build-base -j "$(nproc)" --target yali-perf > "$LOG/build_base.log" 2>&1
+  note "abperf: base build ($base): rc=$?"
+  for rep in $(seq 1 ${AB_REPS:-2}); do
+    for n in ${AB_NP:-2 4}; do
+      for which in base new; do
+        p=$perf; [ $which = base ] && p=build-base/bench/yali-perf
+        YALI_ALLOW_SHARED_GPU=1 "$p" -g "$n" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali \
+          -J "$LOG/ab_${which}_e_g${n}_r$rep.json" > "$LOG/ab_${which}_e_g${n}_r$rep.txt" 2>&1
+        YALI_ALLOW_SHARED_GPU=1 "$p" -g "$n" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali -G 10 \
+          -J "$LOG/ab_${which}_g_g${n}_r$rep.json" > "$LOG/ab_${which}_g_g${n}_r$rep.txt" 2>&1
+      done
+    done
+  done
+  python3 scripts/ab_table.py "$LOG" > "$LOG/ab_table.txt" 2>&1
+  note "abperf: table in logs/ab_table.txt"
+  cat "$LOG/ab_table.txt"
+fi
 if has graphperf; then
   for n in ${PERF_NP:-2 4 8}; do
     [ "$n" -gt "$ngpus" ] && continue

@@ -77,16 +77,35 @@ typedef enum {
   yaliNumResults = 9
 } yaliResult_t;
 
-/* Element types. Values match ncclDataType_t for the same types. */
+/* Element types: every NCCL type, with NCCL's values. Collectives that only move data (AllGather,
+ * Broadcast, Gather, Scatter, AlltoAll) treat every type as bytes of its size. */
 typedef enum {
+  yaliInt8 = 0,
+  yaliChar = 0,
+  yaliUint8 = 1,
+  yaliInt32 = 2,
+  yaliInt = 2,
+  yaliUint32 = 3,
+  yaliInt64 = 4,
+  yaliUint64 = 5,
   yaliFloat16 = 6,
   yaliHalf = 6,
   yaliFloat32 = 7,
   yaliFloat = 7,
-  yaliBfloat16 = 9
+  yaliFloat64 = 8,
+  yaliDouble = 8,
+  yaliBfloat16 = 9,
+  yaliFloat8e4m3 = 10, /* OCP fp8 E4M3 (cuda_fp8.h __nv_fp8_e4m3) */
+  yaliFloat8e5m2 = 11, /* OCP fp8 E5M2 (__nv_fp8_e5m2) */
+  yaliNumTypes = 12
 } yaliDataType_t;
 
-/* Reduction operations. Values match ncclRedOp_t. fp16 and bf16 accumulate in fp32. */
+/* Reduction operations. Values match ncclRedOp_t. Every op works on every type, but yaliAvg, which
+ * is for the floating types only (fp16, bf16, fp32, fp64, fp8). Accumulation: fp16, bf16 and fp8
+ * in fp32, fp32 in fp32, fp64 in fp64, integers in their own width with wrap-around (two's
+ * complement) for sum and prod; the reduction runs in rank order 0..n-1 on every rank, so every
+ * rank gets the same bits. fp8 results are rounded to nearest and saturate to the largest finite
+ * value (CUDA's __NV_SATFINITE). */
 typedef enum {
   yaliSum = 0,
   yaliProd = 1,
@@ -95,6 +114,19 @@ typedef enum {
   yaliAvg = 4, /* sum, then divided by the number of ranks */
   yaliNumOps = 5
 } yaliRedOp_t;
+
+/* The collectives, for yaliAlgoInfo (YALI extension). */
+typedef enum {
+  yaliCollAllReduce = 0,
+  yaliCollReduceScatter = 1,
+  yaliCollAllGather = 2,
+  yaliCollBroadcast = 3,
+  yaliCollReduce = 4,
+  yaliCollGather = 5,
+  yaliCollScatter = 6,
+  yaliCollAlltoAll = 7,
+  yaliNumCollectives = 8
+} yaliCollective_t;
 
 /* ---- Errors and version ---------------------------------------------------------------------- */
 
@@ -153,19 +185,22 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
 /* ---- Registered buffers (zero-copy) ---------------------------------------------------------- */
 
 /* Maps `size` bytes of device memory at `buff` (cudaMalloc'd, on this comm's GPU) into every peer,
- * so that collectives on buffers inside registered memory skip YALI's staging copies: with a
- * registered output, twoshot_direct (from 16 MB by default) stores each reduced shard straight into
- * every rank's output; with both buffers registered, direct (off by default, YALI_DIRECT_MIN_BYTES)
- * also reads the peers' inputs over NVLink. Collective: every rank calls it, in the same order
+ * so that collectives whose outputs lie inside registered memory skip YALI's staging copies: an
+ * AllReduce output takes twoshot_direct (from 16 MB by default), whose owners store each reduced
+ * shard straight into every rank's output; AllGather, Broadcast, Scatter and AlltoAll outputs take
+ * their *_direct algorithm (from 1 MB per piece), which writes every piece straight into its
+ * receiver's output. Collective: every rank calls it, in the same order
  * relative to its other registrations, with the same size (bounded by YALI_TIMEOUT_MS); in
  * single-process mode (yaliCommInitAll) call it on every comm before a collective uses the buffer.
  * *handle names the registration for yaliCommDeregister. The memory must stay allocated until then.
  * A call refused on one rank for its arguments (NULL, size 0, not device memory of this GPU)
  * registers nothing there: that rank's next call is its counterpart of the peers'.
  *
- * A call takes a zero-copy path only when its buffers lie in registered memory on every rank, at
- * the same byte offset within the same registration on every rank (the same call order makes
- * registrations correspond). Ranks that disagree (different offsets, counts, types or ops) make
+ * A call takes a zero-copy path only when its output lies in registered memory on every rank, in
+ * the corresponding registration on every rank (the same call order makes registrations
+ * correspond) and, for AllReduce, at the same byte offset within it (the other collectives tell
+ * each other their offsets, so NCCL's in-place layouts work). Ranks that disagree (different
+ * registrations or AllReduce offsets, counts, types, ops or roots) make
  * the call fail on the device without writing into any peer's buffer: yaliInvalidUsage from the
  * next call. If some ranks pass registered buffers and others do not, the call times out
  * (yaliTimeout). Memory freed without yaliCommDeregister is recognized (CUDA's buffer id): a call
@@ -198,33 +233,97 @@ YALI_API yaliResult_t yaliGroupEnd(void);
 
 /* ---- Collectives ----------------------------------------------------------------------------- */
 
-/* Sums (or prod/max/min/avg) `count` elements of `sendbuff` across all ranks into `recvbuff` on
- * every rank. In place when sendbuff == recvbuff. Buffers: device memory of this comm's GPU that is
- * allocated now, aligned to the element size, and (for cudaMalloc memory, where CUDA knows the
- * allocation's extent) holding `count` elements; any count, including 0. Enqueued on `stream`;
- * returns without synchronizing the host; may be captured into a CUDA graph. Every rank gets
- * bitwise-identical results (the reduction runs in rank order 0..n-1 everywhere). */
+/* NCCL 2.28's shapes, counts in elements. Rules common to all of them:
+ *  - Buffers: device memory of this comm's GPU that is allocated now, aligned to the element size,
+ *    and (for cudaMalloc memory, where CUDA knows the allocation's extent) holding what the call
+ *    reads or writes. A buffer a rank does not use (recvbuff of a non-root in yaliReduce and
+ *    yaliGather, sendbuff of a non-root in yaliScatter) is not looked at and may be NULL.
+ *  - In place exactly where NCCL allows it (named per call below); any other overlap of the bytes
+ *    read and the bytes written is refused (yaliInvalidArgument) and nothing is touched.
+ *  - Any count, 0 included (a call with nothing to move returns at once); a count whose byte size
+ *    overflows is refused. root must be in [0, nranks).
+ *  - Enqueued on `stream`; returns without synchronizing the host; may be captured into a CUDA
+ *    graph; may be grouped (yaliGroupStart/End). Every rank must make the same call (collective,
+ *    count, type, op, root) in the same order. */
+
+/* Reduces `count` elements of `sendbuff` across all ranks into `recvbuff` on every rank. In place
+ * when sendbuff == recvbuff. */
 YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     yaliDataType_t datatype, yaliRedOp_t op, yaliComm_t comm,
                                     cudaStream_t stream);
 
+/* Rank i's recvbuff (recvcount elements) gets block i of the reduction of every rank's sendbuff
+ * (nranks * recvcount elements). In place when recvbuff == sendbuff + rank * recvcount. */
+YALI_API yaliResult_t yaliReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        yaliDataType_t datatype, yaliRedOp_t op, yaliComm_t comm,
+                                        cudaStream_t stream);
+
+/* recvbuff (nranks * sendcount elements) gets rank i's sendbuff at offset i * sendcount, on every
+ * rank. In place when sendbuff == recvbuff + rank * sendcount. */
+YALI_API yaliResult_t yaliAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);
+
+/* Every rank's recvbuff gets root's sendbuff (count elements); sendbuff is read on root only. In
+ * place when sendbuff == recvbuff. */
+YALI_API yaliResult_t yaliBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                    yaliDataType_t datatype, int root, yaliComm_t comm,
+                                    cudaStream_t stream);
+
+/* yaliBroadcast in place (NCCL's deprecated ncclBcast). */
+YALI_API yaliResult_t yaliBcast(void* buff, size_t count, yaliDataType_t datatype, int root,
+                                yaliComm_t comm, cudaStream_t stream);
+
+/* Root's recvbuff gets the reduction of every rank's sendbuff (count elements); recvbuff is used
+ * on root only. In place when sendbuff == recvbuff. */
+YALI_API yaliResult_t yaliReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                 yaliDataType_t datatype, yaliRedOp_t op, int root, yaliComm_t comm,
+                                 cudaStream_t stream);
+
+/* Root's recvbuff (nranks * count elements) gets rank i's sendbuff (count elements) at offset
+ * i * count; recvbuff is used on root only. In place when, on root, sendbuff == recvbuff +
+ * root * count. */
+YALI_API yaliResult_t yaliGather(const void* sendbuff, void* recvbuff, size_t count,
+                                 yaliDataType_t datatype, int root, yaliComm_t comm,
+                                 cudaStream_t stream);
+
+/* Rank i's recvbuff (count elements) gets root's sendbuff at offset i * count; sendbuff is read on
+ * root only. In place when, on root, recvbuff == sendbuff + root * count. */
+YALI_API yaliResult_t yaliScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                  yaliDataType_t datatype, int root, yaliComm_t comm,
+                                  cudaStream_t stream);
+
+/* Rank i sends sendbuff + j * count (count elements) to rank j, which places it at recvbuff +
+ * i * count. Never in place: the buffers must not overlap. */
+YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                   yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);
+
 /* ---- Introspection (YALI extension, no NCCL equivalent) ------------------------------------ */
 
-/* What yaliAllReduce would run for this call on this comm, as chosen by the selector (tuning
- * table, YALI_* thresholds, YALI_ALGO, and whether both buffers are registered: yaliCommRegister).
- * sendbuff and recvbuff may be NULL: the choice for unregistered buffers. For benchmarks and
- * reports; launches nothing. */
+/* What a call would run on this comm, as chosen by the selector (tuning table, YALI_* thresholds,
+ * YALI_ALGO, and whether the buffers are registered: yaliCommRegister). sendbuff and recvbuff may
+ * be NULL: the choice for unregistered buffers. For benchmarks and reports; launches nothing. */
 typedef struct {
-  char algorithm[32]; /* e.g. "oneshot_ll", "twoshot_push", "direct" */
+  char algorithm[32]; /* e.g. "oneshot_ll", "twoshot_push", "allgather_staged"; "none" for count 0 */
   int ctas;           /* thread blocks per GPU */
   int threads;        /* threads per block */
   size_t chunkBytes;  /* chunk per pipeline (a block, or a team of one) per step, 0 if none */
 } yaliAlgoInfo_t;
 
+/* `count`, `op` and `root` as the collective's own call takes them (op is ignored by collectives
+ * that do not reduce, root by those without one). */
+YALI_API yaliResult_t yaliAlgoInfo(yaliComm_t comm, yaliCollective_t collective, const void* sendbuff,
+                                   const void* recvbuff, size_t count, yaliDataType_t datatype,
+                                   yaliRedOp_t op, int root, yaliAlgoInfo_t* info);
+
+/* yaliAlgoInfo for yaliAllReduce. */
 YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, const void* sendbuff,
                                             const void* recvbuff, size_t count,
                                             yaliDataType_t datatype, yaliRedOp_t op,
                                             yaliAlgoInfo_t* info);
+
+/* The name of a collective ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
+ * "gather", "scatter", "alltoall"), or "unknown". Never NULL. */
+YALI_API const char* yaliCollectiveName(yaliCollective_t collective);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,17 +1,19 @@
 // The public C API: argument checks (before any CUDA call where possible, so that they work and say
-// something useful even without a GPU), then the communicator and collective layers.
+// something useful even without a GPU), then the communicator layer; every collective is a few
+// lines that describe the call for the one call path (call.h).
 #include <string.h>
 
 #include <set>
 
 #include "collectives/common/device_state.h"
 #include "core/bootstrap.h"
+#include "core/call.h"
 #include "core/comm.h"
+#include "core/comm_access.h"
 #include "core/enqueue.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/handles.h"
-#include "core/hash.h"
 #include "core/registration.h"
 #include "yali/yali.h"
 
@@ -19,149 +21,10 @@ using namespace yali;
 
 namespace {
 
-// The live comm of `handle` (a reference for the call's duration), or null after recording why.
-std::shared_ptr<yaliComm> resolveComm(yaliComm_t handle, const char* call, yaliResult_t* result) {
-  *result = yaliSuccess;
-  if (handle == nullptr) {
-    *result = fail(yaliInvalidArgument, nullptr, "%s: comm is NULL", call);
-    return nullptr;
-  }
-  HandleState state;
-  std::shared_ptr<yaliComm> comm = findComm(handle, &state);
-  if (comm) return comm;
-  switch (state) {
-    case HandleState::kDestroyed:
-      *result = fail(yaliInvalidUsage, nullptr, "%s: comm was destroyed (yaliCommDestroy)", call);
-      break;
-    case HandleState::kAborted:
-      *result = fail(yaliInvalidUsage, nullptr, "%s: comm was aborted (yaliCommAbort)", call);
-      break;
-    default:
-      *result = fail(yaliInvalidArgument, nullptr,
-                     "%s: comm is not a communicator returned by yaliCommInitRank/yaliCommInitAll", call);
-  }
-  return nullptr;
-}
-
-// A comm resolved from its handle and locked for the scope of an API call (yaliComm::mutex): calls
-// from several threads on one comm take turns. Holds a reference, so a comm destroyed meanwhile by
-// another thread is freed only after this call.
-class LockedComm {
- public:
-  LockedComm(yaliComm_t handle, const char* call) : owner_(resolveComm(handle, call, &error_)) {
-    if (owner_) lock_ = std::unique_lock<std::mutex>(owner_->mutex);
-  }
-  explicit operator bool() const { return owner_ != nullptr; }
-  yaliResult_t error() const { return error_; }
-  yaliComm* operator->() const { return owner_.get(); }
-  yaliComm* get() const { return owner_.get(); }
-  const std::shared_ptr<yaliComm>& shared() const { return owner_; }
-
- private:
-  yaliResult_t error_ = yaliSuccess;
-  std::shared_ptr<yaliComm> owner_;
-  std::unique_lock<std::mutex> lock_;
-};
-
-// A comm resolved from its handle, not locked: for calls that only read what never changes after
-// set-up (rank, size, device, the host-mapped status), so that they answer even while another
-// thread's call on the comm blocks (a watchdog thread polling yaliCommGetAsyncError, say).
-class UnlockedComm {
- public:
-  UnlockedComm(yaliComm_t handle, const char* call) : owner_(resolveComm(handle, call, &error_)) {}
-  explicit operator bool() const { return owner_ != nullptr; }
-  yaliResult_t error() const { return error_; }
-  yaliComm* operator->() const { return owner_.get(); }
-  yaliComm* get() const { return owner_.get(); }
-
- private:
-  yaliResult_t error_ = yaliSuccess;
-  std::shared_ptr<yaliComm> owner_;
-};
-
-// Returns the comm's device-side failure, if any, as an error of `call`.
-yaliResult_t checkAsync(yaliComm* comm, const char* call) {
-  yaliResult_t r = commAsyncError(comm);
-  if (r == yaliSuccess) return r;
-  return fail(r, comm, "%s: an earlier operation on this comm failed on the device: %s; the comm must "
-              "be aborted with yaliCommAbort",
-              call, commAsyncErrorText(comm).c_str());
-}
-
-bool toDataType(yaliDataType_t t, DataType* out) {
-  switch (static_cast<int>(t)) {
-    case yaliFloat16: *out = DataType::kFloat16; return true;
-    case yaliFloat32: *out = DataType::kFloat32; return true;
-    case yaliBfloat16: *out = DataType::kBfloat16; return true;
-    default: return false;
-  }
-}
-
 yaliResult_t loadSettingsFor(const char* call, Settings* s) {
   std::string err;
   if (!loadSettings(s, &err)) return fail(yaliInvalidArgument, nullptr, "%s: %s", call, err.c_str());
   return yaliSuccess;
-}
-
-// A buffer argument must be device (or managed) memory of the comm's GPU, aligned to its element,
-// allocated now (never freed), and hold `bytes` from `p` on (exactly checkable for cudaMalloc
-// memory; pool and cuMem allocations report ranges that need not be theirs). Every call asks CUDA
-// afresh (about 0.1 us): a pointer that was valid once may have been freed since.
-yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
-                         const char* call, AllocationInfo* info) {
-  if (p == nullptr) return fail(yaliInvalidArgument, comm, "%s: %s is NULL", call, name);
-  if (reinterpret_cast<uintptr_t>(p) % elemSize != 0)
-    return fail(yaliInvalidArgument, comm, "%s: %s=%p is not aligned to its element size (%zu bytes)",
-                call, name, p, elemSize);
-  std::string why;
-  if (!queryAllocation(p, info, &why))
-    return fail(yaliInvalidArgument, comm, "%s: %s=%p: %s", call, name, p, why.c_str());
-  if (!info->device)
-    return fail(yaliInvalidArgument, comm, "%s: %s=%p is host memory, not device memory", call, name, p);
-  if (!info->managed && info->deviceOrdinal != comm->device)
-    return fail(yaliInvalidArgument, comm, "%s: %s=%p is on device %d but comm is on device %d", call,
-                name, p, info->deviceOrdinal, comm->device);
-  const uint64_t offset = reinterpret_cast<uint64_t>(p) - info->start;
-  if (info->legacyIpc && (offset > info->size || bytes > info->size - offset))
-    return fail(yaliInvalidArgument, comm,
-                "%s: %s=%p holds %llu bytes to the end of its allocation, the call needs %zu (count too "
-                "large for the buffer)",
-                call, name, p, static_cast<unsigned long long>(info->size - std::min(offset, info->size)),
-                bytes);
-  return yaliSuccess;
-}
-
-// The registered-buffer facts of a call: which algorithm the ranks will agree on, and the tag that
-// every rank's kernel compares with its peers' at entry (block_ops.cuh: enterWithTag): the
-// algorithm, the call's count, type and op, and the registrations and offsets of the buffers the
-// algorithm maps (twoshot_direct maps only the output), folded into 32 bits (FNV-1a).
-struct RegisteredCall {
-  RegisteredSpan send;
-  RegisteredSpan recv;
-  uint32_t tag(Algo algo, size_t count, yaliDataType_t datatype, yaliRedOp_t op) const {
-    const bool mapsSend = algo == Algo::kDirect;
-    const uint64_t fields[] = {static_cast<uint64_t>(algo), count, static_cast<uint64_t>(datatype),
-                               static_cast<uint64_t>(op), recv.registration->id, recv.offset,
-                               mapsSend ? send.registration->id : ~0ull, mapsSend ? send.offset : ~0ull};
-    const uint64_t h = fnv1a(fields, sizeof(fields));
-    return static_cast<uint32_t>(h ^ (h >> 32));
-  }
-  // A buffer lies where a registration's memory was freed (a new allocation at its address).
-  bool stale(Algo algo) const { return recv.stale || (algo == Algo::kDirect && send.stale); }
-};
-
-RegisteredCall findRegisteredCall(const yaliComm* comm, const void* send, uint64_t sendId, const void* recv,
-                                  uint64_t recvId, size_t bytes) {
-  RegisteredCall c;
-  c.send = findRegistered(comm, send, bytes, sendId);
-  c.recv = send == recv ? c.send : findRegistered(comm, recv, bytes, recvId);
-  return c;
-}
-
-// A stale registration still steers the choice as if it were live, so that this rank runs what its
-// peers run; its tag then differs from theirs (poisonedTag), and every rank stops.
-AlgoChoice chooseFor(const yaliComm* comm, const RegisteredCall& reg, size_t bytes) {
-  return comm->selector.choose(bytes, reg.send.registration != nullptr, reg.recv.registration != nullptr);
 }
 
 }  // namespace
@@ -344,110 +207,73 @@ YALI_API yaliResult_t yaliGroupStart(void) { return groupStart(); }
 
 YALI_API yaliResult_t yaliGroupEnd(void) { return groupEnd(); }
 
-YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t count,
-                                    yaliDataType_t datatype, yaliRedOp_t op, yaliComm_t handle,
-                                    cudaStream_t stream) {
-  const char* call = "yaliAllReduce";
-  LockedComm locked(handle, call);
-  if (!locked) return locked.error();
-  yaliComm* comm = locked.get();
-  DataType dtype;
-  if (!toDataType(datatype, &dtype))
-    return fail(yaliInvalidArgument, comm,
-                "%s: datatype=%d is not supported (yaliFloat16=6, yaliFloat32=7, yaliBfloat16=9)", call,
-                static_cast<int>(datatype));
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= yaliNumOps)
-    return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t (sum, prod, max, min, avg)",
-                call, static_cast<int>(op));
-  yaliResult_t r = checkAsync(comm, call);
-  if (r != yaliSuccess) return r;
-  if (count == 0) return yaliSuccess;
-  const size_t elemSize = dataTypeSize(dtype);
-  if (count > SIZE_MAX / elemSize)
-    return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", call, count);
-  const size_t bytes = count * elemSize;
-  ScopedDevice onDevice(comm->device);
-  if (onDevice.status() != cudaSuccess)
-    return fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", call, comm->device);
-  AllocationInfo sendInfo, recvInfo;
-  r = checkBuffer(comm, sendbuff, "sendbuff", elemSize, bytes, call, &sendInfo);
-  if (r != yaliSuccess) return r;
-  if (recvbuff != sendbuff) {
-    r = checkBuffer(comm, recvbuff, "recvbuff", elemSize, bytes, call, &recvInfo);
-    if (r != yaliSuccess) return r;
-  } else {
-    recvInfo = sendInfo;
-  }
-  const RegisteredCall reg =
-      findRegisteredCall(comm, sendbuff, sendInfo.bufferId, recvbuff, recvInfo.bufferId, bytes);
-  PlannedLaunch plan;
-  plan.comm = locked.shared();
-  plan.call = call;
-  plan.choice = chooseFor(comm, reg, bytes);
-  plan.dtype = dtype;
-  plan.op = static_cast<int>(op);
-  plan.bytes = bytes;
-  plan.stream = stream;
-  DeviceArgs& args = plan.args;
-  args = baseDeviceArgs(comm);
-  args.send = sendbuff;
-  args.recv = recvbuff;
-  args.count = count;
-  args.slotBytes = plan.choice.slotBytes;
-  args.teamsPerBlock = plan.choice.teams;
-  const Algo algo = plan.choice.algo;
-  if (algo == Algo::kDirect || algo == Algo::kTwoshotDirect) {
-    for (int p = 0; p < comm->nranks; ++p) {
-      if (algo == Algo::kDirect) args.peerSend[p] = reg.send.registration->peerBase[p] + reg.send.offset;
-      args.peerRecv[p] = reg.recv.registration->peerBase[p] + reg.recv.offset;
-    }
-    args.callTag = reg.tag(algo, count, datatype, op);
-    plan.registrations[0] = reg.recv.registration;
-    if (algo == Algo::kDirect) plan.registrations[1] = reg.send.registration;
-    if (reg.stale(algo)) {
-      // The memory under a registration was freed and allocated again: take part in the entry
-      // handshake with a tag no peer has, so that every rank stops before a peer writes into the
-      // new allocation.
-      args.callTag = poisonedTag(args.callTag, comm->rank);
-      comm->setHostNote("this rank's buffer lies where registered memory was freed without "
-                        "yaliCommDeregister (a new allocation at the old address)");
-      logInfo("%s: rank %d: a buffer lies in freed registered memory", call, comm->rank);
-    }
-  }
-  return enqueue(std::move(plan));
+// ---- Collectives: each describes its call; call.cc checks, plans and launches it -----------------
+
+YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                    yaliRedOp_t op, yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kAllReduce, "yaliAllReduce", sendbuff, recvbuff, count, datatype, op, 0, stream});
 }
 
-YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t handle, const void* sendbuff,
-                                            const void* recvbuff, size_t count,
-                                            yaliDataType_t datatype, yaliRedOp_t op,
+YALI_API yaliResult_t yaliReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        yaliDataType_t datatype, yaliRedOp_t op, yaliComm_t comm,
+                                        cudaStream_t stream) {
+  return submitCall(comm, {Collective::kReduceScatter, "yaliReduceScatter", sendbuff, recvbuff, recvcount, datatype,
+                           op, 0, stream});
+}
+
+YALI_API yaliResult_t yaliAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, yaliDataType_t datatype,
+                                    yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kAllGather, "yaliAllGather", sendbuff, recvbuff, sendcount, datatype, 0, 0,
+                           stream});
+}
+
+YALI_API yaliResult_t yaliBroadcast(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                    int root, yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kBroadcast, "yaliBroadcast", sendbuff, recvbuff, count, datatype, 0, root,
+                           stream});
+}
+
+YALI_API yaliResult_t yaliBcast(void* buff, size_t count, yaliDataType_t datatype, int root, yaliComm_t comm,
+                                cudaStream_t stream) {
+  return submitCall(comm, {Collective::kBroadcast, "yaliBcast", buff, buff, count, datatype, 0, root, stream});
+}
+
+YALI_API yaliResult_t yaliReduce(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                 yaliRedOp_t op, int root, yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kReduce, "yaliReduce", sendbuff, recvbuff, count, datatype, op, root, stream});
+}
+
+YALI_API yaliResult_t yaliGather(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                 int root, yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kGather, "yaliGather", sendbuff, recvbuff, count, datatype, 0, root, stream});
+}
+
+YALI_API yaliResult_t yaliScatter(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                  int root, yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kScatter, "yaliScatter", sendbuff, recvbuff, count, datatype, 0, root, stream});
+}
+
+YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
+                                   yaliComm_t comm, cudaStream_t stream) {
+  return submitCall(comm, {Collective::kAlltoAll, "yaliAlltoAll", sendbuff, recvbuff, count, datatype, 0, 0, stream});
+}
+
+YALI_API yaliResult_t yaliAlgoInfo(yaliComm_t comm, yaliCollective_t collective, const void* sendbuff,
+                                   const void* recvbuff, size_t count, yaliDataType_t datatype, yaliRedOp_t op,
+                                   int root, yaliAlgoInfo_t* info) {
+  return describeCall(comm, {static_cast<Collective>(collective), "yaliAlgoInfo", sendbuff,
+                             const_cast<void*>(recvbuff), count, datatype, op, root, nullptr}, info);
+}
+
+YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, const void* sendbuff, const void* recvbuff,
+                                            size_t count, yaliDataType_t datatype, yaliRedOp_t op,
                                             yaliAlgoInfo_t* info) {
-  const char* call = "yaliAllReduceAlgoInfo";
-  LockedComm locked(handle, call);
-  if (!locked) return locked.error();
-  yaliComm* comm = locked.get();
-  if (info == nullptr) return fail(yaliInvalidArgument, comm, "%s: info is NULL", call);
-  DataType dtype;
-  if (!toDataType(datatype, &dtype))
-    return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not supported", call,
-                static_cast<int>(datatype));
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= yaliNumOps)
-    return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t", call, static_cast<int>(op));
-  if (count > SIZE_MAX / dataTypeSize(dtype))
-    return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", call, count);
-  const size_t bytes = count * dataTypeSize(dtype);
-  // Buffers CUDA does not know (or NULL) lie in no registration.
-  AllocationInfo sendInfo, recvInfo;
-  std::string ignored;
-  if (sendbuff == nullptr || !queryAllocation(sendbuff, &sendInfo, &ignored)) sendInfo = AllocationInfo();
-  if (recvbuff == nullptr || !queryAllocation(recvbuff, &recvInfo, &ignored)) recvInfo = AllocationInfo();
-  const RegisteredCall reg = findRegisteredCall(comm, sendbuff, sendInfo.bufferId, recvbuff, recvInfo.bufferId, bytes);
-  const AlgoChoice c = chooseFor(comm, reg, bytes);
-  memset(info, 0, sizeof(*info));
-  strncpy(info->algorithm, count == 0 ? "none" : algoName(c.algo), sizeof(info->algorithm) - 1);
-  info->ctas = count == 0 ? 0 : c.ctas;
-  info->threads = count == 0 ? 0 : c.threads;
-  info->chunkBytes = c.slotBytes;
-  return yaliSuccess;
+  return describeCall(comm, {Collective::kAllReduce, "yaliAllReduceAlgoInfo", sendbuff, const_cast<void*>(recvbuff),
+                             count, datatype, op, 0, nullptr}, info);
+}
+
+YALI_API const char* yaliCollectiveName(yaliCollective_t collective) {
+  return collectiveName(static_cast<Collective>(collective));
 }
 
 }  // extern "C"

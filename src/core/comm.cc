@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/allreduce/launch.h"
+#include "collectives/registry.h"
 #include "core/error.h"
 #include "core/handles.h"
 #include "core/reaper.h"
@@ -177,14 +177,14 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
-  // Querying every kernel table also loads every kernel now (launch.h: maxLaunchableThreads).
-  SelectorLimits limits{major, comm->nranks, static_cast<int64_t>(comm->layout.llSlotBytes / 2),
-                        static_cast<int64_t>(comm->layout.stagingBytes),
-                        static_cast<int64_t>(comm->layout.copyInBytes),
-                        maxLaunchableThreads(Algo::kOneshotLL),
-                        std::min({maxLaunchableThreads(Algo::kTwoshot), maxLaunchableThreads(Algo::kTwoshotPush),
-                                  maxLaunchableThreads(Algo::kTwoshotDirect), maxLaunchableThreads(Algo::kOneshotPull),
-                                  maxLaunchableThreads(Algo::kDirect)})};
+  // Querying every algorithm's kernels also loads them all now (registry.h: maxLaunchableThreads).
+  SelectorLimits limits{};
+  limits.smMajor = major;
+  limits.nranks = comm->nranks;
+  limits.llPayloadBytes = static_cast<int64_t>(comm->layout.llSlotBytes / 2);
+  limits.stagingBytes = static_cast<int64_t>(comm->layout.stagingBytes);
+  limits.pullBufferBytes = static_cast<int64_t>(comm->layout.copyInBytes);
+  for (int a = 0; a < kNumAlgos; ++a) limits.maxThreads[a] = maxLaunchableThreads(static_cast<Algo>(a));
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
   return yaliSuccess;
@@ -219,7 +219,9 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   L.resultFlags = off;
   off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
   L.directFlags = off;
-  off += alignUp(sizeof(uint64_t) * 2 * kMaxCtas * kMaxRanks);
+  off += alignUp(sizeof(uint64_t) * 3 * kMaxCtas * kMaxRanks);
+  L.arriveFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxRanks);
   L.ll = off;
   L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
   off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
@@ -334,9 +336,10 @@ std::string commAsyncErrorText(yaliComm* comm) {
       default: return "unknown failure " + std::to_string(code);
     }
   };
-  char where[160];
-  snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d, block %d, launch %llu)",
-           static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, s->failureBlock,
+  char where[256];
+  snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d: %s, block %d, launch %llu)",
+           static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, waitPhaseName(s->failurePhase),
+           s->failureBlock,
            static_cast<unsigned long long>(s->failureEpoch));
   const std::string hostNote = comm->getHostNote();
   const std::string note = hostNote.empty() ? "" : "; " + hostNote;

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "collectives/allreduce/launch.h"
+#include "collectives/registry.h"
 #include "core/comm.h"
 #include "core/error.h"
 
@@ -79,7 +79,8 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
   args.regEpoch = comm->regEpoch;
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
-  e = launchAllReduce(plan.choice, plan.dtype, plan.op, args, programmatic, plan.stream);
+  e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
+                      programmatic, plan.stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", plan.call,

@@ -1,5 +1,5 @@
 // From a checked call to a kernel on the caller's stream: the one path every collective takes after
-// its arguments are checked (api.cc), and yaliGroupStart/yaliGroupEnd.
+// its arguments are checked (call.cc), and yaliGroupStart/yaliGroupEnd.
 //
 // Groups, with NCCL's meaning: inside yaliGroupStart/yaliGroupEnd (nesting counts), collectives are
 // checked when called and launched at the outermost yaliGroupEnd, in call order, before it returns.
@@ -30,11 +30,11 @@ struct PlannedLaunch {
   const char* call = "";
   AlgoChoice choice{};
   DataType dtype = DataType::kFloat32;
-  int op = 0;
-  size_t bytes = 0;
+  RedOp op = RedOp::kSum;
+  size_t bytes = 0;  // what the selector chose for (choiceFits checks it again at launch)
   DeviceArgs args{};  // all but epochHint, eagerSeq and regEpoch, filled at launch
   cudaStream_t stream = nullptr;
-  Registration* registrations[2] = {};  // the registrations the call's buffers lie in, if any
+  Registration* registrations[1] = {};  // the registration the call's output lies in, if it uses it
 };
 
 // Launches now, or at the outermost yaliGroupEnd when a group is open on this thread. The caller

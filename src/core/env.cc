@@ -4,87 +4,135 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <array>
 #include <cstring>
+#include <iterator>
+#include <vector>
 
 #include "collectives/common/device_state.h"
 #include "core/hash.h"
-#include "tuning/selector.h"
 
 namespace yali {
 namespace {
 
-constexpr int64_t kDefaultTimeoutMs = 120000;
-constexpr int64_t kDefaultLLBufferBytes = 1 << 20;
-constexpr int64_t kDefaultStagingBytes = 4 << 20;
-// 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its selector entry), and 2 x 4 MB of window
-// per rank is small next to two-shot's staging.
-constexpr int64_t kDefaultPullBufferBytes = 4 << 20;
 // Epoch 0 is never used: the window starts zeroed, and LL packets or flags of value 0 must never
 // match a launch. The largest start is the last 32-bit value, so that a test's first launches cross
 // the wrap of a 32-bit counter.
-constexpr int64_t kDefaultTestEpochStart = 1;
 constexpr int64_t kMaxTestEpochStart = INT64_C(4294967295);
 
-// The one list of settings. README.md's table is checked against it by a host test.
-const SettingDoc kDocs[] = {
-    {"YALI_TIMEOUT_MS", "120000",
+// An integer setting: one row each. `field` is where loadSettings puts the value; `agreed`: the
+// value enters settingsDigest (ranks must agree on it); `round256`: a buffer size, rounded up to a
+// 256-byte multiple (the window's areas start 256-byte aligned).
+struct IntSetting {
+  const char* name;
+  int64_t defaultValue;
+  int64_t min;
+  int64_t max;
+  int64_t Settings::*field;
+  bool agreed;
+  bool round256;
+  const char* meaning;
+};
+
+// The one table of settings (with YALI_ALGO, YALI_TUNING_FILE and YALI_DEBUG below, and one
+// threshold per bounded algorithm from the registry). README.md's table is generated from it
+// (settingsMarkdownTable) and checked by a host test.
+const IntSetting kIntSettings[] = {
+    {"YALI_TIMEOUT_MS", 120000, 1, INT64_C(86400000), &Settings::timeoutMs, false, false,
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
-    {"YALI_ALGO", "auto",
-     "Force one AllReduce algorithm: oneshot_ll, oneshot_pull, twoshot, twoshot_push, direct or "
-     "twoshot_direct (auto: the selector decides). A one-shot algorithm forced on a message larger "
-     "than its buffer gets twoshot instead. direct needs both "
-     "buffers registered (yaliCommRegister), twoshot_direct the output; calls on other buffers get "
-     "the automatic choice among the rest."},
-    {"YALI_ONESHOT_LL_MAX_BYTES", "-2",
-     "Largest message for the one-shot LL algorithm (0 disabled, -1 all sizes that fit its "
-     "buffer, -2 the tuning table's value for this GPU and world size, >0 bytes)."},
-    {"YALI_ONESHOT_PULL_MAX_BYTES", "-2",
-     "Largest message for oneshot_pull (copy-in, one flag exchange, NVLink reads), used above the "
-     "LL range (0 disabled, -1 all sizes that fit its buffer, -2 the tuning table's value, >0 "
-     "bytes)."},
-    {"YALI_TWOSHOT_PUSH_MIN_BYTES", "-2",
-     "Smallest two-shot message for the all-writes variant twoshot_push (0 never, -1 every "
-     "two-shot size, -2 the tuning table's value, >0 bytes)."},
-    {"YALI_DIRECT_MIN_BYTES", "-2",
-     "Smallest message for direct, the zero-copy algorithm for buffers registered with "
-     "yaliCommRegister on every rank (0 never, -1 every size, -2 the tuning table's value, >0 "
-     "bytes). Unregistered buffers never use it."},
-    {"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-2",
-     "Smallest message for twoshot_direct, two-shot whose owners store the reduced shards straight "
-     "into the peers' outputs when the output is registered on every rank (0 never, -1 every size, "
-     "-2 the tuning table's value, >0 bytes); direct takes precedence when both buffers are "
-     "registered and its threshold is met."},
-    {"YALI_MAX_CTAS", "0",
-     "Thread blocks per GPU: caps one-shot LL and replaces the two-shot caps, including the "
-     "32-block cap from 64 MB up (0: the tuning table's values)."},
-    {"YALI_LL_BUFFER_BYTES", "1048576",
-     "One-shot LL payload capacity per sender and parity (the buffer holds twice that in "
-     "packets, times 2 parities times nranks)."},
-    {"YALI_STAGING_BYTES", "4194304",
-     "Two-shot staging per sender and parity; also caps (pipelines x slot bytes): where it holds "
-     "fewer minimum-size slots than the table's blocks, two-shot runs fewer blocks."},
-    {"YALI_PULL_BUFFER_BYTES", "4194304",
+    {"YALI_MAX_CTAS", 0, 0, kMaxCtas, &Settings::maxCtas, true, false,
+     "Thread blocks per GPU: caps the LL algorithms and replaces every other cap (0: the tuning "
+     "table's values: up to 64 blocks below 64 MB, at most 32 from 64 MB up, each running two "
+     "two-shot pipelines of 256 threads, so that large collectives leave SMs for overlapped compute; "
+     "a set value means one pipeline per block; 64 with YALI_STAGING_BYTES=8388608 gives the fastest "
+     "large AllReduce when nothing overlaps)."},
+    {"YALI_LL_BUFFER_BYTES", 1 << 20, 4096, INT64_C(1) << 30, &Settings::llBufferBytes, true, true,
+     "LL payload capacity per sender and parity: the largest message of one-shot LL AllReduce and "
+     "the largest piece of the `*_ll` exchanges (the buffer holds twice that in packets, times 2 "
+     "parities times nranks)."},
+    {"YALI_STAGING_BYTES", 4 << 20, INT64_C(64) << 10, INT64_C(1) << 32, &Settings::stagingBytes, true, true,
+     "Staging per sender and parity, for two-shot and the `*_staged` exchanges; also caps (pipelines x "
+     "slot bytes): where it holds fewer minimum-size slots than the table's blocks, fewer blocks run."},
+    // 4 MB: oneshot_pull pays off up to a few MB at n = 2 (its tuning entry), and 2 x 4 MB of window
+    // per rank is small next to the staging.
+    {"YALI_PULL_BUFFER_BYTES", 4 << 20, 0, INT64_C(1) << 32, &Settings::pullBufferBytes, true, true,
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that)."},
-    {"YALI_TUNING_FILE", "",
-     "A tuning table written by `yali-perf --tune`, used instead of the built-in one. Read once "
-     "when a communicator is created; every rank must see the same content (a file that cannot be "
-     "read is an error)."},
-    {"YALI_PDL", "1",
+    {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
-    {"YALI_ALLOW_SHARED_GPU", "0",
+    {"YALI_ALLOW_SHARED_GPU", 0, 0, 1, &Settings::allowSharedGpu, true, false,
      "1: several ranks may share one GPU, for testing the algorithms where GPUs are few (the "
      "answers are checked the same way; the speed means nothing). Their blocks are capped so that "
      "every rank's kernel fits on the GPU at once. Ranks of one process (yaliCommInitAll with a "
      "device listed more than once), each on its own stream, run together; separate processes "
      "take turns on the GPU unless MPS runs, which is slower. 0: a GPU named twice is an error."},
-    {"YALI_TEST_EPOCH_START", "1",
+    {"YALI_TEST_EPOCH_START", 1, 1, kMaxTestEpochStart, &Settings::testEpochStart, true, false,
      "Testing only: the first launch number (epoch) of a new communicator, so that tests cross the "
      "counter's wrap at 2^32 - 1 without four billion calls. Must match on every rank."},
-    {"YALI_DEBUG", "0", "1: log set-up decisions and errors to stderr."},
 };
+
+const char* const kAlgoMeaning =
+    "Force algorithms, comma-separated, at most one per collective (auto: the selector decides "
+    "everywhere): names from the algorithm table (`yaliAlgoInfo` reports what runs). A forced `*_ll` "
+    "or `oneshot_*` algorithm whose buffer is too small for a message gets its collective's fallback "
+    "(`twoshot`, `*_staged`) instead; a forced algorithm for registered outputs (`twoshot_direct`, "
+    "`*_direct`) on an output that is not registered gets the automatic choice among the rest.";
+const char* const kTuningFileMeaning =
+    "A tuning table written by `yali-perf --tune` (format: `src/tuning/selector.h`), used instead of "
+    "the built-in one. Read once "
+    "when a communicator is created; every rank must see the same content (a file that cannot be "
+    "read is an error).";
+const char* const kDebugMeaning = "1: log set-up decisions and errors to stderr.";
+
+// The threshold of bounded algorithm `a`: text for its row.
+std::string thresholdMeaning(const AlgorithmDesc& a) {
+  const std::string size = a.collective == Collective::kAllReduce ? "message" : "piece (the bytes one rank sends to one receiver)";
+  std::string s = a.bound == Bound::kUpTo ? "Largest " + size + " for " : "Smallest " + size + " for ";
+  s += "`" + std::string(a.name) + "` (" + collectiveName(a.collective) + ") (0 never, -1 every size";
+  s += a.bound == Bound::kUpTo ? " that fits its buffer" : "";
+  s += ", -2 the tuning table's value, >0 bytes).";
+  if (a.needsRegisteredRecv) s += " Only for outputs registered on every rank (yaliCommRegister).";
+  return s;
+}
+
+// settingDocs' rows, built once: the table above, YALI_ALGO, the thresholds, YALI_TUNING_FILE,
+// YALI_DEBUG.
+struct DocTable {
+  std::vector<std::string> strings;  // owns the texts the rows point to
+  std::vector<SettingDoc> rows;
+};
+const DocTable& docTable() {
+  static const DocTable* table = [] {
+    auto* t = new DocTable();
+    std::vector<std::array<std::string, 3>> texts;
+    std::vector<bool> agreed;
+    auto add = [&](const std::string& name, const std::string& def, const std::string& meaning, bool a) {
+      texts.push_back({name, def, meaning});
+      agreed.push_back(a);
+    };
+    add("YALI_TIMEOUT_MS", std::to_string(kIntSettings[0].defaultValue), kIntSettings[0].meaning, false);
+    add("YALI_ALGO", "auto", kAlgoMeaning, true);
+    int count = 0;
+    const AlgorithmDesc* rows = algorithms(&count);
+    for (int i = 0; i < count; ++i)
+      if (rows[i].bound != Bound::kFallback) add(thresholdSettingName(rows[i]), "-2", thresholdMeaning(rows[i]), true);
+    for (size_t i = 1; i < std::size(kIntSettings); ++i)
+      add(kIntSettings[i].name, std::to_string(kIntSettings[i].defaultValue), kIntSettings[i].meaning, kIntSettings[i].agreed);
+    add("YALI_TUNING_FILE", "", kTuningFileMeaning, true);
+    add("YALI_DEBUG", "0", kDebugMeaning, false);
+    t->strings.reserve(texts.size() * 3);
+    for (size_t i = 0; i < texts.size(); ++i) {
+      for (const std::string& s : texts[i]) t->strings.push_back(s);
+    }
+    for (size_t i = 0; i < texts.size(); ++i)
+      t->rows.push_back({t->strings[3 * i].c_str(), t->strings[3 * i + 1].c_str(), t->strings[3 * i + 2].c_str(),
+                         static_cast<bool>(agreed[i])});
+    return t;
+  }();
+  return *table;
+}
 
 const char* getenvOrNull(const char* name) {
   const char* v = getenv(name);
@@ -138,61 +186,49 @@ bool parseThresholdSetting(const char* name, const char* text, int64_t* out, std
 }
 
 bool loadSettings(Settings* s, std::string* error) {
-  if (!parseIntSetting("YALI_TIMEOUT_MS", getenvOrNull("YALI_TIMEOUT_MS"), kDefaultTimeoutMs, 1,
-                       INT64_C(86400000), &s->timeoutMs, error))
-    return false;
-  const char* algo = getenvOrNull("YALI_ALGO");
-  s->algo = (algo == nullptr || strcmp(algo, "auto") == 0) ? "" : algo;
-  Algo named;
-  if (!s->algo.empty() && !algoFromName(s->algo, &named)) {
-    *error = "YALI_ALGO='" + s->algo + "' is not one of auto, " + algoNameList();
-    return false;
+  for (const IntSetting& row : kIntSettings) {
+    if (!parseIntSetting(row.name, getenvOrNull(row.name), row.defaultValue, row.min, row.max, &(s->*row.field), error))
+      return false;
+    if (row.round256) s->*row.field = (s->*row.field + 255) / 256 * 256;
   }
-  if (!parseThresholdSetting("YALI_ONESHOT_LL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_LL_MAX_BYTES"),
-                             &s->oneshotLLMaxBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_ONESHOT_PULL_MAX_BYTES", getenvOrNull("YALI_ONESHOT_PULL_MAX_BYTES"),
-                             &s->oneshotPullMaxBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_TWOSHOT_PUSH_MIN_BYTES",
-                             getenvOrNull("YALI_TWOSHOT_PUSH_MIN_BYTES"), &s->twoshotPushMinBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_DIRECT_MIN_BYTES", getenvOrNull("YALI_DIRECT_MIN_BYTES"),
-                             &s->directMinBytes, error))
-    return false;
-  if (!parseThresholdSetting("YALI_TWOSHOT_DIRECT_MIN_BYTES",
-                             getenvOrNull("YALI_TWOSHOT_DIRECT_MIN_BYTES"), &s->twoshotDirectMinBytes, error))
-    return false;
-  if (!parseIntSetting("YALI_MAX_CTAS", getenvOrNull("YALI_MAX_CTAS"), 0, 0, kMaxCtas, &s->maxCtas,
-                       error))
-    return false;
-  if (!parseIntSetting("YALI_LL_BUFFER_BYTES", getenvOrNull("YALI_LL_BUFFER_BYTES"),
-                       kDefaultLLBufferBytes, 4096, INT64_C(1) << 30, &s->llBufferBytes, error))
-    return false;
-  if (!parseIntSetting("YALI_STAGING_BYTES", getenvOrNull("YALI_STAGING_BYTES"),
-                       kDefaultStagingBytes, INT64_C(64) << 10, INT64_C(1) << 32, &s->stagingBytes,
-                       error))
-    return false;
-  if (!parseIntSetting("YALI_PULL_BUFFER_BYTES", getenvOrNull("YALI_PULL_BUFFER_BYTES"),
-                       kDefaultPullBufferBytes, 0, INT64_C(1) << 32, &s->pullBufferBytes, error))
-    return false;
-  // Sizes are used as 256-byte-aligned offsets.
-  s->llBufferBytes = (s->llBufferBytes + 255) / 256 * 256;
-  s->stagingBytes = (s->stagingBytes + 255) / 256 * 256;
-  s->pullBufferBytes = (s->pullBufferBytes + 255) / 256 * 256;
-  int64_t pdl = 1;
-  if (!parseIntSetting("YALI_PDL", getenvOrNull("YALI_PDL"), 1, 0, 1, &pdl, error)) return false;
-  s->programmaticLaunch = pdl == 1;
-  int64_t shared = 0;
-  if (!parseIntSetting("YALI_ALLOW_SHARED_GPU", getenvOrNull("YALI_ALLOW_SHARED_GPU"), 0, 0, 1, &shared,
-                       error))
-    return false;
-  s->allowSharedGpu = shared == 1;
-  int64_t epochStart = kDefaultTestEpochStart;
-  if (!parseIntSetting("YALI_TEST_EPOCH_START", getenvOrNull("YALI_TEST_EPOCH_START"),
-                       kDefaultTestEpochStart, 1, kMaxTestEpochStart, &epochStart, error))
-    return false;
-  s->testEpochStart = static_cast<uint64_t>(epochStart);
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i) {
+    s->thresholds[i] = kThresholdTable;
+    if (rows[i].bound == Bound::kFallback) continue;
+    const std::string name = thresholdSettingName(rows[i]);
+    if (!parseThresholdSetting(name.c_str(), getenvOrNull(name.c_str()), &s->thresholds[i], error)) return false;
+  }
+  // YALI_ALGO: "auto" (or unset), or algorithm names separated by commas (spaces around a name are
+  // ignored), at most one per collective.
+  const char* algo = getenvOrNull("YALI_ALGO");
+  s->algo = algo == nullptr ? "" : algo;
+  for (int& f : s->forcedAlgo) f = -1;
+  auto trimmed = [](const std::string& t) {
+    const size_t a = t.find_first_not_of(" \t"), b = t.find_last_not_of(" \t");
+    return a == std::string::npos ? std::string() : t.substr(a, b - a + 1);
+  };
+  if (trimmed(s->algo) == "auto") s->algo.clear();
+  size_t start = 0;
+  while (!s->algo.empty() && start <= s->algo.size()) {
+    size_t end = s->algo.find(',', start);
+    if (end == std::string::npos) end = s->algo.size();
+    const std::string name = trimmed(s->algo.substr(start, end - start));
+    start = end + 1;
+    Algo named;
+    if (name.empty() || !algoFromName(name, &named)) {
+      *error = "YALI_ALGO='" + s->algo + "': " + (name.empty() ? std::string("an empty name") : "'" + name + "'") +
+               " is not an algorithm (auto alone, or names from: " + algoNameList() + ")";
+      return false;
+    }
+    int& slot = s->forcedAlgo[static_cast<int>(algorithm(named).collective)];
+    if (slot >= 0) {
+      *error = "YALI_ALGO='" + s->algo + "' names two algorithms of " + collectiveName(algorithm(named).collective) +
+               ": " + algoName(static_cast<Algo>(slot)) + " and " + name;
+      return false;
+    }
+    slot = static_cast<int>(named);
+  }
   // Read once, here: the selector parses this text and the digest covers it, so a rank cannot
   // choose from a file that differs from what it told its peers.
   const char* tuning = getenvOrNull("YALI_TUNING_FILE");
@@ -207,15 +243,14 @@ bool loadSettings(Settings* s, std::string* error) {
 }
 
 uint64_t settingsDigest(const Settings& s) {
-  // Every field as text with a separator; the tuning text goes last, after its length, so that no
-  // two different settings make the same key.
-  std::string key = s.algo;
-  for (int64_t v : {s.oneshotLLMaxBytes, s.oneshotPullMaxBytes, s.twoshotPushMinBytes, s.directMinBytes,
-                    s.twoshotDirectMinBytes, s.maxCtas, s.llBufferBytes, s.stagingBytes, s.pullBufferBytes,
-                    static_cast<int64_t>(s.allowSharedGpu), static_cast<int64_t>(s.testEpochStart),
-                    static_cast<int64_t>(s.tuningText.size())})
-    key += "|" + std::to_string(v);
-  key += "|" + s.tuningText;
+  // Every agreed value as text with a separator; the tuning text goes last, after its length, so
+  // that no two different settings make the same key.
+  std::string key;
+  for (int f : s.forcedAlgo) key += std::to_string(f) + ",";
+  for (int64_t t : s.thresholds) key += "|" + std::to_string(t);
+  for (const IntSetting& row : kIntSettings)
+    if (row.agreed) key += "|" + std::string(row.name) + "=" + std::to_string(s.*row.field);
+  key += "|" + std::to_string(s.tuningText.size()) + "|" + s.tuningText;
   return fnv1a(key.data(), key.size());
 }
 
@@ -228,8 +263,19 @@ bool debugLoggingEnabled() {
 }
 
 const SettingDoc* settingDocs(int* count) {
-  *count = static_cast<int>(sizeof(kDocs) / sizeof(kDocs[0]));
-  return kDocs;
+  const DocTable& t = docTable();
+  *count = static_cast<int>(t.rows.size());
+  return t.rows.data();
+}
+
+std::string settingsMarkdownTable() {
+  std::string out = "| Variable | Default | Meaning |\n| --- | --- | --- |\n";
+  int count = 0;
+  const SettingDoc* docs = settingDocs(&count);
+  for (int i = 0; i < count; ++i)
+    out += std::string("| `") + docs[i].name + "` | " + (docs[i].defaultValue[0] ? std::string("`") + docs[i].defaultValue + "`" : "(unset)") +
+           " | " + docs[i].meaning + " |\n";
+  return out;
 }
 
 }  // namespace yali

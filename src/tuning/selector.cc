@@ -1,8 +1,11 @@
 #include "tuning/selector.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 #include <algorithm>
-#include <iterator>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -46,12 +49,14 @@ namespace {
 //    vs 305-308, 1G 323-325 vs 311-315; n = 2 64M 289-292 vs 285-287, 256M 298-302 vs 298-301,
 //    1G 301-308 vs 300. Below 64 MB (64 blocks) teams lost (16M n = 2: 268 vs 275; 4M n = 4: 205
 //    vs 212), hence frugal range only. n = 8: not measured, 1.
-//  - direct_min / twoshot_direct_min: the algorithms for registered buffers. Measured
+//  - twoshot_direct_min (and the removed direct's direct_min): the algorithms for registered
+//    buffers. Measured
 //    (nvidia-h200-x2, 2026-11-22, commit 457d7dd, yali-perf -R 1, one process per GPU, fp32 busBW
 //    GB/s, docs/PERF.md "Registered buffers"), n = 2, against the staged choice:
 //      direct (NVLink reads of the inputs, writes into the outputs): 64K 6.4 vs 15.0, 1M 83.5 vs
-//      104.3, 16M 271.8 vs 273.4, 1G 308.2 vs 306.0: never ahead, so off (0). Its reads wait on
-//      NVLink latency; 4 vectors per source in flight instead of 2 did not help (1G 304.3).
+//      104.3, 16M 271.8 vs 273.4, 1G 308.2 vs 306.0: never ahead, so it was removed (its key
+//      direct_min is refused). Its reads wait on NVLink latency; 4 vectors per source in flight
+//      instead of 2 did not help (1G 304.3).
 //      twoshot_direct (twoshot_push storing into the peers' outputs, no copy-out): 4M 179.3 vs
 //      208.3 (oneshot_pull), 16M 280.9 vs 273.4, 64M 307.4 vs 291.3, 256M 321.1 vs 302.9, 1G 328.2
 //      vs 306.0: from 16 MB. n = 4: not measured (no x4 machine was lent); the same kernels with a
@@ -61,16 +66,34 @@ namespace {
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
-const TuningEntry kBuiltinTables[] = {
-    // sm nranks ll_max  llT  llC  2sT  2sC  minSlot  maxSlot   pushMin frugalMin frugalC pullMax  fTeams directMin 2sDirectMin
-    {9, 2, 512 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 4 << 20, 2, 0, 16 << 20},
-    {9, 4, 256 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 512 << 10, 2, 0, 16 << 20},
-    {9, 8, 64 << 10, 512, 32, 512, 64, 8 << 10, 128 << 10, 1, 64 << 20, 32, 0, 1, 0, 0},
+//  - The exchanges (every collective but AllReduce): not measured yet (they came with the
+//    collective set on a machine with one GPU, where ranks share it and no NVLink runs); the
+//    values are first estimates from the AllReduce figures above, to be replaced by the
+//    multi-GPU sweep. *_ll_max 256 KB per piece: LL sends each piece with its flags (twice the
+//    bytes) but no round trip, the staged path two round trips per step; *_direct_min 1 MB:
+//    writing into registered outputs saves the receiver's copy-out, but its entry and leave
+//    handshakes cost two round trips.
+// Each line is a tuning-file line (the format parseTuningText reads) holding every key.
+const char* const kBuiltinTable[] = {
+    "sm=9 nranks=2 ll_max=524288 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+    "oneshot_pull_max=4194304 frugal_teams=2 twoshot_direct_min=16777216",
+    "sm=9 nranks=4 ll_max=262144 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+    "oneshot_pull_max=524288 frugal_teams=2 twoshot_direct_min=16777216",
+    "sm=9 nranks=8 ll_max=65536 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+    "oneshot_pull_max=0 frugal_teams=1 twoshot_direct_min=0",
 };
+// Appended to every line above: the exchanges' thresholds (the same at every world size for now).
+const char* const kBuiltinExchanges =
+    " reducescatter_ll_max=262144 allgather_direct_min=1048576 allgather_ll_max=262144"
+    " broadcast_direct_min=1048576 broadcast_ll_max=262144 reduce_ll_max=262144 gather_ll_max=262144"
+    " scatter_direct_min=1048576 scatter_ll_max=262144 alltoall_direct_min=1048576 alltoall_ll_max=262144";
 
-// Two-shot slots are 256-byte multiples: every pipeline's slot then starts as aligned as the
-// staging, result and gather areas (256 bytes), and a rank's shard of a tile, which tile_split.h
-// rounds up to 16 bytes, never runs past its slot.
+// Two-shot and staged slots are 256-byte multiples: every pipeline's slot then starts as aligned as
+// the staging, result and gather areas (256 bytes), and a rank's shard of a tile, which
+// tile_split.h rounds up to 16 bytes, never runs past its slot.
 constexpr size_t kSlotAlign = 256;
 // oneshot_pull's runs are 16-byte multiples: its copies are 16-byte vectors.
 constexpr size_t kPullRunAlign = 16;
@@ -80,167 +103,198 @@ constexpr size_t kPullRunAlign = 16;
 size_t ceilDiv(size_t v, size_t d) { return v / d + (v % d != 0); }
 size_t roundDown(size_t v, size_t m) { return v / m * m; }
 size_t roundUp(size_t v, size_t m) { return ceilDiv(v, m) * m; }  // callers keep v <= SIZE_MAX - m
+size_t saturatingMul(size_t a, size_t b) { return b != 0 && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 // A byte count or limit from an int64_t setting, table or SelectorLimits field; negative is none.
 size_t asBytes(int64_t v) { return v > 0 ? static_cast<size_t>(v) : 0; }
 
-// The tuning's smallest two-shot slot (and oneshot_pull run), as a 256-byte multiple: a tuning file
-// may give any value from 256 up.
+// The tuning's smallest slot (and oneshot_pull run), as a 256-byte multiple: a tuning file may give
+// any value from 256 up.
 size_t minSlotOf(const TuningEntry& e) {
   return roundUp(std::max(kSlotAlign, asBytes(e.twoshotMinSlotBytes)), kSlotAlign);
 }
 
-bool isTwoshotVariant(Algo a) {
-  return a == Algo::kTwoshot || a == Algo::kTwoshotPush || a == Algo::kTwoshotDirect;
-}
+Family familyOf(Algo a) { return algorithm(a).family; }
+bool slotted(Family f) { return f == Family::kTwoshot || f == Family::kExchangeStaged; }
+bool usesLL(Family f) { return f == Family::kOneshotLL || f == Family::kExchangeLL; }
 
-// The tuning file's optional keys and their allowed ranges; a line that leaves one out takes the
-// built-in value (parseTuningText).
-const std::map<std::string, std::pair<int64_t, int64_t>> kOptionalKeys = {
-    {"twoshot_push_min", {0, INT64_MAX}}, {"frugal_min", {0, INT64_MAX}},
-    {"frugal_ctas", {1, kMaxCtas}},       {"oneshot_pull_max", {0, INT64_MAX}},
-    {"frugal_teams", {1, kMaxTeamsPerBlock}}, {"direct_min", {0, INT64_MAX}},
-    {"twoshot_direct_min", {0, INT64_MAX}},
+// The tuning keys other than the thresholds (which come from the registry's rows). `mandatory`:
+// what every line must give (what `yali-perf --tune` writes).
+struct GeometryKey {
+  const char* key;
+  int64_t TuningEntry::*field;
+  int64_t min;
+  int64_t max;
+  bool mandatory;
+};
+const GeometryKey kGeometryKeys[] = {
+    {"sm", &TuningEntry::smMajor, 1, 1000, true},
+    {"nranks", &TuningEntry::nranks, 2, kMaxRanks, true},
+    {"ll_threads", &TuningEntry::llThreads, 64, 1024, true},
+    {"ll_ctas", &TuningEntry::llMaxCtas, 1, kMaxCtas, true},
+    {"twoshot_threads", &TuningEntry::twoshotThreads, 64, 1024, true},
+    {"twoshot_ctas", &TuningEntry::twoshotMaxCtas, 1, kMaxCtas, true},
+    {"twoshot_min_slot", &TuningEntry::twoshotMinSlotBytes, 256, INT64_MAX, true},
+    {"twoshot_max_slot", &TuningEntry::twoshotMaxSlotBytes, 256, INT64_MAX, true},
+    {"frugal_min", &TuningEntry::frugalMinBytes, 0, INT64_MAX, false},
+    {"frugal_ctas", &TuningEntry::frugalMaxCtas, 1, kMaxCtas, false},
+    {"frugal_teams", &TuningEntry::frugalTeams, 1, kMaxTeamsPerBlock, false},
+};
+// The one threshold every line must give: one-shot LL's, measured by `yali-perf --tune`.
+constexpr const char* kMandatoryThresholdKey = "ll_max";
+constexpr int kMandatoryKeys = 9;
+
+// Keys of algorithms that were removed. A table that still sets one was tuned for an algorithm that
+// no longer exists, so it is refused rather than half applied.
+const std::map<std::string, std::string> kRemovedKeys = {
+    {"ce_min", "copy_engine was removed (measured slower than twoshot_push at every size, docs/PERF.md \"Copy engines\")"},
+    {"ce_ctas", "copy_engine was removed (measured slower than twoshot_push at every size, docs/PERF.md \"Copy engines\")"},
+    {"direct_min", "the AllReduce direct algorithm was removed (never ahead of the staged algorithms, docs/PERF.md \"Registered buffers\")"},
 };
 
-// The keys of the removed copy_engine. A table that still sets them was tuned for an algorithm that
-// no longer exists, so it is refused rather than half applied.
-const std::set<std::string> kCopyEngineKeys = {"ce_min", "ce_ctas"};
-
-// Names by Algo value (YALI_ALGO, yaliAlgoInfo_t, logs).
-const char* const kAlgoNames[] = {"oneshot_ll",   "twoshot", "twoshot_push",
-                                  "oneshot_pull", "direct",  "twoshot_direct"};
-static_assert(std::size(kAlgoNames) == kNumAlgos, "one name per Algo value");
-
-}  // namespace
-
-size_t dataTypeSize(DataType t) { return t == DataType::kFloat32 ? 4 : 2; }
-
-const char* algoName(Algo a) {
-  const int i = static_cast<int>(a);
-  return i >= 0 && i < kNumAlgos ? kAlgoNames[i] : "unknown";
+const AlgorithmDesc* rowOfKey(const std::string& key) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i)
+    if (rows[i].tuningKey != nullptr && key == rows[i].tuningKey) return &rows[i];
+  return nullptr;
 }
 
-bool algoFromName(const std::string& name, Algo* out) {
-  for (int i = 0; i < kNumAlgos; ++i) {
-    if (name == kAlgoNames[i]) {
-      *out = static_cast<Algo>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
-std::string algoNameList() {
-  std::string list;
-  for (int i = 0; i < kNumAlgos; ++i) list += (i ? ", " : "") + std::string(kAlgoNames[i]);
-  return list;
-}
-
-TuningEntry builtinTuning(int smMajor, int nranks) {
-  // Other architectures use Hopper's figures until measured: the algorithms are the same.
-  const TuningEntry* best = &kBuiltinTables[0];
-  for (const TuningEntry& e : kBuiltinTables) {
-    if (e.nranks <= nranks) best = &e;  // tables are sorted by nranks
-  }
-  TuningEntry e = *best;
-  e.smMajor = smMajor;
-  e.nranks = nranks;
-  return e;
-}
-
-bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error) {
+// Parses `text`; a line's missing optional keys come from `fallback(sm, nranks)`, or, when it is
+// null, are an error (the built-in table gives every key).
+bool parseLines(const std::string& text, TuningEntry (*fallback)(int, int), std::vector<TuningEntry>* out,
+                std::string* error) {
   std::istringstream lines(text);
   std::string line;
   int lineNo = 0;
   while (std::getline(lines, line)) {
     ++lineNo;
+    const std::string where = "line " + std::to_string(lineNo) + ": ";
     line = line.substr(0, line.find('#'));
     std::istringstream words(line);
     std::string word;
-    TuningEntry e{};
-    int seen = 0;
-    std::map<std::string, int64_t> optional;  // optional keys given on this line
+    std::map<std::string, int64_t> given;
     while (words >> word) {
-      size_t eq = word.find('=');
+      const size_t eq = word.find('=');
       if (eq == std::string::npos) {
-        *error = "line " + std::to_string(lineNo) + ": '" + word + "' is not key=value";
+        *error = where + "'" + word + "' is not key=value";
         return false;
       }
-      std::string key = word.substr(0, eq);
+      const std::string key = word.substr(0, eq);
       long long v;
       try {
         size_t used = 0;
         v = std::stoll(word.substr(eq + 1), &used);
         if (used != word.size() - eq - 1) throw std::invalid_argument("trailing");
       } catch (...) {
-        *error = "line " + std::to_string(lineNo) + ": '" + word + "' has no integer value";
+        *error = where + "'" + word + "' has no integer value";
         return false;
       }
-      if (key == "sm") e.smMajor = static_cast<int>(v);
-      else if (key == "nranks") e.nranks = static_cast<int>(v);
-      else if (key == "ll_max") e.oneshotLLMaxBytes = v;
-      else if (key == "ll_threads") e.llThreads = static_cast<int>(v);
-      else if (key == "ll_ctas") e.llMaxCtas = static_cast<int>(v);
-      else if (key == "twoshot_threads") e.twoshotThreads = static_cast<int>(v);
-      else if (key == "twoshot_ctas") e.twoshotMaxCtas = static_cast<int>(v);
-      else if (key == "twoshot_min_slot") e.twoshotMinSlotBytes = v;
-      else if (key == "twoshot_max_slot") e.twoshotMaxSlotBytes = v;
-      else if (kOptionalKeys.count(key)) {
-        optional[key] = v;
-        continue;  // optional keys are not counted among the nine
-      } else if (kCopyEngineKeys.count(key)) {
-        *error = "line " + std::to_string(lineNo) + ": '" + key +
-                 "': copy_engine was removed (measured slower than twoshot_push at every size, "
-                 "docs/PERF.md \"Copy engines\"); delete the key";
-        return false;
-      } else {
-        *error = "line " + std::to_string(lineNo) + ": unknown key '" + key + "'";
+      auto removed = kRemovedKeys.find(key);
+      if (removed != kRemovedKeys.end()) {
+        *error = where + "'" + key + "': " + removed->second + "; delete the key";
         return false;
       }
-      ++seen;
+      const bool geometry = std::any_of(std::begin(kGeometryKeys), std::end(kGeometryKeys),
+                                        [&](const GeometryKey& k) { return key == k.key; });
+      if (!geometry && rowOfKey(key) == nullptr) {
+        *error = where + "unknown key '" + key + "'";
+        return false;
+      }
+      if (!given.emplace(key, v).second) {
+        *error = where + "'" + key + "' appears twice";
+        return false;
+      }
     }
-    if (seen == 0 && optional.empty()) continue;
-    if (seen != 9) {
-      *error = "line " + std::to_string(lineNo) + ": expected 9 keys, found " + std::to_string(seen);
+    if (given.empty()) continue;
+    int mandatory = 0;
+    for (const GeometryKey& k : kGeometryKeys) mandatory += k.mandatory && given.count(k.key);
+    mandatory += static_cast<int>(given.count(kMandatoryThresholdKey));
+    if (mandatory != kMandatoryKeys) {
+      *error = where + "expected the " + std::to_string(kMandatoryKeys) +
+               " keys sm, nranks, ll_max, ll_threads, ll_ctas, twoshot_threads, twoshot_ctas, "
+               "twoshot_min_slot, twoshot_max_slot; found " + std::to_string(mandatory);
       return false;
     }
-    auto threadsOk = [](int t) { return t >= 64 && t <= 1024 && t % 32 == 0; };
-    bool optionalOk = true;
-    for (const auto& kv : optional) {
-      const std::pair<int64_t, int64_t>& range = kOptionalKeys.at(kv.first);
-      optionalOk = optionalOk && kv.second >= range.first && kv.second <= range.second;
-    }
-    if (e.nranks < 2 || e.nranks > kMaxRanks || !threadsOk(e.llThreads) ||
-        !threadsOk(e.twoshotThreads) || e.llMaxCtas < 1 || e.llMaxCtas > kMaxCtas ||
-        e.twoshotMaxCtas < 1 || e.twoshotMaxCtas > kMaxCtas || e.twoshotMinSlotBytes < 256 ||
-        e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes || e.oneshotLLMaxBytes < 0 || !optionalOk) {
-      *error = "line " + std::to_string(lineNo) + ": a value is out of range";
-      return false;
-    }
-    // Each optional key: the line's value, or the built-in table's for this world size.
-    const TuningEntry builtin = builtinTuning(e.smMajor, e.nranks);
-    auto given = [&](const char* key, int64_t builtinValue) {
-      auto it = optional.find(key);
-      return it == optional.end() ? builtinValue : it->second;
+    TuningEntry e{};
+    const int sm = static_cast<int>(given["sm"]);
+    const int nranks = static_cast<int>(std::min<int64_t>(std::max<int64_t>(given["nranks"], 1), kMaxRanks));
+    const TuningEntry base = fallback != nullptr ? fallback(sm, nranks) : TuningEntry{};
+    auto value = [&](const char* key, int64_t min, int64_t max, int64_t fromBase, int64_t* out) {
+      auto it = given.find(key);
+      if (it == given.end()) {
+        if (fallback == nullptr) {
+          *error = where + "'" + key + "' is missing (the built-in table gives every key)";
+          return false;
+        }
+        *out = fromBase;
+        return true;
+      }
+      if (it->second < min || it->second > max) {
+        *error = where + "'" + key + "=" + std::to_string(it->second) + "' is out of range [" +
+                 std::to_string(min) + ", " + std::to_string(max) + "]";
+        return false;
+      }
+      *out = it->second;
+      return true;
     };
-    e.twoshotPushMinBytes = given("twoshot_push_min", builtin.twoshotPushMinBytes);
-    e.frugalMinBytes = given("frugal_min", builtin.frugalMinBytes);
-    e.frugalMaxCtas = static_cast<int>(given("frugal_ctas", builtin.frugalMaxCtas));
-    e.oneshotPullMaxBytes = given("oneshot_pull_max", builtin.oneshotPullMaxBytes);
-    e.frugalTeams = static_cast<int>(given("frugal_teams", builtin.frugalTeams));
-    e.directMinBytes = given("direct_min", builtin.directMinBytes);
-    e.twoshotDirectMinBytes = given("twoshot_direct_min", builtin.twoshotDirectMinBytes);
+    for (const GeometryKey& k : kGeometryKeys)
+      if (!value(k.key, k.min, k.max, base.*k.field, &(e.*k.field))) return false;
+    int count = 0;
+    const AlgorithmDesc* rows = algorithms(&count);
+    for (int i = 0; i < count; ++i) {
+      if (rows[i].tuningKey == nullptr) continue;
+      if (!value(rows[i].tuningKey, 0, INT64_MAX, base.thresholds[i], &e.thresholds[i])) return false;
+    }
+    auto threadsOk = [](int64_t t) { return t % 32 == 0; };
+    if (!threadsOk(e.llThreads) || !threadsOk(e.twoshotThreads) || e.twoshotMaxSlotBytes < e.twoshotMinSlotBytes) {
+      *error = where + "thread counts must be whole warps and twoshot_max_slot >= twoshot_min_slot";
+      return false;
+    }
     out->push_back(e);
   }
   return true;
 }
 
+// The built-in table, parsed once (its text is checked by a host test, so this cannot fail).
+const std::vector<TuningEntry>& builtinEntries() {
+  static const std::vector<TuningEntry> entries = [] {
+    std::vector<TuningEntry> v;
+    std::string error;
+    for (const char* line : kBuiltinTable) {
+      if (!parseLines(std::string(line) + kBuiltinExchanges, nullptr, &v, &error)) {
+        // A defect of this file, caught by the host tests before it ships; never run on without it.
+        fprintf(stderr, "yali: the built-in tuning table is malformed: %s\n", error.c_str());
+        abort();
+      }
+    }
+    return v;
+  }();
+  return entries;
+}
+
+}  // namespace
+
+TuningEntry builtinTuning(int smMajor, int nranks) {
+  // Other architectures use Hopper's figures until measured: the algorithms are the same.
+  const std::vector<TuningEntry>& table = builtinEntries();
+  TuningEntry e = table.front();
+  for (const TuningEntry& row : table)
+    if (row.nranks <= nranks) e = row;  // sorted by nranks
+  e.smMajor = smMajor;
+  e.nranks = nranks;
+  return e;
+}
+
+bool parseTuningText(const std::string& text, std::vector<TuningEntry>* out, std::string* error) {
+  return parseLines(text, builtinTuning, out, error);
+}
+
 std::string formatTuningEntry(const TuningEntry& e) {
   std::ostringstream s;
-  s << "sm=" << e.smMajor << " nranks=" << e.nranks << " ll_max=" << e.oneshotLLMaxBytes
-    << " ll_threads=" << e.llThreads << " ll_ctas=" << e.llMaxCtas
-    << " twoshot_threads=" << e.twoshotThreads << " twoshot_ctas=" << e.twoshotMaxCtas
-    << " twoshot_min_slot=" << e.twoshotMinSlotBytes << " twoshot_max_slot=" << e.twoshotMaxSlotBytes;
+  s << "sm=" << e.smMajor << " nranks=" << e.nranks << " ll_max=" << e.thresholds[static_cast<int>(Algo::kOneshotLL)]
+    << " ll_threads=" << e.llThreads << " ll_ctas=" << e.llMaxCtas << " twoshot_threads=" << e.twoshotThreads
+    << " twoshot_ctas=" << e.twoshotMaxCtas << " twoshot_min_slot=" << e.twoshotMinSlotBytes
+    << " twoshot_max_slot=" << e.twoshotMaxSlotBytes;
   return s.str();
 }
 
@@ -248,11 +302,11 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   settings_ = settings;
   limits_ = limits;
   // What the choices below rely on: a world size, one slot of staging, one warp per block.
-  if (limits.nranks < 1 || limits.nranks > kMaxRanks || asBytes(limits.stagingBytes) < kSlotAlign ||
-      limits.maxLLThreads < 32 || limits.maxTwoshotThreads < 32) {
-    *error = "selector limits out of range: nranks=" + std::to_string(limits.nranks) + " stagingBytes=" +
-             std::to_string(limits.stagingBytes) + " maxLLThreads=" + std::to_string(limits.maxLLThreads) +
-             " maxTwoshotThreads=" + std::to_string(limits.maxTwoshotThreads);
+  bool threadsOk = true;
+  for (int t : limits.maxThreads) threadsOk = threadsOk && t >= 32;
+  if (limits.nranks < 1 || limits.nranks > kMaxRanks || asBytes(limits.stagingBytes) < kSlotAlign || !threadsOk) {
+    *error = "selector limits out of range: nranks=" + std::to_string(limits.nranks) +
+             " stagingBytes=" + std::to_string(limits.stagingBytes) + " (and every kernel needs 32 threads)";
     return false;
   }
   entry_ = builtinTuning(limits.smMajor, limits.nranks);
@@ -264,16 +318,13 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
   }
   for (const TuningEntry& e : entries)
     if (e.smMajor == limits.smMajor && e.nranks == limits.nranks) entry_ = e;
-  // Whole warps, within what the kernels can launch.
-  entry_.llThreads = std::min(entry_.llThreads, limits.maxLLThreads / 32 * 32);
-  entry_.twoshotThreads = std::min(entry_.twoshotThreads, limits.maxTwoshotThreads / 32 * 32);
   if (settings.maxCtas > 0) {
-    // YALI_MAX_CTAS lowers the LL cap and replaces both two-shot caps (the frugal one included).
-    // It also means one pipeline per block: the blocks the user asked for, with the geometry that
-    // was measured for them (docs/PERF.md "Teams").
-    entry_.llMaxCtas = std::min<int>(entry_.llMaxCtas, static_cast<int>(settings.maxCtas));
-    entry_.twoshotMaxCtas = static_cast<int>(settings.maxCtas);
-    entry_.frugalMaxCtas = static_cast<int>(settings.maxCtas);
+    // YALI_MAX_CTAS lowers the LL cap and replaces both block caps (the frugal one included). It
+    // also means one pipeline per block: the blocks the user asked for, with the geometry that was
+    // measured for them (docs/PERF.md "Teams").
+    entry_.llMaxCtas = std::min<int64_t>(entry_.llMaxCtas, settings.maxCtas);
+    entry_.twoshotMaxCtas = settings.maxCtas;
+    entry_.frugalMaxCtas = settings.maxCtas;
     entry_.frugalTeams = 1;
   }
   return true;
@@ -281,45 +332,46 @@ bool Selector::init(const Settings& settings, const SelectorLimits& limits, std:
 
 void Selector::limitBlocks(int maxBlocks) {
   maxBlocks = std::max(1, maxBlocks);
-  entry_.llMaxCtas = std::min(entry_.llMaxCtas, maxBlocks);
-  entry_.twoshotMaxCtas = std::min(entry_.twoshotMaxCtas, maxBlocks);
-  entry_.frugalMaxCtas = std::min(entry_.frugalMaxCtas, maxBlocks);
+  entry_.llMaxCtas = std::min<int64_t>(entry_.llMaxCtas, maxBlocks);
+  entry_.twoshotMaxCtas = std::min<int64_t>(entry_.twoshotMaxCtas, maxBlocks);
+  entry_.frugalMaxCtas = std::min<int64_t>(entry_.frugalMaxCtas, maxBlocks);
 }
 
-AlgoChoice Selector::oneshotLL(size_t bytes) const {
+// Threads of `a` per block: the tuning's, in whole warps within what its kernels can launch.
+static int threadsFor(const TuningEntry& e, const SelectorLimits& limits, Algo a) {
+  const int64_t wanted = usesLL(familyOf(a)) ? e.llThreads : e.twoshotThreads;
+  const int64_t limit = limits.maxThreads[static_cast<int>(a)] / 32 * 32;
+  return static_cast<int>(std::max<int64_t>(32, std::min(wanted, limit)));
+}
+
+AlgoChoice Selector::ll(size_t bytes, Algo a) const {
   const size_t packets = ceilDiv(bytes, 8);
-  const size_t threads = static_cast<size_t>(entry_.llThreads);
-  const int ctas =
-      static_cast<int>(std::min<size_t>(entry_.llMaxCtas, std::max<size_t>(1, ceilDiv(packets, threads))));
-  return {Algo::kOneshotLL, ctas, entry_.llThreads, 0};
+  const int threads = threadsFor(entry_, limits_, a);
+  const int ctas = static_cast<int>(
+      std::min<size_t>(asBytes(entry_.llMaxCtas), std::max<size_t>(1, ceilDiv(packets, static_cast<size_t>(threads)))));
+  return {a, std::max(ctas, 1), threads, 0};
 }
 
 AlgoChoice Selector::oneshotPull(size_t bytes) const {
-  // Runs of at least the two-shot minimum slot per block, as many blocks as the two-shot cap: each
-  // block's reads of n - 1 peers need the SMs' combined load slots to fill the links.
+  // Runs of at least the minimum slot per block, as many blocks as the two-shot cap: each block's
+  // reads of n - 1 peers need the SMs' combined load slots to fill the links.
   const size_t minRun = minSlotOf(entry_);
   const size_t ctas =
-      std::max<size_t>(1, std::min<size_t>(ceilDiv(bytes, minRun), static_cast<size_t>(entry_.twoshotMaxCtas)));
+      std::max<size_t>(1, std::min<size_t>(ceilDiv(bytes, minRun), asBytes(entry_.twoshotMaxCtas)));
   // bytes fit the copy-in buffer (at most INT64_MAX), so rounding up cannot wrap.
   const size_t run = roundUp(ceilDiv(bytes, ctas), kPullRunAlign);
-  return {Algo::kOneshotPull, static_cast<int>(ctas), entry_.twoshotThreads, run};
+  return {Algo::kOneshotPull, static_cast<int>(ctas), threadsFor(entry_, limits_, Algo::kOneshotPull), run};
 }
 
 bool Selector::frugal(size_t bytes) const {
   return entry_.frugalMinBytes > 0 && bytes >= asBytes(entry_.frugalMinBytes);
 }
 
-// Blocks for a message cut into pieces of the min slot per rank: one per piece, within the cap
-// (the frugal one from frugalMinBytes up).
-size_t Selector::ctasFor(size_t bytes) const {
-  const size_t n = static_cast<size_t>(limits_.nranks);
-  const size_t pieces = bytes / n / minSlotOf(entry_);  // n * min slot may not fit a size_t
-  const size_t cap = static_cast<size_t>(frugal(bytes) ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas);
+// Blocks for `pieces` pieces of the min slot within the cap (the frugal one from frugalMinBytes of
+// message up).
+size_t Selector::ctasFor(size_t bytes, size_t pieces) const {
+  const size_t cap = asBytes(frugal(bytes) ? entry_.frugalMaxCtas : entry_.twoshotMaxCtas);
   return std::max<size_t>(1, std::min(pieces, cap));
-}
-
-AlgoChoice Selector::direct(size_t bytes) const {
-  return {Algo::kDirect, static_cast<int>(ctasFor(bytes)), entry_.twoshotThreads, 0};
 }
 
 AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
@@ -333,13 +385,13 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   // Staging holds this many pipelines of minimum slots: pipeline p uses bytes [p * slot,
   // (p + 1) * slot) of every sender's area.
   const size_t pipelinesThatFit = staging / minSlot;
-  size_t ctas = ctasFor(bytes);
+  size_t ctas = ctasFor(bytes, bytes / n / minSlotOf(entry_));  // n * min slot may not fit a size_t
   // Teams (independent pipelines per block) in the frugal range, when every pipeline gets a
   // min-size slot and each team keeps at least two warps. Where staging cannot hold a minimum slot
   // for every pipeline, teams go first (they gained 0-5 %, blocks much more: docs/PERF.md "Teams"),
   // then blocks.
-  const int threads = entry_.twoshotThreads;
-  int teams = frugal(bytes) ? entry_.frugalTeams : 1;
+  const int threads = threadsFor(entry_, limits_, variant);
+  int teams = frugal(bytes) ? static_cast<int>(entry_.frugalTeams) : 1;
   if (teams < 1 || teams > kMaxTeamsPerBlock || threads % (32 * teams) != 0 || threads / teams < 64 ||
       minSlots < ctas * teams || ctas * teams > pipelinesThatFit)
     teams = 1;
@@ -353,41 +405,80 @@ AlgoChoice Selector::twoshot(size_t bytes, Algo variant) const {
   return {variant, static_cast<int>(ctas), threads, slot, teams};
 }
 
-AlgoChoice Selector::choose(size_t bytes, bool sendRegistered, bool recvRegistered) const {
+// A staged exchange of `bytes` per piece: pipelines of one block each (no teams), as many as the
+// piece has minimum slots, within the cap and what staging holds; the slot spreads the piece evenly
+// over them. Frugality counts what each rank moves (every piece of a rank's nranks).
+AlgoChoice Selector::staged(size_t bytes, Algo a) const {
+  const size_t staging = roundDown(asBytes(limits_.stagingBytes), kSlotAlign);
+  const size_t minSlot = std::min(minSlotOf(entry_), staging);
+  const size_t maxSlot = std::max(minSlot, roundDown(asBytes(entry_.twoshotMaxSlotBytes), kSlotAlign));
+  const size_t moved = saturatingMul(bytes, static_cast<size_t>(limits_.nranks));
+  const size_t ctas = std::max<size_t>(1, std::min(ctasFor(moved, bytes / minSlot), staging / minSlot));
+  const size_t slotCap = std::min(maxSlot, roundDown(staging / ctas, kSlotAlign));
+  const size_t slot = std::max(minSlot, roundUp(std::min(ceilDiv(bytes, ctas), slotCap), kSlotAlign));
+  return {a, static_cast<int>(ctas), threadsFor(entry_, limits_, a), slot, 1};
+}
+
+AlgoChoice Selector::geometry(Algo a, size_t bytes) const {
+  switch (familyOf(a)) {
+    case Family::kOneshotLL:
+    case Family::kExchangeLL: return ll(bytes, a);
+    case Family::kOneshotPull: return oneshotPull(bytes);
+    case Family::kTwoshot: return twoshot(bytes, a);
+    case Family::kExchangeStaged: return staged(bytes, a);
+    case Family::kExchangeDirect: {
+      const size_t moved = saturatingMul(bytes, static_cast<size_t>(limits_.nranks));
+      return {a, static_cast<int>(ctasFor(moved, bytes / minSlotOf(entry_))), threadsFor(entry_, limits_, a), 0, 1};
+    }
+  }
+  return twoshot(bytes, Algo::kTwoshot);
+}
+
+bool Selector::fitsBuffer(Algo a, size_t bytes) const {
+  if (usesLL(familyOf(a))) return bytes <= asBytes(limits_.llPayloadBytes);
+  if (familyOf(a) == Family::kOneshotPull) return bytes <= asBytes(limits_.pullBufferBytes);
+  return true;
+}
+
+AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered) const {
   // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
   // sign: a message of 2^63 bytes or more is larger than every one of them.
-  const bool llFits = bytes <= asBytes(limits_.llPayloadBytes);
-  const bool pullFits = bytes <= asBytes(limits_.pullBufferBytes);
-  // Each threshold setting (env.h): -2 takes the table's value, -1 means every size, 0 never, >0
-  // bytes. The one-shot ones are upper bounds within their buffers, the others lower bounds.
-  auto resolve = [](int64_t setting, int64_t table) { return setting == kThresholdTable ? table : setting; };
-  auto upTo = [bytes](int64_t max, bool fits) {
-    return fits && (max == kThresholdAlways || (max > 0 && bytes <= asBytes(max)));
-  };
-  auto from = [bytes](int64_t min) { return min == kThresholdAlways || (min > 0 && bytes >= asBytes(min)); };
-  Algo forced;
-  const bool isForced = !settings_.algo.empty() && algoFromName(settings_.algo, &forced);
-  // The algorithms for registered buffers first. Forced on buffers they cannot take, the call gets
-  // the automatic choice among the others.
-  if (recvRegistered) {
-    if (sendRegistered &&
-        (isForced ? forced == Algo::kDirect : from(resolve(settings_.directMinBytes, entry_.directMinBytes))))
-      return direct(bytes);
-    if (isForced ? forced == Algo::kTwoshotDirect
-                 : from(resolve(settings_.twoshotDirectMinBytes, entry_.twoshotDirectMinBytes)))
-      return twoshot(bytes, Algo::kTwoshotDirect);
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  const int ci = static_cast<int>(collective);
+  const AlgorithmDesc* fallback = nullptr;
+  for (int i = 0; i < count; ++i)
+    if (rows[i].collective == collective && rows[i].bound == Bound::kFallback) fallback = &rows[i];
+  // Forced (YALI_ALGO): taken when the buffers allow it; forced on an output that is not registered,
+  // the call gets the automatic choice among the rest; forced on a message larger than its buffer,
+  // the collective's fallback.
+  const int forced = settings_.forcedAlgo[ci];
+  if (forced >= 0) {
+    const Algo a = static_cast<Algo>(forced);
+    if (!algorithm(a).needsRegisteredRecv || recvRegistered)
+      return geometry(fitsBuffer(a, bytes) ? a : fallback->id, bytes);
   }
-  if (isForced && forced != Algo::kDirect && forced != Algo::kTwoshotDirect) {
-    // A forced one-shot that does not fit its buffer falls back to two-shot (logged by the caller).
-    if (forced == Algo::kOneshotLL && llFits) return oneshotLL(bytes);
-    if (forced == Algo::kOneshotPull && pullFits) return oneshotPull(bytes);
-    return twoshot(bytes, forced == Algo::kTwoshotPush ? Algo::kTwoshotPush : Algo::kTwoshot);
+  // Each threshold (env.h): the setting unless -2, then the table's: -1 means every size, 0 never,
+  // >0 bytes. kUpTo rows take messages up to it (within their buffers), kFrom rows from it up.
+  for (int i = 0; i < count; ++i) {
+    const AlgorithmDesc& row = rows[i];
+    if (row.collective != collective) continue;
+    if (row.needsRegisteredRecv && !recvRegistered) continue;
+    const int64_t setting = settings_.thresholds[i];
+    const int64_t threshold = setting == kThresholdTable ? entry_.thresholds[i] : setting;
+    bool take = false;
+    switch (row.bound) {
+      case Bound::kUpTo:
+        take = fitsBuffer(row.id, bytes) && (threshold == kThresholdAlways || (threshold > 0 && bytes <= asBytes(threshold)));
+        break;
+      case Bound::kFrom:
+        take = threshold == kThresholdAlways || (threshold > 0 && bytes >= asBytes(threshold));
+        break;
+      case Bound::kFallback: take = true; break;
+    }
+    if (take) return geometry(row.id, bytes);
   }
-  if (upTo(resolve(settings_.oneshotLLMaxBytes, entry_.oneshotLLMaxBytes), llFits)) return oneshotLL(bytes);
-  if (upTo(resolve(settings_.oneshotPullMaxBytes, entry_.oneshotPullMaxBytes), pullFits))
-    return oneshotPull(bytes);
-  const int64_t pushMin = resolve(settings_.twoshotPushMinBytes, entry_.twoshotPushMinBytes);
-  return twoshot(bytes, from(pushMin) ? Algo::kTwoshotPush : Algo::kTwoshot);
+  return geometry(fallback->id, bytes);
 }
 
 bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits, std::string* why) {
@@ -398,35 +489,34 @@ bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits,
   } else if (c.ctas < 1 || c.ctas > kMaxCtas) {
     problem = std::to_string(c.ctas) + " blocks, outside [1, " + std::to_string(kMaxCtas) + "]";
   } else {
-    const int maxThreads = c.algo == Algo::kOneshotLL ? limits.maxLLThreads : limits.maxTwoshotThreads;
-    const bool twoshotVariant = isTwoshotVariant(c.algo);
+    const Family family = familyOf(c.algo);
+    const int maxThreads = limits.maxThreads[a];
     const size_t pipelines = static_cast<size_t>(c.ctas) * static_cast<size_t>(std::max(c.teams, 1));
     if (c.threads < 32 || c.threads > 1024 || c.threads % 32 != 0 || c.threads > maxThreads) {
       problem = std::to_string(c.threads) + " threads per block: not whole warps within [32, " +
                 std::to_string(std::min(1024, maxThreads)) + "]";
-    } else if (c.teams < 1 || c.teams > kMaxTeamsPerBlock || (c.teams > 1 && !twoshotVariant)) {
+    } else if (c.teams < 1 || c.teams > kMaxTeamsPerBlock || (c.teams > 1 && family != Family::kTwoshot)) {
       problem = std::to_string(c.teams) + " teams per block";
     } else if (c.teams > 1 && (c.threads % (32 * c.teams) != 0 || c.threads / c.teams < 64)) {
       problem = std::to_string(c.teams) + " teams of " + std::to_string(c.threads) +
                 " threads: not whole warps of at least 64 threads each";
-    } else if (twoshotVariant && (c.slotBytes < kSlotAlign || c.slotBytes % kSlotAlign != 0)) {
+    } else if (slotted(family) && (c.slotBytes < kSlotAlign || c.slotBytes % kSlotAlign != 0)) {
       problem = std::to_string(c.slotBytes) + "-byte slots: not a multiple of 256 bytes";
-    } else if (twoshotVariant && c.slotBytes > asBytes(limits.stagingBytes) / pipelines) {
+    } else if (slotted(family) && c.slotBytes > asBytes(limits.stagingBytes) / pipelines) {
       problem = std::to_string(pipelines) + " pipelines of " + std::to_string(c.slotBytes) +
                 "-byte slots exceed the " + std::to_string(limits.stagingBytes) + " bytes of staging";
-    } else if (c.algo == Algo::kOneshotPull && bytes > asBytes(limits.pullBufferBytes)) {
+    } else if (family == Family::kOneshotPull && bytes > asBytes(limits.pullBufferBytes)) {
       problem = "the message exceeds the " + std::to_string(limits.pullBufferBytes) + "-byte copy-in buffer";
-    } else if (c.algo == Algo::kOneshotPull &&
+    } else if (family == Family::kOneshotPull &&
                (c.slotBytes % kPullRunAlign != 0 || c.slotBytes < ceilDiv(bytes, static_cast<size_t>(c.ctas)))) {
       problem = std::to_string(c.ctas) + " runs of " + std::to_string(c.slotBytes) +
                 " bytes: not 16-byte multiples covering the message";
-    } else if (c.algo == Algo::kOneshotLL && bytes > asBytes(limits.llPayloadBytes)) {
+    } else if (usesLL(family) && bytes > asBytes(limits.llPayloadBytes)) {
       problem = "the message exceeds the " + std::to_string(limits.llPayloadBytes) + "-byte LL buffer";
     }
   }
   if (problem.empty()) return true;
-  if (why != nullptr)
-    *why = std::string(algoName(c.algo)) + " for " + std::to_string(bytes) + " bytes: " + problem;
+  if (why != nullptr) *why = std::string(algoName(c.algo)) + " for " + std::to_string(bytes) + " bytes: " + problem;
   return false;
 }
 

@@ -337,6 +337,215 @@ TEST(not_a_comm_register) {
   EXPECT_ERROR(yaliCommDeregister(bogus, fake), yaliInvalidArgument, "yaliCommDeregister", "comm");
 }
 
+// ---- Every collective: values, names, NULL and foreign comms -------------------------------------
+
+TEST(datatypes_match_nccl) {
+  // NCCL 2.28's ncclDataType_t numbers, aliases included: programs switch libraries by renaming.
+  CHECK_EQ(yaliInt8, 0);
+  CHECK_EQ(yaliChar, 0);
+  CHECK_EQ(yaliUint8, 1);
+  CHECK_EQ(yaliInt32, 2);
+  CHECK_EQ(yaliInt, 2);
+  CHECK_EQ(yaliUint32, 3);
+  CHECK_EQ(yaliInt64, 4);
+  CHECK_EQ(yaliUint64, 5);
+  CHECK_EQ(yaliFloat16, 6);
+  CHECK_EQ(yaliHalf, 6);
+  CHECK_EQ(yaliFloat32, 7);
+  CHECK_EQ(yaliFloat, 7);
+  CHECK_EQ(yaliFloat64, 8);
+  CHECK_EQ(yaliDouble, 8);
+  CHECK_EQ(yaliBfloat16, 9);
+  CHECK_EQ(yaliFloat8e4m3, 10);
+  CHECK_EQ(yaliFloat8e5m2, 11);
+  CHECK_EQ(yaliNumTypes, 12);
+  CHECK_EQ(yaliNumOps, 5);
+}
+
+namespace {
+
+struct CollName {
+  yaliCollective_t coll;
+  const char* name;
+};
+const CollName kCollNames[] = {
+    {yaliCollAllReduce, "allreduce"}, {yaliCollReduceScatter, "reducescatter"},
+    {yaliCollAllGather, "allgather"}, {yaliCollBroadcast, "broadcast"},
+    {yaliCollReduce, "reduce"},       {yaliCollGather, "gather"},
+    {yaliCollScatter, "scatter"},     {yaliCollAlltoAll, "alltoall"}};
+
+// Every collective entry point, called with `comm` and plausible (fake, aligned) arguments: the
+// send buffer at `b`, the receive buffer 1 MiB further.
+char* second(void* b) { return static_cast<char*>(b) + (1 << 20); }
+struct CollCall {
+  const char* name;
+  yaliResult_t (*call)(yaliComm_t comm, void* buf, size_t count);
+};
+const CollCall kCollCalls[] = {
+    {"yaliAllReduce",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliAllReduce(b, second(b), n, yaliFloat32, yaliSum, c, nullptr);
+     }},
+    {"yaliReduceScatter",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliReduceScatter(b, second(b), n, yaliInt8, yaliMax, c, nullptr);
+     }},
+    {"yaliAllGather",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliAllGather(b, second(b), n, yaliFloat64, c, nullptr);
+     }},
+    {"yaliBroadcast",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliBroadcast(b, second(b), n, yaliUint8, 0, c, nullptr);
+     }},
+    {"yaliBcast",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliBcast(b, n, yaliFloat8e4m3, 0, c, nullptr);
+     }},
+    {"yaliReduce",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliReduce(b, second(b), n, yaliBfloat16, yaliProd, 0, c, nullptr);
+     }},
+    {"yaliGather",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliGather(b, second(b), n, yaliInt64, 0, c, nullptr);
+     }},
+    {"yaliScatter",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliScatter(b, second(b), n, yaliUint32, 0, c, nullptr);
+     }},
+    {"yaliAlltoAll",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliAlltoAll(b, second(b), n, yaliFloat8e5m2, c, nullptr);
+     }},
+};
+
+}  // namespace
+
+TEST(collective_enum_values) {
+  CHECK_EQ(yaliCollAllReduce, 0);
+  CHECK_EQ(yaliCollReduceScatter, 1);
+  CHECK_EQ(yaliCollAllGather, 2);
+  CHECK_EQ(yaliCollBroadcast, 3);
+  CHECK_EQ(yaliCollReduce, 4);
+  CHECK_EQ(yaliCollGather, 5);
+  CHECK_EQ(yaliCollScatter, 6);
+  CHECK_EQ(yaliCollAlltoAll, 7);
+  CHECK_EQ(yaliNumCollectives, 8);
+}
+
+TEST(collective_names) {
+  static_assert(sizeof(kCollNames) / sizeof(kCollNames[0]) == yaliNumCollectives,
+                "kCollNames must list every yaliCollective_t value");
+  for (const CollName& c : kCollNames) {
+    const char* s = yaliCollectiveName(c.coll);
+    CHECK_MSG(s != nullptr && std::strcmp(s, c.name) == 0,
+              "yaliCollectiveName(%d) = %s, expected \"%s\"", (int)c.coll,
+              ::yali_test::quoted(s).c_str(), c.name);
+  }
+  for (int bad : {-1, (int)yaliNumCollectives, 1000, 0x7fffffff}) {
+    const char* s = yaliCollectiveName((yaliCollective_t)bad);
+    CHECK_MSG(s != nullptr && std::strcmp(s, "unknown") == 0,
+              "yaliCollectiveName(%d) = %s, expected \"unknown\"", bad,
+              ::yali_test::quoted(s).c_str());
+  }
+}
+
+TEST(null_comm_collectives) {
+  // Plausible (fake, aligned) buffers: the NULL comm is what must be reported, before anything
+  // looks at them (or at CUDA: zz_no_cuda_driver_loaded checks that), for any count.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  for (const CollCall& c : kCollCalls) {
+    for (size_t count : {(size_t)16, (size_t)0, (size_t)1 << 20}) {
+      EXPECT_ERROR(c.call(nullptr, fake, count), yaliInvalidArgument, c.name, "comm");
+    }
+  }
+}
+
+TEST(not_a_comm_collectives) {
+  // A pointer that no yaliCommInit* returned: refused by the handle registry, never dereferenced.
+  alignas(64) static char notAComm[4096];
+  std::memset(notAComm, 0x5A, sizeof notAComm);
+  yaliComm_t bogus = reinterpret_cast<yaliComm_t>(notAComm);
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  for (const CollCall& c : kCollCalls) {
+    EXPECT_ERROR(c.call(bogus, fake, 16), yaliInvalidArgument, c.name, "comm");
+  }
+  yaliAlgoInfo_t info;
+  for (const CollName& c : kCollNames) {
+    EXPECT_ERROR(
+        yaliAlgoInfo(bogus, c.coll, nullptr, nullptr, 1024, yaliFloat32, yaliSum, 0, &info),
+        yaliInvalidArgument, "yaliAlgoInfo", "comm");
+  }
+}
+
+TEST(null_comm_collective_algo_info) {
+  yaliAlgoInfo_t info;
+  std::memset(&info, 0x33, sizeof info);
+  const yaliAlgoInfo_t before = info;
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  for (const CollName& c : kCollNames) {
+    EXPECT_ERROR(
+        yaliAlgoInfo(nullptr, c.coll, nullptr, nullptr, 1024, yaliFloat32, yaliSum, 0, &info),
+        yaliInvalidArgument, "yaliAlgoInfo", "comm");
+    EXPECT_ERROR(yaliAlgoInfo(nullptr, c.coll, fake, fake, 0, yaliUint64, yaliMin, 3, &info),
+                 yaliInvalidArgument, "yaliAlgoInfo", "comm");
+  }
+  // With other bad arguments too (an unknown collective, no info), whichever the message names:
+  // yaliInvalidArgument, never success, never a crash, and *info untouched.
+  yaliResult_t r = yaliAlgoInfo(nullptr, (yaliCollective_t)yaliNumCollectives, nullptr, nullptr, 1,
+                                yaliFloat32, yaliSum, 0, &info);
+  CHECK_MSG(r == yaliInvalidArgument, "yaliAlgoInfo(NULL comm, collective 8) returned %d", (int)r);
+  r = yaliAlgoInfo(nullptr, yaliCollAllGather, nullptr, nullptr, 1, yaliFloat32, yaliSum, 0,
+                   nullptr);
+  CHECK_MSG(r == yaliInvalidArgument, "yaliAlgoInfo(NULL comm, info NULL) returned %d", (int)r);
+  CHECK_MSG(std::memcmp(&info, &before, sizeof info) == 0,
+            "a failed yaliAlgoInfo wrote its output");
+}
+
+TEST(null_comm_collectives_bad_arguments_too) {
+  // A NULL comm with other bad arguments as well (unknown type, avg on an integer type, a root out
+  // of range): still refused with yaliInvalidArgument naming the call, whichever argument the
+  // message names first.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  char* f = static_cast<char*>(fake);
+  EXPECT_ERROR(
+      yaliAllReduce(f, f + 64, 16, (yaliDataType_t)yaliNumTypes, yaliSum, nullptr, nullptr),
+      yaliInvalidArgument, "yaliAllReduce", "");
+  EXPECT_ERROR(yaliReduceScatter(f, f + 64, 16, yaliInt32, yaliAvg, nullptr, nullptr),
+               yaliInvalidArgument, "yaliReduceScatter", "");
+  EXPECT_ERROR(yaliReduce(f, f + 64, 16, yaliUint8, yaliAvg, 0, nullptr, nullptr),
+               yaliInvalidArgument, "yaliReduce", "");
+  EXPECT_ERROR(yaliBroadcast(f, f + 64, 16, yaliFloat32, -1, nullptr, nullptr), yaliInvalidArgument,
+               "yaliBroadcast", "");
+  EXPECT_ERROR(yaliBcast(f, 16, yaliFloat32, 1 << 30, nullptr, nullptr), yaliInvalidArgument,
+               "yaliBcast", "");
+  EXPECT_ERROR(yaliGather(f, f + 64, SIZE_MAX / 2, yaliFloat32, 0, nullptr, nullptr),
+               yaliInvalidArgument, "yaliGather", "");
+  EXPECT_ERROR(yaliScatter(f, f + 64, 16, (yaliDataType_t)-1, 0, nullptr, nullptr),
+               yaliInvalidArgument, "yaliScatter", "");
+  EXPECT_ERROR(yaliAlltoAll(f, f, 16, yaliFloat32, nullptr, nullptr), yaliInvalidArgument,
+               "yaliAlltoAll", "");
+  EXPECT_ERROR(yaliAllGather(nullptr, nullptr, 16, yaliFloat32, nullptr, nullptr),
+               yaliInvalidArgument, "yaliAllGather", "");
+}
+
+TEST(collectives_in_a_group_with_null_comm) {
+  // Inside a group, argument errors are returned by the call itself (yali.h); the group's end
+  // (success, or the refused calls' error) still closes it.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  for (const CollCall& c : kCollCalls) {
+    EXPECT_ERROR(c.call(nullptr, fake, 16), yaliInvalidArgument, c.name, "comm");
+  }
+  const yaliResult_t end = yaliGroupEnd();
+  CHECK_MSG(end == yaliSuccess || end == yaliInvalidArgument,
+            "yaliGroupEnd after refused calls returned %d (%s): %s", (int)end,
+            yaliGetErrorString(end), lastError().c_str());
+  // Balanced: one more end is unmatched.
+  EXPECT_ERROR(yaliGroupEnd(), yaliInvalidUsage, "yaliGroupEnd", "");
+}
+
 // ---- Groups ---------------------------------------------------------------------------------------
 
 TEST(group_end_without_start) {

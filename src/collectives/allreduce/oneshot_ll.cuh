@@ -18,63 +18,11 @@
 #pragma once
 
 #include "collectives/common/device.cuh"
+#include "collectives/common/ll_packets.cuh"
 
 namespace yali {
 
-constexpr int kPhaseLLRecv = 1;
-
-// Reads the 8 payload bytes of packet `p` (elements [p*k, p*k+k) with k = 8/sizeof(T)) from `src`,
-// zero-padding past `count`. Uses one 8-byte load when the packet is whole and aligned.
-template <typename T>
-__device__ __forceinline__ uint2 loadPayload8(const T* src, size_t p, size_t count) {
-  constexpr size_t k = 8 / sizeof(T);
-  const size_t first = p * k;
-  if (first + k <= count && (reinterpret_cast<uintptr_t>(src + first) & 7) == 0) {
-    return *reinterpret_cast<const uint2*>(src + first);
-  }
-  uint2 v = make_uint2(0, 0);
-  T* e = reinterpret_cast<T*>(&v);
-  for (size_t i = 0; i < k && first + i < count; ++i) e[i] = src[first + i];
-  return v;
-}
-
-template <typename T>
-__device__ __forceinline__ void storePayload8(T* dst, size_t p, size_t count, uint2 v) {
-  constexpr size_t k = 8 / sizeof(T);
-  const size_t first = p * k;
-  if (first + k <= count && (reinterpret_cast<uintptr_t>(dst + first) & 7) == 0) {
-    *reinterpret_cast<uint2*>(dst + first) = v;
-    return;
-  }
-  const T* e = reinterpret_cast<const T*>(&v);
-  for (size_t i = 0; i < k && first + i < count; ++i) dst[first + i] = e[i];
-}
-
-// Running fp32 accumulator over the 8-byte payloads of one packet position, fed in rank order.
-template <typename T, Op kOp>
-struct PayloadAccumulator {
-  static constexpr int k = 8 / sizeof(T);
-  float acc[k];
-  __device__ __forceinline__ void start(uint2 v) {
-    const T* x = reinterpret_cast<const T*>(&v);
-#pragma unroll
-    for (int e = 0; e < k; ++e) acc[e] = ElemTraits<T>::toFloat(x[e]);
-  }
-  __device__ __forceinline__ void add(uint2 v) {
-    const T* x = reinterpret_cast<const T*>(&v);
-#pragma unroll
-    for (int e = 0; e < k; ++e) acc[e] = Reducer<kOp>::combine(acc[e], ElemTraits<T>::toFloat(x[e]));
-  }
-  __device__ __forceinline__ uint2 result(int nranks) const {
-    uint2 out;
-    T* o = reinterpret_cast<T*>(&out);
-#pragma unroll
-    for (int e = 0; e < k; ++e) o[e] = ElemTraits<T>::fromFloat(Reducer<kOp>::finish(acc[e], nranks));
-    return out;
-  }
-};
-
-template <typename T, Op kOp>
+template <typename T, RedOp kOp>
 __device__ __forceinline__ void oneshotLL(const DeviceArgs& args, uint64_t epoch) {
   const uint32_t flag = static_cast<uint32_t>(epoch);  // epoch <= kEpochLimit: unique in a round
   const int parity = static_cast<int>(epoch & 1);
@@ -121,7 +69,7 @@ __device__ __forceinline__ void oneshotLL(const DeviceArgs& args, uint64_t epoch
   }
 }
 
-template <typename T, Op kOp>
+template <typename T, RedOp kOp>
 __global__ void oneshotLLKernel(const __grid_constant__ DeviceArgs args) {
   runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { oneshotLL<T, kOp>(args, info.epoch); });
 }

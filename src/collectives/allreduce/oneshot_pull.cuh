@@ -26,8 +26,6 @@
 
 namespace yali {
 
-constexpr int kPhasePullWait = 4;
-
 // A block's run is short (1 MB over 64 blocks is 16 KB, two 16-byte vectors per thread), so each
 // thread issues all of its vectors' loads before the first store: one memory latency per run
 // instead of one per vector. kPullUnroll x n sources x 16 bytes stays within the register budget.
@@ -47,7 +45,7 @@ __device__ __forceinline__ void copyVectorsAllInFlight(uint4* dst, const uint4* 
   }
 }
 
-template <typename T, Op kOp>
+template <typename T, RedOp kOp>
 __device__ __forceinline__ void oneshotPull(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
   const WindowLayout& L = args.layout;
@@ -85,7 +83,7 @@ __device__ __forceinline__ void oneshotPull(const DeviceArgs& args, uint64_t epo
   }
 }
 
-template <typename T, Op kOp>
+template <typename T, RedOp kOp>
 __global__ void oneshotPullKernel(const __grid_constant__ DeviceArgs args) {
   runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { oneshotPull<T, kOp>(args, info.epoch); });
 }

@@ -53,9 +53,6 @@
 
 namespace yali {
 
-constexpr int kPhasePushWait = 2;
-constexpr int kPhaseResultWait = 3;
-constexpr int kPhaseTwoshotEnter = 11;  // twoshot_direct's entry handshake
 // 512 threads at most: it caps the registers at 128 per thread, so that one 512-thread block fits
 // an SM's register file (without the bound some instantiations take up to 147 and could launch
 // only 384 threads). The cost: 4-16 bytes of spills in the kAvg instantiations (its division's
@@ -70,7 +67,7 @@ enum class Gather : int {
   kIntoOutputs = 2,  // twoshot_direct: every peer's (registered) output
 };
 
-template <typename T, Op kOp, Gather kGather>
+template <typename T, RedOp kOp, Gather kGather>
 __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo& info) {
   const uint64_t epoch = info.epoch;
   if constexpr (kGather == Gather::kIntoOutputs) {
@@ -162,7 +159,7 @@ __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo
   }
 }
 
-template <typename T, Op kOp, Gather kGather>
+template <typename T, RedOp kOp, Gather kGather>
 __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(const __grid_constant__ DeviceArgs args) {
   runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { twoshot<T, kOp, kGather>(args, info); });
 }

@@ -1,4 +1,4 @@
-// Building blocks shared by the multi-step AllReduce kernels (twoshot, oneshot_pull, direct):
+// Building blocks shared by the multi-step kernels (two-shot, oneshot_pull, the exchanges):
 // element copies and reductions over a team's threads, and the per-pipeline flag exchange with
 // every peer.
 #pragma once
@@ -64,12 +64,36 @@ __device__ __forceinline__ void copyElems(const Team& team, T* dst, const T* src
     for (; i < vecs; i += stride) d[i] = __ldcg(s + i);
     done = vecs * kE;
   }
-  for (size_t i = done + team.thread; i < n; i += team.size) dst[i] = __ldcg(src + i);
+  for (size_t i = done + team.thread; i < n; i += team.size) dst[i] = ldcg(src + i);
+}
+
+// Copies `n` bytes with the team's threads at the widest access both ends allow: when dst and src
+// are equally misaligned modulo 16 (8, 4, 2), a head of single bytes brings both to that boundary
+// and the rest moves in 16-byte (8-, 4-, 2-byte) words; only pieces whose offsets differ by an odd
+// number of bytes move byte by byte. The exchanges move every piece with it: a piece of an odd
+// element count starts the next rank's piece off the 16-byte grid.
+__device__ __forceinline__ void copyBytes(const Team& team, char* dst, const char* src, size_t n) {
+  const uintptr_t apart = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
+  const size_t width = (apart & 15) == 0 ? 16 : (apart & 7) == 0 ? 8 : (apart & 3) == 0 ? 4 : (apart & 1) == 0 ? 2 : 1;
+  const size_t head = min(n, (width - (reinterpret_cast<uintptr_t>(dst) & (width - 1))) & (width - 1));
+  for (size_t i = team.thread; i < head; i += team.size) dst[i] = ldcg(src + i);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t words = n / width;
+  switch (width) {
+    case 16: copyElems(team, reinterpret_cast<uint4*>(dst), reinterpret_cast<const uint4*>(src), words); break;
+    case 8: copyElems(team, reinterpret_cast<uint2*>(dst), reinterpret_cast<const uint2*>(src), words); break;
+    case 4: copyElems(team, reinterpret_cast<uint32_t*>(dst), reinterpret_cast<const uint32_t*>(src), words); break;
+    case 2: copyElems(team, reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src), words); break;
+    default: copyElems(team, dst, src, words); break;
+  }
+  for (size_t i = words * width + team.thread; i < n; i += team.size) dst[i] = ldcg(src + i);
 }
 
 // out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory),
 // by the team's threads.
-template <typename T, Op kOp>
+template <typename T, RedOp kOp>
 __device__ __forceinline__ void reduceElems(const Team& team, T* const* dst, int ndst,
                                             const T* const* src, int nsrc, size_t n) {
   constexpr size_t kE = 16 / sizeof(T);
@@ -104,7 +128,7 @@ __device__ __forceinline__ void reduceElems(const Team& team, T* const* dst, int
 // store, so a run whose sources are peers' memory pays one NVLink latency per kU vectors (and the
 // stores cannot be mistaken for writes to the sources, which would serialize the loads).
 // Registers: kU x nsrc x 16 bytes of loads in flight per thread, for up to kMaxRanks sources.
-template <typename T, Op kOp, int kU>
+template <typename T, RedOp kOp, int kU>
 __device__ __forceinline__ void reduceVectorsInFlight(const Team& team, uint4* const* dst, int ndst,
                                                       const uint4* const* src, int nsrc, size_t vecs) {
   const size_t stride = team.size;
@@ -126,11 +150,12 @@ __device__ __forceinline__ void reduceVectorsInFlight(const Team& team, uint4* c
 // each), after the whole team's preceding writes: the team barrier orders them before the
 // publishing thread, whose st.release.sys is cumulative over what it has observed (device.cuh:
 // publish()).
+// `peers`: a bit mask of the ranks to signal (all by default; our own bit is ignored).
 __device__ __forceinline__ void signalPeers(const Team& team, const DeviceArgs& args,
-                                            size_t flagsOffset, uint64_t value) {
+                                            size_t flagsOffset, uint64_t value, uint32_t peers = ~0u) {
   team.sync();
   const int peer = team.thread;
-  if (peer < args.nranks && peer != args.rank) {
+  if (peer < args.nranks && peer != args.rank && ((peers >> peer) & 1u)) {
     uint64_t* flag = reinterpret_cast<uint64_t*>(args.peerWindows[peer] + flagsOffset) +
                      team.id * kMaxRanks + args.rank;
     publish(flag, value);
@@ -138,14 +163,16 @@ __device__ __forceinline__ void signalPeers(const Team& team, const DeviceArgs& 
 }
 
 // Waits until every other rank's flag [team.id][s] in our window reaches `value` (one thread
-// each). Returns false (for the whole team) when the wait failed.
+// each; `peers`: a bit mask of the ranks to wait for, all by default). Returns false (for the whole
+// team) when the wait failed.
 __device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& args,
-                                          size_t flagsOffset, uint64_t value, int phase) {
+                                          size_t flagsOffset, uint64_t value, int phase,
+                                          uint32_t peers = ~0u) {
   __shared__ int failed[kMaxTeamsPerBlock];
   if (team.thread == 0) failed[team.index] = 0;
   team.sync();
   const int peer = team.thread;
-  if (peer < args.nranks && peer != args.rank) {
+  if (peer < args.nranks && peer != args.rank && ((peers >> peer) & 1u)) {
     const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
                            team.id * kMaxRanks + peer;
     if (!waitAtLeast(args, flag, value, phase)) failed[team.index] = 1;
@@ -154,7 +181,8 @@ __device__ __forceinline__ bool waitPeers(const Team& team, const DeviceArgs& ar
   return failed[team.index] == 0;
 }
 
-// The entry handshake of the kernels that touch peers' registered buffers (direct, twoshot_direct),
+// The entry handshake of the kernels that touch peers' registered buffers (twoshot_direct, the
+// direct exchange),
 // by the whole block: publishes flagValue(epoch, tag) into flag array `flagsOffset` [block][our
 // rank] of every peer and waits until every peer's block has published its own. A peer publishes
 // after its waitForPriorGrids(), so from then on its registered buffers hold its input and nothing

@@ -15,7 +15,10 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "collectives/common/device_state.h"
 
@@ -55,6 +58,32 @@ __device__ __forceinline__ uint4 loadVolatile16(const uint4* p) {
   return v;
 }
 
+// ld.global.cg of any element or vector type (__ldcg itself knows the built-in types only, not fp8
+// or int64_t): the load goes through an unsigned type of the same size.
+template <typename T>
+__device__ __forceinline__ T ldcg(const T* p) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8 || sizeof(T) == 16,
+                "ldcg: unsupported size");
+  T out;
+  if constexpr (sizeof(T) == 1) {
+    const unsigned char v = __ldcg(reinterpret_cast<const unsigned char*>(p));
+    memcpy(&out, &v, 1);
+  } else if constexpr (sizeof(T) == 2) {
+    const unsigned short v = __ldcg(reinterpret_cast<const unsigned short*>(p));
+    memcpy(&out, &v, 2);
+  } else if constexpr (sizeof(T) == 4) {
+    const unsigned int v = __ldcg(reinterpret_cast<const unsigned int*>(p));
+    memcpy(&out, &v, 4);
+  } else if constexpr (sizeof(T) == 8) {
+    const unsigned long long v = __ldcg(reinterpret_cast<const unsigned long long*>(p));
+    memcpy(&out, &v, 8);
+  } else {
+    const uint4 v = __ldcg(reinterpret_cast<const uint4*>(p));
+    memcpy(&out, &v, 16);
+  }
+  return out;
+}
+
 // ---- Bounded waits ------------------------------------------------------------------------------
 
 __device__ __forceinline__ WindowHeader* headerOf(char* window) {
@@ -67,10 +96,10 @@ __device__ __forceinline__ WindowHeader* headerOf(char* window) {
 // at their own deadlines, so that a rank that dies or hangs costs every survivor one timeout, not
 // one each in turn. The first failure wins; the host reads these words without synchronizing.
 // `origin` and `remoteCode`: for kFailRemote, the peer and its own failure code.
-// Out of line (here and below, the frame's rare paths): inlined into every kernel they cost
-// registers on the paths that run (ptxas showed new spills). Kernels take their DeviceArgs as
+// Out of line (here and below, the frame's rare paths; static: one copy per kernel file): inlined
+// into every kernel they cost registers on the paths that run (ptxas showed new spills). Kernels take their DeviceArgs as
 // __grid_constant__, so a reference to them costs no copy.
-__device__ __noinline__ void recordFailure(const DeviceArgs& args, int code, int phase, int origin = -1,
+static __device__ __noinline__ void recordFailure(const DeviceArgs& args, int code, int phase, int origin = -1,
                                            int remoteCode = kFailNone) {
   if (atomicCAS(&args.host->claim, 0, 1) == 0) {
     volatile HostStatus* h = args.host;
@@ -116,7 +145,7 @@ __device__ __forceinline__ bool peerFailed(const DeviceArgs& args, int phase) {
 constexpr int kSpinsPerCheck = 256;
 constexpr int kChecksPerHostCheck = 64;
 
-__device__ __noinline__ bool waitMayGoOn(const DeviceArgs& args, uint64_t deadline, int checks, int phase) {
+static __device__ __noinline__ bool waitMayGoOn(const DeviceArgs& args, uint64_t deadline, int checks, int phase) {
   if (*reinterpret_cast<volatile unsigned long long*>(&args.local->failed) != 0) return false;
   if (peerFailed(args, phase)) return false;
   if (checks % kChecksPerHostCheck == 0 &&
@@ -181,11 +210,6 @@ __device__ __forceinline__ void allowNextGrid() {
 
 // ---- The launch frame: admission, epoch, exit ------------------------------------------------------
 
-// Phases of the frame itself (the algorithms number their waits from 1 up).
-constexpr int kPhaseAdmission = 0;  // a launch found that a peer had failed
-constexpr int kPhaseRebaseArrive = 20;
-constexpr int kPhaseRebaseClear = 21;
-
 // What a launch learns when it starts. Every launch on a comm gets the next epoch without the host
 // passing it in (a captured graph replays the same arguments each time): thread 0 of each block
 // reads LocalState::epoch when the block starts; the last block of the grid to leave advances it
@@ -208,7 +232,7 @@ enum Admission : int {
 // Fills the output with all-ones bytes (NaN in fp16, bf16 and fp32), grid-wide: what a launch on a
 // failed comm leaves behind instead of stale data, for callers that read outputs without checking
 // yaliCommGetAsyncError (a graph replay reaches the device without passing through the host API).
-__device__ __noinline__ void poisonOutput(const DeviceArgs& args, size_t elemSize) {
+static __device__ __noinline__ void poisonOutput(const DeviceArgs& args, size_t elemSize) {
   unsigned char* out = static_cast<unsigned char*>(args.recv);
   const size_t bytes = args.count * elemSize;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
@@ -233,7 +257,7 @@ __device__ __noinline__ void poisonOutput(const DeviceArgs& args, size_t elemSiz
 //      can write into a peer's window before that peer has cleared it.
 // The flags sit in the header, outside the cleared areas; their values grow by one per rebase and
 // never wrap. A failed wait leaves the epoch where it is: the comm has failed.
-__device__ __noinline__ void rebaseEpochs(const DeviceArgs& args) {
+static __device__ __noinline__ void rebaseEpochs(const DeviceArgs& args) {
   const uint64_t round = args.local->rebases + 1;
   auto exchange = [&](size_t flagsOffset, int phase) {
     __threadfence_system();
@@ -327,70 +351,144 @@ __device__ __forceinline__ void runLaunch(const DeviceArgs& args, Body&& body) {
 }
 
 // ---- Element types and reduction ------------------------------------------------------------------
+//
+// Every element type reduces through an accumulator type (ElemTraits<T>::Acc): fp16, bf16 and fp8
+// widen to fp32, fp32 and fp64 stay, 8- and 32-bit integers widen to 32 bits and 64-bit ones stay.
+// Integer sums and products wrap around (two's complement, computed on the unsigned type so that no
+// signed overflow occurs): truncating a 32-bit wrapped sum to 8 bits gives the 8-bit wrapped sum,
+// so the widening changes no result. Max and min compare the widened values (sign-extended for the
+// signed types). Results convert back once, at the end (fp8 with rounding to nearest and
+// saturation to the largest finite value: the __nv_fp8 constructors' __NV_SATFINITE).
 
 template <typename T>
 struct ElemTraits;
 template <>
 struct ElemTraits<float> {
-  __device__ static float toFloat(float v) { return v; }
-  __device__ static float fromFloat(float v) { return v; }
+  using Acc = float;
+  __device__ static float toAcc(float v) { return v; }
+  __device__ static float fromAcc(float v) { return v; }
+};
+template <>
+struct ElemTraits<double> {
+  using Acc = double;
+  __device__ static double toAcc(double v) { return v; }
+  __device__ static double fromAcc(double v) { return v; }
 };
 template <>
 struct ElemTraits<__half> {
-  __device__ static float toFloat(__half v) { return __half2float(v); }
-  __device__ static __half fromFloat(float v) { return __float2half_rn(v); }
+  using Acc = float;
+  __device__ static float toAcc(__half v) { return __half2float(v); }
+  __device__ static __half fromAcc(float v) { return __float2half_rn(v); }
 };
 template <>
 struct ElemTraits<__nv_bfloat16> {
-  __device__ static float toFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-  __device__ static __nv_bfloat16 fromFloat(float v) { return __float2bfloat16_rn(v); }
+  using Acc = float;
+  __device__ static float toAcc(__nv_bfloat16 v) { return __bfloat162float(v); }
+  __device__ static __nv_bfloat16 fromAcc(float v) { return __float2bfloat16_rn(v); }
 };
+template <>
+struct ElemTraits<__nv_fp8_e4m3> {
+  using Acc = float;
+  __device__ static float toAcc(__nv_fp8_e4m3 v) { return static_cast<float>(v); }
+  __device__ static __nv_fp8_e4m3 fromAcc(float v) { return __nv_fp8_e4m3(v); }
+};
+template <>
+struct ElemTraits<__nv_fp8_e5m2> {
+  using Acc = float;
+  __device__ static float toAcc(__nv_fp8_e5m2 v) { return static_cast<float>(v); }
+  __device__ static __nv_fp8_e5m2 fromAcc(float v) { return __nv_fp8_e5m2(v); }
+};
+// Integers: T widened to Acc.
+template <typename T, typename AccT>
+struct IntTraits {
+  using Acc = AccT;
+  __device__ static Acc toAcc(T v) { return static_cast<Acc>(v); }
+  __device__ static T fromAcc(Acc v) { return static_cast<T>(v); }
+};
+template <> struct ElemTraits<int8_t> : IntTraits<int8_t, int32_t> {};
+template <> struct ElemTraits<uint8_t> : IntTraits<uint8_t, uint32_t> {};
+template <> struct ElemTraits<int32_t> : IntTraits<int32_t, int32_t> {};
+template <> struct ElemTraits<uint32_t> : IntTraits<uint32_t, uint32_t> {};
+template <> struct ElemTraits<int64_t> : IntTraits<int64_t, int64_t> {};
+template <> struct ElemTraits<uint64_t> : IntTraits<uint64_t, uint64_t> {};
 
-// Reduction operators act on fp32 accumulators (fp16/bf16 widen first). Avg sums, and the
-// division by nranks happens once in finish().
-enum class Op : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4 };
+// The C++ type of each DataType (DataType order), for the kernel tables.
+template <DataType kType> struct TypeOf;
+template <> struct TypeOf<DataType::kInt8> { using T = int8_t; };
+template <> struct TypeOf<DataType::kUint8> { using T = uint8_t; };
+template <> struct TypeOf<DataType::kInt32> { using T = int32_t; };
+template <> struct TypeOf<DataType::kUint32> { using T = uint32_t; };
+template <> struct TypeOf<DataType::kInt64> { using T = int64_t; };
+template <> struct TypeOf<DataType::kUint64> { using T = uint64_t; };
+template <> struct TypeOf<DataType::kFloat16> { using T = __half; };
+template <> struct TypeOf<DataType::kFloat32> { using T = float; };
+template <> struct TypeOf<DataType::kFloat64> { using T = double; };
+template <> struct TypeOf<DataType::kBfloat16> { using T = __nv_bfloat16; };
+template <> struct TypeOf<DataType::kFp8E4M3> { using T = __nv_fp8_e4m3; };
+template <> struct TypeOf<DataType::kFp8E5M2> { using T = __nv_fp8_e5m2; };
 
-template <Op kOp>
+// Reduction operators on accumulators. Avg sums, and the division by nranks happens once in
+// finish() (floating types only: vocabulary.h opSupports).
+template <RedOp kOp>
 struct Reducer {
-  __device__ static float combine(float a, float b) {
-    if constexpr (kOp == Op::kSum || kOp == Op::kAvg) return a + b;
-    if constexpr (kOp == Op::kProd) return a * b;
-    if constexpr (kOp == Op::kMax) return fmaxf(a, b);
-    if constexpr (kOp == Op::kMin) return fminf(a, b);
+  template <typename A>
+  __device__ static A combine(A a, A b) {
+    if constexpr (kOp == RedOp::kSum || kOp == RedOp::kAvg || kOp == RedOp::kProd) {
+      if constexpr (std::is_integral<A>::value) {
+        using U = typename std::make_unsigned<A>::type;  // wraps without undefined behaviour
+        return static_cast<A>(kOp == RedOp::kProd ? static_cast<U>(a) * static_cast<U>(b)
+                                                  : static_cast<U>(a) + static_cast<U>(b));
+      } else {
+        return kOp == RedOp::kProd ? a * b : a + b;
+      }
+    }
+    if constexpr (kOp == RedOp::kMax) {
+      if constexpr (std::is_same<A, float>::value) return fmaxf(a, b);
+      else if constexpr (std::is_same<A, double>::value) return fmax(a, b);
+      else return a > b ? a : b;
+    }
+    if constexpr (kOp == RedOp::kMin) {
+      if constexpr (std::is_same<A, float>::value) return fminf(a, b);
+      else if constexpr (std::is_same<A, double>::value) return fmin(a, b);
+      else return a < b ? a : b;
+    }
   }
-  __device__ static float finish(float a, int nranks) {
-    if constexpr (kOp == Op::kAvg) return a / static_cast<float>(nranks);
+  template <typename A>
+  __device__ static A finish(A a, int nranks) {
+    if constexpr (kOp == RedOp::kAvg && !std::is_integral<A>::value) return a / static_cast<A>(nranks);
     return a;
   }
 };
 
 // Loads element i of up to kMaxRanks sources (only the first n are read) and reduces them in
-// rank order 0..n-1 in fp32. Fully unrolled over kMaxRanks so that the n loads are all in flight
-// before the first add, and the per-source arrays stay in registers.
-template <typename T, Op kOp, typename Vec>
+// rank order 0..n-1 in the accumulator type. Fully unrolled over kMaxRanks so that the n loads are
+// all in flight before the first combine, and the per-source arrays stay in registers.
+template <typename T, RedOp kOp, typename Vec>
 __device__ __forceinline__ Vec reduceSources(const Vec* const* src, size_t i, int n) {
+  using Traits = ElemTraits<T>;
+  using Acc = typename Traits::Acc;
   constexpr int kE = sizeof(Vec) / sizeof(T);
   Vec v[kMaxRanks];
 #pragma unroll
   for (int r = 0; r < kMaxRanks; ++r) {
-    if (r < n) v[r] = __ldcg(src[r] + i);  // L2 only: peers wrote some of these
+    if (r < n) v[r] = ldcg(src[r] + i);  // L2 only: peers wrote some of these
   }
-  float acc[kE];
+  Acc acc[kE];
   const T* x0 = reinterpret_cast<const T*>(&v[0]);
 #pragma unroll
-  for (int e = 0; e < kE; ++e) acc[e] = ElemTraits<T>::toFloat(x0[e]);
+  for (int e = 0; e < kE; ++e) acc[e] = Traits::toAcc(x0[e]);
 #pragma unroll
   for (int r = 1; r < kMaxRanks; ++r) {
     if (r < n) {
       const T* x = reinterpret_cast<const T*>(&v[r]);
 #pragma unroll
-      for (int e = 0; e < kE; ++e) acc[e] = Reducer<kOp>::combine(acc[e], ElemTraits<T>::toFloat(x[e]));
+      for (int e = 0; e < kE; ++e) acc[e] = Reducer<kOp>::combine(acc[e], Traits::toAcc(x[e]));
     }
   }
   Vec out;
   T* o = reinterpret_cast<T*>(&out);
 #pragma unroll
-  for (int e = 0; e < kE; ++e) o[e] = ElemTraits<T>::fromFloat(Reducer<kOp>::finish(acc[e], n));
+  for (int e = 0; e < kE; ++e) o[e] = Traits::fromAcc(Reducer<kOp>::finish(acc[e], n));
   return out;
 }
 

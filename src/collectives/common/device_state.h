@@ -6,25 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define YALI_HOST_DEVICE __host__ __device__
-#else
-#define YALI_HOST_DEVICE
-#endif
+#include "vocabulary.h"
 
 namespace yali {
-
-constexpr int kMaxRanks = 8;
-constexpr int kMaxCtas = 64;
-// Two-shot may split a block into teams that run independent pipelines (block_ops.cuh: Team); the
-// flag arrays hold one row per pipeline.
-constexpr int kMaxTeamsPerBlock = 2;
-constexpr int kMaxPipelines = kMaxCtas * kMaxTeamsPerBlock;
-
-// Launch epochs run 1, 2, ..., kEpochLimit, then start again at 1 (device.cuh: rebaseEpochs). The
-// limit keeps every epoch-stamped value unique over a round: an LL packet's 32-bit flag is the
-// epoch itself, and flagValue(epoch, step) keeps the epoch in its upper 32 bits.
-constexpr uint64_t kEpochLimit = 0xFFFFFFFFull;
 
 // Why a device wait was abandoned (HostStatus::failure).
 enum DeviceFailure : int {
@@ -34,6 +18,26 @@ enum DeviceFailure : int {
   kFailRemote = 3,    // a peer failed and told us (HostStatus::failureOrigin, failureRemoteCode)
   kFailMismatch = 4,  // registered buffers: a peer made a different call (DeviceArgs::callTag)
 };
+
+// Which wait a failure happened in (HostStatus::failurePhase), named in error messages
+// (waitPhaseName). The values are part of no interface but the messages: new ones go at the end.
+enum WaitPhase : int {
+  kPhaseAdmission = 0,        // a launch found that a peer had failed
+  kPhaseLLRecv = 1,           // one-shot LL AllReduce: a peer's packets
+  kPhasePushWait = 2,         // two-shot: the peers' pieces in our staging
+  kPhaseResultWait = 3,       // two-shot: the peers' reduced shards
+  kPhasePullWait = 4,         // oneshot_pull: the peers' copy-in
+  kPhaseTwoshotEnter = 11,    // twoshot_direct: the entry handshake
+  kPhaseExchangeLL = 12,      // an *_ll exchange: a sender's packets
+  kPhaseExchangePieces = 13,  // a *_staged exchange: a sender's pieces in our staging
+  kPhaseExchangeCredit = 14,  // a *_staged exchange: a receiver's credit for our next pieces
+  kPhaseExchangeArrive = 15,  // an exchange: a peer's start of the launch (the launch covenant)
+  kPhaseDirectEnter = 16,     // a *_direct exchange: the entry handshake
+  kPhaseDirectLeave = 17,     // a *_direct exchange: the peers' writes into our output
+  kPhaseRebaseArrive = 20,    // the epoch rebase: every rank ended its last launch of the round
+  kPhaseRebaseClear = 21,     // the epoch rebase: every rank cleared its window
+};
+const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 
 // WindowHeader::remoteFailure: which peer failed and how, in one word a peer writes with one store.
 YALI_HOST_DEVICE inline uint32_t encodeRemoteFailure(int code, int rank) {
@@ -55,18 +59,28 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 // Byte layout (offsets in WindowLayout, all 256-byte aligned):
 //   header      WindowHeader
 //   pushFlags   uint64[kMaxPipelines][kMaxRanks]  [p][s]: sender s's pipeline p (a block, or a
-//                                            team of one) pushed its reduce-scatter pieces into our
+//                                            team of one) pushed its pieces of step `step` into our
 //                                            staging; value = flagValue(epoch, step)
-//   resultFlags uint64[kMaxPipelines][kMaxRanks]  [p][s]: sender s's pipeline p has its reduced
-//                                            shard ready for step `step` of epoch `epoch`
-//   directFlags uint64[2][kMaxCtas][kMaxRanks]  direct's [0] enter and [1] leave flags:
-//                                            [b][s]: sender s's block b has started (enter) or
-//                                            finished with every buffer (leave) in epoch `epoch`;
-//                                            enter = flagValue(epoch, tag), leave =
-//                                            flagValue(epoch, 0)
+//   resultFlags uint64[kMaxPipelines][kMaxRanks]  [p][s]: two-shot: sender s's pipeline p has its
+//                                            reduced shard ready for step `step` of epoch `epoch`;
+//                                            a staged exchange: receiver s's pipeline p has
+//                                            consumed our pieces up to step `step` (its credit)
+//   directFlags uint64[3][kMaxCtas][kMaxRanks]  the registered-buffer kernels' [0] enter and
+//                                            [1] leave flags: [b][s]: sender s's block b has
+//                                            started (enter) or finished with every buffer (leave)
+//                                            in epoch `epoch`; enter = flagValue(epoch, tag),
+//                                            leave = flagValue(epoch, 0); [2] not a flag: the
+//                                            direct exchanges' output offset of sender s within
+//                                            its registration, written before its enter flag
+//   arriveFlags uint64[kMaxRanks]            [s]: rank s has started its launch of epoch `epoch`
+//                                            (value flagValue(epoch, 0)); written by the exchange
+//                                            kernels whose pattern leaves some peer silent
+//                                            (exchange.cuh: the launch covenant)
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
-//   staging     [parity 2][sender nranks][stagingBytes]: reduce-scatter pieces pushed by senders;
-//               pipeline p with slot size s uses bytes [p*s, (p+1)*s) of each sender's part
+//               (one-shot AllReduce and every *_ll exchange: sender s's packets for us)
+//   staging     [parity 2][sender nranks][stagingBytes]: pieces pushed by senders (two-shot's
+//               reduce-scatter, every *_staged exchange); pipeline p with slot size s uses bytes
+//               [p*s, (p+1)*s) of each sender's part
 //   result      [parity 2][stagingBytes]: this rank's reduced shards, pulled by peers (twoshot)
 //   gather      [parity 2][sender nranks][stagingBytes]: reduced shards pushed by their owners
 //               (twoshot_push); same slot rule as staging
@@ -94,6 +108,7 @@ struct WindowLayout {
   size_t pushFlags;
   size_t resultFlags;
   size_t directFlags;
+  size_t arriveFlags;
   size_t ll;
   size_t llSlotBytes;  // bytes of packets per (parity, sender); payload is half of it
   size_t stampedBytes; // [pushFlags, pushFlags + stampedBytes): flags and LL packets
@@ -177,6 +192,29 @@ struct DeviceArgs {
   void* peerRecv[kMaxRanks];
   uint32_t callTag;
   uint32_t regEpoch;
+  // The exchange kernels (exchange.cuh): this rank's part of the call as data. A piece is
+  // pieceBytes bytes that one rank sends to one receiver; the collective decides (core/call.cc)
+  // which pieces exist and where they start:
+  //   sendTo      bit d: we send a piece to rank d, read from send + srcOffset[d];
+  //   recvFrom    bit s: we receive a piece from rank s, stored at recv + dstOffset[s] (reducing
+  //               exchanges: every received piece is reduced, in rank order, into recv);
+  //   peerDstOffset[d]: where our piece lands in rank d's output (registered outputs: the
+  //               direct exchange writes there itself).
+  // A rank's own piece (bit `rank` of both masks) moves locally; when it would be copied onto
+  // itself (in place) both bits are clear. recvOffset: the direct exchanges' output offset within
+  // its registration, which every rank tells its peers at entry (peerRecv then holds every rank's
+  // registration base: NCCL's in-place layouts put outputs at offsets that differ by rank).
+  // DeviceArgs::count is then this rank's output in bytes (what a launch on a failed comm
+  // poisons), and `arrive` says whether the launch exchanges arrival flags (exchange.cuh: the launch
+  // covenant), the same on every rank.
+  size_t pieceBytes;
+  uint32_t arrive;
+  uint32_t sendTo;
+  uint32_t recvFrom;
+  size_t srcOffset[kMaxRanks];
+  size_t dstOffset[kMaxRanks];
+  size_t peerDstOffset[kMaxRanks];
+  size_t recvOffset;
 };
 
 }  // namespace yali

@@ -1,0 +1,285 @@
+// The exchange kernels: every collective but AllReduce, as a pattern of pieces. A piece is
+// DeviceArgs::pieceBytes bytes that one rank sends to one receiver; the host describes each rank's
+// part as data (DeviceArgs::sendTo, recvFrom, srcOffset, dstOffset, peerDstOffset: core/call.cc
+// fills them per collective), and three kernels move the pieces:
+//   exchangeLL      small messages: each piece as LL packets into the receiver's LL area, one step,
+//                   no barrier (reduceScatter_ll, allgather_ll, ...);
+//   exchangeStaged  any size: each piece cut into slots, pipelined through the receiver's staging
+//                   area with a flag per slot and a credit back (*_staged);
+//   exchangeDirect  registered outputs: each piece written straight into the receiver's output
+//                   (*_direct).
+// Receiving either copies each piece to its place (AllGather, Broadcast, Gather, Scatter,
+// AlltoAll: instantiated once, on bytes) or reduces all pieces, in rank order 0..n-1, into the
+// output (ReduceScatter, Reduce: one instantiation per type and op). Our own piece moves locally.
+//
+// The launch covenant, which every kernel of every collective keeps and the reuse of the window's
+// epoch-parity areas (LL packets, oneshot_pull's copy-in) relies on: no rank's launch e ends
+// before every peer has started its launch e. Then a rank that writes parity p again at launch
+// e + 2 does so after its launch e + 1 ended, i.e. after every peer started e + 1, i.e. after every
+// peer's launch e (the last reader of parity p) ended. All-to-all patterns keep it by receiving
+// from every peer. Rooted patterns leave some pairs silent (a Broadcast receiver hears only the
+// root), so their launches also exchange arrival flags (DeviceArgs::arrive): block 0 publishes
+// arriveFlags[rank] = flagValue(epoch, 0) on every peer when it starts, and waits for every
+// peer's before it ends.
+//
+// The staged exchange keeps a second rule, the one two-shot keeps too: a launch ends only after
+// every receiver has consumed every piece we pushed into its staging (the drain below), so the
+// next launch, of any algorithm, may push into staging at once.
+#pragma once
+
+#include "collectives/common/block_ops.cuh"
+#include "collectives/common/device.cuh"
+#include "collectives/common/ll_packets.cuh"
+
+namespace yali {
+
+__device__ __forceinline__ bool hasBit(uint32_t mask, int i) { return (mask >> i) & 1u; }
+
+// The arrival flags of the launch covenant (above): publish at the start, wait at the end, by
+// block 0's first nranks threads. The end's wait is followed by a block barrier, so that thread 0
+// leaves the launch (leaveLaunch) only after it.
+__device__ __forceinline__ void publishArrival(const DeviceArgs& args, uint64_t epoch) {
+  if (!args.arrive || blockIdx.x != 0) return;
+  const int peer = threadIdx.x;
+  if (peer < args.nranks && peer != args.rank)
+    publish(reinterpret_cast<uint64_t*>(args.peerWindows[peer] + args.layout.arriveFlags) + args.rank,
+            flagValue(epoch, 0));
+}
+
+__device__ __forceinline__ void awaitArrivals(const DeviceArgs& args, uint64_t epoch) {
+  if (!args.arrive || blockIdx.x != 0) return;
+  const int peer = threadIdx.x;
+  if (peer < args.nranks && peer != args.rank)
+    waitAtLeast(args, reinterpret_cast<const uint64_t*>(args.window + args.layout.arriveFlags) + peer,
+                flagValue(epoch, 0), kPhaseExchangeArrive);
+  __syncthreads();
+}
+
+// ---- exchangeLL -------------------------------------------------------------------------------------
+//
+// Sender s's packets for receiver d go to d's LL area, slot [epoch & 1][s]; packet p carries bytes
+// [8p, 8p + 8) of the piece. Thread t of the grid handles packets t, t + stride, ... in both
+// phases: it sends packet p of every piece, then receives packet p of every piece. So in place
+// (a piece's output overlapping an input piece at the same offset: ReduceScatter's and Gather's
+// in-place layouts) packet p of the input is read before packet p of the output is written, by the
+// same thread. Reuse of the LL slots across launches: the covenant above (the same argument as
+// one-shot AllReduce's, allreduce/oneshot_ll.cuh).
+template <typename T, RedOp kOp, bool kReduce>
+__device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoch) {
+  const uint32_t flag = static_cast<uint32_t>(epoch);
+  const int parity = static_cast<int>(epoch & 1);
+  const int n = args.nranks;
+  const int me = args.rank;
+  const WindowLayout& L = args.layout;
+  const size_t count = args.pieceBytes / sizeof(T);  // elements per piece
+  const size_t packets = (args.pieceBytes + 7) / 8;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const char* send = static_cast<const char*>(args.send);
+  char* recv = static_cast<char*>(args.recv);
+  publishArrival(args, epoch);
+
+  const size_t mySlot = L.ll + (static_cast<size_t>(parity) * n + me) * L.llSlotBytes;
+  for (size_t p = first; p < packets; p += stride) {
+    for (int i = 0; i < n; ++i) {
+      const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
+      if (!hasBit(args.sendTo, d)) continue;
+      const uint2 payload = loadPayload8(reinterpret_cast<const T*>(send + args.srcOffset[d]), p, count);
+      storeVolatile16(reinterpret_cast<uint4*>(args.peerWindows[d] + mySlot) + p, makePacket(payload, flag));
+    }
+  }
+  allowNextGrid();
+
+  const uint4* area = reinterpret_cast<const uint4*>(args.window + L.ll + static_cast<size_t>(parity) * n * L.llSlotBytes);
+  const size_t slotPackets = L.llSlotBytes / sizeof(uint4);
+  WaitGuard guard(args);
+  bool ok = true;
+  for (size_t p = first; ok && p < packets; p += stride) {
+    if constexpr (kReduce) {
+      // recvFrom holds every rank (or none: Reduce's other ranks): the reduction runs in rank
+      // order, the same bits everywhere.
+      if (args.recvFrom == 0) break;
+      PayloadAccumulator<T, kOp> acc;
+      for (int s = 0; s < n; ++s) {
+        uint2 payload;
+        if (!waitPacket(area + s * slotPackets + p, flag, guard, kPhaseExchangeLL, &payload)) {
+          ok = false;
+          break;
+        }
+        if (s == 0) acc.start(payload);
+        else acc.add(payload);
+      }
+      if (ok) storePayload8(reinterpret_cast<T*>(recv + args.dstOffset[0]), p, count, acc.result(n));
+    } else {
+      for (int s = 0; s < n; ++s) {
+        if (!hasBit(args.recvFrom, s)) continue;
+        uint2 payload;
+        if (!waitPacket(area + s * slotPackets + p, flag, guard, kPhaseExchangeLL, &payload)) {
+          ok = false;
+          break;
+        }
+        storePayload8(reinterpret_cast<T*>(recv + args.dstOffset[s]), p, count, payload);
+      }
+    }
+  }
+  // A failed wait has recorded the failure; every later wait of this launch gives up at once.
+  awaitArrivals(args, epoch);
+}
+
+// ---- exchangeStaged ---------------------------------------------------------------------------------
+//
+// Each piece is cut into slots of S = DeviceArgs::slotBytes bytes (a 256-byte multiple); slot g of
+// every piece is global step g. Block b is pipeline b of P = gridDim.x and handles steps b, b + P,
+// ...; its j-th is its local step j, using staging parity j & 1. Its parts:
+//   push(j)    - for every receiver d (sendTo, not us): wait for d's credit of step j - 2 (j >= 2:
+//                d has consumed our pieces of parity j & 1), copy slot g of our piece for d into
+//                d's staging[j & 1][our rank][slot b], then publish pushFlags[b][our rank] =
+//                flagValue(epoch, j) on d.
+//   consume(j) - wait until every sender s (recvFrom, not us) has published pushFlags[b][s] on our
+//                window; copy each sender's slot to recv + dstOffset[s] + g*S (our own from our
+//                input), or reduce all of them in rank order into recv + g*S; then publish our
+//                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
+// Order: push(0), then for j >= 1: push(j), consume(j - 1); then consume(last) and the drain: wait
+// for every receiver's credit of our last step. A receiver's credits come in step order, so the
+// last one covers all: when the launch ends, every receiver has consumed everything we pushed
+// (the rule above), and across launches staging needs nothing more. Progress: our push(j) waits
+// for a credit the receiver gives in its consume(j - 2), which it reaches after its push(j - 1),
+// which waited for our credit of j - 3, given in our consume(j - 3) before our push(j - 1).
+// In place: a step reads input slot g of each piece and writes output slot g, both by this block,
+// input before output (ReduceScatter's output is our own piece of the input; AllGather's input is
+// our piece of the output, which the own-piece copy skips).
+template <typename T, RedOp kOp, bool kReduce>
+__device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
+  const int n = args.nranks;
+  const int me = args.rank;
+  const WindowLayout& L = args.layout;
+  const Team block = wholeBlock();
+  const size_t slot = args.slotBytes;
+  const size_t steps = (args.pieceBytes + slot - 1) / slot;
+  const size_t pipelines = gridDim.x;
+  const size_t id = blockIdx.x;
+  const uint32_t mine = id < steps ? static_cast<uint32_t>((steps - id + pipelines - 1) / pipelines) : 0;
+  const char* send = static_cast<const char*>(args.send);
+  char* recv = static_cast<char*>(args.recv);
+  const uint32_t receivers = args.sendTo & ~(1u << me);
+  const uint32_t senders = args.recvFrom & ~(1u << me);
+  publishArrival(args, epoch);
+
+  auto offsetOf = [&](uint32_t j) { return (id + static_cast<size_t>(j) * pipelines) * slot; };
+  auto lengthOf = [&](uint32_t j) { return min(slot, args.pieceBytes - offsetOf(j)); };
+  auto staging = [&](char* window, uint32_t j, int sender) {
+    return window + L.staging + (static_cast<size_t>(j & 1) * n + sender) * L.stagingBytes + id * slot;
+  };
+  auto push = [&](uint32_t j) {
+    if (j >= 2 && !waitPeers(block, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
+      return false;
+    const size_t off = offsetOf(j), len = lengthOf(j);
+    for (int i = 1; i < n; ++i) {
+      const int d = (me + i) % n;
+      if (hasBit(receivers, d))
+        copyBytes(block, staging(args.peerWindows[d], j, me), send + args.srcOffset[d] + off, len);
+    }
+    signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
+    return true;
+  };
+  auto consume = [&](uint32_t j) {
+    if (!waitPeers(block, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders)) return false;
+    const size_t off = offsetOf(j), len = lengthOf(j);
+    if constexpr (kReduce) {
+      if (hasBit(args.recvFrom, me)) {  // every rank's piece, ours from the input
+        const T* src[kMaxRanks];
+#pragma unroll
+        for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
+          src[s] = reinterpret_cast<const T*>(s == me ? send + args.srcOffset[me] + off : staging(args.window, j, s));
+        T* dst[1] = {reinterpret_cast<T*>(recv + args.dstOffset[0] + off)};
+        reduceElems<T, kOp>(block, dst, 1, src, n, len / sizeof(T));
+      }
+    } else {
+      for (int s = 0; s < n; ++s) {
+        if (!hasBit(args.recvFrom, s)) continue;
+        const char* from = s == me ? send + args.srcOffset[me] + off : staging(args.window, j, s);
+        copyBytes(block, recv + args.dstOffset[s] + off, from, len);
+      }
+    }
+    signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
+    return true;
+  };
+
+  bool ok = mine == 0 || push(0);
+  for (uint32_t j = 1; ok && j < mine; ++j) ok = push(j) && consume(j - 1);
+  if (ok && mine > 0) ok = consume(mine - 1);
+  if (ok && mine > 0) waitPeers(block, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
+  allowNextGrid();
+  awaitArrivals(args, epoch);
+}
+
+// ---- exchangeDirect ---------------------------------------------------------------------------------
+//
+// For outputs registered on every rank (DeviceArgs::peerRecv: every rank's registration base as
+// mapped here):
+//   enter  - thread p writes our output's offset within its registration into peer p's
+//            directFlags[offsets][b][our rank], then enterWithTag (block_ops.cuh) on
+//            directFlags[enter]: the same thread's release publishes the offset with the flag.
+//            Once every peer's block b has entered, its output is free for this call (stream
+//            order), it made the same call (collective, counts, type, root, registration), and its
+//            offset is in our window; otherwise the block returns before writing anything.
+//   write  - block b copies its run of each of our pieces straight into the receiver's output, at
+//            the receiver's offset plus peerDstOffset[d] (NVLink writes; our own piece locally).
+//   leave  - publishes directFlags[leave][b][our rank] = flagValue(epoch, 0) on every peer after a
+//            block barrier (the release covers the block's writes) and waits for every peer's
+//            block b: when our launch ends, every write into our output has landed.
+// Both handshakes involve every peer, so the covenant holds without arrival flags. The offset
+// words are read only between a peer's enter flag of this launch and our leave: the peer writes
+// the next launch's offset after it left this one, i.e. after our leave flag.
+__device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const LaunchInfo& info) {
+  const int n = args.nranks;
+  const int me = args.rank;
+  const Team block = wholeBlock();
+  const size_t flagsPlane = sizeof(uint64_t) * kMaxCtas * kMaxRanks;
+  const size_t enterFlags = args.layout.directFlags;
+  const size_t leaveFlags = enterFlags + flagsPlane;
+  const size_t offsetWords = enterFlags + 2 * flagsPlane;
+  __shared__ size_t peerOffset[kMaxRanks];
+  const int peer = threadIdx.x;
+  if (peer < n && peer != me)
+    *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t*>(args.peerWindows[peer] + offsetWords) +
+                                          blockIdx.x * kMaxRanks + me) = args.recvOffset;
+  if (!enterWithTag(args, enterFlags, info, kPhaseDirectEnter)) return;
+  // Two statements, not one conditional expression: `cond ? args.field : *volatilePointer` is one
+  // volatile lvalue, and nvcc then loads the __grid_constant__ field through a global-space volatile
+  // access at its parameter-space address (compute-sanitizer: an invalid read at 0x278).
+  if (peer == me) {
+    peerOffset[peer] = args.recvOffset;
+  } else if (peer < n) {
+    peerOffset[peer] = *reinterpret_cast<const volatile uint64_t*>(
+        reinterpret_cast<const uint64_t*>(args.window + offsetWords) + blockIdx.x * kMaxRanks + peer);
+  }
+  __syncthreads();
+  const size_t per = ((args.pieceBytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, args.pieceBytes);
+  const size_t len = min(begin + per, args.pieceBytes) - begin;
+  const char* send = static_cast<const char*>(args.send);
+  for (int i = 0; i < n; ++i) {
+    const int d = (me + i) % n;  // ours first, then the next ranks: the links share the load
+    if (!hasBit(args.sendTo, d)) continue;
+    copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + args.peerDstOffset[d] + begin,
+              send + args.srcOffset[d] + begin, len);
+  }
+  allowNextGrid();
+  signalPeers(block, args, leaveFlags, flagValue(info.epoch, 0));
+  waitPeers(block, args, leaveFlags, flagValue(info.epoch, 0), kPhaseDirectLeave);
+}
+
+template <typename T, RedOp kOp, bool kReduce>
+__global__ void __launch_bounds__(512) exchangeLLKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<1>(args, [&](const LaunchInfo& info) { exchangeLL<T, kOp, kReduce>(args, info.epoch); });
+}
+
+template <typename T, RedOp kOp, bool kReduce>
+__global__ void __launch_bounds__(512) exchangeStagedKernel(const __grid_constant__ DeviceArgs args) {
+  runLaunch<1>(args, [&](const LaunchInfo& info) { exchangeStaged<T, kOp, kReduce>(args, info.epoch); });
+}
+
+__global__ void __launch_bounds__(512) exchangeDirectKernel(const __grid_constant__ DeviceArgs args);
+
+}  // namespace yali

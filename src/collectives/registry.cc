@@ -1,0 +1,197 @@
+#include "collectives/registry.h"
+
+#include <cctype>
+#include <iterator>
+
+#include "collectives/kernels.h"
+
+namespace yali {
+namespace {
+
+constexpr Collective kAR = Collective::kAllReduce;
+
+// Every algorithm, in Algo order; within a collective in the selector's order of preference: the
+// algorithms for registered outputs first, then those bounded from above (small messages), then
+// those bounded from below, then the fallback.
+constexpr AlgorithmDesc kAlgorithms[] = {
+    // ---- AllReduce (allreduce/) ----
+    {Algo::kTwoshotDirect, "twoshot_direct", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_direct_min", true,
+     twoshotDirectKernelFor,
+     "two-shot whose owners store the reduced shards straight into every rank's registered output"},
+    {Algo::kOneshotLL, "oneshot_ll", kAR, Family::kOneshotLL, Bound::kUpTo, "ll_max", false, oneshotLLKernelFor,
+     "one-shot by LL packets: every rank sends its whole input to every rank, one step, no barrier"},
+    {Algo::kOneshotPull, "oneshot_pull", kAR, Family::kOneshotPull, Bound::kUpTo, "oneshot_pull_max", false,
+     oneshotPullKernelFor, "one-shot by copy-in, one flag exchange and NVLink reads"},
+    {Algo::kTwoshotPush, "twoshot_push", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_push_min", false,
+     twoshotPushKernelFor, "two-shot (reduce-scatter, all-gather) whose every NVLink transfer is a write"},
+    {Algo::kTwoshot, "twoshot", kAR, Family::kTwoshot, Bound::kFallback, nullptr, false, twoshotKernelFor,
+     "two-shot (reduce-scatter, all-gather) gathering by NVLink reads"},
+    // ---- ReduceScatter ----
+    {Algo::kReduceScatterLL, "reducescatter_ll", Collective::kReduceScatter, Family::kExchangeLL, Bound::kUpTo,
+     "reducescatter_ll_max", false, exchangeLLReduceKernelFor,
+     "each rank's block for every receiver as LL packets; each receiver reduces in rank order"},
+    {Algo::kReduceScatterStaged, "reducescatter_staged", Collective::kReduceScatter, Family::kExchangeStaged,
+     Bound::kFallback, nullptr, false, exchangeStagedReduceKernelFor,
+     "each block pipelined through the receiver's staging, reduced there in rank order"},
+    // ---- AllGather ----
+    {Algo::kAllGatherDirect, "allgather_direct", Collective::kAllGather, Family::kExchangeDirect, Bound::kFrom,
+     "allgather_direct_min", true, exchangeDirectCopyKernelFor,
+     "each rank writes its input straight into every rank's registered output"},
+    {Algo::kAllGatherLL, "allgather_ll", Collective::kAllGather, Family::kExchangeLL, Bound::kUpTo,
+     "allgather_ll_max", false, exchangeLLCopyKernelFor, "each rank's input to every rank as LL packets"},
+    {Algo::kAllGatherStaged, "allgather_staged", Collective::kAllGather, Family::kExchangeStaged,
+     Bound::kFallback, nullptr, false, exchangeStagedCopyKernelFor,
+     "each rank's input pipelined through every receiver's staging"},
+    // ---- Broadcast ----
+    {Algo::kBroadcastDirect, "broadcast_direct", Collective::kBroadcast, Family::kExchangeDirect, Bound::kFrom,
+     "broadcast_direct_min", true, exchangeDirectCopyKernelFor,
+     "the root writes straight into every rank's registered output"},
+    {Algo::kBroadcastLL, "broadcast_ll", Collective::kBroadcast, Family::kExchangeLL, Bound::kUpTo,
+     "broadcast_ll_max", false, exchangeLLCopyKernelFor, "the root's input to every rank as LL packets"},
+    {Algo::kBroadcastStaged, "broadcast_staged", Collective::kBroadcast, Family::kExchangeStaged,
+     Bound::kFallback, nullptr, false, exchangeStagedCopyKernelFor,
+     "the root's input pipelined through every receiver's staging"},
+    // ---- Reduce ----
+    {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false,
+     exchangeLLReduceKernelFor, "every rank's input to the root as LL packets, reduced there in rank order"},
+    {Algo::kReduceStaged, "reduce_staged", Collective::kReduce, Family::kExchangeStaged, Bound::kFallback,
+     nullptr, false, exchangeStagedReduceKernelFor,
+     "every rank's input pipelined through the root's staging, reduced there in rank order"},
+    // ---- Gather ----
+    {Algo::kGatherLL, "gather_ll", Collective::kGather, Family::kExchangeLL, Bound::kUpTo, "gather_ll_max", false,
+     exchangeLLCopyKernelFor, "every rank's input to the root as LL packets"},
+    {Algo::kGatherStaged, "gather_staged", Collective::kGather, Family::kExchangeStaged, Bound::kFallback,
+     nullptr, false, exchangeStagedCopyKernelFor, "every rank's input pipelined through the root's staging"},
+    // ---- Scatter ----
+    {Algo::kScatterDirect, "scatter_direct", Collective::kScatter, Family::kExchangeDirect, Bound::kFrom,
+     "scatter_direct_min", true, exchangeDirectCopyKernelFor,
+     "the root writes each block straight into its rank's registered output"},
+    {Algo::kScatterLL, "scatter_ll", Collective::kScatter, Family::kExchangeLL, Bound::kUpTo, "scatter_ll_max",
+     false, exchangeLLCopyKernelFor, "the root's block for every rank as LL packets"},
+    {Algo::kScatterStaged, "scatter_staged", Collective::kScatter, Family::kExchangeStaged, Bound::kFallback,
+     nullptr, false, exchangeStagedCopyKernelFor, "the root's blocks pipelined through every receiver's staging"},
+    // ---- AlltoAll ----
+    {Algo::kAlltoAllDirect, "alltoall_direct", Collective::kAlltoAll, Family::kExchangeDirect, Bound::kFrom,
+     "alltoall_direct_min", true, exchangeDirectCopyKernelFor,
+     "each rank writes each block straight into its receiver's registered output"},
+    {Algo::kAlltoAllLL, "alltoall_ll", Collective::kAlltoAll, Family::kExchangeLL, Bound::kUpTo, "alltoall_ll_max",
+     false, exchangeLLCopyKernelFor, "each block to its receiver as LL packets"},
+    {Algo::kAlltoAllStaged, "alltoall_staged", Collective::kAlltoAll, Family::kExchangeStaged, Bound::kFallback,
+     nullptr, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging"},
+};
+static_assert(std::size(kAlgorithms) == kNumAlgos, "one row per Algo value");
+
+constexpr bool rowsInAlgoOrder() {
+  for (int i = 0; i < kNumAlgos; ++i)
+    if (static_cast<int>(kAlgorithms[i].id) != i) return false;
+  return true;
+}
+static_assert(rowsInAlgoOrder(), "kAlgorithms is in Algo order");
+
+}  // namespace
+
+const AlgorithmDesc& algorithm(Algo a) { return kAlgorithms[static_cast<int>(a)]; }
+
+const AlgorithmDesc* algorithms(int* count) {
+  *count = kNumAlgos;
+  return kAlgorithms;
+}
+
+const char* algoName(Algo a) {
+  const int i = static_cast<int>(a);
+  return i >= 0 && i < kNumAlgos ? kAlgorithms[i].name : "unknown";
+}
+
+bool algoFromName(const std::string& name, Algo* out) {
+  for (const AlgorithmDesc& a : kAlgorithms) {
+    if (name == a.name) {
+      *out = a.id;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string algoNameList() {
+  std::string list;
+  for (const AlgorithmDesc& a : kAlgorithms) list += (list.empty() ? "" : ", ") + std::string(a.name);
+  return list;
+}
+
+std::string thresholdSettingName(const AlgorithmDesc& a) {
+  if (a.bound == Bound::kFallback) return "";
+  std::string upper = "YALI_";
+  for (const char* c = a.name; *c; ++c) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(*c)));
+  return upper + (a.bound == Bound::kUpTo ? "_MAX_BYTES" : "_MIN_BYTES");
+}
+
+std::string algorithmsMarkdownTable() {
+  std::string out = "| Algorithm | Collective | Taken when | What it does |\n| --- | --- | --- | --- |\n";
+  for (const AlgorithmDesc& a : kAlgorithms) {
+    std::string when;
+    switch (a.bound) {
+      case Bound::kUpTo: when = "up to `" + thresholdSettingName(a) + "`"; break;
+      case Bound::kFrom: when = "from `" + thresholdSettingName(a) + "`"; break;
+      case Bound::kFallback: when = "otherwise"; break;
+    }
+    if (a.needsRegisteredRecv) when += ", output registered on every rank";
+    out += "| `" + std::string(a.name) + "` | " + collectiveName(a.collective) + " | " + when + " | " + a.summary + " |\n";
+  }
+  return out;
+}
+
+int maxLaunchableThreads(Algo a) {
+  const AlgorithmDesc& row = algorithm(a);
+  int limit = 1024;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    for (int op = 0; op < kNumRedOps; ++op) {
+      KernelFn fn = row.kernel(static_cast<DataType>(t), static_cast<RedOp>(op));
+      cudaFuncAttributes attr;
+      if (fn != nullptr && cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(fn)) == cudaSuccess)
+        limit = attr.maxThreadsPerBlock < limit ? attr.maxThreadsPerBlock : limit;
+    }
+  }
+  cudaGetLastError();
+  return limit / 32 * 32;
+}
+
+cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int threads, const DeviceArgs& args,
+                            bool programmatic, cudaStream_t stream) {
+  const KernelFn fn = algorithm(a).kernel(dtype, op);
+  if (fn == nullptr) return cudaErrorInvalidValue;
+  DeviceArgs copy = args;
+  void* params[] = {&copy};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  // Programmatic stream serialization (Hopper and newer): see waitForPriorGrids() in device.cuh.
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = programmatic ? 1 : 0;
+  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(fn), params);
+}
+
+const char* waitPhaseName(int phase) {
+  switch (phase) {
+    case kPhaseAdmission: return "launch admission (a peer had failed)";
+    case kPhaseLLRecv: return "one-shot LL: a peer's packets";
+    case kPhasePushWait: return "two-shot: the peers' pieces";
+    case kPhaseResultWait: return "two-shot: the peers' reduced shards";
+    case kPhasePullWait: return "oneshot_pull: the peers' copy-in";
+    case kPhaseTwoshotEnter: return "twoshot_direct: entry handshake";
+    case kPhaseExchangeLL: return "exchange (LL): a sender's packets";
+    case kPhaseExchangePieces: return "exchange (staged): a sender's pieces";
+    case kPhaseExchangeCredit: return "exchange (staged): a receiver's credit";
+    case kPhaseExchangeArrive: return "exchange: a peer's start of the launch";
+    case kPhaseDirectEnter: return "exchange (direct): entry handshake";
+    case kPhaseDirectLeave: return "exchange (direct): the peers' writes";
+    case kPhaseRebaseArrive: return "epoch rebase: arrival";
+    case kPhaseRebaseClear: return "epoch rebase: clearing";
+    default: return "unknown wait";
+  }
+}
+
+}  // namespace yali

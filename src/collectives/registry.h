@@ -1,0 +1,119 @@
+// The algorithm registry: every algorithm of every collective, as one row of data. The selector
+// (tuning/selector.h), the launch path (core/enqueue.cc), the settings (core/env.cc: each row with a
+// size bound has its YALI_<NAME>_{MAX,MIN}_BYTES threshold), the tuning file (its key) and
+// yaliAlgoInfo all read these rows; nothing else lists algorithms.
+//
+// A new algorithm: its kernel file (a lookup `KernelFn f(DataType, RedOp)` and its thread limit),
+// one Algo value and one row in registry.cc, in the place of its collective's priority order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "collectives/common/device_state.h"
+#include "vocabulary.h"
+
+namespace yali {
+
+// Row order of kAlgorithms (registry.cc), checked there. Within a collective, rows are listed in
+// the selector's order of preference (below).
+enum class Algo : int {
+  // AllReduce
+  kTwoshotDirect = 0,
+  kOneshotLL,
+  kOneshotPull,
+  kTwoshotPush,
+  kTwoshot,
+  // ReduceScatter
+  kReduceScatterLL,
+  kReduceScatterStaged,
+  // AllGather
+  kAllGatherDirect,
+  kAllGatherLL,
+  kAllGatherStaged,
+  // Broadcast
+  kBroadcastDirect,
+  kBroadcastLL,
+  kBroadcastStaged,
+  // Reduce
+  kReduceLL,
+  kReduceStaged,
+  // Gather
+  kGatherLL,
+  kGatherStaged,
+  // Scatter
+  kScatterDirect,
+  kScatterLL,
+  kScatterStaged,
+  // AlltoAll
+  kAlltoAllDirect,
+  kAlltoAllLL,
+  kAlltoAllStaged,
+};
+constexpr int kNumAlgos = 23;
+
+// How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
+// on (choiceFits).
+enum class Family : int {
+  kOneshotLL,       // one-shot AllReduce by LL packets (allreduce/oneshot_ll.cuh)
+  kOneshotPull,     // one-shot AllReduce by copy-in and NVLink reads (allreduce/oneshot_pull.cuh)
+  kTwoshot,         // two-shot AllReduce and its variants (allreduce/twoshot.cuh)
+  kExchangeLL,      // a pattern of pieces as LL packets (exchange/ll.cuh)
+  kExchangeStaged,  // a pattern of pieces, pipelined through staging (exchange/staged.cuh)
+  kExchangeDirect,  // a pattern of pieces written into registered outputs (exchange/direct.cuh)
+};
+
+// When the selector takes a row (the collective's rows in order; the first that applies wins):
+enum class Bound : int {
+  kUpTo,      // messages up to its threshold (and within its buffer)
+  kFrom,      // messages from its threshold up
+  kFallback,  // always: the collective's last row
+};
+
+using KernelFn = void (*)(DeviceArgs);
+
+struct AlgorithmDesc {
+  Algo id;
+  const char* name;       // YALI_ALGO, yaliAlgoInfo_t::algorithm, logs
+  Collective collective;
+  Family family;
+  Bound bound;
+  // The threshold's key in a tuning file and in the built-in table (selector.cc), null for
+  // kFallback. Its environment variable is YALI_<NAME>_MAX_BYTES (kUpTo) or _MIN_BYTES (kFrom).
+  const char* tuningKey;
+  bool needsRegisteredRecv;  // only for outputs in memory registered on every rank
+  // The kernel for a data type and op, or null where the pair is not supported (avg on integers).
+  // Data-moving algorithms return their one byte-wise kernel for every pair.
+  KernelFn (*kernel)(DataType, RedOp);
+  const char* summary;  // one line: what it does and when it pays (help texts, docs)
+};
+
+// The rows, in Algo order.
+const AlgorithmDesc& algorithm(Algo a);
+const AlgorithmDesc* algorithms(int* count);
+
+const char* algoName(Algo a);
+bool algoFromName(const std::string& name, Algo* out);
+std::string algoNameList();  // "twoshot_direct, oneshot_ll, ..." for messages
+// The README's algorithm table (name, collective, when the selector takes it, what it does),
+// generated from the rows; a host test compares it with README.md.
+std::string algorithmsMarkdownTable();
+// "YALI_ONESHOT_LL_MAX_BYTES" for a row with a bound; "" for a fallback.
+std::string thresholdSettingName(const AlgorithmDesc& a);
+
+// The most threads per block that every kernel of `a` can launch with (register-bound), on the
+// current device. Querying a kernel also loads its module: comm set-up queries every row, so that
+// no launch of ours ever loads a module later. Under lazy loading (CUDA_MODULE_LOADING=LAZY, CUDA's
+// default) a first launch waits for the device to drain, which is a deadlock when the device runs
+// our kernel waiting for a peer whose kernel this thread has yet to launch.
+int maxLaunchableThreads(Algo a);
+
+// Launches `a`'s kernel for (dtype, op); cudaErrorInvalidValue when the row has none. `programmatic`:
+// launch with programmatic stream serialization (compute capability 9.0+), so the kernel may start
+// while the previous one on the stream finishes; the kernels wait for it themselves before
+// touching memory.
+cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int threads,
+                            const DeviceArgs& args, bool programmatic, cudaStream_t stream);
+
+}  // namespace yali

@@ -1,0 +1,305 @@
+#include "core/call.h"
+
+#include <string.h>
+
+#include <string>
+
+#include "collectives/registry.h"
+#include "core/comm.h"
+#include "core/comm_access.h"
+#include "core/enqueue.h"
+#include "core/error.h"
+#include "core/hash.h"
+#include "core/registration.h"
+
+namespace yali {
+namespace {
+
+// ---- What each collective reads and writes (NCCL 2.28's semantics, yali.h) --------------------------
+
+// The bytes of one piece: what one rank sends to one receiver (AllReduce: the whole message).
+size_t pieceCount(const CollCall& c) { return c.count; }
+
+// The buffers a rank uses, in pieces: 0 when the rank does not use the buffer (it may be NULL).
+struct Extents {
+  size_t sendPieces;
+  size_t recvPieces;
+};
+
+Extents extentsOf(Collective c, int rank, int root, int n) {
+  const size_t all = static_cast<size_t>(n);
+  switch (c) {
+    case Collective::kAllReduce: return {1, 1};
+    case Collective::kReduceScatter: return {all, 1};
+    case Collective::kAllGather: return {1, all};
+    case Collective::kBroadcast: return {rank == root ? 1u : 0u, 1};
+    case Collective::kReduce: return {1, rank == root ? 1u : 0u};
+    case Collective::kGather: return {1, rank == root ? all : 0};
+    case Collective::kScatter: return {rank == root ? all : 0, 1};
+    case Collective::kAlltoAll: return {all, all};
+  }
+  return {0, 0};
+}
+
+// NCCL's in-place layouts: the only overlaps of input and output a call may have.
+bool inPlaceLayout(Collective c, int rank, int root, size_t piece, const char* send, const char* recv) {
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce: return send == recv;
+    case Collective::kReduceScatter: return recv == send + static_cast<size_t>(rank) * piece;
+    case Collective::kAllGather: return send == recv + static_cast<size_t>(rank) * piece;
+    case Collective::kGather: return rank == root && send == recv + static_cast<size_t>(root) * piece;
+    case Collective::kScatter: return rank == root && recv == send + static_cast<size_t>(root) * piece;
+    case Collective::kAlltoAll: return false;
+  }
+  return false;
+}
+
+const char* inPlaceRule(Collective c) {
+  switch (c) {
+    case Collective::kAllReduce:
+    case Collective::kBroadcast:
+    case Collective::kReduce: return "in place means sendbuff == recvbuff";
+    case Collective::kReduceScatter: return "in place means recvbuff == sendbuff + rank * recvcount";
+    case Collective::kAllGather: return "in place means sendbuff == recvbuff + rank * sendcount";
+    case Collective::kGather: return "in place means, on root, sendbuff == recvbuff + root * count";
+    case Collective::kScatter: return "in place means, on root, recvbuff == sendbuff + root * count";
+    case Collective::kAlltoAll: return "AlltoAll has no in-place form";
+  }
+  return "";
+}
+
+// This rank's pattern of pieces for the exchange kernels (device_state.h: DeviceArgs, exchange.cuh).
+// A copied piece that would land on itself (in place) is dropped from both masks.
+void fillPattern(Collective c, int me, int n, int root, size_t piece, const char* send, const char* recv,
+                 DeviceArgs* a) {
+  const uint32_t everyone = (n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1));
+  const uint32_t rootBit = 1u << root;
+  a->pieceBytes = piece;
+  a->sendTo = a->recvFrom = 0;
+  for (int r = 0; r < kMaxRanks; ++r) a->srcOffset[r] = a->dstOffset[r] = a->peerDstOffset[r] = 0;
+  bool reduces = false;
+  switch (c) {
+    case Collective::kReduceScatter:
+      a->sendTo = a->recvFrom = everyone;
+      for (int d = 0; d < n; ++d) a->srcOffset[d] = static_cast<size_t>(d) * piece;
+      reduces = true;
+      break;
+    case Collective::kAllGather:
+      a->sendTo = a->recvFrom = everyone;
+      for (int r = 0; r < n; ++r) {
+        a->dstOffset[r] = static_cast<size_t>(r) * piece;
+        a->peerDstOffset[r] = static_cast<size_t>(me) * piece;
+      }
+      break;
+    case Collective::kBroadcast:
+      a->sendTo = me == root ? everyone : 0;
+      a->recvFrom = rootBit;
+      break;
+    case Collective::kReduce:
+      a->sendTo = rootBit;
+      a->recvFrom = me == root ? everyone : 0;
+      reduces = true;
+      break;
+    case Collective::kGather:
+      a->sendTo = rootBit;
+      a->recvFrom = me == root ? everyone : 0;
+      for (int r = 0; r < n; ++r) a->dstOffset[r] = static_cast<size_t>(r) * piece;
+      a->peerDstOffset[root] = static_cast<size_t>(me) * piece;
+      break;
+    case Collective::kScatter:
+      a->sendTo = me == root ? everyone : 0;
+      a->recvFrom = rootBit;
+      for (int d = 0; d < n; ++d) a->srcOffset[d] = me == root ? static_cast<size_t>(d) * piece : 0;
+      break;
+    case Collective::kAlltoAll:
+      a->sendTo = a->recvFrom = everyone;
+      for (int r = 0; r < n; ++r) {
+        a->srcOffset[r] = static_cast<size_t>(r) * piece;
+        a->dstOffset[r] = static_cast<size_t>(r) * piece;
+        a->peerDstOffset[r] = static_cast<size_t>(me) * piece;
+      }
+      break;
+    case Collective::kAllReduce: break;
+  }
+  const uint32_t self = 1u << me;
+  if (!reduces && (a->sendTo & self) && (a->recvFrom & self) && send + a->srcOffset[me] == recv + a->dstOffset[me]) {
+    a->sendTo &= ~self;
+    a->recvFrom &= ~self;
+  }
+  // The launch covenant (exchange.cuh): patterns in which some rank hears from only some peers
+  // exchange arrival flags. Decided per collective, so that every rank decides alike.
+  a->arrive = collectiveShape(c).rooted ? 1u : 0u;
+}
+
+// Whether some algorithm of `c` writes into registered outputs (then the call looks its output up).
+bool hasRegisteredAlgorithm(Collective c) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i)
+    if (rows[i].collective == c && rows[i].needsRegisteredRecv) return true;
+  return false;
+}
+
+// The tag that every rank's kernel compares with its peers' at entry when it touches their
+// registered outputs (block_ops.cuh: enterWithTag): the algorithm, the call, and the registration
+// (and, for twoshot_direct, the offset) of the output, folded into 32 bits (FNV-1a).
+// The direct exchanges tell each other their offsets at entry (exchange.cuh), so theirs leaves the
+// offset out; twoshot_direct writes at its own offset into every peer's output, so the offsets must
+// agree.
+uint32_t registeredTag(Algo algo, const CollCall& c, const RegisteredSpan& recv) {
+  const bool offsetsAgree = algorithm(algo).family == Family::kTwoshot;
+  const uint64_t fields[] = {static_cast<uint64_t>(algo), static_cast<uint64_t>(c.collective), c.count,
+                             static_cast<uint64_t>(c.datatype), static_cast<uint64_t>(c.op),
+                             static_cast<uint64_t>(c.root), recv.registration->id,
+                             offsetsAgree ? recv.offset : ~0ull};
+  const uint64_t h = fnv1a(fields, sizeof(fields));
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+// Step 1 and 2 of call.h, shared by submitCall and describeCall. Fills the sizes.
+struct Sizes {
+  size_t elem = 0;
+  size_t piece = 0;     // bytes
+  size_t sendBytes = 0; // what this rank reads from sendbuff (0: unused)
+  size_t recvBytes = 0; // what it writes into recvbuff (0: unused)
+};
+
+yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
+  const CollectiveShape shape = collectiveShape(c.collective);
+  if (!validDataType(c.datatype))
+    return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", c.name, c.datatype,
+                kNumDataTypes - 1);
+  const DataType dtype = static_cast<DataType>(c.datatype);
+  if (shape.reduces) {
+    if (c.op < 0 || c.op >= kNumRedOps)
+      return fail(yaliInvalidArgument, comm, "%s: op=%d is not a yaliRedOp_t (sum, prod, max, min, avg)", c.name, c.op);
+    if (!opSupports(static_cast<RedOp>(c.op), dtype))
+      return fail(yaliInvalidArgument, comm, "%s: op=avg is for floating types only, datatype=%d is %s", c.name,
+                  c.datatype, dataTypeName(dtype));
+  }
+  if (shape.rooted && (c.root < 0 || c.root >= comm->nranks))
+    return fail(yaliInvalidArgument, comm, "%s: root=%d is out of range [0, nranks-1=%d]", c.name, c.root,
+                comm->nranks - 1);
+  s->elem = dataTypeSize(dtype);
+  const size_t n = static_cast<size_t>(comm->nranks);
+  if (c.count > SIZE_MAX / s->elem / n)
+    return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", c.name, c.count);
+  s->piece = pieceCount(c) * s->elem;
+  const Extents e = extentsOf(c.collective, comm->rank, c.root, comm->nranks);
+  s->sendBytes = e.sendPieces * s->piece;
+  s->recvBytes = e.recvPieces * s->piece;
+  return yaliSuccess;
+}
+
+// The output's registration on this rank, for the algorithms that write into registered outputs.
+RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t recvId) {
+  if (!hasRegisteredAlgorithm(c.collective) || c.recv == nullptr || s.recvBytes == 0) return RegisteredSpan();
+  return findRegistered(comm, c.recv, s.recvBytes, recvId);
+}
+
+// What the selector is asked about: AllReduce's message, every other collective's piece.
+size_t selectorBytes(const Sizes& s) { return s.piece; }
+
+}  // namespace
+
+yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
+  LockedComm locked(handle, c.name);
+  if (!locked) return locked.error();
+  yaliComm* comm = locked.get();
+  Sizes s;
+  yaliResult_t r = checkScalars(comm, c, &s);
+  if (r != yaliSuccess) return r;
+  r = checkAsync(comm, c.name);
+  if (r != yaliSuccess) return r;
+  if (c.count == 0) return yaliSuccess;
+  ScopedDevice onDevice(comm->device);
+  if (onDevice.status() != cudaSuccess)
+    return fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", c.name, comm->device);
+  AllocationInfo sendInfo, recvInfo;
+  if (s.sendBytes > 0) {
+    r = checkBuffer(comm, c.send, "sendbuff", s.elem, s.sendBytes, c.name, &sendInfo);
+    if (r != yaliSuccess) return r;
+  }
+  if (s.recvBytes > 0) {
+    r = checkBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, &recvInfo);
+    if (r != yaliSuccess) return r;
+  }
+  const char* send = static_cast<const char*>(c.send);
+  const char* recv = static_cast<const char*>(c.recv);
+  if (s.sendBytes > 0 && s.recvBytes > 0 && send < recv + s.recvBytes && recv < send + s.sendBytes &&
+      !inPlaceLayout(c.collective, comm->rank, c.root, s.piece, send, recv))
+    return fail(yaliInvalidArgument, comm,
+                "%s: sendbuff=%p (%zu bytes) and recvbuff=%p (%zu bytes) overlap, and not in place (%s)", c.name,
+                c.send, s.sendBytes, c.recv, s.recvBytes, inPlaceRule(c.collective));
+
+  const RegisteredSpan reg = registeredOutput(comm, c, s, recvInfo.bufferId);
+  PlannedLaunch plan;
+  plan.comm = locked.shared();
+  plan.call = c.name;
+  plan.choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr);
+  plan.dtype = static_cast<DataType>(c.datatype);
+  plan.op = collectiveShape(c.collective).reduces ? static_cast<RedOp>(c.op) : RedOp::kSum;
+  plan.bytes = selectorBytes(s);
+  plan.stream = c.stream;
+  DeviceArgs& args = plan.args;
+  args = baseDeviceArgs(comm);
+  args.send = c.send;
+  args.recv = c.recv;
+  args.slotBytes = plan.choice.slotBytes;
+  args.teamsPerBlock = plan.choice.teams;
+  if (c.collective == Collective::kAllReduce) {
+    args.count = c.count;
+  } else {
+    args.count = s.recvBytes;  // the exchanges poison bytes (device_state.h)
+    fillPattern(c.collective, comm->rank, comm->nranks, c.root, s.piece, send, recv, &args);
+  }
+  const Algo algo = plan.choice.algo;
+  if (algorithm(algo).needsRegisteredRecv) {
+    const bool exchange = algorithm(algo).family == Family::kExchangeDirect;
+    for (int p = 0; p < comm->nranks; ++p)
+      args.peerRecv[p] = reg.registration->peerBase[p] + (exchange ? 0 : reg.offset);
+    args.recvOffset = reg.offset;
+    args.callTag = registeredTag(algo, c, reg);
+    plan.registrations[0] = reg.registration;
+    if (reg.stale) {
+      // The memory under a registration was freed and allocated again: take part in the entry
+      // handshake with a tag no peer has, so that every rank stops before a peer writes into the
+      // new allocation.
+      args.callTag = poisonedTag(args.callTag, comm->rank);
+      comm->setHostNote("this rank's buffer lies where registered memory was freed without "
+                        "yaliCommDeregister (a new allocation at the old address)");
+      logInfo("%s: rank %d: a buffer lies in freed registered memory", c.name, comm->rank);
+    }
+  }
+  return enqueue(std::move(plan));
+}
+
+yaliResult_t describeCall(yaliComm_t handle, const CollCall& c, yaliAlgoInfo_t* info) {
+  const char* name = c.name;
+  LockedComm locked(handle, name);
+  if (!locked) return locked.error();
+  yaliComm* comm = locked.get();
+  if (info == nullptr) return fail(yaliInvalidArgument, comm, "%s: info is NULL", name);
+  if (c.collective < Collective::kAllReduce || static_cast<int>(c.collective) >= kNumCollectives)
+    return fail(yaliInvalidArgument, comm, "%s: collective=%d is not a yaliCollective_t", name,
+                static_cast<int>(c.collective));
+  Sizes s;
+  yaliResult_t r = checkScalars(comm, c, &s);
+  if (r != yaliSuccess) return r;
+  // A buffer CUDA does not know (or NULL) lies in no registration.
+  AllocationInfo recvInfo;
+  std::string ignored;
+  if (c.recv == nullptr || !queryAllocation(c.recv, &recvInfo, &ignored)) recvInfo = AllocationInfo();
+  const RegisteredSpan reg = registeredOutput(comm, c, s, recvInfo.bufferId);
+  const AlgoChoice choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr);
+  memset(info, 0, sizeof(*info));
+  strncpy(info->algorithm, c.count == 0 ? "none" : algoName(choice.algo), sizeof(info->algorithm) - 1);
+  info->ctas = c.count == 0 ? 0 : choice.ctas;
+  info->threads = c.count == 0 ? 0 : choice.threads;
+  info->chunkBytes = c.count == 0 ? 0 : choice.slotBytes;
+  return yaliSuccess;
+}
+
+}  // namespace yali

@@ -1,0 +1,256 @@
+// The algorithm registry (collectives/registry.h): its rows' consistency, their settings and
+// documentation, their kernel lookups (function pointers only: no GPU needed, nothing launches) and
+// that the selector reaches every row.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "collectives/kernels.h"
+#include "internal_support.h"
+
+using namespace yali;
+using namespace yali_internal_test;
+
+namespace {
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool isAllReduceFamily(Family f) { return f == Family::kOneshotLL || f == Family::kOneshotPull || f == Family::kTwoshot; }
+// The families whose messages are bounded by a buffer of the window (the selector's fitsBuffer).
+bool buffered(Family f) { return f == Family::kOneshotLL || f == Family::kOneshotPull || f == Family::kExchangeLL; }
+
+}  // namespace
+
+// The rows: in Algo order; names and tuning keys unique and well formed; each collective's rows
+// together, in Collective order, in the selector's order of preference (registered outputs first,
+// then bounded from above, then from below), ending with its one fallback; families that fit the
+// collective; buffered families bounded from above (the selector checks buffers only there).
+TEST(registry_rows_consistent) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  REQUIRE(count == kNumAlgos);
+  std::set<std::string> names, keys;
+  const std::set<std::string> geometryKeys = {"sm", "nranks", "ll_threads", "ll_ctas", "twoshot_threads",
+                                              "twoshot_ctas", "twoshot_min_slot", "twoshot_max_slot",
+                                              "frugal_min", "frugal_ctas", "frugal_teams"};
+  const std::set<std::string> removedKeys = {"ce_min", "ce_ctas", "direct_min"};
+  for (int i = 0; i < count; ++i) {
+    const AlgorithmDesc& r = rows[i];
+    CHECK_MSG(static_cast<int>(r.id) == i, "row %d holds Algo %d", i, static_cast<int>(r.id));
+    CHECK(&algorithm(static_cast<Algo>(i)) == &r);
+    REQUIRE(r.name != nullptr);
+    CHECK(std::string(algoName(r.id)) == r.name);
+    CHECK_MSG(names.insert(r.name).second, "the name %s appears twice", r.name);
+    const std::string name = r.name;
+    CHECK_MSG(!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos,
+              "'%s': not lower case, digits and _", r.name);
+    CHECK_MSG(name != "auto" && name != "none", "%s is reserved", r.name);
+    CHECK_MSG(r.summary != nullptr && r.summary[0] != '\0', "%s has no summary", r.name);
+    CHECK_MSG(r.kernel != nullptr, "%s has no kernel lookup", r.name);
+    const int c = idx(r.collective);
+    CHECK_MSG(c >= 0 && c < kNumCollectives, "%s: collective %d", r.name, c);
+    if (r.bound == Bound::kFallback) {
+      CHECK_MSG(r.tuningKey == nullptr, "the fallback %s has a tuning key", r.name);
+      CHECK_MSG(!r.needsRegisteredRecv, "the fallback %s needs registered outputs", r.name);
+      CHECK_MSG(!buffered(r.family), "the fallback %s is bounded by a buffer", r.name);
+    } else {
+      REQUIRE(r.tuningKey != nullptr);
+      const std::string key = r.tuningKey;
+      CHECK_MSG(keys.insert(key).second, "the tuning key %s appears twice", r.tuningKey);
+      CHECK_MSG(geometryKeys.count(key) == 0 && removedKeys.count(key) == 0, "%s: the tuning key %s is taken", r.name,
+                r.tuningKey);
+      CHECK_MSG(endsWith(key, r.bound == Bound::kUpTo ? "_max" : "_min"), "%s: key %s for its bound", r.name, r.tuningKey);
+    }
+    if (buffered(r.family)) CHECK_MSG(r.bound == Bound::kUpTo, "%s is bounded by a buffer but not from above", r.name);
+    if (r.family == Family::kExchangeDirect) CHECK_MSG(r.needsRegisteredRecv, "%s writes into outputs it needs registered", r.name);
+    // AllReduce's families for AllReduce only; the exchanges' for the rest, named after the
+    // collective and the family.
+    if (r.collective == Collective::kAllReduce) {
+      CHECK_MSG(isAllReduceFamily(r.family), "%s: an exchange family for AllReduce", r.name);
+    } else {
+      CHECK_MSG(!isAllReduceFamily(r.family), "%s: an AllReduce family for an exchange", r.name);
+      const char* suffix = r.family == Family::kExchangeLL ? "_ll" : r.family == Family::kExchangeStaged ? "_staged" : "_direct";
+      CHECK_MSG(name == std::string(collectiveName(r.collective)) + suffix, "%s: expected %s%s", r.name,
+                collectiveName(r.collective), suffix);
+      if (r.tuningKey != nullptr)
+        CHECK_MSG(std::string(r.tuningKey) == name + (r.bound == Bound::kUpTo ? "_max" : "_min"), "%s: key %s", r.name,
+                  r.tuningKey);
+    }
+    if (i > 0) CHECK_MSG(idx(rows[i - 1].collective) <= c, "%s: the collectives' rows are not together in order", r.name);
+  }
+  CHECK(std::string(algoName(static_cast<Algo>(kNumAlgos))) == "unknown");
+  CHECK(std::string(algoName(static_cast<Algo>(-1))) == "unknown");
+  std::string list;
+  for (int i = 0; i < count; ++i) list += (i ? ", " : "") + std::string(rows[i].name);
+  CHECK(algoNameList() == list);
+  // Per collective: some rows, one fallback and last; the order of preference.
+  for (int c = 0; c < kNumCollectives; ++c) {
+    const std::vector<const AlgorithmDesc*> own = rowsOf(collectiveAt(c));
+    REQUIRE(own.size() >= 2);
+    int fallbacks = 0;
+    for (const AlgorithmDesc* r : own) fallbacks += r->bound == Bound::kFallback;
+    CHECK_MSG(fallbacks == 1, "%s has %d fallbacks", collectiveName(collectiveAt(c)), fallbacks);
+    CHECK_MSG(own.back()->bound == Bound::kFallback, "%s's last row %s is no fallback", collectiveName(collectiveAt(c)),
+              own.back()->name);
+    // Rank in the order of preference: registered 0, up-to 1, from 2, fallback 3.
+    auto rank = [](const AlgorithmDesc* r) {
+      if (r->needsRegisteredRecv) return 0;
+      return r->bound == Bound::kUpTo ? 1 : r->bound == Bound::kFrom ? 2 : 3;
+    };
+    for (size_t k = 1; k < own.size(); ++k)
+      CHECK_MSG(rank(own[k - 1]) <= rank(own[k]), "%s: %s before %s", collectiveName(collectiveAt(c)),
+                own[k - 1]->name, own[k]->name);
+    if (c != idx(Collective::kAllReduce)) {
+      CHECK_MSG(rowOf(collectiveAt(c), Family::kExchangeLL) != nullptr, "%s has no LL row", collectiveName(collectiveAt(c)));
+      CHECK_MSG(own.back()->family == Family::kExchangeStaged, "%s's fallback is not staged", collectiveName(collectiveAt(c)));
+    }
+  }
+  // The collectives with a *_direct row: those whose outputs a peer can write whole pieces into.
+  for (Collective c : {Collective::kAllGather, Collective::kBroadcast, Collective::kScatter, Collective::kAlltoAll})
+    CHECK_MSG(rowOf(c, Family::kExchangeDirect) != nullptr, "%s lost its direct row", collectiveName(c));
+  for (Collective c : {Collective::kReduceScatter, Collective::kReduce, Collective::kGather})
+    CHECK_MSG(rowOf(c, Family::kExchangeDirect) == nullptr, "%s has a direct row", collectiveName(c));
+}
+
+// Every bounded row has its threshold setting, documented in settingDocs (default -2, agreed by
+// every rank, the meaning naming the algorithm); no documented threshold belongs to no row.
+TEST(registry_thresholds_documented) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  int docCount = 0;
+  const SettingDoc* docs = settingDocs(&docCount);
+  std::map<std::string, const SettingDoc*> byName;
+  for (int i = 0; i < docCount; ++i) CHECK_MSG(byName.emplace(docs[i].name, &docs[i]).second, "%s twice", docs[i].name);
+  std::set<std::string> thresholds;
+  for (int i = 0; i < count; ++i) {
+    const std::string name = thresholdSettingName(rows[i]);
+    if (rows[i].bound == Bound::kFallback) {
+      CHECK(name.empty());
+      continue;
+    }
+    CHECK_MSG(!name.empty(), "%s has no threshold setting", rows[i].name);
+    thresholds.insert(name);
+    auto it = byName.find(name);
+    if (it == byName.end()) {
+      CHECK_MSG(false, "settingDocs does not document %s", name.c_str());
+      continue;
+    }
+    CHECK_MSG(std::string(it->second->defaultValue) == "-2", "%s defaults to %s", name.c_str(), it->second->defaultValue);
+    CHECK_MSG(it->second->agreed, "%s is not agreed", name.c_str());
+    CHECK_MSG(std::string(it->second->meaning).find(rows[i].name) != std::string::npos, "%s's meaning: %s", name.c_str(),
+              it->second->meaning);
+    if (rows[i].needsRegisteredRecv)
+      CHECK_MSG(std::string(it->second->meaning).find("registered") != std::string::npos, "%s's meaning: %s",
+                name.c_str(), it->second->meaning);
+  }
+  for (int i = 0; i < docCount; ++i) {
+    const std::string name = docs[i].name;
+    if (endsWith(name, "_MAX_BYTES") || endsWith(name, "_MIN_BYTES"))
+      CHECK_MSG(thresholds.count(name) == 1, "settingDocs documents %s, which is no row's threshold", docs[i].name);
+  }
+}
+
+// Every row's kernel lookup: the reducing collectives' rows give a kernel for every (type, op)
+// pair that opSupports() allows, a different one for each pair, and null for avg on integers and
+// for values outside the enums; the data-moving rows give their one byte-wise kernel for any pair.
+TEST(registry_kernel_lookups) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i) {
+    const AlgorithmDesc& r = rows[i];
+    const bool reduces = collectiveShape(r.collective).reduces;
+    std::set<KernelFn> seen;
+    for (int t = 0; t < kNumDataTypes; ++t) {
+      for (int op = 0; op < kNumRedOps; ++op) {
+        const DataType type = static_cast<DataType>(t);
+        const RedOp redOp = static_cast<RedOp>(op);
+        const KernelFn fn = r.kernel(type, redOp);
+        if (!reduces) {
+          CHECK_MSG(fn != nullptr, "%s: no kernel for (%s, %s)", r.name, dataTypeName(type), redOpName(redOp));
+          seen.insert(fn);
+          continue;
+        }
+        if (opSupports(redOp, type)) {
+          CHECK_MSG(fn != nullptr, "%s: no kernel for (%s, %s)", r.name, dataTypeName(type), redOpName(redOp));
+          CHECK_MSG(seen.insert(fn).second, "%s: (%s, %s) shares another pair's kernel", r.name, dataTypeName(type),
+                    redOpName(redOp));
+        } else {
+          CHECK_MSG(fn == nullptr, "%s: a kernel for (%s, %s), which opSupports refuses", r.name, dataTypeName(type),
+                    redOpName(redOp));
+        }
+        if (redOp == RedOp::kAvg && !isFloatingType(type)) CHECK_MSG(fn == nullptr, "%s: avg on %s", r.name, dataTypeName(type));
+      }
+    }
+    if (!reduces) {
+      CHECK_MSG(seen.size() == 1, "%s: %zu kernels for a byte-wise algorithm", r.name, seen.size());
+    } else {
+      CHECK(r.kernel(static_cast<DataType>(kNumDataTypes), RedOp::kSum) == nullptr);
+      CHECK(r.kernel(DataType::kFloat32, static_cast<RedOp>(kNumRedOps)) == nullptr);
+      CHECK(r.kernel(static_cast<DataType>(-1), RedOp::kSum) == nullptr);
+    }
+  }
+  // avg is for the floating types only, which are exactly the six NCCL has.
+  int floating = 0;
+  for (int t = 0; t < kNumDataTypes; ++t) {
+    floating += isFloatingType(static_cast<DataType>(t));
+    CHECK(opSupports(RedOp::kAvg, static_cast<DataType>(t)) == isFloatingType(static_cast<DataType>(t)));
+    for (int op = 0; op < kNumRedOps; ++op)
+      if (op != static_cast<int>(RedOp::kAvg))
+        CHECK(opSupports(static_cast<RedOp>(op), static_cast<DataType>(t)));
+  }
+  CHECK_EQ(floating, 6);
+}
+
+// Every row is reachable: some (world size 2/4/8, bytes, registered output) with the default
+// settings and table makes choose() return it, or else YALI_ALGO naming it does. The default table
+// must reach every AllReduce row but the fallback, and every exchange's LL and staged rows (and its
+// direct row, where it has one); the rows only forcing reaches are printed.
+TEST(registry_every_algorithm_is_reachable) {
+  const Settings s = defaultSettings();
+  std::vector<std::string> how(kNumAlgos);
+  for (int n : {2, 4, 8}) {
+    const Selector sel = makeSelector(s, n);
+    std::set<size_t> sizes = {0, SIZE_MAX};
+    for (int k = 0; k <= 40; ++k) sizes.insert(size_t(1) << k);
+    std::vector<int64_t> bounds = {s.llBufferBytes, s.stagingBytes, s.pullBufferBytes};
+    for (int64_t t : sel.entry().thresholds) bounds.push_back(t);
+    for (int64_t t : bounds)
+      if (t > 0)
+        for (int64_t d : {-1, 0, 1}) sizes.insert(static_cast<size_t>(t) + static_cast<size_t>(d));
+    for (int c = 0; c < kNumCollectives; ++c)
+      for (size_t bytes : sizes)
+        for (bool registered : {false, true}) {
+          const Algo a = sel.choose(collectiveAt(c), bytes, registered).algo;
+          if (how[idx(a)].empty())
+            how[idx(a)] = "n=" + std::to_string(n) + " bytes=" + std::to_string(bytes) + (registered ? " registered" : "");
+        }
+  }
+  std::vector<bool> byDefault(kNumAlgos);
+  for (int a = 0; a < kNumAlgos; ++a) byDefault[a] = !how[a].empty();
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  std::string forcedOnly;
+  for (int a = 0; a < count; ++a) {
+    if (byDefault[a]) continue;
+    const Settings f = forced(rows[a].name);
+    for (int n : {2, 4, 8}) {
+      const Selector sel = makeSelector(f, n);
+      for (size_t bytes : {size_t(1), size_t(4096), size_t(1) << 20, size_t(1) << 30})
+        if (how[a].empty() && sel.choose(rows[a].collective, bytes, true).algo == rows[a].id)
+          how[a] = "YALI_ALGO=" + std::string(rows[a].name) + " n=" + std::to_string(n) + " bytes=" + std::to_string(bytes);
+    }
+    CHECK_MSG(!how[a].empty(), "%s is unreachable, even forced", rows[a].name);
+    forcedOnly += (forcedOnly.empty() ? "" : ", ") + std::string(rows[a].name);
+  }
+  if (!forcedOnly.empty()) std::printf("    reached only with YALI_ALGO: %s\n", forcedOnly.c_str());
+  for (int a = 0; a < count; ++a) {
+    const AlgorithmDesc& r = rows[a];
+    const bool required = r.collective == Collective::kAllReduce ? r.bound != Bound::kFallback
+                                                                 : true;  // LL, staged and direct alike
+    if (required) CHECK_MSG(byDefault[a], "the default table never chooses %s", r.name);
+  }
+}
