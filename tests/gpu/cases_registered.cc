@@ -1,19 +1,24 @@
 // GPU cases for registered buffers (yaliCommRegister / yaliCommDeregister) and the zero-copy
-// "direct" AllReduce they enable. Same rules as cases.cc (suite.h): every process takes the same
-// collective steps in the same order.
+// AllReduce they enable, twoshot_direct. Same rules as cases.cc (suite.h): every process takes the
+// same collective steps in the same order.
 //
 // A case allocates per rank one or more "arenas" (one cudaMalloc each, the same size on every
 // rank), registers some of them, and places each call's send and recv regions inside them at byte
-// offsets that are the same on every rank (the condition for direct). Every byte of every arena
-// outside the call's regions must keep the guard pattern after the call: with direct, peers write
-// our output over NVLink, so a wrong offset on any rank lands somewhere in our arena and is caught.
+// offsets that are the same on every rank (the condition for twoshot_direct: the OUTPUT in the
+// corresponding registration on every rank, at the same offset within it; where the input lies does
+// not matter). Every byte of every arena outside the call's regions must keep the guard pattern
+// after the call: with twoshot_direct, peers store reduced shards into our output over NVLink, so a
+// wrong offset on any rank lands somewhere in our arena and is caught.
 //
-// Whether a call must run direct follows the environment the comms were created under (settings
-// are read at comm creation): YALI_ALGO=direct, or YALI_DIRECT_MIN_BYTES -1 / 0 / >0 decide it;
-// with the tuning table's threshold (unset or -2) the cases only check that the ranks agree and
-// that unregistered buffers never report direct. ctest runs the suite once more with
-// YALI_DIRECT_MIN_BYTES=-1 (gpu_multi_direct_*), where every registered call is direct; the
-// registered_threshold case sets its own values.
+// Whether a call must run twoshot_direct follows the environment the comms were created under
+// (settings are read at comm creation): YALI_ALGO naming twoshot_direct (or another AllReduce
+// algorithm: then never), or YALI_TWOSHOT_DIRECT_MIN_BYTES -1 / 0 / >0 decide it; with the tuning
+// table's threshold (unset or -2) the cases only check that the ranks agree and that calls whose
+// output is not registered never report twoshot_direct. ctest runs these cases once more with
+// YALI_TWOSHOT_DIRECT_MIN_BYTES=-1 (gpu_multi_twoshot_direct_*), where every call whose output is
+// registered is zero-copy; registered_threshold, registered_mismatch and registered_partial set
+// their own values. The AllReduce algorithm `direct` (both buffers registered) was removed:
+// registered_threshold checks that YALI_ALGO=direct is refused at comm creation.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -63,33 +68,61 @@ class EnvScope {
   std::vector<Saved> saved_;
 };
 
+// The zero-copy AllReduce, as yaliAllReduceAlgoInfo names it.
+const char* const kZeroCopy = "twoshot_direct";
+
 // What yaliAllReduceAlgoInfo must report for a call.
-enum class Want { Direct, NotDirect, Any };
+enum class Want { ZeroCopy, NotZeroCopy, Any };
 
 const char* wantName(Want w) {
   switch (w) {
-    case Want::Direct: return "direct";
-    case Want::NotDirect: return "not direct";
+    case Want::ZeroCopy: return "twoshot_direct";
+    case Want::NotZeroCopy: return "not twoshot_direct";
     case Want::Any: return "any";
   }
   return "?";
 }
 
-// For a call of `bytes` whose buffers are both registered on every rank at the same offsets, under
-// the environment the comms were created with.
-Want registeredWant(size_t bytes) {
-  if (bytes == 0) return Want::NotDirect;  // count 0 launches nothing
-  const char* algo = std::getenv("YALI_ALGO");
-  if (algo != nullptr && algo[0] != '\0' && std::strcmp(algo, "auto") != 0) {
-    return std::strcmp(algo, "direct") == 0 ? Want::Direct : Want::Any;
+const char* envOr(const char* name, const char* otherwise) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : otherwise;
+}
+
+// The AllReduce algorithm YALI_ALGO (a comma-separated list, at most one name per collective)
+// forces, or "" when it names none (unset, "auto", or only other collectives' algorithms).
+std::string forcedAllReduce() {
+  static const char* const kAllReduceAlgos[] = {"oneshot_ll", "oneshot_pull", "twoshot_push", "twoshot",
+                                                "twoshot_direct"};
+  const std::string list = envOr("YALI_ALGO", "");
+  size_t start = 0;
+  while (start < list.size()) {
+    size_t end = list.find(',', start);
+    if (end == std::string::npos) end = list.size();
+    const std::string name = list.substr(start, end - start);
+    start = end + 1;
+    for (const char* a : kAllReduceAlgos) {
+      if (name == a) return name;
+    }
   }
-  const char* m = std::getenv("YALI_DIRECT_MIN_BYTES");
+  return "";
+}
+
+// For a call of `bytes` whose OUTPUT is registered on every rank at the same offset within the
+// corresponding registration (the input anywhere), under the environment the comms were created
+// with.
+Want registeredWant(size_t bytes) {
+  if (bytes == 0) return Want::NotZeroCopy;  // count 0 launches nothing ("none")
+  // A forced AllReduce algorithm wins over the threshold: twoshot_direct runs wherever the output
+  // is registered, any other one everywhere (or its fallback, twoshot, beyond its buffer).
+  const std::string forced = forcedAllReduce();
+  if (!forced.empty()) return forced == kZeroCopy ? Want::ZeroCopy : Want::NotZeroCopy;
+  const char* m = std::getenv("YALI_TWOSHOT_DIRECT_MIN_BYTES");
   if (m == nullptr || m[0] == '\0') return Want::Any;  // the tuning table's threshold
-  long long v = std::strtoll(m, nullptr, 0);
-  if (v == -1) return Want::Direct;
-  if (v == 0) return Want::NotDirect;
-  if (v > 0) return (long long)bytes >= v ? Want::Direct : Want::NotDirect;
-  return Want::Any;
+  long long v = std::strtoll(m, nullptr, 10);
+  if (v == -1) return Want::ZeroCopy;
+  if (v == 0) return Want::NotZeroCopy;
+  if (v > 0) return (long long)bytes >= v ? Want::ZeroCopy : Want::NotZeroCopy;
+  return Want::Any;  // -2: the table's
 }
 
 // ---- Arenas: one allocation per rank, optionally registered --------------------------------------
@@ -126,7 +159,7 @@ void destroyCommsAndFree(Ctx& ctx, std::vector<yaliComm_t>& comms, const char* l
 
 // Collective. Registers [off, off + bytes) of each rank's allocation (bytes 0: to the end) with
 // the rank's comm, in a loop over the local comms (single-process mode: one thread, every comm).
-// Fatal on failure: a rank that did not register would leave the others' direct calls waiting.
+// Fatal on failure: a rank that did not register would leave the others' zero-copy calls waiting.
 void registerArena(Ctx& ctx, const std::vector<yaliComm_t>& comms, Arena& A, size_t off = 0,
                    size_t bytes = 0) {
   if (bytes == 0) bytes = A.a[0].bytes - off;
@@ -217,7 +250,9 @@ uint64_t infoHash(const yaliAlgoInfo_t& info) {
 }
 
 // yaliAllReduceAlgoInfo with the call's buffers reports `want`, and the same choice on every rank;
-// with NULL buffers (the unregistered choice) never "direct". Collective.
+// with NULL buffers (the unregistered choice) never twoshot_direct; and a call that does not go
+// zero-copy takes the unregistered choice (the output's registration changes nothing else).
+// Collective.
 bool checkAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& at, const Call& c,
                Want want, const std::string& label) {
   bool ok = true;
@@ -234,13 +269,12 @@ bool checkAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& 
       continue;
     }
     info.algorithm[sizeof info.algorithm - 1] = '\0';
-    const bool direct = std::strcmp(info.algorithm, "direct") == 0;
-    if ((want == Want::Direct && !direct) || (want == Want::NotDirect && direct)) {
+    const bool zeroCopy = std::strcmp(info.algorithm, kZeroCopy) == 0;
+    if ((want == Want::ZeroCopy && !zeroCopy) || (want == Want::NotZeroCopy && zeroCopy)) {
       ctx.fail("%s: yaliAllReduceAlgoInfo with the call's buffers (rank %d) reports \"%s\"; expected "
-               "%s (YALI_DIRECT_MIN_BYTES=%s, YALI_ALGO=%s)",
+               "%s (YALI_TWOSHOT_DIRECT_MIN_BYTES=%s, YALI_ALGO=%s)",
                label.c_str(), rank, info.algorithm, wantName(want),
-               std::getenv("YALI_DIRECT_MIN_BYTES") ? std::getenv("YALI_DIRECT_MIN_BYTES") : "(unset)",
-               std::getenv("YALI_ALGO") ? std::getenv("YALI_ALGO") : "(unset)");
+               envOr("YALI_TWOSHOT_DIRECT_MIN_BYTES", "(unset)"), envOr("YALI_ALGO", "(unset)"));
       ok = false;
     }
     hashes[i] = infoHash(info);
@@ -248,10 +282,15 @@ bool checkAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, const Placement& 
     std::memset(&plain, 0, sizeof plain);
     r = yaliAllReduceAlgoInfo(comms[i], nullptr, nullptr, c.count, c.dt, c.op, &plain);
     plain.algorithm[sizeof plain.algorithm - 1] = '\0';
-    if (r != yaliSuccess || std::strcmp(plain.algorithm, "direct") == 0) {
+    if (r != yaliSuccess || std::strcmp(plain.algorithm, kZeroCopy) == 0) {
       ctx.fail("%s: yaliAllReduceAlgoInfo with NULL buffers (rank %d) returned %d, algorithm \"%s\"; "
-               "expected success and not direct",
-               label.c_str(), rank, (int)r, plain.algorithm);
+               "expected success and not %s",
+               label.c_str(), rank, (int)r, plain.algorithm, kZeroCopy);
+      ok = false;
+    } else if (!zeroCopy && std::strcmp(plain.algorithm, info.algorithm) != 0) {
+      ctx.fail("%s: yaliAllReduceAlgoInfo (rank %d) reports \"%s\" with the call's buffers but \"%s\" "
+               "with NULL buffers: a call that is not zero-copy must take the unregistered choice",
+               label.c_str(), rank, info.algorithm, plain.algorithm);
       ok = false;
     }
   }
@@ -447,6 +486,8 @@ void caseRegCountsLarge(Ctx& ctx) {
 
 // ---- Mixed: one buffer registered, the other not -------------------------------------------------
 
+// Only the output's registration counts: the output registered and the input not goes zero-copy
+// (where the environment says so); the input registered and the output not never does.
 void caseRegMixed(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("registered_mixed");
   const size_t maxCount = ctx.quick() ? 1048573 : 4194301;
@@ -461,13 +502,13 @@ void caseRegMixed(Ctx& ctx) {
     Carver cv;
     const size_t s = cv.take(c.bytes(), 1 * es);
     const size_t r = cv.take(c.bytes(), 3 * es);
-    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotZeroCopy,
                     "send registered, recv not");
-    placedAllReduce(ctx, comms, place(U, s, A, r), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(U, s, A, r), {&A, &U}, c, registeredWant(c.bytes()),
                     "recv registered, send not");
-    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotZeroCopy,
                     "neither registered");
-    placedAllReduce(ctx, comms, placeInPlace(U, s), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, placeInPlace(U, s), {&A, &U}, c, Want::NotZeroCopy,
                     "in-place, not registered");
     placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &U}, c, registeredWant(c.bytes()),
                     "both registered");
@@ -502,8 +543,10 @@ void caseRegLifecycle(Ctx& ctx) {
   placedAllReduce(ctx, comms, place(A, s1, A, r1), both, c1, registeredWant(c1.bytes()), "A registered");
   placedAllReduce(ctx, comms, placeInPlace(A, s2), both, c2, registeredWant(c2.bytes()),
                   "A registered, in-place");
-  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotDirect,
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotZeroCopy,
                   "recv in B, not yet registered");
+  placedAllReduce(ctx, comms, place(B, s1, A, r1), both, c1, registeredWant(c1.bytes()),
+                  "send in B, not registered; recv in A");
   // A second one: buffers in both registrations.
   registerArena(ctx, comms, B);
   placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, registeredWant(c1.bytes()),
@@ -511,11 +554,14 @@ void caseRegLifecycle(Ctx& ctx) {
   placedAllReduce(ctx, comms, place(B, s2, A, r2), both, c2, registeredWant(c2.bytes()),
                   "send in B, recv in A");
   placedAllReduce(ctx, comms, place(B, s3, B, r3), both, c3, registeredWant(c3.bytes()), "B only");
-  // A deregistered: its buffers take the unregistered path, B still goes direct.
+  // A deregistered: outputs in A take the unregistered path, outputs in B still go zero-copy
+  // (wherever the input lies).
   deregisterArena(ctx, comms, A);
-  placedAllReduce(ctx, comms, place(A, s1, A, r1), both, c1, Want::NotDirect, "A after deregistering A");
-  placedAllReduce(ctx, comms, place(B, s1, A, r1), both, c1, Want::NotDirect,
+  placedAllReduce(ctx, comms, place(A, s1, A, r1), both, c1, Want::NotZeroCopy, "A after deregistering A");
+  placedAllReduce(ctx, comms, place(B, s1, A, r1), both, c1, Want::NotZeroCopy,
                   "send in B, recv in A after deregistering A");
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, registeredWant(c1.bytes()),
+                  "send in A after deregistering A, recv in B");
   placedAllReduce(ctx, comms, place(B, s1, B, r1), both, c1, registeredWant(c1.bytes()),
                   "B after deregistering A");
   // A again (now the third registration of every rank).
@@ -534,7 +580,7 @@ void caseRegLifecycle(Ctx& ctx) {
       char where[96];
       std::snprintf(where, sizeof where, "many calls, #%d of %d", it + 1, iters);
       if (it % 5 == 4) {
-        placedAllReduce(ctx, comms, place(U, s2, U, r2), {&A, &B, &U}, c2, Want::NotDirect,
+        placedAllReduce(ctx, comms, place(U, s2, U, r2), {&A, &B, &U}, c2, Want::NotZeroCopy,
                         std::string(where) + ", unregistered");
       } else if (it % 2 == 0) {
         placedAllReduce(ctx, comms, place(A, s2, B, r2), {&A, &B, &U}, c2,
@@ -566,24 +612,29 @@ void caseRegLifecycle(Ctx& ctx) {
     // Straddling the registration's end (last 1 KiB of the call outside it).
     const Call s{4093, yaliFloat32, yaliSum};
     const size_t endOff = margin + regBytes;
+    // Only the output must lie inside: an input straddling either end does not matter.
     placedAllReduce(ctx, comms, place(C, inS, C, endOff - s.bytes() + 1024), arenas, s,
-                    Want::NotDirect, "recv straddling the end of the registration");
+                    Want::NotZeroCopy, "recv straddling the end of the registration");
+    placedAllReduce(ctx, comms, place(C, endOff - s.bytes() + 1024, C, inS), arenas, s,
+                    registeredWant(s.bytes()), "send straddling the end of the registration, recv inside");
     // Straddling its start.
-    placedAllReduce(ctx, comms, place(C, margin - 1024, C, inR), arenas, s, Want::NotDirect,
-                    "send straddling the start of the registration");
+    placedAllReduce(ctx, comms, place(C, inR, C, margin - 1024), arenas, s, Want::NotZeroCopy,
+                    "recv straddling the start of the registration");
+    placedAllReduce(ctx, comms, place(C, margin - 1024, C, inR), arenas, s, registeredWant(s.bytes()),
+                    "send straddling the start of the registration, recv inside");
     // Entirely before it.
-    placedAllReduce(ctx, comms, placeInPlace(C, margin - s.bytes() - 64), arenas, s, Want::NotDirect,
+    placedAllReduce(ctx, comms, placeInPlace(C, margin - s.bytes() - 64), arenas, s, Want::NotZeroCopy,
                     "in-place, before the registration");
     // Deregistered in another order than registered: B, C, A.
     deregisterArena(ctx, comms, B);
     deregisterArena(ctx, comms, C);
-    placedAllReduce(ctx, comms, place(C, inS, C, inR), arenas, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(C, inS, C, inR), arenas, c, Want::NotZeroCopy,
                     "sub-range after deregistering it");
     ctx.world->barrier();
     freeArena(ctx, C);
   }
   deregisterArena(ctx, comms, A);
-  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotDirect,
+  placedAllReduce(ctx, comms, place(A, s1, B, r1), both, c1, Want::NotZeroCopy,
                   "after deregistering everything");
   destroyCommsAndFree(ctx, comms, "registered_lifecycle", {&A, &B});
 }
@@ -609,8 +660,10 @@ void caseRegTwoComms(Ctx& ctx) {
   placedAllReduce(ctx, a, place(X, sa, X, ra), arenas, c, w, "comm A, X");
   placedAllReduce(ctx, b, place(X, sb, X, rb), arenas, c, w, "comm B, X");
   placedAllReduce(ctx, b, place(X, sb, Y, rb), arenas, c, w, "comm B, send in X, recv in Y");
-  placedAllReduce(ctx, a, place(X, sa, Y, ra), arenas, c, Want::NotDirect,
+  placedAllReduce(ctx, a, place(X, sa, Y, ra), arenas, c, Want::NotZeroCopy,
                   "comm A, recv in Y (registered with B only)");
+  placedAllReduce(ctx, a, place(Y, sa, X, ra), arenas, c, w,
+                  "comm A, send in Y (registered with B only), recv in X");
   // Both comms in flight on the same streams, on different regions of X.
   {
     const Placement pa = place(X, sa, X, ra), pb = place(X, sb, X, rb);
@@ -637,10 +690,10 @@ void caseRegTwoComms(Ctx& ctx) {
     verifyPlaced(ctx, a, pa, arenas, c, seedA, la, true, &slices);
     verifyPlaced(ctx, b, pb, arenas, c, seedB, lb, true, &slices);
   }
-  // X deregistered from A only: B still goes direct on it.
+  // X deregistered from A only: B still goes zero-copy on it.
   X.handle = xOnA;
   deregisterArena(ctx, a, X);
-  placedAllReduce(ctx, a, place(X, sa, X, ra), arenas, c, Want::NotDirect,
+  placedAllReduce(ctx, a, place(X, sa, X, ra), arenas, c, Want::NotZeroCopy,
                   "comm A, X after deregistering it from A");
   placedAllReduce(ctx, b, place(X, sb, X, rb), arenas, c, w, "comm B, X after deregistering it from A");
   ctx.destroyComms(a, "registered_two_comms A");
@@ -697,7 +750,7 @@ void regBackToBack(Ctx& ctx, const std::vector<yaliComm_t>& comms, yaliDataType_
     std::snprintf(what, sizeof what, "%s call %d (count %zu%s)", label, k, counts[k],
                   inU[k] ? ", output not registered" : "");
     checkAlgo(ctx, comms, place(S, sendOff, inU[k] ? U : S, outOff[k]), c,
-              inU[k] ? Want::NotDirect : registeredWant(c.bytes()), what);
+              inU[k] ? Want::NotZeroCopy : registeredWant(c.bytes()), what);
   }
   watchdogStep("%s: issuing %d allreduces without host synchronization", label, kCalls);
   for (int k = 0; k < kCalls; ++k) {
@@ -755,9 +808,10 @@ void caseRegBackToBack(Ctx& ctx) {
 
 void caseRegGraphs(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("registered_graphs");
-  // Four allreduces captured together, each after its generator and poisoning: about 4 KB out of
+  // Five allreduces captured together, each after its generator and poisoning: about 4 KB out of
   // place at odd offsets, 1 MB in place, 16 MB (1 MB with --quick) from A into the second
-  // registration B, and one whose output is not registered (not direct) in the same graph.
+  // registration B, one whose output is not registered (never zero-copy) and one whose input is
+  // not (its output in B: zero-copy where the environment says so) in the same graph.
   struct G {
     Call c;
     const char* where;
@@ -770,6 +824,7 @@ void caseRegGraphs(Ctx& ctx) {
       {{ctx.quick() ? (size_t)262147 : (size_t)4194301, yaliFloat32, yaliSum}, "send in A, recv in B",
        0, 1, 0, 0},
       {{65537, yaliFloat16, yaliMax}, "send in A, recv not registered", 0, 2, 0, 0},
+      {{131071, yaliFloat32, yaliMin}, "send not registered, recv in B", 2, 1, 0, 0},
   };
   Carver ca, cb, cu;
   gs[0].sendOff = ca.take(gs[0].c.bytes(), 4);
@@ -779,6 +834,8 @@ void caseRegGraphs(Ctx& ctx) {
   gs[2].recvOff = cb.take(gs[2].c.bytes(), 4);
   gs[3].sendOff = ca.take(gs[3].c.bytes(), 6);
   gs[3].recvOff = cu.take(gs[3].c.bytes(), 2);
+  gs[4].sendOff = cu.take(gs[4].c.bytes(), 8);
+  gs[4].recvOff = cb.take(gs[4].c.bytes(), 12);
   Arena A = makeArena(ctx, "A", ca.size());
   Arena B = makeArena(ctx, "B", cb.size());
   Arena U = makeArena(ctx, "U (not registered)", cu.size());
@@ -791,7 +848,7 @@ void caseRegGraphs(Ctx& ctx) {
   };
   for (const G& g : gs) {
     checkAlgo(ctx, comms, placementOf(g), g.c,
-              g.recvArena == 2 ? Want::NotDirect : registeredWant(g.c.bytes()),
+              g.recvArena == 2 ? Want::NotZeroCopy : registeredWant(g.c.bytes()),
               "graph: " + callName(g.c) + " " + g.where);
   }
   const size_t nl = ctx.local.size();
@@ -855,7 +912,7 @@ void caseRegGraphs(Ctx& ctx) {
   // Eager calls on the same registered buffers after the graphs are gone.
   for (const G& g : gs) {
     placedAllReduce(ctx, comms, placementOf(g), arenas, g.c,
-                    g.recvArena == 2 ? Want::NotDirect : registeredWant(g.c.bytes()),
+                    g.recvArena == 2 ? Want::NotZeroCopy : registeredWant(g.c.bytes()),
                     std::string("eager after graphs, ") + g.where);
   }
   deregisterArena(ctx, comms, A);
@@ -863,8 +920,11 @@ void caseRegGraphs(Ctx& ctx) {
   destroyCommsAndFree(ctx, comms, "registered_graphs", {&A, &B, &U});
 }
 
-// ---- Thresholds: YALI_DIRECT_MIN_BYTES and YALI_ALGO=direct --------------------------------------
+// ---- Thresholds: YALI_TWOSHOT_DIRECT_MIN_BYTES and YALI_ALGO -------------------------------------
 
+// Comms made under `env`, A registered, U not. Each registered call runs with its output in A
+// (input in A, in place, and input in U) and must report its Want; each unregistered call runs with
+// its output in U (input in U, and input in A) and must never go zero-copy.
 void thresholdPart(Ctx& ctx, const char* label,
                    const std::vector<std::pair<const char*, const char*>>& env,
                    const std::vector<std::pair<Call, Want>>& registeredCalls,
@@ -886,53 +946,100 @@ void thresholdPart(Ctx& ctx, const char* label,
     placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &U}, c, rc.second, "registered " + where);
     placedAllReduce(ctx, comms, placeInPlace(A, r), {&A, &U}, c, rc.second,
                     "registered, in-place " + where);
+    placedAllReduce(ctx, comms, place(U, s, A, r), {&A, &U}, c, rc.second,
+                    "recv registered, send not " + where);
   }
   for (const Call& c : unregisteredCalls) {
     const size_t es = dtypeSize(c.dt);
     Carver cv;
     const size_t s = cv.take(c.bytes(), es), r = cv.take(c.bytes(), 3 * es);
-    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(U, s, U, r), {&A, &U}, c, Want::NotZeroCopy,
                     "not registered " + where);
-    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotDirect,
+    placedAllReduce(ctx, comms, place(A, s, U, r), {&A, &U}, c, Want::NotZeroCopy,
                     "send registered, recv not " + where);
   }
   deregisterArena(ctx, comms, A);
   destroyCommsAndFree(ctx, comms, label, {&A, &U});
 }
 
+// Collective: comm creation under `env` must fail with yaliInvalidArgument, the message naming the
+// call and `var`. Every process makes the attempt (the same environment everywhere); comms that a
+// library which accepted the setting made are aborted.
+void expectCreationRefused(Ctx& ctx, const std::vector<std::pair<const char*, const char*>>& env,
+                           const char* var, const std::string& what) {
+  EnvScope scope(env);
+  std::vector<yaliComm_t> comms(ctx.local.size(), nullptr);
+  const char* call = ctx.single() ? "yaliCommInitAll" : "yaliCommInitRank";
+  watchdogStep("%s with %s (must be refused)", call, what.c_str());
+  ctx.world->barrier();
+  yaliResult_t r;
+  if (ctx.single()) {
+    std::vector<int> devs;
+    for (const LocalRank& lr : ctx.local) devs.push_back(lr.dev);
+    r = yaliCommInitAll(comms.data(), (int)comms.size(), devs.data());
+  } else {
+    const yaliUniqueId id = ctx.sharedUniqueId();
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[0].dev));
+    r = yaliCommInitRank(&comms[0], ctx.nranks, id, ctx.local[0].rank);
+  }
+  const std::string label = std::string(call) + " with " + what;
+  if (r == yaliSuccess) ctx.fail("%s succeeded; the setting must be refused", label.c_str());
+  else expectFailure(ctx, label, r, yaliInvalidArgument, call, var);
+  if (!ctx.allTrue(r != yaliSuccess)) {
+    for (yaliComm_t& c : comms) {
+      if (c != nullptr) yaliCommAbort(c);
+      c = nullptr;
+    }
+  }
+  ctx.world->barrier();
+}
+
 void caseRegThreshold(Ctx& ctx) {
-  const Want D = Want::Direct, N = Want::NotDirect;
+  const Want Z = Want::ZeroCopy, N = Want::NotZeroCopy;
+  const char* const kVar = "YALI_TWOSHOT_DIRECT_MIN_BYTES";
   // 0: never.
-  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=0",
-                {{"YALI_DIRECT_MIN_BYTES", "0"}, {"YALI_ALGO", nullptr}},
+  thresholdPart(ctx, "YALI_TWOSHOT_DIRECT_MIN_BYTES=0", {{kVar, "0"}, {"YALI_ALGO", nullptr}},
                 {{{4093, yaliFloat32, yaliSum}, N}, {{1048573, yaliFloat32, yaliSum}, N},
                  {{4194301, yaliBfloat16, yaliSum}, N}},
                 {});
-  // 65536 bytes: direct from exactly that size up.
-  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=65536",
-                {{"YALI_DIRECT_MIN_BYTES", "65536"}, {"YALI_ALGO", nullptr}},
-                {{{16384, yaliFloat32, yaliSum}, D},
+  // 65536 bytes: zero-copy from exactly that size up.
+  thresholdPart(ctx, "YALI_TWOSHOT_DIRECT_MIN_BYTES=65536", {{kVar, "65536"}, {"YALI_ALGO", nullptr}},
+                {{{16384, yaliFloat32, yaliSum}, Z},
                  {{16383, yaliFloat32, yaliSum}, N},
-                 {{32768, yaliBfloat16, yaliAvg}, D},
+                 {{32768, yaliBfloat16, yaliAvg}, Z},
                  {{32767, yaliFloat16, yaliMax}, N},
-                 {{1048573, yaliFloat32, yaliProd}, D},
+                 {{1048573, yaliFloat32, yaliProd}, Z},
                  {{7, yaliFloat32, yaliMin}, N}},
                 {{1048573, yaliFloat32, yaliSum}});
   // -1: every size.
-  thresholdPart(ctx, "YALI_DIRECT_MIN_BYTES=-1",
-                {{"YALI_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}},
-                {{{1, yaliFloat32, yaliSum}, D},
-                 {{3, yaliFloat16, yaliProd}, D},
-                 {{4093, yaliBfloat16, yaliMin}, D},
+  thresholdPart(ctx, "YALI_TWOSHOT_DIRECT_MIN_BYTES=-1", {{kVar, "-1"}, {"YALI_ALGO", nullptr}},
+                {{{1, yaliFloat32, yaliSum}, Z},
+                 {{3, yaliFloat16, yaliProd}, Z},
+                 {{4093, yaliBfloat16, yaliMin}, Z},
                  {{0, yaliFloat32, yaliSum}, N}},
                 {{1, yaliFloat32, yaliSum}, {65537, yaliBfloat16, yaliSum}});
-  // YALI_ALGO=direct: every registered call, the default choice for the others.
-  thresholdPart(ctx, "YALI_ALGO=direct",
-                {{"YALI_ALGO", "direct"}, {"YALI_DIRECT_MIN_BYTES", nullptr}},
-                {{{7, yaliFloat32, yaliSum}, D},
-                 {{65537, yaliBfloat16, yaliAvg}, D},
-                 {{1048573, yaliFloat16, yaliSum}, D}},
+  // YALI_ALGO=twoshot_direct: every call whose output is registered, the automatic choice for the
+  // others.
+  thresholdPart(ctx, "YALI_ALGO=twoshot_direct", {{"YALI_ALGO", "twoshot_direct"}, {kVar, nullptr}},
+                {{{7, yaliFloat32, yaliSum}, Z},
+                 {{65537, yaliBfloat16, yaliAvg}, Z},
+                 {{1048573, yaliFloat16, yaliSum}, Z}},
                 {{7, yaliFloat32, yaliSum}, {1048573, yaliFloat32, yaliSum}});
+  // In a list with other collectives' algorithms, over a threshold that says never: the forced
+  // name wins.
+  thresholdPart(ctx, "YALI_ALGO=allgather_ll,twoshot_direct,scatter_staged, threshold 0",
+                {{"YALI_ALGO", "allgather_ll,twoshot_direct,scatter_staged"}, {kVar, "0"}},
+                {{{4093, yaliFloat32, yaliSum}, Z}, {{262147, yaliBfloat16, yaliMax}, Z}},
+                {{4093, yaliFloat32, yaliSum}});
+  // Another AllReduce algorithm forced: never zero-copy, whatever the threshold says.
+  thresholdPart(ctx, "YALI_ALGO=twoshot_push, threshold -1", {{"YALI_ALGO", "twoshot_push"}, {kVar, "-1"}},
+                {{{4093, yaliFloat32, yaliSum}, N}, {{1048573, yaliFloat32, yaliSum}, N}},
+                {});
+  // The removed AllReduce algorithm `direct` is no name YALI_ALGO takes, alone or in a list.
+  expectCreationRefused(ctx, {{"YALI_ALGO", "direct"}, {kVar, nullptr}}, "YALI_ALGO",
+                        "YALI_ALGO=direct (removed)");
+  expectCreationRefused(ctx, {{"YALI_ALGO", "allgather_direct,direct"}, {kVar, nullptr}}, "YALI_ALGO",
+                        "YALI_ALGO=allgather_direct,direct (removed)");
 }
 
 // ---- Argument errors -----------------------------------------------------------------------------
@@ -992,7 +1099,8 @@ void caseRegBadArgs(Ctx& ctx) {
   }
   // Ranks that disagree on the size: refused where the disagreement shows (every rank across
   // processes; in single mode the comms after the first), and the later registrations still pair
-  // (the check after registerArena below wants direct when YALI_ALGO=direct).
+  // (the check after registerArena below wants twoshot_direct where the environment demands it:
+  // a registration paired with another rank's would fail the call on the device).
   {
     watchdogStep("registered_bad_args: registrations of different sizes");
     std::vector<void*> made(nl, nullptr);
@@ -1041,7 +1149,7 @@ void caseRegBadArgs(Ctx& ctx) {
   for (size_t i = 0; i < nl; ++i) {
     dereg(i, "a handle already deregistered", yaliCommDeregister(comms[i], stale[i]));
   }
-  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::NotDirect, "after deregistering");
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::NotZeroCopy, "after deregistering");
 
   // A destroyed comm: invalid usage, naming the comm, like every other call.
   std::vector<yaliComm_t> dead = comms;
@@ -1061,23 +1169,26 @@ void caseRegBadArgs(Ctx& ctx) {
 
 // ---- Ranks that disagree: the call fails on the device without writing ---------------------------
 
-// Each variant gets fresh comms (the failed one must be aborted): YALI_DIRECT_MIN_BYTES=-1 makes
-// every registered call direct; rank 0 makes a different call than the others (another offset in
-// the registration, count, op or dtype). Every rank's stream must come back (no hang, no trap),
+// Each variant gets fresh comms (the failed one must be aborted): YALI_TWOSHOT_DIRECT_MIN_BYTES=-1
+// makes every call whose output is registered zero-copy (twoshot_direct); rank 0 makes a different
+// call than the others (its output at another offset in the registration, or in another
+// registration; another count, op or dtype). Every rank's stream must come back (no hang, no trap),
 // yaliCommGetAsyncError must say yaliInvalidUsage, the outputs must still hold the poison, nothing
-// else in the arena may change, the next call must return yaliInvalidUsage, and yaliCommAbort must
-// succeed.
+// else in the arenas may change, the next call must return yaliInvalidUsage, and yaliCommAbort must
+// succeed. Inputs that differ (another offset, unregistered memory) are no mismatch: the last part
+// checks that such a call succeeds.
 void caseRegMismatch(Ctx& ctx) {
   const int kTimeoutMs = 10000;
-  EnvScope env({{"YALI_DIRECT_MIN_BYTES", "-1"},
+  EnvScope env({{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"},
                 {"YALI_ALGO", nullptr},
                 {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str()}});
-  enum Kind { kOffset, kCount, kOp, kDtype };
+  enum Kind { kOffset, kRegistration, kCount, kOp, kDtype };
   struct Variant {
     const char* name;
     Kind kind;
   };
-  const Variant variants[] = {{"offsets (rank 0 at +256 bytes)", kOffset},
+  const Variant variants[] = {{"output offsets (rank 0's recv at +256 bytes)", kOffset},
+                              {"output registrations (rank 0's recv in B, the others' in A)", kRegistration},
                               {"counts (rank 0 one element fewer)", kCount},
                               {"ops (rank 0 sum, the others max)", kOp},
                               {"dtypes (rank 0 fp16, the others bf16)", kDtype}};
@@ -1090,7 +1201,9 @@ void caseRegMismatch(Ctx& ctx) {
     Carver cv;
     const size_t s0 = cv.take(count * 4 + shift), r0 = cv.take(count * 4 + shift);
     Arena A = makeArena(ctx, "A", cv.size());
+    Arena B = makeArena(ctx, "B", cv.size());
     registerArena(ctx, comms, A);
+    registerArena(ctx, comms, B);
     const size_t nl = ctx.local.size();
     std::vector<Call> calls(nl);
     Placement at(nl);
@@ -1098,29 +1211,29 @@ void caseRegMismatch(Ctx& ctx) {
     for (size_t i = 0; i < nl; ++i) {
       const bool r0rank = ctx.local[i].rank == 0;
       Call c{count, v.kind == kDtype ? yaliBfloat16 : yaliFloat32, v.kind == kOp ? yaliMax : yaliSum};
-      size_t s = s0, r = r0;
+      size_t r = r0;
+      const Arena* out = &A;
       if (r0rank) {
-        if (v.kind == kOffset) {
-          s += shift;
-          r += shift;
-        }
+        if (v.kind == kOffset) r += shift;
+        if (v.kind == kRegistration) out = &B;
         if (v.kind == kCount) c.count = count - 1;
         if (v.kind == kOp) c.op = yaliSum;
         if (v.kind == kDtype) c.dt = yaliFloat16;
       }
       calls[i] = c;
-      at[i] = {A.a[i].p + s, A.a[i].p + r};
+      at[i] = {A.a[i].p + s0, out->a[i].p + r};
       yaliAlgoInfo_t info;
       std::memset(&info, 0, sizeof info);
       yaliResult_t ir = yaliAllReduceAlgoInfo(comms[i], at[i].send, at[i].recv, c.count, c.dt, c.op, &info);
       info.algorithm[sizeof info.algorithm - 1] = '\0';
-      if (ir != yaliSuccess || std::strcmp(info.algorithm, "direct") != 0) {
-        ctx.fail("%s: yaliAllReduceAlgoInfo (rank %d) returned %d, algorithm \"%s\"; expected direct "
-                 "(YALI_DIRECT_MIN_BYTES=-1, registered buffers)",
-                 label.c_str(), ctx.local[i].rank, (int)ir, info.algorithm);
+      if (ir != yaliSuccess || std::strcmp(info.algorithm, kZeroCopy) != 0) {
+        ctx.fail("%s: yaliAllReduceAlgoInfo (rank %d) returned %d, algorithm \"%s\"; expected %s "
+                 "(YALI_TWOSHOT_DIRECT_MIN_BYTES=-1, output registered)",
+                 label.c_str(), ctx.local[i].rank, (int)ir, info.algorithm, kZeroCopy);
       }
       const LocalRank& lr = ctx.local[i];
       fillGuard(ctx, A.a[i], lr.stream);
+      fillGuard(ctx, B.a[i], lr.stream);
       CUDA_OK(ctx, cudaSetDevice(lr.dev));
       CUDA_OK(ctx, launchGenerate(at[i].send, c.count, c.dt, c.op, lr.rank, seed, nullptr, lr.stream));
       CUDA_OK(ctx, cudaMemsetAsync(at[i].recv, kPoisonByte, c.bytes(), lr.stream));
@@ -1160,7 +1273,8 @@ void caseRegMismatch(Ctx& ctx) {
       }
       expectPoisoned(ctx, lr.dev, at[i].recv, c.bytes(),
                      label + " (rank " + std::to_string(lr.rank) + "'s output)");
-      checkGuard(ctx, A.a[i], {{at[i].send, c.bytes()}, {at[i].recv, c.bytes()}}, label);
+      checkGuard(ctx, A.a[i], {{at[i].send, c.bytes()}, {at[i].recv, c.bytes()}}, label + " (A)");
+      checkGuard(ctx, B.a[i], {{at[i].send, c.bytes()}, {at[i].recv, c.bytes()}}, label + " (B)");
       r = yaliAllReduce(at[i].send, at[i].recv, c.count, c.dt, c.op, comms[i], lr.stream);
       expectFailure(ctx, label + ": the next yaliAllReduce (rank " + std::to_string(lr.rank) + ")", r,
                     yaliInvalidUsage, "yaliAllReduce", nullptr);
@@ -1176,26 +1290,41 @@ void caseRegMismatch(Ctx& ctx) {
     }
     ctx.world->barrier();
     freeArena(ctx, A);
+    freeArena(ctx, B);
   }
-  // The devices are still fine: fresh comms, a fresh registration, a correct direct call.
+  // The devices are still fine: fresh comms, a fresh registration, a correct zero-copy call.
   ctx.world->barrier();
   std::vector<yaliComm_t> comms = ctx.createComms("after the mismatches");
   const Call c{65537, yaliFloat32, yaliSum};
   Carver cv;
   const size_t s = cv.take(c.bytes(), 4), r = cv.take(c.bytes(), 8);
   Arena A = makeArena(ctx, "A", cv.size());
+  Arena U = makeArena(ctx, "U (not registered)", cv.size());
   registerArena(ctx, comms, A);
-  placedAllReduce(ctx, comms, place(A, s, A, r), {&A}, c, Want::Direct, "fresh comm after the mismatches");
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &U}, c, Want::ZeroCopy,
+                  "fresh comm after the mismatches");
+  // Inputs that differ across ranks are no mismatch (only the output's registration and offset
+  // must agree): rank 0 reads from unregistered memory, rank 1 from 16 bytes further into A than
+  // the others, every output at the same offset of A.
+  Placement differ = place(A, s, A, r);
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    if (ctx.local[i].rank == 0) differ[i].send = U.a[i].p + r;
+    if (ctx.local[i].rank == 1) differ[i].send = A.a[i].p + s + 16;
+  }
+  placedAllReduce(ctx, comms, differ, {&A, &U}, c, Want::ZeroCopy,
+                  "inputs at different places on different ranks, outputs at one offset");
   deregisterArena(ctx, comms, A);
-  destroyCommsAndFree(ctx, comms, "after the mismatches", {&A});
+  destroyCommsAndFree(ctx, comms, "after the mismatches", {&A, &U});
 }
 
 // ---- Some ranks registered, others not: yaliTimeout, no hang -------------------------------------
 
+// Rank 0's output is not registered (its input is), the others' are: rank 0 takes the unregistered
+// choice, the others twoshot_direct, and every rank must time out (yaliTimeout), not hang.
 void caseRegPartial(Ctx& ctx) {
   const int kTimeoutMs = 2000;
   const double kMarginMs = 5000;
-  EnvScope env({{"YALI_DIRECT_MIN_BYTES", "-1"},
+  EnvScope env({{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"},
                 {"YALI_ALGO", nullptr},
                 {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs).c_str()}});
   ctx.world->barrier();
@@ -1207,17 +1336,17 @@ void caseRegPartial(Ctx& ctx) {
   Arena U = makeArena(ctx, "U (not registered)", cv.size());
   registerArena(ctx, comms, A);
   const size_t nl = ctx.local.size();
-  // Rank 0 uses unregistered buffers, the others registered ones.
+  // Rank 0 writes into unregistered memory (reading registered memory does not make up for it),
+  // the others into the registration.
   Placement at = place(A, s, A, r);
-  const Placement atU = place(U, s, U, r);
   for (size_t i = 0; i < nl; ++i) {
-    if (ctx.local[i].rank == 0) at[i] = atU[i];
+    if (ctx.local[i].rank == 0) at[i].recv = U.a[i].p + r;
   }
   const uint64_t seed = ctx.nextSeed();
   preparePlaced(ctx, at, {&A, &U}, c, seed);
   syncAll(ctx);
   ctx.world->barrier();
-  issuePlaced(ctx, comms, at, c, "registered on every rank but rank 0");
+  issuePlaced(ctx, comms, at, c, "output registered on every rank but rank 0");
   auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < nl; ++i) {
     const LocalRank& lr = ctx.local[i];
@@ -1239,7 +1368,7 @@ void caseRegPartial(Ctx& ctx) {
     yaliResult_t rr = yaliCommGetAsyncError(comms[i], &async);
     if (rr != yaliSuccess || async != yaliTimeout) {
       ctx.fail("rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected "
-               "yaliTimeout (some ranks registered, others not)",
+               "yaliTimeout (some ranks' outputs registered, others' not)",
                lr.rank, (int)rr, (int)async, yaliGetErrorString(async));
     }
   }
@@ -1265,7 +1394,7 @@ const std::vector<CaseDef>& registeredCases() {
       {"registered_medium", "registered buffers: counts 65537..1048573, every dtype x op", 180,
        caseRegCountsMedium},
       {"registered_large", "registered buffers: 16 MB and 64 MB", 180, caseRegCountsLarge},
-      {"registered_mixed", "only one of send/recv registered: not direct, still correct", 120,
+      {"registered_mixed", "only recv registered: zero-copy; only send: not; always correct", 120,
        caseRegMixed},
       {"registered_lifecycle", "two registrations, deregister, re-register, sub-range, many calls",
        180, caseRegLifecycle},
@@ -1274,12 +1403,14 @@ const std::vector<CaseDef>& registeredCases() {
        caseRegBackToBack},
       {"registered_graphs", "registered buffers captured in a graph, replays with new data", 180,
        caseRegGraphs},
-      {"registered_threshold", "YALI_DIRECT_MIN_BYTES 0 / 65536 / -1 and YALI_ALGO=direct", 180,
+      {"registered_threshold",
+       "YALI_TWOSHOT_DIRECT_MIN_BYTES 0 / 65536 / -1, YALI_ALGO=twoshot_direct, YALI_ALGO=direct refused",
+       300,
        caseRegThreshold},
       {"registered_bad_args", "yaliCommRegister/Deregister argument errors", 120, caseRegBadArgs},
-      {"registered_mismatch", "ranks disagree on a direct call: yaliInvalidUsage, nothing written",
-       120, caseRegMismatch},
-      {"registered_partial", "rank 0 unregistered, others registered: yaliTimeout, no hang", 60,
+      {"registered_mismatch", "ranks disagree on a zero-copy call: yaliInvalidUsage, nothing written",
+       150, caseRegMismatch},
+      {"registered_partial", "rank 0's output unregistered, others' registered: yaliTimeout, no hang", 60,
        caseRegPartial},
   };
   return cases;

@@ -369,7 +369,7 @@ std::string algoOf(yaliComm_t comm, const void* send, const void* recv, const Ru
   return info.algorithm;
 }
 
-bool isZeroCopy(const std::string& algo) { return algo == "direct" || algo == "twoshot_direct"; }
+bool isZeroCopy(const std::string& algo) { return algo == "twoshot_direct"; }
 
 // Guard pattern over the arena, input at sendOff, poison at recvOff, the allreduce, then output,
 // unchanged input, guards over the whole arena and identity. Collective.
@@ -559,7 +559,7 @@ void expectPromptFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, const s
 //
 // C7. YALI_TEST_EPOCH_START puts a new comm's launch counter just before its wrap at 2^32 - 1, so
 // that calls of every algorithm (the selector's choice at each size; each algorithm forced with
-// YALI_ALGO; direct and twoshot_direct on registered buffers) and a graph captured before the wrap
+// YALI_ALGO; twoshot_direct on registered outputs) and a graph captured before the wrap
 // run across it, each verified. Catches: flags or LL packets written before the wrap taken for
 // current ones after it (stale data, or a wait that never ends), an epoch parity that flips wrong
 // at the wrap, graph replays that compute their epoch from a host counter. The variable is checked
@@ -670,7 +670,7 @@ void epochGraph(Ctx& ctx, uint64_t start, const std::vector<RunSpec>& eager) {
   ctx.destroyComms(comms, label.c_str());
 }
 
-// direct or twoshot_direct (per `env`) on a registered arena across the wrap. Collective.
+// `algo` (twoshot_direct, per `env`) on a registered arena across the wrap. Collective.
 void epochRegistered(Ctx& ctx, const char* algo, std::vector<std::pair<const char*, const char*>> env) {
   const uint64_t start = kEpochMax - 4;
   const std::string startText = std::to_string(start);
@@ -744,9 +744,7 @@ void caseEpochWrap(Ctx& ctx) {
     epochEager(ctx, std::string("YALI_ALGO=") + f.algo + " from launch 2^32-5", kEpochMax - 4,
                {{"YALI_ALGO", f.algo}}, f.cycle, 12, f.algo);
   }
-  epochRegistered(ctx, "direct", {{"YALI_DIRECT_MIN_BYTES", "-1"}});
-  epochRegistered(ctx, "twoshot_direct",
-                  {{"YALI_DIRECT_MIN_BYTES", "0"}, {"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}});
+  epochRegistered(ctx, "twoshot_direct", {{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}});
 }
 
 // ==== trust_failure_propagates =====================================================================
@@ -1494,7 +1492,7 @@ void caseInterleavedLazy(Ctx& ctx) {
     // An argument error inside a group is the call's own return.
     if (yaliGroupStart() != yaliSuccess) ctx.fail("yaliGroupStart failed: %s", str(yaliGetLastError(nullptr)).c_str());
     for (size_t i = 0; i < comms.size(); ++i) {
-      yaliResult_t r = yaliAllReduce(run.ranks[i].send, run.ranks[i].recv, s.count, (yaliDataType_t)3, s.op,
+      yaliResult_t r = yaliAllReduce(run.ranks[i].send, run.ranks[i].recv, s.count, (yaliDataType_t)yaliNumTypes, s.op,
                                      comms[i], ctx.local[i].stream);
       expectFailure(ctx, "yaliAllReduce(datatype=3) inside a group (rank " + std::to_string(ctx.local[i].rank) + ")",
                     r, yaliInvalidArgument, "yaliAllReduce", "datatype");
@@ -1727,7 +1725,7 @@ void caseBadBuffers(Ctx& ctx) {
 //
 // C9. Rank 0 frees a registered buffer without deregistering it and allocates new memory of the
 // same size (at the same address when the allocator gives it back). A call on the new memory, with
-// every rank taking the zero-copy path on its side (YALI_DIRECT_MIN_BYTES=-1), must never let a
+// every rank taking the zero-copy path on its side (YALI_TWOSHOT_DIRECT_MIN_BYTES=-1), must never let a
 // peer write into it: either every rank runs correctly on a staged path (and no rank's
 // yaliAllReduceAlgoInfo names a zero-copy algorithm for it), or every rank fails with
 // yaliInvalidUsage, rank 0's message saying the buffer was freed while registered, and rank 0's new
@@ -1736,7 +1734,7 @@ void caseBadBuffers(Ctx& ctx) {
 
 void caseRegisteredFreed(Ctx& ctx) {
   const int kTimeoutMs = 5000;
-  EnvScope env({{"YALI_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}, {"YALI_TIMEOUT_MS", "5000"}});
+  EnvScope env({{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}, {"YALI_TIMEOUT_MS", "5000"}});
   const std::string label = "registered buffer freed and reallocated on rank 0";
   ctx.world->barrier();
   std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
@@ -1750,9 +1748,9 @@ void caseRegisteredFreed(Ctx& ctx) {
   registerArena(ctx, comms, A, label);
   for (size_t i = 0; i < nl; ++i) {
     const std::string a = algoOf(comms[i], A.a[i].p + sendOff, A.a[i].p + recvOff, s);
-    if (a != "direct") {
-      ctx.fail("%s: yaliAllReduceAlgoInfo on the registered buffers (rank %d) names \"%s\", expected direct "
-               "(YALI_DIRECT_MIN_BYTES=-1)", label.c_str(), ctx.local[i].rank, a.c_str());
+    if (a != "twoshot_direct") {
+      ctx.fail("%s: yaliAllReduceAlgoInfo on the registered buffers (rank %d) names \"%s\", expected "
+               "twoshot_direct (YALI_TWOSHOT_DIRECT_MIN_BYTES=-1)", label.c_str(), ctx.local[i].rank, a.c_str());
     }
   }
   arenaAllReduce(ctx, comms, A, sendOff, recvOff, s, label + ": before the free");
