@@ -23,8 +23,22 @@ struct AlgoChoice {
   size_t chunk_bytes = 0;  // two-shot: the slot per block per step; 0 for LL
 };
 
+// One library call, with NCCL's arguments: `kind` is one of the eight library collectives (not
+// kRsAg, which is two calls); `op` is ignored by the collectives that only move data, `root` by
+// those without one.
+struct LibraryCall {
+  CollId kind = CollId::kAllReduce;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DType dtype = DType::kFloat;
+  RedOp op = RedOp::kSum;
+  int root = 0;
+};
+
 // One library's communicators for the GPUs this process drives ("local" index 0..n-1). Every
-// failing call is fatal: it reports the call, the result code and the library's own detail.
+// failing call is fatal: it reports the call, the result code and the library's own detail; the
+// one exception is a collective whose arguments the library refuses (Issue, Precheck).
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -44,15 +58,21 @@ class Backend {
   virtual void GroupStart() = 0;
   virtual void GroupEnd() = 0;
 
-  virtual void AllReduce(int local, const void* send, void* recv, size_t count, DType dtype,
-                         RedOp op, cudaStream_t stream) = 0;
+  // Issues `call` on local comm `local`. True when it was enqueued (or, inside a group, accepted);
+  // false, with the library's message in *refusal, when the library refused the arguments
+  // (invalid argument: nothing was enqueued on this rank). Any other failure is fatal.
+  virtual bool Issue(int local, const LibraryCall& call, cudaStream_t stream,
+                     std::string* refusal) = 0;
 
-  // What AllReduce on local comm `local` would run with these buffers (the ones the case passes:
-  // recv for both in place), since registered buffers can change the choice.
-  virtual AlgoChoice DescribeAllReduce(int local, const void* send, const void* recv, size_t count,
-                                       DType dtype, RedOp op) {
-    return AlgoChoice();
-  }
+  // Asks the library, without launching anything, whether it would refuse `call` (same
+  // convention as Issue). The harness asks every rank before the first call of a case, so that
+  // the ranks agree on a refusal before any of them launches: a call that some ranks launch and
+  // others refuse could never complete. Libraries that cannot tell accept everything here.
+  virtual bool Precheck(int local, const LibraryCall& call, std::string* refusal) { return true; }
+
+  // What `call` on local comm `local` would run with its buffers (registered buffers can change
+  // the choice); unknown when the library does not say.
+  virtual AlgoChoice Describe(int local, const LibraryCall& call) { return AlgoChoice(); }
 
   // -R 1: registers `bytes` at each of buffers[local][k] with local comm `local`, for zero-copy
   // collectives. buffers[local] lists that rank's buffers in the same order on every rank, and
@@ -63,9 +83,10 @@ class Backend {
   // before DestroyAll, with no collective in flight.
   virtual void DeregisterBuffers() = 0;
 
-  // The relative rounding error that each reduction step may add, for the #wrong tolerance.
-  // YALI accumulates fp16/bf16 in fp32 (yali.h), so fp32's epsilon; NCCL's ring stores partial
-  // results in the element type between steps, so the element type's epsilon.
+  // The relative rounding error that each reduction step may add, for the #wrong tolerance
+  // (unused for the integer types, which are checked exactly). YALI accumulates fp16, bf16 and
+  // fp8 in fp32 (yali.h), so fp32's epsilon, and fp64 in fp64; NCCL's ring stores partial results
+  // in the element type between steps, so the element type's epsilon.
   virtual double AccumulationEpsilon(DType dtype) const = 0;
 
   // True, with *message, when local comm `local` recorded an asynchronous error (a peer left, a

@@ -1,10 +1,11 @@
 // What the harness needs to know about one collective, nccl-tests style: one struct per
-// collective, so that AllGather, ReduceScatter, ... slot in beside AllReduce without touching the
-// timing loops.
+// collective (the library call or calls it makes), so that every collective runs through the same
+// timing loops. Their shapes (counts, in-place offsets, busBW) are in coll_shape.h.
 //
 // Correctness needs no data exchange between ranks: every rank's input is a pure function of
-// (seed, rank, index), so each rank regenerates all ranks' inputs on its own GPU and computes the
-// expected output in float64.
+// (seed, rank, index), so each rank regenerates the inputs it needs on its own GPU and computes its
+// expected output independently: reductions in float64 with a tolerance (floating types) or
+// exactly, with two's-complement wrap-around (integer types); data movement bit for bit.
 #ifndef YALI_PERF_COLLECTIVES_H_
 #define YALI_PERF_COLLECTIVES_H_
 
@@ -12,58 +13,79 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend.h"
+#include "coll_shape.h"
 #include "perf_args.h"
 
 namespace yali_perf {
 
-// Everything that determines one rank's input values and the expected output.
+// Everything that determines one rank's input values and its expected output.
 struct DataSpec {
-  DType dtype;
-  RedOp op;
-  size_t count;  // elements, as passed to the collective
-  uint64_t seed;
-  int rank;
-  int nranks;
+  CollId coll = CollId::kAllReduce;
+  DType dtype = DType::kFloat;
+  RedOp op = RedOp::kSum;  // the inputs' distribution depends on it (prod keeps products in range)
+  size_t count = 0;        // elements passed to the call (CollShape::count)
+  uint64_t seed = 0;
+  int rank = 0;
+  int nranks = 1;
+  int root = 0;
   // Relative rounding per reduction step that the library under test may add
   // (Backend::AccumulationEpsilon).
-  double accumulation_eps;
+  double accumulation_eps = 0;
+};
+
+// What one rank passes for one case: its buffers where this placement puts them (the harness
+// applies CollShape's in-place offsets).
+struct RankCall {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  // CollShape::count
+  DType dtype = DType::kFloat;
+  RedOp op = RedOp::kSum;
+  int root = 0;
+  int rank = 0;
+  int nranks = 1;
 };
 
 struct Collective {
-  const char* name;  // the JSON "collective"
-  const char* bus_factor_text;
-
-  // Bytes of each rank's input and output buffer for `count` elements of `element_bytes`.
-  size_t (*input_bytes)(size_t count, size_t element_bytes, int nranks);
-  size_t (*output_bytes)(size_t count, size_t element_bytes, int nranks);
-
-  // busBW = algBW * factor: the bandwidth each link needs, comparable across rank counts.
-  double (*bus_bandwidth_factor)(int nranks);
-
-  // Writes this rank's input (spec.rank) into `input`.
-  void (*fill_input)(void* input, const DataSpec& spec, cudaStream_t stream);
-
-  // Adds to *wrong_counter (device memory) the number of elements of this rank's `output` that
-  // are outside the tolerance of the expected value. NaN always counts as wrong.
-  void (*count_wrong)(const void* output, const DataSpec& spec, unsigned long long* wrong_counter,
-                      cudaStream_t stream);
-
-  // Issues the collective on local comm `local` of `backend`.
-  void (*run)(Backend& backend, int local, const void* send, void* recv, size_t count,
-              DType dtype, RedOp op, cudaStream_t stream);
+  CollId id;
+  // Groups of library calls that make one call of this collective (rs_ag: the reducescatter of
+  // every rank, then the allgather of every rank). The harness brackets each phase with
+  // GroupStart/GroupEnd across the local comms.
+  int phases;
+  // Issues phase `phase` on local comm `local`. False, with *refusal, when the library refused it
+  // (nothing enqueued for this phase on this rank).
+  bool (*issue)(Backend& backend, int local, const RankCall& call, int phase, cudaStream_t stream,
+                std::string* refusal);
+  // Backend::Precheck of every call the collective makes.
+  bool (*precheck)(Backend& backend, int local, const RankCall& call, std::string* refusal);
+  // The algorithm the library says it runs (rs_ag: both calls', "a+b").
+  AlgoChoice (*describe)(Backend& backend, int local, const RankCall& call);
 };
 
-extern const Collective kAllReduce;
+const Collective& CollectiveFor(CollId coll);
 
-// Sets every byte of `buffer` to 0xff: a NaN in fp32, fp16 and bf16, so an element that the
-// collective fails to write is counted as wrong.
+// Writes `elements` elements of this rank's input (spec.rank) into `input`: element j is the
+// value of (seed, rank, j).
+void FillInput(void* input, size_t elements, const DataSpec& spec, cudaStream_t stream);
+
+// Adds to *wrong_counter (device memory) the number of the `elements` elements of this rank's
+// `output` that differ from the expected output of spec.coll (beyond the tolerance, for floating
+// reductions). NaN always counts as wrong.
+void CountWrong(const void* output, size_t elements, const DataSpec& spec,
+                unsigned long long* wrong_counter, cudaStream_t stream);
+
+// Sets every byte of `buffer` to 0xff: NaN in every floating type (fp8 included), so an element
+// that the collective fails to write is counted as wrong. (For integer types 0xff.. is -1 or the
+// largest value, which the inputs avoid for the data-moving collectives; a reduction may produce
+// it, so an unwritten element is missed with probability 2^-bits.)
 void PoisonBuffer(void* buffer, size_t bytes, cudaStream_t stream);
 
 // *checksum (device memory, zeroed by the caller) becomes an order-independent 64-bit hash of the
-// bytes of `buffer` (bytes must be even). Equal on two ranks iff (barring collisions) their
-// outputs are bitwise identical.
+// bytes of `buffer`. Equal on two ranks iff (barring collisions) their outputs are bitwise
+// identical.
 void LaunchChecksum(const void* buffer, size_t bytes, unsigned long long* checksum,
                     cudaStream_t stream);
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "coll_shape.h"
 #include "cuda_check.h"
 #include "perf_error.h"
 
@@ -42,17 +43,92 @@ double EventMicroseconds(cudaEvent_t start, cudaEvent_t end) {
   return 1000.0 * static_cast<double>(milliseconds);
 }
 
-// One call of the collective on every local rank, grouped as NCCL requires for one thread
-// driving several GPUs.
-void IssueAll(World& world, Backend& backend, const CaseSpec& spec) {
-  backend.GroupStart();
-  for (size_t local = 0; local < world.local.size(); ++local) {
-    RankSlot& slot = world.local[local];
-    const void* send = spec.in_place ? slot.recv : slot.send;
-    spec.collective->run(backend, static_cast<int>(local), send, slot.recv, spec.count, spec.dtype,
-                         spec.op, slot.stream);
+// One call of the collective on every local rank, each of its phases grouped across the local
+// comms as NCCL requires for one thread driving several GPUs. Returns false, with the library's
+// message in *refusal, when every local rank's call was refused (nothing was launched). A call
+// refused on some local ranks only, or in a later phase after the earlier ones were launched,
+// leaves launched calls waiting for peers that never come: fatal.
+bool TryIssueAll(World& world, Backend& backend, const CaseSpec& spec, std::string* refusal) {
+  const Collective& collective = *spec.collective;
+  for (int phase = 0; phase < collective.phases; ++phase) {
+    size_t refused = 0;
+    backend.GroupStart();
+    for (size_t local = 0; local < world.local.size(); ++local) {
+      std::string message;
+      const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
+      if (!collective.issue(backend, static_cast<int>(local), call, phase,
+                            world.local[local].stream, &message)) {
+        if (refused++ == 0) *refusal = message;
+      }
+    }
+    backend.GroupEnd();
+    if (refused == 0) continue;
+    if (phase == 0 && refused == world.local.size()) return false;
+    Fatal(std::string(backend.Name()) + " refused " + CollName(collective.id) + " on " +
+          std::to_string(refused) + " of " + std::to_string(world.local.size()) +
+          " local rank(s)" + (phase > 0 ? " in phase " + std::to_string(phase + 1) : std::string()) +
+          " after launching it elsewhere (the launched calls cannot complete): " + *refusal);
   }
-  backend.GroupEnd();
+  return true;
+}
+
+// A call after the case's first: the library accepted the same call before.
+void IssueAll(World& world, Backend& backend, const CaseSpec& spec) {
+  std::string refusal;
+  if (!TryIssueAll(world, backend, spec, &refusal))
+    Fatal(std::string(backend.Name()) + " refused a call it accepted before: " + refusal);
+}
+
+// Every process's view of a refusal: true when some rank refused; *reason is the lowest such
+// rank's message. *everywhere says whether every rank refused. In a single process, this
+// process's view is the whole job's.
+bool AnyRankRefused(World& world, bool refused_here, std::string* reason, bool* everywhere,
+                    const char* what) {
+  *everywhere = refused_here;
+  if (!world.multi_process) return refused_here;
+  std::vector<std::string> all;
+  std::string error;
+  const std::string mine = refused_here ? "1" + *reason : "0";
+  if (!world.exchange->AllGather(mine, &all, &error))
+    Fatal(std::string("agreeing on ") + what + ": " + error);
+  bool any = false;
+  bool every = true;
+  for (const std::string& verdict : all) {
+    const bool refused = !verdict.empty() && verdict[0] == '1';
+    if (refused && !any) *reason = verdict.substr(1);
+    any = any || refused;
+    every = every && refused;
+  }
+  *everywhere = every;
+  return any;
+}
+
+// The library's dry run on every rank before anything is launched: a refusal anywhere skips the
+// case everywhere.
+bool PrecheckEverywhere(World& world, Backend& backend, const CaseSpec& spec,
+                        std::string* refusal) {
+  bool refused = false;
+  for (size_t local = 0; local < world.local.size() && !refused; ++local) {
+    YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
+    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
+    refused = !spec.collective->precheck(backend, static_cast<int>(local), call, refusal);
+  }
+  bool everywhere = false;
+  return !AnyRankRefused(world, refused, refusal, &everywhere, "the library's precheck");
+}
+
+// The case's first call: the library may still refuse it (a refusal its precheck did not
+// foresee). Refused on every rank: nothing ran, the case is skipped. Refused on some ranks only:
+// the others' calls can never complete, so this is fatal on every rank.
+bool FirstIssueAll(World& world, Backend& backend, const CaseSpec& spec, std::string* refusal) {
+  const bool refused = !TryIssueAll(world, backend, spec, refusal);
+  bool everywhere = false;
+  if (!AnyRankRefused(world, refused, refusal, &everywhere, "the first call's refusal"))
+    return true;
+  if (!everywhere)
+    Fatal(std::string(backend.Name()) + " refused " + CollName(spec.collective->id) +
+          " on some ranks and launched it on others: " + *refusal);
+  return false;
 }
 
 void RecordOnAll(World& world, size_t event_index) {
@@ -63,50 +139,66 @@ void RecordOnAll(World& world, size_t event_index) {
 DataSpec MakeDataSpec(const World& world, const Backend& backend, const CaseSpec& spec,
                       const RankSlot& slot) {
   DataSpec data;
+  data.coll = spec.collective->id;
   data.dtype = spec.dtype;
   data.op = spec.op;
-  data.count = spec.count;
+  data.count = spec.shape.count;
   data.seed = spec.seed;
   data.rank = slot.rank;
   data.nranks = world.nranks;
+  data.root = spec.root;
   data.accumulation_eps = backend.AccumulationEpsilon(spec.dtype);
   return data;
 }
 
-// Fills every local rank's input; with `poison`, sets an out-of-place output to NaN first so that
-// elements the collective never writes are counted as wrong.
+// Elements of local rank `local`'s output that the case writes (0 off the root of reduce and
+// gather).
+size_t OutputElements(const World& world, const CaseSpec& spec, const RankSlot& slot) {
+  return OutputCount(spec.collective->id, spec.shape, slot.rank, spec.root, world.nranks);
+}
+
+// Fills every local rank's input; with `poison`, first sets the output to all-ones bytes (NaN in
+// the floating types) so that elements the collective never writes are counted as wrong. In place
+// the input is written after the poison, over the part of the output it shares.
 void PrepareBuffers(World& world, const Backend& backend, const CaseSpec& spec, bool poison) {
-  size_t element_bytes = ElementSize(spec.dtype);
-  for (RankSlot& slot : world.local) {
+  const size_t element_bytes = ElementSize(spec.dtype);
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
-    DataSpec data = MakeDataSpec(world, backend, spec, slot);
-    if (poison && !spec.in_place)
-      PoisonBuffer(slot.recv,
-                   spec.collective->output_bytes(spec.count, element_bytes, world.nranks),
-                   slot.stream);
-    spec.collective->fill_input(spec.in_place ? slot.recv : slot.send, data, slot.stream);
+    const DataSpec data = MakeDataSpec(world, backend, spec, slot);
+    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
+    if (poison)
+      PoisonBuffer(call.recv, OutputElements(world, spec, slot) * element_bytes, slot.stream);
+    // Every rank's input is filled, the root's and the others' alike: a library that reads a
+    // non-root's buffer for the root's data gets other values.
+    FillInput(const_cast<void*>(call.send), spec.shape.send_count, data, slot.stream);
   }
 }
 
-// One untimed call on freshly filled buffers, then each rank counts its wrong elements and hashes
-// its output.
-void CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
-                std::vector<RankMeasurement>* measurements) {
+// One untimed call on freshly filled buffers (the case's first: the library may refuse it), then
+// each rank counts its wrong elements and hashes its output. False, with *refusal, when the call
+// was refused on every rank.
+bool CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
+                std::vector<RankMeasurement>* measurements, std::string* refusal) {
   PrepareBuffers(world, backend, spec, /*poison=*/true);
   WaitForStreams(world, nullptr, "filling the inputs");
   HostBarrier(world, "before the checked run");
-  IssueAll(world, backend, spec);
+  if (!FirstIssueAll(world, backend, spec, refusal)) return false;
   WaitForStreams(world, &backend, "the checked run");
-  size_t element_bytes = ElementSize(spec.dtype);
+  const size_t element_bytes = ElementSize(spec.dtype);
   std::vector<unsigned long long> host_counters(2 * world.local.size(), 0);
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaMemsetAsync(slot.counters, 0, 2 * sizeof(unsigned long long), slot.stream));
-    DataSpec data = MakeDataSpec(world, backend, spec, slot);
-    spec.collective->count_wrong(slot.recv, data, &slot.counters[0], slot.stream);
-    LaunchChecksum(slot.recv, spec.collective->output_bytes(spec.count, element_bytes, world.nranks),
-                   &slot.counters[1], slot.stream);
+    const DataSpec data = MakeDataSpec(world, backend, spec, slot);
+    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
+    const size_t elements = OutputElements(world, spec, slot);
+    CountWrong(call.recv, elements, data, &slot.counters[0], slot.stream);
+    // Only where every rank's output should be the same bits; elsewhere the checksum stays 0 on
+    // every rank, which compares equal.
+    if (CollSameOutputEverywhere(spec.collective->id))
+      LaunchChecksum(call.recv, elements * element_bytes, &slot.counters[1], slot.stream);
     YALI_PERF_CUDA(cudaMemcpyAsync(&host_counters[2 * local], slot.counters,
                                    2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                    slot.stream));
@@ -116,6 +208,7 @@ void CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
     (*measurements)[local].wrong = host_counters[2 * local];
     (*measurements)[local].checksum = host_counters[2 * local + 1];
   }
+  return true;
 }
 
 void Warmup(World& world, Backend& backend, const CaseSpec& spec, int iterations) {
@@ -408,6 +501,26 @@ CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& 
 
 }  // namespace
 
+RankCall CaseRankCall(const World& world, const CaseSpec& spec, int local) {
+  const RankSlot& slot = world.local[local];
+  const size_t element_bytes = ElementSize(spec.dtype);
+  const size_t rank = static_cast<size_t>(slot.rank);
+  char* recv = static_cast<char*>(slot.recv);
+  RankCall call;
+  // In place, input and output both lie in the receive buffer, where NCCL defines them per
+  // collective (CollShape's offsets); out of place, each starts its own buffer.
+  call.send = spec.in_place ? recv + rank * spec.shape.send_in_place_offset * element_bytes
+                            : slot.send;
+  call.recv = spec.in_place ? recv + rank * spec.shape.recv_in_place_offset * element_bytes : recv;
+  call.count = spec.shape.count;
+  call.dtype = spec.dtype;
+  call.op = spec.op;
+  call.root = spec.root;
+  call.rank = slot.rank;
+  call.nranks = world.nranks;
+  return call;
+}
+
 void HostBarrier(World& world, const char* what) {
   if (!world.multi_process) return;
   std::string error;
@@ -480,12 +593,20 @@ CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
   std::vector<RankMeasurement> mine(world.local.size());
   for (size_t local = 0; local < world.local.size(); ++local) mine[local].rank = world.local[local].rank;
 
+  CaseResult skipped;
+  skipped.skipped = true;
+  if (!PrecheckEverywhere(world, backend, spec, &skipped.skip_reason)) return skipped;
   if (options.check) {
-    CheckedRun(world, backend, spec, &mine);
+    if (!CheckedRun(world, backend, spec, &mine, &skipped.skip_reason)) return skipped;
   } else {
     // Defined data even when unchecked, so that no timing runs on NaNs or denormals by accident.
     PrepareBuffers(world, backend, spec, /*poison=*/false);
     WaitForStreams(world, nullptr, "filling the inputs");
+    // The case's first call, where a refusal is still a skipped result rather than a failure:
+    // one untimed call more than -w asks for.
+    HostBarrier(world, "before the first call");
+    if (!FirstIssueAll(world, backend, spec, &skipped.skip_reason)) return skipped;
+    WaitForStreams(world, &backend, "the first call");
   }
   // Plain warmup calls first, in every mode: a library that sets things up lazily on its first
   // call must not do that inside a graph capture.

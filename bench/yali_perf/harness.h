@@ -1,14 +1,16 @@
-// The timing loops: one case (collective, dtype, op, size, placement) on one backend, timed the
-// same way for every library, checked, and reduced over ranks.
+// The timing loops: one case (collective, dtype, op, root, size, placement) on one backend, timed
+// the same way for every library and collective, checked, and reduced over ranks.
 #ifndef YALI_PERF_HARNESS_H_
 #define YALI_PERF_HARNESS_H_
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend.h"
+#include "coll_shape.h"
 #include "collectives.h"
 #include "host_exchange.h"
 #include "perf_args.h"
@@ -49,13 +51,18 @@ struct TimingOptions {
 struct CaseSpec {
   const Collective* collective = nullptr;
   DType dtype = DType::kFloat;
-  RedOp op = RedOp::kSum;
-  size_t count = 0;
+  RedOp op = RedOp::kSum;  // kSum for the collectives that only move data
+  int root = 0;            // 0 for the collectives without a root
+  CollShape shape;         // ShapeFor(collective, size, element size, nranks)
   bool in_place = false;
   uint64_t seed = 0;
 };
 
 struct CaseResult {
+  // The library refused the case on every rank (its Precheck, or its first call, returned
+  // invalid argument): nothing ran and nothing below is measured.
+  bool skipped = false;
+  std::string skip_reason;
   // Per call, in microseconds: each rank's time, then min/mean/max over ranks (-a).
   double time_us = 0;
   // One per timed iteration (per graph launch in graph mode, one for throughput mode), per call:
@@ -83,9 +90,15 @@ void RegisterBuffers(World& world, Backend& backend);
 
 // Runs one case on every rank of `world`. All ranks of a multi-process job call it in step; under
 // a time limit they agree on the case's call counts through world.exchange before the timed
-// calls, so that every rank makes the same number of collective calls.
+// calls, so that every rank makes the same number of collective calls. Before the first call
+// they agree on whether the library refuses the case (Backend::Precheck on every rank), and on
+// whether it refused the first call itself: a refusal on every rank is a skipped result; a call
+// refused on some ranks and launched on others can never complete and is fatal.
 CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
                    const TimingOptions& options);
+
+// What local rank `local` passes for `spec`: its buffers with the placement's offsets applied.
+RankCall CaseRankCall(const World& world, const CaseSpec& spec, int local);
 
 // Waits for every local stream, bounded by world.timeout_s; checks `backend`'s asynchronous
 // errors (when not null) and peers' aborts while waiting. Fatal on any failure.

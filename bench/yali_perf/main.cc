@@ -1,12 +1,15 @@
-// yali-perf: AllReduce bandwidth and correctness of YALI and NCCL, side by side, with nccl-tests'
-// flags and table. See PerfUsage() (-h) for the options.
+// yali-perf: bandwidth and correctness of YALI's and NCCL's collectives, side by side on the same
+// buffers, with nccl-tests' flags, sizes and table. See PerfUsage() (-h) for the options.
 //
 // The flow: parse the options; find this process's place (single process driving -g GPUs, or one
 // process per GPU under a launcher, meeting through HostExchange); create both libraries' comms;
 // allocate one send and one receive buffer per rank, shared by every case (with -R 1, registered
-// with both libraries); then for each pass of --repeat, dtype, op and size, run each library
-// out-of-place and in-place through the same harness (harness.cc) and print one table row per
-// library.
+// with both libraries); then for each pass of --repeat, collective, dtype, op, root and size, run
+// each library out-of-place and in-place through the same harness (harness.cc) and print one
+// table row per library.
+// With -e max, the buffers take what the GPUs have free (less a headroom for the libraries), after
+// every collective has run once on small buffers, and each collective's sweep ends at the largest
+// message that fits.
 // With --tune, the same set-up (YALI only), then tune.cc measures YALI's crossovers instead of the
 // sweep and writes a tuning table.
 #include <unistd.h>
@@ -19,12 +22,16 @@
 #include <ctime>
 #include <fstream>
 #include <future>
+#include <limits>
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backend.h"
+#include "coll_shape.h"
 #include "collectives.h"
 #include "cuda_check.h"
 #include "harness.h"
@@ -44,7 +51,19 @@ namespace {
 // Memory left free on each GPU beside the buffers: NCCL and YALI may allocate more on first use
 // (NCCL's lazily created channels, graph uploads).
 constexpr size_t kDeviceHeadroomBytes = size_t(1) << 30;
+// -e max fills the GPUs, so it leaves more, by default the larger of these: NCCL connects (and
+// allocates the buffers of) each algorithm and each peer on first use, CUDA graphs and the
+// check's kernels need some too. $YALI_PERF_MEM_HEADROOM overrides.
+constexpr size_t kMaxModeMinHeadroomBytes = size_t(2) << 30;
+constexpr size_t kMaxModeHeadroomFraction = 32;  // 1/32 of the GPU's memory
+// -e max first runs every collective on every library once at each of these sizes, on buffers of
+// the larger one, so that what the libraries create lazily exists before the big buffers take the
+// memory (and is counted in the free memory they are sized from).
+constexpr size_t kPrewarmSizes[] = {4096, size_t(32) << 20};
 constexpr size_t kBufferGranularity = 4096;
+// An allocation that fails is retried this much smaller (7/8), down to kBufferGranularity.
+constexpr size_t kStepDownNumerator = 7;
+constexpr size_t kStepDownDenominator = 8;
 // How long a failing rank waits for its communicators to abort before it exits anyway.
 constexpr int kAbortTimeoutSeconds = 10;
 
@@ -138,25 +157,121 @@ uint64_t MixSeed(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// The same data for both libraries at one (dtype, op, size, placement), different data elsewhere.
-uint64_t CaseSeed(DType dtype, RedOp op, size_t bytes, bool in_place) {
+// The same data for both libraries at one (collective, dtype, op, root, size, placement),
+// different data elsewhere. AllReduce's seeds are those it had before the other collectives.
+uint64_t CaseSeed(CollId coll, DType dtype, RedOp op, int root, size_t bytes, bool in_place) {
   uint64_t seed = MixSeed(static_cast<uint64_t>(dtype) + 1);
   seed = MixSeed(seed ^ (static_cast<uint64_t>(op) + 17));
   seed = MixSeed(seed ^ bytes);
-  return MixSeed(seed ^ (in_place ? 0x5151 : 0xa0a0));
+  seed = MixSeed(seed ^ (in_place ? 0x5151 : 0xa0a0));
+  if (coll == CollId::kAllReduce) return seed;
+  return MixSeed(seed ^ (static_cast<uint64_t>(coll) << 32) ^ static_cast<uint64_t>(root + 1));
 }
 
-// Allocates the shared buffers: as large as the largest case needs, less if the GPU lacks the
-// memory (cases that do not fit are then skipped); equal on every rank.
-void AllocateBuffers(World& world, size_t wanted) {
-  wanted = std::max(wanted, kBufferGranularity);
-  size_t mine = wanted;
+// -e max's headroom on a GPU of `total_bytes`: $YALI_PERF_MEM_HEADROOM, else the larger of
+// kMaxModeMinHeadroomBytes and 1/kMaxModeHeadroomFraction of the GPU.
+size_t MaxModeHeadroom(size_t total_bytes) {
+  if (const char* text = std::getenv("YALI_PERF_MEM_HEADROOM")) {
+    size_t bytes = 0;
+    if (!ParseSize(text, &bytes))
+      Fatal(std::string("YALI_PERF_MEM_HEADROOM=") + text + ": expected a size such as 4G");
+    return bytes;
+  }
+  return std::max(kMaxModeMinHeadroomBytes, total_bytes / kMaxModeHeadroomFraction);
+}
+
+// What one local rank's GPU offers: its free memory before our buffers, and how many ranks of the
+// job share it (YALI_ALLOW_SHARED_GPU in one process, or processes that picked the same device).
+struct GpuMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+  int sharing = 1;
+};
+
+std::vector<GpuMemory> SurveyMemory(World& world) {
+  std::vector<GpuMemory> memory(world.local.size());
+  std::vector<std::string> bus_ids(world.local.size());
+  for (size_t i = 0; i < world.local.size(); ++i) {
+    YALI_PERF_CUDA(cudaSetDevice(world.local[i].device));
+    YALI_PERF_CUDA(cudaMemGetInfo(&memory[i].free_bytes, &memory[i].total_bytes));
+    char bus_id[64] = {0};
+    YALI_PERF_CUDA(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id) - 1, world.local[i].device));
+    bus_ids[i] = bus_id;
+  }
+  if (!world.multi_process) {
+    for (size_t i = 0; i < memory.size(); ++i)
+      memory[i].sharing = static_cast<int>(
+          std::count(bus_ids.begin(), bus_ids.end(), bus_ids[i]));
+    return memory;
+  }
+  // Processes that share a GPU each see the same free memory: each must count the others. They
+  // all measured before any of them allocated (the exchange is the barrier), so the smallest
+  // reading among them is the one to share.
+  std::vector<std::string> all;
+  std::string error;
+  if (!world.exchange->AllGather(bus_ids[0] + " " + std::to_string(memory[0].free_bytes), &all,
+                                 &error))
+    Fatal("surveying the GPUs' memory: " + error);
+  int sharing = 0;
+  for (const std::string& line : all) {
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) Fatal("malformed memory survey from a peer: " + line);
+    if (line.substr(0, space) != bus_ids[0]) continue;
+    ++sharing;
+    memory[0].free_bytes = std::min<size_t>(memory[0].free_bytes, std::stoull(line.substr(space + 1)));
+  }
+  memory[0].sharing = std::max(1, sharing);
+  return memory;
+}
+
+// The smallest of every rank's `mine` (each process passes the smallest of its local ranks').
+size_t MinOverRanks(World& world, size_t mine, const char* what) {
+  if (!world.multi_process) return mine;
+  std::vector<std::string> all;
+  std::string error;
+  if (!world.exchange->AllGather(std::to_string(mine), &all, &error))
+    Fatal(std::string("agreeing on ") + what + ": " + error);
+  for (const std::string& text : all) mine = std::min<size_t>(mine, std::stoull(text));
+  return mine;
+}
+
+// What AllocateBuffers did, for the report.
+struct BufferPlan {
+  size_t smallest_free = 0;  // the least free memory per rank's share of a GPU, over all ranks
+  size_t headroom = 0;       // left free on each GPU
+  int step_downs = 0;        // allocations that failed and were retried smaller, over local ranks
+};
+
+// Allocates the shared buffers, equal on every rank: as large as the largest case needs (`wanted`),
+// less if the GPU lacks the memory (cases that do not fit are then skipped); with `fill` (-e max),
+// as large as every GPU affords. Each GPU's free memory (cudaMemGetInfo), less the headroom, is
+// split among the ranks that share it, two buffers each; the smallest share over all ranks sets
+// the size. An allocation that fails anyway (fragmentation, another process) steps down and
+// retries instead of failing the run.
+BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill) {
+  BufferPlan plan;
+  const std::vector<GpuMemory> memory = SurveyMemory(world);
+  size_t target = fill ? std::numeric_limits<size_t>::max() : std::max(wanted, kBufferGranularity);
+  plan.smallest_free = std::numeric_limits<size_t>::max();
+  for (size_t i = 0; i < world.local.size(); ++i) {
+    const GpuMemory& gpu = memory[i];
+    const size_t headroom = fill ? MaxModeHeadroom(gpu.total_bytes) : kDeviceHeadroomBytes;
+    plan.headroom = std::max(plan.headroom, headroom);
+    const size_t share = gpu.free_bytes / static_cast<size_t>(gpu.sharing);
+    plan.smallest_free = std::min(plan.smallest_free, share);
+    const size_t affordable = gpu.free_bytes > headroom
+                                  ? (gpu.free_bytes - headroom) / (2 * static_cast<size_t>(gpu.sharing))
+                                  : 0;
+    target = std::min(target, affordable);
+  }
+  plan.smallest_free = MinOverRanks(world, plan.smallest_free, "the GPUs' free memory");
+  // Every rank asks for the same: a rank that could hold more would only keep memory idle.
+  target = MinOverRanks(world, target, "the buffer size") / kBufferGranularity * kBufferGranularity;
+
+  size_t mine = target;
   for (RankSlot& slot : world.local) {
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
-    size_t free_bytes = 0, total_bytes = 0;
-    YALI_PERF_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
-    size_t affordable = free_bytes > kDeviceHeadroomBytes ? (free_bytes - kDeviceHeadroomBytes) / 2 : 0;
-    size_t capacity = std::min(wanted, affordable) / kBufferGranularity * kBufferGranularity;
+    size_t capacity = target;
     for (;;) {
       if (capacity < kBufferGranularity)
         Fatal("cannot allocate two buffers of even " + std::to_string(kBufferGranularity) +
@@ -167,21 +282,16 @@ void AllocateBuffers(World& world, size_t wanted) {
       if (send_status == cudaSuccess && recv_status == cudaSuccess) break;
       if (send_status == cudaSuccess) YALI_PERF_CUDA(cudaFree(slot.send));
       slot.send = slot.recv = nullptr;
-      cudaGetLastError();  // clear the allocation failure; try half as much
-      capacity = capacity / 2 / kBufferGranularity * kBufferGranularity;
+      cudaGetLastError();  // clear the allocation failure; step down
+      ++plan.step_downs;
+      capacity = capacity / kStepDownDenominator * kStepDownNumerator / kBufferGranularity *
+                 kBufferGranularity;
     }
     YALI_PERF_CUDA(cudaMalloc(&slot.counters, 2 * sizeof(unsigned long long)));
     mine = std::min(mine, capacity);
   }
-  world.buffer_bytes = mine;
-  if (world.multi_process) {
-    std::vector<std::string> all;
-    std::string error;
-    if (!world.exchange->AllGather(std::to_string(mine), &all, &error))
-      Fatal("agreeing on the buffer size: " + error);
-    for (const std::string& text : all)
-      world.buffer_bytes = std::min<size_t>(world.buffer_bytes, std::stoull(text));
-  }
+  world.buffer_bytes = MinOverRanks(world, mine, "the allocated buffer size");
+  return plan;
 }
 
 void FreeBuffers(World& world) {
@@ -227,11 +337,11 @@ std::vector<GpuInfo> DescribeGpus(World& world) {
 }
 
 // What the report and the JSON say about the run.
-RunInfo DescribeRun(const Options& options, World& world, const Collective& collective,
+RunInfo DescribeRun(const Options& options, World& world, const std::string& collectives,
                     int nccl_version) {
   const PerfArgs& args = options.args;
   RunInfo info;
-  info.collective = collective.name;
+  info.collective = collectives;
   info.date = UtcNow();
   info.hostname = HostName();
   info.command = options.command;
@@ -248,6 +358,8 @@ RunInfo DescribeRun(const Options& options, World& world, const Collective& coll
   YALI_PERF_CUDA(cudaSetDevice(world.local[0].device));
   if (yaliGetVersion(&info.yali_version) != yaliSuccess) info.yali_version = -1;
   info.nccl_version = nccl_version;
+  info.max_bytes_auto = args.max_bytes_auto;
+  info.buffer_bytes = world.buffer_bytes;
   return info;
 }
 
@@ -286,16 +398,86 @@ std::string TimingDescription(const PerfArgs& args) {
   return text;
 }
 
+// Per-collective totals of one library, for the summary lines.
+struct CollTotals {
+  uint64_t wrong = 0;
+  double busbw_sum = 0;
+  int results = 0;
+  // -e max: the largest message that ran.
+  bool ran = false;
+  LargestRecord largest;
+};
+
 struct ImplRun {
+  explicit ImplRun(std::unique_ptr<Backend> library) : backend(std::move(library)) {}
   std::unique_ptr<Backend> backend;
   uint64_t total_wrong = 0;
   double busbw_sum = 0;
   int results = 0;
+  std::map<CollId, CollTotals> per_collective;
 };
+
+// "allreduce,allgather": the JSON's top-level "collective".
+std::string CollectiveList(const std::vector<CollId>& collectives) {
+  std::string text;
+  for (CollId coll : collectives) text += (text.empty() ? "" : ",") + std::string(CollName(coll));
+  return text;
+}
+
+// The label of one case in the notes: "4096 B float sum", with the collective and root in front
+// when the run has more than plain allreduce ("reducescatter 4096 B float sum").
+std::string CaseLabel(bool name_collective, CollId coll, int root, size_t bytes, DType dtype,
+                      const std::string& redop) {
+  std::string text;
+  if (name_collective) {
+    text = std::string(CollName(coll)) + " ";
+    if (CollHasRoot(coll)) text += "root " + std::to_string(root) + " ";
+  }
+  return text + std::to_string(bytes) + " B " + DTypeName(dtype) + " " + redop;
+}
+
+// -e max: runs every selected collective once per library at kPrewarmSizes on buffers of the
+// largest of them, so that what the libraries set up on first use is there before the big
+// buffers are sized from the free memory. Refused cases are simply passed over.
+void Prewarm(World& world, std::vector<ImplRun>& impls, const PerfArgs& args) {
+  const size_t bytes = *std::max_element(std::begin(kPrewarmSizes), std::end(kPrewarmSizes));
+  for (RankSlot& slot : world.local) {
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaMalloc(&slot.send, bytes));
+    YALI_PERF_CUDA(cudaMalloc(&slot.recv, bytes));
+  }
+  world.buffer_bytes = bytes;
+  TimingOptions once;
+  once.mode = TimingMode::kEvents;
+  once.iters = 1;
+  once.warmup = 0;
+  once.check = false;
+  for (CollId coll : args.collectives) {
+    for (ImplRun& impl : impls) {
+      for (size_t size : kPrewarmSizes) {
+        CaseSpec spec;
+        spec.collective = &CollectiveFor(coll);
+        spec.dtype = DType::kFloat;
+        spec.op = RedOp::kSum;
+        spec.root = 0;
+        spec.shape = ShapeFor(coll, size, ElementSize(spec.dtype), world.nranks);
+        spec.in_place = false;
+        spec.seed = CaseSeed(coll, spec.dtype, spec.op, 0, size, false);
+        RunCase(world, *impl.backend, spec, once);
+      }
+    }
+  }
+  for (RankSlot& slot : world.local) {
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaFree(slot.send));
+    YALI_PERF_CUDA(cudaFree(slot.recv));
+    slot.send = slot.recv = nullptr;
+  }
+  world.buffer_bytes = 0;
+}
 
 int Run(const Options& options) {
   const PerfArgs& args = options.args;
-  const Collective& collective = kAllReduce;
   const bool multi = options.launch.under_launcher && options.launch.size > 1;
 
   World world;
@@ -351,6 +533,12 @@ int Run(const Options& options) {
   }
   const bool printer = world.local[0].rank == 0;
 
+  bool any_rooted = false;
+  for (CollId coll : args.collectives) any_rooted = any_rooted || CollHasRoot(coll);
+  if (any_rooted && args.root != kEveryRoot && args.root >= world.nranks)
+    Fatal("-r " + std::to_string(args.root) + ": the root must be a rank, below " +
+          std::to_string(world.nranks));
+
   for (RankSlot& slot : world.local) {
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaStreamCreateWithFlags(&slot.stream, cudaStreamNonBlocking));
@@ -365,8 +553,8 @@ int Run(const Options& options) {
     Fatal("--impl nccl: NCCL baseline not built: " + nccl_missing);
   int nccl_version = nccl != nullptr ? nccl->VersionCode() : -1;
   std::string nccl_version_text = nccl != nullptr ? nccl->VersionText() : "";
-  if (args.run_yali || args.tune) impls.push_back({MakeYaliBackend()});
-  if (args.run_nccl && !ncclSitsOut && nccl != nullptr) impls.push_back({std::move(nccl)});
+  if (args.run_yali || args.tune) impls.emplace_back(MakeYaliBackend());
+  if (args.run_nccl && !ncclSitsOut && nccl != nullptr) impls.emplace_back(std::move(nccl));
   if (impls.empty()) Fatal("nothing to run");
 
   // On a fatal error: first tell the peers (so they stop waiting), then stop the comms. The last
@@ -389,8 +577,8 @@ int Run(const Options& options) {
   if (args.tune) {
     // The comms are created per candidate inside RunTune, on impls[0]'s backend, so that the
     // abort hook above covers them.
-    AllocateBuffers(world, TuneLargestMessageBytes());
-    RunInfo info = DescribeRun(options, world, collective, -1);
+    AllocateBuffers(world, TuneLargestMessageBytes(), /*fill=*/false);
+    RunInfo info = DescribeRun(options, world, CollName(CollId::kAllReduce), -1);
     int code = RunTune(world, *impls[0].backend, args, info);
     FreeBuffers(world);
     if (multi) {
@@ -402,25 +590,39 @@ int Run(const Options& options) {
 
   for (ImplRun& impl : impls) InitComms(world, *impl.backend);
 
-  const std::vector<size_t> sizes = SizeSweep(args);
-  size_t wanted = 0;
-  for (DType dtype : args.dtypes)
-    for (size_t bytes : sizes) {
-      size_t count = CountForBytes(bytes, dtype);
-      wanted = std::max({wanted, collective.input_bytes(count, ElementSize(dtype), world.nranks),
-                         collective.output_bytes(count, ElementSize(dtype), world.nranks)});
-    }
-  AllocateBuffers(world, wanted);
+  std::vector<size_t> sizes;
+  BufferPlan buffers;
+  if (args.max_bytes_auto) {
+    Prewarm(world, impls, args);
+    buffers = AllocateBuffers(world, 0, /*fill=*/true);
+    sizes = SizeSweepUpTo(args, world.buffer_bytes);
+  } else {
+    sizes = SizeSweep(args);
+    size_t wanted = 0;
+    for (CollId coll : args.collectives)
+      for (DType dtype : args.dtypes)
+        for (size_t bytes : sizes)
+          wanted = std::max(wanted, ShapeFor(coll, bytes, ElementSize(dtype), world.nranks).bytes);
+    buffers = AllocateBuffers(world, wanted, /*fill=*/false);
+  }
   // -R 1: every library registers the same buffers, so that each may run zero-copy and the
   // comparison stays like for like.
   if (args.registered)
     for (ImplRun& impl : impls) RegisterBuffers(world, *impl.backend);
 
-  RunInfo info = DescribeRun(options, world, collective, nccl_version);
+  RunInfo info = DescribeRun(options, world, CollectiveList(args.collectives), nccl_version);
+  // The collective (and root) head each block of rows unless the run is plain allreduce, whose
+  // output stays what it always was.
+  const bool name_collective =
+      !(args.collectives.size() == 1 && args.collectives[0] == CollId::kAllReduce);
 
   if (printer) {
     std::printf("# yali-perf: %s\n", options.command.c_str());
-    std::printf("# collective %s: busbw = algbw * %s\n", collective.name, collective.bus_factor_text);
+    for (CollId coll : args.collectives)
+      std::printf("# collective %s: busbw = algbw * %s\n", CollName(coll), BusFactorText(coll));
+    if (any_rooted)
+      std::printf("# root: %s (-r)\n",
+                  args.root == kEveryRoot ? "every rank in turn" : std::to_string(args.root).c_str());
     if (multi) {
       std::printf("# nranks %d, launch mode multi: one process per GPU (rank/size from %s; "
                   "rendezvous %s, job id from %s)\n",
@@ -445,9 +647,18 @@ int Run(const Options& options) {
     std::printf("# timing %s\n", TimingDescription(args).c_str());
     std::printf("# check: %s\n",
                 args.check ? "on (-c 1): #wrong = elements outside tolerance of a float64 "
-                             "reference, summed over ranks, + ranks whose output differs "
-                             "bitwise from rank 0's"
+                             "reference (exact for integers and data movement), summed over "
+                             "ranks, + ranks whose output differs bitwise from rank 0's"
                            : "off (-c 0)");
+    if (args.max_bytes_auto) {
+      std::printf("# -e max: buffers sized from the free memory (least per rank: %zu B), %zu B "
+                  "left free per GPU for the libraries%s; every collective ran once at 4K and "
+                  "32M first\n",
+                  buffers.smallest_free, buffers.headroom,
+                  buffers.step_downs > 0
+                      ? Format(", %d allocation(s) failed and stepped down", buffers.step_downs).c_str()
+                      : "");
+    }
     std::printf("# buffers: %zu bytes per buffer per rank, %s\n#\n", world.buffer_bytes,
                 args.registered ? "registered with each library (-R 1: yaliCommRegister, "
                                   "ncclCommRegister)"
@@ -468,6 +679,14 @@ int Run(const Options& options) {
   const bool run_out_of_place = args.placements != PlacementSet::kInPlace;
   const bool run_in_place = args.placements != PlacementSet::kOutOfPlace;
   std::vector<ResultRecord> records;
+  // Refusal reasons already printed: one note per (library, collective, dtype, op, root,
+  // placement); later rows of the combination just say "skipped".
+  std::set<std::string> reasons_printed;
+  auto note = [&](const std::string& text) {
+    if (!printer) return;
+    std::printf("# %s\n", text.c_str());
+    std::fflush(stdout);
+  };
 
   // Passes outermost: a slow drift of the machine then touches every case of a pass alike, as it
   // does separate processes, instead of making one case's repetitions look unstable.
@@ -476,93 +695,197 @@ int Run(const Options& options) {
       std::printf("# run %d of %d\n", run, args.repeat);
       std::fflush(stdout);
     }
-    for (DType dtype : args.dtypes) {
-      for (RedOp op : args.ops) {
-        for (size_t requested_bytes : sizes) {
-          const size_t count = CountForBytes(requested_bytes, dtype);
-          const size_t element_bytes = ElementSize(dtype);
-          const size_t bytes = count * element_bytes;
-          const size_t needed =
-              std::max(collective.input_bytes(count, element_bytes, world.nranks),
-                       collective.output_bytes(count, element_bytes, world.nranks));
-          if (needed > world.buffer_bytes) {
-            if (printer && run == 1)
-              std::printf("# %zu B %s %s: skipped, needs %zu B per buffer, %zu B fit on the GPUs\n",
-                          bytes, DTypeName(dtype), RedOpName(op), needed, world.buffer_bytes);
+    for (CollId coll : args.collectives) {
+      const Collective& collective = CollectiveFor(coll);
+      const bool reduces = CollReduces(coll);
+      // Collectives that only move data run once per dtype, whatever -o says.
+      const std::vector<RedOp> ops = reduces ? args.ops : std::vector<RedOp>{RedOp::kSum};
+      std::vector<int> roots = {0};
+      if (CollHasRoot(coll)) {
+        roots = {args.root};
+        if (args.root == kEveryRoot) {
+          roots.clear();
+          for (int r = 0; r < world.nranks; ++r) roots.push_back(r);
+        }
+      }
+      const bool in_place_here = run_in_place && CollHasInPlace(coll);
+      if (run_in_place && !CollHasInPlace(coll) && run == 1) {
+        const std::string reason = "NCCL defines no in-place alltoall and YALI refuses overlapping "
+                                   "buffers for it: out-of-place only";
+        note(std::string(CollName(coll)) + " in-place: skipped (" + reason + ")");
+        SkipRecord skip;
+        skip.every_size = true;
+        skip.impl = "all";
+        skip.collective = CollName(coll);
+        skip.redop = "none";
+        skip.placement = "in-place";
+        skip.reason = reason;
+        for (DType dtype : args.dtypes) {
+          skip.dtype = dtype;
+          info.skipped.push_back(skip);
+        }
+      }
+      if (!run_out_of_place && !in_place_here) continue;
+      std::string block;  // the last block heading printed
+      for (DType dtype : args.dtypes) {
+        for (RedOp op : ops) {
+          const std::string redop = reduces ? RedOpName(op) : "none";
+          if (reduces && op == RedOp::kAvg && !IsFloating(dtype)) {
+            // yali.h: avg is for the floating types only; NCCL's integer avg (a truncating
+            // division) is not compared either.
+            if (run == 1) {
+              const std::string reason = "avg is for floating types only (YALI refuses it)";
+              note(std::string(CollName(coll)) + " " + DTypeName(dtype) + " avg: skipped (" +
+                   reason + ")");
+              SkipRecord skip;
+              skip.every_size = true;
+              skip.impl = "all";
+              skip.collective = CollName(coll);
+              skip.dtype = dtype;
+              skip.redop = redop;
+              skip.reason = reason;
+              info.skipped.push_back(skip);
+            }
             continue;
           }
-          // nccl/yali time ratios at this size, filled in as the rows are measured.
-          double yali_time[2] = {-1, -1};
-          for (ImplRun& impl : impls) {
-            ResultRecord halves[2];
-            bool ran[2] = {false, false};
-            for (int placement = 0; placement < 2; ++placement) {
-              const bool in_place = placement == 1;
-              if ((in_place && !run_in_place) || (!in_place && !run_out_of_place)) continue;
-              CaseSpec spec;
-              spec.collective = &collective;
-              spec.dtype = dtype;
-              spec.op = op;
-              spec.count = count;
-              spec.in_place = in_place;
-              spec.seed = CaseSeed(dtype, op, bytes, in_place);
-              CaseResult result = RunCase(world, *impl.backend, spec, timing);
+          for (int root : roots) {
+            if (printer && name_collective) {
+              const std::string heading = BlockHeading(coll, root);
+              if (heading != block) std::fputs(heading.c_str(), stdout);
+              block = heading;
+            }
+            for (size_t requested_bytes : sizes) {
+              const size_t element_bytes = ElementSize(dtype);
+              const CollShape shape = ShapeFor(coll, requested_bytes, element_bytes, world.nranks);
+              const size_t bytes = shape.bytes;
+              const std::string label =
+                  CaseLabel(name_collective, coll, root, bytes, dtype, redop);
+              if (shape.bytes > world.buffer_bytes) {
+                if (printer && run == 1)
+                  std::printf("# %s: skipped, needs %zu B per buffer, %zu B fit on the GPUs\n",
+                              label.c_str(), shape.bytes, world.buffer_bytes);
+                continue;
+              }
+              // nccl/yali time ratios at this size, filled in as the rows are measured.
+              double yali_time[2] = {-1, -1};
+              for (ImplRun& impl : impls) {
+                ResultRecord halves[2];
+                bool ran[2] = {false, false};
+                bool skipped_any = false;
+                for (int placement = 0; placement < 2; ++placement) {
+                  const bool in_place = placement == 1;
+                  if ((in_place && !in_place_here) || (!in_place && !run_out_of_place)) continue;
+                  CaseSpec spec;
+                  spec.collective = &collective;
+                  spec.dtype = dtype;
+                  spec.op = op;
+                  spec.root = root;
+                  spec.shape = shape;
+                  spec.in_place = in_place;
+                  spec.seed = CaseSeed(coll, dtype, op, root, requested_bytes, in_place);
+                  CaseResult result = RunCase(world, *impl.backend, spec, timing);
+                  const char* placement_name = in_place ? "in-place" : "out-of-place";
+                  if (result.skipped) {
+                    skipped_any = true;
+                    SkipRecord skip;
+                    skip.impl = impl.backend->Name();
+                    skip.collective = CollName(coll);
+                    skip.dtype = dtype;
+                    skip.redop = redop;
+                    skip.root = CollHasRoot(coll) ? root : -1;
+                    skip.bytes = bytes;
+                    skip.count = shape.count;
+                    skip.placement = placement_name;
+                    skip.run = run;
+                    skip.reason = result.skip_reason;
+                    info.skipped.push_back(skip);
+                    const std::string key = skip.impl + "|" + skip.collective + "|" +
+                                            DTypeName(dtype) + "|" + redop + "|" +
+                                            std::to_string(root) + "|" + placement_name;
+                    if (reasons_printed.insert(key).second)
+                      note(skip.impl + " " + label + " " + placement_name + ": skipped (" +
+                           result.skip_reason + ")");
+                    continue;
+                  }
 
-              ResultRecord& record = halves[placement];
-              ran[placement] = true;
-              record.impl = impl.backend->Name();
-              record.dtype = dtype;
-              record.op = op;
-              record.bytes = bytes;
-              record.count = count;
-              record.in_place = in_place;
-              record.run = run;
-              record.iters = result.counts.iters;
-              record.warmup = result.counts.warmup;
-              record.time_us = result.time_us;
-              record.algbw_gbs = AlgorithmBandwidth(bytes, result.time_us);
-              record.busbw_gbs = record.algbw_gbs * collective.bus_bandwidth_factor(world.nranks);
-              record.checked = result.checked;
-              record.wrong = result.wrong;
-              // The buffers the case ran on (registered ones can change YALI's choice).
-              const RankSlot& slot0 = world.local[0];
-              AlgoChoice algo = impl.backend->DescribeAllReduce(
-                  0, in_place ? slot0.recv : slot0.send, slot0.recv, count, dtype, op);
-              record.algo_known = algo.known;
-              record.algo = algo.algorithm;
-              record.ctas = algo.ctas;
-              record.samples_us = result.samples_us;
-              record.stats = ComputeStats(result.samples_us);
-              impl.total_wrong += result.wrong;
-              impl.busbw_sum += record.busbw_gbs;
-              impl.results += 1;
-              if (printer && !result.ranks_differing_from_rank0.empty()) {
-                std::string ranks;
-                for (int r : result.ranks_differing_from_rank0) ranks += " " + std::to_string(r);
-                std::printf("# %s %zu B %s %s %s: output of rank(s)%s differs bitwise from rank 0 "
-                            "(counted in #wrong)\n",
-                            record.impl.c_str(), bytes, DTypeName(dtype), RedOpName(op),
-                            in_place ? "in-place" : "out-of-place", ranks.c_str());
+                  ResultRecord& record = halves[placement];
+                  ran[placement] = true;
+                  record.impl = impl.backend->Name();
+                  record.collective = CollName(coll);
+                  record.dtype = dtype;
+                  record.op = op;
+                  record.has_op = reduces;
+                  record.root = CollHasRoot(coll) ? root : -1;
+                  record.bytes = bytes;
+                  record.count = shape.count;
+                  record.in_place = in_place;
+                  record.run = run;
+                  record.iters = result.counts.iters;
+                  record.warmup = result.counts.warmup;
+                  record.time_us = result.time_us;
+                  // nccl-tests: algbw is the size column over the time, for every collective.
+                  record.algbw_gbs = AlgorithmBandwidth(bytes, result.time_us);
+                  record.busbw_gbs = record.algbw_gbs * BusFactor(coll, world.nranks);
+                  record.checked = result.checked;
+                  record.wrong = result.wrong;
+                  // The buffers the case ran on (registered ones can change YALI's choice).
+                  AlgoChoice algo =
+                      collective.describe(*impl.backend, 0, CaseRankCall(world, spec, 0));
+                  record.algo_known = algo.known;
+                  record.algo = algo.algorithm;
+                  record.ctas = algo.ctas;
+                  record.samples_us = result.samples_us;
+                  record.stats = ComputeStats(result.samples_us);
+                  impl.total_wrong += result.wrong;
+                  impl.busbw_sum += record.busbw_gbs;
+                  impl.results += 1;
+                  CollTotals& totals = impl.per_collective[coll];
+                  totals.wrong += result.wrong;
+                  totals.busbw_sum += record.busbw_gbs;
+                  totals.results += 1;
+                  if (!totals.ran || bytes > totals.largest.bytes ||
+                      (bytes == totals.largest.bytes && result.wrong > totals.largest.wrong)) {
+                    totals.ran = true;
+                    totals.largest.collective = record.collective;
+                    totals.largest.impl = record.impl;
+                    totals.largest.dtype = dtype;
+                    totals.largest.bytes = bytes;
+                    totals.largest.count = shape.count;
+                    totals.largest.wrong = result.wrong;
+                    totals.largest.checked = result.checked;
+                  }
+                  if (printer && !result.ranks_differing_from_rank0.empty()) {
+                    std::string ranks;
+                    for (int r : result.ranks_differing_from_rank0) ranks += " " + std::to_string(r);
+                    std::printf("# %s %s %s: output of rank(s)%s differs bitwise from rank 0 "
+                                "(counted in #wrong)\n",
+                                record.impl.c_str(), label.c_str(), placement_name, ranks.c_str());
+                  }
+                }
+                bool is_yali = std::string(impl.backend->Name()) == "yali";
+                double ratio[2] = {-1, -1};
+                for (int placement = 0; placement < 2; ++placement) {
+                  if (!ran[placement]) continue;
+                  if (is_yali) {
+                    yali_time[placement] = halves[placement].time_us;
+                  } else if (yali_time[placement] > 0) {
+                    ratio[placement] = halves[placement].time_us / yali_time[placement];
+                  }
+                  records.push_back(halves[placement]);
+                }
+                if (printer && (ran[0] || ran[1] || skipped_any)) {
+                  // A half the library refused prints as "-", like a placement not run; a row
+                  // with nothing measured says "skipped" where the algorithm goes.
+                  const ResultRecord* any = ran[0] ? &halves[0] : ran[1] ? &halves[1] : nullptr;
+                  std::fputs(TableRow(impl.backend->Name(), bytes, shape.count, dtype, redop,
+                                      ran[0] ? &halves[0] : nullptr, ran[1] ? &halves[1] : nullptr,
+                                      any != nullptr ? AlgoLabel(*any) : "skipped", ratio[0],
+                                      ratio[1])
+                                 .c_str(),
+                             stdout);
+                  std::fflush(stdout);
+                }
               }
-            }
-            bool is_yali = std::string(impl.backend->Name()) == "yali";
-            double ratio[2] = {-1, -1};
-            for (int placement = 0; placement < 2; ++placement) {
-              if (!ran[placement]) continue;
-              if (is_yali) {
-                yali_time[placement] = halves[placement].time_us;
-              } else if (yali_time[placement] > 0) {
-                ratio[placement] = halves[placement].time_us / yali_time[placement];
-              }
-              records.push_back(halves[placement]);
-            }
-            if (printer) {
-              const ResultRecord& any = ran[0] ? halves[0] : halves[1];
-              std::fputs(TableRow(any.impl, bytes, count, dtype, op, ran[0] ? &halves[0] : nullptr,
-                                  ran[1] ? &halves[1] : nullptr, AlgoLabel(any), ratio[0], ratio[1])
-                             .c_str(),
-                         stdout);
-              std::fflush(stdout);
             }
           }
         }
@@ -572,6 +895,11 @@ int Run(const Options& options) {
 
   uint64_t total_wrong = 0;
   for (const ImplRun& impl : impls) total_wrong += impl.total_wrong;
+  for (CollId coll : args.collectives)
+    for (const ImplRun& impl : impls) {
+      auto it = impl.per_collective.find(coll);
+      if (it != impl.per_collective.end() && it->second.ran) info.largest.push_back(it->second.largest);
+    }
   if (printer) {
     if (args.percentiles) std::fputs(PercentileTable(records).c_str(), stdout);
     std::printf("#\n");
@@ -587,6 +915,39 @@ int Run(const Options& options) {
     for (const ImplRun& impl : impls)
       std::printf("# Avg bus bandwidth    (%s) : %.3f\n", impl.backend->Name(),
                   impl.results > 0 ? impl.busbw_sum / impl.results : 0.0);
+    // With several collectives, the same two lines per collective (the totals above mix them).
+    if (args.collectives.size() > 1) {
+      for (CollId coll : args.collectives)
+        for (const ImplRun& impl : impls) {
+          auto it = impl.per_collective.find(coll);
+          const CollTotals totals = it != impl.per_collective.end() ? it->second : CollTotals();
+          const std::string who = std::string(impl.backend->Name()) + ", " + CollName(coll);
+          if (args.check) {
+            std::printf("# Out of bounds values (%s) : %llu %s\n", who.c_str(),
+                        static_cast<unsigned long long>(totals.wrong),
+                        totals.wrong == 0 ? "OK" : "FAILED");
+          }
+          std::printf("# Avg bus bandwidth    (%s) : %.3f\n", who.c_str(),
+                      totals.results > 0 ? totals.busbw_sum / totals.results : 0.0);
+        }
+    }
+    if (args.max_bytes_auto) {
+      std::printf("#\n# Largest message that ran (-e max, buffers of %zu B per rank):\n",
+                  world.buffer_bytes);
+      for (CollId coll : args.collectives)
+        for (const ImplRun& impl : impls) {
+          auto it = impl.per_collective.find(coll);
+          if (it == impl.per_collective.end() || !it->second.ran) {
+            std::printf("#   %-13s %-4s none (every case skipped)\n", CollName(coll),
+                        impl.backend->Name());
+            continue;
+          }
+          const LargestRecord& l = it->second.largest;
+          std::printf("#   %-13s %-4s %14zu B  (count %zu %s)  #wrong %s\n", CollName(coll),
+                      impl.backend->Name(), l.bytes, l.count, DTypeName(l.dtype),
+                      l.checked ? std::to_string(l.wrong).c_str() : "N/A");
+        }
+    }
     std::printf("#\n");
     std::fflush(stdout);
     if (!args.json_path.empty()) {

@@ -8,19 +8,39 @@
 
 #include <cstring>
 
+#include "coll_shape.h"
 #include "cuda_check.h"
 #include "perf_error.h"
 
 namespace yali_perf {
 namespace {
 
-ncclDataType_t ToNccl(DType dtype) {
+// NCCL's fp8 types came in 2.24 and its Gather, Scatter and AlltoAll in 2.28: against an older
+// nccl.h, those cases are refused here (skipped rows) instead of failing to build.
+#define YALI_PERF_NCCL_HAS_FP8 (NCCL_VERSION_CODE >= 22400)
+#define YALI_PERF_NCCL_HAS_ROOTED_A2A (NCCL_VERSION_CODE >= 22800)
+
+bool ToNccl(DType dtype, ncclDataType_t* type) {
   switch (dtype) {
-    case DType::kFloat: return ncclFloat32;
-    case DType::kHalf: return ncclFloat16;
-    case DType::kBfloat16: return ncclBfloat16;
+    case DType::kFloat: *type = ncclFloat32; return true;
+    case DType::kHalf: *type = ncclFloat16; return true;
+    case DType::kBfloat16: *type = ncclBfloat16; return true;
+    case DType::kInt8: *type = ncclInt8; return true;
+    case DType::kUint8: *type = ncclUint8; return true;
+    case DType::kInt32: *type = ncclInt32; return true;
+    case DType::kUint32: *type = ncclUint32; return true;
+    case DType::kInt64: *type = ncclInt64; return true;
+    case DType::kUint64: *type = ncclUint64; return true;
+    case DType::kDouble: *type = ncclFloat64; return true;
+#if YALI_PERF_NCCL_HAS_FP8
+    case DType::kF8e4m3: *type = ncclFloat8e4m3; return true;
+    case DType::kF8e5m2: *type = ncclFloat8e5m2; return true;
+#else
+    case DType::kF8e4m3:
+    case DType::kF8e5m2: return false;
+#endif
   }
-  return ncclFloat32;
+  return false;
 }
 
 ncclRedOp_t ToNccl(RedOp op) {
@@ -32,6 +52,14 @@ ncclRedOp_t ToNccl(RedOp op) {
     case RedOp::kAvg: return ncclAvg;
   }
   return ncclSum;
+}
+
+std::string CallText(const char* function, const LibraryCall& call, int local) {
+  std::string text = std::string(function) + "(count " + std::to_string(call.count) + ", " +
+                     DTypeName(call.dtype);
+  if (CollReduces(call.kind)) text += std::string(", ") + RedOpName(call.op);
+  if (CollHasRoot(call.kind)) text += ", root " + std::to_string(call.root);
+  return text + ", local comm " + std::to_string(local) + ")";
 }
 
 class NcclBackend final : public Backend {
@@ -79,19 +107,87 @@ class NcclBackend final : public Backend {
     Check(ncclCommInitRank(&comms_[0], nranks, id, rank), "ncclCommInitRank", nullptr);
   }
 
-  void GroupStart() override { Check(ncclGroupStart(), "ncclGroupStart", nullptr); }
-  void GroupEnd() override { Check(ncclGroupEnd(), "ncclGroupEnd", nullptr); }
+  void GroupStart() override {
+    Check(ncclGroupStart(), "ncclGroupStart", nullptr);
+    if (group_depth_++ == 0) refused_in_group_ = false;
+  }
 
-  void AllReduce(int local, const void* send, void* recv, size_t count, DType dtype, RedOp op,
-                 cudaStream_t stream) override {
-    ncclResult_t result =
-        ncclAllReduce(send, recv, count, ToNccl(dtype), ToNccl(op), comms_[local], stream);
-    if (result != ncclSuccess) {
-      Check(result,
-            "ncclAllReduce(count " + std::to_string(count) + ", " + DTypeName(dtype) + ", " +
-                RedOpName(op) + ", local comm " + std::to_string(local) + ")",
-            comms_[local]);
+  void GroupEnd() override {
+    ncclResult_t result = ncclGroupEnd();
+    --group_depth_;
+    // A call refused inside a group makes ncclGroupEnd return the refusal too, and NCCL then
+    // launches none of the group's calls: already reported by Issue, not a failure here.
+    if (result == ncclInvalidArgument && refused_in_group_) return;
+    Check(result, "ncclGroupEnd", nullptr);
+  }
+
+  bool Issue(int local, const LibraryCall& call, cudaStream_t stream,
+             std::string* refusal) override {
+    ncclComm_t comm = comms_[local];
+    const char* function = "?";
+    if (!Supported(call, refusal)) {
+      refused_in_group_ = true;
+      return false;
     }
+    ncclDataType_t type = ncclFloat32;
+    ToNccl(call.dtype, &type);
+    const ncclRedOp_t op = ToNccl(call.op);
+    ncclResult_t result = ncclInternalError;
+    switch (call.kind) {
+      case CollId::kAllReduce:
+        function = "ncclAllReduce";
+        result = ncclAllReduce(call.send, call.recv, call.count, type, op, comm, stream);
+        break;
+      case CollId::kReduceScatter:
+        function = "ncclReduceScatter";
+        result = ncclReduceScatter(call.send, call.recv, call.count, type, op, comm, stream);
+        break;
+      case CollId::kAllGather:
+        function = "ncclAllGather";
+        result = ncclAllGather(call.send, call.recv, call.count, type, comm, stream);
+        break;
+      case CollId::kBroadcast:
+        function = "ncclBroadcast";
+        result = ncclBroadcast(call.send, call.recv, call.count, type, call.root, comm, stream);
+        break;
+      case CollId::kReduce:
+        function = "ncclReduce";
+        result = ncclReduce(call.send, call.recv, call.count, type, op, call.root, comm, stream);
+        break;
+#if YALI_PERF_NCCL_HAS_ROOTED_A2A
+      case CollId::kGather:
+        function = "ncclGather";
+        result = ncclGather(call.send, call.recv, call.count, type, call.root, comm, stream);
+        break;
+      case CollId::kScatter:
+        function = "ncclScatter";
+        result = ncclScatter(call.send, call.recv, call.count, type, call.root, comm, stream);
+        break;
+      case CollId::kAlltoAll:
+        function = "ncclAlltoAll";
+        result = ncclAlltoAll(call.send, call.recv, call.count, type, comm, stream);
+        break;
+#else
+      case CollId::kGather:
+      case CollId::kScatter:
+      case CollId::kAlltoAll: break;  // refused by Supported
+#endif
+      case CollId::kRsAg:
+        Fatal("internal: rs_ag is not one library call");
+    }
+    if (result == ncclSuccess) return true;
+    if (result == ncclInvalidArgument) {
+      refused_in_group_ = true;
+      *refusal = ErrorText(CallText(function, call, local), result, comm);
+      return false;
+    }
+    Check(result, CallText(function, call, local), comm);
+    return true;
+  }
+
+  // NCCL has no dry run; what this build of yali-perf cannot call is refused here.
+  bool Precheck(int local, const LibraryCall& call, std::string* refusal) override {
+    return Supported(call, refusal);
   }
 
   // ncclCommRegister (NCCL >= 2.19) is local, not collective; NCCL uses a registration only when
@@ -134,12 +230,35 @@ class NcclBackend final : public Backend {
 
   double AccumulationEpsilon(DType dtype) const override { return DTypeEpsilon(dtype); }
 
+ private:
+  static bool Supported(const LibraryCall& call, std::string* refusal) {
+    ncclDataType_t type;
+    if (!ToNccl(call.dtype, &type)) {
+      *refusal = std::string("this yali-perf was built against NCCL ") +
+                 std::to_string(NCCL_VERSION_CODE) + ", which has no " + DTypeName(call.dtype) +
+                 " (NCCL 2.24 or later)";
+      return false;
+    }
+#if !YALI_PERF_NCCL_HAS_ROOTED_A2A
+    if (call.kind == CollId::kGather || call.kind == CollId::kScatter ||
+        call.kind == CollId::kAlltoAll) {
+      *refusal = std::string("this yali-perf was built against NCCL ") +
+                 std::to_string(NCCL_VERSION_CODE) + ", which has no " + CollName(call.kind) +
+                 " (NCCL 2.28 or later)";
+      return false;
+    }
+#endif
+    return true;
+  }
+
+ public:
+
   bool HasAsyncError(int local, std::string* message) override {
     ncclResult_t async = ncclSuccess;
     ncclResult_t result = ncclCommGetAsyncError(comms_[local], &async);
     if (result != ncclSuccess) async = result;
     if (async == ncclSuccess || async == ncclInProgress) return false;
-    *message = Describe("nccl communicator", async, comms_[local]);
+    *message = ErrorText("nccl communicator", async, comms_[local]);
     return true;
   }
 
@@ -158,13 +277,13 @@ class NcclBackend final : public Backend {
       ncclResult_t result = ncclCommDestroy(comms_[i]);
       comms_[i] = nullptr;
       if (result != ncclSuccess)
-        Fatal(Describe("ncclCommDestroy (local comm " + std::to_string(i) + ")", result, nullptr));
+        Fatal(ErrorText("ncclCommDestroy (local comm " + std::to_string(i) + ")", result, nullptr));
     }
     comms_.clear();
   }
 
  private:
-  static std::string Describe(const std::string& call, ncclResult_t result, ncclComm_t comm) {
+  static std::string ErrorText(const std::string& call, ncclResult_t result, ncclComm_t comm) {
     std::string text = call + " failed: result " + std::to_string(static_cast<int>(result)) +
                        " (" + ncclGetErrorString(result) + ")";
 #if NCCL_VERSION_CODE >= 21300
@@ -175,10 +294,12 @@ class NcclBackend final : public Backend {
   }
 
   static void Check(ncclResult_t result, const std::string& call, ncclComm_t comm) {
-    if (result != ncclSuccess) Fatal(Describe(call, result, comm));
+    if (result != ncclSuccess) Fatal(ErrorText(call, result, comm));
   }
 
   std::vector<ncclComm_t> comms_;
+  int group_depth_ = 0;
+  bool refused_in_group_ = false;            // some call of the open group was refused
   std::vector<int> devices_;                 // per local comm
   std::vector<std::vector<void*>> handles_;  // per local comm, in registration order
 };

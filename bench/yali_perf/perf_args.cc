@@ -32,6 +32,7 @@ constexpr OptionSpec kOptions[] = {
     {0, "inplace", nullptr, true},          {0, "percentiles", nullptr, false},
     {0, "repeat", nullptr, true},           {0, "max-case-time", nullptr, true},
     {0, "tune", nullptr, false},            {0, "tune-out", nullptr, true},
+    {'C', "coll", "collective", true},     {'r', "root", nullptr, true},
     {'h', "help", nullptr, false},
 };
 
@@ -91,24 +92,77 @@ void AppendUnique(std::vector<T>* list, T value) {
   list->push_back(value);
 }
 
+// -d's names: nccl-tests' (DTypeName), NCCL's C names without the prefix, and the usual short
+// spellings.
+bool DTypeFromName(const std::string& name, DType* dtype) {
+  static const struct {
+    const char* name;
+    DType dtype;
+  } kNames[] = {
+      {"int8", DType::kInt8},        {"char", DType::kInt8},         {"uint8", DType::kUint8},
+      {"int32", DType::kInt32},      {"int", DType::kInt32},         {"uint32", DType::kUint32},
+      {"int64", DType::kInt64},      {"uint64", DType::kUint64},     {"half", DType::kHalf},
+      {"fp16", DType::kHalf},        {"float16", DType::kHalf},      {"float", DType::kFloat},
+      {"fp32", DType::kFloat},       {"float32", DType::kFloat},     {"double", DType::kDouble},
+      {"fp64", DType::kDouble},      {"float64", DType::kDouble},    {"bfloat16", DType::kBfloat16},
+      {"bf16", DType::kBfloat16},    {"f8e4m3", DType::kF8e4m3},     {"fp8e4m3", DType::kF8e4m3},
+      {"float8e4m3", DType::kF8e4m3}, {"e4m3", DType::kF8e4m3},      {"f8e5m2", DType::kF8e5m2},
+      {"fp8e5m2", DType::kF8e5m2},   {"float8e5m2", DType::kF8e5m2}, {"e5m2", DType::kF8e5m2},
+  };
+  for (const auto& entry : kNames) {
+    if (name == entry.name) {
+      *dtype = entry.dtype;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool ParseDTypeList(const std::string& text, std::vector<DType>* dtypes) {
   std::vector<DType> parsed;
   for (const std::string& raw : SplitCommas(text)) {
     std::string name = Lower(raw);
+    DType dtype;
     if (name == "all") {
-      for (DType d : {DType::kFloat, DType::kHalf, DType::kBfloat16}) AppendUnique(&parsed, d);
-    } else if (name == "float" || name == "fp32" || name == "float32") {
-      AppendUnique(&parsed, DType::kFloat);
-    } else if (name == "half" || name == "fp16" || name == "float16") {
-      AppendUnique(&parsed, DType::kHalf);
-    } else if (name == "bfloat16" || name == "bf16") {
-      AppendUnique(&parsed, DType::kBfloat16);
+      for (DType d : AllDTypes()) AppendUnique(&parsed, d);
+    } else if (DTypeFromName(name, &dtype)) {
+      AppendUnique(&parsed, dtype);
     } else {
       return false;
     }
   }
   if (parsed.empty()) return false;
   *dtypes = parsed;
+  return true;
+}
+
+// -C: names as CollName prints them, with or without '_' and '-' (all_reduce, reduce-scatter,
+// rsag), plus bcast.
+bool ParseCollList(const std::string& text, std::vector<CollId>* collectives) {
+  std::vector<CollId> parsed;
+  for (const std::string& raw : SplitCommas(text)) {
+    std::string name;
+    for (char c : Lower(raw))
+      if (c != '_' && c != '-') name += c;
+    if (name == "all") {
+      for (CollId coll : AllCollectives()) AppendUnique(&parsed, coll);
+      continue;
+    }
+    if (name == "bcast") name = "broadcast";
+    bool found = false;
+    for (CollId coll : AllCollectives()) {
+      std::string known;
+      for (const char* c = CollName(coll); *c != '\0'; ++c)
+        if (*c != '_') known += *c;
+      if (name == known) {
+        AppendUnique(&parsed, coll);
+        found = true;
+      }
+    }
+    if (!found) return false;
+  }
+  if (parsed.empty()) return false;
+  *collectives = parsed;
   return true;
 }
 
@@ -196,6 +250,11 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune times with CUDA events (--timing events)";
     } else if (name == "average" && parsed.average != RankAggregate::kMax) {
       why = "--tune takes the slowest rank's time (-a 2)";
+    } else if (name == "coll" && !(parsed.collectives.size() == 1 &&
+                                   parsed.collectives[0] == CollId::kAllReduce)) {
+      why = "--tune measures allreduce only";
+    } else if (name == "root") {
+      why = "--tune measures allreduce, which has no root";
     } else if (name == "inplace" && parsed.placements != PlacementSet::kOutOfPlace) {
       why = "--tune measures out-of-place only (--inplace 0)";
     } else if (name == "op" && !(parsed.ops.size() == 1 && parsed.ops[0] == RedOp::kSum)) {
@@ -219,7 +278,11 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       return false;
     }
   }
-  if (parsed.dtypes.size() != 1) {
+  // One of the floating types it has always measured: the table's crossovers are in bytes and
+  // serve every type, so the types that training reduces in are the ones to time.
+  const DType tuned = parsed.dtypes[0];
+  if (parsed.dtypes.size() != 1 ||
+      !(tuned == DType::kFloat || tuned == DType::kHalf || tuned == DType::kBfloat16)) {
     *error = "--tune measures one dtype (-d float, half or bfloat16)";
     return false;
   }
@@ -316,11 +379,19 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       return false;
     };
 
-    if (name == "minbytes" || name == "maxbytes" || name == "stepbytes") {
+    if (name == "maxbytes" && Lower(value) == "max") {
+      parsed.max_bytes_auto = true;
+    } else if (name == "minbytes" || name == "maxbytes" || name == "stepbytes") {
       size_t bytes = 0;
-      if (!ParseSize(value, &bytes)) return bad("a size such as 4096, 64K, 32M or 1G");
+      if (!ParseSize(value, &bytes)) {
+        return bad(name == "maxbytes" ? "a size such as 4096, 64K, 32M or 1G, or max"
+                                      : "a size such as 4096, 64K, 32M or 1G");
+      }
       if (name == "minbytes") parsed.min_bytes = bytes;
-      if (name == "maxbytes") parsed.max_bytes = bytes;
+      if (name == "maxbytes") {
+        parsed.max_bytes = bytes;
+        parsed.max_bytes_auto = false;  // the last -e wins, as for every option
+      }
       if (name == "stepbytes") {
         if (bytes == 0) return bad("a size > 0");
         parsed.step_bytes = bytes;
@@ -349,6 +420,17 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
         return bad("float|fp32, half|fp16, bfloat16|bf16, all, or a comma list");
     } else if (name == "op") {
       if (!ParseOpList(value, &parsed.ops)) return bad("sum, prod, max, min, avg, all, or a comma list");
+    } else if (name == "coll") {
+      if (!ParseCollList(value, &parsed.collectives))
+        return bad("allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, "
+                   "alltoall, rs_ag, all, or a comma list");
+    } else if (name == "root") {
+      if (Lower(value) == "all" || value == "-1") {
+        parsed.root = kEveryRoot;
+      } else {
+        if (!ParseInt(value, 0, 1 << 20, &number)) return bad("a rank >= 0, or all (or -1)");
+        parsed.root = static_cast<int>(number);
+      }
     } else if (name == "graphlaunches") {
       if (!ParseInt(value, 0, 100000000, &number)) return bad("an integer >= 0");
       parsed.graph_launches = static_cast<int>(number);
@@ -409,7 +491,7 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
   // nccl-tests' rule: a factor > 1 multiplies; otherwise the step is additive. Our default factor
   // is 4, so -i alone (without -f) switches to additive steps.
   if (step_bytes_given && !factor_given) parsed.step_factor = 1.0;
-  if (parsed.min_bytes > parsed.max_bytes) {
+  if (!parsed.max_bytes_auto && parsed.min_bytes > parsed.max_bytes) {
     *error = "-b (" + std::to_string(parsed.min_bytes) + ") is larger than -e (" +
              std::to_string(parsed.max_bytes) + ")";
     return false;
@@ -427,12 +509,15 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
   return true;
 }
 
-std::vector<size_t> SizeSweep(const PerfArgs& args) {
+namespace {
+
+// Sizes from args.min_bytes by args' step, up to `max_bytes` inclusive.
+std::vector<size_t> SweepTo(const PerfArgs& args, size_t max_bytes) {
   // Bounded so that a tiny additive step over a large range cannot make the run endless.
   constexpr size_t kMaxSizes = 100000;
   std::vector<size_t> sizes;
   size_t size = args.min_bytes;
-  while (size <= args.max_bytes && sizes.size() < kMaxSizes) {
+  while (size <= max_bytes && sizes.size() < kMaxSizes) {
     sizes.push_back(size);
     size_t next;
     if (args.step_factor > 1.0) {
@@ -446,6 +531,20 @@ std::vector<size_t> SizeSweep(const PerfArgs& args) {
     }
     size = next;
   }
+  return sizes;
+}
+
+}  // namespace
+
+std::vector<size_t> SizeSweep(const PerfArgs& args) {
+  return SweepTo(args, args.max_bytes_auto ? std::numeric_limits<size_t>::max() : args.max_bytes);
+}
+
+std::vector<size_t> SizeSweepUpTo(const PerfArgs& args, size_t limit) {
+  if (!args.max_bytes_auto) return SweepTo(args, std::min(args.max_bytes, limit));
+  std::vector<size_t> sizes = SweepTo(args, limit);
+  // -b above the limit leaves the limit alone: the one size that fits.
+  if (sizes.empty() || sizes.back() < limit) sizes.push_back(limit);
   return sizes;
 }
 
@@ -479,11 +578,46 @@ double CallsPerIteration(TimingMode mode, int graph_launches) {
   return 1.0;
 }
 
+const std::vector<DType>& AllDTypes() {
+  static const std::vector<DType> kAll = {
+      DType::kInt8,  DType::kUint8,  DType::kInt32,    DType::kUint32,
+      DType::kInt64, DType::kUint64, DType::kHalf,     DType::kFloat,
+      DType::kDouble, DType::kBfloat16, DType::kF8e4m3, DType::kF8e5m2};
+  return kAll;
+}
+
+bool IsFloating(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat:
+    case DType::kHalf:
+    case DType::kBfloat16:
+    case DType::kDouble:
+    case DType::kF8e4m3:
+    case DType::kF8e5m2: return true;
+    case DType::kInt8:
+    case DType::kUint8:
+    case DType::kInt32:
+    case DType::kUint32:
+    case DType::kInt64:
+    case DType::kUint64: return false;
+  }
+  return false;
+}
+
 size_t ElementSize(DType dtype) {
   switch (dtype) {
-    case DType::kFloat: return 4;
-    case DType::kHalf: return 2;
+    case DType::kInt8:
+    case DType::kUint8:
+    case DType::kF8e4m3:
+    case DType::kF8e5m2: return 1;
+    case DType::kHalf:
     case DType::kBfloat16: return 2;
+    case DType::kInt32:
+    case DType::kUint32:
+    case DType::kFloat: return 4;
+    case DType::kInt64:
+    case DType::kUint64:
+    case DType::kDouble: return 8;
   }
   return 1;
 }
@@ -493,6 +627,15 @@ double DTypeEpsilon(DType dtype) {
     case DType::kFloat: return 1.0 / (1 << 23);
     case DType::kHalf: return 1.0 / (1 << 10);
     case DType::kBfloat16: return 1.0 / (1 << 7);
+    case DType::kDouble: return 1.0 / 4503599627370496.0;  // 2^-52
+    case DType::kF8e4m3: return 1.0 / (1 << 3);
+    case DType::kF8e5m2: return 1.0 / (1 << 2);
+    case DType::kInt8:
+    case DType::kUint8:
+    case DType::kInt32:
+    case DType::kUint32:
+    case DType::kInt64:
+    case DType::kUint64: return 0.0;
   }
   return 1.0;
 }
@@ -502,6 +645,38 @@ const char* DTypeName(DType dtype) {
     case DType::kFloat: return "float";
     case DType::kHalf: return "half";
     case DType::kBfloat16: return "bfloat16";
+    case DType::kInt8: return "int8";
+    case DType::kUint8: return "uint8";
+    case DType::kInt32: return "int32";
+    case DType::kUint32: return "uint32";
+    case DType::kInt64: return "int64";
+    case DType::kUint64: return "uint64";
+    case DType::kDouble: return "double";
+    case DType::kF8e4m3: return "f8e4m3";
+    case DType::kF8e5m2: return "f8e5m2";
+  }
+  return "?";
+}
+
+const std::vector<CollId>& AllCollectives() {
+  static const std::vector<CollId> kAll = {
+      CollId::kAllReduce, CollId::kReduceScatter, CollId::kAllGather,
+      CollId::kBroadcast, CollId::kReduce,        CollId::kGather,
+      CollId::kScatter,   CollId::kAlltoAll,      CollId::kRsAg};
+  return kAll;
+}
+
+const char* CollName(CollId coll) {
+  switch (coll) {
+    case CollId::kAllReduce: return "allreduce";
+    case CollId::kReduceScatter: return "reducescatter";
+    case CollId::kAllGather: return "allgather";
+    case CollId::kBroadcast: return "broadcast";
+    case CollId::kReduce: return "reduce";
+    case CollId::kGather: return "gather";
+    case CollId::kScatter: return "scatter";
+    case CollId::kAlltoAll: return "alltoall";
+    case CollId::kRsAg: return "rs_ag";
   }
   return "?";
 }
@@ -530,10 +705,23 @@ const char* TimingModeName(TimingMode mode) {
 std::string PerfUsage(const char* program) {
   std::ostringstream out;
   out << "usage: " << program << " [options]\n"
-      << "AllReduce bandwidth and correctness, YALI and NCCL side by side (nccl-tests' flags).\n"
+      << "Collective bandwidth and correctness, YALI and NCCL side by side on the same buffers\n"
+      << "(nccl-tests' flags, sizes and busbw).\n"
       << "\n"
-      << "  -b, --minbytes <size>      smallest message per rank (default 4K; K/M/G suffixes)\n"
-      << "  -e, --maxbytes <size>      largest message per rank (default 1G)\n"
+      << "  -C, --coll <list>          allreduce (default), reducescatter, allgather, broadcast,\n"
+      << "                             reduce, gather, scatter, alltoall, rs_ag (allreduce via\n"
+      << "                             reducescatter+allgather on the same buffer), all, or a\n"
+      << "                             comma list\n"
+      << "  -r, --root <rank|all>      root of broadcast, reduce, gather, scatter (default 0);\n"
+      << "                             all (or -1): every rank in turn, one row each\n"
+      << "  -b, --minbytes <size>      smallest message (default 4K; K/M/G suffixes); the size\n"
+      << "                             column is nccl-tests': the larger of a rank's input and\n"
+      << "                             output, the count column what the call is passed\n"
+      << "  -e, --maxbytes <size|max>  largest message (default 1G); max: up to the largest\n"
+      << "                             message whose buffers fit on every GPU (free memory less\n"
+      << "                             $YALI_PERF_MEM_HEADROOM, default max(2G, 1/32 of the GPU),\n"
+      << "                             for the libraries), ending at that size; the largest size\n"
+      << "                             that ran is reported per collective and library\n"
       << "  -f, --stepfactor <x>       multiply the size by x each step (default 4)\n"
       << "  -i, --stepbytes <size>     add this many bytes each step (used when -f is 1 or\n"
       << "                             when -i is given without -f; default 1M)\n"
@@ -542,8 +730,11 @@ std::string PerfUsage(const char* program) {
       << "  -n, --iters <n>            timed iterations (default 20)\n"
       << "  -w, --warmup <n>           warmup iterations (default 5)\n"
       << "  -c, --check <0|1>          check results, count #wrong (default 1)\n"
-      << "  -d, --dtype <list>         float|fp32, half|fp16, bfloat16|bf16, all (default float)\n"
-      << "  -o, --op <list>            sum, prod, max, min, avg, all (default sum)\n"
+      << "  -d, --dtype <list>         int8, uint8, int32, uint32, int64, uint64, half, float,\n"
+      << "                             double, bfloat16, f8e4m3, f8e5m2, all (default float)\n"
+      << "  -o, --op <list>            sum, prod, max, min, avg, all (default sum); collectives\n"
+      << "                             that only move data run once (redop none); avg is for\n"
+      << "                             floating types only (skipped with a note for integers)\n"
       << "  -G, --graphlaunches <n>    capture -n calls in a CUDA graph, launch it n times\n"
       << "                             (implies --timing graph)\n"
       << "  -J, --json <file>          write the results as JSON (schema yali-perf/1)\n"
@@ -553,7 +744,8 @@ std::string PerfUsage(const char* program) {
       << "                             the first case, for zero-copy paths (default 0)\n"
       << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
-      << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2)\n"
+      << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2); in place\n"
+      << "                             is NCCL's per collective (alltoall has none)\n"
       << "      --percentiles          print a table of per-iteration percentiles at the end\n"
       << "      --repeat <n>           run the whole sweep n times in this process; results are\n"
       << "                             numbered by pass (\"run\" in the JSON; default 1)\n"
@@ -565,15 +757,16 @@ std::string PerfUsage(const char* program) {
       << "                             used (default: no limit)\n"
       << "      --tune                 measure YALI's crossovers on this machine (two-shot\n"
       << "                             geometry, min slot, LL geometry, LL/two-shot threshold)\n"
-      << "                             and write a tuning table for YALI_TUNING_FILE; takes -g,\n"
-      << "                             -n, -w, one -d, -J\n"
+      << "                             and write a tuning table for YALI_TUNING_FILE (allreduce\n"
+      << "                             only); takes -g, -n, -w, one -d, -J\n"
       << "      --tune-out <file>      where --tune writes the table (default yali-tuning.txt)\n"
       << "  -h, --help                 this text\n"
       << "\n"
       << "Launch: one process drives -g GPUs; or one process per GPU under mpirun, srun or\n"
       << "torchrun (rank and size read from the environment; processes meet through files in\n"
       << "$YALI_PERF_RENDEZVOUS_DIR, default /tmp; job id $YALI_PERF_JOBID). Waits are bounded by\n"
-      << "$YALI_PERF_TIMEOUT_S (default 120).\n";
+      << "$YALI_PERF_TIMEOUT_S (default 120).\n"
+      << "A case a library refuses (invalid argument) is a row marked skipped, with the reason.\n";
   return out.str();
 }
 

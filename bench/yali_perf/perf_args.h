@@ -1,4 +1,4 @@
-// Command-line options of yali-perf: nccl-tests' flags plus YALI's (--impl, --timing, --inplace,
+// Command-line options of yali-perf: nccl-tests' flags plus YALI's (-C, --impl, --timing, --inplace,
 // --repeat, --max-case-time, --tune).
 //
 // Host-only (no CUDA): the parser and the size sweep are unit-tested without a GPU
@@ -13,10 +13,51 @@
 
 namespace yali_perf {
 
-// Element types the benchmark knows. Kept separate from yaliDataType_t / ncclDataType_t so that the
-// parser and the report need neither header; each backend maps them.
-enum class DType { kFloat, kHalf, kBfloat16 };
+// Element types the benchmark knows: every NCCL type. Kept separate from yaliDataType_t /
+// ncclDataType_t so that the parser and the report need neither header; each backend maps them.
+// The first three keep the values they had when they were the only ones (case seeds hash them).
+enum class DType {
+  kFloat,
+  kHalf,
+  kBfloat16,
+  kInt8,
+  kUint8,
+  kInt32,
+  kUint32,
+  kInt64,
+  kUint64,
+  kDouble,
+  kF8e4m3,
+  kF8e5m2,
+};
 enum class RedOp { kSum, kProd, kMax, kMin, kAvg };
+
+// Every type in nccl-tests' order (what -d all runs).
+const std::vector<DType>& AllDTypes();
+bool IsFloating(DType dtype);
+
+// The collectives yali-perf measures. The first eight have yaliCollective_t's values (and are the
+// library calls both backends make); kRsAg is AllReduce composed by hand from a ReduceScatter
+// and an AllGather on the same buffer.
+enum class CollId {
+  kAllReduce = 0,
+  kReduceScatter = 1,
+  kAllGather = 2,
+  kBroadcast = 3,
+  kReduce = 4,
+  kGather = 5,
+  kScatter = 6,
+  kAlltoAll = 7,
+  kRsAg = 8,
+};
+
+// Every collective, in the order -C all runs them.
+const std::vector<CollId>& AllCollectives();
+// "allreduce", "reducescatter", ..., "rs_ag": the JSON's "collective" and -C's names.
+const char* CollName(CollId coll);
+
+// -r all: every rank in turn is the root of the rooted collectives (nccl-tests' -r -1).
+constexpr int kEveryRoot = -1;
 
 enum class TimingMode {
   kEvents,      // CUDA events around -n back-to-back calls (the nccl-tests method)
@@ -34,6 +75,9 @@ enum class PlacementSet { kOutOfPlace = 0, kInPlace = 1, kBoth = 2 };
 struct PerfArgs {
   size_t min_bytes = 4096;
   size_t max_bytes = size_t(1) << 30;
+  // -e max: the sweep ends at the largest message whose buffers fit on every GPU (max_bytes is
+  // then unused); see SizeSweepUpTo.
+  bool max_bytes_auto = false;
   // The sweep multiplies by step_factor when it is > 1, else adds step_bytes (nccl-tests' rule).
   double step_factor = 4.0;
   size_t step_bytes = size_t(1) << 20;
@@ -46,6 +90,10 @@ struct PerfArgs {
   // --max-case-time: seconds; 0 means no limit. See CallCountsWithinTimeLimit.
   double max_case_seconds = 0;
   bool check = true;
+  // -C: the collectives, in command-line order (default AllReduce alone).
+  std::vector<CollId> collectives = {CollId::kAllReduce};
+  // -r: the root of broadcast, reduce, gather and scatter (nccl-tests' default 0), or kEveryRoot.
+  int root = 0;
   std::vector<DType> dtypes = {DType::kFloat};
   std::vector<RedOp> ops = {RedOp::kSum};
   int graph_launches = 0;  // -G; > 0 selects graph timing
@@ -76,14 +124,21 @@ bool ParseSize(const std::string& text, size_t* bytes);
 
 // The message sizes of the sweep, min..max inclusive, in bytes.
 std::vector<size_t> SizeSweep(const PerfArgs& args);
+// The sweep when the largest message that fits is `limit` bytes: SizeSweep's sizes up to
+// min(max, limit); with -e max, the sizes from -b up to `limit`, then `limit` itself when the steps
+// do not land on it, so that the sweep ends at the largest message that fits.
+std::vector<size_t> SizeSweepUpTo(const PerfArgs& args, size_t limit);
 
 // Number of elements for a byte size (nccl-tests semantics: bytes / element size, rounded down).
 size_t ElementSize(DType dtype);
 inline size_t CountForBytes(size_t bytes, DType dtype) { return bytes / ElementSize(dtype); }
-// Machine epsilon (the gap between 1 and the next representable value) of each element type.
+// Machine epsilon (the gap between 1 and the next representable value) of each element type; 0 for
+// the integer types, whose reductions are exact.
 double DTypeEpsilon(DType dtype);
 
-// Names as the table and the JSON print them: "float", "half", "bfloat16"; "sum", "prod", ...
+// Names as the table and the JSON print them (nccl-tests' -d names): "int8", "uint8", "int32",
+// "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2"; "sum",
+// "prod", ...
 const char* DTypeName(DType dtype);
 const char* RedOpName(RedOp op);
 const char* TimingModeName(TimingMode mode);

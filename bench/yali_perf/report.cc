@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "coll_shape.h"
 #include "json_writer.h"
 
 namespace yali_perf {
@@ -55,12 +56,16 @@ std::string TableHeader() {
   return first + "\n" + second + "\n" + third + "\n";
 }
 
-std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype, RedOp op,
-                     const ResultRecord* out_of_place, const ResultRecord* in_place,
-                     const std::string& algo_label, double ratio_out_of_place,
-                     double ratio_in_place) {
+std::string RedOpLabel(const ResultRecord& record) {
+  return record.has_op ? RedOpName(record.op) : "none";
+}
+
+std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype,
+                     const std::string& redop, const ResultRecord* out_of_place,
+                     const ResultRecord* in_place, const std::string& algo_label,
+                     double ratio_out_of_place, double ratio_in_place) {
   return Format(" %6s %12zu %12zu %9s %6s", impl.c_str(), bytes, count, DTypeName(dtype),
-                RedOpName(op)) +
+                redop.c_str()) +
          PlacementColumns(out_of_place) + PlacementColumns(in_place) +
          Format("  %-18s %8s %8s\n", algo_label.c_str(), Ratio(ratio_out_of_place).c_str(),
                 Ratio(ratio_in_place).c_str());
@@ -77,15 +82,31 @@ std::string PercentileTable(const std::vector<ResultRecord>& records) {
       Format("#%6s %12s %9s %6s %13s %4s %7s %9s %9s %9s %9s %9s %9s %9s %9s\n", "impl", "size",
              "type", "redop", "placement", "run", "n", "min", "p50", "p90", "p95", "p99", "max",
              "mean", "std");
+  // Block headings only when there is more than one block (or a root to name), so that a plain
+  // allreduce run prints the table it always did.
+  bool headings = false;
+  for (const ResultRecord& r : records)
+    headings = headings || r.root >= 0 || r.collective != records[0].collective;
+  std::string block;
   for (const ResultRecord& r : records) {
     const SampleStats& s = r.stats;
+    const std::string this_block =
+        "# " + r.collective + (r.root >= 0 ? ", root " + std::to_string(r.root) : "") + "\n";
+    if (headings && this_block != block) text += this_block;
+    block = this_block;
     text += Format(" %6s %12zu %9s %6s %13s %4d %7zu %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f"
                    " %9.2f\n",
-                   r.impl.c_str(), r.bytes, DTypeName(r.dtype), RedOpName(r.op),
+                   r.impl.c_str(), r.bytes, DTypeName(r.dtype), RedOpLabel(r).c_str(),
                    r.in_place ? "in-place" : "out-of-place", r.run, s.n, s.min, s.p50, s.p90,
                    s.p95, s.p99, s.max, s.mean, s.std);
   }
   return text;
+}
+
+std::string BlockHeading(CollId coll, int root) {
+  std::string text = std::string("# ") + CollDescription(coll);
+  if (CollHasRoot(coll)) text += ", root " + std::to_string(root);
+  return text + " (busbw = algbw * " + BusFactorText(coll) + ")\n";
 }
 
 std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& records,
@@ -127,8 +148,11 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   for (const ResultRecord& r : records) {
     json.BeginObject();
     json.Key("impl"); json.String(r.impl);
+    json.Key("collective"); json.String(r.collective);
     json.Key("dtype"); json.String(DTypeName(r.dtype));
-    json.Key("redop"); json.String(RedOpName(r.op));
+    json.Key("redop"); json.String(RedOpLabel(r));
+    json.Key("root");
+    if (r.root >= 0) json.Int(r.root); else json.Null();
     json.Key("bytes"); json.UInt(r.bytes);
     json.Key("count"); json.UInt(r.count);
     json.Key("placement"); json.String(r.in_place ? "in-place" : "out-of-place");
@@ -156,6 +180,47 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
     json.EndObject();
   }
   json.EndArray();
+  json.Key("skipped");
+  json.BeginArray();
+  for (const SkipRecord& k : info.skipped) {
+    json.BeginObject();
+    json.Key("impl"); json.String(k.impl);
+    json.Key("collective"); json.String(k.collective);
+    json.Key("dtype"); json.String(DTypeName(k.dtype));
+    json.Key("redop"); json.String(k.redop);
+    json.Key("root");
+    if (k.root >= 0) json.Int(k.root); else json.Null();
+    json.Key("bytes");
+    if (k.every_size) json.Null(); else json.UInt(k.bytes);
+    json.Key("count");
+    if (k.every_size) json.Null(); else json.UInt(k.count);
+    json.Key("placement");
+    if (k.placement.empty()) json.Null(); else json.String(k.placement);
+    json.Key("run"); json.Int(k.run);
+    json.Key("reason"); json.String(k.reason);
+    json.EndObject();
+  }
+  json.EndArray();
+  if (info.max_bytes_auto) {
+    json.Key("max_message");
+    json.BeginObject();
+    json.Key("buffer_bytes"); json.UInt(info.buffer_bytes);
+    json.Key("largest");
+    json.BeginArray();
+    for (const LargestRecord& l : info.largest) {
+      json.BeginObject();
+      json.Key("collective"); json.String(l.collective);
+      json.Key("impl"); json.String(l.impl);
+      json.Key("dtype"); json.String(DTypeName(l.dtype));
+      json.Key("bytes"); json.UInt(l.bytes);
+      json.Key("count"); json.UInt(l.count);
+      json.Key("wrong");
+      if (l.checked) json.UInt(l.wrong); else json.Null();
+      json.EndObject();
+    }
+    json.EndArray();
+    json.EndObject();
+  }
   if (extra) extra(json);
   json.EndObject();
   return json.text();

@@ -22,8 +22,35 @@ struct GpuInfo {
   std::string pci_bus_id;
 };
 
+// A case that did not run: the library refused it, or yali-perf does not run the combination
+// (avg on an integer type, in-place alltoall: every_size, with bytes and count null in the JSON).
+struct SkipRecord {
+  bool every_size = false;
+  std::string impl;  // "yali", "nccl", or "all"
+  std::string collective;
+  DType dtype = DType::kFloat;
+  std::string redop;  // "sum", ..., or "none"
+  int root = -1;      // -1: the collective has no root
+  size_t bytes = 0;
+  size_t count = 0;
+  std::string placement;  // "out-of-place", "in-place", or empty (both; JSON null)
+  int run = 1;
+  std::string reason;
+};
+
+// -e max: the largest message of one collective that ran on one library.
+struct LargestRecord {
+  std::string collective;
+  std::string impl;
+  DType dtype = DType::kFloat;
+  size_t bytes = 0;
+  size_t count = 0;
+  uint64_t wrong = 0;
+  bool checked = false;
+};
+
 struct RunInfo {
-  std::string collective;  // "allreduce"
+  std::string collective;  // "allreduce", or the -C list: "allreduce,allgather"
   std::string date;        // ISO 8601, UTC
   std::string hostname;
   std::string command;
@@ -39,13 +66,21 @@ struct RunInfo {
   std::vector<GpuInfo> gpus;
   int yali_version = -1;  // -1: not loaded (JSON null)
   int nccl_version = -1;  // -1: not built or not run (JSON null)
+  std::vector<SkipRecord> skipped;  // JSON "skipped"
+  // -e max: JSON "max_message" (the buffer size and each collective's largest message that ran).
+  bool max_bytes_auto = false;
+  size_t buffer_bytes = 0;
+  std::vector<LargestRecord> largest;
 };
 
 // One measured case: one row of the JSON "results", half a row of the table.
 struct ResultRecord {
   std::string impl;
+  std::string collective = "allreduce";
   DType dtype = DType::kFloat;
   RedOp op = RedOp::kSum;
+  bool has_op = true;  // false for the collectives that only move data: redop "none"
+  int root = -1;       // -1: the collective has no root (JSON null)
   size_t bytes = 0;
   size_t count = 0;
   bool in_place = false;
@@ -70,9 +105,14 @@ double AlgorithmBandwidth(size_t bytes, double time_us);
 // The two header lines of the table.
 std::string TableHeader();
 
+// The redop column and the JSON "redop": the op, or "none" for a collective that only moves data.
+std::string RedOpLabel(const ResultRecord& record);
+
 // One table row: out-of-place and in-place halves (either may be null: printed as "-"), the
-// algorithm label, and the nccl/yali time ratios (negative: "-").
-std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype, RedOp op,
+// algorithm label ("skipped" for a case the library refused), and the nccl/yali time ratios
+// (negative: "-").
+std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType dtype,
+                     const std::string& redop,
                      const ResultRecord* out_of_place, const ResultRecord* in_place,
                      const std::string& algo_label, double ratio_out_of_place,
                      double ratio_in_place);
@@ -80,8 +120,13 @@ std::string TableRow(const std::string& impl, size_t bytes, size_t count, DType 
 // "twoshot/32", or "-" when the library did not say.
 std::string AlgoLabel(const ResultRecord& record);
 
-// The --percentiles table.
+// The --percentiles table. When the records span several collectives or roots, a comment line
+// names each block ("# allgather", "# broadcast, root 1").
 std::string PercentileTable(const std::vector<ResultRecord>& records);
+
+// The comment line above a block of rows of one collective and root: "# allgather (busbw = algbw
+// * (n-1)/n)", "# broadcast, root 1 (busbw = algbw * 1)".
+std::string BlockHeading(CollId coll, int root);
 
 // The whole JSON document. `extra`, when given, writes more keys into the top-level object after
 // "results" (yali-perf --tune adds its "tune" object there).

@@ -294,27 +294,33 @@ void Tuner::CreateComms(const char* algo, const std::string& table) {
 }
 
 TuneMeasurement Tuner::Measure(size_t bytes, bool check) {
-  const size_t count = CountForBytes(bytes, dtype_);
   CaseSpec spec;
-  spec.collective = &kAllReduce;
+  spec.collective = &CollectiveFor(CollId::kAllReduce);
   spec.dtype = dtype_;
   spec.op = RedOp::kSum;
-  spec.count = count;
+  spec.shape = ShapeFor(CollId::kAllReduce, bytes, ElementSize(dtype_), world_.nranks);
   spec.in_place = false;
   spec.seed = 0x7e57ull * 1000003ull + ++seed_;
   TimingOptions options = timing_;
   options.check = check;
   CaseResult result = RunCase(world_, yali_, spec, options);
+  if (result.skipped) Fatal("--tune: YALI refused allreduce: " + result.skip_reason);
 
   TuneMeasurement m;
-  m.bytes = count * ElementSize(dtype_);
+  m.bytes = spec.shape.bytes;
   m.time_us = result.time_us;
-  m.busbw_gbs =
-      AlgorithmBandwidth(m.bytes, result.time_us) * kAllReduce.bus_bandwidth_factor(world_.nranks);
+  m.busbw_gbs = AlgorithmBandwidth(m.bytes, result.time_us) *
+                BusFactor(CollId::kAllReduce, world_.nranks);
   m.checked = result.checked;
   m.wrong = result.wrong;
-  const RankSlot& slot = world_.local[0];
-  AlgoChoice algo = yali_.DescribeAllReduce(0, slot.send, slot.recv, count, dtype_, RedOp::kSum);
+  LibraryCall call;
+  call.kind = CollId::kAllReduce;
+  call.send = world_.local[0].send;
+  call.recv = world_.local[0].recv;
+  call.count = spec.shape.count;
+  call.dtype = dtype_;
+  AlgoChoice algo = yali_.Describe(0, call);
+  if (!algo.known) Fatal("--tune: yaliAlgoInfo could not describe allreduce at " + SizeLabel(m.bytes));
   m.algo = algo.algorithm;
   m.ctas = algo.ctas;
   m.threads = algo.threads;

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "coll_shape.h"
 #include "host_exchange.h"
 #include "json_writer.h"
 #include "launch_env.h"
@@ -66,6 +67,8 @@ bool ParseFails(const std::vector<std::string>& words, const std::string& error_
   return true;
 }
 
+bool Near(double a, double b) { return a - b < 1e-9 && b - a < 1e-9; }
+
 size_t SizeOf(const std::string& text) {
   size_t bytes = 0;
   return ParseSize(text, &bytes) ? bytes : static_cast<size_t>(-1);
@@ -107,6 +110,9 @@ void TestDefaults() {
   EXPECT(args.ngpus == 0 && args.json_path.empty() && !args.help);
   EXPECT(args.repeat == 1 && args.max_case_seconds == 0);
   EXPECT(!args.registered);
+  // AllReduce alone, root 0 (nccl-tests' default), a fixed -e: the behaviour before -C.
+  EXPECT(args.collectives == std::vector<CollId>({CollId::kAllReduce}));
+  EXPECT(args.root == 0 && !args.max_bytes_auto);
 }
 
 void TestNcclTestsFlags() {
@@ -134,17 +140,181 @@ void TestNcclTestsFlags() {
 void TestLists() {
   PerfArgs args;
   EXPECT(ParseOk({"-d", "all", "-o", "all"}, &args));
-  EXPECT(args.dtypes.size() == 3 && args.ops.size() == 5);
-  EXPECT(args.dtypes[0] == DType::kFloat && args.dtypes[1] == DType::kHalf &&
-         args.dtypes[2] == DType::kBfloat16);
+  EXPECT(args.dtypes == AllDTypes() && args.ops.size() == 5);
+  // Every NCCL type, in nccl-tests' order and with its -d names.
+  const std::vector<std::string> names = {"int8", "uint8", "int32", "uint32", "int64", "uint64",
+                                          "half", "float", "double", "bfloat16", "f8e4m3",
+                                          "f8e5m2"};
+  const std::vector<size_t> element_sizes = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
+  EXPECT(args.dtypes.size() == names.size());
+  for (size_t i = 0; i < names.size() && i < args.dtypes.size(); ++i) {
+    Expect(DTypeName(args.dtypes[i]) == names[i] && ElementSize(args.dtypes[i]) == element_sizes[i],
+           "-d all type " + std::to_string(i) + " is " + names[i], __LINE__);
+    PerfArgs one;
+    Expect(ParseOk({"-d", names[i]}, &one) && one.dtypes.size() == 1 &&
+               one.dtypes[0] == args.dtypes[i],
+           "-d " + names[i] + " parses back", __LINE__);
+  }
   EXPECT(ParseOk({"-d", "fp16,FP32,fp16", "-o", "sum,avg,prod"}, &args));
   EXPECT(args.dtypes.size() == 2 && args.dtypes[0] == DType::kHalf &&
          args.dtypes[1] == DType::kFloat);
   EXPECT(args.ops.size() == 3 && args.ops[1] == RedOp::kAvg && args.ops[2] == RedOp::kProd);
   EXPECT(ParseOk({"-d", "float32,bfloat16"}, &args) && args.dtypes.size() == 2);
-  EXPECT(ParseFails({"-d", "int8"}, "-d/--dtype"));
+  // Aliases: NCCL's C names without the prefix, and short spellings.
+  EXPECT(ParseOk({"-d", "char,int,fp64,e4m3,FP8E5M2,bf16"}, &args));
+  EXPECT(args.dtypes == std::vector<DType>({DType::kInt8, DType::kInt32, DType::kDouble,
+                                            DType::kF8e4m3, DType::kF8e5m2, DType::kBfloat16}));
+  EXPECT(ParseFails({"-d", "int16"}, "-d/--dtype"));
   EXPECT(ParseFails({"-d", "float,"}, "-d/--dtype"));
   EXPECT(ParseFails({"-o", "xor"}, "-o/--op"));
+
+  EXPECT(!IsFloating(DType::kInt8) && !IsFloating(DType::kUint64) && IsFloating(DType::kDouble) &&
+         IsFloating(DType::kF8e4m3) && IsFloating(DType::kHalf));
+  EXPECT(DTypeEpsilon(DType::kDouble) == 1.0 / 4503599627370496.0 &&
+         DTypeEpsilon(DType::kF8e4m3) == 0.125 && DTypeEpsilon(DType::kF8e5m2) == 0.25 &&
+         DTypeEpsilon(DType::kInt32) == 0.0);
+}
+
+void TestCollectiveArgs() {
+  PerfArgs args;
+  EXPECT(ParseOk({"-C", "reducescatter,allgather"}, &args));
+  EXPECT(args.collectives ==
+         std::vector<CollId>({CollId::kReduceScatter, CollId::kAllGather}));
+  // Command-line order, duplicates dropped; '_' and '-' ignored; bcast is broadcast.
+  EXPECT(ParseOk({"--coll=alltoall,all_reduce,Reduce-Scatter,alltoall,bcast,rsag"}, &args));
+  EXPECT(args.collectives == std::vector<CollId>({CollId::kAlltoAll, CollId::kAllReduce,
+                                                  CollId::kReduceScatter, CollId::kBroadcast,
+                                                  CollId::kRsAg}));
+  EXPECT(ParseOk({"--collective", "rs_ag"}, &args) &&
+         args.collectives == std::vector<CollId>({CollId::kRsAg}));
+  EXPECT(ParseOk({"-C", "all"}, &args) && args.collectives == AllCollectives());
+  EXPECT(AllCollectives().size() == 9);
+  const std::vector<std::string> names = {"allreduce", "reducescatter", "allgather",
+                                          "broadcast", "reduce",        "gather",
+                                          "scatter",   "alltoall",      "rs_ag"};
+  for (size_t i = 0; i < names.size(); ++i) {
+    Expect(CollName(AllCollectives()[i]) == names[i], "collective " + names[i], __LINE__);
+    PerfArgs one;
+    Expect(ParseOk({"-C", names[i]}, &one) && one.collectives.size() == 1 &&
+               one.collectives[0] == AllCollectives()[i],
+           "-C " + names[i] + " parses back", __LINE__);
+  }
+  // The library collectives have yaliCollective_t's values (the backends cast them).
+  EXPECT(static_cast<int>(CollId::kAllReduce) == 0 && static_cast<int>(CollId::kReduceScatter) == 1 &&
+         static_cast<int>(CollId::kAllGather) == 2 && static_cast<int>(CollId::kBroadcast) == 3 &&
+         static_cast<int>(CollId::kReduce) == 4 && static_cast<int>(CollId::kGather) == 5 &&
+         static_cast<int>(CollId::kScatter) == 6 && static_cast<int>(CollId::kAlltoAll) == 7);
+  EXPECT(ParseFails({"-C", "sendrecv"}, "-C/--coll"));
+  EXPECT(ParseFails({"-C", "allreduce,"}, "-C/--coll"));
+  EXPECT(ParseFails({"-C"}, "needs a value"));
+
+  EXPECT(ParseOk({"-r", "3"}, &args) && args.root == 3);
+  EXPECT(ParseOk({"--root=all"}, &args) && args.root == kEveryRoot);
+  EXPECT(ParseOk({"-r", "-1"}, &args) && args.root == kEveryRoot);  // nccl-tests' spelling
+  EXPECT(ParseOk({"-r", "2", "-r", "0"}, &args) && args.root == 0);
+  for (const char* bad : {"-2", "x", "1.5", ""})
+    Expect(ParseFails({"-r", bad}, "for -r/--root"), std::string("-r rejects '") + bad + "'",
+           __LINE__);
+
+  // --tune measures allreduce only.
+  EXPECT(ParseOk({"--tune", "-C", "allreduce"}, &args));
+  EXPECT(ParseFails({"--tune", "-C", "allgather"}, "-C/--coll does not apply to --tune"));
+  EXPECT(ParseFails({"--tune", "-C", "all"}, "does not apply to --tune"));
+  EXPECT(ParseFails({"--tune", "-r", "0"}, "-r/--root does not apply to --tune"));
+
+  const std::string usage = PerfUsage("yali-perf");
+  for (const char* needle : {"-C, --coll <list>", "-r, --root <rank|all>", "rs_ag", "alltoall",
+                             "-e, --maxbytes <size|max>", "f8e4m3", "YALI_PERF_MEM_HEADROOM",
+                             "skipped"})
+    Expect(usage.find(needle) != std::string::npos, std::string("usage has ") + needle, __LINE__);
+  // Every line of -h fits 100 columns (the table's readers use terminals).
+  std::istringstream lines(usage);
+  bool narrow = true;
+  for (std::string line; std::getline(lines, line);) narrow = narrow && line.size() <= 100;
+  EXPECT(narrow);
+}
+
+void TestMaxBytes() {
+  PerfArgs args;
+  EXPECT(ParseOk({"-e", "max"}, &args) && args.max_bytes_auto);
+  EXPECT(ParseOk({"--maxbytes=MAX", "-b", "1G"}, &args) && args.max_bytes_auto);
+  // -b may exceed the default -e when -e is max; the last -e wins.
+  EXPECT(ParseOk({"-b", "4G", "-e", "max"}, &args) && args.max_bytes_auto);
+  EXPECT(ParseOk({"-e", "max", "-e", "64M"}, &args) && !args.max_bytes_auto &&
+         args.max_bytes == 64u << 20);
+  EXPECT(ParseFails({"-e", "maximum"}, "or max"));
+  EXPECT(ParseFails({"-b", "max"}, "-b/--minbytes"));
+  EXPECT(ParseFails({"--tune", "-e", "max"}, "does not apply to --tune"));
+
+  // The sweep up to what fits: -b, x4 steps, then the limit itself.
+  EXPECT(ParseOk({"-b", "1M", "-e", "max"}, &args));
+  const size_t limit = (size_t(37) << 30) + 12345 * 4096;
+  std::vector<size_t> sizes = SizeSweepUpTo(args, limit);
+  EXPECT(sizes.front() == 1u << 20 && sizes.back() == limit);
+  EXPECT(sizes.size() == 9 && sizes[7] == size_t(16) << 30);  // 1M, 4M, .. 16G, then the limit
+  // A step that lands on the limit is not repeated.
+  EXPECT(SizeSweepUpTo(args, 16u << 20) == std::vector<size_t>({1u << 20, 4u << 20, 16u << 20}));
+  // -b above the limit: the limit alone.
+  EXPECT(ParseOk({"-b", "1G", "-e", "max"}, &args));
+  EXPECT(SizeSweepUpTo(args, 256u << 20) == std::vector<size_t>({256u << 20}));
+  // Without -e max the limit only cuts the sweep.
+  EXPECT(ParseOk({"-b", "1M", "-e", "64M"}, &args));
+  EXPECT(SizeSweepUpTo(args, 20u << 20) == std::vector<size_t>({1u << 20, 4u << 20, 16u << 20}));
+  EXPECT(SizeSweepUpTo(args, size_t(1) << 40) == SizeSweep(args));
+}
+
+// The shapes against nccl-tests 2.19.6's src/<collective>.cu (GetCollByteCount, GetBw).
+void TestCollShapes() {
+  auto same = [](const CollShape& s, size_t count, size_t send, size_t recv, size_t send_off,
+                 size_t recv_off, size_t bytes) {
+    return s.count == count && s.send_count == send && s.recv_count == recv &&
+           s.send_in_place_offset == send_off && s.recv_in_place_offset == recv_off &&
+           s.bytes == bytes;
+  };
+  // AllReduce, Broadcast, Reduce: count = size / element size, one buffer in and out.
+  for (CollId coll : {CollId::kAllReduce, CollId::kBroadcast, CollId::kReduce})
+    Expect(same(ShapeFor(coll, 4096, 4, 8), 1024, 1024, 1024, 0, 0, 4096),
+           std::string(CollName(coll)) + " shape", __LINE__);
+  EXPECT(same(ShapeFor(CollId::kAllReduce, 4097, 4, 3), 1024, 1024, 1024, 0, 0, 4096));
+  // ReduceScatter: per-rank blocks of count/n rounded down to 16 bytes; recv in place at
+  // send + rank * block; the size column is the input.
+  EXPECT(same(ShapeFor(CollId::kReduceScatter, 4096, 4, 8), 128, 1024, 128, 0, 128, 4096));
+  EXPECT(same(ShapeFor(CollId::kReduceScatter, 4096, 4, 3), 340, 1020, 340, 0, 340, 4080));
+  EXPECT(same(ShapeFor(CollId::kReduceScatter, 1000, 1, 3), 320, 960, 320, 0, 320, 960));
+  EXPECT(same(ShapeFor(CollId::kReduceScatter, 1000, 8, 3), 40, 120, 40, 0, 40, 960));
+  // AllGather and Gather: send in place at recv + rank * block; the size column is the output.
+  for (CollId coll : {CollId::kAllGather, CollId::kGather})
+    Expect(same(ShapeFor(coll, 4096, 2, 8), 256, 256, 2048, 256, 0, 4096),
+           std::string(CollName(coll)) + " shape", __LINE__);
+  // Scatter: recv in place at send + rank * block.
+  EXPECT(same(ShapeFor(CollId::kScatter, 4096, 2, 8), 256, 2048, 256, 0, 256, 4096));
+  // AlltoAll: n blocks in and out, no in-place offsets.
+  EXPECT(same(ShapeFor(CollId::kAlltoAll, 4096, 4, 8), 128, 1024, 1024, 0, 0, 4096));
+  // rs_ag: an AllReduce of n whole blocks, the reducescatter rows' sizes.
+  EXPECT(same(ShapeFor(CollId::kRsAg, 4096, 4, 3), 1020, 1020, 1020, 0, 0, 4080));
+  // Fewer elements than ranks: count 0, as nccl-tests.
+  EXPECT(same(ShapeFor(CollId::kAllGather, 8, 4, 4), 0, 0, 0, 0, 0, 0));
+
+  // busBW factors.
+  EXPECT(Near(BusFactor(CollId::kAllReduce, 8), 1.75) && Near(BusFactor(CollId::kRsAg, 4), 1.5));
+  for (CollId coll : {CollId::kReduceScatter, CollId::kAllGather, CollId::kAlltoAll,
+                      CollId::kGather, CollId::kScatter})
+    Expect(Near(BusFactor(coll, 8), 0.875) && std::string(BusFactorText(coll)) == "(n-1)/n",
+           std::string(CollName(coll)) + " busbw factor", __LINE__);
+  for (CollId coll : {CollId::kBroadcast, CollId::kReduce})
+    Expect(Near(BusFactor(coll, 8), 1.0) && std::string(BusFactorText(coll)) == "1",
+           std::string(CollName(coll)) + " busbw factor", __LINE__);
+  EXPECT(std::string(BusFactorText(CollId::kAllReduce)) == "2(n-1)/n");
+
+  EXPECT(CollReduces(CollId::kReduce) && CollReduces(CollId::kRsAg) &&
+         !CollReduces(CollId::kAllGather) && !CollReduces(CollId::kAlltoAll));
+  EXPECT(CollHasRoot(CollId::kScatter) && !CollHasRoot(CollId::kAlltoAll));
+  EXPECT(!CollHasInPlace(CollId::kAlltoAll) && CollHasInPlace(CollId::kScatter));
+  EXPECT(CollSameOutputEverywhere(CollId::kBroadcast) && !CollSameOutputEverywhere(CollId::kReduce));
+  const CollShape gather = ShapeFor(CollId::kGather, 4096, 4, 4);
+  EXPECT(OutputCount(CollId::kGather, gather, 2, 2, 4) == 1024 &&
+         OutputCount(CollId::kGather, gather, 1, 2, 4) == 0);
+  EXPECT(OutputCount(CollId::kScatter, ShapeFor(CollId::kScatter, 4096, 4, 4), 1, 2, 4) == 256);
 }
 
 void TestYaliFlags() {
@@ -295,6 +465,7 @@ void TestTuneArgs() {
                     "--max-case-time does not apply to --tune"));
   EXPECT(ParseFails({"--tune", "-d", "float,half"}, "one dtype"));
   EXPECT(ParseFails({"-d", "all", "--tune"}, "one dtype"));
+  EXPECT(ParseFails({"--tune", "-d", "int8"}, "one dtype"));
   EXPECT(PerfUsage("yali-perf").find("--tune-out <file>") != std::string::npos);
 }
 
@@ -390,8 +561,6 @@ void TestLaunchEnv() {
 
 // ---- Statistics and reports ---------------------------------------------------------------------
 
-bool Near(double a, double b) { return a - b < 1e-9 && b - a < 1e-9; }
-
 void TestStats() {
   SampleStats stats = ComputeStats({5, 1, 4, 2, 3});
   EXPECT(stats.n == 5 && Near(stats.mean, 3) && Near(stats.min, 1) && Near(stats.max, 5));
@@ -458,13 +627,18 @@ void TestReport() {
 
   // Every row has the same 16 fields, so that awk/pandas can read the table.
   std::vector<std::string> row =
-      Fields(TableRow("yali", 4096, 1024, DType::kFloat, RedOp::kSum, &yali, &yali,
+      Fields(TableRow("yali", 4096, 1024, DType::kFloat, RedOpLabel(yali), &yali, &yali,
                       AlgoLabel(yali), -1, -1));
   EXPECT(row.size() == 16 && row[0] == "yali" && row[1] == "4096" && row[3] == "float" &&
          row[13] == "oneshot_ll/8" && row[14] == "-");
-  row = Fields(TableRow("nccl", 4096, 1024, DType::kFloat, RedOp::kSum, nullptr, &nccl, "-", -1,
+  row = Fields(TableRow("nccl", 4096, 1024, DType::kFloat, "sum", nullptr, &nccl, "-", -1,
                         1.25));
   EXPECT(row.size() == 16 && row[5] == "-" && row[12] == "N/A" && row[15] == "1.250");
+  // A row the library refused keeps the 16 fields: every measurement "-", algo "skipped".
+  row = Fields(TableRow("yali", 4096, 4096, DType::kF8e4m3, "none", nullptr, nullptr, "skipped",
+                        -1, -1));
+  EXPECT(row.size() == 16 && row[3] == "f8e4m3" && row[4] == "none" && row[5] == "-" &&
+         row[13] == "skipped");
   for (const std::string& line : {TableHeader()}) EXPECT(line[0] == '#');
   EXPECT(PercentileTable({yali}).find("oneshot") == std::string::npos);
   // The percentile table numbers each row by its --repeat pass: 15 fields, the run 6th, n 7th.
@@ -498,10 +672,72 @@ void TestReport() {
         "\"warmup\": 2"})
     Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
   EXPECT(JsonWellFormed(json));
+  // Every result names its collective and root (null without one); the run lists what it skipped.
+  EXPECT(json.find("\"collective\": \"allreduce\",\n      \"dtype\"") != std::string::npos);
+  EXPECT(json.find("\"root\": null") != std::string::npos);
+  EXPECT(json.find("\"skipped\": []") != std::string::npos);
+  EXPECT(json.find("max_message") == std::string::npos);  // -e max only
   info.max_case_seconds = 0.02;
   EXPECT(FormatJson(info, {yali}).find("\"max_case_time_s\": 0.02,") != std::string::npos);
   info.registered = true;
   EXPECT(FormatJson(info, {yali}).find("\"registered\": 1,") != std::string::npos);
+
+  // Other collectives: redop "none" for data movement, the root, skipped cases, -e max's summary.
+  ResultRecord gather = yali;
+  gather.collective = "gather";
+  gather.has_op = false;
+  gather.root = 2;
+  EXPECT(RedOpLabel(gather) == "none" && RedOpLabel(yali) == "sum");
+  SkipRecord refused;
+  refused.impl = "yali";
+  refused.collective = "reduce";
+  refused.dtype = DType::kInt8;
+  refused.redop = "prod";
+  refused.root = 1;
+  refused.bytes = 4096;
+  refused.count = 4096;
+  refused.placement = "in-place";
+  refused.reason = "yaliReduce(...) failed: result 4 (invalid argument)";
+  SkipRecord avg;
+  avg.every_size = true;
+  avg.impl = "all";
+  avg.collective = "allreduce";
+  avg.dtype = DType::kUint32;
+  avg.redop = "avg";
+  avg.reason = "avg is for floating types only";
+  RunInfo multi = info;
+  multi.collective = "allreduce,gather";
+  multi.skipped = {refused, avg};
+  multi.max_bytes_auto = true;
+  multi.buffer_bytes = 1u << 30;
+  LargestRecord largest;
+  largest.collective = "gather";
+  largest.impl = "yali";
+  largest.dtype = DType::kFloat;
+  largest.bytes = 1u << 30;
+  largest.count = 1u << 25;
+  largest.checked = true;
+  multi.largest = {largest};
+  json = FormatJson(multi, {yali, gather});
+  EXPECT(JsonWellFormed(json));
+  for (const char* needle :
+       {"\"collective\": \"allreduce,gather\"", "\"collective\": \"gather\"",
+        "\"redop\": \"none\"", "\"root\": 2", "\"skipped\": [", "\"reason\": \"yaliReduce(",
+        "\"placement\": \"in-place\"", "\"dtype\": \"uint32\"", "\"bytes\": null",
+        "\"placement\": null", "\"max_message\": {", "\"buffer_bytes\": 1073741824",
+        "\"largest\": [", "\"count\": 33554432"})
+    Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
+
+  // Block headings: in the percentile table only when there is more than one block.
+  EXPECT(PercentileTable({yali, yali}).find("# allreduce") == std::string::npos);
+  const std::string percentiles = PercentileTable({yali, gather});
+  EXPECT(percentiles.find("# allreduce\n") != std::string::npos &&
+         percentiles.find("# gather, root 2\n") != std::string::npos &&
+         percentiles.find(" none ") != std::string::npos);
+  EXPECT(BlockHeading(CollId::kBroadcast, 1) == "# broadcast, root 1 (busbw = algbw * 1)\n");
+  EXPECT(BlockHeading(CollId::kRsAg, 0) ==
+         "# rs_ag (allreduce via reducescatter+allgather) (busbw = algbw * 2(n-1)/n)\n");
+  EXPECT(BlockHeading(CollId::kAlltoAll, 0) == "# alltoall (busbw = algbw * (n-1)/n)\n");
 
   JsonWriter writer;
   writer.BeginObject();
@@ -535,8 +771,13 @@ std::vector<yali::TuningEntry> ParseWithLibrary(const std::string& text, std::st
   return entries;
 }
 
+// The LL/two-shot crossover: the one-shot LL algorithm's threshold (the library's ll_max key).
+int64_t LLMax(const yali::TuningEntry& e) {
+  return e.thresholds[static_cast<int>(yali::Algo::kOneshotLL)];
+}
+
 bool SameEntry(const yali::TuningEntry& e, const TuningLine& line) {
-  return e.smMajor == line.sm_major && e.nranks == line.nranks && e.oneshotLLMaxBytes == line.ll_max &&
+  return e.smMajor == line.sm_major && e.nranks == line.nranks && LLMax(e) == line.ll_max &&
          e.llThreads == line.ll_threads && e.llMaxCtas == line.ll_ctas &&
          e.twoshotThreads == line.twoshot_threads && e.twoshotMaxCtas == line.twoshot_ctas &&
          e.twoshotMinSlotBytes == line.twoshot_min_slot &&
@@ -566,7 +807,17 @@ void TestTuneLine() {
   line.twoshot_ctas = 24;
   line.twoshot_min_slot = 4 << 10;
   line.twoshot_max_slot = 64 << 10;
-  yali::TuningEntry entry{9, 4, 256 << 10, 1024, 16, 256, 24, 4 << 10, 64 << 10};
+  // By member: the struct grows keys that --tune leaves to the built-in table.
+  yali::TuningEntry entry{};
+  entry.smMajor = 9;
+  entry.nranks = 4;
+  entry.thresholds[static_cast<int>(yali::Algo::kOneshotLL)] = 256 << 10;
+  entry.llThreads = 1024;
+  entry.llMaxCtas = 16;
+  entry.twoshotThreads = 256;
+  entry.twoshotMaxCtas = 24;
+  entry.twoshotMinSlotBytes = 4 << 10;
+  entry.twoshotMaxSlotBytes = 64 << 10;
   // Word for word what the library writes, and read back to the same values.
   EXPECT(FormatTuningLine(line) == yali::formatTuningEntry(entry));
   std::string error;
@@ -920,6 +1171,9 @@ int main() {
   TestDefaults();
   TestNcclTestsFlags();
   TestLists();
+  TestCollectiveArgs();
+  TestMaxBytes();
+  TestCollShapes();
   TestYaliFlags();
   TestRegistered();
   TestRepeatAndTimeLimit();
