@@ -9,10 +9,17 @@ Low level (plain pointers as ints, any CUDA array library)::
     uid = yali.get_unique_id()                   # on one rank; send bytes(uid) to the others
     comm = yali.Comm.init_rank(nranks, uid, rank)  # on the current CUDA device
     comm.all_reduce(send_ptr, recv_ptr, count, "float32", "sum", stream_ptr)
+    comm.all_gather(send_ptr, recv_ptr, send_count, "bfloat16", stream_ptr)
     comm.destroy()
 
+``yali.Comm`` has one method per C collective, with the C call's arguments in its order (counts in
+elements, as in yali.h): all_reduce, reduce_scatter, all_gather, broadcast, bcast, reduce, gather,
+scatter, all_to_all; ``algo_info`` says what any of them would run. The torch.distributed-shaped
+methods (all_gather_into_tensor, reduce_scatter_tensor, ...) are on ``yali.torch.Communicator``.
+
 Registered buffers (zero-copy: ``twoshot_direct`` writes the reduced shards straight into every
-rank's registered output, ``direct`` also reads the registered inputs over NVLink)::
+rank's registered output; the ``*_direct`` exchanges write every piece straight into its
+receiver's registered output)::
 
     with comm.register(send_ptr, nbytes), comm.register(recv_ptr, nbytes):  # collective
         comm.all_reduce(send_ptr, recv_ptr, count, "float32")
@@ -29,6 +36,7 @@ from typing import NamedTuple
 from . import _capi
 from ._capi import (
     UNIQUE_ID_BYTES,
+    Collective,
     DataType,
     RedOp,
     Result,
@@ -50,6 +58,7 @@ __version__ = "0.1.0"
 __all__ = [
     "UNIQUE_ID_BYTES",
     "AlgoInfo",
+    "Collective",
     "Comm",
     "DataType",
     "Registration",
@@ -66,8 +75,10 @@ __all__ = [
     "YaliSystemError",
     "YaliTimeout",
     "YaliUnhandledCudaError",
+    "as_collective",
     "as_datatype",
     "as_redop",
+    "collective_name",
     "get_error_string",
     "get_last_error",
     "get_unique_id",
@@ -109,18 +120,33 @@ def get_version():
 
 # ---- Enum conversions ----------------------------------------------------------------------------
 
-_DTYPE_NAMES = {
-    "float32": DataType.Float32,
-    "float": DataType.Float32,
+# Names accepted for each type: the header's (yaliInt8 -> "int8", aliases included: "char", "int",
+# "half", "float", "double"), numpy's and torch's dtype names, and the usual short forms.
+_DTYPE_NAMES = {name.lower(): member for name, member in DataType.__members__.items()
+                if member != DataType.NumTypes}
+_DTYPE_NAMES.update({
+    "i8": DataType.Int8,
+    "u8": DataType.Uint8,
+    "i32": DataType.Int32,
+    "u32": DataType.Uint32,
+    "i64": DataType.Int64,
+    "u64": DataType.Uint64,
     "fp32": DataType.Float32,
     "f32": DataType.Float32,
-    "float16": DataType.Float16,
-    "half": DataType.Float16,
     "fp16": DataType.Float16,
     "f16": DataType.Float16,
-    "bfloat16": DataType.Bfloat16,
+    "fp64": DataType.Float64,
+    "f64": DataType.Float64,
     "bf16": DataType.Bfloat16,
-}
+    # torch.float8_e4m3fn / ml_dtypes.float8_e4m3fn: the OCP E4M3 type NCCL and YALI use.
+    "float8_e4m3fn": DataType.Float8e4m3,
+    "float8_e4m3": DataType.Float8e4m3,
+    "fp8_e4m3": DataType.Float8e4m3,
+    "e4m3": DataType.Float8e4m3,
+    "float8_e5m2": DataType.Float8e5m2,
+    "fp8_e5m2": DataType.Float8e5m2,
+    "e5m2": DataType.Float8e5m2,
+})
 
 _OP_NAMES = {
     "sum": RedOp.Sum,
@@ -156,7 +182,8 @@ def as_datatype(dtype, call="yaliAllReduce"):
     raise _capi.python_error(
         Result.InvalidArgument,
         call,
-        f"datatype {dtype!r} is not supported (float32, float16 or bfloat16)",
+        f"datatype {dtype!r} is not supported (int8, uint8, int32, uint32, int64, uint64, float16, "
+        "bfloat16, float32, float64, float8_e4m3fn, float8_e5m2)",
     )
 
 
@@ -171,6 +198,62 @@ def as_redop(op, call="yaliAllReduce"):
     raise _capi.python_error(
         Result.InvalidArgument, call, f"op {op!r} is not supported (sum, prod, max, min or avg)"
     )
+
+
+def _check_op_for_type(op, dtype, call):
+    """Refuses yaliAvg on a non-floating type as the library does (yaliInvalidArgument), before
+    the call, with a message naming both. Plain ints that are not known values are left to the
+    library."""
+    try:
+        op, dtype = RedOp(op), DataType(dtype)
+    except ValueError:
+        return
+    if op == RedOp.Avg and dtype in _capi.TYPE_SIZES and dtype not in _capi.FLOATING_TYPES:
+        raise _capi.python_error(
+            Result.InvalidArgument,
+            call,
+            f"op=avg is for floating types only (float16, bfloat16, float32, float64, fp8); "
+            f"datatype is {dtype.name.lower()}: use sum and divide",
+        )
+
+
+_COLLECTIVE_NAMES = {
+    "allreduce": Collective.AllReduce,
+    "all_reduce": Collective.AllReduce,
+    "reducescatter": Collective.ReduceScatter,
+    "reduce_scatter": Collective.ReduceScatter,
+    "reduce_scatter_tensor": Collective.ReduceScatter,
+    "allgather": Collective.AllGather,
+    "all_gather": Collective.AllGather,
+    "all_gather_into_tensor": Collective.AllGather,
+    "broadcast": Collective.Broadcast,
+    "bcast": Collective.Broadcast,
+    "reduce": Collective.Reduce,
+    "gather": Collective.Gather,
+    "scatter": Collective.Scatter,
+    "alltoall": Collective.AlltoAll,
+    "all_to_all": Collective.AlltoAll,
+    "all_to_all_single": Collective.AlltoAll,
+}
+
+
+def as_collective(collective, call="yaliAlgoInfo"):
+    """A Collective from a Collective/int, or a name: yaliCollectiveName's ("allreduce",
+    "reducescatter", ...), the Python methods' ("all_reduce", "all_gather_into_tensor", ...)."""
+    if type(collective) is int or isinstance(collective, Collective):
+        return collective
+    if isinstance(collective, str) and collective.lower() in _COLLECTIVE_NAMES:
+        return _COLLECTIVE_NAMES[collective.lower()]
+    raise _capi.python_error(
+        Result.InvalidArgument, call,
+        f"collective {collective!r} is not known (allreduce, reducescatter, allgather, broadcast, "
+        "reduce, gather, scatter, alltoall)",
+    )
+
+
+def collective_name(collective):
+    """yaliCollectiveName: the library's name of a collective ("allreduce", ...), or "unknown"."""
+    return _capi.collective_name(as_collective(collective, "yaliCollectiveName"))
 
 
 # ---- Unique id -----------------------------------------------------------------------------------
@@ -239,7 +322,7 @@ def group():
 
 
 class AlgoInfo(NamedTuple):
-    """What yaliAllReduce would run (yaliAllReduceAlgoInfo)."""
+    """What a collective would run (yaliAlgoInfo, yaliAllReduceAlgoInfo)."""
 
     algorithm: str
     ctas: int
@@ -338,10 +421,11 @@ class Registration:
     """Device memory registered with yaliCommRegister on one comm (``Comm.register``) or on every
     comm of a single process (``yali.register_all``).
 
-    While it lasts, a collective whose buffers lie inside registrations on every rank, at the same
-    byte offset of corresponding registrations, may take a zero-copy algorithm: ``twoshot_direct``
-    (output registered, from YALI_TWOSHOT_DIRECT_MIN_BYTES up) or ``direct`` (both registered, from
-    YALI_DIRECT_MIN_BYTES up); see ``Comm.all_reduce_algo_info``.
+    While it lasts, a collective whose output lies inside corresponding registrations on every rank
+    may take a zero-copy algorithm: AllReduce's ``twoshot_direct`` (the output at the same byte
+    offset on every rank, from YALI_TWOSHOT_DIRECT_MIN_BYTES up), or the ``*_direct`` algorithms of
+    AllGather, Broadcast, Scatter and AlltoAll (any offsets, from their YALI_*_DIRECT_MIN_BYTES
+    up); see ``Comm.algo_info``.
 
     ``deregister()`` (yaliCommDeregister) is local: it waits, bounded by YALI_TIMEOUT_MS, for this
     rank's calls on the comm, never for peers; every rank should deregister before freeing the
@@ -575,22 +659,127 @@ class Comm(_ClosingContext):
         return self._handle is None
 
     # -- collectives
+    #
+    # One method per C collective, arguments in the C call's order (yali.h), counts in elements.
+    # Pointers: ints, None (NULL), tensors (data_ptr()) or __cuda_array_interface__ arrays. dtype: a
+    # DataType, an int, or a name ("float32", "bf16", "int64", "float8_e4m3fn", ...; see
+    # as_datatype); op: a RedOp or "sum"/"prod"/"max"/"min"/"avg" (avg only for floating types);
+    # root: a rank of this comm. Each call is enqueued on ``stream_ptr`` (an int, a torch.cuda.Stream
+    # or a CuPy stream; None: the legacy default stream) and does not synchronize. Every rank makes
+    # the same call (collective, count, type, op, root) in the same order. The library checks the
+    # buffers (device memory of this comm's GPU, overlaps) and raises YaliInvalidArgument naming the
+    # argument; a failed comm raises its asynchronous error (YaliTimeout, ...) and launches nothing.
+
+    def _args(self, call, dtype, op=None):
+        dt = as_datatype(dtype, call)
+        if op is None:
+            return dt, None
+        op = as_redop(op, call)
+        _check_op_for_type(op, dt, call)
+        return dt, op
 
     def all_reduce(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, op=RedOp.Sum,
                    stream_ptr=None):
-        """yaliAllReduce: ``count`` elements from ``send_ptr`` into ``recv_ptr`` (the same pointer:
-        in place), enqueued on ``stream_ptr`` (None: the legacy default stream). Does not
-        synchronize. dtype: DataType or "float32"/"float16"/"bfloat16"; op: RedOp or
-        "sum"/"prod"/"max"/"min"/"avg"."""
+        """yaliAllReduce: ``count`` elements from ``send_ptr``, reduced across the ranks, into
+        ``recv_ptr`` on every rank (the same pointer: in place)."""
         call = "yaliAllReduce"
-        _capi.all_reduce(
-            _as_ptr(send_ptr, call, "sendbuff"),
-            _as_ptr(recv_ptr, call, "recvbuff"),
-            count,
-            as_datatype(dtype, call),
-            as_redop(op, call),
-            self.handle,
-            _as_stream(stream_ptr, call),
+        dt, op = self._args(call, dtype, op)
+        _capi.all_reduce(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                         count, dt, op, self.handle, _as_stream(stream_ptr, call))
+
+    def reduce_scatter(self, send_ptr, recv_ptr, recv_count, dtype=DataType.Float32, op=RedOp.Sum,
+                       stream_ptr=None):
+        """yaliReduceScatter: ``send_ptr`` holds size * recv_count elements on every rank; rank i's
+        ``recv_ptr`` (recv_count elements) gets block i of their reduction. In place when
+        recv_ptr == send_ptr + rank * recv_count elements."""
+        call = "yaliReduceScatter"
+        dt, op = self._args(call, dtype, op)
+        _capi.reduce_scatter(_as_ptr(send_ptr, call, "sendbuff"),
+                             _as_ptr(recv_ptr, call, "recvbuff"), recv_count, dt, op, self.handle,
+                             _as_stream(stream_ptr, call))
+
+    def all_gather(self, send_ptr, recv_ptr, send_count, dtype=DataType.Float32, stream_ptr=None):
+        """yaliAllGather: ``recv_ptr`` (size * send_count elements) gets rank i's ``send_ptr``
+        (send_count elements) at element offset i * send_count, on every rank. In place when
+        send_ptr == recv_ptr + rank * send_count elements."""
+        call = "yaliAllGather"
+        dt, _ = self._args(call, dtype)
+        _capi.all_gather(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                         send_count, dt, self.handle, _as_stream(stream_ptr, call))
+
+    def broadcast(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, root=0,
+                  stream_ptr=None):
+        """yaliBroadcast: every rank's ``recv_ptr`` gets root's ``send_ptr`` (``count`` elements);
+        send_ptr is read on root only (None elsewhere is fine). In place when they are equal."""
+        call = "yaliBroadcast"
+        dt, _ = self._args(call, dtype)
+        _capi.broadcast(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                        count, dt, root, self.handle, _as_stream(stream_ptr, call))
+
+    def bcast(self, ptr, count, dtype=DataType.Float32, root=0, stream_ptr=None):
+        """yaliBcast: broadcast in place, root's ``ptr`` into every rank's ``ptr``."""
+        call = "yaliBcast"
+        dt, _ = self._args(call, dtype)
+        _capi.bcast(_as_ptr(ptr, call, "buff"), count, dt, root, self.handle,
+                    _as_stream(stream_ptr, call))
+
+    def reduce(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, op=RedOp.Sum, root=0,
+               stream_ptr=None):
+        """yaliReduce: root's ``recv_ptr`` gets the reduction of every rank's ``send_ptr``
+        (``count`` elements); recv_ptr is used on root only (None elsewhere is fine). In place
+        when they are equal."""
+        call = "yaliReduce"
+        dt, op = self._args(call, dtype, op)
+        _capi.reduce(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                     count, dt, op, root, self.handle, _as_stream(stream_ptr, call))
+
+    def gather(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, root=0, stream_ptr=None):
+        """yaliGather: root's ``recv_ptr`` (size * count elements) gets rank i's ``send_ptr``
+        (``count`` elements) at element offset i * count; recv_ptr is used on root only (None
+        elsewhere is fine). In place when, on root, send_ptr == recv_ptr + root * count."""
+        call = "yaliGather"
+        dt, _ = self._args(call, dtype)
+        _capi.gather(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                     count, dt, root, self.handle, _as_stream(stream_ptr, call))
+
+    def scatter(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, root=0, stream_ptr=None):
+        """yaliScatter: rank i's ``recv_ptr`` (``count`` elements) gets root's ``send_ptr`` at
+        element offset i * count; send_ptr (size * count elements) is read on root only (None
+        elsewhere is fine). In place when, on root, recv_ptr == send_ptr + root * count."""
+        call = "yaliScatter"
+        dt, _ = self._args(call, dtype)
+        _capi.scatter(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                      count, dt, root, self.handle, _as_stream(stream_ptr, call))
+
+    def all_to_all(self, send_ptr, recv_ptr, count, dtype=DataType.Float32, stream_ptr=None):
+        """yaliAlltoAll: rank i sends send_ptr + j * count (``count`` elements) to rank j, which
+        places it at recv_ptr + i * count. Both buffers hold size * count elements; never in
+        place (they must not overlap)."""
+        call = "yaliAlltoAll"
+        dt, _ = self._args(call, dtype)
+        _capi.all_to_all(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
+                         count, dt, self.handle, _as_stream(stream_ptr, call))
+
+    def algo_info(self, collective, count, dtype=DataType.Float32, op=RedOp.Sum, root=0,
+                  send_ptr=None, recv_ptr=None):
+        """yaliAlgoInfo: what ``collective`` (a Collective, or a name: "allreduce"/"all_reduce",
+        "reducescatter", "allgather", "broadcast", "reduce", "gather", "scatter", "alltoall")
+        would run on this comm. ``count``, ``op`` and ``root`` as that collective's own method
+        takes them (op is ignored by collectives that do not reduce, root by those without one).
+        ``send_ptr``/``recv_ptr``: the call's buffers, which matter when they are registered; None
+        (the default) passes NULL: the choice for unregistered buffers. Launches nothing."""
+        call = "yaliAlgoInfo"
+        return AlgoInfo(
+            *_capi.algo_info(
+                self.handle,
+                as_collective(collective, call),
+                _as_ptr(send_ptr, call, "sendbuff"),
+                _as_ptr(recv_ptr, call, "recvbuff"),
+                count,
+                as_datatype(dtype, call),
+                as_redop(op, call),
+                root,
+            )
         )
 
     def all_reduce_algo_info(self, count, dtype=DataType.Float32, op=RedOp.Sum, send_ptr=None,

@@ -8,8 +8,9 @@ Where the library is looked for, in order:
   2. the package's own ``yali/lib/libyali.so*`` (what ``pip install .`` ships);
   3. ``<repo>/build/src/libyali.so`` when running from the source tree (``make build``).
 
-This module mirrors the header: the enums (same names without the ``yali`` prefix, same values), the
-two structs, one checked wrapper per function, and the error classes. ``yali/__init__.py`` builds the
+This module mirrors the header: the enums (same names without the ``yali`` prefix, same values; the
+collectives without their ``yaliColl`` prefix), the two structs, one checked wrapper per function,
+and the error classes. ``yali/__init__.py`` builds the
 Pythonic layer (UniqueId, Comm) on top of it.
 """
 
@@ -48,13 +49,37 @@ class Result(enum.IntEnum):
 
 
 class DataType(enum.IntEnum):
-    """yaliDataType_t. Half and Float are aliases, as in the header."""
+    """yaliDataType_t: every NCCL type, with NCCL's values. Char, Int, Half, Float and Double are
+    aliases, as in the header."""
 
+    Int8 = 0
+    Char = 0
+    Uint8 = 1
+    Int32 = 2
+    Int = 2
+    Uint32 = 3
+    Int64 = 4
+    Uint64 = 5
     Float16 = 6
     Half = 6
     Float32 = 7
     Float = 7
+    Float64 = 8
+    Double = 8
     Bfloat16 = 9
+    Float8e4m3 = 10
+    Float8e5m2 = 11
+    NumTypes = 12
+
+
+# The types yaliAvg accepts (yali.h: "yaliAvg, which is for the floating types only").
+FLOATING_TYPES = frozenset({DataType.Float16, DataType.Float32, DataType.Float64, DataType.Bfloat16,
+                            DataType.Float8e4m3, DataType.Float8e5m2})
+# Bytes per element of each type.
+TYPE_SIZES = {DataType.Int8: 1, DataType.Uint8: 1, DataType.Int32: 4, DataType.Uint32: 4,
+              DataType.Int64: 8, DataType.Uint64: 8, DataType.Float16: 2, DataType.Float32: 4,
+              DataType.Float64: 8, DataType.Bfloat16: 2, DataType.Float8e4m3: 1,
+              DataType.Float8e5m2: 1}
 
 
 class RedOp(enum.IntEnum):
@@ -66,6 +91,20 @@ class RedOp(enum.IntEnum):
     Min = 3
     Avg = 4
     NumOps = 5
+
+
+class Collective(enum.IntEnum):
+    """yaliCollective_t (yaliCollAllReduce -> Collective.AllReduce), for yaliAlgoInfo."""
+
+    AllReduce = 0
+    ReduceScatter = 1
+    AllGather = 2
+    Broadcast = 3
+    Reduce = 4
+    Gather = 5
+    Scatter = 6
+    AlltoAll = 7
+    NumCollectives = 8
 
 
 # ---- Structs -------------------------------------------------------------------------------------
@@ -298,6 +337,114 @@ _PROTOTYPES = {
             ctypes.c_void_p,  # stream
         ],
     ),
+    "yaliReduceScatter": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (nranks * recvcount elements)
+            ctypes.c_void_p,  # recvbuff
+            ctypes.c_size_t,  # recvcount
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # op
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliAllGather": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff
+            ctypes.c_void_p,  # recvbuff (nranks * sendcount elements)
+            ctypes.c_size_t,  # sendcount
+            ctypes.c_int,  # datatype
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliBroadcast": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (read on root only)
+            ctypes.c_void_p,  # recvbuff
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # root
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliBcast": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # buff
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # root
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliReduce": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff
+            ctypes.c_void_p,  # recvbuff (used on root only)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # op
+            ctypes.c_int,  # root
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliGather": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (count elements)
+            ctypes.c_void_p,  # recvbuff (nranks * count elements, used on root only)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # root
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliScatter": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (nranks * count elements, read on root only)
+            ctypes.c_void_p,  # recvbuff (count elements)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # root
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliAlltoAll": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (nranks * count elements)
+            ctypes.c_void_p,  # recvbuff (nranks * count elements)
+            ctypes.c_size_t,  # count (per peer)
+            ctypes.c_int,  # datatype
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliAlgoInfo": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # comm
+            ctypes.c_int,  # collective
+            ctypes.c_void_p,  # sendbuff (NULL: the choice for unregistered buffers)
+            ctypes.c_void_p,  # recvbuff (NULL allowed)
+            ctypes.c_size_t,  # count, as the collective's own call takes it
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # op (ignored by collectives that do not reduce)
+            ctypes.c_int,  # root (ignored by collectives without one)
+            ctypes.POINTER(yaliAlgoInfo_t),  # info (out)
+        ],
+    ),
     "yaliAllReduceAlgoInfo": (
         ctypes.c_int,
         [
@@ -310,6 +457,7 @@ _PROTOTYPES = {
             ctypes.POINTER(yaliAlgoInfo_t),  # info (out)
         ],
     ),
+    "yaliCollectiveName": (ctypes.c_char_p, [ctypes.c_int]),
 }
 
 
@@ -580,10 +728,21 @@ def group_end():
     check(lib().yaliGroupEnd(), "yaliGroupEnd")
 
 
+# The collectives' wrappers take plain ints (pointers or None, counts, enum values, handle, stream)
+# in the C call's order, and raise the YaliError subclass of a failure with the library's message.
+# A comm whose asynchronous error is set makes every one of them raise it, launching nothing
+# (yali.h: "Failures").
+
+
+def _check_launch(call, handle, code):
+    if code:
+        check(code, call, handle)
+
+
 def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
-    """yaliAllReduce with plain ints (pointers, count, enum values, handle, stream)."""
+    """yaliAllReduce."""
     call = "yaliAllReduce"
-    code = lib().yaliAllReduce(
+    _check_launch(call, handle, lib().yaliAllReduce(
         send_ptr,
         recv_ptr,
         as_size_t(count, call, "count"),
@@ -591,9 +750,71 @@ def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
         as_c_int(op, call, "op"),
         handle,
         stream,
-    )
-    if code:
-        check(code, call, handle)
+    ))
+
+
+def reduce_scatter(send_ptr, recv_ptr, recv_count, datatype, op, handle, stream):
+    """yaliReduceScatter: ``recv_count`` elements per rank; send holds nranks * recv_count."""
+    call = "yaliReduceScatter"
+    _check_launch(call, handle, lib().yaliReduceScatter(
+        send_ptr, recv_ptr, as_size_t(recv_count, call, "recvcount"),
+        as_c_int(datatype, call, "datatype"), as_c_int(op, call, "op"), handle, stream))
+
+
+def all_gather(send_ptr, recv_ptr, send_count, datatype, handle, stream):
+    """yaliAllGather: ``send_count`` elements per rank; recv holds nranks * send_count."""
+    call = "yaliAllGather"
+    _check_launch(call, handle, lib().yaliAllGather(
+        send_ptr, recv_ptr, as_size_t(send_count, call, "sendcount"),
+        as_c_int(datatype, call, "datatype"), handle, stream))
+
+
+def broadcast(send_ptr, recv_ptr, count, datatype, root, handle, stream):
+    """yaliBroadcast (send_ptr is read on root only)."""
+    call = "yaliBroadcast"
+    _check_launch(call, handle, lib().yaliBroadcast(
+        send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(root, call, "root"), handle, stream))
+
+
+def bcast(ptr, count, datatype, root, handle, stream):
+    """yaliBcast: yaliBroadcast in place."""
+    call = "yaliBcast"
+    _check_launch(call, handle, lib().yaliBcast(
+        ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(root, call, "root"), handle, stream))
+
+
+def reduce(send_ptr, recv_ptr, count, datatype, op, root, handle, stream):
+    """yaliReduce (recv_ptr is used on root only; None elsewhere is fine)."""
+    call = "yaliReduce"
+    _check_launch(call, handle, lib().yaliReduce(
+        send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(op, call, "op"), as_c_int(root, call, "root"), handle, stream))
+
+
+def gather(send_ptr, recv_ptr, count, datatype, root, handle, stream):
+    """yaliGather: ``count`` elements per rank into root's recv (nranks * count; None elsewhere)."""
+    call = "yaliGather"
+    _check_launch(call, handle, lib().yaliGather(
+        send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(root, call, "root"), handle, stream))
+
+
+def scatter(send_ptr, recv_ptr, count, datatype, root, handle, stream):
+    """yaliScatter: root's send (nranks * count; None elsewhere) into every rank's recv (count)."""
+    call = "yaliScatter"
+    _check_launch(call, handle, lib().yaliScatter(
+        send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(root, call, "root"), handle, stream))
+
+
+def all_to_all(send_ptr, recv_ptr, count, datatype, handle, stream):
+    """yaliAlltoAll: ``count`` elements to each peer; both buffers hold nranks * count."""
+    call = "yaliAlltoAll"
+    _check_launch(call, handle, lib().yaliAlltoAll(
+        send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        handle, stream))
 
 
 def all_reduce_algo_info(handle, send_ptr, recv_ptr, count, datatype, op):
@@ -615,6 +836,34 @@ def all_reduce_algo_info(handle, send_ptr, recv_ptr, count, datatype, op):
         handle,
     )
     return (_text(info.algorithm), info.ctas, info.threads, info.chunkBytes)
+
+
+def algo_info(handle, collective, send_ptr, recv_ptr, count, datatype, op, root):
+    """yaliAlgoInfo -> (algorithm, ctas, threads, chunk_bytes) of ``collective`` (a Collective
+    value). ``count``, ``op`` and ``root`` as that collective's own call takes them."""
+    call = "yaliAlgoInfo"
+    info = yaliAlgoInfo_t()
+    check(
+        lib().yaliAlgoInfo(
+            handle,
+            as_c_int(collective, call, "collective"),
+            send_ptr,
+            recv_ptr,
+            as_size_t(count, call, "count"),
+            as_c_int(datatype, call, "datatype"),
+            as_c_int(op, call, "op"),
+            as_c_int(root, call, "root"),
+            ctypes.byref(info),
+        ),
+        call,
+        handle,
+    )
+    return (_text(info.algorithm), info.ctas, info.threads, info.chunkBytes)
+
+
+def collective_name(collective):
+    """yaliCollectiveName: "allreduce", "reducescatter", ..., or "unknown"."""
+    return _text(lib().yaliCollectiveName(as_c_int(collective, "yaliCollectiveName", "collective")))
 
 
 # ---- CUDA runtime helpers (through libyali's own libcudart: no torch needed) ---------------------

@@ -3,31 +3,71 @@
 ``Communicator(group=None)``
     One process per GPU. Built from a torch.distributed process group (default WORLD): rank 0 of the
     group creates the unique id and the group carries it to the others. Lives on the rank's current
-    CUDA device. ``all_reduce(tensor, op="sum", out=None)``.
+    CUDA device. Collectives, with torch.distributed's names and argument order::
+
+        all_reduce(tensor, op="sum", out=None)
+        all_gather_into_tensor(output_tensor, input_tensor)
+        reduce_scatter_tensor(output, input, op="sum")
+        broadcast(tensor, src)
+        reduce(tensor, dst, op="sum")
+        gather(tensor, gather_list=None, dst=0)
+        scatter(tensor, scatter_list=None, src=0)
+        all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None)
+
+    and functional forms that return a new tensor: all_reduce_functional, all_gather_functional,
+    reduce_scatter_functional, all_to_all_functional. ``src``/``dst`` are global ranks, as in
+    torch.distributed (``group_src=``/``group_dst=`` take a rank of the group instead); for the
+    default group the two are the same.
 
 ``SingleProcessCommunicator(devices=None)``
-    One process driving several GPUs (yaliCommInitAll). ``all_reduce(tensors, op="sum", outs=None)``.
+    One process driving several GPUs (yaliCommInitAll): the same methods, each taking one tensor per
+    GPU where the Communicator takes one tensor (``all_reduce(tensors, op="sum", outs=None)``,
+    ``all_gather_into_tensor(output_tensors, input_tensors)``, ...); src/dst index ``devices``.
+
+Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int64, float16,
+bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
+Reductions: op "sum", "prod", "max", "min", "avg" (or torch.distributed.ReduceOp.SUM, PRODUCT, MAX,
+MIN, AVG); avg is for floating types only (the library refuses it for integers: ValueError here).
+Integers wrap around (two's complement) on overflow; fp16, bf16 and fp8 accumulate in fp32; every
+rank gets the same bits. Tensors must be contiguous and on the communicator's GPU.
 
 Zero-copy: ``empty_registered(shape, dtype)`` on either communicator allocates tensors registered
 with yaliCommRegister (collective: every rank calls it in the same order with the same shape). An
-all_reduce whose input and output both lie in registered memory on every rank, at the same offset
-(the tensors themselves, or the same views of them), runs a zero-copy algorithm:
-``twoshot_direct`` (the reduced shards are written straight into every rank's output, from
-YALI_TWOSHOT_DIRECT_MIN_BYTES up; a registered output suffices) or ``direct`` (inputs read and outputs
-written over NVLink, off unless YALI_DIRECT_MIN_BYTES is set). ``register(tensor)`` registers an existing tensor's whole storage;
+all_reduce whose output lies in registered memory on every rank, at the same offset (the tensor
+itself, or the same view of it), runs the zero-copy ``twoshot_direct`` (the reduced shards are
+written straight into every rank's output) from YALI_TWOSHOT_DIRECT_MIN_BYTES up; all_gather,
+broadcast, scatter and all_to_all outputs in registered memory take their ``*_direct`` algorithm
+from their YALI_*_DIRECT_MIN_BYTES up. ``register(tensor)`` registers an existing tensor's whole storage;
 ``deregister(tensor_or_registration)`` ends a registration (local, bounded); ``close()`` ends them all.
-``algo_info(tensor, out=...)`` tells which algorithm a call would run.
+``algo_info(tensor, out=..., collective=...)`` tells which algorithm a call would run.
 
 Every collective is a custom operator (``torch.ops.yali.*``) with a fake implementation, so that
 ``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
 current stream, never synchronizes and allocates only in the functional form, so it can be captured
-in a CUDA graph. For a collective ``X`` there are three operators:
+in a CUDA graph. ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
+yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an operator writes:
 
-    yali::X_(Tensor(a!) tensor, int comm, int op) -> ()               in place
-    yali::X_out(Tensor tensor, Tensor(a!) out, int comm, int op) -> ()  into ``out``
-    yali::X(Tensor tensor, int comm, int op) -> Tensor                functional (a new tensor)
+    yali::all_reduce_(Tensor(a!) tensor, int comm, int op) -> ()                  in place
+    yali::all_reduce_out(Tensor tensor, Tensor(a!) out, int comm, int op) -> ()
+    yali::all_reduce(Tensor tensor, int comm, int op) -> Tensor                   functional
+    yali::all_gather_into_tensor(Tensor(a!) output, Tensor input, int comm) -> ()
+    yali::all_gather(Tensor input, int comm, int nranks) -> Tensor
+    yali::reduce_scatter_tensor(Tensor(a!) output, Tensor input, int comm, int op) -> ()
+    yali::reduce_scatter(Tensor input, int comm, int op, int nranks) -> Tensor
+    yali::broadcast_(Tensor(a!) tensor, int comm, int root) -> ()
+    yali::reduce_(Tensor(a!) tensor, int comm, int op, int root) -> ()
+    yali::gather(Tensor(a!) output, Tensor input, int comm, int root) -> ()
+    yali::scatter(Tensor(a!) output, Tensor input, int comm, int root) -> ()
+    yali::all_to_all_single(Tensor(a!) output, Tensor input, int comm) -> ()
+    yali::all_to_all(Tensor input, int comm) -> Tensor
 
-``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a yali.RedOp value.
+The shapes are the C calls' (yali.h), flat: all_gather_into_tensor's output holds nranks x
+input.numel() elements, rank i's input at element i * input.numel(); reduce_scatter_tensor's input
+holds nranks x output.numel(); gather's output (nranks x input.numel(), on root; on other ranks a
+0-element tensor, not looked at) and scatter's input (nranks x output.numel(), on root; elsewhere 0
+elements, not looked at); all_to_all_single's output and input have the same number of elements,
+a multiple of nranks. The functional forms return all_gather: (nranks * d0, *rest),
+reduce_scatter: (d0 / nranks, *rest), all_to_all: the input's shape.
 
 Failures, and CUDA graphs. A failure seen on the device (a peer that did not arrive within
 YALI_TIMEOUT_MS, a peer's abort, ranks that disagree about registered buffers) becomes the comm's
@@ -67,17 +107,35 @@ if not (hasattr(torch, "library") and hasattr(torch.library, "custom_op")
 
 import yali
 from yali import _capi
-from yali._capi import DataType, RedOp
+from yali._capi import Collective, DataType, RedOp
+
+try:  # data_ptr() of a fake tensor (tracing, FakeTensorMode) is not an address: skip pointer checks
+    from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+except ImportError:  # pragma: no cover
+    _FakeTensor = ()
 
 __all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "replay"]
 
-# torch dtype -> yaliDataType_t value.
+# torch dtype -> yaliDataType_t value: every torch dtype with an NCCL type. torch.float8_e4m3fn is
+# the OCP E4M3 type NCCL calls ncclFloat8e4m3 (the *fnuz variants are other formats: not mapped).
 DTYPES = {
-    torch.float32: int(DataType.Float32),
+    torch.int8: int(DataType.Int8),
+    torch.uint8: int(DataType.Uint8),
+    torch.int32: int(DataType.Int32),
+    torch.int64: int(DataType.Int64),
     torch.float16: int(DataType.Float16),
+    torch.float32: int(DataType.Float32),
+    torch.float64: int(DataType.Float64),
     torch.bfloat16: int(DataType.Bfloat16),
 }
+for _name, _value in (("uint32", DataType.Uint32), ("uint64", DataType.Uint64),
+                      ("float8_e4m3fn", DataType.Float8e4m3), ("float8_e5m2", DataType.Float8e5m2)):
+    if isinstance(getattr(torch, _name, None), torch.dtype):  # uint32/uint64: torch >= 2.3
+        DTYPES[getattr(torch, _name)] = int(_value)
 _DTYPE_TUPLE = tuple(DTYPES)
+_DTYPE_TEXT = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+# The dtypes op="avg" accepts.
+_FLOATING = frozenset(d for d, v in DTYPES.items() if DataType(v) in _capi.FLOATING_TYPES)
 
 # op name -> yaliRedOp_t value.
 OPS = {"sum": int(RedOp.Sum), "prod": int(RedOp.Prod), "max": int(RedOp.Max),
@@ -113,6 +171,17 @@ def _op_code(op, method):
     return code
 
 
+def _check_op_dtype(method, code, dtype, name="tensor"):
+    """avg on an integer dtype: refused here, before anything is launched, as the library would
+    refuse it (it has no integer average). Reads only the dtype, so it runs under torch.compile
+    too."""
+    if code == int(RedOp.Avg) and dtype not in _FLOATING:
+        raise ValueError(
+            f"{method}: op=avg is for floating dtypes only; {name} has dtype {dtype} (use op='sum' "
+            "and divide)"
+        )
+
+
 def _device_index(device, method):
     """A CUDA device ordinal from an int, "cuda:1" or a torch.device."""
     if isinstance(device, int) and not isinstance(device, bool):
@@ -134,13 +203,65 @@ def _check_tensor(method, name, t, device_index):
             f"{method}: {name} is on {t.device} but the communicator is on cuda:{device_index}"
         )
     if t.dtype not in _DTYPE_TUPLE:
-        raise TypeError(
-            f"{method}: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16"
-        )
+        raise TypeError(f"{method}: {name} has dtype {t.dtype}; supported: {_DTYPE_TEXT}")
     if not t.is_contiguous():
         raise ValueError(
             f"{method}: {name} must be contiguous (got shape {tuple(t.shape)}, strides "
             f"{t.stride()}); pass t.contiguous()"
+        )
+
+
+def _has_memory(t):
+    """Whether data_ptr() is a real address (not a fake or meta tensor being traced)."""
+    return not isinstance(t, _FakeTensor) and t.device.type != "meta"
+
+
+def _overlaps(a_ptr, a_bytes, b_ptr, b_bytes):
+    """Whether the byte ranges [a_ptr, a_ptr + a_bytes) and [b_ptr, b_ptr + b_bytes) share a byte."""
+    return a_bytes > 0 and b_bytes > 0 and a_ptr < b_ptr + b_bytes and b_ptr < a_ptr + a_bytes
+
+
+def _check_overlap(method, a_name, a, b_name, b, in_place_at=None, in_place_hint=""):
+    """Refuses ``b`` sharing memory with ``a``, except, where the collective has an in-place form,
+    ``b`` starting exactly at element ``in_place_at`` of ``a`` (the library refuses every other
+    overlap, as NCCL does; this says so before anything is launched, naming the arguments)."""
+    if not (_has_memory(a) and _has_memory(b)):
+        return
+    a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+    a_bytes, b_bytes = a.numel() * a.element_size(), b.numel() * b.element_size()
+    if not _overlaps(a_ptr, a_bytes, b_ptr, b_bytes):
+        return
+    if (in_place_at is not None and b_ptr == a_ptr + in_place_at * a.element_size()
+            and b_ptr + b_bytes <= a_ptr + a_bytes):
+        return
+    raise ValueError(
+        f"{method}: {b_name} overlaps {a_name}"
+        + (f"; in place, {b_name} must be {in_place_hint}" if in_place_hint else "")
+        + "; otherwise use disjoint memory"
+    )
+
+
+def _check_like(method, name, t, ref, ref_name, numel, numel_text):
+    """``t``: a contiguous tensor of ``ref``'s dtype and device with ``numel`` elements."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{method}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != ref.dtype:
+        raise TypeError(
+            f"{method}: {name} has dtype {t.dtype}, {ref_name} has {ref.dtype}; they must match"
+        )
+    if t.device != ref.device:
+        raise ValueError(
+            f"{method}: {name} is on {t.device}, {ref_name} on {ref.device}; they must match"
+        )
+    if not t.is_contiguous():
+        raise ValueError(
+            f"{method}: {name} must be contiguous (got shape {tuple(t.shape)}, strides "
+            f"{t.stride()})"
+        )
+    if t.numel() != numel:
+        raise ValueError(
+            f"{method}: {name} has {t.numel()} elements (shape {tuple(t.shape)}); it must have "
+            f"{numel_text} = {numel}"
         )
 
 
@@ -164,14 +285,58 @@ def _check_out(method, tensor, out, out_name="out", tensor_name="tensor"):
         )
     if not out.is_contiguous():
         raise ValueError(f"{method}: {out_name} must be contiguous")
-    if out.numel() and out.data_ptr() != tensor.data_ptr():
+    if _has_memory(out) and _has_memory(tensor) and out.numel() and \
+            out.data_ptr() != tensor.data_ptr():
         a, b = tensor.data_ptr(), out.data_ptr()
         nbytes = tensor.numel() * tensor.element_size()
-        if a < b + nbytes and b < a + nbytes:
+        if _overlaps(a, nbytes, b, nbytes):
             raise ValueError(
                 f"{method}: {out_name} partly overlaps {tensor_name}; use the same tensor "
                 "(in place) or disjoint memory"
             )
+
+
+def _check_rows(method, name, t, nranks):
+    """A tensor split into nranks equal blocks along dim 0 (reduce_scatter's and all_to_all's)."""
+    if t.dim() == 0 or t.shape[0] % nranks:
+        raise ValueError(
+            f"{method}: {name} has shape {tuple(t.shape)}; its first dimension must be a multiple "
+            f"of the world size ({nranks})"
+        )
+
+
+def _check_splits(method, name, splits, t, nranks):
+    """all_to_all_single's split sizes: None, or the even split (every entry t.shape[0] / nranks).
+    Uneven splits (AlltoAllv) are not supported: NotImplementedError naming the argument."""
+    if splits is None:
+        return
+    try:
+        sizes = [int(s) for s in splits]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{method}: {name} must be None or a list of ints, got {splits!r}"
+        ) from None
+    rows = t.shape[0] if t.dim() else 0
+    if len(sizes) != nranks or sum(sizes) != rows:
+        raise ValueError(
+            f"{method}: {name}={sizes} must have one entry per rank ({nranks}) summing to the "
+            f"first dimension of the tensor ({rows})"
+        )
+    if any(s != sizes[0] for s in sizes):
+        raise NotImplementedError(
+            f"{method}: {name}={sizes} is an uneven split; YALI's all_to_all_single supports only "
+            f"even splits ({name}=None, or every entry {rows // nranks}): uneven splits "
+            "(AlltoAllv) are not implemented yet"
+        )
+
+
+def _as_rank(method, name, value, nranks):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{method}: {name} must be an int, got {type(value).__name__}")
+    if not 0 <= value < nranks:
+        raise ValueError(f"{method}: {name}={value} is not a rank of this communicator "
+                         f"(0..{nranks - 1})")
+    return value
 
 
 # ---- Live communicators, by handle (what the custom ops receive) --------------------------------
@@ -195,7 +360,7 @@ def _live_comm(opname, handle):
 def _dtype_code(opname, name, t):
     code = DTYPES.get(t.dtype)
     if code is None:
-        raise TypeError(f"{opname}: {name} has dtype {t.dtype}; supported: float32, float16, bfloat16")
+        raise TypeError(f"{opname}: {name} has dtype {t.dtype}; supported: {_DTYPE_TEXT}")
     return code
 
 
@@ -208,6 +373,7 @@ def _same_shape(tensor, comm):
 
 def _launch_all_reduce(opname, handle, src, dst, op):
     comm = _live_comm(opname, handle)
+    _check_op_dtype(opname, op, src.dtype)
     if src.device.type != "cuda" or src.device.index != comm.device:
         raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
     if not (src.is_contiguous() and dst.is_contiguous()):
@@ -251,6 +417,7 @@ def _define_collective(name, launch, out_like):
     @inplace.register_fake
     def _inplace_fake(tensor, comm, op):
         _fake_check(qual + "_", comm, tensor)
+        _check_op_dtype(qual + "_", op, tensor.dtype)
 
     @torch.library.custom_op(qual + "_out", mutates_args=("out",), device_types="cuda")
     def out_variant(tensor: torch.Tensor, out: torch.Tensor, comm: int, op: int) -> None:
@@ -260,6 +427,7 @@ def _define_collective(name, launch, out_like):
     def _out_fake(tensor, out, comm, op):
         _fake_check(qual + "_out", comm, tensor)
         _fake_check(qual + "_out", comm, out, "out")
+        _check_op_dtype(qual + "_out", op, tensor.dtype)
 
     @torch.library.custom_op(qual, mutates_args=(), device_types="cuda")
     def functional(tensor: torch.Tensor, comm: int, op: int) -> torch.Tensor:
@@ -270,6 +438,7 @@ def _define_collective(name, launch, out_like):
     @functional.register_fake
     def _functional_fake(tensor, comm, op):
         _fake_check(qual, comm, tensor)
+        _check_op_dtype(qual, op, tensor.dtype)
         return out_like(tensor, comm)
 
     ns = torch.ops.yali
@@ -281,6 +450,308 @@ def _define_collective(name, launch, out_like):
 _all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_shape)
 
 
+# ---- Custom operators of the other collectives ---------------------------------------------------
+#
+# One launch function per collective, called by its operators with real tensors. It re-checks what
+# the C call needs (live comm, device, contiguity, dtype, element counts) because the operators can
+# be called directly (torch.ops.yali.*) and because the methods skip their checks while torch.compile
+# traces; the library itself refuses overlapping buffers and bad roots.
+
+
+def _launch_prep(opname, handle, named):
+    """(comm, dtype code, stream) for a launch on ``named`` = ((name, tensor), ...), the first one
+    giving the dtype: every tensor contiguous, on the comm's GPU, of that dtype."""
+    comm = _live_comm(opname, handle)
+    first_name, first = named[0]
+    for name, t in named:
+        if t.device.type != "cuda" or t.device.index != comm.device:
+            raise ValueError(f"{opname}: {name} is on {t.device}, the comm on cuda:{comm.device}")
+        if not t.is_contiguous():
+            raise ValueError(f"{opname}: {name} must be contiguous")
+        if t.dtype != first.dtype:
+            raise TypeError(f"{opname}: {name} has dtype {t.dtype}, {first_name} has {first.dtype}; "
+                            "they must match")
+    code = _dtype_code(opname, first_name, first)
+    return comm, code, torch.cuda.current_stream(first.device).cuda_stream
+
+
+def _expect_numel(opname, name, t, numel, text):
+    if t.numel() != numel:
+        raise ValueError(f"{opname}: {name} has {t.numel()} elements; it must have {text} = {numel}")
+
+
+def _launch_root(opname, comm, root):
+    return _as_rank(opname, "root", root, comm.size)
+
+
+def _launch_all_gather(opname, handle, output, input):
+    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    count = input.numel()
+    _expect_numel(opname, "output", output, comm.size * count,
+                  f"nranks ({comm.size}) x input.numel() ({count})")
+    _capi.all_gather(input.data_ptr(), output.data_ptr(), count, code, handle, stream)
+
+
+def _launch_reduce_scatter(opname, handle, output, input, op):
+    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    _check_op_dtype(opname, op, input.dtype, "input")
+    count = output.numel()
+    _expect_numel(opname, "input", input, comm.size * count,
+                  f"nranks ({comm.size}) x output.numel() ({count})")
+    _capi.reduce_scatter(input.data_ptr(), output.data_ptr(), count, code, op, handle, stream)
+
+
+def _launch_broadcast(opname, handle, tensor, root):
+    comm, code, stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    root = _launch_root(opname, comm, root)
+    ptr = tensor.data_ptr()
+    _capi.broadcast(ptr, ptr, tensor.numel(), code, root, handle, stream)
+
+
+def _launch_reduce(opname, handle, tensor, op, root):
+    comm, code, stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    _check_op_dtype(opname, op, tensor.dtype)
+    root = _launch_root(opname, comm, root)
+    # In place (send == recv); on the other ranks the library only reads the tensor.
+    ptr = tensor.data_ptr()
+    _capi.reduce(ptr, ptr, tensor.numel(), code, op, root, handle, stream)
+
+
+def _launch_gather(opname, handle, output, input, root):
+    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    root = _launch_root(opname, comm, root)
+    count = input.numel()
+    recv = None  # NULL off root: the library does not look at it there
+    if comm.rank == root:
+        _expect_numel(opname, "output", output, comm.size * count,
+                      f"nranks ({comm.size}) x input.numel() ({count})")
+        recv = output.data_ptr()
+    _capi.gather(input.data_ptr(), recv, count, code, root, handle, stream)
+
+
+def _launch_scatter(opname, handle, output, input, root):
+    comm, code, stream = _launch_prep(opname, handle, (("output", output), ("input", input)))
+    root = _launch_root(opname, comm, root)
+    count = output.numel()
+    send = None  # NULL off root: the library does not look at it there
+    if comm.rank == root:
+        _expect_numel(opname, "input", input, comm.size * count,
+                      f"nranks ({comm.size}) x output.numel() ({count})")
+        send = input.data_ptr()
+    _capi.scatter(send, output.data_ptr(), count, code, root, handle, stream)
+
+
+def _launch_all_to_all(opname, handle, output, input):
+    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    n = input.numel()
+    _expect_numel(opname, "output", output, n, "input.numel()")
+    if n % comm.size:
+        raise ValueError(f"{opname}: input has {n} elements, not a multiple of nranks ({comm.size})")
+    _capi.all_to_all(input.data_ptr(), output.data_ptr(), n // comm.size, code, handle, stream)
+
+
+def _check_nranks(opname, handle, nranks):
+    comm = _LIVE.get(handle) if isinstance(handle, int) else None
+    if comm is not None and nranks != comm.size:
+        raise ValueError(f"{opname}: nranks={nranks}, but the comm has {comm.size} ranks")
+
+
+def _gathered_like(opname, input, nranks):
+    """all_gather's result: (nranks * d0, *rest), or (nranks,) for a 0-d input."""
+    if nranks < 1:
+        raise ValueError(f"{opname}: nranks={nranks} must be >= 1")
+    shape = (nranks,) if input.dim() == 0 else (nranks * input.shape[0], *input.shape[1:])
+    return input.new_empty(shape)
+
+
+def _scattered_like(opname, input, nranks):
+    """reduce_scatter's result: (d0 / nranks, *rest)."""
+    if nranks < 1:
+        raise ValueError(f"{opname}: nranks={nranks} must be >= 1")
+    _check_rows(opname, "input", input, nranks)
+    return input.new_empty((input.shape[0] // nranks, *input.shape[1:]))
+
+
+def _fake_prep(opname, handle, named):
+    """The fake implementations' checks (device, dtype, contiguity; the dtypes agree); returns
+    the live comm when the handle names one, else None."""
+    comm = _LIVE.get(handle) if isinstance(handle, int) else None
+    first_name, first = named[0]
+    for name, t in named:
+        _check_tensor(opname, name, t, comm.device if comm is not None else None)
+        if t.dtype != first.dtype:
+            raise TypeError(f"{opname}: {name} has dtype {t.dtype}, {first_name} has {first.dtype}; "
+                            "they must match")
+    return comm
+
+
+@torch.library.custom_op("yali::all_gather_into_tensor", mutates_args=("output",),
+                         device_types="cuda")
+def _all_gather_into_tensor_op(output: torch.Tensor, input: torch.Tensor, comm: int) -> None:
+    _launch_all_gather("yali::all_gather_into_tensor", comm, output, input)
+
+
+@_all_gather_into_tensor_op.register_fake
+def _(output, input, comm):
+    opname = "yali::all_gather_into_tensor"
+    c = _fake_prep(opname, comm, (("input", input), ("output", output)))
+    if c is not None:
+        _expect_numel(opname, "output", output, c.size * input.numel(),
+                      f"nranks ({c.size}) x input.numel()")
+
+
+@torch.library.custom_op("yali::all_gather", mutates_args=(), device_types="cuda")
+def _all_gather_op(input: torch.Tensor, comm: int, nranks: int) -> torch.Tensor:
+    opname = "yali::all_gather"
+    _check_nranks(opname, comm, nranks)
+    output = _gathered_like(opname, input, nranks)
+    _launch_all_gather(opname, comm, output, input)
+    return output
+
+
+@_all_gather_op.register_fake
+def _(input, comm, nranks):
+    opname = "yali::all_gather"
+    _fake_prep(opname, comm, (("input", input),))
+    _check_nranks(opname, comm, nranks)
+    return _gathered_like(opname, input, nranks)
+
+
+@torch.library.custom_op("yali::reduce_scatter_tensor", mutates_args=("output",),
+                         device_types="cuda")
+def _reduce_scatter_tensor_op(output: torch.Tensor, input: torch.Tensor, comm: int,
+                              op: int) -> None:
+    _launch_reduce_scatter("yali::reduce_scatter_tensor", comm, output, input, op)
+
+
+@_reduce_scatter_tensor_op.register_fake
+def _(output, input, comm, op):
+    opname = "yali::reduce_scatter_tensor"
+    c = _fake_prep(opname, comm, (("input", input), ("output", output)))
+    _check_op_dtype(opname, op, input.dtype, "input")
+    if c is not None:
+        _expect_numel(opname, "input", input, c.size * output.numel(),
+                      f"nranks ({c.size}) x output.numel()")
+
+
+@torch.library.custom_op("yali::reduce_scatter", mutates_args=(), device_types="cuda")
+def _reduce_scatter_op(input: torch.Tensor, comm: int, op: int, nranks: int) -> torch.Tensor:
+    opname = "yali::reduce_scatter"
+    _check_nranks(opname, comm, nranks)
+    output = _scattered_like(opname, input, nranks)
+    _launch_reduce_scatter(opname, comm, output, input, op)
+    return output
+
+
+@_reduce_scatter_op.register_fake
+def _(input, comm, op, nranks):
+    opname = "yali::reduce_scatter"
+    _fake_prep(opname, comm, (("input", input),))
+    _check_op_dtype(opname, op, input.dtype, "input")
+    _check_nranks(opname, comm, nranks)
+    return _scattered_like(opname, input, nranks)
+
+
+@torch.library.custom_op("yali::broadcast_", mutates_args=("tensor",), device_types="cuda")
+def _broadcast_op(tensor: torch.Tensor, comm: int, root: int) -> None:
+    _launch_broadcast("yali::broadcast_", comm, tensor, root)
+
+
+@_broadcast_op.register_fake
+def _(tensor, comm, root):
+    opname = "yali::broadcast_"
+    c = _fake_prep(opname, comm, (("tensor", tensor),))
+    if c is not None:
+        _as_rank(opname, "root", root, c.size)
+
+
+@torch.library.custom_op("yali::reduce_", mutates_args=("tensor",), device_types="cuda")
+def _reduce_op(tensor: torch.Tensor, comm: int, op: int, root: int) -> None:
+    _launch_reduce("yali::reduce_", comm, tensor, op, root)
+
+
+@_reduce_op.register_fake
+def _(tensor, comm, op, root):
+    opname = "yali::reduce_"
+    c = _fake_prep(opname, comm, (("tensor", tensor),))
+    _check_op_dtype(opname, op, tensor.dtype)
+    if c is not None:
+        _as_rank(opname, "root", root, c.size)
+
+
+@torch.library.custom_op("yali::gather", mutates_args=("output",), device_types="cuda")
+def _gather_op(output: torch.Tensor, input: torch.Tensor, comm: int, root: int) -> None:
+    _launch_gather("yali::gather", comm, output, input, root)
+
+
+@_gather_op.register_fake
+def _(output, input, comm, root):
+    opname = "yali::gather"
+    c = _fake_prep(opname, comm, (("input", input), ("output", output)))
+    if c is not None and _as_rank(opname, "root", root, c.size) == c.rank:
+        _expect_numel(opname, "output", output, c.size * input.numel(),
+                      f"nranks ({c.size}) x input.numel()")
+
+
+@torch.library.custom_op("yali::scatter", mutates_args=("output",), device_types="cuda")
+def _scatter_op(output: torch.Tensor, input: torch.Tensor, comm: int, root: int) -> None:
+    _launch_scatter("yali::scatter", comm, output, input, root)
+
+
+@_scatter_op.register_fake
+def _(output, input, comm, root):
+    opname = "yali::scatter"
+    c = _fake_prep(opname, comm, (("output", output), ("input", input)))
+    if c is not None and _as_rank(opname, "root", root, c.size) == c.rank:
+        _expect_numel(opname, "input", input, c.size * output.numel(),
+                      f"nranks ({c.size}) x output.numel()")
+
+
+@torch.library.custom_op("yali::all_to_all_single", mutates_args=("output",), device_types="cuda")
+def _all_to_all_single_op(output: torch.Tensor, input: torch.Tensor, comm: int) -> None:
+    _launch_all_to_all("yali::all_to_all_single", comm, output, input)
+
+
+@_all_to_all_single_op.register_fake
+def _(output, input, comm):
+    opname = "yali::all_to_all_single"
+    _fake_prep(opname, comm, (("input", input), ("output", output)))
+    _expect_numel(opname, "output", output, input.numel(), "input.numel()")
+
+
+@torch.library.custom_op("yali::all_to_all", mutates_args=(), device_types="cuda")
+def _all_to_all_op(input: torch.Tensor, comm: int) -> torch.Tensor:
+    opname = "yali::all_to_all"
+    _check_rows(opname, "input", input, _live_comm(opname, comm).size)
+    output = torch.empty_like(input, memory_format=torch.contiguous_format)
+    _launch_all_to_all(opname, comm, output, input)
+    return output
+
+
+@_all_to_all_op.register_fake
+def _(input, comm):
+    opname = "yali::all_to_all"
+    c = _fake_prep(opname, comm, (("input", input),))
+    if c is not None:
+        _check_rows(opname, "input", input, c.size)
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+class _Ops:
+    """The OpOverloads the methods call (a namespace, so that host tests can stand in for them)."""
+
+    all_gather_into_tensor = torch.ops.yali.all_gather_into_tensor.default
+    all_gather = torch.ops.yali.all_gather.default
+    reduce_scatter_tensor = torch.ops.yali.reduce_scatter_tensor.default
+    reduce_scatter = torch.ops.yali.reduce_scatter.default
+    broadcast_ = torch.ops.yali.broadcast_.default
+    reduce_ = torch.ops.yali.reduce_.default
+    gather = torch.ops.yali.gather.default
+    scatter = torch.ops.yali.scatter.default
+    all_to_all_single = torch.ops.yali.all_to_all_single.default
+    all_to_all = torch.ops.yali.all_to_all.default
+
+
 # ---- Registered memory ---------------------------------------------------------------------------
 
 
@@ -290,7 +761,7 @@ def _storage_ptr(t):
 
 def _empty_on(shape, dtype, dev, method):
     if dtype not in _DTYPE_TUPLE:
-        raise TypeError(f"{method}: dtype {dtype} is not supported; float32, float16, bfloat16")
+        raise TypeError(f"{method}: dtype {dtype} is not supported; supported: {_DTYPE_TEXT}")
     return torch.empty(shape, dtype=dtype, device=torch.device("cuda", dev))
 
 
@@ -315,8 +786,69 @@ def _find_registration(regs, x, method):
 
 
 def _info_ptr(t):
-    """A tensor's data_ptr for yaliAllReduceAlgoInfo; None (NULL) unless it is a CUDA tensor."""
+    """A tensor's data_ptr for yaliAlgoInfo; None (NULL) unless it is a CUDA tensor."""
     return t.data_ptr() if isinstance(t, torch.Tensor) and t.device.type == "cuda" else None
+
+
+def _check_absent(method, name, value, role, root, rank):
+    """Off the root, torch.distributed refuses a gather_list/scatter_list (None or [] only); a
+    tensor there (the one-buffer form) is not looked at, as the C call ignores that buffer."""
+    if value is None or isinstance(value, torch.Tensor):
+        return
+    if len(value):
+        raise ValueError(
+            f"{method}: {name} must be None or empty on ranks other than the {role} (this is rank "
+            f"{rank}, the {role} is rank {root}), as in torch.distributed"
+        )
+
+
+def _check_list(method, name, value, tensor, nranks, role, checking=True):
+    """The list form of gather_list/scatter_list on the root: world_size tensors, each with
+    tensor.numel() elements of its dtype on its device. Returns it as a list."""
+    if value is None:
+        raise ValueError(f"{method}: {name} is required on the {role} rank (a list of "
+                         f"world_size tensors, or one tensor of world_size x tensor.numel())")
+    parts = list(value)
+    if len(parts) != nranks:
+        raise ValueError(f"{method}: {name} has {len(parts)} tensors; expected world_size "
+                         f"({nranks})")
+    if checking:
+        for i, p in enumerate(parts):
+            what = f"{name}[{i}]"
+            if not isinstance(p, torch.Tensor):
+                raise TypeError(f"{method}: {what} must be a torch.Tensor, got {type(p).__name__}")
+            if p.dtype != tensor.dtype:
+                raise TypeError(f"{method}: {what} has dtype {p.dtype}, tensor has "
+                                f"{tensor.dtype}; they must match")
+            if p.device != tensor.device:
+                raise ValueError(f"{method}: {what} is on {p.device}, tensor on {tensor.device}; "
+                                 "they must match")
+            if p.numel() != tensor.numel():
+                raise ValueError(f"{method}: {what} has {p.numel()} elements (shape "
+                                 f"{tuple(p.shape)}), tensor has {tensor.numel()}; they must match")
+    return parts
+
+
+def _info_count(coll, tensor, out, nranks):
+    """The count yaliAlgoInfo takes for ``coll`` called with input ``tensor`` and output ``out``
+    (None: in place), as the methods derive it."""
+    if coll == Collective.AlltoAll:
+        return tensor.numel() // nranks
+    if coll in (Collective.ReduceScatter, Collective.Scatter):
+        return tensor.numel() // nranks if out is None else out.numel()
+    return tensor.numel()
+
+
+def _algo_info(comm, method, tensor, op, out, collective, root, nranks):
+    coll = yali.as_collective(collective, method)
+    code = _op_code(op, method)
+    count = _info_count(coll, tensor, out, nranks)
+    out = tensor if out is None else out
+    if coll == Collective.AllReduce:
+        return comm.all_reduce_algo_info(count, DTYPES[tensor.dtype], code,
+                                         send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(out))
+    return comm.algo_info(coll, count, DTYPES[tensor.dtype], code, root,
+                          send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(out))
 
 
 # ---- Communicators -------------------------------------------------------------------------------
@@ -328,7 +860,15 @@ class Communicator(yali._ClosingContext):
     ``group``: a ProcessGroup (default WORLD; any backend: the group only carries the unique id).
     ``device``: this rank's GPU (default: torch.cuda.current_device()).
     Creating it is collective over the group, and so is ``close()``.
+
+    Every collective is collective over the group: every rank calls it, in the same order, with
+    the same shapes, dtype, op and root. It runs on torch's current stream and returns without
+    synchronizing the host (like torch.distributed with async_op=False on NCCL: ordered on the
+    stream). ``rank`` and ``world_size`` are the group's.
     """
+
+    # Global rank -> rank in the group; None when they coincide (the default group, say).
+    _global_to_group = None
 
     def __init__(self, group=None, device=None):
         method = "Communicator"
@@ -371,6 +911,9 @@ class Communicator(yali._ClosingContext):
         self.world_size = size
         self.device = torch.device("cuda", dev)
         self._device_index = dev
+        ranks = list(dist.get_process_group_ranks(self.group))
+        if ranks != list(range(size)):
+            self._global_to_group = {g: i for i, g in enumerate(ranks)}
         _LIVE[self._handle] = comm
 
     # -- properties
@@ -397,7 +940,8 @@ class Communicator(yali._ClosingContext):
 
     def all_reduce(self, tensor, op="sum", out=None):
         """All-reduce ``tensor`` across the group: in place (returns ``tensor``), or into ``out``
-        (returns ``out``). On torch's current stream; no host synchronization.
+        (same shape and dtype, disjoint memory; returns ``out``). On torch's current stream; no
+        host synchronization. Every dtype in DTYPES; op="avg" for floating dtypes only.
 
         Raises the comm's asynchronous error (YaliTimeout, ...) once a collective has failed, before
         launching. Captured in a CUDA graph, it is not checked at replay: see
@@ -409,6 +953,7 @@ class Communicator(yali._ClosingContext):
             _check_tensor(method, "tensor", tensor, self._device_index)
             if out is not None and out is not tensor:
                 _check_out(method, tensor, out)
+        _check_op_dtype(method, code, tensor.dtype)
         if out is None or out is tensor:
             _all_reduce_ops.inplace(tensor, handle, code)
             return tensor
@@ -422,14 +967,257 @@ class Communicator(yali._ClosingContext):
         handle = self.handle
         if not _is_compiling():
             _check_tensor(method, "tensor", tensor, self._device_index)
+        _check_op_dtype(method, code, tensor.dtype)
         return _all_reduce_ops.functional(tensor, handle, code)
 
-    def algo_info(self, tensor, op="sum", out=None):
-        """What ``all_reduce(tensor, op, out)`` would run (a yali.AlgoInfo): the buffers are passed,
-        so registered tensors show the zero-copy algorithms. Launches nothing."""
-        return self._comm_or_raise().all_reduce_algo_info(
-            tensor.numel(), DTYPES[tensor.dtype], _op_code(op, "Communicator.algo_info"),
-            send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(tensor if out is None else out))
+    def _root(self, method, name, rank, group_rank, default=None):
+        """The comm rank of a root given the way torch.distributed takes it: ``name`` (src or dst)
+        a global rank, or ``group_<name>`` a rank within the group; ``default`` (a global rank)
+        when neither is given, else both missing is an error."""
+        if rank is not None and group_rank is not None:
+            raise ValueError(f"{method}: pass {name} or group_{name}, not both")
+        if group_rank is not None:
+            return _as_rank(method, f"group_{name}", group_rank, self.world_size)
+        if rank is None:
+            if default is None:
+                raise ValueError(f"{method}: {name} (the root's rank) is required")
+            rank = default
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise TypeError(f"{method}: {name} must be an int, got {type(rank).__name__}")
+        to_group = self._global_to_group
+        if to_group is None:  # global and group ranks coincide (the default group, say)
+            return _as_rank(method, name, rank, self.world_size)
+        if rank not in to_group:
+            raise ValueError(
+                f"{method}: {name}={rank} (a global rank, as in torch.distributed) is not in this "
+                f"communicator's group, whose global ranks are {sorted(to_group)}; pass "
+                f"group_{name}= for a rank within the group"
+            )
+        return to_group[rank]
+
+    def all_gather_into_tensor(self, output_tensor, input_tensor):
+        """All-gather: every rank's ``output_tensor`` gets every rank's ``input_tensor``, rank i's
+        at element offset i * input_tensor.numel() (as torch.distributed.all_gather_into_tensor:
+        shape (world_size * d0, ...) concatenates along dim 0, (world_size, *input.shape) stacks;
+        any shape with world_size * input_tensor.numel() elements is accepted). Returns
+        ``output_tensor``. In place when ``input_tensor`` is the rank's own block of
+        ``output_tensor`` (``output_tensor.view(-1)[rank * n:(rank + 1) * n]``); any other
+        overlap is refused. Every dtype in DTYPES (moved as bytes)."""
+        method = "Communicator.all_gather_into_tensor"
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "input_tensor", input_tensor, self._device_index)
+            n = input_tensor.numel()
+            _check_like(method, "output_tensor", output_tensor, input_tensor, "input_tensor",
+                        self.world_size * n, f"world_size ({self.world_size}) x input_tensor.numel() "
+                        f"({n})")
+            _check_overlap(method, "output_tensor", output_tensor, "input_tensor", input_tensor,
+                           self.rank * n, "output_tensor's block for this rank (elements "
+                           f"{self.rank * n}..{(self.rank + 1) * n - 1})")
+        _Ops.all_gather_into_tensor(output_tensor, input_tensor, handle)
+        return output_tensor
+
+    def all_gather_functional(self, input_tensor):
+        """All-gather into a new tensor of shape (world_size * d0, *rest) (rank i's input in rows
+        i * d0 ... ; a 0-d input gives (world_size,)). ``input_tensor`` is unchanged."""
+        method = "Communicator.all_gather_functional"
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "input_tensor", input_tensor, self._device_index)
+        return _Ops.all_gather(input_tensor, handle, self.world_size)
+
+    def reduce_scatter_tensor(self, output, input, op="sum"):
+        """Reduce-scatter: ``input`` (world_size * output.numel() elements, the same shape on every
+        rank) is reduced across the ranks with ``op``; rank i's ``output`` gets block i (elements
+        i * output.numel() ... of the flat reduction), as torch.distributed.reduce_scatter_tensor.
+        Returns ``output``. In place when ``output`` is the rank's own block of ``input``
+        (``input.view(-1)[rank * m:(rank + 1) * m]``); any other overlap is refused."""
+        method = "Communicator.reduce_scatter_tensor"
+        code = _op_code(op, method)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "output", output, self._device_index)
+            m = output.numel()
+            _check_like(method, "input", input, output, "output", self.world_size * m,
+                        f"world_size ({self.world_size}) x output.numel() ({m})")
+            _check_overlap(method, "input", input, "output", output, self.rank * m,
+                           f"input's block for this rank (elements {self.rank * m}.."
+                           f"{(self.rank + 1) * m - 1})")
+        _check_op_dtype(method, code, input.dtype, "input")
+        _Ops.reduce_scatter_tensor(output, input, handle, code)
+        return output
+
+    def reduce_scatter_functional(self, input, op="sum"):
+        """Reduce-scatter into a new tensor of shape (d0 / world_size, *rest): this rank's block of
+        the reduction of ``input`` (whose first dimension must be a multiple of the world size).
+        ``input`` is unchanged."""
+        method = "Communicator.reduce_scatter_functional"
+        code = _op_code(op, method)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "input", input, self._device_index)
+            _check_rows(method, "input", input, self.world_size)
+        _check_op_dtype(method, code, input.dtype, "input")
+        return _Ops.reduce_scatter(input, handle, code, self.world_size)
+
+    def broadcast(self, tensor, src=None, *, group_src=None):
+        """Broadcast ``tensor`` in place from rank ``src`` to every rank (as
+        torch.distributed.broadcast: ``src`` a global rank, or ``group_src`` a rank of the group;
+        the same for the default group). Returns ``tensor``."""
+        method = "Communicator.broadcast"
+        root = self._root(method, "src", src, group_src)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        _Ops.broadcast_(tensor, handle, root)
+        return tensor
+
+    def reduce(self, tensor, dst=None, op="sum", *, group_dst=None):
+        """Reduce ``tensor`` across the ranks with ``op`` into ``tensor`` on rank ``dst`` (in
+        place; as torch.distributed.reduce: ``dst`` a global rank, or ``group_dst`` a rank of the
+        group). On the other ranks ``tensor`` is only read: it is left unchanged. Returns
+        ``tensor``."""
+        method = "Communicator.reduce"
+        code = _op_code(op, method)
+        root = self._root(method, "dst", dst, group_dst)
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        _check_op_dtype(method, code, tensor.dtype)
+        _Ops.reduce_(tensor, handle, code, root)
+        return tensor
+
+    def gather(self, tensor, gather_list=None, dst=None, *, group_dst=None):
+        """Gather every rank's ``tensor`` on rank ``dst`` (default: global rank 0; ``group_dst``:
+        a rank of the group), as torch.distributed.gather.
+
+        ``gather_list``, used on ``dst`` only (elsewhere a list must be None or empty, else
+        ValueError, as in torch.distributed; a tensor is not looked at):
+          - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
+            GPU (any shape and layout): gather_list[i] gets rank i's ``tensor``. The data lands
+            in one internal buffer first and is then copied into the list (one extra copy; a
+            list entry may be ``tensor`` itself);
+          - or one contiguous tensor with world_size * tensor.numel() elements: rank i's tensor
+            at element offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its
+            block for ``dst`` (``gather_list.view(-1)[dst * n:(dst + 1) * n]``); any other
+            overlap is refused.
+        Returns ``gather_list`` on ``dst``, None elsewhere. ``tensor`` is only read."""
+        method = "Communicator.gather"
+        root = self._root(method, "dst", dst, group_dst, default=0)
+        handle = self.handle
+        checking = not _is_compiling()
+        if checking:
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        if self.rank != root:
+            _check_absent(method, "gather_list", gather_list, "destination", root, self.rank)
+            # The library does not look at the output off root: an empty stand-in.
+            _Ops.gather(tensor.new_empty(0), tensor, handle, root)
+            return None
+        n = tensor.numel()
+        if isinstance(gather_list, torch.Tensor):
+            if checking:
+                _check_like(method, "gather_list", gather_list, tensor, "tensor",
+                            self.world_size * n, f"world_size ({self.world_size}) x "
+                            f"tensor.numel() ({n})")
+                _check_overlap(method, "gather_list", gather_list, "tensor", tensor, root * n,
+                               f"gather_list's block for dst (elements {root * n}.."
+                               f"{(root + 1) * n - 1})")
+            _Ops.gather(gather_list, tensor, handle, root)
+            return gather_list
+        parts = _check_list(method, "gather_list", gather_list, tensor, self.world_size,
+                            "destination", checking)
+        buf = tensor.new_empty((self.world_size, n))
+        _Ops.gather(buf, tensor, handle, root)
+        for i, part in enumerate(parts):
+            part.copy_(buf[i].view(part.shape))
+        return gather_list
+
+    def scatter(self, tensor, scatter_list=None, src=None, *, group_src=None):
+        """Scatter from rank ``src`` (default: global rank 0; ``group_src``: a rank of the group)
+        into every rank's ``tensor``, as torch.distributed.scatter: rank i's ``tensor`` gets
+        block i of ``scatter_list``. Returns ``tensor``.
+
+        ``scatter_list``, used on ``src`` only (elsewhere a list must be None or empty, else
+        ValueError, as in torch.distributed; a tensor is not looked at):
+          - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
+            GPU (any shape and layout): copied into one internal buffer first (one extra copy; an
+            entry may be ``tensor`` itself);
+          - or one contiguous tensor with world_size * tensor.numel() elements, block i at element
+            offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its block for
+            ``src`` (``scatter_list.view(-1)[src * n:(src + 1) * n]``); any other overlap is
+            refused. It is only read."""
+        method = "Communicator.scatter"
+        root = self._root(method, "src", src, group_src, default=0)
+        handle = self.handle
+        checking = not _is_compiling()
+        if checking:
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        if self.rank != root:
+            _check_absent(method, "scatter_list", scatter_list, "source", root, self.rank)
+            _Ops.scatter(tensor, tensor.new_empty(0), handle, root)
+            return tensor
+        n = tensor.numel()
+        if isinstance(scatter_list, torch.Tensor):
+            if checking:
+                _check_like(method, "scatter_list", scatter_list, tensor, "tensor",
+                            self.world_size * n, f"world_size ({self.world_size}) x "
+                            f"tensor.numel() ({n})")
+                _check_overlap(method, "scatter_list", scatter_list, "tensor", tensor, root * n,
+                               f"scatter_list's block for src (elements {root * n}.."
+                               f"{(root + 1) * n - 1})")
+            _Ops.scatter(tensor, scatter_list, handle, root)
+            return tensor
+        parts = _check_list(method, "scatter_list", scatter_list, tensor, self.world_size,
+                            "source", checking)
+        buf = torch.cat([p.reshape(-1) for p in parts])
+        _Ops.scatter(tensor, buf, handle, root)
+        return tensor
+
+    def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None):
+        """All-to-all with even splits, as torch.distributed.all_to_all_single: ``input``'s first
+        dimension is cut into world_size equal blocks; block j goes to rank j, which stores the
+        block from rank i as block i of ``output`` (the same number of elements as ``input``, its
+        first dimension also a multiple of world_size). Returns ``output``. Never in place:
+        ``output`` and ``input`` must not overlap.
+
+        ``output_split_sizes``/``input_split_sizes``: None, or the even split written out
+        ([d0 / world_size] * world_size). Uneven splits (AlltoAllv) are not supported yet: they
+        raise NotImplementedError naming the argument."""
+        method = "Communicator.all_to_all_single"
+        handle = self.handle
+        ws = self.world_size
+        if not _is_compiling():
+            _check_tensor(method, "input", input, self._device_index)
+            _check_like(method, "output", output, input, "input", input.numel(), "input.numel()")
+            _check_rows(method, "input", input, ws)
+            _check_rows(method, "output", output, ws)
+            _check_overlap(method, "output", output, "input", input)
+        _check_splits(method, "input_split_sizes", input_split_sizes, input, ws)
+        _check_splits(method, "output_split_sizes", output_split_sizes, output, ws)
+        _Ops.all_to_all_single(output, input, handle)
+        return output
+
+    def all_to_all_functional(self, input):
+        """all_to_all_single (even splits) into a new tensor of ``input``'s shape."""
+        method = "Communicator.all_to_all_functional"
+        handle = self.handle
+        if not _is_compiling():
+            _check_tensor(method, "input", input, self._device_index)
+            _check_rows(method, "input", input, self.world_size)
+        return _Ops.all_to_all(input, handle)
+
+    def algo_info(self, tensor, op="sum", out=None, *, collective="all_reduce", root=0):
+        """What a call would run (a yali.AlgoInfo), as the selector chooses: ``collective`` (a
+        yali.Collective or a name: "all_reduce", "reduce_scatter", "all_gather", "broadcast",
+        "reduce", "gather", "scatter", "all_to_all"; default all_reduce) with input ``tensor``
+        and output ``out`` (None: in place). The buffers are passed, so registered tensors show the
+        zero-copy algorithms. The C call's count is derived as the method does: tensor.numel(), or,
+        where the input holds one block per rank (reduce_scatter, scatter, all_to_all),
+        out.numel() (tensor.numel() / world_size without ``out``). ``root``: a rank of the
+        communicator. Launches nothing."""
+        method = "Communicator.algo_info"
+        return _algo_info(self._comm_or_raise(), method, tensor, op, out, collective, root,
+                          self.world_size)
 
     # -- registered memory (zero-copy)
 
@@ -505,7 +1293,15 @@ class Communicator(yali._ClosingContext):
 
 
 class SingleProcessCommunicator(yali._ClosingContext):
-    """One process, several GPUs: rank i on ``devices[i]`` (default: every visible GPU)."""
+    """One process, several GPUs: rank i on ``devices[i]`` (default: every visible GPU).
+
+    The collectives take one tensor per GPU where Communicator takes one tensor (``tensors[i]`` on
+    ``devices[i]``); src/dst are indices into ``devices``. Each call issues every GPU's launch
+    inside one group, on each device's current stream (ranks sharing a GPU, with
+    YALI_ALLOW_SHARED_GPU=1, get streams of their own joined to it), and does not synchronize.
+    They call the library directly (no custom operators): use them eagerly, outside torch.compile.
+    Once any comm has failed they raise its error (YaliTimeout, ...) before launching on any GPU.
+    """
 
     def __init__(self, devices=None):
         method = "SingleProcessCommunicator"
@@ -526,6 +1322,71 @@ class SingleProcessCommunicator(yali._ClosingContext):
     def closed(self):
         return not self.comms
 
+    # -- helpers of the collectives
+
+    # Per-rank streams, made on first use when ranks share a GPU (see _run).
+    _side_streams = None
+
+    def _begin(self, method):
+        """Open, and no comm failed: any failed comm stops the call before a launch on any GPU
+        (a launch on a healthy comm whose peer failed would only wait for it)."""
+        if not self.comms:
+            raise _capi.python_error(yali.Result.InvalidUsage, method, "this communicator is closed")
+        self._check_async_errors(method)
+
+    def _per_rank(self, method, name, tensors):
+        """``tensors`` as a list of one tensor per GPU (tensors[i] on devices[i]), all of one shape
+        and dtype."""
+        ts = list(tensors)
+        n = len(self.devices)
+        if len(ts) != n:
+            raise ValueError(f"{method}: {name} has {len(ts)} tensors, expected {n} (one per GPU)")
+        for i, t in enumerate(ts):
+            _check_tensor(method, f"{name}[{i}]", t, self.devices[i])
+            if i and (t.shape != ts[0].shape or t.dtype != ts[0].dtype):
+                raise ValueError(
+                    f"{method}: {name}[{i}] is {tuple(t.shape)} {t.dtype}, {name}[0] is "
+                    f"{tuple(ts[0].shape)} {ts[0].dtype}; they must match"
+                )
+        return ts
+
+    def _count_list(self, method, name, tensors):
+        ts = list(tensors)
+        if len(ts) != len(self.devices):
+            raise ValueError(f"{method}: {name} has {len(ts)} tensors, expected "
+                             f"{len(self.devices)} (one per GPU)")
+        return ts
+
+    def _run(self, launch):
+        """``launch(i, comm, stream)`` for every rank i, inside one group: the kernels start at its
+        end, all of them before this thread launches anything else (a thread driving several GPUs
+        must group them, yali.h: Groups).
+
+        Each rank runs on its device's current stream, except ranks that share a GPU
+        (YALI_ALLOW_SHARED_GPU=1): on one stream, a rank's kernel would wait for a peer's kernel
+        queued behind it until YALI_TIMEOUT_MS. Those ranks get a stream each, which waits for the
+        device's current stream before the launch and which the current stream waits for after,
+        so that the call is ordered with the caller's work exactly as on the current stream."""
+        currents = [torch.cuda.current_stream(d) for d in self.devices]
+        streams = currents
+        if len(set(self.devices)) < len(self.devices):
+            if self._side_streams is None:
+                self._side_streams = [torch.cuda.Stream(device=d) for d in self.devices]
+            streams = self._side_streams
+            for s, c in zip(streams, currents):
+                s.wait_stream(c)
+        try:
+            with yali.group():
+                for i, (dev, comm, s) in enumerate(zip(self.devices, self.comms, streams)):
+                    with torch.cuda.device(dev):
+                        launch(i, comm, s.cuda_stream)
+        finally:
+            if streams is not currents:
+                for s, c in zip(streams, currents):
+                    c.wait_stream(s)
+
+    # -- collectives: one tensor per GPU where Communicator takes one tensor
+
     def all_reduce(self, tensors, op="sum", outs=None):
         """All-reduce ``tensors[i]`` (on ``devices[i]``) in place, or into ``outs[i]``; each on its
         device's current stream. Returns the list of results.
@@ -535,22 +1396,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
         ``check_async_error``."""
         method = "SingleProcessCommunicator.all_reduce"
         code = _op_code(op, method)
-        if not self.comms:
-            raise _capi.python_error(yali.Result.InvalidUsage, method, "this communicator is closed")
-        # Every comm before any launch: a launch on a healthy comm whose peer has failed would only
-        # wait for it until YALI_TIMEOUT_MS.
-        self._check_async_errors(method)
-        tensors = list(tensors)
+        self._begin(method)
+        tensors = self._per_rank(method, "tensors", tensors)
         n = len(self.devices)
-        if len(tensors) != n:
-            raise ValueError(f"{method}: tensors has {len(tensors)} tensors, expected {n} (one per GPU)")
-        for i, t in enumerate(tensors):
-            _check_tensor(method, f"tensors[{i}]", t, self.devices[i])
-            if i and (t.shape != tensors[0].shape or t.dtype != tensors[0].dtype):
-                raise ValueError(
-                    f"{method}: tensors[{i}] is {tuple(t.shape)} {t.dtype}, tensors[0] is "
-                    f"{tuple(tensors[0].shape)} {tensors[0].dtype}; they must match"
-                )
         if outs is None:
             outs = tensors
         else:
@@ -560,26 +1408,167 @@ class SingleProcessCommunicator(yali._ClosingContext):
             for i, (t, o) in enumerate(zip(tensors, outs)):
                 if o is not t:
                     _check_out(method, t, o, f"outs[{i}]", f"tensors[{i}]")
+        _check_op_dtype(method, code, tensors[0].dtype, "tensors[0]")
         dtype = DTYPES[tensors[0].dtype]
         count = tensors[0].numel()
-        # One thread issues every rank's call inside a group: the kernels launch at its end, all
-        # of them before this thread launches anything else (yali.h: Groups).
-        with yali.group():
-            for dev, comm, t, o in zip(self.devices, self.comms, tensors, outs):
-                with torch.cuda.device(dev):
-                    stream = torch.cuda.current_stream(dev).cuda_stream
-                    _capi.all_reduce(t.data_ptr(), o.data_ptr(), count, dtype, code, comm.handle,
-                                     stream)
+        self._run(lambda i, comm, stream: _capi.all_reduce(
+            tensors[i].data_ptr(), outs[i].data_ptr(), count, dtype, code, comm.handle, stream))
         return outs
 
-    def algo_info(self, tensors, op="sum", outs=None):
-        """What ``all_reduce(tensors, op, outs)`` would run on each GPU: a list of yali.AlgoInfo.
-        Launches nothing."""
-        code = _op_code(op, "SingleProcessCommunicator.algo_info")
+    def all_gather_into_tensor(self, output_tensors, input_tensors):
+        """All-gather: every ``output_tensors[i]`` (world_size x input numel elements, any shape)
+        gets every GPU's input, GPU j's at element offset j * n. In place when input_tensors[i]
+        is block i of output_tensors[i]. Returns ``output_tensors``. See
+        Communicator.all_gather_into_tensor."""
+        method = "SingleProcessCommunicator.all_gather_into_tensor"
+        self._begin(method)
+        ins = self._per_rank(method, "input_tensors", input_tensors)
+        outs = self._count_list(method, "output_tensors", output_tensors)
+        ws, n = len(self.devices), ins[0].numel()
+        for i, (o, t) in enumerate(zip(outs, ins)):
+            _check_like(method, f"output_tensors[{i}]", o, t, f"input_tensors[{i}]", ws * n,
+                        f"world_size ({ws}) x input numel ({n})")
+            _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t, i * n,
+                           f"block {i} of output_tensors[{i}]")
+        dtype = DTYPES[ins[0].dtype]
+        self._run(lambda i, comm, stream: _capi.all_gather(
+            ins[i].data_ptr(), outs[i].data_ptr(), n, dtype, comm.handle, stream))
+        return outs
+
+    def reduce_scatter_tensor(self, output_tensors, input_tensors, op="sum"):
+        """Reduce-scatter: ``input_tensors`` (world_size x output numel elements each) are
+        reduced with ``op``; ``output_tensors[i]`` gets block i of the reduction. In place when
+        output_tensors[i] is block i of input_tensors[i]. Returns ``output_tensors``."""
+        method = "SingleProcessCommunicator.reduce_scatter_tensor"
+        code = _op_code(op, method)
+        self._begin(method)
+        outs = self._per_rank(method, "output_tensors", output_tensors)
+        ins = self._count_list(method, "input_tensors", input_tensors)
+        ws, m = len(self.devices), outs[0].numel()
+        for i, (o, t) in enumerate(zip(outs, ins)):
+            _check_like(method, f"input_tensors[{i}]", t, o, f"output_tensors[{i}]", ws * m,
+                        f"world_size ({ws}) x output numel ({m})")
+            _check_overlap(method, f"input_tensors[{i}]", t, f"output_tensors[{i}]", o, i * m,
+                           f"block {i} of input_tensors[{i}]")
+        _check_op_dtype(method, code, outs[0].dtype, "output_tensors[0]")
+        dtype = DTYPES[outs[0].dtype]
+        self._run(lambda i, comm, stream: _capi.reduce_scatter(
+            ins[i].data_ptr(), outs[i].data_ptr(), m, dtype, code, comm.handle, stream))
+        return outs
+
+    def broadcast(self, tensors, src):
+        """Broadcast ``tensors[src]`` into every ``tensors[i]`` (in place). ``src``: an index into
+        ``devices``. Returns ``tensors``."""
+        method = "SingleProcessCommunicator.broadcast"
+        self._begin(method)
+        root = _as_rank(method, "src", src, len(self.devices))
+        ts = self._per_rank(method, "tensors", tensors)
+        dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
+        self._run(lambda i, comm, stream: _capi.broadcast(
+            ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, root, comm.handle, stream))
+        return ts
+
+    def reduce(self, tensors, dst, op="sum"):
+        """Reduce every ``tensors[i]`` with ``op`` into ``tensors[dst]`` (in place); the others are
+        only read (left unchanged). ``dst``: an index into ``devices``. Returns ``tensors``."""
+        method = "SingleProcessCommunicator.reduce"
+        code = _op_code(op, method)
+        self._begin(method)
+        root = _as_rank(method, "dst", dst, len(self.devices))
+        ts = self._per_rank(method, "tensors", tensors)
+        _check_op_dtype(method, code, ts[0].dtype, "tensors[0]")
+        dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
+        self._run(lambda i, comm, stream: _capi.reduce(
+            ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, code, root, comm.handle, stream))
+        return ts
+
+    def gather(self, tensors, gather_list, dst=0):
+        """Gather every ``tensors[i]`` on GPU ``dst`` (an index into ``devices``). ``gather_list``
+        lives on that GPU: a list of world_size tensors (gather_list[i] gets tensors[i]; copied
+        from an internal buffer) or one contiguous tensor of world_size x numel elements (tensor
+        i at element offset i * numel; in place when tensors[dst] is block dst of it). Returns
+        ``gather_list``. See Communicator.gather."""
+        method = "SingleProcessCommunicator.gather"
+        self._begin(method)
+        root = _as_rank(method, "dst", dst, len(self.devices))
+        ts = self._per_rank(method, "tensors", tensors)
+        ws, n = len(self.devices), ts[0].numel()
+        parts = None
+        if isinstance(gather_list, torch.Tensor):
+            _check_like(method, "gather_list", gather_list, ts[root], f"tensors[{root}]", ws * n,
+                        f"world_size ({ws}) x tensor numel ({n})")
+            _check_overlap(method, "gather_list", gather_list, f"tensors[{root}]", ts[root],
+                           root * n, f"block {root} of gather_list")
+            buf = gather_list
+        else:
+            parts = _check_list(method, "gather_list", gather_list, ts[root], ws, "destination")
+            buf = ts[root].new_empty((ws, n))
+        dtype = DTYPES[ts[0].dtype]
+        self._run(lambda i, comm, stream: _capi.gather(
+            ts[i].data_ptr(), buf.data_ptr() if i == root else None, n, dtype, root, comm.handle,
+            stream))
+        if parts is not None:
+            for i, p in enumerate(parts):
+                p.copy_(buf[i].view(p.shape))
+        return gather_list
+
+    def scatter(self, tensors, scatter_list, src=0):
+        """Scatter from GPU ``src`` (an index into ``devices``): ``tensors[i]`` gets block i of
+        ``scatter_list``, which lives on that GPU: a list of world_size tensors (copied into an
+        internal buffer first) or one contiguous tensor of world_size x numel elements (in place
+        when tensors[src] is block src of it). Returns ``tensors``. See Communicator.scatter."""
+        method = "SingleProcessCommunicator.scatter"
+        self._begin(method)
+        root = _as_rank(method, "src", src, len(self.devices))
+        ts = self._per_rank(method, "tensors", tensors)
+        ws, n = len(self.devices), ts[0].numel()
+        if isinstance(scatter_list, torch.Tensor):
+            _check_like(method, "scatter_list", scatter_list, ts[root], f"tensors[{root}]", ws * n,
+                        f"world_size ({ws}) x tensor numel ({n})")
+            _check_overlap(method, "scatter_list", scatter_list, f"tensors[{root}]", ts[root],
+                           root * n, f"block {root} of scatter_list")
+            buf = scatter_list
+        else:
+            parts = _check_list(method, "scatter_list", scatter_list, ts[root], ws, "source")
+            buf = torch.cat([p.reshape(-1) for p in parts])
+        dtype = DTYPES[ts[0].dtype]
+        self._run(lambda i, comm, stream: _capi.scatter(
+            buf.data_ptr() if i == root else None, ts[i].data_ptr(), n, dtype, root, comm.handle,
+            stream))
+        return ts
+
+    def all_to_all_single(self, output_tensors, input_tensors, output_split_sizes=None,
+                          input_split_sizes=None):
+        """All-to-all with even splits: block j of input_tensors[i] (first dimension cut into
+        world_size blocks) goes to block i of output_tensors[j]. Never in place. Split sizes:
+        None or the even split; uneven ones raise NotImplementedError. Returns
+        ``output_tensors``."""
+        method = "SingleProcessCommunicator.all_to_all_single"
+        self._begin(method)
+        ins = self._per_rank(method, "input_tensors", input_tensors)
+        outs = self._count_list(method, "output_tensors", output_tensors)
+        ws, n = len(self.devices), ins[0].numel()
+        _check_rows(method, "input_tensors[0]", ins[0], ws)
+        for i, (o, t) in enumerate(zip(outs, ins)):
+            _check_like(method, f"output_tensors[{i}]", o, t, f"input_tensors[{i}]", n,
+                        "the input's numel")
+            _check_rows(method, f"output_tensors[{i}]", o, ws)
+            _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t)
+        _check_splits(method, "input_split_sizes", input_split_sizes, ins[0], ws)
+        _check_splits(method, "output_split_sizes", output_split_sizes, outs[0], ws)
+        dtype = DTYPES[ins[0].dtype]
+        self._run(lambda i, comm, stream: _capi.all_to_all(
+            ins[i].data_ptr(), outs[i].data_ptr(), n // ws, dtype, comm.handle, stream))
+        return outs
+
+    def algo_info(self, tensors, op="sum", outs=None, *, collective="all_reduce", root=0):
+        """What the call would run on each GPU: a list of yali.AlgoInfo (see
+        Communicator.algo_info: ``collective``, ``root``, how the count is derived). Launches
+        nothing."""
+        method = "SingleProcessCommunicator.algo_info"
         tensors = list(tensors)
-        outs = tensors if outs is None else list(outs)
-        return [c.all_reduce_algo_info(t.numel(), DTYPES[t.dtype], code, send_ptr=_info_ptr(t),
-                                       recv_ptr=_info_ptr(o))
+        outs = [None] * len(tensors) if outs is None else list(outs)
+        return [_algo_info(c, method, t, op, o, collective, root, len(self.devices))
                 for c, t, o in zip(self._open_comms("algo_info"), tensors, outs)]
 
     def register(self, tensors, nbytes=None):

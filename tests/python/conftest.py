@@ -22,6 +22,21 @@ def header_text():
     return (REPO / "include" / "yali" / "yali.h").read_text()
 
 
+# The parameters of the collectives in yali.h, in order (test_capi_host.py checks them against the
+# header): FakeLib records every call as {parameter: value}.
+COLLECTIVE_PARAMS = {
+    "yaliAllReduce": ("sendbuff", "recvbuff", "count", "datatype", "op", "comm", "stream"),
+    "yaliReduceScatter": ("sendbuff", "recvbuff", "recvcount", "datatype", "op", "comm", "stream"),
+    "yaliAllGather": ("sendbuff", "recvbuff", "sendcount", "datatype", "comm", "stream"),
+    "yaliBroadcast": ("sendbuff", "recvbuff", "count", "datatype", "root", "comm", "stream"),
+    "yaliBcast": ("buff", "count", "datatype", "root", "comm", "stream"),
+    "yaliReduce": ("sendbuff", "recvbuff", "count", "datatype", "op", "root", "comm", "stream"),
+    "yaliGather": ("sendbuff", "recvbuff", "count", "datatype", "root", "comm", "stream"),
+    "yaliScatter": ("sendbuff", "recvbuff", "count", "datatype", "root", "comm", "stream"),
+    "yaliAlltoAll": ("sendbuff", "recvbuff", "count", "datatype", "comm", "stream"),
+}
+
+
 class FakeLib:
     """Stands in for ``yali._capi.lib()`` on the error paths, no GPU or libyali needed: the messages
     and results are set by the test, the calls are recorded.
@@ -30,10 +45,14 @@ class FakeLib:
     yaliGetLastError(comm) returns for a known comm (the thread's for any other handle, as the
     library does). ``async_errors[handle]``: (code, message) of a comm's asynchronous failure:
     yaliCommGetAsyncError reports the code and records ``"yaliCommGetAsyncError: " + message`` as
-    the last error; yaliAllReduce on that comm returns the code and records its own message
-    (``"yaliAllReduce: " + message``), launching nothing. Where a failure is recorded, as the
-    library does, unless a test says otherwise: ``record_on_thread`` (the thread's last error),
-    ``record_on_comm`` (the comm's, for a handle in ``comm_errors``).
+    the last error; a collective (yaliAllReduce, yaliAllGather, ... : COLLECTIVE_PARAMS) on that
+    comm returns the code and records its own message (``"yaliAllGather: " + message``), launching
+    nothing. Where a failure is recorded, as the library does, unless a test says otherwise:
+    ``record_on_thread`` (the thread's last error), ``record_on_comm`` (the comm's, for a handle in
+    ``comm_errors``).
+
+    ``calls``: ("yaliCommGetAsyncError", comm), (collective, comm, {parameter: value}),
+    ("yaliGroupStart",), ("yaliGroupEnd",), ("yaliAlgoInfo", comm, {...}).
     """
 
     path = "<fake libyali>"
@@ -45,6 +64,7 @@ class FakeLib:
         self.record_on_thread = True
         self.record_on_comm = True
         self.calls = []
+        self.algo_info_result = (b"fake_algo", 4, 256, 65536)
 
     def _fail(self, handle, message):
         if self.record_on_thread:
@@ -67,12 +87,49 @@ class FakeLib:
             self._fail(comm, "yaliCommGetAsyncError: " + message)
         return 0
 
-    def yaliAllReduce(self, send, recv, count, datatype, op, comm, stream):
-        self.calls.append(("yaliAllReduce", comm, send, recv, count))
-        code, message = self.async_errors.get(comm, (0, ""))
-        if code:
-            self._fail(comm, "yaliAllReduce: " + message)
-        return code
+    def yaliGroupStart(self):
+        self.calls.append(("yaliGroupStart",))
+        return 0
+
+    def yaliGroupEnd(self):
+        self.calls.append(("yaliGroupEnd",))
+        return 0
+
+    def yaliAlgoInfo(self, comm, collective, sendbuff, recvbuff, count, datatype, op, root, info):
+        self.calls.append(("yaliAlgoInfo", comm, dict(
+            collective=collective, sendbuff=sendbuff, recvbuff=recvbuff, count=count,
+            datatype=datatype, op=op, root=root)))
+        algo, ctas, threads, chunk = self.algo_info_result
+        obj = info._obj  # a ctypes.byref(yaliAlgoInfo_t)
+        obj.algorithm, obj.ctas, obj.threads, obj.chunkBytes = algo, ctas, threads, chunk
+        return 0
+
+    def yaliCollectiveName(self, collective):
+        names = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
+                 "scatter", "alltoall")
+        return (names[collective] if 0 <= collective < len(names) else "unknown").encode()
+
+    def __getattr__(self, name):
+        params = COLLECTIVE_PARAMS.get(name)
+        if params is None:
+            raise AttributeError(name)
+
+        def collective(*args):
+            assert len(args) == len(params), f"{name} takes {len(params)} arguments, got {len(args)}"
+            kw = dict(zip(params, args))
+            comm = kw["comm"]
+            self.calls.append((name, comm, kw))
+            code, message = self.async_errors.get(comm, (0, ""))
+            if code:
+                self._fail(comm, f"{name}: " + message)
+            return code
+
+        return collective
+
+    def launches(self, name=None):
+        """The recorded collective calls ({parameter: value}), of ``name`` only if given."""
+        return [c[2] for c in self.calls
+                if c[0] in COLLECTIVE_PARAMS and (name is None or c[0] == name)]
 
 
 @pytest.fixture

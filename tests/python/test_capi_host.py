@@ -46,8 +46,8 @@ def _run_python(code, env_update=None, env_remove=()):
 # ---- Header parsing ------------------------------------------------------------------------------
 
 
-def _header_enum(text, typedef):
-    """{name without the yali prefix: value} of ``typedef enum {...} <typedef>;``."""
+def _header_enum(text, typedef, prefix="yali"):
+    """{name without ``prefix`` (else without "yali"): value} of ``typedef enum {...} <typedef>;``."""
     m = re.search(r"typedef\s+enum\s*\{(?P<body>[^}]*)\}\s*" + re.escape(typedef) + r"\s*;", text)
     assert m, f"typedef enum {typedef} not found in yali.h"
     body = re.sub(r"/\*.*?\*/", "", m.group("body"), flags=re.S)
@@ -59,7 +59,9 @@ def _header_enum(text, typedef):
             continue
         em = re.fullmatch(r"yali(\w+)\s*=\s*(\d+)", item)
         assert em, f"cannot parse enumerator {item!r} of {typedef} (give every one a value)"
-        out[em.group(1)] = int(em.group(2))
+        name = "yali" + em.group(1)
+        name = name[len(prefix):] if name.startswith(prefix) else em.group(1)
+        out[name] = int(em.group(2))
     assert out, f"{typedef} has no enumerators"
     return out
 
@@ -71,13 +73,28 @@ def _header_define(text, name):
 
 
 @pytest.mark.parametrize(
-    "typedef,pyenum",
-    [("yaliResult_t", yali.Result), ("yaliDataType_t", yali.DataType), ("yaliRedOp_t", yali.RedOp)],
+    "typedef,pyenum,prefix",
+    [("yaliResult_t", yali.Result, "yali"), ("yaliDataType_t", yali.DataType, "yali"),
+     ("yaliRedOp_t", yali.RedOp, "yali"), ("yaliCollective_t", yali.Collective, "yaliColl")],
 )
-def test_enums_match_header(header_text, typedef, pyenum):
-    header = _header_enum(header_text, typedef)
+def test_enums_match_header(header_text, typedef, pyenum, prefix):
+    """Every enumerator, aliases included (yaliHalf, yaliChar, ...): same names, same values."""
+    header = _header_enum(header_text, typedef, prefix)
     python = {name: int(member) for name, member in pyenum.__members__.items()}
     assert python == header, f"{pyenum.__name__} differs from {typedef} in yali.h"
+
+
+def test_type_tables_cover_every_type():
+    types = {t for t in yali.DataType if t != yali.DataType.NumTypes}
+    assert set(_capi.TYPE_SIZES) == types
+    assert {int(t) for t in types} == set(range(int(yali.DataType.NumTypes)))
+    floating = {yali.DataType.Float16, yali.DataType.Bfloat16, yali.DataType.Float32,
+                yali.DataType.Float64, yali.DataType.Float8e4m3, yali.DataType.Float8e5m2}
+    assert _capi.FLOATING_TYPES == floating  # yali.h: yaliAvg is for these only
+    sizes = {"Int8": 1, "Uint8": 1, "Int32": 4, "Uint32": 4, "Int64": 8, "Uint64": 8,
+             "Float16": 2, "Bfloat16": 2, "Float32": 4, "Float64": 8, "Float8e4m3": 1,
+             "Float8e5m2": 1}
+    assert {t.name: n for t, n in _capi.TYPE_SIZES.items()} == sizes
 
 
 def test_constants_match_header(header_text):
@@ -98,7 +115,7 @@ def test_every_header_function_is_bound(header_text):
 
 _HEADER_PROTO = re.compile(
     r"YALI_API\s+(?P<ret>[\w\s\*]+?)\b(?P<name>yali\w+)\s*\((?P<params>[^)]*)\)\s*;")
-_INT_LIKE = {"int", "yaliResult_t", "yaliDataType_t", "yaliRedOp_t"}
+_INT_LIKE = {"int", "yaliResult_t", "yaliDataType_t", "yaliRedOp_t", "yaliCollective_t"}
 _PTR_LIKE = {"yaliComm_t", "cudaStream_t"}
 
 
@@ -129,21 +146,27 @@ def _ctypes_kind(ct):
     raise AssertionError(f"unexpected ctypes type {ct!r}")
 
 
-def _header_prototypes(text):
-    """{name: (return kind, [parameter kinds])} of every YALI_API function in yali.h."""
+def _header_declarations(text):
+    """{name: (return type, [(parameter type, parameter name)])} of every YALI_API function."""
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     out = {}
     for m in _HEADER_PROTO.finditer(text):
         params = " ".join(m.group("params").split())
-        kinds = []
+        decl = []
         if params not in ("", "void"):
             for param in params.split(","):
-                # Every parameter in yali.h is named: drop the name, keep the type.
-                pm = re.fullmatch(r"\s*(?P<type>.*?[\w\*])\s*\b\w+\s*", param)
+                # Every parameter in yali.h is named: split the type from the name.
+                pm = re.fullmatch(r"\s*(?P<type>.*?[\w\*])\s*\b(?P<name>\w+)\s*", param)
                 assert pm, f"cannot parse parameter {param!r} of {m.group('name')}"
-                kinds.append(_header_kind(pm.group("type")))
-        out[m.group("name")] = (_header_kind(m.group("ret")), kinds)
+                decl.append((pm.group("type"), pm.group("name")))
+        out[m.group("name")] = (m.group("ret"), decl)
     return out
+
+
+def _header_prototypes(text):
+    """{name: (return kind, [parameter kinds])} of every YALI_API function in yali.h."""
+    return {name: (_header_kind(ret), [_header_kind(t) for t, _ in params])
+            for name, (ret, params) in _header_declarations(text).items()}
 
 
 def test_prototypes_match_header_signatures(header_text):
@@ -161,6 +184,32 @@ def test_prototypes_match_header_signatures(header_text):
     assert not wrong, "\n".join(wrong)
 
 
+def test_every_prototype_has_the_headers_argument_count(header_text):
+    """One line per function: a ctypes declaration with exactly the header's number of arguments
+    (a call with too few or too many would pass garbage to C)."""
+    header = _header_declarations(header_text)
+    assert len(header) >= 27, sorted(header)  # the NCCL 2.28 set and YALI's own calls
+    for name, (_, params) in header.items():
+        assert name in _capi._PROTOTYPES, f"{name} has no ctypes declaration"
+        _, argtypes = _capi._PROTOTYPES[name]
+        assert len(argtypes) == len(params), (
+            f"{name}: yali.h has {len(params)} parameters {[n for _, n in params]}, ctypes "
+            f"{len(argtypes)}")
+
+
+def test_collective_parameters_match_header(header_text):
+    """conftest.FakeLib records the collectives' calls by parameter name: its table must be the
+    header's, names and order."""
+    from conftest import COLLECTIVE_PARAMS
+
+    header = _header_declarations(header_text)
+    for name, params in COLLECTIVE_PARAMS.items():
+        assert tuple(n for _, n in header[name][1]) == params, name
+    collectives = {"yaliAllReduce", "yaliReduceScatter", "yaliAllGather", "yaliBroadcast",
+                   "yaliBcast", "yaliReduce", "yaliGather", "yaliScatter", "yaliAlltoAll"}
+    assert set(COLLECTIVE_PARAMS) == collectives
+
+
 def test_register_and_algo_info_prototypes():
     restype, argtypes = _capi._PROTOTYPES["yaliCommRegister"]
     assert restype is ctypes.c_int
@@ -171,6 +220,11 @@ def test_register_and_algo_info_prototypes():
     restype, argtypes = _capi._PROTOTYPES["yaliAllReduceAlgoInfo"]
     assert argtypes[:4] == [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
     assert argtypes[6]._type_ is _capi.yaliAlgoInfo_t
+    restype, argtypes = _capi._PROTOTYPES["yaliAlgoInfo"]
+    assert argtypes[:5] == [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
+                            ctypes.c_size_t]
+    assert argtypes[5:8] == [ctypes.c_int] * 3 and argtypes[8]._type_ is _capi.yaliAlgoInfo_t
+    assert _capi._PROTOTYPES["yaliCollectiveName"] == (ctypes.c_char_p, [ctypes.c_int])
 
 
 def test_pyproject_version_matches():
@@ -236,10 +290,55 @@ def test_enum_conversions():
     assert yali.as_datatype(np.dtype("float32")) == yali.DataType.Float32
     assert yali.as_redop("avg") == yali.RedOp.Avg
     assert yali.as_redop(yali.RedOp.Max) == yali.RedOp.Max
-    with pytest.raises(yali.YaliInvalidArgument, match="float64"):
-        yali.as_datatype("float64")
+    for bad in ("bool", "complex64", "float8_e4m3fnuz", np.bool_):
+        with pytest.raises(yali.YaliInvalidArgument, match="not supported") as info:
+            yali.as_datatype(bad, "yaliAllGather")
+        assert info.value.call == "yaliAllGather" and "float8_e5m2" in str(info.value)
     with pytest.raises(yali.YaliInvalidArgument, match="op"):
         yali.as_redop("xor")
+
+
+def test_every_type_by_name():
+    """Each type by the header's name (aliases too), numpy's dtype and scalar type, and the usual
+    short forms."""
+    import numpy as np
+
+    D = yali.DataType
+    for name, member in D.__members__.items():
+        if member != D.NumTypes:
+            assert yali.as_datatype(name.lower()) == member, name
+    numpy_names = {"int8": D.Int8, "uint8": D.Uint8, "int32": D.Int32, "uint32": D.Uint32,
+                   "int64": D.Int64, "uint64": D.Uint64, "float16": D.Float16,
+                   "float32": D.Float32, "float64": D.Float64}
+    for name, member in numpy_names.items():
+        assert yali.as_datatype(np.dtype(name)) == member, name
+        assert yali.as_datatype(getattr(np, name)) == member, name
+        assert yali.as_datatype("torch." + name) == member, name  # str(torch.<dtype>)
+    short = {"i8": D.Int8, "u8": D.Uint8, "i32": D.Int32, "u32": D.Uint32, "i64": D.Int64,
+             "u64": D.Uint64, "fp16": D.Float16, "bf16": D.Bfloat16, "fp32": D.Float32,
+             "fp64": D.Float64, "double": D.Float64, "half": D.Float16, "char": D.Int8,
+             "int": D.Int32, "float8_e4m3fn": D.Float8e4m3, "torch.float8_e4m3fn": D.Float8e4m3,
+             "fp8_e4m3": D.Float8e4m3, "e5m2": D.Float8e5m2, "torch.float8_e5m2": D.Float8e5m2,
+             "torch.bfloat16": D.Bfloat16}
+    for name, member in short.items():
+        assert yali.as_datatype(name) == member, name
+    assert yali.as_datatype(7) == 7 and yali.as_datatype(99) == 99  # ints: the library judges
+
+
+def test_collective_names():
+    C = yali.Collective
+    assert yali.as_collective("allreduce") == C.AllReduce
+    assert yali.as_collective("all_gather_into_tensor") == C.AllGather
+    assert yali.as_collective("reduce_scatter_tensor") == C.ReduceScatter
+    assert yali.as_collective("all_to_all_single") == C.AlltoAll
+    assert yali.as_collective("BROADCAST") == C.Broadcast
+    assert yali.as_collective(C.Gather) == C.Gather and yali.as_collective(6) == 6
+    for c in C:
+        if c != C.NumCollectives:  # yaliCollectiveName's spelling is accepted back
+            assert yali.as_collective(c.name.lower()) == c
+    with pytest.raises(yali.YaliInvalidArgument, match="collective") as info:
+        yali.as_collective("allgatherv")
+    assert info.value.call == "yaliAlgoInfo"
 
 
 def test_error_pickles():
@@ -688,3 +787,172 @@ def test_check_reports_the_latest_failure_of_the_thread():
     assert "yaliCommRegister" in first.value.detail
     assert second.value.detail.startswith("yaliCommUserRank"), second.value.detail
     assert "yaliCommRegister" not in second.value.detail
+
+
+# ---- The collectives of yali.Comm, with the library faked (conftest.FakeLib) ----------------------
+
+_D, _R = yali.DataType, yali.RedOp
+
+
+class _Stream:
+    cuda_stream = 0x5000  # what yali._as_stream reads of a torch.cuda.Stream
+
+
+# (method, args, kwargs, C call, the C call's parameters as they must arrive). Pointers, dtype/op
+# names, roots, streams: every argument converted and in its place.
+_COMM_CALLS = [
+    ("all_reduce", (0x100, 0x200, 5, "int64", "max", 0x77), {}, "yaliAllReduce",
+     dict(sendbuff=0x100, recvbuff=0x200, count=5, datatype=_D.Int64, op=_R.Max, stream=0x77)),
+    ("reduce_scatter", (0x100, 0x200, 3), dict(dtype="bf16", op="avg", stream_ptr=_Stream()),
+     "yaliReduceScatter", dict(sendbuff=0x100, recvbuff=0x200, recvcount=3, datatype=_D.Bfloat16,
+                              op=_R.Avg, stream=0x5000)),
+    ("all_gather", (0x100, 0x200, 4, "uint8"), {}, "yaliAllGather",
+     dict(sendbuff=0x100, recvbuff=0x200, sendcount=4, datatype=_D.Uint8, stream=None)),
+    ("broadcast", (0x100, 0x100, 9, "float8_e4m3fn", 1, 0x77), {}, "yaliBroadcast",
+     dict(sendbuff=0x100, recvbuff=0x100, count=9, datatype=_D.Float8e4m3, root=1, stream=0x77)),
+    ("broadcast", (None, 0x200, 9), dict(dtype=_D.Float64, root=0), "yaliBroadcast",
+     dict(sendbuff=None, recvbuff=0x200, count=9, datatype=_D.Float64, root=0, stream=None)),
+    ("bcast", (0x300, 2, "int32", 1), {}, "yaliBcast",
+     dict(buff=0x300, count=2, datatype=_D.Int32, root=1, stream=None)),
+    ("reduce", (0x100, None, 6, "uint64", "prod", 1), {}, "yaliReduce",
+     dict(sendbuff=0x100, recvbuff=None, count=6, datatype=_D.Uint64, op=_R.Prod, root=1,
+          stream=None)),
+    ("gather", (0x100, 0x200, 7, "fp8_e5m2", 0, 0x77), {}, "yaliGather",
+     dict(sendbuff=0x100, recvbuff=0x200, count=7, datatype=_D.Float8e5m2, root=0, stream=0x77)),
+    ("scatter", (None, 0x200, 7), dict(dtype="int8", root=1), "yaliScatter",
+     dict(sendbuff=None, recvbuff=0x200, count=7, datatype=_D.Int8, root=1, stream=None)),
+    ("all_to_all", (0x100, 0x200, 8, "uint32", 0x77), {}, "yaliAlltoAll",
+     dict(sendbuff=0x100, recvbuff=0x200, count=8, datatype=_D.Uint32, stream=0x77)),
+]
+
+
+@pytest.mark.parametrize("method,args,kwargs,call,want", _COMM_CALLS,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(_COMM_CALLS)])
+def test_comm_collective_arguments(fake_lib, method, args, kwargs, call, want):
+    comm = _fake_comm()
+    assert getattr(comm, method)(*args, **kwargs) is None  # enqueued; nothing to return
+    launches = fake_lib.launches()
+    assert len(launches) == 1 and fake_lib.calls[-1][0] == call
+    got = launches[0]
+    assert got.pop("comm") == comm.handle
+    assert got == want
+
+
+def test_comm_collectives_take_tensors_and_arrays(fake_lib):
+    comm = _fake_comm()
+    comm.all_gather(_FakeTensor(0x10000, 64, offset=16), _FakeCai(0x30000, (8,)), 2, "float32")
+    got = fake_lib.launches("yaliAllGather")[-1]
+    assert (got["sendbuff"], got["recvbuff"]) == (0x10010, 0x30000)
+
+
+@pytest.mark.parametrize("method,args", [
+    ("all_reduce", (0x100, 0x100, 4, "int32", "avg")),
+    ("reduce_scatter", (0x100, 0x200, 4, "uint8", "avg")),
+    ("reduce", (0x100, 0x100, 4, "int64", "avg", 0)),
+])
+def test_comm_avg_on_integers_is_refused_before_the_call(fake_lib, method, args):
+    comm = _fake_comm()
+    with pytest.raises(yali.YaliInvalidArgument, match="avg is for floating types") as info:
+        getattr(comm, method)(*args)
+    assert info.value.call == "yali" + {"all_reduce": "AllReduce", "reduce_scatter":
+                                        "ReduceScatter", "reduce": "Reduce"}[method]
+    assert "int" in str(info.value)
+    assert fake_lib.launches() == []
+
+
+def test_comm_argument_errors_name_the_call_and_argument(fake_lib):
+    comm = _fake_comm()
+    with pytest.raises(yali.YaliInvalidArgument, match="recvcount") as info:
+        comm.reduce_scatter(0x100, 0x200, -1)
+    assert info.value.call == "yaliReduceScatter"
+    with pytest.raises(yali.YaliInvalidArgument, match="root") as info:
+        comm.broadcast(0x100, 0x100, 4, "float32", 2**40)
+    assert info.value.call == "yaliBroadcast"
+    with pytest.raises(yali.YaliInvalidArgument, match="sendbuff") as info:
+        comm.gather("not a pointer", 0x100, 4)
+    assert info.value.call == "yaliGather"
+    with pytest.raises(yali.YaliInvalidArgument, match="datatype") as info:
+        comm.all_to_all(0x100, 0x200, 4, "complex64")
+    assert info.value.call == "yaliAlltoAll"
+    with pytest.raises(yali.YaliInvalidArgument, match="stream") as info:
+        comm.scatter(0x100, 0x200, 4, "float32", 0, "stream?")
+    assert info.value.call == "yaliScatter"
+    assert fake_lib.launches() == []
+
+
+@pytest.mark.parametrize("method,args,call", [
+    ("all_reduce", (0x100, 0x100, 4), "yaliAllReduce"),
+    ("reduce_scatter", (0x100, 0x200, 4), "yaliReduceScatter"),
+    ("all_gather", (0x100, 0x200, 4), "yaliAllGather"),
+    ("broadcast", (0x100, 0x100, 4), "yaliBroadcast"),
+    ("bcast", (0x100, 4), "yaliBcast"),
+    ("reduce", (0x100, 0x100, 4), "yaliReduce"),
+    ("gather", (0x100, 0x200, 4), "yaliGather"),
+    ("scatter", (0x100, 0x200, 4), "yaliScatter"),
+    ("all_to_all", (0x100, 0x200, 4), "yaliAlltoAll"),
+])
+def test_failed_comm_collectives_raise_with_their_own_message(fake_lib, method, args, call):
+    """Every collective on a failed comm returns the asynchronous error (yali.h: "every later call
+    returns it"): the wrapper raises its subclass with that call's message."""
+    comm = _fake_comm()
+    fake_lib.comm_errors[comm.handle] = "yaliCommRegister: an old, unrelated failure"
+    fake_lib.record_on_comm = False
+    fake_lib.async_errors[comm.handle] = (int(yali.Result.RemoteError), "a peer aborted")
+    with pytest.raises(yali.YaliRemoteError) as info:
+        getattr(comm, method)(*args)
+    e = info.value
+    assert e.call == call and e.detail == f"{call}: a peer aborted", str(e)
+
+
+def test_comm_algo_info(fake_lib):
+    comm = _fake_comm()
+    info = comm.algo_info("reduce_scatter", 128, "bf16", "max", send_ptr=0x100, recv_ptr=0x200)
+    assert info == yali.AlgoInfo("fake_algo", 4, 256, 65536)
+    assert fake_lib.calls[-1] == ("yaliAlgoInfo", comm.handle, dict(
+        collective=yali.Collective.ReduceScatter, sendbuff=0x100, recvbuff=0x200, count=128,
+        datatype=_D.Bfloat16, op=_R.Max, root=0))
+    comm.algo_info(yali.Collective.Gather, 16, "int8", root=1)
+    got = fake_lib.calls[-1][2]
+    assert (got["collective"], got["root"], got["sendbuff"], got["recvbuff"]) == (
+        yali.Collective.Gather, 1, None, None)
+    with pytest.raises(yali.YaliInvalidArgument, match="collective"):
+        comm.algo_info("allgatherv", 16)
+    assert yali.collective_name("all_to_all_single") == "alltoall"
+    assert yali.collective_name(yali.Collective.ReduceScatter) == "reducescatter"
+    assert yali.collective_name(42) == "unknown"
+
+
+# ---- The collectives against the library (no GPU: NULL comms) ------------------------------------
+
+
+@pytest.mark.parametrize("name,args", [
+    ("yaliReduceScatter", (None, None, 0, 7, 0, None, None)),
+    ("yaliAllGather", (None, None, 0, 7, None, None)),
+    ("yaliBroadcast", (None, None, 0, 7, 0, None, None)),
+    ("yaliBcast", (None, 0, 7, 0, None, None)),
+    ("yaliReduce", (None, None, 0, 7, 0, 0, None, None)),
+    ("yaliGather", (None, None, 0, 7, 0, None, None)),
+    ("yaliScatter", (None, None, 0, 7, 0, None, None)),
+    ("yaliAlltoAll", (None, None, 0, 7, None, None)),
+])
+def test_null_comm_collectives_are_invalid_argument(name, args):
+    _require_lib()
+    code = getattr(_capi.lib(), name)(*args)
+    assert code == yali.Result.InvalidArgument, f"{name}(comm=NULL) returned {code}"
+    assert name in yali.get_last_error()
+
+
+def test_collective_name_and_algo_info_against_the_library():
+    _require_lib()
+    names = {yali.Collective.AllReduce: "allreduce", yali.Collective.ReduceScatter: "reducescatter",
+             yali.Collective.AllGather: "allgather", yali.Collective.Broadcast: "broadcast",
+             yali.Collective.Reduce: "reduce", yali.Collective.Gather: "gather",
+             yali.Collective.Scatter: "scatter", yali.Collective.AlltoAll: "alltoall"}
+    for c, name in names.items():
+        assert yali.collective_name(c) == name
+    assert yali.collective_name(yali.Collective.NumCollectives) == "unknown"
+    assert yali.collective_name(-1) == "unknown"
+    with pytest.raises(yali.YaliInvalidArgument) as e:
+        _capi.algo_info(None, int(yali.Collective.AllGather), None, None, 16,
+                        int(yali.DataType.Float32), 0, 0)
+    assert e.value.call == "yaliAlgoInfo" and "yaliAlgoInfo" in e.value.detail

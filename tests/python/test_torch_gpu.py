@@ -17,23 +17,55 @@ NCCL, reduced in rank order) with dtype tolerances, and bitwise equality across 
   graph   torch.cuda.graph capture once, replay 4 times with new inputs (out=, in place, functional)
   compile torch.compile(fullgraph=True), backend inductor and aot_eager; torch.library.opcheck
   single  SingleProcessCommunicator over 2 and 4 GPUs
-  registered  (a second Communicator made with YALI_DIRECT_MIN_BYTES=-1) empty_registered and
-          register: algo_info reports "direct" for registered input and output (in place, out of
+  registered  (a second Communicator made with YALI_TWOSHOT_DIRECT_MIN_BYTES=-1) empty_registered and
+          register: algo_info reports "twoshot_direct" for a registered output (in place, out of
           place, views at the same offset, the low-level Comm call with pointers) and not for
           NULL, plain or partly registered buffers; results exact/in tolerance and bitwise equal
           across ranks at every dtype, op and size; a CUDA graph of a registered call; deregister
   single_registered  the same with SingleProcessCommunicator (register_all on every comm)
+
+Every collective (the "coll" jobs; ONE GPU is enough: rank i runs on GPU i % device_count, so on a
+one-GPU machine the ranks share it, YALI_ALLOW_SHARED_GPU=1; NCCL, the cross-check, then gets a
+NCCL_HOSTID per rank). Inputs are functions of (case, rank), so every rank computes the exact
+reference itself: integers exactly (wrapping modulo 2^bits), floats in float64 with dtype tolerances
+(fp8 included), max/min exactly, data movement byte for byte; integer reductions and every
+data-moving collective must also equal torch.distributed's NCCL result bit for bit (where NCCL
+takes the dtype). Communicator over 2 and 3 processes:
+  c_all_reduce, c_reduce_scatter, c_reduce   every dtype (int8, uint8, int32, int64, uint32,
+          uint64, fp16, bf16, fp32, fp64, fp8 e4m3/e5m2) x every op it takes (avg for floating
+          types only) x 0, 1, 1023, 65537 elements (and 1_000_003 for two dtypes); in place, out=,
+          functional, the stacked (world_size, m) input; dst given as dst= and group_dst=, every
+          rank as root; off dst the tensor is unchanged
+  c_all_gather, c_broadcast, c_gather, c_scatter, c_all_to_all   every dtype x 0..65537 elements
+          (and 1_000_003): flat, stacked, in place (the rank's own block), functional; gather and
+          scatter in their list form (an entry may be the input) and one-tensor form, every rank as
+          root; even split sizes written out, a 2-D input
+  c_errors  overlaps refused by the Python side (real pointers) and by the library (yali.Comm),
+          uneven splits (NotImplementedError naming the argument), avg on integers, bad roots,
+          stale handles; the comm works afterwards
+  c_comm  yali.Comm's pointer-level methods (NULL buffers off the root, bcast) and algo_info /
+          collective_name for every collective
+  c_graph  every collective (list and functional forms, fp32 and int32) captured once in a CUDA
+          graph, replayed 4 times with new inputs
+  c_compile_{inductor,aot_eager}  every method in one torch.compile(fullgraph=True) function,
+          against the float64 reference and NCCL, recompiled for a new size (dynamic shapes); a
+          mutated graph input; int64 and fp8
+  c_opcheck  torch.library.opcheck of every new operator
+  c_single  SingleProcessCommunicator, every method, over 2 and 3 ranks (GPUs shared when fewer)
 
 Failures (the "faults" jobs; they need ONE GPU, which their 3 ranks share: YALI_ALLOW_SHARED_GPU=1,
 YALI_TIMEOUT_MS=4000, so that a timeout costs 4 s; bounded by YALI_TEST_FAULT_TIMEOUT, default 300):
   faults_single  SingleProcessCommunicator over devices [0, 0, 0], each rank on a stream of its own:
           ranks 0 and 1 call an all_reduce that rank 2 never joins; both report yaliTimeout, rank 2's
           next call fails (raises, or launches and sets the async error); then check_async_error,
-          check, all_reduce, the custom ops and the low-level call raise YaliTimeout with the
-          library's message; a CUDA graph captured before the failure and replayed after it leaves
-          NaN (all-ones bytes) in its output; replay() raises before replaying; after abort() a
-          replay does nothing
-  timeout  the same with Communicator, one process per rank (a gloo group carries the unique id)
+          check, all_reduce, every other collective method, the custom ops and the low-level call
+          raise YaliTimeout with the library's message; a CUDA graph captured before the failure
+          and replayed after it leaves NaN (all-ones bytes) in its output; replay() raises before
+          replaying; after abort() a replay does nothing
+  timeout  the same with Communicator, one process per rank (a gloo group carries the unique id),
+          every collective method and operator included; a graph of all_gather, reduce_scatter,
+          all_to_all, broadcast and scatter replayed after the failure leaves all-ones bytes in
+          every output
   remote_abort  rank 0 aborts; the others' next call fails with yaliRemoteError, later calls and
           check() raise YaliRemoteError; close() after the failure returns promptly
   freed_registered  a registered tensor stays alive while registered (torch API); memory registered
@@ -84,7 +116,10 @@ FAULT_JOB_TIMEOUT = float(os.environ.get("YALI_TEST_FAULT_TIMEOUT", "300"))
 # The fault jobs' ranks share one GPU; a device wait gives up after 4 s instead of the default (a
 # rank's first kernels in a process that shares the GPU with two others can take a second or two).
 FAULT_ENV = {"YALI_ALLOW_SHARED_GPU": "1", "YALI_TIMEOUT_MS": "4000"}
-_MULTI_KINDS = ("multi", "faults_multi")
+_MULTI_KINDS = ("multi", "faults_multi", "coll")
+# The coll jobs' ranks share GPUs when there are fewer GPUs than ranks.
+COLL_ENV = {"YALI_ALLOW_SHARED_GPU": "1"}
+COLL_WORLD_SIZES = (2, 3)
 OPS = ("sum", "prod", "max", "min", "avg")
 SIZES = (1, 7, 1023, 65537, 1_000_003)
 
@@ -155,6 +190,8 @@ def _run_job(kind, n, lib_path):
         if kind.startswith("faults"):
             env.update(FAULT_ENV)
             timeout = FAULT_JOB_TIMEOUT
+        if kind.startswith("coll"):
+            env.update(COLL_ENV)
         world = n if kind in _MULTI_KINDS else 1
         res = _launch.launch(args, world, timeout=timeout, env=env, peer_grace=60)
         records = []
@@ -267,6 +304,60 @@ def test_registered_storage_freed_while_registered():
 def test_faults_job_exits_cleanly():
     job = _faults("faults_multi")
     assert job.result.ok, "the fault job did not exit cleanly:\n" + job.result.summary()
+
+
+def _coll(ws):
+    return _run_job("coll", ws, _require_gpus(1))
+
+
+_cws = pytest.mark.parametrize("ws", COLL_WORLD_SIZES, ids=[f"{w}ranks" for w in COLL_WORLD_SIZES])
+
+
+@_cws
+@pytest.mark.parametrize("section", ["c_all_reduce", "c_reduce_scatter", "c_reduce",
+                                     "c_all_gather", "c_broadcast", "c_gather", "c_scatter",
+                                     "c_all_to_all"])
+def test_collective_every_dtype(ws, section):
+    _coll(ws).check_section(section)
+
+
+@_cws
+def test_collective_argument_errors(ws):
+    _coll(ws).check_section("c_errors")
+
+
+@_cws
+def test_collective_low_level_comm(ws):
+    _coll(ws).check_section("c_comm")
+
+
+@_cws
+def test_collective_cuda_graph(ws):
+    _coll(ws).check_section("c_graph")
+
+
+@_cws
+@pytest.mark.parametrize("backend", ["inductor", "aot_eager"])
+def test_collective_torch_compile_fullgraph(ws, backend):
+    _coll(ws).check_section(f"c_compile_{backend}")
+
+
+@_cws
+def test_collective_opcheck(ws):
+    _coll(ws).check_section("c_opcheck")
+
+
+@_cws
+def test_collective_job_exits_cleanly(ws):
+    job = _coll(ws)
+    assert job.result.ok, "the job did not exit cleanly (close included):\n" + job.result.summary()
+
+
+@pytest.mark.parametrize("n", COLL_WORLD_SIZES, ids=[f"{n}ranks" for n in COLL_WORLD_SIZES])
+def test_collective_single_process(n):
+    job = _run_job("coll_single", n, _require_gpus(1))
+    job.check_section("c_single")
+    assert job.result.ok, job.result.summary()
 
 
 def test_ops_registered_and_op_names():
@@ -519,7 +610,7 @@ def _section_slices(rec, comm, rank, dev):
 def _expect_error(method, words, fn):
     try:
         fn()
-    except (TypeError, ValueError, yali.YaliError) as e:
+    except (TypeError, ValueError, NotImplementedError, yali.YaliError) as e:
         msg = str(e)
         missing = [w for w in [method, *words] if w not in msg]
         return [f"message {msg!r} lacks {missing}"] if missing else []
@@ -689,18 +780,19 @@ def _section_opcheck(rec, comm, rank, dev):
 
 
 def _direct_problems(what, info, want_direct=True):
-    if (info.algorithm == "direct") == want_direct:
+    """The zero-copy AllReduce is twoshot_direct: it needs the output registered on every rank."""
+    if (info.algorithm == "twoshot_direct") == want_direct:
         return []
     return [f"{what}: algo_info reports {info.algorithm!r}, expected "
-            + ("'direct'" if want_direct else "not 'direct'")]
+            + ("'twoshot_direct'" if want_direct else "not 'twoshot_direct'")]
 
 
 _REG_N = SIZES[-1] + 8  # elements of fp32 in each registered buffer (room for an offset view)
 
 
 def _section_registered(rec, comm, rank, dev):
-    """``comm`` was created with YALI_DIRECT_MIN_BYTES=-1: registered buffers go direct at every
-    size."""
+    """``comm`` was created with YALI_TWOSHOT_DIRECT_MIN_BYTES=-1: registered outputs go zero-copy
+    (twoshot_direct) at every size."""
     a = comm.empty_registered(_REG_N, torch.float32)  # inputs live here
     b = comm.empty_registered(_REG_N, torch.float32)  # outputs
     plain = torch.empty(_REG_N, device=dev)
@@ -739,7 +831,7 @@ def _section_registered(rec, comm, rank, dev):
         problems += _direct_problems("send only", comm.comm.all_reduce_algo_info(
             n, send_ptr=a.data_ptr()), False)
         problems += _direct_problems("plain out", comm.algo_info(a[:n], out=plain[:n]), False)
-        problems += _direct_problems("plain input", comm.algo_info(plain[:n], out=b[:n]), False)
+        problems += _direct_problems("plain input", comm.algo_info(plain[:n], out=b[:n]))
         problems += _direct_problems("plain in place", comm.algo_info(plain[:n]), False)
         past = a.data_ptr() + (_REG_N - n + 1) * 4  # runs 4 bytes past the registration
         problems += _direct_problems("past the end", comm.comm.all_reduce_algo_info(
@@ -889,13 +981,13 @@ def _worker_multi(out_dir):
         if _want(name):
             with rec.in_section(name):
                 section(rec, comm, rank, dev)
-    # Registered buffers, on a comm of their own made with direct at every size (the variable is
-    # read when a comm is created, the same on every rank).
+    # Registered buffers, on a comm of their own made with twoshot_direct at every size (the
+    # variable is read when a comm is created, the same on every rank).
     comm_direct = None
     if _want("registered"):
-        os.environ["YALI_DIRECT_MIN_BYTES"] = "-1"
+        os.environ["YALI_TWOSHOT_DIRECT_MIN_BYTES"] = "-1"
         comm_direct = yt.Communicator()
-        os.environ.pop("YALI_DIRECT_MIN_BYTES")
+        os.environ.pop("YALI_TWOSHOT_DIRECT_MIN_BYTES")
         with rec.in_section("registered"):
             _section_registered(rec, comm_direct, rank, dev)
     torch.cuda.synchronize()
@@ -923,11 +1015,11 @@ def _worker_single(out_dir, ndev):
         with rec.in_section("single"), yt.SingleProcessCommunicator(list(range(ndev))) as sp:
             _section_single(rec, sp, devs, sync, ndev)
     if _want("single_registered"):
-        os.environ["YALI_DIRECT_MIN_BYTES"] = "-1"
+        os.environ["YALI_TWOSHOT_DIRECT_MIN_BYTES"] = "-1"
         try:
             sp = yt.SingleProcessCommunicator(list(range(ndev)))
         finally:
-            os.environ.pop("YALI_DIRECT_MIN_BYTES")
+            os.environ.pop("YALI_TWOSHOT_DIRECT_MIN_BYTES")
         with rec.in_section("single_registered"), sp:
             _section_single_registered(rec, sp, devs, sync)
     return 0
@@ -1238,6 +1330,25 @@ def _section_faults_single(rec, dev, ws):
                                for x, k in zip(xs, keep)), [])
 
     rec.check("SingleProcessCommunicator.all_reduce raises YaliTimeout", all_reduce_raises)
+
+    def every_collective_raises():
+        t = [torch.ones(ws * 4, device=dev) for _ in range(ws)]
+        calls = [("all_gather_into_tensor", lambda: sp.all_gather_into_tensor(t, t)),
+                 ("reduce_scatter_tensor", lambda: sp.reduce_scatter_tensor(t, t)),
+                 ("broadcast", lambda: sp.broadcast(t, 0)),
+                 ("reduce", lambda: sp.reduce(t, 0)),
+                 ("gather", lambda: sp.gather(t, t[0], 0)),
+                 ("scatter", lambda: sp.scatter(t, t[0], 0)),
+                 ("all_to_all_single", lambda: sp.all_to_all_single(t, t))]
+        problems = []
+        for name, fn in calls:
+            problems += _raises(yali.YaliTimeout, fn, f"{m}.{name}", "rank 0")
+        torch.cuda.synchronize()
+        return problems + sum((_exact(x, torch.ones_like(x), "a tensor after the refused calls")
+                               for x in t), [])
+
+    rec.check("every other SingleProcessCommunicator collective raises YaliTimeout",
+              every_collective_raises)
     ops = torch.ops.yali
     for i in (0, late):
         h = sp.comms[i].handle
@@ -1468,6 +1579,40 @@ def _section_timeout(rec, rank, ws, dev):
         return _exact(y, want, "replay")
 
     rec.check("graph replay before the failure", replay_healthy)
+
+    # The other collectives in a graph of their own (root 0 where there is one).
+    c = 256
+    ag_in, rs_in = _rank_input(c, rank, dev), _rank_input(ws * c, rank, dev)
+    a2a_in, sc_src = _rank_input(ws * c, rank, dev) * 2, _rank_input(ws * c, rank, dev) * 3
+    outs2 = {"all_gather": torch.empty(ws * c, device=dev), "reduce_scatter": torch.empty(c, device=dev),
+             "all_to_all": torch.empty(ws * c, device=dev), "broadcast": torch.empty(c, device=dev),
+             "scatter": torch.empty(c, device=dev)}
+    blk = slice(rank * c, (rank + 1) * c)
+    want2 = {"all_gather": torch.cat([_rank_input(c, r, dev) for r in range(ws)]),
+             "reduce_scatter": _rank_sum(ws * c, ws, dev)[blk],
+             "all_to_all": torch.cat([_rank_input(ws * c, r, dev)[blk] * 2 for r in range(ws)]),
+             "broadcast": _rank_input(c, 0, dev), "scatter": _rank_input(ws * c, 0, dev)[blk] * 3}
+    g2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g2, capture_error_mode="thread_local"):
+        comm.all_gather_into_tensor(outs2["all_gather"], ag_in)
+        comm.reduce_scatter_tensor(outs2["reduce_scatter"], rs_in)
+        comm.all_to_all_single(outs2["all_to_all"], a2a_in)
+        comm.broadcast(outs2["broadcast"], 0)
+        comm.scatter(outs2["scatter"], sc_src if rank == 0 else None, src=0)
+
+    def fill2():
+        for t in outs2.values():
+            t.fill_(7.0)
+        outs2["broadcast"].copy_(ag_in)  # broadcast works in place on this rank's input
+
+    def replay_healthy2():
+        fill2()
+        g2.replay()
+        torch.cuda.synchronize()
+        comm.check()
+        return sum((_exact(outs2[k], want2[k], f"replay {k}") for k in outs2), [])
+
+    rec.check("a graph of every other collective before the failure", replay_healthy2)
     dist.barrier()
     if rank != late:
         def fail():
@@ -1505,6 +1650,37 @@ def _section_timeout(rec, rank, ws, dev):
     rec.check("all_reduce, out=, functional and the custom op raise YaliTimeout",
               all_reduce_raises)
 
+    def every_collective_raises():
+        t = _rank_input(ws * 8, rank, dev)
+        keep = t.clone()
+        o = torch.empty(ws * ws * 8, device=dev)
+        s8 = torch.empty(8, device=dev)
+        ops = torch.ops.yali
+        calls = [
+            ("yaliAllGather", lambda: comm.all_gather_into_tensor(o, t)),
+            ("yaliAllGather", lambda: comm.all_gather_functional(t)),
+            ("yaliReduceScatter", lambda: comm.reduce_scatter_tensor(s8, t)),
+            ("yaliReduceScatter", lambda: comm.reduce_scatter_functional(t, "max")),
+            ("yaliBroadcast", lambda: comm.broadcast(t, 0)),
+            ("yaliReduce", lambda: comm.reduce(t, 0)),
+            ("yaliGather", lambda: comm.gather(
+                t, [torch.empty_like(t) for _ in range(ws)] if rank == 0 else None, dst=0)),
+            ("yaliScatter", lambda: comm.scatter(s8, t if rank == 0 else None, src=0)),
+            ("yaliAlltoAll", lambda: comm.all_to_all_single(o[:ws * 8], t)),
+            ("yaliAlltoAll", lambda: comm.all_to_all_functional(t)),
+            ("yaliBroadcast", lambda: ops.broadcast_(t, comm.handle, 0)),
+            ("yaliAllGather", lambda: ops.all_gather(t, comm.handle, ws)),
+            ("yaliGather", lambda: comm.comm.gather(t, o, ws * 8, "float32", ws - 1)),
+        ]
+        problems = []
+        for call, fn in calls:
+            problems += _raises(yali.YaliTimeout, fn, call)
+        torch.cuda.synchronize()
+        return problems + _exact(t, keep, "the input after the refused calls")
+
+    rec.check("every other collective (methods, operators, yali.Comm) raises YaliTimeout",
+              every_collective_raises)
+
     def replay_after_failure():
         y.fill_(7.0)
         g.replay()
@@ -1512,6 +1688,16 @@ def _section_timeout(rec, rank, ws, dev):
         return _all_ones(y, "output") + _raises(yali.YaliTimeout, comm.check)
 
     rec.check("a graph replayed after the failure writes NaN; check() raises", replay_after_failure)
+
+    def replay2_after_failure():
+        fill2()
+        g2.replay()
+        torch.cuda.synchronize()
+        return sum((_all_ones(t, k) for k, t in outs2.items()), []) + \
+            _raises(yali.YaliTimeout, comm.check)
+
+    rec.check("a graph of every other collective replayed after the failure writes NaN",
+              replay2_after_failure)
 
     def guarded_replay():
         y.fill_(5.0)
@@ -1557,12 +1743,1092 @@ def _worker_faults_multi(out_dir):
     return 0
 
 
+# ==== Every collective (the "coll" jobs) ===========================================================
+#
+# One process per rank (Communicator, ranks 2 and 3) and one process driving them all
+# (SingleProcessCommunicator). Rank i runs on GPU i % device_count: on a one-GPU machine every rank
+# shares GPU 0 (YALI_ALLOW_SHARED_GPU=1, COLL_ENV). NCCL, the cross-check, refuses two ranks on one
+# GPU unless each rank has a host id of its own (NCCL_HOSTID, set by the worker when ranks share).
+#
+# References need no communication: every input is a function of (case seed, rank), so each rank
+# makes every rank's input itself and computes the expected result exactly (integers, modulo 2^bits
+# as the library wraps) or in float64 (floats, with the tolerances of _CTOL). Data-moving
+# collectives must reproduce the inputs' bytes exactly; max and min are exact at every dtype.
+
+_CTOL = {}  # dtype -> (rtol, atol), filled in the workers (needs torch)
+_INT_INFO = {}  # integer dtype -> (bits, signed)
+
+
+def _coll_tables():
+    _CTOL.update({
+        torch.float64: (1e-12, 1e-12), torch.float32: (1e-5, 1e-5),
+        torch.float16: (2e-3, 1e-3), torch.bfloat16: (1.6e-2, 1e-2),
+        # fp8: accumulated in fp32 and rounded once (to nearest): half an ulp, 2^-4 (E4M3, 3
+        # mantissa bits) or 2^-3 (E5M2) of the result, and half the smallest subnormal near zero.
+        torch.float8_e4m3fn: (0.07, 2.0 ** -10), torch.float8_e5m2: (0.13, 2.0 ** -17),
+    })
+    _INT_INFO.update({torch.int8: (8, True), torch.uint8: (8, False), torch.int32: (32, True),
+                      torch.int64: (64, True)})
+    for name, bits in (("uint32", 32), ("uint64", 64)):
+        if getattr(torch, name, None) in _yt().DTYPES:
+            _INT_INFO[getattr(torch, name)] = (bits, False)
+
+
+def _yt():
+    import yali.torch as yt
+
+    return yt
+
+
+def _dname(dtype):
+    return str(dtype).replace("torch.", "")
+
+
+def _cinput(n, dtype, op, seed, rank, dev):
+    """Rank ``rank``'s input of case ``seed``: ``n`` elements of ``dtype``, the same on every rank
+    that makes it. Integers span the whole type (sums and products wrap), except uint64 and int64
+    (below 2^62 in magnitude: their max/min reference compares them as int64); floats are N(0, 1),
+    or in [0.5, 1.5) for products so that they stay in range."""
+    g = torch.Generator(device=dev)
+    g.manual_seed(1_000_003 * seed + 7919 * rank + 17)
+    if dtype in _INT_INFO:
+        bits, signed = _INT_INFO[dtype]
+        if bits == 64:
+            lo, hi = (-(2 ** 62), 2 ** 62) if signed else (0, 2 ** 62)
+        else:
+            lo, hi = (-(2 ** (bits - 1)), 2 ** (bits - 1)) if signed else (0, 2 ** bits)
+        return _from_int64(torch.randint(lo, hi, (n,), generator=g, device=dev, dtype=torch.int64),
+                           dtype)
+    if op == "prod":
+        x = torch.rand(n, generator=g, device=dev, dtype=torch.float64) + 0.5
+    else:
+        x = torch.randn(n, generator=g, device=dev, dtype=torch.float64)
+    return x.to(torch.float32).to(dtype) if dtype != torch.float64 else x
+
+
+def _from_int64(v, dtype):
+    """int64 values in ``dtype``'s range -> a tensor of ``dtype`` (uint32/uint64 through their
+    signed twins, whose conversions every torch build has)."""
+    if dtype == torch.uint64:
+        return v.view(torch.uint64)
+    if dtype == getattr(torch, "uint32", None):
+        return _wrap(v, torch.int32).to(torch.int32).view(torch.uint32)
+    return v.to(dtype)
+
+
+def _exact(t):
+    """A tensor's values as int64 (integers: the true value, uint64 as its int64 bits) or float64."""
+    if t.dtype in _INT_INFO:
+        if t.dtype == torch.uint64:
+            return t.view(torch.int64)
+        if t.dtype == getattr(torch, "uint32", None):
+            return t.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        return t.to(torch.int64)
+    return t.to(torch.float32).double() if t.element_size() < 4 else t.double()
+
+
+def _wrap(v, dtype):
+    """int64 ``v`` modulo 2^bits, as ``dtype`` holds it (two's complement for signed types)."""
+    bits, signed = _INT_INFO[dtype] if dtype in _INT_INFO else (32, True)
+    if bits == 64:
+        return v
+    m = v & ((1 << bits) - 1)
+    if signed:
+        m = torch.where(m >= (1 << (bits - 1)), m - (1 << bits), m)
+    return m
+
+
+def _creduce(parts, op, dtype):
+    """The reduction of ``parts`` (tensors of ``dtype``) in rank order: exact integers wrapped to
+    the type, or float64."""
+    vals = [_exact(p) for p in parts]
+    acc = vals[0].clone()
+    for v in vals[1:]:
+        if op in ("sum", "avg"):
+            acc = acc + v
+        elif op == "prod":
+            acc = acc * v
+        elif op == "max":
+            acc = torch.maximum(acc, v)
+        else:
+            acc = torch.minimum(acc, v)
+    if op == "avg":
+        acc = acc / len(vals)
+    return _wrap(acc, dtype) if dtype in _INT_INFO else acc
+
+
+def _check_reduced(got, ref, dtype, op, what="result"):
+    """Problems of ``got`` against _creduce's ``ref``: integers and max/min exact (by value, so
+    that +0 and -0 are alike), other floats within _CTOL."""
+    if got.dtype != dtype:
+        return [f"{what}: dtype {got.dtype}, expected {dtype}"]
+    g = _exact(got).reshape(-1)
+    r = ref.reshape(-1)
+    if g.numel() != r.numel():
+        return [f"{what}: {g.numel()} elements, expected {r.numel()}"]
+    if dtype in _INT_INFO or op in ("max", "min"):
+        if dtype not in _INT_INFO:
+            r = _exact(r.to(torch.float32).to(dtype) if dtype != torch.float64 else r)
+        bad = (g != r).nonzero()
+        if not len(bad):
+            return []
+        i = int(bad[0])
+        return [f"{what}: {len(bad)}/{g.numel()} elements differ from the exact {op}; first at "
+                f"{i}: got {g[i].item()!r}, want {r[i].item()!r}"]
+    rtol, atol = _CTOL[dtype]
+    err = (g - r).abs()
+    bad = ~(err <= atol + rtol * r.abs())  # NaN counts as bad
+    if not bool(bad.any()):
+        return []
+    idx = bad.nonzero()
+    i = int(idx[0])
+    return [f"{what}: {len(idx)}/{g.numel()} elements out of tolerance (rtol {rtol}, atol "
+            f"{atol}); first at {i}: got {g[i].item()!r}, ref {r[i].item()!r}"]
+
+
+def _bits(t):
+    t = t.contiguous().reshape(-1)
+    return t.view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8, device=t.device)
+
+
+def _same_bytes(got, want, what="result"):
+    """Problems unless ``got`` holds exactly ``want``'s bytes (and dtype)."""
+    if got.dtype != want.dtype:
+        return [f"{what}: dtype {got.dtype}, expected {want.dtype}"]
+    if got.numel() != want.numel():
+        return [f"{what}: {got.numel()} elements, expected {want.numel()}"]
+    g, w = _bits(got), _bits(want)
+    if torch.equal(g, w):
+        return []
+    es = got.element_size()
+    first = int((g != w).nonzero()[0]) // es
+    return [f"{what}: element {first} (of {got.numel()}) differs: got "
+            f"{_exact(got.reshape(-1)[first:first + 1]).item()!r}, want "
+            f"{_exact(want.reshape(-1)[first:first + 1]).item()!r}"]
+
+
+def _garbage(shape, dtype, dev):
+    """A tensor whose bytes are all 0xA5: what a collective must overwrite."""
+    t = torch.empty(shape, dtype=dtype, device=dev)
+    if t.numel():
+        t.view(-1).view(torch.uint8).fill_(0xA5)
+    return t
+
+
+def _unchanged(t, keep, what):
+    return [] if torch.equal(_bits(t), _bits(keep)) else [f"{what} changed"]
+
+
+def _ops_for(dtype):
+    yt = _yt()
+    return OPS if dtype in yt._FLOATING else ("sum", "prod", "max", "min")
+
+
+def _nccl_try(fn):
+    """Runs a torch.distributed (NCCL) call; (result, None), or (None, why) when NCCL refuses the
+    dtype or op (fp8 reductions, for one): a refusal raised before any communication, the same on
+    every rank."""
+    try:
+        return fn(), None
+    except (RuntimeError, ValueError, TypeError) as e:
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+
+
+_C_SIZES = (0, 1, 7, 1023, 65537)
+_BIG = 1_000_003
+
+
+def _coll_cases(sizes=_C_SIZES, big_dtypes=None):
+    """(dtype, n) for every dtype and size, then the big size for fp32 and bf16."""
+    yt = _yt()
+    out = [(d, n) for d in yt.DTYPES for n in sizes]
+    return out + [(d, _BIG) for d in (big_dtypes or (torch.float32, torch.bfloat16))]
+
+
+def _section_c_all_reduce(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    case = 0
+    for dtype, n in _coll_cases((0, 1, 1023, 65537)):
+        for op in _ops_for(dtype):
+            case += 1
+            mode = ("inplace", "out", "functional")[case % 3]
+
+            def run(dtype=dtype, n=n, op=op, mode=mode, seed=case):
+                xs = [_cinput(n, dtype, op, seed, r, dev) for r in range(ws)]
+                x = xs[rank].clone()
+                ref = _creduce(xs, op, dtype)
+                if mode == "inplace":
+                    y = r = x
+                    r = comm.all_reduce(y, op=op)
+                elif mode == "out":
+                    y = _garbage(n, dtype, dev)
+                    r = comm.all_reduce(x, op=op, out=y)
+                else:
+                    y = r = comm.all_reduce_functional(x, op=op)
+                torch.cuda.synchronize()
+                problems = [] if r is y else ["the returned tensor is not the result"]
+                if mode != "inplace":
+                    problems += _unchanged(x, xs[rank], "the input")
+                problems += _check_reduced(y, ref, dtype, op)
+                problems += _same_on_all_ranks(_bits(y))
+                if dtype in _INT_INFO:  # exact: NCCL must agree bit for bit
+                    t = xs[rank].clone()
+                    _, why = _nccl_try(lambda: dist.all_reduce(t, op=_torch_op(op)))
+                    torch.cuda.synchronize()
+                    if why is None:
+                        problems += _same_bytes(y, t, "YALI vs NCCL")
+                return problems
+
+            rec.check(f"{_dname(dtype)} {op} n={n} {mode}", run)
+
+
+def _section_c_reduce_scatter(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    case = 0
+    for dtype, m in _coll_cases((0, 1, 1023, 65537), (torch.float32, torch.int32)):
+        for op in _ops_for(dtype):
+            case += 1
+            mode = ("out", "inplace", "stacked", "functional")[case % 4]
+
+            def run(dtype=dtype, m=m, op=op, mode=mode, seed=case):
+                ins = [_cinput(ws * m, dtype, op, 50_000 + seed, r, dev) for r in range(ws)]
+                inp = ins[rank].clone()
+                ref = _creduce(ins, op, dtype)[rank * m:(rank + 1) * m]
+                problems = []
+                if mode == "out":
+                    out = _garbage(m, dtype, dev)
+                    r = comm.reduce_scatter_tensor(out, inp, op=op)
+                elif mode == "inplace":
+                    out = inp[rank * m:(rank + 1) * m]
+                    r = comm.reduce_scatter_tensor(out, inp, op=op)
+                elif mode == "stacked":
+                    out = _garbage((1, m), dtype, dev)
+                    r = comm.reduce_scatter_tensor(out, inp.view(ws, m), op=op)
+                else:
+                    out = r = comm.reduce_scatter_functional(inp, op=op)
+                    if out.shape != (m,):
+                        problems.append(f"functional result has shape {tuple(out.shape)}")
+                torch.cuda.synchronize()
+                if r is not out:
+                    problems.append("the returned tensor is not the result")
+                if mode != "inplace":
+                    problems += _unchanged(inp, ins[rank], "the input")
+                problems += _check_reduced(out, ref, dtype, op)
+                if dtype in _INT_INFO:
+                    o = _garbage(m, dtype, dev)
+                    _, why = _nccl_try(lambda: dist.reduce_scatter_tensor(o, ins[rank].clone(),
+                                                                          op=_torch_op(op)))
+                    torch.cuda.synchronize()
+                    if why is None:
+                        problems += _same_bytes(out, o, "YALI vs NCCL")
+                return problems
+
+            rec.check(f"{_dname(dtype)} {op} m={m} {mode}", run)
+
+
+def _section_c_reduce(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    case = 0
+    for dtype, n in _coll_cases((0, 1, 1023, 65537), (torch.float32, torch.int64)):
+        for op in _ops_for(dtype):
+            case += 1
+            root = case % ws
+            by_group = case % 2 == 0
+
+            def run(dtype=dtype, n=n, op=op, root=root, by_group=by_group, seed=case):
+                xs = [_cinput(n, dtype, op, 90_000 + seed, r, dev) for r in range(ws)]
+                t = xs[rank].clone()
+                r = comm.reduce(t, group_dst=root, op=op) if by_group else \
+                    comm.reduce(t, root, op)
+                torch.cuda.synchronize()
+                problems = [] if r is t else ["the returned tensor is not the tensor"]
+                if rank == root:
+                    problems += _check_reduced(t, _creduce(xs, op, dtype), dtype, op, "on dst")
+                else:
+                    problems += _unchanged(t, xs[rank], "the tensor off dst")
+                if dtype in _INT_INFO:
+                    t2 = xs[rank].clone()
+                    _, why = _nccl_try(lambda: dist.reduce(t2, root, op=_torch_op(op)))
+                    torch.cuda.synchronize()
+                    if why is None and rank == root:
+                        problems += _same_bytes(t, t2, "YALI vs NCCL")
+                return problems
+
+            rec.check(f"{_dname(dtype)} {op} n={n} dst={root}", run)
+
+
+def _section_c_all_gather(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, n) in enumerate(_coll_cases()):
+        mode = ("flat", "stacked", "inplace", "functional")[case % 4]
+
+        def run(dtype=dtype, n=n, mode=mode, seed=case):
+            xs = [_cinput(n, dtype, None, 130_000 + seed, r, dev) for r in range(ws)]
+            x = xs[rank].clone()
+            want = torch.cat(xs)
+            problems = []
+            if mode == "flat":
+                out = _garbage(ws * n, dtype, dev)
+                r = comm.all_gather_into_tensor(out, x)
+            elif mode == "stacked":
+                out = _garbage((ws, n), dtype, dev)
+                r = comm.all_gather_into_tensor(out, x)
+            elif mode == "inplace":
+                out = _garbage(ws * n, dtype, dev)
+                mine = out[rank * n:(rank + 1) * n]
+                mine.copy_(x)
+                r = comm.all_gather_into_tensor(out, mine)
+            else:
+                out = r = comm.all_gather_functional(x)
+                if out.shape != (ws * n,):
+                    problems.append(f"functional result has shape {tuple(out.shape)}")
+            torch.cuda.synchronize()
+            if r is not out:
+                problems.append("the returned tensor is not the output")
+            problems += _same_bytes(out, want)
+            if mode != "inplace":
+                problems += _unchanged(x, xs[rank], "the input")
+            o = _garbage(ws * n, dtype, dev)
+            _, why = _nccl_try(lambda: dist.all_gather_into_tensor(o, xs[rank].clone()))
+            torch.cuda.synchronize()
+            if why is None:
+                problems += _same_bytes(out, o, "YALI vs NCCL")
+            return problems
+
+        rec.check(f"{_dname(dtype)} n={n} {mode}", run)
+
+
+def _section_c_broadcast(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, n) in enumerate(_coll_cases()):
+        root = case % ws
+
+        def run(dtype=dtype, n=n, root=root, seed=case):
+            xs = [_cinput(n, dtype, None, 170_000 + seed, r, dev) for r in range(ws)]
+            t = xs[rank].clone()
+            r = comm.broadcast(t, src=root) if seed % 2 else comm.broadcast(t, group_src=root)
+            torch.cuda.synchronize()
+            problems = [] if r is t else ["the returned tensor is not the tensor"]
+            problems += _same_bytes(t, xs[root])
+            t2 = xs[rank].clone()
+            _, why = _nccl_try(lambda: dist.broadcast(t2, root))
+            torch.cuda.synchronize()
+            if why is None:
+                problems += _same_bytes(t, t2, "YALI vs NCCL")
+            return problems
+
+        rec.check(f"{_dname(dtype)} n={n} src={root}", run)
+
+
+def _section_c_gather(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, n) in enumerate(_coll_cases()):
+        root = (case + 1) % ws
+        mode = ("list", "tensor", "inplace")[case % 3]
+
+        def run(dtype=dtype, n=n, root=root, mode=mode, seed=case):
+            xs = [_cinput(n, dtype, None, 210_000 + seed, r, dev) for r in range(ws)]
+            x = xs[rank].clone()
+            problems = []
+            if rank != root:
+                if comm.gather(x, None, dst=root) is not None:
+                    problems.append("gather returned something off dst")
+            elif mode == "list":
+                gl = [_garbage(n, dtype, dev) for _ in range(ws)]
+                gl[root] = x  # an entry may be the input itself, as with torch.distributed
+                if comm.gather(x, gl, dst=root) is not gl:
+                    problems.append("gather did not return gather_list")
+                torch.cuda.synchronize()
+                for i, g in enumerate(gl):
+                    problems += _same_bytes(g, xs[i], f"gather_list[{i}]")
+            else:
+                gb = _garbage((ws, n), dtype, dev)
+                src = x
+                if mode == "inplace":
+                    src = gb[root]
+                    src.copy_(x)
+                if comm.gather(src, gb, dst=root) is not gb:
+                    problems.append("gather did not return the gather tensor")
+                torch.cuda.synchronize()
+                problems += _same_bytes(gb, torch.stack(xs))
+            torch.cuda.synchronize()
+            problems += _unchanged(x, xs[rank], "the input")
+            gl2 = [_garbage(n, dtype, dev) for _ in range(ws)] if rank == root else None
+            _, why = _nccl_try(lambda: dist.gather(xs[rank].clone(), gl2, dst=root))
+            torch.cuda.synchronize()
+            if why is None and rank == root:
+                for i, g in enumerate(gl2):
+                    problems += _same_bytes(g, xs[i], f"NCCL's gather_list[{i}]")
+            return problems
+
+        rec.check(f"{_dname(dtype)} n={n} dst={root} {mode}", run)
+
+
+def _section_c_scatter(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, n) in enumerate(_coll_cases()):
+        root = (case + 2) % ws
+        mode = ("list", "tensor", "inplace")[case % 3]
+
+        def run(dtype=dtype, n=n, root=root, mode=mode, seed=case):
+            src = _cinput(ws * n, dtype, None, 250_000 + seed, root, dev)  # root's data
+            want = src[rank * n:(rank + 1) * n]
+            out = _garbage(n, dtype, dev)
+            problems = []
+            if rank != root:
+                r = comm.scatter(out, None, src=root)
+            elif mode == "list":
+                sl = [src[i * n:(i + 1) * n].clone() for i in range(ws)]
+                r = comm.scatter(out, sl, src=root)
+            elif mode == "tensor":
+                sb = src.clone()
+                r = comm.scatter(out, sb.view(ws, n), src=root)
+                torch.cuda.synchronize()
+                problems += _unchanged(sb, src, "scatter_list")
+            else:
+                sb = src.clone()
+                out = sb[root * n:(root + 1) * n]
+                r = comm.scatter(out, sb, src=root)
+            torch.cuda.synchronize()
+            if r is not out:
+                problems.append("scatter did not return the tensor")
+            problems += _same_bytes(out, want)
+            o = _garbage(n, dtype, dev)
+            sl2 = [src[i * n:(i + 1) * n].clone() for i in range(ws)] if rank == root else None
+            _, why = _nccl_try(lambda: dist.scatter(o, sl2, src=root))
+            torch.cuda.synchronize()
+            if why is None:
+                problems += _same_bytes(out, o, "YALI vs NCCL")
+            return problems
+
+        rec.check(f"{_dname(dtype)} n={n} src={root} {mode}", run)
+
+
+def _section_c_all_to_all(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, c) in enumerate(_coll_cases((0, 1, 7, 1023, 65537 // 2))):
+        mode = ("plain", "splits", "2d", "functional")[case % 4]
+
+        def run(dtype=dtype, c=c, mode=mode, seed=case):
+            ins = [_cinput(ws * c, dtype, None, 290_000 + seed, r, dev) for r in range(ws)]
+            x = ins[rank].clone()
+            want = torch.cat([ins[i][rank * c:(rank + 1) * c] for i in range(ws)])
+            problems = []
+            if mode == "functional":
+                out = r = comm.all_to_all_functional(x)
+            elif mode == "2d":
+                out = _garbage((ws * c, 1), dtype, dev)
+                r = comm.all_to_all_single(out, x.view(ws * c, 1))
+            else:
+                out = _garbage(ws * c, dtype, dev)
+                splits = [c] * ws if mode == "splits" else None
+                r = comm.all_to_all_single(out, x, splits, splits)
+            torch.cuda.synchronize()
+            if r is not out:
+                problems.append("the returned tensor is not the output")
+            problems += _same_bytes(out.reshape(-1), want)
+            problems += _unchanged(x, ins[rank], "the input")
+            o = _garbage(ws * c, dtype, dev)
+            _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone()))
+            torch.cuda.synchronize()
+            if why is None:
+                problems += _same_bytes(out.reshape(-1), o, "YALI vs NCCL")
+            return problems
+
+        rec.check(f"{_dname(dtype)} c={c} {mode}", run)
+
+
+def _section_c_errors(rec, comm, rank, dev):
+    """Argument errors found on the Python side (with real pointers: overlaps) and by the library
+    (through yali.Comm), each the same on every rank and touching nothing; the comm works after."""
+    ws = comm.world_size
+    x = torch.ones(8, device=dev)
+    buf = torch.zeros(8 * ws, device=dev)
+    m = "Communicator"
+    other = (rank + 1) % ws
+    stream = torch.cuda.current_stream(dev)
+    cases = [
+        # buf[1:9] overlaps every rank's block 0 or 1 without being it.
+        ("all_gather partial overlap", f"{m}.all_gather_into_tensor",
+         ["input_tensor overlaps output_tensor", "block for this rank"],
+         lambda: comm.all_gather_into_tensor(buf, buf[1:9])),
+        ("all_gather in place at another rank's block", f"{m}.all_gather_into_tensor",
+         ["overlaps"], lambda: comm.all_gather_into_tensor(buf, buf[other * 8:other * 8 + 8])),
+        ("reduce_scatter partial overlap", f"{m}.reduce_scatter_tensor", ["output overlaps input"],
+         lambda: comm.reduce_scatter_tensor(buf[1:9], buf)),
+        ("all_to_all in place", f"{m}.all_to_all_single", ["output overlaps input"],
+         lambda: comm.all_to_all_single(buf, buf)),
+        # dst/src = this rank, so that every rank checks its buffers as the root (and refuses).
+        ("gather tensor overlap", f"{m}.gather", ["overlaps"],
+         lambda: comm.gather(buf[1:9], buf, dst=rank)),
+        ("scatter tensor overlap", f"{m}.scatter", ["overlaps"],
+         lambda: comm.scatter(buf[1:9], buf, src=rank)),
+        ("uneven split", f"{m}.all_to_all_single", ["input_split_sizes", "AlltoAllv"],
+         lambda: comm.all_to_all_single(torch.empty(ws * 2, device=dev),
+                                        torch.empty(ws * 2, device=dev), None,
+                                        [1] * (ws - 1) + [ws + 1])),
+        ("avg on int32", f"{m}.reduce_scatter_tensor", ["avg", "int32"],
+         lambda: comm.reduce_scatter_tensor(torch.zeros(2, dtype=torch.int32, device=dev),
+                                            torch.zeros(2 * ws, dtype=torch.int32, device=dev),
+                                            "avg")),
+        ("root out of range", f"{m}.broadcast", ["src", str(ws)], lambda: comm.broadcast(x, ws)),
+        ("cpu tensor", f"{m}.gather", ["tensor", "CUDA"], lambda: comm.gather(torch.ones(4))),
+        ("stale handle", "yali::broadcast_", ["not a live"],
+         lambda: torch.ops.yali.broadcast_(x, 12345, 0)),
+        ("operator root", "yali::reduce_", ["root"],
+         lambda: torch.ops.yali.reduce_(x, comm.handle, 0, ws)),
+        # Refused by the library (the same on every rank, before anything is launched).
+        ("library: all_to_all in place", "yaliAlltoAll", [],
+         lambda: comm.comm.all_to_all(buf.data_ptr(), buf.data_ptr(), 8, "float32", stream)),
+        ("library: root", "yaliGather", ["root"],
+         lambda: comm.comm.gather(x.data_ptr(), buf.data_ptr(), 8, "float32", -1, stream)),
+        ("library: avg on int8", "yaliReduce", ["avg"],
+         lambda: comm.comm.reduce(x.data_ptr(), x.data_ptr(), 8, "int8", "avg", 0)),
+    ]
+    for what, method, words, fn in cases:
+        rec.check(what, _expect_error, method, words, fn)
+
+    def still_works():
+        xs = [_cinput(1000, torch.float32, None, 7, r, dev) for r in range(ws)]
+        out = _garbage(ws * 1000, torch.float32, dev)
+        comm.all_gather_into_tensor(out, xs[rank].clone())
+        torch.cuda.synchronize()
+        comm.check_async_error()
+        return _same_bytes(out, torch.cat(xs))
+
+    rec.check("comm works after the errors", still_works)
+
+
+def _section_c_comm(rec, comm, rank, dev):
+    """yali.Comm, the pointer-level methods (C argument order; NULL off the root), and algo_info."""
+    ws = comm.world_size
+    low = comm.comm
+    stream = torch.cuda.current_stream(dev)
+    n = 1029
+    D = torch.int32
+    xs = [_cinput(n, D, None, 31, r, dev) for r in range(ws)]
+    x = xs[rank].clone()
+    root = ws - 1
+
+    def run():
+        problems = []
+        out = _garbage(ws * n, D, dev)
+        low.all_gather(x, out, n, "int32", stream)
+        torch.cuda.synchronize()
+        problems += _same_bytes(out, torch.cat(xs), "all_gather")
+        big = [_cinput(ws * n, D, None, 32, r, dev) for r in range(ws)]
+        rs = _garbage(n, D, dev)
+        low.reduce_scatter(big[rank], rs, n, "int32", "sum", stream.cuda_stream)
+        torch.cuda.synchronize()
+        problems += _check_reduced(rs, _creduce(big, "sum", D)[rank * n:(rank + 1) * n], D, "sum",
+                                   "reduce_scatter")
+        b = _garbage(n, D, dev)
+        low.broadcast(x if rank == root else None, b, n, "int32", root, stream)
+        torch.cuda.synchronize()
+        problems += _same_bytes(b, xs[root], "broadcast (send NULL off root)")
+        bc = x.clone()
+        low.bcast(bc, n, "int32", root, stream)
+        torch.cuda.synchronize()
+        problems += _same_bytes(bc, xs[root], "bcast")
+        red = _garbage(n, D, dev)
+        low.reduce(x, red if rank == root else None, n, "int32", "max", root, stream)
+        torch.cuda.synchronize()
+        if rank == root:
+            problems += _check_reduced(red, _creduce(xs, "max", D), D, "max", "reduce")
+        g = _garbage(ws * n, D, dev)
+        low.gather(x, g if rank == root else None, n, "int32", root, stream)
+        torch.cuda.synchronize()
+        if rank == root:
+            problems += _same_bytes(g, torch.cat(xs), "gather")
+        s = _garbage(n, D, dev)
+        low.scatter(big[root] if rank == root else None, s, n, "int32", root, stream)
+        torch.cuda.synchronize()
+        problems += _same_bytes(s, big[root][rank * n:(rank + 1) * n], "scatter")
+        a = _garbage(ws * n, D, dev)
+        low.all_to_all(big[rank], a, n, "int32", stream)
+        torch.cuda.synchronize()
+        problems += _same_bytes(a, torch.cat([big[i][rank * n:(rank + 1) * n] for i in range(ws)]),
+                                "all_to_all")
+        problems += _unchanged(x, xs[rank], "the input")
+        return problems
+
+    rec.check("every pointer-level collective", run)
+
+    def algo_info():
+        problems = []
+        names = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
+                 "scatter", "alltoall")
+        for c, name in zip(yali.Collective, names):
+            if yali.collective_name(c) != name:
+                problems.append(f"collective_name({c!r}) = {yali.collective_name(c)!r}")
+            info = low.algo_info(c, 4096, "bf16", "sum", root)
+            if not info.algorithm or info.ctas <= 0 or info.threads <= 0:
+                problems.append(f"{name}: algo_info {info}")
+            none = low.algo_info(c, 0, "bf16", "sum", root)
+            if none.algorithm != "none":
+                problems.append(f"{name}: count 0 gives {none.algorithm!r}, expected 'none'")
+        t = torch.empty(ws * 4096, device=dev)
+        for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather",
+                     "scatter", "all_to_all"):
+            info = comm.algo_info(t, collective=coll, root=root)
+            if not info.algorithm:
+                problems.append(f"Communicator.algo_info({coll}) = {info}")
+        return problems
+
+    rec.check("algo_info and collective_name", algo_info)
+
+
+def _c_graph_inputs(seed, rank, ws, n, c, dev):
+    """Every rank's inputs of one replay of _section_c_graph (a function of seed and rank)."""
+    return {
+        "x": [_cinput(n, torch.float32, None, seed, r, dev) for r in range(ws)],
+        "rs_in": [_cinput(ws * n, torch.float32, None, seed + 1, r, dev) for r in range(ws)],
+        "sc_src": _cinput(ws * n, torch.float32, None, seed + 2, ws - 1, dev),
+        "a2a_in": [_cinput(ws * c, torch.float32, None, seed + 3, r, dev) for r in range(ws)],
+        "xi": [_cinput(n, torch.int32, None, seed + 4, r, dev) for r in range(ws)],
+        "rsi_in": [_cinput(ws * n, torch.int32, None, seed + 5, r, dev) for r in range(ws)],
+    }
+
+
+def _capture_graph(body, dev):
+    """(graph, body's results): ``body`` run once on a side stream (a warm-up, as torch recommends
+    before capture), then captured once."""
+    s = torch.cuda.Stream(device=dev)
+    s.wait_stream(torch.cuda.current_stream(dev))
+    with torch.cuda.stream(s):
+        body()
+    torch.cuda.current_stream(dev).wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+        results = body()
+    torch.cuda.synchronize()
+    return g, results
+
+
+def _section_c_graph(rec, comm, rank, dev):
+    """Every collective captured once in a CUDA graph (list forms, functional forms, an integer
+    dtype included), replayed with new inputs each time."""
+    ws = comm.world_size
+    n, c = 4099, 1031
+    gdst, ssrc = 1 % ws, ws - 1
+    f32, i32 = torch.float32, torch.int32
+    x = torch.zeros(n, device=dev)
+    rs_in = torch.zeros(ws * n, device=dev)
+    sc_src = torch.zeros(ws * n, device=dev)
+    a2a_in = torch.zeros(ws * c, device=dev)
+    xi = torch.zeros(n, dtype=i32, device=dev)
+    rsi_in = torch.zeros(ws * n, dtype=i32, device=dev)
+    ag = torch.empty(ws * n, device=dev)
+    rs = torch.empty(n, device=dev)
+    b = torch.empty(n, device=dev)
+    red = torch.empty(n, device=dev)
+    gl = [torch.empty(n, device=dev) for _ in range(ws)] if rank == gdst else None
+    sc = torch.empty(n, device=dev)
+    a2a = torch.empty(ws * c, device=dev)
+    agi = torch.empty(ws * n, dtype=i32, device=dev)
+    rsi = torch.empty(n, dtype=i32, device=dev)
+
+    def body():
+        comm.all_gather_into_tensor(ag, x)
+        comm.reduce_scatter_tensor(rs, rs_in, "sum")
+        b.copy_(x)
+        comm.broadcast(b, ssrc)
+        red.copy_(x)
+        comm.reduce(red, 0, "max")
+        comm.gather(x, gl, dst=gdst)
+        comm.scatter(sc, sc_src if rank == ssrc else None, src=ssrc)
+        comm.all_to_all_single(a2a, a2a_in)
+        comm.all_gather_into_tensor(agi, xi)
+        comm.reduce_scatter_tensor(rsi, rsi_in, "sum")
+        return (comm.all_gather_functional(x), comm.reduce_scatter_functional(rs_in, "avg"),
+                comm.all_to_all_functional(a2a_in))
+
+    g, (f_ag, f_rs, f_a2a) = _capture_graph(body, dev)
+    rec.record("capture", True)
+    for it in range(4):
+        def run(it=it):
+            d = _c_graph_inputs(1000 * (it + 1), rank, ws, n, c, dev)
+            x.copy_(d["x"][rank])
+            rs_in.copy_(d["rs_in"][rank])
+            sc_src.copy_(d["sc_src"])
+            a2a_in.copy_(d["a2a_in"][rank])
+            xi.copy_(d["xi"][rank])
+            rsi_in.copy_(d["rsi_in"][rank])
+            g.replay()
+            torch.cuda.synchronize()
+            comm.check()
+            blk = slice(rank * n, (rank + 1) * n)
+            a2a_want = torch.cat([d["a2a_in"][i][rank * c:(rank + 1) * c] for i in range(ws)])
+            p = _same_bytes(ag, torch.cat(d["x"]), "all_gather")
+            p += _check_reduced(rs, _creduce(d["rs_in"], "sum", f32)[blk], f32, "sum",
+                                "reduce_scatter")
+            p += _same_bytes(b, d["x"][ssrc], "broadcast")
+            if rank == 0:
+                p += _check_reduced(red, _creduce(d["x"], "max", f32), f32, "max", "reduce")
+            else:
+                p += _same_bytes(red, d["x"][rank], "reduce off dst")
+            if gl is not None:
+                for i, t in enumerate(gl):
+                    p += _same_bytes(t, d["x"][i], f"gather_list[{i}]")
+            p += _same_bytes(sc, d["sc_src"][blk], "scatter")
+            p += _same_bytes(a2a, a2a_want, "all_to_all_single")
+            p += _same_bytes(agi, torch.cat(d["xi"]), "int32 all_gather")
+            p += _check_reduced(rsi, _creduce(d["rsi_in"], "sum", i32)[blk], i32, "sum",
+                                "int32 reduce_scatter")
+            p += _same_bytes(f_ag, torch.cat(d["x"]), "all_gather_functional")
+            p += _check_reduced(f_rs, _creduce(d["rs_in"], "avg", f32)[blk], f32, "avg",
+                                "reduce_scatter_functional")
+            p += _same_bytes(f_a2a, a2a_want, "all_to_all_functional")
+            return p
+
+        rec.check(f"replay {it}", run)
+
+
+def _c_compile_fn(comm, rank, ws):
+    """Every collective method in one function (for torch.compile), on x: (ws * n,) float32."""
+
+    def f(x):
+        n = x.shape[0] // ws
+        y = x * 2.0
+        ag = y.new_empty(ws * ws * n)
+        comm.all_gather_into_tensor(ag, y)
+        rs = y.new_empty(n)
+        comm.reduce_scatter_tensor(rs, y, "sum")
+        b = y + 1.0
+        comm.broadcast(b, ws - 1)
+        r = y.clone()
+        comm.reduce(r, 0, "max")
+        gl = [y.new_empty(ws * n) for _ in range(ws)] if rank == 0 else None
+        comm.gather(y, gl, dst=0)
+        s = y.new_empty(n)
+        comm.scatter(s, [y[i * n:(i + 1) * n] + 0.5 for i in range(ws)] if rank == ws - 1 else None,
+                     src=ws - 1)
+        a = torch.empty_like(y)
+        comm.all_to_all_single(a, y)
+        agf = comm.all_gather_functional(y[:n] * 3.0)
+        rsf = comm.reduce_scatter_functional(y, "avg")
+        a2f = comm.all_to_all_functional(y - 1.0)
+        parts = [ag, rs, b, r, s, a, agf, rsf, a2f] + (gl or [])
+        return torch.cat([p.reshape(-1) for p in parts])
+
+    return f
+
+
+def _c_compile_ref(xs, rank, ws, n):
+    """_c_compile_fn's result on this rank, in float64, from every rank's x."""
+    ys = [2.0 * x.double() for x in xs]
+    total = sum(ys)
+    blk = slice(rank * n, (rank + 1) * n)
+    parts = [torch.cat(ys), total[blk], ys[ws - 1] + 1.0,
+             torch.stack(ys).max(0).values if rank == 0 else ys[rank],
+             ys[ws - 1][blk] + 0.5, torch.cat([y[blk] for y in ys]),
+             torch.cat([y[:n] * 3.0 for y in ys]), (total / ws)[blk],
+             torch.cat([(y - 1.0)[blk] for y in ys])]
+    if rank == 0:
+        parts += ys
+    return torch.cat(parts)
+
+
+def _section_c_compile(rec, comm, rank, dev, backend):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    torch._dynamo.reset()
+    f = _c_compile_fn(comm, rank, ws)
+    cf = torch.compile(f, fullgraph=True, backend=backend)
+    # The same size twice (the compiled graph reused), then another (recompiled, with dynamic
+    # shapes: the fake implementations see symbolic sizes).
+    for trial, n in enumerate((1031, 1031, 2053)):
+        def run(trial=trial, n=n):
+            xs = [_cinput(ws * n, torch.float32, None, 400 + trial, r, dev) for r in range(ws)]
+            got = cf(xs[rank].clone())
+            eager = f(xs[rank].clone())
+            torch.cuda.synchronize()
+            ref = _c_compile_ref(xs, rank, ws, n)
+            problems = []
+            for what, t in (("compiled", got), ("eager", eager)):
+                err = (t.double() - ref).abs()
+                if t.shape != ref.shape or not bool((err <= 1e-5 * (1 + ref.abs())).all()):
+                    problems.append(f"{what} result differs from the float64 reference: shape "
+                                    f"{tuple(t.shape)} vs {tuple(ref.shape)}, max err "
+                                    f"{float(err.max()) if t.shape == ref.shape else 'n/a'}")
+            # torch.distributed's NCCL backend on the same calls.
+            y = xs[rank].clone() * 2.0
+            ag = y.new_empty(ws * ws * n)
+            dist.all_gather_into_tensor(ag, y)
+            a = torch.empty_like(y)
+            dist.all_to_all_single(a, y)
+            torch.cuda.synchronize()
+            problems += _same_bytes(got[:ws * ws * n], ag, "compiled all_gather vs NCCL")
+            off = ws * ws * n + n + 2 * ws * n + n  # after ag, rs, b, r, s
+            problems += _same_bytes(got[off:off + ws * n], a, "compiled all_to_all vs NCCL")
+            return problems
+
+        rec.check(f"every method n={n} call {trial}", run)
+
+    def g(x):
+        comm.broadcast(x, 0)  # mutates a graph input
+        return x + 0.0
+
+    cg = torch.compile(g, fullgraph=True, backend=backend)
+
+    def input_mutation():
+        xs = [_cinput(1023, torch.float32, None, 77, r, dev) for r in range(ws)]
+        x = xs[rank].clone()
+        r = cg(x)
+        torch.cuda.synchronize()
+        return _same_bytes(x, xs[0], "mutated input") + _same_bytes(r, xs[0], "returned value")
+
+    rec.check("input mutation", input_mutation)
+
+    def int_and_fp8():
+        def h(xi, x8):
+            out = xi.new_empty(ws * xi.numel())
+            comm.all_gather_into_tensor(out, xi)
+            comm.broadcast(x8, ws - 1)
+            return out, comm.reduce_scatter_functional(xi.repeat(ws), "sum")
+
+        ch = torch.compile(h, fullgraph=True, backend=backend)
+        xis = [_cinput(257, torch.int64, None, 88, r, dev) for r in range(ws)]
+        x8s = [_cinput(33, torch.float8_e4m3fn, None, 89, r, dev) for r in range(ws)]
+        x8 = x8s[rank].clone()
+        out, rsf = ch(xis[rank].clone(), x8)
+        torch.cuda.synchronize()
+        want_rs = _creduce([t.repeat(ws) for t in xis], "sum", torch.int64)[rank * 257:
+                                                                             (rank + 1) * 257]
+        return (_same_bytes(out, torch.cat(xis), "int64 all_gather")
+                + _same_bytes(x8, x8s[ws - 1], "fp8 broadcast")
+                + _check_reduced(rsf, want_rs, torch.int64, "sum", "int64 reduce_scatter"))
+
+    rec.check("int64 and fp8", int_and_fp8)
+    torch._dynamo.reset()
+
+
+def _section_c_opcheck(rec, comm, rank, dev):
+    ws = comm.world_size
+    ops = torch.ops.yali
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    h = comm.handle
+
+    def one(op, args):
+        torch.library.opcheck(op, args, test_utils=utils)
+        torch.cuda.synchronize()
+        return []
+
+    n = 257
+    x = _cinput(n, torch.float32, None, 5, rank, dev)
+    big = _cinput(ws * n, torch.float32, None, 6, rank, dev)
+    cases = [
+        ("all_gather_into_tensor", ops.all_gather_into_tensor.default,
+         (torch.empty(ws * n, device=dev), x.clone(), h)),
+        ("all_gather", ops.all_gather.default, (x.clone(), h, ws)),
+        ("reduce_scatter_tensor", ops.reduce_scatter_tensor.default,
+         (torch.empty(n, device=dev), big.clone(), h, 0)),
+        ("reduce_scatter", ops.reduce_scatter.default, (big.clone(), h, 4, ws)),
+        ("broadcast_", ops.broadcast_.default, (x.clone(), h, 0)),
+        ("reduce_", ops.reduce_.default, (x.clone(), h, 2, ws - 1)),
+        ("gather", ops.gather.default,
+         (torch.empty(ws * n if rank == 0 else 0, device=dev), x.clone(), h, 0)),
+        ("scatter", ops.scatter.default,
+         (torch.empty(n, device=dev), big.clone() if rank == 0 else torch.empty(0, device=dev),
+          h, 0)),
+        ("all_to_all_single", ops.all_to_all_single.default,
+         (torch.empty(ws * n, device=dev), big.clone(), h)),
+        ("all_to_all", ops.all_to_all.default, (big.clone(), h)),
+    ]
+    for name, op, args in cases:
+        rec.check(f"opcheck {name}", one, op, args)
+
+
+def _worker_coll(out_dir):
+    import torch.distributed as dist
+
+    import yali.torch as yt
+
+    rank = int(os.environ["RANK"])
+    ws = int(os.environ["WORLD_SIZE"])
+    ndev = torch.cuda.device_count()
+    dev = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % ndev)
+    if ws > ndev:
+        # Ranks share a GPU: a host id of its own per rank, or NCCL refuses them.
+        os.environ["NCCL_HOSTID"] = f"yali-test-rank-{rank}"
+    _TOL.update({torch.float32: (1e-5, 1e-5), torch.float16: (2e-3, 1e-3),
+                 torch.bfloat16: (1.6e-2, 1e-2)})
+    _coll_tables()
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev, timeout=datetime.timedelta(seconds=300))
+    rec = _Recorder(out_dir, rank)
+    comm = yt.Communicator()
+    assert comm.rank == rank and comm.world_size == ws and comm.device == dev
+    sections = [("c_all_reduce", _section_c_all_reduce),
+                ("c_reduce_scatter", _section_c_reduce_scatter),
+                ("c_reduce", _section_c_reduce), ("c_all_gather", _section_c_all_gather),
+                ("c_broadcast", _section_c_broadcast), ("c_gather", _section_c_gather),
+                ("c_scatter", _section_c_scatter), ("c_all_to_all", _section_c_all_to_all),
+                ("c_errors", _section_c_errors), ("c_comm", _section_c_comm),
+                ("c_graph", _section_c_graph)]
+    sections += [(f"c_compile_{backend}", functools.partial(_section_c_compile, backend=backend))
+                 for backend in ("inductor", "aot_eager")]
+    sections += [("c_opcheck", _section_c_opcheck)]
+    for name, section in sections:
+        if _want(name):
+            with rec.in_section(name):
+                section(rec, comm, rank, dev)
+            # Every rank done with the section (its last kernels too) before the next one starts:
+            # a section that failed on one rank must not leave the others waiting in a collective
+            # that it skipped.
+            torch.cuda.synchronize()
+            dist.barrier()
+    comm.close()
+    dist.destroy_process_group()
+    return 0
+
+
+def _section_c_single(rec, sp, devs, sync):
+    """SingleProcessCommunicator, every collective, against references made from the inputs."""
+    ws = len(devs)
+    case = 0
+    dtypes = (torch.float32, torch.bfloat16, torch.int32, torch.float8_e4m3fn, torch.float64,
+              torch.uint8)
+    for dtype in dtypes:
+        for n in (0, 1, 1023, 65537):
+            case += 1
+            root = case % ws
+            op = _ops_for(dtype)[case % len(_ops_for(dtype))]
+
+            def run(dtype=dtype, n=n, root=root, op=op, seed=case):
+                mk = lambda s, m, r: _cinput(m, dtype, op, 500_000 + 10 * seed + s, r, devs[r])  # noqa: E731
+                p = []
+                xs = [mk(0, n, r) for r in range(ws)]
+                on0 = [x.to(devs[0]) for x in xs]
+                # all_reduce (in place)
+                ys = [x.clone() for x in xs]
+                sp.all_reduce(ys, op=op)
+                sync()
+                ref = _creduce(on0, op, dtype)
+                for i, y in enumerate(ys):
+                    p += _check_reduced(y.to(devs[0]), ref, dtype, op, f"all_reduce GPU {i}")
+                # all_gather_into_tensor (inputs only read)
+                outs = [_garbage(ws * n, dtype, d) for d in devs]
+                sp.all_gather_into_tensor(outs, xs)
+                sync()
+                for i, o in enumerate(outs):
+                    p += _same_bytes(o.to(devs[0]), torch.cat(on0), f"all_gather GPU {i}")
+                    p += _same_bytes(xs[i].to(devs[0]), on0[i], f"all_gather input {i}")
+                # reduce_scatter_tensor (in place on GPU 1's block, out of place elsewhere)
+                bigs = [mk(1, ws * n, r) for r in range(ws)]
+                big_ref = _creduce([b.to(devs[0]) for b in bigs], op, dtype)
+                work = [b.clone() for b in bigs]
+                rs = [_garbage(n, dtype, d) for d in devs]
+                rs[1] = work[1][n:2 * n]
+                sp.reduce_scatter_tensor(rs, work, op=op)
+                sync()
+                for i, o in enumerate(rs):
+                    p += _check_reduced(o.to(devs[0]), big_ref[i * n:(i + 1) * n], dtype, op,
+                                        f"reduce_scatter GPU {i}")
+                # broadcast
+                bs = [x.clone() for x in xs]
+                sp.broadcast(bs, root)
+                sync()
+                for i, b in enumerate(bs):
+                    p += _same_bytes(b.to(devs[0]), on0[root], f"broadcast GPU {i}")
+                # reduce
+                rd = [x.clone() for x in xs]
+                sp.reduce(rd, root, op)
+                sync()
+                for i, t in enumerate(rd):
+                    if i == root:
+                        p += _check_reduced(t.to(devs[0]), ref, dtype, op, f"reduce dst {i}")
+                    else:
+                        p += _same_bytes(t, xs[i], f"reduce: GPU {i} off dst changed")
+                # gather: list form, then one tensor
+                gl = [_garbage(n, dtype, devs[root]) for _ in range(ws)]
+                sp.gather(xs, gl, root)
+                gb = _garbage((ws, n), dtype, devs[root])
+                sp.gather(xs, gb, root)
+                sync()
+                for i, t in enumerate(gl):
+                    p += _same_bytes(t.to(devs[0]), on0[i], f"gather_list[{i}]")
+                p += _same_bytes(gb.to(devs[0]).reshape(-1), torch.cat(on0), "gather tensor")
+                # scatter: one tensor, then the list form
+                src = bigs[root]
+                sc = [_garbage(n, dtype, d) for d in devs]
+                sp.scatter(sc, src, root)
+                sc2 = [_garbage(n, dtype, d) for d in devs]
+                sp.scatter(sc2, [src[i * n:(i + 1) * n] for i in range(ws)], root)
+                sync()
+                for i, (a, b) in enumerate(zip(sc, sc2)):
+                    want = src[i * n:(i + 1) * n].to(devs[0])
+                    p += _same_bytes(a.to(devs[0]), want, f"scatter GPU {i}")
+                    p += _same_bytes(b.to(devs[0]), want, f"scatter (list) GPU {i}")
+                # all_to_all_single
+                a2a = [_garbage(ws * n, dtype, d) for d in devs]
+                sp.all_to_all_single(a2a, bigs)
+                sync()
+                for j, o in enumerate(a2a):
+                    want = torch.cat([b.to(devs[0])[j * n:(j + 1) * n] for b in bigs])
+                    p += _same_bytes(o.to(devs[0]), want, f"all_to_all GPU {j}")
+                for c in sp.comms:
+                    c.check_async_error()
+                return p
+
+            rec.check(f"{_dname(dtype)} n={n} root={root} op={op}", run)
+
+    m = "SingleProcessCommunicator"
+    x = [torch.ones(4, device=d) for d in devs]
+    rec.check("uneven split", _expect_error, f"{m}.all_to_all_single", ["input_split_sizes"],
+              lambda: sp.all_to_all_single([torch.empty(2 * ws, device=d) for d in devs],
+                                           [torch.empty(2 * ws, device=d) for d in devs], None,
+                                           [1] * (ws - 1) + [ws + 1]))
+    rec.check("gather_list on the wrong GPU", _expect_error, f"{m}.gather", ["gather_list"],
+              lambda: sp.gather(x, torch.empty(4 * ws, device="cpu"), 0))
+    rec.check("root out of range", _expect_error, f"{m}.broadcast", ["src"],
+              lambda: sp.broadcast(x, ws))
+
+
+def _worker_coll_single(out_dir, ndev):
+    import yali.torch as yt
+
+    _coll_tables()
+    rec = _Recorder(out_dir, 0)
+    count = torch.cuda.device_count()
+    devs = [torch.device("cuda", i % count) for i in range(ndev)]
+
+    def sync():
+        for d in set(devs):
+            torch.cuda.synchronize(d)
+
+    if _want("c_single"):
+        # Ranks beyond the GPU count share GPUs (YALI_ALLOW_SHARED_GPU=1): each then runs on a
+        # stream of its own (SingleProcessCommunicator._run).
+        with rec.in_section("c_single"), yt.SingleProcessCommunicator([d.index for d in devs]) as sp:
+            _section_c_single(rec, sp, devs, sync)
+    return 0
+
+
 def _worker_main(argv):
     import argparse
 
     p = argparse.ArgumentParser()
-    p.add_argument("--worker", choices=("multi", "single", "faults_single", "faults_multi"),
-                   required=True)
+    p.add_argument("--worker", choices=("multi", "single", "faults_single", "faults_multi", "coll",
+                                        "coll_single"), required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--ndev", type=int, default=2)
     a = p.parse_args(argv)
@@ -1572,6 +2838,10 @@ def _worker_main(argv):
         return _worker_faults_single(a.out, a.ndev)
     if a.worker == "faults_multi":
         return _worker_faults_multi(a.out)
+    if a.worker == "coll":
+        return _worker_coll(a.out)
+    if a.worker == "coll_single":
+        return _worker_coll_single(a.out, a.ndev)
     return _worker_single(a.out, a.ndev)
 
 

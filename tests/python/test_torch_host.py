@@ -1,21 +1,35 @@
-"""Host tests of yali.torch's failure paths: PyTorch (a CPU build is enough), no GPU, no libyali (the
-library is faked: conftest.FakeLib). Skipped without PyTorch >= 2.4.
+"""Host tests of yali.torch: PyTorch (a CPU build is enough), no GPU, no libyali (the library is faked:
+conftest.FakeLib). Skipped without PyTorch >= 2.4.
 
     cd /work/main && PYTHONPATH=python python3 -m pytest tests/python/test_torch_host.py
 
-What the GPU runs check for real (tests/python/test_torch_gpu.py, the faults sections), checked here
-on the Python side alone: a comm's asynchronous error becomes the right YaliError subclass with the
-library's message at every collective entry point and in check_async_error()/check(); the
-single-process form launches on no GPU once any comm has failed; replay() checks around a graph.
+What the GPU runs check for real (tests/python/test_torch_gpu.py), checked here on the Python side
+alone:
+  - failures: a comm's asynchronous error becomes the right YaliError subclass with the library's
+    message at every collective entry point and in check_async_error()/check(); the
+    single-process form launches on no GPU once any comm has failed; replay() checks around a graph;
+  - dtypes: DTYPES maps every torch dtype with an NCCL type to its yaliDataType_t; avg is refused
+    for integers;
+  - every collective method (Communicator with fake CUDA tensors from FakeTensorMode, which run the
+    operators' fake implementations; SingleProcessCommunicator against FakeLib): argument checks
+    name the method and the argument, results have the right shapes, roots are translated as in
+    torch.distributed, the list forms of gather/scatter, even splits only;
+  - the operators' launch functions: what reaches each C call (counts, NULL off the root, root,
+    op, dtype, stream);
+  - torch.compile(fullgraph=True) traces every method (backends eager and aot_eager, on fake
+    tensors: no kernel runs).
 """
 
+import contextlib
 import types
+import warnings
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 import yali  # noqa: E402
+from conftest import COLLECTIVE_PARAMS  # noqa: E402
 
 try:
     import yali.torch as yt
@@ -72,7 +86,7 @@ class _FakeCudaTensor:
 
 
 def _launches(fake_lib):
-    return [c for c in fake_lib.calls if c[0] == "yaliAllReduce"]
+    return fake_lib.launches("yaliAllReduce")
 
 
 def test_single_process_check_async_error(fake_lib):
@@ -188,3 +202,652 @@ def test_single_process_abort_goes_on_after_an_error(monkeypatch):
     assert aborted == [0x1000, 0x1001, 0x1002] and sp.closed
     sp.abort()  # idempotent
     assert len(aborted) == 3
+
+
+# ---- dtypes and ops --------------------------------------------------------------------------------
+
+_NCCL_DTYPES = {"int8": "Int8", "uint8": "Uint8", "int32": "Int32", "int64": "Int64",
+                "float16": "Float16", "bfloat16": "Bfloat16", "float32": "Float32",
+                "float64": "Float64", "float8_e4m3fn": "Float8e4m3", "float8_e5m2": "Float8e5m2",
+                "uint32": "Uint32", "uint64": "Uint64"}
+
+
+def test_dtypes_cover_every_nccl_type():
+    want = {getattr(torch, t): int(yali.DataType[d]) for t, d in _NCCL_DTYPES.items()
+            if isinstance(getattr(torch, t, None), torch.dtype)}
+    assert yt.DTYPES == want
+    if hasattr(torch, "uint64"):  # every yaliDataType_t then has its torch dtype
+        assert sorted(yt.DTYPES.values()) == list(range(int(yali.DataType.NumTypes)))
+    # The torch-free layer names them the same way.
+    for dtype, code in yt.DTYPES.items():
+        assert yali.as_datatype(dtype) == code, dtype
+    floating = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.float8_e4m3fn,
+                torch.float8_e5m2}
+    assert yt._FLOATING == floating
+    for unsupported in (torch.bool, torch.complex64, torch.int16, torch.float8_e4m3fnuz):
+        assert unsupported not in yt.DTYPES
+
+
+def test_avg_only_for_floating_dtypes():
+    for dtype in yt.DTYPES:
+        if dtype in yt._FLOATING:
+            yt._check_op_dtype("m", int(yali.RedOp.Avg), dtype)
+        else:
+            with pytest.raises(ValueError, match="avg is for floating dtypes") as info:
+                yt._check_op_dtype("Communicator.reduce", int(yali.RedOp.Avg), dtype)
+            assert "Communicator.reduce" in str(info.value) and str(dtype) in str(info.value)
+        for op in ("sum", "prod", "max", "min"):
+            yt._check_op_dtype("m", yt._op_code(op, "m"), dtype)
+
+
+def test_operator_schemas():
+    """Each operator writes exactly the tensor its schema marks (a!): what torch.compile's
+    functionalization and CUDA-graph trees rely on."""
+    mutated = {"all_reduce_": "tensor", "all_reduce_out": "out", "all_gather_into_tensor": "output",
+               "reduce_scatter_tensor": "output", "broadcast_": "tensor", "reduce_": "tensor",
+               "gather": "output", "scatter": "output", "all_to_all_single": "output"}
+    functional = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+    for name, arg in mutated.items():
+        schema = getattr(torch.ops.yali, name).default._schema
+        marked = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+        assert marked == [arg], f"{name}: {schema}"
+        assert len(schema.returns) == 0, str(schema)
+    for name in functional:
+        schema = getattr(torch.ops.yali, name).default._schema
+        assert not any(a.alias_info for a in schema.arguments), str(schema)
+        assert len(schema.returns) == 1, str(schema)
+
+
+# ---- Communicator methods, on fake CUDA tensors (FakeTensorMode: the operators' fake kernels run) --
+
+
+@pytest.fixture
+def fake_mode():
+    """Tensors made inside are fake CUDA tensors (no GPU needed); the yali operators run their fake
+    implementations, so nothing is launched."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        yield
+
+
+def _cuda(*shape, dtype=torch.float32):
+    return torch.empty(*shape, dtype=dtype, device="cuda")
+
+
+@pytest.fixture
+def comm3(monkeypatch):
+    """Rank 1 of 3 (a fake comm, live for the operators)."""
+    return _fake_communicator(monkeypatch, rank=1, n=3)
+
+
+def test_communicator_results_and_shapes(fake_mode, comm3):
+    c = comm3
+    x = _cuda(4, 5)
+    out = _cuda(12, 5)
+    assert c.all_gather_into_tensor(out, x) is out
+    assert c.all_gather_into_tensor(_cuda(3, 4, 5), x).shape == (3, 4, 5)  # stacked form
+    assert c.all_gather_functional(x).shape == (12, 5)
+    assert c.all_gather_functional(_cuda(())).shape == (3,)
+    rs = _cuda(2, 5)
+    assert c.reduce_scatter_tensor(rs, _cuda(6, 5), op="max") is rs
+    assert c.reduce_scatter_functional(_cuda(6, 5), "avg").shape == (2, 5)
+    assert c.broadcast(x, 2) is x and c.broadcast(x, group_src=0) is x
+    assert c.reduce(x, 0, "prod") is x
+    assert c.reduce(x, dst=1, op=torch.distributed.ReduceOp.MIN) is x
+    glist = [_cuda(4, 5) for _ in range(3)]
+    assert c.gather(x, glist, dst=1) is glist  # rank 1 is the destination: the list comes back
+    assert c.gather(x, None, dst=0) is None and c.gather(x, [], dst=2) is None
+    assert c.gather(x) is None  # default dst: global rank 0
+    gbuf = _cuda(60)
+    assert c.gather(x, gbuf, dst=1) is gbuf
+    assert c.scatter(x, [_cuda(20) for _ in range(3)], src=1) is x
+    assert c.scatter(x, _cuda(3, 4, 5), src=1) is x
+    assert c.scatter(x, None, src=2) is x and c.scatter(x) is x
+    a = _cuda(6, 5)
+    assert c.all_to_all_single(a, _cuda(6, 5)) is a
+    assert c.all_to_all_single(a, _cuda(6, 5), [2, 2, 2], [2, 2, 2]) is a
+    assert c.all_to_all_functional(_cuda(6, 5)).shape == (6, 5)
+    for dtype in yt.DTYPES:  # every dtype goes through every method
+        t = _cuda(3, dtype=dtype)
+        c.all_gather_into_tensor(_cuda(9, dtype=dtype), t)
+        c.reduce_scatter_tensor(_cuda(1, dtype=dtype), t, "max")
+        c.broadcast(t, 0)
+        c.reduce(t, 1, "sum")
+        c.gather(t, [_cuda(3, dtype=dtype) for _ in range(3)], 1)
+        c.scatter(t, _cuda(9, dtype=dtype), 1)
+        c.all_to_all_single(_cuda(3, dtype=dtype), t)
+        c.all_reduce(t, "min")
+
+
+def _bad_calls(c):
+    """(what, call, exception type, words the message must hold)."""
+    x = _cuda(4, 5)
+    i32 = _cuda(4, dtype=torch.int32)
+    return [
+        ("cpu input", lambda: c.all_gather_into_tensor(_cuda(60), torch.empty(20)), ValueError,
+         ["Communicator.all_gather_into_tensor", "input_tensor", "CUDA"]),
+        ("gather output size", lambda: c.all_gather_into_tensor(_cuda(59), x), ValueError,
+         ["output_tensor", "59", "world_size (3) x input_tensor.numel() (20) = 60"]),
+        ("gather output dtype", lambda: c.all_gather_into_tensor(_cuda(60, dtype=torch.float16), x),
+         TypeError, ["output_tensor", "dtype"]),
+        ("gather output strided", lambda: c.all_gather_into_tensor(_cuda(120)[::2], x), ValueError,
+         ["output_tensor", "contiguous"]),
+        ("unsupported dtype", lambda: c.broadcast(_cuda(4, dtype=torch.bool), 0), TypeError,
+         ["Communicator.broadcast", "tensor", "torch.bool", "float8_e4m3fn"]),
+        ("rs input size", lambda: c.reduce_scatter_tensor(_cuda(2), _cuda(7)), ValueError,
+         ["Communicator.reduce_scatter_tensor", "input", "world_size (3) x output.numel() (2)"]),
+        ("rs avg int", lambda: c.reduce_scatter_tensor(_cuda(4, dtype=torch.int64),
+                                                       _cuda(12, dtype=torch.int64), "avg"),
+         ValueError, ["avg", "torch.int64"]),
+        ("rs functional rows", lambda: c.reduce_scatter_functional(_cuda(7)), ValueError,
+         ["reduce_scatter_functional", "input", "multiple of the world size (3)"]),
+        ("bad op", lambda: c.reduce_scatter_tensor(_cuda(2), _cuda(6), "xor"), ValueError,
+         ["op="]),
+        ("broadcast no src", lambda: c.broadcast(x), ValueError, ["Communicator.broadcast", "src"]),
+        ("broadcast src range", lambda: c.broadcast(x, 3), ValueError, ["src=3", "0..2"]),
+        ("broadcast src type", lambda: c.broadcast(x, 1.0), TypeError, ["src", "int"]),
+        ("broadcast both", lambda: c.broadcast(x, 1, group_src=1), ValueError,
+         ["src", "group_src", "not both"]),
+        ("broadcast group_src", lambda: c.broadcast(x, group_src=-1), ValueError, ["group_src=-1"]),
+        ("reduce no dst", lambda: c.reduce(x), ValueError, ["Communicator.reduce", "dst"]),
+        ("reduce avg int", lambda: c.reduce(i32, 0, "avg"), ValueError, ["avg", "int32"]),
+        ("all_reduce avg int", lambda: c.all_reduce(i32, "avg"), ValueError,
+         ["Communicator.all_reduce", "avg"]),
+        ("all_reduce_functional avg int", lambda: c.all_reduce_functional(i32, "mean"),
+         ValueError, ["avg"]),
+        ("gather list on non-dst", lambda: c.gather(x, [x, x, x], dst=0), ValueError,
+         ["gather_list", "None or empty", "rank 1", "destination is rank 0"]),
+        ("gather list missing", lambda: c.gather(x, None, dst=1), ValueError,
+         ["gather_list", "required"]),
+        ("gather list length", lambda: c.gather(x, [x, x], dst=1), ValueError,
+         ["gather_list", "2 tensors", "world_size (3)"]),
+        ("gather list numel", lambda: c.gather(x, [x, x, _cuda(3)], dst=1), ValueError,
+         ["gather_list[2]", "3 elements"]),
+        ("gather list dtype", lambda: c.gather(x, [x, x, _cuda(4, 5, dtype=torch.float64)],
+                                               dst=1), TypeError, ["gather_list[2]", "dtype"]),
+        ("gather list entry", lambda: c.gather(x, [x, x, "x"], dst=1), TypeError,
+         ["gather_list[2]", "torch.Tensor"]),
+        ("gather tensor size", lambda: c.gather(x, _cuda(59), dst=1), ValueError,
+         ["gather_list", "59", "= 60"]),
+        ("scatter list on non-src", lambda: c.scatter(x, [x, x, x], src=0), ValueError,
+         ["Communicator.scatter", "scatter_list", "source is rank 0"]),
+        ("scatter list missing", lambda: c.scatter(x, None, src=1), ValueError,
+         ["scatter_list", "required"]),
+        ("scatter list numel", lambda: c.scatter(x, [x, _cuda(2), x], src=1), ValueError,
+         ["scatter_list[1]"]),
+        ("a2a output numel", lambda: c.all_to_all_single(_cuda(5), _cuda(6)), ValueError,
+         ["Communicator.all_to_all_single", "output", "input.numel()"]),
+        ("a2a rows", lambda: c.all_to_all_single(_cuda(4, 3), _cuda(4, 3)), ValueError,
+         ["input", "multiple of the world size"]),
+        ("a2a uneven input", lambda: c.all_to_all_single(_cuda(6), _cuda(6), None, [1, 2, 3]),
+         NotImplementedError, ["input_split_sizes=[1, 2, 3]", "even", "AlltoAllv"]),
+        ("a2a uneven output", lambda: c.all_to_all_single(_cuda(6), _cuda(6), [3, 3, 0]),
+         NotImplementedError, ["output_split_sizes=[3, 3, 0]", "uneven"]),
+        ("a2a split count", lambda: c.all_to_all_single(_cuda(6), _cuda(6), [3, 3]), ValueError,
+         ["output_split_sizes=[3, 3]", "one entry per rank (3)"]),
+        ("a2a split sum", lambda: c.all_to_all_single(_cuda(6), _cuda(6), None, [1, 1, 1]),
+         ValueError, ["input_split_sizes", "summing to", "(6)"]),
+        ("a2a split type", lambda: c.all_to_all_single(_cuda(6), _cuda(6), "2,2,2"), TypeError,
+         ["output_split_sizes", "list of ints"]),
+        ("a2a functional rows", lambda: c.all_to_all_functional(_cuda(4)), ValueError,
+         ["all_to_all_functional", "multiple of the world size"]),
+        ("algo_info collective", lambda: c.algo_info(x, collective="allgatherv"), ValueError,
+         ["collective"]),
+    ]
+
+
+def test_communicator_argument_errors(fake_mode, comm3):
+    failures = []
+    for what, call, exc, words in _bad_calls(comm3):
+        try:
+            call()
+        except exc as e:
+            missing = [w for w in words if w not in str(e)]
+            if missing:
+                failures.append(f"{what}: {str(e)!r} lacks {missing}")
+        except Exception as e:  # noqa: BLE001
+            failures.append(f"{what}: raised {type(e).__name__}: {e}, expected {exc.__name__}")
+        else:
+            failures.append(f"{what}: raised nothing, expected {exc.__name__}")
+    assert not failures, "\n".join(failures)
+
+
+def test_communicator_closed(fake_mode, comm3):
+    comm3._comm = None
+    for call in (lambda: comm3.all_gather_into_tensor(_cuda(6), _cuda(2)),
+                 lambda: comm3.broadcast(_cuda(2), 0), lambda: comm3.gather(_cuda(2))):
+        with pytest.raises(yali.YaliInvalidUsage, match="closed"):
+            call()
+
+
+class _Recorder:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def __call__(self, *args):
+        self.calls.append((self.name, args))
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """Replaces the operators the methods call (yali.torch._Ops) with recorders."""
+    calls = []
+    for name in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "reduce_scatter",
+                 "broadcast_", "reduce_", "gather", "scatter", "all_to_all_single", "all_to_all"):
+        monkeypatch.setattr(yt._Ops, name, _Recorder(calls, name))
+    return calls
+
+
+def test_methods_pass_the_operators_their_arguments(fake_mode, comm3, op_calls):
+    c, h = comm3, comm3.handle
+    x = _cuda(4, 5)
+    out = _cuda(60)
+    c.all_gather_into_tensor(out, x)
+    assert op_calls[-1] == ("all_gather_into_tensor", (out, x, h))
+    c.all_gather_functional(x)
+    assert op_calls[-1] == ("all_gather", (x, h, 3))
+    rs = _cuda(20)
+    c.reduce_scatter_tensor(rs, out, torch.distributed.ReduceOp.AVG)
+    assert op_calls[-1] == ("reduce_scatter_tensor", (rs, out, h, int(yali.RedOp.Avg)))
+    c.reduce_scatter_functional(_cuda(6), "prod")
+    assert op_calls[-1][0] == "reduce_scatter" and op_calls[-1][1][1:] == (h, 1, 3)
+    c.broadcast(x, 2)
+    assert op_calls[-1] == ("broadcast_", (x, h, 2))
+    c.reduce(x, 0, "max")
+    assert op_calls[-1] == ("reduce_", (x, h, int(yali.RedOp.Max), 0))
+    # gather off the destination: an empty stand-in for the output the library does not look at.
+    c.gather(x, None, dst=2)
+    name, (o, t, hh, root) = op_calls[-1]
+    assert (name, t, hh, root) == ("gather", x, h, 2) and o.numel() == 0 and o.dtype == x.dtype
+    # gather on the destination, list form: one (world_size, numel) buffer, then copied out.
+    c.gather(x, [_cuda(20), _cuda(4, 5), _cuda(2, 10)], dst=1)
+    name, (o, t, hh, root) = op_calls[-1]
+    assert name == "gather" and o.shape == (3, 20) and root == 1
+    c.gather(x, out, dst=1)
+    assert op_calls[-1] == ("gather", (out, x, h, 1))
+    # scatter: the list is concatenated on the source; off the source an empty stand-in.
+    c.scatter(x, [_cuda(20), _cuda(4, 5), _cuda(2, 10)], src=1)
+    name, (o, i, hh, root) = op_calls[-1]
+    assert name == "scatter" and o is x and i.shape == (60,) and root == 1
+    c.scatter(x, None, src=0)
+    name, (o, i, hh, root) = op_calls[-1]
+    assert o is x and i.numel() == 0 and root == 0
+    a = _cuda(6, 5)
+    src = _cuda(6, 5)
+    c.all_to_all_single(a, src)
+    assert op_calls[-1] == ("all_to_all_single", (a, src, h))
+    c.all_to_all_functional(src)
+    assert op_calls[-1] == ("all_to_all", (src, h))
+
+
+def test_roots_are_global_ranks_as_in_torch_distributed(fake_mode, comm3, op_calls):
+    """A Communicator over a subgroup (global ranks 4, 6, 9): src/dst are global ranks,
+    group_src/group_dst ranks of the group."""
+    c = comm3
+    c._global_to_group = {4: 0, 6: 1, 9: 2}
+    x = _cuda(4)
+    c.broadcast(x, 9)
+    assert op_calls[-1][1][2] == 2
+    c.broadcast(x, group_src=0)
+    assert op_calls[-1][1][2] == 0
+    c.reduce(x, 6)
+    assert op_calls[-1][1][3] == 1
+    c.scatter(x, [x, x, x], src=6)
+    assert op_calls[-1][1][3] == 1
+    for call in (lambda: c.broadcast(x, 1), lambda: c.gather(x)):  # global 1 and 0: not members
+        with pytest.raises(ValueError, match="not in this communicator's group") as info:
+            call()
+        assert "[4, 6, 9]" in str(info.value)
+    c.gather(x, None, group_dst=0)
+    assert op_calls[-1][1][3] == 0
+
+
+def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
+    """torch.compile(fullgraph=True) traces every method without a graph break; aot_eager also
+    functionalizes the mutating operators (their outputs, an input view of an output for the in-place
+    all-gather, a graph input for broadcast)."""
+    c = comm3
+
+    def f(x, out):
+        c.broadcast(x, 0)  # mutates a graph input
+        c.all_gather_into_tensor(out, x)
+        c.all_gather_into_tensor(out, out[4:8])  # in place: rank 1's block of out
+        g = [torch.empty_like(x) for _ in range(3)]
+        c.gather(x * 2, g, dst=1)
+        s = torch.empty_like(x)
+        c.scatter(s, [x + i for i in range(3)], src=1)
+        c.gather(x, None, dst=0)
+        c.scatter(s, None, src=2)
+        r = x.clone()
+        c.reduce(r, 1, "sum")
+        rs = torch.empty_like(x)
+        c.reduce_scatter_tensor(rs, out, "avg")
+        a = torch.empty_like(out)
+        c.all_to_all_single(a, out, [4, 4, 4], [4, 4, 4])
+        c.all_reduce(a, "max")
+        return (c.all_gather_functional(x)[:4] + g[0] + g[2] + s + r + rs + a[:4]
+                + c.reduce_scatter_functional(out) + c.all_to_all_functional(out)[4:8]
+                + c.all_reduce_functional(x, "avg"))
+
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        got = torch.compile(f, fullgraph=True, backend=backend)(_cuda(4, 5), _cuda(12, 5))
+        assert got.shape == (4, 5) and got.device.type == "cuda"
+    torch._dynamo.reset()
+
+
+# ---- The operators' launch functions (real launch path, library faked) -----------------------------
+
+
+class _Duck:
+    """What the launch functions read of a CUDA tensor."""
+
+    def __init__(self, ptr, n, dtype=torch.float32, device=0):
+        self._ptr, self._n = ptr, n
+        self.dtype = dtype
+        self.device = torch.device("cuda", device)
+
+    def is_contiguous(self):
+        return True
+
+    def numel(self):
+        return self._n
+
+    def data_ptr(self):
+        return self._ptr
+
+
+@pytest.fixture
+def no_stream(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda device=None: types.SimpleNamespace(cuda_stream=0x5000))
+
+
+def test_launch_functions_make_the_c_calls(fake_lib, monkeypatch, no_stream):
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    h = c.handle
+    bf = torch.bfloat16
+    D = yali.DataType
+
+    def last():
+        return fake_lib.calls[-1][0], fake_lib.launches()[-1]
+
+    yt._launch_all_gather("op", h, _Duck(0x200, 12, bf), _Duck(0x100, 4, bf))
+    assert last() == ("yaliAllGather", dict(sendbuff=0x100, recvbuff=0x200, sendcount=4,
+                                            datatype=D.Bfloat16, comm=h, stream=0x5000))
+    yt._launch_reduce_scatter("op", h, _Duck(0x200, 4), _Duck(0x100, 12), 3)
+    assert last() == ("yaliReduceScatter", dict(sendbuff=0x100, recvbuff=0x200, recvcount=4,
+                                                datatype=D.Float32, op=3, comm=h, stream=0x5000))
+    yt._launch_broadcast("op", h, _Duck(0x300, 7, torch.int64), 2)
+    assert last() == ("yaliBroadcast", dict(sendbuff=0x300, recvbuff=0x300, count=7,
+                                            datatype=D.Int64, root=2, comm=h, stream=0x5000))
+    yt._launch_reduce("op", h, _Duck(0x300, 7, torch.uint8), 2, 0)
+    assert last() == ("yaliReduce", dict(sendbuff=0x300, recvbuff=0x300, count=7, datatype=D.Uint8,
+                                         op=2, root=0, comm=h, stream=0x5000))
+    # gather/scatter: the root's extra buffer is passed on the root only (NULL elsewhere).
+    yt._launch_gather("op", h, _Duck(0x200, 12), _Duck(0x100, 4), 1)
+    assert last()[1]["recvbuff"] == 0x200 and last()[1]["count"] == 4
+    yt._launch_gather("op", h, _Duck(0, 0), _Duck(0x100, 4), 0)
+    assert last()[1]["recvbuff"] is None and last()[1]["root"] == 0
+    yt._launch_scatter("op", h, _Duck(0x200, 4), _Duck(0x100, 12), 1)
+    assert last() == ("yaliScatter", dict(sendbuff=0x100, recvbuff=0x200, count=4,
+                                          datatype=D.Float32, root=1, comm=h, stream=0x5000))
+    yt._launch_scatter("op", h, _Duck(0x200, 4), _Duck(0, 0), 2)
+    assert last()[1]["sendbuff"] is None
+    yt._launch_all_to_all("op", h, _Duck(0x200, 12, torch.float8_e5m2),
+                          _Duck(0x100, 12, torch.float8_e5m2))
+    assert last() == ("yaliAlltoAll", dict(sendbuff=0x100, recvbuff=0x200, count=4,
+                                           datatype=D.Float8e5m2, comm=h, stream=0x5000))
+    n_calls = len(fake_lib.launches())
+
+    bad = [
+        (lambda: yt._launch_all_gather("yali::all_gather", h, _Duck(0x200, 11), _Duck(0x100, 4)),
+         ValueError, "output has 11 elements"),
+        (lambda: yt._launch_reduce_scatter("yali::rs", h, _Duck(0x200, 4), _Duck(0x100, 11), 0),
+         ValueError, "input has 11 elements"),
+        (lambda: yt._launch_reduce_scatter("yali::rs", h, _Duck(0x200, 4, torch.int32),
+                                           _Duck(0x100, 12, torch.int32), 4), ValueError, "avg"),
+        (lambda: yt._launch_broadcast("yali::broadcast_", h, _Duck(0x100, 4), 3), ValueError,
+         "root=3"),
+        (lambda: yt._launch_gather("yali::gather", h, _Duck(0x200, 11), _Duck(0x100, 4), 1),
+         ValueError, "output has 11"),
+        (lambda: yt._launch_scatter("yali::scatter", h, _Duck(0x200, 4), _Duck(0x100, 4), 1),
+         ValueError, "input has 4"),
+        (lambda: yt._launch_all_to_all("yali::a2a", h, _Duck(0x200, 4), _Duck(0x100, 4)),
+         ValueError, "not a multiple"),
+        (lambda: yt._launch_all_gather("yali::ag", h, _Duck(0x200, 12, torch.float16),
+                                       _Duck(0x100, 4)), TypeError, "dtype"),
+        (lambda: yt._launch_all_gather("yali::ag", h, _Duck(0x200, 12, device=1),
+                                       _Duck(0x100, 4)), ValueError, "cuda:1"),
+        (lambda: yt._launch_broadcast("yali::broadcast_", 0xBAD, _Duck(0x100, 4), 0),
+         yali.YaliInvalidUsage, "not a live"),
+    ]
+    for call, exc, words in bad:
+        with pytest.raises(exc, match=words):
+            call()
+    assert len(fake_lib.launches()) == n_calls  # refused before the C call
+
+
+_LAUNCHES = [
+    ("yaliAllGather", lambda h: yt._launch_all_gather("yali::all_gather_into_tensor", h,
+                                                      _Duck(0x200, 8), _Duck(0x100, 4))),
+    ("yaliReduceScatter", lambda h: yt._launch_reduce_scatter("yali::reduce_scatter_tensor", h,
+                                                              _Duck(0x200, 4), _Duck(0x100, 8), 0)),
+    ("yaliBroadcast", lambda h: yt._launch_broadcast("yali::broadcast_", h, _Duck(0x100, 4), 0)),
+    ("yaliReduce", lambda h: yt._launch_reduce("yali::reduce_", h, _Duck(0x100, 4), 0, 1)),
+    ("yaliGather", lambda h: yt._launch_gather("yali::gather", h, _Duck(0x200, 8), _Duck(0x100, 4),
+                                               0)),
+    ("yaliScatter", lambda h: yt._launch_scatter("yali::scatter", h, _Duck(0x200, 4),
+                                                 _Duck(0x100, 8), 0)),
+    ("yaliAlltoAll", lambda h: yt._launch_all_to_all("yali::all_to_all_single", h, _Duck(0x200, 8),
+                                                     _Duck(0x100, 8))),
+]
+
+
+@pytest.mark.parametrize("call,launch", _LAUNCHES, ids=[c for c, _ in _LAUNCHES])
+def test_launch_raises_the_async_error(fake_lib, monkeypatch, no_stream, call, launch):
+    """Every operator of a failed comm raises its asynchronous error with its own C call's
+    message (the C call returns it, launching nothing)."""
+    c = _fake_communicator(monkeypatch, rank=0, n=2)
+    fake_lib.comm_errors[c.handle] = "yaliCommRegister: an old, unrelated failure"
+    fake_lib.record_on_comm = False
+    fake_lib.async_errors[c.handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    with pytest.raises(yali.YaliTimeout) as info:
+        launch(c.handle)
+    e = info.value
+    assert e.call == call and e.detail == f"{call}: {_TIMEOUT_TEXT}", str(e)
+
+
+def test_check_overlap_rules():
+    """In place only at the collective's own block; any other shared byte is refused."""
+    buf = torch.zeros(12)
+    yt._check_overlap("m", "out", buf, "inp", buf[4:8], 4)  # rank 1's block of 4
+    yt._check_overlap("m", "out", buf, "inp", torch.zeros(4))  # disjoint
+    yt._check_overlap("m", "out", buf[:0], "inp", buf)  # empty: nothing shared
+    # Off the block, no in-place form, another block, and a start at the block running past the
+    # end of the buffer.
+    for out, inp, at in ((buf, buf[3:7], 4), (buf, buf[4:8], None), (buf, buf[4:8], 8),
+                         (buf[:10], buf[8:12], 8)):
+        with pytest.raises(ValueError, match="inp overlaps out") as info:
+            yt._check_overlap("Communicator.m", "out", out, "inp", inp, at, "its block")
+        assert "Communicator.m" in str(info.value)
+    assert yt._overlaps(0, 4, 3, 4) and not yt._overlaps(0, 4, 4, 4) and not yt._overlaps(0, 0, 0, 4)
+
+
+# ---- SingleProcessCommunicator (library faked, fake CUDA tensors) ----------------------------------
+
+
+class _FakeStream:
+    count = 0
+
+    def __init__(self, device=None):
+        _FakeStream.count += 1
+        self.cuda_stream = 0x9000 + _FakeStream.count
+        self.device = device
+        self.waits = []
+
+    def wait_stream(self, other):
+        self.waits.append(other)
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda's stream and device calls of SingleProcessCommunicator._run, without CUDA; the
+    current stream of device d has cuda_stream 0x7000 + d."""
+    current = {}
+
+    def current_stream(device=None):
+        d = device if isinstance(device, int) else 0
+        if d not in current:
+            current[d] = _FakeStream(d)
+            current[d].cuda_stream = 0x7000 + d
+        return current[d]
+
+    monkeypatch.setattr(torch.cuda, "current_stream", current_stream)
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    monkeypatch.setattr(torch.cuda, "device", lambda d: contextlib.nullcontext())
+    return current
+
+
+@pytest.fixture
+def quiet_data_ptr():
+    """data_ptr() of a fake tensor is 0 (with a warning) in the torch versions that allow it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with FakeTensorMode():
+            try:
+                _cuda(1).data_ptr()
+            except Exception as e:  # noqa: BLE001
+                pytest.skip(f"this torch refuses data_ptr() of fake tensors: {e}")
+            yield
+
+
+def _group_calls(fake_lib):
+    """The calls between yaliGroupStart and yaliGroupEnd, checked to be one group."""
+    names = [c[0] for c in fake_lib.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names[0] == "yaliGroupStart" and names[-1] == "yaliGroupEnd", names
+    return [c for c in fake_lib.calls if c[0] in COLLECTIVE_PARAMS]
+
+
+def test_single_process_collectives_make_the_c_calls(fake_lib, fake_cuda, quiet_data_ptr):
+    sp = _fake_single(3)
+    sp.devices = [0, 1, 2]  # distinct GPUs: each rank on its device's current stream
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    x = [torch.empty(4, device=f"cuda:{d}") for d in sp.devices]
+    D = yali.DataType
+
+    def launched(call):
+        got = _group_calls(fake_lib)
+        del fake_lib.calls[:]
+        assert [c[0] for c in got] == [call] * 3
+        assert [c[1] for c in got] == [c.handle for c in sp.comms]
+        assert [c[2]["stream"] for c in got] == [0x7000, 0x7001, 0x7002]
+        return [c[2] for c in got]
+
+    outs = [torch.empty(12, device=f"cuda:{d}") for d in sp.devices]
+    assert sp.all_gather_into_tensor(outs, x) == outs
+    assert {p["sendcount"] for p in launched("yaliAllGather")} == {4}
+    assert sp.reduce_scatter_tensor([o[:4] * 0 for o in outs], outs, "avg") is not None
+    assert {(p["recvcount"], p["op"]) for p in launched("yaliReduceScatter")} == {(4, 4)}
+    sp.broadcast(x, 2)
+    assert {(p["count"], p["root"]) for p in launched("yaliBroadcast")} == {(4, 2)}
+    sp.reduce(x, 1, "max")
+    assert {(p["count"], p["root"], p["op"]) for p in launched("yaliReduce")} == {(4, 1, 2)}
+    glist = [torch.empty(2, 2, device="cuda:1") for _ in range(3)]
+    assert sp.gather(x, glist, dst=1) is glist
+    ps = launched("yaliGather")
+    assert [p["recvbuff"] is None for p in ps] == [True, False, True]
+    assert {(p["count"], p["root"]) for p in ps} == {(4, 1)}
+    sp.scatter(x, torch.empty(12, device="cuda:2"), src=2)
+    ps = launched("yaliScatter")
+    assert [p["sendbuff"] is None for p in ps] == [True, True, False]
+    sp.scatter(x, [torch.empty(4, device="cuda:0") for _ in range(3)], src=0)
+    assert [p["sendbuff"] is None for p in launched("yaliScatter")] == [False, True, True]
+    a = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
+    b = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
+    sp.all_to_all_single(a, b, [2, 2, 2])
+    assert {(p["count"], p["datatype"]) for p in launched("yaliAlltoAll")} == {(4, D.Float32)}
+    sp.all_reduce([t.to(torch.int8) for t in x], "prod")
+    assert {(p["datatype"], p["op"]) for p in launched("yaliAllReduce")} == {(D.Int8, 1)}
+
+
+def test_single_process_ranks_sharing_a_gpu_get_streams_of_their_own(fake_lib, fake_cuda,
+                                                                      quiet_data_ptr):
+    """On one stream, a rank's kernel would wait for the next rank's, queued behind it: ranks that
+    share a GPU each get a stream, joined to the current stream before and after."""
+    sp = _fake_single(3)  # devices [0, 0, 0]
+    x = [torch.empty(4, device="cuda:0") for _ in range(3)]
+    sp.broadcast(x, 0)
+    streams = [p["stream"] for p in fake_lib.launches("yaliBroadcast")]
+    assert len(set(streams)) == 3 and 0x7000 not in streams
+    current = fake_cuda[0]
+    side = sp._side_streams
+    assert [s.cuda_stream for s in side] == streams
+    assert all(s.waits == [current] for s in side)  # each waits for the caller's work
+    assert current.waits == side  # and the caller's stream waits for each
+    sp.all_gather_into_tensor([torch.empty(12, device="cuda:0") for _ in range(3)], x)
+    assert sp._side_streams is side  # made once
+
+
+def test_single_process_argument_errors(fake_lib, fake_cuda, quiet_data_ptr):
+    sp = _fake_single(2)
+    x = [torch.empty(4, device="cuda:0") for _ in range(2)]
+    m = "SingleProcessCommunicator"
+    cases = [
+        (lambda: sp.all_gather_into_tensor([torch.empty(8, device="cuda")] * 2, x[:1]), ValueError,
+         [f"{m}.all_gather_into_tensor", "input_tensors has 1 tensors, expected 2"]),
+        (lambda: sp.all_gather_into_tensor([torch.empty(7, device="cuda")] * 2, x), ValueError,
+         ["output_tensors[0]", "7 elements"]),
+        (lambda: sp.reduce_scatter_tensor(
+            [t.int() for t in x], [torch.empty(8, dtype=torch.int32, device="cuda")] * 2, "avg"),
+         ValueError, [f"{m}.reduce_scatter_tensor", "avg"]),
+        (lambda: sp.broadcast(x, 2), ValueError, [f"{m}.broadcast", "src=2"]),
+        (lambda: sp.reduce(x, -1), ValueError, ["dst=-1"]),
+        (lambda: sp.reduce([x[0], torch.empty(5, device="cuda")], 0), ValueError,
+         ["tensors[1]", "must match"]),
+        (lambda: sp.gather(x, None, 0), ValueError, [f"{m}.gather", "gather_list", "required"]),
+        (lambda: sp.gather(x, torch.empty(7, device="cuda"), 0), ValueError, ["gather_list"]),
+        (lambda: sp.scatter(x, [x[0]], 1), ValueError, ["scatter_list", "1 tensors"]),
+        (lambda: sp.all_to_all_single(x, [torch.empty(3, device="cuda")] * 2), ValueError,
+         ["multiple of the world size"]),
+        (lambda: sp.all_to_all_single([torch.empty(4, device="cuda")] * 2,
+                                      [torch.empty(4, device="cuda")] * 2, None, [1, 3]),
+         NotImplementedError, ["input_split_sizes=[1, 3]", "AlltoAllv"]),
+    ]
+    for call, exc, words in cases:
+        with pytest.raises(exc) as info:
+            call()
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{info.value!r} lacks {missing}"
+    assert fake_lib.launches() == []
+
+
+_SP_CALLS = [
+    ("all_gather_into_tensor", lambda sp, x: sp.all_gather_into_tensor(x, x)),
+    ("reduce_scatter_tensor", lambda sp, x: sp.reduce_scatter_tensor(x, x)),
+    ("broadcast", lambda sp, x: sp.broadcast(x, 0)),
+    ("reduce", lambda sp, x: sp.reduce(x, 0)),
+    ("gather", lambda sp, x: sp.gather(x, x[0], 0)),
+    ("scatter", lambda sp, x: sp.scatter(x, x[0], 0)),
+    ("all_to_all_single", lambda sp, x: sp.all_to_all_single(x, x)),
+]
+
+
+@pytest.mark.parametrize("method,call", _SP_CALLS, ids=[m for m, _ in _SP_CALLS])
+def test_single_process_collectives_raise_before_launching(fake_lib, method, call):
+    """Any failed comm stops every collective before a launch on any GPU, before the tensors are
+    looked at."""
+    sp = _fake_single(2)
+    fake_lib.async_errors[sp.comms[1].handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    with pytest.raises(yali.YaliTimeout) as info:
+        call(sp, [object(), object()])
+    assert info.value.call == f"SingleProcessCommunicator.{method}"
+    assert "rank 1 (cuda:0): yaliCommGetAsyncError" in str(info.value)
+    assert fake_lib.launches() == []
+    sp.comms = []
+    with pytest.raises(yali.YaliInvalidUsage, match="closed"):
+        call(sp, [object(), object()])
