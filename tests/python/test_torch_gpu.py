@@ -1816,7 +1816,7 @@ def _from_int64(v, dtype):
     return v.to(dtype)
 
 
-def _exact(t):
+def _exact_values(t):
     """A tensor's values as int64 (integers: the true value, uint64 as its int64 bits) or float64."""
     if t.dtype in _INT_INFO:
         if t.dtype == torch.uint64:
@@ -1841,7 +1841,7 @@ def _wrap(v, dtype):
 def _creduce(parts, op, dtype):
     """The reduction of ``parts`` (tensors of ``dtype``) in rank order: exact integers wrapped to
     the type, or float64."""
-    vals = [_exact(p) for p in parts]
+    vals = [_exact_values(p) for p in parts]
     acc = vals[0].clone()
     for v in vals[1:]:
         if op in ("sum", "avg"):
@@ -1862,13 +1862,13 @@ def _check_reduced(got, ref, dtype, op, what="result"):
     that +0 and -0 are alike), other floats within _CTOL."""
     if got.dtype != dtype:
         return [f"{what}: dtype {got.dtype}, expected {dtype}"]
-    g = _exact(got).reshape(-1)
+    g = _exact_values(got).reshape(-1)
     r = ref.reshape(-1)
     if g.numel() != r.numel():
         return [f"{what}: {g.numel()} elements, expected {r.numel()}"]
     if dtype in _INT_INFO or op in ("max", "min"):
         if dtype not in _INT_INFO:
-            r = _exact(r.to(torch.float32).to(dtype) if dtype != torch.float64 else r)
+            r = _exact_values(r.to(torch.float32).to(dtype) if dtype != torch.float64 else r)
         bad = (g != r).nonzero()
         if not len(bad):
             return []
@@ -1903,8 +1903,8 @@ def _same_bytes(got, want, what="result"):
     es = got.element_size()
     first = int((g != w).nonzero()[0]) // es
     return [f"{what}: element {first} (of {got.numel()}) differs: got "
-            f"{_exact(got.reshape(-1)[first:first + 1]).item()!r}, want "
-            f"{_exact(want.reshape(-1)[first:first + 1]).item()!r}"]
+            f"{_exact_values(got.reshape(-1)[first:first + 1]).item()!r}, want "
+            f"{_exact_values(want.reshape(-1)[first:first + 1]).item()!r}"]
 
 
 def _garbage(shape, dtype, dev):
