@@ -70,61 +70,56 @@ const char* inPlaceRule(Collective c) {
   return "";
 }
 
-// This rank's pattern of pieces for the exchange kernels (device_state.h: DeviceArgs, exchange.cuh).
-// A copied piece that would land on itself (in place) is dropped from both masks.
+// This rank's pattern of pieces for the exchange kernels (device_state.h: DeviceArgs, exchange.cuh):
+// who sends to whom, and which offsets are a rank times the piece (else 0). A copied piece that
+// would land on itself (in place) is dropped from both masks.
 void fillPattern(Collective c, int me, int n, int root, size_t piece, const char* send, const char* recv,
                  DeviceArgs* a) {
   const uint32_t everyone = (n >= 32 ? 0xFFFFFFFFu : ((1u << n) - 1));
   const uint32_t rootBit = 1u << root;
   a->pieceBytes = piece;
-  a->sendTo = a->recvFrom = 0;
-  for (int r = 0; r < kMaxRanks; ++r) a->srcOffset[r] = a->dstOffset[r] = a->peerDstOffset[r] = 0;
+  a->sendTo = a->recvFrom = a->srcByRank = a->dstByRank = a->peerDstByRank = 0;
   bool reduces = false;
   switch (c) {
-    case Collective::kReduceScatter:
+    case Collective::kReduceScatter:  // block d of our input to d; every rank's block `me` reduced
       a->sendTo = a->recvFrom = everyone;
-      for (int d = 0; d < n; ++d) a->srcOffset[d] = static_cast<size_t>(d) * piece;
+      a->srcByRank = everyone;
       reduces = true;
       break;
-    case Collective::kAllGather:
+    case Collective::kAllGather:  // our input to everyone; rank s's lands at s * piece everywhere
       a->sendTo = a->recvFrom = everyone;
-      for (int r = 0; r < n; ++r) {
-        a->dstOffset[r] = static_cast<size_t>(r) * piece;
-        a->peerDstOffset[r] = static_cast<size_t>(me) * piece;
-      }
+      a->dstByRank = a->peerDstByRank = everyone;
       break;
-    case Collective::kBroadcast:
+    case Collective::kBroadcast:  // root's input to everyone
       a->sendTo = me == root ? everyone : 0;
       a->recvFrom = rootBit;
       break;
-    case Collective::kReduce:
+    case Collective::kReduce:  // every input to root, reduced there
       a->sendTo = rootBit;
       a->recvFrom = me == root ? everyone : 0;
       reduces = true;
       break;
-    case Collective::kGather:
+    case Collective::kGather:  // every input to root, rank s's at s * piece
       a->sendTo = rootBit;
       a->recvFrom = me == root ? everyone : 0;
-      for (int r = 0; r < n; ++r) a->dstOffset[r] = static_cast<size_t>(r) * piece;
-      a->peerDstOffset[root] = static_cast<size_t>(me) * piece;
+      a->dstByRank = everyone;
+      a->peerDstByRank = rootBit;
       break;
-    case Collective::kScatter:
+    case Collective::kScatter:  // root's block d to d
       a->sendTo = me == root ? everyone : 0;
       a->recvFrom = rootBit;
-      for (int d = 0; d < n; ++d) a->srcOffset[d] = me == root ? static_cast<size_t>(d) * piece : 0;
+      a->srcByRank = everyone;
       break;
-    case Collective::kAlltoAll:
+    case Collective::kAlltoAll:  // block d to d, rank s's at s * piece
       a->sendTo = a->recvFrom = everyone;
-      for (int r = 0; r < n; ++r) {
-        a->srcOffset[r] = static_cast<size_t>(r) * piece;
-        a->dstOffset[r] = static_cast<size_t>(r) * piece;
-        a->peerDstOffset[r] = static_cast<size_t>(me) * piece;
-      }
+      a->srcByRank = a->dstByRank = a->peerDstByRank = everyone;
       break;
     case Collective::kAllReduce: break;
   }
   const uint32_t self = 1u << me;
-  if (!reduces && (a->sendTo & self) && (a->recvFrom & self) && send + a->srcOffset[me] == recv + a->dstOffset[me]) {
+  const size_t ownSrc = (a->srcByRank & self) ? static_cast<size_t>(me) * piece : 0;
+  const size_t ownDst = (a->dstByRank & self) ? static_cast<size_t>(me) * piece : 0;
+  if (!reduces && (a->sendTo & self) && (a->recvFrom & self) && send + ownSrc == recv + ownDst) {
     a->sendTo &= ~self;
     a->recvFrom &= ~self;
   }
@@ -195,7 +190,9 @@ yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
 
 // The output's registration on this rank, for the algorithms that write into registered outputs.
 RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t recvId) {
-  if (!hasRegisteredAlgorithm(c.collective) || c.recv == nullptr || s.recvBytes == 0) return RegisteredSpan();
+  if (comm->registrations.live.empty() || !hasRegisteredAlgorithm(c.collective) || c.recv == nullptr ||
+      s.recvBytes == 0)
+    return RegisteredSpan();
   return findRegistered(comm, c.recv, s.recvBytes, recvId);
 }
 

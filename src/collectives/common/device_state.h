@@ -185,36 +185,37 @@ struct DeviceArgs {
   size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
   int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel
-  // Registered buffers (direct, twoshot_direct): every rank's send and recv buffers of this call as
-  // mapped here ([rank] is ours), a digest of the call (count, type, op, registrations and offsets)
+  // Registered outputs (twoshot_direct, the direct exchanges): every rank's output of this call as
+  // mapped here ([rank] is ours; the direct exchanges: every rank's registration base), a digest
+  // of the call (collective, count, type, op, root, registration and, for twoshot_direct, offset)
   // that every peer's must equal, and LocalState::regEpoch when the call was made.
-  const void* peerSend[kMaxRanks];
   void* peerRecv[kMaxRanks];
   uint32_t callTag;
   uint32_t regEpoch;
   // The exchange kernels (exchange.cuh): this rank's part of the call as data. A piece is
-  // pieceBytes bytes that one rank sends to one receiver; the collective decides (core/call.cc)
-  // which pieces exist and where they start:
-  //   sendTo      bit d: we send a piece to rank d, read from send + srcOffset[d];
-  //   recvFrom    bit s: we receive a piece from rank s, stored at recv + dstOffset[s] (reducing
-  //               exchanges: every received piece is reduced, in rank order, into recv);
-  //   peerDstOffset[d]: where our piece lands in rank d's output (registered outputs: the
-  //               direct exchange writes there itself).
-  // A rank's own piece (bit `rank` of both masks) moves locally; when it would be copied onto
-  // itself (in place) both bits are clear. recvOffset: the direct exchanges' output offset within
-  // its registration, which every rank tells its peers at entry (peerRecv then holds every rank's
-  // registration base: NCCL's in-place layouts put outputs at offsets that differ by rank).
-  // DeviceArgs::count is then this rank's output in bytes (what a launch on a failed comm
-  // poisons), and `arrive` says whether the launch exchanges arrival flags (exchange.cuh: the launch
-  // covenant), the same on every rank.
+  // pieceBytes bytes that one rank sends to one receiver; every piece starts at 0 or at a rank
+  // times pieceBytes, so masks describe the whole pattern (core/call.cc fills them per collective):
+  //   sendTo         bit d: we send a piece to rank d, read from our input at srcOffset(d):
+  //                  d * pieceBytes when bit d of srcByRank is set, else 0;
+  //   recvFrom       bit s: we receive a piece from rank s, stored in our output at dstOffset(s):
+  //                  s * pieceBytes when bit s of dstByRank is set, else 0 (reducing exchanges:
+  //                  every received piece is reduced, in rank order, into the output at 0);
+  //   peerDstByRank  bit d: our piece lands at rank * pieceBytes of rank d's output, else at 0
+  //                  (registered outputs: the direct exchange writes there itself).
+  // A rank's own piece (bit `rank` of sendTo and recvFrom) moves locally; when it would be copied
+  // onto itself (in place) both bits are clear. recvOffset: the direct exchanges' output offset
+  // within its registration, which every rank tells its peers at entry (NCCL's in-place layouts
+  // put outputs at offsets that differ by rank). DeviceArgs::count is this rank's output in bytes
+  // (what a launch on a failed comm poisons), and `arrive` says whether the launch exchanges
+  // arrival flags (exchange.cuh: the launch covenant), the same on every rank.
   size_t pieceBytes;
+  size_t recvOffset;
   uint32_t arrive;
   uint32_t sendTo;
   uint32_t recvFrom;
-  size_t srcOffset[kMaxRanks];
-  size_t dstOffset[kMaxRanks];
-  size_t peerDstOffset[kMaxRanks];
-  size_t recvOffset;
+  uint32_t srcByRank;
+  uint32_t dstByRank;
+  uint32_t peerDstByRank;
 };
 
 }  // namespace yali

@@ -1,7 +1,7 @@
 // The exchange kernels: every collective but AllReduce, as a pattern of pieces. A piece is
 // DeviceArgs::pieceBytes bytes that one rank sends to one receiver; the host describes each rank's
-// part as data (DeviceArgs::sendTo, recvFrom, srcOffset, dstOffset, peerDstOffset: core/call.cc
-// fills them per collective), and three kernels move the pieces:
+// part as data (DeviceArgs::sendTo, recvFrom and the offset masks: core/call.cc fills them per
+// collective), and three kernels move the pieces:
 //   exchangeLL      small messages: each piece as LL packets into the receiver's LL area, one step,
 //                   no barrier (reduceScatter_ll, allgather_ll, ...);
 //   exchangeStaged  any size: each piece cut into slots, pipelined through the receiver's staging
@@ -34,6 +34,17 @@
 namespace yali {
 
 __device__ __forceinline__ bool hasBit(uint32_t mask, int i) { return (mask >> i) & 1u; }
+
+// Where pieces start (device_state.h: the pattern's masks).
+__device__ __forceinline__ size_t srcOffset(const DeviceArgs& a, int d) {
+  return hasBit(a.srcByRank, d) ? static_cast<size_t>(d) * a.pieceBytes : 0;
+}
+__device__ __forceinline__ size_t dstOffset(const DeviceArgs& a, int s) {
+  return hasBit(a.dstByRank, s) ? static_cast<size_t>(s) * a.pieceBytes : 0;
+}
+__device__ __forceinline__ size_t peerDstOffset(const DeviceArgs& a, int d) {
+  return hasBit(a.peerDstByRank, d) ? static_cast<size_t>(a.rank) * a.pieceBytes : 0;
+}
 
 // The arrival flags of the launch covenant (above): publish at the start, wait at the end, by
 // block 0's first nranks threads. The end's wait is followed by a block barrier, so that thread 0
@@ -84,7 +95,7 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
     for (int i = 0; i < n; ++i) {
       const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
       if (!hasBit(args.sendTo, d)) continue;
-      const uint2 payload = loadPayload8(reinterpret_cast<const T*>(send + args.srcOffset[d]), p, count);
+      const uint2 payload = loadPayload8(reinterpret_cast<const T*>(send + srcOffset(args, d)), p, count);
       storeVolatile16(reinterpret_cast<uint4*>(args.peerWindows[d] + mySlot) + p, makePacket(payload, flag));
     }
   }
@@ -109,7 +120,7 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
         if (s == 0) acc.start(payload);
         else acc.add(payload);
       }
-      if (ok) storePayload8(reinterpret_cast<T*>(recv + args.dstOffset[0]), p, count, acc.result(n));
+      if (ok) storePayload8(reinterpret_cast<T*>(recv + 0), p, count, acc.result(n));
     } else {
       for (int s = 0; s < n; ++s) {
         if (!hasBit(args.recvFrom, s)) continue;
@@ -118,7 +129,7 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
           ok = false;
           break;
         }
-        storePayload8(reinterpret_cast<T*>(recv + args.dstOffset[s]), p, count, payload);
+        storePayload8(reinterpret_cast<T*>(recv + dstOffset(args, s)), p, count, payload);
       }
     }
   }
@@ -177,7 +188,7 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;
       if (hasBit(receivers, d))
-        copyBytes(block, staging(args.peerWindows[d], j, me), send + args.srcOffset[d] + off, len);
+        copyBytes(block, staging(args.peerWindows[d], j, me), send + srcOffset(args, d) + off, len);
     }
     signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
     return true;
@@ -190,15 +201,15 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
         const T* src[kMaxRanks];
 #pragma unroll
         for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
-          src[s] = reinterpret_cast<const T*>(s == me ? send + args.srcOffset[me] + off : staging(args.window, j, s));
-        T* dst[1] = {reinterpret_cast<T*>(recv + args.dstOffset[0] + off)};
+          src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
+        T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
         reduceElems<T, kOp>(block, dst, 1, src, n, len / sizeof(T));
       }
     } else {
       for (int s = 0; s < n; ++s) {
         if (!hasBit(args.recvFrom, s)) continue;
-        const char* from = s == me ? send + args.srcOffset[me] + off : staging(args.window, j, s);
-        copyBytes(block, recv + args.dstOffset[s] + off, from, len);
+        const char* from = s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s);
+        copyBytes(block, recv + dstOffset(args, s) + off, from, len);
       }
     }
     signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
@@ -262,8 +273,8 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
   for (int i = 0; i < n; ++i) {
     const int d = (me + i) % n;  // ours first, then the next ranks: the links share the load
     if (!hasBit(args.sendTo, d)) continue;
-    copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + args.peerDstOffset[d] + begin,
-              send + args.srcOffset[d] + begin, len);
+    copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
+              send + srcOffset(args, d) + begin, len);
   }
   allowNextGrid();
   signalPeers(block, args, leaveFlags, flagValue(info.epoch, 0));
