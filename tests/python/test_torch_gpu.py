@@ -1924,6 +1924,19 @@ def _ops_for(dtype):
     return OPS if dtype in yt._FLOATING else ("sum", "prod", "max", "min")
 
 
+def _vs_nccl_moved(out, nccl_out, want, what):
+    """For collectives that only move data: YALI's output must equal NCCL's byte for byte, when
+    NCCL itself produced the reference. With ranks sharing one GPU, NCCL's scatter and
+    all_to_all_single left their outputs unwritten in some cases (one H100, NCCL 2.28.x, 2026-11-24;
+    not investigated further); then there is nothing to compare against, which is reported on stdout
+    rather than as a failure of YALI, whose output was checked against the reference already."""
+    if _same_bytes(nccl_out, want):
+        print(f"note: {what}: NCCL's output differs from the reference; YALI vs NCCL not compared",
+              flush=True)
+        return []
+    return _same_bytes(out, nccl_out, "YALI vs NCCL")
+
+
 def _nccl_try(fn):
     """Runs a torch.distributed (NCCL) call; (result, None), or (None, why) when NCCL refuses the
     dtype or op (fp8 reductions, for one): a refusal raised before any communication, the same on
@@ -2212,7 +2225,7 @@ def _section_c_scatter(rec, comm, rank, dev):
             _, why = _nccl_try(lambda: dist.scatter(o, sl2, src=root))
             torch.cuda.synchronize()
             if why is None:
-                problems += _same_bytes(out, o, "YALI vs NCCL")
+                problems += _vs_nccl_moved(out, o, want, f"scatter {_dname(dtype)} n={n}")
             return problems
 
         rec.check(f"{_dname(dtype)} n={n} src={root} {mode}", run)
@@ -2248,7 +2261,7 @@ def _section_c_all_to_all(rec, comm, rank, dev):
             _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone()))
             torch.cuda.synchronize()
             if why is None:
-                problems += _same_bytes(out.reshape(-1), o, "YALI vs NCCL")
+                problems += _vs_nccl_moved(out.reshape(-1), o, want, f"all_to_all {_dname(dtype)} c={c}")
             return problems
 
         rec.check(f"{_dname(dtype)} c={c} {mode}", run)
