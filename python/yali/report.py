@@ -61,6 +61,20 @@ DTYPE_ORDER = ("float", "half", "bfloat16")
 LAUNCH_ORDER = ("single", "multi")
 PLACEMENT_ORDER = ("out-of-place", "in-place")
 
+# yali-perf -C names, in its order; a result without "collective" (files from before -C) is an
+# AllReduce. A rooted collective measured at several roots (-r all) is one collective per root,
+# keyed "<name>@root<r>".
+COLL_ORDER = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
+              "scatter", "alltoall", "rs_ag")
+COLL_LABELS = {"allreduce": "AllReduce", "reducescatter": "ReduceScatter",
+               "allgather": "AllGather", "broadcast": "Broadcast", "reduce": "Reduce",
+               "gather": "Gather", "scatter": "Scatter", "alltoall": "AllToAll",
+               "rs_ag": "RS+AG AllReduce"}
+# nccl-tests' busBW factors (busBW = algBW x factor), as yali-perf applies them.
+BUS_FACTORS = {"allreduce": "2(n-1)/n", "rs_ag": "2(n-1)/n", "reducescatter": "(n-1)/n",
+               "allgather": "(n-1)/n", "alltoall": "(n-1)/n", "gather": "(n-1)/n",
+               "scatter": "(n-1)/n", "broadcast": "1", "reduce": "1"}
+
 SECTION_TITLES = (
     "1. Executive summary",
     "2. Hardware baseline",
@@ -156,6 +170,48 @@ def mode_label(launch: str, timing: str, placement: str) -> str:
     return f"{launch} · {timing_label(timing)} · {placement}"
 
 
+def coll_base(key: str) -> str:
+    """'broadcast@root1' -> 'broadcast'."""
+    return key.split("@", 1)[0]
+
+
+def coll_label(key: str) -> str:
+    """'allgather' -> 'AllGather'; 'broadcast@root1' -> 'Broadcast (root 1)'."""
+    base, _, root = key.partition("@")
+    text = COLL_LABELS.get(base, base)
+    return f"{text} (root {root[4:]})" if root else text
+
+
+def coll_tag(key: str) -> str:
+    """File-name form of a collective key: 'broadcast@root1' -> 'broadcast_root1'."""
+    return key.replace("@", "_")
+
+
+def result_collective(r: Dict[str, Any]) -> str:
+    return str(r.get("collective") or "allreduce")
+
+
+def collective_keys(docs: Iterable[Dict[str, Any]]) -> Tuple[List[str], set]:
+    """(the collective keys present in report order, the collectives measured at several roots)."""
+    roots: Dict[str, set] = {}
+    for doc in docs:
+        for r in doc.get("results", []):
+            roots.setdefault(result_collective(r), set()).add(r.get("root"))
+    multiroot = {c for c, rs in roots.items() if len(rs - {None}) > 1}
+    keys = []
+    for c in _order(roots, COLL_ORDER):
+        if c in multiroot:
+            keys += [f"{c}@root{x}" for x in sorted(roots[c] - {None})]
+        else:
+            keys.append(c)
+    return keys, multiroot
+
+
+def _result_key(r: Dict[str, Any], multiroot: set) -> str:
+    c = result_collective(r)
+    return f"{c}@root{r.get('root')}" if c in multiroot else c
+
+
 def _order(values: Iterable[str], preferred: Sequence[str]) -> List[str]:
     vals = set(values)
     head = [v for v in preferred if v in vals]
@@ -246,11 +302,27 @@ Key = Tuple[str, str, str, str, str, int]  # impl, dtype, launch, timing, placem
 
 
 class Dataset:
-    """All yali-perf results, grouped by (impl, dtype, launch, timing, placement, bytes)."""
+    """All yali-perf results of one collective, grouped by (impl, dtype, launch, timing, placement,
+    bytes).
 
-    def __init__(self, docs: List[Dict[str, Any]], sol_gbs: Optional[float] = None):
+    With results of several collectives and no `collective` given, its own rows are empty and
+    `parts` holds one Dataset per collective (nothing is ever grouped across collectives); with
+    one collective (files from before -C: AllReduce), `parts` is [self]."""
+
+    def __init__(self, docs: List[Dict[str, Any]], sol_gbs: Optional[float] = None,
+                 collective: Optional[str] = None):
         self.docs = docs
         self.sol_gbs = sol_gbs
+        self.collectives, multiroot = collective_keys(docs)
+        self.multi = len(self.collectives) > 1
+        self.rows: Dict[Key, Dict[str, Any]] = {}
+        if collective is None and self.multi:
+            self.collective: Optional[str] = None
+            self.parts: List["Dataset"] = [Dataset(docs, sol_gbs, c) for c in self.collectives]
+            return
+        self.collective = collective or (self.collectives[0] if self.collectives
+                                         else "allreduce")
+        self.parts = [self]
         nranks_seen = {int(d.get("nranks", 0)) for d in docs}
         groups: Dict[Key, List[Tuple[Dict[str, Any], Dict[str, Any]]]] = {}
         for doc in docs:
@@ -259,14 +331,36 @@ class Dataset:
                 launch = f"{launch}-{int(doc.get('nranks', 0))}gpu"
             timing = str(doc.get("timing", "events"))
             for r in doc.get("results", []):
+                if _result_key(r, multiroot) != self.collective:
+                    continue
                 dtype = str(r.get("dtype", "float"))
-                if r.get("redop", "sum") not in ("sum", None):
+                if r.get("redop", "sum") not in ("sum", "none", None):
                     dtype = f"{dtype}-{r['redop']}"
                 key = (str(r["impl"]), dtype, launch, timing,
                        str(r.get("placement", "out-of-place")), int(r["bytes"]))
                 groups.setdefault(key, []).append((doc, r))
-        self.rows: Dict[Key, Dict[str, Any]] = {
-            k: self._aggregate(k, items) for k, items in groups.items()}
+        self.rows = {k: self._aggregate(k, items) for k, items in groups.items()}
+
+    # -- the collective's names (empty prefixes with a single collective: the old report) --
+    @property
+    def coll_label(self) -> str:
+        return coll_label(self.collective) if self.collective else "collectives"
+
+    @property
+    def tag(self) -> str:
+        """File-name prefix: '' with one collective, else e.g. 'allgather'."""
+        return coll_tag(self.collective) if self.multi and self.collective else ""
+
+    def fig(self, name: str) -> str:
+        return f"{self.tag}_{name}" if self.tag else name
+
+    def dlabel(self, dtype: str) -> str:
+        """The dtype's label in headings and titles, after the collective's with several."""
+        dl = dtype_label(dtype)
+        return f"{self.coll_label} · {dl}" if self.multi and self.collective else dl
+
+    def all_rows(self) -> List[Dict[str, Any]]:
+        return [r for p in self.parts for r in p.rows.values()]
 
     def _aggregate(self, key: Key, items: List[Tuple[Dict[str, Any], Dict[str, Any]]]):
         impl, dtype, launch, timing, placement, nbytes = key
@@ -286,7 +380,7 @@ class Dataset:
         bmean = mean(busbw)
         bstd = sample_std(busbw)
         row: Dict[str, Any] = {
-            "impl": impl, "dtype": dtype, "size_bytes": nbytes, "size": human_size(nbytes),
+            "impl": impl, "collective": self.collective, "dtype": dtype, "size_bytes": nbytes, "size": human_size(nbytes),
             "count": items[0][1].get("count"),
             "nranks": items[0][0].get("nranks"), "launch_mode": launch, "timing": timing,
             "placement": placement, "redop": items[0][1].get("redop", "sum"),
@@ -391,27 +485,62 @@ class Dataset:
 
 
 def headline(ds: Dataset) -> List[Dict[str, Any]]:
-    """Per dtype and launch mode: peak busBW of each library (reference timing/placement), the
-    speedup of the peaks, and the geometric mean of the per-size speedups."""
+    """Per collective, dtype and launch mode: peak busBW of each library (reference
+    timing/placement), the speedup of the peaks, and the geometric mean of the per-size speedups."""
     out = []
-    for dtype in ds.dtypes():
-        for launch in ds.launches(dtype):
-            ref = ds.reference_mode(dtype, launch)
-            if not ref:
-                continue
-            timing, placement = ref
-            py = ds.peak("yali", dtype, launch, timing, placement)
-            pn = ds.peak("nccl", dtype, launch, timing, placement)
-            sps = [s for s in (ds.speedup(dtype, launch, timing, placement, b)
-                               for b in ds.sizes(dtype, launch, timing, placement)) if s]
-            out.append({
-                "dtype": dtype, "launch": launch, "timing": timing, "placement": placement,
-                "yali_peak": py, "nccl_peak": pn,
-                "peak_speedup": (py["busbw_mean_gbs"] / pn["busbw_mean_gbs"])
-                if py and pn and pn["busbw_mean_gbs"] > 0 else None,
-                "geomean_speedup": math.exp(mean([math.log(s) for s in sps])) if sps else None,
-                "wins": sum(1 for s in sps if s > 1.0), "compared": len(sps),
-            })
+    for part in ds.parts:
+        for dtype in part.dtypes():
+            for launch in part.launches(dtype):
+                ref = part.reference_mode(dtype, launch)
+                if not ref:
+                    continue
+                timing, placement = ref
+                py = part.peak("yali", dtype, launch, timing, placement)
+                pn = part.peak("nccl", dtype, launch, timing, placement)
+                sps = [s for s in (part.speedup(dtype, launch, timing, placement, b)
+                                   for b in part.sizes(dtype, launch, timing, placement)) if s]
+                out.append({
+                    "collective": part.collective, "dtype": dtype, "launch": launch,
+                    "timing": timing, "placement": placement,
+                    "yali_peak": py, "nccl_peak": pn,
+                    "peak_speedup": (py["busbw_mean_gbs"] / pn["busbw_mean_gbs"])
+                    if py and pn and pn["busbw_mean_gbs"] > 0 else None,
+                    "geomean_speedup": math.exp(mean([math.log(s) for s in sps]))
+                    if sps else None,
+                    "wins": sum(1 for s in sps if s > 1.0), "compared": len(sps),
+                })
+    return out
+
+
+def collective_summary(ds: Dataset) -> List[Dict[str, Any]]:
+    """One entry per collective: YALI vs NCCL speedups over every size of every dtype and launch
+    mode (in its reference timing/placement, as the headline), their median, the best and the worst
+    (speedup, size, dtype, launch), how many sizes YALI won, and #wrong summed over every result
+    of both libraries in every mode."""
+    import numpy as np
+    out = []
+    for part in ds.parts:
+        points = []  # (speedup, bytes, dtype, launch)
+        for dtype in part.dtypes():
+            for launch in part.launches(dtype):
+                ref = part.reference_mode(dtype, launch)
+                if not ref:
+                    continue
+                for b in part.sizes(dtype, launch, *ref):
+                    sp = part.speedup(dtype, launch, ref[0], ref[1], b)
+                    if sp:
+                        points.append((sp, b, dtype, launch))
+        combos = {(d, l) for _, _, d, l in points}
+        out.append({
+            "collective": part.collective,
+            "median_speedup": float(np.median([p[0] for p in points])) if points else None,
+            "best": max(points, key=lambda p: p[0]) if points else None,
+            "worst": min(points, key=lambda p: p[0]) if points else None,
+            "several_modes": len(combos) > 1,
+            "wins": sum(1 for p in points if p[0] > 1.0), "compared": len(points),
+            "wrong": sum(int(r["wrong"] or 0) for r in part.rows.values()),
+            "results": len(part.rows),
+        })
     return out
 
 
@@ -422,8 +551,9 @@ def headline_lines(ds: Dataset) -> List[str]:
         y, n = h["yali_peak"], h["nccl_peak"]
         ytxt = f"YALI {fmt_gbs(y['busbw_mean_gbs'])} GB/s @{y['size']}" if y else "YALI n/a"
         ntxt = f"NCCL {fmt_gbs(n['busbw_mean_gbs'])} GB/s @{n['size']}" if n else "NCCL n/a"
+        coll = f"{coll_label(h['collective'])}: " if ds.multi else ""
         lines.append(
-            f"{dtype_label(h['dtype']):5} {h['launch']:7} ({timing_label(h['timing'])}, "
+            f"{coll}{dtype_label(h['dtype']):5} {h['launch']:7} ({timing_label(h['timing'])}, "
             f"{h['placement']}): peak busBW {ytxt}, {ntxt}, peak speedup "
             f"{fmt_speedup(h['peak_speedup'])}, geomean over sizes "
             f"{fmt_speedup(h['geomean_speedup'])} (YALI faster at {h['wins']}/{h['compared']})")
@@ -441,38 +571,46 @@ def _csv_value(v: Any) -> str:
 
 
 def write_csvs(ds: Dataset, out_dir: str) -> List[str]:
+    """<impl>/<dtype>.csv per library and dtype (<impl>/<collective>_<dtype>.csv with several
+    collectives) and speedup.csv (with a leading collective column with several)."""
     written = []
-    for impl in IMPLS:
-        for dtype in ds.dtypes():
-            rows = [r for k, r in ds.rows.items() if k[0] == impl and k[1] == dtype]
-            if not rows:
-                continue
-            order = {m: i for i, m in enumerate(ds.modes(dtype))}
-            rows.sort(key=lambda r: (order.get((r["launch_mode"], r["timing"], r["placement"]),
-                                               99), r["size_bytes"]))
-            path = os.path.join(out_dir, impl, f"{dtype_label(dtype)}.csv")
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w", newline="", encoding="utf-8") as f:
-                w = csv.writer(f)
-                w.writerow(CSV_COLUMNS)
-                for r in rows:
-                    w.writerow([_csv_value(r.get(c)) for c in CSV_COLUMNS])
-            written.append(path)
+    for part in ds.parts:
+        for impl in IMPLS:
+            for dtype in part.dtypes():
+                rows = [r for k, r in part.rows.items() if k[0] == impl and k[1] == dtype]
+                if not rows:
+                    continue
+                order = {m: i for i, m in enumerate(part.modes(dtype))}
+                rows.sort(key=lambda r: (order.get((r["launch_mode"], r["timing"],
+                                                    r["placement"]), 99), r["size_bytes"]))
+                path = os.path.join(out_dir, impl, f"{part.fig(dtype_label(dtype))}.csv")
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w", newline="", encoding="utf-8") as f:
+                    w = csv.writer(f)
+                    w.writerow(CSV_COLUMNS)
+                    for r in rows:
+                        w.writerow([_csv_value(r.get(c)) for c in CSV_COLUMNS])
+                written.append(path)
     path = os.path.join(out_dir, "speedup.csv")
+    lead = ("collective",) if ds.multi else ()
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(("dtype", "launch_mode", "timing", "placement", "size_bytes", "size",
-                    "yali_busbw_mean_gbs", "nccl_busbw_mean_gbs", "speedup", "improvement_pct"))
-        for dtype in ds.dtypes():
-            for (l, t, p) in ds.modes(dtype):
-                for b in ds.sizes(dtype, l, t, p):
-                    s = ds.speedup(dtype, l, t, p, b)
-                    y, n = ds.get("yali", dtype, l, t, p, b), ds.get("nccl", dtype, l, t, p, b)
-                    w.writerow((dtype_label(dtype), l, t, p, b, human_size(b),
-                                _csv_value(y["busbw_mean_gbs"] if y else None),
-                                _csv_value(n["busbw_mean_gbs"] if n else None),
-                                _csv_value(s),
-                                _csv_value((s - 1.0) * 100.0 if s else None)))
+        w.writerow(lead + ("dtype", "launch_mode", "timing", "placement", "size_bytes", "size",
+                           "yali_busbw_mean_gbs", "nccl_busbw_mean_gbs", "speedup",
+                           "improvement_pct"))
+        for part in ds.parts:
+            cell = (part.collective,) if ds.multi else ()
+            for dtype in part.dtypes():
+                for (l, t, p) in part.modes(dtype):
+                    for b in part.sizes(dtype, l, t, p):
+                        s = part.speedup(dtype, l, t, p, b)
+                        y = part.get("yali", dtype, l, t, p, b)
+                        n = part.get("nccl", dtype, l, t, p, b)
+                        w.writerow(cell + (dtype_label(dtype), l, t, p, b, human_size(b),
+                                           _csv_value(y["busbw_mean_gbs"] if y else None),
+                                           _csv_value(n["busbw_mean_gbs"] if n else None),
+                                           _csv_value(s),
+                                           _csv_value((s - 1.0) * 100.0 if s else None)))
     written.append(path)
     return written
 
@@ -541,7 +679,8 @@ def plot_headline(ds: Dataset, heads: List[Dict[str, Any]], out_dir: str) -> Opt
         return None
     plt = _plt()
     import numpy as np
-    labels = [f"{dtype_label(h['dtype'])}\n{h['launch']}" for h in heads]
+    labels = [(f"{coll_label(h['collective'])}\n" if ds.multi else "")
+              + f"{dtype_label(h['dtype'])}\n{h['launch']}" for h in heads]
     x = np.arange(len(heads))
     fig, ax = plt.subplots(figsize=(max(5.0, 1.1 * len(heads) + 2), 3.6))
     w = 0.38
@@ -560,9 +699,10 @@ def plot_headline(ds: Dataset, heads: List[Dict[str, Any]], out_dir: str) -> Opt
               + [ds.sol_gbs or 0.0])
     ax.set_ylim(0, top * 1.25 if top > 0 else 1)
     ax.set_ylabel("peak busBW (GB/s)")
-    ax.set_title("Peak AllReduce busBW (cuda-events, out-of-place where measured)")
+    ax.set_title(f"Peak {'busBW per collective' if ds.multi else ds.coll_label + ' busBW'} "
+                 "(cuda-events, out-of-place where measured)")
     ax.legend(loc="upper left", ncol=3)
-    return _save(fig, out_dir, "executive_peak_busbw")
+    return _save(fig, out_dir, ds.fig("executive_peak_busbw"))
 
 
 def plot_bandwidth(ds: Dataset, dtype: str, out_dir: str, link_rate: Optional[float]) -> str:
@@ -583,10 +723,10 @@ def plot_bandwidth(ds: Dataset, dtype: str, out_dir: str, link_rate: Optional[fl
         if link_rate:
             ax.axhline(link_rate, ls=":", color="black", lw=1, label="NVLink link rate")
         _size_axis(ax, ds.sizes(dtype, launch, timing, placement))
-        ax.set_title(f"{dtype_label(dtype)}, {mode_label(launch, timing, placement)}")
+        ax.set_title(f"{ds.dlabel(dtype)}, {mode_label(launch, timing, placement)}")
         ax.set_ylabel("busBW (GB/s)")
         ax.legend(loc="upper left")
-    return _save(fig, out_dir, f"bandwidth_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"bandwidth_{dtype_label(dtype)}"))
 
 
 def plot_speedup(ds: Dataset, dtype: str, out_dir: str) -> str:
@@ -606,9 +746,9 @@ def plot_speedup(ds: Dataset, dtype: str, out_dir: str) -> str:
     ax.axhline(1.0, color="black", lw=1)
     _size_axis(ax, ds.sizes(dtype))
     ax.set_ylabel("speedup (YALI busBW / NCCL busBW)")
-    ax.set_title(f"{dtype_label(dtype)}: YALI speedup over NCCL")
+    ax.set_title(f"{ds.dlabel(dtype)}: YALI speedup over NCCL")
     ax.legend(fontsize=7, ncol=2)
-    return _save(fig, out_dir, f"speedup_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"speedup_{dtype_label(dtype)}"))
 
 
 def plot_timing_modes(ds: Dataset, dtype: str, out_dir: str) -> str:
@@ -627,10 +767,10 @@ def plot_timing_modes(ds: Dataset, dtype: str, out_dir: str) -> str:
                             label=f"{IMPL_LABELS[impl]} {timing_label(timing)}")
         _log_y(ax)
         _size_axis(ax, ds.sizes(dtype, launch))
-        ax.set_ylabel("time per AllReduce (µs)")
-        ax.set_title(f"{dtype_label(dtype)}, {launch}, {placement}: timing modes")
+        ax.set_ylabel(f"time per {ds.coll_label} (µs)")
+        ax.set_title(f"{ds.dlabel(dtype)}, {launch}, {placement}: timing modes")
         ax.legend(fontsize=7, ncol=2)
-    return _save(fig, out_dir, f"timing_modes_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"timing_modes_{dtype_label(dtype)}"))
 
 
 def plot_stability(ds: Dataset, dtype: str, out_dir: str) -> str:
@@ -665,14 +805,14 @@ def plot_stability(ds: Dataset, dtype: str, out_dir: str) -> str:
             ax_cv.plot(tx, ty, ls="--", marker="x", ms=3, color=c,
                        label=f"{IMPL_LABELS[impl]} time CV per iteration")
         ax_bw.set_ylabel("busBW across runs (% of mean)")
-        ax_bw.set_title(f"{dtype_label(dtype)}, {mode_label(launch, timing, placement)}",
+        ax_bw.set_title(f"{ds.dlabel(dtype)}, {mode_label(launch, timing, placement)}",
                         fontsize=8)
         ax_cv.set_ylabel("coefficient of variation (%)")
         ax_cv.set_title("variation", fontsize=8)
         for ax in (ax_bw, ax_cv):
             _size_axis(ax, ds.sizes(dtype, launch, timing, placement))
             ax.legend(fontsize=6)
-    return _save(fig, out_dir, f"stability_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"stability_{dtype_label(dtype)}"))
 
 
 def _pick_sizes(sizes: Sequence[int], n: int) -> List[int]:
@@ -727,12 +867,12 @@ def plot_latency_box(ds: Dataset, dtype: str, timing: str, out_dir: str) -> Opti
         _log_y(ax)
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("time per call (µs)")
-        ax.set_title(f"{dtype_label(dtype)}, {mode_label(launch, timing, placement)}", fontsize=8)
+        ax.set_title(f"{ds.dlabel(dtype)}, {mode_label(launch, timing, placement)}", fontsize=8)
         ax.legend()
     if not drew:
         plt.close(fig)
         return None
-    return _save(fig, out_dir, f"latency_box_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"latency_box_{dtype_label(dtype)}"))
 
 
 def plot_latency_percentiles(ds: Dataset, dtype: str, timing: str, out_dir: str) -> Optional[str]:
@@ -753,9 +893,9 @@ def plot_latency_percentiles(ds: Dataset, dtype: str, timing: str, out_dir: str)
         _log_y(ax)
         _size_axis(ax, ds.sizes(dtype, launch, timing, placement))
         ax.set_ylabel("time per call (µs)")
-        ax.set_title(f"{dtype_label(dtype)}, {mode_label(launch, timing, placement)}", fontsize=8)
+        ax.set_title(f"{ds.dlabel(dtype)}, {mode_label(launch, timing, placement)}", fontsize=8)
         ax.legend(fontsize=7, ncol=2)
-    return _save(fig, out_dir, f"latency_percentiles_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"latency_percentiles_{dtype_label(dtype)}"))
 
 
 def plot_latency_cdf(ds: Dataset, dtype: str, timing: str, out_dir: str) -> Optional[str]:
@@ -783,12 +923,12 @@ def plot_latency_cdf(ds: Dataset, dtype: str, timing: str, out_dir: str) -> Opti
         _log_y(ax, "x")
         ax.set_xlabel("time per call (µs)")
         ax.set_ylabel("fraction of calls")
-        ax.set_title(f"{dtype_label(dtype)} {human_size(b)}, {timing_label(timing)}", fontsize=8)
+        ax.set_title(f"{ds.dlabel(dtype)} {human_size(b)}, {timing_label(timing)}", fontsize=8)
         ax.legend(fontsize=7)
     if not drew:
         plt.close(fig)
         return None
-    return _save(fig, out_dir, f"latency_cdf_{dtype_label(dtype)}")
+    return _save(fig, out_dir, ds.fig(f"latency_cdf_{dtype_label(dtype)}"))
 
 
 def plot_heatmap(ds: Dataset, out_dir: str) -> Optional[str]:
@@ -834,8 +974,9 @@ def plot_heatmap(ds: Dataset, out_dir: str) -> Optional[str]:
                             color="white" if strong else "black")
     cb = fig.colorbar(im, ax=ax, fraction=0.04)
     cb.set_label("speedup (YALI / NCCL busBW)")
-    ax.set_title("YALI speedup over NCCL (blue: YALI faster, red: NCCL faster)")
-    return _save(fig, out_dir, "speedup_heatmap")
+    ax.set_title(("" if not ds.multi else f"{ds.coll_label}: ")
+                 + "YALI speedup over NCCL (blue: YALI faster, red: NCCL faster)")
+    return _save(fig, out_dir, ds.fig("speedup_heatmap"))
 
 
 # ---- Markdown ------------------------------------------------------------------------------------
@@ -964,79 +1105,37 @@ def _reproduce_section(docs, sweep: Optional[Dict[str, Any]], input_dir: str,
     return out
 
 
-def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[str],
-                  examples: Optional[List[Dict[str, Any]]], sweep: Optional[Dict[str, Any]],
-                  input_dir: str, output_dir: str) -> str:
-    p2p, link_rate = sol_reference(hw)
-    docs = ds.docs
-    md: List[str] = ["# YALI vs NCCL AllReduce benchmark report", ""]
-    if docs:
-        d0 = docs[0]
-        gpus = d0.get("gpus") or []
-        gname = gpus[0].get("name") if gpus else "?"
-        dates = sorted(str(d.get("date", "")) for d in docs)
-        runs = sum(len({r.get("run", 1) for r in d.get("results", [])}) for d in docs)
-        md += [f"Host `{d0.get('hostname', '?')}`, {d0.get('nranks', '?')} × {gname}; "
-               f"{len(docs)} yali-perf invocations ({runs} runs in all) from {dates[0]} to "
-               f"{dates[-1]}; "
-               f"YALI version code {d0.get('yali_version', '?')}, "
-               f"NCCL version code {d0.get('nccl_version', '?')}.", ""]
-    failures = (sweep or {}).get("failures") or []
+def _bus_factor_text(ds: Dataset) -> str:
+    if ds.collectives in ([], ["allreduce"]):
+        return "busBW = algBW × 2(n-1)/n (nccl-tests' AllReduce factor)"
+    bases = _order({coll_base(c) for c in ds.collectives}, COLL_ORDER)
+    if len(bases) == 1:
+        return (f"busBW = algBW × {BUS_FACTORS.get(bases[0], '?')} (nccl-tests' "
+                f"{coll_label(bases[0])} factor)")
+    return ("busBW = algBW × nccl-tests' factor of the collective ("
+            + ", ".join(f"{coll_label(c)} {BUS_FACTORS.get(c, '?')}" for c in bases) + ")")
 
-    # 1
-    md += [f"## {SECTION_TITLES[0]}", ""]
-    heads = headline(ds)
-    if not heads:
-        md += ["No benchmark results were found.", ""]
-    else:
-        rows = []
-        for h in heads:
-            y, n = h["yali_peak"], h["nccl_peak"]
-            rows.append((dtype_label(h["dtype"]), h["launch"],
-                         f"{timing_label(h['timing'])}, {h['placement']}",
-                         f"{fmt_gbs(y['busbw_mean_gbs'])} @ {y['size']}" if y else "n/a",
-                         f"{fmt_gbs(n['busbw_mean_gbs'])} @ {n['size']}" if n else "n/a",
-                         fmt_speedup(h["peak_speedup"]), fmt_speedup(h["geomean_speedup"]),
-                         f"{h['wins']}/{h['compared']}",
-                         fmt_pct(y["sol_pct"]) if y else "n/a"))
-        md += _table(("dtype", "launch", "timing", "YALI peak busBW GB/s", "NCCL peak busBW GB/s",
-                      "peak speedup", "geomean speedup (all sizes)", "sizes YALI faster",
-                      "YALI peak SoL%"), rows)
-        md.append("")
-        sol_txt = (f"SoL reference: measured one-way P2P {fmt_gbs(p2p)} GB/s"
-                   if p2p else "SoL reference: n/a (no hardware baseline)")
-        if link_rate:
-            sol_txt += f"; NVLink link rate {fmt_gbs(link_rate)} GB/s per direction"
-        md += [sol_txt + ".", ""]
-        md += _img("Peak busBW per dtype and launch mode", plot_headline(ds, heads, output_dir))
-    wrong = [r for r in ds.rows.values() if r["wrong"]]
-    if wrong:
-        md += [f"**Correctness: {len(wrong)} (impl, size, mode) results reported #wrong > 0** "
-               "(see the `wrong` column of the CSVs).", ""]
-    elif ds.rows:
-        md += ["Correctness: every result reported #wrong = 0.", ""]
-    if failures:
-        md += [f"**{len(failures)} benchmark invocation(s) failed** and are missing above:", ""]
-        md += [f"- `{f.get('command', '?')}`: {f.get('reason', '?')}" for f in failures[:20]]
-        md.append("")
 
-    # 2
-    md += [f"## {SECTION_TITLES[1]}", ""] + _hw_section(hw, hw_path)
-    # 3
-    md += [f"## {SECTION_TITLES[2]}", ""] + _examples_section(examples)
+def _collective_table(ds: Dataset) -> List[str]:
+    """The executive table with several collectives: one row per collective."""
+    rows = []
+    for c in collective_summary(ds):
+        def point(p):
+            if not p:
+                return "n/a"
+            text = f"{fmt_speedup(p[0])} @ {human_size(p[1])}"
+            return text + (f" ({dtype_label(p[2])}, {p[3]})" if c["several_modes"] else "")
+        rows.append((coll_label(c["collective"]), fmt_speedup(c["median_speedup"]),
+                     point(c["best"]), point(c["worst"]), f"{c['wins']}/{c['compared']}",
+                     str(c["wrong"])))
+    return _table(("collective", "median speedup (YALI / NCCL busBW)", "best (size)",
+                   "worst (size)", "sizes YALI faster", "#wrong total"), rows)
 
-    # 4
-    md += [f"## {SECTION_TITLES[3]}", "",
-           "busBW = algBW × 2(n-1)/n (nccl-tests' AllReduce factor). `mean ± std` are over runs "
-           "(one busBW per pass of yali-perf over the sizes; sample std, 0 with one run). "
-           "SoL% = busBW mean / "
-           "measured one-way P2P bandwidth"
-           + (f" ({fmt_gbs(p2p)} GB/s; NVLink link rate {fmt_gbs(link_rate)} GB/s)" if p2p
-              else " (n/a: no hardware baseline)")
-           + ". speedup = YALI busBW / NCCL busBW; improvement = (speedup − 1) × 100%. "
-           "Per-iteration statistics are in `yali/<dtype>.csv` and `nccl/<dtype>.csv`.", ""]
+
+def _bandwidth_part(ds: Dataset, output_dir: str, link_rate: Optional[float]) -> List[str]:
+    md: List[str] = []
     for dtype in ds.dtypes():
-        dl = dtype_label(dtype)
+        dl = ds.dlabel(dtype)
         md += [f"### {dl}", ""]
         md += _img(f"{dl} bandwidth", plot_bandwidth(ds, dtype, output_dir, link_rate))
         md += _img(f"{dl} speedup", plot_speedup(ds, dtype, output_dir))
@@ -1045,14 +1144,13 @@ def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[s
             md += [f"#### {dl} · {mode_label(l, t, p)}", ""]
             md += mode_table(ds, dtype, l, t, p)
             md.append("")
+    return md
 
-    # 5
-    md += [f"## {SECTION_TITLES[4]}", "",
-           "Left graphs: busBW across runs as % of its mean (error bar ± std, bar min–max). "
-           "CV = std / mean. Spread = (max − min) / mean across runs. Per-iteration CV is of the "
-           "per-call times pooled over runs.", ""]
+
+def _stability_part(ds: Dataset, output_dir: str) -> List[str]:
+    md: List[str] = []
     for dtype in ds.dtypes():
-        dl = dtype_label(dtype)
+        dl = ds.dlabel(dtype)
         md += [f"### {dl}", ""]
         md += _img(f"{dl} stability", plot_stability(ds, dtype, output_dir))
         rows = []
@@ -1074,13 +1172,13 @@ def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[s
                       "YALI per-iter CV", "NCCL runs", "NCCL busBW CV", "NCCL spread",
                       "NCCL per-iter CV"), rows)
         md.append("")
+    return md
 
-    # 6
-    md += [f"## {SECTION_TITLES[5]}", "",
-           "Per-call times (µs) from the per-iteration samples pooled over runs; the `latency` "
-           "timing mode (one synchronized call per sample) is used where it was measured.", ""]
+
+def _latency_part(ds: Dataset, output_dir: str) -> List[str]:
+    md: List[str] = []
     for dtype in ds.dtypes():
-        dl = dtype_label(dtype)
+        dl = ds.dlabel(dtype)
         timing = latency_mode(ds, dtype)
         if not timing:
             continue
@@ -1106,14 +1204,124 @@ def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[s
             md += _table(("size", "YALI P50 µs", "YALI P95 µs", "YALI P99 µs", "NCCL P50 µs",
                           "NCCL P95 µs", "NCCL P99 µs"), rows)
             md.append("")
+    return md
+
+
+def build_summary(ds: Dataset, hw: Optional[Dict[str, Any]], hw_path: Optional[str],
+                  examples: Optional[List[Dict[str, Any]]], sweep: Optional[Dict[str, Any]],
+                  input_dir: str, output_dir: str) -> str:
+    """summary.md. With several collectives: an executive table with one row per collective, and
+    sections 4-7 once per collective (headings '<Collective> · <dtype>'); with one, the
+    AllReduce-only report as before."""
+    p2p, link_rate = sol_reference(hw)
+    docs = ds.docs
+    md: List[str] = [f"# YALI vs NCCL {ds.coll_label} benchmark report", ""]
+    if docs:
+        d0 = docs[0]
+        gpus = d0.get("gpus") or []
+        gname = gpus[0].get("name") if gpus else "?"
+        dates = sorted(str(d.get("date", "")) for d in docs)
+        runs = sum(len({r.get("run", 1) for r in d.get("results", [])}) for d in docs)
+        md += [f"Host `{d0.get('hostname', '?')}`, {d0.get('nranks', '?')} × {gname}; "
+               f"{len(docs)} yali-perf invocations ({runs} runs in all) from {dates[0]} to "
+               f"{dates[-1]}; "
+               f"YALI version code {d0.get('yali_version', '?')}, "
+               f"NCCL version code {d0.get('nccl_version', '?')}.", ""]
+    failures = (sweep or {}).get("failures") or []
+    all_rows = ds.all_rows()
+
+    # 1
+    md += [f"## {SECTION_TITLES[0]}", ""]
+    heads = headline(ds)
+    if ds.multi:
+        md += ["Per collective: YALI busBW / NCCL busBW at every size of every dtype and launch "
+               "mode (cuda-events, out-of-place where measured); #wrong summed over every "
+               "result of both libraries.", ""]
+        md += _collective_table(ds)
+        md.append("")
+    if not heads:
+        md += ["No benchmark results were found.", ""]
+    else:
+        rows = []
+        for h in heads:
+            y, n = h["yali_peak"], h["nccl_peak"]
+            rows.append(((coll_label(h["collective"]),) if ds.multi else ())
+                        + (dtype_label(h["dtype"]), h["launch"],
+                           f"{timing_label(h['timing'])}, {h['placement']}",
+                           f"{fmt_gbs(y['busbw_mean_gbs'])} @ {y['size']}" if y else "n/a",
+                           f"{fmt_gbs(n['busbw_mean_gbs'])} @ {n['size']}" if n else "n/a",
+                           fmt_speedup(h["peak_speedup"]), fmt_speedup(h["geomean_speedup"]),
+                           f"{h['wins']}/{h['compared']}",
+                           fmt_pct(y["sol_pct"]) if y else "n/a"))
+        md += _table((("collective",) if ds.multi else ())
+                     + ("dtype", "launch", "timing", "YALI peak busBW GB/s",
+                        "NCCL peak busBW GB/s", "peak speedup", "geomean speedup (all sizes)",
+                        "sizes YALI faster", "YALI peak SoL%"), rows)
+        md.append("")
+        sol_txt = (f"SoL reference: measured one-way P2P {fmt_gbs(p2p)} GB/s"
+                   if p2p else "SoL reference: n/a (no hardware baseline)")
+        if link_rate:
+            sol_txt += f"; NVLink link rate {fmt_gbs(link_rate)} GB/s per direction"
+        md += [sol_txt + ".", ""]
+        md += _img("Peak busBW per dtype and launch mode", plot_headline(ds, heads, output_dir))
+    wrong = [r for r in all_rows if r["wrong"]]
+    if wrong:
+        what = "(collective, impl, size, mode)" if ds.multi else "(impl, size, mode)"
+        md += [f"**Correctness: {len(wrong)} {what} results reported #wrong > 0** "
+               "(see the `wrong` column of the CSVs).", ""]
+    elif all_rows:
+        md += ["Correctness: every result reported #wrong = 0.", ""]
+    if failures:
+        md += [f"**{len(failures)} benchmark invocation(s) failed** and are missing above:", ""]
+        md += [f"- `{f.get('command', '?')}`: {f.get('reason', '?')}" for f in failures[:20]]
+        md.append("")
+
+    # 2
+    md += [f"## {SECTION_TITLES[1]}", ""] + _hw_section(hw, hw_path)
+    # 3
+    md += [f"## {SECTION_TITLES[2]}", ""] + _examples_section(examples)
+
+    # 4
+    csv_name = "<collective>_<dtype>" if ds.multi else "<dtype>"
+    md += [f"## {SECTION_TITLES[3]}", "",
+           _bus_factor_text(ds) + ". `mean ± std` are over runs "
+           "(one busBW per pass of yali-perf over the sizes; sample std, 0 with one run). "
+           "SoL% = busBW mean / "
+           "measured one-way P2P bandwidth"
+           + (f" ({fmt_gbs(p2p)} GB/s; NVLink link rate {fmt_gbs(link_rate)} GB/s)" if p2p
+              else " (n/a: no hardware baseline)")
+           + ". speedup = YALI busBW / NCCL busBW; improvement = (speedup − 1) × 100%. "
+           f"Per-iteration statistics are in `yali/{csv_name}.csv` and `nccl/{csv_name}.csv`.",
+           ""]
+    for part in ds.parts:
+        md += _bandwidth_part(part, output_dir, link_rate)
+
+    # 5
+    md += [f"## {SECTION_TITLES[4]}", "",
+           "Left graphs: busBW across runs as % of its mean (error bar ± std, bar min–max). "
+           "CV = std / mean. Spread = (max − min) / mean across runs. Per-iteration CV is of the "
+           "per-call times pooled over runs.", ""]
+    for part in ds.parts:
+        md += _stability_part(part, output_dir)
+
+    # 6
+    md += [f"## {SECTION_TITLES[5]}", "",
+           "Per-call times (µs) from the per-iteration samples pooled over runs; the `latency` "
+           "timing mode (one synchronized call per sample) is used where it was measured.", ""]
+    for part in ds.parts:
+        md += _latency_part(part, output_dir)
 
     # 7
     md += [f"## {SECTION_TITLES[6]}", "",
            "Speedup (YALI busBW / NCCL busBW) per dtype × launch × timing × placement (rows) and "
            "size (columns); blue: YALI faster, red: NCCL faster. All figures: `speedup.csv`.",
            ""]
-    heat = plot_heatmap(ds, output_dir)
-    md += _img("Speedup heat map", heat) if heat else ["No size had both libraries measured.", ""]
+    for part in ds.parts:
+        if ds.multi:
+            md += [f"### {part.coll_label}", ""]
+        heat = plot_heatmap(part, output_dir)
+        md += (_img(f"{part.coll_label} speedup heat map" if ds.multi else "Speedup heat map",
+                    heat) if heat else ["No size had both libraries measured.", ""])
 
     # 8
     md += [f"## {SECTION_TITLES[7]}", ""]
@@ -1164,7 +1372,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"yali.report: no JSON files under {args.input} (or its raw/)", file=sys.stderr)
         return 1
     ds = generate(args.input, out, args.hw)
-    if not ds.rows:
+    if not ds.all_rows():
         print(f"yali.report: no {PERF_SCHEMA} results found under {args.input}", file=sys.stderr)
         return 1
     for line in headline_lines(ds):

@@ -1,10 +1,12 @@
 """The benchmark sweep: hardware baseline, examples, then YALI vs NCCL AllReduce over sizes, dtypes,
 launch modes and timing modes, repeated --runs times; then the report (yali.report).
+--colls (yali-perf -C) adds other collectives, or all of them (--colls all), to every step.
 
     make sweep                               # = python3 -m yali.sweep --build build (--standard)
     python3 -m yali.sweep --quick                # fp32, 5 sizes, 1 run
     python3 -m yali.sweep --sizes 4K:1G --dtypes bf16 --timing cuda-events,graph --runs 3
     python3 -m yali.sweep --dry-run --quick      # print the commands, run nothing
+    python3 -m yali.sweep --quick --colls all    # every collective (yali-perf -C ...)
     python3 -m yali.sweep --from-json output/2026-11-22/100000   # rebuild the report only
 
 Each step is one yali-perf process (or one process per GPU) for one launch mode and one timing
@@ -69,6 +71,10 @@ ALL_TIMINGS = ("cuda-events", "throughput", "latency", "graph")
 DTYPE_ARGS = {"fp32": "float", "float": "float", "float32": "float",
               "fp16": "half", "half": "half", "float16": "half",
               "bf16": "bfloat16", "bfloat16": "bfloat16"}
+
+# The sweep's --colls names: yali-perf's -C names ("all": every one of them).
+COLL_NAMES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
+              "scatter", "alltoall", "rs_ag")
 
 # yali-perf --inplace: 0 out-of-place only, 1 in-place only, 2 both.
 PLACEMENT_ARGS = {"out-of-place": 0, "in-place": 1, "both": 2}
@@ -169,6 +175,21 @@ def parse_list(text: str, allowed: Dict[str, str], what: str) -> List[str]:
     return out
 
 
+def parse_colls(text: str) -> List[str]:
+    """'allreduce,allgather' -> the list (duplicates dropped, yali-perf's order); 'all' -> every
+    collective."""
+    names = [t.strip().lower() for t in text.split(",") if t.strip()]
+    if not names:
+        raise ValueError("--colls: empty list")
+    if "all" in names:
+        return list(COLL_NAMES)
+    bad = [n for n in names if n not in COLL_NAMES]
+    if bad:
+        raise ValueError(f"unknown collective(s) {','.join(bad)} (use "
+                         f"{', '.join(COLL_NAMES)} or all)")
+    return [c for c in COLL_NAMES if c in names]
+
+
 def visible_gpus() -> Optional[int]:
     """GPUs this process may use: CUDA_VISIBLE_DEVICES if set, else `nvidia-smi -L`."""
     cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -227,6 +248,7 @@ class Config:
     preset: str
     max_case_time: Optional[float] = None  # yali-perf --max-case-time; None: no limit
     process_per_run: bool = False          # one process per run instead of --repeat
+    colls: List[str] = field(default_factory=lambda: ["allreduce"])  # yali-perf -C
 
 
 # The estimate's model of yali-perf on H200s (NVLink, 4 GPUs). The calls' part is calibrated
@@ -288,7 +310,7 @@ def estimate_seconds(cfg: Config, launch: str, timing: str, sizes: Sequence[int]
         calls = warmup + (1 if cfg.check else 0) + k * iters
         case = CASE_OVERHEAD_S[launch] + (s / CHECK_BANDWIDTH_BPS if cfg.check else 0.0)
         per_pass += 2 * placements * (case + calls * t)
-    return STARTUP_S[launch] + runs * len(cfg.dtypes) * per_pass
+    return STARTUP_S[launch] + runs * len(cfg.dtypes) * len(cfg.colls) * per_pass
 
 
 def run_label(runs: Sequence[int]) -> str:
@@ -329,6 +351,8 @@ def perf_argv(cfg: Config, step: Step, binary: str) -> List[str]:
         limits += ["--repeat", str(len(step.runs))]
     if cfg.max_case_time:
         limits += ["--max-case-time", f"{cfg.max_case_time:g}"]
+    if cfg.colls != ["allreduce"]:
+        limits += ["-C", ",".join(cfg.colls)]
     return ([binary, "-g", str(g)] + step.size_args +
             ["-n", str(cfg.iters), "-w", str(cfg.warmup), "-c", str(cfg.check),
              "-d", ",".join(step.dtypes), "--impl", "yali,nccl", "--timing", step.timing,
@@ -580,6 +604,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--extensive", dest="preset", action="store_const", const="extensive")
     ap.add_argument("--sizes", help="list and/or ranges: 4K,1M,1G or 4K:2G (x2) or 4K:2G:4")
     ap.add_argument("--dtypes", help="comma list of fp32, fp16, bf16")
+    ap.add_argument("--colls", default="allreduce",
+                    help="collectives, passed to yali-perf as -C: comma list of "
+                         + ", ".join(COLL_NAMES) + ", or all (default allreduce)")
     ap.add_argument("--runs", type=int,
                     help="runs of every (launch, timing) step: passes of one yali-perf process "
                          "(--repeat) unless --process-per-run")
@@ -626,6 +653,7 @@ def config_from_args(args, ngpus: int, launcher: str) -> Config:
     dtypes = list(dict.fromkeys(dtypes))
     timings = list(dict.fromkeys(TIMING_ARGS[t] for t in parse_list(args.timing, TIMING_ARGS,
                                                                       "timing mode")))
+    colls = parse_colls(args.colls)
     launches = [m for m, on in (("single", args.single), ("multi", args.mpi)) if on] or \
         ["single", "multi"]
     out = args.output or os.path.join("output", _dt.datetime.now().strftime("%Y-%m-%d"),
@@ -645,7 +673,7 @@ def config_from_args(args, ngpus: int, launcher: str) -> Config:
                   placement=args.placement or preset.placement, launcher=launcher,
                   perf_args=shlex.split(args.perf_args), timeout=args.timeout,
                   preset=args.preset or "standard", max_case_time=max_case_time or None,
-                  process_per_run=args.process_per_run)
+                  process_per_run=args.process_per_run, colls=colls)
 
 
 def sweep_command(argv: Sequence[str]) -> str:
@@ -696,6 +724,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f"{' (assumed: GPU count unknown here)' if assumed else ''}; "
           f"sizes {_report.human_size(cfg.sizes[0])}..{_report.human_size(cfg.sizes[-1])} "
           f"({len(cfg.sizes)}), dtypes {','.join(_report.dtype_label(d) for d in cfg.dtypes)}, "
+          f"{'' if cfg.colls == ['allreduce'] else 'collectives ' + ','.join(cfg.colls) + ', '}"
           f"timing {','.join(_report.timing_label(t) for t in cfg.timings)}, "
           f"launch {','.join(cfg.launches)} (multi via {cfg.launcher}), {cfg.runs} run(s) "
           f"({runs_how}), {cfg.iters} iterations{limit}; estimated {_fmt_duration(total_est)} "

@@ -327,6 +327,131 @@ def test_without_hw_baseline_sol_is_na(tmp_path):
     assert "Examples were not run." in md
 
 
+# ---- several collectives (yali-perf -C) ----------------------------------------------------------
+
+# collective (root) -> YALI / NCCL busBW at each size of multi_collective_doc; distinct per
+# collective so that any mixing across collectives shows in the figures.
+MC_SIZES = (4096, 1 << 20, 1 << 26)
+MC_SPEEDUPS = {("allreduce", None): (1.5, 1.2, 1.1), ("allgather", None): (0.8, 0.9, 2.0),
+               ("broadcast", 0): (1.25, 0.5, 1.0), ("broadcast", 1): (3.0, 3.0, 0.25)}
+MC_NCCL_BUSBW = {"allreduce": 100.0, "allgather": 40.0, "broadcast": 10.0}
+
+
+def multi_collective_doc():
+    """A -C allreduce,allgather,broadcast -r all document built from make_fixtures' allreduce one:
+    every result copied per collective (and root) with its own busBW and redop/root fields."""
+    sys.path.insert(0, os.path.join(HERE, "fixtures"))
+    from make_fixtures import perf_document
+    base = perf_document(nranks=4, launch="single", timing="events", dtypes=("float",),
+                         sizes=list(MC_SIZES), repeat=2)
+    results = []
+    for (coll, root), speedups in MC_SPEEDUPS.items():
+        for r in base["results"]:
+            r = dict(r, collective=coll, root=root,
+                     redop="sum" if coll == "allreduce" else "none")
+            nccl = MC_NCCL_BUSBW[coll] * (1 + 0.01 * r["run"])
+            sp = speedups[MC_SIZES.index(r["bytes"])]
+            r["busbw_gbs"] = nccl * sp if r["impl"] == "yali" else nccl
+            r["wrong"] = 3 if (coll, r["impl"], r["bytes"]) == ("allgather", "nccl", 4096) else 0
+            results.append(r)
+    return dict(base, collective="allreduce,allgather,broadcast", results=results)
+
+
+def test_several_collectives_one_executive_row_and_sections_each(tmp_path):
+    src, out = tmp_path / "in", tmp_path / "out"
+    os.makedirs(src / "raw")
+    doc = multi_collective_doc()
+    with open(src / "raw" / "single_events_run1-2.json", "w") as f:
+        json.dump(doc, f)
+    ds = report.generate(str(src), str(out))
+    labels = ["AllReduce", "AllGather", "Broadcast (root 0)", "Broadcast (root 1)"]
+    assert [p.coll_label for p in ds.parts] == labels and ds.rows == {}
+    md = (out / "summary.md").read_text()
+    assert md.startswith("# YALI vs NCCL collectives benchmark report")
+
+    # the executive table: one row per collective, from that collective's results only
+    lines = md.splitlines()
+    i = lines.index(next(l for l in lines if l.startswith("| collective | median speedup")))
+    rows = [[c.strip() for c in l.strip().strip("|").split("|")] for l in lines[i + 2:i + 6]]
+    assert not lines[i + 6].startswith("|")
+    assert [r[0] for r in rows] == labels
+    for row, ((coll, root), sps) in zip(rows, MC_SPEEDUPS.items()):
+        best, worst = max(sps), min(sps)
+        assert row[1] == f"{sorted(sps)[1]:.2f}x"  # median of three sizes
+        assert row[2] == f"{best:.2f}x @ {size_label(MC_SIZES[sps.index(best)])}"
+        assert row[3] == f"{worst:.2f}x @ {size_label(MC_SIZES[sps.index(worst)])}"
+        assert row[4] == f"{sum(1 for s in sps if s > 1.0)}/3"
+        assert row[5] == ("6" if coll == "allgather" else "0")  # 3 wrong in each of 2 runs
+
+    # per-collective sections: the per-size tables once per collective, nothing mixed
+    tables = tables_by_heading(md)
+    for label, ((coll, _), sps) in zip(labels, MC_SPEEDUPS.items()):
+        t = tables[f"{label} · fp32 · single · cuda-events · out-of-place"]
+        assert [r[0] for r in t] == [size_label(b) for b in MC_SIZES]
+        for row, sp, b in zip(t, sps, MC_SIZES):
+            nccl = MC_NCCL_BUSBW[coll] * 1.015  # mean over runs 1 and 2
+            assert row[3].startswith(f"{nccl:.2f} ± ")
+            assert row[1].startswith(f"{nccl * sp:.2f} ± ")
+            assert row[5] == f"{sp:.2f}x"
+        assert f"### {label} · fp32" in md
+        assert f"#### {label} · fp32 · single · cuda-events · out-of-place · percentiles" in md
+    assert len([h for h in tables if "out-of-place" in h and "percentiles" not in h]) == 4
+    assert "**Correctness: 1 (collective, impl, size, mode) results reported #wrong > 0**" in md
+
+    # files per collective; speedup.csv with a collective column; every figure written
+    for tag in ("allreduce", "allgather", "broadcast_root0", "broadcast_root1"):
+        for impl in ("yali", "nccl"):
+            assert (out / impl / f"{tag}_fp32.csv").exists()
+        assert (out / "figures" / f"{tag}_bandwidth_fp32.png").exists()
+        assert (out / "figures" / f"{tag}_speedup_heatmap.png").exists()
+    assert not (out / "yali" / "fp32.csv").exists()
+    with open(out / "speedup.csv") as f:
+        sp_rows = list(csv.DictReader(f))
+    assert len(sp_rows) == 4 * len(MC_SIZES)
+    assert {r["collective"] for r in sp_rows} == {"allreduce", "allgather", "broadcast@root0",
+                                                   "broadcast@root1"}
+    for m in re.finditer(r"!\[[^\]]*\]\(([^)]+)\)", md):
+        png_size(str(out / m.group(1)))
+    assert any(l.startswith("AllGather: fp32") for l in report.headline_lines(ds))
+
+
+def test_one_collective_other_than_allreduce_reads_as_before(tmp_path):
+    """A file of one collective keeps the single-collective layout; old files are AllReduce."""
+    doc = multi_collective_doc()
+    doc["results"] = [r for r in doc["results"] if r["collective"] == "allgather"]
+    os.makedirs(tmp_path / "raw")
+    with open(tmp_path / "raw" / "a.json", "w") as f:
+        json.dump(doc, f)
+    ds = report.generate(str(tmp_path), str(tmp_path / "out"))
+    assert ds.parts == [ds] and ds.collective == "allgather" and not ds.multi
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert md.startswith("# YALI vs NCCL AllGather benchmark report")
+    assert "busBW = algBW × (n-1)/n" in md and "| collective |" not in md
+    assert tables_by_heading(md)["fp32 · single · cuda-events · out-of-place"][2][5] == "2.00x"
+    assert (tmp_path / "out" / "yali" / "fp32.csv").exists()
+    old = report.Dataset(report.load_perf_docs(report.find_perf_files(FIXTURE)))
+    assert old.collectives == ["allreduce"] and old.parts == [old] and old.rows
+
+
+def test_sweep_colls_option(tmp_path):
+    assert sweep.parse_colls("allreduce") == ["allreduce"]
+    assert sweep.parse_colls("allgather, allreduce,allgather") == ["allreduce", "allgather"]
+    assert sweep.parse_colls("all") == list(sweep.COLL_NAMES) and len(sweep.COLL_NAMES) == 9
+    with pytest.raises(ValueError):
+        sweep.parse_colls("allreduce,bogus")
+    common = ["--dry-run", "--single", "--gpus", "2", "--timing", "cuda-events", "--quick",
+              "--build", str(tmp_path)]
+    r = run_sweep(common)
+    perf = [l for l in r.stdout.splitlines() if " -J " in l and not l.startswith("#")]
+    assert r.returncode == 0 and len(perf) == 1 and " -C " not in perf[0]
+    r = run_sweep(common + ["--colls", "all"])
+    perf = [l for l in r.stdout.splitlines() if " -J " in l and not l.startswith("#")]
+    assert r.returncode == 0 and len(perf) == 1
+    assert " -C " + ",".join(sweep.COLL_NAMES) + " " in perf[0]
+    r = run_sweep(common + ["--colls", "allgather,nope"])
+    assert r.returncode == 2 and "nope" in r.stderr
+
+
 def test_report_fails_on_empty_input(tmp_path):
     assert report.main(["--input", str(tmp_path), "--output", str(tmp_path / "o")]) == 1
 
