@@ -1,0 +1,204 @@
+// Every collective's patterns of pieces (core/pattern.h), run through a simulated exchange on the
+// host: each rank's input bytes, moved exactly as the exchange kernels move them (sendTo,
+// recvFrom, the offset masks; reducing collectives sum every rank's piece in rank order), must give
+// NCCL's output on every rank, in place and out of place, for every root and world size. The
+// kernels themselves are tested on the GPU (tests/gpu/cases_collectives.cc); this catches a wrong
+// pattern in CI, where no GPU runs. Also checks the buffer extents and the in-place layouts.
+#include <stdint.h>
+
+#include <string>
+#include <vector>
+
+#include "core/pattern.h"
+#include "harness.h"
+
+using namespace yali;
+
+namespace {
+
+bool bit(uint32_t mask, int i) { return (mask >> i) & 1u; }
+size_t srcOff(const DeviceArgs& a, int d) { return bit(a.srcByRank, d) ? d * a.pieceBytes : 0; }
+size_t dstOff(const DeviceArgs& a, int s) { return bit(a.dstByRank, s) ? s * a.pieceBytes : 0; }
+
+// Elements are uint32 (one per 4 bytes of a piece); rank r's input element i is a value unique to
+// (r, i), so a piece from the wrong place or rank shows.
+uint32_t input(int rank, size_t i) { return 0x1000000u * (rank + 1) + static_cast<uint32_t>(i); }
+
+struct Case {
+  Collective c;
+  int n;
+  int root;
+  bool inPlace;
+};
+
+// Runs `k` through the patterns; returns the first problem, or "" when every rank's output is
+// NCCL's.
+std::string simulate(const Case& k, size_t elems) {
+  const size_t piece = elems * 4;
+  const bool reduces = collectiveShape(k.c).reduces;
+  // Each rank's memory: one buffer that holds the input and the output where the in-place layout
+  // puts them, or two buffers.
+  struct Rank {
+    std::vector<uint32_t> mem;
+    size_t send = 0, recv = 0;  // element offsets into mem
+    Extents e{};
+  };
+  std::vector<Rank> ranks(k.n);
+  for (int r = 0; r < k.n; ++r) {
+    Rank& R = ranks[r];
+    R.e = extentsOf(k.c, r, k.root, k.n);
+    const size_t in = R.e.sendPieces * elems, out = R.e.recvPieces * elems;
+    R.mem.assign(in + out + 4 * elems * k.n + 16, 0xDEADBEEFu);
+    R.send = 0;
+    R.recv = in + 8;
+    if (k.inPlace && R.e.sendPieces > 0 && R.e.recvPieces > 0) {
+      switch (k.c) {
+        case Collective::kReduceScatter: R.recv = R.send + r * elems; break;
+        case Collective::kAllGather: R.send = R.recv + r * elems; break;
+        case Collective::kGather: if (r == k.root) R.send = R.recv + k.root * elems; break;
+        case Collective::kScatter: if (r == k.root) R.recv = R.send + k.root * elems; break;
+        case Collective::kAlltoAll: break;  // no in-place form
+        default: R.recv = R.send; break;
+      }
+    }
+    for (size_t i = 0; i < in; ++i) R.mem[R.send + i] = input(r, i);
+  }
+  // What NCCL leaves in each rank's output.
+  std::vector<std::vector<uint32_t>> want(k.n);
+  for (int r = 0; r < k.n; ++r) {
+    const size_t out = ranks[r].e.recvPieces * elems;
+    want[r].resize(out);
+    for (size_t i = 0; i < out; ++i) {
+      const size_t block = i / elems, j = i % elems;
+      uint32_t sum = 0;
+      switch (k.c) {
+        case Collective::kReduceScatter:
+          for (int s = 0; s < k.n; ++s) sum += input(s, r * elems + j);
+          want[r][i] = sum;
+          break;
+        case Collective::kReduce:
+          for (int s = 0; s < k.n; ++s) sum += input(s, j);
+          want[r][i] = sum;
+          break;
+        case Collective::kAllGather:
+        case Collective::kGather: want[r][i] = input(static_cast<int>(block), j); break;
+        case Collective::kBroadcast: want[r][i] = input(k.root, j); break;
+        case Collective::kScatter: want[r][i] = input(k.root, r * elems + j); break;
+        case Collective::kAlltoAll: want[r][i] = input(static_cast<int>(block), r * elems + j); break;
+        case Collective::kAllReduce: break;
+      }
+    }
+  }
+  // Each rank's pattern, as call.cc fills it for the kernels.
+  std::vector<DeviceArgs> args(k.n);
+  for (int r = 0; r < k.n; ++r) {
+    Rank& R = ranks[r];
+    fillPattern(k.c, r, k.n, k.root, piece, reinterpret_cast<const char*>(R.mem.data() + R.send),
+                reinterpret_cast<const char*>(R.mem.data() + R.recv), &args[r]);
+    if (args[r].pieceBytes != piece) return "pieceBytes";
+    if (args[r].arrive != (collectiveShape(k.c).rooted ? 1u : 0u)) return "arrive";
+  }
+  // Every piece a receiver expects must be sent to it, and the other way round.
+  for (int s = 0; s < k.n; ++s)
+    for (int d = 0; d < k.n; ++d)
+      if (s != d && bit(args[s].sendTo, d) != bit(args[d].recvFrom, s))
+        return "rank " + std::to_string(s) + " -> " + std::to_string(d) + ": sendTo and recvFrom disagree";
+  // The exchange: first every piece is staged (as the kernels read every input before any output
+  // is written at the same offsets), then each receiver stores or reduces.
+  std::vector<std::vector<std::vector<uint32_t>>> staged(k.n, std::vector<std::vector<uint32_t>>(k.n));
+  for (int s = 0; s < k.n; ++s)
+    for (int d = 0; d < k.n; ++d)
+      if (bit(args[s].sendTo, d)) {
+        const uint32_t* from = ranks[s].mem.data() + ranks[s].send + srcOff(args[s], d) / 4;
+        staged[d][s].assign(from, from + elems);
+      }
+  for (int d = 0; d < k.n; ++d) {
+    uint32_t* out = ranks[d].mem.data() + ranks[d].recv;
+    if (reduces) {
+      if (args[d].recvFrom == 0) continue;
+      for (size_t j = 0; j < elems; ++j) {
+        uint32_t sum = 0;
+        for (int s = 0; s < k.n; ++s) {
+          if (staged[d][s].empty()) return "rank " + std::to_string(d) + " reduces without rank " + std::to_string(s);
+          sum += staged[d][s][j];
+        }
+        out[dstOff(args[d], 0) / 4 + j] = sum;
+      }
+    } else {
+      for (int s = 0; s < k.n; ++s)
+        if (bit(args[d].recvFrom, s))
+          for (size_t j = 0; j < elems; ++j) out[dstOff(args[d], s) / 4 + j] = staged[d][s][j];
+    }
+  }
+  for (int r = 0; r < k.n; ++r) {
+    const uint32_t* out = ranks[r].mem.data() + ranks[r].recv;
+    for (size_t i = 0; i < want[r].size(); ++i)
+      if (out[i] != want[r][i])
+        return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " + std::to_string(out[i]) +
+               ", want " + std::to_string(want[r][i]);
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(pattern_every_collective_gives_nccls_output) {
+  int cases = 0;
+  for (int c = 1; c < kNumCollectives; ++c) {  // every collective but AllReduce
+    const Collective coll = static_cast<Collective>(c);
+    for (int n = 1; n <= kMaxRanks; ++n) {
+      for (int root = 0; root < (collectiveShape(coll).rooted ? n : 1); ++root) {
+        for (int inPlace = 0; inPlace < 2; ++inPlace) {
+          for (size_t elems : {size_t(1), size_t(3), size_t(8)}) {
+            const std::string problem = simulate({coll, n, root, inPlace == 1}, elems);
+            CHECK_MSG(problem.empty(), "%s n=%d root=%d %s elems=%zu: %s", collectiveName(coll), n, root,
+                      inPlace ? "in place" : "out of place", elems, problem.c_str());
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases > 500);
+}
+
+// The direct exchanges write our piece at peerDstOffset in the receiver's output: it must be where
+// the receiver itself would put our piece (its dstOffset for us).
+TEST(pattern_direct_offsets_match_the_receivers) {
+  for (Collective c : {Collective::kAllGather, Collective::kBroadcast, Collective::kScatter, Collective::kAlltoAll,
+                       Collective::kGather}) {
+    for (int n = 2; n <= kMaxRanks; ++n) {
+      for (int root = 0; root < n; ++root) {
+        std::vector<DeviceArgs> a(n);
+        static char send[1], recv[1];  // distinct: out of place
+        for (int r = 0; r < n; ++r) fillPattern(c, r, n, root, 64, send, recv + 0 * r, &a[r]);
+        for (int s = 0; s < n; ++s)
+          for (int d = 0; d < n; ++d)
+            if (s != d && bit(a[s].sendTo, d)) {
+              const size_t sent = bit(a[s].peerDstByRank, d) ? s * a[s].pieceBytes : 0;
+              CHECK_MSG(sent == dstOff(a[d], s), "%s n=%d root=%d: rank %d writes at %zu of rank %d, which puts it at %zu",
+                        collectiveName(c), n, root, s, sent, d, dstOff(a[d], s));
+            }
+      }
+    }
+  }
+}
+
+TEST(pattern_extents_and_in_place_layouts) {
+  // Unused buffers: a non-root's output of Reduce and Gather, its input of Broadcast and Scatter.
+  CHECK(extentsOf(Collective::kReduce, 1, 0, 4).recvPieces == 0);
+  CHECK(extentsOf(Collective::kGather, 1, 0, 4).recvPieces == 0);
+  CHECK(extentsOf(Collective::kGather, 0, 0, 4).recvPieces == 4);
+  CHECK(extentsOf(Collective::kScatter, 2, 0, 4).sendPieces == 0);
+  CHECK(extentsOf(Collective::kBroadcast, 2, 0, 4).sendPieces == 0);
+  CHECK(extentsOf(Collective::kAlltoAll, 2, 0, 4).sendPieces == 4 && extentsOf(Collective::kAlltoAll, 2, 0, 4).recvPieces == 4);
+  static char buf[1024];
+  CHECK(inPlaceLayout(Collective::kReduceScatter, 2, 0, 16, buf, buf + 32));
+  CHECK(!inPlaceLayout(Collective::kReduceScatter, 2, 0, 16, buf, buf + 16));
+  CHECK(inPlaceLayout(Collective::kAllGather, 3, 0, 16, buf + 48, buf));
+  CHECK(inPlaceLayout(Collective::kGather, 1, 1, 16, buf + 16, buf));
+  CHECK(!inPlaceLayout(Collective::kGather, 0, 1, 16, buf + 16, buf));  // only the root has the layout
+  CHECK(inPlaceLayout(Collective::kScatter, 2, 2, 16, buf, buf + 32));
+  CHECK(!inPlaceLayout(Collective::kAlltoAll, 0, 0, 16, buf, buf));
+  CHECK(inPlaceLayout(Collective::kBroadcast, 0, 0, 16, buf, buf));
+}
