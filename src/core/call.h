@@ -3,7 +3,7 @@
 // argument, nothing touched), selection, the kernel's arguments, the launch (enqueue.h):
 //   1. the comm (live, not failed), the type, the op (and opSupports), the root;
 //   2. count 0: nothing to do; the byte sizes, which must not overflow;
-//   3. the buffers this rank uses (collective.cc: extents), each device memory of the comm's GPU,
+//   3. the buffers this rank uses (pattern.h: extentsOf), each device memory of the comm's GPU,
 //      aligned to the element, long enough where CUDA can tell; overlaps other than NCCL's
 //      in-place layouts are refused;
 //   4. registered outputs (yaliCommRegister), the selector's choice, the algorithm's arguments

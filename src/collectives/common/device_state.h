@@ -194,7 +194,7 @@ struct DeviceArgs {
   uint32_t regEpoch;
   // The exchange kernels (exchange.cuh): this rank's part of the call as data. A piece is
   // pieceBytes bytes that one rank sends to one receiver; every piece starts at 0 or at a rank
-  // times pieceBytes, so masks describe the whole pattern (core/call.cc fills them per collective):
+  // times pieceBytes, so masks describe the whole pattern (core/pattern.cc fills them per collective):
   //   sendTo         bit d: we send a piece to rank d, read from our input at srcOffset(d):
   //                  d * pieceBytes when bit d of srcByRank is set, else 0;
   //   recvFrom       bit s: we receive a piece from rank s, stored in our output at dstOffset(s):

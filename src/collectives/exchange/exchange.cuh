@@ -1,6 +1,6 @@
 // The exchange kernels: every collective but AllReduce, as a pattern of pieces. A piece is
 // DeviceArgs::pieceBytes bytes that one rank sends to one receiver; the host describes each rank's
-// part as data (DeviceArgs::sendTo, recvFrom and the offset masks: core/call.cc fills them per
+// part as data (DeviceArgs::sendTo, recvFrom and the offset masks: core/pattern.cc fills them per
 // collective), and three kernels move the pieces:
 //   exchangeLL      small messages: each piece as LL packets into the receiver's LL area, one step,
 //                   no barrier (reduceScatter_ll, allgather_ll, ...);
@@ -147,7 +147,7 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 //                d's staging[j & 1][our rank][slot b], then publish pushFlags[b][our rank] =
 //                flagValue(epoch, j) on d.
 //   consume(j) - wait until every sender s (recvFrom, not us) has published pushFlags[b][s] on our
-//                window; copy each sender's slot to recv + dstOffset[s] + g*S (our own from our
+//                window; copy each sender's slot to recv + dstOffset(s) + g*S (our own from our
 //                input), or reduce all of them in rank order into recv + g*S; then publish our
 //                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
 // Order: push(0), then for j >= 1: push(j), consume(j - 1); then consume(last) and the drain: wait
