@@ -16,11 +16,6 @@
 namespace yali {
 namespace {
 
-// ---- What each collective reads and writes (NCCL 2.28's semantics, yali.h) --------------------------
-
-// The bytes of one piece: what one rank sends to one receiver (AllReduce: the whole message).
-size_t pieceCount(const CollCall& c) { return c.count; }
-
 // Whether some algorithm of `c` writes into registered outputs (then the call looks its output up).
 bool hasRegisteredAlgorithm(Collective c) {
   int count = 0;
@@ -74,7 +69,7 @@ yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
   const size_t n = static_cast<size_t>(comm->nranks);
   if (c.count > SIZE_MAX / s->elem / n)
     return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", c.name, c.count);
-  s->piece = pieceCount(c) * s->elem;
+  s->piece = c.count * s->elem;  // every collective's count is per piece (pattern.h)
   const Extents e = extentsOf(c.collective, comm->rank, c.root, comm->nranks);
   s->sendBytes = e.sendPieces * s->piece;
   s->recvBytes = e.recvPieces * s->piece;

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <array>
 #include <cstring>
 #include <iterator>
 #include <vector>
@@ -98,19 +97,20 @@ std::string thresholdMeaning(const AlgorithmDesc& a) {
 }
 
 // settingDocs' rows, built once: the table above, YALI_ALGO, the thresholds, YALI_TUNING_FILE,
-// YALI_DEBUG.
+// YALI_DEBUG. `texts` owns the strings the rows point to; it is complete before any row is made.
 struct DocTable {
-  std::vector<std::string> strings;  // owns the texts the rows point to
+  struct Text {
+    std::string name, defaultValue, meaning;
+    bool agreed;
+  };
+  std::vector<Text> texts;
   std::vector<SettingDoc> rows;
 };
 const DocTable& docTable() {
   static const DocTable* table = [] {
     auto* t = new DocTable();
-    std::vector<std::array<std::string, 3>> texts;
-    std::vector<bool> agreed;
-    auto add = [&](const std::string& name, const std::string& def, const std::string& meaning, bool a) {
-      texts.push_back({name, def, meaning});
-      agreed.push_back(a);
+    auto add = [&](std::string name, std::string def, std::string meaning, bool agreed) {
+      t->texts.push_back({std::move(name), std::move(def), std::move(meaning), agreed});
     };
     add("YALI_TIMEOUT_MS", std::to_string(kIntSettings[0].defaultValue), kIntSettings[0].meaning, false);
     add("YALI_ALGO", "auto", kAlgoMeaning, true);
@@ -122,13 +122,8 @@ const DocTable& docTable() {
       add(kIntSettings[i].name, std::to_string(kIntSettings[i].defaultValue), kIntSettings[i].meaning, kIntSettings[i].agreed);
     add("YALI_TUNING_FILE", "", kTuningFileMeaning, true);
     add("YALI_DEBUG", "0", kDebugMeaning, false);
-    t->strings.reserve(texts.size() * 3);
-    for (size_t i = 0; i < texts.size(); ++i) {
-      for (const std::string& s : texts[i]) t->strings.push_back(s);
-    }
-    for (size_t i = 0; i < texts.size(); ++i)
-      t->rows.push_back({t->strings[3 * i].c_str(), t->strings[3 * i + 1].c_str(), t->strings[3 * i + 2].c_str(),
-                         static_cast<bool>(agreed[i])});
+    for (const DocTable::Text& x : t->texts)
+      t->rows.push_back({x.name.c_str(), x.defaultValue.c_str(), x.meaning.c_str(), x.agreed});
     return t;
   }();
   return *table;
