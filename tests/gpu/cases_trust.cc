@@ -206,21 +206,27 @@ Pending pendingOf(size_t i, Clock::time_point since) {
   return p;
 }
 
-// yaliCommAbort, timed; must succeed within limitMs.
-double abortTimed(Ctx& ctx, yaliComm_t comm, int rank, const std::string& label, double limitMs = kAbortMs) {
-  watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), rank);
+// yaliCommAbort or yaliCommDestroy (`end`, named `call`), timed; must succeed within limitMs.
+double endTimed(Ctx& ctx, yaliResult_t (*end)(yaliComm_t), const char* call, yaliComm_t comm, int rank,
+                const std::string& label, double limitMs) {
+  watchdogStep("%s: %s (rank %d)", label.c_str(), call, rank);
   auto t0 = Clock::now();
-  yaliResult_t r = yaliCommAbort(comm);
+  yaliResult_t r = end(comm);
   const double ms = msSince(t0);
   if (r != yaliSuccess) {
-    ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), rank, (int)r,
-             yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+    ctx.fail("%s: %s (rank %d) returned %d (%s): %s", label.c_str(), call, rank, (int)r, yaliGetErrorString(r),
+             str(yaliGetLastError(nullptr)).c_str());
   }
-  if (ms > limitMs) {
-    ctx.fail("%s: yaliCommAbort (rank %d) took %.0f ms, more than %.0f ms", label.c_str(), rank, ms,
-             limitMs);
-  }
+  if (ms > limitMs) ctx.fail("%s: %s (rank %d) took %.0f ms, more than %.0f ms", label.c_str(), call, rank, ms, limitMs);
   return ms;
+}
+
+double abortTimed(Ctx& ctx, yaliComm_t comm, int rank, const std::string& label, double limitMs = kAbortMs) {
+  return endTimed(ctx, yaliCommAbort, "yaliCommAbort", comm, rank, label, limitMs);
+}
+
+double destroyTimed(Ctx& ctx, yaliComm_t comm, int rank, const std::string& label, double limitMs) {
+  return endTimed(ctx, yaliCommDestroy, "yaliCommDestroy", comm, rank, label, limitMs);
 }
 
 // yaliCommAbort on every local comm (timed), handles set to NULL.
@@ -230,22 +236,6 @@ void abortAll(Ctx& ctx, std::vector<yaliComm_t>& comms, const std::string& label
     abortTimed(ctx, comms[i], ctx.local[i].rank, label);
     comms[i] = nullptr;
   }
-}
-
-double destroyTimed(Ctx& ctx, yaliComm_t comm, int rank, const std::string& label, double limitMs) {
-  watchdogStep("%s: yaliCommDestroy (rank %d)", label.c_str(), rank);
-  auto t0 = Clock::now();
-  yaliResult_t r = yaliCommDestroy(comm);
-  const double ms = msSince(t0);
-  if (r != yaliSuccess) {
-    ctx.fail("%s: yaliCommDestroy (rank %d) returned %d (%s): %s", label.c_str(), rank, (int)r,
-             yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-  }
-  if (ms > limitMs) {
-    ctx.fail("%s: yaliCommDestroy (rank %d) took %.0f ms, more than %.0f ms", label.c_str(), rank, ms,
-             limitMs);
-  }
-  return ms;
 }
 
 // ---- Byte checks ---------------------------------------------------------------------------------
