@@ -18,7 +18,8 @@ const char* redOpName(RedOp op) {
 
 const char* collectiveName(Collective c) {
   static const char* const kNames[kNumCollectives] = {"allreduce", "reducescatter", "allgather", "broadcast",
-                                                      "reduce",    "gather",        "scatter",   "alltoall"};
+                                                      "reduce",    "gather",        "scatter",   "alltoall",
+                                                      "alltoallv"};
   const int i = static_cast<int>(c);
   return i >= 0 && i < kNumCollectives ? kNames[i] : "unknown";
 }

@@ -27,6 +27,12 @@ constexpr int kMaxPipelines = kMaxCtas * kMaxTeamsPerBlock;
 // epoch itself, and flagValue(epoch, step) keeps the epoch in its upper 32 bits.
 constexpr uint64_t kEpochLimit = 0xFFFFFFFFull;
 
+// AlltoAllv's expert form (yali.h: YALI_MAX_LOCAL_EXPERTS, YALI_MAX_EXPERTS): the window holds one
+// count packet per (sender, local expert) and parity, and each block keeps every (peer, local
+// expert) chunk's place in shared memory (exchange/alltoallv.cuh).
+constexpr int kMaxLocalExperts = 512;
+constexpr int kMaxExperts = 1024;  // nranks * local experts
+
 // ---- Data types: NCCL's values (yali.h's yaliDataType_t), so a cast is the conversion ------------
 enum class DataType : int {
   kInt8 = 0,
@@ -90,8 +96,9 @@ enum class Collective : int {
   kGather = 5,
   kScatter = 6,
   kAlltoAll = 7,
+  kAlltoAllv = 8,  // every uneven form: host counts, device counts, expert dispatch and combine
 };
-constexpr int kNumCollectives = 8;
+constexpr int kNumCollectives = 9;
 
 const char* collectiveName(Collective c);  // "allreduce", "reducescatter", ...
 
@@ -109,7 +116,8 @@ YALI_HOST_DEVICE constexpr CollectiveShape collectiveShape(Collective c) {
     case Collective::kGather:
     case Collective::kScatter: return {false, true};
     case Collective::kAllGather:
-    case Collective::kAlltoAll: return {false, false};
+    case Collective::kAlltoAll:
+    case Collective::kAlltoAllv: return {false, false};
   }
   return {false, false};
 }

@@ -32,6 +32,7 @@
 
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define YALI_MAJOR 0
 #define YALI_MINOR 1
@@ -125,7 +126,8 @@ typedef enum {
   yaliCollGather = 5,
   yaliCollScatter = 6,
   yaliCollAlltoAll = 7,
-  yaliNumCollectives = 8
+  yaliCollAlltoAllv = 8, /* yaliAlltoAllv, yaliAlltoAllvDeviceCounts, yaliExpertDispatch/Combine */
+  yaliNumCollectives = 9
 } yaliCollective_t;
 
 /* ---- Errors and version ---------------------------------------------------------------------- */
@@ -296,6 +298,75 @@ YALI_API yaliResult_t yaliScatter(const void* sendbuff, void* recvbuff, size_t c
  * i * count. Never in place: the buffers must not overlap. */
 YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                    yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);
+
+/* ---- AlltoAllv: uneven exchange (YALI extension; NCCL has none) ------------------------------
+ *
+ * Four forms of one collective, for Mixture-of-Experts layers and any other uneven exchange. All of
+ * them follow the common rules above (device buffers of this comm's GPU, stream order, graphs,
+ * groups, every rank makes the same call), never run in place (the buffers must not overlap) and
+ * move rows as bytes (any type, any row width). Every rank tells every peer its send counts on
+ * the device, inside the call, so each rank checks what it receives before it writes anything:
+ *  - a count check that fails (a capacity exceeded, a negative count, host recvcounts that differ
+ *    from the peers' sendcounts, rows past the end of sendbuff's allocation) writes nothing into
+ *    recvbuff, writes -1 into every count output of the failing rank (the flag a later kernel on
+ *    the stream can test), and fails the comm on every rank with yaliInvalidUsage
+ *    (yaliCommGetAsyncError; the message names the rank and the check), as any device-side failure
+ *    does: later calls on the comm are refused and later launches poison their outputs;
+ *  - a peer that never makes the call gives yaliTimeout after YALI_TIMEOUT_MS, never a hang.
+ * Limits: localExperts <= YALI_MAX_LOCAL_EXPERTS and nranks * localExperts <= YALI_MAX_EXPERTS. */
+#define YALI_MAX_LOCAL_EXPERTS 512
+#define YALI_MAX_EXPERTS 1024
+
+/* Host counts, with MPI's and torch's semantics: rank i sends sendcounts[j] elements from sendbuff +
+ * sdispls[j] to rank j, which places them at recvbuff + rdispls[i] and must have recvcounts[i] ==
+ * sendcounts[j] of rank i (checked on the device: see above). Arrays of nranks entries, in
+ * elements, read on the host during the call (a captured graph keeps the values of its capture);
+ * sdispls or rdispls NULL: packed (the prefix sums of the counts). */
+YALI_API yaliResult_t yaliAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                    void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                    yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);
+
+/* Device counts: sendcounts (int64[nranks], elements) and sdispls (int64[nranks], or NULL: packed)
+ * live in device memory, written by an earlier kernel on `stream` (a router); no host round trip,
+ * so a captured graph replays with whatever counts each step writes. Rank i's rows for rank j go
+ * to rank j, which packs what it receives contiguously in source-rank order into recvbuff, at most
+ * recvCapacity elements, and writes recvcounts[i] (elements from rank i) and rdispls[i] (where
+ * they start) into device memory (int64[nranks] each; either may be NULL) for its next kernel. */
+YALI_API yaliResult_t yaliAlltoAllvDeviceCounts(const void* sendbuff, const int64_t* sendcounts,
+                                                const int64_t* sdispls, void* recvbuff, size_t recvCapacity,
+                                                int64_t* recvcounts, int64_t* rdispls,
+                                                yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);
+
+/* The 2-D form for experts. E = localExperts experts live on each rank; global expert g = d * E + e
+ * is local expert e of rank d. Counts are in rows of rowBytes bytes (hidden size x element size:
+ * any width). */
+typedef struct {
+  size_t rowBytes;     /* bytes per row, >= 1 */
+  int localExperts;    /* E, experts per rank, 1..YALI_MAX_LOCAL_EXPERTS */
+  size_t alignRows;    /* each expert's segment starts at a multiple of this many rows (>= 1; e.g. the
+                        * tile of a grouped GEMM); the padding rows are not written */
+  size_t capacityRows; /* rows the expert-major buffer holds (the dispatch's recvbuff, the combine's
+                        * sendbuff) */
+} yaliExpertLayout_t;
+
+/* Dispatch. sendCounts: device int64[nranks * E], [g]: rows this rank sends to global expert g;
+ * sendbuff: those rows sorted by global expert (expert 0's rows, then expert 1's, ..., packed).
+ * recvbuff gets, expert-major, every rank's rows for this rank's experts: local expert 0's segment
+ * (rank 0's rows, then rank 1's, ...), then local expert 1's at the next multiple of alignRows,
+ * and so on. Outputs in device memory, either may be NULL: recvCounts int64[E * nranks],
+ * [e * nranks + s]: rows of local expert e from rank s; expertOffsets int64[E + 1]: the first row
+ * of each expert's segment, and [E] the end of the last one (the rows used). */
+YALI_API yaliResult_t yaliExpertDispatch(const void* sendbuff, const int64_t* sendCounts, void* recvbuff,
+                                         int64_t* recvCounts, int64_t* expertOffsets,
+                                         const yaliExpertLayout_t* layout, yaliComm_t comm,
+                                         cudaStream_t stream);
+
+/* Combine, the dispatch's inverse: every row of sendbuff (in the dispatch's recvbuff layout, e.g.
+ * the experts' outputs) goes back to the rank and the row it came from, so recvbuff ends up in the
+ * dispatch's sendbuff layout. sendCounts: the dispatch's array, unchanged; layout: the dispatch's. */
+YALI_API yaliResult_t yaliExpertCombine(const void* sendbuff, const int64_t* sendCounts, void* recvbuff,
+                                        const yaliExpertLayout_t* layout, yaliComm_t comm,
+                                        cudaStream_t stream);
 
 /* ---- Introspection (YALI extension, no NCCL equivalent) ------------------------------------ */
 

@@ -78,6 +78,11 @@ constexpr AlgorithmDesc kAlgorithms[] = {
      false, exchangeLLCopyKernelFor, "each block to its receiver as LL packets"},
     {Algo::kAlltoAllStaged, "alltoall_staged", Collective::kAlltoAll, Family::kExchangeStaged, Bound::kFallback,
      nullptr, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging"},
+    // ---- AlltoAllv (every form: host counts, device counts, expert dispatch and combine) ----
+    {Algo::kAlltoAllvStaged, "alltoallv_staged", Collective::kAlltoAllv, Family::kExchangeStaged,
+     Bound::kFallback, nullptr, false, alltoallvKernelFor,
+     "counts exchanged as LL packets, then each rank's rows for every receiver pipelined through its "
+     "staging and placed by the counts"},
 };
 static_assert(std::size(kAlgorithms) == kNumAlgos, "one row per Algo value");
 
@@ -190,6 +195,12 @@ const char* waitPhaseName(int phase) {
     case kPhaseDirectLeave: return "exchange (direct): the peers' writes";
     case kPhaseRebaseArrive: return "epoch rebase: arrival";
     case kPhaseRebaseClear: return "epoch rebase: clearing";
+    case kPhaseCountsExchange: return "alltoallv: a sender's counts";
+    case kPhaseCountsNegative: return "alltoallv count check: a count or displacement below 0";
+    case kPhaseCountsCapacity: return "alltoallv count check: the rows received exceed the capacity";
+    case kPhaseCountsSendExtent: return "alltoallv count check: rows to send past the end of sendbuff";
+    case kPhaseCountsMismatch: return "alltoallv count check: recvcounts differ from the peers' sendcounts";
+    case kPhaseCountsRecvExtent: return "alltoallv count check: rows received past the end of recvbuff";
     default: return "unknown wait";
   }
 }

@@ -50,8 +50,10 @@ enum class Algo : int {
   kAlltoAllDirect,
   kAlltoAllLL,
   kAlltoAllStaged,
+  // AlltoAllv
+  kAlltoAllvStaged,
 };
-constexpr int kNumAlgos = 23;
+constexpr int kNumAlgos = 24;
 
 // How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
 // on (choiceFits).

@@ -258,6 +258,71 @@ YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t 
   return submitCall(comm, {Collective::kAlltoAll, "yaliAlltoAll", sendbuff, recvbuff, count, datatype, 0, 0, stream});
 }
 
+YALI_API yaliResult_t yaliAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
+                                    void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
+                                    yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream) {
+  VarCall c{};
+  c.mode = kVarHostCounts;
+  c.name = "yaliAlltoAllv";
+  c.send = sendbuff;
+  c.recv = recvbuff;
+  c.datatype = datatype;
+  c.sendcounts = sendcounts;
+  c.sdispls = sdispls;
+  c.recvcounts = recvcounts;
+  c.rdispls = rdispls;
+  c.stream = stream;
+  return submitAlltoAllv(comm, c);
+}
+
+YALI_API yaliResult_t yaliAlltoAllvDeviceCounts(const void* sendbuff, const int64_t* sendcounts, const int64_t* sdispls,
+                                                void* recvbuff, size_t recvCapacity, int64_t* recvcounts,
+                                                int64_t* rdispls, yaliDataType_t datatype, yaliComm_t comm,
+                                                cudaStream_t stream) {
+  VarCall c{};
+  c.mode = kVarDeviceCounts;
+  c.name = "yaliAlltoAllvDeviceCounts";
+  c.send = sendbuff;
+  c.recv = recvbuff;
+  c.datatype = datatype;
+  c.sendCounts = sendcounts;
+  c.sendDispls = sdispls;
+  c.recvCounts = recvcounts;
+  c.recvOffsets = rdispls;
+  c.recvCapacity = recvCapacity;
+  c.stream = stream;
+  return submitAlltoAllv(comm, c);
+}
+
+YALI_API yaliResult_t yaliExpertDispatch(const void* sendbuff, const int64_t* sendCounts, void* recvbuff,
+                                         int64_t* recvCounts, int64_t* expertOffsets,
+                                         const yaliExpertLayout_t* layout, yaliComm_t comm, cudaStream_t stream) {
+  VarCall c{};
+  c.mode = kVarDispatch;
+  c.name = "yaliExpertDispatch";
+  c.send = sendbuff;
+  c.recv = recvbuff;
+  c.sendCounts = sendCounts;
+  c.recvCounts = recvCounts;
+  c.recvOffsets = expertOffsets;
+  c.layout = layout;
+  c.stream = stream;
+  return submitAlltoAllv(comm, c);
+}
+
+YALI_API yaliResult_t yaliExpertCombine(const void* sendbuff, const int64_t* sendCounts, void* recvbuff,
+                                        const yaliExpertLayout_t* layout, yaliComm_t comm, cudaStream_t stream) {
+  VarCall c{};
+  c.mode = kVarCombine;
+  c.name = "yaliExpertCombine";
+  c.send = sendbuff;
+  c.recv = recvbuff;
+  c.sendCounts = sendCounts;
+  c.layout = layout;
+  c.stream = stream;
+  return submitAlltoAllv(comm, c);
+}
+
 YALI_API yaliResult_t yaliAlgoInfo(yaliComm_t comm, yaliCollective_t collective, const void* sendbuff,
                                    const void* recvbuff, size_t count, yaliDataType_t datatype, yaliRedOp_t op,
                                    int root, yaliAlgoInfo_t* info) {

@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stddef.h>
 
+#include "collectives/common/device_state.h"
 #include "vocabulary.h"
 #include "yali/yali.h"
 
@@ -32,6 +33,33 @@ struct CollCall {
 
 // Checks, plans and enqueues `call` on the comm of `handle`.
 yaliResult_t submitCall(yaliComm_t handle, const CollCall& call);
+
+// An AlltoAllv call, any form (device_state.h: VarMode; yali.h for each form's arguments). Fields a
+// form does not take stay null / 0.
+struct VarCall {
+  VarMode mode;
+  const char* name;  // the public call, for messages
+  const void* send;
+  void* recv;
+  int datatype;  // the host and 1-D device forms; the expert forms move rows of layout->rowBytes
+  // kVarHostCounts: host arrays of nranks entries, elements
+  const size_t* sendcounts;
+  const size_t* sdispls;
+  const size_t* recvcounts;
+  const size_t* rdispls;
+  // the device forms: device int64 arrays
+  const int64_t* sendCounts;
+  const int64_t* sendDispls;  // kVarDeviceCounts only
+  int64_t* recvCounts;        // outputs (not the combine)
+  int64_t* recvOffsets;       // rdispls / expertOffsets
+  size_t recvCapacity;        // kVarDeviceCounts: elements
+  const yaliExpertLayout_t* layout;  // the expert forms
+  cudaStream_t stream;
+};
+
+// Checks (call_alltoallv.cc: the counts on the host where they are there, every array and buffer,
+// the extents the kernel checks the device counts against), plans and enqueues `call`.
+yaliResult_t submitAlltoAllv(yaliComm_t handle, const VarCall& call);
 
 // What submitCall would run (yaliAlgoInfo): checks the type, op, root and sizes, not the buffers
 // (NULL or memory CUDA does not know is "not registered").

@@ -225,6 +225,8 @@ WindowLayout computeLayout(int nranks, const Settings& s) {
   L.ll = off;
   L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
   off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
+  L.counts = off;
+  off += 2 * static_cast<size_t>(kMaxRanks) * kMaxLocalExperts * 16;  // one 16-byte packet each
   L.stampedBytes = off - L.pushFlags;
   L.staging = off;
   L.stagingBytes = static_cast<size_t>(s.stagingBytes);
@@ -306,13 +308,15 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
     case kFailTimeout: return yaliTimeout;
     case kFailAborted: return yaliInvalidUsage;
     case kFailMismatch: return yaliInvalidUsage;
+    case kFailCounts: return yaliInvalidUsage;
     case kFailRemote:
       // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
       // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
       // peer's yaliCommAbort is yaliRemoteError; differing registered calls are invalid usage.
       switch (s->failureRemoteCode) {
         case kFailTimeout: return yaliTimeout;
-        case kFailMismatch: return yaliInvalidUsage;
+        case kFailMismatch:
+        case kFailCounts: return yaliInvalidUsage;
         default: return yaliRemoteError;
       }
     default: return yaliInternalError;
@@ -333,6 +337,9 @@ std::string commAsyncErrorText(yaliComm* comm) {
                "buffers' offsets within their registrations, or a registration gone); nothing was "
                "written into a peer's buffer";
       case kFailAborted: return "the communicator was aborted (yaliCommAbort)";
+      case kFailCounts:
+        return "an alltoallv's counts failed a check on the device; nothing was written into that rank's "
+               "recvbuff and its count outputs hold -1";
       default: return "unknown failure " + std::to_string(code);
     }
   };

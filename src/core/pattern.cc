@@ -12,7 +12,8 @@ Extents extentsOf(Collective c, int rank, int root, int n) {
     case Collective::kReduce: return {1, rank == root ? 1u : 0u};
     case Collective::kGather: return {1, rank == root ? all : 0};
     case Collective::kScatter: return {rank == root ? all : 0, 1};
-    case Collective::kAlltoAll: return {all, all};
+    case Collective::kAlltoAll:
+    case Collective::kAlltoAllv: return {all, all};  // AlltoAllv: yaliAlgoInfo's count per peer
   }
   return {0, 0};
 }
@@ -27,7 +28,8 @@ bool inPlaceLayout(Collective c, int rank, int root, size_t piece, const char* s
     case Collective::kAllGather: return send == recv + static_cast<size_t>(rank) * piece;
     case Collective::kGather: return rank == root && send == recv + static_cast<size_t>(root) * piece;
     case Collective::kScatter: return rank == root && recv == send + static_cast<size_t>(root) * piece;
-    case Collective::kAlltoAll: return false;
+    case Collective::kAlltoAll:
+    case Collective::kAlltoAllv: return false;
   }
   return false;
 }
@@ -42,6 +44,7 @@ const char* inPlaceRule(Collective c) {
     case Collective::kGather: return "in place means, on root, sendbuff == recvbuff + root * count";
     case Collective::kScatter: return "in place means, on root, recvbuff == sendbuff + root * count";
     case Collective::kAlltoAll: return "AlltoAll has no in-place form";
+    case Collective::kAlltoAllv: return "AlltoAllv has no in-place form";
   }
   return "";
 }

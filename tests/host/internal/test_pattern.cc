@@ -146,6 +146,7 @@ TEST(pattern_every_collective_gives_nccls_output) {
   int cases = 0;
   for (int c = 1; c < kNumCollectives; ++c) {  // every collective but AllReduce
     const Collective coll = static_cast<Collective>(c);
+    if (coll == Collective::kAlltoAllv) continue;  // its counts, on the device, make its pattern
     for (int n = 1; n <= kMaxRanks; ++n) {
       for (int root = 0; root < (collectiveShape(coll).rooted ? n : 1); ++root) {
         for (int inPlace = 0; inPlace < 2; ++inPlace) {

@@ -90,7 +90,7 @@ TEST(registry_rows_consistent) {
   // Per collective: some rows, one fallback and last; the order of preference.
   for (int c = 0; c < kNumCollectives; ++c) {
     const std::vector<const AlgorithmDesc*> own = rowsOf(collectiveAt(c));
-    REQUIRE(own.size() >= 2);
+    REQUIRE(own.size() >= 1);  // AlltoAllv has its fallback only
     int fallbacks = 0;
     for (const AlgorithmDesc* r : own) fallbacks += r->bound == Bound::kFallback;
     CHECK_MSG(fallbacks == 1, "%s has %d fallbacks", collectiveName(collectiveAt(c)), fallbacks);
@@ -105,7 +105,10 @@ TEST(registry_rows_consistent) {
       CHECK_MSG(rank(own[k - 1]) <= rank(own[k]), "%s: %s before %s", collectiveName(collectiveAt(c)),
                 own[k - 1]->name, own[k]->name);
     if (c != idx(Collective::kAllReduce)) {
-      CHECK_MSG(rowOf(collectiveAt(c), Family::kExchangeLL) != nullptr, "%s has no LL row", collectiveName(collectiveAt(c)));
+      // AlltoAllv: its staged exchange only (no latency path yet: the note says why).
+      if (c != idx(Collective::kAlltoAllv))
+        CHECK_MSG(rowOf(collectiveAt(c), Family::kExchangeLL) != nullptr, "%s has no LL row",
+                  collectiveName(collectiveAt(c)));
       CHECK_MSG(own.back()->family == Family::kExchangeStaged, "%s's fallback is not staged", collectiveName(collectiveAt(c)));
     }
   }

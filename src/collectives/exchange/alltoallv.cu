@@ -1,0 +1,371 @@
+// AlltoAllv, every form (yali.h: yaliAlltoAllv, yaliAlltoAllvDeviceCounts, yaliExpertDispatch,
+// yaliExpertCombine) in one byte-wise kernel. The model (device_state.h: VarArgs): rank s sends
+// C[s][d][e] rows of rowBytes bytes to local expert e of rank d; the piece from rank X to rank Y is
+// its chunks e = 0..E-1 one after the other, taken from the sender's buffer and placed into the
+// receiver's by the two chunk tables (byRank, byExpert). One launch:
+//   1. counts  block 0 sends C[me][d][e] to every rank d (ourselves included) as one LL packet each,
+//              into d's counts area [parity][me][e]; every block then waits for the packets of
+//              every sender, so it knows its column C[*][me][*], and reads its own row C[me][*][*]
+//              from the caller's array (or the host's, in the arguments). No separate barrier: the
+//              packets carry the epoch.
+//   2. tables  every block builds both chunk tables in shared memory from its row and column and
+//              checks them (negative counts, capacities, extents, host recvcounts); every block
+//              reaches the same verdict from the same numbers. On a failed check nothing moves:
+//              block 0 writes -1 into the count outputs and records kFailCounts, which reaches
+//              every peer (recordFailure), whose waits for us then end.
+//   3. data    the staged exchange of exchange.cuh with a length per pair instead of one piece size:
+//              sender X and receiver Y both know the piece X -> Y (its chunk counts are in X's row
+//              and Y's column), hence its number of slots, and run the same push / consume /
+//              credit protocol over it. Block b of P handles global slots b, b + P, ... of every
+//              pair; its local step j is slot b + j * P; a pair takes part in local step j while
+//              that slot lies within its piece. The progress argument of exchangeStaged holds step
+//              by step: push(j) to d waits for d's credit of j - 2, given in d's consume(j - 2),
+//              which d reaches (the pair is active there too) after its push(j - 1). The drain
+//              waits for each receiver's credit of our last slot to it, so when the launch ends
+//              every receiver has consumed everything we pushed (staging is free for the next
+//              launch, of any algorithm). Our own piece is copied locally, slot by slot.
+// The launch covenant (exchange.cuh) holds through step 1: every block waits for every rank's
+// packets, which each rank sends when it starts. The counts area's parity is reused at launch
+// e + 2 by the covenant's argument, like the LL areas.
+#include "collectives/exchange/exchange.cuh"
+#include "collectives/kernels.h"
+
+namespace yali {
+namespace {
+
+constexpr int64_t kMaxCount = int64_t{1} << 48;  // rows; larger counts are refused (no sum overflows)
+
+struct ChunkTables {
+  int64_t rankStart[kMaxExperts];    // byRank: first row of chunk (d, e), [d * E + e]
+  int64_t rankLen[kMaxExperts];      //         its rows: C[me][d][e]
+  int64_t expertStart[kMaxExperts];  // byExpert: first row of chunk (s, e), [s * E + e]
+  int64_t expertLen[kMaxExperts];    //           its rows: C[s][me][e]
+  int64_t segment[kMaxLocalExperts + 1];  // expert forms: each local expert's first row; [E]: the end
+  uint64_t outBytes[kMaxRanks];      // bytes of our piece for rank d
+  uint64_t inBytes[kMaxRanks];       // bytes of rank s's piece for us
+  int failedPhase;                   // 0, or the kPhaseCounts* of the first failed check
+  int waitFailed;
+};
+
+__device__ __forceinline__ bool dispatchDirection(const VarArgs& v) { return v.mode != kVarCombine; }
+
+// Our count of rows for chunk g = d * E + e, from the caller's device array or the host's.
+__device__ __forceinline__ int64_t ownCount(const VarArgs& v, int g) {
+  return v.mode == kVarHostCounts ? static_cast<int64_t>(v.hostSendCounts[g]) : v.sendCounts[g];
+}
+
+// Exclusive prefix sum of a[0..count) in place, by warp 0 (32 at a time, with a carry).
+__device__ void warpExclusiveScan(int64_t* a, int count) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x;
+  int64_t carry = 0;
+  for (int base = 0; base < count; base += 32) {
+    const int i = base + lane;
+    const int64_t own = i < count ? a[i] : 0;
+    int64_t v = own;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int64_t t = __shfl_up_sync(0xffffffffu, v, o);
+      if (lane >= o) v += t;
+    }
+    if (i < count) a[i] = carry + v - own;
+    carry += __shfl_sync(0xffffffffu, v, 31);
+  }
+}
+
+__device__ __forceinline__ void failCheck(ChunkTables& t, int phase) { atomicCAS(&t.failedPhase, 0, phase); }
+
+// Steps 1 and 2. False when the launch must stop (a failed wait or check, both recorded).
+__device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables& t) {
+  const VarArgs& v = args.var;
+  const int n = args.nranks, me = args.rank;
+  const int E = static_cast<int>(v.localExperts);
+  const int groups = n * E;
+  const uint32_t flag = static_cast<uint32_t>(epoch);
+  const size_t parity = epoch & 1;
+  if (threadIdx.x == 0) {
+    t.failedPhase = 0;
+    t.waitFailed = 0;
+  }
+  // Our row, and its packets to every rank (block 0 only).
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+    const int64_t c = ownCount(v, g);
+    t.rankLen[g] = c;
+    if (blockIdx.x == 0) {
+      const int d = g / E, e = g % E;
+      uint2 payload;
+      memcpy(&payload, &c, 8);
+      uint4* slot = reinterpret_cast<uint4*>(args.peerWindows[d] + args.layout.counts) +
+                    (parity * kMaxRanks + me) * kMaxLocalExperts + e;
+      storeVolatile16(slot, makePacket(payload, flag));
+    }
+  }
+  // Our column: every sender's packets.
+  {
+    WaitGuard guard(args);
+    const uint4* area = reinterpret_cast<const uint4*>(args.window + args.layout.counts) + parity * kMaxRanks * kMaxLocalExperts;
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+      const int s = g / E, e = g % E;
+      uint2 payload;
+      if (!waitPacket(area + s * kMaxLocalExperts + e, flag, guard, kPhaseCountsExchange, &payload)) {
+        t.waitFailed = 1;
+        break;
+      }
+      int64_t c;
+      memcpy(&c, &payload, 8);
+      t.expertLen[g] = c;
+    }
+  }
+  __syncthreads();
+  if (t.waitFailed) return false;
+
+  // Range checks before any sum.
+  for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+    if (t.rankLen[g] < 0 || t.rankLen[g] > kMaxCount || t.expertLen[g] < 0 || t.expertLen[g] > kMaxCount)
+      failCheck(t, kPhaseCountsNegative);
+    if (v.mode == kVarHostCounts && static_cast<uint64_t>(t.expertLen[g]) != v.hostRecvCounts[g])
+      failCheck(t, kPhaseCountsMismatch);
+    if (v.mode == kVarDeviceCounts && v.sendDispls != nullptr && (v.sendDispls[g] < 0 || v.sendDispls[g] > kMaxCount))
+      failCheck(t, kPhaseCountsNegative);
+  }
+  __syncthreads();
+  if (t.failedPhase == 0) {
+    // byRank starts: given displacements, else packed (a prefix sum of our row).
+    if (v.mode == kVarHostCounts) {
+      for (int g = threadIdx.x; g < groups; g += blockDim.x) t.rankStart[g] = static_cast<int64_t>(v.hostSendDispls[g]);
+    } else if (v.mode == kVarDeviceCounts && v.sendDispls != nullptr) {
+      for (int g = threadIdx.x; g < groups; g += blockDim.x) t.rankStart[g] = v.sendDispls[g];
+    } else {
+      for (int g = threadIdx.x; g < groups; g += blockDim.x) t.rankStart[g] = t.rankLen[g];
+      __syncthreads();
+      warpExclusiveScan(t.rankStart, groups);
+    }
+    // byExpert starts: the host's rdispls, else expert-major: expert e's segment at the sum of the
+    // earlier experts' padded totals (each segment starts aligned, so padding the totals pads the
+    // starts), rank s's chunk after ranks 0..s-1's.
+    if (v.mode == kVarHostCounts) {
+      for (int g = threadIdx.x; g < groups; g += blockDim.x) t.expertStart[g] = static_cast<int64_t>(v.hostRecvDispls[g]);
+    } else {
+      const int64_t align = static_cast<int64_t>(v.alignRows);
+      for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int64_t total = 0;
+        for (int s = 0; s < n; ++s) total += t.expertLen[s * E + e];
+        t.segment[e] = (total + align - 1) / align * align;
+      }
+      __syncthreads();
+      warpExclusiveScan(t.segment, E);
+      __syncthreads();
+      for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int64_t at = t.segment[e];
+        for (int s = 0; s < n; ++s) {
+          t.expertStart[s * E + e] = at;
+          at += t.expertLen[s * E + e];
+        }
+        if (e == E - 1) t.segment[E] = at;  // the end of the last expert's rows (unpadded)
+      }
+    }
+  }
+  __syncthreads();
+  // Extents: the byRank buffer holds rankRows rows, the byExpert buffer expertRows.
+  if (t.failedPhase == 0) {
+    const bool dispatch = dispatchDirection(v);
+    for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+      if (static_cast<uint64_t>(t.rankStart[g] + t.rankLen[g]) > v.rankRows)
+        failCheck(t, dispatch ? kPhaseCountsSendExtent : kPhaseCountsRecvExtent);
+      if (static_cast<uint64_t>(t.expertStart[g] + t.expertLen[g]) > v.expertRows)
+        failCheck(t, dispatch ? kPhaseCountsCapacity : kPhaseCountsSendExtent);
+    }
+  }
+  __syncthreads();
+  if (t.failedPhase != 0) {
+    if (blockIdx.x == 0) {
+      const int outputs = v.mode == kVarDispatch ? groups : v.mode == kVarDeviceCounts ? n : 0;
+      const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
+      for (int i = threadIdx.x; i < outputs; i += blockDim.x)
+        if (v.recvCounts != nullptr) v.recvCounts[i] = -1;
+      for (int i = threadIdx.x; i < offsets; i += blockDim.x)
+        if (v.recvOffsets != nullptr) v.recvOffsets[i] = -1;
+      if (threadIdx.x == 0) recordFailure(args, kFailCounts, t.failedPhase);
+    }
+    return false;
+  }
+  // The count outputs (block 0), for the caller's next kernel.
+  if (blockIdx.x == 0) {
+    if (v.mode == kVarDeviceCounts) {
+      for (int s = threadIdx.x; s < n; s += blockDim.x) {
+        if (v.recvCounts != nullptr) v.recvCounts[s] = t.expertLen[s];
+        if (v.recvOffsets != nullptr) v.recvOffsets[s] = t.expertStart[s];
+      }
+    } else if (v.mode == kVarDispatch) {
+      for (int g = threadIdx.x; g < groups; g += blockDim.x) {
+        const int s = g / E, e = g % E;  // table order [s][e]; output order [e][s]
+        if (v.recvCounts != nullptr) v.recvCounts[e * n + s] = t.expertLen[g];
+      }
+      for (int e = threadIdx.x; e <= E; e += blockDim.x)
+        if (v.recvOffsets != nullptr) v.recvOffsets[e] = t.segment[e];
+    }
+  }
+  // Piece sizes, per peer.
+  const uint64_t rowBytes = v.rowBytes;
+  for (int p = threadIdx.x; p < n; p += blockDim.x) {
+    uint64_t byRank = 0, byExpert = 0;
+    for (int e = 0; e < E; ++e) {
+      byRank += static_cast<uint64_t>(t.rankLen[p * E + e]);
+      byExpert += static_cast<uint64_t>(t.expertLen[p * E + e]);
+    }
+    t.outBytes[p] = (dispatchDirection(v) ? byRank : byExpert) * rowBytes;
+    t.inBytes[p] = (dispatchDirection(v) ? byExpert : byRank) * rowBytes;
+  }
+  __syncthreads();
+  return true;
+}
+
+// Copies bytes [off, off + len) of a piece between a buffer placed by a chunk table (start, len in
+// rows, chunks e = 0..E-1 of peer p) and a flat run (a staging slot). toTable: flat -> table.
+__device__ __forceinline__ void moveChunks(const Team& block, const int64_t* start, const int64_t* rows, int p, int E,
+                                           uint64_t rowBytes, char* table, char* flat, uint64_t off, uint64_t len,
+                                           bool toTable) {
+  uint64_t pos = 0;
+  const uint64_t end = off + len;
+  for (int e = 0; e < E && pos < end; ++e) {
+    const uint64_t chunk = static_cast<uint64_t>(rows[p * E + e]) * rowBytes;
+    if (pos + chunk > off) {
+      const uint64_t a = max(off, pos), b = min(end, pos + chunk);
+      char* t = table + static_cast<uint64_t>(start[p * E + e]) * rowBytes + (a - pos);
+      char* f = flat + (a - off);
+      if (toTable) copyBytes(block, t, f, b - a);
+      else copyBytes(block, f, t, b - a);
+    }
+    pos += chunk;
+  }
+}
+
+// Step 3 (the header comment).
+__device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTables& t) {
+  const VarArgs& v = args.var;
+  const int n = args.nranks, me = args.rank;
+  const int E = static_cast<int>(v.localExperts);
+  const WindowLayout& L = args.layout;
+  const Team block = wholeBlock();
+  const uint64_t slot = args.slotBytes;
+  const uint64_t P = gridDim.x, b = blockIdx.x;
+  const bool dispatch = dispatchDirection(v);
+  // The tables of the sending side and of the receiving side.
+  const int64_t* outStart = dispatch ? t.rankStart : t.expertStart;
+  const int64_t* outRows = dispatch ? t.rankLen : t.expertLen;
+  const int64_t* inStart = dispatch ? t.expertStart : t.rankStart;
+  const int64_t* inRows = dispatch ? t.expertLen : t.rankLen;
+  char* send = const_cast<char*>(static_cast<const char*>(args.send));
+  char* recv = static_cast<char*>(args.recv);
+  // Local steps of this block for a piece of `bytes`.
+  auto stepsOf = [&](uint64_t bytes) -> uint32_t {
+    const uint64_t slots = (bytes + slot - 1) / slot;
+    return b < slots ? static_cast<uint32_t>((slots - b + P - 1) / P) : 0;
+  };
+  uint32_t last = 0;  // local steps of the busiest pair
+  for (int p = 0; p < n; ++p) last = max(last, max(stepsOf(t.outBytes[p]), stepsOf(t.inBytes[p])));
+  auto active = [&](const uint64_t* bytes, uint32_t j) {  // the peers (not us) whose piece has local step j
+    uint32_t mask = 0;
+    for (int p = 0; p < n; ++p)
+      if (p != me && j < stepsOf(bytes[p])) mask |= 1u << p;
+    return mask;
+  };
+  auto offsetOf = [&](uint32_t j) { return (b + static_cast<uint64_t>(j) * P) * slot; };
+  auto staging = [&](char* window, uint32_t j, int sender) {
+    return window + L.staging + (static_cast<size_t>(j & 1) * n + sender) * L.stagingBytes + b * slot;
+  };
+  auto push = [&](uint32_t j) {
+    const uint32_t receivers = active(t.outBytes, j);
+    if (receivers == 0) return true;
+    if (j >= 2 && !waitPeers(block, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
+      return false;
+    const uint64_t off = offsetOf(j);
+    for (int i = 1; i < n; ++i) {
+      const int d = (me + i) % n;
+      if (hasBit(receivers, d))
+        moveChunks(block, outStart, outRows, d, E, v.rowBytes, send, staging(args.peerWindows[d], j, me), off,
+                   min(slot, t.outBytes[d] - off), false);
+    }
+    signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
+    return true;
+  };
+  auto consume = [&](uint32_t j) {
+    const uint32_t senders = active(t.inBytes, j);
+    if (senders != 0 && !waitPeers(block, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders))
+      return false;
+    const uint64_t off = offsetOf(j);
+    for (int s = 0; s < n; ++s) {
+      if (!hasBit(senders, s)) continue;
+      moveChunks(block, inStart, inRows, s, E, v.rowBytes, recv, staging(args.window, j, s), off,
+                 min(slot, t.inBytes[s] - off), true);
+    }
+    // Our own piece: chunk by chunk from the input straight to the output (both sides have the
+    // same chunk sizes: our row's entry for us is our column's).
+    if (j < stepsOf(t.outBytes[me])) {
+      const uint64_t end = min(off + slot, t.outBytes[me]);
+      uint64_t pos = 0;
+      for (int e = 0; e < E && pos < end; ++e) {
+        const uint64_t chunk = static_cast<uint64_t>(outRows[me * E + e]) * v.rowBytes;
+        if (pos + chunk > off) {
+          const uint64_t a = max(off, pos), z = min(end, pos + chunk);
+          copyBytes(block, recv + static_cast<uint64_t>(inStart[me * E + e]) * v.rowBytes + (a - pos),
+                    send + static_cast<uint64_t>(outStart[me * E + e]) * v.rowBytes + (a - pos), z - a);
+        }
+        pos += chunk;
+      }
+    }
+    if (senders != 0) signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
+    return true;
+  };
+
+  bool ok = last == 0 || push(0);
+  for (uint32_t j = 1; ok && j < last; ++j) ok = push(j) && consume(j - 1);
+  if (ok && last > 0) ok = consume(last - 1);
+  // The drain: each receiver's credit of our last slot to it (one thread per receiver; a failed
+  // wait is recorded, and there is nothing left to stop).
+  const int d = threadIdx.x;
+  if (ok && d < n && d != me) {
+    const uint32_t steps = stepsOf(t.outBytes[d]);
+    if (steps > 0)
+      waitAtLeast(args, reinterpret_cast<const uint64_t*>(args.window + L.resultFlags) + b * kMaxRanks + d,
+                  flagValue(epoch, steps - 1), kPhaseExchangeCredit);
+  }
+  allowNextGrid();
+  __syncthreads();  // thread 0 leaves the launch (leaveLaunch) only after every drain wait
+}
+
+// A launch refused on a failed comm: the outputs say so (poisonOutput's bytes, and -1 in every
+// count output), rather than holding the previous step's values.
+__device__ void poisonVar(const DeviceArgs& args) {
+  const VarArgs& v = args.var;
+  const int n = args.nranks;
+  poisonOutput(args, 1);
+  if (blockIdx.x != 0) return;
+  const int E = static_cast<int>(v.localExperts);
+  const int outputs = v.mode == kVarDispatch ? n * E : v.mode == kVarDeviceCounts ? n : 0;
+  const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
+  for (int i = threadIdx.x; i < outputs; i += blockDim.x)
+    if (v.recvCounts != nullptr) v.recvCounts[i] = -1;
+  for (int i = threadIdx.x; i < offsets; i += blockDim.x)
+    if (v.recvOffsets != nullptr) v.recvOffsets[i] = -1;
+}
+
+}  // namespace
+
+// runLaunch's frame, with poisonVar for a refused launch.
+__global__ void __launch_bounds__(512) alltoallvKernel(const __grid_constant__ DeviceArgs args) {
+  __shared__ ChunkTables tables;
+  LaunchInfo info;
+  const Admission admission = enterLaunch(args, &info);
+  if (admission == kAdmitted) {
+    if (buildTables(args, info.epoch, tables)) moveRows(args, info.epoch, tables);
+    else allowNextGrid();
+  } else if (admission == kRefusedFailed) {
+    poisonVar(args);
+  }
+  if (threadIdx.x == 0) leaveLaunch(args, info, admission);
+}
+
+KernelFn alltoallvKernelFor(DataType, RedOp) { return alltoallvKernel; }
+
+}  // namespace yali
