@@ -17,6 +17,8 @@ namespace yali {
 namespace {
 
 constexpr size_t kMaxAlignRows = size_t{1} << 20;
+// The piece size every rank plans its launch for (submitAlltoAllv).
+constexpr size_t kPlanPieceBytes = size_t{4} << 20;
 
 bool rangesOverlap(uint64_t a, uint64_t aLen, uint64_t b, uint64_t bLen) {
   return aLen > 0 && bLen > 0 && a < b + bLen && b < a + aLen;
@@ -55,12 +57,11 @@ yaliResult_t checkCountArray(yaliComm* comm, const VarCall& c, const void* p, co
 }
 
 // The host form: counts and displacements in elements, checked in full on the host.
-yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarArgs* v, size_t* recvBytes,
-                            size_t* pieceBytes) {
+yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarArgs* v, size_t* recvBytes) {
   const int n = comm->nranks;
   if (c.sendcounts == nullptr) return fail(yaliInvalidArgument, comm, "%s: sendcounts is NULL", c.name);
   if (c.recvcounts == nullptr) return fail(yaliInvalidArgument, comm, "%s: recvcounts is NULL", c.name);
-  size_t sendEnd = 0, recvEnd = 0, sendAt = 0, recvAt = 0, largest = 0;
+  size_t sendEnd = 0, recvEnd = 0, sendAt = 0, recvAt = 0;
   const size_t limit = SIZE_MAX / elem;
   for (int p = 0; p < n; ++p) {
     const size_t sc = c.sendcounts[p], rc = c.recvcounts[p];
@@ -76,7 +77,6 @@ yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarAr
     recvAt = rd + rc;
     sendEnd = std::max(sendEnd, sd + sc);
     recvEnd = std::max(recvEnd, rd + rc);
-    largest = std::max({largest, sc * elem, rc * elem});
     v->hostSendCounts[p] = sc;
     v->hostSendDispls[p] = sd;
     v->hostRecvCounts[p] = rc;
@@ -104,12 +104,11 @@ yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarAr
   v->rankRows = sendEnd;
   v->expertRows = recvEnd;
   *recvBytes = recvEnd * elem;
-  *pieceBytes = largest;
   return yaliSuccess;
 }
 
 // The device forms: the counts' arrays, the layout, and the extents the kernel checks against.
-yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size_t* recvBytes, size_t* pieceBytes) {
+yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size_t* recvBytes) {
   const int n = comm->nranks;
   const bool expert = c.mode == kVarDispatch || c.mode == kVarCombine;
   size_t rowBytes = 0, alignRows = 1, capacityRows = 0;
@@ -200,8 +199,6 @@ yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size
   // A refused launch (failed comm) poisons the capacity it was given; the combine's output extent is
   // on the device, so it poisons nothing there (its outputs stay as they were; the comm's error says so).
   *recvBytes = expertIsRecv ? capacityRows * rowBytes : 0;
-  // The selector's piece: what each receiver would get of the capacity if spread evenly.
-  *pieceBytes = capacityRows * rowBytes / n;
   return yaliSuccess;
 }
 
@@ -219,28 +216,31 @@ yaliResult_t submitAlltoAllv(yaliComm_t handle, const VarCall& c) {
   VarArgs v;
   memset(&v, 0, sizeof(v));
   v.mode = c.mode;
-  size_t recvBytes = 0, pieceBytes = 0;
+  size_t recvBytes = 0;
   if (c.mode == kVarHostCounts) {
     if (!validDataType(c.datatype))
       return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", c.name, c.datatype,
                   kNumDataTypes - 1);
     const size_t elem = dataTypeSize(static_cast<DataType>(c.datatype));
-    r = planHostCounts(comm, c, elem, &v, &recvBytes, &pieceBytes);
+    r = planHostCounts(comm, c, elem, &v, &recvBytes);
     v.rowBytes = elem;
     v.alignRows = 1;
     v.localExperts = 1;
   } else {
-    r = planDeviceCounts(comm, c, &v, &recvBytes, &pieceBytes);
+    r = planDeviceCounts(comm, c, &v, &recvBytes);
   }
   if (r != yaliSuccess) return r;
   // Every rank launches, even one that moves nothing: its peers wait for its counts.
   PlannedLaunch plan;
   plan.comm = locked.shared();
   plan.call = c.name;
-  plan.choice = comm->selector.choose(Collective::kAlltoAllv, pieceBytes, false);
+  // The geometry (blocks, slot) must be the same on every rank: block b of a sender feeds block b of
+  // each receiver, slot by slot. The counts differ by rank (and live on the device), so it is the
+  // choice for one fixed piece size, not for this call's.
+  plan.choice = comm->selector.choose(Collective::kAlltoAllv, kPlanPieceBytes, false);
   plan.dtype = DataType::kUint8;
   plan.op = RedOp::kSum;
-  plan.bytes = pieceBytes;
+  plan.bytes = kPlanPieceBytes;
   plan.stream = c.stream;
   DeviceArgs& args = plan.args;
   args = baseDeviceArgs(comm);
