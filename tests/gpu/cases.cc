@@ -17,6 +17,7 @@ namespace yt {
 
 // The cases of every collective (cases_collectives.cc).
 const std::vector<CaseDef>& collectiveCases();
+const std::vector<CaseDef>& alltoallvCases();  // cases_alltoallv.cc
 
 namespace {
 
@@ -752,6 +753,7 @@ const std::vector<CaseDef>& allCases() {
     for (const CaseDef& c : registeredCases()) v.push_back(c);
     // Every collective x every type ("coll_*"): cases_collectives.cc.
     for (const CaseDef& c : collectiveCases()) v.push_back(c);
+    for (const CaseDef& c : alltoallvCases()) v.push_back(c);
     // Failure propagation, lifetimes, argument checks, threads, soaks: cases_trust.cc.
     for (const CaseDef& c : trustCases()) v.push_back(c);
     return v;
