@@ -857,6 +857,21 @@ TEST(builtin_tuning_table_is_consistent) {
 
 // ---- README ------------------------------------------------------------------------------------------
 
+// README.md holds algorithmsMarkdownTable()'s text verbatim (generated from the registry's rows:
+// paste it when a row changes).
+TEST(readme_algorithm_table_is_generated) {
+  std::ifstream f(YALI_README_PATH);
+  REQUIRE(f.good());
+  std::stringstream buf;
+  buf << f.rdbuf();
+  const std::string table = algorithmsMarkdownTable();
+  if (buf.str().find(table) == std::string::npos) {
+    std::printf("    README.md does not contain algorithmsMarkdownTable()'s text; replace its algorithm table "
+                "with:\n%s", table.c_str());
+    CHECK_MSG(false, "README.md's algorithm table is not the generated one (printed above)");
+  }
+}
+
 // README.md holds settingsMarkdownTable()'s text verbatim (generated from settingDocs: paste it when
 // a setting changes), and names no YALI_* variable that env.cc does not declare.
 TEST(readme_environment_table_is_generated) {
