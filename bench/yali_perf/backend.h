@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@ struct AlgoChoice {
 };
 
 // One library call, with NCCL's arguments: `kind` is one of the eight library collectives (not
-// kRsAg, which is two calls); `op` is ignored by the collectives that only move data, `root` by
-// those without one.
+// kRsAg, which is two calls, nor kAlltoAllv, which is IssueVar's); `op` is ignored by the
+// collectives that only move data, `root` by those without one.
 struct LibraryCall {
   CollId kind = CollId::kAllReduce;
   const void* send = nullptr;
@@ -34,6 +35,35 @@ struct LibraryCall {
   DType dtype = DType::kFloat;
   RedOp op = RedOp::kSum;
   int root = 0;
+};
+
+// One AlltoAllv call (-C alltoallv; yali.h, "AlltoAllv: uneven exchange") in one of its forms.
+// Outputs are packed: the host form and NCCL's send/recv land the rows from each rank in rank
+// order; inputs are packed in rank (and expert) order. Fields a form does not read are ignored.
+struct VarCall {
+  VarForm form = VarForm::kHostCounts;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  DType dtype = DType::kBfloat16;
+  int nranks = 1;
+  // kHostCounts: elements to and from each rank (host arrays of nranks), as after torch's
+  // exchange of the split sizes.
+  const size_t* send_counts = nullptr;
+  const size_t* recv_counts = nullptr;
+  // The device forms: int64 in device memory. kDeviceCounts: elements to each rank [nranks];
+  // the expert forms: rows to each global expert [nranks * local_experts].
+  const int64_t* device_send_counts = nullptr;
+  // kDeviceCounts: recvbuff's capacity in elements; outputs recvcounts and rdispls [nranks].
+  // kExpertDispatch: outputs recvCounts [local_experts * nranks] and expertOffsets
+  // [local_experts + 1]. Either may be null.
+  size_t recv_capacity = 0;
+  int64_t* device_recv_counts = nullptr;
+  int64_t* device_recv_offsets = nullptr;
+  // The expert forms' layout (yaliExpertLayout_t).
+  size_t row_bytes = 0;
+  int local_experts = 1;
+  size_t align_rows = 1;
+  size_t capacity_rows = 0;
 };
 
 // One library's communicators for the GPUs this process drives ("local" index 0..n-1). Every
@@ -63,6 +93,14 @@ class Backend {
   // (invalid argument: nothing was enqueued on this rank). Any other failure is fatal.
   virtual bool Issue(int local, const LibraryCall& call, cudaStream_t stream,
                      std::string* refusal) = 0;
+
+  // Issues an AlltoAllv form on local comm `local`, with Issue's conventions (inside the caller's
+  // group). A library without the form refuses it, as the default does: NCCL has only
+  // kHostCounts, as grouped ncclSend/ncclRecv.
+  virtual bool IssueVar(int local, const VarCall& call, cudaStream_t stream, std::string* refusal) {
+    *refusal = std::string(Name()) + " has no AlltoAllv form " + VarFormName(call.form);
+    return false;
+  }
 
   // Asks the library, without launching anything, whether it would refuse `call` (same
   // convention as Issue). The harness asks every rank before the first call of a case, so that

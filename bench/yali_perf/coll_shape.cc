@@ -64,6 +64,9 @@ CollShape ShapeFor(CollId coll, size_t requested_bytes, size_t element_bytes, in
       shape.count = shape.send_count = shape.recv_count = block * n;
       break;
     }
+    case CollId::kAlltoAllv:
+      // Sized by its routing (alltoallv_plan.h), never by a message size: no shape.
+      break;
   }
   shape.bytes = std::max(shape.send_count, shape.recv_count) * element_bytes;
   return shape;
@@ -83,6 +86,10 @@ double BusFactor(CollId coll, int nranks) {
     case CollId::kScatter:
       // Each rank (the root, for gather and scatter) moves the n-1 blocks that are not its own.
       return (n - 1) / n;
+    case CollId::kAlltoAllv:
+      // Its table reports algbw only (bytes each rank sends / time): how much of a skewed
+      // exchange crosses which links depends on the routing.
+      return 1.0;
     case CollId::kBroadcast:
     case CollId::kReduce:
       // The whole message passes through the root's links (nccl-tests' factor 1).
@@ -96,7 +103,8 @@ const char* BusFactorText(CollId coll) {
     case CollId::kAllReduce:
     case CollId::kRsAg: return "2(n-1)/n";
     case CollId::kBroadcast:
-    case CollId::kReduce: return "1";
+    case CollId::kReduce:
+    case CollId::kAlltoAllv: return "1";
     default: return "(n-1)/n";
   }
 }
@@ -121,7 +129,9 @@ bool CollSameOutputEverywhere(CollId coll) {
          coll == CollId::kBroadcast || coll == CollId::kRsAg;
 }
 
-bool CollHasInPlace(CollId coll) { return coll != CollId::kAlltoAll; }
+bool CollHasInPlace(CollId coll) {
+  return coll != CollId::kAlltoAll && coll != CollId::kAlltoAllv;
+}
 
 size_t OutputCount(CollId coll, const CollShape& shape, int rank, int root, int nranks) {
   switch (coll) {

@@ -32,6 +32,7 @@ struct CollShape {
 };
 
 // The shape for a message of `requested_bytes` (a size of the sweep) of `element_bytes` elements.
+// Alltoallv has none (all zero): its cases are sized by their routing (alltoallv_plan.h).
 CollShape ShapeFor(CollId coll, size_t requested_bytes, size_t element_bytes, int nranks);
 
 // busBW = algBW * BusFactor: the bandwidth each rank's links need, comparable across rank counts.

@@ -67,6 +67,44 @@ __global__ void ChecksumKernel(const uint8_t* bytes, size_t nbytes, unsigned lon
   WarpAtomicAdd(checksum, local_sum);
 }
 
+// AlltoAllv's rows: a block per row (grid-stride over rows), its threads over the row's elements,
+// so each row's id is read once per block.
+template <typename T>
+__global__ void FillRowsKernel(T* buffer, const int64_t* ids, size_t nrows, AlltoAllvRows rows) {
+  for (size_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+    const int64_t id = ids[r];
+    T* row = buffer + r * rows.hidden;
+    for (size_t c = threadIdx.x; c < rows.hidden; c += blockDim.x)
+      row[c] = AlltoAllvExpected<T>(rows, id, c);
+  }
+}
+
+template <typename T>
+__global__ void CountWrongRowsKernel(const T* buffer, const int64_t* ids, size_t nrows,
+                                     AlltoAllvRows rows, unsigned long long* wrong) {
+  unsigned long long local_wrong = 0;
+  for (size_t r = blockIdx.x; r < nrows; r += gridDim.x) {
+    const int64_t id = ids[r];
+    const T* row = buffer + r * rows.hidden;
+    for (size_t c = threadIdx.x; c < rows.hidden; c += blockDim.x)
+      if (BitsOf(row[c]) != BitsOf(AlltoAllvExpected<T>(rows, id, c))) ++local_wrong;
+  }
+  WarpAtomicAdd(wrong, local_wrong);
+}
+
+__global__ void CountWrongWordsKernel(const int64_t* got, const int64_t* expected, size_t n,
+                                      unsigned long long* wrong) {
+  size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  unsigned long long local_wrong = 0;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+    if (got[i] != expected[i]) ++local_wrong;
+  WarpAtomicAdd(wrong, local_wrong);
+}
+
+unsigned BlocksForRows(size_t nrows) {
+  return static_cast<unsigned>(std::max<size_t>(1, std::min(nrows, kMaxBlocks)));
+}
+
 // ---- The collectives ----------------------------------------------------------------------------
 
 LibraryCall ToLibraryCall(CollId kind, const RankCall& call) {
@@ -181,6 +219,36 @@ void CountWrong(const void* output, size_t elements, const DataSpec& spec,
 void PoisonBuffer(void* buffer, size_t bytes, cudaStream_t stream) {
   if (bytes == 0) return;
   YALI_PERF_CUDA(cudaMemsetAsync(buffer, 0xff, bytes, stream));
+}
+
+void FillRows(void* buffer, const int64_t* ids, size_t nrows, const AlltoAllvRows& rows,
+              cudaStream_t stream) {
+  if (nrows == 0 || rows.hidden == 0) return;
+  DispatchType(rows.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    FillRowsKernel<T><<<BlocksForRows(nrows), kThreadsPerBlock, 0, stream>>>(
+        static_cast<T*>(buffer), ids, nrows, rows);
+  });
+  YALI_PERF_CUDA(cudaGetLastError());
+}
+
+void CountWrongRows(const void* buffer, const int64_t* ids, size_t nrows, const AlltoAllvRows& rows,
+                    unsigned long long* wrong_counter, cudaStream_t stream) {
+  if (nrows == 0 || rows.hidden == 0) return;
+  DispatchType(rows.dtype, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    CountWrongRowsKernel<T><<<BlocksForRows(nrows), kThreadsPerBlock, 0, stream>>>(
+        static_cast<const T*>(buffer), ids, nrows, rows, wrong_counter);
+  });
+  YALI_PERF_CUDA(cudaGetLastError());
+}
+
+void CountWrongWords(const int64_t* got, const int64_t* expected, size_t n,
+                     unsigned long long* wrong_counter, cudaStream_t stream) {
+  if (n == 0) return;
+  CountWrongWordsKernel<<<BlocksFor(n), kThreadsPerBlock, 0, stream>>>(got, expected, n,
+                                                                       wrong_counter);
+  YALI_PERF_CUDA(cudaGetLastError());
 }
 
 void LaunchChecksum(const void* buffer, size_t bytes, unsigned long long* checksum,

@@ -89,6 +89,33 @@ void PoisonBuffer(void* buffer, size_t bytes, cudaStream_t stream);
 void LaunchChecksum(const void* buffer, size_t bytes, unsigned long long* checksum,
                     cudaStream_t stream);
 
+// ---- -C alltoallv's rows (alltoallv_plan.h) ----------------------------------------------------
+// A buffer of rows is described by a row id per position (device int64): RowId, or kNoRow where no
+// row belongs (padding, past the end), which must hold the poison.
+
+// What fixes the elements of every row of one case.
+struct AlltoAllvRows {
+  DType dtype = DType::kBfloat16;
+  size_t hidden = 0;         // elements per row
+  size_t rows_per_rank = 0;  // RoutingSpec::RowsPerRank: decodes a row id into (rank, row)
+  uint64_t seed = 0;         // RowSeed
+};
+
+// Writes `nrows` rows of rows.hidden elements into `buffer`, row r being the row ids[r] (all-ones
+// bytes for kNoRow).
+void FillRows(void* buffer, const int64_t* ids, size_t nrows, const AlltoAllvRows& rows,
+              cudaStream_t stream);
+
+// Adds to *wrong_counter the number of elements of the `nrows` rows of `buffer` that differ, bit
+// for bit, from what FillRows would write for `ids`.
+void CountWrongRows(const void* buffer, const int64_t* ids, size_t nrows, const AlltoAllvRows& rows,
+                    unsigned long long* wrong_counter, cudaStream_t stream);
+
+// Adds to *wrong_counter the number of the `n` int64 values at `got` that differ from `expected`
+// (both device memory): the count and offset outputs.
+void CountWrongWords(const int64_t* got, const int64_t* expected, size_t n,
+                     unsigned long long* wrong_counter, cudaStream_t stream);
+
 }  // namespace yali_perf
 
 #endif  // YALI_PERF_COLLECTIVES_H_

@@ -349,6 +349,37 @@ __host__ __device__ inline bool OutputElementOk(T out, size_t i, const CheckArgs
   return BitsOf(out) == BitsOf(StoredInput<T>(a.seed, source, index, a.op, a.nranks));
 }
 
+// ---- AlltoAllv rows (alltoallv_plan.h) ----------------------------------------------------------
+
+// All-ones bytes: the poison (PoisonBuffer), NaN in every floating type and never an input.
+template <typename T>
+__host__ __device__ inline T AllOnes() {
+  const typename BitsOfSize<sizeof(T)>::Type bits = ~typename BitsOfSize<sizeof(T)>::Type(0);
+  T value;
+  memcpy(&value, &bits, sizeof(T));
+  return value;
+}
+
+// Element `column` of the row with id `id` (alltoallv_plan.h: RowId): its sender's input (the
+// data-moving collectives' values, StoredInput) at (the row's place among its sender's rows) *
+// hidden + column, so that no two elements of the case share a position.
+template <typename T>
+__host__ __device__ inline T AlltoAllvElement(const AlltoAllvRows& rows, int64_t id,
+                                              size_t column) {
+  const uint64_t row = static_cast<uint64_t>(id);
+  const int source = static_cast<int>(row / rows.rows_per_rank);
+  const size_t index = (row % rows.rows_per_rank) * rows.hidden + column;
+  return StoredInput<T>(rows.seed, source, index, static_cast<int>(RedOp::kSum), 1);
+}
+
+// What a position of an output must hold: the row's element, or the poison where no row belongs
+// (id < 0: kNoRow). Bit for bit.
+template <typename T>
+__host__ __device__ inline T AlltoAllvExpected(const AlltoAllvRows& rows, int64_t id,
+                                               size_t column) {
+  return id < 0 ? AllOnes<T>() : AlltoAllvElement<T>(rows, id, column);
+}
+
 }  // namespace check
 }  // namespace yali_perf
 

@@ -43,39 +43,10 @@ double EventMicroseconds(cudaEvent_t start, cudaEvent_t end) {
   return 1000.0 * static_cast<double>(milliseconds);
 }
 
-// One call of the collective on every local rank, each of its phases grouped across the local
-// comms as NCCL requires for one thread driving several GPUs. Returns false, with the library's
-// message in *refusal, when every local rank's call was refused (nothing was launched). A call
-// refused on some local ranks only, or in a later phase after the earlier ones were launched,
-// leaves launched calls waiting for peers that never come: fatal.
-bool TryIssueAll(World& world, Backend& backend, const CaseSpec& spec, std::string* refusal) {
-  const Collective& collective = *spec.collective;
-  for (int phase = 0; phase < collective.phases; ++phase) {
-    size_t refused = 0;
-    backend.GroupStart();
-    for (size_t local = 0; local < world.local.size(); ++local) {
-      std::string message;
-      const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
-      if (!collective.issue(backend, static_cast<int>(local), call, phase,
-                            world.local[local].stream, &message)) {
-        if (refused++ == 0) *refusal = message;
-      }
-    }
-    backend.GroupEnd();
-    if (refused == 0) continue;
-    if (phase == 0 && refused == world.local.size()) return false;
-    Fatal(std::string(backend.Name()) + " refused " + CollName(collective.id) + " on " +
-          std::to_string(refused) + " of " + std::to_string(world.local.size()) +
-          " local rank(s)" + (phase > 0 ? " in phase " + std::to_string(phase + 1) : std::string()) +
-          " after launching it elsewhere (the launched calls cannot complete): " + *refusal);
-  }
-  return true;
-}
-
 // A call after the case's first: the library accepted the same call before.
-void IssueAll(World& world, Backend& backend, const CaseSpec& spec) {
+void IssueAll(World& world, Backend& backend, CaseCalls& calls) {
   std::string refusal;
-  if (!TryIssueAll(world, backend, spec, &refusal))
+  if (!calls.TryIssueAll(world, backend, &refusal))
     Fatal(std::string(backend.Name()) + " refused a call it accepted before: " + refusal);
 }
 
@@ -105,13 +76,11 @@ bool AnyRankRefused(World& world, bool refused_here, std::string* reason, bool* 
 
 // The library's dry run on every rank before anything is launched: a refusal anywhere skips the
 // case everywhere.
-bool PrecheckEverywhere(World& world, Backend& backend, const CaseSpec& spec,
-                        std::string* refusal) {
+bool PrecheckEverywhere(World& world, Backend& backend, CaseCalls& calls, std::string* refusal) {
   bool refused = false;
   for (size_t local = 0; local < world.local.size() && !refused; ++local) {
     YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
-    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
-    refused = !spec.collective->precheck(backend, static_cast<int>(local), call, refusal);
+    refused = !calls.Precheck(world, backend, static_cast<int>(local), refusal);
   }
   bool everywhere = false;
   return !AnyRankRefused(world, refused, refusal, &everywhere, "the library's precheck");
@@ -120,13 +89,13 @@ bool PrecheckEverywhere(World& world, Backend& backend, const CaseSpec& spec,
 // The case's first call: the library may still refuse it (a refusal its precheck did not
 // foresee). Refused on every rank: nothing ran, the case is skipped. Refused on some ranks only:
 // the others' calls can never complete, so this is fatal on every rank.
-bool FirstIssueAll(World& world, Backend& backend, const CaseSpec& spec, std::string* refusal) {
-  const bool refused = !TryIssueAll(world, backend, spec, refusal);
+bool FirstIssueAll(World& world, Backend& backend, CaseCalls& calls, std::string* refusal) {
+  const bool refused = !calls.TryIssueAll(world, backend, refusal);
   bool everywhere = false;
   if (!AnyRankRefused(world, refused, refusal, &everywhere, "the first call's refusal"))
     return true;
   if (!everywhere)
-    Fatal(std::string(backend.Name()) + " refused " + CollName(spec.collective->id) +
+    Fatal(std::string(backend.Name()) + " refused " + calls.Name() +
           " on some ranks and launched it on others: " + *refusal);
   return false;
 }
@@ -136,69 +105,30 @@ void RecordOnAll(World& world, size_t event_index) {
     YALI_PERF_CUDA(cudaEventRecord(slot.events[event_index], slot.stream));
 }
 
-DataSpec MakeDataSpec(const World& world, const Backend& backend, const CaseSpec& spec,
-                      const RankSlot& slot) {
-  DataSpec data;
-  data.coll = spec.collective->id;
-  data.dtype = spec.dtype;
-  data.op = spec.op;
-  data.count = spec.shape.count;
-  data.seed = spec.seed;
-  data.rank = slot.rank;
-  data.nranks = world.nranks;
-  data.root = spec.root;
-  data.accumulation_eps = backend.AccumulationEpsilon(spec.dtype);
-  return data;
-}
-
-// Elements of local rank `local`'s output that the case writes (0 off the root of reduce and
-// gather).
-size_t OutputElements(const World& world, const CaseSpec& spec, const RankSlot& slot) {
-  return OutputCount(spec.collective->id, spec.shape, slot.rank, spec.root, world.nranks);
-}
-
-// Fills every local rank's input; with `poison`, first sets the output to all-ones bytes (NaN in
-// the floating types) so that elements the collective never writes are counted as wrong. In place
-// the input is written after the poison, over the part of the output it shares.
-void PrepareBuffers(World& world, const Backend& backend, const CaseSpec& spec, bool poison) {
-  const size_t element_bytes = ElementSize(spec.dtype);
+// Every local rank's buffers, each on its own stream (CaseCalls::Prepare).
+void PrepareBuffers(World& world, Backend& backend, CaseCalls& calls, bool poison) {
   for (size_t local = 0; local < world.local.size(); ++local) {
-    RankSlot& slot = world.local[local];
-    YALI_PERF_CUDA(cudaSetDevice(slot.device));
-    const DataSpec data = MakeDataSpec(world, backend, spec, slot);
-    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
-    if (poison)
-      PoisonBuffer(call.recv, OutputElements(world, spec, slot) * element_bytes, slot.stream);
-    // Every rank's input is filled, the root's and the others' alike: a library that reads a
-    // non-root's buffer for the root's data gets other values.
-    FillInput(const_cast<void*>(call.send), spec.shape.send_count, data, slot.stream);
+    YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
+    calls.Prepare(world, backend, static_cast<int>(local), poison);
   }
 }
 
 // One untimed call on freshly filled buffers (the case's first: the library may refuse it), then
 // each rank counts its wrong elements and hashes its output. False, with *refusal, when the call
 // was refused on every rank.
-bool CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
+bool CheckedRun(World& world, Backend& backend, CaseCalls& calls,
                 std::vector<RankMeasurement>* measurements, std::string* refusal) {
-  PrepareBuffers(world, backend, spec, /*poison=*/true);
+  PrepareBuffers(world, backend, calls, /*poison=*/true);
   WaitForStreams(world, nullptr, "filling the inputs");
   HostBarrier(world, "before the checked run");
-  if (!FirstIssueAll(world, backend, spec, refusal)) return false;
+  if (!FirstIssueAll(world, backend, calls, refusal)) return false;
   WaitForStreams(world, &backend, "the checked run");
-  const size_t element_bytes = ElementSize(spec.dtype);
   std::vector<unsigned long long> host_counters(2 * world.local.size(), 0);
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaMemsetAsync(slot.counters, 0, 2 * sizeof(unsigned long long), slot.stream));
-    const DataSpec data = MakeDataSpec(world, backend, spec, slot);
-    const RankCall call = CaseRankCall(world, spec, static_cast<int>(local));
-    const size_t elements = OutputElements(world, spec, slot);
-    CountWrong(call.recv, elements, data, &slot.counters[0], slot.stream);
-    // Only where every rank's output should be the same bits; elsewhere the checksum stays 0 on
-    // every rank, which compares equal.
-    if (CollSameOutputEverywhere(spec.collective->id))
-      LaunchChecksum(call.recv, elements * element_bytes, &slot.counters[1], slot.stream);
+    calls.Check(world, backend, static_cast<int>(local), slot.counters);
     YALI_PERF_CUDA(cudaMemcpyAsync(&host_counters[2 * local], slot.counters,
                                    2 * sizeof(unsigned long long), cudaMemcpyDeviceToHost,
                                    slot.stream));
@@ -211,8 +141,8 @@ bool CheckedRun(World& world, Backend& backend, const CaseSpec& spec,
   return true;
 }
 
-void Warmup(World& world, Backend& backend, const CaseSpec& spec, int iterations) {
-  for (int i = 0; i < iterations; ++i) IssueAll(world, backend, spec);
+void Warmup(World& world, Backend& backend, CaseCalls& calls, int iterations) {
+  for (int i = 0; i < iterations; ++i) IssueAll(world, backend, calls);
   WaitForStreams(world, &backend, "the warmup iterations");
 }
 
@@ -246,23 +176,23 @@ double AgreedSecondsPerCall(World& world, double mine) {
 // time per call (all but the last settle the case's first-call set-up; the last is timed alone,
 // on the host clock, GPUs idle before and after), the ranks agree on the estimate, and the rest
 // of the warmup and the timed iterations are sized from it.
-CallCounts WarmUpAndDecideCounts(World& world, Backend& backend, const CaseSpec& spec,
+CallCounts WarmUpAndDecideCounts(World& world, Backend& backend, CaseCalls& calls,
                                   const TimingOptions& options) {
   static_assert(kTimeLimitProbeCalls >= 2, "one settling call, then one timed call");
   HostBarrier(world, "before the warmup");
   if (!(options.max_case_seconds > 0)) {
-    Warmup(world, backend, spec, options.warmup);
+    Warmup(world, backend, calls, options.warmup);
     return CallCounts{options.iters, options.warmup};
   }
-  Warmup(world, backend, spec, kTimeLimitProbeCalls - 1);
+  Warmup(world, backend, calls, kTimeLimitProbeCalls - 1);
   Clock::time_point start = Clock::now();
-  IssueAll(world, backend, spec);
+  IssueAll(world, backend, calls);
   WaitForStreams(world, &backend, "the call that times the case");
   double mine = std::chrono::duration<double>(Clock::now() - start).count();
   CallCounts counts = CallCountsWithinTimeLimit(
       options.iters, options.warmup, options.max_case_seconds, AgreedSecondsPerCall(world, mine),
       CallsPerIteration(options.mode, options.graph_launches));
-  Warmup(world, backend, spec, counts.warmup - kTimeLimitProbeCalls);
+  Warmup(world, backend, calls, counts.warmup - kTimeLimitProbeCalls);
   return counts;
 }
 
@@ -293,14 +223,14 @@ std::vector<double> GroupSamples(const RankSlot& slot, int iterations, int group
 // else enqueued between them; that block gives the reported time. A second block of -n calls with
 // an event between consecutive calls gives the per-iteration distribution (its extra event
 // records cost host time per call, so it never feeds the headline figure).
-void TimeWithEvents(World& world, Backend& backend, const CaseSpec& spec,
+void TimeWithEvents(World& world, Backend& backend, CaseCalls& calls,
                     const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
   const int group = IterationsPerSample(options.iters);
   const int nevents = std::max(2, (options.iters + group - 1) / group + 1);
   for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
 
   RecordOnAll(world, 0);
-  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
+  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, calls);
   RecordOnAll(world, 1);
   WaitForStreams(world, &backend, "the timed iterations");
   for (size_t local = 0; local < world.local.size(); ++local) {
@@ -311,7 +241,7 @@ void TimeWithEvents(World& world, Backend& backend, const CaseSpec& spec,
   RecordOnAll(world, 0);
   int recorded = 1;
   for (int i = 0; i < options.iters; ++i) {
-    IssueAll(world, backend, spec);
+    IssueAll(world, backend, calls);
     if ((i + 1) % group == 0 || i + 1 == options.iters) RecordOnAll(world, recorded++);
   }
   WaitForStreams(world, &backend, "the per-iteration samples");
@@ -320,7 +250,7 @@ void TimeWithEvents(World& world, Backend& backend, const CaseSpec& spec,
 }
 
 // The -n calls of each rank captured into one CUDA graph, launched -G times between events.
-void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
+void TimeWithGraph(World& world, Backend& backend, CaseCalls& calls,
                    const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
   const int launches = std::max(1, options.graph_launches);
   const int group = IterationsPerSample(launches);
@@ -335,7 +265,7 @@ void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
   }
-  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
+  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, calls);
   std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
@@ -361,11 +291,11 @@ void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
   }
   WaitForStreams(world, &backend, "the timed graph launches");
 
-  const double calls = static_cast<double>(options.iters) * launches;
+  const double timed_calls = static_cast<double>(options.iters) * launches;
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
     RankMeasurement& m = (*measurements)[local];
-    m.time_us = EventMicroseconds(slot.events[0], slot.events[nevents - 1]) / calls;
+    m.time_us = EventMicroseconds(slot.events[0], slot.events[nevents - 1]) / timed_calls;
     m.samples_us = GroupSamples(slot, launches, group, options.iters);
     YALI_PERF_CUDA(cudaSetDevice(slot.device));
     YALI_PERF_CUDA(cudaGraphExecDestroy(executables[local]));
@@ -373,11 +303,11 @@ void TimeWithGraph(World& world, Backend& backend, const CaseSpec& spec,
 }
 
 // Host clock around -n back-to-back calls, all local GPUs idle before and after.
-void TimeWithHostThroughput(World& world, Backend& backend, const CaseSpec& spec,
+void TimeWithHostThroughput(World& world, Backend& backend, CaseCalls& calls,
                             const TimingOptions& options,
                             std::vector<RankMeasurement>* measurements) {
   Clock::time_point start = Clock::now();
-  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, spec);
+  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, calls);
   WaitForStreams(world, &backend, "the timed iterations");
   double per_call = MicrosecondsBetween(start, Clock::now()) / options.iters;
   for (RankMeasurement& m : *measurements) {
@@ -388,13 +318,13 @@ void TimeWithHostThroughput(World& world, Backend& backend, const CaseSpec& spec
 
 // Host clock around each call, waiting for it to finish before issuing the next: the latency an
 // application sees when it needs the result right away.
-void TimeWithHostLatency(World& world, Backend& backend, const CaseSpec& spec,
+void TimeWithHostLatency(World& world, Backend& backend, CaseCalls& calls,
                          const TimingOptions& options, std::vector<RankMeasurement>* measurements) {
   std::vector<double> samples(options.iters);
   double total = 0;
   for (int i = 0; i < options.iters; ++i) {
     Clock::time_point start = Clock::now();
-    IssueAll(world, backend, spec);
+    IssueAll(world, backend, calls);
     WaitForStreams(world, &backend, "a timed call");
     samples[i] = MicrosecondsBetween(start, Clock::now());
     total += samples[i];
@@ -501,6 +431,121 @@ CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& 
 
 }  // namespace
 
+namespace {
+
+// The nccl-tests collectives (collectives.h) as a case. Each phase of a collective's calls is
+// grouped across the local comms; a refusal in a later phase, after the earlier ones were
+// launched, leaves those waiting for peers that never come: fatal.
+class CollectiveCalls final : public CaseCalls {
+ public:
+  explicit CollectiveCalls(const CaseSpec& spec) : spec_(spec) {}
+
+  std::string Name() const override { return CollName(spec_.collective->id); }
+
+  bool Precheck(World& world, Backend& backend, int local, std::string* refusal) override {
+    return spec_.collective->precheck(backend, local, CaseRankCall(world, spec_, local), refusal);
+  }
+
+  bool TryIssueAll(World& world, Backend& backend, std::string* refusal) override {
+    const Collective& collective = *spec_.collective;
+    for (int phase = 0; phase < collective.phases; ++phase) {
+      const size_t refused = IssueGrouped(
+          world, backend,
+          [&](int local, std::string* message) {
+            return collective.issue(backend, local, CaseRankCall(world, spec_, local), phase,
+                                    world.local[local].stream, message);
+          },
+          refusal);
+      if (refused == 0) continue;
+      if (phase == 0 && refused == world.local.size()) return false;
+      Fatal(std::string(backend.Name()) + " refused " + CollName(collective.id) + " on " +
+            std::to_string(refused) + " of " + std::to_string(world.local.size()) +
+            " local rank(s)" +
+            (phase > 0 ? " in phase " + std::to_string(phase + 1) : std::string()) +
+            " after launching it elsewhere (the launched calls cannot complete): " + *refusal);
+    }
+    return true;
+  }
+
+  // In place the input is written after the poison, over the part of the output it shares.
+  void Prepare(World& world, Backend& backend, int local, bool poison) override {
+    const RankSlot& slot = world.local[local];
+    const RankCall call = CaseRankCall(world, spec_, local);
+    if (poison)
+      PoisonBuffer(call.recv, OutputElements(world, slot) * ElementSize(spec_.dtype), slot.stream);
+    // Every rank's input is filled, the root's and the others' alike: a library that reads a
+    // non-root's buffer for the root's data gets other values.
+    FillInput(const_cast<void*>(call.send), spec_.shape.send_count,
+              MakeDataSpec(world, backend, slot), slot.stream);
+  }
+
+  void Check(World& world, Backend& backend, int local, unsigned long long* counters) override {
+    const RankSlot& slot = world.local[local];
+    const RankCall call = CaseRankCall(world, spec_, local);
+    const size_t elements = OutputElements(world, slot);
+    CountWrong(call.recv, elements, MakeDataSpec(world, backend, slot), &counters[0], slot.stream);
+    // Only where every rank's output should be the same bits; elsewhere the checksum stays 0 on
+    // every rank, which compares equal.
+    if (CollSameOutputEverywhere(spec_.collective->id))
+      LaunchChecksum(call.recv, elements * ElementSize(spec_.dtype), &counters[1], slot.stream);
+  }
+
+ private:
+  DataSpec MakeDataSpec(const World& world, const Backend& backend, const RankSlot& slot) const {
+    DataSpec data;
+    data.coll = spec_.collective->id;
+    data.dtype = spec_.dtype;
+    data.op = spec_.op;
+    data.count = spec_.shape.count;
+    data.seed = spec_.seed;
+    data.rank = slot.rank;
+    data.nranks = world.nranks;
+    data.root = spec_.root;
+    data.accumulation_eps = backend.AccumulationEpsilon(spec_.dtype);
+    return data;
+  }
+
+  // Elements of the rank's output that the case writes (0 off the root of reduce and gather).
+  size_t OutputElements(const World& world, const RankSlot& slot) const {
+    return OutputCount(spec_.collective->id, spec_.shape, slot.rank, spec_.root, world.nranks);
+  }
+
+  const CaseSpec spec_;
+};
+
+}  // namespace
+
+TimingOptions TimingOptionsFor(const PerfArgs& args) {
+  TimingOptions timing;
+  timing.mode = args.timing;
+  timing.iters = args.iters;
+  timing.warmup = args.warmup;
+  timing.graph_launches = args.graph_launches;
+  timing.average = args.average;
+  timing.check = args.check;
+  timing.max_case_seconds = args.max_case_seconds;
+  return timing;
+}
+
+size_t IssueGrouped(World& world, Backend& backend,
+                    const std::function<bool(int local, std::string* refusal)>& issue,
+                    std::string* refusal) {
+  size_t refused = 0;
+  backend.GroupStart();
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    std::string message;
+    if (!issue(static_cast<int>(local), &message) && refused++ == 0) *refusal = message;
+  }
+  backend.GroupEnd();
+  return refused;
+}
+
+CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
+                   const TimingOptions& options) {
+  CollectiveCalls calls(spec);
+  return RunCase(world, backend, calls, options);
+}
+
 RankCall CaseRankCall(const World& world, const CaseSpec& spec, int local) {
   const RankSlot& slot = world.local[local];
   const size_t element_bytes = ElementSize(spec.dtype);
@@ -588,39 +633,41 @@ void RegisterBuffers(World& world, Backend& backend) {
   backend.RegisterBuffers(buffers, world.buffer_bytes);
 }
 
-CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
+CaseResult RunCase(World& world, Backend& backend, CaseCalls& calls,
                    const TimingOptions& options) {
   std::vector<RankMeasurement> mine(world.local.size());
   for (size_t local = 0; local < world.local.size(); ++local) mine[local].rank = world.local[local].rank;
 
   CaseResult skipped;
   skipped.skipped = true;
-  if (!PrecheckEverywhere(world, backend, spec, &skipped.skip_reason)) return skipped;
+  if (!PrecheckEverywhere(world, backend, calls, &skipped.skip_reason)) return skipped;
   if (options.check) {
-    if (!CheckedRun(world, backend, spec, &mine, &skipped.skip_reason)) return skipped;
+    if (!CheckedRun(world, backend, calls, &mine, &skipped.skip_reason)) return skipped;
   } else {
     // Defined data even when unchecked, so that no timing runs on NaNs or denormals by accident.
-    PrepareBuffers(world, backend, spec, /*poison=*/false);
+    PrepareBuffers(world, backend, calls, /*poison=*/false);
     WaitForStreams(world, nullptr, "filling the inputs");
     // The case's first call, where a refusal is still a skipped result rather than a failure:
     // one untimed call more than -w asks for.
     HostBarrier(world, "before the first call");
-    if (!FirstIssueAll(world, backend, spec, &skipped.skip_reason)) return skipped;
+    if (!FirstIssueAll(world, backend, calls, &skipped.skip_reason)) return skipped;
     WaitForStreams(world, &backend, "the first call");
   }
   // Plain warmup calls first, in every mode: a library that sets things up lazily on its first
   // call must not do that inside a graph capture.
-  const CallCounts counts = WarmUpAndDecideCounts(world, backend, spec, options);
+  const CallCounts counts = WarmUpAndDecideCounts(world, backend, calls, options);
   TimingOptions sized = options;
   sized.iters = counts.iters;
   sized.warmup = counts.warmup;
   // The timed iterations run on whatever the checked run left in the buffers: refilling between
   // iterations would time the fill too.
   switch (sized.mode) {
-    case TimingMode::kEvents: TimeWithEvents(world, backend, spec, sized, &mine); break;
-    case TimingMode::kGraph: TimeWithGraph(world, backend, spec, sized, &mine); break;
-    case TimingMode::kThroughput: TimeWithHostThroughput(world, backend, spec, sized, &mine); break;
-    case TimingMode::kLatency: TimeWithHostLatency(world, backend, spec, sized, &mine); break;
+    case TimingMode::kEvents: TimeWithEvents(world, backend, calls, sized, &mine); break;
+    case TimingMode::kGraph: TimeWithGraph(world, backend, calls, sized, &mine); break;
+    case TimingMode::kThroughput:
+      TimeWithHostThroughput(world, backend, calls, sized, &mine);
+      break;
+    case TimingMode::kLatency: TimeWithHostLatency(world, backend, calls, sized, &mine); break;
   }
   CaseResult result = Reduce(GatherMeasurements(world, mine), sized);
   result.counts = counts;

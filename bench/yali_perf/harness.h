@@ -1,11 +1,13 @@
-// The timing loops: one case (collective, dtype, op, root, size, placement) on one backend, timed
-// the same way for every library and collective, checked, and reduced over ranks.
+// The timing loops: one case (collective, dtype, op, root, size, placement; or one column of a
+// -C alltoallv line: CaseCalls) on one backend, timed the same way for every library and
+// collective, checked, and reduced over ranks.
 #ifndef YALI_PERF_HARNESS_H_
 #define YALI_PERF_HARNESS_H_
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -48,6 +50,9 @@ struct TimingOptions {
   double max_case_seconds = 0;
 };
 
+// The options as the command line gives them (-n, -w, -G, -a, -c, --timing, --max-case-time).
+TimingOptions TimingOptionsFor(const PerfArgs& args);
+
 struct CaseSpec {
   const Collective* collective = nullptr;
   DType dtype = DType::kFloat;
@@ -78,6 +83,41 @@ struct CaseResult {
   CallCounts counts;
 };
 
+// One case as the timing loops drive it: the calls it makes on every local rank, the buffers it
+// fills before them and the check after its first call. RunCase(CaseSpec) wraps the nccl-tests
+// collectives (collectives.h) into one; -C alltoallv brings its own (alltoallv.cc), so that every
+// collective is warmed up, timed, checked and reduced over ranks by the same loops.
+class CaseCalls {
+ public:
+  virtual ~CaseCalls() = default;
+
+  // What failure messages call the case: "allreduce", "alltoallv dispatch".
+  virtual std::string Name() const = 0;
+  // Backend::Precheck of every call local rank `local` would make: false, with *refusal, when the
+  // library says it would refuse one. Launches nothing.
+  virtual bool Precheck(World& world, Backend& backend, int local, std::string* refusal) = 0;
+  // One call of the case on every local rank, each library call grouped across the local comms
+  // (IssueGrouped). False, with *refusal, when every local rank's call was refused and nothing
+  // launched is left waiting for a peer; a refusal that would leave launched calls waiting is
+  // fatal here.
+  virtual bool TryIssueAll(World& world, Backend& backend, std::string* refusal) = 0;
+  // Enqueues on local rank `local`'s stream (its device is current): with `poison`, all-ones bytes
+  // over everything the case's call writes, so that what it fails to write counts as wrong; then
+  // the inputs.
+  virtual void Prepare(World& world, Backend& backend, int local, bool poison) = 0;
+  // Enqueues on the same stream, after the checked call: the number of local rank `local`'s wrong
+  // output elements added to counters[0] and, where every rank's output must be the same bits, a
+  // checksum of its output added to counters[1] (device memory, both zeroed before).
+  virtual void Check(World& world, Backend& backend, int local, unsigned long long* counters) = 0;
+};
+
+// Calls issue(local, &message) for every local rank between backend.GroupStart() and GroupEnd(),
+// as one thread driving several GPUs must. Returns how many local ranks refused; *refusal is the
+// first refusal's message.
+size_t IssueGrouped(World& world, Backend& backend,
+                    const std::function<bool(int local, std::string* refusal)>& issue,
+                    std::string* refusal);
+
 // Creates `backend`'s comms for `world`: all at once in a single process, or rank by rank with an
 // id that rank 0 creates and the exchange hands to every process (so everything rank 0 did before
 // the call, such as writing a file the library reads at creation, is done before any peer starts).
@@ -94,6 +134,8 @@ void RegisterBuffers(World& world, Backend& backend);
 // they agree on whether the library refuses the case (Backend::Precheck on every rank), and on
 // whether it refused the first call itself: a refusal on every rank is a skipped result; a call
 // refused on some ranks and launched on others can never complete and is fatal.
+CaseResult RunCase(World& world, Backend& backend, CaseCalls& calls, const TimingOptions& options);
+// RunCase of one of the nccl-tests collectives.
 CaseResult RunCase(World& world, Backend& backend, const CaseSpec& spec,
                    const TimingOptions& options);
 

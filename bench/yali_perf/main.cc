@@ -12,6 +12,8 @@
 // message that fits.
 // With --tune, the same set-up (YALI only), then tune.cc measures YALI's crossovers instead of the
 // sweep and writes a tuning table.
+// With -C alltoallv, the same set-up with buffers sized for its largest case, then alltoallv.cc
+// runs its cases (sized in tokens) instead of the sweep, with a table and JSON of its own.
 #include <unistd.h>
 #include <yali/yali.h>
 
@@ -30,6 +32,8 @@
 #include <thread>
 #include <vector>
 
+#include "alltoallv.h"
+#include "alltoallv_report.h"
 #include "backend.h"
 #include "coll_shape.h"
 #include "collectives.h"
@@ -476,6 +480,23 @@ void Prewarm(World& world, std::vector<ImplRun>& impls, const PerfArgs& args) {
   world.buffer_bytes = 0;
 }
 
+// The orderly end of a run: registrations, comms, buffers, the rendezvous.
+void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, bool multi,
+            HostExchange& exchange) {
+  // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
+  // ranks start it together (rank 0 has just written the report).
+  if (args.registered) {
+    HostBarrier(world, "before deregistering the buffers");
+    for (ImplRun& impl : impls) impl.backend->DeregisterBuffers();
+  }
+  for (ImplRun& impl : impls) impl.backend->DestroyAll();
+  FreeBuffers(world);
+  if (multi) {
+    std::string error;
+    if (!exchange.Close(&error)) Fatal("closing the rendezvous: " + error);
+  }
+}
+
 int Run(const Options& options) {
   const PerfArgs& args = options.args;
   const bool multi = options.launch.under_launcher && options.launch.size > 1;
@@ -532,6 +553,12 @@ int Run(const Options& options) {
     }
   }
   const bool printer = world.local[0].rank == 0;
+
+  const bool alltoallv = RunsAlltoAllv(args);
+  if (alltoallv) {
+    std::string error;
+    if (!CheckAlltoAllvWorld(args.alltoallv, world.nranks, &error)) Fatal(error);
+  }
 
   bool any_rooted = false;
   for (CollId coll : args.collectives) any_rooted = any_rooted || CollHasRoot(coll);
@@ -592,7 +619,9 @@ int Run(const Options& options) {
 
   std::vector<size_t> sizes;
   BufferPlan buffers;
-  if (args.max_bytes_auto) {
+  if (alltoallv) {
+    buffers = AllocateBuffers(world, AlltoAllvBufferBytes(args, world.nranks), /*fill=*/false);
+  } else if (args.max_bytes_auto) {
     Prewarm(world, impls, args);
     buffers = AllocateBuffers(world, 0, /*fill=*/true);
     sizes = SizeSweepUpTo(args, world.buffer_bytes);
@@ -618,8 +647,12 @@ int Run(const Options& options) {
 
   if (printer) {
     std::printf("# yali-perf: %s\n", options.command.c_str());
-    for (CollId coll : args.collectives)
-      std::printf("# collective %s: busbw = algbw * %s\n", CollName(coll), BusFactorText(coll));
+    if (alltoallv) {
+      std::fputs(AlltoAllvPreamble(args, world.nranks).c_str(), stdout);
+    } else {
+      for (CollId coll : args.collectives)
+        std::printf("# collective %s: busbw = algbw * %s\n", CollName(coll), BusFactorText(coll));
+    }
     if (any_rooted)
       std::printf("# root: %s (-r)\n",
                   args.root == kEveryRoot ? "every rank in turn" : std::to_string(args.root).c_str());
@@ -645,11 +678,15 @@ int Run(const Options& options) {
     }
     std::printf("# %s\n", options.nvls_note.c_str());
     std::printf("# timing %s\n", TimingDescription(args).c_str());
-    std::printf("# check: %s\n",
-                args.check ? "on (-c 1): #wrong = elements outside tolerance of a float64 "
-                             "reference (exact for integers and data movement), summed over "
-                             "ranks, + ranks whose output differs bitwise from rank 0's"
-                           : "off (-c 0)");
+    const char* check_text =
+        alltoallv ? "on (-c 1): outputs poisoned before each checked call; #wrong = elements of "
+                    "the output rows that differ bit for bit from the row of (source rank, "
+                    "token, choice), + positions no row belongs to (padding, past the end) "
+                    "that were written, + count and offset outputs that differ, summed over ranks"
+                  : "on (-c 1): #wrong = elements outside tolerance of a float64 reference "
+                    "(exact for integers and data movement), summed over ranks, + ranks whose "
+                    "output differs bitwise from rank 0's";
+    std::printf("# check: %s\n", args.check ? check_text : "off (-c 0)");
     if (args.max_bytes_auto) {
       std::printf("# -e max: buffers sized from the free memory (least per rank: %zu B), %zu B "
                   "left free per GPU for the libraries%s; every collective ran once at 4K and "
@@ -663,18 +700,28 @@ int Run(const Options& options) {
                 args.registered ? "registered with each library (-R 1: yaliCommRegister, "
                                   "ncclCommRegister)"
                                 : "not registered (-R 0)");
-    std::fputs(TableHeader().c_str(), stdout);
+    std::fputs(alltoallv ? VarTableHeader().c_str() : TableHeader().c_str(), stdout);
     std::fflush(stdout);
   }
 
-  TimingOptions timing;
-  timing.mode = args.timing;
-  timing.iters = args.iters;
-  timing.warmup = args.warmup;
-  timing.graph_launches = args.graph_launches;
-  timing.average = args.average;
-  timing.check = args.check;
-  timing.max_case_seconds = args.max_case_seconds;
+  if (alltoallv) {
+    std::vector<Backend*> backends;
+    for (ImplRun& impl : impls) backends.push_back(impl.backend.get());
+    std::map<std::string, std::string> absent;
+    if (!args.run_yali) absent["yali"] = "not run (--impl)";
+    if (!args.run_nccl) {
+      absent["nccl"] = "not run (--impl)";
+    } else if (ncclSitsOut) {
+      absent["nccl"] = "not run: ranks share a GPU";
+    } else if (nccl_version < 0) {
+      absent["nccl"] = "NCCL baseline not built: " + nccl_missing;
+    }
+    const uint64_t wrong = RunAlltoAllv(world, backends, absent, args, info, printer);
+    EndRun(world, impls, args, multi, exchange);
+    return wrong == 0 ? 0 : 1;
+  }
+
+  const TimingOptions timing = TimingOptionsFor(args);
 
   const bool run_out_of_place = args.placements != PlacementSet::kInPlace;
   const bool run_in_place = args.placements != PlacementSet::kOutOfPlace;
@@ -957,18 +1004,7 @@ int Run(const Options& options) {
     }
   }
 
-  // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
-  // ranks start it together (rank 0 has just written the report).
-  if (args.registered) {
-    HostBarrier(world, "before deregistering the buffers");
-    for (ImplRun& impl : impls) impl.backend->DeregisterBuffers();
-  }
-  for (ImplRun& impl : impls) impl.backend->DestroyAll();
-  FreeBuffers(world);
-  if (multi) {
-    std::string error;
-    if (!exchange.Close(&error)) Fatal("closing the rendezvous: " + error);
-  }
+  EndRun(world, impls, args, multi, exchange);
   return total_wrong == 0 ? 0 : 1;
 }
 

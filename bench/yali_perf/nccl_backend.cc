@@ -174,6 +174,8 @@ class NcclBackend final : public Backend {
 #endif
       case CollId::kRsAg:
         Fatal("internal: rs_ag is not one library call");
+      case CollId::kAlltoAllv:
+        Fatal("internal: alltoallv is issued through IssueVar");
     }
     if (result == ncclSuccess) return true;
     if (result == ncclInvalidArgument) {
@@ -182,6 +184,47 @@ class NcclBackend final : public Backend {
       return false;
     }
     Check(result, CallText(function, call, local), comm);
+    return true;
+  }
+
+  // NCCL's AlltoAllv is point-to-point: the host-count form as torch's all_to_all_single issues
+  // it (torch/csrc/cuda/nccl.cpp, all2all_single_unequal_split): one group with an ncclSend and an
+  // ncclRecv per peer, the peers with a zero count left out, displacements packed. The other forms
+  // have no NCCL counterpart.
+  bool IssueVar(int local, const VarCall& call, cudaStream_t stream,
+                std::string* refusal) override {
+    ncclDataType_t type = ncclFloat32;
+    if (call.form != VarForm::kHostCounts || !ToNccl(call.dtype, &type)) {
+      *refusal = call.form != VarForm::kHostCounts
+                     ? std::string("NCCL has no AlltoAllv form ") + VarFormName(call.form)
+                     : std::string("this yali-perf was built against NCCL ") +
+                           std::to_string(NCCL_VERSION_CODE) + ", which has no " +
+                           DTypeName(call.dtype) + " (NCCL 2.24 or later)";
+      refused_in_group_ = true;
+      return false;
+    }
+    ncclComm_t comm = comms_[local];
+    const size_t element_bytes = ElementSize(call.dtype);
+    const char* send = static_cast<const char*>(call.send);
+    char* recv = static_cast<char*>(call.recv);
+    size_t send_offset = 0;
+    size_t recv_offset = 0;
+    const std::string what = "ncclSend/ncclRecv (" + std::string(DTypeName(call.dtype)) +
+                             ", local comm " + std::to_string(local) + ")";
+    Check(ncclGroupStart(), "ncclGroupStart", comm);
+    for (int peer = 0; peer < call.nranks; ++peer) {
+      if (call.send_counts[peer] != 0)
+        Check(ncclSend(send + send_offset * element_bytes, call.send_counts[peer], type, peer, comm,
+                       stream),
+              what, comm);
+      if (call.recv_counts[peer] != 0)
+        Check(ncclRecv(recv + recv_offset * element_bytes, call.recv_counts[peer], type, peer, comm,
+                       stream),
+              what, comm);
+      send_offset += call.send_counts[peer];
+      recv_offset += call.recv_counts[peer];
+    }
+    Check(ncclGroupEnd(), "ncclGroupEnd", comm);
     return true;
   }
 

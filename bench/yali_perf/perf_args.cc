@@ -33,8 +33,27 @@ constexpr OptionSpec kOptions[] = {
     {0, "repeat", nullptr, true},           {0, "max-case-time", nullptr, true},
     {0, "tune", nullptr, false},            {0, "tune-out", nullptr, true},
     {'C', "coll", "collective", true},     {'r', "root", nullptr, true},
+    // -C alltoallv's shape (AlltoAllvArgs); kAlltoAllvOptions below names them.
+    {0, "tokens", nullptr, true},           {0, "hidden", nullptr, true},
+    {0, "topk", nullptr, true},             {0, "experts", nullptr, true},
+    {0, "dist", nullptr, true},             {0, "zipf-s", nullptr, true},
+    {0, "hot-share", nullptr, true},        {0, "align", nullptr, true},
+    {0, "seed", nullptr, true},
     {'h', "help", nullptr, false},
 };
+
+// The options that only -C alltoallv reads.
+constexpr const char* kAlltoAllvOptions[] = {"tokens", "dist",      "hidden", "topk", "experts",
+                                             "zipf-s", "hot-share", "align",  "seed"};
+
+// Bounds of --tokens (per rank), --align and --hidden: far beyond any MoE layer, small enough that
+// the host can hold the reference (every process keeps the ids of every rank's rows: 8 bytes per
+// row, tokens x topk x nranks rows) and that sizes stay well inside 64 bits.
+constexpr size_t kMaxTokens = size_t(1) << 20;
+constexpr size_t kMaxHidden = size_t(1) << 24;
+// The library's limits on experts (yali.h: YALI_MAX_EXPERTS); the benchmark refuses more up
+// front rather than time a refusal.
+constexpr long kMaxExperts = 1024;
 
 const OptionSpec* FindShort(char c) {
   for (const OptionSpec& spec : kOptions)
@@ -150,7 +169,7 @@ bool ParseCollList(const std::string& text, std::vector<CollId>* collectives) {
     }
     if (name == "bcast") name = "broadcast";
     bool found = false;
-    for (CollId coll : AllCollectives()) {
+    for (CollId coll : NamedCollectives()) {
       std::string known;
       for (const char* c = CollName(coll); *c != '\0'; ++c)
         if (*c != '_') known += *c;
@@ -189,6 +208,42 @@ bool ParseOpList(const std::string& text, std::vector<RedOp>* ops) {
   }
   if (parsed.empty()) return false;
   *ops = parsed;
+  return true;
+}
+
+// --tokens: a comma list of counts (4096, 4K) and ranges A:B, which double from A up to B (like
+// the size sweep's -f 2).
+bool ParseTokenList(const std::string& text, std::vector<size_t>* tokens) {
+  std::vector<size_t> parsed;
+  for (const std::string& item : SplitCommas(text)) {
+    const size_t colon = item.find(':');
+    size_t first = 0;
+    size_t last = 0;
+    if (!ParseSize(item.substr(0, colon), &first)) return false;
+    last = first;
+    if (colon != std::string::npos && !ParseSize(item.substr(colon + 1), &last)) return false;
+    if (first < 1 || last < first || last > kMaxTokens) return false;
+    for (size_t count = first; count <= last; count *= 2) AppendUnique(&parsed, count);
+  }
+  if (parsed.empty()) return false;
+  *tokens = parsed;
+  return true;
+}
+
+bool ParseDistList(const std::string& text, std::vector<TokenDist>* dists) {
+  std::vector<TokenDist> parsed;
+  for (const std::string& raw : SplitCommas(text)) {
+    const std::string name = Lower(raw);
+    bool found = false;
+    for (TokenDist dist : {TokenDist::kUniform, TokenDist::kZipf, TokenDist::kHot}) {
+      if (name != "all" && name != TokenDistName(dist)) continue;
+      AppendUnique(&parsed, dist);
+      found = true;
+    }
+    if (!found) return false;
+  }
+  if (parsed.empty()) return false;
+  *dists = parsed;
   return true;
 }
 
@@ -289,7 +344,80 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
   return true;
 }
 
+bool IsAlltoAllvOption(const OptionSpec& spec) {
+  for (const char* name : kAlltoAllvOptions)
+    if (std::string(spec.long_name) == name) return true;
+  return false;
+}
+
+// -C alltoallv sizes its cases in tokens and runs every form once per line: the options of the
+// byte sweep and of the other collectives are refused rather than ignored, and its own options
+// are refused without it.
+bool CheckAlltoAllvOptions(const PerfArgs& parsed, const std::vector<const OptionSpec*>& given,
+                           std::string* error) {
+  const bool alltoallv = std::find(parsed.collectives.begin(), parsed.collectives.end(),
+                                   CollId::kAlltoAllv) != parsed.collectives.end();
+  if (alltoallv && parsed.collectives.size() > 1) {
+    *error = "-C alltoallv runs alone: its cases are sized in tokens (--tokens), not by -b/-e, and "
+             "it has a table of its own";
+    return false;
+  }
+  const AlltoAllvArgs& a = parsed.alltoallv;
+  bool zipf_given = false;
+  bool hot_given = false;
+  for (const OptionSpec* spec : given) {
+    const std::string name = spec->long_name;
+    zipf_given = zipf_given || name == "zipf-s";
+    hot_given = hot_given || name == "hot-share";
+    if (!alltoallv) {
+      if (IsAlltoAllvOption(*spec)) {
+        *error = "option " + OptionLabel(*spec) + " applies to -C alltoallv only";
+        return false;
+      }
+      continue;
+    }
+    const char* why = nullptr;
+    if (name == "minbytes" || name == "maxbytes" || name == "stepfactor" || name == "stepbytes") {
+      why = "its sizes are --tokens x --hidden x dtype";
+    } else if (name == "op") {
+      why = "it reduces nothing";
+    } else if (name == "root") {
+      why = "it has no root";
+    } else if (name == "inplace") {
+      why = "it never runs in place (yali.h)";
+    } else if (name == "percentiles") {
+      why = "its per-iteration statistics are in the JSON (-J)";
+    }
+    if (why != nullptr) {
+      *error = "option " + OptionLabel(*spec) + " does not apply to -C alltoallv: " + why;
+      return false;
+    }
+  }
+  if (!alltoallv) return true;
+  auto has = [&](TokenDist dist) {
+    return std::find(a.dists.begin(), a.dists.end(), dist) != a.dists.end();
+  };
+  if (zipf_given && !has(TokenDist::kZipf)) {
+    *error = "--zipf-s needs --dist zipf";
+    return false;
+  }
+  if (hot_given && !has(TokenDist::kHot)) {
+    *error = "--hot-share needs --dist hot";
+    return false;
+  }
+  if (a.topk > a.experts) {
+    *error = "--topk " + std::to_string(a.topk) + " is more than --experts " +
+             std::to_string(a.experts) + " (each token picks distinct experts)";
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool RunsAlltoAllv(const PerfArgs& args) {
+  return args.collectives.size() == 1 && args.collectives[0] == CollId::kAlltoAllv;
+}
 
 bool ParseSize(const std::string& text, size_t* bytes) {
   size_t digits = 0;
@@ -324,6 +452,7 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
   bool timing_given = false;
   bool graph_given = false;
   bool tune_out_given = false;
+  bool dtype_given = false;
   std::vector<const OptionSpec*> given;  // in command-line order, for the --tune checks
 
   for (int index = 1; index < argc; ++index) {
@@ -418,12 +547,13 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
     } else if (name == "dtype") {
       if (!ParseDTypeList(value, &parsed.dtypes))
         return bad("float|fp32, half|fp16, bfloat16|bf16, all, or a comma list");
+      dtype_given = true;
     } else if (name == "op") {
       if (!ParseOpList(value, &parsed.ops)) return bad("sum, prod, max, min, avg, all, or a comma list");
     } else if (name == "coll") {
       if (!ParseCollList(value, &parsed.collectives))
         return bad("allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, "
-                   "alltoall, rs_ag, all, or a comma list");
+                   "alltoall, rs_ag, all, or a comma list; or alltoallv");
     } else if (name == "root") {
       if (Lower(value) == "all" || value == "-1") {
         parsed.root = kEveryRoot;
@@ -471,10 +601,56 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       if (value.empty()) return bad("a file name");
       parsed.tune_out = value;
       tune_out_given = true;
+    } else if (name == "tokens") {
+      if (!ParseTokenList(value, &parsed.alltoallv.tokens))
+        return bad("tokens per rank: a count such as 4096 or 4K, a range A:B (doubling), or a "
+                   "comma list");
+    } else if (name == "hidden") {
+      size_t hidden = 0;
+      if (!ParseSize(value, &hidden) || hidden < 1 || hidden > kMaxHidden)
+        return bad("elements per row, >= 1, such as 7168");
+      parsed.alltoallv.hidden = hidden;
+    } else if (name == "topk") {
+      if (!ParseInt(value, 1, kMaxExperts, &number)) return bad("an integer >= 1");
+      parsed.alltoallv.topk = static_cast<int>(number);
+    } else if (name == "experts") {
+      if (!ParseInt(value, 1, kMaxExperts, &number))
+        return bad("an integer from 1 to 1024 (YALI_MAX_EXPERTS), a multiple of the ranks");
+      parsed.alltoallv.experts = static_cast<int>(number);
+    } else if (name == "dist") {
+      if (!ParseDistList(value, &parsed.alltoallv.dists))
+        return bad("uniform, zipf, hot, all, or a comma list");
+    } else if (name == "zipf-s") {
+      double exponent = 0;
+      if (!ParseDouble(value, &exponent) || !std::isfinite(exponent) || exponent < 0 ||
+          exponent > 16)
+        return bad("an exponent from 0 (uniform) to 16, such as 1.0");
+      parsed.alltoallv.zipf_s = exponent;
+    } else if (name == "hot-share") {
+      double share = 0;
+      if (!ParseDouble(value, &share) || !(share > 0) || !(share < 1))
+        return bad("a fraction strictly between 0 and 1, such as 0.5");
+      parsed.alltoallv.hot_share = share;
+    } else if (name == "align") {
+      size_t align = 0;
+      if (!ParseSize(value, &align) || align < 1 || align > kMaxTokens)
+        return bad("rows, >= 1, such as 1 or 128 (a grouped GEMM's tile)");
+      parsed.alltoallv.align_rows = align;
+    } else if (name == "seed") {
+      unsigned long long seed = 0;
+      char* end = nullptr;
+      errno = 0;
+      seed = std::strtoull(value.c_str(), &end, 0);
+      if (value.empty() || value[0] == '-' || errno != 0 || end == nullptr || *end != '\0')
+        return bad("an unsigned integer");
+      parsed.alltoallv.seed = seed;
     } else if (name == "help") {
       parsed.help = true;
     }
   }
+
+  // First: the sweep's own checks below mean nothing to alltoallv, which refuses its options.
+  if (!CheckAlltoAllvOptions(parsed, given, error)) return false;
 
   // -G N (N > 0) asks for graph timing; an explicit different --timing is a contradiction.
   if (graph_given) {
@@ -505,6 +681,8 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
     return false;
   }
   if (parsed.tune && !CheckTuneOptions(parsed, given, error)) return false;
+  // MoE layers exchange bf16 activations: alltoallv's default type.
+  if (RunsAlltoAllv(parsed) && !dtype_given) parsed.dtypes = {DType::kBfloat16};
   *args = parsed;
   return true;
 }
@@ -666,8 +844,18 @@ const std::vector<CollId>& AllCollectives() {
   return kAll;
 }
 
+const std::vector<CollId>& NamedCollectives() {
+  static const std::vector<CollId> kNamed = [] {
+    std::vector<CollId> named = AllCollectives();
+    named.push_back(CollId::kAlltoAllv);
+    return named;
+  }();
+  return kNamed;
+}
+
 const char* CollName(CollId coll) {
   switch (coll) {
+    case CollId::kAlltoAllv: return "alltoallv";
     case CollId::kAllReduce: return "allreduce";
     case CollId::kReduceScatter: return "reducescatter";
     case CollId::kAllGather: return "allgather";
@@ -677,6 +865,25 @@ const char* CollName(CollId coll) {
     case CollId::kScatter: return "scatter";
     case CollId::kAlltoAll: return "alltoall";
     case CollId::kRsAg: return "rs_ag";
+  }
+  return "?";
+}
+
+const char* VarFormName(VarForm form) {
+  switch (form) {
+    case VarForm::kHostCounts: return "host_counts";
+    case VarForm::kDeviceCounts: return "device_counts";
+    case VarForm::kExpertDispatch: return "dispatch";
+    case VarForm::kExpertCombine: return "combine";
+  }
+  return "?";
+}
+
+const char* TokenDistName(TokenDist dist) {
+  switch (dist) {
+    case TokenDist::kUniform: return "uniform";
+    case TokenDist::kZipf: return "zipf";
+    case TokenDist::kHot: return "hot";
   }
   return "?";
 }
@@ -711,7 +918,8 @@ std::string PerfUsage(const char* program) {
       << "  -C, --coll <list>          allreduce (default), reducescatter, allgather, broadcast,\n"
       << "                             reduce, gather, scatter, alltoall, rs_ag (allreduce via\n"
       << "                             reducescatter+allgather on the same buffer), all, or a\n"
-      << "                             comma list\n"
+      << "                             comma list; or alltoallv alone (below: not in all, its\n"
+      << "                             sizes are tokens, not bytes)\n"
       << "  -r, --root <rank|all>      root of broadcast, reduce, gather, scatter (default 0);\n"
       << "                             all (or -1): every rank in turn, one row each\n"
       << "  -b, --minbytes <size>      smallest message (default 4K; K/M/G suffixes); the size\n"
@@ -761,6 +969,30 @@ std::string PerfUsage(const char* program) {
       << "                             only); takes -g, -n, -w, one -d, -J\n"
       << "      --tune-out <file>      where --tune writes the table (default yali-tuning.txt)\n"
       << "  -h, --help                 this text\n"
+      << "\n"
+      << "-C alltoallv: the Mixture-of-Experts exchange (yaliExpertDispatch/Combine,\n"
+      << "yaliAlltoAllvDeviceCounts, yaliAlltoAllv) against NCCL's grouped send/recv, as\n"
+      << "torch's all_to_all_single does it. Every rank routes its tokens, each to --topk\n"
+      << "distinct experts, and sends one row per (token, choice); one line per --tokens value\n"
+      << "and distribution.\n"
+      << "Takes -d (default bfloat16), -n, -w, -c, -G, -J, -a, -R, --impl, --timing, --repeat,\n"
+      << "--max-case-time, and:\n"
+      << "      --tokens <list>        tokens per rank (default 4096): counts (4K), ranges A:B\n"
+      << "                             (doubling), or a comma list\n"
+      << "      --hidden <n>           elements per row (default 7168)\n"
+      << "      --topk <k>             experts per token (default 8)\n"
+      << "      --experts <n>          experts in all, a multiple of the ranks (default 256)\n"
+      << "      --dist <list>          uniform (default), zipf (expert of popularity i weighs\n"
+      << "                             1/(i+1)^s, popularity a seeded permutation), hot (rank 0's\n"
+      << "                             experts share --hot-share of the weight), all, or a list\n"
+      << "      --zipf-s <s>           zipf's exponent (default 1.0)\n"
+      << "      --hot-share <f>        hot's share, between 0 and 1 (default 0.5)\n"
+      << "      --align <rows>         each expert's segment of the dispatch's output starts at a\n"
+      << "                             multiple of this many rows (default 1)\n"
+      << "      --seed <n>             routing and row data (default 1)\n"
+      << "With -G, dispatch, combine and the device-count form are captured into graphs; the\n"
+      << "host-count forms (yaliAlltoAllv, NCCL) read counts on the host every call, so they are\n"
+      << "timed eagerly, each call with its host round trip (counts exchanged, copied, synced).\n"
       << "\n"
       << "Launch: one process drives -g GPUs; or one process per GPU under mpirun, srun or\n"
       << "torchrun (rank and size read from the environment; processes meet through files in\n"

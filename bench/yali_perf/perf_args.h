@@ -36,9 +36,10 @@ enum class RedOp { kSum, kProd, kMax, kMin, kAvg };
 const std::vector<DType>& AllDTypes();
 bool IsFloating(DType dtype);
 
-// The collectives yali-perf measures. The first eight have yaliCollective_t's values (and are the
-// library calls both backends make); kRsAg is AllReduce composed by hand from a ReduceScatter
-// and an AllGather on the same buffer.
+// The collectives yali-perf measures. The first nine have yaliCollective_t's values: the first
+// eight are the library calls both backends make (Backend::Issue), kAlltoAllv is YALI's uneven
+// exchange in its four forms (Backend::IssueVar; alltoallv.h runs it); kRsAg is AllReduce composed
+// by hand from a ReduceScatter and an AllGather on the same buffer.
 enum class CollId {
   kAllReduce = 0,
   kReduceScatter = 1,
@@ -48,13 +49,51 @@ enum class CollId {
   kGather = 5,
   kScatter = 6,
   kAlltoAll = 7,
-  kRsAg = 8,
+  kAlltoAllv = 8,
+  kRsAg = 9,
 };
 
-// Every collective, in the order -C all runs them.
+// Every collective, in the order -C all runs them. Not alltoallv: its cases are sized in tokens
+// (--tokens x --hidden x dtype, with a routing), not by the -b/-e sweep that `all` shares, and its
+// table has a column per form instead of one row per library, so it runs alone (-C alltoallv).
 const std::vector<CollId>& AllCollectives();
-// "allreduce", "reducescatter", ..., "rs_ag": the JSON's "collective" and -C's names.
+// Every collective -C can name: AllCollectives() and alltoallv.
+const std::vector<CollId>& NamedCollectives();
+// "allreduce", "reducescatter", ..., "rs_ag", "alltoallv": the JSON's "collective" and -C's names.
 const char* CollName(CollId coll);
+
+// The forms of AlltoAllv (yali.h, "AlltoAllv: uneven exchange"): the columns of -C alltoallv.
+enum class VarForm {
+  kHostCounts,      // yaliAlltoAllv; on NCCL, grouped ncclSend/ncclRecv (torch's all_to_all_single)
+  kDeviceCounts,    // yaliAlltoAllvDeviceCounts: int64 counts in device memory
+  kExpertDispatch,  // yaliExpertDispatch: rows to global experts, received expert-major
+  kExpertCombine,   // yaliExpertCombine: the dispatch's inverse
+};
+const char* VarFormName(VarForm form);  // "host_counts", "device_counts", "dispatch", "combine"
+
+// How -C alltoallv routes tokens to experts (alltoallv_plan.h: ExpertWeights).
+enum class TokenDist {
+  kUniform,  // every expert alike
+  kZipf,     // expert of popularity rank i (a seeded permutation) weighs 1 / (i + 1)^s
+  kHot,      // the experts of rank 0 share --hot-share of the weight
+};
+const char* TokenDistName(TokenDist dist);  // "uniform", "zipf", "hot"
+
+// -C alltoallv: the Mixture-of-Experts exchange. Every rank routes `tokens` tokens, each to `topk`
+// distinct experts among `experts` (experts / nranks on each rank), and sends one row of `hidden`
+// elements per (token, choice). The defaults are DeepSeek-V3's layer: 4096 tokens of 7168 bf16,
+// top-8 of 256 experts.
+struct AlltoAllvArgs {
+  std::vector<size_t> tokens = {4096};  // --tokens: per rank, one table line each
+  size_t hidden = 7168;                 // --hidden: elements per row
+  int topk = 8;                         // --topk
+  int experts = 256;                    // --experts: in all, a multiple of nranks
+  std::vector<TokenDist> dists = {TokenDist::kUniform};  // --dist: one block of lines each
+  double zipf_s = 1.0;                  // --zipf-s: the exponent of kZipf
+  double hot_share = 0.5;               // --hot-share: the weight of rank 0's experts in kHot
+  size_t align_rows = 1;                // --align: each expert's segment in the dispatch's output
+  uint64_t seed = 1;                    // --seed: routing and row data
+};
 
 // -r all: every rank in turn is the root of the rooted collectives (nccl-tests' -r -1).
 constexpr int kEveryRoot = -1;
@@ -94,7 +133,7 @@ struct PerfArgs {
   std::vector<CollId> collectives = {CollId::kAllReduce};
   // -r: the root of broadcast, reduce, gather and scatter (nccl-tests' default 0), or kEveryRoot.
   int root = 0;
-  std::vector<DType> dtypes = {DType::kFloat};
+  std::vector<DType> dtypes = {DType::kFloat};  // -C alltoallv alone: bfloat16 unless -d is given
   std::vector<RedOp> ops = {RedOp::kSum};
   int graph_launches = 0;  // -G; > 0 selects graph timing
   std::string json_path;   // -J; empty: no JSON
@@ -113,8 +152,14 @@ struct PerfArgs {
   // tune_out (--tune-out) instead of running the sweep.
   bool tune = false;
   std::string tune_out = "yali-tuning.txt";
+  // -C alltoallv's shape (--tokens, --hidden, --topk, --experts, --dist, --zipf-s, --hot-share,
+  // --align, --seed).
+  AlltoAllvArgs alltoallv;
   bool help = false;
 };
+
+// True when the run is -C alltoallv (which runs alone).
+bool RunsAlltoAllv(const PerfArgs& args);
 
 // Parses argv[1..argc). Returns false and sets *error (one line naming the option) on a bad option.
 bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::string* error);

@@ -21,7 +21,9 @@ std::string PlacementColumns(const ResultRecord* record) {
 
 std::string Ratio(double ratio) { return ratio < 0 ? "-" : Format("%.3f", ratio); }
 
-void WriteStats(JsonWriter& json, const SampleStats& stats) {
+}  // namespace
+
+void WriteSampleStats(JsonWriter& json, const SampleStats& stats) {
   json.BeginObject();
   json.Key("mean"); json.Double(stats.mean);
   json.Key("std"); json.Double(stats.std);
@@ -34,8 +36,6 @@ void WriteStats(JsonWriter& json, const SampleStats& stats) {
   json.Key("n"); json.UInt(stats.n);
   json.EndObject();
 }
-
-}  // namespace
 
 double AlgorithmBandwidth(size_t bytes, double time_us) {
   if (time_us <= 0) return 0;
@@ -169,7 +169,7 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
     json.Key("ctas");
     if (r.algo_known) json.Int(r.ctas); else json.Null();
     json.Key("stats_us");
-    WriteStats(json, r.stats);
+    WriteSampleStats(json, r.stats);
     json.Key("samples_us");
     if (r.samples_us.size() > kMaxJsonSamples) {
       json.DoubleArray(std::vector<double>(r.samples_us.begin(),

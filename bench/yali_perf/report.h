@@ -136,6 +136,9 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
 // Samples kept in the JSON per result (the first ones); stats_us always covers all of them.
 constexpr size_t kMaxJsonSamples = 1000;
 
+// A result's "stats_us" object: mean, std, min, max, p50, p90, p95, p99, n.
+void WriteSampleStats(JsonWriter& json, const SampleStats& stats);
+
 }  // namespace yali_perf
 
 #endif  // YALI_PERF_REPORT_H_

@@ -141,15 +141,53 @@ class YaliBackend final : public Backend {
         break;
       case CollId::kRsAg:
         Fatal("internal: rs_ag is not one library call");
+      case CollId::kAlltoAllv:
+        Fatal("internal: alltoallv is issued through IssueVar");
     }
-    if (result == yaliSuccess) return true;
-    // A refused call has touched nothing (yali.h): the harness reports the case as skipped.
-    if (result == yaliInvalidArgument) {
-      *refusal = ErrorText(CallText(function, call, local), result, comm);
-      return false;
+    return Outcome(result, CallText(function, call, local), comm, refusal);
+  }
+
+  bool IssueVar(int local, const VarCall& call, cudaStream_t stream,
+                std::string* refusal) override {
+    yaliComm_t comm = comms_[local];
+    const yaliDataType_t type = ToYali(call.dtype);
+    yaliExpertLayout_t layout;
+    std::memset(&layout, 0, sizeof(layout));
+    layout.rowBytes = call.row_bytes;
+    layout.localExperts = call.local_experts;
+    layout.alignRows = call.align_rows;
+    layout.capacityRows = call.capacity_rows;
+    const char* function = "?";
+    yaliResult_t result = yaliInternalError;
+    // Displacements null: packed on both sides (the benchmark's layouts, alltoallv_plan.h).
+    switch (call.form) {
+      case VarForm::kHostCounts:
+        function = "yaliAlltoAllv";
+        result = yaliAlltoAllv(call.send, call.send_counts, nullptr, call.recv, call.recv_counts,
+                               nullptr, type, comm, stream);
+        break;
+      case VarForm::kDeviceCounts:
+        function = "yaliAlltoAllvDeviceCounts";
+        result = yaliAlltoAllvDeviceCounts(call.send, call.device_send_counts, nullptr, call.recv,
+                                           call.recv_capacity, call.device_recv_counts,
+                                           call.device_recv_offsets, type, comm, stream);
+        break;
+      case VarForm::kExpertDispatch:
+        function = "yaliExpertDispatch";
+        result = yaliExpertDispatch(call.send, call.device_send_counts, call.recv,
+                                    call.device_recv_counts, call.device_recv_offsets, &layout,
+                                    comm, stream);
+        break;
+      case VarForm::kExpertCombine:
+        function = "yaliExpertCombine";
+        result = yaliExpertCombine(call.send, call.device_send_counts, call.recv, &layout, comm,
+                                   stream);
+        break;
     }
-    Check(result, CallText(function, call, local), comm);
-    return true;
+    const std::string text = std::string(function) + "(" + DTypeName(call.dtype) + ", " +
+                             std::to_string(call.local_experts) + " local expert(s), local comm " +
+                             std::to_string(local) + ")";
+    return Outcome(result, text, comm, refusal);
   }
 
   bool Precheck(int local, const LibraryCall& call, std::string* refusal) override {
@@ -272,6 +310,19 @@ class YaliBackend final : public Backend {
 
   static void Check(yaliResult_t result, const std::string& call, yaliComm_t comm) {
     if (result != yaliSuccess) Fatal(ErrorText(call, result, comm));
+  }
+
+  // An issued call's result: true when enqueued; false, with *refusal, when refused (a refused call
+  // has touched nothing, yali.h: the harness reports the case as skipped); fatal otherwise.
+  static bool Outcome(yaliResult_t result, const std::string& call, yaliComm_t comm,
+                      std::string* refusal) {
+    if (result == yaliSuccess) return true;
+    if (result == yaliInvalidArgument) {
+      *refusal = ErrorText(call, result, comm);
+      return false;
+    }
+    Check(result, call, comm);
+    return true;
   }
 
   std::vector<yaliComm_t> comms_;
