@@ -343,8 +343,8 @@ YALI_API yaliResult_t yaliAlltoAllvDeviceCounts(const void* sendbuff, const int6
 typedef struct {
   size_t rowBytes;     /* bytes per row, >= 1 */
   int localExperts;    /* E, experts per rank, 1..YALI_MAX_LOCAL_EXPERTS */
-  size_t alignRows;    /* each expert's segment starts at a multiple of this many rows (>= 1; e.g. the
-                        * tile of a grouped GEMM); the padding rows are not written */
+  size_t alignRows;    /* each expert's segment starts at a multiple of this many rows (1..2^20; e.g.
+                        * the tile of a grouped GEMM); the padding rows are not written */
   size_t capacityRows; /* rows the expert-major buffer holds (the dispatch's recvbuff, the combine's
                         * sendbuff) */
 } yaliExpertLayout_t;
@@ -393,7 +393,7 @@ YALI_API yaliResult_t yaliAllReduceAlgoInfo(yaliComm_t comm, const void* sendbuf
                                             yaliAlgoInfo_t* info);
 
 /* The name of a collective ("allreduce", "reducescatter", "allgather", "broadcast", "reduce",
- * "gather", "scatter", "alltoall"), or "unknown". Never NULL. */
+ * "gather", "scatter", "alltoall", "alltoallv"), or "unknown". Never NULL. */
 YALI_API const char* yaliCollectiveName(yaliCollective_t collective);
 
 #ifdef __cplusplus

@@ -14,7 +14,9 @@ Low level (plain pointers as ints, any CUDA array library)::
 
 ``yali.Comm`` has one method per C collective, with the C call's arguments in its order (counts in
 elements, as in yali.h): all_reduce, reduce_scatter, all_gather, broadcast, bcast, reduce, gather,
-scatter, all_to_all; ``algo_info`` says what any of them would run. The torch.distributed-shaped
+scatter, all_to_all, and the uneven exchange (AlltoAllv): all_to_all_v (host counts),
+all_to_all_v_device_counts, expert_dispatch and expert_combine (device counts; ExpertLayout).
+``algo_info`` says what a collective would run. The torch.distributed-shaped
 methods (all_gather_into_tensor, reduce_scatter_tensor, ...) are on ``yali.torch.Communicator``.
 
 Registered buffers (zero-copy: ``twoshot_direct`` writes the reduced shards straight into every
@@ -35,6 +37,8 @@ from typing import NamedTuple
 
 from . import _capi
 from ._capi import (
+    MAX_EXPERTS,
+    MAX_LOCAL_EXPERTS,
     UNIQUE_ID_BYTES,
     Collective,
     DataType,
@@ -56,11 +60,14 @@ from ._capi import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_EXPERTS",
+    "MAX_LOCAL_EXPERTS",
     "UNIQUE_ID_BYTES",
     "AlgoInfo",
     "Collective",
     "Comm",
     "DataType",
+    "ExpertLayout",
     "Registration",
     "RedOp",
     "Result",
@@ -234,12 +241,19 @@ _COLLECTIVE_NAMES = {
     "alltoall": Collective.AlltoAll,
     "all_to_all": Collective.AlltoAll,
     "all_to_all_single": Collective.AlltoAll,
+    "alltoallv": Collective.AlltoAllv,
+    "all_to_all_v": Collective.AlltoAllv,
+    "all_to_all_v_device_counts": Collective.AlltoAllv,
+    "all_to_all_device_counts": Collective.AlltoAllv,
+    "expert_dispatch": Collective.AlltoAllv,
+    "expert_combine": Collective.AlltoAllv,
 }
 
 
 def as_collective(collective, call="yaliAlgoInfo"):
     """A Collective from a Collective/int, or a name: yaliCollectiveName's ("allreduce",
-    "reducescatter", ...), the Python methods' ("all_reduce", "all_gather_into_tensor", ...)."""
+    "reducescatter", ...), the Python methods' ("all_reduce", "all_gather_into_tensor", ...; the
+    four forms of the uneven exchange, "all_to_all_v" ... "expert_combine", are AlltoAllv)."""
     if type(collective) is int or isinstance(collective, Collective):
         return collective
     if isinstance(collective, str) and collective.lower() in _COLLECTIVE_NAMES:
@@ -247,7 +261,7 @@ def as_collective(collective, call="yaliAlgoInfo"):
     raise _capi.python_error(
         Result.InvalidArgument, call,
         f"collective {collective!r} is not known (allreduce, reducescatter, allgather, broadcast, "
-        "reduce, gather, scatter, alltoall)",
+        "reduce, gather, scatter, alltoall, alltoallv)",
     )
 
 
@@ -328,6 +342,39 @@ class AlgoInfo(NamedTuple):
     ctas: int
     threads: int
     chunk_bytes: int
+
+
+class ExpertLayout(NamedTuple):
+    """yaliExpertLayout_t: the expert-major layout of ``Comm.expert_dispatch``/``expert_combine``.
+
+    ``row_bytes``: bytes per row (hidden size x element size), >= 1; ``local_experts``: experts per
+    rank, 1..MAX_LOCAL_EXPERTS, with nranks * local_experts <= MAX_EXPERTS; ``align_rows``: each
+    expert's segment starts at a multiple of this many rows (>= 1; the padding rows are not
+    written); ``capacity_rows``: rows the expert-major buffer holds (the dispatch's output, the
+    combine's input)."""
+
+    row_bytes: int
+    local_experts: int
+    align_rows: int
+    capacity_rows: int
+
+
+def _as_layout(layout, call, nranks):
+    """A checked yaliExpertLayout_t from an ExpertLayout, a 4-tuple in its order, or a
+    yaliExpertLayout_t."""
+    if isinstance(layout, _capi.yaliExpertLayout_t):
+        fields = (layout.rowBytes, layout.localExperts, layout.alignRows, layout.capacityRows)
+    else:
+        try:
+            fields = tuple(layout)
+        except TypeError:
+            fields = ()
+        if len(fields) != 4:
+            raise _capi.python_error(
+                Result.InvalidArgument, call,
+                "layout must be a yali.ExpertLayout(row_bytes, local_experts, align_rows, "
+                f"capacity_rows), got {layout!r}")
+    return _capi.expert_layout(*fields, call=call, nranks=nranks)
 
 
 def _as_ptr(value, call, name):
@@ -759,6 +806,73 @@ class Comm(_ClosingContext):
         dt, _ = self._args(call, dtype)
         _capi.all_to_all(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
                          count, dt, self.handle, _as_stream(stream_ptr, call))
+
+    # The uneven exchange (yali.h, "AlltoAllv"): never in place; rows move as bytes. A count check
+    # that fails on the device (a capacity exceeded, counts that disagree between ranks, a
+    # negative count) writes nothing into the receive buffer, leaves -1 in every count output of
+    # the rank that failed and fails the comm on every rank (YaliInvalidUsage, from
+    # check_async_error() and from every later call).
+
+    def all_to_all_v(self, send_ptr, send_counts, send_displs, recv_ptr, recv_counts, recv_displs,
+                     dtype=DataType.Float32, stream_ptr=None):
+        """yaliAlltoAllv, with host counts (MPI's and torch's semantics): this rank sends
+        ``send_counts[j]`` elements from send_ptr + send_displs[j] to rank j, which places them at
+        recv_ptr + recv_displs[i] (i: this rank) and must expect them: its recv_counts[i] equals
+        them. ``send_counts``/``recv_counts``: sequences of ``size`` ints, in elements;
+        ``send_displs``/``recv_displs``: the same, or None (packed: the prefix sums of the
+        counts). Read on the host during the call: a captured CUDA graph keeps them."""
+        call = "yaliAlltoAllv"
+        dt, _ = self._args(call, dtype)
+        _capi.all_to_all_v(_as_ptr(send_ptr, call, "sendbuff"), send_counts, send_displs,
+                           _as_ptr(recv_ptr, call, "recvbuff"), recv_counts, recv_displs, dt,
+                           self.handle, _as_stream(stream_ptr, call), nranks=self._size)
+
+    def all_to_all_v_device_counts(self, send_ptr, send_counts, send_displs, recv_ptr,
+                                   recv_capacity, recv_counts=None, recv_displs=None,
+                                   dtype=DataType.Float32, stream_ptr=None):
+        """yaliAlltoAllvDeviceCounts: ``send_counts`` (and ``send_displs``, or None: packed) are
+        device int64[size] arrays in elements, written by an earlier kernel on the stream; no host
+        round trip, so a graph replays with whatever counts each step writes. What this rank
+        receives is packed in source-rank order into ``recv_ptr`` (at most ``recv_capacity``
+        elements); ``recv_counts``/``recv_displs`` (device int64[size], or None) receive the
+        elements from each rank and where they start."""
+        call = "yaliAlltoAllvDeviceCounts"
+        dt, _ = self._args(call, dtype)
+        _capi.all_to_all_v_device_counts(
+            _as_ptr(send_ptr, call, "sendbuff"), _as_ptr(send_counts, call, "sendcounts"),
+            _as_ptr(send_displs, call, "sdispls"), _as_ptr(recv_ptr, call, "recvbuff"),
+            recv_capacity, _as_ptr(recv_counts, call, "recvcounts"),
+            _as_ptr(recv_displs, call, "rdispls"), dt, self.handle, _as_stream(stream_ptr, call))
+
+    def expert_dispatch(self, send_ptr, send_counts, recv_ptr, recv_counts, expert_offsets, layout,
+                        stream_ptr=None):
+        """yaliExpertDispatch: E = layout.local_experts experts per rank, global expert
+        g = d * E + e being local expert e of rank d. ``send_counts``: device int64[size * E],
+        rows for each global expert; ``send_ptr``: those rows sorted by global expert. ``recv_ptr``
+        (layout.capacity_rows rows) gets, expert-major, every rank's rows for this rank's experts:
+        local expert 0's segment (rank 0's rows, rank 1's, ...), then local expert 1's at the next
+        multiple of layout.align_rows, and so on. ``recv_counts`` (device int64[E * size],
+        [e * size + s]: rows of local expert e from rank s) and ``expert_offsets`` (int64[E + 1],
+        each segment's first row and, last, the rows used) may be None. ``layout``: an
+        ExpertLayout (or a 4-tuple in its order, or a yaliExpertLayout_t)."""
+        call = "yaliExpertDispatch"
+        lay = _as_layout(layout, call, self._size)
+        _capi.expert_dispatch(
+            _as_ptr(send_ptr, call, "sendbuff"), _as_ptr(send_counts, call, "sendCounts"),
+            _as_ptr(recv_ptr, call, "recvbuff"), _as_ptr(recv_counts, call, "recvCounts"),
+            _as_ptr(expert_offsets, call, "expertOffsets"), lay, self.handle,
+            _as_stream(stream_ptr, call))
+
+    def expert_combine(self, send_ptr, send_counts, recv_ptr, layout, stream_ptr=None):
+        """yaliExpertCombine, the dispatch's inverse: every row of ``send_ptr`` (in the dispatch's
+        receive layout, e.g. the experts' outputs) goes back to the rank and row it came from, so
+        ``recv_ptr`` ends up in the dispatch's send layout. ``send_counts`` and ``layout``: the
+        dispatch's, unchanged."""
+        call = "yaliExpertCombine"
+        lay = _as_layout(layout, call, self._size)
+        _capi.expert_combine(
+            _as_ptr(send_ptr, call, "sendbuff"), _as_ptr(send_counts, call, "sendCounts"),
+            _as_ptr(recv_ptr, call, "recvbuff"), lay, self.handle, _as_stream(stream_ptr, call))
 
     def algo_info(self, collective, count, dtype=DataType.Float32, op=RedOp.Sum, root=0,
                   send_ptr=None, recv_ptr=None):

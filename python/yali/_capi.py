@@ -9,9 +9,13 @@ Where the library is looked for, in order:
   3. ``<repo>/build/src/libyali.so`` when running from the source tree (``make build``).
 
 This module mirrors the header: the enums (same names without the ``yali`` prefix, same values; the
-collectives without their ``yaliColl`` prefix), the two structs, one checked wrapper per function,
+collectives without their ``yaliColl`` prefix), the structs, one checked wrapper per function,
 and the error classes. ``yali/__init__.py`` builds the
 Pythonic layer (UniqueId, Comm) on top of it.
+
+Every function of the header is bound when the library is opened; one the library lacks (a build
+older than this package) raises YaliLibraryError, naming it, when it is called, so that the others
+keep working.
 """
 
 import ctypes
@@ -22,9 +26,13 @@ import threading
 import warnings
 from pathlib import Path
 
-# ---- Constants and enums (values copied from yali.h; tests/python/test_capi_host.py checks them) ----
+# ---- Constants and enums (values copied from yali.h; tests/python/test_capi_host.py checks them) -
 
 UNIQUE_ID_BYTES = 128
+# yaliExpertLayout_t's limits (yali.h, "AlltoAllv: uneven exchange"): localExperts <=
+# MAX_LOCAL_EXPERTS and nranks * localExperts <= MAX_EXPERTS.
+MAX_LOCAL_EXPERTS = 512
+MAX_EXPERTS = 1024
 # The C library this package was written for; yaliGetVersion() reports major*10000+minor*100+patch.
 VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 0, 1, 0
 VERSION_CODE = VERSION_MAJOR * 10000 + VERSION_MINOR * 100 + VERSION_PATCH
@@ -104,7 +112,8 @@ class Collective(enum.IntEnum):
     Gather = 5
     Scatter = 6
     AlltoAll = 7
-    NumCollectives = 8
+    AlltoAllv = 8  # yaliAlltoAllv, yaliAlltoAllvDeviceCounts, yaliExpertDispatch/Combine
+    NumCollectives = 9
 
 
 # ---- Structs -------------------------------------------------------------------------------------
@@ -120,6 +129,18 @@ class yaliAlgoInfo_t(ctypes.Structure):
         ("ctas", ctypes.c_int),
         ("threads", ctypes.c_int),
         ("chunkBytes", ctypes.c_size_t),
+    ]
+
+
+class yaliExpertLayout_t(ctypes.Structure):
+    """The expert-major layout of yaliExpertDispatch/yaliExpertCombine (build it with
+    ``expert_layout``, which checks the header's ranges)."""
+
+    _fields_ = [
+        ("rowBytes", ctypes.c_size_t),  # bytes per row, >= 1
+        ("localExperts", ctypes.c_int),  # E, experts per rank, 1..MAX_LOCAL_EXPERTS
+        ("alignRows", ctypes.c_size_t),  # each expert's segment starts at a multiple of this, >= 1
+        ("capacityRows", ctypes.c_size_t),  # rows of the expert-major buffer
     ]
 
 
@@ -297,6 +318,7 @@ def _preload_cudart():
 
 # name -> (restype, argtypes). One line per function of the header.
 _c_int_p = ctypes.POINTER(ctypes.c_int)
+_c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
 _PROTOTYPES = {
     "yaliGetErrorString": (ctypes.c_char_p, [ctypes.c_int]),
     "yaliGetLastError": (ctypes.c_char_p, [ctypes.c_void_p]),
@@ -431,6 +453,59 @@ _PROTOTYPES = {
             ctypes.c_void_p,  # stream
         ],
     ),
+    "yaliAlltoAllv": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff
+            _c_size_t_p,  # sendcounts (host, nranks entries, elements)
+            _c_size_t_p,  # sdispls (host, nranks entries; NULL: packed)
+            ctypes.c_void_p,  # recvbuff
+            _c_size_t_p,  # recvcounts (host, nranks entries)
+            _c_size_t_p,  # rdispls (host, nranks entries; NULL: packed)
+            ctypes.c_int,  # datatype
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliAlltoAllvDeviceCounts": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff
+            ctypes.c_void_p,  # sendcounts (device int64[nranks], elements)
+            ctypes.c_void_p,  # sdispls (device int64[nranks]; NULL: packed)
+            ctypes.c_void_p,  # recvbuff
+            ctypes.c_size_t,  # recvCapacity (elements)
+            ctypes.c_void_p,  # recvcounts (device int64[nranks], out; NULL allowed)
+            ctypes.c_void_p,  # rdispls (device int64[nranks], out; NULL allowed)
+            ctypes.c_int,  # datatype
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliExpertDispatch": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (rows sorted by global expert)
+            ctypes.c_void_p,  # sendCounts (device int64[nranks * E], rows)
+            ctypes.c_void_p,  # recvbuff (expert-major, capacityRows rows)
+            ctypes.c_void_p,  # recvCounts (device int64[E * nranks], out; NULL allowed)
+            ctypes.c_void_p,  # expertOffsets (device int64[E + 1], out; NULL allowed)
+            ctypes.POINTER(yaliExpertLayout_t),  # layout
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliExpertCombine": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (expert-major, capacityRows rows)
+            ctypes.c_void_p,  # sendCounts (the dispatch's)
+            ctypes.c_void_p,  # recvbuff (the dispatch's sendbuff layout)
+            ctypes.POINTER(yaliExpertLayout_t),  # layout (the dispatch's)
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
     "yaliAlgoInfo": (
         ctypes.c_int,
         [
@@ -477,21 +552,18 @@ class _Library:
                     f"cannot open {path}: {second}"
                     + ("" if cudart else " (no libcudart.so found to preload either)")
                 ) from first
-        missing = []
+        # A function the library lacks is not an error until it is called (__getattr__): a build
+        # older than this package still serves every call it has.
+        self.missing = []
         for name, (restype, argtypes) in _PROTOTYPES.items():
             try:
                 fn = getattr(self.cdll, name)
             except AttributeError:
-                missing.append(name)
+                self.missing.append(name)
                 continue
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
-        if missing:
-            raise YaliLibraryError(
-                f"{path} lacks {', '.join(missing)}: it is older or newer than this Python package "
-                f"(written for libyali {VERSION_MAJOR}.{VERSION_MINOR}.{VERSION_PATCH})"
-            )
         v = ctypes.c_int(0)
         self.yaliGetVersion(ctypes.byref(v))
         self.version = v.value
@@ -502,6 +574,16 @@ class _Library:
                 RuntimeWarning,
                 stacklevel=3,
             )
+
+    def __getattr__(self, name):
+        # Only reached for names __init__ did not bind: a function of the header this library
+        # lacks, or no function at all.
+        if name in _PROTOTYPES:
+            raise YaliLibraryError(
+                f"{self.path} lacks {name}: it is older or newer than this Python package "
+                f"(written for libyali {VERSION_MAJOR}.{VERSION_MINOR}.{VERSION_PATCH}); rebuild it"
+            )
+        raise AttributeError(name)
 
 
 _lib = None
@@ -815,6 +897,110 @@ def all_to_all(send_ptr, recv_ptr, count, datatype, handle, stream):
     _check_launch(call, handle, lib().yaliAlltoAll(
         send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
         handle, stream))
+
+
+def _int_list(values, call, name):
+    """``values`` (a sequence of ints) as a list, or YaliInvalidArgument naming ``name``."""
+    try:
+        return list(values)
+    except TypeError:
+        raise python_error(
+            Result.InvalidArgument, call,
+            f"{name} must be a sequence of ints, got {type(values).__name__}") from None
+
+
+def _size_t_array(values, call, name, length):
+    """A host size_t[length] from a sequence of ``length`` ints >= 0 (None stays None: NULL), or
+    YaliInvalidArgument naming ``name`` or ``name[i]``."""
+    if values is None:
+        return None
+    values = _int_list(values, call, name)
+    if len(values) != length:
+        raise python_error(Result.InvalidArgument, call,
+                           f"{name} has {len(values)} entries; it must have {length} (nranks)")
+    return (ctypes.c_size_t * max(length, 1))(
+        *[as_size_t(v, call, f"{name}[{i}]") for i, v in enumerate(values)])
+
+
+def all_to_all_v(send_ptr, send_counts, send_displs, recv_ptr, recv_counts, recv_displs, datatype,
+                 handle, stream, nranks=None):
+    """yaliAlltoAllv: counts and displacements are host sequences of ints >= 0, in elements
+    (``send_displs``/``recv_displs`` None: packed). The library reads nranks entries of each, so
+    each must have ``nranks`` entries (the comm's size; without it, as many as send_counts)."""
+    call = "yaliAlltoAllv"
+    if send_counts is None or recv_counts is None:
+        raise python_error(Result.InvalidArgument, call,
+                           "sendcounts and recvcounts are required (nranks ints each)")
+    send_counts = _int_list(send_counts, call, "sendcounts")
+    n = len(send_counts) if nranks is None else nranks
+    _check_launch(call, handle, lib().yaliAlltoAllv(
+        send_ptr, _size_t_array(send_counts, call, "sendcounts", n),
+        _size_t_array(send_displs, call, "sdispls", n), recv_ptr,
+        _size_t_array(recv_counts, call, "recvcounts", n),
+        _size_t_array(recv_displs, call, "rdispls", n), as_c_int(datatype, call, "datatype"),
+        handle, stream))
+
+
+def all_to_all_v_device_counts(send_ptr, send_counts_ptr, send_displs_ptr, recv_ptr, recv_capacity,
+                               recv_counts_ptr, recv_displs_ptr, datatype, handle, stream):
+    """yaliAlltoAllvDeviceCounts: the counts are device pointers (int64[nranks], elements);
+    ``send_displs_ptr``, ``recv_counts_ptr`` and ``recv_displs_ptr`` may be None."""
+    call = "yaliAlltoAllvDeviceCounts"
+    _check_launch(call, handle, lib().yaliAlltoAllvDeviceCounts(
+        send_ptr, send_counts_ptr, send_displs_ptr, recv_ptr,
+        as_size_t(recv_capacity, call, "recvCapacity"), recv_counts_ptr, recv_displs_ptr,
+        as_c_int(datatype, call, "datatype"), handle, stream))
+
+
+def expert_layout(row_bytes, local_experts, align_rows, capacity_rows, call="yaliExpertDispatch",
+                  nranks=None):
+    """A yaliExpertLayout_t, refused (YaliInvalidArgument naming ``call`` and the field) outside the
+    header's ranges: rowBytes >= 1, localExperts in 1..MAX_LOCAL_EXPERTS (and, given ``nranks``,
+    nranks * localExperts <= MAX_EXPERTS), alignRows >= 1, capacityRows >= 0."""
+    row_bytes = as_size_t(row_bytes, call, "layout.rowBytes")
+    local_experts = as_c_int(local_experts, call, "layout.localExperts")
+    align_rows = as_size_t(align_rows, call, "layout.alignRows")
+    capacity_rows = as_size_t(capacity_rows, call, "layout.capacityRows")
+    if row_bytes < 1:
+        raise python_error(Result.InvalidArgument, call, "layout.rowBytes=0 must be >= 1")
+    if not 1 <= local_experts <= MAX_LOCAL_EXPERTS:
+        raise python_error(
+            Result.InvalidArgument, call,
+            f"layout.localExperts={local_experts} must be in 1..{MAX_LOCAL_EXPERTS} "
+            "(YALI_MAX_LOCAL_EXPERTS)")
+    if nranks is not None and nranks * local_experts > MAX_EXPERTS:
+        raise python_error(
+            Result.InvalidArgument, call,
+            f"layout.localExperts={local_experts} x nranks ({nranks}) = {nranks * local_experts} "
+            f"experts; at most {MAX_EXPERTS} (YALI_MAX_EXPERTS)")
+    if align_rows < 1:
+        raise python_error(Result.InvalidArgument, call, "layout.alignRows=0 must be >= 1")
+    return yaliExpertLayout_t(row_bytes, local_experts, align_rows, capacity_rows)
+
+
+def _as_layout(layout, call):
+    if not isinstance(layout, yaliExpertLayout_t):
+        raise python_error(
+            Result.InvalidArgument, call,
+            f"layout must be a yaliExpertLayout_t (expert_layout()), got {type(layout).__name__}")
+    return ctypes.byref(layout)
+
+
+def expert_dispatch(send_ptr, send_counts_ptr, recv_ptr, recv_counts_ptr, expert_offsets_ptr,
+                    layout, handle, stream):
+    """yaliExpertDispatch: ``layout`` a yaliExpertLayout_t (expert_layout()); the counts are device
+    pointers (int64), the two outputs may be None."""
+    call = "yaliExpertDispatch"
+    _check_launch(call, handle, lib().yaliExpertDispatch(
+        send_ptr, send_counts_ptr, recv_ptr, recv_counts_ptr, expert_offsets_ptr,
+        _as_layout(layout, call), handle, stream))
+
+
+def expert_combine(send_ptr, send_counts_ptr, recv_ptr, layout, handle, stream):
+    """yaliExpertCombine: the dispatch's ``send_counts_ptr`` and ``layout``, unchanged."""
+    call = "yaliExpertCombine"
+    _check_launch(call, handle, lib().yaliExpertCombine(
+        send_ptr, send_counts_ptr, recv_ptr, _as_layout(layout, call), handle, stream))
 
 
 def all_reduce_algo_info(handle, send_ptr, recv_ptr, count, datatype, op):

@@ -14,6 +14,15 @@
         scatter(tensor, scatter_list=None, src=0)
         all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None)
 
+    the uneven exchange with counts on the device (Mixture-of-Experts layers; no host round trip, so
+    a CUDA graph replays with whatever counts each step writes)::
+
+        all_to_all_device_counts(output, input, input_splits, output_splits=None,
+                                 output_offsets=None)
+        expert_dispatch(output, input, send_counts, local_experts, align=1, recv_counts=None,
+                        expert_offsets=None)
+        expert_combine(output, input, send_counts, local_experts, align=1)
+
     and functional forms that return a new tensor: all_reduce_functional, all_gather_functional,
     reduce_scatter_functional, all_to_all_functional. ``src``/``dst`` are global ranks, as in
     torch.distributed (``group_src=``/``group_dst=`` take a rank of the group instead); for the
@@ -26,6 +35,8 @@
 
 Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int64, float16,
 bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
+The uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts, expert_dispatch,
+expert_combine) moves rows along dim 0 as bytes: any dtype, output.shape[1:] == input.shape[1:].
 Reductions: op "sum", "prod", "max", "min", "avg" (or torch.distributed.ReduceOp.SUM, PRODUCT, MAX,
 MIN, AVG); avg is for floating types only (the library refuses it for integers: ValueError here).
 Integers wrap around (two's complement) on overflow; fp16, bf16 and fp8 accumulate in fp32; every
@@ -43,8 +54,9 @@ from their YALI_*_DIRECT_MIN_BYTES up. ``register(tensor)`` registers an existin
 
 Every collective is a custom operator (``torch.ops.yali.*``) with a fake implementation, so that
 ``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
-current stream, never synchronizes and allocates only in the functional form, so it can be captured
-in a CUDA graph. ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
+current stream, never synchronizes and allocates only in the functional form (and, in
+all_to_all_device_counts given output_offsets without output_splits, a [world_size] temporary), so
+it can be captured in a CUDA graph. ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
 yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an operator writes:
 
     yali::all_reduce_(Tensor(a!) tensor, int comm, int op) -> ()                  in place
@@ -60,6 +72,16 @@ yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an oper
     yali::scatter(Tensor(a!) output, Tensor input, int comm, int root) -> ()
     yali::all_to_all_single(Tensor(a!) output, Tensor input, int comm) -> ()
     yali::all_to_all(Tensor input, int comm) -> Tensor
+    yali::all_to_all_v(Tensor(a!) output, Tensor input, int[] output_split_sizes,
+                       int[] input_split_sizes, int comm) -> ()
+    yali::all_to_all_device_counts(Tensor(a!) output, Tensor input, Tensor input_splits,
+                                   Tensor(b!)? output_splits, Tensor(c!)? output_offsets,
+                                   int comm) -> ()
+    yali::expert_dispatch(Tensor(a!) output, Tensor input, Tensor send_counts, int local_experts,
+                          int align, Tensor(b!)? recv_counts, Tensor(c!)? expert_offsets,
+                          int comm) -> ()
+    yali::expert_combine(Tensor(a!) output, Tensor input, Tensor send_counts, int local_experts,
+                         int align, int comm) -> ()
 
 The shapes are the C calls' (yali.h), flat: all_gather_into_tensor's output holds nranks x
 input.numel() elements, rank i's input at element i * input.numel(); reduce_scatter_tensor's input
@@ -67,7 +89,8 @@ holds nranks x output.numel(); gather's output (nranks x input.numel(), on root;
 0-element tensor, not looked at) and scatter's input (nranks x output.numel(), on root; elsewhere 0
 elements, not looked at); all_to_all_single's output and input have the same number of elements,
 a multiple of nranks. The functional forms return all_gather: (nranks * d0, *rest),
-reduce_scatter: (d0 / nranks, *rest), all_to_all: the input's shape.
+reduce_scatter: (d0 / nranks, *rest), all_to_all: the input's shape. The uneven exchange counts
+rows (dim 0): split sizes in rows (all_to_all_v), int64 count tensors in rows on the comm's GPU.
 
 Failures, and CUDA graphs. A failure seen on the device (a peer that did not arrive within
 YALI_TIMEOUT_MS, a peer's abort, ranks that disagree about registered buffers) becomes the comm's
@@ -76,7 +99,10 @@ next launch, whose output is then not to be trusted). From then on every eager c
 before launching anything: YaliTimeout, YaliRemoteError or YaliInvalidUsage, with the library's
 message; the comm can only be aborted (``abort()``). A CUDA graph replay never passes through the
 host API, so nothing raises there: the YALI collectives of a replay that runs after the failure
-write NaN (all-ones bytes) into their outputs. After replaying a graph that contains YALI
+write NaN (all-ones bytes) into their outputs. The uneven exchange adds one failure of its own,
+checked on the device: counts that do not fit (a capacity exceeded, a negative count, split sizes
+that disagree between ranks) write nothing, leave -1 in the failing rank's count outputs and fail
+the comm on every rank with YaliInvalidUsage. After replaying a graph that contains YALI
 collectives, call ``comm.check_async_error()`` (alias ``comm.check()``; a host-memory read, about
 1 us, no synchronization) once the replay's work has finished (after a synchronization, such as
 ``loss.item()``) and before trusting its outputs (stepping the optimizer on the gradients, saving a
@@ -89,6 +115,10 @@ checkpoint); a check made before that finish sees only failures of earlier work.
 
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
+
+import math
+import operator
+from typing import List, Optional
 
 try:
     import torch
@@ -305,29 +335,165 @@ def _check_rows(method, name, t, nranks):
         )
 
 
-def _check_splits(method, name, splits, t, nranks):
-    """all_to_all_single's split sizes: None, or the even split (every entry t.shape[0] / nranks).
-    Uneven splits (AlltoAllv) are not supported: NotImplementedError naming the argument."""
-    if splits is None:
-        return
+def _as_count(value):
+    """A row count as an int (anything with __index__ but bool), or a SymInt left as it is (the
+    fake implementations under torch.compile); None when it is neither."""
+    if isinstance(value, torch.SymInt):
+        return value
+    if isinstance(value, bool):
+        return None
     try:
-        sizes = [int(s) for s in splits]
-    except (TypeError, ValueError):
-        raise TypeError(
-            f"{method}: {name} must be None or a list of ints, got {splits!r}"
-        ) from None
-    rows = t.shape[0] if t.dim() else 0
-    if len(sizes) != nranks or sum(sizes) != rows:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def _as_splits(method, name, splits, t, nranks):
+    """all_to_all_single's split sizes of ``t``, in rows (dim 0), as torch.distributed takes them:
+    None, the even split (t.shape[0] a multiple of nranks), or nranks ints >= 0 summing to
+    t.shape[0]. Returns the list."""
+    if t.dim() == 0:
+        raise ValueError(f"{method}: {_tensor_name(name)} is 0-d; split sizes count rows along "
+                         "dim 0")
+    rows = t.shape[0]
+    if splits is None:
+        if rows % nranks:
+            raise ValueError(
+                f"{method}: {name}=None splits {_tensor_name(name)} evenly, but its first "
+                f"dimension ({rows}) is not a multiple of the world size ({nranks})"
+            )
+        return [rows // nranks] * nranks
+    if isinstance(splits, (str, bytes)) or not hasattr(splits, "__iter__"):
+        raise TypeError(f"{method}: {name} must be None or a list of ints, got {splits!r}")
+    sizes = [_as_count(s) for s in splits]
+    if any(s is None for s in sizes):
+        raise TypeError(f"{method}: {name} must be None or a list of ints, got {splits!r}")
+    if len(sizes) != nranks or any(s < 0 for s in sizes) or sum(sizes) != rows:
         raise ValueError(
-            f"{method}: {name}={sizes} must have one entry per rank ({nranks}) summing to the "
-            f"first dimension of the tensor ({rows})"
+            f"{method}: {name}={sizes} must have one entry per rank ({nranks}), each >= 0, summing "
+            f"to the first dimension of {_tensor_name(name)} ({rows})"
         )
-    if any(s != sizes[0] for s in sizes):
-        raise NotImplementedError(
-            f"{method}: {name}={sizes} is an uneven split; YALI's all_to_all_single supports only "
-            f"even splits ({name}=None, or every entry {rows // nranks}): uneven splits "
-            "(AlltoAllv) are not implemented yet"
+    return sizes
+
+
+def _tensor_name(split_name):
+    """The tensor a split-size argument describes: input_split_sizes -> input, ..."""
+    return split_name.split("_split")[0]
+
+
+def _packed(counts):
+    """The displacements of ``counts`` packed one after the other (their exclusive prefix sums)."""
+    displs, at = [], 0
+    for c in counts:
+        displs.append(at)
+        at += c
+    return displs
+
+
+def _check_experts(method, local_experts, align, nranks=None):
+    """expert_dispatch/expert_combine's integers, within yali.h's limits: 1 <= local_experts <=
+    MAX_LOCAL_EXPERTS, nranks * local_experts <= MAX_EXPERTS (when nranks is known), align >= 1."""
+    for name, value in (("local_experts", local_experts), ("align", align)):
+        if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+            raise TypeError(f"{method}: {name} must be an int, got {type(value).__name__}")
+    if not 1 <= local_experts <= _capi.MAX_LOCAL_EXPERTS:
+        raise ValueError(f"{method}: local_experts={local_experts} must be in "
+                         f"1..{_capi.MAX_LOCAL_EXPERTS} (YALI_MAX_LOCAL_EXPERTS)")
+    if nranks is not None and nranks * local_experts > _capi.MAX_EXPERTS:
+        raise ValueError(
+            f"{method}: local_experts={local_experts} x world_size ({nranks}) = "
+            f"{nranks * local_experts} experts; YALI takes at most {_capi.MAX_EXPERTS} "
+            "(YALI_MAX_EXPERTS)"
         )
+    if align < 1:
+        raise ValueError(f"{method}: align={align} must be >= 1 (rows)")
+
+
+def _require_tensors(method, named):
+    """TypeError naming the first of ``named`` ((name, value), ...) that is not a tensor; None
+    entries are optional arguments left out."""
+    for name, t in named:
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{method}: {name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+def _check_exchange(where, output, input, device_index, names=("output", "input")):
+    """The data tensors of the uneven exchange: rows along dim 0 of one shape (shape[1:]) and one
+    dtype (any: YALI moves rows as bytes), contiguous, on the comm's GPU (``device_index``; None:
+    not known). Returns (elements, bytes) of a row. Reads only what tensors, fake ones too, and
+    the launch functions' stand-ins have."""
+    out_name, in_name = names
+    for name, t in ((in_name, input), (out_name, output)):
+        if t.device.type != "cuda":
+            raise ValueError(f"{where}: {name} must be a CUDA tensor, got one on {t.device}")
+        if device_index is not None and t.device.index != device_index:
+            raise ValueError(
+                f"{where}: {name} is on {t.device} but the communicator is on cuda:{device_index}"
+            )
+        if not t.is_contiguous():
+            raise ValueError(f"{where}: {name} must be contiguous; pass {name}.contiguous()")
+        if t.dim() == 0:
+            raise ValueError(f"{where}: {name} is 0-d; the exchange moves rows along dim 0 "
+                             f"(pass {name}.view(1))")
+    if output.dtype != input.dtype:
+        raise TypeError(f"{where}: {out_name} has dtype {output.dtype}, {in_name} has "
+                        f"{input.dtype}; they must match")
+    if tuple(output.shape[1:]) != tuple(input.shape[1:]):
+        raise ValueError(
+            f"{where}: {out_name} has rows of shape {tuple(output.shape[1:])}, {in_name} of "
+            f"{tuple(input.shape[1:])}; they must match (shape[1:])"
+        )
+    row = math.prod(input.shape[1:])
+    row_bytes = row * input.element_size()
+    if row_bytes == 0:
+        raise ValueError(f"{where}: {in_name} has rows of 0 elements (shape {tuple(input.shape)})")
+    return row, row_bytes
+
+
+def _check_count_overlaps(method, named):
+    """The count tensors of one call ((name, tensor or None), ...) must not share memory: the
+    outputs are written on the device while the inputs are read."""
+    present = [(n, t) for n, t in named if t is not None]
+    for i, (a_name, a) in enumerate(present):
+        for b_name, b in present[i + 1:]:
+            _check_overlap(method, a_name, a, b_name, b)
+
+
+def _check_counts(where, name, t, length, length_text, device_index):
+    """A count tensor of the uneven exchange: int64, contiguous, 1-d with ``length`` entries, on the
+    comm's GPU (the library reads and writes it on the device). Reads only what tensors, fake ones
+    too, and the launch functions' stand-ins have."""
+    if t.dtype != torch.int64:
+        raise TypeError(f"{where}: {name} must have dtype torch.int64, got {t.dtype}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{where}: {name} must be a CUDA tensor (the counts are read and written "
+                         f"on the device), got one on {t.device}")
+    if device_index is not None and t.device.index != device_index:
+        raise ValueError(
+            f"{where}: {name} is on {t.device} but the communicator is on cuda:{device_index}"
+        )
+    if t.dim() != 1 or t.shape[0] != length:
+        raise ValueError(f"{where}: {name} has shape {tuple(t.shape)}; it must be ({length},): "
+                         f"{length_text}")
+    if not t.is_contiguous():
+        raise ValueError(f"{where}: {name} must be contiguous")
+
+
+# yaliDataType_t values of 8, 4, 2 and 1 bytes. The uneven exchange moves bytes, so a dtype YALI has
+# no type for (bool, int16, complex64, ...) travels as the widest of these that divides its size.
+_BYTE_TYPES = ((8, int(DataType.Int64)), (4, int(DataType.Int32)), (2, int(DataType.Float16)),
+               (1, int(DataType.Uint8)))
+
+
+def _moved_type(dtype, element_size):
+    """(yaliDataType_t value, its elements per element of ``dtype``) for yaliAlltoAllv."""
+    code = DTYPES.get(dtype)
+    if code is not None:
+        return code, 1
+    for size, code in _BYTE_TYPES:
+        if element_size % size == 0:
+            return code, element_size // size
+    raise TypeError(f"dtype {dtype} has elements of {element_size} bytes")  # pragma: no cover
 
 
 def _as_rank(method, name, value, nranks):
@@ -737,6 +903,186 @@ def _(input, comm):
     return torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
+# ---- Custom operators of the uneven exchange (AlltoAllv) -----------------------------------------
+#
+# Rows along dim 0, any dtype, moved as bytes; never in place. all_to_all_v takes host split sizes
+# (yaliAlltoAllv; a captured graph keeps them). The other three read their counts on the device
+# (int64 tensors written by an earlier kernel on the stream), so a captured graph replays with
+# whatever counts each step writes; all_to_all_device_counts is yaliExpertDispatch with one expert
+# per rank, which packs the rows by source rank exactly as the device-count AlltoAllv does, in rows.
+
+
+def _launch_rows(opname, handle, output, input):
+    """(comm, elements per row, bytes per row, stream) of a launch of the uneven exchange."""
+    comm = _live_comm(opname, handle)
+    row, row_bytes = _check_exchange(opname, output, input, comm.device)
+    return comm, row, row_bytes, torch.cuda.current_stream(input.device).cuda_stream
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def _launch_all_to_all_v(opname, handle, output, input, output_split_sizes, input_split_sizes):
+    comm, row, _, stream = _launch_rows(opname, handle, output, input)
+    send = _as_splits(opname, "input_split_sizes", input_split_sizes, input, comm.size)
+    recv = _as_splits(opname, "output_split_sizes", output_split_sizes, output, comm.size)
+    code, per_element = _moved_type(input.dtype, input.element_size())
+    per_row = row * per_element
+    send = [s * per_row for s in send]
+    recv = [r * per_row for r in recv]
+    _capi.all_to_all_v(input.data_ptr(), send, _packed(send), output.data_ptr(), recv,
+                       _packed(recv), code, handle, stream, nranks=comm.size)
+
+
+def _source_offsets(counts, offsets):
+    """``offsets`` = where each source rank's rows start: the exclusive prefix sums of ``counts``,
+    on the current stream (no host synchronization); -1 wherever ``counts`` holds the -1 of a
+    failed count check, so that the flag survives."""
+    torch.cumsum(counts, 0, out=offsets)
+    offsets.sub_(counts)
+    offsets.masked_fill_(counts < 0, -1)
+
+
+def _launch_all_to_all_device_counts(opname, handle, output, input, input_splits, output_splits,
+                                     output_offsets):
+    comm, _, row_bytes, stream = _launch_rows(opname, handle, output, input)
+    n = comm.size
+    _check_counts(opname, "input_splits", input_splits, n, f"nranks ({n})", comm.device)
+    for name, t in (("output_splits", output_splits), ("output_offsets", output_offsets)):
+        if t is not None:
+            _check_counts(opname, name, t, n, f"nranks ({n})", comm.device)
+    counts = output_splits
+    if counts is None and output_offsets is not None:
+        counts = torch.empty(n, dtype=torch.int64, device=output_offsets.device)
+    layout = _capi.expert_layout(row_bytes, 1, 1, output.shape[0], opname, n)
+    _capi.expert_dispatch(input.data_ptr(), input_splits.data_ptr(), output.data_ptr(),
+                          _ptr(counts), None, layout, handle, stream)
+    if output_offsets is not None:
+        _source_offsets(counts, output_offsets)
+
+
+def _launch_expert_dispatch(opname, handle, output, input, send_counts, local_experts, align,
+                            recv_counts, expert_offsets):
+    comm, _, row_bytes, stream = _launch_rows(opname, handle, output, input)
+    n, e = comm.size, local_experts
+    _check_experts(opname, e, align, n)
+    _check_counts(opname, "send_counts", send_counts, n * e, f"nranks ({n}) x local_experts ({e})",
+                  comm.device)
+    if recv_counts is not None:
+        _check_counts(opname, "recv_counts", recv_counts, e * n,
+                      f"local_experts ({e}) x nranks ({n})", comm.device)
+    if expert_offsets is not None:
+        _check_counts(opname, "expert_offsets", expert_offsets, e + 1,
+                      f"local_experts ({e}) + 1", comm.device)
+    layout = _capi.expert_layout(row_bytes, e, align, output.shape[0], opname, n)
+    _capi.expert_dispatch(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(),
+                          _ptr(recv_counts), _ptr(expert_offsets), layout, handle, stream)
+
+
+def _launch_expert_combine(opname, handle, output, input, send_counts, local_experts, align):
+    comm, _, row_bytes, stream = _launch_rows(opname, handle, output, input)
+    n, e = comm.size, local_experts
+    _check_experts(opname, e, align, n)
+    _check_counts(opname, "send_counts", send_counts, n * e, f"nranks ({n}) x local_experts ({e})",
+                  comm.device)
+    # The expert-major buffer is the combine's input: its rows are the capacity.
+    layout = _capi.expert_layout(row_bytes, e, align, input.shape[0], opname, n)
+    _capi.expert_combine(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(), layout,
+                         handle, stream)
+
+
+def _fake_rows(opname, handle, output, input):
+    """The fake implementations' checks of the data tensors; the live comm, or None."""
+    comm = _LIVE.get(handle) if isinstance(handle, int) else None
+    _check_exchange(opname, output, input, comm.device if comm is not None else None)
+    return comm
+
+
+@torch.library.custom_op("yali::all_to_all_v", mutates_args=("output",), device_types="cuda")
+def _all_to_all_v_op(output: torch.Tensor, input: torch.Tensor, output_split_sizes: List[int],
+                     input_split_sizes: List[int], comm: int) -> None:
+    _launch_all_to_all_v("yali::all_to_all_v", comm, output, input, output_split_sizes,
+                         input_split_sizes)
+
+
+@_all_to_all_v_op.register_fake
+def _(output, input, output_split_sizes, input_split_sizes, comm):
+    opname = "yali::all_to_all_v"
+    c = _fake_rows(opname, comm, output, input)
+    n = c.size if c is not None else len(input_split_sizes)
+    _as_splits(opname, "input_split_sizes", input_split_sizes, input, n)
+    _as_splits(opname, "output_split_sizes", output_split_sizes, output, n)
+
+
+@torch.library.custom_op("yali::all_to_all_device_counts",
+                         mutates_args=("output", "output_splits", "output_offsets"),
+                         device_types="cuda")
+def _all_to_all_device_counts_op(output: torch.Tensor, input: torch.Tensor,
+                                 input_splits: torch.Tensor, output_splits: Optional[torch.Tensor],
+                                 output_offsets: Optional[torch.Tensor], comm: int) -> None:
+    _launch_all_to_all_device_counts("yali::all_to_all_device_counts", comm, output, input,
+                                     input_splits, output_splits, output_offsets)
+
+
+@_all_to_all_device_counts_op.register_fake
+def _(output, input, input_splits, output_splits, output_offsets, comm):
+    opname = "yali::all_to_all_device_counts"
+    c = _fake_rows(opname, comm, output, input)
+    n = c.size if c is not None else input_splits.shape[0]
+    dev = c.device if c is not None else None
+    for name, t in (("input_splits", input_splits), ("output_splits", output_splits),
+                    ("output_offsets", output_offsets)):
+        if t is not None:
+            _check_counts(opname, name, t, n, f"nranks ({n})", dev)
+
+
+@torch.library.custom_op("yali::expert_dispatch",
+                         mutates_args=("output", "recv_counts", "expert_offsets"),
+                         device_types="cuda")
+def _expert_dispatch_op(output: torch.Tensor, input: torch.Tensor, send_counts: torch.Tensor,
+                        local_experts: int, align: int, recv_counts: Optional[torch.Tensor],
+                        expert_offsets: Optional[torch.Tensor], comm: int) -> None:
+    _launch_expert_dispatch("yali::expert_dispatch", comm, output, input, send_counts,
+                            local_experts, align, recv_counts, expert_offsets)
+
+
+@_expert_dispatch_op.register_fake
+def _(output, input, send_counts, local_experts, align, recv_counts, expert_offsets, comm):
+    opname = "yali::expert_dispatch"
+    c = _fake_rows(opname, comm, output, input)
+    n = c.size if c is not None else None
+    _check_experts(opname, local_experts, align, n)
+    if c is not None:
+        e = local_experts
+        _check_counts(opname, "send_counts", send_counts, n * e,
+                      f"nranks ({n}) x local_experts ({e})", c.device)
+        if recv_counts is not None:
+            _check_counts(opname, "recv_counts", recv_counts, e * n,
+                          f"local_experts ({e}) x nranks ({n})", c.device)
+    if expert_offsets is not None:
+        _check_counts(opname, "expert_offsets", expert_offsets, local_experts + 1,
+                      f"local_experts ({local_experts}) + 1", c.device if c is not None else None)
+
+
+@torch.library.custom_op("yali::expert_combine", mutates_args=("output",), device_types="cuda")
+def _expert_combine_op(output: torch.Tensor, input: torch.Tensor, send_counts: torch.Tensor,
+                       local_experts: int, align: int, comm: int) -> None:
+    _launch_expert_combine("yali::expert_combine", comm, output, input, send_counts, local_experts,
+                           align)
+
+
+@_expert_combine_op.register_fake
+def _(output, input, send_counts, local_experts, align, comm):
+    opname = "yali::expert_combine"
+    c = _fake_rows(opname, comm, output, input)
+    _check_experts(opname, local_experts, align, c.size if c is not None else None)
+    if c is not None:
+        n, e = c.size, local_experts
+        _check_counts(opname, "send_counts", send_counts, n * e,
+                      f"nranks ({n}) x local_experts ({e})", c.device)
+
+
 class _Ops:
     """The OpOverloads the methods call (a namespace, so that host tests can stand in for them)."""
 
@@ -750,6 +1096,10 @@ class _Ops:
     scatter = torch.ops.yali.scatter.default
     all_to_all_single = torch.ops.yali.all_to_all_single.default
     all_to_all = torch.ops.yali.all_to_all.default
+    all_to_all_v = torch.ops.yali.all_to_all_v.default
+    all_to_all_device_counts = torch.ops.yali.all_to_all_device_counts.default
+    expert_dispatch = torch.ops.yali.expert_dispatch.default
+    expert_combine = torch.ops.yali.expert_combine.default
 
 
 # ---- Registered memory ---------------------------------------------------------------------------
@@ -1174,27 +1524,147 @@ class Communicator(yali._ClosingContext):
         return tensor
 
     def all_to_all_single(self, output, input, output_split_sizes=None, input_split_sizes=None):
-        """All-to-all with even splits, as torch.distributed.all_to_all_single: ``input``'s first
-        dimension is cut into world_size equal blocks; block j goes to rank j, which stores the
-        block from rank i as block i of ``output`` (the same number of elements as ``input``, its
-        first dimension also a multiple of world_size). Returns ``output``. Never in place:
+        """All-to-all, as torch.distributed.all_to_all_single. Returns ``output``. Never in place:
         ``output`` and ``input`` must not overlap.
 
-        ``output_split_sizes``/``input_split_sizes``: None, or the even split written out
-        ([d0 / world_size] * world_size). Uneven splits (AlltoAllv) are not supported yet: they
-        raise NotImplementedError naming the argument."""
+        Without split sizes (both None): even splits, yaliAlltoAll. ``input``'s first dimension
+        is cut into world_size equal blocks; block j goes to rank j, which stores the block from
+        rank i as block i of ``output`` (the same number of elements as ``input``, its first
+        dimension also a multiple of world_size). Every dtype in DTYPES.
+
+        With split sizes (either given; every rank must then give them, as every rank must make
+        the same call): uneven splits, yaliAlltoAllv. Rows along dim 0 (a row:
+        input[0].numel() elements, ``output.shape[1:] == input.shape[1:]``), any dtype (moved as
+        bytes): this rank sends ``input_split_sizes[j]`` rows to rank j, and receives
+        ``output_split_sizes[i]`` rows from rank i, packed in rank order into ``output``. A split
+        size left None is the even split of its tensor. Host lists of ints: a CUDA graph keeps the
+        values of its capture (for counts that change from step to step, use
+        ``all_to_all_device_counts``). ``output_split_sizes[i]`` must equal rank i's
+        ``input_split_sizes[this rank]``; that is checked on the device: a mismatch writes nothing
+        and fails the comm on every rank (YaliInvalidUsage from ``check()`` and every later
+        call)."""
         method = "Communicator.all_to_all_single"
         handle = self.handle
         ws = self.world_size
+        if output_split_sizes is None and input_split_sizes is None:
+            if not _is_compiling():
+                _check_tensor(method, "input", input, self._device_index)
+                _check_like(method, "output", output, input, "input", input.numel(),
+                            "input.numel()")
+                _check_rows(method, "input", input, ws)
+                _check_rows(method, "output", output, ws)
+                _check_overlap(method, "output", output, "input", input)
+            _Ops.all_to_all_single(output, input, handle)
+            return output
         if not _is_compiling():
-            _check_tensor(method, "input", input, self._device_index)
-            _check_like(method, "output", output, input, "input", input.numel(), "input.numel()")
-            _check_rows(method, "input", input, ws)
-            _check_rows(method, "output", output, ws)
+            _require_tensors(method, (("output", output), ("input", input)))
+            _check_exchange(method, output, input, self._device_index)
             _check_overlap(method, "output", output, "input", input)
-        _check_splits(method, "input_split_sizes", input_split_sizes, input, ws)
-        _check_splits(method, "output_split_sizes", output_split_sizes, output, ws)
-        _Ops.all_to_all_single(output, input, handle)
+        out_splits = _as_splits(method, "output_split_sizes", output_split_sizes, output, ws)
+        in_splits = _as_splits(method, "input_split_sizes", input_split_sizes, input, ws)
+        _Ops.all_to_all_v(output, input, out_splits, in_splits, handle)
+        return output
+
+    def all_to_all_device_counts(self, output, input, input_splits, output_splits=None,
+                                 output_offsets=None):
+        """All-to-all with counts on the device (no host round trip): ``input_splits``, an int64
+        CUDA tensor [world_size] written by an earlier kernel on the current stream (a router),
+        holds the rows of ``input`` (dim 0, packed in rank order) for each rank. What this rank
+        receives is packed in source-rank order into ``output``, which holds at most
+        output.size(0) rows; ``output_splits`` and ``output_offsets`` (int64 CUDA tensors
+        [world_size], or None) receive the rows from each rank and the row where they start. Rows:
+        ``output.shape[1:] == input.shape[1:]``, any dtype (moved as bytes). Returns ``output``.
+
+        A captured CUDA graph replays with whatever counts each step writes into
+        ``input_splits``. More rows than output.size(0) (or a negative count) fail the count
+        check: nothing is written into ``output``, ``output_splits`` and ``output_offsets`` hold
+        -1 on the rank that failed (a flag a later kernel can test), and the comm fails on every
+        rank: YaliInvalidUsage from ``check()`` (after a graph replay) and from every later call.
+
+        yaliExpertDispatch with one expert per rank; output_offsets are computed on the stream
+        after it (so do not call it inside ``yali.group()``)."""
+        method = "Communicator.all_to_all_device_counts"
+        handle = self.handle
+        ws = self.world_size
+        if not _is_compiling():
+            counts = (("input_splits", input_splits), ("output_splits", output_splits),
+                      ("output_offsets", output_offsets))
+            _require_tensors(method, (("output", output), ("input", input)) + counts)
+            _check_exchange(method, output, input, self._device_index)
+            _check_overlap(method, "output", output, "input", input)
+            for name, t in counts:
+                if t is not None:
+                    _check_counts(method, name, t, ws, f"world_size ({ws})", self._device_index)
+            _check_count_overlaps(method, counts)
+        _Ops.all_to_all_device_counts(output, input, input_splits, output_splits, output_offsets,
+                                      handle)
+        return output
+
+    def expert_dispatch(self, output, input, send_counts, local_experts, align=1, recv_counts=None,
+                        expert_offsets=None):
+        """Mixture-of-Experts dispatch (yaliExpertDispatch), counts on the device. E =
+        ``local_experts`` experts live on each rank (1..yali.MAX_LOCAL_EXPERTS, world_size x E <=
+        yali.MAX_EXPERTS); global expert g = d * E + e is local expert e of rank d.
+
+        ``send_counts``: int64 CUDA tensor [world_size * E], [g] the rows this rank sends to global
+        expert g; ``input``: those rows sorted by global expert (expert 0's, then expert 1's, ...,
+        packed). ``output`` (capacity output.size(0) rows) gets, expert-major, every rank's rows for
+        this rank's experts: local expert 0's segment (rank 0's rows, then rank 1's, ...), then
+        local expert 1's at the next multiple of ``align`` rows (e.g. a grouped GEMM's tile), and
+        so on; padding rows are not written. ``recv_counts`` (int64 [E * world_size], [e *
+        world_size + s]: rows of local expert e from rank s) and ``expert_offsets`` (int64 [E + 1]:
+        each segment's first row, and [E] the rows used) are optional outputs. Rows:
+        ``output.shape[1:] == input.shape[1:]``, any dtype. Returns ``output``.
+
+        A captured CUDA graph replays with whatever counts each step writes into ``send_counts``.
+        A capacity overflow (or a negative count) fails the count check: nothing is written into
+        ``output``, ``recv_counts`` and ``expert_offsets`` hold -1 on the rank that failed, and the
+        comm fails on every rank: YaliInvalidUsage from ``check()`` (after a graph replay) and from
+        every later call."""
+        method = "Communicator.expert_dispatch"
+        handle = self.handle
+        ws = self.world_size
+        _check_experts(method, local_experts, align, ws)
+        if not _is_compiling():
+            e = local_experts
+            counts = (("send_counts", send_counts), ("recv_counts", recv_counts),
+                      ("expert_offsets", expert_offsets))
+            _require_tensors(method, (("output", output), ("input", input)) + counts)
+            _check_exchange(method, output, input, self._device_index)
+            _check_overlap(method, "output", output, "input", input)
+            _check_counts(method, "send_counts", send_counts, ws * e,
+                          f"world_size ({ws}) x local_experts ({e})", self._device_index)
+            if recv_counts is not None:
+                _check_counts(method, "recv_counts", recv_counts, e * ws,
+                              f"local_experts ({e}) x world_size ({ws})", self._device_index)
+            if expert_offsets is not None:
+                _check_counts(method, "expert_offsets", expert_offsets, e + 1,
+                              f"local_experts ({e}) + 1", self._device_index)
+            _check_count_overlaps(method, counts)
+        _Ops.expert_dispatch(output, input, send_counts, local_experts, align, recv_counts,
+                             expert_offsets, handle)
+        return output
+
+    def expert_combine(self, output, input, send_counts, local_experts, align=1):
+        """Mixture-of-Experts combine (yaliExpertCombine), the inverse of ``expert_dispatch``:
+        every row of ``input`` (in the dispatch's output layout, e.g. the experts' outputs;
+        capacity input.size(0) rows) goes back to the rank and the row it came from, so ``output``
+        ends up in the dispatch's input layout (rows sorted by global expert; it must hold the
+        sum of ``send_counts`` rows). ``send_counts``, ``local_experts`` and ``align``: the
+        dispatch's, unchanged. Returns ``output``. Failures as for ``expert_dispatch``."""
+        method = "Communicator.expert_combine"
+        handle = self.handle
+        ws = self.world_size
+        _check_experts(method, local_experts, align, ws)
+        if not _is_compiling():
+            _require_tensors(method, (("output", output), ("input", input),
+                                      ("send_counts", send_counts)))
+            _check_exchange(method, output, input, self._device_index)
+            _check_overlap(method, "output", output, "input", input)
+            _check_counts(method, "send_counts", send_counts, ws * local_experts,
+                          f"world_size ({ws}) x local_experts ({local_experts})",
+                          self._device_index)
+        _Ops.expert_combine(output, input, send_counts, local_experts, align, handle)
         return output
 
     def all_to_all_functional(self, input):
@@ -1539,12 +2009,19 @@ class SingleProcessCommunicator(yali._ClosingContext):
 
     def all_to_all_single(self, output_tensors, input_tensors, output_split_sizes=None,
                           input_split_sizes=None):
-        """All-to-all with even splits: block j of input_tensors[i] (first dimension cut into
-        world_size blocks) goes to block i of output_tensors[j]. Never in place. Split sizes:
-        None or the even split; uneven ones raise NotImplementedError. Returns
-        ``output_tensors``."""
+        """All-to-all. Without split sizes: even splits, block j of input_tensors[i] (first
+        dimension cut into world_size blocks) goes to block i of output_tensors[j]; every dtype
+        in DTYPES. With split sizes (yaliAlltoAllv): rows along dim 0, any dtype, the same row
+        shape on every GPU; GPU i sends ``input_split_sizes[i][j]`` rows to GPU j, which packs
+        what it receives in GPU order. Each split argument: None (the even split of each
+        tensor), one list of ints (the same on every GPU), or one list per GPU; checked on the
+        host to agree (``output_split_sizes[j][i] == input_split_sizes[i][j]``). Never in place.
+        Returns ``output_tensors``."""
         method = "SingleProcessCommunicator.all_to_all_single"
         self._begin(method)
+        if output_split_sizes is not None or input_split_sizes is not None:
+            return self._all_to_all_v(method, output_tensors, input_tensors, output_split_sizes,
+                                      input_split_sizes)
         ins = self._per_rank(method, "input_tensors", input_tensors)
         outs = self._count_list(method, "output_tensors", output_tensors)
         ws, n = len(self.devices), ins[0].numel()
@@ -1554,11 +2031,161 @@ class SingleProcessCommunicator(yali._ClosingContext):
                         "the input's numel")
             _check_rows(method, f"output_tensors[{i}]", o, ws)
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t)
-        _check_splits(method, "input_split_sizes", input_split_sizes, ins[0], ws)
-        _check_splits(method, "output_split_sizes", output_split_sizes, outs[0], ws)
         dtype = DTYPES[ins[0].dtype]
         self._run(lambda i, comm, stream: _capi.all_to_all(
             ins[i].data_ptr(), outs[i].data_ptr(), n // ws, dtype, comm.handle, stream))
+        return outs
+
+    # -- the uneven exchange: one tensor (and one count tensor) per GPU
+
+    def _exchange_pairs(self, method, output_tensors, input_tensors):
+        """(outs, ins, elements per row, bytes per row): one output and one input per GPU, each
+        pair checked as the uneven exchange takes it, with one dtype and row shape on every GPU
+        (the ranks must agree on the row's bytes)."""
+        outs = self._count_list(method, "output_tensors", output_tensors)
+        ins = self._count_list(method, "input_tensors", input_tensors)
+        for i, (o, t) in enumerate(zip(outs, ins)):
+            on, tn = f"output_tensors[{i}]", f"input_tensors[{i}]"
+            _require_tensors(method, ((on, o), (tn, t)))
+            row = _check_exchange(method, o, t, self.devices[i], (on, tn))
+            _check_overlap(method, on, o, tn, t)
+            if t.dtype != ins[0].dtype or t.shape[1:] != ins[0].shape[1:]:
+                raise ValueError(
+                    f"{method}: {tn} has rows of {tuple(t.shape[1:])} {t.dtype}, input_tensors[0] "
+                    f"of {tuple(ins[0].shape[1:])} {ins[0].dtype}; every GPU's rows must match"
+                )
+        return outs, ins, row[0], row[1]
+
+    def _count_tensors(self, method, name, tensors, length, length_text, required=True):
+        """One int64 count tensor per GPU (tensors[i] on devices[i]), or, when not ``required``,
+        None (no tensors) or a list whose entries may be None."""
+        n = len(self.devices)
+        if tensors is None:
+            if required:
+                raise ValueError(f"{method}: {name} is required (one int64 tensor per GPU)")
+            return [None] * n
+        ts = self._count_list(method, name, tensors)
+        for i, t in enumerate(ts):
+            what = f"{name}[{i}]"
+            if t is None:
+                if required:
+                    raise TypeError(f"{method}: {what} must be a torch.Tensor, got None")
+                continue
+            _require_tensors(method, ((what, t),))
+            _check_counts(method, what, t, length, length_text, self.devices[i])
+        return ts
+
+    def _per_gpu_splits(self, method, name, splits, tensors):
+        """Split sizes per GPU: None (each tensor's even split), one list of ints for every GPU,
+        or one list per GPU."""
+        if splits is not None:
+            if isinstance(splits, (str, bytes)) or not hasattr(splits, "__iter__"):
+                raise TypeError(f"{method}: {name} must be None, a list of ints or one list per "
+                                f"GPU, got {splits!r}")
+            splits = list(splits)
+            if any(_as_count(s) is None for s in splits):  # one list per GPU
+                per_gpu = self._count_list(method, name, splits)
+                return [_as_splits(method, f"{name}[{i}]", s, t, len(self.devices))
+                        for i, (s, t) in enumerate(zip(per_gpu, tensors))]
+        return [_as_splits(method, name, splits, t, len(self.devices)) for t in tensors]
+
+    def _all_to_all_v(self, method, output_tensors, input_tensors, output_split_sizes,
+                      input_split_sizes):
+        outs, ins, row, _ = self._exchange_pairs(method, output_tensors, input_tensors)
+        send = self._per_gpu_splits(method, "input_split_sizes", input_split_sizes, ins)
+        recv = self._per_gpu_splits(method, "output_split_sizes", output_split_sizes, outs)
+        n = len(self.devices)
+        for i in range(n):
+            for j in range(n):
+                if recv[j][i] != send[i][j]:
+                    raise ValueError(
+                        f"{method}: GPU {i} sends {send[i][j]} rows to GPU {j} "
+                        f"(input_split_sizes), which expects {recv[j][i]} from it "
+                        "(output_split_sizes); they must agree"
+                    )
+        code, per_element = _moved_type(ins[0].dtype, ins[0].element_size())
+        per_row = row * per_element
+        send = [[c * per_row for c in s] for s in send]
+        recv = [[c * per_row for c in r] for r in recv]
+        self._run(lambda i, comm, stream: _capi.all_to_all_v(
+            ins[i].data_ptr(), send[i], _packed(send[i]), outs[i].data_ptr(), recv[i],
+            _packed(recv[i]), code, comm.handle, stream, nranks=n))
+        return outs
+
+    def all_to_all_device_counts(self, output_tensors, input_tensors, input_splits,
+                                 output_splits=None, output_offsets=None):
+        """All-to-all with counts on the device, one tensor per GPU: ``input_splits[i]`` (int64
+        [world_size], rows) on GPU i, ``output_splits``/``output_offsets`` None or one int64
+        [world_size] tensor (or None) per GPU. See Communicator.all_to_all_device_counts (the
+        capacity of GPU i is output_tensors[i].size(0) rows; failures). Returns
+        ``output_tensors``."""
+        method = "SingleProcessCommunicator.all_to_all_device_counts"
+        self._begin(method)
+        n = len(self.devices)
+        outs, ins, _, row_bytes = self._exchange_pairs(method, output_tensors, input_tensors)
+        text = f"world_size ({n})"
+        splits = self._count_tensors(method, "input_splits", input_splits, n, text)
+        counts = self._count_tensors(method, "output_splits", output_splits, n, text, False)
+        offsets = self._count_tensors(method, "output_offsets", output_offsets, n, text, False)
+        for i in range(n):
+            _check_count_overlaps(method, ((f"input_splits[{i}]", splits[i]),
+                                           (f"output_splits[{i}]", counts[i]),
+                                           (f"output_offsets[{i}]", offsets[i])))
+            if counts[i] is None and offsets[i] is not None:
+                counts[i] = torch.empty(n, dtype=torch.int64, device=offsets[i].device)
+        layouts = [_capi.expert_layout(row_bytes, 1, 1, o.shape[0], method, n) for o in outs]
+        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+            ins[i].data_ptr(), splits[i].data_ptr(), outs[i].data_ptr(), _ptr(counts[i]), None,
+            layouts[i], comm.handle, stream))
+        # After the group's launch, on each GPU's current stream (which _run joined to the launch).
+        for c, o in zip(counts, offsets):
+            if o is not None:
+                _source_offsets(c, o)
+        return outs
+
+    def expert_dispatch(self, output_tensors, input_tensors, send_counts, local_experts, align=1,
+                        recv_counts=None, expert_offsets=None):
+        """Mixture-of-Experts dispatch, one tensor per GPU: ``send_counts[i]`` (int64
+        [world_size * local_experts]) on GPU i; ``recv_counts``/``expert_offsets`` None or one
+        tensor (or None) per GPU. See Communicator.expert_dispatch (layout, failures). Returns
+        ``output_tensors``."""
+        method = "SingleProcessCommunicator.expert_dispatch"
+        self._begin(method)
+        n, e = len(self.devices), local_experts
+        _check_experts(method, e, align, n)
+        outs, ins, _, row_bytes = self._exchange_pairs(method, output_tensors, input_tensors)
+        sends = self._count_tensors(method, "send_counts", send_counts, n * e,
+                                    f"world_size ({n}) x local_experts ({e})")
+        recvs = self._count_tensors(method, "recv_counts", recv_counts, e * n,
+                                    f"local_experts ({e}) x world_size ({n})", False)
+        offs = self._count_tensors(method, "expert_offsets", expert_offsets, e + 1,
+                                   f"local_experts ({e}) + 1", False)
+        for i in range(n):
+            _check_count_overlaps(method, ((f"send_counts[{i}]", sends[i]),
+                                           (f"recv_counts[{i}]", recvs[i]),
+                                           (f"expert_offsets[{i}]", offs[i])))
+        layouts = [_capi.expert_layout(row_bytes, e, align, o.shape[0], method, n) for o in outs]
+        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+            ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), _ptr(recvs[i]),
+            _ptr(offs[i]), layouts[i], comm.handle, stream))
+        return outs
+
+    def expert_combine(self, output_tensors, input_tensors, send_counts, local_experts, align=1):
+        """Mixture-of-Experts combine, one tensor per GPU (the inverse of ``expert_dispatch``:
+        input_tensors in its output layout, capacity input_tensors[i].size(0) rows;
+        ``send_counts``, ``local_experts``, ``align``: the dispatch's). Returns
+        ``output_tensors``."""
+        method = "SingleProcessCommunicator.expert_combine"
+        self._begin(method)
+        n, e = len(self.devices), local_experts
+        _check_experts(method, e, align, n)
+        outs, ins, _, row_bytes = self._exchange_pairs(method, output_tensors, input_tensors)
+        sends = self._count_tensors(method, "send_counts", send_counts, n * e,
+                                    f"world_size ({n}) x local_experts ({e})")
+        layouts = [_capi.expert_layout(row_bytes, e, align, t.shape[0], method, n) for t in ins]
+        self._run(lambda i, comm, stream: _capi.expert_combine(
+            ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), layouts[i], comm.handle,
+            stream))
         return outs
 
     def algo_info(self, tensors, op="sum", outs=None, *, collective="all_reduce", root=0):

@@ -105,6 +105,43 @@ def test_constants_match_header(header_text):
     assert (_capi.VERSION_MAJOR, _capi.VERSION_MINOR, _capi.VERSION_PATCH) == (major, minor, patch)
     assert yali.__version__ == f"{major}.{minor}.{patch}"
     assert ctypes.sizeof(_capi.yaliUniqueId) == yali.UNIQUE_ID_BYTES
+    assert yali.MAX_LOCAL_EXPERTS == _header_define(header_text, "YALI_MAX_LOCAL_EXPERTS")
+    assert yali.MAX_EXPERTS == _header_define(header_text, "YALI_MAX_EXPERTS")
+    assert (_capi.MAX_LOCAL_EXPERTS, _capi.MAX_EXPERTS) == (yali.MAX_LOCAL_EXPERTS,
+                                                            yali.MAX_EXPERTS)
+
+
+def _header_struct(text, typedef):
+    """[(C type, field name)] of ``typedef struct {...} <typedef>;``, in order."""
+    m = re.search(r"typedef\s+struct\s*\{(?P<body>[^}]*)\}\s*" + re.escape(typedef) + r"\s*;", text)
+    assert m, f"typedef struct {typedef} not found in yali.h"
+    body = re.sub(r"/\*.*?\*/", "", m.group("body"), flags=re.S)
+    fields = []
+    for decl in body.split(";"):
+        decl = " ".join(decl.split())
+        if decl:
+            fm = re.fullmatch(r"(?P<type>[\w\s]+?)\s+(?P<name>\w+)(?P<array>\[\w+\])?", decl)
+            assert fm, f"cannot parse field {decl!r} of {typedef}"
+            fields.append((fm.group("type") + (fm.group("array") or ""), fm.group("name")))
+    return fields
+
+
+_FIELD_TYPES = {"size_t": ctypes.c_size_t, "int": ctypes.c_int}
+
+
+def test_expert_layout_struct_matches_header(header_text):
+    """yaliExpertLayout_t: the header's fields, in its order, with its types; the C layout on LP64
+    (size_t, int padded to 8, size_t, size_t)."""
+    header = _header_struct(header_text, "yaliExpertLayout_t")
+    assert [name for _, name in header] == ["rowBytes", "localExperts", "alignRows", "capacityRows"]
+    fields = _capi.yaliExpertLayout_t._fields_
+    assert [name for name, _ in fields] == [name for _, name in header]
+    for (ctype, name), (_, pytype) in zip(header, fields):
+        assert pytype is _FIELD_TYPES[ctype], f"{name}: yali.h {ctype}, ctypes {pytype}"
+    L = _capi.yaliExpertLayout_t
+    assert ctypes.sizeof(L) == 4 * ctypes.sizeof(ctypes.c_size_t)
+    assert [getattr(L, n).offset for n, _ in fields] == [0, 8, 16, 24]
+    assert _capi.yaliExpertLayout_t(1, 2, 3, 4).capacityRows == 4
 
 
 def test_every_header_function_is_bound(header_text):
@@ -155,6 +192,8 @@ def _header_declarations(text):
         decl = []
         if params not in ("", "void"):
             for param in params.split(","):
+                # An array parameter (size_t sendcounts[]) is a pointer.
+                param = re.sub(r"\b(\w+)\s*\[\s*\]\s*$", r"* \1", param)
                 # Every parameter in yali.h is named: split the type from the name.
                 pm = re.fullmatch(r"\s*(?P<type>.*?[\w\*])\s*\b(?P<name>\w+)\s*", param)
                 assert pm, f"cannot parse parameter {param!r} of {m.group('name')}"
@@ -789,7 +828,7 @@ def test_check_reports_the_latest_failure_of_the_thread():
     assert "yaliCommRegister" not in second.value.detail
 
 
-# ---- The collectives of yali.Comm, with the library faked (conftest.FakeLib) ----------------------
+# ---- The collectives of yali.Comm, with the library faked (conftest.FakeLib) ---------------------
 
 _D, _R = yali.DataType, yali.RedOp
 
@@ -956,3 +995,258 @@ def test_collective_name_and_algo_info_against_the_library():
         _capi.algo_info(None, int(yali.Collective.AllGather), None, None, 16,
                         int(yali.DataType.Float32), 0, 0)
     assert e.value.call == "yaliAlgoInfo" and "yaliAlgoInfo" in e.value.detail
+
+
+# ---- The uneven exchange (AlltoAllv): yali.Comm with the library faked, then the library ---------
+
+# The parameters of the four calls in yali.h, in order (test_a2av_parameters_match_header checks
+# them): A2avFakeLib records every call as {parameter: value}.
+A2AV_PARAMS = {
+    "yaliAlltoAllv": ("sendbuff", "sendcounts", "sdispls", "recvbuff", "recvcounts", "rdispls",
+                      "datatype", "comm", "stream"),
+    "yaliAlltoAllvDeviceCounts": ("sendbuff", "sendcounts", "sdispls", "recvbuff", "recvCapacity",
+                                  "recvcounts", "rdispls", "datatype", "comm", "stream"),
+    "yaliExpertDispatch": ("sendbuff", "sendCounts", "recvbuff", "recvCounts", "expertOffsets",
+                           "layout", "comm", "stream"),
+    "yaliExpertCombine": ("sendbuff", "sendCounts", "recvbuff", "layout", "comm", "stream"),
+}
+
+
+def _a2av_value(name, value):
+    """What a test compares of one argument: host arrays as lists (None: NULL), the layout as a
+    dict of its fields."""
+    if name in ("sendcounts", "sdispls", "recvcounts", "rdispls") and not isinstance(value, int):
+        return None if value is None else list(value)
+    if name == "layout":
+        lay = value._obj  # a ctypes.byref(yaliExpertLayout_t)
+        return {f: getattr(lay, f) for f, _ in lay._fields_}
+    return value
+
+
+class A2avFakeLib:
+    """conftest.FakeLib that also takes the four AlltoAllv calls, recorded in ``calls`` as (name,
+    comm, {parameter: value}) with _a2av_value's conversions; on a comm with an asynchronous error
+    they fail as FakeLib's collectives do. (A mixin over FakeLib, made by a2av_fake_lib.)"""
+
+    def __getattr__(self, name):
+        params = A2AV_PARAMS.get(name)
+        if params is None:
+            return super().__getattr__(name)
+
+        def call(*args):
+            assert len(args) == len(params), f"{name}: {len(params)} arguments, got {len(args)}"
+            kw = {p: _a2av_value(p, a) for p, a in zip(params, args)}
+            comm = kw["comm"]
+            self.calls.append((name, comm, kw))
+            code, message = self.async_errors.get(comm, (0, ""))
+            if code:
+                self._fail(comm, f"{name}: " + message)
+            return code
+
+        return call
+
+    def launches(self, name=None):
+        from conftest import COLLECTIVE_PARAMS
+
+        names = set(COLLECTIVE_PARAMS) | set(A2AV_PARAMS)
+        return [c[2] for c in self.calls if c[0] in names and (name is None or c[0] == name)]
+
+
+@pytest.fixture
+def a2av_lib(monkeypatch):
+    """fake_lib's FakeLib, taking the AlltoAllv calls too, in place of the loaded library."""
+    from conftest import FakeLib
+
+    fake = type("FakeLibA2av", (A2avFakeLib, FakeLib), {})()
+    monkeypatch.setattr(_capi, "_lib", fake)
+    return fake
+
+
+def test_a2av_parameters_match_header(header_text):
+    header = _header_declarations(header_text)
+    for name, params in A2AV_PARAMS.items():
+        assert tuple(n for _, n in header[name][1]) == params, name
+
+
+def test_a2av_prototypes():
+    size_t_p = ctypes.POINTER(ctypes.c_size_t)
+    _, argtypes = _capi._PROTOTYPES["yaliAlltoAllv"]
+    assert [argtypes[i] for i in (1, 2, 4, 5)] == [size_t_p] * 4  # the host arrays
+    assert argtypes[6] is ctypes.c_int
+    _, argtypes = _capi._PROTOTYPES["yaliAlltoAllvDeviceCounts"]
+    assert argtypes[4] is ctypes.c_size_t and argtypes[7] is ctypes.c_int
+    assert all(argtypes[i] is ctypes.c_void_p for i in (0, 1, 2, 3, 5, 6, 8, 9))
+    for name, at in (("yaliExpertDispatch", 5), ("yaliExpertCombine", 3)):
+        _, argtypes = _capi._PROTOTYPES[name]
+        assert argtypes[at]._type_ is _capi.yaliExpertLayout_t, name
+        assert all(a is ctypes.c_void_p for i, a in enumerate(argtypes) if i != at), name
+
+
+def test_comm_all_to_all_v_arguments(a2av_lib):
+    comm = _fake_comm(1, 3)
+    comm.all_to_all_v(0x100, [1, 0, 5], None, 0x200, (2, 2, 2), [0, 4, 2], "bf16", _Stream())
+    assert a2av_lib.calls[-1] == ("yaliAlltoAllv", comm.handle, dict(
+        sendbuff=0x100, sendcounts=[1, 0, 5], sdispls=None, recvbuff=0x200, recvcounts=[2, 2, 2],
+        rdispls=[0, 4, 2], datatype=_D.Bfloat16, comm=comm.handle, stream=0x5000))
+    comm.all_to_all_v(_FakeTensor(0x10000, 64, 8), range(3), [0, 0, 1], _FakeCai(0x30000, (3,)),
+                      iter([0, 1, 2]), None)
+    got = a2av_lib.launches("yaliAlltoAllv")[-1]
+    assert (got["sendbuff"], got["recvbuff"], got["sendcounts"], got["recvcounts"]) == (
+        0x10008, 0x30000, [0, 1, 2], [0, 1, 2])
+    assert (got["datatype"], got["stream"]) == (_D.Float32, None)
+
+
+def test_comm_all_to_all_v_argument_errors(a2av_lib):
+    """The host arrays are read for nranks entries by the library: any other length, a negative
+    entry or a non-sequence is refused before the call, naming the argument."""
+    comm = _fake_comm(0, 2)
+    cases = [
+        (lambda: comm.all_to_all_v(0x100, [1, 2, 3], None, 0x200, [1, 2], None),
+         ["sendcounts has 3 entries", "must have 2"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], None, 0x200, [1], None),
+         ["recvcounts has 1 entries"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], [0], 0x200, [1, 2], None), ["sdispls"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], None, 0x200, [1, 2], [0, 1, 2]), ["rdispls"]),
+        (lambda: comm.all_to_all_v(0x100, [1, -2], None, 0x200, [1, 2], None),
+         ["sendcounts[1]=-2", ">= 0"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], None, 0x200, [1, 2.5], None),
+         ["recvcounts[1]", "int"]),
+        (lambda: comm.all_to_all_v(0x100, 7, None, 0x200, [1, 2], None),
+         ["sendcounts", "sequence of ints"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], None, 0x200, None, None),
+         ["recvcounts are required"]),
+        (lambda: comm.all_to_all_v(0x100, [1, 2], None, 0x200, [1, 2], None, "complex64"),
+         ["datatype"]),
+        (lambda: comm.all_to_all_v("p", [1, 2], None, 0x200, [1, 2], None), ["sendbuff"]),
+    ]
+    for call, words in cases:
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            call()
+        assert info.value.call == "yaliAlltoAllv"
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{info.value} lacks {missing}"
+    assert a2av_lib.launches() == []
+
+
+def test_comm_device_count_forms_arguments(a2av_lib):
+    comm = _fake_comm(0, 2)
+    counts = _FakeTensor(0x40000, 16)
+    comm.all_to_all_v_device_counts(0x100, counts, None, 0x200, 77, 0x300, None, "int64", 0x77)
+    assert a2av_lib.calls[-1][2] == dict(
+        sendbuff=0x100, sendcounts=0x40000, sdispls=None, recvbuff=0x200, recvCapacity=77,
+        recvcounts=0x300, rdispls=None, datatype=_D.Int64, comm=comm.handle, stream=0x77)
+    comm.expert_dispatch(0x100, counts, 0x200, None, 0x500, yali.ExpertLayout(4096, 8, 16, 1000),
+                         0x77)
+    assert a2av_lib.calls[-1][2] == dict(
+        sendbuff=0x100, sendCounts=0x40000, recvbuff=0x200, recvCounts=None, expertOffsets=0x500,
+        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000),
+        comm=comm.handle, stream=0x77)
+    # The layout as a plain tuple in ExpertLayout's order, or the C struct itself.
+    comm.expert_combine(0x200, counts, 0x100, (4096, 8, 16, 1000))
+    assert a2av_lib.calls[-1][2] == dict(
+        sendbuff=0x200, sendCounts=0x40000, recvbuff=0x100,
+        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000),
+        comm=comm.handle, stream=None)
+    comm.expert_combine(0x200, counts, 0x100, _capi.yaliExpertLayout_t(2, 1, 1, 0))
+    assert a2av_lib.calls[-1][2]["layout"] == dict(rowBytes=2, localExperts=1, alignRows=1,
+                                                   capacityRows=0)
+
+
+@pytest.mark.parametrize("layout,words", [
+    ((0, 1, 1, 8), ["layout.rowBytes=0", ">= 1"]),
+    ((64, 0, 1, 8), ["layout.localExperts=0", "1..512", "YALI_MAX_LOCAL_EXPERTS"]),
+    ((64, 513, 1, 8), ["layout.localExperts=513"]),
+    ((64, 257, 1, 8), ["257 x nranks (4) = 1028", "at most 1024", "YALI_MAX_EXPERTS"]),
+    ((64, 2, 0, 8), ["layout.alignRows=0"]),
+    ((64, 2, 1, -1), ["layout.capacityRows=-1"]),
+    ((64, 2**31, 1, 8), ["layout.localExperts", "C int"]),
+    ((64, 2, 1), ["ExpertLayout(row_bytes, local_experts, align_rows, capacity_rows)"]),
+    ("layout", ["ExpertLayout"]),
+])
+def test_comm_expert_layout_errors(a2av_lib, layout, words):
+    """The layout's ranges (yali.h) are checked before the call, naming the field; YALI_MAX_EXPERTS
+    counts every rank's experts (nranks 4 here)."""
+    comm = _fake_comm(0, 4)
+    for method, call in ((lambda: comm.expert_dispatch(0x1, 0x2, 0x3, None, None, layout),
+                          "yaliExpertDispatch"),
+                         (lambda: comm.expert_combine(0x1, 0x2, 0x3, layout), "yaliExpertCombine")):
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            method()
+        assert info.value.call == call
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{info.value} lacks {missing}"
+    assert a2av_lib.launches() == []
+
+
+@pytest.mark.parametrize("method,args,call", [
+    ("all_to_all_v", (0x100, [1, 1], None, 0x200, [1, 1], None), "yaliAlltoAllv"),
+    ("all_to_all_v_device_counts", (0x100, 0x300, None, 0x200, 8), "yaliAlltoAllvDeviceCounts"),
+    ("expert_dispatch", (0x100, 0x300, 0x200, None, None, (4, 1, 1, 8)), "yaliExpertDispatch"),
+    ("expert_combine", (0x200, 0x300, 0x100, (4, 1, 1, 8)), "yaliExpertCombine"),
+])
+def test_failed_comm_a2av_raises_with_its_own_message(a2av_lib, method, args, call):
+    """A comm whose count check failed on the device (yaliInvalidUsage on every rank) refuses every
+    later call with its own message."""
+    comm = _fake_comm()
+    a2av_lib.comm_errors[comm.handle] = "yaliCommRegister: an old, unrelated failure"
+    a2av_lib.record_on_comm = False
+    text = "rank 1: alltoallv count check: the rows received exceed the capacity"
+    a2av_lib.async_errors[comm.handle] = (int(yali.Result.InvalidUsage), text)
+    with pytest.raises(yali.YaliInvalidUsage) as info:
+        getattr(comm, method)(*args)
+    e = info.value
+    assert e.call == call and e.detail == f"{call}: {text}", str(e)
+
+
+def test_alltoallv_collective_names():
+    C = yali.Collective
+    assert C.AlltoAllv == 8 and C.NumCollectives == 9
+    for name in ("alltoallv", "all_to_all_v", "all_to_all_device_counts", "expert_dispatch",
+                 "expert_combine"):
+        assert yali.as_collective(name) == C.AlltoAllv, name
+
+
+def test_a_missing_function_fails_when_called_not_when_opened():
+    """A library older than the package opens and serves what it has; a function it lacks raises
+    YaliLibraryError naming it, when called."""
+    lib = object.__new__(_capi._Library)
+    lib.path, lib.missing = "/x/libyali.so", ["yaliExpertDispatch"]
+    with pytest.raises(yali.YaliLibraryError, match="/x/libyali.so lacks yaliExpertDispatch"):
+        lib.yaliExpertDispatch  # noqa: B018
+    with pytest.raises(AttributeError):
+        lib.notAYaliFunction  # noqa: B018
+
+
+def test_real_library_binds_the_a2av_calls_lazily():
+    """Against the library: every other call works whether or not it has the AlltoAllv calls; the
+    calls it lacks (a build older than the header) raise YaliLibraryError naming them."""
+    _require_lib()
+    lib = _capi.lib()
+    assert yali.get_error_string(yali.Result.Success)  # the library serves its other calls
+    for name in A2AV_PARAMS:
+        if name in lib.missing:
+            with pytest.raises(yali.YaliLibraryError, match=name):
+                getattr(lib, name)
+        else:
+            assert callable(getattr(lib, name))
+
+
+def test_null_comm_a2av_calls_are_invalid_argument():
+    """Against the library (fails on a missing symbol until the library has the calls)."""
+    _require_lib()
+    lib = _capi.lib()
+    arr = (ctypes.c_size_t * 2)(0, 0)
+    layout = _capi.yaliExpertLayout_t(4, 1, 1, 0)
+    calls = {
+        "yaliAlltoAllv": (None, arr, None, None, arr, None, int(yali.DataType.Float32), None, None),
+        "yaliAlltoAllvDeviceCounts": (None, None, None, None, 0, None, None,
+                                      int(yali.DataType.Float32), None, None),
+        "yaliExpertDispatch": (None, None, None, None, None, ctypes.byref(layout), None, None),
+        "yaliExpertCombine": (None, None, None, ctypes.byref(layout), None, None),
+    }
+    for name, args in calls.items():
+        code = getattr(lib, name)(*args)
+        assert code == yali.Result.InvalidArgument, f"{name}(comm=NULL) returned {code}"
+        assert name in yali.get_last_error()
+    assert yali.collective_name(yali.Collective.AlltoAllv) == "alltoallv"
+    assert yali.collective_name(yali.Collective.NumCollectives) == "unknown"

@@ -41,8 +41,8 @@ takes the dtype). Communicator over 2 and 3 processes:
           scatter in their list form (an entry may be the input) and one-tensor form, every rank as
           root; even split sizes written out, a 2-D input
   c_errors  overlaps refused by the Python side (real pointers) and by the library (yali.Comm),
-          uneven splits (NotImplementedError naming the argument), avg on integers, bad roots,
-          stale handles; the comm works afterwards
+          split sizes that do not sum to the rows, avg on integers, bad roots, local_experts out of
+          range, stale handles; the comm works afterwards
   c_comm  yali.Comm's pointer-level methods (NULL buffers off the root, bcast) and algo_info /
           collective_name for every collective
   c_graph  every collective (list and functional forms, fp32 and int32) captured once in a CUDA
@@ -51,6 +51,23 @@ takes the dtype). Communicator over 2 and 3 processes:
           against the float64 reference and NCCL, recompiled for a new size (dynamic shapes); a
           mutated graph input; int64 and fp8
   c_opcheck  torch.library.opcheck of every new operator
+The uneven exchange (AlltoAllv), in the same jobs; counts are drawn from a seed, the same on every
+rank, and some are 0 (a rank that sends or receives nothing included):
+  c_all_to_all_v  all_to_all_single with uneven split sizes, 7 dtypes (bool, int16 and complex64
+          among them: moved as bytes) and row widths, against the exact reference and NCCL's
+          all_to_all_single
+  c_device_counts  all_to_all_device_counts: rows, output_splits and output_offsets, with and
+          without the optional outputs
+  c_expert  expert_dispatch then expert_combine, E = 1..4, align 8 and 1: the expert-major rows,
+          recv_counts, expert_offsets, padding rows untouched, combine(dispatch(x)) == x bit for
+          bit; the same through torch.compile(fullgraph=True) (inductor)
+  c_a2av_graph  dispatch, combine, the device-count and the host-split forms captured once in a
+          CUDA graph, replayed 3 times with new counts (and rows) written into the same tensors
+  c_a2av_opcheck  torch.library.opcheck of the four operators
+  c_a2av_overflow  (each case on a comm of its own, aborted after) a capacity exceeded on one rank,
+          eagerly and in a graph replay whose new counts overflow: every rank's check() raises
+          YaliInvalidUsage, the failing rank's count outputs hold -1 and its output is untouched,
+          later calls raise
   c_single  SingleProcessCommunicator, every method, over 2 and 3 ranks (GPUs shared when fewer)
 
 Failures (the "faults" jobs; they need ONE GPU, which their 3 ranks share: YALI_ALLOW_SHARED_GPU=1,
@@ -80,6 +97,7 @@ import functools
 import importlib.util
 import json
 import os
+import random
 import re
 import shutil
 import sys
@@ -345,6 +363,13 @@ def test_collective_torch_compile_fullgraph(ws, backend):
 @_cws
 def test_collective_opcheck(ws):
     _coll(ws).check_section("c_opcheck")
+
+
+@_cws
+@pytest.mark.parametrize("section", ["c_all_to_all_v", "c_device_counts", "c_expert",
+                                     "c_a2av_graph", "c_a2av_opcheck", "c_a2av_overflow"])
+def test_uneven_exchange(ws, section):
+    _coll(ws).check_section(section)
 
 
 @_cws
@@ -2285,17 +2310,25 @@ def _section_c_errors(rec, comm, rank, dev):
          ["overlaps"], lambda: comm.all_gather_into_tensor(buf, buf[other * 8:other * 8 + 8])),
         ("reduce_scatter partial overlap", f"{m}.reduce_scatter_tensor", ["output overlaps input"],
          lambda: comm.reduce_scatter_tensor(buf[1:9], buf)),
-        ("all_to_all in place", f"{m}.all_to_all_single", ["output overlaps input"],
+        ("all_to_all in place", f"{m}.all_to_all_single", ["input overlaps output"],
          lambda: comm.all_to_all_single(buf, buf)),
         # dst/src = this rank, so that every rank checks its buffers as the root (and refuses).
         ("gather tensor overlap", f"{m}.gather", ["overlaps"],
          lambda: comm.gather(buf[1:9], buf, dst=rank)),
         ("scatter tensor overlap", f"{m}.scatter", ["overlaps"],
          lambda: comm.scatter(buf[1:9], buf, src=rank)),
-        ("uneven split", f"{m}.all_to_all_single", ["input_split_sizes", "AlltoAllv"],
+        ("split sizes sum", f"{m}.all_to_all_single", ["input_split_sizes", "summing to"],
          lambda: comm.all_to_all_single(torch.empty(ws * 2, device=dev),
-                                        torch.empty(ws * 2, device=dev), None,
-                                        [1] * (ws - 1) + [ws + 1])),
+                                        torch.empty(ws * 2, device=dev), None, [1] * ws)),
+        ("uneven in place", f"{m}.all_to_all_single", ["input overlaps output"],
+         lambda: comm.all_to_all_single(buf, buf, [8] * ws, [8] * ws)),
+        ("dispatch overlap", f"{m}.expert_dispatch", ["input overlaps output"],
+         lambda: comm.expert_dispatch(buf, buf[1:9], torch.zeros(ws, dtype=torch.int64,
+                                                                 device=dev), 1)),
+        ("dispatch local_experts", f"{m}.expert_dispatch", ["local_experts=0"],
+         lambda: comm.expert_dispatch(buf, x, torch.zeros(ws, dtype=torch.int64, device=dev), 0)),
+        ("device counts on the host", f"{m}.all_to_all_device_counts", ["input_splits", "CUDA"],
+         lambda: comm.all_to_all_device_counts(buf, x, torch.zeros(ws, dtype=torch.int64))),
         ("avg on int32", f"{m}.reduce_scatter_tensor", ["avg", "int32"],
          lambda: comm.reduce_scatter_tensor(torch.zeros(2, dtype=torch.int32, device=dev),
                                             torch.zeros(2 * ws, dtype=torch.int32, device=dev),
@@ -2313,6 +2346,9 @@ def _section_c_errors(rec, comm, rank, dev):
          lambda: comm.comm.gather(x.data_ptr(), buf.data_ptr(), 8, "float32", -1, stream)),
         ("library: avg on int8", "yaliReduce", ["avg"],
          lambda: comm.comm.reduce(x.data_ptr(), x.data_ptr(), 8, "int8", "avg", 0)),
+        ("library: all_to_all_v in place", "yaliAlltoAllv", ["overlap"],
+         lambda: comm.comm.all_to_all_v(buf.data_ptr(), [8] * ws, None, buf.data_ptr(), [8] * ws,
+                                        None, "float32", stream)),
     ]
     for what, method, words, fn in cases:
         rec.check(what, _expect_error, method, words, fn)
@@ -2670,6 +2706,388 @@ def _section_c_opcheck(rec, comm, rank, dev):
         rec.check(f"opcheck {name}", one, op, args)
 
 
+# ---- The uneven exchange (AlltoAllv) -------------------------------------------------------------
+#
+# Every rank draws the same counts (a function of the case's seed) and can make every rank's input
+# (a function of seed and rank), so each computes exactly what it must receive. Rows are moved as
+# bytes: every comparison is byte for byte.
+
+def _a2av_counts(seed, ws, groups, hi):
+    """counts[s][g]: rows rank s sends to group g (a rank, or a global expert), 0..hi, about one in
+    five of them 0; the same on every rank."""
+    rng = random.Random(seed)
+    return [[rng.randint(1, hi) if rng.random() > 0.2 else 0 for _ in range(groups)]
+            for _ in range(ws)]
+
+
+def _a2av_rows(seed, s, rows, width, dtype, dev):
+    """Rank s's input of case ``seed``: ``rows`` rows of ``width`` elements of ``dtype`` (random
+    bytes for dtypes YALI has no type for; bools kept 0 or 1)."""
+    if dtype in _yt().DTYPES:
+        return _cinput(rows * width, dtype, None, seed, s, dev).view(rows, width)
+    size = torch.empty((), dtype=dtype).element_size()
+    b = _cinput(rows * width * size, torch.uint8, None, seed, s, dev)
+    if dtype == torch.bool:
+        b &= 1
+    return b.view(dtype).view(rows, width)
+
+
+def _a2av_want(ins, splits, rank):
+    """What ``rank`` receives of the packed exchange: rank s's rows for it, in rank order."""
+    parts = []
+    for s, x in enumerate(ins):
+        at = sum(splits[s][:rank])
+        parts.append(x[at:at + splits[s][rank]])
+    return torch.cat(parts)
+
+
+def _exclusive(counts):
+    return [sum(counts[:i]) for i in range(len(counts))]
+
+
+def _expert_want(ins, counts, rank, experts, align):
+    """expert_dispatch's result on ``rank``: ([(first row, rows)], recv_counts, expert_offsets)."""
+    placed, recv, offsets, at = [], [], [], 0
+    for e in range(experts):
+        at = -(-at // align) * align
+        offsets.append(at)
+        g = rank * experts + e
+        for s, x in enumerate(ins):
+            start, n = sum(counts[s][:g]), counts[s][g]
+            placed.append((at, x[start:start + n]))
+            recv.append(n)
+            at += n
+    return placed, recv, offsets + [at]
+
+
+def _placed(before, placed):
+    want = before.clone()
+    for at, rows in placed:
+        want[at:at + rows.shape[0]] = rows
+    return want
+
+
+def _ints(t, want, what):
+    """Problems unless the int64 tensor ``t`` holds the list ``want``."""
+    got = t.tolist()
+    return [] if got == list(want) else [f"{what}: {got}, expected {list(want)}"]
+
+
+def _i64(values, dev):
+    return torch.tensor(values, dtype=torch.int64, device=dev)
+
+
+_A2AV_CASES = ((torch.float32, 5), (torch.bfloat16, 64), (torch.int64, 1), (torch.bool, 3),
+               (torch.float8_e4m3fn, 17), (torch.complex64, 2), (torch.int16, 1025))
+
+
+def _section_c_all_to_all_v(rec, comm, rank, dev):
+    import torch.distributed as dist
+
+    ws = comm.world_size
+    for case, (dtype, width) in enumerate(_A2AV_CASES):
+        def run(case=case, dtype=dtype, width=width):
+            seed = 600_000 + 100 * case
+            splits = _a2av_counts(seed, ws, ws, 9 if width < 1000 else 3)
+            if case == 1:
+                splits[0] = [0] * ws  # rank 0 sends nothing
+            if case == 2:
+                for row in splits:
+                    row[ws - 1] = 0  # the last rank receives nothing
+            ins = [_a2av_rows(seed, s, sum(splits[s]), width, dtype, dev) for s in range(ws)]
+            in_splits = splits[rank]
+            out_splits = [splits[s][rank] for s in range(ws)]
+            want = _a2av_want(ins, splits, rank)
+            out = _garbage((sum(out_splits), width), dtype, dev)
+            x = ins[rank].clone()
+            r = comm.all_to_all_single(out, x, out_splits, in_splits)
+            torch.cuda.synchronize()
+            comm.check()
+            p = [] if r is out else ["the returned tensor is not the output"]
+            p += _same_bytes(out, want) + _unchanged(x, ins[rank], "the input")
+            o = _garbage(out.shape, dtype, dev)
+            _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone(), out_splits,
+                                                              in_splits))
+            torch.cuda.synchronize()
+            if why is None:
+                p += _vs_nccl_moved(out, o, want, f"all_to_all_v {_dname(dtype)}")
+            return p
+
+        rec.check(f"{_dname(dtype)} width={width}", run)
+
+
+def _section_c_device_counts(rec, comm, rank, dev):
+    ws = comm.world_size
+    cases = ((torch.float32, 6, "both"), (torch.bfloat16, 130, "none"), (torch.uint8, 3, "offsets"),
+             (torch.float64, 1, "splits"))
+    for case, (dtype, width, outputs) in enumerate(cases):
+        def run(case=case, dtype=dtype, width=width, outputs=outputs):
+            seed = 610_000 + 100 * case
+            splits = _a2av_counts(seed, ws, ws, 7)
+            ins = [_a2av_rows(seed, s, sum(splits[s]), width, dtype, dev) for s in range(ws)]
+            recv = [splits[s][rank] for s in range(ws)]
+            used = sum(recv)
+            out = _garbage((used + 5, width), dtype, dev)  # 5 rows of slack
+            osp = _i64([99] * ws, dev) if outputs in ("both", "splits") else None
+            oof = _i64([99] * ws, dev) if outputs in ("both", "offsets") else None
+            x = ins[rank].clone()
+            r = comm.all_to_all_device_counts(out, x, _i64(splits[rank], dev), osp, oof)
+            torch.cuda.synchronize()
+            comm.check()
+            p = [] if r is out else ["the returned tensor is not the output"]
+            p += _same_bytes(out[:used], _a2av_want(ins, splits, rank))
+            p += _unchanged(x, ins[rank], "the input")
+            if osp is not None:
+                p += _ints(osp, recv, "output_splits")
+            if oof is not None:
+                p += _ints(oof, _exclusive(recv), "output_offsets")
+            return p
+
+        rec.check(f"{_dname(dtype)} width={width} outputs={outputs}", run)
+
+
+def _section_c_expert(rec, comm, rank, dev):
+    ws = comm.world_size
+    cases = ((2, 8, torch.bfloat16, 48), (3, 8, torch.float32, 7), (1, 8, torch.int8, 33),
+             (4, 1, torch.float16, 16))
+    for case, (experts, align, dtype, width) in enumerate(cases):
+        def run(case=case, experts=experts, align=align, dtype=dtype, width=width):
+            seed = 620_000 + 100 * case
+            counts = _a2av_counts(seed, ws, ws * experts, 6)
+            ins = [_a2av_rows(seed, s, sum(counts[s]), width, dtype, dev) for s in range(ws)]
+            placed, recv, offsets = _expert_want(ins, counts, rank, experts, align)
+            out = _garbage((offsets[-1] + align + 3, width), dtype, dev)
+            before = out.clone()
+            send = _i64(counts[rank], dev)
+            rc, eo = _i64([99] * (experts * ws), dev), _i64([99] * (experts + 1), dev)
+            x = ins[rank].clone()
+            comm.expert_dispatch(out, x, send, experts, align, rc, eo)
+            back = _garbage(x.shape, dtype, dev)
+            r = comm.expert_combine(back, out, send, experts, align)
+            torch.cuda.synchronize()
+            comm.check()
+            used = offsets[-1]
+            p = [] if r is back else ["expert_combine did not return its output"]
+            p += _same_bytes(out[:used], _placed(before, placed)[:used],
+                             "dispatch output (padding rows untouched)")
+            p += _ints(rc, recv, "recv_counts") + _ints(eo, offsets, "expert_offsets")
+            p += _same_bytes(back, ins[rank], "combine(dispatch(x))")
+            return p
+
+        rec.check(f"E={experts} align={align} {_dname(dtype)} width={width}", run)
+
+    def compiled():
+        experts, align, width, hi = 2, 8, 32, 6
+        counts = _a2av_counts(629_000, ws, ws * experts, hi)
+        ins = [_a2av_rows(629_000, s, sum(counts[s]), width, torch.float32, dev)
+               for s in range(ws)]
+        _, recv, offsets = _expert_want(ins, counts, rank, experts, align)
+        cap = ws * experts * hi + experts * align
+
+        def moe(x, send):
+            out = x.new_zeros(cap, x.shape[1])
+            rc, eo = send.new_empty(experts * ws), send.new_empty(experts + 1)
+            comm.expert_dispatch(out, x, send, experts, align, rc, eo)
+            back = torch.empty_like(x)
+            comm.expert_combine(back, out * 2.0, send, experts, align)
+            return back, rc, eo
+
+        torch._dynamo.reset()
+        back, rc, eo = torch.compile(moe, fullgraph=True)(ins[rank].clone(),
+                                                          _i64(counts[rank], dev))
+        torch.cuda.synchronize()
+        comm.check()
+        torch._dynamo.reset()
+        return (_same_bytes(back, ins[rank] * 2.0, "compiled combine(2 x dispatch(x))")
+                + _ints(rc, recv, "recv_counts") + _ints(eo, offsets, "expert_offsets"))
+
+    rec.check("torch.compile(fullgraph=True) dispatch, experts, combine", compiled)
+
+
+def _section_c_a2av_graph(rec, comm, rank, dev):
+    """The device-count forms captured once, replayed with new counts and rows written into the
+    same tensors; the host-split form keeps the splits of its capture."""
+    ws = comm.world_size
+    experts, align, width, hi = 2, 8, 16, 5
+    max_rows = ws * experts * hi
+    x = torch.zeros(max_rows, width, device=dev)
+    send = torch.zeros(ws * experts, dtype=torch.int64, device=dev)
+    splits = torch.zeros(ws, dtype=torch.int64, device=dev)
+    out = torch.empty(max_rows + experts * align, width, device=dev)
+    rc = torch.empty(experts * ws, dtype=torch.int64, device=dev)
+    eo = torch.empty(experts + 1, dtype=torch.int64, device=dev)
+    back = torch.empty_like(x)
+    dc_out = torch.empty(max_rows, width, device=dev)
+    osp = torch.empty(ws, dtype=torch.int64, device=dev)
+    oof = torch.empty(ws, dtype=torch.int64, device=dev)
+    host = _a2av_counts(630_999, ws, ws, 4)
+    a_ins = [_a2av_rows(630_999, s, sum(host[s]), width, torch.float32, dev) for s in range(ws)]
+    a_in = a_ins[rank].clone()
+    a_out = torch.empty(sum(host[s][rank] for s in range(ws)), width, device=dev)
+
+    def load(it):
+        counts = _a2av_counts(630_000 + it, ws, ws * experts, hi)
+        ins = [_a2av_rows(630_000 + it, s, sum(counts[s]), width, torch.float32, dev)
+               for s in range(ws)]
+        x.zero_()
+        x[:ins[rank].shape[0]].copy_(ins[rank])
+        send.copy_(_i64(counts[rank], dev))
+        # Rows for rank d: those of its experts, contiguous (sorted by global expert).
+        by_rank = [[sum(c[d * experts:(d + 1) * experts]) for d in range(ws)] for c in counts]
+        splits.copy_(_i64(by_rank[rank], dev))
+        return counts, by_rank, ins
+
+    def body():
+        comm.expert_dispatch(out, x, send, experts, align, rc, eo)
+        comm.expert_combine(back, out, send, experts, align)
+        comm.all_to_all_device_counts(dc_out, x, splits, osp, oof)
+        comm.all_to_all_single(a_out, a_in, [host[s][rank] for s in range(ws)], host[rank])
+
+    load(0)
+    g, _ = _capture_graph(body, dev)
+    rec.record("capture", True)
+    for it in range(1, 4):
+        def run(it=it):
+            counts, by_rank, ins = load(it)
+            before = out.clone()
+            g.replay()
+            torch.cuda.synchronize()
+            comm.check()
+            placed, recv, offsets = _expert_want(ins, counts, rank, experts, align)
+            used = offsets[-1]
+            rows = ins[rank].shape[0]
+            p = _same_bytes(out[:used], _placed(before, placed)[:used], "dispatch")
+            p += _ints(rc, recv, "recv_counts") + _ints(eo, offsets, "expert_offsets")
+            p += _same_bytes(back[:rows], ins[rank], "combine(dispatch(x))")
+            dc_recv = [by_rank[s][rank] for s in range(ws)]
+            p += _same_bytes(dc_out[:sum(dc_recv)], _a2av_want(ins, by_rank, rank),
+                             "all_to_all_device_counts")
+            p += _ints(osp, dc_recv, "output_splits") + _ints(oof, _exclusive(dc_recv),
+                                                               "output_offsets")
+            p += _same_bytes(a_out, _a2av_want(a_ins, host, rank), "all_to_all_single (captured "
+                             "host splits)")
+            return p
+
+        rec.check(f"replay {it}", run)
+
+
+def _section_c_a2av_opcheck(rec, comm, rank, dev):
+    ws = comm.world_size
+    ops = torch.ops.yali
+    utils = ("test_schema", "test_faketensor", "test_aot_dispatch_dynamic")
+    h = comm.handle
+    width, per = 8, 4  # every rank sends 4 rows to every rank (2 to each of 2 experts)
+    big = _a2av_rows(640_500, rank, ws * per, width, torch.float32, dev)
+
+    def z(*shape, dtype=torch.float32):  # outputs start as zeros: rows left unwritten compare equal
+        return torch.zeros(*shape, dtype=dtype, device=dev)
+
+    cap = ws * per + 2 * 8
+    cases = [
+        ("all_to_all_v", ops.all_to_all_v.default,
+         (z(ws * per, width), big.clone(), [per] * ws, [per] * ws, h)),
+        ("all_to_all_device_counts", ops.all_to_all_device_counts.default,
+         (z(ws * per + 3, width), big.clone(), _i64([per] * ws, dev), z(ws, dtype=torch.int64),
+          z(ws, dtype=torch.int64), h)),
+        ("expert_dispatch", ops.expert_dispatch.default,
+         (z(cap, width), big.clone(), _i64([2] * (2 * ws), dev), 2, 8,
+          z(2 * ws, dtype=torch.int64), z(3, dtype=torch.int64), h)),
+        ("expert_combine", ops.expert_combine.default,
+         (z(ws * per, width), _a2av_rows(640_501, rank, cap, width, torch.float32, dev),
+          _i64([2] * (2 * ws), dev), 2, 8, h)),
+    ]
+    for name, op, args in cases:
+        def one(op=op, args=args):
+            torch.library.opcheck(op, args, test_utils=utils)
+            torch.cuda.synchronize()
+            comm.check()
+            return []
+
+        rec.check(f"opcheck {name}", one)
+
+
+def _section_c_a2av_overflow(rec, comm, rank, dev):
+    """A capacity exceeded on one rank fails the comm on every rank. Each case runs on a comm of its
+    own (collective over the group), aborted afterwards; ``comm`` is not touched."""
+    import torch.distributed as dist
+
+    yt = _yt()
+    ws = comm.world_size
+    experts, width, per = 2, 8, 3
+    last = ws - 1
+
+    def on_fresh_comm(case, body):
+        torch.cuda.synchronize()
+        dist.barrier()
+        c = yt.Communicator()
+        try:
+            rec.check(case, body, c)
+        finally:
+            torch.cuda.synchronize()
+            c.abort()
+            dist.barrier()
+
+    def failed_everywhere(c, outputs, before, out, failing):
+        """Problems unless every rank's comm failed with yaliInvalidUsage naming the capacity, and
+        the failing rank's count outputs hold -1 and its output is untouched."""
+        code = _wait_async(c.comm, 30)
+        p = [] if code == yali.Result.InvalidUsage else [
+            f"async error {code!r} after the overflow, expected yaliInvalidUsage"]
+        p += _raises(yali.YaliInvalidUsage, c.check, "capacity")
+        if rank == failing:
+            for name, t in outputs:
+                p += _ints(t, [-1] * t.numel(), f"{name} on the failing rank")
+            p += _unchanged(out, before, "the output of the failing rank (nothing written)")
+        return p
+
+    def dispatch(c):
+        # Every rank sends `per` rows to every expert: rank 0 gets ws * experts * per rows.
+        send = _i64([per] * (ws * experts), dev)
+        x = _a2av_rows(641_000, rank, ws * experts * per, width, torch.float32, dev)
+        out = _garbage((4 if rank == 0 else ws * experts * per, width), torch.float32, dev)
+        before = out.clone()
+        rc, eo = _i64([99] * (experts * ws), dev), _i64([99] * (experts + 1), dev)
+        c.expert_dispatch(out, x, send, experts, 1, rc, eo)
+        torch.cuda.synchronize()
+        p = failed_everywhere(c, (("recv_counts", rc), ("expert_offsets", eo)), before, out, 0)
+        p += _raises(yali.YaliInvalidUsage, lambda: c.expert_dispatch(out, x, send, experts))
+        return p
+
+    def device_counts(c):
+        x = _a2av_rows(642_000, rank, ws * 5, width, torch.bfloat16, dev)
+        out = _garbage((2 if rank == last else ws * 5, width), torch.bfloat16, dev)
+        before = out.clone()
+        osp, oof = _i64([99] * ws, dev), _i64([99] * ws, dev)
+        c.all_to_all_device_counts(out, x, _i64([5] * ws, dev), osp, oof)
+        torch.cuda.synchronize()
+        p = failed_everywhere(c, (("output_splits", osp), ("output_offsets", oof)), before, out,
+                              last)
+        p += _raises(yali.YaliInvalidUsage, lambda: c.all_to_all_single(x, x.clone()))
+        return p
+
+    def graph_replay(c):
+        # Captured with counts that fit; a replay's new counts overflow rank 0's capacity.
+        send = _i64([1] * (ws * experts), dev)
+        x = _a2av_rows(643_000, rank, ws * experts * per, width, torch.float32, dev)
+        out = _garbage((ws * experts + 2 if rank == 0 else ws * experts * per, width),
+                       torch.float32, dev)
+        rc, eo = _i64([0] * (experts * ws), dev), _i64([0] * (experts + 1), dev)
+        g, _ = _capture_graph(lambda: c.expert_dispatch(out, x, send, experts, 1, rc, eo), dev)
+        g.replay()
+        torch.cuda.synchronize()
+        c.check()  # the counts of the capture fit
+        send.fill_(per)
+        before = out.clone()
+        g.replay()
+        torch.cuda.synchronize()
+        return failed_everywhere(c, (("recv_counts", rc), ("expert_offsets", eo)), before, out, 0)
+
+    for case, body in (("expert_dispatch over capacity", dispatch),
+                       ("all_to_all_device_counts over capacity", device_counts),
+                       ("graph replay whose counts overflow", graph_replay)):
+        on_fresh_comm(case, body)
+
+
 def _worker_coll(out_dir):
     import torch.distributed as dist
 
@@ -2700,6 +3118,12 @@ def _worker_coll(out_dir):
     sections += [(f"c_compile_{backend}", functools.partial(_section_c_compile, backend=backend))
                  for backend in ("inductor", "aot_eager")]
     sections += [("c_opcheck", _section_c_opcheck)]
+    # The uneven exchange; the overflow last, on comms of its own (each fails on purpose).
+    sections += [("c_all_to_all_v", _section_c_all_to_all_v),
+                 ("c_device_counts", _section_c_device_counts), ("c_expert", _section_c_expert),
+                 ("c_a2av_graph", _section_c_a2av_graph),
+                 ("c_a2av_opcheck", _section_c_a2av_opcheck),
+                 ("c_a2av_overflow", _section_c_a2av_overflow)]
     for name, section in sections:
         if _want(name):
             with rec.in_section(name):
@@ -2804,6 +3228,7 @@ def _section_c_single(rec, sp, devs, sync):
 
             rec.check(f"{_dname(dtype)} n={n} root={root} op={op}", run)
 
+    rec.check("uneven exchange", _c_single_uneven, sp, devs, sync)
     m = "SingleProcessCommunicator"
     x = [torch.ones(4, device=d) for d in devs]
     rec.check("uneven split", _expect_error, f"{m}.all_to_all_single", ["input_split_sizes"],
@@ -2814,6 +3239,53 @@ def _section_c_single(rec, sp, devs, sync):
               lambda: sp.gather(x, torch.empty(4 * ws, device="cpu"), 0))
     rec.check("root out of range", _expect_error, f"{m}.broadcast", ["src"],
               lambda: sp.broadcast(x, ws))
+
+
+def _c_single_uneven(sp, devs, sync):
+    """SingleProcessCommunicator's uneven exchange: all_to_all_single with split sizes per GPU,
+    all_to_all_device_counts, expert_dispatch then expert_combine (align 8)."""
+    ws, width, dt = len(devs), 12, torch.bfloat16
+    splits = _a2av_counts(650_000, ws, ws, 6)
+    ins = [_a2av_rows(650_000, s, sum(splits[s]), width, dt, devs[s]) for s in range(ws)]
+    on0 = [t.to(devs[0]) for t in ins]
+    recv = [[splits[s][d] for s in range(ws)] for d in range(ws)]
+    outs = [_garbage((sum(recv[d]), width), dt, devs[d]) for d in range(ws)]
+    sp.all_to_all_single(outs, ins, recv, splits)
+    dcs = [_garbage((sum(recv[d]) + 2, width), dt, devs[d]) for d in range(ws)]
+    osp = [_i64([99] * ws, d) for d in devs]
+    oof = [_i64([99] * ws, d) for d in devs]
+    sp.all_to_all_device_counts(dcs, ins, [_i64(splits[s], devs[s]) for s in range(ws)], osp, oof)
+    experts, align = 2, 8
+    counts = _a2av_counts(651_000, ws, ws * experts, 5)
+    eins = [_a2av_rows(651_000, s, sum(counts[s]), width, dt, devs[s]) for s in range(ws)]
+    e0 = [t.to(devs[0]) for t in eins]
+    wants = [_expert_want(e0, counts, d, experts, align) for d in range(ws)]
+    eouts = [_garbage((wants[d][2][-1] + align, width), dt, devs[d]) for d in range(ws)]
+    befores = [t.to(devs[0], copy=True) for t in eouts]
+    sends = [_i64(counts[s], devs[s]) for s in range(ws)]
+    rcs = [_i64([99] * (experts * ws), d) for d in devs]
+    eos = [_i64([99] * (experts + 1), d) for d in devs]
+    sp.expert_dispatch(eouts, eins, sends, experts, align, rcs, eos)
+    backs = [_garbage(t.shape, dt, t.device) for t in eins]
+    sp.expert_combine(backs, eouts, sends, experts, align)
+    sync()
+    for c in sp.comms:
+        c.check_async_error()
+    p = []
+    for d in range(ws):
+        want = _a2av_want(on0, splits, d)
+        p += _same_bytes(outs[d].to(devs[0]), want, f"all_to_all_single GPU {d}")
+        p += _same_bytes(dcs[d][:want.shape[0]].to(devs[0]), want, f"device counts GPU {d}")
+        p += _ints(osp[d], recv[d], f"output_splits GPU {d}")
+        p += _ints(oof[d], _exclusive(recv[d]), f"output_offsets GPU {d}")
+        placed, rc, offsets = wants[d]
+        used = offsets[-1]
+        p += _same_bytes(eouts[d][:used].to(devs[0]), _placed(befores[d], placed)[:used],
+                         f"dispatch GPU {d}")
+        p += _ints(rcs[d], rc, f"recv_counts GPU {d}") + _ints(eos[d], offsets,
+                                                               f"expert_offsets GPU {d}")
+        p += _same_bytes(backs[d].to(devs[0]), e0[d], f"combine(dispatch(x)) GPU {d}")
+    return p
 
 
 def _worker_coll_single(out_dir, ndev):

@@ -13,7 +13,12 @@ alone:
   - every collective method (Communicator with fake CUDA tensors from FakeTensorMode, which run the
     operators' fake implementations; SingleProcessCommunicator against FakeLib): argument checks
     name the method and the argument, results have the right shapes, roots are translated as in
-    torch.distributed, the list forms of gather/scatter, even splits only;
+    torch.distributed, the list forms of gather/scatter;
+  - the uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts,
+    expert_dispatch, expert_combine): any dtype, the checks made before any GPU work (count tensors'
+    dtype, length and device, local_experts and align in yali.h's limits, row shapes), the counts,
+    displacements and layouts that reach the C calls, and -1 kept in the offsets a failed count
+    check leaves;
   - the operators' launch functions: what reaches each C call (counts, NULL off the root, root,
     op, dtype, stream);
   - torch.compile(fullgraph=True) traces every method (backends eager and aot_eager, on fake
@@ -21,6 +26,7 @@ alone:
 """
 
 import contextlib
+import functools
 import types
 import warnings
 
@@ -204,7 +210,7 @@ def test_single_process_abort_goes_on_after_an_error(monkeypatch):
     assert len(aborted) == 3
 
 
-# ---- dtypes and ops --------------------------------------------------------------------------------
+# ---- dtypes and ops ------------------------------------------------------------------------------
 
 _NCCL_DTYPES = {"int8": "Int8", "uint8": "Uint8", "int32": "Int32", "int64": "Int64",
                 "float16": "Float16", "bfloat16": "Bfloat16", "float32": "Float32",
@@ -256,9 +262,19 @@ def test_operator_schemas():
         schema = getattr(torch.ops.yali, name).default._schema
         assert not any(a.alias_info for a in schema.arguments), str(schema)
         assert len(schema.returns) == 1, str(schema)
+    # The uneven exchange: the output, and the optional count outputs (None: not written).
+    uneven = {"all_to_all_v": ["output"],
+              "all_to_all_device_counts": ["output", "output_splits", "output_offsets"],
+              "expert_dispatch": ["output", "recv_counts", "expert_offsets"],
+              "expert_combine": ["output"]}
+    for name, args in uneven.items():
+        schema = getattr(torch.ops.yali, name).default._schema
+        marked = [a.name for a in schema.arguments if a.alias_info and a.alias_info.is_write]
+        assert marked == args, f"{name}: {schema}"
+        assert len(schema.returns) == 0, str(schema)
 
 
-# ---- Communicator methods, on fake CUDA tensors (FakeTensorMode: the operators' fake kernels run) --
+# ---- Communicator methods, on fake CUDA tensors (FakeTensorMode: the operators' fake kernels run) 
 
 
 @pytest.fixture
@@ -308,6 +324,16 @@ def test_communicator_results_and_shapes(fake_mode, comm3):
     assert c.all_to_all_single(a, _cuda(6, 5)) is a
     assert c.all_to_all_single(a, _cuda(6, 5), [2, 2, 2], [2, 2, 2]) is a
     assert c.all_to_all_functional(_cuda(6, 5)).shape == (6, 5)
+    # The uneven exchange: rows of any dtype, moved as bytes (not only DTYPES).
+    i64 = functools.partial(_cuda, dtype=torch.int64)
+    for dtype in (torch.float32, torch.bool, torch.int16, torch.complex64, torch.complex128,
+                  torch.float8_e4m3fnuz):
+        o, t = _cuda(7, 3, dtype=dtype), _cuda(5, 3, dtype=dtype)
+        assert c.all_to_all_single(o, t, [2, 0, 5], [1, 1, 3]) is o
+        assert c.all_to_all_device_counts(o, t, i64(3), i64(3), i64(3)) is o
+        assert c.expert_dispatch(o, t, i64(6), 2, 4, i64(6), i64(3)) is o
+        assert c.expert_combine(t, o, i64(6), 2, 4) is t
+    assert c.all_to_all_single(_cuda(4), _cuda(0), [1, 1, 2], [0, 0, 0]).shape == (4,)
     for dtype in yt.DTYPES:  # every dtype goes through every method
         t = _cuda(3, dtype=dtype)
         c.all_gather_into_tensor(_cuda(9, dtype=dtype), t)
@@ -380,20 +406,91 @@ def _bad_calls(c):
          ["Communicator.all_to_all_single", "output", "input.numel()"]),
         ("a2a rows", lambda: c.all_to_all_single(_cuda(4, 3), _cuda(4, 3)), ValueError,
          ["input", "multiple of the world size"]),
-        ("a2a uneven input", lambda: c.all_to_all_single(_cuda(6), _cuda(6), None, [1, 2, 3]),
-         NotImplementedError, ["input_split_sizes=[1, 2, 3]", "even", "AlltoAllv"]),
-        ("a2a uneven output", lambda: c.all_to_all_single(_cuda(6), _cuda(6), [3, 3, 0]),
-         NotImplementedError, ["output_split_sizes=[3, 3, 0]", "uneven"]),
+        ("a2a uneven rows", lambda: c.all_to_all_single(_cuda(6, 4), _cuda(6, 5), [1, 2, 3],
+                                                        [3, 2, 1]), ValueError,
+         ["Communicator.all_to_all_single", "output has rows of shape (4,)", "input of (5,)"]),
+        ("a2a uneven dtype", lambda: c.all_to_all_single(_cuda(6, dtype=torch.float16), _cuda(6),
+                                                         [1, 2, 3]), TypeError,
+         ["output has dtype torch.float16", "must match"]),
+        ("a2a negative split", lambda: c.all_to_all_single(_cuda(6), _cuda(6), [3, 4, -1]),
+         ValueError, ["output_split_sizes=[3, 4, -1]", ">= 0"]),
+        ("a2a None not even", lambda: c.all_to_all_single(_cuda(7), _cuda(6), None, [1, 2, 3]),
+         ValueError, ["output_split_sizes=None", "(7)", "multiple of the world size (3)"]),
+        ("a2a uneven 0-d", lambda: c.all_to_all_single(_cuda(()), _cuda(()), [0, 0, 0]),
+         ValueError, ["input is 0-d"]),
+        ("a2a uneven cpu", lambda: c.all_to_all_single(_cuda(6), torch.empty(6), [2, 2, 2]),
+         ValueError, ["input must be a CUDA tensor"]),
         ("a2a split count", lambda: c.all_to_all_single(_cuda(6), _cuda(6), [3, 3]), ValueError,
          ["output_split_sizes=[3, 3]", "one entry per rank (3)"]),
         ("a2a split sum", lambda: c.all_to_all_single(_cuda(6), _cuda(6), None, [1, 1, 1]),
          ValueError, ["input_split_sizes", "summing to", "(6)"]),
         ("a2a split type", lambda: c.all_to_all_single(_cuda(6), _cuda(6), "2,2,2"), TypeError,
          ["output_split_sizes", "list of ints"]),
+        *_bad_a2av_calls(c),
         ("a2a functional rows", lambda: c.all_to_all_functional(_cuda(4)), ValueError,
          ["all_to_all_functional", "multiple of the world size"]),
         ("algo_info collective", lambda: c.algo_info(x, collective="allgatherv"), ValueError,
          ["collective"]),
+    ]
+
+
+def _bad_a2av_calls(c):
+    """all_to_all_device_counts, expert_dispatch and expert_combine of rank 1 of 3."""
+    x, out = _cuda(5, 4), _cuda(9, 4)
+    i64 = functools.partial(_cuda, dtype=torch.int64)
+    m = "Communicator"
+    dc, ed, ec = f"{m}.all_to_all_device_counts", f"{m}.expert_dispatch", f"{m}.expert_combine"
+    splits = i64(3)
+    return [
+        ("dc splits dtype", lambda: c.all_to_all_device_counts(out, x, _cuda(3, dtype=torch.int32)),
+         TypeError, [dc, "input_splits must have dtype torch.int64", "torch.int32"]),
+        ("dc splits length", lambda: c.all_to_all_device_counts(out, x, i64(4)), ValueError,
+         [dc, "input_splits has shape (4,)", "(3,)", "world_size (3)"]),
+        ("dc splits 2-d", lambda: c.all_to_all_device_counts(out, x, i64(3, 1)), ValueError,
+         ["input_splits has shape (3, 1)"]),
+        ("dc splits cpu", lambda: c.all_to_all_device_counts(
+            out, x, torch.zeros(3, dtype=torch.int64)), ValueError,
+         ["input_splits must be a CUDA tensor", "on the device"]),
+        ("dc splits list", lambda: c.all_to_all_device_counts(out, x, [1, 2, 2]), TypeError,
+         ["input_splits must be a torch.Tensor"]),
+        ("dc output_splits length", lambda: c.all_to_all_device_counts(out, x, splits, i64(2)),
+         ValueError, ["output_splits has shape (2,)"]),
+        ("dc output_offsets dtype", lambda: c.all_to_all_device_counts(
+            out, x, splits, None, _cuda(3)), TypeError, ["output_offsets", "torch.int64"]),
+        ("dc rows", lambda: c.all_to_all_device_counts(_cuda(9, 3), x, splits), ValueError,
+         [dc, "output has rows of shape (3,)", "input of (4,)"]),
+        ("dc strided", lambda: c.all_to_all_device_counts(_cuda(9, 8)[:, ::2], x, splits),
+         ValueError, ["output must be contiguous"]),
+        ("dispatch E=0", lambda: c.expert_dispatch(out, x, i64(3), 0), ValueError,
+         [ed, "local_experts=0", "1..512", "YALI_MAX_LOCAL_EXPERTS"]),
+        ("dispatch E=513", lambda: c.expert_dispatch(out, x, i64(3 * 513), 513), ValueError,
+         ["local_experts=513"]),
+        ("dispatch experts", lambda: c.expert_dispatch(out, x, i64(3 * 342), 342), ValueError,
+         ["local_experts=342 x world_size (3) = 1026", "at most 1024", "YALI_MAX_EXPERTS"]),
+        ("dispatch E type", lambda: c.expert_dispatch(out, x, i64(6), 2.0), TypeError,
+         ["local_experts must be an int"]),
+        ("dispatch align", lambda: c.expert_dispatch(out, x, i64(6), 2, align=0), ValueError,
+         [ed, "align=0", ">= 1"]),
+        ("dispatch counts length", lambda: c.expert_dispatch(out, x, i64(5), 2), ValueError,
+         [ed, "send_counts has shape (5,)", "(6,)", "world_size (3) x local_experts (2)"]),
+        ("dispatch counts dtype", lambda: c.expert_dispatch(out, x, _cuda(6), 2), TypeError,
+         ["send_counts must have dtype torch.int64", "torch.float32"]),
+        ("dispatch recv_counts", lambda: c.expert_dispatch(out, x, i64(6), 2, 1, i64(3)),
+         ValueError, ["recv_counts has shape (3,)", "local_experts (2) x world_size (3)"]),
+        ("dispatch offsets", lambda: c.expert_dispatch(out, x, i64(6), 2, 1, None, i64(2)),
+         ValueError, ["expert_offsets has shape (2,)", "(3,)", "local_experts (2) + 1"]),
+        ("dispatch rows", lambda: c.expert_dispatch(_cuda(9, 2, 2), x, i64(6), 2), ValueError,
+         [ed, "rows of shape (2, 2)"]),
+        ("dispatch dtype", lambda: c.expert_dispatch(_cuda(9, 4, dtype=torch.bfloat16), x, i64(6),
+                                                     2), TypeError, ["dtype", "must match"]),
+        ("combine E", lambda: c.expert_combine(x, out, i64(3), 0), ValueError,
+         [ec, "local_experts=0"]),
+        ("combine counts", lambda: c.expert_combine(x, out, i64(3), 2), ValueError,
+         [ec, "send_counts has shape (3,)"]),
+        ("combine rows", lambda: c.expert_combine(_cuda(5, 5), out, i64(3), 1), ValueError,
+         [ec, "rows of shape"]),
+        ("combine input", lambda: c.expert_combine(x, "out", i64(3), 1), TypeError,
+         [ec, "input must be a torch.Tensor"]),
     ]
 
 
@@ -434,7 +531,8 @@ def op_calls(monkeypatch):
     """Replaces the operators the methods call (yali.torch._Ops) with recorders."""
     calls = []
     for name in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "reduce_scatter",
-                 "broadcast_", "reduce_", "gather", "scatter", "all_to_all_single", "all_to_all"):
+                 "broadcast_", "reduce_", "gather", "scatter", "all_to_all_single", "all_to_all",
+                 "all_to_all_v", "all_to_all_device_counts", "expert_dispatch", "expert_combine"):
         monkeypatch.setattr(yt._Ops, name, _Recorder(calls, name))
     return calls
 
@@ -479,6 +577,28 @@ def test_methods_pass_the_operators_their_arguments(fake_mode, comm3, op_calls):
     assert op_calls[-1] == ("all_to_all_single", (a, src, h))
     c.all_to_all_functional(src)
     assert op_calls[-1] == ("all_to_all", (src, h))
+    # Split sizes (either): the uneven exchange, a split left None being its tensor's even split;
+    # written-out even splits too (every rank must make the same call, whatever its splits).
+    c.all_to_all_single(a, src, [1, 2, 3], [3, 0, 3])
+    assert op_calls[-1] == ("all_to_all_v", (a, src, [1, 2, 3], [3, 0, 3], h))
+    b = _cuda(7, 5)
+    c.all_to_all_single(b, src, [4, 0, 3])
+    assert op_calls[-1] == ("all_to_all_v", (b, src, [4, 0, 3], [2, 2, 2], h))
+    c.all_to_all_single(a, src, None, [2, 2, 2])
+    assert op_calls[-1] == ("all_to_all_v", (a, src, [2, 2, 2], [2, 2, 2], h))
+    i64 = functools.partial(_cuda, dtype=torch.int64)
+    sp, so, ii = i64(3), i64(3), i64(3)
+    c.all_to_all_device_counts(b, src, ii, sp, so)
+    assert op_calls[-1] == ("all_to_all_device_counts", (b, src, ii, sp, so, h))
+    c.all_to_all_device_counts(b, src, ii)
+    assert op_calls[-1] == ("all_to_all_device_counts", (b, src, ii, None, None, h))
+    sc, rc, eo = i64(6), i64(6), i64(3)
+    assert c.expert_dispatch(b, src, sc, 2, 8, rc, eo) is b
+    assert op_calls[-1] == ("expert_dispatch", (b, src, sc, 2, 8, rc, eo, h))
+    c.expert_dispatch(b, src, sc, 2)
+    assert op_calls[-1] == ("expert_dispatch", (b, src, sc, 2, 1, None, None, h))
+    assert c.expert_combine(src, b, sc, 2, align=8) is src
+    assert op_calls[-1] == ("expert_combine", (src, b, sc, 2, 8, h))
 
 
 def test_roots_are_global_ranks_as_in_torch_distributed(fake_mode, comm3, op_calls):
@@ -537,7 +657,7 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
     torch._dynamo.reset()
 
 
-# ---- The operators' launch functions (real launch path, library faked) -----------------------------
+# ---- The operators' launch functions (real launch path, library faked) ---------------------------
 
 
 class _Duck:
@@ -675,7 +795,7 @@ def test_check_overlap_rules():
     assert yt._overlaps(0, 4, 3, 4) and not yt._overlaps(0, 4, 4, 4) and not yt._overlaps(0, 0, 0, 4)
 
 
-# ---- SingleProcessCommunicator (library faked, fake CUDA tensors) ----------------------------------
+# ---- SingleProcessCommunicator (library faked, fake CUDA tensors) --------------------------------
 
 
 class _FakeStream:
@@ -769,7 +889,7 @@ def test_single_process_collectives_make_the_c_calls(fake_lib, fake_cuda, quiet_
     assert [p["sendbuff"] is None for p in launched("yaliScatter")] == [False, True, True]
     a = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
     b = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
-    sp.all_to_all_single(a, b, [2, 2, 2])
+    sp.all_to_all_single(a, b)
     assert {(p["count"], p["datatype"]) for p in launched("yaliAlltoAll")} == {(4, D.Float32)}
     sp.all_reduce([t.to(torch.int8) for t in x], "prod")
     assert {(p["datatype"], p["op"]) for p in launched("yaliAllReduce")} == {(D.Int8, 1)}
@@ -816,7 +936,8 @@ def test_single_process_argument_errors(fake_lib, fake_cuda, quiet_data_ptr):
          ["multiple of the world size"]),
         (lambda: sp.all_to_all_single([torch.empty(4, device="cuda")] * 2,
                                       [torch.empty(4, device="cuda")] * 2, None, [1, 3]),
-         NotImplementedError, ["input_split_sizes=[1, 3]", "AlltoAllv"]),
+         ValueError, ["GPU 0 sends 1 rows to GPU 0", "input_split_sizes", "expects 2",
+                      "must agree"]),
     ]
     for call, exc, words in cases:
         with pytest.raises(exc) as info:
@@ -834,10 +955,15 @@ _SP_CALLS = [
     ("gather", lambda sp, x: sp.gather(x, x[0], 0)),
     ("scatter", lambda sp, x: sp.scatter(x, x[0], 0)),
     ("all_to_all_single", lambda sp, x: sp.all_to_all_single(x, x)),
+    ("all_to_all_single", lambda sp, x: sp.all_to_all_single(x, x, [1, 1], [1, 1])),
+    ("all_to_all_device_counts", lambda sp, x: sp.all_to_all_device_counts(x, x, x)),
+    ("expert_dispatch", lambda sp, x: sp.expert_dispatch(x, x, x, 1)),
+    ("expert_combine", lambda sp, x: sp.expert_combine(x, x, x, 1)),
 ]
 
 
-@pytest.mark.parametrize("method,call", _SP_CALLS, ids=[m for m, _ in _SP_CALLS])
+@pytest.mark.parametrize("method,call", _SP_CALLS,
+                         ids=[f"{m}-{i}" for i, (m, _) in enumerate(_SP_CALLS)])
 def test_single_process_collectives_raise_before_launching(fake_lib, method, call):
     """Any failed comm stops every collective before a launch on any GPU, before the tensors are
     looked at."""
@@ -851,3 +977,278 @@ def test_single_process_collectives_raise_before_launching(fake_lib, method, cal
     sp.comms = []
     with pytest.raises(yali.YaliInvalidUsage, match="closed"):
         call(sp, [object(), object()])
+
+
+# ---- The uneven exchange (AlltoAllv): tracing, launch functions, single process ------------------
+
+from test_capi_host import A2AV_PARAMS, A2avFakeLib  # noqa: E402
+
+
+@pytest.fixture
+def a2av_lib(monkeypatch):
+    """FakeLib taking the AlltoAllv calls too (test_capi_host.A2avFakeLib)."""
+    from conftest import FakeLib
+
+    fake = type("FakeLibA2av", (A2avFakeLib, FakeLib), {})()
+    monkeypatch.setattr(yali._capi, "_lib", fake)
+    return fake
+
+
+def test_compile_fullgraph_traces_the_uneven_exchange(fake_mode, comm3):
+    """torch.compile(fullgraph=True) through every form of the uneven exchange, the optional count
+    outputs given and left out (aot_eager functionalizes them), any dtype."""
+    c = comm3
+
+    def f(x, counts):
+        a = x.new_empty(9, 5)
+        c.all_to_all_single(a, x, [2, 3, 4], [1, 1, 4])
+        c.all_to_all_single(a[:6], x, None, [2, 2, 2])
+        d = x.new_empty(16, 5)
+        out_splits, out_offsets = torch.empty_like(counts), torch.empty_like(counts)
+        c.all_to_all_device_counts(d, x, counts, out_splits, out_offsets)
+        c.all_to_all_device_counts(d, x, counts)
+        c.all_to_all_device_counts(d, x, counts, None, out_offsets)
+        e = x.new_empty(32, 5)
+        send = counts.repeat(2)
+        recv, offs = torch.empty_like(send), counts.new_empty(3)
+        c.expert_dispatch(e, x, send, 2, 8, recv, offs)
+        c.expert_dispatch(e, x, send, 2, align=8)
+        back = torch.empty_like(x)
+        c.expert_combine(back, e * 2.0, send, 2, 8)
+        b = torch.empty(6, 2, dtype=torch.bool, device=x.device)
+        c.all_to_all_single(b, (x[:, :2] > 0), [2, 2, 2], [2, 2, 2])
+        return a[:6] + d[:6] + e[:6] + back, out_splits + out_offsets + recv[:3] + offs, b
+
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        got, counts, b = torch.compile(f, fullgraph=True, backend=backend)(
+            _cuda(6, 5), _cuda(3, dtype=torch.int64))
+        assert got.shape == (6, 5) and counts.shape == (3,) and b.dtype == torch.bool
+    torch._dynamo.reset()
+
+
+class _Rows:
+    """What the uneven exchange's launch functions read of a CUDA tensor."""
+
+    def __init__(self, ptr, shape, dtype=torch.float32, device=0):
+        self._ptr = ptr
+        self.shape = torch.Size(shape)
+        self.dtype = dtype
+        self.device = torch.device("cuda", device)
+
+    def dim(self):
+        return len(self.shape)
+
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def element_size(self):
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    def is_contiguous(self):
+        return True
+
+    def data_ptr(self):
+        return self._ptr
+
+
+def _i64(ptr, n):
+    return _Rows(ptr, (n,), torch.int64)
+
+
+def test_a2av_launch_functions_make_the_c_calls(a2av_lib, monkeypatch, no_stream):
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    h = c.handle
+    D = yali.DataType
+
+    def last():
+        name, comm, kw = a2av_lib.calls[-1]
+        assert comm == h and kw.pop("comm") == h and kw.pop("stream") == 0x5000
+        return name, kw
+
+    # Host splits in rows -> counts and packed displacements in elements (rows x row width).
+    yt._launch_all_to_all_v("op", h, _Rows(0x200, (4, 2, 2)), _Rows(0x100, (6, 2, 2)), [3, 0, 1],
+                            [1, 2, 3])
+    assert last() == ("yaliAlltoAllv", dict(
+        sendbuff=0x100, sendcounts=[4, 8, 12], sdispls=[0, 4, 12], recvbuff=0x200,
+        recvcounts=[12, 0, 4], rdispls=[0, 12, 12], datatype=D.Float32))
+    # A dtype YALI has no type for travels as the widest type dividing its size.
+    for dtype, code, per in ((torch.bool, D.Uint8, 1), (torch.int16, D.Float16, 1),
+                             (torch.complex64, D.Int64, 1), (torch.complex128, D.Int64, 2),
+                             (torch.bfloat16, D.Bfloat16, 1)):
+        yt._launch_all_to_all_v("op", h, _Rows(0x200, (3, 5), dtype), _Rows(0x100, (3, 5), dtype),
+                                [1, 1, 1], [0, 2, 1])
+        name, kw = last()
+        assert (kw["datatype"], kw["sendcounts"]) == (code, [0, 10 * per, 5 * per]), dtype
+    # Device counts: yaliExpertDispatch with one expert per rank, capacity = output rows.
+    yt._launch_all_to_all_device_counts("op", h, _Rows(0x200, (10, 3), torch.float16),
+                                        _Rows(0x100, (4, 3), torch.float16), _i64(0x300, 3),
+                                        _i64(0x400, 3), None)
+    assert last() == ("yaliExpertDispatch", dict(
+        sendbuff=0x100, sendCounts=0x300, recvbuff=0x200, recvCounts=0x400, expertOffsets=None,
+        layout=dict(rowBytes=6, localExperts=1, alignRows=1, capacityRows=10)))
+    yt._launch_all_to_all_device_counts("op", h, _Rows(0x200, (10,)), _Rows(0x100, (4,)),
+                                        _i64(0x300, 3), None, None)
+    assert last()[1]["recvCounts"] is None and last_layout(a2av_lib)["rowBytes"] == 4
+    yt._launch_expert_dispatch("op", h, _Rows(0x200, (64, 8)), _Rows(0x100, (5, 8)),
+                               _i64(0x300, 6), 2, 16, _i64(0x400, 6), _i64(0x500, 3))
+    assert last() == ("yaliExpertDispatch", dict(
+        sendbuff=0x100, sendCounts=0x300, recvbuff=0x200, recvCounts=0x400, expertOffsets=0x500,
+        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64)))
+    # Combine: the expert-major buffer is the input; its rows are the capacity.
+    yt._launch_expert_combine("op", h, _Rows(0x100, (5, 8)), _Rows(0x200, (64, 8)),
+                              _i64(0x300, 6), 2, 16)
+    assert last() == ("yaliExpertCombine", dict(
+        sendbuff=0x200, sendCounts=0x300, recvbuff=0x100,
+        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64)))
+    n_calls = len(a2av_lib.launches())
+
+    x, out = _Rows(0x100, (5, 8)), _Rows(0x200, (64, 8))
+    bad = [
+        (lambda: yt._launch_all_to_all_v("yali::all_to_all_v", h, out, x, [1, 1], [1, 1, 3]),
+         ValueError, "output_split_sizes=\\[1, 1\\]"),
+        (lambda: yt._launch_all_to_all_v("yali::all_to_all_v", h, out, x, [64, 0, 0], [1, 1, 1]),
+         ValueError, "summing to the first dimension of input \\(5\\)"),
+        (lambda: yt._launch_all_to_all_v("yali::all_to_all_v", h, _Rows(0x200, (64, 7)), x,
+                                         [64, 0, 0], [5, 0, 0]), ValueError, "rows of shape"),
+        (lambda: yt._launch_all_to_all_device_counts("yali::dc", h, out, x, _i64(0x300, 2), None,
+                                                     None), ValueError, "input_splits has shape"),
+        (lambda: yt._launch_all_to_all_device_counts(
+            "yali::dc", h, out, x, _i64(0x300, 3), None, _Rows(0x400, (3,), torch.int32)),
+         TypeError, "output_offsets must have dtype torch.int64"),
+        (lambda: yt._launch_expert_dispatch("yali::ed", h, out, x, _i64(0x300, 6), 0, 1, None,
+                                            None), ValueError, "local_experts=0"),
+        (lambda: yt._launch_expert_dispatch("yali::ed", h, out, x, _i64(0x300, 6), 2, 1, None,
+                                            _i64(0x500, 2)), ValueError, "expert_offsets"),
+        (lambda: yt._launch_expert_combine("yali::ec", h, x, out, _i64(0x300, 6), 2, 0),
+         ValueError, "align=0"),
+        (lambda: yt._launch_expert_combine("yali::ec", h, x, _Rows(0x200, (64, 8), device=1),
+                                           _i64(0x300, 6), 2, 1), ValueError, "cuda:1"),
+        (lambda: yt._launch_expert_combine("yali::ec", 0xBAD, x, out, _i64(0x300, 6), 2, 1),
+         yali.YaliInvalidUsage, "not a live"),
+    ]
+    for call, exc, words in bad:
+        with pytest.raises(exc, match=words):
+            call()
+    assert len(a2av_lib.launches()) == n_calls  # refused before the C call
+
+
+def last_layout(fake):
+    return fake.calls[-1][2]["layout"]
+
+
+_A2AV_LAUNCHES = [
+    ("yaliAlltoAllv", lambda h: yt._launch_all_to_all_v(
+        "yali::all_to_all_v", h, _Rows(0x200, (4,)), _Rows(0x100, (4,)), [2, 2], [2, 2])),
+    ("yaliExpertDispatch", lambda h: yt._launch_all_to_all_device_counts(
+        "yali::all_to_all_device_counts", h, _Rows(0x200, (4,)), _Rows(0x100, (4,)),
+        _i64(0x300, 2), None, None)),
+    ("yaliExpertDispatch", lambda h: yt._launch_expert_dispatch(
+        "yali::expert_dispatch", h, _Rows(0x200, (4,)), _Rows(0x100, (4,)), _i64(0x300, 2), 1, 1,
+        None, None)),
+    ("yaliExpertCombine", lambda h: yt._launch_expert_combine(
+        "yali::expert_combine", h, _Rows(0x200, (4,)), _Rows(0x100, (4,)), _i64(0x300, 2), 1, 1)),
+]
+
+
+@pytest.mark.parametrize("call,launch", _A2AV_LAUNCHES,
+                         ids=["all_to_all_v", "device_counts", "expert_dispatch", "expert_combine"])
+def test_a2av_launch_raises_the_async_error(a2av_lib, monkeypatch, no_stream, call, launch):
+    """A count check that failed on the device (capacity exceeded, on any rank) fails the comm on
+    every rank: every later operator raises YaliInvalidUsage with its own C call's message."""
+    c = _fake_communicator(monkeypatch, rank=0, n=2)
+    a2av_lib.record_on_comm = False
+    text = "rank 1: alltoallv count check: the rows received exceed the capacity"
+    a2av_lib.async_errors[c.handle] = (int(yali.Result.InvalidUsage), text)
+    with pytest.raises(yali.YaliInvalidUsage) as info:
+        launch(c.handle)
+    assert info.value.call == call and info.value.detail == f"{call}: {text}"
+
+
+def test_source_offsets_keep_the_failure_flag():
+    """output_offsets: exclusive prefix sums of the received rows; -1 wherever the failed count
+    check left -1 in the counts."""
+    counts = torch.tensor([3, 0, 5, 2])
+    offsets = torch.empty(4, dtype=torch.int64)
+    yt._source_offsets(counts, offsets)
+    assert offsets.tolist() == [0, 3, 3, 8]
+    yt._source_offsets(torch.full((3,), -1), offsets[:3])
+    assert offsets[:3].tolist() == [-1, -1, -1]
+
+
+def _a2av_group_calls(fake):
+    names = [c[0] for c in fake.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names[0] == "yaliGroupStart" and names[-1] == "yaliGroupEnd", names
+    got = [c for c in fake.calls if c[0] in A2AV_PARAMS]
+    del fake.calls[:]
+    return got
+
+
+def test_single_process_uneven_exchange_makes_the_c_calls(a2av_lib, fake_cuda, quiet_data_ptr):
+    sp = _fake_single(3)  # devices [0, 0, 0]
+    D = yali.DataType
+    cu = functools.partial(torch.empty, device="cuda:0")
+    # GPU i sends splits[i][j] rows to GPU j; outputs sized by what each receives.
+    splits = [[1, 2, 0], [0, 1, 1], [3, 0, 2]]
+    recv = [[splits[i][j] for i in range(3)] for j in range(3)]
+    ins = [cu(sum(s), 2) for s in splits]
+    outs = [cu(sum(r), 2) for r in recv]
+    assert sp.all_to_all_single(outs, ins, recv, splits) == outs
+    got = _a2av_group_calls(a2av_lib)
+    assert [g[1] for g in got] == [c.handle for c in sp.comms]
+    assert [g[2]["sendcounts"] for g in got] == [[2, 4, 0], [0, 2, 2], [6, 0, 4]]
+    assert [g[2]["rdispls"] for g in got] == [[0, 2, 2], [0, 4, 6], [0, 0, 2]]
+    assert {g[2]["datatype"] for g in got} == {D.Float32}
+    # One flat list: the same splits on every GPU (and each output's even split when None).
+    sq = [cu(6, 2, dtype=torch.complex64) for _ in range(3)]
+    sp.all_to_all_single([cu(6, 2, dtype=torch.complex64) for _ in range(3)], sq, None,
+                         [2, 2, 2])
+    assert {tuple(g[2]["recvcounts"]) for g in _a2av_group_calls(a2av_lib)} == {(4, 4, 4)}
+    i64 = functools.partial(cu, dtype=torch.int64)
+    # Device counts: per GPU capacity; offsets computed after the group.
+    offs = [i64(3) for _ in range(3)]
+    sp.all_to_all_device_counts(outs, ins, [i64(3) for _ in range(3)], None, offs)
+    got = _a2av_group_calls(a2av_lib)
+    assert [g[0] for g in got] == ["yaliExpertDispatch"] * 3
+    assert [g[2]["layout"]["capacityRows"] for g in got] == [o.shape[0] for o in outs]
+    assert all(g[2]["recvCounts"] is not None for g in got)  # a temporary feeds the offsets
+    sp.expert_dispatch(outs, ins, [i64(6) for _ in range(3)], 2, 8)
+    got = _a2av_group_calls(a2av_lib)
+    assert {(g[2]["layout"]["localExperts"], g[2]["layout"]["alignRows"],
+             g[2]["layout"]["rowBytes"]) for g in got} == {(2, 8, 8)}
+    sp.expert_combine(ins, outs, [i64(6) for _ in range(3)], 2, 8)
+    got = _a2av_group_calls(a2av_lib)
+    assert [g[2]["layout"]["capacityRows"] for g in got] == [o.shape[0] for o in outs]
+
+    m = "SingleProcessCommunicator"
+    cases = [
+        (lambda: sp.all_to_all_single([cu(6, 2)] * 3, ins, [[2, 2, 2]] * 3, splits), ValueError,
+         [f"{m}.all_to_all_single", "GPU 0 sends 1 rows to GPU 0", "expects 2", "must agree"]),
+        (lambda: sp.all_to_all_single(outs, ins, recv, splits[:2]), ValueError,
+         ["input_split_sizes has 2 tensors, expected 3"]),
+        (lambda: sp.all_to_all_single(outs, [cu(3, 3)] * 3, recv, splits), ValueError,
+         ["rows of shape"]),
+        (lambda: sp.all_to_all_single([cu(6, 2)] * 3, [cu(6, 2)] * 2 + [cu(6, 2, dtype=torch.int8)],
+                                      None, [2, 2, 2]), TypeError, ["dtype", "must match"]),
+        (lambda: sp.all_to_all_device_counts(outs, ins, None), ValueError,
+         [f"{m}.all_to_all_device_counts", "input_splits is required"]),
+        (lambda: sp.all_to_all_device_counts(outs, ins, [i64(3), i64(3), i64(2)]), ValueError,
+         ["input_splits[2] has shape (2,)"]),
+        (lambda: sp.all_to_all_device_counts(outs, ins, [i64(3)] * 3, [None, cu(3), None]),
+         TypeError, ["output_splits[1] must have dtype torch.int64"]),
+        (lambda: sp.expert_dispatch(outs, ins, [i64(6)] * 3, 0), ValueError,
+         [f"{m}.expert_dispatch", "local_experts=0"]),
+        (lambda: sp.expert_dispatch(outs, ins, [i64(6)] * 3, 2, 1, [i64(6), None, i64(5)]),
+         ValueError, ["recv_counts[2] has shape (5,)"]),
+        (lambda: sp.expert_combine(ins, outs, [i64(5)] * 3, 2), ValueError,
+         [f"{m}.expert_combine", "send_counts[0] has shape (5,)"]),
+    ]
+    for call, exc, words in cases:
+        with pytest.raises(exc) as info:
+            call()
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{info.value!r} lacks {missing}"
+    assert a2av_lib.launches() == []
