@@ -313,7 +313,7 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
       // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
       // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
       // peer's yaliCommAbort is yaliRemoteError; differing registered calls are invalid usage.
-      switch (s->failureRemoteCode) {
+      switch (failureCode(s->failureRemoteCode)) {
         case kFailTimeout: return yaliTimeout;
         case kFailMismatch:
         case kFailCounts: return yaliInvalidUsage;
@@ -352,9 +352,10 @@ std::string commAsyncErrorText(yaliComm* comm) {
   const std::string note = hostNote.empty() ? "" : "; " + hostNote;
   const int failure = s->failure;
   if (failure != kFailRemote) return what(failure) + where + note;
-  const int code = s->failureRemoteCode;
+  const int code = failureCode(s->failureRemoteCode);
   std::string text = "rank " + std::to_string(s->failureOrigin) + " failed and told this rank: ";
   text += code == kFailAborted ? std::string("it called yaliCommAbort") : what(code);
+  if (code == kFailCounts) text += std::string(" (") + waitPhaseName(failureCheck(s->failureRemoteCode)) + ")";
   return text + where;
 }
 

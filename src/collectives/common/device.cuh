@@ -113,7 +113,9 @@ static __device__ __noinline__ void recordFailure(const DeviceArgs& args, int co
   }
   atomicExch(&args.local->failed, 1);
   if (code != kFailRemote && atomicExch(&args.local->propagated, 1) == 0) {
-    const uint32_t word = encodeRemoteFailure(code, args.rank);
+    // A failed count check tells its peers which check (remoteFailureCheck), so that every rank's
+    // message names it; the other codes need no detail.
+    const uint32_t word = encodeRemoteFailure(code == kFailCounts ? withCheck(code, phase) : code, args.rank);
     for (int p = 0; p < args.nranks; ++p) {
       if (p == args.rank) continue;
       *reinterpret_cast<volatile uint32_t*>(&headerOf(args.peerWindows[p])->remoteFailure) = word;

@@ -52,6 +52,11 @@ YALI_HOST_DEVICE inline uint32_t encodeRemoteFailure(int code, int rank) {
   return (static_cast<uint32_t>(code) << 8) | static_cast<uint32_t>(rank + 1);
 }
 YALI_HOST_DEVICE inline int remoteFailureCode(uint32_t word) { return static_cast<int>(word >> 8); }
+// kFailCounts travels with its check (a kPhaseCounts* value) above the code's low byte:
+// failureCode() and failureCheck() take a remote code apart again.
+YALI_HOST_DEVICE inline int withCheck(int code, int phase) { return code | (phase << 8); }
+YALI_HOST_DEVICE inline int failureCode(int remoteCode) { return remoteCode & 0xFF; }
+YALI_HOST_DEVICE inline int failureCheck(int remoteCode) { return remoteCode >> 8; }
 YALI_HOST_DEVICE inline int remoteFailureRank(uint32_t word) { return static_cast<int>(word & 0xFF) - 1; }
 
 // The entry tag of a registered-buffer call that must not run (its registration is gone or its

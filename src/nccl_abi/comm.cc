@@ -1,0 +1,506 @@
+#include "nccl_abi/comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <cuda_runtime.h>
+
+#include "nccl_abi/diag.h"
+#include "nccl_abi/env.h"
+#include "nccl_abi/nccl_api.h"
+#include "nccl_abi/node_id.h"
+
+namespace yali::nccl_abi {
+
+Comm* ours(ncclComm_t handle) {
+  if (handle == nullptr) return nullptr;
+  Comm* c = reinterpret_cast<Comm*>(handle);
+  return c->magic == Comm::kMagic ? c : nullptr;
+}
+
+Registration* ourRegistration(void* handle) {
+  if (handle == nullptr) return nullptr;
+  auto* r = static_cast<Registration*>(handle);
+  return r->magic == Registration::kMagic ? r : nullptr;
+}
+
+bool isBlocking(const ncclConfig_t* config, bool inherited) {
+  // NCCL's order (init.cc): the environment overrides the config, which overrides the default.
+  const char* env = getenv("NCCL_COMM_BLOCKING");
+  if (env != nullptr && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
+  if (config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT) return config->blocking != 0;
+  return inherited;
+}
+
+namespace {
+
+// ---- Thread state: groups and what waits for their end ---------------------------------------------
+
+// What a group's end must do (NCCL's groups are per thread, and so are YALI's).
+struct GroupState {
+  int depth = 0;
+  std::vector<Comm*> setUps;                // comms made in the group (ncclCommInitRank, split, ...)
+  std::vector<std::vector<Comm*>> cliques;  // ncclCommInitAll's, each set up as one
+  std::vector<Registration*> registrations;  // YALI registrations made in the group
+};
+thread_local GroupState tlsGroup;
+
+// The current device, restored when the set-up, which moves between devices, ends.
+class DeviceGuard {
+ public:
+  DeviceGuard() { ok_ = cudaGetDevice(&device_) == cudaSuccess; }
+  ~DeviceGuard() {
+    if (ok_) cudaSetDevice(device_);
+  }
+
+ private:
+  int device_ = 0;
+  bool ok_ = false;
+};
+
+// fn(i) for every i: in this thread for one, else one thread each. For YALI calls that are
+// collective and block until every rank has made them (yaliCommInitRank, yaliCommRegister), when
+// this thread stands for several ranks (one thread driving several GPUs, a group's init).
+template <typename Fn>
+void forEachRank(size_t n, Fn fn) {
+  if (n == 1) {
+    fn(0);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < n; ++i) threads.emplace_back([&fn, i] { fn(i); });
+  for (std::thread& t : threads) t.join();
+}
+
+// ---- The set-up --------------------------------------------------------------------------------------
+
+// Where each rank's set-up messages travel: device memory, since they go through the real NCCL.
+struct IdMessage {
+  int32_t ok;  // rank 0 could make the id
+  int32_t pad;
+  yaliUniqueId id;
+};
+
+struct SetUp {
+  Comm* comm = nullptr;
+  cudaStream_t stream = nullptr;
+  char* scratch = nullptr;  // records[nranks] | IdMessage | int32 agreement
+  size_t idOffset = 0, agreeOffset = 0;
+  bool alive = true;  // every step so far worked here; a rank that fails locally still takes part
+                      // in the real collectives that follow (with "not ok"), so that no peer hangs
+  std::string why;    // when !alive, or the verdict's reason
+  SetUpVerdict verdict;
+  IdMessage id{};
+  yaliComm_t yali = nullptr;
+  int32_t agreed = 0;
+
+  void fail(const std::string& reason) {
+    if (alive) why = reason;
+    alive = false;
+  }
+};
+
+std::string cudaText(const char* what, cudaError_t err) {
+  return std::string(what) + " failed: " + cudaGetErrorString(err);
+}
+
+// One real collective on every comm of the set-up, issued in one real group (this thread may stand
+// for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
+template <typename Issue>
+void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue) {
+  if (setUps.empty()) return;
+  ncclResult_t r = callReal<Api::ncclGroupStart>();
+  for (SetUp* s : setUps) {
+    if (r != ncclSuccess) break;
+    cudaSetDevice(s->comm->device);
+    r = issue(*s);
+  }
+  const ncclResult_t end = callReal<Api::ncclGroupEnd>();
+  if (r == ncclSuccess) r = end;
+  for (SetUp* s : setUps) {
+    if (r != ncclSuccess) {
+      s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(r));
+      continue;
+    }
+    cudaSetDevice(s->comm->device);
+    const cudaError_t err = cudaStreamSynchronize(s->stream);
+    if (err != cudaSuccess) s->fail(cudaText(what, err));
+  }
+}
+
+void copyToDevice(SetUp& s, size_t offset, const void* src, size_t bytes) {
+  cudaSetDevice(s.comm->device);
+  const cudaError_t err = cudaMemcpy(s.scratch + offset, src, bytes, cudaMemcpyHostToDevice);
+  if (err != cudaSuccess) s.fail(cudaText("cudaMemcpy", err));
+}
+
+void copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
+  cudaSetDevice(s.comm->device);
+  const cudaError_t err = cudaMemcpy(dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
+  if (err != cudaSuccess) s.fail(cudaText("cudaMemcpy", err));
+}
+
+// Reads rank, size and device off the real comm.
+bool describe(Comm* c) {
+  if (callReal<Api::ncclCommUserRank>(c->real, &c->rank) != ncclSuccess ||
+      callReal<Api::ncclCommCount>(c->real, &c->nranks) != ncclSuccess ||
+      callReal<Api::ncclCommCuDevice>(c->real, &c->device) != ncclSuccess) {
+    c->noYali = "could not read the communicator's rank, size or device from NCCL";
+    return false;
+  }
+  return true;
+}
+
+void announce(const Comm* c) {
+  if (c->yali != nullptr)
+    info(c->rank, "communicator of %d ranks on device %d: YALI for intra-node collectives%s", c->nranks, c->device,
+         c->disabled != 0 ? " (YALI_NCCL_DISABLE keeps some on NCCL)" : "");
+  else
+    info(c->rank, "communicator of %d ranks on device %d: NCCL only (%s)", c->nranks, c->device, c->noYali.c_str());
+}
+
+// The set-up of comms whose real communicators are ready, on every rank of each (collective over
+// the real comm, like the init that made it):
+//   1. allgather every rank's record (node, settings) and decide from them, the same everywhere;
+//   2. rank 0 makes a YALI id and broadcasts it (with whether it could);
+//   3. every rank creates its YALI comm on the comm's device (one thread per rank here);
+//   4. an allreduce (min) of "my YALI comm exists": unless every rank has one, nobody keeps it, so
+//      that no rank ever routes a call to YALI while a peer routes it to NCCL.
+// Which steps a comm takes depends only on what every rank of it knows alike (its size, the
+// records, the broadcast flag), so its ranks issue the same real collectives; a rank whose own part
+// fails (a CUDA call, yaliCommInitRank) still takes part in them, saying "not ok".
+void setUpYali(const std::vector<Comm*>& comms) {
+  std::vector<SetUp> setUps;
+  for (Comm* c : comms) {
+    if (!describe(c) || !yaliTakes(c->nranks, &c->noYali)) {
+      announce(c);  // the same on every rank of it: no exchange at all
+      continue;
+    }
+    SetUp s;
+    s.comm = c;
+    setUps.push_back(s);
+  }
+  if (setUps.empty()) return;  // before any CUDA call: a comm of one rank needs none
+
+  DeviceGuard restoreDevice;
+  const Settings& env = settings();
+  const RankRecord mine = makeRecord(thisNodeIdentity(), env.disabled, env.registerYali);
+  std::vector<SetUp*> all;
+  for (SetUp& s : setUps) {
+    const size_t n = static_cast<size_t>(s.comm->nranks);
+    s.idOffset = n * sizeof(RankRecord);
+    s.agreeOffset = s.idOffset + sizeof(IdMessage);
+    cudaSetDevice(s.comm->device);
+    cudaError_t err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = cudaMalloc(&s.scratch, s.agreeOffset + sizeof(int32_t));
+    if (err != cudaSuccess) {
+      // This rank cannot take part in the exchanges; its peers' fail or wait, as NCCL's own calls
+      // do when a rank is lost. Nothing else is left to try here.
+      s.scratch = nullptr;
+      s.fail(cudaText("allocating the set-up's scratch", err));
+      continue;
+    }
+    copyToDevice(s, s.comm->rank * sizeof(RankRecord), &mine, sizeof(mine));
+    all.push_back(&s);
+  }
+
+  // 1. Records.
+  realRound(all, "the set-up's allgather", [](SetUp& s) {
+    return callReal<Api::ncclAllGather>(s.scratch + s.comm->rank * sizeof(RankRecord), s.scratch,
+                                        sizeof(RankRecord), ncclUint8, s.comm->real, s.stream);
+  });
+  std::vector<SetUp*> yes;  // from here on, only the comms whose records said yes
+  for (SetUp* s : all) {
+    std::vector<RankRecord> records(s->comm->nranks);
+    if (s->alive) copyFromDevice(*s, records.data(), 0, records.size() * sizeof(RankRecord));
+    if (!s->alive) continue;
+    s->verdict = decideSetUp(records);
+    if (s->verdict.yali)
+      yes.push_back(s);
+    else
+      s->fail(s->verdict.why);
+  }
+
+  // 2. The id.
+  for (SetUp* s : yes) {
+    if (s->comm->rank == 0) {
+      cudaSetDevice(s->comm->device);
+      if (s->alive && yaliGetUniqueId(&s->id.id) == yaliSuccess)
+        s->id.ok = 1;
+      else
+        s->fail(std::string("yaliGetUniqueId failed: ") + yaliGetLastError(nullptr));
+    }
+    copyToDevice(*s, s->idOffset, &s->id, sizeof(s->id));
+  }
+  realRound(yes, "the set-up's broadcast", [](SetUp& s) {
+    return callReal<Api::ncclBroadcast>(s.scratch + s.idOffset, s.scratch + s.idOffset, sizeof(IdMessage),
+                                        ncclUint8, 0, s.comm->real, s.stream);
+  });
+  std::vector<SetUp*> joining;  // rank 0 made an id: every rank of these takes part in 3 and 4
+  for (SetUp* s : yes) {
+    if (s->alive) copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
+    if (s->alive && s->id.ok != 1) s->fail("rank 0 could not make a YALI unique id");
+    if (s->alive) joining.push_back(s);
+  }
+
+  // 3. The YALI comms, concurrently (each blocks until its peers have joined).
+  forEachRank(joining.size(), [&](size_t i) {
+    SetUp& s = *joining[i];
+    cudaSetDevice(s.comm->device);
+    if (yaliCommInitRank(&s.yali, s.comm->nranks, s.id.id, s.comm->rank) != yaliSuccess) {
+      s.yali = nullptr;
+      s.fail(std::string("yaliCommInitRank failed: ") + yaliGetLastError(nullptr));
+    }
+  });
+
+  // 4. Agreement.
+  for (SetUp* s : joining) {
+    const int32_t have = s->yali != nullptr ? 1 : 0;
+    copyToDevice(*s, s->agreeOffset, &have, sizeof(have));
+  }
+  realRound(joining, "the set-up's agreement", [](SetUp& s) {
+    return callReal<Api::ncclAllReduce>(s.scratch + s.agreeOffset, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
+                                        s.comm->real, s.stream);
+  });
+  for (SetUp* s : joining) {
+    if (s->alive) copyFromDevice(*s, &s->agreed, s->agreeOffset, sizeof(s->agreed));
+    if (s->alive && s->agreed != 1) s->fail("YALI's set-up failed on another rank (its log says why)");
+    if (!s->alive && s->yali != nullptr) {
+      yaliCommDestroy(s->yali);
+      s->yali = nullptr;
+    }
+  }
+
+  for (SetUp& s : setUps) {
+    Comm* c = s.comm;
+    c->yali = s.yali;
+    c->disabled = s.verdict.disabled;
+    c->registerYali = s.yali != nullptr && s.verdict.registerYali;
+    c->noYali = s.yali != nullptr ? "" : s.why;
+    announce(c);
+    cudaSetDevice(c->device);
+    if (s.scratch != nullptr) cudaFree(s.scratch);
+    if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+  }
+}
+
+// ncclCommInitAll's ranks all live here: no exchange is needed, and yaliCommInitAll makes all of
+// them or none.
+void setUpClique(const std::vector<Comm*>& comms) {
+  DeviceGuard restoreDevice;
+  const int n = static_cast<int>(comms.size());
+  std::vector<int> devices;
+  for (Comm* c : comms) {
+    if (!describe(c)) {
+      for (Comm* d : comms) d->noYali = c->noYali;
+      for (Comm* d : comms) announce(d);
+      return;
+    }
+    devices.push_back(c->device);
+  }
+  const Settings& env = settings();
+  std::vector<RankRecord> records(n, makeRecord(thisNodeIdentity(), env.disabled, env.registerYali));
+  const SetUpVerdict verdict = decideSetUp(records);
+  std::vector<yaliComm_t> yali(n, nullptr);
+  std::string why = verdict.why;
+  if (verdict.yali && yaliCommInitAll(yali.data(), n, devices.data()) != yaliSuccess) {
+    why = std::string("yaliCommInitAll failed: ") + yaliGetLastError(nullptr);
+    std::fill(yali.begin(), yali.end(), nullptr);
+  }
+  for (int i = 0; i < n; ++i) {
+    comms[i]->yali = yali[i];
+    comms[i]->disabled = verdict.disabled;
+    comms[i]->registerYali = verdict.registerYali;
+    comms[i]->noYali = yali[i] != nullptr ? "" : why;
+    announce(comms[i]);
+  }
+}
+
+void registerWithYali(Registration* reg) {
+  Comm* c = reg->comm;
+  if (c->yali == nullptr) return;
+  if (yaliCommRegister(c->yali, reg->buff, reg->size, &reg->yali) != yaliSuccess) {
+    // NCCL's registration stands; calls on the buffer take YALI's staged algorithms.
+    info(c->rank, "yaliCommRegister(%p, %zu) failed, NCCL's registration only: %s", reg->buff, reg->size,
+         yaliGetLastError(c->yali));
+    reg->yali = nullptr;
+  }
+}
+
+// The YALI registrations a group deferred: each comm's in its order; comms of different ranks in
+// parallel, since each registration waits for the peers' (ncclCommInitAll's do not wait: in order).
+void registerDeferred(std::vector<Registration*> regs) {
+  std::vector<Comm*> comms;
+  for (Registration* r : regs)
+    if (std::find(comms.begin(), comms.end(), r->comm) == comms.end()) comms.push_back(r->comm);
+  auto registerAllOf = [&](Comm* c) {
+    for (Registration* r : regs)
+      if (r->comm == c) registerWithYali(r);
+  };
+  std::vector<Comm*> parallel;
+  for (Comm* c : comms) {
+    if (c->clique)
+      registerAllOf(c);
+    else
+      parallel.push_back(c);
+  }
+  forEachRank(parallel.size(), [&](size_t i) { registerAllOf(parallel[i]); });
+}
+
+}  // namespace
+
+// ---- Creation --------------------------------------------------------------------------------------
+
+ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking) {
+  if (real == nullptr) return nullptr;  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
+  Comm* c = new Comm;
+  c->real = real;
+  c->blocking = blocking;
+  if (!blocking) {
+    // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
+    // step. Phase 1 leaves such comms to NCCL.
+    c->noYali = "a non-blocking communicator (config.blocking = 0): NCCL only in this phase";
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+  } else if (result != ncclSuccess) {
+    c->noYali = "NCCL's init failed";
+  } else if (tlsGroup.depth > 0) {
+    tlsGroup.setUps.push_back(c);
+  } else {
+    setUpYali({c});
+  }
+  return handleOf(c);
+}
+
+void adoptClique(ncclComm_t* comms, int n, const int* devlist) {
+  (void)devlist;  // the devices are read back from NCCL's comms
+  std::vector<Comm*> clique;
+  for (int i = 0; i < n; ++i) {
+    Comm* c = new Comm;
+    c->real = comms[i];
+    c->clique = true;
+    comms[i] = handleOf(c);
+    clique.push_back(c);
+  }
+  if (tlsGroup.depth > 0)
+    tlsGroup.cliques.push_back(clique);
+  else
+    setUpClique(clique);
+}
+
+// ---- Groups ----------------------------------------------------------------------------------------
+
+void enterGroup() { ++tlsGroup.depth; }
+
+bool inGroup() { return tlsGroup.depth > 0; }
+
+void leaveGroup(bool realGroupSucceeded) {
+  if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
+  std::vector<Comm*> setUps;
+  std::vector<std::vector<Comm*>> cliques;
+  std::vector<Registration*> registrations;
+  std::swap(setUps, tlsGroup.setUps);
+  std::swap(cliques, tlsGroup.cliques);
+  std::swap(registrations, tlsGroup.registrations);
+  if (!realGroupSucceeded) {
+    // The comms made in the group may not exist on every rank: none of them gets YALI.
+    for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
+    for (Comm* c : setUps) {
+      c->noYali = "the group that made it failed";
+      info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+    }
+  } else {
+    if (!setUps.empty()) setUpYali(setUps);
+    for (auto& clique : cliques) setUpClique(clique);
+  }
+  if (!registrations.empty()) registerDeferred(registrations);
+}
+
+// ---- Registration -----------------------------------------------------------------------------------
+
+ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle) {
+  if (handle == nullptr) return callReal<Api::ncclCommRegister>(c->real, buff, size, handle);
+  void* realHandle = nullptr;
+  const ncclResult_t r = callReal<Api::ncclCommRegister>(c->real, buff, size, &realHandle);
+  if (r != ncclSuccess) return r;
+  auto* reg = new Registration;
+  reg->comm = c;
+  reg->real = realHandle;
+  reg->buff = buff;
+  reg->size = size;
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    c->registrations.push_back(reg);
+  }
+  if (c->yali != nullptr && c->registerYali) {
+    if (tlsGroup.depth > 0)
+      tlsGroup.registrations.push_back(reg);
+    else
+      registerWithYali(reg);
+  }
+  *handle = reg;
+  return ncclSuccess;
+}
+
+ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
+  auto& deferred = tlsGroup.registrations;
+  deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
+  if (reg->yali != nullptr && c->yali != nullptr) {
+    if (yaliCommDeregister(c->yali, reg->yali) != yaliSuccess)
+      info(c->rank, "yaliCommDeregister failed: %s", yaliGetLastError(c->yali));
+  }
+  const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    auto& regs = c->registrations;
+    regs.erase(std::remove(regs.begin(), regs.end(), reg), regs.end());
+  }
+  reg->magic = 0;
+  delete reg;
+  return r;
+}
+
+// ---- Tear-down --------------------------------------------------------------------------------------
+
+void endYali(Comm* c, bool abort, const char* why) {
+  yaliComm_t y = c->yali;
+  if (y == nullptr) return;
+  c->yali = nullptr;
+  c->noYali = why;
+  const yaliResult_t r = abort ? yaliCommAbort(y) : yaliCommDestroy(y);
+  if (r != yaliSuccess)
+    info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", yaliGetLastError(nullptr));
+}
+
+void freeComm(Comm* c) {
+  for (Registration* reg : c->registrations) {
+    reg->magic = 0;
+    delete reg;
+  }
+  c->registrations.clear();
+  c->magic = 0;
+  delete c;
+}
+
+// ---- Logging ----------------------------------------------------------------------------------------
+
+void logRoute(const Comm* c, const char* function, size_t bytes, bool yali, const char* why) {
+  if (!debugEnabled()) return;
+  static std::mutex mutex;
+  static std::set<std::tuple<std::string, int, bool>> logged;
+  const int cls = sizeClass(bytes);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!logged.insert({function, cls, yali}).second) return;
+  }
+  if (yali)
+    info(c->rank, "%s of %zu bytes (2^%d class): YALI", function, bytes, cls);
+  else
+    info(c->rank, "%s of %zu bytes (2^%d class): NCCL (%s)", function, bytes, cls, why);
+}
+
+}  // namespace yali::nccl_abi

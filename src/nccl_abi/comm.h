@@ -1,0 +1,120 @@
+// libyali-nccl's communicators: what the ncclComm_t handed to the program points at, how a YALI
+// comm is set up beside the real NCCL one, registrations of buffers with both, and tear-down.
+#pragma once
+
+#include <stdint.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <nccl.h>
+
+#include "nccl_abi/routing.h"
+#include "yali/yali.h"
+
+namespace yali::nccl_abi {
+
+struct Registration;
+
+// One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
+// ncclCommSplit and ncclCommShrink return points at one of these.
+struct Comm {
+  // "YALICOMM": first, so that ours() can tell our handles from NCCL's own (see there).
+  static constexpr uint64_t kMagic = 0x4d4d4f43494c4159ull;
+  uint64_t magic = kMagic;
+  ncclComm_t real = nullptr;  // NCCL's communicator; null once aborted
+  yaliComm_t yali = nullptr;  // null: NCCL only, for the reason in noYali
+  int rank = -1;
+  int nranks = 0;
+  int device = -1;
+  bool blocking = true;  // config.blocking; a non-blocking communicator stays NCCL only (phase 1)
+  bool clique = false;   // made by ncclCommInitAll: every rank in this process (yaliCommInitAll)
+  // The set-up's verdict, the same on every rank (routing.h, decideSetUp):
+  CollectiveMask disabled = 0;
+  bool registerYali = false;
+  std::string noYali;
+
+  std::mutex mutex;                           // guards registrations
+  std::vector<Registration*> registrations;  // live ones; freed by ncclCommDestroy
+};
+
+// What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
+struct Registration {
+  static constexpr uint64_t kMagic = 0x4745524943434e4cull;  // "LNCCIREG"
+  uint64_t magic = kMagic;
+  Comm* comm = nullptr;
+  void* real = nullptr;  // NCCL's handle
+  void* yali = nullptr;  // YALI's, null if none
+  void* buff = nullptr;  // for a YALI registration that waits for the group's end
+  size_t size = 0;
+};
+
+// The Comm behind a handle, or null when it is not ours. NCCL calls parts of its own API through
+// the dynamic linker (ncclBcast calls ncclBroadcast, ncclDevCommCreate calls ncclCommRegister), and
+// those calls land here, with NCCL's own handles: they must reach NCCL untouched. Both kinds of
+// handle point at readable memory that starts with 8 bytes (NCCL's comm starts with its own magic),
+// so the first word tells them apart. A null handle is not ours either (NCCL reports it).
+Comm* ours(ncclComm_t handle);
+inline ncclComm_t handleOf(Comm* c) { return reinterpret_cast<ncclComm_t>(c); }
+// The real communicator behind any handle: ours unwrapped, NCCL's as it is.
+inline ncclComm_t realComm(ncclComm_t handle) {
+  Comm* c = ours(handle);
+  return c != nullptr ? c->real : handle;
+}
+Registration* ourRegistration(void* handle);
+
+// The generic forwards pass every argument through realArg: communicators are unwrapped, anything
+// else goes as it is. (A ncclComm_t* is not unwrapped: the functions that fill one are intercepted,
+// and one that is not, such as a newer NCCL's ncclCommGrow, hands the program NCCL's own handle,
+// which then works everywhere as an NCCL-only communicator.)
+template <typename T>
+T realArg(T value) {
+  return value;
+}
+inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
+
+// ---- Creation --------------------------------------------------------------------------------------
+
+// Whether a communicator made with this config (NULL: the default, or the parent's for split and
+// shrink) is blocking: config->blocking when set, else NCCL_COMM_BLOCKING, else `inherited`.
+bool isBlocking(const ncclConfig_t* config, bool inherited);
+
+// A real communicator just made (`result`: what NCCL returned): returns the handle for the program
+// and sets YALI up beside it now, or at the outermost ncclGroupEnd when made inside a group (the
+// real comm is ready only then). Never fails: where YALI cannot be had, the comm is NCCL only.
+ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking);
+// ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
+void adoptClique(ncclComm_t* comms, int n, const int* devlist);
+
+// ---- Groups ----------------------------------------------------------------------------------------
+
+void enterGroup();
+// Leaves one group level; at the outermost, does what waited for it: the YALI set-up of comms made
+// in the group (when the real ncclGroupEnd succeeded) and YALI registrations made in it.
+void leaveGroup(bool realGroupSucceeded);
+bool inGroup();
+
+// ---- Registration -----------------------------------------------------------------------------------
+
+// ncclCommRegister on a comm of ours: NCCL's registration, and YALI's when the comm has YALI and
+// YALI_NCCL_REGISTER is on everywhere (inside a group: at its end, since YALI's is collective and
+// one thread may be registering for several ranks).
+ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle);
+ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
+
+// ---- Tear-down --------------------------------------------------------------------------------------
+
+// Ends the YALI side: yaliCommAbort (returns at once, from any thread) or yaliCommDestroy (waits
+// for this rank's calls, bounded by YALI_TIMEOUT_MS). The comm is NCCL only afterwards.
+void endYali(Comm* c, bool abort, const char* why);
+// ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
+void freeComm(Comm* c);
+
+// ---- Logging ----------------------------------------------------------------------------------------
+
+// With YALI_NCCL_DEBUG=1, once per (function, power-of-2 size class, library): which library ran
+// it and why.
+void logRoute(const Comm* c, const char* function, size_t bytes, bool yali, const char* why);
+
+}  // namespace yali::nccl_abi

@@ -1,0 +1,28 @@
+#include "nccl_abi/env.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+namespace yali::nccl_abi {
+
+namespace {
+
+Settings readSettings() {
+  Settings s;
+  if (const char* v = getenv("YALI_NCCL_LIBRARY")) s.library = v;
+  const char* debug = getenv("YALI_NCCL_DEBUG");
+  s.debug = debug != nullptr && debug[0] != '\0' && strcmp(debug, "0") != 0;
+  s.disabled = parseDisableList(getenv("YALI_NCCL_DISABLE"), &s.unknownDisabled);
+  const char* reg = getenv("YALI_NCCL_REGISTER");
+  s.registerYali = reg == nullptr || strcmp(reg, "0") != 0;
+  return s;
+}
+
+}  // namespace
+
+const Settings& settings() {
+  static const Settings s = readSettings();
+  return s;
+}
+
+}  // namespace yali::nccl_abi

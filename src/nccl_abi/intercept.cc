@@ -1,0 +1,414 @@
+// The functions of nccl.h that YALI takes part in. Each replaces the weak forward of forwards.cc
+// (the linker keeps these strong definitions); everything else goes to NCCL unchanged.
+//
+//   communicators  ncclCommInitRank, InitRankConfig, InitRankScalable, InitAll, Split, Shrink, Grow:
+//                  the real comm first, then YALI beside it (comm.h: adopt); Finalize, Destroy,
+//                  Abort, Revoke: YALI's side first, then NCCL's
+//   collectives    AllReduce, ReduceScatter, AllGather, Broadcast, Bcast, Reduce, AlltoAll, Gather,
+//                  Scatter: YALI where routing.h says so, else NCCL
+//   groups         both libraries' group calls, YALI's end first
+//   errors         ncclCommGetAsyncError: NCCL's, else YALI's; ncclGetLastError: whoever failed last
+//   registration   ncclCommRegister/Deregister: NCCL's and YALI's
+//
+// Every one of them first asks whether the communicator is ours (comm.h: ours): NCCL calls some of
+// its own API through the dynamic linker (ncclBcast calls ncclBroadcast), and those calls, with
+// NCCL's handles, go straight back to NCCL.
+#include <stdio.h>
+
+#include <nccl.h>
+
+#include "nccl_abi/comm.h"
+#include "nccl_abi/diag.h"
+#include "nccl_abi/nccl_api.h"
+#include "nccl_abi/routing.h"
+#include "vocabulary.h"
+#include "yali/yali.h"
+
+#define YALI_NCCL_EXPORT __attribute__((visibility("default")))
+
+static_assert(NCCL_VERSION_CODE >= NCCL_VERSION(2, 19, 0),
+              "libyali-nccl needs nccl.h from NCCL 2.19 or newer (ncclCommRegister, ncclCommSplit)");
+
+namespace yali::nccl_abi {
+namespace {
+
+// ---- Communicators ----------------------------------------------------------------------------------
+
+// `make` creates the real comm into the pointer it is given; the program gets our handle for it.
+template <typename Make>
+ncclResult_t create(ncclComm_t* out, bool blocking, Make make) {
+  if (out == nullptr) return make(out);  // NCCL reports the NULL
+  ncclComm_t real = nullptr;
+  const ncclResult_t r = make(&real);
+  *out = adopt(real, r, blocking);
+  return r;
+}
+
+// ---- Collectives ------------------------------------------------------------------------------------
+
+size_t bytesOf(size_t count, ncclDataType_t type) {
+  return validDataType(type) ? count * dataTypeSize(static_cast<DataType>(type)) : 0;
+}
+
+yaliDataType_t yaliType(ncclDataType_t t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
+yaliRedOp_t yaliOp(ncclRedOp_t op) { return static_cast<yaliRedOp_t>(op); }
+
+// One collective call. YALI runs it when the comm has YALI and the call is one YALI takes
+// (routing.h); a call YALI refuses for its arguments (yaliInvalidArgument) runs on NCCL instead;
+// YALI's other errors are returned, as the matching ncclResult_t. `count` is the call's own count
+// argument, for the log's size class.
+template <typename ViaYali, typename ViaNccl>
+ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape& shape, size_t count,
+                       ViaYali viaYali, ViaNccl viaNccl) {
+  Comm* c = ours(handle);
+  if (c == nullptr) return viaNccl(handle);
+  const yaliComm_t y = c->yali;
+  const size_t bytes = bytesOf(count, shape.type);
+  const Route route = decideRoute(y != nullptr, c->disabled, shape);
+  if (route != Route::kYali) {
+    logRoute(c, function, bytes, false, routeReason(route));
+    return viaNccl(c->real);
+  }
+  const yaliResult_t r = viaYali(y);
+  if (r == yaliSuccess) {
+    logRoute(c, function, bytes, true, "");
+    return ncclSuccess;
+  }
+  if (r != yaliInvalidArgument) {
+    noteFailure(Failure::kYali);
+    info(c->rank, "%s on YALI failed: %s", function, yaliGetLastError(nullptr));
+    return toNcclResult(r);
+  }
+  // Refused for what the call asks (a buffer YALI cannot use, ...): NCCL takes this call.
+  char why[512];
+  snprintf(why, sizeof(why), "YALI refused it: %s", yaliGetLastError(nullptr));
+  logRoute(c, function, bytes, false, why);
+  return viaNccl(c->real);
+}
+
+}  // namespace
+}  // namespace yali::nccl_abi
+
+using namespace yali::nccl_abi;  // NOLINT: the definitions below are the C API, at global scope
+
+// ---- Communicators ----------------------------------------------------------------------------------
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                           int rank) {
+  return create(comm, isBlocking(nullptr, true), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommInitRank>(real, nranks, commId, rank);
+  });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                                 int rank, ncclConfig_t* config) {
+  return create(comm, isBlocking(config, true), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommInitRankConfig>(real, nranks, commId, rank, config);
+  });
+}
+
+#ifdef YALI_NCCL_HAS_ncclCommInitRankScalable
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                                                   ncclUniqueId* commIds, ncclConfig_t* config) {
+  return create(newcomm, isBlocking(config, true), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommInitRankScalable>(real, nranks, myrank, nId, commIds, config);
+  });
+}
+#endif
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
+  const ncclResult_t r = callReal<Api::ncclCommInitAll>(comm, ndev, devlist);
+  if (r != ncclSuccess || comm == nullptr || ndev <= 0) return r;
+  if (isBlocking(nullptr, true))
+    adoptClique(comm, ndev, devlist);
+  else
+    for (int i = 0; i < ndev; ++i) comm[i] = adopt(comm[i], r, false);
+  return r;
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                                        ncclConfig_t* config) {
+  Comm* parent = ours(comm);
+  if (parent == nullptr) return callReal<Api::ncclCommSplit>(comm, color, key, newcomm, config);
+  return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config);
+  });
+}
+
+#ifdef YALI_NCCL_HAS_ncclCommShrink
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                                         ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  Comm* parent = ours(comm);
+  if (parent == nullptr)
+    return callReal<Api::ncclCommShrink>(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+#ifdef NCCL_SHRINK_ABORT
+  // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
+  // broken when a program shrinks it).
+  if (shrinkFlags & NCCL_SHRINK_ABORT) endYali(parent, true, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
+#endif
+  return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
+                                         shrinkFlags);
+  });
+}
+#endif
+
+#ifdef YALI_NCCL_HAS_ncclCommGrow
+// NCCL 2.30: existing ranks pass their comm, new ranks NULL; the grown comm is a new one on all of
+// them, set up like any other.
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId* uniqueId,
+                                                       int rank, ncclComm_t* newcomm, ncclConfig_t* config) {
+  Comm* parent = ours(comm);
+  if (comm != nullptr && parent == nullptr)
+    return callReal<Api::ncclCommGrow>(comm, nRanks, uniqueId, rank, newcomm, config);
+  return create(newcomm, isBlocking(config, parent != nullptr ? parent->blocking : true), [&](ncclComm_t* real) {
+    return callReal<Api::ncclCommGrow>(parent != nullptr ? parent->real : nullptr, nRanks, uniqueId, rank, real,
+                                       config);
+  });
+}
+#endif
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
+  // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
+  // and no collective may follow a finalize.
+  endYali(c, false, "finalized");
+  return callReal<Api::ncclCommFinalize>(c->real);
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
+  endYali(c, false, "destroyed");
+  const ncclResult_t r = callReal<Api::ncclCommDestroy>(c->real);
+  freeComm(c);
+  return r;
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommAbort>(comm);
+  endYali(c, true, "aborted");
+  ncclComm_t real = c->real;
+  // Abort is the call another thread makes while one is stuck in this comm (a watchdog): the Comm
+  // is kept, not freed, so that a call racing with it reads our memory, and a later call with the
+  // handle reaches NCCL with a NULL comm and gets its error. A few dozen bytes per aborted comm.
+  c->real = nullptr;
+  return callReal<Api::ncclCommAbort>(real);
+}
+
+#ifdef YALI_NCCL_HAS_ncclCommRevoke
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
+  // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
+  // serves only tear-down, split and shrink afterwards.
+  endYali(c, true, "revoked");
+  return callReal<Api::ncclCommRevoke>(c->real, revokeFlags);
+}
+#endif
+
+// ---- Errors -----------------------------------------------------------------------------------------
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
+  const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
+  if (r != ncclSuccess || asyncError == nullptr || *asyncError != ncclSuccess) return r;
+  const yaliComm_t y = c->yali;
+  if (y == nullptr) return r;
+  yaliResult_t e = yaliSuccess;
+  const yaliResult_t got = yaliCommGetAsyncError(y, &e);
+  if (got != yaliSuccess) e = got;
+  if (e != yaliSuccess) {
+    noteFailure(Failure::kYali);
+    *asyncError = toNcclResult(e);
+  }
+  return r;
+}
+
+extern "C" YALI_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
+  switch (lastFailure()) {
+    case Failure::kShim: return shimLastError();
+    case Failure::kYali: {
+      Comm* c = ours(comm);
+      const yaliComm_t y = c != nullptr ? c->yali : nullptr;
+      const char* m = y != nullptr ? yaliGetLastError(y) : "";
+      if (m == nullptr || m[0] == '\0') m = yaliGetLastError(nullptr);
+      if (m != nullptr && m[0] != '\0') return m;
+      break;
+    }
+    default: break;
+  }
+  return callReal<Api::ncclGetLastError>(realComm(comm));
+}
+
+// ---- Groups -----------------------------------------------------------------------------------------
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupStart() {
+  const yaliResult_t y = yaliGroupStart();
+  if (y != yaliSuccess) {
+    noteFailure(Failure::kYali);
+    return toNcclResult(y);
+  }
+  const ncclResult_t r = callReal<Api::ncclGroupStart>();
+  if (r != ncclSuccess) {
+    yaliGroupEnd();  // nothing was queued in it
+    return r;
+  }
+  enterGroup();
+  return ncclSuccess;
+}
+
+namespace {
+
+// ncclGroupEnd and ncclGroupSimulateEnd: YALI launches its part of the group first, then NCCL ends
+// its own; both always run, so that both libraries' groups stay balanced. YALI has no simulation:
+// under ncclGroupSimulateEnd its part is launched for real (and left out of the estimate).
+template <typename EndReal>
+ncclResult_t endGroup(EndReal endReal) {
+  const yaliResult_t y = yaliGroupEnd();
+  const ncclResult_t r = endReal();
+  leaveGroup(r == ncclSuccess);
+  if (y != yaliSuccess) {
+    noteFailure(Failure::kYali);
+    info(-1, "yaliGroupEnd failed: %s", yaliGetLastError(nullptr));
+    return toNcclResult(y);
+  }
+  return r;
+}
+
+}  // namespace
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
+  return endGroup([] { return callReal<Api::ncclGroupEnd>(); });
+}
+
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  return endGroup([&] { return callReal<Api::ncclGroupSimulateEnd>(simInfo); });
+}
+#endif
+
+// ---- Registration -----------------------------------------------------------------------------------
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                                           void** handle) {
+  Comm* c = ours(comm);
+  if (c == nullptr) return callReal<Api::ncclCommRegister>(comm, buff, size, handle);
+  return registerBuffer(c, buff, size, handle);
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  Comm* c = ours(comm);
+  Registration* reg = c != nullptr ? ourRegistration(handle) : nullptr;
+  if (reg == nullptr) return callReal<Api::ncclCommDeregister>(realComm(comm), handle);
+  return deregisterBuffer(c, reg);
+}
+
+// ---- Collectives ------------------------------------------------------------------------------------
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                                        cudaStream_t stream) {
+  return routeCall(
+      "ncclAllReduce", comm, {yaliCollAllReduce, datatype, op}, count,
+      [&](yaliComm_t y) { return yaliAllReduce(sendbuff, recvbuff, count, yaliType(datatype), yaliOp(op), y, stream); },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, real, stream);
+      });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                                            ncclDataType_t datatype, ncclRedOp_t op,
+                                                            ncclComm_t comm, cudaStream_t stream) {
+  return routeCall(
+      "ncclReduceScatter", comm, {yaliCollReduceScatter, datatype, op}, recvcount,
+      [&](yaliComm_t y) {
+        return yaliReduceScatter(sendbuff, recvbuff, recvcount, yaliType(datatype), yaliOp(op), y, stream);
+      },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, real, stream);
+      });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                                        ncclDataType_t datatype, ncclComm_t comm,
+                                                        cudaStream_t stream) {
+  return routeCall(
+      "ncclAllGather", comm, {yaliCollAllGather, datatype, ncclSum}, sendcount,
+      [&](yaliComm_t y) { return yaliAllGather(sendbuff, recvbuff, sendcount, yaliType(datatype), y, stream); },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, real, stream);
+      });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                                        ncclDataType_t datatype, int root, ncclComm_t comm,
+                                                        cudaStream_t stream) {
+  return routeCall(
+      "ncclBroadcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
+      [&](yaliComm_t y) { return yaliBroadcast(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclBroadcast>(sendbuff, recvbuff, count, datatype, root, real, stream);
+      });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                                    ncclComm_t comm, cudaStream_t stream) {
+  return routeCall(
+      "ncclBcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
+      [&](yaliComm_t y) { return yaliBcast(buff, count, yaliType(datatype), root, y, stream); },
+      [&](ncclComm_t real) { return callReal<Api::ncclBcast>(buff, count, datatype, root, real, stream); });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                                     ncclComm_t comm, cudaStream_t stream) {
+  return routeCall(
+      "ncclReduce", comm, {yaliCollReduce, datatype, op}, count,
+      [&](yaliComm_t y) {
+        return yaliReduce(sendbuff, recvbuff, count, yaliType(datatype), yaliOp(op), root, y, stream);
+      },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclReduce>(sendbuff, recvbuff, count, datatype, op, root, real, stream);
+      });
+}
+
+#ifdef YALI_NCCL_HAS_ncclAlltoAll
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                                       ncclDataType_t datatype, ncclComm_t comm,
+                                                       cudaStream_t stream) {
+  return routeCall(
+      "ncclAlltoAll", comm, {yaliCollAlltoAll, datatype, ncclSum}, count,
+      [&](yaliComm_t y) { return yaliAlltoAll(sendbuff, recvbuff, count, yaliType(datatype), y, stream); },
+      [&](ncclComm_t real) { return callReal<Api::ncclAlltoAll>(sendbuff, recvbuff, count, datatype, real, stream); });
+}
+#endif
+
+#ifdef YALI_NCCL_HAS_ncclGather
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                                     cudaStream_t stream) {
+  return routeCall(
+      "ncclGather", comm, {yaliCollGather, datatype, ncclSum}, count,
+      [&](yaliComm_t y) { return yaliGather(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclGather>(sendbuff, recvbuff, count, datatype, root, real, stream);
+      });
+}
+#endif
+
+#ifdef YALI_NCCL_HAS_ncclScatter
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                                      ncclDataType_t datatype, int root, ncclComm_t comm,
+                                                      cudaStream_t stream) {
+  return routeCall(
+      "ncclScatter", comm, {yaliCollScatter, datatype, ncclSum}, count,
+      [&](yaliComm_t y) { return yaliScatter(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](ncclComm_t real) {
+        return callReal<Api::ncclScatter>(sendbuff, recvbuff, count, datatype, root, real, stream);
+      });
+}
+#endif
