@@ -37,9 +37,11 @@ constexpr int64_t kMaxCount = int64_t{1} << 48;  // rows; larger counts are refu
 
 struct ChunkTables {
   int64_t rankStart[kMaxExperts];    // byRank: first row of chunk (d, e), [d * E + e]
-  int64_t rankLen[kMaxExperts];      //         its rows: C[me][d][e]
+  int64_t rankLen[kMaxExperts];      //         its rows: C[me][d][e]; after the checks, the rows of
+                                     //         the piece for d before it (toPiecePrefixes)
   int64_t expertStart[kMaxExperts];  // byExpert: first row of chunk (s, e), [s * E + e]
-  int64_t expertLen[kMaxExperts];    //           its rows: C[s][me][e]
+  int64_t expertLen[kMaxExperts];    //           its rows: C[s][me][e]; after the checks, the rows
+                                     //           of the piece from s before it
   int64_t segment[kMaxLocalExperts + 1];  // expert forms: each local expert's first row; [E]: the end
   uint64_t outBytes[kMaxRanks];      // bytes of our piece for rank d
   uint64_t inBytes[kMaxRanks];       // bytes of rank s's piece for us
@@ -54,10 +56,9 @@ __device__ __forceinline__ int64_t ownCount(const VarArgs& v, int g) {
   return v.mode == kVarHostCounts ? static_cast<int64_t>(v.hostSendCounts[g]) : v.sendCounts[g];
 }
 
-// Exclusive prefix sum of a[0..count) in place, by warp 0 (32 at a time, with a carry).
+// Exclusive prefix sum of a[0..count) in place, by the calling warp (32 at a time, with a carry).
 __device__ void warpExclusiveScan(int64_t* a, int count) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x;
+  const int lane = threadIdx.x & 31;
   int64_t carry = 0;
   for (int base = 0; base < count; base += 32) {
     const int i = base + lane;
@@ -138,7 +139,7 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
     } else {
       for (int g = threadIdx.x; g < groups; g += blockDim.x) t.rankStart[g] = t.rankLen[g];
       __syncthreads();
-      warpExclusiveScan(t.rankStart, groups);
+      if (threadIdx.x < 32) warpExclusiveScan(t.rankStart, groups);
     }
     // byExpert starts: the host's rdispls, else expert-major: expert e's segment at the sum of the
     // earlier experts' padded totals (each segment starts aligned, so padding the totals pads the
@@ -153,7 +154,7 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
         t.segment[e] = (total + align - 1) / align * align;
       }
       __syncthreads();
-      warpExclusiveScan(t.segment, E);
+      if (threadIdx.x < 32) warpExclusiveScan(t.segment, E);
       __syncthreads();
       for (int e = threadIdx.x; e < E; e += blockDim.x) {
         int64_t at = t.segment[e];
@@ -217,27 +218,52 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
     t.inBytes[p] = (dispatchDirection(v) ? byExpert : byRank) * rowBytes;
   }
   __syncthreads();
+  // Each peer's chunk lengths become offsets within its piece (a prefix per peer, one warp per
+  // peer), so that a slot finds its first chunk by a binary search (forChunks) instead of a walk
+  // over every earlier chunk: with hundreds of experts the walk cost more than the copies.
+  for (int p = threadIdx.x / 32; p < n; p += blockDim.x / 32) {
+    warpExclusiveScan(t.rankLen + p * E, E);
+    warpExclusiveScan(t.expertLen + p * E, E);
+  }
+  __syncthreads();
   return true;
 }
 
-// Copies bytes [off, off + len) of a piece between a buffer placed by a chunk table (start, len in
-// rows, chunks e = 0..E-1 of peer p) and a flat run (a staging slot). toTable: flat -> table.
-__device__ __forceinline__ void moveChunks(const Team& block, const int64_t* start, const int64_t* rows, int p, int E,
-                                           uint64_t rowBytes, char* table, char* flat, uint64_t off, uint64_t len,
-                                           bool toTable) {
-  uint64_t pos = 0;
-  const uint64_t end = off + len;
-  for (int e = 0; e < E && pos < end; ++e) {
-    const uint64_t chunk = static_cast<uint64_t>(rows[p * E + e]) * rowBytes;
-    if (pos + chunk > off) {
-      const uint64_t a = max(off, pos), b = min(end, pos + chunk);
-      char* t = table + static_cast<uint64_t>(start[p * E + e]) * rowBytes + (a - pos);
-      char* f = flat + (a - off);
-      if (toTable) copyBytes(block, t, f, b - a);
-      else copyBytes(block, f, t, b - a);
-    }
-    pos += chunk;
+// Calls f(e, from, to) for each chunk e of peer p's piece that overlaps bytes [off, end) of it
+// (from, to: the chunk's bytes within the piece; before: the per-peer prefixes in rows, pieceBytes
+// the piece's size). The first one by binary search: the last chunk that starts at or before off,
+// which is not empty (the next one starts after off).
+template <typename F>
+__device__ __forceinline__ void forChunks(const int64_t* before, int p, int E, uint64_t rowBytes, uint64_t pieceBytes,
+                                          uint64_t off, uint64_t end, F&& f) {
+  const int64_t* at = before + p * E;
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (static_cast<uint64_t>(at[mid]) * rowBytes <= off) lo = mid;
+    else hi = mid - 1;
   }
+  for (int e = lo; e < E; ++e) {
+    const uint64_t from = static_cast<uint64_t>(at[e]) * rowBytes;
+    if (from >= end) break;
+    const uint64_t to = e + 1 < E ? static_cast<uint64_t>(at[e + 1]) * rowBytes : pieceBytes;
+    if (to > from) f(e, from, to);
+  }
+}
+
+// Copies bytes [off, off + len) of a piece between a buffer placed by a chunk table (start in
+// rows, chunks e = 0..E-1 of peer p) and a flat run (a staging slot). toTable: flat -> table.
+__device__ __forceinline__ void moveChunks(const Team& block, const int64_t* start, const int64_t* before, int p,
+                                           int E, uint64_t rowBytes, uint64_t pieceBytes, char* table, char* flat,
+                                           uint64_t off, uint64_t len, bool toTable) {
+  const uint64_t end = off + len;
+  forChunks(before, p, E, rowBytes, pieceBytes, off, end, [&](int e, uint64_t from, uint64_t to) {
+    const uint64_t a = max(off, from), b = min(end, to);
+    char* t = table + static_cast<uint64_t>(start[p * E + e]) * rowBytes + (a - from);
+    char* f = flat + (a - off);
+    if (toTable) copyBytes(block, t, f, b - a);
+    else copyBytes(block, f, t, b - a);
+  });
 }
 
 // Step 3 (the header comment).
@@ -252,9 +278,9 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
   const bool dispatch = dispatchDirection(v);
   // The tables of the sending side and of the receiving side.
   const int64_t* outStart = dispatch ? t.rankStart : t.expertStart;
-  const int64_t* outRows = dispatch ? t.rankLen : t.expertLen;
+  const int64_t* outBefore = dispatch ? t.rankLen : t.expertLen;  // per-peer prefixes (buildTables)
   const int64_t* inStart = dispatch ? t.expertStart : t.rankStart;
-  const int64_t* inRows = dispatch ? t.expertLen : t.rankLen;
+  const int64_t* inBefore = dispatch ? t.expertLen : t.rankLen;
   char* send = const_cast<char*>(static_cast<const char*>(args.send));
   char* recv = static_cast<char*>(args.recv);
   // Local steps of this block for a piece of `bytes`.
@@ -283,8 +309,8 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
     for (int i = 1; i < n; ++i) {
       const int d = (me + i) % n;
       if (hasBit(receivers, d))
-        moveChunks(block, outStart, outRows, d, E, v.rowBytes, send, staging(args.peerWindows[d], j, me), off,
-                   min(slot, t.outBytes[d] - off), false);
+        moveChunks(block, outStart, outBefore, d, E, v.rowBytes, t.outBytes[d], send,
+                   staging(args.peerWindows[d], j, me), off, min(slot, t.outBytes[d] - off), false);
     }
     signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
     return true;
@@ -296,23 +322,18 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
     const uint64_t off = offsetOf(j);
     for (int s = 0; s < n; ++s) {
       if (!hasBit(senders, s)) continue;
-      moveChunks(block, inStart, inRows, s, E, v.rowBytes, recv, staging(args.window, j, s), off,
+      moveChunks(block, inStart, inBefore, s, E, v.rowBytes, t.inBytes[s], recv, staging(args.window, j, s), off,
                  min(slot, t.inBytes[s] - off), true);
     }
     // Our own piece: chunk by chunk from the input straight to the output (both sides have the
     // same chunk sizes: our row's entry for us is our column's).
     if (j < stepsOf(t.outBytes[me])) {
       const uint64_t end = min(off + slot, t.outBytes[me]);
-      uint64_t pos = 0;
-      for (int e = 0; e < E && pos < end; ++e) {
-        const uint64_t chunk = static_cast<uint64_t>(outRows[me * E + e]) * v.rowBytes;
-        if (pos + chunk > off) {
-          const uint64_t a = max(off, pos), z = min(end, pos + chunk);
-          copyBytes(block, recv + static_cast<uint64_t>(inStart[me * E + e]) * v.rowBytes + (a - pos),
-                    send + static_cast<uint64_t>(outStart[me * E + e]) * v.rowBytes + (a - pos), z - a);
-        }
-        pos += chunk;
-      }
+      forChunks(outBefore, me, E, v.rowBytes, t.outBytes[me], off, end, [&](int e, uint64_t from, uint64_t to) {
+        const uint64_t a = max(off, from), z = min(end, to);
+        copyBytes(block, recv + static_cast<uint64_t>(inStart[me * E + e]) * v.rowBytes + (a - from),
+                  send + static_cast<uint64_t>(outStart[me * E + e]) * v.rowBytes + (a - from), z - a);
+      });
     }
     if (senders != 0) signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
     return true;
