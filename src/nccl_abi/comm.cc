@@ -14,6 +14,7 @@
 #include "nccl_abi/env.h"
 #include "nccl_abi/nccl_api.h"
 #include "nccl_abi/node_id.h"
+#include "nccl_abi/yali_lib.h"
 
 namespace yali::nccl_abi {
 
@@ -53,9 +54,9 @@ thread_local GroupState tlsGroup;
 // The current device, restored when the set-up, which moves between devices, ends.
 class DeviceGuard {
  public:
-  DeviceGuard() { ok_ = cudaGetDevice(&device_) == cudaSuccess; }
+  DeviceGuard() { ok_ = lib().cudaGetDevice(&device_) == cudaSuccess; }
   ~DeviceGuard() {
-    if (ok_) cudaSetDevice(device_);
+    if (ok_) lib().cudaSetDevice(device_);
   }
 
  private:
@@ -90,6 +91,7 @@ struct SetUp {
   Comm* comm = nullptr;
   cudaStream_t stream = nullptr;
   char* scratch = nullptr;  // records[nranks] | IdMessage | int32 agreement
+  bool pooled = true;       // scratch came from cudaMallocAsync
   size_t idOffset = 0, agreeOffset = 0;
   bool alive = true;  // every step so far worked here; a rank that fails locally still takes part
                       // in the real collectives that follow (with "not ok"), so that no peer hangs
@@ -106,7 +108,7 @@ struct SetUp {
 };
 
 std::string cudaText(const char* what, cudaError_t err) {
-  return std::string(what) + " failed: " + cudaGetErrorString(err);
+  return std::string(what) + " failed: " + lib().cudaGetErrorString(err);
 }
 
 // One real collective on every comm of the set-up, issued in one real group (this thread may stand
@@ -117,7 +119,7 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) break;
-    cudaSetDevice(s->comm->device);
+    lib().cudaSetDevice(s->comm->device);
     r = issue(*s);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
@@ -127,22 +129,53 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
       s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(r));
       continue;
     }
-    cudaSetDevice(s->comm->device);
-    const cudaError_t err = cudaStreamSynchronize(s->stream);
+    lib().cudaSetDevice(s->comm->device);
+    const cudaError_t err = lib().cudaStreamSynchronize(s->stream);
     if (err != cudaSuccess) s->fail(cudaText(what, err));
   }
 }
 
+// The set-up's copies go through its own non-blocking stream: a cudaMemcpy would run on the legacy
+// default stream, and so wait for whatever the program has queued on its blocking streams.
+void copyOnStream(SetUp& s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  lib().cudaSetDevice(s.comm->device);
+  cudaError_t err = lib().cudaMemcpyAsync(dst, src, bytes, kind, s.stream);
+  if (err == cudaSuccess) err = lib().cudaStreamSynchronize(s.stream);
+  if (err != cudaSuccess) s.fail(cudaText("cudaMemcpyAsync", err));
+}
+
 void copyToDevice(SetUp& s, size_t offset, const void* src, size_t bytes) {
-  cudaSetDevice(s.comm->device);
-  const cudaError_t err = cudaMemcpy(s.scratch + offset, src, bytes, cudaMemcpyHostToDevice);
-  if (err != cudaSuccess) s.fail(cudaText("cudaMemcpy", err));
+  copyOnStream(s, s.scratch + offset, src, bytes, cudaMemcpyHostToDevice);
 }
 
 void copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
-  cudaSetDevice(s.comm->device);
-  const cudaError_t err = cudaMemcpy(dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
-  if (err != cudaSuccess) s.fail(cudaText("cudaMemcpy", err));
+  copyOnStream(s, dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
+}
+
+// Scratch memory in stream order (cudaMallocAsync): cudaFree would wait for every kernel on the
+// device, the program's and other communicators' included. Where the device has no memory pools,
+// plain cudaMalloc.
+cudaError_t allocScratch(SetUp& s, size_t bytes) {
+  void* p = nullptr;
+  cudaError_t err = lib().cudaMallocAsync(&p, bytes, s.stream);
+  if (err == cudaSuccess) err = lib().cudaStreamSynchronize(s.stream);
+  if (err != cudaSuccess) {
+    s.pooled = false;
+    err = lib().cudaMalloc(&p, bytes);
+  }
+  s.scratch = err == cudaSuccess ? static_cast<char*>(p) : nullptr;
+  return err;
+}
+
+void freeScratch(SetUp& s) {
+  if (s.scratch == nullptr) return;
+  if (s.pooled) {
+    lib().cudaFreeAsync(s.scratch, s.stream);
+    lib().cudaStreamSynchronize(s.stream);
+  } else {
+    lib().cudaFree(s.scratch);
+  }
+  s.scratch = nullptr;
 }
 
 // Reads rank, size and device off the real comm.
@@ -158,10 +191,10 @@ bool describe(Comm* c) {
 
 void announce(const Comm* c) {
   if (c->yali != nullptr)
-    info(c->rank, "communicator of %d ranks on device %d: YALI for intra-node collectives%s", c->nranks, c->device,
+    info(c->rank, "communicator of %d ranks on device %d: YALI for its collectives%s", c->nranks, c->device,
          c->disabled != 0 ? " (YALI_NCCL_DISABLE keeps some on NCCL)" : "");
   else
-    info(c->rank, "communicator of %d ranks on device %d: NCCL only (%s)", c->nranks, c->device, c->noYali.c_str());
+    info(c->rank, "communicator of %d rank(s) on device %d: NCCL only (%s)", c->nranks, c->device, c->noYali.c_str());
 }
 
 // The set-up of comms whose real communicators are ready, on every rank of each (collective over
@@ -186,6 +219,13 @@ void setUpYali(const std::vector<Comm*>& comms) {
     setUps.push_back(s);
   }
   if (setUps.empty()) return;  // before any CUDA call: a comm of one rank needs none
+  if (yaliLib() == nullptr) {  // the same on every rank of one installation
+    for (SetUp& s : setUps) {
+      s.comm->noYali = std::string("no libyali: ") + yaliLibError();
+      announce(s.comm);
+    }
+    return;
+  }
 
   DeviceGuard restoreDevice;
   const Settings& env = settings();
@@ -195,9 +235,9 @@ void setUpYali(const std::vector<Comm*>& comms) {
     const size_t n = static_cast<size_t>(s.comm->nranks);
     s.idOffset = n * sizeof(RankRecord);
     s.agreeOffset = s.idOffset + sizeof(IdMessage);
-    cudaSetDevice(s.comm->device);
-    cudaError_t err = cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = cudaMalloc(&s.scratch, s.agreeOffset + sizeof(int32_t));
+    lib().cudaSetDevice(s.comm->device);
+    cudaError_t err = lib().cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+    if (err == cudaSuccess) err = allocScratch(s, s.agreeOffset + sizeof(int32_t));
     if (err != cudaSuccess) {
       // This rank cannot take part in the exchanges; its peers' fail or wait, as NCCL's own calls
       // do when a rank is lost. Nothing else is left to try here.
@@ -228,12 +268,12 @@ void setUpYali(const std::vector<Comm*>& comms) {
 
   // 2. The id.
   for (SetUp* s : yes) {
-    if (s->comm->rank == 0) {
-      cudaSetDevice(s->comm->device);
-      if (s->alive && yaliGetUniqueId(&s->id.id) == yaliSuccess)
+    if (s->comm->rank == 0 && s->alive) {
+      lib().cudaSetDevice(s->comm->device);
+      if (lib().yaliGetUniqueId(&s->id.id) == yaliSuccess)
         s->id.ok = 1;
       else
-        s->fail(std::string("yaliGetUniqueId failed: ") + yaliGetLastError(nullptr));
+        s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
     }
     copyToDevice(*s, s->idOffset, &s->id, sizeof(s->id));
   }
@@ -251,10 +291,10 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // 3. The YALI comms, concurrently (each blocks until its peers have joined).
   forEachRank(joining.size(), [&](size_t i) {
     SetUp& s = *joining[i];
-    cudaSetDevice(s.comm->device);
-    if (yaliCommInitRank(&s.yali, s.comm->nranks, s.id.id, s.comm->rank) != yaliSuccess) {
+    lib().cudaSetDevice(s.comm->device);
+    if (lib().yaliCommInitRank(&s.yali, s.comm->nranks, s.id.id, s.comm->rank) != yaliSuccess) {
       s.yali = nullptr;
-      s.fail(std::string("yaliCommInitRank failed: ") + yaliGetLastError(nullptr));
+      s.fail(std::string("yaliCommInitRank failed: ") + lib().yaliGetLastError(nullptr));
     }
   });
 
@@ -271,7 +311,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     if (s->alive) copyFromDevice(*s, &s->agreed, s->agreeOffset, sizeof(s->agreed));
     if (s->alive && s->agreed != 1) s->fail("YALI's set-up failed on another rank (its log says why)");
     if (!s->alive && s->yali != nullptr) {
-      yaliCommDestroy(s->yali);
+      lib().yaliCommDestroy(s->yali);
       s->yali = nullptr;
     }
   }
@@ -283,16 +323,15 @@ void setUpYali(const std::vector<Comm*>& comms) {
     c->registerYali = s.yali != nullptr && s.verdict.registerYali;
     c->noYali = s.yali != nullptr ? "" : s.why;
     announce(c);
-    cudaSetDevice(c->device);
-    if (s.scratch != nullptr) cudaFree(s.scratch);
-    if (s.stream != nullptr) cudaStreamDestroy(s.stream);
+    lib().cudaSetDevice(c->device);
+    freeScratch(s);
+    if (s.stream != nullptr) lib().cudaStreamDestroy(s.stream);
   }
 }
 
 // ncclCommInitAll's ranks all live here: no exchange is needed, and yaliCommInitAll makes all of
 // them or none.
 void setUpClique(const std::vector<Comm*>& comms) {
-  DeviceGuard restoreDevice;
   const int n = static_cast<int>(comms.size());
   std::vector<int> devices;
   for (Comm* c : comms) {
@@ -303,13 +342,21 @@ void setUpClique(const std::vector<Comm*>& comms) {
     }
     devices.push_back(c->device);
   }
+  if (yaliLib() == nullptr) {
+    for (Comm* c : comms) {
+      c->noYali = std::string("no libyali: ") + yaliLibError();
+      announce(c);
+    }
+    return;
+  }
+  DeviceGuard restoreDevice;
   const Settings& env = settings();
   std::vector<RankRecord> records(n, makeRecord(thisNodeIdentity(), env.disabled, env.registerYali));
   const SetUpVerdict verdict = decideSetUp(records);
   std::vector<yaliComm_t> yali(n, nullptr);
   std::string why = verdict.why;
-  if (verdict.yali && yaliCommInitAll(yali.data(), n, devices.data()) != yaliSuccess) {
-    why = std::string("yaliCommInitAll failed: ") + yaliGetLastError(nullptr);
+  if (verdict.yali && lib().yaliCommInitAll(yali.data(), n, devices.data()) != yaliSuccess) {
+    why = std::string("yaliCommInitAll failed: ") + lib().yaliGetLastError(nullptr);
     std::fill(yali.begin(), yali.end(), nullptr);
   }
   for (int i = 0; i < n; ++i) {
@@ -324,10 +371,10 @@ void setUpClique(const std::vector<Comm*>& comms) {
 void registerWithYali(Registration* reg) {
   Comm* c = reg->comm;
   if (c->yali == nullptr) return;
-  if (yaliCommRegister(c->yali, reg->buff, reg->size, &reg->yali) != yaliSuccess) {
+  if (lib().yaliCommRegister(c->yali, reg->buff, reg->size, &reg->yali) != yaliSuccess) {
     // NCCL's registration stands; calls on the buffer take YALI's staged algorithms.
     info(c->rank, "yaliCommRegister(%p, %zu) failed, NCCL's registration only: %s", reg->buff, reg->size,
-         yaliGetLastError(c->yali));
+         lib().yaliGetLastError(c->yali));
     reg->yali = nullptr;
   }
 }
@@ -450,8 +497,8 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {
-    if (yaliCommDeregister(c->yali, reg->yali) != yaliSuccess)
-      info(c->rank, "yaliCommDeregister failed: %s", yaliGetLastError(c->yali));
+    if (lib().yaliCommDeregister(c->yali, reg->yali) != yaliSuccess)
+      info(c->rank, "yaliCommDeregister failed: %s", lib().yaliGetLastError(c->yali));
   }
   const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
   {
@@ -469,14 +516,21 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
 void endYali(Comm* c, bool abort, const char* why) {
   yaliComm_t y = c->yali;
   if (y == nullptr) return;
+  // Only the pointer changes: an abort may run while another thread routes a call on the comm (it
+  // then calls YALI with a handle that YALI refuses as stale, or NCCL). noYali stays as it was.
   c->yali = nullptr;
-  c->noYali = why;
-  const yaliResult_t r = abort ? yaliCommAbort(y) : yaliCommDestroy(y);
+  info(c->rank, "YALI communicator %s", why);
+  const yaliResult_t r = abort ? lib().yaliCommAbort(y) : lib().yaliCommDestroy(y);
   if (r != yaliSuccess)
-    info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", yaliGetLastError(nullptr));
+    info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
 }
 
 void freeComm(Comm* c) {
+  // Destroyed inside the group that made it or registered with it: nothing may wait for it there.
+  auto drop = [](auto& v, auto pred) { v.erase(std::remove_if(v.begin(), v.end(), pred), v.end()); };
+  drop(tlsGroup.setUps, [c](Comm* x) { return x == c; });
+  for (auto& clique : tlsGroup.cliques) drop(clique, [c](Comm* x) { return x == c; });
+  drop(tlsGroup.registrations, [c](Registration* r) { return r->comm == c; });
   for (Registration* reg : c->registrations) {
     reg->magic = 0;
     delete reg;

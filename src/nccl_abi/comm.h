@@ -106,7 +106,8 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 // ---- Tear-down --------------------------------------------------------------------------------------
 
 // Ends the YALI side: yaliCommAbort (returns at once, from any thread) or yaliCommDestroy (waits
-// for this rank's calls, bounded by YALI_TIMEOUT_MS). The comm is NCCL only afterwards.
+// for this rank's calls, bounded by YALI_TIMEOUT_MS). The comm is NCCL only afterwards; `why` is
+// logged ("aborted", "finalized", ...).
 void endYali(Comm* c, bool abort, const char* why);
 // ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
 void freeComm(Comm* c);

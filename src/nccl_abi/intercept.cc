@@ -21,6 +21,7 @@
 #include "nccl_abi/diag.h"
 #include "nccl_abi/nccl_api.h"
 #include "nccl_abi/routing.h"
+#include "nccl_abi/yali_lib.h"
 #include "vocabulary.h"
 #include "yali/yali.h"
 
@@ -50,8 +51,8 @@ size_t bytesOf(size_t count, ncclDataType_t type) {
   return validDataType(type) ? count * dataTypeSize(static_cast<DataType>(type)) : 0;
 }
 
-yaliDataType_t yaliType(ncclDataType_t t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
-yaliRedOp_t yaliOp(ncclRedOp_t op) { return static_cast<yaliRedOp_t>(op); }
+yaliDataType_t toYaliType(ncclDataType_t t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
+yaliRedOp_t toYaliOp(ncclRedOp_t op) { return static_cast<yaliRedOp_t>(op); }
 
 // One collective call. YALI runs it when the comm has YALI and the call is one YALI takes
 // (routing.h); a call YALI refuses for its arguments (yaliInvalidArgument) runs on NCCL instead;
@@ -66,7 +67,11 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
   const size_t bytes = bytesOf(count, shape.type);
   const Route route = decideRoute(y != nullptr, c->disabled, shape);
   if (route != Route::kYali) {
-    logRoute(c, function, bytes, false, routeReason(route));
+    if (debugEnabled())
+      logRoute(c, function, bytes, false,
+               route == Route::kNoYaliComm
+                   ? ("no YALI communicator (" + (c->noYali.empty() ? std::string("ended") : c->noYali) + ")").c_str()
+                   : routeReason(route));
     return viaNccl(c->real);
   }
   const yaliResult_t r = viaYali(y);
@@ -76,12 +81,12 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
   }
   if (r != yaliInvalidArgument) {
     noteFailure(Failure::kYali);
-    info(c->rank, "%s on YALI failed: %s", function, yaliGetLastError(nullptr));
+    info(c->rank, "%s on YALI failed: %s", function, lib().yaliGetLastError(nullptr));
     return toNcclResult(r);
   }
   // Refused for what the call asks (a buffer YALI cannot use, ...): NCCL takes this call.
   char why[512];
-  snprintf(why, sizeof(why), "YALI refused it: %s", yaliGetLastError(nullptr));
+  snprintf(why, sizeof(why), "YALI refused it: %s", lib().yaliGetLastError(nullptr));
   logRoute(c, function, bytes, false, why);
   return viaNccl(c->real);
 }
@@ -219,7 +224,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   const yaliComm_t y = c->yali;
   if (y == nullptr) return r;
   yaliResult_t e = yaliSuccess;
-  const yaliResult_t got = yaliCommGetAsyncError(y, &e);
+  const yaliResult_t got = lib().yaliCommGetAsyncError(y, &e);
   if (got != yaliSuccess) e = got;
   if (e != yaliSuccess) {
     noteFailure(Failure::kYali);
@@ -234,8 +239,8 @@ extern "C" YALI_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
     case Failure::kYali: {
       Comm* c = ours(comm);
       const yaliComm_t y = c != nullptr ? c->yali : nullptr;
-      const char* m = y != nullptr ? yaliGetLastError(y) : "";
-      if (m == nullptr || m[0] == '\0') m = yaliGetLastError(nullptr);
+      const char* m = y != nullptr ? lib().yaliGetLastError(y) : "";
+      if (m == nullptr || m[0] == '\0') m = lib().yaliGetLastError(nullptr);
       if (m != nullptr && m[0] != '\0') return m;
       break;
     }
@@ -246,15 +251,20 @@ extern "C" YALI_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
 
 // ---- Groups -----------------------------------------------------------------------------------------
 
+// YALI's group calls are made whenever libyali could be opened (yali_lib.h: opened here at the
+// latest, and the outcome never changes), so its groups nest exactly as NCCL's.
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupStart() {
-  const yaliResult_t y = yaliGroupStart();
-  if (y != yaliSuccess) {
-    noteFailure(Failure::kYali);
-    return toNcclResult(y);
+  const YaliLib* y = yaliLib();
+  if (y != nullptr) {
+    const yaliResult_t r = y->yaliGroupStart();
+    if (r != yaliSuccess) {
+      noteFailure(Failure::kYali);
+      return toNcclResult(r);
+    }
   }
   const ncclResult_t r = callReal<Api::ncclGroupStart>();
   if (r != ncclSuccess) {
-    yaliGroupEnd();  // nothing was queued in it
+    if (y != nullptr) y->yaliGroupEnd();  // nothing was queued in it
     return r;
   }
   enterGroup();
@@ -268,12 +278,13 @@ namespace {
 // under ncclGroupSimulateEnd its part is launched for real (and left out of the estimate).
 template <typename EndReal>
 ncclResult_t endGroup(EndReal endReal) {
-  const yaliResult_t y = yaliGroupEnd();
+  const YaliLib* lib = yaliLib();
+  const yaliResult_t y = lib != nullptr ? lib->yaliGroupEnd() : yaliSuccess;
   const ncclResult_t r = endReal();
   leaveGroup(r == ncclSuccess);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
-    info(-1, "yaliGroupEnd failed: %s", yaliGetLastError(nullptr));
+    info(-1, "yaliGroupEnd failed: %s", lib->yaliGetLastError(nullptr));
     return toNcclResult(y);
   }
   return r;
@@ -314,7 +325,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   return routeCall(
       "ncclAllReduce", comm, {yaliCollAllReduce, datatype, op}, count,
-      [&](yaliComm_t y) { return yaliAllReduce(sendbuff, recvbuff, count, yaliType(datatype), yaliOp(op), y, stream); },
+      [&](yaliComm_t y) {
+        return lib().yaliAllReduce(sendbuff, recvbuff, count, toYaliType(datatype), toYaliOp(op), y, stream);
+      },
       [&](ncclComm_t real) {
         return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, real, stream);
       });
@@ -326,7 +339,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
   return routeCall(
       "ncclReduceScatter", comm, {yaliCollReduceScatter, datatype, op}, recvcount,
       [&](yaliComm_t y) {
-        return yaliReduceScatter(sendbuff, recvbuff, recvcount, yaliType(datatype), yaliOp(op), y, stream);
+        return lib().yaliReduceScatter(sendbuff, recvbuff, recvcount, toYaliType(datatype), toYaliOp(op), y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, real, stream);
@@ -338,7 +351,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   return routeCall(
       "ncclAllGather", comm, {yaliCollAllGather, datatype, ncclSum}, sendcount,
-      [&](yaliComm_t y) { return yaliAllGather(sendbuff, recvbuff, sendcount, yaliType(datatype), y, stream); },
+      [&](yaliComm_t y) { return lib().yaliAllGather(sendbuff, recvbuff, sendcount, toYaliType(datatype), y, stream); },
       [&](ncclComm_t real) {
         return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, real, stream);
       });
@@ -349,7 +362,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   return routeCall(
       "ncclBroadcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return yaliBroadcast(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](yaliComm_t y) {
+        return lib().yaliBroadcast(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream);
+      },
       [&](ncclComm_t real) {
         return callReal<Api::ncclBroadcast>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
@@ -359,7 +374,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncc
                                                     ncclComm_t comm, cudaStream_t stream) {
   return routeCall(
       "ncclBcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return yaliBcast(buff, count, yaliType(datatype), root, y, stream); },
+      [&](yaliComm_t y) { return lib().yaliBcast(buff, count, toYaliType(datatype), root, y, stream); },
       [&](ncclComm_t real) { return callReal<Api::ncclBcast>(buff, count, datatype, root, real, stream); });
 }
 
@@ -369,7 +384,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* 
   return routeCall(
       "ncclReduce", comm, {yaliCollReduce, datatype, op}, count,
       [&](yaliComm_t y) {
-        return yaliReduce(sendbuff, recvbuff, count, yaliType(datatype), yaliOp(op), root, y, stream);
+        return lib().yaliReduce(sendbuff, recvbuff, count, toYaliType(datatype), toYaliOp(op), root, y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclReduce>(sendbuff, recvbuff, count, datatype, op, root, real, stream);
@@ -382,7 +397,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void
                                                        cudaStream_t stream) {
   return routeCall(
       "ncclAlltoAll", comm, {yaliCollAlltoAll, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return yaliAlltoAll(sendbuff, recvbuff, count, yaliType(datatype), y, stream); },
+      [&](yaliComm_t y) { return lib().yaliAlltoAll(sendbuff, recvbuff, count, toYaliType(datatype), y, stream); },
       [&](ncclComm_t real) { return callReal<Api::ncclAlltoAll>(sendbuff, recvbuff, count, datatype, real, stream); });
 }
 #endif
@@ -393,7 +408,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* 
                                                      cudaStream_t stream) {
   return routeCall(
       "ncclGather", comm, {yaliCollGather, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return yaliGather(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](yaliComm_t y) { return lib().yaliGather(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream); },
       [&](ncclComm_t real) {
         return callReal<Api::ncclGather>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
@@ -406,7 +421,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void*
                                                       cudaStream_t stream) {
   return routeCall(
       "ncclScatter", comm, {yaliCollScatter, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return yaliScatter(sendbuff, recvbuff, count, yaliType(datatype), root, y, stream); },
+      [&](yaliComm_t y) { return lib().yaliScatter(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream); },
       [&](ncclComm_t real) {
         return callReal<Api::ncclScatter>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });

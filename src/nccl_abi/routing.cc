@@ -65,7 +65,7 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
     } else if (!word.empty()) {
       bool known = false;
       for (int c = 0; c <= yaliCollAlltoAll; ++c) {
-        if (word == yaliCollectiveName(static_cast<yaliCollective_t>(c))) {
+        if (word == collectiveName(static_cast<Collective>(c))) {
           mask |= 1u << c;
           known = true;
         }
@@ -80,7 +80,9 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
 
 bool yaliTakes(int nranks, std::string* why) {
   if (nranks >= 2 && nranks <= kMaxRanks) return true;
-  if (why != nullptr) *why = std::to_string(nranks) + " ranks (YALI takes 2 to " + std::to_string(kMaxRanks) + ")";
+  if (why != nullptr)
+    *why = std::to_string(nranks) + (nranks == 1 ? " rank" : " ranks") + " (YALI takes 2 to " +
+           std::to_string(kMaxRanks) + ")";
   return false;
 }
 

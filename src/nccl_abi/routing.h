@@ -21,7 +21,7 @@ using CollectiveMask = uint32_t;
 // The collectives an NCCL program can reach (AllReduce .. AlltoAll; AlltoAllv has no NCCL call).
 constexpr CollectiveMask kAllNcclCollectives = (1u << (yaliCollAlltoAll + 1)) - 1;
 
-// Parses "allgather,reducescatter" (YALI's collective names, yaliCollectiveName, in any case, with
+// Parses "allgather,reducescatter" (YALI's collective names, vocabulary.h, in any case, with
 // spaces allowed around the commas; "all" for every one; empty for none). Names it does not know
 // are skipped and listed in *unknown (comma separated) for a warning.
 CollectiveMask parseDisableList(const char* text, std::string* unknown);

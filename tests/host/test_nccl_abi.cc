@@ -1,0 +1,499 @@
+// Host tests of libyali-nccl (src/nccl_abi): no GPU, no NCCL library.
+//
+//  - Its exports are exactly the functions the nccl.h of the build declares: the names read off the
+//    library's ELF dynamic symbol table equal those read off the header's text (a scan independent
+//    of the generator), and the generated table's. The types: this file redeclares every table row
+//    with nccl.h included, so a row whose parameters differ from the header's declaration fails to
+//    compile here (the library's own files define each function the same way, with the same check).
+//  - Its behaviour with a stand-in NCCL (fake_nccl.cc, through YALI_NCCL_LIBRARY): forwards reach
+//    it with the communicators unwrapped, NCCL's own handles pass untouched, registrations keep
+//    NCCL's handle, groups reach it, a function it lacks is an error, and a YALI_NCCL_LIBRARY naming
+//    libyali-nccl itself is refused instead of recursing.
+//  - Its rules (routing.h, node_id.h): the YALI_NCCL_DISABLE parser, node identity, the set-up's
+//    verdict, the routing of each call, result mapping.
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nccl.h>
+
+#include "harness.h"
+#include "nccl_abi/node_id.h"
+#include "nccl_abi/routing.h"
+
+using namespace yali::nccl_abi;
+
+// ---- The generated table, redeclared: each row must be the header's declaration ------------------
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+#define YALI_NCCL_FUNCTION(Ret, name, Params, Args) extern "C" Ret name Params;
+#define YALI_NCCL_PROFILING_ALIAS(Ret, name, Params, Args) extern "C" Ret p##name Params;
+#include "nccl_api.inc"
+#undef YALI_NCCL_FUNCTION
+#undef YALI_NCCL_PROFILING_ALIAS
+#pragma GCC diagnostic pop
+
+namespace {
+
+const std::vector<std::string>& tableNames() {
+  static const std::vector<std::string> names = {
+#define YALI_NCCL_FUNCTION(Ret, name, Params, Args) #name,
+#include "nccl_api.inc"
+#undef YALI_NCCL_FUNCTION
+#define YALI_NCCL_PROFILING_ALIAS(Ret, name, Params, Args) "p" #name,
+#include "nccl_api.inc"
+#undef YALI_NCCL_PROFILING_ALIAS
+  };
+  return names;
+}
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string joined(const std::set<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : " ") + n;
+  return out.empty() ? "(none)" : out;
+}
+
+// a \ b, for messages.
+std::set<std::string> minus(const std::set<std::string>& a, const std::set<std::string>& b) {
+  std::set<std::string> out;
+  for (const std::string& x : a)
+    if (b.count(x) == 0) out.insert(x);
+  return out;
+}
+
+bool isNcclName(const std::string& name) { return name.rfind("nccl", 0) == 0 || name.rfind("pnccl", 0) == 0; }
+
+// The defined, visible functions named nccl* or pnccl* in an ELF64 shared library's .dynsym.
+std::set<std::string> exportedFunctions(const std::string& path, std::string* error) {
+  std::set<std::string> names;
+  const std::string data = readFile(path);
+  if (data.size() < sizeof(Elf64_Ehdr) || memcmp(data.data(), ELFMAG, SELFMAG) != 0 ||
+      data[EI_CLASS] != ELFCLASS64) {
+    *error = path + " is not an ELF64 file";
+    return names;
+  }
+  const auto* eh = reinterpret_cast<const Elf64_Ehdr*>(data.data());
+  const auto* sections = reinterpret_cast<const Elf64_Shdr*>(data.data() + eh->e_shoff);
+  for (int i = 0; i < eh->e_shnum; ++i) {
+    if (sections[i].sh_type != SHT_DYNSYM) continue;
+    const Elf64_Shdr& strtab = sections[sections[i].sh_link];
+    const auto* syms = reinterpret_cast<const Elf64_Sym*>(data.data() + sections[i].sh_offset);
+    const size_t n = sections[i].sh_size / sizeof(Elf64_Sym);
+    for (size_t k = 0; k < n; ++k) {
+      const Elf64_Sym& s = syms[k];
+      const int bind = ELF64_ST_BIND(s.st_info), type = ELF64_ST_TYPE(s.st_info);
+      if (s.st_shndx == SHN_UNDEF || type != STT_FUNC || (bind != STB_GLOBAL && bind != STB_WEAK) ||
+          ELF64_ST_VISIBILITY(s.st_other) != STV_DEFAULT)
+        continue;
+      const std::string name = data.data() + strtab.sh_offset + s.st_name;
+      if (isNcclName(name)) names.insert(name);
+    }
+  }
+  if (names.empty()) *error = "no nccl* function in " + path + "'s dynamic symbols";
+  return names;
+}
+
+// The functions a header declares, read off its text: comments, string literals and preprocessor
+// lines removed, then every nccl*/pnccl* name followed by "(". In nccl.h that is exactly the
+// function declarations (it has no inline bodies; macros are preprocessor lines). Every #if branch
+// counts: the build defines NCCL_OS_LINUX, the one condition nccl.h puts declarations under.
+std::set<std::string> declaredFunctions(const std::string& path) {
+  const std::string text = readFile(path);
+  std::string code;
+  bool lineStart = true;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text.compare(i, 2, "/*") == 0) {
+      const size_t end = text.find("*/", i + 2);
+      i = end == std::string::npos ? text.size() : end + 1;
+      code += ' ';
+      continue;
+    }
+    if (text.compare(i, 2, "//") == 0) {
+      while (i < text.size() && text[i] != '\n') ++i;
+      code += '\n';
+      lineStart = true;
+      continue;
+    }
+    if (text[i] == '"') {
+      for (++i; i < text.size() && text[i] != '"'; ++i)
+        if (text[i] == '\\') ++i;
+      code += "\"\"";
+      continue;
+    }
+    if (lineStart && text[i] == '#') {  // a directive, with its continuation lines
+      while (i < text.size() && !(text[i] == '\n' && text[i - 1] != '\\')) ++i;
+      code += '\n';
+      continue;
+    }
+    if (text[i] == '\n') lineStart = true;
+    else if (text[i] != ' ' && text[i] != '\t') lineStart = false;
+    code += text[i];
+  }
+  std::set<std::string> names;
+  const std::regex declared(R"(\b(p?nccl[A-Za-z0-9_]*)\s*\()");
+  for (std::sregex_iterator it(code.begin(), code.end(), declared), end; it != end; ++it) names.insert((*it)[1]);
+  return names;
+}
+
+}  // namespace
+
+// ---- The exports ------------------------------------------------------------------------------------
+
+TEST(exports_equal_the_headers_functions) {
+  std::string error;
+  const std::set<std::string> exported = exportedFunctions(YALI_NCCL_SHIM_PATH, &error);
+  if (!error.empty()) std::printf("    %s\n", error.c_str());
+  REQUIRE(error.empty());
+  const std::set<std::string> declared = declaredFunctions(YALI_NCCL_HEADER_PATH);
+  CHECK(declared.size() > 40);  // nccl.h 2.19 declares 2 x 32; a scan that found nothing is broken
+  CHECK_MSG(exported == declared, "%s: exported, not declared: %s; declared, not exported: %s", YALI_NCCL_HEADER_PATH,
+            joined(minus(exported, declared)).c_str(), joined(minus(declared, exported)).c_str());
+  const std::set<std::string> table(tableNames().begin(), tableNames().end());
+  CHECK_MSG(table.size() == tableNames().size(), "a name appears twice in nccl_api.inc");
+  CHECK_MSG(exported == table, "exported, not in the table: %s; in the table, not exported: %s",
+            joined(minus(exported, table)).c_str(), joined(minus(table, exported)).c_str());
+  std::printf("    %zu functions of %s exported\n", exported.size(), YALI_NCCL_HEADER_PATH);
+}
+
+// ---- Behaviour with a stand-in NCCL -----------------------------------------------------------------
+
+namespace {
+
+void* shimLibrary() {
+  static void* handle = dlopen(YALI_NCCL_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+  return handle;
+}
+
+template <typename F>
+F shim(const char* name) {
+  void* h = shimLibrary();
+  return h != nullptr ? reinterpret_cast<F>(dlsym(h, name)) : nullptr;
+}
+#define SHIM(name) shim<decltype(&::name)>(#name)
+
+// The stand-in NCCL, as libyali-nccl loaded it (on its first forward).
+void* fakeLibrary() {
+  int version = 0;
+  if (SHIM(ncclGetVersion) != nullptr) SHIM(ncclGetVersion)(&version);
+  return dlopen(YALI_FAKE_NCCL_PATH, RTLD_NOW | RTLD_NOLOAD);
+}
+
+template <typename T>
+T& fakeVariable(const char* name) {
+  static T dummy{};
+  void* h = fakeLibrary();
+  void* p = h != nullptr ? dlsym(h, name) : nullptr;
+  return p != nullptr ? *static_cast<T*>(p) : dummy;
+}
+void* lastComm() { return fakeVariable<void*>("fakeLastComm"); }
+std::string lastCall() { return fakeVariable<const char*>("fakeLastCall"); }
+
+ncclComm_t makeComm() {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(SHIM(ncclCommInitRank)(&comm, 1, id, 0) == ncclSuccess);
+  REQUIRE(comm != nullptr);
+  return comm;
+}
+
+}  // namespace
+
+TEST(forwards_reach_the_named_library) {
+  if (shimLibrary() == nullptr) std::printf("    dlopen(%s): %s\n", YALI_NCCL_SHIM_PATH, dlerror());
+  REQUIRE(shimLibrary() != nullptr);
+  int version = 0;
+  CHECK(SHIM(ncclGetVersion)(&version) == ncclSuccess);
+  REQUIRE(fakeLibrary() != nullptr);
+  CHECK_EQ(version, fakeVariable<int>("fakeVersion"));
+  CHECK(std::string(SHIM(ncclGetErrorString)(ncclSuccess)) == "fake: no error");
+}
+
+TEST(communicators_are_ours_and_reach_nccl_unwrapped) {
+  ncclComm_t comm = makeComm();
+  void* real = lastComm();
+  CHECK(real != nullptr && static_cast<void*>(comm) != real);  // the program holds our handle
+  int n = 0, rank = -1;
+  CHECK(SHIM(ncclCommCount)(comm, &n) == ncclSuccess && n == 1);
+  CHECK(lastComm() == real);
+  CHECK(SHIM(ncclCommUserRank)(comm, &rank) == ncclSuccess && rank == 0);
+  // A generic forward (not intercepted) unwraps too.
+  CHECK(SHIM(ncclRedOpDestroy)(ncclSum, comm) == ncclSuccess);
+  CHECK(lastCall() == "ncclRedOpDestroy" && lastComm() == real);
+  // One rank: no YALI communicator, so collectives are NCCL's, under both names.
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, comm, nullptr) == ncclSuccess);
+  CHECK(lastCall() == "ncclAllReduce" && lastComm() == real);
+  CHECK(SHIM(pncclBroadcast)(nullptr, nullptr, 0, ncclFloat32, 0, comm, nullptr) == ncclSuccess);
+  CHECK(lastCall() == "ncclBroadcast" && lastComm() == real);
+  ncclResult_t async = ncclInternalError;
+  CHECK(SHIM(ncclCommGetAsyncError)(comm, &async) == ncclSuccess && async == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
+  CHECK(lastCall() == "ncclCommDestroy" && lastComm() == real);
+}
+
+TEST(nccls_own_handles_pass_through) {
+  // What NCCL does when it calls its own API (ncclBcast -> ncclBroadcast): its handle, not ours.
+  auto init = reinterpret_cast<decltype(&ncclCommInitRank)>(dlsym(fakeLibrary(), "ncclCommInitRank"));
+  REQUIRE(init != nullptr);
+  ncclUniqueId id{};
+  ncclComm_t raw = nullptr;
+  REQUIRE(init(&raw, 1, id, 0) == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, raw, nullptr) == ncclSuccess);
+  CHECK(lastComm() == static_cast<void*>(raw));
+  int n = 0;
+  CHECK(SHIM(ncclCommCount)(raw, &n) == ncclSuccess && n == 1);
+  CHECK(lastComm() == static_cast<void*>(raw));
+  CHECK(SHIM(ncclCommDestroy)(raw) == ncclSuccess);
+  CHECK(lastComm() == static_cast<void*>(raw));
+}
+
+TEST(registration_hands_nccl_its_own_handle) {
+  ncclComm_t comm = makeComm();
+  void* real = lastComm();
+  int buffer = 0;
+  void* handle = nullptr;
+  CHECK(SHIM(ncclCommRegister)(comm, &buffer, sizeof(buffer), &handle) == ncclSuccess);
+  CHECK(lastComm() == real);
+  void* token = &fakeVariable<char>("fakeRegistrationToken");
+  CHECK(handle != nullptr && handle != token);  // ours, holding NCCL's (and YALI's, none here)
+  CHECK(SHIM(ncclCommDeregister)(comm, handle) == ncclSuccess);
+  CHECK(lastComm() == real && fakeVariable<void*>("fakeLastHandle") == token);
+  CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
+}
+
+namespace {
+
+bool loaded(const char* fileName) {
+  struct Search {
+    const char* suffix;
+    bool found;
+  } search{fileName, false};
+  dl_iterate_phdr(
+      [](struct dl_phdr_info* info, size_t, void* data) -> int {
+        auto* s = static_cast<Search*>(data);
+        const std::string name = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        const size_t at = name.rfind('/');
+        if (name.compare(at == std::string::npos ? 0 : at + 1, strlen(s->suffix), s->suffix) == 0) s->found = true;
+        return s->found ? 1 : 0;
+      },
+      &search);
+  return search.found;
+}
+
+}  // namespace
+
+// libyali and the CUDA runtime are not loaded with libyali-nccl (yali_lib.h says why) nor by
+// communicators that YALI cannot take, only by the first group (or a comm it can take). This test
+// binary links neither.
+TEST(libyali_and_cuda_wait_until_needed) {
+  REQUIRE(shimLibrary() != nullptr);
+  CHECK(!loaded("libyali.so"));
+  CHECK(!loaded("libcudart.so"));
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK_MSG(loaded("libyali.so"), "libyali was not found through libyali-nccl's RUNPATH (or YALI_LIBRARY)");
+  CHECK(loaded("libcudart.so"));
+}
+
+TEST(groups_reach_nccl_and_defer_the_set_up) {
+  int& depth = fakeVariable<int>("fakeGroupDepth");
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK_EQ(depth, 1);
+  ncclComm_t comm = makeComm();  // its set-up waits for the group's end
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK_EQ(depth, 2);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK_EQ(depth, 0);
+  int n = 0;
+  CHECK(SHIM(ncclCommCount)(comm, &n) == ncclSuccess && n == 1);
+  CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
+}
+
+TEST(a_function_the_nccl_lacks_is_an_error) {
+  ncclComm_t comm = makeComm();
+  CHECK(SHIM(ncclSend)(nullptr, 0, ncclFloat32, 0, comm, nullptr) == ncclInvalidUsage);
+  const std::string message = SHIM(ncclGetLastError)(nullptr);
+  CHECK_MSG(message.find("ncclSend") != std::string::npos, "ncclGetLastError: %s", message.c_str());
+  CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
+}
+
+namespace {
+
+// The child of never_forwards_to_itself, in a process of its own (the library is found once per
+// process): YALI_NCCL_LIBRARY names libyali-nccl itself.
+int selfReferenceChild() {
+  alarm(60);  // a forward to itself would recurse until the stack overflows, or hang: not pass
+  setenv("YALI_NCCL_LIBRARY", YALI_NCCL_SHIM_PATH, 1);
+  void* h = dlopen(YALI_NCCL_SHIM_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return 2;
+  auto getVersion = reinterpret_cast<decltype(&ncclGetVersion)>(dlsym(h, "ncclGetVersion"));
+  auto lastError = reinterpret_cast<decltype(&ncclGetLastError)>(dlsym(h, "ncclGetLastError"));
+  int version = 0;
+  if (getVersion(&version) != ncclSystemError) return 3;
+  const std::string message = lastError(nullptr);
+  std::printf("    the child's error: %s\n", message.c_str());
+  return message.find("itself") != std::string::npos ? 0 : 4;
+}
+
+}  // namespace
+
+TEST(never_forwards_to_itself) {
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    execl("/proc/self/exe", "yali-nccl-abi-tests", "--self-reference-child", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child: %s %d",
+            WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+}
+
+// ---- The rules ----------------------------------------------------------------------------------------
+
+TEST(disable_list) {
+  std::string unknown;
+  CHECK_EQ(parseDisableList(nullptr, &unknown), 0);
+  CHECK_EQ(parseDisableList("", &unknown), 0);
+  CHECK_EQ(parseDisableList("allgather,reducescatter", &unknown),
+           (1u << yaliCollAllGather) | (1u << yaliCollReduceScatter));
+  CHECK(unknown.empty());
+  CHECK_EQ(parseDisableList(" AllReduce , BROADCAST,", &unknown),
+           (1u << yaliCollAllReduce) | (1u << yaliCollBroadcast));
+  CHECK_EQ(parseDisableList("all", &unknown), kAllNcclCollectives);
+  CHECK_EQ(parseDisableList("alltoall,all", &unknown), kAllNcclCollectives);
+  CHECK_EQ(parseDisableList("gather,bogus,scatter,alltoallv", &unknown),
+           (1u << yaliCollGather) | (1u << yaliCollScatter));
+  CHECK_MSG(unknown == "bogus,alltoallv", "unknown = %s", unknown.c_str());  // AlltoAllv has no NCCL call
+  CHECK_EQ(kAllNcclCollectives, 0xff);  // AllReduce .. AlltoAll
+}
+
+TEST(node_identity) {
+  CHECK(nodeIdentity("rack3-node7", "b00t", "host") == "rack3-node7");
+  CHECK(nodeIdentity("", "b00t\n", " host ") == "b00t/host");  // empty override: the rule
+  CHECK(nodeIdentity(nullptr, "b00t", "") == "b00t/");
+  CHECK(nodeIdentity(nullptr, "", "host") == "/host");
+  CHECK(nodeIdentity(nullptr, " ", "") == "");  // unknown: never taken to share a node
+  const std::string mine = thisNodeIdentity();
+  CHECK(!mine.empty());
+  CHECK(mine == thisNodeIdentity());
+}
+
+namespace {
+
+std::vector<RankRecord> records(int n, const char* node = "boot/host") {
+  return std::vector<RankRecord>(n, makeRecord(node, 0, true));
+}
+
+}  // namespace
+
+TEST(set_up_verdict) {
+  CHECK(yaliTakes(2, nullptr) && yaliTakes(8, nullptr) && !yaliTakes(1, nullptr) && !yaliTakes(9, nullptr));
+  SetUpVerdict v = decideSetUp(records(1));
+  CHECK(!v.yali && v.why.find("1 rank ") != std::string::npos);
+  CHECK(!decideSetUp(records(9)).yali);
+  for (int n = 2; n <= 8; ++n) CHECK(decideSetUp(records(n)).yali);
+  v = decideSetUp(records(4));
+  CHECK(v.yali && v.registerYali && v.disabled == 0);
+
+  std::vector<RankRecord> r = records(4);
+  strcpy(r[2].node, "other-boot/host");
+  v = decideSetUp(r);
+  CHECK(!v.yali && v.why.find("rank 2") != std::string::npos && v.why.find("node") != std::string::npos);
+  r = records(2, "");
+  CHECK(!decideSetUp(r).yali);  // nobody knows its node
+
+  r = records(3);
+  r[1].disabled = 1u << yaliCollAllGather;
+  v = decideSetUp(r);
+  CHECK(!v.yali && v.why.find("YALI_NCCL_DISABLE differs") != std::string::npos);
+  for (RankRecord& x : r) x.disabled = 1u << yaliCollAllGather;
+  v = decideSetUp(r);
+  CHECK(v.yali && v.disabled == (1u << yaliCollAllGather));
+  for (RankRecord& x : r) x.disabled = kAllNcclCollectives;
+  CHECK(!decideSetUp(r).yali);  // nothing left for YALI: no comm at all
+
+  r = records(2);
+  r[1].registerYali = 0;
+  v = decideSetUp(r);
+  CHECK(v.yali && !v.registerYali);  // YALI registration only where every rank wants it
+  r = records(2);
+  r[0].layout = RankRecord::kLayout + 1;
+  CHECK(!decideSetUp(r).yali);
+}
+
+TEST(routing_decision_table) {
+  struct Row {
+    bool hasYali;
+    CollectiveMask disabled;
+    CallShape call;
+    Route expected;
+  };
+  const ncclRedOp_t custom = static_cast<ncclRedOp_t>(ncclNumOps + 3);  // ncclRedOpCreatePreMulSum's
+  const Row rows[] = {
+      {true, 0, {yaliCollAllReduce, ncclFloat32, ncclSum}, Route::kYali},
+      {false, 0, {yaliCollAllReduce, ncclFloat32, ncclSum}, Route::kNoYaliComm},
+      {true, 1u << yaliCollAllReduce, {yaliCollAllReduce, ncclFloat32, ncclSum}, Route::kDisabled},
+      {true, 1u << yaliCollAllGather, {yaliCollAllReduce, ncclFloat32, ncclSum}, Route::kYali},
+      {true, kAllNcclCollectives, {yaliCollScatter, ncclInt8, ncclSum}, Route::kDisabled},
+      {true, 0, {yaliCollAllReduce, ncclBfloat16, custom}, Route::kCustomOp},
+      {true, 0, {yaliCollReduceScatter, ncclFloat16, ncclAvg}, Route::kYali},
+      {true, 0, {yaliCollReduce, ncclInt32, ncclAvg}, Route::kOpForType},  // avg of integers
+      {true, 0, {yaliCollAllReduce, ncclInt64, ncclMax}, Route::kYali},
+      {true, 0, {yaliCollAllReduce, ncclFloat8e5m2, ncclProd}, Route::kYali},
+      {true, 0, {yaliCollAllReduce, static_cast<ncclDataType_t>(ncclNumTypes), ncclSum}, Route::kUnknownType},
+      {true, 0, {yaliCollAllGather, static_cast<ncclDataType_t>(-1), ncclSum}, Route::kUnknownType},
+      // Collectives that do not reduce ignore the op, whatever it holds.
+      {true, 0, {yaliCollAllGather, ncclInt32, custom}, Route::kYali},
+      {true, 0, {yaliCollBroadcast, ncclUint8, ncclAvg}, Route::kYali},
+      {true, 0, {yaliCollAlltoAll, ncclFloat64, ncclSum}, Route::kYali},
+      {true, 0, {yaliCollGather, ncclBfloat16, ncclSum}, Route::kYali},
+  };
+  for (const Row& row : rows) {
+    const Route got = decideRoute(row.hasYali, row.disabled, row.call);
+    CHECK_MSG(got == row.expected, "collective %d, type %d, op %d: %s, expected %s", row.call.collective,
+              row.call.type, row.call.op, routeReason(got), routeReason(row.expected));
+  }
+}
+
+TEST(results_and_size_classes) {
+  for (int r = yaliSuccess; r <= yaliInProgress; ++r) CHECK_EQ(toNcclResult(static_cast<yaliResult_t>(r)), r);
+  CHECK_EQ(toNcclResult(yaliTimeout), ncclRemoteError);
+  CHECK_EQ(toNcclResult(static_cast<yaliResult_t>(42)), ncclInternalError);
+  CHECK_EQ(sizeClass(0), 0);
+  CHECK_EQ(sizeClass(1), 0);
+  CHECK_EQ(sizeClass(4096), 12);
+  CHECK_EQ(sizeClass(4097), 12);
+  CHECK_EQ(sizeClass(8191), 12);
+  CHECK_EQ(sizeClass(size_t(1) << 40), 40);
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "--self-reference-child") == 0) return selfReferenceChild();
+  // Before libyali-nccl is first used: it reads its settings and finds NCCL once per process.
+  setenv("YALI_NCCL_LIBRARY", YALI_FAKE_NCCL_PATH, 1);
+  return yali_test::runAllTests(argc, argv);
+}
