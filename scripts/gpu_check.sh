@@ -44,6 +44,14 @@
 #                                            alternately; scripts/ab_table.py prints the table
 #   COLL_NP="2 4"  COLL_ARGS="-C all -d all ..."   collperf: yali-perf over every collective and
 #                                            type, ranks sharing GPUs: #wrong must be 0
+#   QUICK_RANKS="2 4"  QUICK_MULTI_RANKS=""  quick: the whole suite --quick, single mode (and multi
+#                                            mode at QUICK_MULTI_RANKS), ranks sharing GPUs
+#   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
+#   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
+#                                            ../shared/third_party or scratch/third_party) under
+#                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
+#                                            GPU 0 with their own NCCL_HOSTID; #wrong and which
+#                                            library ran (YALI_NCCL_DEBUG)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
@@ -136,6 +144,55 @@ if has shared; then
       note "gpu suite --share-gpus YALI_ALGO=$label single $n: rc=$? $(tail -1 "$LOG/shared_${label}_$n.log")"
     done
   done
+fi
+
+if has quick; then
+  for n in ${QUICK_RANKS:-2 4}; do
+    timeout ${QUICK_TIMEOUT:-300} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single --quick \
+      > "$LOG/quick_single_$n.log" 2>&1
+    note "gpu suite --quick --share-gpus single $n: rc=$? $(tail -1 "$LOG/quick_single_$n.log")"
+  done
+  for n in ${QUICK_MULTI_RANKS:-}; do
+    timeout ${QUICK_TIMEOUT:-300} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode multi --quick \
+      > "$LOG/quick_multi_$n.log" 2>&1
+    note "gpu suite --quick --share-gpus multi $n: rc=$? $(tail -1 "$LOG/quick_multi_$n.log")"
+  done
+fi
+
+if has a2av; then
+  for spec in $(for n in ${A2AV_SINGLE:-2 3 4 8}; do echo "single:$n"; done) \
+              $(for n in ${A2AV_MULTI:-2}; do echo "multi:$n"; done); do
+    mode=${spec%%:*}; n=${spec#*:}
+    timeout 200 "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --quick --filter a2av_ \
+      > "$LOG/a2av_${mode}_$n.log" 2>&1
+    note "a2av cases $mode $n: rc=$? $(tail -1 "$LOG/a2av_${mode}_$n.log")"
+  done
+fi
+
+if has ncclabi; then
+  # nccl-tests through libyali-nccl.so, every rank on GPU 0 (its own NCCL_HOSTID: NCCL then lets two
+  # ranks share a GPU). Correctness (#wrong) and routing; the times are processes taking turns.
+  src=${NCCL_TESTS_SRC:-}
+  for d in ../shared/third_party scratch/third_party; do [ -z "$src" ] && [ -f "$d/build-nccl-tests.sh" ] && src=$d; done
+  shim=$BUILD/src/nccl_abi/libyali-nccl.so
+  nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null)
+  if [ -z "$src" ] || [ ! -f "$shim" ]; then
+    note "ncclabi: skipped (nccl-tests source: '${src:-none}', shim: $shim)"
+  else
+    bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
+    note "ncclabi: nccl-tests build rc=$?"
+    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' > /tmp/hostid.sh
+    chmod +x /tmp/hostid.sh
+    for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall}; do
+      timeout 120 mpirun --allow-run-as-root --oversubscribe -np "${NCCLABI_NP:-2}" \
+        -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
+        /tmp/hostid.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
+        > "$LOG/ncclabi_$t.log" 2>&1
+      rc=$?
+      note "ncclabi $t: rc=$rc, $(grep -m1 'Out of bounds' "$LOG/ncclabi_$t.log"), YALI lines: $(grep -c ': YALI' "$LOG/ncclabi_$t.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/ncclabi_$t.log")"
+    done
+  fi
 fi
 
 if has sanitize; then
