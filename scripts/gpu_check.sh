@@ -81,6 +81,8 @@ note() { summary+=("$1"); echo "## $1"; tar -czf "$OUT/logs.tar.gz" -C "$OUT" lo
 t0=$(date +%s)
 ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$LOG/machine.txt" 2>&1
+# HEAD as this copy's git metadata says it; the device tool copies the working tree's files, and its
+# .git may be older than them (seen 2026-11-25): name the tested commit from the caller's side too.
 git rev-parse HEAD > "$LOG/commit.txt" 2>/dev/null || true
 
 if has build; then
@@ -482,5 +484,6 @@ tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs
 echo
 echo "==== summary ($(( $(date +%s) - t0 )) s, $ngpus GPUs, commit $(cat "$LOG/commit.txt" 2>/dev/null | cut -c1-10))"
 printf '%s\n' "${summary[@]}"
-ls "$LOG"/perf_*.json >/dev/null 2>&1 && python3 scripts/summarize_perf.py "$LOG"/perf_*.json
-ls "$LOG"/var_*.json >/dev/null 2>&1 && python3 scripts/summarize_perf.py --variants "$LOG"/var_*.json
+# (if, not &&: a missing table must not make the script's exit status an error)
+if ls "$LOG"/perf_*.json >/dev/null 2>&1; then python3 scripts/summarize_perf.py "$LOG"/perf_*.json; fi
+if ls "$LOG"/var_*.json >/dev/null 2>&1; then python3 scripts/summarize_perf.py --variants "$LOG"/var_*.json; fi
