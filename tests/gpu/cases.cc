@@ -12,6 +12,7 @@
 
 #include "runs.h"
 #include "suite.h"
+#include "text_helpers.h"
 
 namespace yt {
 
@@ -25,10 +26,6 @@ namespace {
 const auto& kDtypes = kEveryDtype;
 const yaliRedOp_t kOps[] = {yaliSum, yaliProd, yaliMax, yaliMin, yaliAvg};
 
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 RunSpec spec(size_t count, yaliDataType_t dt, yaliRedOp_t op, Layout L = Layout()) {
   RunSpec s;

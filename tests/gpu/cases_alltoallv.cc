@@ -49,12 +49,12 @@
 
 #include "runs.h"
 #include "suite.h"
+#include "text_helpers.h"
 
 namespace yt {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Bytes = std::vector<unsigned char>;
 using Int64s = std::vector<int64_t>;
 // Counts of one exchange: [sender][destination] (a rank, or a global expert d * E + e).
@@ -75,16 +75,8 @@ constexpr int kFailureTimeoutMs = 10000;
 // A stream still busy this long after its call: the case cannot go on (fatal).
 constexpr double kGiveUpMs = 70000;
 
-double msSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
-std::string str(const char* p) { return p ? p : "(null)"; }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
@@ -106,15 +98,6 @@ yaliResult_t asyncOf(yaliComm_t comm) {
   return yaliCommGetAsyncError(comm, &a) == yaliSuccess ? a : yaliInternalError;
 }
 
-// "rank R" as a whole number in `msg` ("rank 1", not "rank 10").
-bool namesRank(const std::string& msg, int r) {
-  const std::string key = "rank " + std::to_string(r);
-  for (size_t pos = msg.find(key); pos != std::string::npos; pos = msg.find(key, pos + 1)) {
-    const size_t end = pos + key.size();
-    if (end == msg.size() || !std::isdigit((unsigned char)msg[end])) return true;
-  }
-  return false;
-}
 
 bool issued(Ctx& ctx, yaliResult_t r, const char* call, int rank, yaliComm_t comm, const std::string& what) {
   if (r == yaliSuccess) return true;

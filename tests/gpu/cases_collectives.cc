@@ -36,23 +36,15 @@
 
 #include "runs.h"
 #include "suite.h"
+#include "text_helpers.h"
 
 namespace yt {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
-double msSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
-std::string str(const char* p) { return p ? p : "(null)"; }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 std::string upper(std::string s) {
   for (char& c : s) c = (char)std::toupper((unsigned char)c);

@@ -40,11 +40,11 @@
 
 #include "runs.h"
 #include "suite.h"
+#include "text_helpers.h"
 
 namespace yt {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 
 const yaliDataType_t kDtypes[] = {yaliFloat32, yaliFloat16, yaliBfloat16};
 const yaliRedOp_t kOps[] = {yaliSum, yaliProd, yaliMax, yaliMin, yaliAvg};
@@ -58,16 +58,9 @@ constexpr double kGiveUpMs = 60000;       // a stream still busy after this: the
 
 // ---- Small helpers -------------------------------------------------------------------------------
 
-double msSince(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 void sleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
 
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 RunSpec spec(size_t count, yaliDataType_t dt, yaliRedOp_t op, Layout L = Layout()) {
   RunSpec s;
@@ -80,7 +73,6 @@ RunSpec spec(size_t count, yaliDataType_t dt, yaliRedOp_t op, Layout L = Layout(
 
 size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
-std::string str(const char* p) { return p ? p : "(null)"; }
 
 // The comm's own last error and the thread's, copied (a returned pointer lives only until this
 // thread's next YALI call).
@@ -90,15 +82,6 @@ std::string errorsOf(yaliComm_t comm) {
   return s;
 }
 
-// "rank R" as a whole number in `msg` ("rank 0", not "rank 01").
-bool namesRank(const std::string& msg, int r) {
-  const std::string key = "rank " + std::to_string(r);
-  for (size_t pos = msg.find(key); pos != std::string::npos; pos = msg.find(key, pos + 1)) {
-    const size_t end = pos + key.size();
-    if (end == msg.size() || !std::isdigit((unsigned char)msg[end])) return true;
-  }
-  return false;
-}
 
 // yaliCommGetAsyncError's answer (yaliInternalError if the query itself failed).
 yaliResult_t asyncOf(yaliComm_t comm) {
