@@ -52,6 +52,9 @@
 #                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
 #                                            GPU 0 with their own NCCL_HOSTID; #wrong and which
 #                                            library ran (YALI_NCCL_DEBUG)
+#   NCCLABI_NODES=2 NCCLABI_NP=4             ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
+#                                            all_reduce/all_gather/reduce_scatter on the
+#                                            hierarchical path; #wrong and its debug lines
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
@@ -194,6 +197,27 @@ if has ncclabi; then
       rc=$?
       note "ncclabi $t: rc=$rc, $(grep -m1 'Out of bounds' "$LOG/ncclabi_$t.log"), YALI lines: $(grep -c ': YALI' "$LOG/ncclabi_$t.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/ncclabi_$t.log")"
     done
+    # Simulated nodes (NCCLABI_NODES >= 2): rank r is on node r / (NP / NODES) through YALI_NODE_ID,
+    # so the communicator spans nodes and takes the hierarchical path (YALI inside each node, NCCL
+    # across) for AllReduce, AllGather, ReduceScatter. NP must be a multiple of NODES.
+    nodes=${NCCLABI_NODES:-}
+    if [ -n "$nodes" ] && [ "$nodes" -ge 2 ]; then
+      np=${NCCLABI_NP:-4}
+      printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r NCCL_TESTS_DEVICE=0 YALI_NODE_ID=node$((r / (%d / %d)))\nexec "$@"\n' \
+        "$np" "$nodes" > /tmp/hostid_nodes.sh
+      chmod +x /tmp/hostid_nodes.sh
+      for t in all_reduce all_gather reduce_scatter; do
+        lg="$LOG/ncclabi_nodes${nodes}_np${np}_$t.log"
+        timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+          -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+          -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
+          /tmp/hostid_nodes.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
+          > "$lg" 2>&1
+        rc=$?
+        note "ncclabi nodes=$nodes np=$np $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c ': NCCL (' "$lg")"
+        while IFS= read -r line; do note "  $line"; done < <(grep -m2 -E 'hierarchical \(YALI in the node|\[hierarchical:' "$lg")
+      done
+    fi
   fi
 fi
 

@@ -100,6 +100,14 @@ struct SetUp {
   IdMessage id{};
   yaliComm_t yali = nullptr;
   int32_t agreed = 0;
+  // Several nodes (verdict.hierarchical): the YALI comm is among this node's ranks, its id made by
+  // local rank 0 and broadcast over nodeComm.
+  ncclComm_t nodeComm = nullptr, crossComm = nullptr;
+
+  bool hierarchical() const { return verdict.hierarchical; }
+  int yaliRank() const { return hierarchical() ? verdict.layout.localRankOf[comm->rank] : comm->rank; }
+  int yaliRanks() const { return hierarchical() ? verdict.layout.localSize : comm->nranks; }
+  ncclComm_t idComm() const { return hierarchical() ? nodeComm : comm->real; }
 
   void fail(const std::string& reason) {
     if (alive) why = reason;
@@ -167,6 +175,25 @@ cudaError_t allocScratch(SetUp& s, size_t bytes) {
   return err;
 }
 
+// One ncclCommSplit of every hierarchical comm of the set-up, in one real group (this thread may
+// stand for several ranks). `keys` picks (color, key) from splitKeys; the new comm goes to `out`.
+template <typename Keys>
+void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, ncclComm_t SetUp::*out) {
+  if (setUps.empty()) return;
+  ncclResult_t r = callReal<Api::ncclGroupStart>();
+  for (SetUp* s : setUps) {
+    if (r != ncclSuccess) break;
+    lib().cudaSetDevice(s->comm->device);
+    const std::pair<int, int> ck = keys(splitKeys(s->verdict.layout, s->comm->rank));
+    r = callReal<Api::ncclCommSplit>(s->comm->real, ck.first, ck.second, &(s->*out), nullptr);
+  }
+  const ncclResult_t end = callReal<Api::ncclGroupEnd>();
+  if (r == ncclSuccess) r = end;
+  for (SetUp* s : setUps)
+    if (r != ncclSuccess || s->*out == nullptr)
+      s->fail(std::string(what) + " failed: " + callReal<Api::ncclGetErrorString>(r));
+}
+
 void freeScratch(SetUp& s) {
   if (s.scratch == nullptr) return;
   if (s.pooled) {
@@ -190,7 +217,11 @@ bool describe(Comm* c) {
 }
 
 void announce(const Comm* c) {
-  if (c->yali != nullptr)
+  if (c->hier != nullptr)
+    info(c->rank, "communicator of %d ranks on %d nodes of %d (node %d, local rank %d), device %d: hierarchical "
+         "(YALI in the node, NCCL across) for AllReduce, AllGather, ReduceScatter; flat NCCL for the rest",
+         c->nranks, c->hier->layout.nodes, c->hier->layout.localSize, c->hier->node, c->hier->localRank, c->device);
+  else if (c->yali != nullptr)
     info(c->rank, "communicator of %d ranks on device %d: YALI for its collectives%s", c->nranks, c->device,
          c->disabled != 0 ? " (YALI_NCCL_DISABLE keeps some on NCCL)" : "");
   else
@@ -210,7 +241,9 @@ void announce(const Comm* c) {
 void setUpYali(const std::vector<Comm*>& comms) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
-    if (!describe(c) || !yaliTakes(c->nranks, &c->noYali)) {
+    // A comm of one rank has nothing to share; any other may be one node of 2 to 8 ranks, or
+    // several nodes (the records tell).
+    if (!describe(c) || (c->nranks < 2 && !yaliTakes(c->nranks, &c->noYali))) {
       announce(c);  // the same on every rank of it: no exchange at all
       continue;
     }
@@ -266,9 +299,19 @@ void setUpYali(const std::vector<Comm*>& comms) {
       s->fail(s->verdict.why);
   }
 
-  // 2. The id.
+  // 1b. Several nodes: the node comm and the cross comm (NCCL splits of the real comm, collective
+  // over it: every rank of a hierarchical comm takes part, each in one group per round).
+  std::vector<SetUp*> splitting;
+  for (SetUp* s : yes)
+    if (s->hierarchical()) splitting.push_back(s);
+  splitRound(splitting, "the node split", [](SplitKeys k) { return std::make_pair(k.nodeColor, k.nodeKey); },
+             &SetUp::nodeComm);
+  splitRound(splitting, "the cross split", [](SplitKeys k) { return std::make_pair(k.crossColor, k.crossKey); },
+             &SetUp::crossComm);
+
+  // 2. The id (per node on a hierarchical comm).
   for (SetUp* s : yes) {
-    if (s->comm->rank == 0 && s->alive) {
+    if (s->yaliRank() == 0 && s->alive) {
       lib().cudaSetDevice(s->comm->device);
       if (lib().yaliGetUniqueId(&s->id.id) == yaliSuccess)
         s->id.ok = 1;
@@ -279,12 +322,12 @@ void setUpYali(const std::vector<Comm*>& comms) {
   }
   realRound(yes, "the set-up's broadcast", [](SetUp& s) {
     return callReal<Api::ncclBroadcast>(s.scratch + s.idOffset, s.scratch + s.idOffset, sizeof(IdMessage),
-                                        ncclUint8, 0, s.comm->real, s.stream);
+                                        ncclUint8, 0, s.idComm(), s.stream);
   });
   std::vector<SetUp*> joining;  // rank 0 made an id: every rank of these takes part in 3 and 4
   for (SetUp* s : yes) {
     if (s->alive) copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
-    if (s->alive && s->id.ok != 1) s->fail("rank 0 could not make a YALI unique id");
+    if (s->alive && s->id.ok != 1) s->fail("rank 0 (of the node) could not make a YALI unique id");
     if (s->alive) joining.push_back(s);
   }
 
@@ -292,7 +335,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
   forEachRank(joining.size(), [&](size_t i) {
     SetUp& s = *joining[i];
     lib().cudaSetDevice(s.comm->device);
-    if (lib().yaliCommInitRank(&s.yali, s.comm->nranks, s.id.id, s.comm->rank) != yaliSuccess) {
+    if (lib().yaliCommInitRank(&s.yali, s.yaliRanks(), s.id.id, s.yaliRank()) != yaliSuccess) {
       s.yali = nullptr;
       s.fail(std::string("yaliCommInitRank failed: ") + lib().yaliGetLastError(nullptr));
     }
@@ -318,10 +361,25 @@ void setUpYali(const std::vector<Comm*>& comms) {
 
   for (SetUp& s : setUps) {
     Comm* c = s.comm;
+    if (s.yali != nullptr && s.hierarchical()) {
+      Hierarchy* h = new Hierarchy;
+      h->layout = s.verdict.layout;
+      h->localRank = s.yaliRank();
+      h->node = h->layout.nodeOf[c->rank];
+      h->yali = s.yali;
+      h->nodeComm = s.nodeComm;
+      h->crossComm = s.crossComm;
+      c->hier = h;
+      s.yali = nullptr;  // c->yali stays null: every other collective is flat NCCL
+    } else {
+      // No hierarchy after all (another rank failed): the splits go (made on every rank alike).
+      if (s.crossComm != nullptr) callReal<Api::ncclCommDestroy>(s.crossComm);
+      if (s.nodeComm != nullptr) callReal<Api::ncclCommDestroy>(s.nodeComm);
+    }
     c->yali = s.yali;
     c->disabled = s.verdict.disabled;
     c->registerYali = s.yali != nullptr && s.verdict.registerYali;
-    c->noYali = s.yali != nullptr ? "" : s.why;
+    c->noYali = s.yali != nullptr || c->hier != nullptr ? "" : s.why;
     announce(c);
     lib().cudaSetDevice(c->device);
     freeScratch(s);
@@ -525,6 +583,64 @@ void endYali(Comm* c, bool abort, const char* why) {
     info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
 }
 
+void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
+  Hierarchy* h = c->hier;
+  if (h == nullptr) return;
+  // As endYali: only the pointer changes first, so that a call racing with an abort sees null and
+  // takes flat NCCL (or calls YALI with a handle it refuses as stale).
+  yaliComm_t y = h->yali;
+  h->yali = nullptr;
+  if (y != nullptr) {
+    info(c->rank, "hierarchical path %s (node YALI communicator first)", why);
+    const yaliResult_t r = abort ? lib().yaliCommAbort(y) : lib().yaliCommDestroy(y);
+    if (r != yaliSuccess)
+      info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
+  }
+  for (ncclComm_t* split : {&h->crossComm, &h->nodeComm}) {
+    if (*split == nullptr) continue;
+    if (abort) {
+      callReal<Api::ncclCommAbort>(*split);
+      *split = nullptr;
+    } else if (finalizeOnly) {
+      callReal<Api::ncclCommFinalize>(*split);  // destroyed with the comm
+    } else {
+      callReal<Api::ncclCommDestroy>(*split);
+      *split = nullptr;
+    }
+  }
+  if (abort || finalizeOnly) return;  // after an abort, kernels may still hold the scratch: kept
+  std::lock_guard<std::mutex> lock(h->mutex);
+  if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
+  if (!h->outgrown.empty()) {
+    DeviceGuard restore;
+    lib().cudaSetDevice(c->device);
+    for (void* p : h->outgrown) lib().cudaFree(p);  // NCCL's and YALI's destroys waited for their calls
+  }
+  h->outgrown.clear();
+  h->scratch = nullptr;
+  h->scratchBytes = 0;
+}
+
+void* hierScratch(Comm* c, size_t bytes, cudaError_t* err) {
+  Hierarchy* h = c->hier;
+  std::lock_guard<std::mutex> lock(h->mutex);
+  *err = cudaSuccess;
+  if (bytes <= h->scratchBytes) return h->scratch;
+  // At least double: a program whose sizes grow step by step allocates log(size) times, and the
+  // outgrown buffers (kept, comm.h says why) add up to less than the last one.
+  const size_t grown = std::max(bytes, 2 * h->scratchBytes);
+  void* p = nullptr;
+  DeviceGuard restore;
+  lib().cudaSetDevice(c->device);
+  *err = lib().cudaMalloc(&p, grown);
+  if (*err != cudaSuccess) return nullptr;
+  info(c->rank, "hierarchical scratch: %zu bytes", grown);
+  if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
+  h->scratch = p;
+  h->scratchBytes = grown;
+  return p;
+}
+
 void freeComm(Comm* c) {
   // Destroyed inside the group that made it or registered with it: nothing may wait for it there.
   auto drop = [](auto& v, auto pred) { v.erase(std::remove_if(v.begin(), v.end(), pred), v.end()); };
@@ -536,6 +652,8 @@ void freeComm(Comm* c) {
     delete reg;
   }
   c->registrations.clear();
+  delete c->hier;  // ended by endHierarchy
+  c->hier = nullptr;
   c->magic = 0;
   delete c;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <cuda_runtime.h>
 #include <nccl.h>
 
 #include "nccl_abi/routing.h"
@@ -16,6 +17,25 @@
 namespace yali::nccl_abi {
 
 struct Registration;
+
+// A communicator whose ranks span several nodes of localSize ranks each (routing.h: decideSetUp):
+// YALI among each node's ranks, NCCL across nodes, in three stream-ordered steps per collective
+// (intercept.cc). Made at the set-up, ended with the Comm.
+struct Hierarchy {
+  NodeLayout layout;
+  int localRank = 0;
+  int node = 0;
+  yaliComm_t yali = nullptr;  // among this node's ranks; null once ended (the comm is then flat NCCL)
+  ncclComm_t nodeComm = nullptr;   // NCCL split of this node's ranks (carried YALI's id)
+  ncclComm_t crossComm = nullptr;  // NCCL split of this local index's ranks, one per node
+  // Scratch for AllGather and ReduceScatter, grown on demand (never inside a capture). A buffer
+  // that is outgrown is kept until the comm is destroyed: a captured graph or a call in flight on
+  // another stream may still use it, and keeping it needs no synchronization.
+  std::mutex mutex;             // guards the scratch lists
+  void* scratch = nullptr;
+  size_t scratchBytes = 0;
+  std::vector<void*> outgrown;
+};
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
 // ncclCommSplit and ncclCommShrink return points at one of these.
@@ -34,6 +54,7 @@ struct Comm {
   CollectiveMask disabled = 0;
   bool registerYali = false;
   std::string noYali;
+  Hierarchy* hier = nullptr;  // several nodes: the hierarchical path (yali stays null)
 
   std::mutex mutex;                           // guards registrations
   std::vector<Registration*> registrations;  // live ones; freed by ncclCommDestroy
@@ -109,6 +130,14 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 // for this rank's calls, bounded by YALI_TIMEOUT_MS). The comm is NCCL only afterwards; `why` is
 // logged ("aborted", "finalized", ...).
 void endYali(Comm* c, bool abort, const char* why);
+// Ends the hierarchical side: YALI's node comm (abort or destroy, as endYali), then the cross and
+// node NCCL comms (ncclCommAbort, or ncclCommDestroy / ncclCommFinalize), and frees the scratch
+// unless `finalizeOnly`. The comm is flat NCCL afterwards (hier stays for async errors until freed).
+void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
+// The comm's scratch of at least `bytes` (made or grown here, outside a capture), or null with
+// *err set. Called with bytes == 0 it returns the current one.
+void* hierScratch(Comm* c, size_t bytes, cudaError_t* err);
+
 // ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
 void freeComm(Comm* c);
 

@@ -69,7 +69,8 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
   if (route != Route::kYali) {
     if (debugEnabled())
       logRoute(c, function, bytes, false,
-               route == Route::kNoYaliComm
+               c->hier != nullptr ? "several nodes: flat NCCL for this collective"
+               : route == Route::kNoYaliComm
                    ? ("no YALI communicator (" + (c->noYali.empty() ? std::string("ended") : c->noYali) + ")").c_str()
                    : routeReason(route));
     return viaNccl(c->real);
@@ -89,6 +90,160 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
   snprintf(why, sizeof(why), "YALI refused it: %s", lib().yaliGetLastError(nullptr));
   logRoute(c, function, bytes, false, why);
   return viaNccl(c->real);
+}
+
+// ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
+//
+// Three steps per call, all on the caller's stream: stream order is the only synchronization
+// between them (each library waits for what the stream holds before its own work starts), so the
+// path is capturable and needs no events. A step that fails returns its error at once; the steps
+// already enqueued stay (their peers made them too, so nothing waits forever on them).
+
+const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across nodes]";
+
+// Decides the call's path and gets its scratch. *hier: take the hierarchical path (with *scratch
+// when it needs one); otherwise the caller runs it flat, as NCCL's.
+ncclResult_t planHier(const char* function, Comm* c, const CallShape& shape, size_t count, cudaStream_t stream,
+                      bool* hier, char** scratch) {
+  Hierarchy* h = c->hier;
+  *hier = false;
+  const Route route = decideRoute(h->yali != nullptr, c->disabled, shape);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  // A stream whose state cannot be read (the legacy stream while another is captured) counts as
+  // captured: nothing is allocated then.
+  if (route == Route::kYali && lib().cudaStreamIsCapturing(stream, &capture) != cudaSuccess)
+    capture = cudaStreamCaptureStatusActive;
+  HierCall call{shape.collective, count, bytesOf(1, shape.type), inGroup(), capture != cudaStreamCaptureStatusNone,
+                0};
+  {
+    std::lock_guard<std::mutex> lock(h->mutex);
+    call.scratchBytes = h->scratchBytes;
+  }
+  const HierRoute hr = decideHierRoute(h->layout, route, call);
+  if (hr != HierRoute::kHierarchical) {
+    if (debugEnabled())
+      logRoute(c, function, count * call.elementSize, false,
+               (std::string("several nodes, flat NCCL: ") +
+                (hr == HierRoute::kRefused ? routeReason(route) : hierRouteReason(hr)))
+                   .c_str());
+    return ncclSuccess;
+  }
+  const size_t need = hierScratchBytes(h->layout, call);
+  if (need > 0) {
+    cudaError_t err = cudaSuccess;
+    *scratch = static_cast<char*>(hierScratch(c, need, &err));
+    if (*scratch == nullptr)  // this rank alone may lack the memory: an error, never a different path
+      return shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s", function,
+                      need, lib().cudaGetErrorString(err));
+  }
+  *hier = true;
+  return ncclSuccess;
+}
+
+ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
+  noteFailure(Failure::kYali);
+  info(c->rank, "%s: YALI's step of the hierarchical path failed: %s", function, lib().yaliGetLastError(nullptr));
+  return toNcclResult(r);
+}
+
+// Copies every run of blocks between the program's buffer and the scratch layout, on the stream.
+ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes, bool toScratch,
+                        cudaStream_t stream) {
+  for (const CopyRun& run : copyRuns(c->hier->layout)) {
+    char* p = program + run.program * blockBytes;
+    char* s = scratch + run.scratch * blockBytes;
+    const cudaError_t err = lib().cudaMemcpyAsync(toScratch ? s : p, toScratch ? p : s, run.blocks * blockBytes,
+                                                  cudaMemcpyDeviceToDevice, stream);
+    if (err != cudaSuccess)
+      return shimFail(ncclUnhandledCudaError, "hierarchical path: cudaMemcpyAsync failed: %s",
+                      lib().cudaGetErrorString(err));
+  }
+  return ncclSuccess;
+}
+
+// A refusal by YALI's first step (nothing the program sees written yet) sends the call to flat
+// NCCL, as routeCall does; the reason must hold on every rank (routeCall says why).
+constexpr ncclResult_t kRunFlat = static_cast<ncclResult_t>(-1);
+
+// AllReduce: YALI ReduceScatter of the first L * shard elements into this local rank's shard (in
+// the program's recvbuff), NCCL AllReduce of the shard across nodes (in place), YALI AllGather of
+// the shards (in place); the tail of count % L elements is one flat NCCL AllReduce.
+ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type,
+                           ncclRedOp_t op, cudaStream_t stream) {
+  Hierarchy* h = c->hier;
+  const yaliComm_t y = h->yali;
+  const size_t es = bytesOf(1, type);
+  const AllReduceSplit split = allReduceSplit(count, h->layout.localSize);
+  const char* send = static_cast<const char*>(sendbuff);
+  char* recv = static_cast<char*>(recvbuff);
+  char* mine = recv + h->localRank * split.shard * es;  // in place for YALI when send == recv
+  yaliResult_t yr = lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
+  if (yr == yaliInvalidArgument) return kRunFlat;
+  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
+  ncclResult_t r = callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
+  if (r != ncclSuccess) return r;
+  yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
+  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
+  if (split.tail == 0) return ncclSuccess;
+  const size_t head = split.shard * h->layout.localSize * es;
+  return callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
+}
+
+// AllGather: NCCL AllGather across nodes into this local rank's part of the scratch (cross rank =
+// node index), YALI AllGather of the parts (in place): the scratch then holds every rank's block at
+// scratchSlot; copies put them in rank order.
+ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
+                           char* scratch, cudaStream_t stream) {
+  Hierarchy* h = c->hier;
+  const size_t block = sendcount * bytesOf(1, type);
+  const size_t part = block * h->layout.nodes;
+  char* mine = scratch + h->localRank * part;
+  ncclResult_t r = callReal<Api::ncclAllGather>(sendbuff, mine, sendcount, type, h->crossComm, stream);
+  if (r != ncclSuccess) return r;
+  const yaliResult_t yr = lib().yaliAllGather(mine, scratch, sendcount * h->layout.nodes, toYaliType(type), h->yali,
+                                              stream);
+  if (yr == yaliInvalidArgument) return kRunFlat;  // only scratch was written
+  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllGather", yr);
+  return copyBlocks(c, static_cast<char*>(recvbuff), scratch, block, false, stream);
+}
+
+// ReduceScatter: copies put the program's blocks in the scratch layout, YALI ReduceScatter inside
+// the node (in place: this local rank's part gets the node's sum of the blocks of its local index,
+// in node order), NCCL ReduceScatter of that part across nodes into recvbuff.
+ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t type,
+                               ncclRedOp_t op, char* scratch, cudaStream_t stream) {
+  Hierarchy* h = c->hier;
+  const size_t block = recvcount * bytesOf(1, type);
+  char* mine = scratch + h->localRank * block * h->layout.nodes;
+  ncclResult_t r = copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
+  if (r != ncclSuccess) return r;
+  const yaliResult_t yr = lib().yaliReduceScatter(scratch, mine, recvcount * h->layout.nodes, toYaliType(type),
+                                                  toYaliOp(op), h->yali, stream);
+  if (yr == yaliInvalidArgument) return kRunFlat;
+  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclReduceScatter", yr);
+  return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
+}
+
+// A collective of a hierarchical comm: `steps(scratch)` when planHier says so, else `flat()`.
+template <typename Steps, typename Flat>
+ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, size_t count, cudaStream_t stream,
+                       Steps steps, Flat flat) {
+  bool hier = false;
+  char* scratch = nullptr;
+  const ncclResult_t planned = planHier(function, c, shape, count, stream, &hier, &scratch);
+  if (planned != ncclSuccess) return planned;
+  if (!hier) return flat();
+  const ncclResult_t r = steps(scratch);
+  if (r == kRunFlat) {
+    if (debugEnabled()) {
+      char why[512];
+      snprintf(why, sizeof(why), "YALI refused its step: %s", lib().yaliGetLastError(nullptr));
+      logRoute(c, function, bytesOf(count, shape.type), false, why);
+    }
+    return flat();
+  }
+  if (r == ncclSuccess) logRoute(c, (std::string(function) + kHierLog).c_str(), bytesOf(count, shape.type), true, "");
+  return r;
 }
 
 }  // namespace
@@ -149,7 +304,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
 #ifdef NCCL_SHRINK_ABORT
   // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
   // broken when a program shrinks it).
-  if (shrinkFlags & NCCL_SHRINK_ABORT) endYali(parent, true, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
+  if (shrinkFlags & NCCL_SHRINK_ABORT) {
+    endHierarchy(parent, true, false, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
+    endYali(parent, true, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
+  }
 #endif
   return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
@@ -176,6 +334,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
+  endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
   endYali(c, false, "finalized");
@@ -185,6 +344,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
+  endHierarchy(c, false, false, "destroyed");
   endYali(c, false, "destroyed");
   const ncclResult_t r = callReal<Api::ncclCommDestroy>(c->real);
   freeComm(c);
@@ -194,6 +354,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommAbort>(comm);
+  endHierarchy(c, true, false, "aborted");
   endYali(c, true, "aborted");
   ncclComm_t real = c->real;
   // Abort is the call another thread makes while one is stuck in this comm (a watchdog): the Comm
@@ -209,6 +370,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
   // serves only tear-down, split and shrink afterwards.
+  endHierarchy(c, true, false, "revoked");
   endYali(c, true, "revoked");
   return callReal<Api::ncclCommRevoke>(c->real, revokeFlags);
 }
@@ -221,7 +383,15 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
   if (r != ncclSuccess || asyncError == nullptr || *asyncError != ncclSuccess) return r;
-  const yaliComm_t y = c->yali;
+  // A hierarchical comm: its two NCCL splits, then its node's YALI comm.
+  Hierarchy* h = c->hier;
+  for (ncclComm_t split : {h != nullptr ? h->nodeComm : nullptr, h != nullptr ? h->crossComm : nullptr}) {
+    if (split == nullptr) continue;
+    const ncclResult_t got = callReal<Api::ncclCommGetAsyncError>(split, asyncError);
+    if (got != ncclSuccess) return got;
+    if (*asyncError != ncclSuccess) return ncclSuccess;
+  }
+  const yaliComm_t y = h != nullptr ? h->yali : c->yali;
   if (y == nullptr) return r;
   yaliResult_t e = yaliSuccess;
   const yaliResult_t got = lib().yaliCommGetAsyncError(y, &e);
@@ -323,6 +493,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t com
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                                         cudaStream_t stream) {
+  Comm* c = ours(comm);
+  if (c != nullptr && c->hier != nullptr)
+    return routeHier(
+        "ncclAllReduce", c, {yaliCollAllReduce, datatype, op}, count, stream,
+        [&](char*) { return hierAllReduce(c, sendbuff, recvbuff, count, datatype, op, stream); },
+        [&] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
   return routeCall(
       "ncclAllReduce", comm, {yaliCollAllReduce, datatype, op}, count,
       [&](yaliComm_t y) {
@@ -336,6 +512,16 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                             ncclDataType_t datatype, ncclRedOp_t op,
                                                             ncclComm_t comm, cudaStream_t stream) {
+  Comm* c = ours(comm);
+  if (c != nullptr && c->hier != nullptr)
+    return routeHier(
+        "ncclReduceScatter", c, {yaliCollReduceScatter, datatype, op}, recvcount, stream,
+        [&](char* scratch) {
+          return hierReduceScatter(c, sendbuff, recvbuff, recvcount, datatype, op, scratch, stream);
+        },
+        [&] {
+          return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, c->real, stream);
+        });
   return routeCall(
       "ncclReduceScatter", comm, {yaliCollReduceScatter, datatype, op}, recvcount,
       [&](yaliComm_t y) {
@@ -349,6 +535,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                                         ncclDataType_t datatype, ncclComm_t comm,
                                                         cudaStream_t stream) {
+  Comm* c = ours(comm);
+  if (c != nullptr && c->hier != nullptr)
+    return routeHier(
+        "ncclAllGather", c, {yaliCollAllGather, datatype, ncclSum}, sendcount, stream,
+        [&](char* scratch) { return hierAllGather(c, sendbuff, recvbuff, sendcount, datatype, scratch, stream); },
+        [&] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
   return routeCall(
       "ncclAllGather", comm, {yaliCollAllGather, datatype, ncclSum}, sendcount,
       [&](yaliComm_t y) { return lib().yaliAllGather(sendbuff, recvbuff, sendcount, toYaliType(datatype), y, stream); },

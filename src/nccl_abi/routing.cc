@@ -3,6 +3,8 @@
 #include <ctype.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "vocabulary.h"
 
 namespace yali::nccl_abi {
@@ -99,7 +101,10 @@ RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool reg
 SetUpVerdict decideSetUp(const std::vector<RankRecord>& records) {
   SetUpVerdict v;
   const int n = static_cast<int>(records.size());
-  if (!yaliTakes(n, &v.why)) return v;
+  if (n < 2) {  // more than 8 may still be several nodes of 2 to 8: decided below
+    yaliTakes(n, &v.why);
+    return v;
+  }
   const RankRecord& first = records[0];
   for (int r = 0; r < n; ++r) {
     if (records[r].layout != RankRecord::kLayout) {
@@ -119,18 +124,123 @@ SetUpVerdict decideSetUp(const std::vector<RankRecord>& records) {
     return v;
   }
   for (int r = 0; r < n; ++r) {
-    // An empty identity means this rank could not tell its node: never assume it is ours.
-    if (records[r].node[0] == '\0' || strncmp(records[r].node, first.node, sizeof(first.node)) != 0) {
-      v.why = "rank " + std::to_string(r) + " is on another node than rank 0 (multi-node communicators are "
-              "NCCL only in this phase)";
+    // An empty identity means this rank could not tell its node: never assume it shares one.
+    if (records[r].node[0] == '\0') {
+      v.why = "rank " + std::to_string(r) + " could not tell its node";
       return v;
     }
   }
-  v.yali = true;
+  v.layout = describeNodes(records);
   v.disabled = first.disabled;
-  v.registerYali = true;
-  for (const RankRecord& r : records) v.registerYali = v.registerYali && r.registerYali != 0;
+  if (v.layout.nodes == 1) {
+    if (!yaliTakes(n, &v.why)) return v;
+    v.yali = true;
+    v.registerYali = true;
+    for (const RankRecord& r : records) v.registerYali = v.registerYali && r.registerYali != 0;
+    return v;
+  }
+  const std::string nodes = std::to_string(v.layout.nodes) + " nodes";
+  if (v.layout.localSize == 0) {
+    const auto sizeOf = [&](int node) { return std::count(v.layout.nodeOf.begin(), v.layout.nodeOf.end(), node); };
+    int other = 1;
+    while (sizeOf(v.layout.nodeOf[other]) == sizeOf(0)) ++other;
+    v.why = nodes + " of different sizes (" + std::to_string(sizeOf(0)) + " ranks on rank 0's, " +
+            std::to_string(sizeOf(v.layout.nodeOf[other])) + " on rank " + std::to_string(other) + "'s): flat NCCL";
+    return v;
+  }
+  std::string why;
+  if (!yaliTakes(v.layout.localSize, &why)) {
+    v.why = nodes + " of " + why + " each: flat NCCL";
+    return v;
+  }
+  // YALI registration is left out: the hierarchical steps run YALI on the program's buffers only
+  // for AllReduce, at offsets that differ between its steps.
+  v.yali = true;
+  v.hierarchical = true;
   return v;
+}
+
+NodeLayout describeNodes(const std::vector<RankRecord>& records) {
+  NodeLayout layout;
+  const int n = static_cast<int>(records.size());
+  std::vector<int> firstRank;  // of each node
+  std::vector<int> sizes;
+  layout.nodeOf.resize(n);
+  layout.localRankOf.resize(n);
+  for (int r = 0; r < n; ++r) {
+    int node = 0;
+    while (node < layout.nodes &&
+           strncmp(records[firstRank[node]].node, records[r].node, sizeof(records[r].node)) != 0)
+      ++node;
+    if (node == layout.nodes) {
+      ++layout.nodes;
+      firstRank.push_back(r);
+      sizes.push_back(0);
+    }
+    layout.nodeOf[r] = node;
+    layout.localRankOf[r] = sizes[node]++;
+  }
+  layout.localSize = n > 0 ? sizes[0] : 0;
+  for (int s : sizes)
+    if (s != layout.localSize) layout.localSize = 0;
+  return layout;
+}
+
+SplitKeys splitKeys(const NodeLayout& layout, int rank) {
+  return {layout.nodeOf[rank], rank, layout.localRankOf[rank], layout.nodeOf[rank]};
+}
+
+HierRoute decideHierRoute(const NodeLayout& layout, Route route, const HierCall& call) {
+  if (call.collective != yaliCollAllReduce && call.collective != yaliCollAllGather &&
+      call.collective != yaliCollReduceScatter)
+    return HierRoute::kNotHierarchical;
+  if (route != Route::kYali) return HierRoute::kRefused;
+  if (call.inGroup) return HierRoute::kInGroup;
+  if (call.count == 0 ||
+      (call.collective == yaliCollAllReduce && allReduceSplit(call.count, layout.localSize).shard == 0))
+    return HierRoute::kTooSmall;
+  if (call.capturing && hierScratchBytes(layout, call) > call.scratchBytes) return HierRoute::kCaptureNoScratch;
+  return HierRoute::kHierarchical;
+}
+
+const char* hierRouteReason(HierRoute route) {
+  switch (route) {
+    case HierRoute::kHierarchical: return "hierarchical";
+    case HierRoute::kNotHierarchical: return "no hierarchical form of this collective";
+    case HierRoute::kRefused: return "refused";
+    case HierRoute::kInGroup: return "inside a group (the hierarchical steps depend on each other)";
+    case HierRoute::kTooSmall: return "no elements, or (AllReduce) fewer than ranks per node";
+    case HierRoute::kCaptureNoScratch: return "CUDA graph capture, and no scratch buffer large enough yet";
+  }
+  return "?";
+}
+
+size_t hierScratchBytes(const NodeLayout& layout, const HierCall& call) {
+  if (call.collective == yaliCollAllReduce) return 0;
+  return call.count * call.elementSize * layout.nodeOf.size();
+}
+
+AllReduceSplit allReduceSplit(size_t count, int localSize) {
+  const size_t l = static_cast<size_t>(localSize);
+  return {count / l, count % l};
+}
+
+int scratchSlot(const NodeLayout& layout, int rank) {
+  return layout.localRankOf[rank] * layout.nodes + layout.nodeOf[rank];
+}
+
+std::vector<CopyRun> copyRuns(const NodeLayout& layout) {
+  std::vector<CopyRun> runs;
+  const int n = static_cast<int>(layout.nodeOf.size());
+  for (int r = 0; r < n; ++r) {
+    const int slot = scratchSlot(layout, r);
+    if (!runs.empty() && runs.back().program + runs.back().blocks == r &&
+        runs.back().scratch + runs.back().blocks == slot)
+      ++runs.back().blocks;
+    else
+      runs.push_back({slot, r, 1});
+  }
+  return runs;
 }
 
 Route decideRoute(bool hasYali, CollectiveMask disabled, const CallShape& call) {

@@ -47,8 +47,31 @@ bool yaliTakes(int nranks, std::string* why);
 
 RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool registerYali);
 
+// Where the ranks of a communicator live, from the records (the same on every rank). Nodes are
+// numbered in the order of their lowest rank; a rank's local rank is its position among its node's
+// ranks in rank order. Any placement is described: the hierarchical path reaches the ranks of a node
+// and the ranks of one local index through NCCL splits, and permutes blocks where the global rank
+// order asks for it (copyRuns).
+struct NodeLayout {
+  int nodes = 0;
+  int localSize = 0;            // ranks per node when every node has as many, else 0 (uneven)
+  std::vector<int> nodeOf;      // node index of each rank
+  std::vector<int> localRankOf; // local rank of each rank
+};
+NodeLayout describeNodes(const std::vector<RankRecord>& records);
+
+// The two splits that one rank of a hierarchical communicator makes, collective over the real comm:
+// the node comm (its node's ranks, in rank order: local rank = rank in it) and the cross comm (the
+// ranks of its local index on every node, in node order: node index = rank in it).
+struct SplitKeys {
+  int nodeColor, nodeKey, crossColor, crossKey;
+};
+SplitKeys splitKeys(const NodeLayout& layout, int rank);
+
 struct SetUpVerdict {
   bool yali = false;           // make a YALI comm
+  bool hierarchical = false;   // ... among each node's ranks, with NCCL across nodes (layout)
+  NodeLayout layout;
   bool registerYali = false;   // ncclCommRegister also registers with YALI
   CollectiveMask disabled = 0;  // the collectives that stay on NCCL (the same on every rank)
   std::string why;             // when !yali: why NCCL only (for the log)
@@ -76,6 +99,56 @@ struct CallShape {
 
 Route decideRoute(bool hasYali, CollectiveMask disabled, const CallShape& call);
 const char* routeReason(Route route);  // "YALI_NCCL_DISABLE", ...
+
+// ---- The hierarchical path: YALI inside each node, NCCL across nodes --------------------------------
+
+// Which path a collective of a hierarchical communicator takes. Every input is the same on every
+// rank of the comm (the call's arguments, whether it is in a group or a capture, and the scratch
+// size, which grows at the same calls everywhere), so the ranks never split between the paths.
+enum class HierRoute {
+  kHierarchical,
+  kNotHierarchical,  // a collective without a hierarchical form here (broadcast, alltoall, ...)
+  kRefused,          // decideRoute said no (YALI_NCCL_DISABLE, op, type): its reason applies
+  kInGroup,          // inside ncclGroupStart/End: the three steps depend on each other, and the two
+                     // libraries' groups would launch them out of order
+  kTooSmall,         // nothing to move, or an AllReduce of fewer elements than localSize (no shard)
+  kCaptureNoScratch, // in CUDA graph capture, and the scratch buffer it needs is not there yet
+};
+struct HierCall {
+  yaliCollective_t collective;
+  size_t count;        // the call's count argument
+  size_t elementSize;
+  bool inGroup;
+  bool capturing;
+  size_t scratchBytes; // the scratch the comm has now
+};
+HierRoute decideHierRoute(const NodeLayout& layout, Route route, const HierCall& call);
+const char* hierRouteReason(HierRoute route);
+// The scratch bytes the call needs (0: none): AllGather and ReduceScatter permute nranks blocks of
+// `count` elements through it; AllReduce needs none (its tail goes to NCCL, allReduceSplit).
+size_t hierScratchBytes(const NodeLayout& layout, const HierCall& call);
+
+// AllReduce of count elements over L ranks per node: each local rank owns `shard` elements of the
+// first L * shard (YALI ReduceScatter, NCCL AllReduce of the shard across nodes, YALI AllGather);
+// the `tail` (count % L elements) is one flat NCCL AllReduce. Both halves give every rank the same
+// bits (one reduction per element, then copies), so no padding and no scratch are needed.
+struct AllReduceSplit {
+  size_t shard;
+  size_t tail;
+};
+AllReduceSplit allReduceSplit(size_t count, int localSize);
+
+// The scratch layout of AllGather and ReduceScatter: rank r's block at slot
+// localRankOf[r] * nodes + nodeOf[r] (what a cross AllGather into each local rank's part and a
+// node AllGather leave, and what a node ReduceScatter and a cross ReduceScatter consume). The
+// program's buffer has rank r's block at slot r. A run copies `blocks` consecutive blocks from
+// scratch slot `scratch` to program slot `program` (or back); runs cover every rank once, merged
+// where both sides are consecutive.
+struct CopyRun {
+  int scratch, program, blocks;
+};
+int scratchSlot(const NodeLayout& layout, int rank);
+std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 
 // ---- Results ---------------------------------------------------------------------------------------
 

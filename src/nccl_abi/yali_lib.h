@@ -29,7 +29,7 @@ namespace yali::nccl_abi {
   X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliBcast)   \
   X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll)
 
-// The CUDA runtime's (the set-up's scratch memory and streams), with their types written out:
+// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies), with their types written out:
 // cuda_runtime.h overloads some of them (cudaMalloc) with templates, so decltype cannot name them.
 #define YALI_NCCL_CUDA_FUNCTIONS(X)                                           \
   X(cudaGetDevice, cudaError_t(int*))                                         \
@@ -42,7 +42,8 @@ namespace yali::nccl_abi {
   X(cudaFreeAsync, cudaError_t(void*, cudaStream_t))                          \
   X(cudaMalloc, cudaError_t(void**, size_t))                                  \
   X(cudaFree, cudaError_t(void*))                                             \
-  X(cudaMemcpyAsync, cudaError_t(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t))
+  X(cudaMemcpyAsync, cudaError_t(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t)) \
+  X(cudaStreamIsCapturing, cudaError_t(cudaStream_t, cudaStreamCaptureStatus*))
 
 struct YaliLib {
 #define YALI_NCCL_YALI_MEMBER(name) decltype(&::name) name = nullptr;

@@ -10,7 +10,9 @@
 //    NCCL's handle, groups reach it, a function it lacks is an error, and a YALI_NCCL_LIBRARY naming
 //    libyali-nccl itself is refused instead of recursing.
 //  - Its rules (routing.h, node_id.h): the YALI_NCCL_DISABLE parser, node identity, the set-up's
-//    verdict, the routing of each call, result mapping.
+//    verdict, the routing of each call, result mapping; across nodes: the layout, the splits' colors
+//    and keys, the path per call, the AllReduce shard and tail, the scratch layout's copies, and a
+//    host simulation of the hierarchical AllGather and ReduceScatter steps against the flat results.
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -476,6 +478,193 @@ TEST(routing_decision_table) {
     const Route got = decideRoute(row.hasYali, row.disabled, row.call);
     CHECK_MSG(got == row.expected, "collective %d, type %d, op %d: %s, expected %s", row.call.collective,
               row.call.type, row.call.op, routeReason(got), routeReason(row.expected));
+  }
+}
+
+// ---- The hierarchical path's plan (several nodes) ------------------------------------------------------
+
+namespace {
+
+// Records for ranks on the given nodes ("a", "b", ...).
+std::vector<RankRecord> onNodes(const std::vector<std::string>& nodes) {
+  std::vector<RankRecord> r;
+  for (const std::string& n : nodes) r.push_back(makeRecord(n, 0, true));
+  return r;
+}
+
+std::vector<std::string> blockNodes(int nodes, int perNode) {
+  std::vector<std::string> out;
+  for (int n = 0; n < nodes; ++n)
+    for (int l = 0; l < perNode; ++l) out.push_back("node" + std::to_string(n));
+  return out;
+}
+
+}  // namespace
+
+TEST(node_layouts_and_splits) {
+  NodeLayout block = describeNodes(onNodes(blockNodes(2, 2)));
+  CHECK_EQ(block.nodes, 2);
+  CHECK_EQ(block.localSize, 2);
+  CHECK(block.nodeOf == std::vector<int>({0, 0, 1, 1}));
+  CHECK(block.localRankOf == std::vector<int>({0, 1, 0, 1}));
+  // Round-robin placement: nodes numbered by their lowest rank, local ranks in rank order.
+  NodeLayout rr = describeNodes(onNodes({"y", "x", "y", "x", "y", "x"}));
+  CHECK_EQ(rr.nodes, 2);
+  CHECK_EQ(rr.localSize, 3);
+  CHECK(rr.nodeOf == std::vector<int>({0, 1, 0, 1, 0, 1}));
+  CHECK(rr.localRankOf == std::vector<int>({0, 0, 1, 1, 2, 2}));
+  const SplitKeys k = splitKeys(rr, 3);  // node 1, local rank 1
+  CHECK(k.nodeColor == 1 && k.nodeKey == 3 && k.crossColor == 1 && k.crossKey == 1);
+  CHECK_EQ(describeNodes(onNodes({"a", "a", "b"})).localSize, 0);  // uneven
+  CHECK_EQ(describeNodes(onNodes({"a", "b", "c"})).localSize, 1);
+}
+
+TEST(set_up_verdict_across_nodes) {
+  SetUpVerdict v = decideSetUp(onNodes(blockNodes(2, 2)));
+  CHECK(v.yali && v.hierarchical && !v.registerYali);
+  v = decideSetUp(onNodes(blockNodes(2, 8)));  // 16 ranks: 8 per node is YALI's limit
+  CHECK(v.yali && v.hierarchical && v.layout.localSize == 8);
+  v = decideSetUp(onNodes(blockNodes(2, 9)));
+  CHECK(!v.yali && v.why.find("9 ranks") != std::string::npos);
+  v = decideSetUp(onNodes(blockNodes(4, 1)));  // a rank per node: nothing for YALI
+  CHECK(!v.yali && v.why.find("1 rank") != std::string::npos);
+  v = decideSetUp(onNodes({"a", "a", "a", "b", "b", "b", "b"}));  // uneven
+  CHECK_MSG(!v.yali && v.why.find("different sizes") != std::string::npos && v.why.find("rank 3") != std::string::npos,
+            "%s", v.why.c_str());
+  v = decideSetUp(onNodes({"a", "b", "b", "a"}));  // any placement
+  CHECK(v.yali && v.hierarchical);
+  CHECK(!decideSetUp(onNodes(blockNodes(1, 9))).yali);  // one node of 9: as before
+  std::vector<RankRecord> r = onNodes(blockNodes(2, 2));
+  r[3].disabled = 1u << yaliCollAllReduce;
+  CHECK(!decideSetUp(r).yali);  // the settings must agree across nodes too
+}
+
+TEST(hierarchical_route_per_call) {
+  const NodeLayout l = describeNodes(onNodes(blockNodes(2, 4)));  // 8 ranks, L = 4
+  const auto route = [&](yaliCollective_t coll, size_t count, bool group, bool capture, size_t scratch,
+                         Route r = Route::kYali) {
+    return decideHierRoute(l, r, {coll, count, 4, group, capture, scratch});
+  };
+  CHECK(route(yaliCollAllReduce, 1000, false, false, 0) == HierRoute::kHierarchical);
+  CHECK(route(yaliCollAllReduce, 4, false, false, 0) == HierRoute::kHierarchical);
+  CHECK(route(yaliCollAllReduce, 3, false, false, 0) == HierRoute::kTooSmall);  // fewer than L
+  CHECK(route(yaliCollAllReduce, 1000, false, true, 0) == HierRoute::kHierarchical);  // needs no scratch
+  CHECK(route(yaliCollAllReduce, 1000, true, false, 0) == HierRoute::kInGroup);
+  CHECK(route(yaliCollAllReduce, 1000, false, false, 0, Route::kCustomOp) == HierRoute::kRefused);
+  CHECK(route(yaliCollAllReduce, 1000, false, false, 0, Route::kDisabled) == HierRoute::kRefused);
+  CHECK(route(yaliCollBroadcast, 1000, false, false, 0) == HierRoute::kNotHierarchical);
+  CHECK(route(yaliCollAlltoAll, 1000, false, false, 0) == HierRoute::kNotHierarchical);
+  CHECK(route(yaliCollAllGather, 0, false, false, 0) == HierRoute::kTooSmall);
+  CHECK(route(yaliCollAllGather, 1, false, false, 0) == HierRoute::kHierarchical);  // 1 element: fine
+  // In a capture: only with the scratch already there (8 ranks * 100 elements * 4 bytes).
+  CHECK(route(yaliCollAllGather, 100, false, true, 3199) == HierRoute::kCaptureNoScratch);
+  CHECK(route(yaliCollReduceScatter, 100, false, true, 3200) == HierRoute::kHierarchical);
+  CHECK_EQ(hierScratchBytes(l, {yaliCollReduceScatter, 100, 4, false, false, 0}), 3200u);
+  CHECK_EQ(hierScratchBytes(l, {yaliCollAllReduce, 100, 4, false, false, 0}), 0u);
+}
+
+TEST(all_reduce_split_and_copy_runs) {
+  AllReduceSplit s = allReduceSplit(10, 4);
+  CHECK(s.shard == 2 && s.tail == 2);
+  s = allReduceSplit(8, 4);
+  CHECK(s.shard == 2 && s.tail == 0);
+  s = allReduceSplit(3, 4);
+  CHECK(s.shard == 0 && s.tail == 3);
+  // Block placement is a transpose of blocks: no two consecutive ranks are consecutive slots.
+  const NodeLayout block = describeNodes(onNodes(blockNodes(2, 2)));
+  std::vector<CopyRun> runs = copyRuns(block);
+  CHECK_EQ(runs.size(), 4u);
+  CHECK(scratchSlot(block, 1) == 2 && scratchSlot(block, 2) == 1);
+  // Round-robin placement is the scratch layout itself: one copy.
+  runs = copyRuns(describeNodes(onNodes({"a", "b", "a", "b"})));
+  CHECK(runs.size() == 1 && runs[0].blocks == 4 && runs[0].scratch == 0 && runs[0].program == 0);
+}
+
+namespace {
+
+// The hierarchical steps on host arrays, with each library step's definition (what YALI's and
+// NCCL's collectives do to their comm's ranks), for one layout: the results must equal the flat
+// collectives' definitions. Sum over int64, so any order gives the same numbers.
+struct Simulation {
+  NodeLayout l;
+  int n;
+  explicit Simulation(const std::vector<std::string>& nodes) : l(describeNodes(onNodes(nodes))), n(int(nodes.size())) {}
+  // The rank with this node and local rank.
+  int rankAt(int node, int local) const {
+    for (int r = 0; r < n; ++r)
+      if (l.nodeOf[r] == node && l.localRankOf[r] == local) return r;
+    return -1;
+  }
+  using Buf = std::vector<int64_t>;
+  void applyRuns(const Buf& from, Buf& to, size_t block, bool toScratch) const {
+    for (const CopyRun& run : copyRuns(l))
+      for (size_t i = 0; i < run.blocks * block; ++i) {
+        if (toScratch)
+          to[run.scratch * block + i] = from[run.program * block + i];
+        else
+          to[run.program * block + i] = from[run.scratch * block + i];
+      }
+  }
+  // AllGather of `count` elements from each rank: every rank's output in rank order?
+  bool allGather(size_t count) const {
+    std::vector<Buf> scratch(n, Buf(n * count));
+    const size_t part = count * l.nodes;
+    for (int r = 0; r < n; ++r)  // cross AllGather: rank (node j, my local) lands at my part + j
+      for (int j = 0; j < l.nodes; ++j)
+        for (size_t i = 0; i < count; ++i)
+          scratch[r][l.localRankOf[r] * part + j * count + i] = rankAt(j, l.localRankOf[r]) * 1000 + int64_t(i);
+    std::vector<Buf> node = scratch;  // node AllGather (in place): local rank m's part from its rank
+    for (int r = 0; r < n; ++r)
+      for (int m = 0; m < l.localSize; ++m)
+        for (size_t i = 0; i < part; ++i) node[r][m * part + i] = scratch[rankAt(l.nodeOf[r], m)][m * part + i];
+    for (int r = 0; r < n; ++r) {
+      Buf out(n * count, -1);
+      applyRuns(node[r], out, count, false);
+      for (int g = 0; g < n; ++g)
+        for (size_t i = 0; i < count; ++i)
+          if (out[g * count + i] != g * 1000 + int64_t(i)) return false;
+    }
+    return true;
+  }
+  // ReduceScatter of n * count elements: rank r's input element e is r * 100000 + e.
+  bool reduceScatter(size_t count) const {
+    std::vector<Buf> scratch(n, Buf(n * count));
+    for (int r = 0; r < n; ++r) {
+      Buf in(n * count);
+      for (size_t e = 0; e < in.size(); ++e) in[e] = r * 100000 + int64_t(e);
+      applyRuns(in, scratch[r], count, true);
+    }
+    const size_t part = count * l.nodes;
+    for (int r = 0; r < n; ++r) {
+      Buf nodeSum(part, 0);  // node ReduceScatter: my part, summed over my node's ranks
+      for (int m = 0; m < l.localSize; ++m)
+        for (size_t i = 0; i < part; ++i)
+          nodeSum[i] += scratch[rankAt(l.nodeOf[r], m)][l.localRankOf[r] * part + i];
+      scratch[r].assign(nodeSum.begin(), nodeSum.end());
+    }
+    for (int r = 0; r < n; ++r)  // cross ReduceScatter: block (my node) of the sum over my local index
+      for (size_t i = 0; i < count; ++i) {
+        int64_t got = 0, want = 0;
+        for (int j = 0; j < l.nodes; ++j) got += scratch[rankAt(j, l.localRankOf[r])][l.nodeOf[r] * count + i];
+        for (int q = 0; q < n; ++q) want += q * 100000 + int64_t(r * count + i);
+        if (got != want) return false;
+      }
+    return true;
+  }
+};
+
+}  // namespace
+
+TEST(hierarchical_steps_give_the_flat_results) {
+  const std::vector<std::vector<std::string>> layouts = {
+      blockNodes(2, 2), blockNodes(3, 2), blockNodes(2, 4), {"a", "b", "a", "b"}, {"b", "a", "a", "c", "b", "c"},
+      {"x", "y", "y", "x", "y", "x"}};
+  for (const auto& nodes : layouts) {
+    const Simulation sim(nodes);
+    for (size_t count : {1, 3, 8}) {
+      CHECK_MSG(sim.allGather(count), "AllGather, %zu ranks, count %zu", nodes.size(), count);
+      CHECK_MSG(sim.reduceScatter(count), "ReduceScatter, %zu ranks, count %zu", nodes.size(), count);
+    }
   }
 }
 

@@ -1,0 +1,253 @@
+"""Unchanged PyTorch on NCCL, to run twice: plain, and under yali-run (libyali-nccl preloaded).
+
+Each rank runs a few steps of DDP, FSDP2, functional collectives under torch.compile,
+all_to_all_single (even and with splits) and a CUDA-graph-captured all_reduce, and writes what it
+saw (losses, parameter checksums, collective outputs) to OUT.rank<r>.json; rank 0 merges them into
+OUT. `--compare a.json b.json` then checks that the two runs agree (float tolerance, since YALI's
+reduction order differs from NCCL's) and that, within each run, every rank got bitwise the same
+results where a collective promises it (all_reduce, all_gather, DDP's parameters).
+
+    torchrun --nproc-per-node 2 check_torch.py --out plain.json
+    python -m yali.run torchrun --nproc-per-node 2 check_torch.py --out yali.json
+    python check_torch.py --compare plain.json yali.json
+
+Ranks may share one GPU: YALI_ALLOW_SHARED_GPU=1, NCCL_HOSTID per rank, NCCL_NVLS_ENABLE=0
+(README.md). The process group is made with dist.init_process_group("nccl") and no device_id:
+with device_id, torch creates its communicator eagerly and, where it asks for a non-blocking one,
+libyali-nccl leaves it to NCCL (phase 1), so the second run would test NCCL twice.
+"""
+import argparse
+import hashlib
+import json
+import os
+import struct
+import sys
+
+
+def digest(t):
+    """Bitwise identity of a tensor: sha1 of its bytes (on the CPU)."""
+    import torch
+    b = t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
+    return hashlib.sha1(b).hexdigest()
+
+
+def values(t):
+    return [float(x) for x in t.detach().float().flatten().cpu().tolist()]
+
+
+def record(out, name, t, same_on_all_ranks):
+    """One result: its values (compared across runs with a tolerance) and its bytes' digest
+    (compared across ranks within a run when the collective promises identical results)."""
+    out[name] = {"values": values(t), "digest": digest(t), "same": same_on_all_ranks}
+
+
+def library_lines():
+    """Which NCCL this process resolved: libyali-nccl when preloaded."""
+    pre = os.environ.get("LD_PRELOAD", "")
+    return "libyali-nccl (LD_PRELOAD=%s)" % pre if "yali-nccl" in pre else "NCCL (no preload)"
+
+
+def run_checks(steps):
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.fsdp import fully_shard
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    # No device_id: the communicator is made lazily, blocking (module docstring says why).
+    dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
+    print("[rank %d] collectives through %s" % (rank, library_lines()), file=sys.stderr, flush=True)
+    out = {}
+
+    def mlp():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).to(dev)
+
+    def batch(step):
+        g = torch.Generator(device="cpu").manual_seed(1000 * step + rank)
+        return torch.randn(32, 64, generator=g).to(dev)
+
+    # DDP: small buckets so the gradients go in several all_reduces.
+    model = DDP(mlp(), bucket_cap_mb=0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        opt.zero_grad()
+        loss = model(batch(step)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        record(out, "ddp.loss.%d" % step, loss, False)
+        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
+        record(out, "ddp.params.%d" % step, flat.sum().reshape(1), True)
+
+    # FSDP2: all_gather of parameters, reduce_scatter of gradients.
+    model = mlp()
+    for layer in model:
+        if isinstance(layer, torch.nn.Linear):
+            fully_shard(layer)
+    fully_shard(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    for step in range(steps):
+        opt.zero_grad()
+        loss = model(batch(step)).pow(2).mean()
+        loss.backward()
+        opt.step()
+        record(out, "fsdp.loss.%d" % step, loss, False)
+        shard_sum = torch.stack([p.to_local().float().sum() for p in model.parameters()]).sum()
+        total = shard_sum.clone()
+        dist.all_reduce(total)
+        record(out, "fsdp.params.%d" % step, total.reshape(1), True)
+
+    # Functional collectives under torch.compile.
+    group = dist.group.WORLD
+
+    @torch.compile
+    def fc(x):
+        a = funcol.all_reduce(x, "sum", group)
+        g = funcol.all_gather_tensor(x, 0, group)
+        r = funcol.reduce_scatter_tensor(g * 2, "sum", 0, group)
+        return a, g, r
+
+    for step in range(steps):
+        x = torch.arange(world * 8, dtype=torch.float32, device=dev) * (rank + 1) + step
+        a, g, r = fc(x)
+        record(out, "funcol.all_reduce.%d" % step, a, True)
+        record(out, "funcol.all_gather.%d" % step, g, True)
+        record(out, "funcol.reduce_scatter.%d.rank%d" % (step, rank), r, False)
+
+    # all_to_all_single: even (NCCL's AlltoAll) and with splits (send/recv in a group).
+    x = torch.arange(world * 4, dtype=torch.float32, device=dev) + 100 * rank
+    y = torch.empty_like(x)
+    dist.all_to_all_single(y, x)
+    record(out, "a2a.even.rank%d" % rank, y, False)
+    send_splits = [(rank + j) % 3 + 1 for j in range(world)]
+    recv_splits = [(j + rank) % 3 + 1 for j in range(world)]  # what rank j sends to me
+    x = torch.arange(sum(send_splits), dtype=torch.float32, device=dev) + 100 * rank
+    y = torch.empty(sum(recv_splits), dtype=torch.float32, device=dev)
+    dist.all_to_all_single(y, x, recv_splits, send_splits)
+    record(out, "a2a.splits.rank%d" % rank, y, False)
+
+    # A CUDA-graph-captured all_reduce, replayed.
+    buf = torch.ones(1024, device=dev) * (rank + 1)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        dist.all_reduce(buf)  # warm-up outside the capture (communicator made)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        buf.mul_(0.5)
+        dist.all_reduce(buf)
+    for step in range(steps):
+        graph.replay()
+        torch.cuda.synchronize()
+        record(out, "graph.all_reduce.%d" % step, buf, True)
+
+    dist.barrier()
+    dist.destroy_process_group()
+    return rank, world, out
+
+
+def merge(out_path, world):
+    merged = {"world": world, "ranks": []}
+    for r in range(world):
+        with open("%s.rank%d.json" % (out_path, r)) as f:
+            merged["ranks"].append(json.load(f))
+    with open(out_path, "w") as f:
+        json.dump(merged, f)
+
+
+def check_run(run, name):
+    """Within one run: results promised identical on every rank are bitwise identical."""
+    errors = []
+    ranks = run["ranks"]
+    for key, first in ranks[0].items():
+        if not first["same"]:
+            continue
+        for r, other in enumerate(ranks[1:], 1):
+            if key in other and other[key]["digest"] != first["digest"]:
+                errors.append("%s: %s differs between rank 0 and rank %d" % (name, key, r))
+    return errors
+
+
+def close(a, b, rtol=1e-4, atol=1e-5):
+    return len(a) == len(b) and all(abs(x - y) <= atol + rtol * abs(y) for x, y in zip(a, b))
+
+
+def compare(a, b):
+    """Two runs agree: same world, same results within tolerance; each run consistent."""
+    errors = check_run(a, "first") + check_run(b, "second")
+    if a["world"] != b["world"]:
+        return errors + ["world sizes differ: %d and %d" % (a["world"], b["world"])]
+    for r, (ra, rb) in enumerate(zip(a["ranks"], b["ranks"])):
+        for key in sorted(set(ra) | set(rb)):
+            if key not in ra or key not in rb:
+                errors.append("rank %d: %s is in one run only" % (r, key))
+            elif not close(ra[key]["values"], rb[key]["values"]):
+                errors.append("rank %d: %s differs: %s vs %s" % (r, key, ra[key]["values"][:4], rb[key]["values"][:4]))
+    return errors
+
+
+def self_test():
+    """compare() on made-up runs, CPU only (no torch needed)."""
+    def run(v, same_digest=True):
+        ranks = []
+        for r in range(2):
+            d = "x" if same_digest or r == 0 else "y"
+            ranks.append({"k": {"values": v, "digest": d, "same": True},
+                          "p.rank%d" % r: {"values": [float(r)], "digest": str(r), "same": False}})
+        return {"world": 2, "ranks": ranks}
+    base = run([1.0, 2.0])
+    assert compare(base, run([1.0, 2.0])) == []
+    assert compare(base, run([1.0, 2.0 + 1e-7])) == []          # reduction order: within tolerance
+    assert len(compare(base, run([1.0, 2.1]))) == 2              # a real difference, on each rank
+    assert any("rank 1" in e for e in compare(base, run([1.0, 2.0], same_digest=False)))
+    assert check_run(run([3.0]), "x") == []
+    print("self-test passed")
+    return 0
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", help="results file (each rank also writes OUT.rank<r>.json)")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    p.add_argument("--self-test", action="store_true")
+    args = p.parse_args(argv)
+    if args.self_test:
+        return self_test()
+    if args.compare:
+        with open(args.compare[0]) as f:
+            a = json.load(f)
+        with open(args.compare[1]) as f:
+            b = json.load(f)
+        errors = compare(a, b)
+        for e in errors:
+            print(e)
+        print("%s: %d results per rank, %d ranks" % ("AGREE" if not errors else "DIFFER", len(a["ranks"][0]), a["world"]))
+        return 1 if errors else 0
+    if not args.out:
+        p.error("--out, --compare or --self-test")
+    rank, world, out = run_checks(args.steps)
+    mine = "%s.rank%d.json" % (args.out, rank)
+    with open(mine + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(mine + ".tmp", mine)  # rank 0 never reads a half-written file
+    if rank == 0:
+        import time
+        deadline = time.time() + 60
+        while not all(os.path.exists("%s.rank%d.json" % (args.out, r)) for r in range(world)):
+            if time.time() > deadline:
+                print("missing per-rank results", file=sys.stderr)
+                return 1
+            time.sleep(0.1)
+        merge(args.out, world)
+        print("wrote %s (%d ranks, %d results each) via %s" % (args.out, world, len(out), library_lines()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
