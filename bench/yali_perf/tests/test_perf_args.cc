@@ -21,6 +21,7 @@
 #include "json_writer.h"
 #include "launch_env.h"
 #include "perf_args.h"
+#include "perf_test_support.h"
 #include "report.h"
 #include "sample_stats.h"
 #include "tune_plan.h"
@@ -30,31 +31,7 @@ using namespace yali_perf;
 
 namespace {
 
-int g_passed = 0;
-int g_failed = 0;
-
-void Expect(bool condition, const std::string& what, int line) {
-  if (condition) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL (line %d): %s\n", line, what.c_str());
-  }
-}
-#define EXPECT(condition) Expect((condition), #condition, __LINE__)
-
-bool Parse(const std::vector<std::string>& words, PerfArgs* args, std::string* error) {
-  std::vector<const char*> argv = {"yali-perf"};
-  for (const std::string& word : words) argv.push_back(word.c_str());
-  return ParsePerfArgs(static_cast<int>(argv.size()), argv.data(), args, error);
-}
-
-bool ParseOk(const std::vector<std::string>& words, PerfArgs* args) {
-  std::string error;
-  bool ok = Parse(words, args, &error);
-  if (!ok) std::printf("  unexpected parse error: %s\n", error.c_str());
-  return ok;
-}
+using namespace yali_perf_test;
 
 bool ParseFails(const std::vector<std::string>& words, const std::string& error_part) {
   PerfArgs args;
@@ -1189,6 +1166,5 @@ int main() {
   TestTuneChoices();
   TestTuneTable();
   TestHostExchange();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return Summary();
 }
