@@ -1,5 +1,9 @@
 """AllReduce through torch: gloo vs NCCL vs YALI, one process per GPU.
 
+Backends: gloo, nccl, yali (yali.torch.Communicator), and nccl+yali: torch's NCCL process group
+unchanged, with libyali-nccl preloaded (what `yali-run` does), so that the same dist.all_reduce
+runs on YALI inside the machine: the drop-in as DDP users would meet it.
+
     python -m yali.bench_backends --backend yali --world_size 4 --data_size_mb 100
     python -m yali.bench_backends --run_all                 # every backend x world size x size
 
@@ -33,12 +37,12 @@ if __name__ == "__main__" and not __package__:
     # must not shadow PyTorch. Make it `python -m yali.bench_backends` instead.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-BACKENDS = ("gloo", "nccl", "yali")
+BACKENDS = ("gloo", "nccl", "yali", "nccl+yali")
 DEFAULT_SIZES_MB = (1, 10, 100, 1000)
 DEFAULT_WORLD_SIZES = (2, 4, 8)
 MB = 2**20
-TENSORS = {"gloo": "cpu", "nccl": "cuda", "yali": "cuda"}
-TIMING = {"gloo": "wall clock", "nccl": "CUDA events", "yali": "CUDA events"}
+TENSORS = {"gloo": "cpu", "nccl": "cuda", "yali": "cuda", "nccl+yali": "cuda"}
+TIMING = {"gloo": "wall clock", "nccl": "CUDA events", "yali": "CUDA events", "nccl+yali": "CUDA events"}
 
 COLUMNS = ["backend", "tensors", "world_size", "size_mb", "bytes", "dtype", "iterations",
            "mean_ms", "std_ms", "min_ms", "max_ms", "algbw_gbps", "busbw_gbps", "correct"]
@@ -66,13 +70,18 @@ def _worker(args):
         if backend == "nccl":
             dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout,
                                     device_id=device)
+        elif backend == "nccl+yali":
+            # No device_id: torch then makes blocking NCCL communicators lazily, which
+            # libyali-nccl gives a YALI communicator (its first phase leaves non-blocking ones,
+            # which eager init may choose, to NCCL alone: docs/NCCL_ABI.md).
+            dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout)
         else:
             # The process group only bootstraps YALI (carries the unique id) and gathers timings.
             dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
             import yali.torch
 
             comm = yali.torch.Communicator()
-    pg_device = device if backend == "nccl" else torch.device("cpu")
+    pg_device = device if backend in ("nccl", "nccl+yali") else torch.device("cpu")
 
     def all_reduce(t):
         if comm is not None:
@@ -197,7 +206,8 @@ def _format_row(row):
     return "| " + " | ".join(_fmt(row[k]) for k in _KEYS) + " |"
 
 
-NOTE = ("gloo runs on CPU tensors (host memory), timed with the wall clock; nccl and yali run on "
+NOTE = ("gloo runs on CPU tensors (host memory), timed with the wall clock; nccl, yali and "
+        "nccl+yali (torch's NCCL process group with libyali-nccl preloaded) run on "
         "CUDA tensors, timed with CUDA events on the current stream. Each iteration's time is the "
         "max over ranks; mean/std/min/max are over iterations. AllReduce sum, float32, in place; "
         "1 MB = 2^20 bytes; busbw = algbw * 2(n-1)/n. correct: one all-reduce of rank-dependent "
@@ -250,12 +260,21 @@ def _run_config(backend, world, sizes, args):
                "--num_iterations", str(args.num_iterations), "--timeout", str(args.timeout),
                "--result_file", result_file]
         env = {}
-        if backend == "yali":
+        if backend in ("yali", "nccl+yali"):
             from yali import _capi
 
             path = _capi.library_path()
             if path:
                 env["YALI_LIBRARY"] = path
+        if backend == "nccl+yali":
+            from yali import run
+
+            try:
+                shim = run.find_library()
+            except run.LibraryNotFound as e:  # --run_all goes on with the other backends
+                print(f"[{backend} x{world}] skipped: {e}", file=sys.stderr, flush=True)
+                return [_error_row(backend, world, s, "NO LIBYALI-NCCL") for s in sizes]
+            env["LD_PRELOAD"] = run.preload_value(shim, os.environ.get("LD_PRELOAD", ""))
         res = _launch.launch(cmd, world, timeout=args.timeout, env=env, echo_rank=0)
         rows = json.loads(Path(result_file).read_text()) if os.path.exists(result_file) else []
     if not res.ok:
