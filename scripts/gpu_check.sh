@@ -55,6 +55,11 @@
 #   NCCLABI_NODES=2 NCCLABI_NP=4             ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
+#   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1"  EVERY_TOKENS=128,1K,4K   everycoll: issue 21's
+#                                            table: every collective, YALI and NCCL, one process per
+#                                            GPU at PERF_NP (GPUs only, never shared), eager and -G 20,
+#                                            plain and registered; then -C alltoallv (minutes per
+#                                            run: split PERF_NP and EVERY_REG over calls of 10 min)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
@@ -426,6 +431,28 @@ if has graphperf; then
     note "yali-perf graph -np $n: rc=$?"
   done
 fi
+if has everycoll; then
+  # The multi-GPU speed issue's table (issue 21): every collective, YALI and NCCL from the same runs,
+  # one process per GPU (what users run), eager and CUDA graphs, plain buffers and registered ones
+  # (-R 1: yaliCommRegister and ncclCommRegister), then the MoE exchange. Only world sizes the
+  # machine has GPUs for: NVLink figures, never ranks sharing a GPU.
+  for n in ${PERF_NP:-2 4 8}; do
+    [ "$n" -gt "$ngpus" ] && continue
+    for reg in ${EVERY_REG:-0 1}; do
+      for mode in eager graph; do
+        graph=""; [ "$mode" = graph ] && graph="-G 20"
+        bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -C all ${EVERY_SIZES:--b 4K -e 1G -f 4} -d "$PERF_DTYPES" \
+          -n 20 -w 5 -R "$reg" $graph -J "$LOG/every_np${n}_r${reg}_$mode.json" \
+          > "$LOG/every_np${n}_r${reg}_$mode.txt" 2>&1
+        note "every collective -np $n -R $reg $mode: rc=$? $(grep -c 'Out of bounds.*: 0 OK' "$LOG/every_np${n}_r${reg}_$mode.txt") checks OK"
+      done
+    done
+    bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -C alltoallv --dist uniform,zipf --tokens ${EVERY_TOKENS:-128,1K,4K} \
+      -n 20 -w 5 -J "$LOG/every_np${n}_alltoallv.json" > "$LOG/every_np${n}_alltoallv.txt" 2>&1
+    note "alltoallv -np $n: rc=$?"
+  done
+fi
+
 if has tune; then
   for n in 2 4 8; do
     [ "$n" -gt "$ngpus" ] && continue
