@@ -1028,28 +1028,11 @@ class A2avFakeLib:
     comm, {parameter: value}) with _a2av_value's conversions; on a comm with an asynchronous error
     they fail as FakeLib's collectives do. (A mixin over FakeLib, made by a2av_fake_lib.)"""
 
-    def __getattr__(self, name):
-        params = A2AV_PARAMS.get(name)
-        if params is None:
-            return super().__getattr__(name)
+    def _call_params(self, name):
+        return A2AV_PARAMS.get(name) or super()._call_params(name)
 
-        def call(*args):
-            assert len(args) == len(params), f"{name}: {len(params)} arguments, got {len(args)}"
-            kw = {p: _a2av_value(p, a) for p, a in zip(params, args)}
-            comm = kw["comm"]
-            self.calls.append((name, comm, kw))
-            code, message = self.async_errors.get(comm, (0, ""))
-            if code:
-                self._fail(comm, f"{name}: " + message)
-            return code
-
-        return call
-
-    def launches(self, name=None):
-        from conftest import COLLECTIVE_PARAMS
-
-        names = set(COLLECTIVE_PARAMS) | set(A2AV_PARAMS)
-        return [c[2] for c in self.calls if c[0] in names and (name is None or c[0] == name)]
+    def _recorded(self, name, param, value):
+        return _a2av_value(param, value) if name in A2AV_PARAMS else value
 
 
 @pytest.fixture
