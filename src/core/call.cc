@@ -51,9 +51,8 @@ struct Sizes {
 
 yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
   const CollectiveShape shape = collectiveShape(c.collective);
-  if (!validDataType(c.datatype))
-    return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", c.name, c.datatype,
-                kNumDataTypes - 1);
+  yaliResult_t r = checkDataType(comm, c.datatype, c.name);
+  if (r != yaliSuccess) return r;
   const DataType dtype = static_cast<DataType>(c.datatype);
   if (shape.reduces) {
     if (c.op < 0 || c.op >= kNumRedOps)

@@ -130,10 +130,7 @@ yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size
     if (alignRows < 1 || alignRows > kMaxAlignRows)
       return fail(yaliInvalidArgument, comm, "%s: layout->alignRows=%zu is out of range [1, %zu]", c.name, alignRows,
                   kMaxAlignRows);
-  } else {
-    if (!validDataType(c.datatype))
-      return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", c.name, c.datatype,
-                  kNumDataTypes - 1);
+  } else {  // the datatype is checked (submitAlltoAllv)
     rowBytes = dataTypeSize(static_cast<DataType>(c.datatype));
     capacityRows = c.recvCapacity;
   }
@@ -217,10 +214,12 @@ yaliResult_t submitAlltoAllv(yaliComm_t handle, const VarCall& c) {
   memset(&v, 0, sizeof(v));
   v.mode = c.mode;
   size_t recvBytes = 0;
+  // The forms that take a datatype (the expert forms move rows of layout->rowBytes).
+  if (c.mode == kVarHostCounts || c.mode == kVarDeviceCounts) {
+    r = checkDataType(comm, c.datatype, c.name);
+    if (r != yaliSuccess) return r;
+  }
   if (c.mode == kVarHostCounts) {
-    if (!validDataType(c.datatype))
-      return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", c.name, c.datatype,
-                  kNumDataTypes - 1);
     const size_t elem = dataTypeSize(static_cast<DataType>(c.datatype));
     r = planHostCounts(comm, c, elem, &v, &recvBytes);
     v.rowBytes = elem;

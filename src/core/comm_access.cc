@@ -41,6 +41,12 @@ yaliResult_t checkAsync(yaliComm* comm, const char* call) {
               call, commAsyncErrorText(comm).c_str());
 }
 
+yaliResult_t checkDataType(yaliComm* comm, int datatype, const char* call) {
+  if (validDataType(datatype)) return yaliSuccess;
+  return fail(yaliInvalidArgument, comm, "%s: datatype=%d is not a yaliDataType_t (0..%d)", call, datatype,
+              kNumDataTypes - 1);
+}
+
 yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
                          const char* call, AllocationInfo* info) {
   if (p == nullptr) return fail(yaliInvalidArgument, comm, "%s: %s is NULL", call, name);

@@ -55,6 +55,9 @@ yaliResult_t checkAsync(yaliComm* comm, const char* call);
 // allocated now (never freed), and hold `bytes` from `p` on (exactly checkable for cudaMalloc
 // memory; pool and cuMem allocations report ranges that need not be theirs). Every call asks CUDA
 // afresh (about 0.1 us): a pointer that was valid once may have been freed since.
+// A datatype argument must be a yaliDataType_t; the error names the call.
+yaliResult_t checkDataType(yaliComm* comm, int datatype, const char* call);
+
 yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
                          const char* call, AllocationInfo* info);
 
