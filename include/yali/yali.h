@@ -307,9 +307,11 @@ YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t 
  * move rows as bytes (any type, any row width). Every rank tells every peer its send counts on
  * the device, inside the call, so each rank checks what it receives before it writes anything:
  *  - a count check that fails (a capacity exceeded, a negative count, host recvcounts that differ
- *    from the peers' sendcounts, rows past the end of sendbuff's allocation) writes nothing into
+ *    from the peers' sendcounts, rows past the end of sendbuff's allocation where CUDA knows it,
+ *    i.e. cudaMalloc memory; empty chunks bound nothing) writes nothing into
  *    recvbuff, writes -1 into every count output of the failing rank (the flag a later kernel on
- *    the stream can test), and fails the comm on every rank with yaliInvalidUsage
+ *    the stream can test; any other failure of the call, a peer's included, leaves -1 there too),
+ *    and fails the comm on every rank with yaliInvalidUsage
  *    (yaliCommGetAsyncError; the message names the rank and the check), as any device-side failure
  *    does: later calls on the comm are refused and later launches poison their outputs;
  *  - a peer that never makes the call gives yaliTimeout after YALI_TIMEOUT_MS, never a hang.

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 
 #include "core/call.h"
@@ -20,8 +21,9 @@ constexpr size_t kMaxAlignRows = size_t{1} << 20;
 // The piece size every rank plans its launch for (submitAlltoAllv).
 constexpr size_t kPlanPieceBytes = size_t{4} << 20;
 
+// Written without a + aLen: an open extent reaches the end of the address space.
 bool rangesOverlap(uint64_t a, uint64_t aLen, uint64_t b, uint64_t bLen) {
-  return aLen > 0 && bLen > 0 && a < b + bLen && b < a + aLen;
+  return aLen > 0 && bLen > 0 && (a >= b ? a - b < bLen : b - a < aLen);
 }
 
 bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
@@ -30,20 +32,24 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 }
 
 // Rows of rowBytes that a buffer whose extent the call does not know (the device counts decide)
-// may hold: from `p` to the end of its allocation as CUDA reports it, and short of `other` (the
-// call's other buffer) when that lies above `p` in the same range, so the two can never overlap.
+// may hold: from `p` to the end of its allocation where CUDA knows it exactly (cudaMalloc memory;
+// for cuMem and pool memory the range CUDA reports need not be the allocation: a chunk of an
+// expandable segment, say, so there the extent is open), and short of every one of `clips` (the
+// call's other buffer and its count arrays) that lies above `p`, so that none can overlap it.
 // 0 for NULL (a rank that moves nothing there).
 yaliResult_t openExtentRows(yaliComm* comm, const VarCall& c, const void* p, const char* name, size_t rowBytes,
-                            const void* other, size_t* rows) {
+                            std::initializer_list<const void*> clips, size_t* rows) {
   *rows = 0;
   if (p == nullptr) return yaliSuccess;
   AllocationInfo info;
   yaliResult_t r = checkBuffer(comm, p, name, 1, 0, c.name, &info);
   if (r != yaliSuccess) return r;
   const uint64_t at = reinterpret_cast<uint64_t>(p);
-  uint64_t end = info.start + info.size;
-  const uint64_t o = reinterpret_cast<uint64_t>(other);
-  if (other != nullptr && o > at && o < end) end = o;
+  uint64_t end = info.legacyIpc ? info.start + info.size : UINT64_MAX;
+  for (const void* clip : clips) {
+    const uint64_t o = reinterpret_cast<uint64_t>(clip);
+    if (clip != nullptr && o > at && o < end) end = o;
+  }
   *rows = end > at ? (end - at) / rowBytes : 0;
   return yaliSuccess;
 }
@@ -75,8 +81,9 @@ yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarAr
                   c.name, p, rc, p, rd);
     sendAt = sd + sc;
     recvAt = rd + rc;
-    sendEnd = std::max(sendEnd, sd + sc);
-    recvEnd = std::max(recvEnd, rd + rc);
+    // An empty entry moves nothing: its displacement bounds nothing.
+    if (sc > 0) sendEnd = std::max(sendEnd, sd + sc);
+    if (rc > 0) recvEnd = std::max(recvEnd, rd + rc);
     v->hostSendCounts[p] = sc;
     v->hostSendDispls[p] = sd;
     v->hostRecvCounts[p] = rc;
@@ -174,9 +181,28 @@ yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size
                        capacityRows * rowBytes, c.name, &info)) != yaliSuccess)
     return r;
   size_t rankRows = 0;
-  if ((r = openExtentRows(comm, c, rankBuf, expertIsRecv ? "sendbuff" : "recvbuff", rowBytes, expertBuf, &rankRows)) !=
+  if ((r = openExtentRows(comm, c, rankBuf, expertIsRecv ? "sendbuff" : "recvbuff", rowBytes,
+                          {expertBuf, c.sendCounts, c.sendDispls, c.recvCounts, c.recvOffsets}, &rankRows)) !=
       yaliSuccess)
     return r;
+  // The count arrays are read by every block while others write rows, and written by block 0
+  // while others read rows: none may lie in the rows the call moves.
+  {
+    const struct {
+      const void* p;
+      size_t bytes;
+      const char* name;
+    } arrays[] = {{c.sendCounts, groups * 8, countsName},
+                  {c.sendDispls, static_cast<size_t>(n) * 8, "sdispls"},
+                  {c.recvCounts, countsOut * 8, countsOutName},
+                  {c.recvOffsets, offsetsOut * 8, offsetsOutName}};
+    for (const auto& a : arrays) {
+      if (a.p == nullptr) continue;
+      if (overlaps(a.p, a.bytes, expertBuf, capacityRows * rowBytes) || overlaps(a.p, a.bytes, rankBuf, rankRows * rowBytes))
+        return fail(yaliInvalidArgument, comm, "%s: %s=%p lies in the rows of sendbuff=%p or recvbuff=%p", c.name,
+                    a.name, a.p, c.send, c.recv);
+    }
+  }
   if (!expert && rankBuf != nullptr && reinterpret_cast<uintptr_t>(rankBuf) % rowBytes != 0)
     return fail(yaliInvalidArgument, comm, "%s: sendbuff=%p is not aligned to its element size (%zu bytes)", c.name,
                 rankBuf, rowBytes);

@@ -323,7 +323,15 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 // tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
 // follow waits a grace period longer, comm.cc: makeDeviceResources). The fence orders this block's
 // work before its count.
-__device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission) {
+// `onFailure`: what the last block runs (thread 0 alone) when an admitted launch failed, after every
+// block has left, so nothing of the launch can overwrite it (AlltoAllv: -1 into the count outputs).
+struct NoEpilogue {
+  __device__ void operator()() const {}
+};
+
+template <typename OnFailure = NoEpilogue>
+__device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission,
+                                            OnFailure&& onFailure = OnFailure()) {
   LocalState* local = args.local;
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
@@ -332,6 +340,7 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   if (left != gridDim.x - 1) return;
   __threadfence();
   local->exits = 0;
+  if (admission == kAdmitted && *reinterpret_cast<volatile int*>(&local->failed) != 0) onFailure();
   if (rebase) {
     if (*reinterpret_cast<volatile int*>(&local->failed) == 0) rebaseEpochs(args);
   } else if (admission == kAdmitted) {

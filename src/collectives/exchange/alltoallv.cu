@@ -88,6 +88,7 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
     t.failedPhase = 0;
     t.waitFailed = 0;
   }
+  __syncthreads();  // before any thread may set them
   // Our row, and its packets to every rank (block 0 only).
   for (int g = threadIdx.x; g < groups; g += blockDim.x) {
     const int64_t c = ownCount(v, g);
@@ -170,10 +171,13 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
   // Extents: the byRank buffer holds rankRows rows, the byExpert buffer expertRows.
   if (t.failedPhase == 0) {
     const bool dispatch = dispatchDirection(v);
+    // Empty chunks move nothing: their starts (a padded segment start, a displacement past the
+    // end) bound nothing. The end of the expert-major rows (expertOffsets[E]) is within the
+    // capacity when every non-empty chunk is.
     for (int g = threadIdx.x; g < groups; g += blockDim.x) {
-      if (static_cast<uint64_t>(t.rankStart[g] + t.rankLen[g]) > v.rankRows)
+      if (t.rankLen[g] > 0 && static_cast<uint64_t>(t.rankStart[g] + t.rankLen[g]) > v.rankRows)
         failCheck(t, dispatch ? kPhaseCountsSendExtent : kPhaseCountsRecvExtent);
-      if (static_cast<uint64_t>(t.expertStart[g] + t.expertLen[g]) > v.expertRows)
+      if (t.expertLen[g] > 0 && static_cast<uint64_t>(t.expertStart[g] + t.expertLen[g]) > v.expertRows)
         failCheck(t, dispatch ? kPhaseCountsCapacity : kPhaseCountsSendExtent);
     }
   }
@@ -355,6 +359,18 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
   __syncthreads();  // thread 0 leaves the launch (leaveLaunch) only after every drain wait
 }
 
+// The count outputs say the launch failed: -1 in every entry (thread 0 of the last block, after every
+// block has left: leaveLaunch's epilogue; a peer's death during the rows leaves this rank's counts,
+// written early by block 0, valid-looking otherwise).
+__device__ void markCountsFailed(const DeviceArgs& args) {
+  const VarArgs& v = args.var;
+  const int n = args.nranks, E = static_cast<int>(v.localExperts);
+  const int outputs = v.mode == kVarDispatch ? n * E : v.mode == kVarDeviceCounts ? n : 0;
+  const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
+  for (int i = 0; v.recvCounts != nullptr && i < outputs; ++i) v.recvCounts[i] = -1;
+  for (int i = 0; v.recvOffsets != nullptr && i < offsets; ++i) v.recvOffsets[i] = -1;
+}
+
 // A launch refused on a failed comm: the outputs say so (poisonOutput's bytes, and -1 in every
 // count output), rather than holding the previous step's values.
 __device__ void poisonVar(const DeviceArgs& args) {
@@ -384,7 +400,7 @@ __global__ void __launch_bounds__(512) alltoallvKernel(const __grid_constant__ D
   } else if (admission == kRefusedFailed) {
     poisonVar(args);
   }
-  if (threadIdx.x == 0) leaveLaunch(args, info, admission);
+  if (threadIdx.x == 0) leaveLaunch(args, info, admission, [&]() { markCountsFailed(args); });
 }
 
 KernelFn alltoallvKernelFor(DataType, RedOp) { return alltoallvKernel; }
