@@ -1434,6 +1434,32 @@ void caseExperts(Ctx& ctx) {
       }
       syncAll(ctx);
     }
+
+    // Empty chunks bound nothing: E = 2, alignRows 128, capacityRows 100, and one row for local
+    // expert 0 of every rank (from rank 0). Expert 1's segment would start at row 128, past the
+    // capacity, but it receives nothing, so the call is valid (2bf23be; before it, the padded start
+    // of the empty chunk failed the capacity check and the comm).
+    {
+      const int E = 2;
+      Matrix rows(n, std::vector<size_t>((size_t)n * E, 0));
+      for (int d = 0; d < n; ++d) rows[0][(size_t)d * E] = 1;
+      ExpertShape S;
+      S.E = E;
+      S.rowBytes = 64;
+      S.alignRows = 128;
+      for (int k = 0; k < n; ++k) {
+        S.capacity.push_back(100);
+        S.sendRows.push_back(rowsSentBy(rows, k));
+      }
+      const std::string what = "an empty expert whose padded start lies past capacityRows";
+      ExpertRun run(ctx, S);
+      run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
+      run.dispatch(comms, what, /*copyCounts=*/true);
+      run.verifyDispatch(comms, what);
+      run.loadCombineInput();
+      run.combine(comms, what, /*fromShifted=*/true);
+      run.verifyCombine(comms, what, true);
+    }
   }
   ctx.destroyComms(comms, "a2av_experts");
 }
