@@ -349,6 +349,10 @@ typedef struct {
                         * the tile of a grouped GEMM); the padding rows are not written */
   size_t capacityRows; /* rows the expert-major buffer holds (the dispatch's recvbuff, the combine's
                         * sendbuff) */
+  size_t tokenRows;    /* rows the token-ordered buffer holds (the dispatch's sendbuff, the combine's
+                        * recvbuff): counts that reach past them fail the call's check. 0: not
+                        * given (then up to the end of its cudaMalloc allocation, which may hold
+                        * other tensors of a caching allocator; other memory: unchecked) */
 } yaliExpertLayout_t;
 
 /* Dispatch. sendCounts: device int64[nranks * E], [g]: rows this rank sends to global expert g;

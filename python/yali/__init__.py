@@ -351,30 +351,35 @@ class ExpertLayout(NamedTuple):
     rank, 1..MAX_LOCAL_EXPERTS, with nranks * local_experts <= MAX_EXPERTS; ``align_rows``: each
     expert's segment starts at a multiple of this many rows (>= 1; the padding rows are not
     written); ``capacity_rows``: rows the expert-major buffer holds (the dispatch's output, the
-    combine's input)."""
+    combine's input); ``token_rows``: rows the token-ordered buffer holds (the dispatch's input, the
+    combine's output), 0 when not given."""
 
     row_bytes: int
     local_experts: int
     align_rows: int
     capacity_rows: int
+    token_rows: int = 0
 
 
 def _as_layout(layout, call, nranks):
     """A checked yaliExpertLayout_t from an ExpertLayout, a 4-tuple in its order, or a
     yaliExpertLayout_t."""
     if isinstance(layout, _capi.yaliExpertLayout_t):
-        fields = (layout.rowBytes, layout.localExperts, layout.alignRows, layout.capacityRows)
+        fields = (layout.rowBytes, layout.localExperts, layout.alignRows, layout.capacityRows,
+                  layout.tokenRows)
     else:
         try:
             fields = tuple(layout)
         except TypeError:
             fields = ()
-        if len(fields) != 4:
+        if len(fields) == 4:
+            fields += (0,)
+        if len(fields) != 5:
             raise _capi.python_error(
                 Result.InvalidArgument, call,
                 "layout must be a yali.ExpertLayout(row_bytes, local_experts, align_rows, "
                 f"capacity_rows), got {layout!r}")
-    return _capi.expert_layout(*fields, call=call, nranks=nranks)
+    return _capi.expert_layout(*fields[:4], call=call, nranks=nranks, token_rows=fields[4])
 
 
 def _as_ptr(value, call, name):

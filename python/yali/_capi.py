@@ -141,6 +141,7 @@ class yaliExpertLayout_t(ctypes.Structure):
         ("localExperts", ctypes.c_int),  # E, experts per rank, 1..MAX_LOCAL_EXPERTS
         ("alignRows", ctypes.c_size_t),  # each expert's segment starts at a multiple of this, >= 1
         ("capacityRows", ctypes.c_size_t),  # rows of the expert-major buffer
+        ("tokenRows", ctypes.c_size_t),  # rows of the token-ordered buffer (0: not given)
     ]
 
 
@@ -953,14 +954,16 @@ def all_to_all_v_device_counts(send_ptr, send_counts_ptr, send_displs_ptr, recv_
 
 
 def expert_layout(row_bytes, local_experts, align_rows, capacity_rows, call="yaliExpertDispatch",
-                  nranks=None):
+                  nranks=None, token_rows=0):
     """A yaliExpertLayout_t, refused (YaliInvalidArgument naming ``call`` and the field) outside the
     header's ranges: rowBytes >= 1, localExperts in 1..MAX_LOCAL_EXPERTS (and, given ``nranks``,
-    nranks * localExperts <= MAX_EXPERTS), alignRows >= 1, capacityRows >= 0."""
+    nranks * localExperts <= MAX_EXPERTS), alignRows >= 1, capacityRows >= 0; tokenRows: the rows of
+    the token-ordered buffer (0: not given)."""
     row_bytes = as_size_t(row_bytes, call, "layout.rowBytes")
     local_experts = as_c_int(local_experts, call, "layout.localExperts")
     align_rows = as_size_t(align_rows, call, "layout.alignRows")
     capacity_rows = as_size_t(capacity_rows, call, "layout.capacityRows")
+    token_rows = as_size_t(token_rows, call, "layout.tokenRows")
     if row_bytes < 1:
         raise python_error(Result.InvalidArgument, call, "layout.rowBytes=0 must be >= 1")
     if not 1 <= local_experts <= MAX_LOCAL_EXPERTS:
@@ -975,7 +978,7 @@ def expert_layout(row_bytes, local_experts, align_rows, capacity_rows, call="yal
             f"experts; at most {MAX_EXPERTS} (YALI_MAX_EXPERTS)")
     if align_rows < 1:
         raise python_error(Result.InvalidArgument, call, "layout.alignRows=0 must be >= 1")
-    return yaliExpertLayout_t(row_bytes, local_experts, align_rows, capacity_rows)
+    return yaliExpertLayout_t(row_bytes, local_experts, align_rows, capacity_rows, token_rows)
 
 
 def _as_layout(layout, call):

@@ -955,7 +955,7 @@ def _launch_all_to_all_device_counts(opname, handle, output, input, input_splits
     counts = output_splits
     if counts is None and output_offsets is not None:
         counts = torch.empty(n, dtype=torch.int64, device=output_offsets.device)
-    layout = _capi.expert_layout(row_bytes, 1, 1, output.shape[0], opname, n)
+    layout = _capi.expert_layout(row_bytes, 1, 1, output.shape[0], opname, n, input.shape[0])
     _capi.expert_dispatch(input.data_ptr(), input_splits.data_ptr(), output.data_ptr(),
                           _ptr(counts), None, layout, handle, stream)
     if output_offsets is not None:
@@ -975,7 +975,7 @@ def _launch_expert_dispatch(opname, handle, output, input, send_counts, local_ex
     if expert_offsets is not None:
         _check_counts(opname, "expert_offsets", expert_offsets, e + 1,
                       f"local_experts ({e}) + 1", comm.device)
-    layout = _capi.expert_layout(row_bytes, e, align, output.shape[0], opname, n)
+    layout = _capi.expert_layout(row_bytes, e, align, output.shape[0], opname, n, input.shape[0])
     _capi.expert_dispatch(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(),
                           _ptr(recv_counts), _ptr(expert_offsets), layout, handle, stream)
 
@@ -987,7 +987,7 @@ def _launch_expert_combine(opname, handle, output, input, send_counts, local_exp
     _check_counts(opname, "send_counts", send_counts, n * e, f"nranks ({n}) x local_experts ({e})",
                   comm.device)
     # The expert-major buffer is the combine's input: its rows are the capacity.
-    layout = _capi.expert_layout(row_bytes, e, align, input.shape[0], opname, n)
+    layout = _capi.expert_layout(row_bytes, e, align, input.shape[0], opname, n, output.shape[0])
     _capi.expert_combine(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(), layout,
                          handle, stream)
 
@@ -2133,7 +2133,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                            (f"output_offsets[{i}]", offsets[i])))
             if counts[i] is None and offsets[i] is not None:
                 counts[i] = torch.empty(n, dtype=torch.int64, device=offsets[i].device)
-        layouts = [_capi.expert_layout(row_bytes, 1, 1, o.shape[0], method, n) for o in outs]
+        layouts = [_capi.expert_layout(row_bytes, 1, 1, o.shape[0], method, n, t.shape[0])
+                   for o, t in zip(outs, ins)]
         self._run(lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), splits[i].data_ptr(), outs[i].data_ptr(), _ptr(counts[i]), None,
             layouts[i], comm.handle, stream))
@@ -2164,7 +2165,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
             _check_count_overlaps(method, ((f"send_counts[{i}]", sends[i]),
                                            (f"recv_counts[{i}]", recvs[i]),
                                            (f"expert_offsets[{i}]", offs[i])))
-        layouts = [_capi.expert_layout(row_bytes, e, align, o.shape[0], method, n) for o in outs]
+        layouts = [_capi.expert_layout(row_bytes, e, align, o.shape[0], method, n, t.shape[0])
+                   for o, t in zip(outs, ins)]
         self._run(lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), _ptr(recvs[i]),
             _ptr(offs[i]), layouts[i], comm.handle, stream))
@@ -2182,7 +2184,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
         outs, ins, _, row_bytes = self._exchange_pairs(method, output_tensors, input_tensors)
         sends = self._count_tensors(method, "send_counts", send_counts, n * e,
                                     f"world_size ({n}) x local_experts ({e})")
-        layouts = [_capi.expert_layout(row_bytes, e, align, t.shape[0], method, n) for t in ins]
+        layouts = [_capi.expert_layout(row_bytes, e, align, t.shape[0], method, n, o.shape[0])
+                   for o, t in zip(outs, ins)]
         self._run(lambda i, comm, stream: _capi.expert_combine(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), layouts[i], comm.handle,
             stream))

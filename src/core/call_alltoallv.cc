@@ -181,10 +181,20 @@ yaliResult_t planDeviceCounts(yaliComm* comm, const VarCall& c, VarArgs* v, size
                        capacityRows * rowBytes, c.name, &info)) != yaliSuccess)
     return r;
   size_t rankRows = 0;
-  if ((r = openExtentRows(comm, c, rankBuf, expertIsRecv ? "sendbuff" : "recvbuff", rowBytes,
-                          {expertBuf, c.sendCounts, c.sendDispls, c.recvCounts, c.recvOffsets}, &rankRows)) !=
-      yaliSuccess)
+  const char* rankName = expertIsRecv ? "sendbuff" : "recvbuff";
+  const size_t tokenRows = expert ? c.layout->tokenRows : 0;
+  if (tokenRows > 0) {
+    // Given: exact, so the device check protects the tensors beside this one too.
+    if (tokenRows > SIZE_MAX / rowBytes)
+      return fail(yaliInvalidArgument, comm, "%s: layout->tokenRows=%zu rows of %zu bytes overflows the byte size",
+                  c.name, tokenRows, rowBytes);
+    if ((r = checkBuffer(comm, rankBuf, rankName, 1, tokenRows * rowBytes, c.name, &info)) != yaliSuccess) return r;
+    rankRows = tokenRows;
+  } else if ((r = openExtentRows(comm, c, rankBuf, rankName, rowBytes,
+                                 {expertBuf, c.sendCounts, c.sendDispls, c.recvCounts, c.recvOffsets}, &rankRows)) !=
+             yaliSuccess) {
     return r;
+  }
   // The count arrays are read by every block while others write rows, and written by block 0
   // while others read rows: none may lie in the rows the call moves.
   {

@@ -131,16 +131,17 @@ _FIELD_TYPES = {"size_t": ctypes.c_size_t, "int": ctypes.c_int}
 
 def test_expert_layout_struct_matches_header(header_text):
     """yaliExpertLayout_t: the header's fields, in its order, with its types; the C layout on LP64
-    (size_t, int padded to 8, size_t, size_t)."""
+    (size_t, int padded to 8, size_t, size_t, size_t)."""
     header = _header_struct(header_text, "yaliExpertLayout_t")
-    assert [name for _, name in header] == ["rowBytes", "localExperts", "alignRows", "capacityRows"]
+    assert [name for _, name in header] == ["rowBytes", "localExperts", "alignRows", "capacityRows",
+                                            "tokenRows"]
     fields = _capi.yaliExpertLayout_t._fields_
     assert [name for name, _ in fields] == [name for _, name in header]
     for (ctype, name), (_, pytype) in zip(header, fields):
         assert pytype is _FIELD_TYPES[ctype], f"{name}: yali.h {ctype}, ctypes {pytype}"
     L = _capi.yaliExpertLayout_t
-    assert ctypes.sizeof(L) == 4 * ctypes.sizeof(ctypes.c_size_t)
-    assert [getattr(L, n).offset for n, _ in fields] == [0, 8, 16, 24]
+    assert ctypes.sizeof(L) == 5 * ctypes.sizeof(ctypes.c_size_t)
+    assert [getattr(L, n).offset for n, _ in fields] == [0, 8, 16, 24, 32]
     assert _capi.yaliExpertLayout_t(1, 2, 3, 4).capacityRows == 4
 
 
@@ -1122,17 +1123,20 @@ def test_comm_device_count_forms_arguments(a2av_lib):
                          0x77)
     assert a2av_lib.calls[-1][2] == dict(
         sendbuff=0x100, sendCounts=0x40000, recvbuff=0x200, recvCounts=None, expertOffsets=0x500,
-        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000),
+        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000, tokenRows=0),
         comm=comm.handle, stream=0x77)
     # The layout as a plain tuple in ExpertLayout's order, or the C struct itself.
     comm.expert_combine(0x200, counts, 0x100, (4096, 8, 16, 1000))
     assert a2av_lib.calls[-1][2] == dict(
         sendbuff=0x200, sendCounts=0x40000, recvbuff=0x100,
-        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000),
+        layout=dict(rowBytes=4096, localExperts=8, alignRows=16, capacityRows=1000, tokenRows=0),
         comm=comm.handle, stream=None)
     comm.expert_combine(0x200, counts, 0x100, _capi.yaliExpertLayout_t(2, 1, 1, 0))
     assert a2av_lib.calls[-1][2]["layout"] == dict(rowBytes=2, localExperts=1, alignRows=1,
-                                                   capacityRows=0)
+                                                   capacityRows=0, tokenRows=0)
+    # The token side's rows, when given (the torch layer always gives them).
+    comm.expert_combine(0x200, counts, 0x100, yali.ExpertLayout(4096, 8, 16, 1000, 77))
+    assert a2av_lib.calls[-1][2]["layout"]["tokenRows"] == 77
 
 
 @pytest.mark.parametrize("layout,words", [

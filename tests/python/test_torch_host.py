@@ -1089,7 +1089,7 @@ def test_a2av_launch_functions_make_the_c_calls(a2av_lib, monkeypatch, no_stream
                                         _i64(0x400, 3), None)
     assert last() == ("yaliExpertDispatch", dict(
         sendbuff=0x100, sendCounts=0x300, recvbuff=0x200, recvCounts=0x400, expertOffsets=None,
-        layout=dict(rowBytes=6, localExperts=1, alignRows=1, capacityRows=10)))
+        layout=dict(rowBytes=6, localExperts=1, alignRows=1, capacityRows=10, tokenRows=4)))
     yt._launch_all_to_all_device_counts("op", h, _Rows(0x200, (10,)), _Rows(0x100, (4,)),
                                         _i64(0x300, 3), None, None)
     assert last()[1]["recvCounts"] is None and last_layout(a2av_lib)["rowBytes"] == 4
@@ -1097,13 +1097,13 @@ def test_a2av_launch_functions_make_the_c_calls(a2av_lib, monkeypatch, no_stream
                                _i64(0x300, 6), 2, 16, _i64(0x400, 6), _i64(0x500, 3))
     assert last() == ("yaliExpertDispatch", dict(
         sendbuff=0x100, sendCounts=0x300, recvbuff=0x200, recvCounts=0x400, expertOffsets=0x500,
-        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64)))
+        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64, tokenRows=5)))
     # Combine: the expert-major buffer is the input; its rows are the capacity.
     yt._launch_expert_combine("op", h, _Rows(0x100, (5, 8)), _Rows(0x200, (64, 8)),
                               _i64(0x300, 6), 2, 16)
     assert last() == ("yaliExpertCombine", dict(
         sendbuff=0x200, sendCounts=0x300, recvbuff=0x100,
-        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64)))
+        layout=dict(rowBytes=32, localExperts=2, alignRows=16, capacityRows=64, tokenRows=5)))
     n_calls = len(a2av_lib.launches())
 
     x, out = _Rows(0x100, (5, 8)), _Rows(0x200, (64, 8))
