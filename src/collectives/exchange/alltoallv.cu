@@ -11,8 +11,9 @@
 //   2. tables  every block builds both chunk tables in shared memory from its row and column and
 //              checks them (negative counts, capacities, extents, host recvcounts); every block
 //              reaches the same verdict from the same numbers. On a failed check nothing moves:
-//              block 0 writes -1 into the count outputs and records kFailCounts, which reaches
-//              every peer (recordFailure), whose waits for us then end.
+//              block 0 records kFailCounts, which reaches every peer (recordFailure), whose waits
+//              for us then end; the last block to leave writes -1 into the count outputs (as after
+//              any failure of the launch: leaveLaunch's epilogue).
 //   3. data    the staged exchange of exchange.cuh with a length per pair instead of one piece size:
 //              sender X and receiver Y both know the piece X -> Y (its chunk counts are in X's row
 //              and Y's column), hence its number of slots, and run the same push / consume /
@@ -183,15 +184,9 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
   }
   __syncthreads();
   if (t.failedPhase != 0) {
-    if (blockIdx.x == 0) {
-      const int outputs = v.mode == kVarDispatch ? groups : v.mode == kVarDeviceCounts ? n : 0;
-      const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
-      for (int i = threadIdx.x; i < outputs; i += blockDim.x)
-        if (v.recvCounts != nullptr) v.recvCounts[i] = -1;
-      for (int i = threadIdx.x; i < offsets; i += blockDim.x)
-        if (v.recvOffsets != nullptr) v.recvOffsets[i] = -1;
-      if (threadIdx.x == 0) recordFailure(args, kFailCounts, t.failedPhase);
-    }
+    // The -1 in the count outputs comes from leaveLaunch's epilogue (markCountsFailed), which runs
+    // for every failed launch once all its blocks have left.
+    if (blockIdx.x == 0 && threadIdx.x == 0) recordFailure(args, kFailCounts, t.failedPhase);
     return false;
   }
   // The count outputs (block 0), for the caller's next kernel.
@@ -359,32 +354,27 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
   __syncthreads();  // thread 0 leaves the launch (leaveLaunch) only after every drain wait
 }
 
-// The count outputs say the launch failed: -1 in every entry (thread 0 of the last block, after every
-// block has left: leaveLaunch's epilogue; a peer's death during the rows leaves this rank's counts,
-// written early by block 0, valid-looking otherwise).
-__device__ void markCountsFailed(const DeviceArgs& args) {
+// -1 in every entry of the count outputs (VarMode says which and how long), by the threads
+// first, first + stride, ...
+__device__ void fillCountsFailed(const DeviceArgs& args, int first, int stride) {
   const VarArgs& v = args.var;
   const int n = args.nranks, E = static_cast<int>(v.localExperts);
   const int outputs = v.mode == kVarDispatch ? n * E : v.mode == kVarDeviceCounts ? n : 0;
   const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
-  for (int i = 0; v.recvCounts != nullptr && i < outputs; ++i) v.recvCounts[i] = -1;
-  for (int i = 0; v.recvOffsets != nullptr && i < offsets; ++i) v.recvOffsets[i] = -1;
+  for (int i = first; v.recvCounts != nullptr && i < outputs; i += stride) v.recvCounts[i] = -1;
+  for (int i = first; v.recvOffsets != nullptr && i < offsets; i += stride) v.recvOffsets[i] = -1;
 }
 
+// The count outputs say the launch failed (thread 0 of the last block, after every block has left:
+// leaveLaunch's epilogue). Covers a failed check and a failed wait alike; a peer's death during
+// the rows would otherwise leave this rank's counts, written early by block 0, valid-looking.
+__device__ void markCountsFailed(const DeviceArgs& args) { fillCountsFailed(args, 0, 1); }
+
 // A launch refused on a failed comm: the outputs say so (poisonOutput's bytes, and -1 in every
-// count output), rather than holding the previous step's values.
+// count output, by block 0), rather than holding the previous step's values.
 __device__ void poisonVar(const DeviceArgs& args) {
-  const VarArgs& v = args.var;
-  const int n = args.nranks;
   poisonOutput(args, 1);
-  if (blockIdx.x != 0) return;
-  const int E = static_cast<int>(v.localExperts);
-  const int outputs = v.mode == kVarDispatch ? n * E : v.mode == kVarDeviceCounts ? n : 0;
-  const int offsets = v.mode == kVarDispatch ? E + 1 : v.mode == kVarDeviceCounts ? n : 0;
-  for (int i = threadIdx.x; i < outputs; i += blockDim.x)
-    if (v.recvCounts != nullptr) v.recvCounts[i] = -1;
-  for (int i = threadIdx.x; i < offsets; i += blockDim.x)
-    if (v.recvOffsets != nullptr) v.recvOffsets[i] = -1;
+  if (blockIdx.x == 0) fillCountsFailed(args, threadIdx.x, blockDim.x);
 }
 
 }  // namespace
