@@ -171,11 +171,16 @@ struct Region {
 };
 
 // `lead` more bytes of guard before the region put its start off 16-byte alignment (keep it a
-// multiple of the element size).
-Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead = 0) {
+// multiple of the element size). In cuMem chunks (Alloc::CuMemChunks) the region straddles the
+// first chunk's end (from 32 bytes on), so that CUDA's range for its start holds only part of it.
+Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead = 0, Alloc kind = Alloc::Malloc) {
+  size_t before = kGuardBytes;
+  if (kind == Alloc::CuMemChunks) {
+    before = std::max(before, cuMemChunkBytes(ctx, ctx.local[i].dev) - roundUp(bytes / 2, 16));
+  }
   Region r;
-  r.alloc = allocDev(ctx, ctx.local[i].dev, 2 * kGuardBytes + lead + bytes, Alloc::Malloc, ctx.local[i].stream);
-  r.p = r.alloc.p + kGuardBytes + lead;
+  r.alloc = allocDev(ctx, ctx.local[i].dev, before + lead + bytes + kGuardBytes, kind, ctx.local[i].stream);
+  r.p = r.alloc.p + before + lead;
   r.bytes = bytes;
   return r;
 }
@@ -680,6 +685,7 @@ struct DevShape {
   bool outCounts = true, outDispls = true;  // recvcounts / rdispls passed (else NULL)
   std::vector<size_t> sendElems, capacity;  // per rank: the send region, recvCapacity
   std::vector<size_t> sendLead;             // bytes before the send region (multiple of es)
+  Alloc sendAlloc = Alloc::Malloc;          // CuMemChunks: the send region straddles two chunks
   size_t es() const { return dtypeSize(dt); }
 };
 
@@ -736,7 +742,7 @@ class DevRun {
     for (size_t i = 0; i < ctx.local.size(); ++i) {
       const int k = ctx.local[i].rank;
       Rank R;
-      R.send = makeRegion(ctx, i, shape.sendElems[k] * shape.es(), shape.sendLead[k]);
+      R.send = makeRegion(ctx, i, shape.sendElems[k] * shape.es(), shape.sendLead[k], shape.sendAlloc);
       R.recv = makeRegion(ctx, i, shape.capacity[k] * shape.es());
       R.counts = makeRegion(ctx, i, w);
       R.displs = makeRegion(ctx, i, w);
@@ -941,6 +947,18 @@ void caseDevice(Ctx& ctx) {
       run.verify(comms, "large, capacity exact");
     }
 
+    // sendbuff in cuMem chunks mapped back to back (torch's expandable segments), straddling the
+    // first chunk's end: the rows past it are sendbuff's too (review finding 1, fixed in 24b766a).
+    {
+      const DevCounts c = drawDevCounts(Pattern::kRandom, n, 65537, Displs::kGaps, rng);
+      DevShape S = fitShape(yaliFloat32, Displs::kGaps, c, 0, rng);
+      S.sendAlloc = Alloc::CuMemChunks;
+      DevRun run(ctx, S);
+      run.prepare(c, ctx.nextSeed(), false);
+      run.issue(comms, "sendbuff straddling two cuMem chunks", true);
+      run.verify(comms, "sendbuff straddling two cuMem chunks");
+    }
+
     // Back to back: after each call, its data and its device counts are overwritten on the stream.
     {
       const int kCalls = ctx.quick() ? 6 : 12;
@@ -1013,6 +1031,7 @@ struct ExpertShape {
   std::vector<size_t> capacity;  // per rank: capacityRows (the dispatch's recvbuff, the combine's sendbuff)
   std::vector<size_t> sendRows;  // per rank: rows of the dispatch's sendbuff and the combine's recvbuff
   bool outCounts = true, outOffsets = true;  // recvCounts / expertOffsets passed (else NULL)
+  Alloc tokenAlloc = Alloc::Malloc;  // CuMemChunks: send and back straddle two chunks (tokenRows 0)
   yaliExpertLayout_t layout(int rank) const {
     yaliExpertLayout_t L;
     std::memset(&L, 0, sizeof L);
@@ -1102,10 +1121,10 @@ class ExpertRun {
     for (size_t i = 0; i < ctx.local.size(); ++i) {
       const int k = ctx.local[i].rank;
       Rank R;
-      R.send = makeRegion(ctx, i, shape.sendRows[k] * rb);
+      R.send = makeRegion(ctx, i, shape.sendRows[k] * rb, 0, shape.tokenAlloc);
       R.mid = makeRegion(ctx, i, shape.capacity[k] * rb);
       R.mid2 = makeRegion(ctx, i, shape.capacity[k] * rb);
-      R.back = makeRegion(ctx, i, shape.sendRows[k] * rb);
+      R.back = makeRegion(ctx, i, shape.sendRows[k] * rb, 0, shape.tokenAlloc);
       R.counts = makeRegion(ctx, i, n * E * sizeof(int64_t));
       R.recvCounts = makeRegion(ctx, i, E * n * sizeof(int64_t));
       R.offsets = makeRegion(ctx, i, (E + 1) * sizeof(int64_t));
@@ -1452,6 +1471,24 @@ void caseExperts(Ctx& ctx) {
         S.sendRows.push_back(rowsSentBy(rows, k));
       }
       const std::string what = "an empty expert whose padded start lies past capacityRows";
+      ExpertRun run(ctx, S);
+      run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
+      run.dispatch(comms, what, /*copyCounts=*/true);
+      run.verifyDispatch(comms, what);
+      run.loadCombineInput();
+      run.combine(comms, what, /*fromShifted=*/true);
+      run.verifyCombine(comms, what, true);
+    }
+
+    // The token-ordered buffers (the dispatch's sendbuff, the combine's recvbuff) in cuMem chunks
+    // mapped back to back, as torch's expandable segments grow, each straddling the first chunk's
+    // end, tokenRows not given: CUDA's range for the buffer's start ends mid-buffer, so a library
+    // that bounded the rows by it refused this valid call (review finding 1, fixed in 24b766a).
+    {
+      const Matrix rows = drawExpertRows(n, 3, 40, -1, rng);
+      ExpertShape S = fitExperts(3, 2 * 7168, 1, rows, 0);
+      S.tokenAlloc = Alloc::CuMemChunks;
+      const std::string what = "token buffers straddling two cuMem chunks";
       ExpertRun run(ctx, S);
       run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
       run.dispatch(comms, what, /*copyCounts=*/true);

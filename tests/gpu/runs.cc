@@ -1,6 +1,8 @@
 // Buffers with guards, output checking, identity across ranks (see runs.h).
 #include "runs.h"
 
+#include <cuda.h>  // types only: the driver is reached through the runtime's entry points
+
 #include <algorithm>
 #include <cctype>
 #include <cinttypes>
@@ -14,8 +16,104 @@ const char* allocName(Alloc a) {
     case Alloc::Malloc: return "cudaMalloc";
     case Alloc::DefaultPool: return "cudaMallocAsync";
     case Alloc::OwnPool: return "cudaMallocFromPoolAsync";
+    case Alloc::CuMemChunks: return "cuMemCreate chunks";
   }
   return "?";
+}
+
+namespace {
+
+// The driver's virtual memory functions, through the runtime (the tests link only the runtime).
+struct CuMem {
+  CUresult (*granularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) = nullptr;
+  CUresult (*create)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long) = nullptr;
+  CUresult (*reserve)(CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long) = nullptr;
+  CUresult (*map)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long) = nullptr;
+  CUresult (*setAccess)(CUdeviceptr, size_t, const CUmemAccessDesc*, size_t) = nullptr;
+  CUresult (*unmap)(CUdeviceptr, size_t) = nullptr;
+  CUresult (*release)(CUmemGenericAllocationHandle) = nullptr;
+  CUresult (*addressFree)(CUdeviceptr, size_t) = nullptr;
+};
+
+template <typename F>
+void lookUp(Ctx& ctx, const char* name, F* fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status;
+  CUDA_OK(ctx, cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &status));
+  if (status != cudaDriverEntryPointSuccess || p == nullptr) ctx.fatal("the CUDA driver lacks %s", name);
+  *fn = reinterpret_cast<F>(p);
+}
+
+const CuMem& cuMem(Ctx& ctx) {
+  static CuMem d;
+  static bool found = false;
+  if (!found) {
+    lookUp(ctx, "cuMemGetAllocationGranularity", &d.granularity);
+    lookUp(ctx, "cuMemCreate", &d.create);
+    lookUp(ctx, "cuMemAddressReserve", &d.reserve);
+    lookUp(ctx, "cuMemMap", &d.map);
+    lookUp(ctx, "cuMemSetAccess", &d.setAccess);
+    lookUp(ctx, "cuMemUnmap", &d.unmap);
+    lookUp(ctx, "cuMemRelease", &d.release);
+    lookUp(ctx, "cuMemAddressFree", &d.addressFree);
+    found = true;
+  }
+  return d;
+}
+
+CUmemAllocationProp chunkProperties(int dev) {
+  CUmemAllocationProp prop = {};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  return prop;
+}
+
+#define CU_OK(ctx, call)                                                      \
+  do {                                                                        \
+    const CUresult cu_ = (call);                                              \
+    if (cu_ != CUDA_SUCCESS) (ctx).fatal("%s failed: CUresult %d", #call, (int)cu_); \
+  } while (0)
+
+// At least two chunks, each created and mapped on its own, back to back in one address range.
+void allocChunks(Ctx& ctx, DevAlloc* a) {
+  const CuMem& d = cuMem(ctx);
+  const size_t chunk = cuMemChunkBytes(ctx, a->dev);
+  const size_t n = std::max<size_t>(2, (a->bytes + chunk - 1) / chunk);
+  a->mapped = n * chunk;
+  CUdeviceptr va = 0;
+  CU_OK(ctx, d.reserve(&va, a->mapped, 0, 0, 0));
+  const CUmemAllocationProp prop = chunkProperties(a->dev);
+  for (size_t c = 0; c < n; ++c) {
+    CUmemGenericAllocationHandle h = 0;
+    CU_OK(ctx, d.create(&h, chunk, &prop, 0));
+    a->chunks.push_back(h);
+    CU_OK(ctx, d.map(va + c * chunk, chunk, 0, h, 0));
+  }
+  CUmemAccessDesc access = {};
+  access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  access.location.id = a->dev;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CU_OK(ctx, d.setAccess(va, a->mapped, &access, 1));
+  a->p = reinterpret_cast<char*>(va);
+}
+
+void freeChunks(Ctx& ctx, DevAlloc* a) {
+  const CuMem& d = cuMem(ctx);
+  const CUdeviceptr va = reinterpret_cast<CUdeviceptr>(a->p);
+  CU_OK(ctx, d.unmap(va, a->mapped));
+  for (unsigned long long h : a->chunks) CU_OK(ctx, d.release(h));
+  CU_OK(ctx, d.addressFree(va, a->mapped));
+  a->chunks.clear();
+}
+
+}  // namespace
+
+size_t cuMemChunkBytes(Ctx& ctx, int dev) {
+  size_t g = 0;
+  const CUmemAllocationProp prop = chunkProperties(dev);
+  CU_OK(ctx, cuMem(ctx).granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+  return g;
 }
 
 DevAlloc allocDev(Ctx& ctx, int dev, size_t bytes, Alloc kind, cudaStream_t stream) {
@@ -29,6 +127,10 @@ DevAlloc allocDev(Ctx& ctx, int dev, size_t bytes, Alloc kind, cudaStream_t stre
   switch (kind) {
     case Alloc::Malloc: CUDA_OK(ctx, cudaMalloc(&p, bytes)); break;
     case Alloc::DefaultPool: CUDA_OK(ctx, cudaMallocAsync(&p, bytes, stream)); break;
+    case Alloc::CuMemChunks:
+      allocChunks(ctx, &a);
+      p = a.p;
+      break;
     case Alloc::OwnPool: {
       cudaMemPoolProps props;
       std::memset(&props, 0, sizeof props);
@@ -40,7 +142,7 @@ DevAlloc allocDev(Ctx& ctx, int dev, size_t bytes, Alloc kind, cudaStream_t stre
       break;
     }
   }
-  if (kind != Alloc::Malloc) CUDA_OK(ctx, cudaStreamSynchronize(stream));
+  if (kind == Alloc::DefaultPool || kind == Alloc::OwnPool) CUDA_OK(ctx, cudaStreamSynchronize(stream));
   a.p = static_cast<char*>(p);
   return a;
 }
@@ -50,6 +152,9 @@ void freeDev(Ctx& ctx, DevAlloc& a) {
   CUDA_OK(ctx, cudaSetDevice(a.dev));
   if (a.kind == Alloc::Malloc) {
     CUDA_OK(ctx, cudaFree(a.p));
+  } else if (a.kind == Alloc::CuMemChunks) {
+    CUDA_OK(ctx, cudaStreamSynchronize(a.stream));  // cuMemUnmap does not wait for work that uses it
+    freeChunks(ctx, &a);
   } else {
     CUDA_OK(ctx, cudaFreeAsync(a.p, a.stream));
     CUDA_OK(ctx, cudaStreamSynchronize(a.stream));

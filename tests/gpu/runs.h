@@ -24,6 +24,9 @@ enum class Alloc {
   Malloc,       // cudaMalloc
   DefaultPool,  // cudaMallocAsync from the device's default memory pool
   OwnPool,      // cudaMallocFromPoolAsync from a pool created for it
+  CuMemChunks,  // cuMemCreate chunks of the recommended granularity, each mapped on its own into one
+                // reserved address range, back to back (as torch's expandable segments grow): CUDA
+                // reports each chunk's range for a pointer, not the whole allocation
 };
 const char* allocName(Alloc a);
 
@@ -35,8 +38,12 @@ struct DevAlloc {
   Alloc kind = Alloc::Malloc;
   cudaStream_t stream = nullptr;  // for the pool kinds
   cudaMemPool_t pool = nullptr;   // OwnPool only
+  size_t mapped = 0;                            // CuMemChunks: the reserved and mapped bytes
+  std::vector<unsigned long long> chunks;       // CuMemChunks: the chunks' handles, in address order
 };
 DevAlloc allocDev(Ctx& ctx, int dev, size_t bytes, Alloc kind, cudaStream_t stream);
+// The size of one CuMemChunks chunk on `dev` (the driver's recommended granularity).
+size_t cuMemChunkBytes(Ctx& ctx, int dev);
 void freeDev(Ctx& ctx, DevAlloc& a);
 // Fills the whole allocation with kGuardByte (async on a.stream or the given stream).
 void fillGuard(Ctx& ctx, const DevAlloc& a, cudaStream_t stream);
