@@ -33,8 +33,9 @@ bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 
 // Rows of rowBytes that a buffer whose extent the call does not know (the device counts decide)
 // may hold: from `p` to the end of its allocation where CUDA knows it exactly (cudaMalloc memory;
-// for cuMem and pool memory the range CUDA reports need not be the allocation: a chunk of an
-// expandable segment, say, so there the extent is open), and short of every one of `clips` (the
+// for cuMem memory CUDA reports the whole reserved address range, mapped or not: measured on an
+// H100 on 2026-11-25, a 16 MB reservation with 8 MB mapped in three handles gave 16 MB for every
+// pointer in it, so there the extent is open), and short of every one of `clips` (the
 // call's other buffer and its count arrays) that lies above `p`, so that none can overlap it.
 // 0 for NULL (a rank that moves nothing there).
 yaliResult_t openExtentRows(yaliComm* comm, const VarCall& c, const void* p, const char* name, size_t rowBytes,

@@ -176,7 +176,10 @@ struct Region {
 Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead = 0, Alloc kind = Alloc::Malloc) {
   size_t before = kGuardBytes;
   if (kind == Alloc::CuMemChunks) {
-    before = std::max(before, cuMemChunkBytes(ctx, ctx.local[i].dev) - roundUp(bytes / 2, 16));
+    // Half the region before the first chunk's end (a region of more than two chunks straddles
+    // chunk ends wherever it starts).
+    const size_t chunk = cuMemChunkBytes(ctx, ctx.local[i].dev), half = roundUp(bytes / 2, 16);
+    if (chunk > half + kGuardBytes) before = chunk - half;
   }
   Region r;
   r.alloc = allocDev(ctx, ctx.local[i].dev, before + lead + bytes + kGuardBytes, kind, ctx.local[i].stream);
