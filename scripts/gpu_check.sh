@@ -47,6 +47,9 @@
 #   QUICK_RANKS="2 4"  QUICK_MULTI_RANKS=""  quick: the whole suite --quick, single mode (and multi
 #                                            mode at QUICK_MULTI_RANKS), ranks sharing GPUs
 #   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
+#   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
+#   MOE_NP="2 4"                             moe: examples/04_moe/moe.py under graph capture, then
+#                                            yali-perf -C alltoallv (every distribution): #wrong
 #   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
 #                                            ../shared/third_party or scratch/third_party) under
 #                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
@@ -173,9 +176,22 @@ if has a2av; then
   for spec in $(for n in ${A2AV_SINGLE:-2 3 4 8}; do echo "single:$n"; done) \
               $(for n in ${A2AV_MULTI:-2}; do echo "multi:$n"; done); do
     mode=${spec%%:*}; n=${spec#*:}
-    timeout 200 "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --quick --filter a2av_ \
-      > "$LOG/a2av_${mode}_$n.log" 2>&1
-    note "a2av cases $mode $n: rc=$? $(tail -1 "$LOG/a2av_${mode}_$n.log")"
+    timeout 200 "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" ${A2AV_ARGS---quick} \
+      --filter a2av_ > "$LOG/a2av_${mode}_$n.log" 2>&1
+    note "a2av cases $mode $n ${A2AV_ARGS---quick}: rc=$? $(tail -1 "$LOG/a2av_${mode}_$n.log")"
+  done
+fi
+
+if has moe; then
+  # Issue 19's end-to-end checks: the MoE example under graph capture against its float64 reference
+  # (and torch's NCCL), then yali-perf -C alltoallv's #wrong; ranks share the GPU (times: none).
+  for n in ${MOE_NP:-2 4}; do
+    YALI_LIBRARY=$BUILD/src/libyali.so PYTHONPATH=python timeout 240 python3 examples/04_moe/moe.py --nproc "$n" \
+      --steps 5 > "$LOG/moe_$n.log" 2>&1
+    note "moe.py --nproc $n: rc=$? $(tail -1 "$LOG/moe_$n.log")"
+    YALI_ALLOW_SHARED_GPU=1 timeout 240 "$BUILD/bench/yali-perf" -g "$n" -C alltoallv --impl yali --dist all \
+      --tokens 256,1K,4K -n 5 -w 2 -J "$LOG/a2av_perf_g$n.json" > "$LOG/a2av_perf_g$n.txt" 2>&1
+    note "yali-perf -C alltoallv -g $n: rc=$? $(python3 -c 'import json,sys; L=json.load(open(sys.argv[1]))["alltoallv"]["lines"]; C=[c for l in L for c in l["columns"].values() if c["status"]=="measured"]; print(len(C),"measured, #wrong",sum(c["wrong"] for c in C))' "$LOG/a2av_perf_g$n.json" 2>&1 | tail -1)"
   done
 fi
 

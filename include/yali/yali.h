@@ -306,9 +306,11 @@ YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t 
  * groups, every rank makes the same call), never run in place (the buffers must not overlap) and
  * move rows as bytes (any type, any row width). Every rank tells every peer its send counts on
  * the device, inside the call, so each rank checks what it receives before it writes anything:
- *  - a count check that fails (a capacity exceeded, a negative count, host recvcounts that differ
- *    from the peers' sendcounts, rows past the end of sendbuff's allocation where CUDA knows it,
- *    i.e. cudaMalloc memory; empty chunks bound nothing) writes nothing into
+ *  - a count check that fails (a capacity exceeded, a negative count or one above 2^40 - 2 rows,
+ *    host recvcounts that differ from the peers' sendcounts, rows past the end of sendbuff's
+ *    allocation where CUDA knows it, i.e. cudaMalloc memory; empty chunks bound nothing; ranks
+ *    that disagree on the row width (the datatype's size), the experts per rank or the direction,
+ *    dispatch or combine: the counts carry a 24-bit digest of them) writes nothing into
  *    recvbuff, writes -1 into every count output of the failing rank (the flag a later kernel on
  *    the stream can test; any other failure of the call, a peer's included, leaves -1 there too),
  *    and fails the comm on every rank with yaliInvalidUsage

@@ -689,7 +689,10 @@ struct DevShape {
   std::vector<size_t> sendElems, capacity;  // per rank: the send region, recvCapacity
   std::vector<size_t> sendLead;             // bytes before the send region (multiple of es)
   Alloc sendAlloc = Alloc::Malloc;          // CuMemChunks: the send region straddles two chunks
+  int oddRank = -1;                         // a rank that calls with oddDt (smaller than dt)
+  yaliDataType_t oddDt = yaliFloat16;
   size_t es() const { return dtypeSize(dt); }
+  yaliDataType_t dtOf(int rank) const { return rank == oddRank ? oddDt : dt; }
 };
 
 // What changes: the counts (elements) and where the pieces lie in sendbuff.
@@ -823,7 +826,8 @@ class DevRun {
         R.send.p, reinterpret_cast<const int64_t*>(R.counts.p),
         shape.sStyle == Displs::kNull ? nullptr : reinterpret_cast<const int64_t*>(R.displs.p), R.recv.p,
         shape.capacity[k], shape.outCounts ? reinterpret_cast<int64_t*>(R.recvCounts.p) : nullptr,
-        shape.outDispls ? reinterpret_cast<int64_t*>(R.rdispls.p) : nullptr, shape.dt, comm, ctx_.local[i].stream);
+        shape.outDispls ? reinterpret_cast<int64_t*>(R.rdispls.p) : nullptr, shape.dtOf(k), comm,
+        ctx_.local[i].stream);
   }
 
   // Rank d's expected outputs: recvbuff packed in source-rank order, recvcounts, rdispls.
@@ -1035,11 +1039,16 @@ struct ExpertShape {
   std::vector<size_t> sendRows;  // per rank: rows of the dispatch's sendbuff and the combine's recvbuff
   bool outCounts = true, outOffsets = true;  // recvCounts / expertOffsets passed (else NULL)
   Alloc tokenAlloc = Alloc::Malloc;  // CuMemChunks: send and back straddle two chunks (tokenRows 0)
+  // A rank that calls with another row width or number of experts (0: the shape's), in buffers
+  // sized for the shape's.
+  int oddRank = -1;
+  size_t oddRowBytes = 0;
+  int oddE = 0;
   yaliExpertLayout_t layout(int rank) const {
     yaliExpertLayout_t L;
     std::memset(&L, 0, sizeof L);
-    L.rowBytes = rowBytes;
-    L.localExperts = E;
+    L.rowBytes = rank == oddRank && oddRowBytes ? oddRowBytes : rowBytes;
+    L.localExperts = rank == oddRank && oddE ? oddE : E;
     L.alignRows = alignRows;
     L.capacityRows = capacity[rank];
     return L;
@@ -1510,7 +1519,8 @@ void caseExperts(Ctx& ctx) {
 // local stream must come back with cudaSuccess within kFailureMs (the failing rank tells its peers
 // at once; nobody waits out YALI_TIMEOUT_MS), and every comm must report yaliInvalidUsage by then.
 // The peers' messages must name rank `failing`, the failing rank's the check (`checkWord`, when
-// given). Not collective.
+// given); `failing` -1: every rank may fail its own check, and every message must name it. Not
+// collective.
 void expectCountFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, Clock::time_point t0, int failing,
                         const char* checkWord, const std::string& label) {
   const size_t nl = ctx.local.size();
@@ -1559,6 +1569,12 @@ void expectCountFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, Clock::t
       continue;
     }
     const std::string msg = str(yaliGetLastError(comms[i]));
+    if (failing < 0) {
+      if (lower(msg).find(checkWord) == std::string::npos)
+        ctx.fail("%s: rank %d: yaliGetLastError(comm) does not name the check that failed (\"%s\"): \"%s\"",
+                 label.c_str(), k, checkWord, msg.c_str());
+      continue;
+    }
     if (k != failing && !namesRank(msg, failing)) {
       ctx.fail(
           "%s: rank %d: yaliGetLastError(comm) does not name the rank whose check failed (\"rank %d\"): \"%s\"",
@@ -1763,6 +1779,70 @@ void caseCapacity(Ctx& ctx) {
 // recvcounts), the last rank's recvbuff is still all poison, guards are intact everywhere, the
 // next call is refused; each on fresh comms, which are then aborted. Then fresh comms must work.
 
+// The last rank calls with another shape than every other rank: the dispatch with rows of 4 bytes
+// against 6, then with 1 expert per rank against 2, and the device form with fp16 against fp32
+// (the odd rank's buffers are those of the common shape, so it stays inside them). Every rank
+// reads the odd rank's counts with its own shape (or the odd rank reads theirs), so every rank
+// fails the call with the shape check (its own or a peer's: the message names it either way),
+// nothing is written anywhere (recvbuff all poison, count outputs -1) and the comms are aborted.
+// Before 2026-11-25 the counts carried no shape: these calls moved rows misread, with no error.
+void shapeMismatch(Ctx& ctx, Rng& rng) {
+  const int n = ctx.nranks, f = n - 1;
+  for (int variant = 0; variant < 3; ++variant) {
+    const std::string label = variant == 0   ? "yaliExpertDispatch, the last rank's rowBytes 4, the others' 6"
+                              : variant == 1 ? "yaliExpertDispatch, the last rank's localExperts 1, the others' 2"
+                                             : "yaliAlltoAllvDeviceCounts, the last rank's datatype fp16, the others' fp32";
+    EnvVar env("YALI_TIMEOUT_MS", std::to_string(kFailureTimeoutMs));
+    ctx.world->barrier();
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    {
+      std::unique_ptr<ExpertRun> experts;
+      std::unique_ptr<DevRun> dev;
+      if (variant < 2) {
+        const Matrix rows = drawExpertRows(n, 2, 9, -1, rng);
+        ExpertShape S = fitExperts(2, 6, 4, rows, 0);
+        S.oddRank = f;
+        if (variant == 0) S.oddRowBytes = 4;
+        else S.oddE = 1;
+        experts.reset(new ExpertRun(ctx, S));
+        experts->prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
+      } else {
+        const DevCounts c = drawDevCounts(Pattern::kRandom, n, 300, Displs::kNull, rng);
+        DevShape S = fitShape(yaliFloat32, Displs::kNull, c, 0, rng);
+        S.oddRank = f;
+        S.oddDt = yaliFloat16;
+        dev.reset(new DevRun(ctx, S));
+        dev->prepare(c, ctx.nextSeed(), /*countsNow=*/false);
+      }
+      syncAll(ctx);
+      ctx.world->barrier();
+      const Clock::time_point t0 = Clock::now();
+      if (experts) experts->dispatch(comms, label, /*copyCounts=*/true);
+      else dev->issue(comms, label, /*copyCounts=*/true);
+      expectCountFailure(ctx, comms, t0, -1, "disagree", label);
+      for (size_t i = 0; i < ctx.local.size(); ++i) {
+        const int k = ctx.local[i].rank;
+        const std::string who = label + ": rank " + std::to_string(k);
+        if (experts) {
+          ExpertRun::Rank& R = experts->ranks[i];
+          // The odd rank's localExperts 1 writes -1 into its first n entries only (it knows no more).
+          Int64s want((size_t)2 * n, kSentinel);
+          std::fill(want.begin(), want.begin() + (size_t)experts->shape.layout(k).localExperts * n, -1);
+          sameInt64s(ctx, k, readInt64s(ctx, i, R.recvCounts), want, who + " recvCounts (-1)");
+          allPoison(ctx, i, R.mid, who + " recvbuff (nothing may be written)");
+          for (Region* r : R.all()) guardsIntact(ctx, *r, who);
+        } else {
+          DevRun::Rank& R = dev->ranks[i];
+          sameInt64s(ctx, k, readInt64s(ctx, i, R.recvCounts), Int64s((size_t)n, -1), who + " recvcounts (-1)");
+          allPoison(ctx, i, R.recv, who + " recvbuff (nothing may be written)");
+          for (Region* r : R.all()) guardsIntact(ctx, *r, who);
+        }
+      }
+      abortAll(ctx, comms, label);
+    }
+  }
+}
+
 void caseMismatch(Ctx& ctx) {
   const int n = ctx.nranks, f = n - 1;
   Rng rng(ctx.nextSeed());
@@ -1803,6 +1883,7 @@ void caseMismatch(Ctx& ctx) {
       abortAll(ctx, comms, label);
     }
   }
+  shapeMismatch(ctx, rng);
   ctx.world->barrier();
   std::vector<yaliComm_t> comms = ctx.createComms("a2av_mismatch: fresh comms after the failures");
   hostRoundTrip(ctx, comms, hostPlan(n, yaliFloat32, Pattern::kRandom, 1031, Displs::kGaps, Displs::kGaps, rng),
@@ -2200,7 +2281,9 @@ const std::vector<CaseDef>& alltoallvCases() {
        600, caseExperts},
       {"a2av_capacity", "a count check fails on one rank: yaliInvalidUsage everywhere, -1 counts, nothing written",
        300, caseCapacity},
-      {"a2av_mismatch", "host recvcounts differ from the sender's: yaliInvalidUsage everywhere, nothing written",
+      {"a2av_mismatch",
+       "host recvcounts differ from the sender's, or one rank's row width / experts / datatype: yaliInvalidUsage "
+       "everywhere, nothing written",
        300, caseMismatch},
       {"a2av_bad_args", "bad arguments of every form: named, nothing touched, comm still usable", 300,
        caseBadArgs},

@@ -44,6 +44,7 @@ enum WaitPhase : int {
   kPhaseCountsSendExtent = 25,// the rows to send lie past the end of the sending buffer
   kPhaseCountsMismatch = 26,  // host recvcounts differ from what the peers send
   kPhaseCountsRecvExtent = 27,// combine: rows land past the end of recvbuff's allocation
+  kPhaseCountsShape = 28,     // a sender's row width, experts per rank or direction differ from ours
 };
 const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 

@@ -34,7 +34,13 @@
 namespace yali {
 namespace {
 
-constexpr int64_t kMaxCount = int64_t{1} << 48;  // rows; larger counts are refused (no sum overflows)
+// A count packet's payload (8 bytes): the count in its low kCountBits bits, kCountInvalid there
+// for a count out of [0, kMaxCount] (which then fails every receiver's range check as it fails the
+// sender's), and in its high 24 bits the sender's callShape. Counts reach at most 2^40 - 2 rows:
+// rows are at least a byte, and no GPU holds a terabyte.
+constexpr int kCountBits = 40;
+constexpr uint64_t kCountInvalid = (uint64_t{1} << kCountBits) - 1;
+constexpr int64_t kMaxCount = static_cast<int64_t>(kCountInvalid) - 1;  // rows; larger counts are refused
 
 struct ChunkTables {
   int64_t rankStart[kMaxExperts];    // byRank: first row of chunk (d, e), [d * E + e]
@@ -51,6 +57,24 @@ struct ChunkTables {
 };
 
 __device__ __forceinline__ bool dispatchDirection(const VarArgs& v) { return v.mode != kVarCombine; }
+
+// 24 bits that differ (but for a 2^-24 chance per pair of shapes) when two ranks disagree on what
+// the call is: the row width (the datatype's size in the forms that take one), the experts per
+// rank, the direction (dispatch or combine). Every rank's counts arrive with the sender's, so a
+// receiver that reads them with another shape fails the call (kPhaseCountsShape) instead of moving
+// rows it would misplace. Forms of the same direction may meet (host counts on one rank, device
+// counts on another: yali.h allows it).
+__device__ __forceinline__ uint32_t callShape(const VarArgs& v) {
+  uint64_t x = v.rowBytes * 0x9E3779B97F4A7C15ull + (static_cast<uint64_t>(v.localExperts) << 1 | dispatchDirection(v));
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return static_cast<uint32_t>((x ^ (x >> 31)) >> 40);
+}
+
+__device__ __forceinline__ uint64_t countPayload(int64_t count, uint32_t shape) {
+  const uint64_t field = count < 0 || count > kMaxCount ? kCountInvalid : static_cast<uint64_t>(count);
+  return static_cast<uint64_t>(shape) << kCountBits | field;
+}
 
 // Our count of rows for chunk g = d * E + e, from the caller's device array or the host's.
 __device__ __forceinline__ int64_t ownCount(const VarArgs& v, int g) {
@@ -85,6 +109,7 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
   const int groups = n * E;
   const uint32_t flag = static_cast<uint32_t>(epoch);
   const size_t parity = epoch & 1;
+  const uint32_t shape = callShape(v);
   if (threadIdx.x == 0) {
     t.failedPhase = 0;
     t.waitFailed = 0;
@@ -96,8 +121,9 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
     t.rankLen[g] = c;
     if (blockIdx.x == 0) {
       const int d = g / E, e = g % E;
+      const uint64_t word = countPayload(c, shape);
       uint2 payload;
-      memcpy(&payload, &c, 8);
+      memcpy(&payload, &word, 8);
       uint4* slot = reinterpret_cast<uint4*>(args.peerWindows[d] + args.layout.counts) +
                     (parity * kMaxRanks + me) * kMaxLocalExperts + e;
       storeVolatile16(slot, makePacket(payload, flag));
@@ -114,9 +140,10 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
         t.waitFailed = 1;
         break;
       }
-      int64_t c;
-      memcpy(&c, &payload, 8);
-      t.expertLen[g] = c;
+      uint64_t word;
+      memcpy(&word, &payload, 8);
+      if (static_cast<uint32_t>(word >> kCountBits) != shape) failCheck(t, kPhaseCountsShape);
+      t.expertLen[g] = static_cast<int64_t>(word & kCountInvalid);  // kCountInvalid fails the range check
     }
   }
   __syncthreads();
