@@ -310,10 +310,11 @@ YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t 
  *    host recvcounts that differ from the peers' sendcounts, rows past the end of sendbuff's
  *    allocation where CUDA knows it, i.e. cudaMalloc memory; empty chunks bound nothing; ranks
  *    that disagree on the row width (the datatype's size), the experts per rank or the direction,
- *    dispatch or combine: the counts carry a 24-bit digest of them) writes nothing into
- *    recvbuff, writes -1 into every count output of the failing rank (the flag a later kernel on
- *    the stream can test; any other failure of the call, a peer's included, leaves -1 there too),
- *    and fails the comm on every rank with yaliInvalidUsage
+ *    dispatch or combine: the counts carry a 24-bit digest of them) on any rank moves no row on
+ *    any rank (every rank waits for every rank's verdict before rows move), writes -1 into every
+ *    count output of every rank (the flag a later kernel on the stream can test; any other
+ *    failure of the call leaves -1 there too), and fails the call and the comm on every rank
+ *    with yaliInvalidUsage
  *    (yaliCommGetAsyncError; the message names the rank and the check), as any device-side failure
  *    does: later calls on the comm are refused and later launches poison their outputs;
  *  - a peer that never makes the call gives yaliTimeout after YALI_TIMEOUT_MS, never a hang.

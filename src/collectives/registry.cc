@@ -201,6 +201,7 @@ const char* waitPhaseName(int phase) {
     case kPhaseCountsSendExtent: return "alltoallv count check: rows to send past the end of sendbuff";
     case kPhaseCountsMismatch: return "alltoallv count check: recvcounts differ from the peers' sendcounts";
     case kPhaseCountsRecvExtent: return "alltoallv count check: rows received past the end of recvbuff";
+    case kPhaseCountsVerdict: return "alltoallv: a peer's word that its count checks passed";
     case kPhaseCountsShape:
       return "alltoallv count check: the ranks disagree on the row width (datatype), the experts per rank or the "
              "direction";

@@ -1671,14 +1671,13 @@ void deviceCountFault(Ctx& ctx, CountFault fault, Rng& rng, const std::string& l
         ctx, comms, [&](size_t i, yaliComm_t comm) { return run.call(i, comm); }, "yaliAlltoAllvDeviceCounts",
         label);
     for (size_t i = 0; i < ctx.local.size(); ++i) {
+      // Every rank, not only the failing one: no row moves anywhere before every verdict is in.
       const DevRun::Rank& R = run.ranks[i];
-      if (ctx.local[i].rank == f) {
-        sameInt64s(ctx, f, readInt64s(ctx, i, R.recvCounts), Int64s(n, -1),
-                   label + ": the failing rank's recvcounts (all -1)");
-        sameInt64s(ctx, f, readInt64s(ctx, i, R.rdispls), Int64s(n, -1),
-                   label + ": the failing rank's rdispls (all -1)");
-        allPoison(ctx, i, R.recv, label + ": the failing rank's recvbuff (nothing may be written)");
-      }
+      const int k = ctx.local[i].rank;
+      const std::string who = label + ": rank " + std::to_string(k) + (k == f ? " (the failing rank)" : "");
+      sameInt64s(ctx, k, readInt64s(ctx, i, R.recvCounts), Int64s(n, -1), who + ": recvcounts (all -1)");
+      sameInt64s(ctx, k, readInt64s(ctx, i, R.rdispls), Int64s(n, -1), who + ": rdispls (all -1)");
+      allPoison(ctx, i, R.recv, who + ": recvbuff (nothing may be written)");
       for (const Region* r : R.all()) guardsIntact(ctx, *r, label + ": rank " + std::to_string(ctx.local[i].rank));
     }
     abortAll(ctx, comms, label);
@@ -1721,14 +1720,13 @@ void dispatchCountFault(Ctx& ctx, CountFault fault, Rng& rng, const std::string&
         ctx, comms, [&](size_t i, yaliComm_t comm) { return run.dispatchCall(i, comm); }, "yaliExpertDispatch",
         label);
     for (size_t i = 0; i < ctx.local.size(); ++i) {
+      // Every rank, not only the failing one: no row moves anywhere before every verdict is in.
       ExpertRun::Rank& R = run.ranks[i];
-      if (ctx.local[i].rank == f) {
-        sameInt64s(ctx, f, readInt64s(ctx, i, R.recvCounts), Int64s((size_t)E * n, -1),
-                   label + ": the failing rank's recvCounts (all -1)");
-        sameInt64s(ctx, f, readInt64s(ctx, i, R.offsets), Int64s((size_t)E + 1, -1),
-                   label + ": the failing rank's expertOffsets (all -1)");
-        allPoison(ctx, i, R.mid, label + ": the failing rank's recvbuff (nothing may be written)");
-      }
+      const int k = ctx.local[i].rank;
+      const std::string who = label + ": rank " + std::to_string(k) + (k == f ? " (the failing rank)" : "");
+      sameInt64s(ctx, k, readInt64s(ctx, i, R.recvCounts), Int64s((size_t)E * n, -1), who + ": recvCounts (all -1)");
+      sameInt64s(ctx, k, readInt64s(ctx, i, R.offsets), Int64s((size_t)E + 1, -1), who + ": expertOffsets (all -1)");
+      allPoison(ctx, i, R.mid, who + ": recvbuff (nothing may be written)");
       for (Region* r : R.all()) guardsIntact(ctx, *r, label + ": rank " + std::to_string(ctx.local[i].rank));
     }
     abortAll(ctx, comms, label);
@@ -1740,7 +1738,7 @@ void dispatchCountFault(Ctx& ctx, CountFault fault, Rng& rng, const std::string&
 // A count check that fails on one rank (the last): every rank's call is accepted at enqueue, every
 // stream comes back within 5 s (YALI_TIMEOUT_MS is 10 s: nobody may wait it out), every comm
 // reports yaliInvalidUsage (the peers' messages name the failing rank, the failing rank's names
-// the capacity check), the failing rank's count outputs are all -1 and its recvbuff still all
+// the capacity check), every rank's count outputs are all -1 and its recvbuff still all
 // poison, guards intact everywhere, the next call is refused (yaliInvalidUsage), and the comms are
 // aborted. Each on fresh comms: the dispatch with capacityRows one row short on the last rank, the
 // device-counts form with recvCapacity one element short (the same capacity on every rank: only the
@@ -1776,7 +1774,7 @@ void caseCapacity(Ctx& ctx) {
 // fewer, one more, 3 where rank 0 sends nothing), its rdispls with gaps (a piece written past its
 // declared size would land in poison that must stay): every rank's stream comes back within 5 s,
 // every comm reports yaliInvalidUsage (the peers' messages name the last rank, its own names
-// recvcounts), the last rank's recvbuff is still all poison, guards are intact everywhere, the
+// recvcounts), every rank's recvbuff is still all poison, guards are intact everywhere, the
 // next call is refused; each on fresh comms, which are then aborted. Then fresh comms must work.
 
 // The last rank calls with another shape than every other rank: the dispatch with rows of 4 bytes
@@ -1875,8 +1873,8 @@ void caseMismatch(Ctx& ctx) {
       expectRefusedAfterFailure(
           ctx, comms, [&](size_t i, yaliComm_t comm) { return run.call(i, comm); }, "yaliAlltoAllv", label);
       for (size_t i = 0; i < ctx.local.size(); ++i) {
-        if (ctx.local[i].rank == f) allPoison(ctx, i, run.recv[i], label + ": the failing rank's recvbuff");
         const std::string who = label + ": rank " + std::to_string(ctx.local[i].rank);
+        allPoison(ctx, i, run.recv[i], who + "'s recvbuff (no row moves anywhere on a failed check)");
         guardsIntact(ctx, run.send[i], who + " (around sendbuff)");
         guardsIntact(ctx, run.recv[i], who + " (around recvbuff)");
       }

@@ -45,6 +45,7 @@ enum WaitPhase : int {
   kPhaseCountsMismatch = 26,  // host recvcounts differ from what the peers send
   kPhaseCountsRecvExtent = 27,// combine: rows land past the end of recvbuff's allocation
   kPhaseCountsShape = 28,     // a sender's row width, experts per rank or direction differ from ours
+  kPhaseCountsVerdict = 29,   // alltoallv: a peer's word that its count checks passed
 };
 const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 
@@ -89,12 +90,13 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //   arriveFlags uint64[kMaxRanks]            [s]: rank s has started its launch of epoch `epoch`
 //                                            (value flagValue(epoch, 0)); written by the exchange
 //                                            kernels whose pattern leaves some peer silent
-//                                            (exchange.cuh: the launch covenant)
+//                                            (exchange.cuh: the launch covenant); AlltoAllv: s's
+//                                            count checks passed (flagValue(epoch, 1))
 //   ll          LL packets [parity 2][sender nranks][llSlotBytes]: one-shot data, flags inline
 //               (one-shot AllReduce and every *_ll exchange: sender s's packets for us)
 //   counts      LL packets [parity 2][sender kMaxRanks][kMaxLocalExperts]: alltoallv's counts,
-//               [p][s][e] = rows sender s sends to our local expert e (one packet each: the 64-bit
-//               count as payload, the epoch as flag)
+//               [p][s][e] = rows sender s sends to our local expert e (one packet each: the
+//               count and the sender's call shape as payload, the epoch as flag; alltoallv.cu)
 //   staging     [parity 2][sender nranks][stagingBytes]: pieces pushed by senders (two-shot's
 //               reduce-scatter, every *_staged exchange); pipeline p with slot size s uses bytes
 //               [p*s, (p+1)*s) of each sender's part

@@ -13,7 +13,10 @@
 //              reaches the same verdict from the same numbers. On a failed check nothing moves:
 //              block 0 records kFailCounts, which reaches every peer (recordFailure), whose waits
 //              for us then end; the last block to leave writes -1 into the count outputs (as after
-//              any failure of the launch: leaveLaunch's epilogue).
+//              any failure of the launch: leaveLaunch's epilogue). A rank whose checks passed says
+//              so to every peer and waits for every peer's word before any row moves, so that a
+//              failure on one rank fails the call on every rank, also on those that exchange no
+//              rows with it.
 //   3. data    the staged exchange of exchange.cuh with a length per pair instead of one piece size:
 //              sender X and receiver Y both know the piece X -> Y (its chunk counts are in X's row
 //              and Y's column), hence its number of slots, and run the same push / consume /
@@ -38,6 +41,7 @@ namespace {
 // for a count out of [0, kMaxCount] (which then fails every receiver's range check as it fails the
 // sender's), and in its high 24 bits the sender's callShape. Counts reach at most 2^40 - 2 rows:
 // rows are at least a byte, and no GPU holds a terabyte.
+constexpr uint32_t kChecksPassed = 1;  // the step of the verdict flags (buildTables)
 constexpr int kCountBits = 40;
 constexpr uint64_t kCountInvalid = (uint64_t{1} << kCountBits) - 1;
 constexpr int64_t kMaxCount = static_cast<int64_t>(kCountInvalid) - 1;  // rows; larger counts are refused
@@ -216,6 +220,24 @@ __device__ bool buildTables(const DeviceArgs& args, uint64_t epoch, ChunkTables&
     if (blockIdx.x == 0 && threadIdx.x == 0) recordFailure(args, kFailCounts, t.failedPhase);
     return false;
   }
+  // The verdicts. Only the failing rank knows its checks failed (its capacity, its sendbuff's
+  // extent), and a rank that exchanges no rows with it would never wait for it again in this
+  // launch: it would end the call with success while the failing rank fails it. So no row moves
+  // before every rank has said that its checks passed: block 0 publishes arriveFlags[me] =
+  // flagValue(epoch, kChecksPassed) on every peer, every block waits for every peer's. A failing
+  // rank never publishes; its recordFailure ends our waits (kFailRemote, with its check).
+  // arriveFlags is the launch covenant's (exchange.cuh), which AlltoAllv does not use (its count
+  // round keeps the covenant); values grow with the epoch, so a later launch's flagValue(e', 0)
+  // never satisfies this wait, nor this value a later launch's.
+  if (blockIdx.x == 0 && threadIdx.x < n && threadIdx.x != me)
+    publish(reinterpret_cast<uint64_t*>(args.peerWindows[threadIdx.x] + args.layout.arriveFlags) + me,
+            flagValue(epoch, kChecksPassed));
+  if (threadIdx.x < n && threadIdx.x != me &&
+      !waitAtLeast(args, reinterpret_cast<const uint64_t*>(args.window + args.layout.arriveFlags) + threadIdx.x,
+                   flagValue(epoch, kChecksPassed), kPhaseCountsVerdict))
+    t.waitFailed = 1;
+  __syncthreads();
+  if (t.waitFailed) return false;
   // The count outputs (block 0), for the caller's next kernel.
   if (blockIdx.x == 0) {
     if (v.mode == kVarDeviceCounts) {
