@@ -48,6 +48,8 @@
 #                                            mode at QUICK_MULTI_RANKS), ranks sharing GPUs
 #   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
 #   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
+#   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
+#                                            then under yali-run, compared
 #   MOE_NP="2 4"                             moe: examples/04_moe/moe.py under graph capture, then
 #                                            yali-perf -C alltoallv (every distribution): #wrong
 #   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
@@ -55,7 +57,8 @@
 #                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
 #                                            GPU 0 with their own NCCL_HOSTID; #wrong and which
 #                                            library ran (YALI_NCCL_DEBUG)
-#   NCCLABI_NODES=2 NCCLABI_NP=4             ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
+#   NCCLABI_ARGS="-d all -o all"  (or -G 5)  more nccl-tests flags; NCCLABI_NP may list world sizes
+#   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
 #   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1"  EVERY_TOKENS=128,1K,4K   everycoll: issue 21's
@@ -182,6 +185,26 @@ if has a2av; then
   done
 fi
 
+if has dropin; then
+  # Issue 20: an unchanged torch program (DDP, FSDP2, compiled functional collectives, all_to_all,
+  # a graph-captured all_reduce) on NCCL, then under yali-run, compared (examples/05_dropin).
+  printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$LOCAL_RANK\nexec "$@"\n' > /tmp/hostid_torch.sh
+  chmod +x /tmp/hostid_torch.sh
+  for np in ${DROPIN_NP:-2 4}; do
+    ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
+        YALI_LIBRARY=$PWD/$BUILD/src/libyali.so
+      cd examples/05_dropin
+      timeout 240 torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
+        --out "$LOG/dropin_plain$np.json" > "$LOG/dropin_plain$np.log" 2>&1 || echo "plain run rc=$?"
+      timeout 240 python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
+        python3 check_torch.py --out "$LOG/dropin_yali$np.json" > "$LOG/dropin_yali$np.log" 2>&1 || echo "yali-run rc=$?"
+      python3 check_torch.py --compare "$LOG/dropin_plain$np.json" "$LOG/dropin_yali$np.json" 2>&1
+      echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$np.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$np.log")"
+    ) > "$LOG/dropin_$np.txt" 2>&1
+    note "dropin np=$np: $(tail -2 "$LOG/dropin_$np.txt" | tr '\n' ' ')"
+  done
+fi
+
 if has moe; then
   # Issue 19's end-to-end checks: the MoE example under graph capture against its float64 reference
   # (and torch's NCCL), then yali-perf -C alltoallv's #wrong; ranks share the GPU (times: none).
@@ -209,21 +232,26 @@ if has ncclabi; then
     note "ncclabi: nccl-tests build rc=$?"
     printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' > /tmp/hostid.sh
     chmod +x /tmp/hostid.sh
-    for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall}; do
-      timeout 120 mpirun --allow-run-as-root --oversubscribe -np "${NCCLABI_NP:-2}" \
-        -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
-        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
-        /tmp/hostid.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
-        > "$LOG/ncclabi_$t.log" 2>&1
-      rc=$?
-      note "ncclabi $t: rc=$rc, $(grep -m1 'Out of bounds' "$LOG/ncclabi_$t.log"), YALI lines: $(grep -c ': YALI' "$LOG/ncclabi_$t.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/ncclabi_$t.log")"
+    # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
+    tag=$(echo "${NCCLABI_ARGS:-}" | tr -cd 'a-zA-Z0-9')
+    for np in ${NCCLABI_NP:-2}; do
+      for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall}; do
+        lg="$LOG/ncclabi_np${np}${tag:+_$tag}_$t.log"
+        timeout ${NCCLABI_TIMEOUT:-120} mpirun --allow-run-as-root --oversubscribe -np "$np" \
+          -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+          -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
+          /tmp/hostid.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
+          ${NCCLABI_ARGS:-} > "$lg" 2>&1
+        rc=$?
+        note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), lines with #wrong > 0: $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { if (($9 != "N/A" && $9 != 0) || ($NF != "N/A" && $NF != 0)) bad++ } END { print bad + 0 }' "$lg"), YALI lines: $(grep -c ': YALI' "$lg"), NCCL lines: $(grep -c ': NCCL' "$lg")"
+      done
     done
     # Simulated nodes (NCCLABI_NODES >= 2): rank r is on node r / (NP / NODES) through YALI_NODE_ID,
     # so the communicator spans nodes and takes the hierarchical path (YALI inside each node, NCCL
     # across) for AllReduce, AllGather, ReduceScatter. NP must be a multiple of NODES.
     nodes=${NCCLABI_NODES:-}
     if [ -n "$nodes" ] && [ "$nodes" -ge 2 ]; then
-      np=${NCCLABI_NP:-4}
+      np=${NCCLABI_NODES_NP:-4}
       printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r NCCL_TESTS_DEVICE=0 YALI_NODE_ID=node$((r / (%d / %d)))\nexec "$@"\n' \
         "$np" "$nodes" > /tmp/hostid_nodes.sh
       chmod +x /tmp/hostid_nodes.sh
