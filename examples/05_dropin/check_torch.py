@@ -27,7 +27,7 @@ import sys
 def digest(t):
     """Bitwise identity of a tensor: sha1 of its bytes (on the CPU)."""
     import torch
-    b = t.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
+    b = t.detach().reshape(-1).contiguous().cpu().view(torch.uint8).numpy().tobytes()  # 0-dim too
     return hashlib.sha1(b).hexdigest()
 
 
