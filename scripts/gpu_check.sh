@@ -191,17 +191,20 @@ if has dropin; then
   printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$LOCAL_RANK\nexec "$@"\n' > /tmp/hostid_torch.sh
   chmod +x /tmp/hostid_torch.sh
   for np in ${DROPIN_NP:-2 4}; do
+    # Bounded: YALI's waits end after DROPIN_YALI_TIMEOUT_MS, each run after DROPIN_TIMEOUT s (a
+    # hang of either library costs minutes otherwise: seen 2026-11-25); NCCL_DEBUG=WARN and the
+    # script's per-section lines show where a run stopped.
     ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
-        YALI_LIBRARY=$PWD/$BUILD/src/libyali.so
+        YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
       cd examples/05_dropin
-      timeout 240 torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
+      timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
         --out "$LOG/dropin_plain$np.json" > "$LOG/dropin_plain$np.log" 2>&1 || echo "plain run rc=$?"
-      timeout 240 python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
+      timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
         python3 check_torch.py --out "$LOG/dropin_yali$np.json" > "$LOG/dropin_yali$np.log" 2>&1 || echo "yali-run rc=$?"
       python3 check_torch.py --compare "$LOG/dropin_plain$np.json" "$LOG/dropin_yali$np.json" 2>&1
       echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$np.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$np.log")"
     ) > "$LOG/dropin_$np.txt" 2>&1
-    note "dropin np=$np: $(tail -2 "$LOG/dropin_$np.txt" | tr '\n' ' ')"
+    note "dropin np=$np: $(tail -2 "$LOG/dropin_$np.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$np.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$np.log" | tail -1)"
   done
 fi
 

@@ -63,6 +63,11 @@ def run_checks(steps):
     print("[rank %d] collectives through %s" % (rank, library_lines()), file=sys.stderr, flush=True)
     out = {}
 
+    def progress(section):
+        """Where a run stands, on stderr (a hang shows where it stopped)."""
+        torch.cuda.synchronize()
+        print("[rank %d] %s done" % (rank, section), file=sys.stderr, flush=True)
+
     def mlp():
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64)).to(dev)
@@ -83,6 +88,8 @@ def run_checks(steps):
         flat = torch.cat([p.detach().flatten() for p in model.parameters()])
         record(out, "ddp.params.%d" % step, flat.sum().reshape(1), True)
 
+    progress("DDP")
+
     # FSDP2: all_gather of parameters, reduce_scatter of gradients.
     model = mlp()
     for layer in model:
@@ -101,6 +108,8 @@ def run_checks(steps):
         dist.all_reduce(total)
         record(out, "fsdp.params.%d" % step, total.reshape(1), True)
 
+    progress("FSDP2")
+
     # Functional collectives under torch.compile.
     group = dist.group.WORLD
 
@@ -118,6 +127,8 @@ def run_checks(steps):
         record(out, "funcol.all_gather.%d" % step, g, True)
         record(out, "funcol.reduce_scatter.%d.rank%d" % (step, rank), r, False)
 
+    progress("functional collectives")
+
     # all_to_all_single: even (NCCL's AlltoAll) and with splits (send/recv in a group).
     x = torch.arange(world * 4, dtype=torch.float32, device=dev) + 100 * rank
     y = torch.empty_like(x)
@@ -129,6 +140,8 @@ def run_checks(steps):
     y = torch.empty(sum(recv_splits), dtype=torch.float32, device=dev)
     dist.all_to_all_single(y, x, recv_splits, send_splits)
     record(out, "a2a.splits.rank%d" % rank, y, False)
+
+    progress("all_to_all_single")
 
     # A CUDA-graph-captured all_reduce, replayed.
     buf = torch.ones(1024, device=dev) * (rank + 1)
@@ -146,6 +159,7 @@ def run_checks(steps):
         torch.cuda.synchronize()
         record(out, "graph.all_reduce.%d" % step, buf, True)
 
+    progress("graph-captured all_reduce")
     dist.barrier()
     dist.destroy_process_group()
     return rank, world, out
