@@ -49,7 +49,7 @@
 #   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
 #   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
 #   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
-#                                            then under yali-run, compared
+#   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
 #   MOE_NP="2 4"                             moe: examples/04_moe/moe.py under graph capture, then
 #                                            yali-perf -C alltoallv (every distribution): #wrong
 #   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
