@@ -1,7 +1,8 @@
 """Unchanged PyTorch on NCCL, to run twice: plain, and under yali-run (libyali-nccl preloaded).
 
 Each rank runs a few steps of DDP, FSDP2, functional collectives under torch.compile,
-all_to_all_single (even and with splits) and a CUDA-graph-captured all_reduce, and writes what it
+all_to_all_single (even and with splits), tensor parallelism (DTensor) and a CUDA-graph-captured
+all_reduce, and writes what it
 saw (losses, parameter checksums, collective outputs) to OUT.rank<r>.json; rank 0 merges them into
 OUT. `--compare a.json b.json` then checks that the two runs agree (float tolerance, since YALI's
 reduction order differs from NCCL's) and that, within each run, every rank got bitwise the same
@@ -142,6 +143,24 @@ def run_checks(steps):
     record(out, "a2a.splits.rank%d" % rank, y, False)
 
     progress("all_to_all_single")
+
+    # Tensor parallelism (DTensor): a column-parallel Linear, then a row-parallel one; the same
+    # input on every rank. The output is replicated (the row-parallel all_reduce), so identical on
+    # every rank; each rank's weight gradient is its own shard.
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cuda", (world,))
+    model = parallelize_module(mlp(), mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    for step in range(steps):
+        g = torch.Generator(device="cpu").manual_seed(5000 + step)
+        x = torch.randn(32, 64, generator=g).to(dev)
+        y = model(x)
+        y.pow(2).mean().backward()
+        record(out, "tp.out.%d" % step, y.detach(), True)
+        record(out, "tp.grad0.%d.rank%d" % (step, rank), model[0].weight.grad.to_local(), False)
+        model.zero_grad()
+    progress("tensor parallel")
 
     # A CUDA-graph-captured all_reduce, replayed.
     buf = torch.ones(1024, device=dev) * (rank + 1)
