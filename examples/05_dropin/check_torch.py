@@ -77,37 +77,36 @@ def run_checks(steps):
         g = torch.Generator(device="cpu").manual_seed(1000 * step + rank)
         return torch.randn(32, 64, generator=g).to(dev)
 
+    def train(model, name, params_sum):
+        """`steps` SGD steps; each step's loss (per rank) and params_sum(model) (every rank's)."""
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        for step in range(steps):
+            opt.zero_grad()
+            loss = model(batch(step)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            record(out, "%s.loss.%d" % (name, step), loss, False)
+            record(out, "%s.params.%d" % (name, step), params_sum(model).reshape(1), True)
+
     # DDP: small buckets so the gradients go in several all_reduces.
-    model = DDP(mlp(), bucket_cap_mb=0.01)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(steps):
-        opt.zero_grad()
-        loss = model(batch(step)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        record(out, "ddp.loss.%d" % step, loss, False)
-        flat = torch.cat([p.detach().flatten() for p in model.parameters()])
-        record(out, "ddp.params.%d" % step, flat.sum().reshape(1), True)
+    train(DDP(mlp(), bucket_cap_mb=0.01), "ddp",
+          lambda m: torch.cat([p.detach().flatten() for p in m.parameters()]).sum())
 
     progress("DDP")
 
     # FSDP2: all_gather of parameters, reduce_scatter of gradients.
+    def fsdp_params_sum(m):
+        """The sum of every rank's parameter shards (an all_reduce of the local sums)."""
+        total = torch.stack([p.to_local().float().sum() for p in m.parameters()]).sum()
+        dist.all_reduce(total)
+        return total
+
     model = mlp()
     for layer in model:
         if isinstance(layer, torch.nn.Linear):
             fully_shard(layer)
     fully_shard(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step in range(steps):
-        opt.zero_grad()
-        loss = model(batch(step)).pow(2).mean()
-        loss.backward()
-        opt.step()
-        record(out, "fsdp.loss.%d" % step, loss, False)
-        shard_sum = torch.stack([p.to_local().float().sum() for p in model.parameters()]).sum()
-        total = shard_sum.clone()
-        dist.all_reduce(total)
-        record(out, "fsdp.params.%d" % step, total.reshape(1), True)
+    train(model, "fsdp", fsdp_params_sum)
 
     progress("FSDP2")
 
