@@ -7,8 +7,11 @@
  *
  * Threading: calls on one communicator from several threads take turns (the comm serializes them),
  * and yaliCommAbort may be called from any thread at any time. Collectives on one communicator must
- * be issued in the same order on every rank, on streams that order them (the same stream, or
- * streams joined by events), exactly as NCCL requires.
+ * be issued in the same order on every rank, exactly as NCCL requires. They run in that order
+ * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
+ * call first waits for that call (an event; a comm that keeps to one stream records none). Within
+ * one stream capture this ordering becomes graph edges; between a graph's replays and other calls
+ * on the comm (eager, or another graph's), the program orders them, as with NCCL.
  *
  * Every call returns a yaliResult_t. On failure, yaliGetLastError() returns a message that names
  * the call and the offending argument; a refused call has touched nothing.

@@ -19,6 +19,7 @@
 yaliComm::~yaliComm() {
   yali::releaseRegistrations(this);
   if (control != nullptr) cudaStreamDestroy(control);  // returns at once, even with work queued
+  if (orderEvent != nullptr) cudaEventDestroy(orderEvent);  // likewise, even if still pending
   cudaGetLastError();
 }
 
@@ -152,6 +153,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   std::shared_ptr<DeviceResources> res = makeDeviceResources();
   res->device = comm->device;
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->orderEvent, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());

@@ -91,6 +91,16 @@ struct yaliComm {
   unsigned long long capturedBy = 0;  // the stream capture whose graph holds a reference to res
   uint32_t regEpoch = 0;              // the host's copy of LocalState::regEpoch
 
+  // The order of the comm's launches across streams (enqueue.cc: orderAfterLastLaunch). The
+  // device-side epoch needs a comm's launches to run one after another in the order they were
+  // issued; NCCL gives its users that order whatever streams they use, and torch relies on it.
+  cudaEvent_t orderEvent = nullptr;          // marks the last launch, once the comm used two streams
+  bool orderEventEveryLaunch = false;        // set at the first change of stream
+  unsigned long long orderEventContext = 0;  // the capture orderEvent was last recorded in (0: none)
+  bool haveLastLaunch = false;
+  cudaStream_t lastStream = nullptr;         // the stream of the last launch
+  unsigned long long lastContext = 0;        // its capture id, or 0 (eager)
+
   void setLastError(const std::string& msg) {
     std::lock_guard<std::mutex> lock(errorMutex);
     lastError = msg;

@@ -43,6 +43,59 @@ yaliResult_t holdForGraph(yaliComm* comm, unsigned long long captureId, cudaGrap
   return yaliSuccess;
 }
 
+// NCCL's ordering rule, which torch relies on: a comm's collectives run in the order they were
+// issued, whatever streams they are on (ProcessGroupNCCL puts one comm's calls on its own stream
+// and on the caller's, FSDP2 on its all-gather and reduce-scatter streams). YALI's kernels need it
+// too: each reads the comm's epoch when it starts, so two of one comm running at once, or in
+// another order on one rank than on its peers, would disagree about which call is which.
+// A launch on another stream than the comm's last launch waits for that launch (an event). A comm
+// that only ever uses one stream records no event (stream order suffices); from its first change
+// of stream on, every launch records one. Within one capture the wait becomes a graph edge; across
+// contexts (a graph's replay and eager calls, two captures) the program orders them, as with NCCL.
+yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context,
+                                  const char* call) {
+  if (!comm->haveLastLaunch || stream == comm->lastStream || context != comm->lastContext) return yaliSuccess;
+  cudaError_t e = cudaSuccess;
+  if (!comm->orderEventEveryLaunch) {
+    // The first change of stream: the last launch was not marked; everything queued on its stream
+    // so far (it, and perhaps later work of the caller's) is.
+    e = cudaEventRecord(comm->orderEvent, comm->lastStream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm,
+                  "%s: ordering after the comm's previous call, on stream %p: cudaEventRecord: %s (was that stream "
+                  "destroyed?)",
+                  call, static_cast<void*>(comm->lastStream), cudaGetErrorString(e));
+    }
+    comm->orderEventEveryLaunch = true;
+    comm->orderEventContext = context;
+  }
+  if (comm->orderEventContext != context) return yaliSuccess;
+  e = cudaStreamWaitEvent(stream, comm->orderEvent, 0);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: waiting for the comm's previous call: %s", call,
+                static_cast<void*>(stream), cudaGetErrorString(e));
+  }
+  return yaliSuccess;
+}
+
+// After a launch: what the next one orders itself after.
+yaliResult_t noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context, const char* call) {
+  comm->haveLastLaunch = true;
+  comm->lastStream = stream;
+  comm->lastContext = context;
+  if (!comm->orderEventEveryLaunch) return yaliSuccess;
+  const cudaError_t e = cudaEventRecord(comm->orderEvent, stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: cudaEventRecord after the launch: %s", call,
+                static_cast<void*>(stream), cudaGetErrorString(e));
+  }
+  comm->orderEventContext = context;
+  return yaliSuccess;
+}
+
 yaliResult_t launchNow(PlannedLaunch& plan) {
   yaliComm* comm = plan.comm.get();
   if (!comm->res)
@@ -74,6 +127,9 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   if (!choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
     return fail(yaliInternalError, comm, "%s: the selector chose %s for %zu bytes, which does not fit: %s",
                 plan.call, algoName(plan.choice.algo), plan.bytes, why.c_str());
+  const unsigned long long context = captured ? captureId : 0;
+  yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
+  if (ordered != yaliSuccess) return ordered;
   DeviceArgs& args = plan.args;
   args.epochHint = ++comm->launches;
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
@@ -87,7 +143,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
                 algoName(plan.choice.algo), plan.choice.ctas, cudaGetErrorString(e));
   }
   if (!captured) comm->eagerLaunches = args.eagerSeq;
-  return yaliSuccess;
+  return noteLaunch(comm, plan.stream, context, plan.call);
 }
 
 }  // namespace

@@ -2234,6 +2234,69 @@ void caseSoakCalls(Ctx& ctx) {
 
 }  // namespace
 
+// ==== trust_streams_order =========================================================================
+//
+// NCCL's rule, which torch relies on: a comm's calls run in the order they were issued, whatever
+// streams they are on (ProcessGroupNCCL puts one comm's collectives on its own stream and on the
+// caller's; FSDP2 on its all-gather and reduce-scatter streams). Every rank issues an AllReduce X
+// (4 KB) on stream A, then an AllReduce Y (1 MB: another algorithm) on stream B. On even ranks a
+// kernel sleeping 50 ms runs first on A, so a library that left the two streams unordered would run
+// Y before X there and X before Y on odd ranks: the ranks disagree about which call is which (a
+// timeout after YALI_TIMEOUT_MS = 5 s, or wrong sums). Three rounds on the same comms (the first
+// change of stream and the later ones take different paths in the library), outputs checked
+// exactly. Failed before 2026-11-25 (found by torch's FSDP2 under libyali-nccl: a 120 s timeout).
+
+__global__ void sleepKernel(unsigned long long ns) {
+  const unsigned long long start = globalTimerNs();
+  while (globalTimerNs() - start < ns) __nanosleep(10000);
+}
+
+void caseStreamsOrder(Ctx& ctx) {
+  EnvScope env("YALI_TIMEOUT_MS", "5000");
+  const std::string name = "trust_streams_order";
+  std::vector<yaliComm_t> comms = ctx.createComms(name.c_str());
+  const size_t nl = ctx.local.size();
+  std::vector<cudaStream_t> A(nl), B(nl);
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamCreateWithFlags(&A[i], cudaStreamNonBlocking));
+    CUDA_OK(ctx, cudaStreamCreateWithFlags(&B[i], cudaStreamNonBlocking));
+  }
+  for (int round = 0; round < 3; ++round) {
+    const std::string label = name + ": round " + std::to_string(round + 1) +
+                              ", X on stream A (even ranks sleep there first), then Y on stream B";
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    x.prepare(ctx.nextSeed());
+    y.prepare(ctx.nextSeed());
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
+      CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
+    }
+    ctx.world->barrier();
+    for (size_t i = 0; i < nl; ++i) {
+      if (ctx.local[i].rank % 2 != 0) continue;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      sleepKernel<<<1, 1, 0, A[i]>>>(50ull * 1000 * 1000);
+      launchOk(ctx, "sleepKernel");
+    }
+    x.issue(comms);
+    y.issue(comms);
+    x.verify(comms, label + " (X)");
+    y.verify(comms, label + " (Y)");
+    for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
+  }
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
+    CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
+    CUDA_OK(ctx, cudaStreamDestroy(A[i]));
+    CUDA_OK(ctx, cudaStreamDestroy(B[i]));
+  }
+  ctx.destroyComms(comms, name.c_str());
+}
+
 const std::vector<CaseDef>& trustCases() {
   static const std::vector<CaseDef> cases = {
       {"trust_epoch_wrap", "launch counter from 2^32-7 / 2^32-1 across its wrap: every algorithm, graphs",
@@ -2256,6 +2319,8 @@ const std::vector<CaseDef>& trustCases() {
        caseRegisteredFreed},
       {"trust_concurrent_calls", "a second thread queries the comms while 200 calls run", 180,
        caseConcurrentCalls},
+      {"trust_streams_order", "one comm's calls on two streams run in issue order (torch's FSDP2 does this)",
+       120, caseStreamsOrder},
       // The soak cases: only with --filter soak (they report SKIPPED otherwise). soak_calls last.
       {"init_destroy_soak", "1000 create/destroy cycles: no memory, fd, thread or heap growth", 900,
        caseInitDestroySoak},
