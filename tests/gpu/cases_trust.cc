@@ -2243,8 +2243,10 @@ void caseSoakCalls(Ctx& ctx) {
 // kernel sleeping 50 ms runs first on A, so a library that left the two streams unordered would run
 // Y before X there and X before Y on odd ranks: the ranks disagree about which call is which (a
 // timeout after YALI_TIMEOUT_MS = 5 s, or wrong sums). Three rounds on the same comms (the first
-// change of stream and the later ones take different paths in the library), outputs checked
-// exactly. Failed before 2026-11-25 (found by torch's FSDP2 under libyali-nccl: a 120 s timeout).
+// change of stream and the later ones take different paths in the library), then the same inside
+// one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; outputs
+// checked exactly. Written 2026-11-25 with the fix, after torch's FSDP2 under libyali-nccl timed
+// out (120 s); the next device run must show it failing without the fix.
 
 __global__ void sleepKernel(unsigned long long ns) {
   const unsigned long long start = globalTimerNs();
@@ -2286,6 +2288,86 @@ void caseStreamsOrder(Ctx& ctx) {
     x.verify(comms, label + " (X)");
     y.verify(comms, label + " (Y)");
     for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
+  }
+  // The same inside one capture per rank: A and B fork from the rank's main stream and join it
+  // again; the even ranks' sleep is captured too. Each graph replayed twice with fresh inputs.
+  {
+    const std::string label = name + ": one capture per rank, X on A then Y on B (even ranks sleep on A first)";
+    const size_t cx = 1024, cy = 262147;
+    Run x(ctx, spec(cx, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(cy, yaliFloat32, yaliSum), B);
+    std::vector<cudaGraph_t> graphs(nl, nullptr);
+    std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    std::vector<cudaEvent_t> fork(nl, nullptr), joinA(nl, nullptr), joinB(nl, nullptr);
+    bool ok = true;
+    watchdogStep("%s: capturing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const int k = ctx.local[i].rank;
+      const cudaStream_t s = ctx.local[i].stream;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      for (cudaEvent_t* e : {&fork[i], &joinA[i], &joinB[i]})
+        CUDA_OK(ctx, cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+      CUDA_OK(ctx, cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      CUDA_OK(ctx, cudaEventRecord(fork[i], s));
+      CUDA_OK(ctx, cudaStreamWaitEvent(A[i], fork[i], 0));
+      CUDA_OK(ctx, cudaStreamWaitEvent(B[i], fork[i], 0));
+      if (k % 2 == 0) {
+        sleepKernel<<<1, 1, 0, A[i]>>>(50ull * 1000 * 1000);
+        launchOk(ctx, "sleepKernel (captured)");
+      }
+      const yaliResult_t rx =
+          yaliAllReduce(x.ranks[i].send, x.ranks[i].recv, cx, yaliFloat32, yaliSum, comms[i], A[i]);
+      const yaliResult_t ry =
+          yaliAllReduce(y.ranks[i].send, y.ranks[i].recv, cy, yaliFloat32, yaliSum, comms[i], B[i]);
+      if (rx != yaliSuccess || ry != yaliSuccess) {
+        ctx.fail("%s: rank %d: captured yaliAllReduce returned %d and %d: %s", label.c_str(), k, (int)rx, (int)ry,
+                 str(yaliGetLastError(comms[i])).c_str());
+        ok = false;
+      }
+      CUDA_OK(ctx, cudaEventRecord(joinA[i], A[i]));
+      CUDA_OK(ctx, cudaEventRecord(joinB[i], B[i]));
+      CUDA_OK(ctx, cudaStreamWaitEvent(s, joinA[i], 0));
+      CUDA_OK(ctx, cudaStreamWaitEvent(s, joinB[i], 0));
+      cudaError_t e = cudaStreamEndCapture(s, &graphs[i]);
+      if (e == cudaSuccess) e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+      if (e != cudaSuccess) {
+        ctx.fail("%s: rank %d: ending or instantiating the capture: %s", label.c_str(), k, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+      }
+    }
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; replays not run", label.c_str());
+    } else {
+      for (int rep = 0; rep < 2; ++rep) {
+        x.prepare(ctx.nextSeed());
+        y.prepare(ctx.nextSeed());
+        for (size_t i = 0; i < nl; ++i) {
+          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+          CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
+          CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
+        }
+        ctx.world->barrier();
+        watchdogStep("%s: replay %d", label.c_str(), rep + 1);
+        for (size_t i = 0; i < nl; ++i) {
+          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+          CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+        }
+        syncAll(ctx);
+        const std::string r = label + ", replay " + std::to_string(rep + 1);
+        x.verify(comms, r + " (X)");
+        y.verify(comms, r + " (Y)");
+        for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, r);
+      }
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+      for (cudaEvent_t e : {fork[i], joinA[i], joinB[i]})
+        if (e) CUDA_OK(ctx, cudaEventDestroy(e));
+    }
   }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
