@@ -1370,9 +1370,11 @@ bool devRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, Rng& rng, cons
   return ok;
 }
 
-bool expertRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, Rng& rng, const std::string& what) {
-  const Matrix rows = drawExpertRows(ctx.nranks, 3, 20, -1, rng);
-  ExpertRun run(ctx, fitExperts(3, 6, 8, rows, 0));
+// A dispatch of `rows` in buffers of shape S, checked; then the combine from a shifted copy of its
+// output, checked (every row back in its place).
+bool expertRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, const ExpertShape& S, const Matrix& rows,
+                     const std::string& what) {
+  ExpertRun run(ctx, S);
   run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
   bool ok = run.dispatch(comms, what, /*copyCounts=*/true);
   ok &= run.verifyDispatch(comms, what);
@@ -1380,6 +1382,11 @@ bool expertRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, Rng& rng, c
   ok &= run.combine(comms, what, /*fromShifted=*/true);
   ok &= run.verifyCombine(comms, what, true);
   return ok;
+}
+
+bool expertRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, Rng& rng, const std::string& what) {
+  const Matrix rows = drawExpertRows(ctx.nranks, 3, 20, -1, rng);
+  return expertRoundTrip(ctx, comms, fitExperts(3, 6, 8, rows, 0), rows, what);
 }
 
 // ==== a2av_experts ================================================================================
@@ -1483,14 +1490,7 @@ void caseExperts(Ctx& ctx) {
         S.capacity.push_back(100);
         S.sendRows.push_back(rowsSentBy(rows, k));
       }
-      const std::string what = "an empty expert whose padded start lies past capacityRows";
-      ExpertRun run(ctx, S);
-      run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
-      run.dispatch(comms, what, /*copyCounts=*/true);
-      run.verifyDispatch(comms, what);
-      run.loadCombineInput();
-      run.combine(comms, what, /*fromShifted=*/true);
-      run.verifyCombine(comms, what, true);
+      expertRoundTrip(ctx, comms, S, rows, "an empty expert whose padded start lies past capacityRows");
     }
 
     // The token-ordered buffers (the dispatch's sendbuff, the combine's recvbuff) in cuMem chunks
@@ -1502,14 +1502,7 @@ void caseExperts(Ctx& ctx) {
       const Matrix rows = drawExpertRows(n, 3, 40, -1, rng);
       ExpertShape S = fitExperts(3, 2 * 7168, 1, rows, 0);
       S.tokenAlloc = Alloc::CuMemChunks;
-      const std::string what = "token buffers straddling two cuMem chunks";
-      ExpertRun run(ctx, S);
-      run.prepare(rows, ctx.nextSeed(), /*countsNow=*/false);
-      run.dispatch(comms, what, /*copyCounts=*/true);
-      run.verifyDispatch(comms, what);
-      run.loadCombineInput();
-      run.combine(comms, what, /*fromShifted=*/true);
-      run.verifyCombine(comms, what, true);
+      expertRoundTrip(ctx, comms, S, rows, "token buffers straddling two cuMem chunks");
     }
   }
   ctx.destroyComms(comms, "a2av_experts");
