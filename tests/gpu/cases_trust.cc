@@ -2264,11 +2264,8 @@ void caseStreamsOrder(Ctx& ctx) {
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&A[i], cudaStreamNonBlocking));
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&B[i], cudaStreamNonBlocking));
   }
-  for (int round = 0; round < 3; ++round) {
-    const std::string label = name + ": round " + std::to_string(round + 1) +
-                              ", X on stream A (even ranks sleep there first), then Y on stream B";
-    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
-    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+  // Fresh inputs for both calls, on their streams, done everywhere before anything is issued.
+  auto prepareBoth = [&](Run& x, Run& y) {
     x.prepare(ctx.nextSeed());
     y.prepare(ctx.nextSeed());
     for (size_t i = 0; i < nl; ++i) {
@@ -2277,6 +2274,13 @@ void caseStreamsOrder(Ctx& ctx) {
       CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
     }
     ctx.world->barrier();
+  };
+  for (int round = 0; round < 3; ++round) {
+    const std::string label = name + ": round " + std::to_string(round + 1) +
+                              ", X on stream A (even ranks sleep there first), then Y on stream B";
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    prepareBoth(x, y);
     for (size_t i = 0; i < nl; ++i) {
       if (ctx.local[i].rank % 2 != 0) continue;
       CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
@@ -2340,14 +2344,7 @@ void caseStreamsOrder(Ctx& ctx) {
       ctx.fail("%s: the capture failed on some rank; replays not run", label.c_str());
     } else {
       for (int rep = 0; rep < 2; ++rep) {
-        x.prepare(ctx.nextSeed());
-        y.prepare(ctx.nextSeed());
-        for (size_t i = 0; i < nl; ++i) {
-          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-          CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
-          CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
-        }
-        ctx.world->barrier();
+        prepareBoth(x, y);
         watchdogStep("%s: replay %d", label.c_str(), rep + 1);
         for (size_t i = 0; i < nl; ++i) {
           CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
