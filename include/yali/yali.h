@@ -11,7 +11,10 @@
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
  * call first waits for that call (an event; a comm that keeps to one stream records none). Within
  * one stream capture this ordering becomes graph edges; between a graph's replays and other calls
- * on the comm (eager, or another graph's), the program orders them, as with NCCL.
+ * on the comm (eager, or another graph's), the program orders them, as with NCCL. The first call
+ * on a second stream orders itself after everything queued so far on the previous call's stream:
+ * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
+ * run unordered.
  *
  * Every call returns a yaliResult_t. On failure, yaliGetLastError() returns a message that names
  * the call and the offending argument; a refused call has touched nothing.
