@@ -1962,10 +1962,20 @@ def _vs_nccl_moved(out, nccl_out, want, what):
     return _same_bytes(out, nccl_out, "YALI vs NCCL")
 
 
-def _nccl_try(fn):
+# Types that torch's NCCL layer cannot convert (torch/csrc/cuda/nccl.cpp, to_nccl_data_type). Its
+# scatter converts inside an NCCL group it has already opened, so the refusal leaves that group
+# open: every later NCCL call of the thread is queued and never runs (read in torch's source,
+# 2026-11-25; the likely reason why c_a2av_overflow failed only after c_scatter, with an EOFError in
+# broadcast_object_list). So these types never reach torch's NCCL here.
+_TORCH_NCCL_UNCONVERTIBLE = ("torch.uint32", "torch.uint64")  # str(dtype): no torch at import
+
+
+def _nccl_try(fn, dtype=None):
     """Runs a torch.distributed (NCCL) call; (result, None), or (None, why) when NCCL refuses the
     dtype or op (fp8 reductions, for one): a refusal raised before any communication, the same on
-    every rank."""
+    every rank. A dtype torch's NCCL layer cannot convert is not tried at all (see above)."""
+    if str(dtype) in _TORCH_NCCL_UNCONVERTIBLE:
+        return None, f"torch's NCCL layer has no {dtype}: not tried"
     try:
         return fn(), None
     except (RuntimeError, ValueError, TypeError) as e:
@@ -2013,7 +2023,7 @@ def _section_c_all_reduce(rec, comm, rank, dev):
                 problems += _same_on_all_ranks(_bits(y))
                 if dtype in _INT_INFO:  # exact: NCCL must agree bit for bit
                     t = xs[rank].clone()
-                    _, why = _nccl_try(lambda: dist.all_reduce(t, op=_torch_op(op)))
+                    _, why = _nccl_try(lambda: dist.all_reduce(t, op=_torch_op(op)), dtype=dtype)
                     torch.cuda.synchronize()
                     if why is None:
                         problems += _same_bytes(y, t, "YALI vs NCCL")
@@ -2059,7 +2069,7 @@ def _section_c_reduce_scatter(rec, comm, rank, dev):
                 if dtype in _INT_INFO:
                     o = _garbage(m, dtype, dev)
                     _, why = _nccl_try(lambda: dist.reduce_scatter_tensor(o, ins[rank].clone(),
-                                                                          op=_torch_op(op)))
+                                                                          op=_torch_op(op)), dtype=dtype)
                     torch.cuda.synchronize()
                     if why is None:
                         problems += _same_bytes(out, o, "YALI vs NCCL")
@@ -2092,7 +2102,7 @@ def _section_c_reduce(rec, comm, rank, dev):
                     problems += _unchanged(t, xs[rank], "the tensor off dst")
                 if dtype in _INT_INFO:
                     t2 = xs[rank].clone()
-                    _, why = _nccl_try(lambda: dist.reduce(t2, root, op=_torch_op(op)))
+                    _, why = _nccl_try(lambda: dist.reduce(t2, root, op=_torch_op(op)), dtype=dtype)
                     torch.cuda.synchronize()
                     if why is None and rank == root:
                         problems += _same_bytes(t, t2, "YALI vs NCCL")
@@ -2135,7 +2145,7 @@ def _section_c_all_gather(rec, comm, rank, dev):
             if mode != "inplace":
                 problems += _unchanged(x, xs[rank], "the input")
             o = _garbage(ws * n, dtype, dev)
-            _, why = _nccl_try(lambda: dist.all_gather_into_tensor(o, xs[rank].clone()))
+            _, why = _nccl_try(lambda: dist.all_gather_into_tensor(o, xs[rank].clone()), dtype=dtype)
             torch.cuda.synchronize()
             if why is None:
                 problems += _same_bytes(out, o, "YALI vs NCCL")
@@ -2159,7 +2169,7 @@ def _section_c_broadcast(rec, comm, rank, dev):
             problems = [] if r is t else ["the returned tensor is not the tensor"]
             problems += _same_bytes(t, xs[root])
             t2 = xs[rank].clone()
-            _, why = _nccl_try(lambda: dist.broadcast(t2, root))
+            _, why = _nccl_try(lambda: dist.broadcast(t2, root), dtype=dtype)
             torch.cuda.synchronize()
             if why is None:
                 problems += _same_bytes(t, t2, "YALI vs NCCL")
@@ -2204,7 +2214,7 @@ def _section_c_gather(rec, comm, rank, dev):
             torch.cuda.synchronize()
             problems += _unchanged(x, xs[rank], "the input")
             gl2 = [_garbage(n, dtype, dev) for _ in range(ws)] if rank == root else None
-            _, why = _nccl_try(lambda: dist.gather(xs[rank].clone(), gl2, dst=root))
+            _, why = _nccl_try(lambda: dist.gather(xs[rank].clone(), gl2, dst=root), dtype=dtype)
             torch.cuda.synchronize()
             if why is None and rank == root:
                 for i, g in enumerate(gl2):
@@ -2247,7 +2257,7 @@ def _section_c_scatter(rec, comm, rank, dev):
             problems += _same_bytes(out, want)
             o = _garbage(n, dtype, dev)
             sl2 = [src[i * n:(i + 1) * n].clone() for i in range(ws)] if rank == root else None
-            _, why = _nccl_try(lambda: dist.scatter(o, sl2, src=root))
+            _, why = _nccl_try(lambda: dist.scatter(o, sl2, src=root), dtype=dtype)
             torch.cuda.synchronize()
             if why is None:
                 problems += _vs_nccl_moved(out, o, want, f"scatter {_dname(dtype)} n={n}")
@@ -2283,7 +2293,7 @@ def _section_c_all_to_all(rec, comm, rank, dev):
             problems += _same_bytes(out.reshape(-1), want)
             problems += _unchanged(x, ins[rank], "the input")
             o = _garbage(ws * c, dtype, dev)
-            _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone()))
+            _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone()), dtype=dtype)
             torch.cuda.synchronize()
             if why is None:
                 problems += _vs_nccl_moved(out.reshape(-1), o, want, f"all_to_all {_dname(dtype)} c={c}")
@@ -2810,7 +2820,7 @@ def _section_c_all_to_all_v(rec, comm, rank, dev):
             p += _same_bytes(out, want) + _unchanged(x, ins[rank], "the input")
             o = _garbage(out.shape, dtype, dev)
             _, why = _nccl_try(lambda: dist.all_to_all_single(o, ins[rank].clone(), out_splits,
-                                                              in_splits))
+                                                              in_splits), dtype=dtype)
             torch.cuda.synchronize()
             if why is None:
                 p += _vs_nccl_moved(out, o, want, f"all_to_all_v {_dname(dtype)}")
@@ -3136,6 +3146,14 @@ def _worker_coll(out_dir):
             # that it skipped.
             torch.cuda.synchronize()
             dist.barrier()
+            # torch's NCCL still runs its calls (a section that left an NCCL group open, as torch's
+            # scatter does when it refuses a dtype, would have every later call queued and never run).
+            alive = torch.ones(1, device=dev)
+            dist.all_reduce(alive)
+            torch.cuda.synchronize()
+            rec.section = name
+            rec.record("__torch_nccl_alive_after__", alive.item() == ws,
+                       f"all_reduce of ones gave {alive.item()}, expected {ws}")
     comm.close()
     dist.destroy_process_group()
     return 0
