@@ -185,7 +185,14 @@ if has a2av; then
   done
 fi
 
-if has dropin; then
+# A fresh machine keeps no build from an earlier call (seen 2026-11-25): say so instead of running
+# yali-run without its library.
+need_build() {
+  [ -e "$BUILD/src/libyali.so" ] && return 0
+  note "$1: skipped, no build in $BUILD (a fresh machine keeps none: add build to STAGES)"; return 1
+}
+
+if has dropin && need_build dropin; then
   # Issue 20: an unchanged torch program (DDP, FSDP2, compiled functional collectives, all_to_all,
   # a graph-captured all_reduce) on NCCL, then under yali-run, compared (examples/05_dropin).
   printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$LOCAL_RANK\nexec "$@"\n' > /tmp/hostid_torch.sh

@@ -178,9 +178,15 @@ def run_checks(steps):
         record(out, "graph.all_reduce.%d" % step, buf, True)
 
     progress("graph-captured all_reduce")
+    return rank, world, out
+
+
+def teardown(rank):
+    """Last, after the results are written: a hang here (seen with plain NCCL, two ranks on one GPU,
+    2026-11-25) costs the run its exit status, never its results."""
     dist.barrier()
     dist.destroy_process_group()
-    return rank, world, out
+    print("[rank %d] teardown done" % rank, file=sys.stderr, flush=True)
 
 
 def merge(out_path, world):
@@ -278,6 +284,7 @@ def main(argv=None):
             time.sleep(0.1)
         merge(args.out, world)
         print("wrote %s (%d ranks, %d results each) via %s" % (args.out, world, len(out), library_lines()))
+    teardown(rank)
     return 0
 
 
