@@ -167,8 +167,9 @@ YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* de
 
 /* Ends the comm after the calls made on it so far (not collective). Waits for this rank's calls
  * issued outside CUDA graphs to finish (bounded by YALI_TIMEOUT_MS; if they have not, it returns
- * yaliTimeout and they do nothing when they run), then closes the comm: launches still queued and
- * replays of graphs that captured its calls touch nothing from then on. Its memory is freed once
+ * yaliTimeout and they do nothing when they run, but for copy-engine calls, *_ce below, which
+ * still copy into their own output: a queued copy cannot be withdrawn), then closes the comm:
+ * launches still queued and replays of graphs that captured its calls touch nothing from then on. Its memory is freed once
  * no graph holds it (a graph that captured a call keeps it until the graph is destroyed); destroy
  * waits for that at most until YALI_TIMEOUT_MS is used up, since freeing CUDA memory waits for
  * every kernel on the device, another library's too. Peers keep the memory they mapped of ours
@@ -178,7 +179,8 @@ YALI_API yaliResult_t yaliCommDestroy(yaliComm_t comm);
 /* Ends the comm at once, from any thread, whatever runs on the GPU: its device waits in flight
  * give up, its peers learn of it (they report yaliRemoteError), a call blocked in another thread
  * on this comm returns within about 100 ms, and its launches still queued or replayed later touch
- * nothing. Waits for no kernel; the memory is freed in the background as for yaliCommDestroy. */
+ * nothing (copy-engine calls in flight are released within a few ms and copy into their own output
+ * only). Waits for no kernel; the memory is freed in the background as for yaliCommDestroy. */
 YALI_API yaliResult_t yaliCommAbort(yaliComm_t comm);
 
 /* *asyncError = yaliSuccess, or the error that a device-side operation hit (see "Failures" above:
@@ -215,6 +217,23 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
  * on a new allocation at its address fails on every rank (yaliInvalidUsage) rather than let a
  * peer write into it. */
 YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t size, void** handle);
+
+/* Registered inputs and no SM at all: AllGather, Broadcast, Gather, Scatter and AlltoAll also have a
+ * copy-engine algorithm (*_ce: allgather_ce, ...) that runs no kernel: the copy engines pull every
+ * peer's input into each rank's output and stream memory operations synchronize the ranks, so the
+ * call takes no SM from compute it overlaps. Off by default (slower than the SM paths at most
+ * sizes); YALI_<NAME>_MIN_BYTES (e.g. YALI_ALLGATHER_CE_MIN_BYTES=-1: every size) or YALI_ALGO
+ * turn it on. A call takes it only when, on this rank, sendbuff lies in registered memory (recvbuff
+ * need not), the stream is not capturing (graphs take the SM paths) and the driver offers the
+ * memory operations; every rank must then pass its sendbuff at the same byte offset within the
+ * corresponding registration (in-place AllGather: recvbuff at the same offset). Broadcast and
+ * Scatter receivers read nothing of their own sendbuff but pass one laid out like the root's (the
+ * same buffer as recvbuff in place does). Ranks that differ wait for each other until
+ * YALI_TIMEOUT_MS: yaliTimeout on every rank. A host thread bounds the waits: a call that does not
+ * complete within YALI_TIMEOUT_MS of its start fails the comm (yaliTimeout; a peer's kernels refuse
+ * to run from then on), and its stream is released, leaving that call's output undefined; a
+ * copy-engine call writes nothing but its own rank's output. yaliAlgoInfo reports 0 ctas and 0
+ * threads for these (and, having no stream, cannot tell a capture from an eager call). */
 
 /* Undoes yaliCommRegister on this rank (not collective; peers keep their own registrations until
  * they deregister). Waits for this rank's calls issued outside CUDA graphs to finish (bounded by

@@ -15,72 +15,87 @@ constexpr Collective kAR = Collective::kAllReduce;
 // those bounded from below, then the fallback.
 constexpr AlgorithmDesc kAlgorithms[] = {
     // ---- AllReduce (allreduce/) ----
-    {Algo::kTwoshotDirect, "twoshot_direct", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_direct_min", true,
+    {Algo::kTwoshotDirect, "twoshot_direct", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_direct_min", true, false,
      twoshotDirectKernelFor,
      "two-shot whose owners store the reduced shards straight into every rank's registered output"},
-    {Algo::kOneshotLL, "oneshot_ll", kAR, Family::kOneshotLL, Bound::kUpTo, "ll_max", false, oneshotLLKernelFor,
+    {Algo::kOneshotLL, "oneshot_ll", kAR, Family::kOneshotLL, Bound::kUpTo, "ll_max", false, false, oneshotLLKernelFor,
      "one-shot by LL packets: every rank sends its whole input to every rank, one step, no barrier"},
-    {Algo::kOneshotPull, "oneshot_pull", kAR, Family::kOneshotPull, Bound::kUpTo, "oneshot_pull_max", false,
+    {Algo::kOneshotPull, "oneshot_pull", kAR, Family::kOneshotPull, Bound::kUpTo, "oneshot_pull_max", false, false,
      oneshotPullKernelFor, "one-shot by copy-in, one flag exchange and NVLink reads"},
-    {Algo::kTwoshotPush, "twoshot_push", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_push_min", false,
+    {Algo::kTwoshotPush, "twoshot_push", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_push_min", false, false,
      twoshotPushKernelFor, "two-shot (reduce-scatter, all-gather) whose every NVLink transfer is a write"},
-    {Algo::kTwoshot, "twoshot", kAR, Family::kTwoshot, Bound::kFallback, nullptr, false, twoshotKernelFor,
+    {Algo::kTwoshot, "twoshot", kAR, Family::kTwoshot, Bound::kFallback, nullptr, false, false, twoshotKernelFor,
      "two-shot (reduce-scatter, all-gather) gathering by NVLink reads"},
     // ---- ReduceScatter ----
     {Algo::kReduceScatterLL, "reducescatter_ll", Collective::kReduceScatter, Family::kExchangeLL, Bound::kUpTo,
-     "reducescatter_ll_max", false, exchangeLLReduceKernelFor,
+     "reducescatter_ll_max", false, false, exchangeLLReduceKernelFor,
      "each rank's block for every receiver as LL packets; each receiver reduces in rank order"},
     {Algo::kReduceScatterStaged, "reducescatter_staged", Collective::kReduceScatter, Family::kExchangeStaged,
-     Bound::kFallback, nullptr, false, exchangeStagedReduceKernelFor,
+     Bound::kFallback, nullptr, false, false, exchangeStagedReduceKernelFor,
      "each block pipelined through the receiver's staging, reduced there in rank order"},
     // ---- AllGather ----
+    {Algo::kAllGatherCopyEngine, "allgather_ce", Collective::kAllGather, Family::kCopyEngine, Bound::kFrom,
+     "allgather_ce_min", false, true, nullptr,
+     "no SM: the copy engines pull every peer's input into our output (inputs registered on every rank)"},
     {Algo::kAllGatherDirect, "allgather_direct", Collective::kAllGather, Family::kExchangeDirect, Bound::kFrom,
-     "allgather_direct_min", true, exchangeDirectCopyKernelFor,
+     "allgather_direct_min", true, false, exchangeDirectCopyKernelFor,
      "each rank writes its input straight into every rank's registered output"},
     {Algo::kAllGatherLL, "allgather_ll", Collective::kAllGather, Family::kExchangeLL, Bound::kUpTo,
-     "allgather_ll_max", false, exchangeLLCopyKernelFor, "each rank's input to every rank as LL packets"},
+     "allgather_ll_max", false, false, exchangeLLCopyKernelFor, "each rank's input to every rank as LL packets"},
     {Algo::kAllGatherStaged, "allgather_staged", Collective::kAllGather, Family::kExchangeStaged,
-     Bound::kFallback, nullptr, false, exchangeStagedCopyKernelFor,
+     Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
      "each rank's input pipelined through every receiver's staging"},
     // ---- Broadcast ----
+    {Algo::kBroadcastCopyEngine, "broadcast_ce", Collective::kBroadcast, Family::kCopyEngine, Bound::kFrom,
+     "broadcast_ce_min", false, true, nullptr,
+     "no SM: the copy engines pull the root's input into every output (inputs registered on every rank)"},
     {Algo::kBroadcastDirect, "broadcast_direct", Collective::kBroadcast, Family::kExchangeDirect, Bound::kFrom,
-     "broadcast_direct_min", true, exchangeDirectCopyKernelFor,
+     "broadcast_direct_min", true, false, exchangeDirectCopyKernelFor,
      "the root writes straight into every rank's registered output"},
     {Algo::kBroadcastLL, "broadcast_ll", Collective::kBroadcast, Family::kExchangeLL, Bound::kUpTo,
-     "broadcast_ll_max", false, exchangeLLCopyKernelFor, "the root's input to every rank as LL packets"},
+     "broadcast_ll_max", false, false, exchangeLLCopyKernelFor, "the root's input to every rank as LL packets"},
     {Algo::kBroadcastStaged, "broadcast_staged", Collective::kBroadcast, Family::kExchangeStaged,
-     Bound::kFallback, nullptr, false, exchangeStagedCopyKernelFor,
+     Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
      "the root's input pipelined through every receiver's staging"},
     // ---- Reduce ----
-    {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false,
+    {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false, false,
      exchangeLLReduceKernelFor, "every rank's input to the root as LL packets, reduced there in rank order"},
     {Algo::kReduceStaged, "reduce_staged", Collective::kReduce, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, exchangeStagedReduceKernelFor,
+     nullptr, false, false, exchangeStagedReduceKernelFor,
      "every rank's input pipelined through the root's staging, reduced there in rank order"},
     // ---- Gather ----
-    {Algo::kGatherLL, "gather_ll", Collective::kGather, Family::kExchangeLL, Bound::kUpTo, "gather_ll_max", false,
+    {Algo::kGatherCopyEngine, "gather_ce", Collective::kGather, Family::kCopyEngine, Bound::kFrom,
+     "gather_ce_min", false, true, nullptr,
+     "no SM: the copy engines pull every rank's input into the root's output (inputs registered on every rank)"},
+    {Algo::kGatherLL, "gather_ll", Collective::kGather, Family::kExchangeLL, Bound::kUpTo, "gather_ll_max", false, false,
      exchangeLLCopyKernelFor, "every rank's input to the root as LL packets"},
     {Algo::kGatherStaged, "gather_staged", Collective::kGather, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, exchangeStagedCopyKernelFor, "every rank's input pipelined through the root's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "every rank's input pipelined through the root's staging"},
     // ---- Scatter ----
+    {Algo::kScatterCopyEngine, "scatter_ce", Collective::kScatter, Family::kCopyEngine, Bound::kFrom,
+     "scatter_ce_min", false, true, nullptr,
+     "no SM: the copy engines pull each rank's block of the root's input (inputs registered on every rank)"},
     {Algo::kScatterDirect, "scatter_direct", Collective::kScatter, Family::kExchangeDirect, Bound::kFrom,
-     "scatter_direct_min", true, exchangeDirectCopyKernelFor,
+     "scatter_direct_min", true, false, exchangeDirectCopyKernelFor,
      "the root writes each block straight into its rank's registered output"},
     {Algo::kScatterLL, "scatter_ll", Collective::kScatter, Family::kExchangeLL, Bound::kUpTo, "scatter_ll_max",
-     false, exchangeLLCopyKernelFor, "the root's block for every rank as LL packets"},
+     false, false, exchangeLLCopyKernelFor, "the root's block for every rank as LL packets"},
     {Algo::kScatterStaged, "scatter_staged", Collective::kScatter, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, exchangeStagedCopyKernelFor, "the root's blocks pipelined through every receiver's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "the root's blocks pipelined through every receiver's staging"},
     // ---- AlltoAll ----
+    {Algo::kAlltoAllCopyEngine, "alltoall_ce", Collective::kAlltoAll, Family::kCopyEngine, Bound::kFrom,
+     "alltoall_ce_min", false, true, nullptr,
+     "no SM: the copy engines pull our block of every peer's input (inputs registered on every rank)"},
     {Algo::kAlltoAllDirect, "alltoall_direct", Collective::kAlltoAll, Family::kExchangeDirect, Bound::kFrom,
-     "alltoall_direct_min", true, exchangeDirectCopyKernelFor,
+     "alltoall_direct_min", true, false, exchangeDirectCopyKernelFor,
      "each rank writes each block straight into its receiver's registered output"},
     {Algo::kAlltoAllLL, "alltoall_ll", Collective::kAlltoAll, Family::kExchangeLL, Bound::kUpTo, "alltoall_ll_max",
-     false, exchangeLLCopyKernelFor, "each block to its receiver as LL packets"},
+     false, false, exchangeLLCopyKernelFor, "each block to its receiver as LL packets"},
     {Algo::kAlltoAllStaged, "alltoall_staged", Collective::kAlltoAll, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging"},
     // ---- AlltoAllv (every form: host counts, device counts, expert dispatch and combine) ----
     {Algo::kAlltoAllvStaged, "alltoallv_staged", Collective::kAlltoAllv, Family::kExchangeStaged,
-     Bound::kFallback, nullptr, false, alltoallvKernelFor,
+     Bound::kFallback, nullptr, false, false, alltoallvKernelFor,
      "counts exchanged as LL packets, then each rank's rows for every receiver pipelined through its "
      "staging and placed by the counts"},
 };
@@ -148,6 +163,7 @@ std::string algorithmsMarkdownTable() {
 int maxLaunchableThreads(Algo a) {
   const AlgorithmDesc& row = algorithm(a);
   int limit = 1024;
+  if (row.kernel == nullptr) return limit;  // the copy-engine rows launch no kernel
   for (int t = 0; t < kNumDataTypes; ++t) {
     for (int op = 0; op < kNumRedOps; ++op) {
       KernelFn fn = row.kernel(static_cast<DataType>(t), static_cast<RedOp>(op));
@@ -162,6 +178,7 @@ int maxLaunchableThreads(Algo a) {
 
 cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int threads, const DeviceArgs& args,
                             bool programmatic, cudaStream_t stream) {
+  if (algorithm(a).kernel == nullptr) return cudaErrorInvalidValue;
   const KernelFn fn = algorithm(a).kernel(dtype, op);
   if (fn == nullptr) return cudaErrorInvalidValue;
   DeviceArgs copy = args;
@@ -193,6 +210,8 @@ const char* waitPhaseName(int phase) {
     case kPhaseExchangeArrive: return "exchange: a peer's start of the launch";
     case kPhaseDirectEnter: return "exchange (direct): entry handshake";
     case kPhaseDirectLeave: return "exchange (direct): the peers' writes";
+    case kPhaseCopyEngineReady: return "copy engines: a peer's word that its input is ready";
+    case kPhaseCopyEngineDone: return "copy engines: a peer's word that it has read our input";
     case kPhaseRebaseArrive: return "epoch rebase: arrival";
     case kPhaseRebaseClear: return "epoch rebase: clearing";
     case kPhaseCountsExchange: return "alltoallv: a sender's counts";

@@ -29,10 +29,12 @@ enum class Algo : int {
   kReduceScatterLL,
   kReduceScatterStaged,
   // AllGather
+  kAllGatherCopyEngine,
   kAllGatherDirect,
   kAllGatherLL,
   kAllGatherStaged,
   // Broadcast
+  kBroadcastCopyEngine,
   kBroadcastDirect,
   kBroadcastLL,
   kBroadcastStaged,
@@ -40,20 +42,23 @@ enum class Algo : int {
   kReduceLL,
   kReduceStaged,
   // Gather
+  kGatherCopyEngine,
   kGatherLL,
   kGatherStaged,
   // Scatter
+  kScatterCopyEngine,
   kScatterDirect,
   kScatterLL,
   kScatterStaged,
   // AlltoAll
+  kAlltoAllCopyEngine,
   kAlltoAllDirect,
   kAlltoAllLL,
   kAlltoAllStaged,
   // AlltoAllv
   kAlltoAllvStaged,
 };
-constexpr int kNumAlgos = 24;
+constexpr int kNumAlgos = 29;
 
 // How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
 // on (choiceFits).
@@ -64,6 +69,8 @@ enum class Family : int {
   kExchangeLL,      // a pattern of pieces as LL packets (exchange/ll.cuh)
   kExchangeStaged,  // a pattern of pieces, pipelined through staging (exchange/staged.cuh)
   kExchangeDirect,  // a pattern of pieces written into registered outputs (exchange/direct.cuh)
+  kCopyEngine,      // a pattern of pieces pulled by the copy engines from registered inputs, no
+                    // kernel (copy_engine/copy_engine.h)
 };
 
 // When the selector takes a row (the collective's rows in order; the first that applies wins):
@@ -85,8 +92,10 @@ struct AlgorithmDesc {
   // kFallback. Its environment variable is YALI_<NAME>_MAX_BYTES (kUpTo) or _MIN_BYTES (kFrom).
   const char* tuningKey;
   bool needsRegisteredRecv;  // only for outputs in memory registered on every rank
+  bool needsRegisteredSend;  // only for inputs in memory registered on every rank (copy_engine/)
   // The kernel for a data type and op, or null where the pair is not supported (avg on integers).
-  // Data-moving algorithms return their one byte-wise kernel for every pair.
+  // Data-moving algorithms return their one byte-wise kernel for every pair; the copy-engine rows
+  // have no kernel at all (null: they are issued by core/enqueue.cc through copy_engine.h).
   KernelFn (*kernel)(DataType, RedOp);
   const char* summary;  // one line: what it does and when it pays (help texts, docs)
 };

@@ -86,6 +86,68 @@ RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& 
 // What the selector is asked about: AllReduce's message, every other collective's piece.
 size_t selectorBytes(const Sizes& s) { return s.piece; }
 
+bool hasCopyEngineAlgorithm(Collective c) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i)
+    if (rows[i].collective == c && rows[i].needsRegisteredSend) return true;
+  return false;
+}
+
+// The input's registration, for the copy-engine algorithms, which pull every peer's input
+// (copy_engine.h): `ref` is the offset within it that every rank's call must share (in-place
+// AllGather: the output's, the input being our block of it). A rank that reads nothing of its own
+// input (Broadcast and Scatter receivers) still passes one laid out like the root's: it is looked up
+// with the root's extent. None inside a stream capture, or where the driver lacks the memory
+// operations.
+struct SendRegistration {
+  RegisteredSpan span;
+  size_t ref = 0;
+  bool inPlaceAllGather = false;
+};
+SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t sendId, bool haveId) {
+  SendRegistration out;
+  if (!comm->copyEngineOk || comm->registrations.live.empty() || !hasCopyEngineAlgorithm(c.collective) ||
+      c.send == nullptr)
+    return out;
+  const int n = comm->nranks;
+  size_t bytes = s.sendBytes;
+  if (bytes == 0) bytes = extentsOf(c.collective, c.root, c.root, n).sendPieces * s.piece;
+  if (bytes == 0) return out;
+  if (!haveId) {
+    AllocationInfo info;
+    std::string ignored;
+    if (!queryAllocation(c.send, &info, &ignored)) return out;
+    sendId = info.bufferId;
+  }
+  if (c.stream != nullptr) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c.stream, &capture) != cudaSuccess) {
+      cudaGetLastError();
+      return out;
+    }
+    if (capture != cudaStreamCaptureStatusNone) return out;
+  }
+  out.span = findRegistered(comm, c.send, bytes, sendId);
+  if (out.span.registration == nullptr) return out;
+  const size_t mine = static_cast<size_t>(comm->rank) * s.piece;
+  out.inPlaceAllGather = c.collective == Collective::kAllGather &&
+                         static_cast<const char*>(c.send) == static_cast<const char*>(c.recv) + mine;
+  out.ref = out.inPlaceAllGather ? out.span.offset - mine : out.span.offset;
+  return out;
+}
+
+// The copy-engine handshake's value (copy_engine.h): the call and where every rank's input lies;
+// never 0 (the words' idle value).
+uint32_t copyEngineTag(Algo algo, const CollCall& c, const SendRegistration& in) {
+  const uint64_t fields[] = {static_cast<uint64_t>(algo), static_cast<uint64_t>(c.collective), c.count,
+                             static_cast<uint64_t>(c.datatype), static_cast<uint64_t>(c.root),
+                             in.span.registration->id, in.ref, in.inPlaceAllGather ? 1ull : 0ull};
+  const uint64_t h = fnv1a(fields, sizeof(fields));
+  const uint32_t tag = static_cast<uint32_t>(h ^ (h >> 32));
+  return tag == 0 ? 1 : tag;
+}
+
 }  // namespace
 
 yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
@@ -119,10 +181,12 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
                 c.send, s.sendBytes, c.recv, s.recvBytes, inPlaceRule(c.collective));
 
   const RegisteredSpan reg = registeredOutput(comm, c, s, recvInfo.bufferId);
+  const SendRegistration in = registeredInput(comm, c, s, sendInfo.bufferId, s.sendBytes > 0);
   PlannedLaunch plan;
   plan.comm = locked.shared();
   plan.call = c.name;
-  plan.choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr);
+  plan.choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr,
+                                      in.span.registration != nullptr);
   plan.dtype = static_cast<DataType>(c.datatype);
   plan.op = collectiveShape(c.collective).reduces ? static_cast<RedOp>(c.op) : RedOp::kSum;
   plan.bytes = selectorBytes(s);
@@ -140,7 +204,24 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     fillPattern(c.collective, comm->rank, comm->nranks, c.root, s.piece, send, recv, &args);
   }
   const Algo algo = plan.choice.algo;
-  if (algorithm(algo).needsRegisteredRecv) {
+  if (algorithm(algo).needsRegisteredSend) {
+    // Pull: every rank's input as mapped here, and which inputs hold one block per receiver.
+    const size_t n = static_cast<size_t>(comm->nranks);
+    args.peerSrcByRank = 0;
+    for (int p = 0; p < comm->nranks; ++p) {
+      args.peerRecv[p] = in.span.registration->peerBase[p] + in.ref + (in.inPlaceAllGather ? p * s.piece : 0);
+      if (extentsOf(c.collective, p, c.root, comm->nranks).sendPieces == n && n > 1) args.peerSrcByRank |= 1u << p;
+    }
+    args.callTag = copyEngineTag(algo, c, in);
+    plan.registrations[0] = in.span.registration;
+    if (in.span.stale) {
+      // A new allocation where registered memory was freed: a tag no peer has, so every rank's
+      // handshake times out before anything is read from it.
+      args.callTag = poisonedTag(args.callTag, comm->rank) | 1u;
+      comm->setHostNote("this rank's input lies where registered memory was freed without "
+                        "yaliCommDeregister (a new allocation at the old address)");
+    }
+  } else if (algorithm(algo).needsRegisteredRecv) {
     const bool exchange = algorithm(algo).family == Family::kExchangeDirect;
     for (int p = 0; p < comm->nranks; ++p)
       args.peerRecv[p] = reg.registration->peerBase[p] + (exchange ? 0 : reg.offset);
@@ -177,7 +258,9 @@ yaliResult_t describeCall(yaliComm_t handle, const CollCall& c, yaliAlgoInfo_t* 
   std::string ignored;
   if (c.recv == nullptr || !queryAllocation(c.recv, &recvInfo, &ignored)) recvInfo = AllocationInfo();
   const RegisteredSpan reg = registeredOutput(comm, c, s, recvInfo.bufferId);
-  const AlgoChoice choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr);
+  const SendRegistration in = registeredInput(comm, c, s, 0, false);
+  const AlgoChoice choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr,
+                                                  in.span.registration != nullptr);
   memset(info, 0, sizeof(*info));
   strncpy(info->algorithm, c.count == 0 ? "none" : algoName(choice.algo), sizeof(info->algorithm) - 1);
   info->ctas = c.count == 0 ? 0 : choice.ctas;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/copy_engine/copy_engine.h"
 #include "collectives/registry.h"
 #include "core/error.h"
 #include "core/handles.h"
@@ -179,6 +180,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
+  comm->copyEngineOk = copyEngineAvailable(comm->device);
   // Querying every algorithm's kernels also loads them all now (registry.h: maxLaunchableThreads).
   SelectorLimits limits{};
   limits.smMajor = major;
@@ -216,6 +218,9 @@ void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
 WindowLayout computeLayout(int nranks, const Settings& s) {
   WindowLayout L{};
   size_t off = alignUp(sizeof(WindowHeader));
+  // Outside the epoch-stamped areas: the rebase never clears it (its words are 0 between calls).
+  L.ceFlags = off;
+  off += alignUp(sizeof(uint32_t) * 2 * kMaxRanks);
   L.pushFlags = off;
   off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
   L.resultFlags = off;
@@ -575,10 +580,11 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   if (!waitForEagerLaunches(comm, comm->eagerLaunches, deadline))
     result = fail(comm->cancel ? yaliRemoteError : yaliTimeout, comm,
                   "%s: rank %d: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms (they "
-                  "may wait behind other work on their streams); they will do nothing when they run, "
+                  "may wait behind other work on their streams); they will do nothing when they run (copy-engine calls: copy into their own output only), "
                   "and the comm's memory is freed after them",
                   call, comm->rank, static_cast<long long>(comm->settings.timeoutMs));
   std::string err;
+  closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)
   if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
     result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
   const uint64_t before = Reaper::lastPostedHere();
@@ -598,6 +604,7 @@ yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle) {
     // Our waits in flight give up (they poll the host-mapped word), and so do the peers': each
     // peer's window learns that we aborted. Then nothing of ours runs any more.
     reinterpret_cast<volatile HostStatus*>(status)->abortRequested = 1;
+    closeCopyEngine(comm);  // and so do copy-engine calls in flight, at the watch's next poll
     status->remoteWord = encodeRemoteFailure(kFailAborted, comm->rank);
     for (int p = 0; p < comm->nranks; ++p) {
       if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;

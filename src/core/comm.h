@@ -30,6 +30,8 @@
 
 namespace yali {
 
+struct CopyEngineState;  // collectives/copy_engine/copy_engine.cc
+
 // Everything a kernel of one comm may touch, and the raw pointers DeviceArgs carries. Released on
 // the reaper once the comm's last eager launch has ended (HostStatus::eagerDone reaches
 // eagerIssued: a launch still queued when the comm closed reads its state words before it finds
@@ -100,6 +102,11 @@ struct yaliComm {
   bool haveLastLaunch = false;
   cudaStream_t lastStream = nullptr;         // the stream of the last launch
   unsigned long long lastContext = 0;        // its capture id, or 0 (eager)
+
+  // The copy-engine algorithms (copy_engine.h): whether the driver offers what they need, and
+  // their streams, events and watch, made at the comm's first *_ce call.
+  bool copyEngineOk = false;
+  std::shared_ptr<yali::CopyEngineState> copyEngine;
 
   void setLastError(const std::string& msg) {
     std::lock_guard<std::mutex> lock(errorMutex);

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/copy_engine/copy_engine.h"
 #include "collectives/registry.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -134,6 +135,16 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   args.epochHint = ++comm->launches;
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
   args.regEpoch = comm->regEpoch;
+  if (algorithm(plan.choice.algo).family == Family::kCopyEngine) {
+    // No kernel (copy_engine.h). submitCall never chooses it inside a capture.
+    if (captured)
+      return fail(yaliInternalError, comm, "%s: %s chosen inside a stream capture", plan.call,
+                  algoName(plan.choice.algo));
+    yaliResult_t issued = issueCopyEngine(comm, plan);
+    if (issued != yaliSuccess) return issued;
+    comm->eagerLaunches = args.eagerSeq;
+    return noteLaunch(comm, plan.stream, context, plan.call);
+  }
   const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
   e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
                       programmatic, plan.stream);

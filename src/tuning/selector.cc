@@ -86,7 +86,10 @@ const char* const kBuiltinTable[] = {
     "oneshot_pull_max=0 frugal_teams=1 twoshot_direct_min=0",
 };
 // Appended to every line above: the exchanges' thresholds (the same at every world size for now).
+// The copy-engine rows (*_ce_min) are 0, never by default: they trade speed for SMs left free,
+// which only the caller can weigh (YALI_<NAME>_MIN_BYTES or YALI_ALGO opt in; yali.h).
 const char* const kBuiltinExchanges =
+    " allgather_ce_min=0 broadcast_ce_min=0 gather_ce_min=0 scatter_ce_min=0 alltoall_ce_min=0"
     " reducescatter_ll_max=262144 allgather_direct_min=1048576 allgather_ll_max=262144"
     " broadcast_direct_min=1048576 broadcast_ll_max=262144 reduce_ll_max=262144 gather_ll_max=262144"
     " scatter_direct_min=1048576 scatter_ll_max=262144 alltoall_direct_min=1048576 alltoall_ll_max=262144";
@@ -426,6 +429,7 @@ AlgoChoice Selector::geometry(Algo a, size_t bytes) const {
     case Family::kOneshotPull: return oneshotPull(bytes);
     case Family::kTwoshot: return twoshot(bytes, a);
     case Family::kExchangeStaged: return staged(bytes, a);
+    case Family::kCopyEngine: return {a, 0, 0, 0, 1};  // no kernel: no blocks
     case Family::kExchangeDirect: {
       const size_t moved = saturatingMul(bytes, static_cast<size_t>(limits_.nranks));
       return {a, static_cast<int>(ctasFor(moved, bytes / minSlotOf(entry_))), threadsFor(entry_, limits_, a), 0, 1};
@@ -440,7 +444,7 @@ bool Selector::fitsBuffer(Algo a, size_t bytes) const {
   return true;
 }
 
-AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered) const {
+AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered) const {
   // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
   // sign: a message of 2^63 bytes or more is larger than every one of them.
   int count = 0;
@@ -455,7 +459,7 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
   const int forced = settings_.forcedAlgo[ci];
   if (forced >= 0) {
     const Algo a = static_cast<Algo>(forced);
-    if (!algorithm(a).needsRegisteredRecv || recvRegistered)
+    if ((!algorithm(a).needsRegisteredRecv || recvRegistered) && (!algorithm(a).needsRegisteredSend || sendRegistered))
       return geometry(fitsBuffer(a, bytes) ? a : fallback->id, bytes);
   }
   // Each threshold (env.h): the setting unless -2, then the table's: -1 means every size, 0 never,
@@ -464,6 +468,7 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
     const AlgorithmDesc& row = rows[i];
     if (row.collective != collective) continue;
     if (row.needsRegisteredRecv && !recvRegistered) continue;
+    if (row.needsRegisteredSend && !sendRegistered) continue;
     const int64_t setting = settings_.thresholds[i];
     const int64_t threshold = setting == kThresholdTable ? entry_.thresholds[i] : setting;
     bool take = false;
@@ -486,6 +491,8 @@ bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits,
   std::string problem;
   if (a < 0 || a >= kNumAlgos) {
     problem = "algorithm " + std::to_string(a) + " does not exist";
+  } else if (familyOf(c.algo) == Family::kCopyEngine) {
+    if (c.ctas != 0 || c.threads != 0) problem = "a copy-engine algorithm launches no blocks";
   } else if (c.ctas < 1 || c.ctas > kMaxCtas) {
     problem = std::to_string(c.ctas) + " blocks, outside [1, " + std::to_string(kMaxCtas) + "]";
   } else {

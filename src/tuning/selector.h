@@ -85,9 +85,11 @@ class Selector {
   bool init(const Settings& settings, const SelectorLimits& limits, std::string* error);
   // The choice for a call of `collective` moving `bytes` (AllReduce: the message; every other
   // collective: one piece, the bytes one rank sends to one receiver). recvRegistered: the output lies
-  // in memory registered on every rank (yaliCommRegister), which the *_direct algorithms need. Any
-  // bytes from 0 to SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
-  AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered) const;
+  // in memory registered on every rank (yaliCommRegister), which the *_direct algorithms need.
+  // sendRegistered: the inputs do, at the same offset (the *_ce algorithms pull from them); the
+  // caller also clears it where those cannot run (inside a stream capture). Any bytes from 0 to
+  // SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
+  AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false) const;
   const TuningEntry& entry() const { return entry_; }
   const SelectorLimits& limits() const { return limits_; }
   // No algorithm launches more than maxBlocks blocks (the caps only go down, and never below 1).

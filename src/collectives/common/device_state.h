@@ -46,6 +46,9 @@ enum WaitPhase : int {
   kPhaseCountsRecvExtent = 27,// combine: rows land past the end of recvbuff's allocation
   kPhaseCountsShape = 28,     // a sender's row width, experts per rank or direction differ from ours
   kPhaseCountsVerdict = 29,   // alltoallv: a peer's word that its count checks passed
+  // The copy-engine algorithms (no kernel: the host's watch reports these, copy_engine.h):
+  kPhaseCopyEngineReady = 30, // a peer's word that its input is ready for this call
+  kPhaseCopyEngineDone = 31,  // a peer's word that it has read our input
 };
 const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 
@@ -124,6 +127,7 @@ struct WindowHeader {
 static_assert(sizeof(WindowHeader) == 256, "WindowHeader is one 256-byte block");
 
 struct WindowLayout {
+  size_t ceFlags;     // the copy-engine handshake (copy_engine.h): uint32_t ready[kMaxRanks], done[kMaxRanks]
   size_t pushFlags;
   size_t resultFlags;
   size_t directFlags;
@@ -271,6 +275,10 @@ struct DeviceArgs {
   uint32_t srcByRank;
   uint32_t dstByRank;
   uint32_t peerDstByRank;
+  // The copy-engine algorithms (copy_engine.h), which pull: bit p: rank p's input holds one piece
+  // per receiver (ours at rank * pieceBytes), else one piece at 0. peerRecv[p] then holds rank p's
+  // input as mapped here, and callTag the digest every rank's handshake must match.
+  uint32_t peerSrcByRank;
   VarArgs var;  // alltoallv only
 };
 

@@ -474,12 +474,16 @@ TEST(selector_clamps_threads_to_launchable) {
     SelectorLimits own = limitsFor(f, 4);
     own.maxThreads[a] = 200;
     REQUIRE(sel.init(f, own, &err));
-    AlgoChoice c = sel.choose(row.collective, 4096, true);
+    AlgoChoice c = sel.choose(row.collective, 4096, true, true);
     CHECK_MSG(c.algo == row.id, "forced %s gave %s", row.name, algoName(c.algo));
+    if (row.family == Family::kCopyEngine) {  // no kernel: no blocks, no threads
+      CHECK_MSG(c.ctas == 0 && c.threads == 0, "%s: %d blocks of %d threads", row.name, c.ctas, c.threads);
+      continue;
+    }
     CHECK_MSG(c.threads == 192, "%s: %d threads under a limit of 200", row.name, c.threads);
     for (int b = 0; b < kNumAlgos; ++b) own.maxThreads[b] = b == a ? 1024 : 32;
     REQUIRE(sel.init(f, own, &err));
-    c = sel.choose(row.collective, 4096, true);
+    c = sel.choose(row.collective, 4096, true, true);
     CHECK_MSG(c.threads == 512, "%s: %d threads when only the other algorithms are limited", row.name, c.threads);
   }
   // Limits the kernels cannot run with are refused.
@@ -828,6 +832,8 @@ TEST(builtin_tuning_table_is_consistent) {
     for (int i = 0; i < count; ++i) {
       if (rows[i].bound == Bound::kFallback) {
         CHECK_MSG(e.thresholds[i] == 0, "n=%d: the fallback %s has a threshold", n, rows[i].name);
+      } else if (rows[i].family == Family::kCopyEngine) {
+        CHECK_MSG(e.thresholds[i] == 0, "n=%d: %s is on by default", n, rows[i].name);
       } else if (rows[i].collective != Collective::kAllReduce) {
         CHECK_MSG(e.thresholds[i] > 0, "n=%d: %s's threshold is %lld", n, rows[i].name,
                   static_cast<long long>(e.thresholds[i]));
@@ -1062,8 +1068,9 @@ TEST(selector_fuzz_every_choice_fits) {
     for (int i = 0; i < 24; ++i) sizes.push_back(r.bytesBelow(40));
     for (size_t bytes : sizes) {
       for (int c = 0; c < kNumCollectives; ++c) {
-        for (bool registered : {false, true}) {
-          const AlgoChoice ch = sel.choose(collectiveAt(c), bytes, registered);
+        for (int regs = 0; regs < 4; ++regs) {
+          const bool registered = regs & 1, inputRegistered = regs & 2;
+          const AlgoChoice ch = sel.choose(collectiveAt(c), bytes, registered, inputRegistered);
           ++choices;
           std::string why;
           bool ok = choiceFits(ch, bytes, limits, &why);
@@ -1073,6 +1080,9 @@ TEST(selector_fuzz_every_choice_fits) {
           } else if (ok && algorithm(ch.algo).needsRegisteredRecv && !registered) {
             ok = false;
             why = std::string(algoName(ch.algo)) + " on an output that is not registered";
+          } else if (ok && algorithm(ch.algo).needsRegisteredSend && !inputRegistered) {
+            ok = false;
+            why = std::string(algoName(ch.algo)) + " on an input that is not registered";
           }
           if (ok) {
             ++byAlgo[idx(ch.algo)];

@@ -50,7 +50,13 @@ TEST(registry_rows_consistent) {
               "'%s': not lower case, digits and _", r.name);
     CHECK_MSG(name != "auto" && name != "none", "%s is reserved", r.name);
     CHECK_MSG(r.summary != nullptr && r.summary[0] != '\0', "%s has no summary", r.name);
-    CHECK_MSG(r.kernel != nullptr, "%s has no kernel lookup", r.name);
+    CHECK_MSG((r.kernel != nullptr) == (r.family != Family::kCopyEngine),
+              "%s: a kernel lookup exactly when it is no copy-engine row", r.name);
+    if (r.family == Family::kCopyEngine)
+      CHECK_MSG(r.needsRegisteredSend && !r.needsRegisteredRecv && r.bound == Bound::kFrom,
+                "%s: a copy-engine row pulls from registered inputs, from its threshold up", r.name);
+    else
+      CHECK_MSG(!r.needsRegisteredSend, "%s needs registered inputs", r.name);
     const int c = idx(r.collective);
     CHECK_MSG(c >= 0 && c < kNumCollectives, "%s: collective %d", r.name, c);
     if (r.bound == Bound::kFallback) {
@@ -73,7 +79,10 @@ TEST(registry_rows_consistent) {
       CHECK_MSG(isAllReduceFamily(r.family), "%s: an exchange family for AllReduce", r.name);
     } else {
       CHECK_MSG(!isAllReduceFamily(r.family), "%s: an AllReduce family for an exchange", r.name);
-      const char* suffix = r.family == Family::kExchangeLL ? "_ll" : r.family == Family::kExchangeStaged ? "_staged" : "_direct";
+      const char* suffix = r.family == Family::kExchangeLL       ? "_ll"
+                           : r.family == Family::kExchangeStaged ? "_staged"
+                           : r.family == Family::kCopyEngine     ? "_ce"
+                                                                 : "_direct";
       CHECK_MSG(name == std::string(collectiveName(r.collective)) + suffix, "%s: expected %s%s", r.name,
                 collectiveName(r.collective), suffix);
       if (r.tuningKey != nullptr)
@@ -96,9 +105,10 @@ TEST(registry_rows_consistent) {
     CHECK_MSG(fallbacks == 1, "%s has %d fallbacks", collectiveName(collectiveAt(c)), fallbacks);
     CHECK_MSG(own.back()->bound == Bound::kFallback, "%s's last row %s is no fallback", collectiveName(collectiveAt(c)),
               own.back()->name);
-    // Rank in the order of preference: registered 0, up-to 1, from 2, fallback 3.
+    // Rank in the order of preference: registered 0 (inputs, then outputs), up-to 1, from 2,
+    // fallback 3.
     auto rank = [](const AlgorithmDesc* r) {
-      if (r->needsRegisteredRecv) return 0;
+      if (r->needsRegisteredRecv || r->needsRegisteredSend) return 0;
       return r->bound == Bound::kUpTo ? 1 : r->bound == Bound::kFrom ? 2 : 3;
     };
     for (size_t k = 1; k < own.size(); ++k)
@@ -165,6 +175,7 @@ TEST(registry_kernel_lookups) {
   const AlgorithmDesc* rows = algorithms(&count);
   for (int i = 0; i < count; ++i) {
     const AlgorithmDesc& r = rows[i];
+    if (r.kernel == nullptr) continue;  // a copy-engine row (registry_rows_consistent checks which)
     const bool reduces = collectiveShape(r.collective).reduces;
     std::set<KernelFn> seen;
     for (int t = 0; t < kNumDataTypes; ++t) {
@@ -211,7 +222,8 @@ TEST(registry_kernel_lookups) {
 // Every row is reachable: some (world size 2/4/8, bytes, registered output) with the default
 // settings and table makes choose() return it, or else YALI_ALGO naming it does. The default table
 // must reach every AllReduce row but the fallback, and every exchange's LL and staged rows (and its
-// direct row, where it has one); the rows only forcing reaches are printed.
+// direct row, where it has one), but no copy-engine row (off by default); the rows only forcing
+// reaches are printed.
 TEST(registry_every_algorithm_is_reachable) {
   const Settings s = defaultSettings();
   std::vector<std::string> how(kNumAlgos);
@@ -243,7 +255,7 @@ TEST(registry_every_algorithm_is_reachable) {
     for (int n : {2, 4, 8}) {
       const Selector sel = makeSelector(f, n);
       for (size_t bytes : {size_t(1), size_t(4096), size_t(1) << 20, size_t(1) << 30})
-        if (how[a].empty() && sel.choose(rows[a].collective, bytes, true).algo == rows[a].id)
+        if (how[a].empty() && sel.choose(rows[a].collective, bytes, true, true).algo == rows[a].id)
           how[a] = "YALI_ALGO=" + std::string(rows[a].name) + " n=" + std::to_string(n) + " bytes=" + std::to_string(bytes);
     }
     CHECK_MSG(!how[a].empty(), "%s is unreachable, even forced", rows[a].name);
@@ -252,8 +264,10 @@ TEST(registry_every_algorithm_is_reachable) {
   if (!forcedOnly.empty()) std::printf("    reached only with YALI_ALGO: %s\n", forcedOnly.c_str());
   for (int a = 0; a < count; ++a) {
     const AlgorithmDesc& r = rows[a];
-    const bool required = r.collective == Collective::kAllReduce ? r.bound != Bound::kFallback
-                                                                 : true;  // LL, staged and direct alike
+    // The copy-engine rows are off by default (the caller weighs SMs against speed).
+    const bool required = r.family == Family::kCopyEngine           ? false
+                          : r.collective == Collective::kAllReduce ? r.bound != Bound::kFallback
+                                                                   : true;  // LL, staged and direct alike
     if (required) CHECK_MSG(byDefault[a], "the default table never chooses %s", r.name);
   }
 }

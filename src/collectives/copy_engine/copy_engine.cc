@@ -1,0 +1,361 @@
+#include "collectives/copy_engine/copy_engine.h"
+
+#include <cuda.h>  // types and enums only: the driver is reached through the runtime's entry points
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "core/comm.h"
+#include "core/enqueue.h"
+#include "core/error.h"
+#include "core/reaper.h"
+
+namespace yali {
+namespace {
+
+// The driver's memory operations, looked up once through the runtime (libyali links only it).
+struct MemOps {
+  CUresult (*batch)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int) = nullptr;
+  CUresult (*memsetD32)(CUdeviceptr, unsigned int, size_t, CUstream) = nullptr;
+  CUresult (*attribute)(int*, CUdevice_attribute, CUdevice) = nullptr;
+  bool ok = false;
+};
+
+template <typename F>
+bool lookUp(const char* name, F* fn) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult status;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &status) != cudaSuccess ||
+      status != cudaDriverEntryPointSuccess || p == nullptr) {
+    cudaGetLastError();
+    return false;
+  }
+  *fn = reinterpret_cast<F>(p);
+  return true;
+}
+
+const MemOps& memOps() {
+  static const MemOps m = [] {
+    MemOps x;
+    x.ok = lookUp("cuStreamBatchMemOp", &x.batch) && lookUp("cuMemsetD32Async", &x.memsetD32) &&
+           lookUp("cuDeviceGetAttribute", &x.attribute);
+    return x;
+  }();
+  return m;
+}
+
+CUdeviceptr dptr(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
+
+// One call in flight, in issue order (CopyEngineState::inFlight).
+struct Watch {
+  cudaEvent_t started = nullptr;
+  cudaEvent_t readyPassed = nullptr;
+  cudaEvent_t ended = nullptr;
+  uint32_t tag = 0;
+  uint64_t eagerSeq = 0;
+  uint64_t launch = 0;         // the host's launch count (error reports)
+  int64_t startedSeenMs = -1;  // when the watch first saw `started` complete
+  bool failedHere = false;     // this call's timeout was recorded
+};
+
+}  // namespace
+
+// Per comm, made at its first *_ce call; held by the comm and by the watch job while calls are in
+// flight (so the window, the events and the side streams outlive a destroy that overtakes them).
+struct CopyEngineState {
+  int device = 0;
+  int rank = 0;
+  int nranks = 0;
+  int64_t timeoutMs = 0;
+  bool flush = false;  // CU_STREAM_WAIT_VALUE_FLUSH: remote writes visible after a wait
+  std::shared_ptr<DeviceResources> res;
+  uint32_t* ready = nullptr;  // our window's words: ready[kMaxRanks], then done[kMaxRanks]
+  uint32_t* done = nullptr;
+  size_t ceFlagsOffset = 0;
+  cudaStream_t side[kMaxRanks] = {};  // one per peer we read from, at most nranks - 1
+  cudaEvent_t fork = nullptr;
+  cudaEvent_t join[kMaxRanks] = {};
+  cudaStream_t watchStream = nullptr;  // the watch's releases (non-blocking: never behind S)
+  std::atomic<bool> closed{false};
+
+  std::mutex mutex;  // inFlight, spare, jobPosted
+  std::deque<std::unique_ptr<Watch>> inFlight;
+  std::vector<std::unique_ptr<Watch>> spare;
+  bool jobPosted = false;
+
+  ~CopyEngineState() {
+    ScopedDevice onDevice(device);
+    for (cudaStream_t& s : side)
+      if (s != nullptr) cudaStreamDestroy(s);
+    for (cudaEvent_t& e : join)
+      if (e != nullptr) cudaEventDestroy(e);
+    if (fork != nullptr) cudaEventDestroy(fork);
+    if (watchStream != nullptr) cudaStreamDestroy(watchStream);
+    for (auto* list : {&spare}) {
+      for (auto& w : *list) {
+        cudaEventDestroy(w->started);
+        cudaEventDestroy(w->readyPassed);
+        cudaEventDestroy(w->ended);
+      }
+    }
+    for (auto& w : inFlight) {  // only after a failure left a call unfinished
+      cudaEventDestroy(w->started);
+      cudaEventDestroy(w->readyPassed);
+      cudaEventDestroy(w->ended);
+    }
+    cudaGetLastError();
+  }
+};
+
+namespace {
+
+bool done(cudaEvent_t e) {
+  const cudaError_t r = cudaEventQuery(e);
+  if (r == cudaErrorNotReady) return false;
+  cudaGetLastError();
+  return true;  // complete, or an error: nothing more to wait for either way
+}
+
+// HostStatus as a kernel's recordFailure (device.cuh) writes it: the first failure claims the
+// record, fills in the details, then publishes the code.
+void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch) {
+  HostStatus* s = ce.res->hostStatus.get();
+  if (__sync_bool_compare_and_swap(&s->claim, 0, 1)) {
+    volatile HostStatus* v = s;
+    v->failurePhase = phase;
+    v->failureBlock = -1;  // no kernel: no block
+    v->failureEpoch = launch;
+    v->failureOrigin = -1;
+    v->failureRemoteCode = kFailNone;
+    __sync_synchronize();
+    v->failure = code;
+  }
+  // Later kernels of ours refuse to run, and so do the peers' (their admission reads the word).
+  const MemOps& m = memOps();
+  m.memsetD32(dptr(&ce.res->local->failed), 1, 1, ce.watchStream);
+  const uint32_t word = encodeRemoteFailure(code, ce.rank);
+  for (int p = 0; p < ce.nranks; ++p) {
+    if (p == ce.rank || ce.res->peerWindows[p] == nullptr) continue;
+    m.memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1, ce.watchStream);
+  }
+}
+
+// Every ready and done word of ours holds `tag`: the call's waits pass.
+void release(CopyEngineState& ce, const Watch& w) {
+  memOps().memsetD32(dptr(ce.ready), w.tag, 2 * kMaxRanks, ce.watchStream);
+}
+
+// HostStatus::eagerDone = max(eagerDone, seq): a kernel's exit may have stored a later number.
+void advanceEagerDone(CopyEngineState& ce, uint64_t seq) {
+  uint64_t* p = &ce.res->hostStatus->eagerDone;
+  uint64_t seen = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+  while (seen < seq && !__atomic_compare_exchange_n(p, &seen, seq, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+  }
+}
+
+// One poll of the watch (reaper thread). True when nothing is in flight any more (the job ends).
+bool poll(const std::shared_ptr<CopyEngineState>& state) {
+  CopyEngineState& ce = *state;
+  ScopedDevice onDevice(ce.device);
+  std::lock_guard<std::mutex> lock(ce.mutex);
+  while (!ce.inFlight.empty()) {
+    Watch& w = *ce.inFlight.front();
+    if (done(w.ended)) {
+      advanceEagerDone(ce, w.eagerSeq);
+      w.startedSeenMs = -1;
+      w.failedHere = false;
+      ce.spare.push_back(std::move(ce.inFlight.front()));
+      ce.inFlight.pop_front();
+      continue;
+    }
+    const volatile HostStatus* s = ce.res->hostStatus.get();
+    bool releaseNow = ce.closed.load() || s->failure != kFailNone;
+    if (!releaseNow && s->abortRequested != 0) {
+      recordHostFailure(ce, kFailAborted, done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady,
+                        w.launch);
+      releaseNow = true;
+    }
+    if (!releaseNow && done(w.started)) {
+      if (w.startedSeenMs < 0) w.startedSeenMs = nowMs();
+      if (nowMs() - w.startedSeenMs > ce.timeoutMs) {
+        recordHostFailure(ce, kFailTimeout, done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady,
+                          w.launch);
+        logInfo("copy engines: rank %d: launch %llu timed out waiting for a peer (YALI_TIMEOUT_MS=%lld)", ce.rank,
+                static_cast<unsigned long long>(w.launch), static_cast<long long>(ce.timeoutMs));
+        releaseNow = true;
+      }
+    }
+    if (releaseNow) release(ce, w);  // again at every poll until the call has ended
+    break;
+  }
+  cudaGetLastError();
+  if (ce.inFlight.empty()) {
+    ce.jobPosted = false;
+    return true;
+  }
+  return false;
+}
+
+cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
+  auto ce = std::make_shared<CopyEngineState>();
+  ce->device = comm->device;
+  ce->rank = comm->rank;
+  ce->nranks = comm->nranks;
+  ce->timeoutMs = comm->settings.timeoutMs;
+  ce->res = comm->res;
+  ce->ready = reinterpret_cast<uint32_t*>(comm->res->peerWindows[comm->rank] + comm->layout.ceFlags);
+  ce->done = ce->ready + kMaxRanks;
+  ce->ceFlagsOffset = comm->layout.ceFlags;
+  int flush = 0;
+  if (memOps().attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, comm->device) == CUDA_SUCCESS)
+    ce->flush = flush != 0;
+  cudaError_t e = cudaStreamCreateWithFlags(&ce->watchStream, cudaStreamNonBlocking);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming);
+  for (int i = 0; e == cudaSuccess && i < comm->nranks - 1; ++i) {
+    e = cudaStreamCreateWithFlags(&ce->side[i], cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming);
+  }
+  if (e == cudaSuccess) *out = std::move(ce);
+  return e;
+}
+
+// The three handshake steps' memory operations on S (copy_engine.h: steps 1 and 3).
+cudaError_t handshake(const CopyEngineState& ce, uint32_t* ours, size_t plane, uint32_t tag, cudaStream_t s) {
+  CUstreamBatchMemOpParams ops[3 * kMaxRanks] = {};
+  unsigned n = 0;
+  for (int p = 0; p < ce.nranks; ++p) {
+    if (p == ce.rank) continue;
+    CUstreamBatchMemOpParams& op = ops[n++];
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = dptr(ce.res->peerWindows[p] + ce.ceFlagsOffset + plane) + sizeof(uint32_t) * ce.rank;
+    op.writeValue.value = tag;
+    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;  // a memory barrier before the write
+  }
+  for (int p = 0; p < ce.nranks; ++p) {
+    if (p == ce.rank) continue;
+    CUstreamBatchMemOpParams& op = ops[n++];
+    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = dptr(ours + p);
+    op.waitValue.value = tag;
+    op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ | (ce.flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+  }
+  for (int p = 0; p < ce.nranks; ++p) {
+    if (p == ce.rank) continue;
+    CUstreamBatchMemOpParams& op = ops[n++];
+    op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op.writeValue.address = dptr(ours + p);
+    op.writeValue.value = 0;
+    op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+  }
+  return memOps().batch(reinterpret_cast<CUstream>(s), n, ops, 0) == CUDA_SUCCESS ? cudaSuccess
+                                                                                   : cudaErrorUnknown;
+}
+
+bool hasBit(uint32_t mask, int i) { return (mask >> i) & 1u; }
+
+}  // namespace
+
+bool copyEngineAvailable(int device) {
+  const MemOps& m = memOps();
+  if (!m.ok) return false;
+  // 32-bit stream memory operations are part of every CUDA 12 driver; the flush is optional.
+  (void)device;
+  return true;
+}
+
+yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
+  const char* call = plan.call;
+  if (!comm->copyEngine) {
+    const cudaError_t e = makeState(comm, &comm->copyEngine);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm, "%s: setting up the copy engines' streams: %s", call,
+                  cudaGetErrorString(e));
+    }
+  }
+  CopyEngineState& ce = *comm->copyEngine;
+  const DeviceArgs& a = plan.args;
+  const cudaStream_t s = plan.stream;
+  std::unique_ptr<Watch> w;
+  {
+    std::lock_guard<std::mutex> lock(ce.mutex);
+    if (!ce.spare.empty()) {
+      w = std::move(ce.spare.back());
+      ce.spare.pop_back();
+    }
+  }
+  if (!w) {
+    w.reset(new Watch);
+    if (cudaEventCreateWithFlags(&w->started, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&w->readyPassed, cudaEventDisableTiming) != cudaSuccess ||
+        cudaEventCreateWithFlags(&w->ended, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm, "%s: creating the copy engines' events", call);
+    }
+  }
+  w->tag = a.callTag;
+  w->eagerSeq = a.eagerSeq;
+  w->launch = a.epochHint;
+
+  // From here on a failure leaves the peers waiting for us: their watches time out.
+  auto failed = [&](const char* what, cudaError_t e) {
+    cudaGetLastError();
+    return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
+  };
+  cudaError_t e = cudaEventRecord(w->started, s);
+  if (e != cudaSuccess) return failed("cudaEventRecord", e);
+  e = handshake(ce, ce.ready, 0, a.callTag, s);
+  if (e != cudaSuccess) return failed("cuStreamBatchMemOp (ready)", e);
+  e = cudaEventRecord(w->readyPassed, s);
+  if (e == cudaSuccess) e = cudaEventRecord(ce.fork, s);
+  if (e != cudaSuccess) return failed("cudaEventRecord", e);
+  // Each peer's piece for us: from its input (peerRecv[p]: its input as mapped here) at our block
+  // when its input holds one block per receiver (AlltoAll, Scatter), else at 0.
+  const char* send = static_cast<const char*>(a.send);
+  char* recv = static_cast<char*>(a.recv);
+  int k = 0;
+  for (int i = 1; i < a.nranks; ++i) {
+    const int p = (a.rank + i) % a.nranks;
+    if (!hasBit(a.recvFrom, p)) continue;
+    const size_t from = hasBit(a.peerSrcByRank, p) ? static_cast<size_t>(a.rank) * a.pieceBytes : 0;
+    const size_t to = hasBit(a.dstByRank, p) ? static_cast<size_t>(p) * a.pieceBytes : 0;
+    e = cudaStreamWaitEvent(ce.side[k], ce.fork, 0);
+    if (e == cudaSuccess)
+      e = cudaMemcpyAsync(recv + to, static_cast<const char*>(a.peerRecv[p]) + from, a.pieceBytes,
+                          cudaMemcpyDefault, ce.side[k]);
+    if (e == cudaSuccess) e = cudaEventRecord(ce.join[k], ce.side[k]);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(s, ce.join[k], 0);
+    if (e != cudaSuccess) return failed("a peer's piece (cudaMemcpyAsync on a side stream)", e);
+    ++k;
+  }
+  if (hasBit(a.recvFrom, a.rank) && hasBit(a.sendTo, a.rank)) {
+    const size_t from = hasBit(a.srcByRank, a.rank) ? static_cast<size_t>(a.rank) * a.pieceBytes : 0;
+    const size_t to = hasBit(a.dstByRank, a.rank) ? static_cast<size_t>(a.rank) * a.pieceBytes : 0;
+    e = cudaMemcpyAsync(recv + to, send + from, a.pieceBytes, cudaMemcpyDefault, s);
+    if (e != cudaSuccess) return failed("our own piece (cudaMemcpyAsync)", e);
+  }
+  e = handshake(ce, ce.done, sizeof(uint32_t) * kMaxRanks, a.callTag, s);
+  if (e != cudaSuccess) return failed("cuStreamBatchMemOp (done)", e);
+  e = cudaEventRecord(w->ended, s);
+  if (e != cudaSuccess) return failed("cudaEventRecord", e);
+
+  std::lock_guard<std::mutex> lock(ce.mutex);
+  ce.inFlight.push_back(std::move(w));
+  if (!ce.jobPosted) {
+    ce.jobPosted = true;
+    std::shared_ptr<CopyEngineState> held = comm->copyEngine;
+    Reaper::post([held] { return poll(held); });
+  }
+  return yaliSuccess;
+}
+
+void closeCopyEngine(yaliComm* comm) {
+  if (comm->copyEngine) comm->copyEngine->closed = true;
+}
+
+}  // namespace yali
