@@ -95,15 +95,16 @@ bool hasCopyEngineAlgorithm(Collective c) {
 }
 
 // The input's registration, for the copy-engine algorithms, which pull every peer's input
-// (copy_engine.h): `ref` is the offset within it that every rank's call must share (in-place
-// AllGather: the output's, the input being our block of it). A rank that reads nothing of its own
+// (copy_engine.h): `ref` is the offset within it that every rank's call must share (in place in
+// the slot layout, sendbuff == recvbuff + rank * count: AllGather, and Gather as nccl-tests lays it
+// out on every rank: the output's, the input being our block of it). A rank that reads nothing of its own
 // input (Broadcast and Scatter receivers) still passes one laid out like the root's: it is looked up
 // with the root's extent. None inside a stream capture, or where the driver lacks the memory
 // operations.
 struct SendRegistration {
   RegisteredSpan span;
   size_t ref = 0;
-  bool inPlaceAllGather = false;
+  bool inPlaceSlot = false;  // sendbuff == recvbuff + rank * count (AllGather, Gather)
 };
 SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t sendId, bool haveId) {
   SendRegistration out;
@@ -131,9 +132,9 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
   out.span = findRegistered(comm, c.send, bytes, sendId);
   if (out.span.registration == nullptr) return out;
   const size_t mine = static_cast<size_t>(comm->rank) * s.piece;
-  out.inPlaceAllGather = c.collective == Collective::kAllGather &&
-                         static_cast<const char*>(c.send) == static_cast<const char*>(c.recv) + mine;
-  out.ref = out.inPlaceAllGather ? out.span.offset - mine : out.span.offset;
+  out.inPlaceSlot = (c.collective == Collective::kAllGather || c.collective == Collective::kGather) &&
+                    c.recv != nullptr && static_cast<const char*>(c.send) == static_cast<const char*>(c.recv) + mine;
+  out.ref = out.inPlaceSlot ? out.span.offset - mine : out.span.offset;
   return out;
 }
 
@@ -142,7 +143,7 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
 uint32_t copyEngineTag(Algo algo, const CollCall& c, const SendRegistration& in) {
   const uint64_t fields[] = {static_cast<uint64_t>(algo), static_cast<uint64_t>(c.collective), c.count,
                              static_cast<uint64_t>(c.datatype), static_cast<uint64_t>(c.root),
-                             in.span.registration->id, in.ref, in.inPlaceAllGather ? 1ull : 0ull};
+                             in.span.registration->id, in.ref, in.inPlaceSlot ? 1ull : 0ull};
   const uint64_t h = fnv1a(fields, sizeof(fields));
   const uint32_t tag = static_cast<uint32_t>(h ^ (h >> 32));
   return tag == 0 ? 1 : tag;
@@ -209,7 +210,7 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     const size_t n = static_cast<size_t>(comm->nranks);
     args.peerSrcByRank = 0;
     for (int p = 0; p < comm->nranks; ++p) {
-      args.peerRecv[p] = in.span.registration->peerBase[p] + in.ref + (in.inPlaceAllGather ? p * s.piece : 0);
+      args.peerRecv[p] = in.span.registration->peerBase[p] + in.ref + (in.inPlaceSlot ? p * s.piece : 0);
       if (extentsOf(c.collective, p, c.root, comm->nranks).sendPieces == n && n > 1) args.peerSrcByRank |= 1u << p;
     }
     args.callTag = copyEngineTag(algo, c, in);

@@ -538,7 +538,14 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
       if (i == j) continue;
       res.peerWindows[j] = made[j]->res->window->data();
       res.peerWindowRefs.push_back(made[j]->res->window);
-      if (made[i]->device == made[j]->device) continue;
+      if (made[i]->device == made[j]->device) {
+        // Two ranks of one process on one GPU share its hardware queues: a stream memory wait at
+        // the head of a queue holds up every stream behind it, the peer's write it waits for
+        // included (seen on an H100, 2026-11-25: gather_ce hung). The copy-engine algorithms are
+        // off for such comms; one process per rank (separate contexts) keeps them.
+        made[i]->copyEngineOk = false;
+        continue;
+      }
       std::string err;
       if (!res.window->grantAccess(made[j]->device, &err))
         return fail(yaliUnhandledCudaError, nullptr, "%s: letting device %d access device %d's window: %s",

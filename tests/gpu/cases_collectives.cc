@@ -105,6 +105,11 @@ const char* const kSelectorVars[] = {
     "YALI_BROADCAST_DIRECT_MIN_BYTES",
     "YALI_SCATTER_DIRECT_MIN_BYTES",
     "YALI_ALLTOALL_DIRECT_MIN_BYTES",
+    "YALI_ALLGATHER_CE_MIN_BYTES",
+    "YALI_BROADCAST_CE_MIN_BYTES",
+    "YALI_GATHER_CE_MIN_BYTES",
+    "YALI_SCATTER_CE_MIN_BYTES",
+    "YALI_ALLTOALL_CE_MIN_BYTES",
     "YALI_LL_BUFFER_BYTES",
     "YALI_STAGING_BYTES",
     "YALI_PULL_BUFFER_BYTES",
@@ -189,6 +194,8 @@ const Coll kEveryColl[] = {kAllReduce, kReduceScatter, kAllGather, kBroadcast, k
 // The collectives with LL/staged variants of their own (AllReduce has its own algorithm set).
 const Coll kNewColls[] = {kReduceScatter, kAllGather, kBroadcast, kReduce, kGather, kScatter, kAlltoAll};
 const Coll kDirectColls[] = {kAllGather, kBroadcast, kScatter, kAlltoAll};
+// The collectives with a copy-engine algorithm (*_ce), as entry points (Bcast is Broadcast's).
+const Coll kCopyEngineColls[] = {kAllGather, kBroadcast, kBcast, kGather, kScatter, kAlltoAll};
 
 bool canInPlace(Coll c) { return c != kAlltoAll; }
 
@@ -198,18 +205,18 @@ const std::vector<std::string>& algoNames(Coll c) {
       // (AllReduce's "direct" was removed from the library: never ahead of the staged choice.)
       {"oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "twoshot_direct"},
       {"reducescatter_ll", "reducescatter_staged"},
-      {"allgather_ll", "allgather_staged", "allgather_direct"},
-      {"broadcast_ll", "broadcast_staged", "broadcast_direct"},
-      {"broadcast_ll", "broadcast_staged", "broadcast_direct"},
+      {"allgather_ll", "allgather_staged", "allgather_direct", "allgather_ce"},
+      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce"},
+      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce"},
       {"reduce_ll", "reduce_staged"},
-      {"gather_ll", "gather_staged"},
-      {"scatter_ll", "scatter_staged", "scatter_direct"},
-      {"alltoall_ll", "alltoall_staged", "alltoall_direct"},
+      {"gather_ll", "gather_staged", "gather_ce"},
+      {"scatter_ll", "scatter_staged", "scatter_direct", "scatter_ce"},
+      {"alltoall_ll", "alltoall_staged", "alltoall_direct", "alltoall_ce"},
   };
   return names[c];
 }
 
-// "<prefix>_<family>" (family: ll, staged, direct); AllReduce's counterparts are oneshot_ll,
+// "<prefix>_<family>" (family: ll, staged, direct, ce); AllReduce's counterparts are oneshot_ll,
 // twoshot and twoshot_direct.
 std::string algoName(Coll c, const std::string& family) {
   if (c == kAllReduce) return family == "ll" ? "oneshot_ll" : family == "staged" ? "twoshot" : "twoshot_direct";
@@ -238,9 +245,11 @@ yaliResult_t callColl(Coll c, const void* send, void* recv, size_t count, yaliDa
   }
 }
 
-// What yaliAlgoInfo reports for a call ("?<code>" when it fails; *ret gets the code).
+// What yaliAlgoInfo reports for a call ("?<code>" when it fails; *ret gets the code, *whole the
+// whole answer).
 std::string algoOf(yaliComm_t comm, Coll c, const void* send, const void* recv, size_t count,
-                   yaliDataType_t dt, yaliRedOp_t op, int root, yaliResult_t* ret = nullptr) {
+                   yaliDataType_t dt, yaliRedOp_t op, int root, yaliResult_t* ret = nullptr,
+                   yaliAlgoInfo_t* whole = nullptr) {
   yaliAlgoInfo_t info;
   std::memset(&info, 0, sizeof info);
   if (c == kBcast) send = recv;
@@ -249,6 +258,7 @@ std::string algoOf(yaliComm_t comm, Coll c, const void* send, const void* recv, 
   if (ret) *ret = r;
   if (r != yaliSuccess) return "?" + std::to_string((int)r);
   info.algorithm[sizeof info.algorithm - 1] = '\0';
+  if (whole) *whole = info;
   return info.algorithm;
 }
 
@@ -262,6 +272,12 @@ struct CLayout {
   bool inplace = false;     // the collective's in-place form (Bcast always)
   bool oneAlloc = false;    // out of place: send and recv in one allocation, a guard gap between
   bool nullUnused = false;  // NULL for the buffers this rank does not use (non-roots)
+  // In place, Gather's and Scatter's non-roots lay their buffers out like the root's, as the
+  // copy-engine algorithms need (yali.h): Gather's pass recvbuff where the root's lies and their
+  // input at recvbuff + rank * count (nccl-tests' in-place layout); Scatter's pass sendbuff where
+  // the root's lies. Otherwise they pass an unused recvbuff (Gather) or sendbuff (Scatter) in guard
+  // bytes elsewhere. Out of place, every rank's sendbuff lies at the same offset already.
+  bool sendAtRootOffset = false;
 };
 
 struct CSpec {
@@ -300,6 +316,8 @@ std::string describe(const CSpec& s) {
     d += buf;
   }
   if (s.L.oneAlloc) d += " one-allocation";
+  if (s.L.sendAtRootOffset && s.inplace() && (s.coll == kGather || s.coll == kScatter))
+    d += " non-roots laid out like the root";
   if (s.L.nullUnused && kColl[s.coll].rooted) d += " NULL-unused";
   return d;
 }
@@ -847,11 +865,12 @@ void CollRun::plan(size_t i) {
         gen(first + (size_t)k * c * es, c);
         P.send = first + (size_t)k * c * es;
       } else {
-        // Where an in-place AllGather would put it; recvbuff unused.
+        // Where an in-place AllGather would put it; recvbuff unused (where the root's lies, or in
+        // guard bytes elsewhere).
         gen(first + (size_t)k * c * es, c);
         keep(first + (size_t)k * c * es, c, 0);
         P.send = first + (size_t)k * c * es;
-        P.recv = unused(B + kGuardBytes);
+        P.recv = spec.L.sendAtRootOffset ? first : unused(B + kGuardBytes);
       }
       break;
     case kScatter:
@@ -864,8 +883,9 @@ void CollRun::plan(size_t i) {
         keep(first + (size_t)(root + 1) * c * es, (size_t)(n - root - 1) * c, (size_t)(root + 1) * c);
       } else {
         // At root's recv offset, so that registered buffers lie at the same offset on every rank.
+        // sendbuff (never read here) in guard bytes, or where the root's lies.
         out(first + (size_t)root * c * es, c, true);
-        P.send = unused(B + kGuardBytes);
+        P.send = spec.L.sendAtRootOffset ? first : unused(B + kGuardBytes);
       }
       break;
     default: break;
@@ -998,16 +1018,22 @@ bool expectAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, const CollRun& r
   return ok;
 }
 
-// Like runColl, and yaliAlgoInfo with the call's buffers must report `want` (negate: not `want`)
-// on every rank before the call.
-bool runCollAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& pool, Verifier& v, const CSpec& s,
-                 const std::string& want, const std::string& label, bool negate = false) {
-  CollRun run(ctx, s, pool.get(slabBytesFor(s, ctx.nranks)));
+// The call in `slab`: yaliAlgoInfo with the call's buffers must report `want` (negate: not `want`)
+// on every rank before the call; then prepare (fresh seed) + issue + verify. Collective.
+bool runCollAlgoIn(Ctx& ctx, const std::vector<yaliComm_t>& comms, Slab& slab, Verifier& v, const CSpec& s,
+                   const std::string& want, const std::string& label, bool negate = false) {
+  CollRun run(ctx, s, slab);
   bool ok = expectAlgo(ctx, comms, run, want, label, negate);
   run.prepare(ctx.nextSeed());
   ok &= run.issue(comms);
   ok &= run.verify(comms, v, label);
   return ok;
+}
+
+// runCollAlgoIn in a slab of `pool`.
+bool runCollAlgo(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& pool, Verifier& v, const CSpec& s,
+                 const std::string& want, const std::string& label, bool negate = false) {
+  return runCollAlgoIn(ctx, comms, pool.get(slabBytesFor(s, ctx.nranks)), v, s, want, label, negate);
 }
 
 // The ops a reduction runs for a type (avg only for floating types).
@@ -1516,20 +1542,8 @@ void caseAlgos(Ctx& ctx) {
           Slab& u = unreg.get(bytes);
           Slab recvOnly = viewOf(u, r);  // send in unregistered A, recv in registered B
           Slab sendOnly = viewOf(r, u);
-          {
-            CollRun run(ctx, s, recvOnly);
-            expectAlgo(ctx, comms, run, want, label + ", only recvbuff registered");
-            run.prepare(ctx.nextSeed());
-            run.issue(comms);
-            run.verify(comms, v, label + ", only recvbuff registered");
-          }
-          {
-            CollRun run(ctx, s, sendOnly);
-            expectAlgo(ctx, comms, run, want, label + ", only sendbuff registered", true);
-            run.prepare(ctx.nextSeed());
-            run.issue(comms);
-            run.verify(comms, v, label + ", only sendbuff registered");
-          }
+          runCollAlgoIn(ctx, comms, recvOnly, v, s, want, label + ", only recvbuff registered");
+          runCollAlgoIn(ctx, comms, sendOnly, v, s, want, label + ", only sendbuff registered", true);
           ++combo;
         }
       }
@@ -1555,11 +1569,7 @@ void caseAlgos(Ctx& ctx) {
           Slab& r = reg.get(slabBytesFor(s, n));
           Slab& u = unreg.get(slabBytesFor(s, n));
           Slab recvOnly = viewOf(u, r);
-          CollRun run(ctx, s, recvOnly);
-          expectAlgo(ctx, comms, run, "twoshot_direct", label + ", recvbuff registered");
-          run.prepare(ctx.nextSeed());
-          run.issue(comms);
-          run.verify(comms, v, label + ", recvbuff registered");
+          runCollAlgoIn(ctx, comms, recvOnly, v, s, "twoshot_direct", label + ", recvbuff registered");
           ++combo;
         }
       }
@@ -1814,6 +1824,21 @@ void caseRegistered(Ctx& ctx) {
 
 namespace {
 
+// Right after an out-of-place call, overwrites its input (the test's generator, another seed) in
+// stream order: a library that still read sendbuff after its call had ended on the stream would
+// produce wrong outputs. The input checks no longer apply: verify checks outputs and guards only.
+void overwriteInputAfterCall(Ctx& ctx, CollRun& run) {
+  if (run.spec.inplace()) return;
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    CollRun::Plan& P = run.plans[i];
+    P.keep.clear();
+    if (P.genElems == 0) continue;
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, launchGenerate(P.genAt, P.genElems, run.spec.dt, run.spec.genOp(), ctx.local[i].rank, ~run.seed,
+                                nullptr, run.streams[i]));
+  }
+}
+
 // ==== coll_back_to_back ==============================================================================
 //
 // 60 calls (24 with --quick) of changing collectives on one stream per rank without a host
@@ -1853,25 +1878,13 @@ void caseBackToBack(Ctx& ctx) {
       CollRun& run = *runs[k];
       run.prepare(ctx.nextSeed());
       run.issue(comms);
-      if (!run.spec.inplace()) {
-        for (size_t i = 0; i < ctx.local.size(); ++i) {
-          const CollRun::Plan& P = run.plans[i];
-          if (P.genElems == 0) continue;
-          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-          CUDA_OK(ctx, launchGenerate(P.genAt, P.genElems, run.spec.dt, run.spec.genOp(), ctx.local[i].rank,
-                                      ~run.seed, nullptr, run.streams[i]));
-        }
-      }
+      overwriteInputAfterCall(ctx, run);
     }
     Verifier v(ctx);
     for (int k = 0; k < kCalls; ++k) {
       CollRun& run = *runs[k];
       char what[96];
       std::snprintf(what, sizeof what, "back-to-back call %d of %d", k + 1, kCalls);
-      // Out-of-place inputs were overwritten on purpose: check their outputs and guards only.
-      if (!run.spec.inplace()) {
-        for (auto& P : run.plans) P.keep.clear();
-      }
       run.verify(comms, v, what);
     }
     runs.clear();
@@ -1953,6 +1966,50 @@ void caseMultiComm(Ctx& ctx) {
   }
 }
 
+// Captures every run's call, each after its preparation (whose generator reads its seed from the
+// graph's seed word), into one CUDA graph per rank; replays the graphs `replays` times with new
+// inputs, checking every call after each replay, then that no comm recorded an asynchronous error.
+// The graphs are destroyed before it returns. Collective.
+void captureAndReplay(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
+                      Verifier& v, int replays, const std::string& label) {
+  ReplayableGraphs graphs(ctx);
+  watchdogStep("%s: capturing", label.c_str());
+  bool issued = true;
+  graphs.beginCapture();
+  for (size_t k = 0; k < runs.size(); ++k) {
+    runs[k]->prepare(0, &graphs.seedDev, /*salt=*/k + 1);
+    CollRun& run = *runs[k];
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      const CollRun::Plan& P = run.plans[i];
+      const yaliResult_t r = callColl(run.spec.coll, P.send, P.recv, run.spec.count, run.spec.dt, run.spec.op,
+                                      run.spec.root, comms[i], run.streams[i]);
+      if (r != yaliSuccess) {
+        issued = false;
+        ctx.fail("%s: captured %s (rank %d) returned %d (%s): %s", label.c_str(), run.label().c_str(),
+                 ctx.local[i].rank, (int)r, yaliGetErrorString(r), commErrors(comms[i]).c_str());
+      }
+    }
+  }
+  if (!graphs.endCapture(issued)) return;
+  for (int rep = 0; rep < replays; ++rep) {
+    const uint64_t replaySeed = ctx.nextSeed();
+    watchdogStep("%s: replay %d of %d", label.c_str(), rep + 1, replays);
+    graphs.replay(replaySeed);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      runs[k]->setSeed(combineSeed(replaySeed, k + 1));
+      runs[k]->verify(comms, v,
+                      label + ": replay " + std::to_string(rep + 1) + ", call " + std::to_string(k + 1));
+    }
+  }
+  for (size_t i = 0; i < comms.size(); ++i) {
+    yaliResult_t async = yaliInProgress;
+    if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliSuccess) {
+      ctx.fail("%s: after the replays: rank %d: yaliCommGetAsyncError says %d (%s)", label.c_str(),
+               ctx.local[i].rank, (int)async, yaliGetErrorString(async));
+    }
+  }
+}
+
 // ==== coll_graphs ====================================================================================
 //
 // One CUDA graph per rank capturing ten calls (every collective, LL and staged sizes, several
@@ -1984,45 +2041,7 @@ void caseGraphs(Ctx& ctx) {
     }
     syncAll(ctx);
     Verifier v(ctx);
-    {
-      ReplayableGraphs graphs(ctx);
-      watchdogStep("coll_graphs: capturing");
-      bool issued = true;
-      graphs.beginCapture();
-      for (size_t k = 0; k < runs.size(); ++k) {
-        runs[k]->prepare(0, &graphs.seedDev, /*salt=*/k + 1);
-        CollRun& run = *runs[k];
-        for (size_t i = 0; i < ctx.local.size(); ++i) {
-          const CollRun::Plan& P = run.plans[i];
-          const yaliResult_t r = callColl(run.spec.coll, P.send, P.recv, run.spec.count, run.spec.dt,
-                                          run.spec.op, run.spec.root, comms[i], run.streams[i]);
-          if (r != yaliSuccess) {
-            issued = false;
-            ctx.fail("captured %s (rank %d) returned %d (%s): %s", run.label().c_str(), ctx.local[i].rank,
-                     (int)r, yaliGetErrorString(r), commErrors(comms[i]).c_str());
-          }
-        }
-      }
-      if (graphs.endCapture(issued)) {
-        for (int rep = 0; rep < kReplays; ++rep) {
-          const uint64_t replaySeed = ctx.nextSeed();
-          watchdogStep("coll_graphs: replay %d of %d", rep + 1, kReplays);
-          graphs.replay(replaySeed);
-          for (size_t k = 0; k < runs.size(); ++k) {
-            runs[k]->setSeed(combineSeed(replaySeed, k + 1));
-            runs[k]->verify(comms, v,
-                            "graph replay " + std::to_string(rep + 1) + ", call " + std::to_string(k + 1));
-          }
-        }
-        for (size_t i = 0; i < comms.size(); ++i) {
-          yaliResult_t async = yaliInProgress;
-          if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliSuccess) {
-            ctx.fail("after the replays: rank %d: yaliCommGetAsyncError says %d (%s)", ctx.local[i].rank,
-                     (int)async, yaliGetErrorString(async));
-          }
-        }
-      }
-    }  // the graphs are destroyed here
+    captureAndReplay(ctx, comms, runs, v, kReplays, "coll_graphs");
     // The comm still works eagerly.
     for (size_t k = 0; k < runs.size(); ++k) {
       runs[k]->prepare(ctx.nextSeed());
@@ -2624,6 +2643,527 @@ void caseBadArgs(Ctx& ctx) {
 
 }  // namespace
 
+namespace {
+
+// ==== coll_copy_engine ===============================================================================
+//
+// The copy-engine algorithms (*_ce: AllGather, Broadcast and Bcast, Gather, Scatter, AlltoAll), which
+// run no kernel: each rank's copy engines pull every peer's registered input into its own output,
+// and stream memory operations order the ranks (src/collectives/copy_engine/copy_engine.h). Every
+// rank must pass its sendbuff at the same offset within its registration (yali.h; in place in the
+// slot layout, AllGather and Gather, its recvbuff), so the in-place Gather and Scatter calls here
+// lay the non-roots' buffers out like the root's (CLayout::sendAtRootOffset), and no unused
+// sendbuff is NULL: a non-root of Scatter passing NULL takes a kernel while the root waits in the
+// copy engines' handshake (until YALI_TIMEOUT_MS). Ranks of one process sharing a GPU never take
+// *_ce (their stream waits would share the GPU's hardware queues): in single mode with ranks
+// sharing a GPU the case checks only that, and the rest runs in multi mode (one process per rank).
+//  1. YALI_ALGO naming every *_ce row, both buffers registered: every collective x type at 1, 4093
+//     and 262147 elements (--quick: 4093, four types), the root rotating, in place alternating,
+//     sendbuff and recvbuff 0..2 elements past an aligned start, Gather's non-roots' recvbuff NULL
+//     in every third call: yaliAlgoInfo names the *_ce row, with 0 blocks and 0 threads, on every
+//     rank, and the result is right;
+//  2. when they apply: only sendbuff registered, still *_ce; only recvbuff registered, or neither,
+//     never *_ce; all right. YALI_ALLGATHER_CE_MIN_BYTES=-1 (every size) and the other
+//     YALI_<NAME>_MIN_BYTES=4096 without YALI_ALGO: *_ce from 4096 bytes per piece on, not below;
+//  3. back to back without a host synchronization: *_ce calls of every collective with kernels in
+//     between (an AllReduce, a staged AllGather, on unregistered buffers), each out-of-place input
+//     overwritten right after its call (a rank's call may end only once every peer has read its
+//     input); then one call three times on the same buffers with new inputs in between, whose
+//     handshake value is the same each time (only the words' resets keep a call from passing on
+//     the words of the call before it); every output checked at the end;
+//  4. a CUDA graph: *_ce-eligible calls of every collective captured (yaliAlgoInfo, which has no
+//     stream, names *_ce; the capture takes another algorithm), replayed with new data; then the
+//     same calls eagerly (*_ce again) on the comms that ran the graph;
+//  5. bounded waits, allgather_ce forced, the last rank never calling: every other rank's stream
+//     comes back within 0.9 T .. T + 10 s (T = YALI_TIMEOUT_MS) with yaliTimeout, asynchronously
+//     and from the next call, whose message names the copy engines' wait; with T = 60 s, a call
+//     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
+//     comm set's allgather_ce is right.
+
+// YALI_ALGO naming every copy-engine algorithm (Bcast shares Broadcast's).
+std::string copyEngineList() {
+  std::string list;
+  for (Coll c : kCopyEngineColls) {
+    if (c != kBcast) list += (list.empty() ? "" : ",") + algoName(c, "ce");
+  }
+  return list;
+}
+
+// A slab registered with `comms` (both allocations) and used by no other call: for calls issued
+// together (a SlabPool hands every call of a size class the same slab).
+std::unique_ptr<Slab> makeRegisteredSlab(Ctx& ctx, const std::vector<yaliComm_t>& comms, size_t bytes) {
+  std::unique_ptr<Slab> s = makeSlab(ctx, bytes, Alloc::Malloc);
+  registerPart(ctx, comms, s->A, s->regA, "A");
+  registerPart(ctx, comms, s->B, s->regB, "B");
+  return s;
+}
+
+// Deregisters the registered ones among `slabs`, then frees them all. Collective.
+void releaseSlabs(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<Slab>>& slabs) {
+  for (auto& s : slabs) {
+    deregisterPart(ctx, comms, s->regA, "A");
+    deregisterPart(ctx, comms, s->regB, "B");
+  }
+  ctx.world->barrier();  // every rank has stopped using its peers' mappings before any frees
+  for (auto& s : slabs) freeSlab(ctx, *s);
+  slabs.clear();
+}
+
+// yaliAlgoInfo for `run`'s call reports no blocks and no threads on every local rank (a
+// copy-engine algorithm launches no kernel).
+bool expectNoKernel(Ctx& ctx, const std::vector<yaliComm_t>& comms, const CollRun& run, const std::string& label) {
+  bool ok = true;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const CollRun::Plan& P = run.plans[i];
+    yaliAlgoInfo_t info;
+    std::memset(&info, 0xFF, sizeof info);
+    const std::string a = algoOf(comms[i], run.spec.coll, P.send, P.recv, run.spec.count, run.spec.dt,
+                                 run.spec.op, run.spec.root, nullptr, &info);
+    if (info.ctas != 0 || info.threads != 0) {
+      ok = false;
+      ctx.fail("%s: rank %d: yaliAlgoInfo reports \"%s\" with %d blocks of %d threads; a copy-engine "
+               "algorithm launches no kernel (0 and 0)",
+               run.label(label).c_str(), ctx.local[i].rank, a.c_str(), info.ctas, info.threads);
+    }
+  }
+  return ok;
+}
+
+// Part 1: every collective x type, forced, both buffers registered.
+void copyEngineEveryType(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& reg, Verifier& v,
+                         const std::string& label) {
+  const int n = ctx.nranks;
+  std::vector<size_t> counts = {1, 4093, 262147};
+  std::vector<yaliDataType_t> types(std::begin(kEveryDtype), std::end(kEveryDtype));
+  if (ctx.quick()) {
+    counts = {4093};
+    types = {yaliUint8, yaliBfloat16, yaliFloat32, yaliFloat64};  // 1-, 2-, 4- and 8-byte elements
+  }
+  int combo = 0;
+  for (Coll c : kCopyEngineColls) {
+    for (yaliDataType_t dt : types) {
+      for (size_t count : counts) {
+        CLayout L;
+        L.inplace = (combo / n) % 2 == 1;  // independent of the root
+        L.sendOff = combo % 3;
+        L.recvOff = (combo / 3) % 3;
+        L.sendAtRootOffset = true;
+        // Gather's non-roots may pass a NULL recvbuff (the output need not be registered); not
+        // Scatter's non-roots a NULL sendbuff (not registered: that rank would take a kernel).
+        L.nullUnused = c == kGather && combo % 3 == 0;
+        const CSpec s = cspec(c, count, dt, yaliSum, combo % n, L);
+        CollRun run(ctx, s, reg.get(slabBytesFor(s, n)));
+        expectAlgo(ctx, comms, run, algoName(c, "ce"), label);
+        expectNoKernel(ctx, comms, run, label);
+        run.prepare(ctx.nextSeed());
+        run.issue(comms);
+        run.verify(comms, v, label);
+        ++combo;
+      }
+    }
+  }
+}
+
+// Part 2: only the input's registration counts.
+void copyEngineWhichBuffers(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& reg, SlabPool& unreg,
+                            Verifier& v, const std::string& label) {
+  const int n = ctx.nranks;
+  int combo = 0;
+  for (Coll c : kCopyEngineColls) {
+    const std::string want = algoName(c, "ce");
+    for (yaliDataType_t dt : {yaliFloat32, yaliUint8}) {
+      const CSpec s = cspec(c, 65537, dt, yaliSum, combo % n);
+      runCollAlgo(ctx, comms, unreg, v, s, want, label + ", neither buffer registered", true);
+      ++combo;
+      if (c == kBcast) continue;  // one buffer: registered or not
+      const size_t bytes = slabBytesFor(s, n);
+      Slab& r = reg.get(bytes);
+      Slab& u = unreg.get(bytes);
+      Slab sendOnly = viewOf(r, u);  // send in registered A, recv in unregistered B
+      Slab recvOnly = viewOf(u, r);
+      runCollAlgoIn(ctx, comms, sendOnly, v, s, want, label + ", only sendbuff registered");
+      runCollAlgoIn(ctx, comms, recvOnly, v, s, want, label + ", only recvbuff registered", true);
+    }
+  }
+}
+
+// Part 2, thresholds: YALI_<NAME>_MIN_BYTES instead of YALI_ALGO, registered buffers.
+void copyEngineThresholds(Ctx& ctx) {
+  const int n = ctx.nranks;
+  Vars vars;
+  for (Coll c : kCopyEngineColls) {
+    if (c != kBcast) vars.push_back({thresholdVar(c, "ce"), c == kAllGather ? "-1" : "4096"});
+  }
+  const std::string label = "YALI_ALLGATHER_CE_MIN_BYTES=-1, the other *_CE_MIN_BYTES=4096";
+  SelectorScope env(vars);
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  {
+    SlabPool reg(ctx, Alloc::Malloc, &comms);
+    Verifier v(ctx);
+    int combo = 0;
+    for (Coll c : kCopyEngineColls) {
+      const std::string want = algoName(c, "ce");
+      if (c == kAllGather) {
+        runCollAlgo(ctx, comms, reg, v, cspec(c, 1, yaliFloat32), want, label + ", 4 bytes");
+        continue;
+      }
+      // 1024 fp32 elements: 4096 bytes per piece, at the threshold (inclusive); 1023 just below.
+      runCollAlgo(ctx, comms, reg, v, cspec(c, 1024, yaliFloat32, yaliSum, combo++ % n), want,
+                  label + ", 4096 bytes per piece");
+      runCollAlgo(ctx, comms, reg, v, cspec(c, 1023, yaliFloat32, yaliSum, combo++ % n), want,
+                  label + ", 4092 bytes per piece", true);
+    }
+    reg.release();
+  }
+  ctx.destroyComms(comms, label.c_str());
+}
+
+// Part 3, second half: the same call `times` times on the same buffers, new inputs in between,
+// without a host synchronization (3 calls: their checks fit the Verifier's slots, so nothing
+// settles in between). Every call's handshake carries the same value.
+void copyEngineSameCallRepeated(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& reg, Verifier& v,
+                                const CSpec& s, const std::string& label) {
+  const int kTimes = 3;
+  CollRun run(ctx, s, reg.get(slabBytesFor(s, ctx.nranks)));
+  expectAlgo(ctx, comms, run, algoName(s.coll, "ce"), label);
+  watchdogStep("%s: %d calls without host synchronization", run.label(label).c_str(), kTimes);
+  for (int t = 0; t < kTimes; ++t) {
+    run.prepare(ctx.nextSeed());
+    run.issue(comms);
+    const std::string what = label + ", call " + std::to_string(t + 1) + " of " + std::to_string(kTimes);
+    for (size_t i = 0; i < ctx.local.size(); ++i) run.enqueueChecks(i, v, run.label(what));
+  }
+  std::vector<uint64_t> hashes(ctx.local.size(), 0);
+  for (size_t i = 0; i < ctx.local.size(); ++i) v.finish(i, comms[i], &hashes[i]);
+  if (kColl[s.coll].sameOutput) checkIdentity(ctx, hashes, run.label(label));
+}
+
+// Part 3: *_ce calls and kernels back to back on one stream per rank.
+void copyEngineBackToBack(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& reg, Verifier& v,
+                          const std::string& label) {
+  const int n = ctx.nranks;
+  const int rounds = ctx.quick() ? 2 : 4;
+  const yaliDataType_t types[] = {yaliFloat32, yaliUint8, yaliBfloat16, yaliInt64, yaliFloat8e4m3};
+  std::vector<std::unique_ptr<Slab>> slabs;
+  std::vector<std::unique_ptr<CollRun>> runs;
+  std::vector<std::string> wants;  // "": any algorithm, the same on every rank
+  auto add = [&](const CSpec& s, bool registered, const std::string& want) {
+    const size_t bytes = slabBytesFor(s, n);
+    slabs.push_back(registered ? makeRegisteredSlab(ctx, comms, bytes) : makeSlab(ctx, bytes, Alloc::Malloc));
+    runs.emplace_back(new CollRun(ctx, s, *slabs.back()));
+    wants.push_back(want);
+  };
+  int k = 0;
+  for (int round = 0; round < rounds; ++round) {
+    for (Coll c : kCopyEngineColls) {
+      const yaliDataType_t dt = types[k % 5];
+      CLayout L;
+      L.inplace = c == kBcast || (canInPlace(c) && k % 3 == 2);
+      L.sendAtRootOffset = true;
+      const size_t bytes = k % 2 == 0 ? 4096 : (256u << 10);
+      add(cspec(c, countFor(bytes, dt), dt, yaliSum, k % n, L), true, algoName(c, "ce"));
+      ++k;
+      if (k % 2 != 0) continue;
+      // A kernel between two *_ce calls: AllReduce, or AllGather at 1.5 MB per receiver, beyond
+      // the LL range, unregistered: the staged algorithm.
+      if ((k / 2) % 2 == 0) add(cspec(kAllReduce, 65537, yaliFloat32, yaliSum), false, "");
+      else add(cspec(kAllGather, countFor(3u << 19, yaliInt8), yaliInt8), false, "allgather_staged");
+    }
+  }
+  for (size_t j = 0; j < runs.size(); ++j) expectAlgo(ctx, comms, *runs[j], wants[j], label);
+  syncAll(ctx);
+  watchdogStep("%s: issuing %zu calls without host synchronization", label.c_str(), runs.size());
+  for (auto& run : runs) {
+    run->prepare(ctx.nextSeed());
+    run->issue(comms);
+    overwriteInputAfterCall(ctx, *run);
+  }
+  for (size_t j = 0; j < runs.size(); ++j) {
+    runs[j]->verify(comms, v, label + ", call " + std::to_string(j + 1) + " of " + std::to_string(runs.size()));
+  }
+  runs.clear();
+  releaseSlabs(ctx, comms, slabs);
+
+  copyEngineSameCallRepeated(ctx, comms, reg, v, cspec(kAllGather, 65537, yaliInt32),
+                             label + ", the same call repeated");
+  copyEngineSameCallRepeated(ctx, comms, reg, v, cspec(kBroadcast, 65537, yaliFloat16, yaliSum, n - 1),
+                             label + ", the same call repeated");
+}
+
+// Part 4: *_ce-eligible calls inside a CUDA graph, then eagerly.
+void copyEngineGraph(Ctx& ctx, const std::vector<yaliComm_t>& comms, Verifier& v, const std::string& label) {
+  const int n = ctx.nranks;
+  const yaliDataType_t types[] = {yaliFloat32, yaliInt8, yaliFloat64, yaliFloat16, yaliUint32, yaliFloat8e5m2};
+  std::vector<std::unique_ptr<Slab>> slabs;
+  std::vector<std::unique_ptr<CollRun>> runs;
+  int k = 0;
+  for (Coll c : kCopyEngineColls) {
+    CLayout L;
+    L.inplace = c == kBcast || (canInPlace(c) && k % 2 == 1);
+    L.sendAtRootOffset = true;
+    const CSpec s = cspec(c, 4093, types[k % 6], yaliSum, k % n, L);
+    slabs.push_back(makeRegisteredSlab(ctx, comms, slabBytesFor(s, n)));
+    runs.emplace_back(new CollRun(ctx, s, *slabs.back()));
+    ++k;
+  }
+  for (auto& run : runs) {
+    expectAlgo(ctx, comms, *run, algoName(run->spec.coll, "ce"),
+               label + " (yaliAlgoInfo, which has no stream, cannot tell a capture)");
+  }
+  syncAll(ctx);
+  captureAndReplay(ctx, comms, runs, v, 2, label + ", captured");
+  for (auto& run : runs) {
+    run->prepare(ctx.nextSeed());
+    run->issue(comms);
+    run->verify(comms, v, label + ", eager after the graph");
+  }
+  runs.clear();
+  releaseSlabs(ctx, comms, slabs);
+}
+
+// Polls the main streams of local ranks `which` until each is idle; returns when each was first
+// seen idle. A stream busy past `limitMs` after t0 is a hang (fatal), one that ends with an error
+// a failure of the bounded wait (which must release the stream cleanly).
+std::vector<Clock::time_point> waitStreamsIdle(Ctx& ctx, const std::vector<size_t>& which, Clock::time_point t0,
+                                               double limitMs, const std::string& label) {
+  std::vector<Clock::time_point> idleAt(which.size());
+  std::vector<bool> idle(which.size(), false);
+  for (size_t left = which.size(); left > 0;) {
+    for (size_t w = 0; w < which.size(); ++w) {
+      if (idle[w]) continue;
+      const LocalRank& lr = ctx.local[which[w]];
+      CUDA_OK(ctx, cudaSetDevice(lr.dev));
+      const cudaError_t e = cudaStreamQuery(lr.stream);
+      if (e == cudaErrorNotReady) continue;
+      if (e != cudaSuccess) ctx.fatal("%s: rank %d's stream ended with %s", label.c_str(), lr.rank, cudaGetErrorString(e));
+      idle[w] = true;
+      idleAt[w] = Clock::now();
+      --left;
+    }
+    if (left > 0 && msSince(t0) > limitMs)
+      ctx.fatal("%s: a stream is still busy %.0f ms later (a hang)", label.c_str(), limitMs);
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
+  }
+  return idleAt;
+}
+
+// allgather_ce forced on registered buffers, issued by every rank but the last, which never calls:
+// the others wait in the copy engines' handshake for its word. finish() aborts every comm.
+class WaitingForLastRank {
+ public:
+  WaitingForLastRank(Ctx& ctx, int timeoutMs, const std::string& label) : ctx_(ctx), label_(label) {
+    {
+      // Settings are read at creation.
+      SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(timeoutMs)}});
+      ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
+      comms = ctx.createComms(label.c_str());
+    }
+    const CSpec s = cspec(kAllGather, 65537, yaliFloat32);
+    slab_ = makeRegisteredSlab(ctx, comms, slabBytesFor(s, ctx.nranks));
+    run.reset(new CollRun(ctx, s, *slab_));
+    expectAlgo(ctx, comms, *run, "allgather_ce", label);
+    run->prepare(ctx.nextSeed());
+    syncAll(ctx);
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      if (ctx.local[i].rank != ctx.nranks - 1) callers.push_back(i);
+    }
+    ctx.world->barrier();
+    issuedAt.assign(ctx.local.size(), Clock::now());
+    for (size_t i : callers) {
+      watchdogStep("%s: rank %d's call, the last rank never calling", label.c_str(), ctx.local[i].rank);
+      issuedAt[i] = Clock::now();
+      checkIssued(ctx, call(i), ctx.local[i].rank, comms[i], label + ": the call");
+    }
+  }
+
+  // The call on local rank i (again: the same arguments).
+  yaliResult_t call(size_t i) {
+    const CollRun::Plan& P = run->plans[i];
+    const CSpec& s = run->spec;
+    return callColl(s.coll, P.send, P.recv, s.count, s.dt, s.op, s.root, comms[i], ctx_.local[i].stream);
+  }
+
+  // Every rank aborts its comm (those not aborted yet: non-null), then frees the slab, whose
+  // registrations ended with the comms. Collective.
+  void finish() {
+    ctx_.world->barrier();
+    watchdogStep("%s: yaliCommAbort on every comm", label_.c_str());
+    for (size_t i = 0; i < comms.size(); ++i) {
+      if (comms[i] == nullptr) continue;
+      const yaliResult_t r = yaliCommAbort(comms[i]);
+      if (r != yaliSuccess) {
+        ctx_.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label_.c_str(), ctx_.local[i].rank, (int)r,
+                  yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+      }
+      comms[i] = nullptr;
+    }
+    syncAll(ctx_);
+    ctx_.world->barrier();  // no peer maps our memory any more
+    freeSlab(ctx_, *slab_);
+  }
+
+  std::vector<yaliComm_t> comms;
+  std::unique_ptr<CollRun> run;
+  std::vector<size_t> callers;              // the local ranks that called
+  std::vector<Clock::time_point> issuedAt;  // per local rank
+
+ private:
+  Ctx& ctx_;
+  std::string label_;
+  std::unique_ptr<Slab> slab_;
+};
+
+// A fresh comm set under the forced list runs allgather_ce right on newly registered buffers, and
+// an AllReduce: nothing of the comms that failed before lingers.
+void copyEngineFreshComms(Ctx& ctx, const std::string& label) {
+  SelectorScope env({{"YALI_ALGO", copyEngineList()}});
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  {
+    SlabPool reg(ctx, Alloc::Malloc, &comms);
+    SlabPool unreg(ctx);
+    Verifier v(ctx);
+    runCollAlgo(ctx, comms, reg, v, cspec(kAllGather, 65537, yaliFloat32), "allgather_ce", label);
+    runColl(ctx, comms, unreg, v, cspec(kAllReduce, 65537, yaliFloat32, yaliSum), label);
+    reg.release();
+  }
+  ctx.destroyComms(comms, label.c_str());
+}
+
+// Part 5: the host's watch times a waiting call out.
+void copyEngineTimeout(Ctx& ctx) {
+  // YALI_TIMEOUT_MS also bounds comm creation, which takes longer with many processes on one GPU.
+  const int kTimeoutMs = ctx.nranks <= 4 ? 2000 : 4000;
+  const double kSlackMs = 10000;
+  const std::string label = "allgather_ce, the last rank never calling, YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs);
+  WaitingForLastRank w(ctx, kTimeoutMs, label);
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, w.callers, *std::min_element(w.issuedAt.begin(), w.issuedAt.end()),
+                      kTimeoutMs + 60000, label + ": waiting for the streams");
+  for (size_t c = 0; c < w.callers.size(); ++c) {
+    const size_t i = w.callers[c];
+    const int rank = ctx.local[i].rank;
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - w.issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
+    if (ms > kTimeoutMs + kSlackMs) {
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than YALI_TIMEOUT_MS + %.0f ms", label.c_str(),
+               rank, ms, kSlackMs);
+    }
+    if (ms < 0.9 * kTimeoutMs) {
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, before YALI_TIMEOUT_MS: did the call wait for "
+               "the last rank at all?",
+               label.c_str(), rank, ms);
+    }
+    yaliResult_t async = yaliSuccess;
+    const yaliResult_t r = yaliCommGetAsyncError(w.comms[i], &async);
+    if (r != yaliSuccess || async != yaliTimeout) {
+      ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected yaliTimeout",
+               label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async));
+    }
+    const yaliResult_t again = w.call(i);
+    if (again != yaliTimeout) {
+      ctx.fail("%s: rank %d: the next yaliAllGather on the timed-out comm returned %d (%s); expected yaliTimeout",
+               label.c_str(), rank, (int)again, yaliGetErrorString(again));
+    }
+    const std::string msg = lower(str(yaliGetLastError(w.comms[i])));
+    const bool namesTimeout = msg.find("timeout") != std::string::npos || msg.find("timed out") != std::string::npos;
+    if (!namesTimeout || msg.find("copy engines") == std::string::npos) {
+      ctx.fail("%s: rank %d: yaliGetLastError(comm) does not name the timeout in the copy engines' wait: \"%s\"",
+               label.c_str(), rank, str(yaliGetLastError(w.comms[i])).c_str());
+    }
+  }
+  w.finish();
+  copyEngineFreshComms(ctx, "a fresh comm after the copy engines' timeout");
+}
+
+// Part 5: yaliCommAbort releases a waiting call.
+void copyEngineAbort(Ctx& ctx) {
+  const int kTimeoutMs = 60000;  // the call would give up only after this
+  const double kReleaseMs = 1500;
+  const double kAbortReturnMs = 2000;
+  const std::string label = "allgather_ce, the last rank never calling, aborted";
+  WaitingForLastRank w(ctx, kTimeoutMs, label);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (size_t i : w.callers) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    if (cudaStreamQuery(ctx.local[i].stream) != cudaErrorNotReady) {
+      ctx.fail("%s: rank %d's stream is idle 300 ms after the call: did the call wait for the last rank at all?",
+               label.c_str(), ctx.local[i].rank);
+    }
+  }
+  std::vector<Clock::time_point> abortAt(w.callers.size());
+  for (size_t c = 0; c < w.callers.size(); ++c) {
+    const size_t i = w.callers[c];
+    watchdogStep("%s: yaliCommAbort on rank %d", label.c_str(), ctx.local[i].rank);
+    abortAt[c] = Clock::now();
+    const yaliResult_t r = yaliCommAbort(w.comms[i]);
+    const double ms = msSince(abortAt[c]);
+    w.comms[i] = nullptr;
+    if (r != yaliSuccess) {
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+    }
+    if (ms > kAbortReturnMs) {
+      ctx.fail("%s: yaliCommAbort (rank %d) took %.0f ms, more than %.0f ms", label.c_str(), ctx.local[i].rank, ms,
+               kAbortReturnMs);
+    }
+  }
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, w.callers, Clock::now(), 30000, label + ": waiting for the streams");
+  for (size_t c = 0; c < w.callers.size(); ++c) {
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - abortAt[c]).count();
+    ctx.note("%s: rank %d's stream came back %.0f ms after yaliCommAbort began", label.c_str(),
+             ctx.local[w.callers[c]].rank, ms);
+    if (ms > kReleaseMs) {
+      ctx.fail("%s: rank %d's stream came back %.0f ms after yaliCommAbort began, more than %.0f ms",
+               label.c_str(), ctx.local[w.callers[c]].rank, ms, kReleaseMs);
+    }
+  }
+  w.finish();
+  copyEngineFreshComms(ctx, "a fresh comm after aborting a copy-engine call");
+}
+
+void caseCopyEngine(Ctx& ctx) {
+  bool sharedHere = false;  // two ranks of this process on one GPU
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    for (size_t j = i + 1; j < ctx.local.size(); ++j) sharedHere |= ctx.local[i].dev == ctx.local[j].dev;
+  if (ctx.allTrue(!sharedHere) == false) {
+    const std::string label = "YALI_ALGO=" + copyEngineList() + ", ranks of one process share a GPU";
+    SelectorScope env({{"YALI_ALGO", copyEngineList()}});
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    {
+      SlabPool reg(ctx, Alloc::Malloc, &comms);
+      Verifier v(ctx);
+      for (Coll c : {kAllGather, kGather, kAlltoAll})
+        runCollAlgo(ctx, comms, reg, v, cspec(c, 4093, yaliFloat32), algoName(c, "ce"), label + ": never *_ce", true);
+      reg.release();
+    }
+    ctx.destroyComms(comms, label.c_str());
+    ctx.note("ranks of one process share a GPU: *_ce is off there (checked); run --mode multi for the rest");
+    return;
+  }
+  {
+    const std::string label = "YALI_ALGO=" + copyEngineList();
+    SelectorScope env({{"YALI_ALGO", copyEngineList()}});
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    {
+      SlabPool reg(ctx, Alloc::Malloc, &comms);
+      SlabPool unreg(ctx);
+      Verifier v(ctx);
+      copyEngineEveryType(ctx, comms, reg, v, label + ", registered");
+      copyEngineWhichBuffers(ctx, comms, reg, unreg, v, label);
+      copyEngineBackToBack(ctx, comms, reg, v, label + ", back to back");
+      copyEngineGraph(ctx, comms, v, label + ", graph");
+      reg.release();
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
+  copyEngineThresholds(ctx);
+  copyEngineTimeout(ctx);
+  copyEngineAbort(ctx);
+}
+
+}  // namespace
+
 const std::vector<CaseDef>& collectiveCases() {
   static const std::vector<CaseDef> cases = {
       {"coll_matrix", "every collective x type x op x root x in-place, counts 1 and 65537", 1800, caseMatrix},
@@ -2647,6 +3187,8 @@ const std::vector<CaseDef>& collectiveCases() {
       {"coll_timeout", "a collective alone on rank 0: yaliTimeout, no hang (each collective)", 600,
        caseTimeout},
       {"coll_bad_args", "bad arguments of every collective: named, nothing touched", 300, caseBadArgs},
+      {"coll_copy_engine", "*_ce forced: every collective x type, registration, graphs, timeout, abort", 900,
+       caseCopyEngine},
   };
   return cases;
 }

@@ -295,6 +295,8 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
         cudaEventCreateWithFlags(&w->readyPassed, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&w->ended, cudaEventDisableTiming) != cudaSuccess) {
       cudaGetLastError();
+      for (cudaEvent_t ev : {w->started, w->readyPassed, w->ended})
+        if (ev != nullptr) cudaEventDestroy(ev);
       return fail(yaliUnhandledCudaError, comm, "%s: creating the copy engines' events", call);
     }
   }
@@ -302,9 +304,14 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   w->eagerSeq = a.eagerSeq;
   w->launch = a.epochHint;
 
-  // From here on a failure leaves the peers waiting for us: their watches time out.
+  // A CUDA call that fails half-way: whatever of the call is queued must not wait for ever (our
+  // words get the tag, as a release would write them), the watch goes back to the spares, and the
+  // caller learns of it. The peers' handshakes with this call time out.
   auto failed = [&](const char* what, cudaError_t e) {
     cudaGetLastError();
+    release(ce, *w);
+    std::lock_guard<std::mutex> lock(ce.mutex);
+    ce.spare.push_back(std::move(w));
     return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
   };
   cudaError_t e = cudaEventRecord(w->started, s);
