@@ -46,6 +46,11 @@ void reaperLoop() {
       s.jobs.pop_front();
       lock.unlock();
       const bool done = job.second();
+      // A finished job's captures go now, outside the lock: releasing them may post a job (the
+      // copy engines' watch holds the last reference to a comm's DeviceResources, whose release
+      // is a job), and posting takes the lock. (Seen on an H100, 2026-11-25: the reaper thread
+      // deadlocked on itself after a copy-engine call outlived its aborted comm.)
+      if (done) job.second = nullptr;
       lock.lock();
       if (done) {
         s.unfinished.erase(job.first);
