@@ -184,6 +184,8 @@ def run_checks(steps):
 def teardown(rank):
     """Last, after the results are written: a hang here (seen with plain NCCL, two ranks on one GPU,
     2026-11-25) costs the run its exit status, never its results."""
+    import torch.distributed as dist
+
     dist.barrier()
     dist.destroy_process_group()
     print("[rank %d] teardown done" % rank, file=sys.stderr, flush=True)
