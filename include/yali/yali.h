@@ -224,8 +224,10 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * call takes no SM from compute it overlaps. Off by default (slower than the SM paths at most
  * sizes); YALI_<NAME>_MIN_BYTES (e.g. YALI_ALLGATHER_CE_MIN_BYTES=-1: every size) or YALI_ALGO
  * turn it on. A call takes it only when, on this rank, sendbuff lies in registered memory (recvbuff
- * need not), the stream is not capturing (graphs take the SM paths) and the driver offers the
- * memory operations; every rank must then pass its sendbuff at the same byte offset within the
+ * need not), the stream is not capturing (graphs take the SM paths), the driver offers the memory
+ * operations, and no two ranks of this comm share a GPU inside one process (yaliCommInitAll with a
+ * devlist naming a GPU twice: their streams' waits could hold each other up in the GPU's hardware
+ * queues); every rank must then pass its sendbuff at the same byte offset within the
  * corresponding registration (in-place AllGather: recvbuff at the same offset). Broadcast and
  * Scatter receivers read nothing of their own sendbuff but pass one laid out like the root's (the
  * same buffer as recvbuff in place does). Ranks that differ wait for each other until

@@ -155,6 +155,7 @@ std::string algorithmsMarkdownTable() {
       case Bound::kFallback: when = "otherwise"; break;
     }
     if (a.needsRegisteredRecv) when += ", output registered on every rank";
+    if (a.needsRegisteredSend) when += ", input registered on every rank (off by default)";
     out += "| `" + std::string(a.name) + "` | " + collectiveName(a.collective) + " | " + when + " | " + a.summary + " |\n";
   }
   return out;

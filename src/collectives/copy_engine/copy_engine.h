@@ -15,7 +15,10 @@
 //     same offset). Ranks that read nothing of their own input (Broadcast and Scatter receivers)
 //     pass one laid out like the root's, as NCCL's symmetric windows ask;
 //   - an eager call: inside a stream capture the call takes another algorithm (the host's watch
-//     below cannot see a graph's replays).
+//     below cannot see a graph's replays);
+//   - no two ranks of the comm on one GPU in one process (comm.cc: commInitAll): their streams
+//     share the GPU's hardware queues, where a wait at a queue's head holds up everything behind
+//     it, the peer's write it waits for included. One process per rank keeps separate queues.
 //
 // One call on the caller's stream S, rank r, tag t (a digest of the call that every rank's must
 // equal: algorithm, count, type, root, registration, offset; never 0):
