@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "core/driver_entry.h"
+
 namespace yali {
 namespace {
 
@@ -22,28 +24,15 @@ struct Driver {
   bool ok = false;
 };
 
-template <typename F>
-bool lookUp(const char* name, F* fn) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult status;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &status) != cudaSuccess ||
-      status != cudaDriverEntryPointSuccess || p == nullptr) {
-    cudaGetLastError();
-    return false;
-  }
-  *fn = reinterpret_cast<F>(p);
-  return true;
-}
-
 const Driver& driver() {
   static const Driver d = [] {
     Driver x;
-    x.ok = lookUp("cuMemGetAllocationGranularity", &x.getGranularity) && lookUp("cuMemCreate", &x.create) &&
-           lookUp("cuMemAddressReserve", &x.reserve) && lookUp("cuMemMap", &x.map) &&
-           lookUp("cuMemSetAccess", &x.setAccess) && lookUp("cuMemUnmap", &x.unmap) &&
-           lookUp("cuMemRelease", &x.release) && lookUp("cuMemAddressFree", &x.addressFree) &&
-           lookUp("cuMemExportToShareableHandle", &x.exportHandle) &&
-           lookUp("cuMemImportFromShareableHandle", &x.importHandle);
+    x.ok = lookUpDriver("cuMemGetAllocationGranularity", &x.getGranularity) && lookUpDriver("cuMemCreate", &x.create) &&
+           lookUpDriver("cuMemAddressReserve", &x.reserve) && lookUpDriver("cuMemMap", &x.map) &&
+           lookUpDriver("cuMemSetAccess", &x.setAccess) && lookUpDriver("cuMemUnmap", &x.unmap) &&
+           lookUpDriver("cuMemRelease", &x.release) && lookUpDriver("cuMemAddressFree", &x.addressFree) &&
+           lookUpDriver("cuMemExportToShareableHandle", &x.exportHandle) &&
+           lookUpDriver("cuMemImportFromShareableHandle", &x.importHandle);
     return x;
   }();
   return d;

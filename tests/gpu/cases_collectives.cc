@@ -1418,6 +1418,21 @@ void expectInitRefused(Ctx& ctx, const std::vector<std::pair<std::string, std::s
   ctx.world->barrier();
 }
 
+// One buffer of the call registered, the other not (Slabs A and B from the two pools): `want` is
+// expected with only sendbuff registered when `sendEnough`, with only recvbuff registered when
+// `recvEnough` (else any other algorithm), and the results must be right either way.
+void runWithOneBufferRegistered(Ctx& ctx, const std::vector<yaliComm_t>& comms, SlabPool& reg, SlabPool& unreg,
+                                Verifier& v, const CSpec& s, const std::string& want, const std::string& label,
+                                bool sendEnough, bool recvEnough) {
+  const size_t bytes = slabBytesFor(s, ctx.nranks);
+  Slab& r = reg.get(bytes);
+  Slab& u = unreg.get(bytes);
+  Slab sendOnly = viewOf(r, u);  // send in registered A, recv in unregistered B
+  Slab recvOnly = viewOf(u, r);
+  runCollAlgoIn(ctx, comms, sendOnly, v, s, want, label + ", only sendbuff registered", !sendEnough);
+  runCollAlgoIn(ctx, comms, recvOnly, v, s, want, label + ", only recvbuff registered", !recvEnough);
+}
+
 // ==== coll_algos =====================================================================================
 //
 // Every algorithm forced with YALI_ALGO (one name per collective in one list), and yaliAlgoInfo
@@ -1537,13 +1552,7 @@ void caseAlgos(Ctx& ctx) {
         for (yaliDataType_t dt : {yaliFloat32, yaliUint8}) {
           const CSpec s = cspec(c, 65537, dt, yaliSum, combo % n);
           runCollAlgo(ctx, comms, unreg, v, s, want, label + ", not registered", true);
-          const size_t bytes = slabBytesFor(s, n);
-          Slab& r = reg.get(bytes);
-          Slab& u = unreg.get(bytes);
-          Slab recvOnly = viewOf(u, r);  // send in unregistered A, recv in registered B
-          Slab sendOnly = viewOf(r, u);
-          runCollAlgoIn(ctx, comms, recvOnly, v, s, want, label + ", only recvbuff registered");
-          runCollAlgoIn(ctx, comms, sendOnly, v, s, want, label + ", only sendbuff registered", true);
+          runWithOneBufferRegistered(ctx, comms, reg, unreg, v, s, want, label, false, true);
           ++combo;
         }
       }
@@ -2776,13 +2785,7 @@ void copyEngineWhichBuffers(Ctx& ctx, const std::vector<yaliComm_t>& comms, Slab
       runCollAlgo(ctx, comms, unreg, v, s, want, label + ", neither buffer registered", true);
       ++combo;
       if (c == kBcast) continue;  // one buffer: registered or not
-      const size_t bytes = slabBytesFor(s, n);
-      Slab& r = reg.get(bytes);
-      Slab& u = unreg.get(bytes);
-      Slab sendOnly = viewOf(r, u);  // send in registered A, recv in unregistered B
-      Slab recvOnly = viewOf(u, r);
-      runCollAlgoIn(ctx, comms, sendOnly, v, s, want, label + ", only sendbuff registered");
-      runCollAlgoIn(ctx, comms, recvOnly, v, s, want, label + ", only recvbuff registered", true);
+      runWithOneBufferRegistered(ctx, comms, reg, unreg, v, s, want, label, true, false);
     }
   }
 }

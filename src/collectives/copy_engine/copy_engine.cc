@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/comm.h"
+#include "core/driver_entry.h"
 #include "core/enqueue.h"
 #include "core/error.h"
 #include "core/reaper.h"
@@ -26,24 +27,11 @@ struct MemOps {
   bool ok = false;
 };
 
-template <typename F>
-bool lookUp(const char* name, F* fn) {
-  void* p = nullptr;
-  cudaDriverEntryPointQueryResult status;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &status) != cudaSuccess ||
-      status != cudaDriverEntryPointSuccess || p == nullptr) {
-    cudaGetLastError();
-    return false;
-  }
-  *fn = reinterpret_cast<F>(p);
-  return true;
-}
-
 const MemOps& memOps() {
   static const MemOps m = [] {
     MemOps x;
-    x.ok = lookUp("cuStreamBatchMemOp", &x.batch) && lookUp("cuMemsetD32Async", &x.memsetD32) &&
-           lookUp("cuDeviceGetAttribute", &x.attribute);
+    x.ok = lookUpDriver("cuStreamBatchMemOp", &x.batch) && lookUpDriver("cuMemsetD32Async", &x.memsetD32) &&
+           lookUpDriver("cuDeviceGetAttribute", &x.attribute);
     return x;
   }();
   return m;
