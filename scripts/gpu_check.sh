@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,
+#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,
 #          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm   (default: build,tests,perf)
 #   (every stage that runs the GPU suite passes --share-gpus: ranks share GPUs where GPUs are fewer)
 #   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
@@ -50,6 +50,11 @@
 #   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
 #   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
 #   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
+#   CE_MULTI="2 3"  CE_SINGLE=2  CE_NP="2 3"   copyengine: the coll_copy_engine case in multi mode (one
+#                                            process per rank; single mode with ranks sharing a GPU
+#                                            checks only that *_ce is off there), then yali-perf with
+#                                            every *_ce forced, one process per rank (-R 1): #wrong
+#                                            and the algorithms that ran
 #   MOE_NP="2 4"                             moe: examples/04_moe/moe.py under graph capture, then
 #                                            yali-perf -C alltoallv (every distribution): #wrong
 #   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
@@ -212,6 +217,24 @@ if has dropin && need_build dropin; then
       echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$np.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$np.log")"
     ) > "$LOG/dropin_$np.txt" 2>&1
     note "dropin np=$np: $(tail -2 "$LOG/dropin_$np.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$np.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$np.log" | tail -1)"
+  done
+fi
+
+if has copyengine && need_build copyengine; then
+  for spec in $(for n in ${CE_MULTI:-2 3}; do echo "multi:$n"; done) $(for n in ${CE_SINGLE:-2}; do echo "single:$n"; done); do
+    mode=${spec%%:*}; n=${spec#*:}
+    timeout 300 "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --filter coll_copy_engine \
+      > "$LOG/ce_${mode}_$n.log" 2>&1
+    note "coll_copy_engine $mode $n: rc=$? $(tail -1 "$LOG/ce_${mode}_$n.log")"
+  done
+  for n in ${CE_NP:-2 3}; do
+    YALI_NO_MPIRUN=1 YALI_ALLOW_SHARED_GPU=1 YALI_ALGO=allgather_ce,broadcast_ce,gather_ce,scatter_ce,alltoall_ce \
+      timeout 300 bash scripts/launch_ranks.sh "$n" "$BUILD/bench/yali-perf" -g 1 -C allgather,broadcast,gather,scatter,alltoall \
+      -d all -b 1K -e 16M -f 16 -n 5 -w 2 -R 1 --impl yali -J "$LOG/ce_perf_np$n.json" > "$LOG/ce_perf_np$n.txt" 2>&1
+    note "yali-perf *_ce forced np=$n: rc=$? $(python3 -c "
+import json, sys, collections
+r = json.load(open(sys.argv[1]))['results']
+print('results', len(r), 'wrong', sum(x.get('wrong', 0) for x in r), dict(collections.Counter(x.get('algo') for x in r)))" "$LOG/ce_perf_np$n.json" 2>&1 | tail -1)"
   done
 fi
 
