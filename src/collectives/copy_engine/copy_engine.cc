@@ -240,6 +240,7 @@ cudaError_t handshake(const CopyEngineState& ce, uint32_t* ours, size_t plane, u
     op.writeValue.value = 0;
     op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
   }
+  if (n == 0) return cudaSuccess;  // a comm of one rank: nothing to issue (an empty batch may be refused)
   return memOps().batch(reinterpret_cast<CUstream>(s), n, ops, 0) == CUDA_SUCCESS ? cudaSuccess
                                                                                    : cudaErrorUnknown;
 }
