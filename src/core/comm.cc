@@ -180,7 +180,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   int major = 0;
   YALI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, comm->device));
   comm->smMajor = major;
-  comm->copyEngineOk = copyEngineAvailable(comm->device);
+  comm->copyEngineOk = copyEngineAvailable();
   // Querying every algorithm's kernels also loads them all now (registry.h: maxLaunchableThreads).
   SelectorLimits limits{};
   limits.smMajor = major;
@@ -540,9 +540,10 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
       res.peerWindowRefs.push_back(made[j]->res->window);
       if (made[i]->device == made[j]->device) {
         // Two ranks of one process on one GPU share its hardware queues: a stream memory wait at
-        // the head of a queue holds up every stream behind it, the peer's write it waits for
-        // included (seen on an H100, 2026-11-25: gather_ce hung). The copy-engine algorithms are
-        // off for such comms; one process per rank (separate contexts) keeps them.
+        // the head of a queue can hold up every stream behind it, the peer's write it waits for
+        // included (probably why gather_ce timed out this way on an H100, 2026-11-25; the same
+        // calls passed one process per rank). The copy-engine algorithms are off for such comms;
+        // one process per rank (separate contexts) keeps them.
         made[i]->copyEngineOk = false;
         continue;
       }
@@ -587,8 +588,9 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   if (!waitForEagerLaunches(comm, comm->eagerLaunches, deadline))
     result = fail(comm->cancel ? yaliRemoteError : yaliTimeout, comm,
                   "%s: rank %d: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms (they "
-                  "may wait behind other work on their streams); they will do nothing when they run (copy-engine calls: copy into their own output only), "
-                  "and the comm's memory is freed after them",
+                  "may wait behind other work on their streams); they will do nothing when they run "
+                  "(copy-engine calls: copy into their own output only), and the comm's memory is freed "
+                  "after them",
                   call, comm->rank, static_cast<long long>(comm->settings.timeoutMs));
   std::string err;
   closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)

@@ -142,16 +142,15 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
                   algoName(plan.choice.algo));
     yaliResult_t issued = issueCopyEngine(comm, plan);
     if (issued != yaliSuccess) return issued;
-    comm->eagerLaunches = args.eagerSeq;
-    return noteLaunch(comm, plan.stream, context, plan.call);
-  }
-  const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
-  e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
-                      programmatic, plan.stream);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", plan.call,
-                algoName(plan.choice.algo), plan.choice.ctas, cudaGetErrorString(e));
+  } else {
+    const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
+    e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
+                        programmatic, plan.stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (%s, %d blocks) failed: %s", plan.call,
+                  algoName(plan.choice.algo), plan.choice.ctas, cudaGetErrorString(e));
+    }
   }
   if (!captured) comm->eagerLaunches = args.eagerSeq;
   return noteLaunch(comm, plan.stream, context, plan.call);

@@ -48,8 +48,12 @@ struct Watch {
   uint64_t eagerSeq = 0;
   uint64_t launch = 0;         // the host's launch count (error reports)
   int64_t startedSeenMs = -1;  // when the watch first saw `started` complete
-  bool failedHere = false;     // this call's timeout was recorded
 };
+
+void destroyEvents(Watch& w) {
+  for (cudaEvent_t e : {w.started, w.readyPassed, w.ended})
+    if (e != nullptr) cudaEventDestroy(e);
+}
 
 }  // namespace
 
@@ -63,7 +67,6 @@ struct CopyEngineState {
   bool flush = false;  // CU_STREAM_WAIT_VALUE_FLUSH: remote writes visible after a wait
   std::shared_ptr<DeviceResources> res;
   uint32_t* ready = nullptr;  // our window's words: ready[kMaxRanks], then done[kMaxRanks]
-  uint32_t* done = nullptr;
   size_t ceFlagsOffset = 0;
   cudaStream_t side[kMaxRanks] = {};  // one per peer we read from, at most nranks - 1
   cudaEvent_t fork = nullptr;
@@ -84,18 +87,8 @@ struct CopyEngineState {
       if (e != nullptr) cudaEventDestroy(e);
     if (fork != nullptr) cudaEventDestroy(fork);
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
-    for (auto* list : {&spare}) {
-      for (auto& w : *list) {
-        cudaEventDestroy(w->started);
-        cudaEventDestroy(w->readyPassed);
-        cudaEventDestroy(w->ended);
-      }
-    }
-    for (auto& w : inFlight) {  // only after a failure left a call unfinished
-      cudaEventDestroy(w->started);
-      cudaEventDestroy(w->readyPassed);
-      cudaEventDestroy(w->ended);
-    }
+    for (auto& w : spare) destroyEvents(*w);
+    for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
     cudaGetLastError();
   }
 };
@@ -155,24 +148,21 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     Watch& w = *ce.inFlight.front();
     if (done(w.ended)) {
       advanceEagerDone(ce, w.eagerSeq);
-      w.startedSeenMs = -1;
-      w.failedHere = false;
       ce.spare.push_back(std::move(ce.inFlight.front()));
       ce.inFlight.pop_front();
       continue;
     }
     const volatile HostStatus* s = ce.res->hostStatus.get();
+    auto phase = [&] { return done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady; };
     bool releaseNow = ce.closed.load() || s->failure != kFailNone;
     if (!releaseNow && s->abortRequested != 0) {
-      recordHostFailure(ce, kFailAborted, done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady,
-                        w.launch);
+      recordHostFailure(ce, kFailAborted, phase(), w.launch);
       releaseNow = true;
     }
     if (!releaseNow && done(w.started)) {
       if (w.startedSeenMs < 0) w.startedSeenMs = nowMs();
       if (nowMs() - w.startedSeenMs > ce.timeoutMs) {
-        recordHostFailure(ce, kFailTimeout, done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady,
-                          w.launch);
+        recordHostFailure(ce, kFailTimeout, phase(), w.launch);
         logInfo("copy engines: rank %d: launch %llu timed out waiting for a peer (YALI_TIMEOUT_MS=%lld)", ce.rank,
                 static_cast<unsigned long long>(w.launch), static_cast<long long>(ce.timeoutMs));
         releaseNow = true;
@@ -197,7 +187,6 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
   ce->timeoutMs = comm->settings.timeoutMs;
   ce->res = comm->res;
   ce->ready = reinterpret_cast<uint32_t*>(comm->res->peerWindows[comm->rank] + comm->layout.ceFlags);
-  ce->done = ce->ready + kMaxRanks;
   ce->ceFlagsOffset = comm->layout.ceFlags;
   int flush = 0;
   if (memOps().attribute(&flush, CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES, comm->device) == CUDA_SUCCESS)
@@ -212,15 +201,20 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
   return e;
 }
 
-// The three handshake steps' memory operations on S (copy_engine.h: steps 1 and 3).
-cudaError_t handshake(const CopyEngineState& ce, uint32_t* ours, size_t plane, uint32_t tag, cudaStream_t s) {
+// The handshake steps' memory operations on S (copy_engine.h: steps 1 and 3), on plane 0 (ready)
+// or 1 (done) of the ceFlags words: ours at ce.ready + plane * kMaxRanks, and the same in every peer's
+// window.
+enum Plane : int { kReady = 0, kDone = 1 };
+cudaError_t handshake(const CopyEngineState& ce, Plane plane, uint32_t tag, cudaStream_t s) {
+  uint32_t* ours = ce.ready + plane * kMaxRanks;
+  const size_t planeOffset = ce.ceFlagsOffset + sizeof(uint32_t) * kMaxRanks * plane;
   CUstreamBatchMemOpParams ops[3 * kMaxRanks] = {};
   unsigned n = 0;
   for (int p = 0; p < ce.nranks; ++p) {
     if (p == ce.rank) continue;
     CUstreamBatchMemOpParams& op = ops[n++];
     op.writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
-    op.writeValue.address = dptr(ce.res->peerWindows[p] + ce.ceFlagsOffset + plane) + sizeof(uint32_t) * ce.rank;
+    op.writeValue.address = dptr(ce.res->peerWindows[p] + planeOffset) + sizeof(uint32_t) * ce.rank;
     op.writeValue.value = tag;
     op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;  // a memory barrier before the write
   }
@@ -249,13 +243,8 @@ bool hasBit(uint32_t mask, int i) { return (mask >> i) & 1u; }
 
 }  // namespace
 
-bool copyEngineAvailable(int device) {
-  const MemOps& m = memOps();
-  if (!m.ok) return false;
-  // 32-bit stream memory operations are part of every CUDA 12 driver; the flush is optional.
-  (void)device;
-  return true;
-}
+// 32-bit stream memory operations are part of every CUDA 12 driver; the flush is optional.
+bool copyEngineAvailable() { return memOps().ok; }
 
 yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   const char* call = plan.call;
@@ -284,14 +273,14 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
         cudaEventCreateWithFlags(&w->readyPassed, cudaEventDisableTiming) != cudaSuccess ||
         cudaEventCreateWithFlags(&w->ended, cudaEventDisableTiming) != cudaSuccess) {
       cudaGetLastError();
-      for (cudaEvent_t ev : {w->started, w->readyPassed, w->ended})
-        if (ev != nullptr) cudaEventDestroy(ev);
+      destroyEvents(*w);
       return fail(yaliUnhandledCudaError, comm, "%s: creating the copy engines' events", call);
     }
   }
   w->tag = a.callTag;
   w->eagerSeq = a.eagerSeq;
   w->launch = a.epochHint;
+  w->startedSeenMs = -1;
 
   // A CUDA call that fails half-way: whatever of the call is queued must not wait for ever (our
   // words get the tag, as a release would write them), the watch goes back to the spares, and the
@@ -305,7 +294,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   };
   cudaError_t e = cudaEventRecord(w->started, s);
   if (e != cudaSuccess) return failed("cudaEventRecord", e);
-  e = handshake(ce, ce.ready, 0, a.callTag, s);
+  e = handshake(ce, kReady, a.callTag, s);
   if (e != cudaSuccess) return failed("cuStreamBatchMemOp (ready)", e);
   e = cudaEventRecord(w->readyPassed, s);
   if (e == cudaSuccess) e = cudaEventRecord(ce.fork, s);
@@ -335,7 +324,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     e = cudaMemcpyAsync(recv + to, send + from, a.pieceBytes, cudaMemcpyDefault, s);
     if (e != cudaSuccess) return failed("our own piece (cudaMemcpyAsync)", e);
   }
-  e = handshake(ce, ce.done, sizeof(uint32_t) * kMaxRanks, a.callTag, s);
+  e = handshake(ce, kDone, a.callTag, s);
   if (e != cudaSuccess) return failed("cuStreamBatchMemOp (done)", e);
   e = cudaEventRecord(w->ended, s);
   if (e != cudaSuccess) return failed("cudaEventRecord", e);

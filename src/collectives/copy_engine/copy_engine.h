@@ -55,9 +55,9 @@ namespace yali {
 
 struct PlannedLaunch;
 
-// Whether this GPU and driver can run the copy-engine algorithms (the driver's memory operations);
-// comms where it cannot never choose them.
-bool copyEngineAvailable(int device);
+// Whether the driver offers what the copy-engine algorithms need (its memory operations); comms
+// where it does not never choose them.
+bool copyEngineAvailable();
 
 // Issues one *_ce call (plan.args: the pattern, peerRecv[s] = rank s's input as mapped here,
 // callTag). The caller holds comm->mutex; the stream is not capturing.
