@@ -16,13 +16,22 @@
 namespace yali {
 namespace {
 
-// Whether some algorithm of `c` writes into registered outputs (then the call looks its output up).
-bool hasRegisteredAlgorithm(Collective c) {
+// Whether some row of `c` that the selector may choose needs a registered buffer (`flag`: the
+// output, needsRegisteredRecv, or the input, needsRegisteredSend); only then does the call look the
+// buffer up.
+bool mayUseRegistered(const yaliComm* comm, Collective c, bool AlgorithmDesc::*flag) {
   int count = 0;
   const AlgorithmDesc* rows = algorithms(&count);
   for (int i = 0; i < count; ++i)
-    if (rows[i].collective == c && rows[i].needsRegisteredRecv) return true;
+    if (rows[i].collective == c && rows[i].*flag && comm->selector.mayChoose(rows[i].id)) return true;
   return false;
+}
+
+// A call's fields folded into 32 bits (FNV-1a), the handshakes' tags.
+template <size_t N>
+uint32_t tagOf(const uint64_t (&fields)[N]) {
+  const uint64_t h = fnv1a(fields, sizeof(fields));
+  return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
 // The tag that every rank's kernel compares with its peers' at entry when it touches their
@@ -37,8 +46,7 @@ uint32_t registeredTag(Algo algo, const CollCall& c, const RegisteredSpan& recv)
                              static_cast<uint64_t>(c.datatype), static_cast<uint64_t>(c.op),
                              static_cast<uint64_t>(c.root), recv.registration->id,
                              offsetsAgree ? recv.offset : ~0ull};
-  const uint64_t h = fnv1a(fields, sizeof(fields));
-  return static_cast<uint32_t>(h ^ (h >> 32));
+  return tagOf(fields);
 }
 
 // Step 1 and 2 of call.h, shared by submitCall and describeCall. Fills the sizes.
@@ -77,8 +85,8 @@ yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
 
 // The output's registration on this rank, for the algorithms that write into registered outputs.
 RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t recvId) {
-  if (comm->registrations.live.empty() || !hasRegisteredAlgorithm(c.collective) || c.recv == nullptr ||
-      s.recvBytes == 0)
+  if (comm->registrations.live.empty() || c.recv == nullptr || s.recvBytes == 0 ||
+      !mayUseRegistered(comm, c.collective, &AlgorithmDesc::needsRegisteredRecv))
     return RegisteredSpan();
   return findRegistered(comm, c.recv, s.recvBytes, recvId);
 }
@@ -86,21 +94,13 @@ RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& 
 // What the selector is asked about: AllReduce's message, every other collective's piece.
 size_t selectorBytes(const Sizes& s) { return s.piece; }
 
-bool hasCopyEngineAlgorithm(Collective c) {
-  int count = 0;
-  const AlgorithmDesc* rows = algorithms(&count);
-  for (int i = 0; i < count; ++i)
-    if (rows[i].collective == c && rows[i].needsRegisteredSend) return true;
-  return false;
-}
-
 // The input's registration, for the copy-engine algorithms, which pull every peer's input
 // (copy_engine.h): `ref` is the offset within it that every rank's call must share (in place in
 // the slot layout, sendbuff == recvbuff + rank * count: AllGather, and Gather as nccl-tests lays it
-// out on every rank: the output's, the input being our block of it). A rank that reads nothing of its own
-// input (Broadcast and Scatter receivers) still passes one laid out like the root's: it is looked up
-// with the root's extent. None inside a stream capture, or where the driver lacks the memory
-// operations.
+// out on every rank: the output's, the input being our block of it). A rank that reads nothing of
+// its own input (Broadcast and Scatter receivers) still passes one laid out like the root's: it is
+// looked up with the root's extent. None inside a stream capture, or where the driver lacks the
+// memory operations.
 struct SendRegistration {
   RegisteredSpan span;
   size_t ref = 0;
@@ -108,8 +108,8 @@ struct SendRegistration {
 };
 SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t sendId, bool haveId) {
   SendRegistration out;
-  if (!comm->copyEngineOk || comm->registrations.live.empty() || !hasCopyEngineAlgorithm(c.collective) ||
-      c.send == nullptr)
+  if (!comm->copyEngineOk || comm->registrations.live.empty() ||
+      !mayUseRegistered(comm, c.collective, &AlgorithmDesc::needsRegisteredSend) || c.send == nullptr)
     return out;
   const int n = comm->nranks;
   size_t bytes = s.sendBytes;
@@ -144,8 +144,7 @@ uint32_t copyEngineTag(Algo algo, const CollCall& c, const SendRegistration& in)
   const uint64_t fields[] = {static_cast<uint64_t>(algo), static_cast<uint64_t>(c.collective), c.count,
                              static_cast<uint64_t>(c.datatype), static_cast<uint64_t>(c.root),
                              in.span.registration->id, in.ref, in.inPlaceSlot ? 1ull : 0ull};
-  const uint64_t h = fnv1a(fields, sizeof(fields));
-  const uint32_t tag = static_cast<uint32_t>(h ^ (h >> 32));
+  const uint32_t tag = tagOf(fields);
   return tag == 0 ? 1 : tag;
 }
 

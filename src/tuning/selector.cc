@@ -444,6 +444,23 @@ bool Selector::fitsBuffer(Algo a, size_t bytes) const {
   return true;
 }
 
+// Whether a call whose output (recv) and input (send) are registered or not may take row `a`.
+static bool registrationsAllow(const AlgorithmDesc& a, bool recvRegistered, bool sendRegistered) {
+  return (!a.needsRegisteredRecv || recvRegistered) && (!a.needsRegisteredSend || sendRegistered);
+}
+
+// The threshold in force for row i: the setting unless -2, then the table's.
+static int64_t thresholdOf(const Settings& s, const TuningEntry& e, int i) {
+  return s.thresholds[i] == kThresholdTable ? e.thresholds[i] : s.thresholds[i];
+}
+
+bool Selector::mayChoose(Algo a) const {
+  const int i = static_cast<int>(a);
+  const AlgorithmDesc& row = algorithm(a);
+  if (settings_.forcedAlgo[static_cast<int>(row.collective)] == i) return true;
+  return row.bound == Bound::kFallback || thresholdOf(settings_, entry_, i) != kThresholdDisabled;
+}
+
 AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered) const {
   // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
   // sign: a message of 2^63 bytes or more is larger than every one of them.
@@ -459,7 +476,7 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
   const int forced = settings_.forcedAlgo[ci];
   if (forced >= 0) {
     const Algo a = static_cast<Algo>(forced);
-    if ((!algorithm(a).needsRegisteredRecv || recvRegistered) && (!algorithm(a).needsRegisteredSend || sendRegistered))
+    if (registrationsAllow(algorithm(a), recvRegistered, sendRegistered))
       return geometry(fitsBuffer(a, bytes) ? a : fallback->id, bytes);
   }
   // Each threshold (env.h): the setting unless -2, then the table's: -1 means every size, 0 never,
@@ -467,10 +484,8 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
   for (int i = 0; i < count; ++i) {
     const AlgorithmDesc& row = rows[i];
     if (row.collective != collective) continue;
-    if (row.needsRegisteredRecv && !recvRegistered) continue;
-    if (row.needsRegisteredSend && !sendRegistered) continue;
-    const int64_t setting = settings_.thresholds[i];
-    const int64_t threshold = setting == kThresholdTable ? entry_.thresholds[i] : setting;
+    if (!registrationsAllow(row, recvRegistered, sendRegistered)) continue;
+    const int64_t threshold = thresholdOf(settings_, entry_, i);
     bool take = false;
     switch (row.bound) {
       case Bound::kUpTo:

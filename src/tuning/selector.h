@@ -90,6 +90,9 @@ class Selector {
   // caller also clears it where those cannot run (inside a stream capture). Any bytes from 0 to
   // SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
   AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false) const;
+  // Whether choose() can ever return `a` with these settings and table: YALI_ALGO names it, or its
+  // threshold is not 0 (never). The call path skips work that only such a row needs.
+  bool mayChoose(Algo a) const;
   const TuningEntry& entry() const { return entry_; }
   const SelectorLimits& limits() const { return limits_; }
   // No algorithm launches more than maxBlocks blocks (the caps only go down, and never below 1).

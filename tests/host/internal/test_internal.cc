@@ -1083,6 +1083,9 @@ TEST(selector_fuzz_every_choice_fits) {
           } else if (ok && algorithm(ch.algo).needsRegisteredSend && !inputRegistered) {
             ok = false;
             why = std::string(algoName(ch.algo)) + " on an input that is not registered";
+          } else if (ok && !sel.mayChoose(ch.algo)) {  // the call path skips lookups on its word
+            ok = false;
+            why = std::string(algoName(ch.algo)) + " chosen where mayChoose says never";
           }
           if (ok) {
             ++byAlgo[idx(ch.algo)];

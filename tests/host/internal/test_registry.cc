@@ -271,3 +271,20 @@ TEST(registry_every_algorithm_is_reachable) {
     if (required) CHECK_MSG(byDefault[a], "the default table never chooses %s", r.name);
   }
 }
+
+// Selector::mayChoose, on which the call path skips looking buffers up: the copy-engine rows are
+// never chosen by default, are when YALI_ALGO names them or their threshold is set; fallbacks
+// always may be. (selector_fuzz_every_choice_fits checks that no choice contradicts it.)
+TEST(selector_may_choose) {
+  const Algo ce = Algo::kAllGatherCopyEngine;
+  Settings s = defaultSettings();
+  CHECK(!makeSelector(s, 4).mayChoose(ce));
+  CHECK(makeSelector(s, 4).mayChoose(Algo::kAllGatherStaged));
+  CHECK(makeSelector(forced("allgather_ce"), 4).mayChoose(ce));
+  s.thresholds[static_cast<int>(ce)] = kThresholdAlways;
+  CHECK(makeSelector(s, 4).mayChoose(ce));
+  s.thresholds[static_cast<int>(ce)] = 4096;
+  CHECK(makeSelector(s, 4).mayChoose(ce));
+  s.thresholds[static_cast<int>(ce)] = kThresholdDisabled;
+  CHECK(!makeSelector(s, 4).mayChoose(ce));
+}
