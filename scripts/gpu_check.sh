@@ -66,11 +66,16 @@
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
-#   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1"  EVERY_TOKENS=128,1K,4K   everycoll: issue 21's
-#                                            table: every collective, YALI and NCCL, one process per
-#                                            GPU at PERF_NP (GPUs only, never shared), eager and -G 20,
-#                                            plain and registered; then -C alltoallv (minutes per
-#                                            run: split PERF_NP and EVERY_REG over calls of 10 min)
+#   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1 2 2:2"  EVERY_TOKENS=128,1K,4K   everycoll:
+#                                            issue 21's table: every collective, YALI and NCCL, one
+#                                            process per GPU at PERF_NP (GPUs only, never shared),
+#                                            eager and -G 20, per EVERY_REG entry R[:X] (-R R, and
+#                                            NCCL's CTA policy -x X: 2:2 is NCCL on symmetric
+#                                            windows with its zero-CTA copy-engine collectives);
+#                                            EVERY_MODES="eager graph"; then -C alltoallv
+#                                            (EVERY_A2AV=0 skips it); perf_tables.py --best makes
+#                                            the table (minutes per run: split PERF_NP and
+#                                            EVERY_REG over calls of 10 min)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
@@ -510,24 +515,38 @@ if has graphperf; then
 fi
 if has everycoll; then
   # The multi-GPU speed issue's table (issue 21): every collective, YALI and NCCL from the same runs,
-  # one process per GPU (what users run), eager and CUDA graphs, plain buffers and registered ones
-  # (-R 1: yaliCommRegister and ncclCommRegister), then the MoE exchange. Only world sizes the
+  # one process per GPU (what users run), eager and CUDA graphs, plain buffers (-R 0), registered
+  # ones (-R 1: yaliCommRegister and ncclCommRegister) and each library at its best (-R 2: NCCL on
+  # ncclMemAlloc buffers registered as symmetric windows; with :2, NCCL's comms under
+  # NCCL_CTA_POLICY_ZERO, its copy-engine collectives), then the MoE exchange. Only world sizes the
   # machine has GPUs for: NVLink figures, never ranks sharing a GPU.
+  every_json=()
   for n in ${PERF_NP:-2 4 8}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for reg in ${EVERY_REG:-0 1}; do
-      for mode in eager graph; do
+    for entry in ${EVERY_REG:-0 1 2 2:2}; do
+      reg=${entry%%:*}; cta=""; tag="r$reg"
+      if [[ "$entry" == *:* ]]; then cta="-x ${entry#*:}"; tag="r${reg}x${entry#*:}"; fi
+      for mode in ${EVERY_MODES:-eager graph}; do
         graph=""; [ "$mode" = graph ] && graph="-G 20"
         bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -C all ${EVERY_SIZES:--b 4K -e 1G -f 4} -d "$PERF_DTYPES" \
-          -n 20 -w 5 -R "$reg" $graph -J "$LOG/every_np${n}_r${reg}_$mode.json" \
-          > "$LOG/every_np${n}_r${reg}_$mode.txt" 2>&1
-        note "every collective -np $n -R $reg $mode: rc=$? $(grep -c 'Out of bounds.*: 0 OK' "$LOG/every_np${n}_r${reg}_$mode.txt") checks OK"
+          -n 20 -w 5 -R "$reg" $cta $graph -J "$LOG/every_np${n}_${tag}_$mode.json" \
+          > "$LOG/every_np${n}_${tag}_$mode.txt" 2>&1
+        rc=$?
+        every_json+=("$LOG/every_np${n}_${tag}_$mode.json")
+        note "every collective -np $n -R $reg $cta $mode: rc=$rc, $(grep -c 'Out of bounds.*: 0 OK' "$LOG/every_np${n}_${tag}_$mode.txt") checks OK, $(grep -c 'Out of bounds.*FAILED' "$LOG/every_np${n}_${tag}_$mode.txt") FAILED"
       done
     done
-    bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -C alltoallv --dist uniform,zipf --tokens ${EVERY_TOKENS:-128,1K,4K} \
-      -n 20 -w 5 -J "$LOG/every_np${n}_alltoallv.json" > "$LOG/every_np${n}_alltoallv.txt" 2>&1
-    note "alltoallv -np $n: rc=$?"
+    if [ "${EVERY_A2AV:-1}" = 1 ]; then
+      bash scripts/launch_ranks.sh "$n" "$perf" -g 1 -C alltoallv --dist uniform,zipf --tokens ${EVERY_TOKENS:-128,1K,4K} \
+        -n 20 -w 5 -J "$LOG/every_np${n}_alltoallv.json" > "$LOG/every_np${n}_alltoallv.txt" 2>&1
+      note "alltoallv -np $n: rc=$?"
+    fi
   done
+  existing=(); for f in "${every_json[@]}"; do [ -f "$f" ] && existing+=("$f"); done
+  if [ "${#existing[@]}" -gt 0 ]; then
+    python3 scripts/perf_tables.py --best "${existing[@]}" > "$LOG/every_best_table.md" 2>&1
+    note "best table: rc=$? (logs/every_best_table.md)"
+  fi
 fi
 
 if has tune; then

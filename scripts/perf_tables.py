@@ -2,14 +2,23 @@
 """Markdown tables for docs/PERF.md from yali-perf JSON files (out-of-place results).
 
     perf_tables.py [--dtype float] FILE [FILE ...]
+    perf_tables.py --best [--dtype float] FILE [FILE ...]
 
 One table per dtype (per collective and dtype with results of several collectives, yali-perf -C;
 files from before -C are AllReduce); one column group per file (its nranks, launch mode and timing in the header):
 YALI time, NCCL time, NCCL/YALI (above 1: YALI faster), both busBWs, and YALI's algorithm/CTAs.
 Times in us, busBW in GB/s.
+
+--best (issue 21's table, from the runs of gpu_check.sh's everycoll stage): the files are pooled
+and one table is made per (GPUs, launch mode, timing, collective, dtype): plain buffers against
+plain (the -R 0 files), and registered against registered, where each library counts at its best
+over the registered files (-R 1: ncclCommRegister; -R 2: NCCL's symmetric windows; -R 2 -x 2:
+also its zero-CTA copy-engine collectives). The column "NCCL best" names the run NCCL's best
+came from. Ratios above 1: YALI faster.
 """
 import argparse
 import json
+import statistics
 
 
 def human(n):
@@ -50,6 +59,8 @@ def table(dtype, docs, coll="allreduce"):
     rule = "| --- |"
     for doc, _ in docs:
         tag = f"{doc['nranks']} GPUs {doc['launch_mode']} {doc['timing']}"
+        if doc.get("registered", 0) or doc.get("nccl_cta_policy") is not None:
+            tag += f" {config_of(doc)}"
         head += f" {tag}: YALI us | NCCL us | NCCL/YALI | YALI busBW | NCCL busBW | algo/CTAs |"
         rule += " --- | --- | --- | --- | --- | --- |"
     lines = [head, rule]
@@ -68,12 +79,86 @@ def table(dtype, docs, coll="allreduce"):
     return "\n".join(lines)
 
 
+def config_of(doc):
+    """The registration of a file's run, as --best names it: R0, R1, R2, R2 x2 (-x 2)."""
+    tag = f"R{doc.get('registered', 0)}"
+    policy = doc.get("nccl_cta_policy")
+    return tag if policy is None else f"{tag} x{policy}"
+
+
+def pool(docs):
+    """--best's pool: {(nranks, launch mode, timing): {(coll, dtype, bytes): {(impl, plain):
+    [(time_us, busbw, config, record)]}}}, out-of-place results of every file; `plain` is whether
+    the file's buffers were unregistered (-R 0)."""
+    groups = {}
+    for doc, _ in docs:
+        group = groups.setdefault((doc["nranks"], doc["launch_mode"], doc["timing"]), {})
+        plain = doc.get("registered", 0) == 0
+        for r in doc["results"]:
+            if r["placement"] != "out-of-place" or r.get("time_us") is None:
+                continue
+            key = (coll_key(r), r["dtype"], r["bytes"])
+            group.setdefault(key, {}).setdefault((r["impl"], plain), []).append(
+                (r["time_us"], r["busbw_gbs"], config_of(doc), r))
+    return groups
+
+
+def best_of(samples):
+    """The best configuration among `samples`: per configuration the median over its runs
+    (--repeat, or the same run in several files), then the fastest configuration."""
+    by_config = {}
+    for time_us, busbw, config, record in samples:
+        by_config.setdefault(config, []).append((time_us, busbw, record))
+    best = None
+    for config, runs in by_config.items():
+        time_us = statistics.median(t for t, _, _ in runs)
+        busbw = statistics.median(b for _, b, _ in runs)
+        if best is None or time_us < best[0]:
+            best = (time_us, busbw, config, runs[0][2])
+    return best
+
+
+def best_table(rows, dtype, coll):
+    """One --best table: rows is one group of pool()'s result."""
+    lines = ["| size | YALI us | NCCL us | NCCL/YALI | YALI reg us | NCCL best us | NCCL best/YALI reg"
+             " | NCCL best | YALI reg busBW | NCCL best busBW | YALI reg algo/CTAs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    sizes = sorted({b for (c, d, b) in rows if d == dtype and c == coll})
+    for size in sizes:
+        impls = rows[(coll, dtype, size)]
+        cells = []
+        y, n = best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), []))
+        cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
+                  f"{n[0] / y[0]:.2f}" if y and n else "-"]
+        y, n = best_of(impls.get(("yali", False), [])), best_of(impls.get(("nccl", False), []))
+        cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
+                  f"{n[0] / y[0]:.2f}" if y and n else "-", n[2] if n else "-",
+                  f"{y[1]:.1f}" if y else "-", f"{n[1]:.1f}" if n else "-",
+                  f"{y[3].get('algo')}/{y[3].get('ctas')}" if y else "-"]
+        lines.append(f"| {human(size)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def print_best(docs, dtypes):
+    for (nranks, launch, timing), rows in sorted(pool(docs).items()):
+        for coll in sorted({c for (c, _, _) in rows}, key=coll_order):
+            for dtype in dtypes or sorted({d for (c, d, _) in rows if c == coll}):
+                if any(c == coll and d == dtype for (c, d, _) in rows):
+                    print(f"\n**{coll} {dtype}, {nranks} GPUs, {launch}, {timing}**\n")
+                    print(best_table(rows, dtype, coll))
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", help="float, half, bfloat16 (default: all present)")
+    p.add_argument("--best", action="store_true",
+                   help="pool the files: plain against plain, each library at its best registered")
     p.add_argument("files", nargs="+")
     args = p.parse_args()
     docs = [load(f) for f in args.files]
+    if args.best:
+        print_best(docs, args.dtype)
+        return
     dtypes = args.dtype or sorted({d for _, rows in docs for (_, d, _) in rows})
     colls = sorted({c for _, rows in docs for (c, _, _) in rows},
                    key=coll_order) or ["allreduce"]

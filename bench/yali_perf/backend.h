@@ -112,11 +112,22 @@ class Backend {
   // the choice); unknown when the library does not say.
   virtual AlgoChoice Describe(int local, const LibraryCall& call) { return AlgoChoice(); }
 
-  // -R 1: registers `bytes` at each of buffers[local][k] with local comm `local`, for zero-copy
-  // collectives. buffers[local] lists that rank's buffers in the same order on every rank, and
+  // -R 1 and 2: registers `bytes` at each of buffers[local][k] with local comm `local`, for
+  // zero-copy collectives; `mode` is -R's value (a library without a better registration treats
+  // 2 as 1). buffers[local] lists that rank's buffers in the same order on every rank, and
   // `bytes` is equal on every rank (YALI's registration is collective and matches registrations
   // by call order and size). Each backend keeps its handles for DeregisterBuffers.
-  virtual void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) = 0;
+  virtual void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes,
+                               int mode) = 0;
+
+  // -R 2, each library at its best: true when the library's best registration needs memory of
+  // its own (NCCL's symmetric windows take ncclMemAlloc's, which YALI's registration, CUDA IPC,
+  // cannot share). Such a library runs on a second send and receive buffer per rank, made by
+  // AllocateOwnBuffer (as large as the shared ones) and freed by FreeOwnBuffer after DestroyAll;
+  // the others run on the shared buffers.
+  virtual bool WantsOwnBuffers(int mode) const { return false; }
+  virtual void* AllocateOwnBuffer(int local, size_t bytes) { return nullptr; }
+  virtual void FreeOwnBuffer(int local, void* buffer) {}
   // Undoes RegisterBuffers (collective for YALI too); a no-op when nothing is registered. Called
   // before DestroyAll, with no collective in flight.
   virtual void DeregisterBuffers() = 0;
@@ -139,8 +150,14 @@ class Backend {
 
 std::unique_ptr<Backend> MakeYaliBackend();
 
-// nullptr when yali-perf was built without NCCL; *reason then says why.
-std::unique_ptr<Backend> MakeNcclBackend(std::string* reason);
+// How NCCL's comms are made.
+struct NcclOptions {
+  int cta_policy = -1;  // -x: ncclConfig_t.CTAPolicy; -1: not set (ncclCommInitAll/InitRank)
+};
+
+// nullptr when yali-perf was built without NCCL, or against an NCCL without what `options`
+// asks; *reason then says why.
+std::unique_ptr<Backend> MakeNcclBackend(const NcclOptions& options, std::string* reason);
 
 }  // namespace yali_perf
 

@@ -622,7 +622,7 @@ void InitComms(World& world, Backend& backend) {
   backend.InitRank(id, world.nranks, slot.rank, slot.device);
 }
 
-void RegisterBuffers(World& world, Backend& backend) {
+void RegisterBuffers(World& world, Backend& backend, int mode) {
   std::vector<std::vector<void*>> buffers;
   for (const RankSlot& slot : world.local) buffers.push_back({slot.send, slot.recv});
   // YALI's registration waits for every peer's (bounded by YALI_TIMEOUT_MS): arriving together
@@ -630,7 +630,7 @@ void RegisterBuffers(World& world, Backend& backend) {
   // here by the exchange instead.
   const std::string what = std::string("before registering the ") + backend.Name() + " buffers";
   HostBarrier(world, what.c_str());
-  backend.RegisterBuffers(buffers, world.buffer_bytes);
+  backend.RegisterBuffers(buffers, world.buffer_bytes, mode);
 }
 
 CaseResult RunCase(World& world, Backend& backend, CaseCalls& calls,

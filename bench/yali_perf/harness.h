@@ -123,10 +123,11 @@ size_t IssueGrouped(World& world, Backend& backend,
 // the call, such as writing a file the library reads at creation, is done before any peer starts).
 void InitComms(World& world, Backend& backend);
 
-// -R 1: registers every local rank's send and receive buffers (world.buffer_bytes each) with
-// `backend`'s comms, in the same order on every rank. Call after InitComms and the buffers'
-// allocation, before the first case; undo with backend.DeregisterBuffers() before DestroyAll.
-void RegisterBuffers(World& world, Backend& backend);
+// -R 1 and 2 (`mode`): registers every local rank's send and receive buffers (the slots' own,
+// world.buffer_bytes each) with `backend`'s comms, in the same order on every rank. Call after
+// InitComms and the buffers' allocation, before the first case; undo with
+// backend.DeregisterBuffers() before DestroyAll.
+void RegisterBuffers(World& world, Backend& backend, int mode);
 
 // Runs one case on every rank of `world`. All ranks of a multi-process job call it in step; under
 // a time limit they agree on the case's call counts through world.exchange before the timed

@@ -249,10 +249,10 @@ struct BufferPlan {
 // Allocates the shared buffers, equal on every rank: as large as the largest case needs (`wanted`),
 // less if the GPU lacks the memory (cases that do not fit are then skipped); with `fill` (-e max),
 // as large as every GPU affords. Each GPU's free memory (cudaMemGetInfo), less the headroom, is
-// split among the ranks that share it, two buffers each; the smallest share over all ranks sets
-// the size. An allocation that fails anyway (fragmentation, another process) steps down and
+// split among the ranks that share it, two buffers each per set (`buffer_sets`: 2 when a library
+// will run on buffers of its own, -R 2); the smallest share over all ranks sets the size. An allocation that fails anyway (fragmentation, another process) steps down and
 // retries instead of failing the run.
-BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill) {
+BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill, int buffer_sets = 1) {
   BufferPlan plan;
   const std::vector<GpuMemory> memory = SurveyMemory(world);
   size_t target = fill ? std::numeric_limits<size_t>::max() : std::max(wanted, kBufferGranularity);
@@ -263,9 +263,11 @@ BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill) {
     plan.headroom = std::max(plan.headroom, headroom);
     const size_t share = gpu.free_bytes / static_cast<size_t>(gpu.sharing);
     plan.smallest_free = std::min(plan.smallest_free, share);
-    const size_t affordable = gpu.free_bytes > headroom
-                                  ? (gpu.free_bytes - headroom) / (2 * static_cast<size_t>(gpu.sharing))
-                                  : 0;
+    const size_t buffers_per_rank = 2 * static_cast<size_t>(buffer_sets);
+    const size_t affordable =
+        gpu.free_bytes > headroom
+            ? (gpu.free_bytes - headroom) / (buffers_per_rank * static_cast<size_t>(gpu.sharing))
+            : 0;
     target = std::min(target, affordable);
   }
   plan.smallest_free = MinOverRanks(world, plan.smallest_free, "the GPUs' free memory");
@@ -358,6 +360,7 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.repeat = args.repeat;
   info.max_case_seconds = args.max_case_seconds;
   info.registered = args.registered;
+  info.nccl_cta_policy = args.nccl_cta_policy;
   info.gpus = DescribeGpus(world);
   YALI_PERF_CUDA(cudaSetDevice(world.local[0].device));
   if (yaliGetVersion(&info.yali_version) != yaliSuccess) info.yali_version = -1;
@@ -415,6 +418,9 @@ struct CollTotals {
 struct ImplRun {
   explicit ImplRun(std::unique_ptr<Backend> library) : backend(std::move(library)) {}
   std::unique_ptr<Backend> backend;
+  // -R 2, a library that wants buffers of its own (Backend::WantsOwnBuffers): its send and
+  // receive buffer per local rank; empty for a library that runs on the shared ones.
+  std::vector<std::pair<void*, void*>> own_buffers;
   uint64_t total_wrong = 0;
   double busbw_sum = 0;
   int results = 0;
@@ -480,9 +486,40 @@ void Prewarm(World& world, std::vector<ImplRun>& impls, const PerfArgs& args) {
   world.buffer_bytes = 0;
 }
 
+// The shared send and receive buffer of each local rank, as AllocateBuffers made them.
+std::vector<std::pair<void*, void*>> SlotBuffers(const World& world) {
+  std::vector<std::pair<void*, void*>> buffers;
+  for (const RankSlot& slot : world.local) buffers.emplace_back(slot.send, slot.recv);
+  return buffers;
+}
+
+// Points every local rank's slot at `impl`'s buffers: its own (-R 2) or the shared ones.
+void UseBuffersOf(World& world, const ImplRun& impl,
+                  const std::vector<std::pair<void*, void*>>& shared) {
+  const std::vector<std::pair<void*, void*>>& buffers =
+      impl.own_buffers.empty() ? shared : impl.own_buffers;
+  for (size_t i = 0; i < world.local.size(); ++i) {
+    world.local[i].send = buffers[i].first;
+    world.local[i].recv = buffers[i].second;
+  }
+}
+
+// -R 2: each library that wants buffers of its own gets a send and a receive buffer per local
+// rank, world.buffer_bytes each, from the library itself.
+void AllocateOwnBuffers(World& world, std::vector<ImplRun>& impls, int mode) {
+  for (ImplRun& impl : impls) {
+    if (!impl.backend->WantsOwnBuffers(mode)) continue;
+    for (size_t i = 0; i < world.local.size(); ++i) {
+      void* send = impl.backend->AllocateOwnBuffer(static_cast<int>(i), world.buffer_bytes);
+      void* recv = impl.backend->AllocateOwnBuffer(static_cast<int>(i), world.buffer_bytes);
+      impl.own_buffers.emplace_back(send, recv);
+    }
+  }
+}
+
 // The orderly end of a run: registrations, comms, buffers, the rendezvous.
 void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, bool multi,
-            HostExchange& exchange) {
+            HostExchange& exchange, const std::vector<std::pair<void*, void*>>& shared) {
   // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
   // ranks start it together (rank 0 has just written the report).
   if (args.registered) {
@@ -490,6 +527,19 @@ void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, boo
     for (ImplRun& impl : impls) impl.backend->DeregisterBuffers();
   }
   for (ImplRun& impl : impls) impl.backend->DestroyAll();
+  for (ImplRun& impl : impls) {
+    for (size_t i = 0; i < impl.own_buffers.size(); ++i) {
+      impl.backend->FreeOwnBuffer(static_cast<int>(i), impl.own_buffers[i].first);
+      impl.backend->FreeOwnBuffer(static_cast<int>(i), impl.own_buffers[i].second);
+    }
+    impl.own_buffers.clear();
+  }
+  if (!shared.empty()) {
+    for (size_t i = 0; i < world.local.size(); ++i) {
+      world.local[i].send = shared[i].first;
+      world.local[i].recv = shared[i].second;
+    }
+  }
   FreeBuffers(world);
   if (multi) {
     std::string error;
@@ -575,7 +625,9 @@ int Run(const Options& options) {
   std::vector<ImplRun> impls;
   std::string nccl_missing;
   // --tune measures YALI alone: NCCL is not even loaded.
-  std::unique_ptr<Backend> nccl = args.tune ? nullptr : MakeNcclBackend(&nccl_missing);
+  NcclOptions nccl_options;
+  nccl_options.cta_policy = args.nccl_cta_policy;
+  std::unique_ptr<Backend> nccl = args.tune ? nullptr : MakeNcclBackend(nccl_options, &nccl_missing);
   if (nccl == nullptr && args.run_nccl && args.impl_given && !ncclSitsOut)
     Fatal("--impl nccl: NCCL baseline not built: " + nccl_missing);
   int nccl_version = nccl != nullptr ? nccl->VersionCode() : -1;
@@ -617,13 +669,17 @@ int Run(const Options& options) {
 
   for (ImplRun& impl : impls) InitComms(world, *impl.backend);
 
+  // -R 2: libraries that run on buffers of their own need a second set of the same size.
+  int buffer_sets = 1;
+  for (const ImplRun& impl : impls)
+    if (impl.backend->WantsOwnBuffers(args.registered)) buffer_sets = 2;
   std::vector<size_t> sizes;
   BufferPlan buffers;
   if (alltoallv) {
     buffers = AllocateBuffers(world, AlltoAllvBufferBytes(args, world.nranks), /*fill=*/false);
   } else if (args.max_bytes_auto) {
     Prewarm(world, impls, args);
-    buffers = AllocateBuffers(world, 0, /*fill=*/true);
+    buffers = AllocateBuffers(world, 0, /*fill=*/true, buffer_sets);
     sizes = SizeSweepUpTo(args, world.buffer_bytes);
   } else {
     sizes = SizeSweep(args);
@@ -632,12 +688,19 @@ int Run(const Options& options) {
       for (DType dtype : args.dtypes)
         for (size_t bytes : sizes)
           wanted = std::max(wanted, ShapeFor(coll, bytes, ElementSize(dtype), world.nranks).bytes);
-    buffers = AllocateBuffers(world, wanted, /*fill=*/false);
+    buffers = AllocateBuffers(world, wanted, /*fill=*/false, buffer_sets);
   }
+  const std::vector<std::pair<void*, void*>> shared_buffers = SlotBuffers(world);
+  AllocateOwnBuffers(world, impls, args.registered);
   // -R 1: every library registers the same buffers, so that each may run zero-copy and the
-  // comparison stays like for like.
-  if (args.registered)
-    for (ImplRun& impl : impls) RegisterBuffers(world, *impl.backend);
+  // comparison stays like for like. -R 2: each library registers the buffers it runs on in its
+  // best way (NCCL its own, as symmetric windows).
+  if (args.registered) {
+    for (ImplRun& impl : impls) {
+      UseBuffersOf(world, impl, shared_buffers);
+      RegisterBuffers(world, *impl.backend, args.registered);
+    }
+  }
 
   RunInfo info = DescribeRun(options, world, CollectiveList(args.collectives), nccl_version);
   // The collective (and root) head each block of rows unless the run is plain allreduce, whose
@@ -696,10 +759,18 @@ int Run(const Options& options) {
                       ? Format(", %d allocation(s) failed and stepped down", buffers.step_downs).c_str()
                       : "");
     }
-    std::printf("# buffers: %zu bytes per buffer per rank, %s\n#\n", world.buffer_bytes,
-                args.registered ? "registered with each library (-R 1: yaliCommRegister, "
-                                  "ncclCommRegister)"
-                                : "not registered (-R 0)");
+    const char* registration[] = {
+        "not registered (-R 0)",
+        "registered with each library (-R 1: yaliCommRegister, ncclCommRegister)",
+        "each library at its best (-R 2): YALI's registered with yaliCommRegister; NCCL's its "
+        "own, from ncclMemAlloc, registered as symmetric windows (ncclCommWindowRegister, "
+        "NCCL_WIN_COLL_SYMMETRIC)"};
+    std::printf("# buffers: %zu bytes per buffer per rank, %s\n", world.buffer_bytes,
+                registration[args.registered]);
+    if (args.nccl_cta_policy >= 0)
+      std::printf("# NCCL comms made with CTAPolicy %d (-x: 0 default, 1 efficiency, 2 zero)\n",
+                  args.nccl_cta_policy);
+    std::printf("#\n");
     std::fputs(alltoallv ? VarTableHeader().c_str() : TableHeader().c_str(), stdout);
     std::fflush(stdout);
   }
@@ -717,7 +788,7 @@ int Run(const Options& options) {
       absent["nccl"] = "NCCL baseline not built: " + nccl_missing;
     }
     const uint64_t wrong = RunAlltoAllv(world, backends, absent, args, info, printer);
-    EndRun(world, impls, args, multi, exchange);
+    EndRun(world, impls, args, multi, exchange, shared_buffers);
     return wrong == 0 ? 0 : 1;
   }
 
@@ -830,6 +901,7 @@ int Run(const Options& options) {
                   spec.shape = shape;
                   spec.in_place = in_place;
                   spec.seed = CaseSeed(coll, dtype, op, root, requested_bytes, in_place);
+                  UseBuffersOf(world, impl, shared_buffers);
                   CaseResult result = RunCase(world, *impl.backend, spec, timing);
                   const char* placement_name = in_place ? "in-place" : "out-of-place";
                   if (result.skipped) {
@@ -1004,7 +1076,7 @@ int Run(const Options& options) {
     }
   }
 
-  EndRun(world, impls, args, multi, exchange);
+  EndRun(world, impls, args, multi, exchange, shared_buffers);
   return total_wrong == 0 ? 0 : 1;
 }
 

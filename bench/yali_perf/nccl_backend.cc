@@ -19,6 +19,9 @@ namespace {
 // nccl.h, those cases are refused here (skipped rows) instead of failing to build.
 #define YALI_PERF_NCCL_HAS_FP8 (NCCL_VERSION_CODE >= 22400)
 #define YALI_PERF_NCCL_HAS_ROOTED_A2A (NCCL_VERSION_CODE >= 22800)
+// ncclConfig_t.CTAPolicy and symmetric windows (ncclCommWindowRegister) came in 2.27, ncclMemAlloc
+// in 2.19.
+#define YALI_PERF_NCCL_HAS_WINDOWS (NCCL_VERSION_CODE >= 22700)
 
 bool ToNccl(DType dtype, ncclDataType_t* type) {
   switch (dtype) {
@@ -64,6 +67,8 @@ std::string CallText(const char* function, const LibraryCall& call, int local) {
 
 class NcclBackend final : public Backend {
  public:
+  explicit NcclBackend(const NcclOptions& options) : options_(options) {}
+
   const char* Name() const override { return "nccl"; }
 
   int VersionCode() const override {
@@ -85,8 +90,25 @@ class NcclBackend final : public Backend {
   void InitAll(const std::vector<int>& devices) override {
     devices_ = devices;
     comms_.assign(devices.size(), nullptr);
-    Check(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()),
-          "ncclCommInitAll", nullptr);
+    if (options_.cta_policy < 0) {
+      Check(ncclCommInitAll(comms_.data(), static_cast<int>(devices.size()), devices.data()),
+            "ncclCommInitAll", nullptr);
+      return;
+    }
+    // ncclCommInitAll takes no config: one ncclCommInitRankConfig per GPU inside a group, as
+    // ncclCommInitAll does itself.
+    ncclUniqueId id;
+    Check(ncclGetUniqueId(&id), "ncclGetUniqueId", nullptr);
+    ncclConfig_t config = Config();
+    Check(ncclGroupStart(), "ncclGroupStart", nullptr);
+    for (size_t i = 0; i < devices.size(); ++i) {
+      YALI_PERF_CUDA(cudaSetDevice(devices[i]));
+      Check(InitRankConfig(&comms_[i], static_cast<int>(devices.size()), id, static_cast<int>(i),
+                           &config),
+            "ncclCommInitRankConfig(rank " + std::to_string(i) + ", " + PolicyText() + ")",
+            nullptr);
+    }
+    Check(ncclGroupEnd(), "ncclGroupEnd (ncclCommInitRankConfig, " + PolicyText() + ")", nullptr);
   }
 
   std::string NewUniqueId() override {
@@ -104,7 +126,13 @@ class NcclBackend final : public Backend {
     YALI_PERF_CUDA(cudaSetDevice(device));
     devices_.assign(1, device);
     comms_.assign(1, nullptr);
-    Check(ncclCommInitRank(&comms_[0], nranks, id, rank), "ncclCommInitRank", nullptr);
+    if (options_.cta_policy < 0) {
+      Check(ncclCommInitRank(&comms_[0], nranks, id, rank), "ncclCommInitRank", nullptr);
+      return;
+    }
+    ncclConfig_t config = Config();
+    Check(InitRankConfig(&comms_[0], nranks, id, rank, &config),
+          "ncclCommInitRankConfig(" + PolicyText() + ")", nullptr);
   }
 
   void GroupStart() override {
@@ -233,10 +261,43 @@ class NcclBackend final : public Backend {
     return Supported(call, refusal);
   }
 
-  // ncclCommRegister (NCCL >= 2.19) is local, not collective; NCCL uses a registration only when
-  // every rank passes registered buffers, which -R 1 guarantees by registering the same buffers
-  // on every rank.
-  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) override {
+  // -R 2: symmetric windows need memory from ncclMemAlloc (cuMem, NCCL's granularity).
+  bool WantsOwnBuffers(int mode) const override { return mode == 2; }
+
+  void* AllocateOwnBuffer(int local, size_t bytes) override {
+    YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+    void* buffer = nullptr;
+#if NCCL_VERSION_CODE >= 21900
+    Check(ncclMemAlloc(&buffer, bytes),
+          "ncclMemAlloc(" + std::to_string(bytes) + " bytes, local comm " +
+              std::to_string(local) + ")",
+          comms_[local]);
+#else
+    Fatal("-R 2: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
+          ", which has no ncclMemAlloc (NCCL 2.19 or later)");
+#endif
+    return buffer;
+  }
+
+  void FreeOwnBuffer(int local, void* buffer) override {
+#if NCCL_VERSION_CODE >= 21900
+    YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+    Check(ncclMemFree(buffer), "ncclMemFree(local comm " + std::to_string(local) + ")", nullptr);
+#endif
+  }
+
+  // -R 1: ncclCommRegister (NCCL >= 2.19) is local, not collective; NCCL uses a registration
+  // only when every rank passes registered buffers, which -R 1 guarantees by registering the
+  // same buffers on every rank. -R 2: ncclCommWindowRegister is collective, so one process's
+  // comms register inside one group (as nccl-tests does); every rank registers the same number of
+  // buffers of the same size in the same order, and every call's offset into a window is the
+  // same on every rank (the harness's layout), as NCCL_WIN_COLL_SYMMETRIC requires.
+  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes,
+                       int mode) override {
+    if (mode == 2) {
+      RegisterWindows(buffers, bytes);
+      return;
+    }
 #if NCCL_VERSION_CODE >= 21900
     handles_.assign(comms_.size(), std::vector<void*>());
     for (size_t local = 0; local < comms_.size(); ++local) {
@@ -257,6 +318,18 @@ class NcclBackend final : public Backend {
   }
 
   void DeregisterBuffers() override {
+#if YALI_PERF_NCCL_HAS_WINDOWS
+    // As nccl-tests does: one comm after another, outside a group.
+    for (size_t local = 0; local < windows_.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+      for (size_t k = 0; k < windows_[local].size(); ++k)
+        Check(ncclCommWindowDeregister(comms_[local], windows_[local][k]),
+              "ncclCommWindowDeregister(buffer " + std::to_string(k) + ", local comm " +
+                  std::to_string(local) + ")",
+              comms_[local]);
+    }
+    windows_.clear();
+#endif
 #if NCCL_VERSION_CODE >= 21900
     for (size_t local = 0; local < handles_.size(); ++local) {
       YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
@@ -312,6 +385,9 @@ class NcclBackend final : public Backend {
     }
     comms_.clear();
     handles_.clear();  // the abort released the registrations with the comms
+#if YALI_PERF_NCCL_HAS_WINDOWS
+    windows_.clear();
+#endif
   }
 
   void DestroyAll() override {
@@ -340,17 +416,83 @@ class NcclBackend final : public Backend {
     if (result != ncclSuccess) Fatal(ErrorText(call, result, comm));
   }
 
+  std::string PolicyText() const {
+    const char* names[] = {"NCCL_CTA_POLICY_DEFAULT", "NCCL_CTA_POLICY_EFFICIENCY",
+                           "NCCL_CTA_POLICY_ZERO"};
+    return options_.cta_policy >= 0 && options_.cta_policy < 3
+               ? std::string("CTAPolicy ") + names[options_.cta_policy]
+               : "CTAPolicy " + std::to_string(options_.cta_policy);
+  }
+
+  // The config of -x: only CTAPolicy set, everything else NCCL's default.
+  ncclConfig_t Config() const {
+#if YALI_PERF_NCCL_HAS_WINDOWS
+    // The library loaded may be older than the header: NCCL reads the fields of its own version
+    // and would ignore the policy silently.
+    if (VersionCode() < 22700 || (options_.cta_policy == 2 && VersionCode() < 22800))
+      Fatal("-x " + std::to_string(options_.cta_policy) + ": the NCCL loaded is " +
+            VersionText() + ", which has no " + PolicyText() + " (NCCL " +
+            (options_.cta_policy == 2 ? "2.28" : "2.27") + " or later)");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.CTAPolicy = options_.cta_policy;
+    return config;
+#else
+    Fatal("-x: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
+          ", whose ncclConfig_t has no CTAPolicy (NCCL 2.27 or later)");
+#endif
+  }
+
+  static ncclResult_t InitRankConfig(ncclComm_t* comm, int nranks, const ncclUniqueId& id,
+                                     int rank, ncclConfig_t* config) {
+#if YALI_PERF_NCCL_HAS_WINDOWS
+    return ncclCommInitRankConfig(comm, nranks, id, rank, config);
+#else
+    return ncclInvalidUsage;
+#endif
+  }
+
+  void RegisterWindows(const std::vector<std::vector<void*>>& buffers, size_t bytes) {
+#if YALI_PERF_NCCL_HAS_WINDOWS
+    if (VersionCode() < 22700)
+      Fatal("-R 2: the NCCL loaded is " + VersionText() +
+            ", which has no symmetric windows (ncclCommWindowRegister, NCCL 2.27 or later)");
+    windows_.assign(comms_.size(), std::vector<ncclWindow_t>());
+    Check(ncclGroupStart(), "ncclGroupStart", nullptr);
+    for (size_t local = 0; local < comms_.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
+      for (size_t k = 0; k < buffers[local].size(); ++k) {
+        ncclWindow_t window = nullptr;
+        Check(ncclCommWindowRegister(comms_[local], buffers[local][k], bytes, &window,
+                                     NCCL_WIN_COLL_SYMMETRIC),
+              "ncclCommWindowRegister(buffer " + std::to_string(k) + ", " +
+                  std::to_string(bytes) + " bytes, local comm " + std::to_string(local) +
+                  ", NCCL_WIN_COLL_SYMMETRIC)",
+              comms_[local]);
+        windows_[local].push_back(window);
+      }
+    }
+    Check(ncclGroupEnd(), "ncclGroupEnd (ncclCommWindowRegister)", nullptr);
+#else
+    Fatal("-R 2: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
+          ", which has no symmetric windows (ncclCommWindowRegister, NCCL 2.27 or later)");
+#endif
+  }
+
+  NcclOptions options_;
   std::vector<ncclComm_t> comms_;
   int group_depth_ = 0;
   bool refused_in_group_ = false;            // some call of the open group was refused
   std::vector<int> devices_;                 // per local comm
-  std::vector<std::vector<void*>> handles_;  // per local comm, in registration order
+  std::vector<std::vector<void*>> handles_;  // per local comm, in registration order (-R 1)
+#if YALI_PERF_NCCL_HAS_WINDOWS
+  std::vector<std::vector<ncclWindow_t>> windows_;  // likewise (-R 2)
+#endif
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeNcclBackend(std::string* reason) {
-  return std::unique_ptr<Backend>(new NcclBackend());
+std::unique_ptr<Backend> MakeNcclBackend(const NcclOptions& options, std::string* reason) {
+  return std::unique_ptr<Backend>(new NcclBackend(options));
 }
 
 }  // namespace yali_perf
@@ -363,7 +505,7 @@ std::unique_ptr<Backend> MakeNcclBackend(std::string* reason) {
 
 namespace yali_perf {
 
-std::unique_ptr<Backend> MakeNcclBackend(std::string* reason) {
+std::unique_ptr<Backend> MakeNcclBackend(const NcclOptions& /*options*/, std::string* reason) {
   *reason = YALI_PERF_NCCL_MISSING_REASON;
   return nullptr;
 }

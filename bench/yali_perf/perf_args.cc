@@ -33,6 +33,7 @@ constexpr OptionSpec kOptions[] = {
     {0, "repeat", nullptr, true},           {0, "max-case-time", nullptr, true},
     {0, "tune", nullptr, false},            {0, "tune-out", nullptr, true},
     {'C', "coll", "collective", true},     {'r', "root", nullptr, true},
+    {'x', "cta-policy", "cta_policy", true},
     // -C alltoallv's shape (AlltoAllvArgs); kAlltoAllvOptions below names them.
     {0, "tokens", nullptr, true},           {0, "hidden", nullptr, true},
     {0, "topk", nullptr, true},             {0, "experts", nullptr, true},
@@ -324,6 +325,8 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune measures each candidate once";
     } else if (name == "max-case-time") {
       why = "--tune times every candidate with the same -n and -w";
+    } else if (name == "cta-policy") {
+      why = "--tune measures YALI only (-x sets NCCL's CTA policy)";
     } else if (name == "registered" && parsed.registered) {
       // Registered buffers take the zero-copy algorithms, whose crossovers --tune does not measure.
       why = "--tune measures the staged algorithms, on unregistered buffers (-R 0)";
@@ -387,6 +390,8 @@ bool CheckAlltoAllvOptions(const PerfArgs& parsed, const std::vector<const Optio
       why = "it never runs in place (yali.h)";
     } else if (name == "percentiles") {
       why = "its per-iteration statistics are in the JSON (-J)";
+    } else if (name == "registered" && parsed.registered == 2) {
+      why = "NCCL's side is grouped send/recv, which symmetric windows do not serve (-R 0 or 1)";
     }
     if (why != nullptr) {
       *error = "option " + OptionLabel(*spec) + " does not apply to -C alltoallv: " + why;
@@ -572,8 +577,16 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       if (!ParseInt(value, 0, 2, &number)) return bad("0 (min), 1 (mean) or 2 (max) over ranks");
       parsed.average = static_cast<RankAggregate>(number);
     } else if (name == "registered") {
-      if (!ParseInt(value, 0, 1, &number)) return bad("0 (unregistered buffers) or 1 (registered)");
-      parsed.registered = number != 0;
+      if (!ParseInt(value, 0, 2, &number))
+        return bad("0 (unregistered buffers), 1 (registered) or 2 (NCCL on symmetric windows)");
+      parsed.registered = static_cast<int>(number);
+    } else if (name == "cta-policy") {
+      // nccl-tests' numbers, or NCCL's names (NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY, _ZERO).
+      const char* names[] = {"default", "efficiency", "zero"};
+      parsed.nccl_cta_policy = -1;
+      for (int i = 0; i < 3; ++i)
+        if (value == names[i] || value == std::to_string(i)) parsed.nccl_cta_policy = i;
+      if (parsed.nccl_cta_policy < 0) return bad("0 (default), 1 (efficiency) or 2 (zero)");
     } else if (name == "impl") {
       if (!ParseImplList(value, &parsed.run_yali, &parsed.run_nccl))
         return bad("yali, nccl, or yali,nccl");
@@ -947,9 +960,16 @@ std::string PerfUsage(const char* program) {
       << "                             (implies --timing graph)\n"
       << "  -J, --json <file>          write the results as JSON (schema yali-perf/1)\n"
       << "  -a, --average <0|1|2>      time over ranks: 0 min, 1 mean (default), 2 max\n"
-      << "  -R, --registered <0|1>     1: register every rank's send and receive buffers with\n"
+      << "  -R, --registered <0|1|2>   1: register every rank's send and receive buffers with\n"
       << "                             each library (yaliCommRegister, ncclCommRegister) before\n"
-      << "                             the first case, for zero-copy paths (default 0)\n"
+      << "                             the first case, for zero-copy paths (default 0); 2: each\n"
+      << "                             library at its best: YALI as with 1, NCCL on buffers of\n"
+      << "                             its own from ncclMemAlloc registered as symmetric windows\n"
+      << "                             (ncclCommWindowRegister, NCCL 2.27 or later)\n"
+      << "  -x, --cta-policy <0|1|2>   NCCL's comms made with this CTA policy (ncclConfig_t):\n"
+      << "                             0 default, 1 efficiency, 2 zero (copy-engine collectives\n"
+      << "                             where NCCL has them: with -R 2; NCCL 2.28 or later);\n"
+      << "                             default: not set\n"
       << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
       << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2); in place\n"

@@ -144,10 +144,17 @@ struct PerfArgs {
   TimingMode timing = TimingMode::kEvents;
   PlacementSet placements = PlacementSet::kBoth;
   bool percentiles = false;  // --percentiles: a second table with the per-iteration distribution
-  // -R 1 (nccl-tests' flag): every library under test registers each rank's send and receive
-  // buffers with its comms (yaliCommRegister, ncclCommRegister) before the first case, so that
-  // both may run zero-copy on them.
-  bool registered = false;
+  // -R (nccl-tests' flag and values). 0: plain buffers. 1: every library under test registers
+  // each rank's send and receive buffers with its comms (yaliCommRegister, ncclCommRegister)
+  // before the first case, so that both may run zero-copy on them. 2: each library at its best:
+  // YALI as with 1; NCCL on buffers of its own from ncclMemAlloc, registered as symmetric windows
+  // (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC), which its symmetric kernels and, under
+  // -x 2, its copy-engine collectives need.
+  int registered = 0;
+  // -x (nccl-tests' --cta_policy): NCCL's comms are made with ncclConfig_t.CTAPolicy set to
+  // this (0 default, 1 efficiency, 2 zero: copy engines where NCCL can); -1: not set, the comms
+  // are made as before (ncclCommInitAll / ncclCommInitRank).
+  int nccl_cta_policy = -1;
   // --tune: measure YALI's crossovers on this machine and write a tuning table (tune.h) to
   // tune_out (--tune-out) instead of running the sweep.
   bool tune = false;

@@ -127,7 +127,9 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   json.Key("repeat"); json.Int(info.repeat);
   json.Key("max_case_time_s");
   if (info.max_case_seconds > 0) json.Double(info.max_case_seconds); else json.Null();
-  json.Key("registered"); json.Int(info.registered ? 1 : 0);
+  json.Key("registered"); json.Int(info.registered);
+  json.Key("nccl_cta_policy");
+  if (info.nccl_cta_policy >= 0) json.Int(info.nccl_cta_policy); else json.Null();
   json.Key("gpus");
   json.BeginArray();
   for (const GpuInfo& gpu : info.gpus) {

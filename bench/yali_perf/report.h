@@ -62,7 +62,8 @@ struct RunInfo {
   int graph_launches = 0;
   int repeat = 1;               // --repeat
   double max_case_seconds = 0;  // --max-case-time; 0: none (JSON null)
-  bool registered = false;      // -R: buffers registered with every library (JSON 0 or 1)
+  int registered = 0;           // -R: 0 plain, 1 registered with every library, 2 each at its best
+  int nccl_cta_policy = -1;     // -x: NCCL's CTAPolicy; -1 not set (JSON null)
   std::vector<GpuInfo> gpus;
   int yali_version = -1;  // -1: not loaded (JSON null)
   int nccl_version = -1;  // -1: not built or not run (JSON null)

@@ -221,7 +221,9 @@ class YaliBackend final : public Backend {
     return choice;
   }
 
-  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes) override {
+  // -R 2 is -R 1 for YALI: yaliCommRegister on the shared cudaMalloc buffers is its best.
+  void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes,
+                       int /*mode*/) override {
     // yaliCommRegister is collective and pairs each rank's k-th registration with its peers'
     // k-th. Registering buffer k on every local comm before buffer k+1 keeps the order the same
     // on every comm, however a single process's comms are matched (yali.h lets one thread loop

@@ -328,15 +328,40 @@ void TestRegistered() {
   EXPECT(ParseOk({"--local_register", "1"}, &args) && args.registered);
   // The last occurrence wins, as for every option.
   EXPECT(ParseOk({"-R", "1", "-R", "0"}, &args) && !args.registered);
-  for (const char* bad : {"2", "-1", "yes", ""})
-    Expect(ParseFails({"-R", bad}, "for -R/--registered: expected 0 (unregistered buffers) or 1"),
+  // 2: each library at its best (NCCL on symmetric windows), nccl-tests' value.
+  EXPECT(ParseOk({"-R", "2"}, &args) && args.registered == 2);
+  EXPECT(ParseOk({"--local_register=2"}, &args) && args.registered == 2);
+  for (const char* bad : {"3", "-1", "yes", ""})
+    Expect(ParseFails({"-R", bad},
+                      "for -R/--registered: expected 0 (unregistered buffers), 1 (registered) or 2"),
            std::string("-R rejects '") + bad + "'", __LINE__);
   EXPECT(ParseFails({"-R"}, "option -R/--registered needs a value"));
   // --tune measures the staged algorithms: -R 0 is accepted, -R 1 refused.
   EXPECT(ParseOk({"--tune", "-R", "0"}, &args) && args.tune && !args.registered);
   EXPECT(ParseFails({"--tune", "-R", "1"}, "-R/--registered does not apply to --tune"));
   EXPECT(ParseFails({"--registered=1", "--tune"}, "does not apply to --tune"));
-  EXPECT(PerfUsage("yali-perf").find("-R, --registered <0|1>") != std::string::npos);
+  EXPECT(ParseFails({"--tune", "-R", "2"}, "-R/--registered does not apply to --tune"));
+  // -C alltoallv's NCCL side is send/recv: -R 2 is refused there, 0 and 1 are not.
+  EXPECT(ParseOk({"-C", "alltoallv", "-R", "1"}, &args) && args.registered == 1);
+  EXPECT(ParseFails({"-C", "alltoallv", "-R", "2"}, "does not apply to -C alltoallv"));
+  EXPECT(PerfUsage("yali-perf").find("-R, --registered <0|1|2>") != std::string::npos);
+}
+
+// -x: NCCL's CTA policy, by nccl-tests' number or NCCL's name; not set by default.
+void TestCtaPolicy() {
+  PerfArgs args;
+  EXPECT(ParseOk({}, &args) && args.nccl_cta_policy == -1);
+  EXPECT(ParseOk({"-x", "2"}, &args) && args.nccl_cta_policy == 2);
+  EXPECT(ParseOk({"--cta_policy", "1"}, &args) && args.nccl_cta_policy == 1);
+  EXPECT(ParseOk({"--cta-policy=zero"}, &args) && args.nccl_cta_policy == 2);
+  EXPECT(ParseOk({"-x", "default"}, &args) && args.nccl_cta_policy == 0);
+  EXPECT(ParseOk({"-x", "efficiency", "-R", "2"}, &args) && args.nccl_cta_policy == 1 &&
+         args.registered == 2);
+  for (const char* bad : {"3", "-1", "ZERO", ""})
+    Expect(ParseFails({"-x", bad}, "for -x/--cta-policy: expected 0 (default), 1 (efficiency) or 2"),
+           std::string("-x rejects '") + bad + "'", __LINE__);
+  EXPECT(ParseFails({"--tune", "-x", "0"}, "-x/--cta-policy does not apply to --tune"));
+  EXPECT(PerfUsage("yali-perf").find("-x, --cta-policy <0|1|2>") != std::string::npos);
 }
 
 void TestRepeatAndTimeLimit() {
@@ -391,7 +416,7 @@ void TestCallCountsWithinTimeLimit() {
 }
 
 void TestBadOptions() {
-  EXPECT(ParseFails({"-x"}, "unknown option"));
+  EXPECT(ParseFails({"-q"}, "unknown option"));
   EXPECT(ParseFails({"--frobnicate"}, "unknown option"));
   EXPECT(ParseFails({"stray"}, "unexpected argument"));
   EXPECT(ParseFails({"-b"}, "needs a value"));
@@ -656,8 +681,13 @@ void TestReport() {
   EXPECT(json.find("max_message") == std::string::npos);  // -e max only
   info.max_case_seconds = 0.02;
   EXPECT(FormatJson(info, {yali}).find("\"max_case_time_s\": 0.02,") != std::string::npos);
-  info.registered = true;
+  EXPECT(json.find("\"nccl_cta_policy\": null") != std::string::npos);
+  info.registered = 1;
   EXPECT(FormatJson(info, {yali}).find("\"registered\": 1,") != std::string::npos);
+  info.registered = 2;
+  info.nccl_cta_policy = 2;
+  EXPECT(FormatJson(info, {yali}).find("\"registered\": 2,") != std::string::npos);
+  EXPECT(FormatJson(info, {yali}).find("\"nccl_cta_policy\": 2,") != std::string::npos);
 
   // Other collectives: redop "none" for data movement, the root, skipped cases, -e max's summary.
   ResultRecord gather = yali;
@@ -1153,6 +1183,7 @@ int main() {
   TestCollShapes();
   TestYaliFlags();
   TestRegistered();
+  TestCtaPolicy();
   TestRepeatAndTimeLimit();
   TestCallCountsWithinTimeLimit();
   TestBadOptions();

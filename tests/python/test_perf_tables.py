@@ -1,0 +1,69 @@
+"""scripts/perf_tables.py --best: plain against plain, each library at its best registered."""
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+_SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "scripts" / "perf_tables.py"
+_spec = importlib.util.spec_from_file_location("perf_tables", _SCRIPT)
+perf_tables = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(perf_tables)
+
+
+def _result(impl, time_us, busbw, coll="allgather", size=4096, placement="out-of-place", run=1):
+    return {"impl": impl, "collective": coll, "dtype": "float", "root": None, "bytes": size,
+            "placement": placement, "run": run, "time_us": time_us, "busbw_gbs": busbw,
+            "algo": "allgather_ll" if impl == "yali" else None, "ctas": 4 if impl == "yali" else None}
+
+
+def _doc(registered, policy, results, nranks=4):
+    return {"nranks": nranks, "launch_mode": "multi", "timing": "events", "registered": registered,
+            "nccl_cta_policy": policy, "results": results}
+
+
+@pytest.fixture
+def files(tmp_path):
+    docs = {
+        "r0": _doc(0, None, [_result("yali", 5.0, 1.0), _result("nccl", 10.0, 0.5),
+                             _result("yali", 1.0, 9.0, placement="in-place")]),
+        "r1": _doc(1, None, [_result("yali", 4.0, 1.2), _result("nccl", 9.0, 0.6)]),
+        # Two passes of one run: the median counts, not the fastest pass.
+        "r2": _doc(2, None, [_result("yali", 4.5, 1.1), _result("nccl", 8.0, 0.7),
+                             _result("nccl", 6.0, 0.8, run=2), _result("nccl", 7.0, 0.75, run=3)]),
+        "r2x2": _doc(2, 2, [_result("yali", 4.2, 1.15), _result("nccl", 8.5, 0.65)]),
+        "other": _doc(0, None, [_result("yali", 3.0, 2.0)], nranks=2),
+    }
+    paths = []
+    for name, doc in docs.items():
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(doc))
+        paths.append(str(path))
+    return paths
+
+
+def test_best_pools_configs_and_compares_like_with_like(files):
+    docs = [perf_tables.load(f) for f in files]
+    groups = perf_tables.pool(docs)
+    assert set(groups) == {(4, "multi", "events"), (2, "multi", "events")}
+    table = perf_tables.best_table(groups[(4, "multi", "events")], "float", "allgather")
+    row = table.splitlines()[2].split("|")[1:-1]
+    cells = [c.strip() for c in row]
+    # size, plain YALI 5 / NCCL 10 (in-place ignored), registered: YALI's best 4.0 (R1), NCCL's
+    # best the median of R2's passes (7.0) against R1's 9.0 and R2 x2's 8.5.
+    assert cells[:8] == ["4K", "5.00", "10.00", "2.00", "4.00", "7.00", "1.75", "R2"]
+    assert cells[8:] == ["1.2", "0.8", "allgather_ll/4"]
+
+
+def test_best_missing_side_is_a_dash(files):
+    groups = perf_tables.pool([perf_tables.load(f) for f in files])
+    cells = [c.strip() for c in
+             perf_tables.best_table(groups[(2, "multi", "events")], "float", "allgather")
+             .splitlines()[2].split("|")[1:-1]]
+    assert cells[1] == "3.00" and cells[2] == "-" and cells[3] == "-" and cells[4] == "-"
+
+
+def test_config_names():
+    assert perf_tables.config_of({"registered": 0}) == "R0"
+    assert perf_tables.config_of({"registered": 2, "nccl_cta_policy": 2}) == "R2 x2"
+    assert perf_tables.config_of({}) == "R0"  # files from before -R 2 and -x
