@@ -61,7 +61,11 @@
 #                                            ../shared/third_party or scratch/third_party) under
 #                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
 #                                            GPU 0 with their own NCCL_HOSTID; #wrong and which
-#                                            library ran (YALI_NCCL_DEBUG)
+#                                            library ran (YALI_NCCL_DEBUG). Default: every binary of
+#                                            nccl-tests 2.19.6: all_reduce all_gather reduce_scatter
+#                                            broadcast reduce gather scatter alltoall (YALI's, where it
+#                                            takes the call), sendrecv hypercube alltoallv (send/recv
+#                                            in groups: NCCL's, run for #wrong through the shim)
 #   NCCLABI_ARGS="-d all -o all"  (or -G 5)  more nccl-tests flags; NCCLABI_NP may list world sizes
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
@@ -272,8 +276,22 @@ if has ncclabi; then
     chmod +x /tmp/hostid.sh
     # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
     tag=$(echo "${NCCLABI_ARGS:-}" | tr -cd 'a-zA-Z0-9')
+    # The default list is every binary nccl-tests 2.19.6 builds (its src/Makefile, BIN_FILES_LIST).
+    # gather and scatter call ncclGather/ncclScatter when built against NCCL 2.28 or newer (before,
+    # send/recv in a group); sendrecv, hypercube (power-of-2 world sizes only: it prints "skipping"
+    # otherwise) and alltoallv are ncclSend/ncclRecv in groups, which libyali-nccl forwards to NCCL.
     for np in ${NCCLABI_NP:-2}; do
-      for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce alltoall}; do
+      for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce gather scatter alltoall sendrecv hypercube alltoallv}; do
+        # Which library should have run the test's calls, printed beside the counts. The counts are
+        # the debug log's routing lines ("... (2^k class): YALI" or ": NCCL (why)"), one per
+        # (function, size class, library) per rank; the communicator's own line is not counted (the
+        # counts of docs/PERF.md's session 13 still include it, one line per rank).
+        # ncclSend/ncclRecv are forwarded without a routing line, so a send/recv test shows 0 and 0.
+        case $t in
+          sendrecv|hypercube|alltoallv) expect="NCCL only: send/recv, forwarded unlogged, 0 and 0 expected" ;;
+          alltoall) expect="YALI, in-place calls NCCL (YALI has no in-place AlltoAll)" ;;
+          *) expect="YALI; NCCL lines give the reason YALI refused" ;;
+        esac
         lg="$LOG/ncclabi_np${np}${tag:+_$tag}_$t.log"
         timeout ${NCCLABI_TIMEOUT:-120} mpirun --allow-run-as-root --oversubscribe -np "$np" \
           -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
@@ -281,7 +299,7 @@ if has ncclabi; then
           /tmp/hostid.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
           ${NCCLABI_ARGS:-} > "$lg" 2>&1
         rc=$?
-        note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), lines with #wrong > 0: $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { if (($9 != "N/A" && $9 != 0) || ($NF != "N/A" && $NF != 0)) bad++ } END { print bad + 0 }' "$lg"), YALI lines: $(grep -c ': YALI' "$lg"), NCCL lines: $(grep -c ': NCCL' "$lg")"
+        note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), lines with #wrong > 0: $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { if (($9 != "N/A" && $9 != 0) || ($NF != "N/A" && $NF != 0)) bad++ } END { print bad + 0 }' "$lg"), YALI lines: $(grep -c 'class): YALI' "$lg"), NCCL lines: $(grep -c 'class): NCCL' "$lg") (expected: $expect)"
       done
     done
     # Simulated nodes (NCCLABI_NODES >= 2): rank r is on node r / (NP / NODES) through YALI_NODE_ID,
@@ -301,7 +319,7 @@ if has ncclabi; then
           /tmp/hostid_nodes.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
           > "$lg" 2>&1
         rc=$?
-        note "ncclabi nodes=$nodes np=$np $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c ': NCCL (' "$lg")"
+        note "ncclabi nodes=$nodes np=$np $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c 'class): NCCL' "$lg")"
         while IFS= read -r line; do note "  $line"; done < <(grep -m2 -E 'hierarchical \(YALI in the node|\[hierarchical:' "$lg")
       done
     fi
