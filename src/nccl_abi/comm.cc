@@ -619,6 +619,8 @@ void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
   h->outgrown.clear();
   h->scratch = nullptr;
   h->scratchBytes = 0;
+  if (h->scratchEvent != nullptr) lib().cudaEventDestroy(h->scratchEvent);
+  h->scratchEvent = nullptr;
 }
 
 void* hierScratch(Comm* c, size_t bytes, cudaError_t* err) {
@@ -639,6 +641,78 @@ void* hierScratch(Comm* c, size_t bytes, cudaError_t* err) {
   h->scratch = p;
   h->scratchBytes = grown;
   return p;
+}
+
+namespace {
+
+// cudaStreamGetCaptureInfo through libyali's runtime, with the parameters after the capture id
+// (they differ between CUDA releases) left null.
+template <typename... Rest>
+cudaError_t captureInfo(cudaError_t (*get)(cudaStream_t, cudaStreamCaptureStatus*, unsigned long long*, Rest...),
+                        cudaStream_t stream, cudaStreamCaptureStatus* status, unsigned long long* id) {
+  return get(stream, status, id, Rest{}...);
+}
+
+// The stream's context for StreamOrder: its capture's id, or 0 for eager work.
+ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  const cudaError_t err = captureInfo(lib().cudaStreamGetCaptureInfo, stream, &status, &id);
+  if (err != cudaSuccess)
+    return shimFail(ncclInvalidArgument, "%s: stream=%p: cudaStreamGetCaptureInfo failed: %s", function,
+                    static_cast<void*>(stream), lib().cudaGetErrorString(err));
+  *context = status == cudaStreamCaptureStatusNone ? 0 : id;
+  return ncclSuccess;
+}
+
+}  // namespace
+
+ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream) {
+  Hierarchy* h = c->hier;
+  unsigned long long context = 0;
+  const ncclResult_t r = scratchContext(function, stream, &context);
+  if (r != ncclSuccess) return r;
+  std::lock_guard<std::mutex> lock(h->mutex);
+  const StreamOrder::Before b = h->scratchOrder.before(stream, context);
+  if (b.recordOn != nullptr) {
+    if (h->scratchEvent == nullptr) {
+      DeviceGuard restore;
+      lib().cudaSetDevice(c->device);
+      const cudaError_t err = lib().cudaEventCreateWithFlags(&h->scratchEvent, cudaEventDisableTiming);
+      if (err != cudaSuccess) {
+        h->scratchEvent = nullptr;
+        return shimFail(ncclUnhandledCudaError, "%s: the hierarchical scratch's event: cudaEventCreateWithFlags: %s",
+                        function, lib().cudaGetErrorString(err));
+      }
+    }
+    const cudaError_t err =
+        lib().cudaEventRecord(h->scratchEvent, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
+    if (err != cudaSuccess)
+      return shimFail(ncclUnhandledCudaError,
+                      "%s: ordering after the hierarchical scratch's last user, on stream %p: cudaEventRecord: %s "
+                      "(was that stream destroyed?)",
+                      function, b.recordOn, lib().cudaGetErrorString(err));
+  }
+  if (!b.wait) return ncclSuccess;
+  const cudaError_t err = lib().cudaStreamWaitEvent(stream, h->scratchEvent, 0);
+  if (err != cudaSuccess)
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the hierarchical scratch's last user: %s",
+                    function, static_cast<void*>(stream), lib().cudaGetErrorString(err));
+  return ncclSuccess;
+}
+
+ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream) {
+  Hierarchy* h = c->hier;
+  unsigned long long context = 0;
+  const ncclResult_t r = scratchContext(function, stream, &context);
+  if (r != ncclSuccess) return r;
+  std::lock_guard<std::mutex> lock(h->mutex);
+  if (!h->scratchOrder.after(stream, context)) return ncclSuccess;
+  const cudaError_t err = lib().cudaEventRecord(h->scratchEvent, stream);
+  if (err != cudaSuccess)
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the hierarchical scratch's use: %s",
+                    function, static_cast<void*>(stream), lib().cudaGetErrorString(err));
+  return ncclSuccess;
 }
 
 void freeComm(Comm* c) {

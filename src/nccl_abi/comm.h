@@ -31,10 +31,14 @@ struct Hierarchy {
   // Scratch for AllGather and ReduceScatter, grown on demand (never inside a capture). A buffer
   // that is outgrown is kept until the comm is destroyed: a captured graph or a call in flight on
   // another stream may still use it, and keeping it needs no synchronization.
-  std::mutex mutex;             // guards the scratch lists
+  std::mutex mutex;             // guards the scratch lists and its order
   void* scratch = nullptr;
   size_t scratchBytes = 0;
   std::vector<void*> outgrown;
+  // The scratch's users across streams (routing.h, StreamOrder): the event is made at the first
+  // change of stream and destroyed with the scratch.
+  StreamOrder scratchOrder;
+  cudaEvent_t scratchEvent = nullptr;
 };
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
@@ -137,6 +141,11 @@ void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
 // The comm's scratch of at least `bytes` (made or grown here, outside a capture), or null with
 // *err set. Called with bytes == 0 it returns the current one.
 void* hierScratch(Comm* c, size_t bytes, cudaError_t* err);
+// The order of the scratch's users across streams (Hierarchy::scratchOrder): hierScratchBefore
+// before a call's first step that touches the scratch (an error: nothing of the call enqueued),
+// hierScratchUsed after its last (whatever the steps returned: what they enqueued stays).
+ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream);
+ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream);
 
 // ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
 void freeComm(Comm* c);

@@ -96,8 +96,9 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
 //
 // Three steps per call, all on the caller's stream: stream order is the only synchronization
 // between them (each library waits for what the stream holds before its own work starts), so the
-// path is capturable and needs no events. A step that fails returns its error at once; the steps
-// already enqueued stay (their peers made them too, so nothing waits forever on them).
+// path is capturable. Between calls, the comm's scratch (AllGather, ReduceScatter) is ordered
+// across streams by an event once a second stream uses it (routing.h, StreamOrder). A step that
+// fails returns its error at once; the steps already enqueued stay (their peers made them too).
 
 const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across nodes]";
 
@@ -233,17 +234,25 @@ ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, si
   const ncclResult_t planned = planHier(function, c, shape, count, stream, &hier, &scratch);
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
-  const ncclResult_t r = steps(scratch);
+  // The scratch is the comm's, shared by its calls on every stream: ordered after its last user.
+  if (scratch != nullptr) {
+    const ncclResult_t ordered = hierScratchBefore(c, function, stream);
+    if (ordered != ncclSuccess) return ordered;
+  }
+  ncclResult_t r = steps(scratch);
+  // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
+  const ncclResult_t noted = scratch != nullptr ? hierScratchUsed(c, function, stream) : ncclSuccess;
   if (r == kRunFlat) {
     if (debugEnabled()) {
       char why[512];
       snprintf(why, sizeof(why), "YALI refused its step: %s", lib().yaliGetLastError(nullptr));
       logRoute(c, function, bytesOf(count, shape.type), false, why);
     }
-    return flat();
+    r = flat();  // every rank runs it (the refusal holds on every rank), even if the note failed
+  } else if (r == ncclSuccess) {
+    logRoute(c, (std::string(function) + kHierLog).c_str(), bytesOf(count, shape.type), true, "");
   }
-  if (r == ncclSuccess) logRoute(c, (std::string(function) + kHierLog).c_str(), bytesOf(count, shape.type), true, "");
-  return r;
+  return r == ncclSuccess ? noted : r;
 }
 
 }  // namespace

@@ -267,6 +267,29 @@ const char* routeReason(Route route) {
   return "?";
 }
 
+StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context) {
+  Before b;
+  if (!haveLast_ || stream == lastStream_ || context != lastContext_) return b;
+  if (!everyCall_) {
+    // The first change of stream: the last user was not marked; everything queued on its stream so
+    // far (it, and perhaps later work of the program's) is.
+    b.recordOn = lastStream_;
+    everyCall_ = true;
+    eventContext_ = context;
+  }
+  b.wait = eventContext_ == context;
+  return b;
+}
+
+bool StreamOrder::after(const void* stream, unsigned long long context) {
+  haveLast_ = true;
+  lastStream_ = stream;
+  lastContext_ = context;
+  if (!everyCall_) return false;
+  eventContext_ = context;
+  return true;
+}
+
 ncclResult_t toNcclResult(yaliResult_t result) {
   if (result >= yaliSuccess && result <= yaliInProgress) return static_cast<ncclResult_t>(result);
   if (result == yaliTimeout) return ncclRemoteError;

@@ -150,6 +150,35 @@ struct CopyRun {
 int scratchSlot(const NodeLayout& layout, int rank);
 std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 
+// The order of the hierarchical scratch's users across streams. Every step of a hierarchical
+// AllGather or ReduceScatter reads or writes the comm's one scratch buffer on the call's stream,
+// and neither library orders the copies into and out of it; torch issues one comm's all-gathers
+// and reduce-scatters on two streams (FSDP2). So a call on another stream than the scratch's last
+// user first waits for it, the way YALI orders a comm's launches (src/core/enqueue.cc): no event
+// while the calls keep to one stream; from the first change of stream on, an event recorded after
+// every user. A context is a capture (its id) or eager work (0): within one capture the wait is a
+// graph edge; between contexts (a graph's replay and eager calls, two captures) the program orders
+// them, as NCCL's users do. Streams are compared by handle only.
+class StreamOrder {
+ public:
+  struct Before {
+    const void* recordOn = nullptr;  // first change of stream: record the event here (the last user's stream)
+    bool wait = false;               // the call's stream waits for the event
+  };
+  // Before a user on `stream` in `context`; the caller records and waits as told.
+  Before before(const void* stream, unsigned long long context);
+  // After the user: true when the event must be recorded on `stream` (every call, once streams change).
+  bool after(const void* stream, unsigned long long context);
+  bool recordsEveryCall() const { return everyCall_; }
+
+ private:
+  bool haveLast_ = false;
+  const void* lastStream_ = nullptr;
+  unsigned long long lastContext_ = 0;
+  bool everyCall_ = false;
+  unsigned long long eventContext_ = 0;  // where the event was last recorded
+};
+
 // ---- Results ---------------------------------------------------------------------------------------
 
 // YALI's results 0..7 are NCCL's. yaliTimeout (a peer never arrived, reported on every survivor)

@@ -29,8 +29,11 @@ namespace yali::nccl_abi {
   X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliBcast)   \
   X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll)
 
-// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies), with their types written out:
-// cuda_runtime.h overloads some of them (cudaMalloc) with templates, so decltype cannot name them.
+// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies and
+// the order of its scratch across streams), with their types written out: cuda_runtime.h overloads
+// some of them (cudaMalloc) with templates, so decltype cannot name them. cudaStreamGetCaptureInfo
+// changed its parameters between CUDA releases; decltype takes this build's, which is also the
+// runtime libyali links (the two are built together).
 #define YALI_NCCL_CUDA_FUNCTIONS(X)                                           \
   X(cudaGetDevice, cudaError_t(int*))                                         \
   X(cudaSetDevice, cudaError_t(int))                                          \
@@ -43,7 +46,12 @@ namespace yali::nccl_abi {
   X(cudaMalloc, cudaError_t(void**, size_t))                                  \
   X(cudaFree, cudaError_t(void*))                                             \
   X(cudaMemcpyAsync, cudaError_t(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t)) \
-  X(cudaStreamIsCapturing, cudaError_t(cudaStream_t, cudaStreamCaptureStatus*))
+  X(cudaStreamIsCapturing, cudaError_t(cudaStream_t, cudaStreamCaptureStatus*))            \
+  X(cudaStreamGetCaptureInfo, decltype(::cudaStreamGetCaptureInfo))                         \
+  X(cudaEventCreateWithFlags, cudaError_t(cudaEvent_t*, unsigned int))                     \
+  X(cudaEventRecord, cudaError_t(cudaEvent_t, cudaStream_t))                                \
+  X(cudaEventDestroy, cudaError_t(cudaEvent_t))                                             \
+  X(cudaStreamWaitEvent, cudaError_t(cudaStream_t, cudaEvent_t, unsigned int))
 
 struct YaliLib {
 #define YALI_NCCL_YALI_MEMBER(name) decltype(&::name) name = nullptr;

@@ -668,6 +668,50 @@ TEST(hierarchical_steps_give_the_flat_results) {
   }
 }
 
+// The hierarchical scratch's order across streams (routing.h, StreamOrder), as YALI orders a
+// comm's launches: nothing while one stream is used; at the first change the last user's stream
+// is marked and the new one waits; from then on every user records and a user on another stream
+// waits; no wait across contexts (a capture and eager work, two captures).
+TEST(scratch_stream_order) {
+  int a = 0, b = 0;  // two streams' identities
+  const void* A = &a;
+  const void* B = &b;
+  StreamOrder o;
+  StreamOrder::Before x = o.before(A, 0);  // first user: nothing to wait for
+  CHECK(x.recordOn == nullptr && !x.wait);
+  CHECK(!o.after(A, 0));
+  x = o.before(A, 0);  // same stream: stream order suffices, no event at all
+  CHECK(x.recordOn == nullptr && !x.wait && !o.after(A, 0) && !o.recordsEveryCall());
+  // FSDP2's pattern: an all-gather on A, then a reduce-scatter on B. B must wait for A's last use
+  // (its copies out of the scratch); without this the reduce-scatter's copies into the scratch
+  // could overwrite it while A still reads.
+  x = o.before(B, 0);
+  CHECK(x.recordOn == A && x.wait);
+  CHECK(o.after(B, 0));  // from now on every user records
+  x = o.before(B, 0);
+  CHECK(x.recordOn == nullptr && !x.wait);  // same stream again
+  CHECK(o.after(B, 0));
+  x = o.before(A, 0);  // back on A: waits for B's recorded event
+  CHECK(x.recordOn == nullptr && x.wait);
+  CHECK(o.after(A, 0));
+  // A capture (context 7) after eager work: no wait across contexts (the program orders a graph
+  // against eager calls, as with NCCL); inside the capture, users on two streams are ordered.
+  x = o.before(B, 7);
+  CHECK(!x.wait);
+  CHECK(o.after(B, 7));
+  x = o.before(A, 7);
+  CHECK(x.wait);
+  CHECK(o.after(A, 7));
+  x = o.before(B, 0);  // eager again after the capture
+  CHECK(!x.wait);
+  // A fresh order whose first change of stream happens inside a capture marks the last user's
+  // stream in that capture.
+  StreamOrder c;
+  CHECK(!c.after(A, 9));
+  x = c.before(B, 9);
+  CHECK(x.recordOn == A && x.wait);
+}
+
 TEST(results_and_size_classes) {
   for (int r = yaliSuccess; r <= yaliInProgress; ++r) CHECK_EQ(toNcclResult(static_cast<yaliResult_t>(r)), r);
   CHECK_EQ(toNcclResult(yaliTimeout), ncclRemoteError);
