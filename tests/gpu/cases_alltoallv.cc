@@ -2264,6 +2264,88 @@ void caseTimeout(Ctx& ctx) {
 
 }  // namespace
 
+// ==== trust_epoch_wrap: AlltoAllv =================================================================
+//
+// The AlltoAllv part of trust_epoch_wrap (cases_trust.cc), here beside the helpers it uses:
+// alltoallv_staged (every form's one algorithm: the counts exchanged as LL packets stamped with the
+// epoch, then the rows through staging) on a comm whose launch counter YALI_TEST_EPOCH_START puts
+// 8 launches before its wrap. A CUDA graph of two yaliAlltoAllv calls (host counts, kept from the
+// capture) captured before the wrap, replayed (four times with --quick, else six) with new data,
+// each replay followed by two eager calls in turn: yaliAlltoAllv, an allreduce, the device-counts
+// form, and an expert dispatch + combine, whose dispatch is the launch of epoch 2^32 - 1 (the
+// rebase) and whose combine the first after it. Every call checked byte for byte.
+void epochWrapAlltoAllv(Ctx& ctx) {
+  const int wrapAt = 7;  // the dispatch of the first expert round trip (see the launches below)
+  const uint64_t start = kEpochMax - (uint64_t)wrapAt;
+  const std::string label = "epoch wrap, alltoallv_staged (from launch 2^32-" + std::to_string(wrapAt + 1) + ")";
+  EnvVar env("YALI_TEST_EPOCH_START", std::to_string(start));
+  ctx.world->barrier();
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  uint64_t epoch = start;  // the next launch's
+  int afterWrap = 0;       // launches after the one of epoch 2^32 - 1
+  // The epochs of the next `launches` launches, as text; advances past them.
+  auto epochs = [&](int launches) {
+    std::string text;
+    for (int k = 0; k < launches; ++k) {
+      const uint64_t e = epoch;
+      if (e < start) ++afterWrap;
+      epoch = e == kEpochMax ? 1 : e + 1;
+      text += (k ? ", " : "epoch ") + (e + 64 > kEpochMax ? "2^32-" + std::to_string(kEpochMax - e + 1)
+                                                          : std::to_string(e));
+    }
+    return text;
+  };
+  {
+    const int n = ctx.nranks;
+    Rng rng(ctx.nextSeed());
+    std::vector<std::unique_ptr<HostRun>> runs;
+    runs.emplace_back(
+        new HostRun(ctx, hostPlan(n, yaliFloat32, Pattern::kRandom, 4093, Displs::kGaps, Displs::kReversed, rng)));
+    runs.emplace_back(
+        new HostRun(ctx, hostPlan(n, yaliInt8, Pattern::kSkew, 16411, Displs::kNull, Displs::kGaps, rng)));
+    for (auto& run : runs) run->prepare(ctx.nextSeed());
+    syncAll(ctx);
+    ReplayableGraphs graphs(ctx);
+    watchdogStep("%s: capturing two calls", label.c_str());
+    graphs.beginCapture();
+    bool ok = true;
+    for (auto& run : runs) ok &= run->issue(comms, label + ": captured");
+    if (graphs.endCapture(ok)) {
+      const int replays = ctx.quick() ? 4 : 6;
+      int next = 0;
+      for (int rep = 1; rep <= replays; ++rep) {
+        for (auto& run : runs) run->prepare(ctx.nextSeed());
+        const std::string what = label + ": replay " + std::to_string(rep) + " (" + epochs(2) + ")";
+        watchdogStep("%s", what.c_str());
+        graphs.replay(0);
+        for (size_t k = 0; k < runs.size(); ++k) runs[k]->verify(comms, what + ", call " + std::to_string(k + 1));
+        for (int k = 0; k < 2; ++k, ++next) {
+          const std::string after = label + ": after replay " + std::to_string(rep) + ", ";
+          switch (next % 4) {
+            case 0:
+              hostRoundTrip(ctx, comms,
+                            hostPlan(n, next % 8 ? yaliBfloat16 : yaliFloat64, Pattern::kDeafReceiver, 1031,
+                                     Displs::kPacked, Displs::kGaps, rng),
+                            after + "eager (" + epochs(1) + ")");
+              break;
+            case 1: {
+              RunSpec s;
+              s.count = next % 8 == 1 ? 1048573 : 4093;
+              allreduceAndVerify(ctx, comms, s, after + "an allreduce (" + epochs(1) + ")");
+              break;
+            }
+            case 2: devRoundTrip(ctx, comms, rng, after + "device counts (" + epochs(1) + ")"); break;
+            case 3: expertRoundTrip(ctx, comms, rng, after + "dispatch + combine (" + epochs(2) + ")"); break;
+          }
+        }
+      }
+    }
+    syncAll(ctx);
+  }  // the graph is destroyed here
+  if (afterWrap == 0) ctx.fail("%s: no launch after the wrap (a bug in the test)", label.c_str());
+  ctx.destroyComms(comms, label.c_str());
+}
+
 const std::vector<CaseDef>& alltoallvCases() {
   static const std::vector<CaseDef> cases = {
       {"a2av_host", "yaliAlltoAllv: count patterns x types x displacements, back to back, group, graph", 600,

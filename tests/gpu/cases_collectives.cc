@@ -1976,12 +1976,10 @@ void caseMultiComm(Ctx& ctx) {
 }
 
 // Captures every run's call, each after its preparation (whose generator reads its seed from the
-// graph's seed word), into one CUDA graph per rank; replays the graphs `replays` times with new
-// inputs, checking every call after each replay, then that no comm recorded an asynchronous error.
-// The graphs are destroyed before it returns. Collective.
-void captureAndReplay(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
-                      Verifier& v, int replays, const std::string& label) {
-  ReplayableGraphs graphs(ctx);
+// graph's seed word, salt k + 1 for run k), into `graphs`: one CUDA graph per rank. Collective;
+// true when every rank captured and instantiated its graph.
+bool captureColl(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
+                 ReplayableGraphs& graphs, const std::string& label) {
   watchdogStep("%s: capturing", label.c_str());
   bool issued = true;
   graphs.beginCapture();
@@ -1999,24 +1997,43 @@ void captureAndReplay(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vecto
       }
     }
   }
-  if (!graphs.endCapture(issued)) return;
-  for (int rep = 0; rep < replays; ++rep) {
-    const uint64_t replaySeed = ctx.nextSeed();
-    watchdogStep("%s: replay %d of %d", label.c_str(), rep + 1, replays);
-    graphs.replay(replaySeed);
-    for (size_t k = 0; k < runs.size(); ++k) {
-      runs[k]->setSeed(combineSeed(replaySeed, k + 1));
-      runs[k]->verify(comms, v,
-                      label + ": replay " + std::to_string(rep + 1) + ", call " + std::to_string(k + 1));
-    }
+  return graphs.endCapture(issued);
+}
+
+// One replay of graphs that captureColl made, with new inputs; then every call checked (`label`:
+// which replay). Collective.
+void replayColl(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
+                ReplayableGraphs& graphs, Verifier& v, const std::string& label) {
+  const uint64_t replaySeed = ctx.nextSeed();
+  watchdogStep("%s", label.c_str());
+  graphs.replay(replaySeed);
+  for (size_t k = 0; k < runs.size(); ++k) {
+    runs[k]->setSeed(combineSeed(replaySeed, k + 1));
+    runs[k]->verify(comms, v, label + ", call " + std::to_string(k + 1));
   }
+}
+
+// No comm recorded an asynchronous error.
+void expectNoAsyncError(Ctx& ctx, const std::vector<yaliComm_t>& comms, const std::string& label) {
   for (size_t i = 0; i < comms.size(); ++i) {
     yaliResult_t async = yaliInProgress;
     if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliSuccess) {
-      ctx.fail("%s: after the replays: rank %d: yaliCommGetAsyncError says %d (%s)", label.c_str(),
-               ctx.local[i].rank, (int)async, yaliGetErrorString(async));
+      ctx.fail("%s: rank %d: yaliCommGetAsyncError says %d (%s)", label.c_str(), ctx.local[i].rank, (int)async,
+               yaliGetErrorString(async));
     }
   }
+}
+
+// captureColl, then `replays` replays (replayColl), then no asynchronous error on any comm. The
+// graphs are destroyed before it returns. Collective.
+void captureAndReplay(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
+                      Verifier& v, int replays, const std::string& label) {
+  ReplayableGraphs graphs(ctx);
+  if (!captureColl(ctx, comms, runs, graphs, label)) return;
+  for (int rep = 0; rep < replays; ++rep) {
+    replayColl(ctx, comms, runs, graphs, v, label + ": replay " + std::to_string(rep + 1));
+  }
+  expectNoAsyncError(ctx, comms, label + ": after the replays");
 }
 
 // ==== coll_graphs ====================================================================================
@@ -2689,6 +2706,16 @@ namespace {
 //     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
 //     comm set's allgather_ce is right.
 
+// Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
+// algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
+// could hold each other up in the GPU's hardware queues).
+bool copyEnginesAllowed(Ctx& ctx) {
+  bool sharedHere = false;  // two ranks of this process on one GPU
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    for (size_t j = i + 1; j < ctx.local.size(); ++j) sharedHere |= ctx.local[i].dev == ctx.local[j].dev;
+  return ctx.allTrue(!sharedHere);
+}
+
 // YALI_ALGO naming every copy-engine algorithm (Bcast shares Broadcast's).
 std::string copyEngineList() {
   std::string list;
@@ -3126,10 +3153,7 @@ void copyEngineAbort(Ctx& ctx) {
 }
 
 void caseCopyEngine(Ctx& ctx) {
-  bool sharedHere = false;  // two ranks of this process on one GPU
-  for (size_t i = 0; i < ctx.local.size(); ++i)
-    for (size_t j = i + 1; j < ctx.local.size(); ++j) sharedHere |= ctx.local[i].dev == ctx.local[j].dev;
-  if (ctx.allTrue(!sharedHere) == false) {
+  if (!copyEnginesAllowed(ctx)) {
     const std::string label = "YALI_ALGO=" + copyEngineList() + ", ranks of one process share a GPU";
     SelectorScope env({{"YALI_ALGO", copyEngineList()}});
     std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
@@ -3165,7 +3189,190 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineAbort(ctx);
 }
 
+// ==== trust_epoch_wrap: the exchange families ========================================================
+//
+// The part of trust_epoch_wrap (cases_trust.cc) for the collectives' own algorithm families, here
+// beside the helpers it uses. Each family, forced with YALI_ALGO for every collective that has
+// it (and AllReduce's counterpart), runs on a comm whose launch counter YALI_TEST_EPOCH_START
+// (suite.h: kEpochMax) puts a few launches before its wrap: a CUDA graph of three calls captured
+// before the wrap is replayed (four times with --quick, else six), each replay followed by two
+// eager calls of other collectives; every call is checked, and every eager call's algorithm with
+// yaliAlgoInfo. The launch of epoch 2^32 - 1, whose end rebases every rank's epochs
+// (device.cuh: rebaseEpochs), is
+//   LL exchange:       the second call of the second replay (mid-graph);
+//   staged exchange:   the first eager call (the rebase in an eager launch);
+//   direct exchange:   the last call of the second replay, outputs registered (twoshot_direct and
+//                      every *_direct);
+//   copy engines:      a graph call, with *_ce calls (which launch no kernel, so do not advance the
+//                      epoch) before and after it, interleaved with eager kernel calls of the
+//                      collectives that have no *_ce; inputs registered. Only where no process has
+//                      two ranks on one GPU: the library turns *_ce off there (yali.h), so single
+//                      mode with ranks sharing a GPU skips this family (multi mode runs it).
+
+struct EpochCall {
+  CSpec spec;
+  std::string algo;  // what yaliAlgoInfo must name ("": anything, the same on every rank)
+};
+
+struct EpochFamily {
+  std::string name;
+  std::string algoList;          // YALI_ALGO
+  bool registered = false;       // every slab registered with the comms (both allocations)
+  std::vector<EpochCall> graph;  // captured once
+  std::vector<EpochCall> eager;  // two after each replay, in turn
+  int wrapAt = 0;                // the kernel launch (from 0) whose epoch is 2^32 - 1
+};
+
+bool isCopyEngineAlgo(const std::string& a) { return a.size() > 3 && a.compare(a.size() - 3, 3, "_ce") == 0; }
+
+// "2^32-k" near the wrap, else the number.
+std::string epochText(uint64_t e) {
+  return e + 64 > kEpochMax ? "2^32-" + std::to_string(kEpochMax - e + 1) : std::to_string(e);
+}
+
+void epochFamily(Ctx& ctx, const EpochFamily& f) {
+  const uint64_t start = kEpochMax - (uint64_t)f.wrapAt;
+  const std::string label = "epoch wrap, " + f.name + " (YALI_ALGO=" + f.algoList + ", from launch " +
+                            epochText(start) + ")";
+  SelectorScope env({{"YALI_ALGO", f.algoList}, {"YALI_TEST_EPOCH_START", std::to_string(start)}});
+  ctx.world->barrier();
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  uint64_t epoch = start;  // the next kernel launch's
+  int afterWrap = 0;       // kernel launches after the one of epoch 2^32 - 1
+  auto launch = [&]() {    // the epoch of a kernel launch just made
+    const uint64_t e = epoch;
+    if (e < start) ++afterWrap;
+    epoch = e == kEpochMax ? 1 : e + 1;
+    return e;
+  };
+  {
+    SlabPool pool(ctx, Alloc::Malloc, f.registered ? &comms : nullptr);
+    Verifier v(ctx);
+    std::vector<std::unique_ptr<Slab>> slabs;
+    std::vector<std::unique_ptr<CollRun>> runs;
+    for (const EpochCall& c : f.graph) {
+      const size_t bytes = slabBytesFor(c.spec, ctx.nranks);
+      slabs.push_back(f.registered ? makeRegisteredSlab(ctx, comms, bytes) : makeSlab(ctx, bytes, Alloc::Malloc));
+      runs.emplace_back(new CollRun(ctx, c.spec, *slabs.back()));
+      if (!c.algo.empty()) expectAlgo(ctx, comms, *runs.back(), c.algo, label + ": to be captured");
+    }
+    syncAll(ctx);
+    {
+      ReplayableGraphs graphs(ctx);
+      if (captureColl(ctx, comms, runs, graphs, label)) {
+        const int replays = ctx.quick() ? 4 : 6;
+        size_t next = 0;
+        for (int rep = 1; rep <= replays; ++rep) {
+          const uint64_t first = launch();
+          uint64_t last = first;
+          for (size_t k = 1; k < runs.size(); ++k) last = launch();
+          replayColl(ctx, comms, runs, graphs, v,
+                     label + ": replay " + std::to_string(rep) + " (epochs " + epochText(first) + ".." +
+                         epochText(last) + ")");
+          for (int k = 0; k < 2; ++k) {
+            const EpochCall& c = f.eager[next++ % f.eager.size()];
+            const std::string when = isCopyEngineAlgo(c.algo) ? "no kernel" : "epoch " + epochText(launch());
+            runCollAlgo(ctx, comms, pool, v, c.spec, c.algo,
+                        label + ": eager call after replay " + std::to_string(rep) + " (" + when + ")");
+          }
+        }
+      }
+    }  // the graphs are destroyed here, before their buffers are deregistered
+    expectNoAsyncError(ctx, comms, label + ": at the end");
+    runs.clear();
+    if (f.registered) {
+      releaseSlabs(ctx, comms, slabs);
+    } else {
+      for (auto& s : slabs) freeSlab(ctx, *s);
+    }
+    pool.release();
+  }
+  if (afterWrap == 0) ctx.fail("%s: no launch after the wrap (a bug in the test)", label.c_str());
+  ctx.destroyComms(comms, label.c_str());
+}
+
 }  // namespace
+
+void epochWrapExchange(Ctx& ctx) {
+  const int n = ctx.nranks;
+  std::vector<EpochFamily> families;
+  {
+    EpochFamily f;
+    f.name = "LL exchange";
+    f.algoList = algoName(kAllReduce, "ll") + "," + forcedList("ll");
+    f.graph = {{cspec(kAllGather, 4093, yaliFloat32), "allgather_ll"},
+               {cspec(kReduceScatter, 16411, yaliBfloat16, yaliSum), "reducescatter_ll"},
+               {cspec(kScatter, 1031, yaliInt32, yaliSum, n - 1), "scatter_ll"}};
+    f.eager = {{cspec(kBroadcast, 4093, yaliFloat16, yaliSum, 1 % n), "broadcast_ll"},
+               {cspec(kReduce, 4093, yaliFloat32, yaliMax, 0), "reduce_ll"},
+               {cspec(kGather, 1031, yaliFloat64, yaliSum, n / 2), "gather_ll"},
+               {cspec(kAlltoAll, 1031, yaliUint8), "alltoall_ll"},
+               {cspec(kAllReduce, 4093, yaliFloat32, yaliSum), "oneshot_ll"},
+               {cspec(kAllGather, 31, yaliInt8), "allgather_ll"}};
+    f.wrapAt = 6;
+    families.push_back(f);
+  }
+  {
+    EpochFamily f;
+    f.name = "staged exchange";
+    f.algoList = algoName(kAllReduce, "staged") + "," + forcedList("staged");  // twoshot
+    f.graph = {{cspec(kAlltoAll, 65537, yaliFloat32), "alltoall_staged"},
+               {cspec(kReduce, 262147, yaliBfloat16, yaliSum, n - 1), "reduce_staged"},
+               {cspec(kBroadcast, 65537, yaliInt32, yaliSum, 0), "broadcast_staged"}};
+    f.eager = {{cspec(kReduceScatter, 65537, yaliFloat32, yaliSum), "reducescatter_staged"},
+               {cspec(kGather, 16411, yaliFloat16, yaliSum, 1 % n), "gather_staged"},
+               {cspec(kScatter, 65537, yaliFloat32, yaliSum, n / 2), "scatter_staged"},
+               {cspec(kAllGather, 262147, yaliInt8), "allgather_staged"},
+               {cspec(kAllReduce, 1048573, yaliFloat32, yaliSum), "twoshot"}};
+    f.wrapAt = 3;
+    families.push_back(f);
+  }
+  {
+    EpochFamily f;
+    f.name = "direct exchange, outputs registered";
+    f.algoList = "twoshot_direct";
+    for (Coll c : kDirectColls) f.algoList += "," + algoName(c, "direct");
+    f.registered = true;
+    f.graph = {{cspec(kAllGather, 16411, yaliFloat32), "allgather_direct"},
+               {cspec(kScatter, 4093, yaliBfloat16, yaliSum, 1 % n), "scatter_direct"},
+               {cspec(kAllReduce, 65537, yaliFloat32, yaliSum), "twoshot_direct"}};
+    // ReduceScatter and Gather have no direct algorithm: the selector's choice among the rest.
+    f.eager = {{cspec(kBroadcast, 65537, yaliFloat32, yaliSum, n - 1), "broadcast_direct"},
+               {cspec(kAlltoAll, 4093, yaliInt64), "alltoall_direct"},
+               {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum), ""},
+               {cspec(kAllGather, 1031, yaliFloat16), "allgather_direct"},
+               {cspec(kGather, 4093, yaliFloat32, yaliSum, 0), ""}};
+    f.wrapAt = 7;
+    families.push_back(f);
+  }
+  if (copyEnginesAllowed(ctx)) {
+    EpochFamily f;
+    f.name = "copy engines, inputs registered";
+    f.algoList = copyEngineList();
+    f.registered = true;
+    // A capture never takes *_ce: the graph's calls are the selector's choice among the rest, and
+    // so are the eager calls of the collectives without a *_ce (ReduceScatter, AllReduce, Reduce).
+    f.graph = {{cspec(kReduceScatter, 4093, yaliFloat32, yaliSum), ""},
+               {cspec(kAllGather, 4093, yaliFloat32), ""},
+               {cspec(kAllReduce, 16411, yaliFloat32, yaliSum), ""}};
+    f.eager = {{cspec(kAllGather, 65537, yaliFloat32), "allgather_ce"},
+               {cspec(kAllReduce, 4093, yaliFloat32, yaliSum), ""},
+               {cspec(kBroadcast, 4093, yaliBfloat16, yaliSum, 1 % n), "broadcast_ce"},
+               {cspec(kReduce, 4093, yaliFloat32, yaliSum, 0), ""},
+               {cspec(kGather, 1031, yaliFloat32, yaliSum, n - 1), "gather_ce"},
+               {cspec(kReduceScatter, 1031, yaliFloat16, yaliSum), ""},
+               {cspec(kScatter, 4093, yaliInt32, yaliSum, n / 2), "scatter_ce"},
+               {cspec(kAllReduce, 1031, yaliFloat32, yaliSum), ""},
+               {cspec(kAlltoAll, 4093, yaliUint8), "alltoall_ce"},
+               {cspec(kReduce, 1031, yaliFloat32, yaliMin, n - 1), ""}};
+    f.wrapAt = 5;
+    families.push_back(f);
+  } else {
+    ctx.note("epoch wrap: ranks of one process share a GPU, where the library turns the copy-engine "
+             "algorithms off: their family is left out here (multi mode runs it)");
+  }
+  for (const EpochFamily& f : families) epochFamily(ctx, f);
+}
 
 const std::vector<CaseDef>& collectiveCases() {
   static const std::vector<CaseDef> cases = {

@@ -531,15 +531,20 @@ void expectPromptFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, const s
 // ==== trust_epoch_wrap =============================================================================
 //
 // C7. YALI_TEST_EPOCH_START puts a new comm's launch counter just before its wrap at 2^32 - 1, so
-// that calls of every algorithm (the selector's choice at each size; each algorithm forced with
-// YALI_ALGO; twoshot_direct on registered outputs) and a graph captured before the wrap
-// run across it, each verified. Catches: flags or LL packets written before the wrap taken for
-// current ones after it (stale data, or a wait that never ends), an epoch parity that flips wrong
-// at the wrap, graph replays that compute their epoch from a host counter. The variable is checked
-// first to be read at all: values outside 1..2^32-1 must be refused at init, like every YALI_*
-// setting out of range.
-
-constexpr uint64_t kEpochMax = 4294967295ull;
+// that calls of every algorithm and a graph captured before the wrap run across it, each verified:
+// AllReduce here (the selector's choice at each size; each algorithm forced with YALI_ALGO;
+// twoshot_direct on registered outputs), then every other family, eager calls and graph replays
+// mixed, every collective taking part: the LL, staged and direct exchanges and the copy engines
+// (epochWrapExchange, cases_collectives.cc; the copy engines only where no process has two ranks
+// on one GPU, which turns them off: not in single mode with ranks sharing a GPU), and AlltoAllv's
+// staged exchange in all its forms (epochWrapAlltoAllv, cases_alltoallv.cc). The counter has one
+// width, 32 bits (an LL packet's flag is the epoch; flagValue keeps it in the upper half), and
+// 2^32 - 1 is the largest value the hook takes, so the wrap there is the only one to cross. Catches:
+// flags or LL packets written before the wrap taken for current ones after it (stale data, or a
+// wait that never ends), an epoch parity that flips wrong at the wrap (2^32 - 1 and the 1 after it
+// are both odd), graph replays that compute their epoch from a host counter. The variable is
+// checked first to be read at all: values outside 1..2^32-1 must be refused at init, like every
+// YALI_* setting out of range.
 
 // Comm creation with YALI_TEST_EPOCH_START=value must fail on every rank (yaliInvalidArgument
 // naming the variable).
@@ -718,6 +723,10 @@ void caseEpochWrap(Ctx& ctx) {
                {{"YALI_ALGO", f.algo}}, f.cycle, 12, f.algo);
   }
   epochRegistered(ctx, "twoshot_direct", {{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}});
+
+  // Every other collective's families, and AlltoAllv (suite.h).
+  epochWrapExchange(ctx);
+  epochWrapAlltoAllv(ctx);
 }
 
 // ==== trust_failure_propagates =====================================================================
@@ -2378,8 +2387,10 @@ void caseStreamsOrder(Ctx& ctx) {
 
 const std::vector<CaseDef>& trustCases() {
   static const std::vector<CaseDef> cases = {
-      {"trust_epoch_wrap", "launch counter from 2^32-7 / 2^32-1 across its wrap: every algorithm, graphs",
-       300, caseEpochWrap},
+      {"trust_epoch_wrap",
+       "launch counter from 2^32-8..2^32-1 across its wrap: every algorithm family of every collective, "
+       "eager and graphs",
+       600, caseEpochWrap},
       {"trust_failure_propagates", "a timeout or abort on rank 0 fails the others at once, naming rank 0",
        120, caseFailurePropagates},
       {"trust_poison_after_failure", "graph replayed on a failed comm writes 0xFF; eager calls write nothing",

@@ -87,6 +87,15 @@ const std::vector<CaseDef>& registeredCases();
 const std::vector<CaseDef>& trustCases();
 bool caseSelected(const CaseDef& c, const Options& opt);
 
+// trust_epoch_wrap (cases_trust.cc) crosses the launch counter's wrap with every algorithm family;
+// the parts for the other collectives live beside the helpers they use. kEpochMax is the last
+// launch epoch before the wrap (the library's kEpochLimit, 2^32 - 1): a comm made with
+// YALI_TEST_EPOCH_START=kEpochMax - k wraps at its launch k (from 0; a launch is one kernel, so a
+// copy-engine call does not count). Collective.
+constexpr uint64_t kEpochMax = 4294967295ull;
+void epochWrapExchange(Ctx& ctx);   // cases_collectives.cc: LL, staged, direct, copy engines
+void epochWrapAlltoAllv(Ctx& ctx);  // cases_alltoallv.cc: alltoallv_staged
+
 // Exit codes of a case's process.
 constexpr int kExitPass = 0;
 constexpr int kExitFail = 1;
