@@ -21,12 +21,16 @@
 #                                            algorithms (empty: not run)
 #   SOAK_RANKS=2  SOAK_MODES="single multi"  soak: the soak cases (--filter soak)
 #   FUZZ_RUNS=8  FUZZ_SEED=1                 fuzz: seeded random settings (buffer sizes, blocks,
-#   FUZZ_PLAIN_RUNS=16                       algorithm, thresholds, sometimes a random tuning
-#                                            file), one line each: FUZZ_RUNS under
-#                                            compute-sanitizer memcheck (in one process, --quick,
-#                                            2 or 3 ranks), then FUZZ_PLAIN_RUNS without it (all
-#                                            sizes, 2 to 4 ranks); counts cases, registered_small
-#                                            where the algorithm needs registered buffers
+#   FUZZ_PLAIN_RUNS=16  FUZZ_RUN_TIMEOUT=150 YALI_ALGO from every collective's algorithms or one
+#                                            per collective, every algorithm's threshold, sometimes
+#                                            a random tuning file with the exchanges' keys), one
+#                                            line each: FUZZ_RUNS under compute-sanitizer memcheck
+#                                            (in one process, --quick, 2 or 3 ranks), then
+#                                            FUZZ_PLAIN_RUNS without it (2 to 4 ranks, single mode,
+#                                            or multi where copy engines may run); each a collective
+#                                            mix (coll_* or counts_* cases), coll_registered or
+#                                            registered_small where the algorithm needs registered
+#                                            buffers
 #   ALGOS="oneshot_ll twoshot ..."  ALGO_RANKS="2 4"   algotests: which forced algorithms, world sizes
 #   VARIANTS="name:VAR=v,VAR=v ..."  VARIANT_NP="2 4"   variants: yali-perf (YALI only) once per
 #   VARIANT_SIZES="-b 256K -e 1G -f 4"                  settings list, one process per GPU; the
@@ -397,39 +401,84 @@ if has soak; then
 fi
 
 if has fuzz; then
-  # Settings fuzz: seeded random YALI_* combinations (odd buffer sizes, block caps, forced
-  # algorithms, thresholds, sometimes a random valid tuning file for this GPU), each on one line
-  # with its result. The generator prints "memcheck|plain<TAB>ranks<TAB>filter<TAB>VAR=value ..."
-  # per run: FUZZ_RUNS lines for compute-sanitizer memcheck, then FUZZ_PLAIN_RUNS for plain runs.
-  # Same FUZZ_SEED, same combinations (logs/fuzz_plan.txt). YALI_TIMEOUT_MS=30000 turns a hang into
-  # a failure well inside each run's limit. 4 + 4 runs took 9 s on one H100 (2026-11-24).
+  # Settings fuzz: seeded random YALI_* combinations, each on one line with its result. Drawn per
+  # run: odd buffer sizes (staging, LL, pull), block caps, YALI_ALGO (auto, one algorithm of any
+  # collective, or a list naming one per collective), the thresholds of every bounded algorithm
+  # of every collective (YALI_<NAME>_MAX_BYTES / _MIN_BYTES: -2 table, -1 always, 0 never, bytes;
+  # each set or not), and sometimes a random valid tuning file for this GPU (the nine mandatory
+  # keys, sometimes the frugal keys and any of the other algorithms' threshold keys, exchanges
+  # included). The algorithms, their collectives, thresholds and needs come from README.md's
+  # algorithm table (a host test keeps it equal to the registry). Each run then runs a collective
+  # mix through the GPU suite: one of coll_counts, coll_back_to_back, coll_graphs, coll_groups,
+  # coll_offsets, coll_large (plain runs only) or the AllReduce counts_* cases; where a forced
+  # algorithm needs registered buffers, about half the time registered_small (twoshot_direct
+  # alone) or coll_registered (every collective on registered buffers under the selector's choice,
+  # laid out for the copy engines too), which a tenth of the other runs take as well, to put the
+  # *_direct and *_ce thresholds to work (elsewhere a forced *_direct or *_ce gives way to the
+  # selector's choice among the rest, also worth a run). The generator prints "kind<TAB>ranks<TAB>filter<TAB>VAR=value ..." per run:
+  # FUZZ_RUNS lines of kind memcheck (compute-sanitizer memcheck, in one process, --quick, 2 or 3
+  # ranks), then FUZZ_PLAIN_RUNS of kind plain (single mode, 2 to 4 ranks, all sizes but
+  # coll_counts and coll_registered, which are --quick) or multi (the same in multi mode, one
+  # process per rank: where a copy-engine algorithm may run on registered buffers, since the
+  # library turns *_ce off for ranks of one process sharing a GPU, which is what single mode is
+  # where GPUs are few; memcheck runs cannot follow forked processes and keep single mode). Same
+  # FUZZ_SEED, same combinations (logs/fuzz_plan.txt). YALI_TIMEOUT_MS=30000 turns a hang into a
+  # failure well inside each run's limit. 4 + 4 runs of the AllReduce-only fuzz took 9 s on one
+  # H100 (2026-11-24); the collective mix takes longer (not yet measured).
   sm=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | cut -d. -f1)
-  python3 - "${FUZZ_SEED:-1}" "${FUZZ_RUNS:-8}" "${FUZZ_PLAIN_RUNS:-16}" "$LOG" "${sm:-9}" > "$LOG/fuzz_plan.txt" <<'PY'
-import random, sys
-seed, nsan, nplain, log, sm = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
+  python3 - "${FUZZ_SEED:-1}" "${FUZZ_RUNS:-8}" "${FUZZ_PLAIN_RUNS:-16}" "$LOG" "${sm:-9}" README.md > "$LOG/fuzz_plan.txt" <<'PY'
+import random, re, sys
+seed, nsan, nplain, log, sm, readme = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]), sys.argv[6]
 rng = random.Random(seed)
-algos = ["auto", "oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "twoshot_direct"]
+# README.md's algorithm table: | `name` | collective | up to|from `YALI_..._BYTES`[, output|input registered ...]|otherwise | ... |
+algos = []
+for line in open(readme):
+    m = re.match(r"^\| `([a-z0-9_]+)` \| ([a-z]+) \| (up to|from|otherwise)(?: `(YALI_[A-Z0-9_]+)`)?([^|]*)\|", line)
+    if not m:
+        continue
+    name, coll, when, env, rest = m.groups()
+    bound = {"up to": "max", "from": "min"}.get(when)
+    needs = "output" if "output registered" in rest else "input" if "input registered" in rest else None
+    # The tuning key (registry.cc's tuningKey): <name>_max / <name>_min, but one-shot LL's, which is
+    # the mandatory ll_max. A wrong key shows: the library refuses the file (unknown key).
+    key = None if bound is None else "ll_max" if name == "oneshot_ll" else f"{name}_{bound}"
+    algos.append((name, coll, bound, env, needs, key))
+if len(algos) < 20 or not any(a[0] == "oneshot_ll" for a in algos):
+    sys.exit(f"{readme}: the algorithm table was not found ({len(algos)} rows)")
+collectives = sorted({a[1] for a in algos})
+bounded = [a for a in algos if a[2]]
+by_name = {a[0]: a for a in algos}
 def size(choices, lo, hi):  # a listed value (odd ones included) or a uniform one in [lo, hi]
     return rng.choice(choices) if rng.random() < 0.7 else rng.randint(lo, hi)
 def threshold():  # -2 table, -1 always, 0 never, or bytes
     return rng.choice([-2, -1, 0, rng.randint(1, 1 << 24)])
 def threads():
     return rng.choice([64, 96, 128, 256, 512, 1024])
+memcheck_filters = ["counts_", "coll_counts", "coll_back_to_back", "coll_graphs", "coll_groups"]
+plain_filters = memcheck_filters + ["coll_offsets", "coll_large"]
 for i in range(nsan + nplain):
     sanitized = i < nsan
     ranks = rng.choice([2, 3]) if sanitized else rng.choice([2, 3, 4])
-    algo = rng.choice(algos)
+    r = rng.random()
+    if r < 0.3:  # one algorithm per collective (some left to the selector; fewer that need registration)
+        forced = [rng.choice([a[0] for a in algos if a[1] == c and (not a[4] or rng.random() < 0.3)] or
+                             [a[0] for a in algos if a[1] == c]) for c in collectives if rng.random() < 0.75]
+    elif r < 0.85:
+        forced = [rng.choice(algos)[0]]
+    else:
+        forced = []
     env = {
         "YALI_TIMEOUT_MS": 30000,
         "YALI_STAGING_BYTES": size([65536, 100000, 131072, 1000000, 4194304, 8388608], 65536, 8388608),
         "YALI_LL_BUFFER_BYTES": size([4096, 65536, 100000, 262144, 1048576], 4096, 4 << 20),
         "YALI_PULL_BUFFER_BYTES": size([0, 65536, 100000, 1048576, 4194304, 8388608], 0, 8 << 20),
         "YALI_MAX_CTAS": rng.choice([0, 0, 1, 2, 7, 32, 64, rng.randint(0, 64)]),
-        "YALI_ALGO": algo,
-        "YALI_ONESHOT_LL_MAX_BYTES": threshold(),
-        "YALI_ONESHOT_PULL_MAX_BYTES": threshold(),
-        "YALI_TWOSHOT_PUSH_MIN_BYTES": threshold(),
+        "YALI_ALGO": ",".join(forced) if forced else "auto",
     }
+    for a in bounded:  # every collective's thresholds, each set or left to the table
+        if rng.random() < 0.5:
+            env[a[3]] = threshold()
+    tuning = {}
     if rng.random() < 0.35:
         # A valid table line for this GPU and world size: the nine mandatory keys, sometimes optional ones.
         min_slot = rng.choice([256, 4096, 16384, 65536, rng.randint(1, 256) * 256])
@@ -439,27 +488,45 @@ for i in range(nsan + nplain):
                 f"twoshot_max_slot={min_slot + rng.choice([0, 256, 65536, rng.randint(0, 1 << 20) // 256 * 256])}")
         if rng.random() < 0.5:
             line += f" frugal_min={rng.choice([0, 1 << 20, rng.randint(0, 1 << 26)])} frugal_ctas={rng.randint(1, 64)} frugal_teams={rng.choice([1, 2])}"
-        if rng.random() < 0.5:
-            line += f" oneshot_pull_max={rng.choice([0, 65536, rng.randint(0, 1 << 23)])} twoshot_push_min={rng.choice([0, 1, rng.randint(0, 1 << 24)])}"
+        for a in bounded:  # the other algorithms' keys, the exchanges' included (0: never)
+            if a[5] != "ll_max" and rng.random() < 0.3:
+                tuning[a[5]] = rng.choice([0, 1, 4096, 65536, 1 << 20, rng.randint(0, 1 << 24)])
+        line += "".join(f" {k}={v}" for k, v in tuning.items())
         path = f"{log}/fuzz_tuning_{i + 1}.txt"  # run i + 1 in the log
         with open(path, "w") as f:
             f.write(f"# fuzz run {i + 1}, FUZZ_SEED={seed}\n{line}\n")
         env["YALI_TUNING_FILE"] = path
-    # twoshot_direct takes only registered outputs: the registered cases run it.
-    filt = "registered_small" if algo == "twoshot_direct" else "counts"
-    print(f"{'memcheck' if sanitized else 'plain'}\t{ranks}\t{filt}\t" + " ".join(f"{k}={v}" for k, v in env.items()))
+    # Forced algorithms for registered outputs or inputs take them only there: the registered cases
+    # about half the time (elsewhere the selector chooses among the rest, which is worth a run too).
+    registered = [n for n in forced if by_name[n][4]]
+    if registered == ["twoshot_direct"] and rng.random() < 0.4:
+        filt = "registered_small"
+    elif rng.random() < (0.5 if registered else 0.1):
+        filt = "coll_registered"
+    else:
+        filt = rng.choice(memcheck_filters if sanitized else plain_filters)
+    # Copy engines possible (forced, a threshold or a tuning key that turns them on): mostly multi
+    # mode, where they can run when GPUs are few.
+    ce = any(by_name[n][4] == "input" for n in forced) or any(
+        a[4] == "input" and (env.get(a[3], -2) not in (-2, 0) or tuning.get(a[5], 0) > 0) for a in bounded)
+    kind = "memcheck" if sanitized else "multi" if filt == "coll_registered" and ce and rng.random() < 0.7 else "plain"
+    print(f"{kind}\t{ranks}\t{filt}\t" + " ".join(f"{k}={v}" for k, v in env.items()))
 PY
+  [ -s "$LOG/fuzz_plan.txt" ] || note "fuzz: no plan (the generator failed: README.md's algorithm table?)"
   i=0; fuzz_fail=0
   while IFS=$'\t' read -r kind n filt vars; do
     i=$((i + 1))
     flog="$LOG/fuzz_${i}_$kind.log"
+    # The two large matrices run --quick in plain runs too (all collectives x types x ops).
+    quick=""; case "$filt" in coll_counts|coll_registered) quick=--quick ;; esac
     if [ "$kind" = memcheck ]; then
       env $vars timeout ${FUZZ_RUN_TIMEOUT:-150} compute-sanitizer --tool memcheck --error-exitcode 9 \
         "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --quick --deadline-scale 5 \
         --filter "$filt" > "$flog" 2>&1
     else
+      mode=single; [ "$kind" = multi ] && mode=multi
       env $vars timeout ${FUZZ_RUN_TIMEOUT:-150} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" \
-        --mode single --filter "$filt" > "$flog" 2>&1
+        --mode "$mode" $quick --filter "$filt" > "$flog" 2>&1
     fi
     rc=$?
     [ $rc -ne 0 ] && fuzz_fail=$((fuzz_fail + 1))

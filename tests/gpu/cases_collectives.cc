@@ -1777,7 +1777,12 @@ void caseThresholds(Ctx& ctx) {
 // Registered buffers under the selector's own choice (whatever the environment says): every
 // collective x every type at 1, 4093, 262147 and 2 MB+ per receiver, in place and out of place;
 // the choice must be the same on every rank and the result right. Then the same memory after
-// yaliCommDeregister: never *_direct, still right.
+// yaliCommDeregister: never *_direct, still right. Every call is laid out as the copy-engine
+// algorithms need it (yali.h), so that settings turning them on (YALI_ALGO=*_ce,
+// YALI_*_CE_MIN_BYTES: the settings fuzz of scripts/gpu_check.sh) may take them: in place, the
+// non-roots' unused Gather recvbuff and Scatter sendbuff lie where the root's do, and a Scatter
+// non-root's sendbuff is never NULL (a rank whose input is not registered would take another
+// algorithm than its peers, which yali.h answers with yaliTimeout).
 
 void caseRegistered(Ctx& ctx) {
   const int n = ctx.nranks;
@@ -1800,7 +1805,8 @@ void caseRegistered(Ctx& ctx) {
           }
           CLayout L;
           L.inplace = c == kBcast || (canInPlace(c) && combo % 2 == 1);
-          L.nullUnused = combo % 4 == 3;
+          L.nullUnused = combo % 4 == 3 && c != kScatter;
+          L.sendAtRootOffset = true;
           const std::vector<yaliRedOp_t> ops = opsFor(dt);
           CollRun run(ctx, cspec(c, count, dt, ops[combo % ops.size()], combo % n, L), *slab);
           expectAlgo(ctx, comms, run, "", "registered");
