@@ -531,6 +531,18 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
     if (r != yaliSuccess) return r;
     comm->pids.assign(ndev, static_cast<int32_t>(getpid()));
   }
+  // Two ranks of one process on one GPU share its hardware queues: a stream memory wait at the head
+  // of a queue can hold up every stream behind it, the peer's write it waits for included (probably
+  // why gather_ce timed out this way on an H100, 2026-11-25; the same calls passed one process per
+  // rank). The copy-engine algorithms are off for such comms, on every rank: the choice must be the
+  // same on all of them (with 3 ranks on 2 GPUs, the rank alone on its GPU would otherwise take
+  // *_ce while the others do not, and the call would time out). One process per rank (separate
+  // contexts) keeps them.
+  bool ranksShareAGpu = false;
+  for (int i = 0; i < ndev; ++i)
+    for (int j = i + 1; j < ndev; ++j) ranksShareAGpu |= made[i]->device == made[j]->device;
+  if (ranksShareAGpu)
+    for (int i = 0; i < ndev; ++i) made[i]->copyEngineOk = false;
   for (int i = 0; i < ndev; ++i) {
     DeviceResources& res = *made[i]->res;
     cudaSetDevice(made[i]->device);
@@ -538,15 +550,7 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
       if (i == j) continue;
       res.peerWindows[j] = made[j]->res->window->data();
       res.peerWindowRefs.push_back(made[j]->res->window);
-      if (made[i]->device == made[j]->device) {
-        // Two ranks of one process on one GPU share its hardware queues: a stream memory wait at
-        // the head of a queue can hold up every stream behind it, the peer's write it waits for
-        // included (probably why gather_ce timed out this way on an H100, 2026-11-25; the same
-        // calls passed one process per rank). The copy-engine algorithms are off for such comms;
-        // one process per rank (separate contexts) keeps them.
-        made[i]->copyEngineOk = false;
-        continue;
-      }
+      if (made[i]->device == made[j]->device) continue;  // one GPU: nothing to grant
       std::string err;
       if (!res.window->grantAccess(made[j]->device, &err))
         return fail(yaliUnhandledCudaError, nullptr, "%s: letting device %d access device %d's window: %s",

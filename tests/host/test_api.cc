@@ -432,12 +432,12 @@ const CollCall kCollCalls[] = {
      }},
     {"yaliExpertDispatch",
      [](yaliComm_t c, void* b, size_t n) {
-       const yaliExpertLayout_t layout = {14336, 4, 8, n};
+       const yaliExpertLayout_t layout = {14336, 4, 8, n, 0};
        return yaliExpertDispatch(b, static_cast<const int64_t*>(b), second(b), nullptr, nullptr, &layout, c, nullptr);
      }},
     {"yaliExpertCombine",
      [](yaliComm_t c, void* b, size_t n) {
-       const yaliExpertLayout_t layout = {14336, 4, 8, n};
+       const yaliExpertLayout_t layout = {14336, 4, 8, n, 0};
        return yaliExpertCombine(second(b), static_cast<const int64_t*>(b), b, &layout, c, nullptr);
      }},
 };
