@@ -1,36 +1,94 @@
-// A stand-in for libnccl.so.2 in libyali-nccl's host tests (test_nccl_abi.cc), which point
-// YALI_NCCL_LIBRARY at it: a few of NCCL's functions, each noting what it received, so that a test
-// can see what libyali-nccl forwarded. It lacks most of NCCL on purpose (ncclSend, for one), to
-// exercise the forward of a function the loaded NCCL does not have.
+// A stand-in for libnccl.so.2 in libyali-nccl's host tests (test_nccl_abi.cc and
+// test_nccl_abi_errors.cc), which point YALI_NCCL_LIBRARY at it: some of NCCL's functions, each
+// noting what it received, so that a test can see what libyali-nccl forwarded. It lacks most of
+// NCCL on purpose (ncclSend, for one), to exercise the forward of a function the loaded NCCL does
+// not have.
 //
-// Its communicators have one rank: libyali-nccl then never starts its YALI set-up (which needs a
-// GPU), and every call is NCCL's.
+// Communicators of one rank (test_nccl_abi.cc's) never start libyali-nccl's YALI set-up, which
+// needs libyali. Communicators of several ranks (test_nccl_abi_errors.cc's, with fake_yali.cc
+// standing in for libyali) are made by one thread for all their ranks (ncclCommInitAll, or
+// ncclCommInitRank inside a group), as one process driving several GPUs does:
+//  - collectives and splits issued inside a group are matched across the ranks of each
+//    communicator at the outermost ncclGroupEnd and carried out there on host memory (the fake CUDA
+//    runtime of fake_yali.cc allocates host memory): AllGather, Broadcast, AllReduce of int32 (sum,
+//    min, max), ncclCommSplit. That is all libyali-nccl's set-up uses. A rank whose peers did not
+//    make the same call fails the group end (ncclInvalidUsage), where NCCL would hang;
+//  - outside a group a collective is noted and moves no data (the peers' calls never come);
+//  - fakeRanksPerNode > 0 simulates nodes: the set-up's AllGather of its records (routing.h,
+//    RankRecord) reports rank r on node "fake-node-<r / fakeRanksPerNode>", as YALI_NODE_ID does
+//    per process on a GPU machine.
+// Communicators are never freed: one that was destroyed or aborted is marked, and any later call
+// with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
+//
+// Every call, and fake_yali.cc's, is appended to one event log (fakeRecord), so that a test can
+// check which library was called, with which communicator, in which order.
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
 #include <nccl.h>
+
+#include "nccl_abi/routing.h"
 
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace {
 
+struct World;
+
 struct FakeComm {
   uint64_t magic = 0x4d4d4f43454b4146ull;  // not libyali-nccl's, as NCCL's own is not
   int rank = 0;
   int nranks = 1;
+  int device = 0;
+  World* world = nullptr;
+  ncclResult_t asyncError = ncclSuccess;  // fakeSetAsyncError
+  bool ended = false;                     // destroyed or aborted
+  std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
 };
 
-FakeComm* makeComm(int nranks, int rank) {
+// The ranks of one communicator.
+struct World {
+  std::vector<FakeComm*> ranks;
+};
+
+std::mutex mutex;  // guards everything below (fake_yali.cc records from several threads)
+std::map<uint64_t, World*> worldsById;
+struct Event {
+  std::string call;
+  const void* handle;
+};
+std::vector<Event> events;
+std::vector<std::pair<std::string, ncclResult_t>> failures;  // fakeFailNext, in order
+std::string lastError = "fake: no error yet";
+
+FakeComm* makeComm(World* world, int nranks, int rank, int device) {
   FakeComm* c = new FakeComm;
   c->rank = rank;
   c->nranks = nranks;
+  c->device = device;
+  c->world = world != nullptr ? world : new World;
+  if (c->world->ranks.size() < static_cast<size_t>(nranks)) c->world->ranks.resize(nranks, nullptr);
+  c->world->ranks[rank] = c;
   return c;
+}
+
+uint64_t idKey(const ncclUniqueId& id) {
+  uint64_t key = 0;
+  memcpy(&key, id.internal, sizeof(key));
+  return key;
 }
 
 }  // namespace
 
 // What the last call received: its name, its communicator, the handle it was given (for
-// deregistration) and the group depth. Read by the test through dlsym.
+// deregistration) and the group depth. Read by the tests through dlsym.
 extern "C" {
 __attribute__((visibility("default"))) const char* fakeLastCall = "";
 __attribute__((visibility("default"))) void* fakeLastComm = nullptr;
@@ -39,17 +97,227 @@ __attribute__((visibility("default"))) int fakeGroupDepth = 0;
 __attribute__((visibility("default"))) int fakeVersion = NCCL_VERSION_CODE;
 // The handle ncclCommRegister gives out.
 __attribute__((visibility("default"))) char fakeRegistrationToken = 0;
+// Calls made with a communicator after its ncclCommDestroy or ncclCommAbort.
+__attribute__((visibility("default"))) int fakeCallsOnEndedComms = 0;
+// > 0: simulated nodes of this many consecutive ranks (see the top).
+__attribute__((visibility("default"))) int fakeRanksPerNode = 0;
+}
+
+// The event log, shared with fake_yali.cc.
+FAKE_EXPORT void fakeRecord(const char* call, const void* handle) {
+  std::lock_guard<std::mutex> lock(mutex);
+  events.push_back({call, handle});
+}
+FAKE_EXPORT int fakeEventCount() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return static_cast<int>(events.size());
+}
+// The i-th event's call and handle; "" past the end.
+FAKE_EXPORT const char* fakeEventCall(int i) {
+  std::lock_guard<std::mutex> lock(mutex);
+  return i >= 0 && i < static_cast<int>(events.size()) ? events[i].call.c_str() : "";
+}
+FAKE_EXPORT const void* fakeEventHandle(int i) {
+  std::lock_guard<std::mutex> lock(mutex);
+  return i >= 0 && i < static_cast<int>(events.size()) ? events[i].handle : nullptr;
+}
+
+// The next call of `call` returns `result` (once), with a message for ncclGetLastError.
+FAKE_EXPORT void fakeFailNext(const char* call, ncclResult_t result) {
+  std::lock_guard<std::mutex> lock(mutex);
+  failures.push_back({call, result});
+}
+
+// ncclCommGetAsyncError of this (real) communicator returns `result` from now on.
+FAKE_EXPORT void fakeSetAsyncError(void* comm, ncclResult_t result) {
+  static_cast<FakeComm*>(comm)->asyncError = result;
+  std::lock_guard<std::mutex> lock(mutex);
+  lastError = "fake NCCL: communicator " + std::to_string(static_cast<FakeComm*>(comm)->rank) +
+              " failed asynchronously (" + std::to_string(result) + ")";
+}
+
+// The i-th communicator made from this one by ncclCommSplit or ncclCommShrink (null if none).
+FAKE_EXPORT void* fakeChild(void* comm, int i) {
+  const auto& children = static_cast<FakeComm*>(comm)->children;
+  return i >= 0 && i < static_cast<int>(children.size()) ? children[i] : nullptr;
 }
 
 namespace {
 
+// What fakeFailNext asked `call` to return now (ncclSuccess: nothing), consumed.
+ncclResult_t failureOf(const char* call) {
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = failures.begin(); it != failures.end(); ++it) {
+    if (it->first != call) continue;
+    const ncclResult_t r = it->second;
+    failures.erase(it);
+    lastError = std::string("fake NCCL: ") + call + " failed as asked (" + std::to_string(r) + ")";
+    return r;
+  }
+  return ncclSuccess;
+}
+
+// Every call goes through here: notes it, and says what it returns before doing anything.
 ncclResult_t note(const char* call, const void* comm) {
   fakeLastCall = call;
   fakeLastComm = const_cast<void*>(comm);
-  return comm != nullptr ? ncclSuccess : ncclInvalidArgument;
+  fakeRecord(call, comm);
+  const ncclResult_t asked = failureOf(call);
+  if (asked != ncclSuccess) return asked;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (comm == nullptr) {
+    lastError = std::string("fake NCCL: ") + call + ": comm is NULL";
+    return ncclInvalidArgument;
+  }
+  if (static_cast<const FakeComm*>(comm)->ended) {
+    ++fakeCallsOnEndedComms;
+    lastError = std::string("fake NCCL: ") + call + ": the comm was destroyed or aborted";
+    return ncclInvalidUsage;
+  }
+  return ncclSuccess;
 }
 
 const FakeComm* fake(ncclComm_t comm) { return reinterpret_cast<const FakeComm*>(comm); }
+FakeComm* fakeMutable(ncclComm_t comm) { return reinterpret_cast<FakeComm*>(comm); }
+
+// ---- Groups: what a group carries out at its end ------------------------------------------------------
+
+struct Op {
+  const char* call;
+  FakeComm* comm;
+  const void* send;
+  void* recv;
+  size_t count;
+  ncclDataType_t type;
+  ncclRedOp_t op;
+  int root;
+  int color, key;
+  ncclComm_t* newcomm;
+};
+std::vector<Op> pending;  // issued inside the open group (by the one thread that drives the ranks)
+
+size_t typeSize(ncclDataType_t t) {
+  switch (t) {
+    case ncclInt8: case ncclUint8: case ncclFloat8e4m3: case ncclFloat8e5m2: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+  }
+}
+
+// The set-up's records, with the simulated node of each rank written in.
+void simulateNode(char* record, int rank) {
+  using yali::nccl_abi::RankRecord;
+  RankRecord r;
+  memcpy(&r, record, sizeof(r));
+  if (r.layout != RankRecord::kLayout) return;
+  memset(r.node, 0, sizeof(r.node));
+  snprintf(r.node, sizeof(r.node), "fake-node-%d", rank / fakeRanksPerNode);
+  memcpy(record, &r, sizeof(r));
+}
+
+// One collective, made by every rank of one communicator (ops[r] is rank r's).
+ncclResult_t carryOut(const std::vector<Op*>& ops) {
+  const Op& first = *ops[0];
+  const int n = static_cast<int>(ops.size());
+  const size_t bytes = first.count * typeSize(first.type);
+  const std::string call = first.call;
+  if (call == "ncclCommSplit") {
+    std::vector<int> order(n);
+    for (int r = 0; r < n; ++r) order[r] = r;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ops[a]->key < ops[b]->key; });
+    std::map<int, World*> byColor;
+    std::map<int, int> sizes;
+    for (int r : order)
+      if (ops[r]->color != NCCL_SPLIT_NOCOLOR) ++sizes[ops[r]->color];
+    std::map<int, int> next;
+    for (int r : order) {
+      Op& o = *ops[r];
+      if (o.color == NCCL_SPLIT_NOCOLOR) {
+        *o.newcomm = nullptr;
+        continue;
+      }
+      World*& w = byColor[o.color];
+      if (w == nullptr) w = new World;
+      FakeComm* c = makeComm(w, sizes[o.color], next[o.color]++, o.comm->device);
+      o.comm->children.push_back(c);
+      *o.newcomm = reinterpret_cast<ncclComm_t>(c);
+    }
+    return ncclSuccess;
+  }
+  if (bytes == 0) return ncclSuccess;
+  for (const Op* o : ops)
+    if (o->recv == nullptr || (call != "ncclBroadcast" && o->send == nullptr)) return ncclInvalidArgument;
+  if (call == "ncclAllGather") {
+    std::vector<char> all(bytes * n);
+    for (int r = 0; r < n; ++r) {
+      memcpy(all.data() + r * bytes, ops[r]->send, bytes);
+      if (fakeRanksPerNode > 0 && bytes == sizeof(yali::nccl_abi::RankRecord)) simulateNode(all.data() + r * bytes, r);
+    }
+    for (const Op* o : ops) memcpy(o->recv, all.data(), all.size());
+    return ncclSuccess;
+  }
+  if (call == "ncclBroadcast") {
+    const std::vector<char> root(static_cast<const char*>(ops[first.root]->send),
+                                 static_cast<const char*>(ops[first.root]->send) + bytes);
+    for (const Op* o : ops) memcpy(o->recv, root.data(), bytes);
+    return ncclSuccess;
+  }
+  if (call == "ncclAllReduce" && first.type == ncclInt32 &&
+      (first.op == ncclSum || first.op == ncclMin || first.op == ncclMax)) {
+    std::vector<int32_t> acc(first.count);
+    memcpy(acc.data(), ops[0]->send, bytes);
+    for (int r = 1; r < n; ++r) {
+      const int32_t* in = static_cast<const int32_t*>(ops[r]->send);
+      for (size_t i = 0; i < first.count; ++i)
+        acc[i] = first.op == ncclSum ? acc[i] + in[i] : first.op == ncclMin ? std::min(acc[i], in[i]) : std::max(acc[i], in[i]);
+    }
+    for (const Op* o : ops) memcpy(o->recv, acc.data(), bytes);
+    return ncclSuccess;
+  }
+  return ncclInvalidArgument;  // this fake moves no other data
+}
+
+// The outermost group's end: every communicator's calls, matched rank by rank, in issue order.
+ncclResult_t carryOutGroup(std::vector<Op> ops) {
+  std::map<World*, std::vector<std::vector<Op*>>> byWorld;
+  for (Op& o : ops) {
+    auto& perRank = byWorld[o.comm->world];
+    perRank.resize(o.comm->nranks);
+    perRank[o.comm->rank].push_back(&o);
+  }
+  ncclResult_t result = ncclSuccess;
+  for (auto& [world, perRank] : byWorld) {
+    for (size_t k = 0; k < perRank[0].size(); ++k) {
+      std::vector<Op*> call;
+      for (auto& mine : perRank) {
+        if (k < mine.size() && strcmp(mine[k]->call, perRank[0][k]->call) == 0) call.push_back(mine[k]);
+      }
+      const ncclResult_t r = call.size() == perRank.size() ? carryOut(call) : ncclInvalidUsage;
+      if (r != ncclSuccess && result == ncclSuccess) {
+        result = r;
+        std::lock_guard<std::mutex> lock(mutex);
+        lastError = std::string("fake NCCL: the group's ") + perRank[0][k]->call +
+                    (r == ncclInvalidUsage ? " was not made by every rank" : " cannot be carried out here");
+      }
+    }
+    for (auto& mine : perRank)
+      if (mine.size() != perRank[0].size() && result == ncclSuccess) result = ncclInvalidUsage;
+  }
+  return result;
+}
+
+// A collective: noted, and queued when inside a group.
+ncclResult_t collective(const Op& o, ncclComm_t comm) {
+  const ncclResult_t r = note(o.call, comm);
+  if (r != ncclSuccess) return r;
+  if (fakeGroupDepth > 0) {
+    Op queued = o;
+    queued.comm = fakeMutable(comm);
+    pending.push_back(queued);
+  }
+  return ncclSuccess;
+}
 
 }  // namespace
 
@@ -63,68 +331,169 @@ FAKE_EXPORT const char* ncclGetErrorString(ncclResult_t result) {
 }
 
 FAKE_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
-  note("ncclGetLastError", comm);
-  return "fake: last error";
+  fakeLastCall = "ncclGetLastError";
+  fakeLastComm = comm;
+  fakeRecord("ncclGetLastError", comm);
+  static thread_local std::string returned;
+  std::lock_guard<std::mutex> lock(mutex);
+  returned = lastError;
+  return returned.c_str();
 }
 
 FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  static uint64_t serial = 0;
   memset(id, 7, sizeof(*id));
+  const uint64_t key = ++serial;
+  memcpy(id->internal, &key, sizeof(key));
   fakeLastCall = "ncclGetUniqueId";
   return ncclSuccess;
 }
 
-FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId, int rank) {
-  *comm = reinterpret_cast<ncclComm_t>(makeComm(nranks, rank));
-  return note("ncclCommInitRank", *comm);
+namespace {
+
+// ncclCommInitRank(Config): one rank of the communicator the id names.
+ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank) {
+  World* world = nullptr;
+  if (nranks > 1) {
+    std::lock_guard<std::mutex> lock(mutex);
+    World*& w = worldsById[idKey(id)];
+    if (w == nullptr) w = new World;
+    world = w;
+  }
+  *comm = reinterpret_cast<ncclComm_t>(makeComm(world, nranks, rank, nranks > 1 ? rank : 0));
+  return note(call, *comm);
 }
 
-FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId, int rank,
+}  // namespace
+
+FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
+  return initRank("ncclCommInitRank", comm, nranks, id, rank);
+}
+
+FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
                                                 ncclConfig_t*) {
-  *comm = reinterpret_cast<ncclComm_t>(makeComm(nranks, rank));
-  return note("ncclCommInitRankConfig", *comm);
+  return initRank("ncclCommInitRankConfig", comm, nranks, id, rank);
 }
 
-FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  note("ncclCommDestroy", comm);
-  delete reinterpret_cast<FakeComm*>(comm);
+FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  World* world = new World;
+  for (int i = 0; i < ndev; ++i)
+    comms[i] = reinterpret_cast<ncclComm_t>(makeComm(world, ndev, i, devlist != nullptr ? devlist[i] : i));
+  return note("ncclCommInitAll", comms[0]);
+}
+
+FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+  const ncclResult_t r = note("ncclCommSplit", comm);
+  if (r != ncclSuccess) return r;
+  FakeComm* parent = fakeMutable(comm);
+  if (fakeGroupDepth > 0) {
+    pending.push_back({"ncclCommSplit", parent, nullptr, nullptr, 0, ncclInt8, ncclSum, 0, color, key, newcomm});
+    return ncclSuccess;
+  }
+  if (parent->nranks > 1) return ncclInvalidUsage;  // its peers' calls would be needed: make them in a group
+  *newcomm = nullptr;
+  if (color != NCCL_SPLIT_NOCOLOR) {
+    FakeComm* c = makeComm(nullptr, 1, 0, parent->device);
+    parent->children.push_back(c);
+    *newcomm = reinterpret_cast<ncclComm_t>(c);
+  }
   return ncclSuccess;
 }
 
+FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int excludeCount, ncclComm_t* newcomm,
+                                        ncclConfig_t*, int) {
+  const ncclResult_t r = note("ncclCommShrink", comm);
+  if (r != ncclSuccess) return r;
+  // The ranks that stay, made at once (this fake's shrink is not collective).
+  FakeComm* parent = fakeMutable(comm);
+  const int n = parent->nranks - excludeCount;
+  int mine = 0;
+  for (int q = 0; q < parent->rank; ++q)
+    if (std::find(exclude, exclude + excludeCount, q) == exclude + excludeCount) ++mine;
+  FakeComm* c = makeComm(nullptr, n, mine, parent->device);
+  parent->children.push_back(c);
+  *newcomm = reinterpret_cast<ncclComm_t>(c);
+  return ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return note("ncclCommFinalize", comm); }
+
+FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) { return note("ncclCommRevoke", comm); }
+
+// NCCL returns ncclSuccess for a NULL comm in these two (init.cc).
+FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  const ncclResult_t r = note("ncclCommDestroy", comm);
+  if (comm == nullptr) return ncclSuccess;
+  if (r == ncclSuccess) fakeMutable(comm)->ended = true;  // a destroy that fails leaves the comm
+  return r;
+}
+
+FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  const ncclResult_t r = note("ncclCommAbort", comm);
+  if (comm == nullptr) return ncclSuccess;
+  fakeMutable(comm)->ended = true;
+  return r;
+}
+
 FAKE_EXPORT ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  *count = fake(comm)->nranks;
-  return note("ncclCommCount", comm);
+  const ncclResult_t r = note("ncclCommCount", comm);
+  if (r == ncclSuccess) *count = fake(comm)->nranks;
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  *rank = fake(comm)->rank;
-  return note("ncclCommUserRank", comm);
+  const ncclResult_t r = note("ncclCommUserRank", comm);
+  if (r == ncclSuccess) *rank = fake(comm)->rank;
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  *device = 0;
-  return note("ncclCommCuDevice", comm);
+  const ncclResult_t r = note("ncclCommCuDevice", comm);
+  if (r == ncclSuccess) *device = fake(comm)->device;
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
-  *asyncError = ncclSuccess;
-  return note("ncclCommGetAsyncError", comm);
+  const ncclResult_t r = note("ncclCommGetAsyncError", comm);
+  if (r != ncclSuccess) return r;
+  if (asyncError == nullptr) return ncclInvalidArgument;
+  *asyncError = fake(comm)->asyncError;
+  return ncclSuccess;
+}
+
+FAKE_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDataType_t, ncclScalarResidence_t,
+                                                  ncclComm_t comm) {
+  const ncclResult_t r = note("ncclRedOpCreatePreMulSum", comm);
+  if (r == ncclSuccess) *op = static_cast<ncclRedOp_t>(ncclNumOps + 1);  // NCCL's first custom op
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t comm) { return note("ncclRedOpDestroy", comm); }
 
-FAKE_EXPORT ncclResult_t ncclAllReduce(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t comm,
-                                       cudaStream_t) {
-  return note("ncclAllReduce", comm);
+FAKE_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                       ncclComm_t comm, cudaStream_t) {
+  return collective({"ncclAllReduce", nullptr, send, recv, count, type, op, 0, 0, 0, nullptr}, comm);
 }
 
-FAKE_EXPORT ncclResult_t ncclBroadcast(const void*, void*, size_t, ncclDataType_t, int, ncclComm_t comm,
-                                       cudaStream_t) {
-  return note("ncclBroadcast", comm);
+FAKE_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
+                                       ncclComm_t comm, cudaStream_t) {
+  return collective({"ncclAllGather", nullptr, send, recv, count, type, ncclSum, 0, 0, 0, nullptr}, comm);
+}
+
+FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t comm,
+                                           cudaStream_t) {
+  return note("ncclReduceScatter", comm);  // noted only, in a group too: no data
+}
+
+FAKE_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                                       ncclComm_t comm, cudaStream_t) {
+  return collective({"ncclBroadcast", nullptr, send, recv, count, type, ncclSum, root, 0, 0, nullptr}, comm);
 }
 
 FAKE_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void*, size_t, void** handle) {
-  *handle = &fakeRegistrationToken;
-  return note("ncclCommRegister", comm);
+  const ncclResult_t r = note("ncclCommRegister", comm);
+  if (r == ncclSuccess) *handle = &fakeRegistrationToken;
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
@@ -133,13 +502,23 @@ FAKE_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle)
 }
 
 FAKE_EXPORT ncclResult_t ncclGroupStart() {
-  ++fakeGroupDepth;
+  fakeRecord("ncclGroupStart", nullptr);
   fakeLastCall = "ncclGroupStart";
-  return ncclSuccess;
+  const ncclResult_t r = failureOf("ncclGroupStart");
+  if (r == ncclSuccess) ++fakeGroupDepth;
+  return r;
 }
 
 FAKE_EXPORT ncclResult_t ncclGroupEnd() {
-  --fakeGroupDepth;
+  fakeRecord("ncclGroupEnd", nullptr);
   fakeLastCall = "ncclGroupEnd";
-  return ncclSuccess;
+  --fakeGroupDepth;
+  ncclResult_t r = ncclSuccess;
+  if (fakeGroupDepth == 0) {
+    std::vector<Op> ops;
+    std::swap(ops, pending);
+    r = carryOutGroup(std::move(ops));
+  }
+  const ncclResult_t asked = failureOf("ncclGroupEnd");  // after the group ended, as NCCL's does
+  return asked != ncclSuccess ? asked : r;
 }

@@ -1,0 +1,305 @@
+// A stand-in for libyali in libyali-nccl's host tests (test_nccl_abi_errors.cc points YALI_LIBRARY
+// at it), with the CUDA runtime functions libyali-nccl takes through libyali's handle
+// (yali_lib.h): YALI communicators without a GPU, so that the tests can drive libyali-nccl's YALI
+// side, and make it fail, where libyali itself would need one.
+//
+// Its behaviour follows yali.h where libyali-nccl depends on it:
+//  - yaliGetLastError(comm) is the comm's last failure while the comm lives, else the calling
+//    thread's; a failure records both (core/error.cc: fail), and so does a yaliCommGetAsyncError
+//    that finds an error (core/api.cc);
+//  - a comm that failed stays failed: every later call returns its error; a destroyed or aborted
+//    comm's calls return yaliInvalidUsage;
+//  - collectives do nothing but note themselves; a test makes one fail (fakeYaliFailNext) or the
+//    comm fail asynchronously (fakeYaliSetAsyncError).
+// The CUDA functions work on host memory: "device" memory is malloc'd, copies are memcpy, streams
+// are tokens, and no stream is ever captured.
+//
+// Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
+// that a test sees both libraries' calls in one order.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "yali/yali.h"
+
+#define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
+
+extern "C" void fakeRecord(const char* call, const void* handle);  // fake_nccl.cc
+
+struct yaliComm {
+  int rank = 0;
+  int nranks = 0;
+  bool ended = false;
+  yaliResult_t asyncError = yaliSuccess;
+  std::string asyncText;
+  std::string lastError;
+};
+
+namespace {
+
+std::mutex mutex;  // guards the lists below (yaliCommInitRank runs in a thread per rank)
+std::vector<yaliComm*> comms;  // every comm made, in order; never freed
+struct Failure {
+  std::string call;
+  yaliResult_t result;
+  std::string message;
+};
+std::vector<Failure> failures;  // fakeYaliFailNext
+thread_local std::string tlsLastError;
+thread_local int tlsDevice = 0;
+
+yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof(buf), fmt, ap);
+  va_end(ap);
+  tlsLastError = buf;
+  if (comm != nullptr) comm->lastError = buf;
+  return code;
+}
+
+// What a call on `comm` returns before it does anything.
+yaliResult_t check(const char* call, yaliComm* comm) {
+  fakeRecord(call, comm);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "%s: comm is NULL", call);
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "%s: comm was destroyed or aborted", call);
+  if (comm->asyncError != yaliSuccess)
+    return fail(comm->asyncError, comm, "%s: an earlier operation on this comm failed: %s", call,
+                comm->asyncText.c_str());
+  std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = failures.begin(); it != failures.end(); ++it) {
+    if (it->call != call) continue;
+    const Failure f = *it;
+    failures.erase(it);
+    return fail(f.result, comm, "%s", f.message.c_str());
+  }
+  return yaliSuccess;
+}
+
+yaliComm* makeComm(int nranks, int rank) {
+  yaliComm* c = new yaliComm;
+  c->rank = rank;
+  c->nranks = nranks;
+  std::lock_guard<std::mutex> lock(mutex);
+  comms.push_back(c);
+  return c;
+}
+
+}  // namespace
+
+// ---- What the tests set and read (through dlsym) ---------------------------------------------------
+
+extern "C" {
+// yaliCommInitRank fails (yaliSystemError) on this rank; -1: on none.
+__attribute__((visibility("default"))) int fakeYaliInitFailRank = -1;
+// What yaliCommDestroy returns (after ending the comm, as libyali does on a timeout).
+__attribute__((visibility("default"))) yaliResult_t fakeYaliDestroyResult = yaliSuccess;
+// What yaliGroupStart and yaliGroupEnd return (yaliGroupEnd ends the group first).
+__attribute__((visibility("default"))) yaliResult_t fakeYaliGroupStartResult = yaliSuccess;
+__attribute__((visibility("default"))) yaliResult_t fakeYaliGroupEndResult = yaliSuccess;
+__attribute__((visibility("default"))) int fakeYaliGroupDepth = 0;
+// What cudaMalloc returns (cudaSuccess: it allocates).
+__attribute__((visibility("default"))) cudaError_t fakeCudaMallocResult = cudaSuccess;
+}
+
+// The next call of `call` on a live comm fails with `result` and `message`.
+FAKE_EXPORT void fakeYaliFailNext(const char* call, yaliResult_t result, const char* message) {
+  std::lock_guard<std::mutex> lock(mutex);
+  failures.push_back({call, result, message});
+}
+
+// The comm fails asynchronously, as when a device-side wait runs out.
+FAKE_EXPORT void fakeYaliSetAsyncError(yaliComm_t comm, yaliResult_t result, const char* text) {
+  comm->asyncError = result;
+  comm->asyncText = text;
+}
+
+// ---- yali.h -------------------------------------------------------------------------------------------
+
+FAKE_EXPORT const char* yaliGetLastError(yaliComm_t comm) {
+  if (comm != nullptr && !comm->ended) return comm->lastError.c_str();
+  return tlsLastError.c_str();
+}
+
+FAKE_EXPORT yaliResult_t yaliGetUniqueId(yaliUniqueId* id) {
+  fakeRecord("yaliGetUniqueId", nullptr);
+  memset(id, 0, sizeof(*id));
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommInitRank(yaliComm_t* comm, int nranks, yaliUniqueId, int rank) {
+  fakeRecord("yaliCommInitRank", nullptr);
+  *comm = nullptr;
+  if (rank == fakeYaliInitFailRank)
+    return fail(yaliSystemError, nullptr, "yaliCommInitRank: rank %d fails as the test asked", rank);
+  *comm = makeComm(nranks, rank);
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommInitAll(yaliComm_t* out, int ndev, const int*) {
+  fakeRecord("yaliCommInitAll", nullptr);
+  for (int i = 0; i < ndev; ++i) out[i] = makeComm(ndev, i);
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommDestroy(yaliComm_t comm) {
+  fakeRecord("yaliCommDestroy", comm);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliCommDestroy: comm is NULL");
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommDestroy: comm was destroyed or aborted");
+  comm->ended = true;
+  if (fakeYaliDestroyResult != yaliSuccess)
+    return fail(fakeYaliDestroyResult, nullptr, "yaliCommDestroy: rank %d: the comm's calls had not finished",
+                comm->rank);
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommAbort(yaliComm_t comm) {
+  fakeRecord("yaliCommAbort", comm);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliCommAbort: comm is NULL");
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommAbort: comm was destroyed or aborted");
+  comm->ended = true;
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommGetAsyncError(yaliComm_t comm, yaliResult_t* asyncError) {
+  fakeRecord("yaliCommGetAsyncError", comm);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliCommGetAsyncError: comm is NULL");
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommGetAsyncError: comm was destroyed or aborted");
+  *asyncError = comm->asyncError;
+  if (comm->asyncError != yaliSuccess)
+    fail(comm->asyncError, comm, "yaliCommGetAsyncError: an earlier operation failed: %s", comm->asyncText.c_str());
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommRegister(yaliComm_t comm, void*, size_t, void** handle) {
+  const yaliResult_t r = check("yaliCommRegister", comm);
+  if (r == yaliSuccess) *handle = comm;  // any non-null token
+  return r;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommDeregister(yaliComm_t comm, void*) { return check("yaliCommDeregister", comm); }
+
+FAKE_EXPORT yaliResult_t yaliGroupStart() {
+  fakeRecord("yaliGroupStart", nullptr);
+  if (fakeYaliGroupStartResult != yaliSuccess)
+    return fail(fakeYaliGroupStartResult, nullptr, "yaliGroupStart fails as the test asked");
+  ++fakeYaliGroupDepth;
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliGroupEnd() {
+  fakeRecord("yaliGroupEnd", nullptr);
+  --fakeYaliGroupDepth;
+  if (fakeYaliGroupEndResult != yaliSuccess)
+    return fail(fakeYaliGroupEndResult, nullptr, "yaliGroupEnd fails as the test asked");
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliAllReduce(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, yaliComm_t comm,
+                                       cudaStream_t) {
+  return check("yaliAllReduce", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliReduceScatter(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, yaliComm_t comm,
+                                           cudaStream_t) {
+  return check("yaliReduceScatter", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliAllGather(const void*, void*, size_t, yaliDataType_t, yaliComm_t comm, cudaStream_t) {
+  return check("yaliAllGather", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliBroadcast(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm,
+                                       cudaStream_t) {
+  return check("yaliBroadcast", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliBcast(void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return check("yaliBcast", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliReduce(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, int, yaliComm_t comm,
+                                    cudaStream_t) {
+  return check("yaliReduce", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliGather(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return check("yaliGather", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliScatter(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return check("yaliScatter", comm);
+}
+
+FAKE_EXPORT yaliResult_t yaliAlltoAll(const void*, void*, size_t, yaliDataType_t, yaliComm_t comm, cudaStream_t) {
+  return check("yaliAlltoAll", comm);
+}
+
+// ---- The CUDA runtime, on host memory -------------------------------------------------------------------
+
+FAKE_EXPORT cudaError_t cudaGetDevice(int* device) {
+  *device = tlsDevice;
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaSetDevice(int device) {
+  tlsDevice = device;
+  return cudaSuccess;
+}
+
+FAKE_EXPORT const char* cudaGetErrorString(cudaError_t err) {
+  return err == cudaSuccess ? "fake CUDA: no error" : "fake CUDA: error";
+}
+
+FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  *p = calloc(1, bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  free(p);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
+  fakeRecord("cudaMalloc", nullptr);
+  if (fakeCudaMallocResult != cudaSuccess) return fakeCudaMallocResult;
+  *p = calloc(1, bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+FAKE_EXPORT cudaError_t cudaFree(void* p) {
+  free(p);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  memmove(dst, src, bytes);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}

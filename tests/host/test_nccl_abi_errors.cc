@@ -1,0 +1,634 @@
+// Host tests of libyali-nccl's errors, tear-down and routing, with both of its libraries standing
+// in: fake_nccl.cc for NCCL (YALI_NCCL_LIBRARY) and fake_yali.cc for libyali and the CUDA runtime
+// (YALI_LIBRARY). Communicators of several ranks then get a YALI side without a GPU: one thread
+// makes every rank (ncclCommInitAll, or ncclCommInitRank in a group, whose set-up exchanges the
+// fake NCCL carries out on host memory), and the tests make either library fail where they want.
+// Both fakes write one event log (fake_nccl.cc: fakeRecord), read here as a trace such as
+// "yaliCommAbort(y0) ncclCommAbort(r0)": which library was called, with which of a rank's
+// communicators (r: NCCL's, y: YALI's, h: YALI's node comm of a hierarchical one, n and x: its NCCL
+// node and cross splits), in which order.
+//
+// What this process sets before libyali-nccl reads its settings (once per process): both fakes,
+// YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that every logging branch runs too).
+//
+// Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
+// long abort takes on a GPU), ranks in several processes, non-blocking communicators (libyali-nccl
+// leaves them to NCCL) and CUDA graph capture (the fake CUDA runtime never captures).
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "harness.h"
+#include "yali/yali.h"
+
+namespace {
+
+// ---- The libraries ------------------------------------------------------------------------------------
+
+void* openOnce(const char* path) {
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) std::printf("    dlopen(%s): %s\n", path, dlerror());
+  return h;
+}
+
+// Opened before libyali-nccl opens them (by the same paths): the same objects.
+void* fakeYali() {
+  static void* h = openOnce(YALI_FAKE_YALI_PATH);
+  return h;
+}
+void* fakeNccl() {
+  static void* h = openOnce(YALI_FAKE_NCCL_PATH);
+  return h;
+}
+void* shimLibrary() {
+  static void* h = openOnce(YALI_NCCL_SHIM_PATH);
+  return h;
+}
+
+void* symbol(void* library, const char* name) {
+  void* p = library != nullptr ? dlsym(library, name) : nullptr;
+  if (p == nullptr) std::printf("    missing symbol %s\n", name);
+  REQUIRE(p != nullptr);
+  return p;
+}
+
+template <typename F>
+F function(void* library, const char* name) {
+  return reinterpret_cast<F>(symbol(library, name));
+}
+template <typename T>
+T& variable(void* library, const char* name) {
+  return *static_cast<T*>(symbol(library, name));
+}
+
+#define SHIM(name) function<decltype(&::name)>(shimLibrary(), #name)
+
+// fake_nccl.cc's controls and log.
+void failNcclNext(const char* call, ncclResult_t r) {
+  function<void (*)(const char*, ncclResult_t)>(fakeNccl(), "fakeFailNext")(call, r);
+}
+void setNcclAsyncError(void* real, ncclResult_t r) {
+  function<void (*)(void*, ncclResult_t)>(fakeNccl(), "fakeSetAsyncError")(real, r);
+}
+void* child(void* real, int i) { return function<void* (*)(void*, int)>(fakeNccl(), "fakeChild")(real, i); }
+int& callsOnEndedComms() { return variable<int>(fakeNccl(), "fakeCallsOnEndedComms"); }
+int& ranksPerNode() { return variable<int>(fakeNccl(), "fakeRanksPerNode"); }
+int eventCount() { return function<int (*)()>(fakeNccl(), "fakeEventCount")(); }
+std::string eventCall(int i) { return function<const char* (*)(int)>(fakeNccl(), "fakeEventCall")(i); }
+const void* eventHandle(int i) { return function<const void* (*)(int)>(fakeNccl(), "fakeEventHandle")(i); }
+
+// fake_yali.cc's.
+void failYaliNext(const char* call, yaliResult_t r, const char* message) {
+  function<void (*)(const char*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliFailNext")(call, r, message);
+}
+void setYaliAsyncError(void* comm, yaliResult_t r, const char* text) {
+  function<void (*)(void*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliSetAsyncError")(comm, r, text);
+}
+template <typename T>
+T& yaliVariable(const char* name) {
+  return variable<T>(fakeYali(), name);
+}
+
+// ---- Traces --------------------------------------------------------------------------------------------
+
+using Labels = std::map<const void*, std::string>;
+
+// The calls named in `calls` since event `since`, as "call(label) ...": a handle's label, "" for
+// none, "?" for one not in `labels`.
+std::string trace(int since, std::initializer_list<const char*> calls, const Labels& labels) {
+  std::string out;
+  for (int i = since, n = eventCount(); i < n; ++i) {
+    const std::string call = eventCall(i);
+    bool wanted = false;
+    for (const char* c : calls) wanted = wanted || call == c;
+    if (!wanted) continue;
+    const void* h = eventHandle(i);
+    const auto it = labels.find(h);
+    out += (out.empty() ? "" : " ") + call + "(" + (h == nullptr ? "" : it != labels.end() ? it->second : "?") + ")";
+  }
+  return out;
+}
+
+// The handle of the first `call` since event `since`, or null.
+const void* handleOf(int since, const char* call) {
+  for (int i = since, n = eventCount(); i < n; ++i)
+    if (eventCall(i) == call) return eventHandle(i);
+  return nullptr;
+}
+
+const std::initializer_list<const char*> kTearDown = {"yaliCommAbort",   "yaliCommDestroy",  "ncclCommAbort",
+                                                      "ncclCommDestroy", "ncclCommFinalize", "ncclCommRevoke",
+                                                      "ncclCommShrink"};
+const std::initializer_list<const char*> kCollectives = {
+    "yaliAllReduce", "yaliReduceScatter", "yaliAllGather", "yaliBroadcast", "ncclAllReduce",
+    "ncclReduceScatter", "ncclAllGather", "ncclBroadcast", "cudaMalloc"};
+
+// ---- Communicators ---------------------------------------------------------------------------------------
+
+// One rank's communicator as the program holds it, and what libyali-nccl made for it.
+struct Rank {
+  ncclComm_t comm = nullptr;
+  const void* real = nullptr;  // NCCL's
+  const void* yali = nullptr;  // YALI's (flat), or its node comm's (hierarchical); null if none
+};
+
+// NCCL's communicator behind one of ours (a forwarded call shows it).
+const void* realOf(ncclComm_t comm) {
+  int n = 0;
+  REQUIRE(SHIM(ncclCommCount)(comm, &n) == ncclSuccess);
+  return variable<void*>(fakeNccl(), "fakeLastComm");
+}
+
+// YALI's communicator behind one of ours: the one a zero-byte Broadcast reaches (null: NCCL ran it).
+const void* yaliOf(ncclComm_t comm) {
+  const int since = eventCount();
+  REQUIRE(SHIM(ncclBroadcast)(nullptr, nullptr, 0, ncclInt8, 0, comm, nullptr) == ncclSuccess);
+  return handleOf(since, "yaliBroadcast");
+}
+
+std::vector<Rank> ranksOf(const std::vector<ncclComm_t>& comms) {
+  std::vector<Rank> ranks;
+  for (ncclComm_t c : comms) ranks.push_back({c, realOf(c), yaliOf(c)});
+  return ranks;
+}
+
+// ncclCommInitAll of n ranks (YALI's: yaliCommInitAll).
+std::vector<Rank> clique(int n) {
+  std::vector<ncclComm_t> comms(n, nullptr);
+  REQUIRE(SHIM(ncclCommInitAll)(comms.data(), n, nullptr) == ncclSuccess);
+  return ranksOf(comms);
+}
+
+// ncclCommInitRank of every rank in one group, as one thread driving n GPUs does: the set-up runs
+// at the group's end, through the fake NCCL's exchanges.
+std::vector<ncclComm_t> initInGroup(int n, ncclResult_t expectedEnd = ncclSuccess) {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(n, nullptr);
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < n; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], n, id, r) == ncclSuccess);
+  REQUIRE(SHIM(ncclGroupEnd)() == expectedEnd);
+  return comms;
+}
+
+Labels labelsOf(const std::vector<Rank>& ranks, const char* yaliPrefix = "y") {
+  Labels labels;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    labels[ranks[r].real] = "r" + std::to_string(r);
+    if (ranks[r].yali != nullptr) labels[ranks[r].yali] = yaliPrefix + std::to_string(r);
+  }
+  return labels;
+}
+
+void destroyAll(const std::vector<Rank>& ranks) {
+  for (const Rank& r : ranks) SHIM(ncclCommDestroy)(r.comm);
+}
+
+// A hierarchical communicator: 4 ranks on 2 simulated nodes of 2 (ranks 0, 1 and 2, 3).
+struct Hierarchical {
+  std::vector<Rank> ranks;
+  Labels labels;
+};
+
+// A buffer for the hierarchical calls, whose copies (cudaMemcpyAsync) the fake CUDA runtime makes
+// on host memory: large enough for 4 ranks' blocks of 4 floats.
+float hostBuffer[64];
+
+Hierarchical hierarchical() {
+  ranksPerNode() = 2;
+  const std::vector<ncclComm_t> comms = initInGroup(4);
+  ranksPerNode() = 0;
+  Hierarchical h;
+  for (ncclComm_t c : comms) {
+    Rank r{c, realOf(c), nullptr};
+    // A hierarchical AllReduce's first step is YALI's ReduceScatter on the node comm.
+    const int since = eventCount();
+    REQUIRE(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+    r.yali = handleOf(since, "yaliReduceScatter");
+    REQUIRE(r.yali != nullptr);
+    h.ranks.push_back(r);
+  }
+  h.labels = labelsOf(h.ranks, "h");
+  for (size_t r = 0; r < h.ranks.size(); ++r) {
+    const std::string n = std::to_string(r);
+    h.labels[child(const_cast<void*>(h.ranks[r].real), 0)] = "n" + n;  // the set-up splits the node comm first
+    h.labels[child(const_cast<void*>(h.ranks[r].real), 1)] = "x" + n;
+  }
+  return h;
+}
+
+ncclRedOp_t preMulSum(ncclComm_t comm) {
+  float scalar = 2;
+  ncclRedOp_t op = ncclSum;
+  REQUIRE(SHIM(ncclRedOpCreatePreMulSum)(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm) == ncclSuccess);
+  REQUIRE(op >= ncclNumOps);
+  return op;
+}
+
+bool contains(const char* text, const char* part) { return text != nullptr && strstr(text, part) != nullptr; }
+
+}  // namespace
+
+// ---- Routing --------------------------------------------------------------------------------------------
+
+TEST(yali_runs_what_it_covers_and_nccl_the_rest) {
+  const std::vector<Rank> ranks = clique(2);
+  REQUIRE(ranks[0].yali != nullptr && ranks[1].yali != nullptr);
+  const Labels labels = labelsOf(ranks);
+  ncclComm_t c = ranks[0].comm;
+  auto ran = [&](auto call) {
+    const int since = eventCount();
+    CHECK(call() == ncclSuccess);
+    return trace(since, kCollectives, labels);
+  };
+  CHECK(ran([&] { return SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, c, nullptr); }) ==
+        "yaliAllReduce(y0)");
+  const ncclRedOp_t custom = preMulSum(c);
+  CHECK(ran([&] { return SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, custom, c, nullptr); }) ==
+        "ncclAllReduce(r0)");
+  CHECK(ran([&] { return SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclInt32, ncclAvg, c, nullptr); }) ==
+        "ncclAllReduce(r0)");  // avg of integers: YALI has none
+  const auto noType = static_cast<ncclDataType_t>(ncclNumTypes);
+  CHECK(ran([&] { return SHIM(ncclAllReduce)(nullptr, nullptr, 0, noType, ncclSum, c, nullptr); }) ==
+        "ncclAllReduce(r0)");
+  // YALI_NCCL_DISABLE=allgather in this process.
+  CHECK(ran([&] { return SHIM(ncclAllGather)(nullptr, nullptr, 0, ncclFloat32, c, nullptr); }) ==
+        "ncclAllGather(r0)");
+  CHECK(ran([&] { return SHIM(ncclBroadcast)(nullptr, nullptr, 0, ncclFloat32, 1, ranks[1].comm, nullptr); }) ==
+        "yaliBroadcast(y1)");
+  // The version and error strings are NCCL's, whatever ran.
+  int version = 0;
+  CHECK(SHIM(ncclGetVersion)(&version) == ncclSuccess);
+  CHECK_EQ(version, variable<int>(fakeNccl(), "fakeVersion"));
+  CHECK(std::string(SHIM(ncclGetErrorString)(ncclRemoteError)) == "fake: error");
+  destroyAll(ranks);
+}
+
+TEST(a_call_yali_refuses_runs_on_nccl_instead) {
+  const std::vector<Rank> ranks = clique(2);
+  const int since = eventCount();
+  failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: recvbuff is host memory");
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  const std::string t = trace(since, kCollectives, labelsOf(ranks));
+  CHECK_MSG(t == "yaliAllReduce(y0) ncclAllReduce(r0)", "%s", t.c_str());
+  destroyAll(ranks);
+}
+
+TEST(a_failure_is_returned_and_ncclGetLastError_names_whoever_failed_last) {
+  const std::vector<Rank> ranks = clique(2);
+  ncclComm_t c = ranks[0].comm;
+  int since = eventCount();
+  failYaliNext("yaliAllReduce", yaliTimeout, "yaliAllReduce: rank 1 did not arrive");
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, c, nullptr) == ncclRemoteError);
+  std::string t = trace(since, kCollectives, labelsOf(ranks));
+  CHECK_MSG(t == "yaliAllReduce(y0)", "no fallback after a failure, not a refusal: %s", t.c_str());
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "rank 1 did not arrive"), "%s", SHIM(ncclGetLastError)(c));
+  CHECK(contains(SHIM(ncclGetLastError)(nullptr), "rank 1 did not arrive"));
+  // Then NCCL fails: its message.
+  const ncclRedOp_t custom = preMulSum(c);
+  failNcclNext("ncclAllReduce", ncclSystemError);
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, custom, c, nullptr) == ncclSystemError);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "fake NCCL: ncclAllReduce failed"), "%s", SHIM(ncclGetLastError)(c));
+  destroyAll(ranks);
+}
+
+// ---- Asynchronous errors ------------------------------------------------------------------------------------
+
+TEST(nccls_async_error_surfaces_through_the_wrapped_comm) {
+  const std::vector<Rank> ranks = clique(2);
+  setNcclAsyncError(const_cast<void*>(ranks[0].real), ncclRemoteError);
+  ncclResult_t async = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(ranks[0].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclRemoteError);
+  CHECK(SHIM(ncclCommGetAsyncError)(ranks[1].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);
+  CHECK(SHIM(ncclCommGetAsyncError)(ranks[0].comm, nullptr) == ncclInvalidArgument);  // NCCL's answer
+  setNcclAsyncError(const_cast<void*>(ranks[0].real), ncclSuccess);
+  destroyAll(ranks);
+}
+
+TEST(yalis_async_error_surfaces_when_nccl_has_none) {
+  const std::vector<Rank> ranks = clique(2);
+  ncclComm_t c = ranks[0].comm;
+  setYaliAsyncError(const_cast<void*>(ranks[0].yali), yaliTimeout, "rank 1 never arrived");
+  ncclResult_t async = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(c, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclRemoteError);  // yaliTimeout: NCCL's word for a lost peer (routing.h)
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "rank 1 never arrived"), "%s", SHIM(ncclGetLastError)(c));
+  // The comm stays failed: its YALI calls return the error (no fallback to NCCL).
+  const int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, c, nullptr) == ncclRemoteError);
+  const std::string t = trace(since, kCollectives, labelsOf(ranks));
+  CHECK_MSG(t == "yaliAllReduce(y0)", "%s", t.c_str());
+  CHECK(SHIM(ncclCommGetAsyncError)(ranks[1].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);
+  // NCCL's error wins over YALI's (NCCL's is asked first).
+  setNcclAsyncError(const_cast<void*>(ranks[0].real), ncclSystemError);
+  CHECK(SHIM(ncclCommGetAsyncError)(c, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSystemError);
+  setNcclAsyncError(const_cast<void*>(ranks[0].real), ncclSuccess);
+  destroyAll(ranks);
+}
+
+// ---- Tear-down ----------------------------------------------------------------------------------------------
+
+TEST(abort_ends_yali_then_nccl_and_later_calls_fail_cleanly) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  ncclComm_t c = ranks[0].comm;
+  int buffer = 0;
+  void* registration = nullptr;
+  CHECK(SHIM(ncclCommRegister)(c, &buffer, sizeof(buffer), &registration) == ncclSuccess);
+  const int ended = callsOnEndedComms();
+  int since = eventCount();
+  CHECK(SHIM(ncclCommAbort)(c) == ncclSuccess);
+  std::string t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "yaliCommAbort(y0) ncclCommAbort(r0)", "%s", t.c_str());
+  // Later calls with the handle: NCCL's errors for a NULL comm, never YALI, never the ended comm.
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidArgument);
+  CHECK(SHIM(ncclBroadcast)(nullptr, nullptr, 0, ncclFloat32, 0, c, nullptr) == ncclInvalidArgument);
+  ncclResult_t async = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(c, &async) == ncclInvalidArgument);
+  CHECK(SHIM(ncclCommDeregister)(c, registration) == ncclInvalidArgument);
+  CHECK(SHIM(ncclGetLastError)(c) != nullptr);
+  CHECK(SHIM(ncclCommAbort)(c) == ncclSuccess);  // NCCL's answer to a NULL comm
+  t = trace(since, {"yaliAllReduce", "yaliBroadcast", "yaliCommGetAsyncError", "yaliCommDeregister", "yaliCommAbort"},
+            labels);
+  CHECK_MSG(t.empty(), "YALI called after the abort: %s", t.c_str());
+  CHECK_EQ(callsOnEndedComms(), ended);
+  // The peer is untouched here (its YALI comm learns of the abort from libyali on a GPU).
+  CHECK(yaliOf(ranks[1].comm) == ranks[1].yali);
+  since = eventCount();
+  CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);  // frees the wrapper; NCCL's comm is long gone
+  t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "ncclCommDestroy()", "%s", t.c_str());
+  CHECK(SHIM(ncclCommDestroy)(ranks[1].comm) == ncclSuccess);
+  CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+TEST(finalize_then_destroy_end_both_libraries) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  const int ended = callsOnEndedComms();
+  int since = eventCount();
+  CHECK(SHIM(ncclCommFinalize)(ranks[0].comm) == ncclSuccess);
+  std::string t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "yaliCommDestroy(y0) ncclCommFinalize(r0)", "%s", t.c_str());
+  CHECK(yaliOf(ranks[0].comm) == nullptr);  // NCCL only from now on
+  since = eventCount();
+  CHECK(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(ranks[1].comm) == ncclSuccess);  // without a finalize
+  t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "ncclCommDestroy(r0) yaliCommDestroy(y1) ncclCommDestroy(r1)", "%s", t.c_str());
+  CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+TEST(revoke_aborts_yali_and_reaches_nccl) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  int since = eventCount();
+  CHECK(SHIM(ncclCommRevoke)(ranks[0].comm, 0) == ncclSuccess);
+  std::string t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "yaliCommAbort(y0) ncclCommRevoke(r0)", "%s", t.c_str());
+  CHECK(yaliOf(ranks[0].comm) == nullptr);
+  since = eventCount();
+  destroyAll(ranks);
+  t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "ncclCommDestroy(r0) yaliCommDestroy(y1) ncclCommDestroy(r1)", "%s", t.c_str());
+}
+
+TEST(shrink_with_abort_aborts_the_parents_yali_first) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  int since = eventCount();
+  int excluded = 1;
+  ncclComm_t shrunk = nullptr;
+  CHECK(SHIM(ncclCommShrink)(ranks[0].comm, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) == ncclSuccess);
+  std::string t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "yaliCommAbort(y0) ncclCommShrink(r0)", "%s", t.c_str());
+  REQUIRE(shrunk != nullptr);
+  CHECK(yaliOf(ranks[0].comm) == nullptr);
+  CHECK(yaliOf(shrunk) == nullptr);  // one rank: NCCL's
+  // Without NCCL_SHRINK_ABORT the parent keeps its YALI comm.
+  excluded = 0;
+  ncclComm_t other = nullptr;
+  since = eventCount();
+  CHECK(SHIM(ncclCommShrink)(ranks[1].comm, &excluded, 1, &other, nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess);
+  t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "ncclCommShrink(r1)", "%s", t.c_str());
+  CHECK(yaliOf(ranks[1].comm) == ranks[1].yali);
+  CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(other) == ncclSuccess);
+  destroyAll(ranks);
+}
+
+// ---- Groups ---------------------------------------------------------------------------------------------------
+
+TEST(a_mixed_group_sends_each_call_to_its_library) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  const ncclRedOp_t custom = preMulSum(ranks[0].comm);
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (const Rank& r : ranks) {
+    CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, custom, r.comm, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, r.comm, nullptr) == ncclSuccess);
+  }
+  // A call YALI refuses inside the group (on every rank alike) joins NCCL's part of the group.
+  failYaliNext("yaliBroadcast", yaliInvalidArgument, "yaliBroadcast: refused");
+  failYaliNext("yaliBroadcast", yaliInvalidArgument, "yaliBroadcast: refused");
+  for (const Rank& r : ranks)
+    CHECK(SHIM(ncclBroadcast)(nullptr, nullptr, 0, ncclFloat32, 0, r.comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since,
+                              {"yaliGroupStart", "ncclGroupStart", "yaliGroupEnd", "ncclGroupEnd", "yaliAllReduce",
+                               "ncclAllReduce", "yaliBroadcast", "ncclBroadcast"},
+                              labels);
+  CHECK_MSG(t == "yaliGroupStart() ncclGroupStart() ncclAllReduce(r0) yaliAllReduce(y0) ncclAllReduce(r1) "
+                 "yaliAllReduce(y1) yaliBroadcast(y0) ncclBroadcast(r0) yaliBroadcast(y1) ncclBroadcast(r1) "
+                 "yaliGroupEnd() ncclGroupEnd()",
+            "%s", t.c_str());
+  destroyAll(ranks);
+}
+
+TEST(a_failing_group_end_of_either_library_is_returned_and_both_groups_end) {
+  int& ncclDepth = variable<int>(fakeNccl(), "fakeGroupDepth");
+  int& yaliDepth = yaliVariable<int>("fakeYaliGroupDepth");
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliRemoteError;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliSuccess;
+  CHECK(ncclDepth == 0 && yaliDepth == 0);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(nullptr), "yaliGroupEnd fails"), "%s", SHIM(ncclGetLastError)(nullptr));
+
+  failNcclNext("ncclGroupEnd", ncclSystemError);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSystemError);
+  CHECK(ncclDepth == 0 && yaliDepth == 0);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(nullptr), "fake NCCL: ncclGroupEnd failed"), "%s",
+            SHIM(ncclGetLastError)(nullptr));
+
+  // A group YALI cannot open is not opened in NCCL either.
+  yaliVariable<yaliResult_t>("fakeYaliGroupStartResult") = yaliInternalError;
+  CHECK(SHIM(ncclGroupStart)() == ncclInternalError);
+  yaliVariable<yaliResult_t>("fakeYaliGroupStartResult") = yaliSuccess;
+  CHECK(ncclDepth == 0 && yaliDepth == 0);
+  // Nor one NCCL cannot open in YALI (it was opened first, and is closed again).
+  failNcclNext("ncclGroupStart", ncclSystemError);
+  CHECK(SHIM(ncclGroupStart)() == ncclSystemError);
+  CHECK(ncclDepth == 0 && yaliDepth == 0);
+
+  // Nothing was left open: the next group (and the set-up at its end) works.
+  const std::vector<ncclComm_t> comms = initInGroup(2);
+  const std::vector<Rank> ranks = ranksOf(comms);
+  CHECK(ranks[0].yali != nullptr && ranks[1].yali != nullptr);
+  destroyAll(ranks);
+}
+
+TEST(comms_made_in_a_failed_group_stay_nccl_only) {
+  const int since = eventCount();
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommInitRank)(&comms[r], 2, id, r) == ncclSuccess);
+  failNcclNext("ncclGroupEnd", ncclSystemError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSystemError);
+  CHECK(trace(since, {"yaliCommInitRank", "yaliGetUniqueId"}, {}).empty());
+  CHECK(yaliOf(comms[0]) == nullptr && yaliOf(comms[1]) == nullptr);
+  for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+}
+
+// ---- The set-up ---------------------------------------------------------------------------------------------
+
+TEST(yali_failing_on_one_rank_at_the_set_up_leaves_every_rank_on_nccl) {
+  std::vector<Rank> ranks = ranksOf(initInGroup(2));
+  CHECK_MSG(ranks[0].yali != nullptr && ranks[1].yali != nullptr, "the set-up through the fakes did not give YALI");
+  destroyAll(ranks);
+
+  yaliVariable<int>("fakeYaliInitFailRank") = 1;
+  const int since = eventCount();
+  const std::vector<ncclComm_t> comms = initInGroup(2);
+  yaliVariable<int>("fakeYaliInitFailRank") = -1;
+  // Rank 0's YALI comm was made, then destroyed after the agreement.
+  const void* made = nullptr;
+  for (int i = since, n = eventCount(); i < n; ++i)
+    if (eventCall(i) == "yaliCommDestroy") made = eventHandle(i);
+  CHECK(made != nullptr);
+  CHECK(trace(since, {"yaliCommInitRank", "yaliCommDestroy"}, {{made, "y0"}}) ==
+        "yaliCommInitRank() yaliCommInitRank() yaliCommDestroy(y0)");
+  ranks = ranksOf(comms);
+  CHECK(ranks[0].yali == nullptr && ranks[1].yali == nullptr);
+  destroyAll(ranks);
+}
+
+// ---- The hierarchical path ------------------------------------------------------------------------------------
+
+TEST(hierarchical_steps_and_a_failing_leg) {
+  const Hierarchical h = hierarchical();
+  ncclComm_t c = h.ranks[0].comm;
+  auto allReduce = [&](ncclResult_t expected, const char* want) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == expected);
+    const std::string t = trace(since, kCollectives, h.labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(x0) yaliAllGather(h0)");
+  // The NCCL leg fails: its error, and YALI's last step is not issued.
+  failNcclNext("ncclAllReduce", ncclRemoteError);
+  allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0)");
+  // A YALI step fails: its error, named by ncclGetLastError.
+  failYaliNext("yaliAllGather", yaliTimeout, "yaliAllGather: a node peer never arrived");
+  allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0) yaliAllGather(h0)");
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "a node peer never arrived"), "%s", SHIM(ncclGetLastError)(c));
+  // YALI refuses the first step: the call runs flat on NCCL.
+  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(r0)");
+
+  // ReduceScatter needs scratch; when it cannot be had, an error (this rank alone may lack memory,
+  // so never a different path), named by ncclGetLastError.
+  auto reduceScatter = [&](ncclResult_t expected, const char* want) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == expected);
+    const std::string t = trace(since, kCollectives, h.labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaErrorMemoryAllocation;
+  reduceScatter(ncclUnhandledCudaError, "cudaMalloc()");
+  yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "hierarchical scratch"), "%s", SHIM(ncclGetLastError)(c));
+  reduceScatter(ncclSuccess, "cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0)");
+  destroyAll(h.ranks);
+}
+
+TEST(hierarchical_async_errors_nccl_node_cross_then_yali) {
+  const Hierarchical h = hierarchical();
+  const Rank& r = h.ranks[0];
+  void* node = child(const_cast<void*>(r.real), 0);
+  void* cross = child(const_cast<void*>(r.real), 1);
+  ncclResult_t async = ncclSuccess;
+  auto asyncError = [&] {
+    CHECK(SHIM(ncclCommGetAsyncError)(r.comm, &async) == ncclSuccess);
+    return async;
+  };
+  CHECK_EQ(asyncError(), ncclSuccess);
+  setYaliAsyncError(const_cast<void*>(r.yali), yaliTimeout, "the node comm timed out");
+  CHECK_EQ(asyncError(), ncclRemoteError);
+  setNcclAsyncError(cross, ncclSystemError);
+  CHECK_EQ(asyncError(), ncclSystemError);
+  setNcclAsyncError(node, ncclInternalError);
+  CHECK_EQ(asyncError(), ncclInternalError);
+  setNcclAsyncError(const_cast<void*>(r.real), ncclInvalidUsage);
+  CHECK_EQ(asyncError(), ncclInvalidUsage);
+  for (void* real : {node, cross, const_cast<void*>(r.real)}) setNcclAsyncError(real, ncclSuccess);
+  // Another rank of the node: only its own comms count.
+  CHECK(SHIM(ncclCommGetAsyncError)(h.ranks[1].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);
+  destroyAll(h.ranks);
+}
+
+TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
+  const Hierarchical h = hierarchical();
+  const int ended = callsOnEndedComms();
+  auto check = [&](const char* what, auto call, const char* want) {
+    const int since = eventCount();
+    CHECK(call() == ncclSuccess);
+    const std::string t = trace(since, kTearDown, h.labels);
+    CHECK_MSG(t == want, "%s: %s, expected %s", what, t.c_str(), want);
+  };
+  check("abort", [&] { return SHIM(ncclCommAbort)(h.ranks[0].comm); },
+        "yaliCommAbort(h0) ncclCommAbort(x0) ncclCommAbort(n0) ncclCommAbort(r0)");
+  check("destroy after abort", [&] { return SHIM(ncclCommDestroy)(h.ranks[0].comm); }, "ncclCommDestroy()");
+  check("finalize", [&] { return SHIM(ncclCommFinalize)(h.ranks[1].comm); },
+        "yaliCommDestroy(h1) ncclCommFinalize(x1) ncclCommFinalize(n1) ncclCommFinalize(r1)");
+  check("destroy after finalize", [&] { return SHIM(ncclCommDestroy)(h.ranks[1].comm); },
+        "ncclCommDestroy(x1) ncclCommDestroy(n1) ncclCommDestroy(r1)");
+  check("revoke", [&] { return SHIM(ncclCommRevoke)(h.ranks[2].comm, 0); },
+        "yaliCommAbort(h2) ncclCommAbort(x2) ncclCommAbort(n2) ncclCommRevoke(r2)");
+  check("destroy after revoke", [&] { return SHIM(ncclCommDestroy)(h.ranks[2].comm); }, "ncclCommDestroy(r2)");
+  check("destroy", [&] { return SHIM(ncclCommDestroy)(h.ranks[3].comm); },
+        "yaliCommDestroy(h3) ncclCommDestroy(x3) ncclCommDestroy(n3) ncclCommDestroy(r3)");
+  CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+int main(int argc, char** argv) {
+  // Before libyali-nccl is first used: it reads its settings and finds both libraries once.
+  setenv("YALI_NCCL_LIBRARY", YALI_FAKE_NCCL_PATH, 1);
+  setenv("YALI_LIBRARY", YALI_FAKE_YALI_PATH, 1);
+  setenv("YALI_NCCL_DISABLE", "allgather", 1);
+  setenv("YALI_NCCL_DEBUG", "1", 1);
+  unsetenv("YALI_NODE_ID");
+  unsetenv("NCCL_COMM_BLOCKING");
+  unsetenv("YALI_NCCL_REGISTER");
+  if (fakeYali() == nullptr || fakeNccl() == nullptr || shimLibrary() == nullptr) return 1;
+  return yali_test::runAllTests(argc, argv);
+}
