@@ -596,6 +596,29 @@ TEST(hierarchical_async_errors_nccl_node_cross_then_yali) {
   destroyAll(h.ranks);
 }
 
+// ncclGetLastError names the failure of the comm it is given, as on a flat comm (whose YALI comm it
+// asks): on a hierarchical comm, its node's YALI comm, even after another YALI call on this thread
+// left its own message (a refusal, which ran on NCCL).
+TEST(ncclGetLastError_on_a_hierarchical_comm_asks_its_node_yali_comm) {
+  const Hierarchical h = hierarchical();
+  const std::vector<Rank> flat = clique(2);
+  auto lastErrorAfterARefusal = [&](const Rank& failed, const char* text) {
+    setYaliAsyncError(const_cast<void*>(failed.yali), yaliTimeout, text);
+    ncclResult_t async = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(failed.comm, &async) == ncclSuccess);
+    CHECK_EQ(async, ncclRemoteError);
+    failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: refused for the test");
+    CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, flat[1].comm, nullptr) == ncclSuccess);
+    return std::string(SHIM(ncclGetLastError)(failed.comm));
+  };
+  std::string last = lastErrorAfterARefusal(flat[0], "the flat comm timed out");
+  CHECK_MSG(last.find("the flat comm timed out") != std::string::npos, "flat: %s", last.c_str());
+  last = lastErrorAfterARefusal(h.ranks[0], "the node comm timed out");
+  CHECK_MSG(last.find("the node comm timed out") != std::string::npos, "hierarchical: %s", last.c_str());
+  destroyAll(flat);
+  destroyAll(h.ranks);
+}
+
 TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
   const Hierarchical h = hierarchical();
   const int ended = callsOnEndedComms();
