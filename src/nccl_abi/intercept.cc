@@ -416,8 +416,9 @@ extern "C" YALI_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
   switch (lastFailure()) {
     case Failure::kShim: return shimLastError();
     case Failure::kYali: {
+      // The comm's own YALI comm first (its node's on a hierarchical comm), else this thread's.
       Comm* c = ours(comm);
-      const yaliComm_t y = c != nullptr ? c->yali : nullptr;
+      const yaliComm_t y = c == nullptr ? nullptr : c->hier != nullptr ? c->hier->yali : c->yali;
       const char* m = y != nullptr ? lib().yaliGetLastError(y) : "";
       if (m == nullptr || m[0] == '\0') m = lib().yaliGetLastError(nullptr);
       if (m != nullptr && m[0] != '\0') return m;
