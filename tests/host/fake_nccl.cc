@@ -131,6 +131,7 @@ FAKE_EXPORT void fakeFailNext(const char* call, ncclResult_t result) {
 // ncclCommGetAsyncError of this (real) communicator returns `result` from now on.
 FAKE_EXPORT void fakeSetAsyncError(void* comm, ncclResult_t result) {
   static_cast<FakeComm*>(comm)->asyncError = result;
+  if (result == ncclSuccess) return;
   std::lock_guard<std::mutex> lock(mutex);
   lastError = "fake NCCL: communicator " + std::to_string(static_cast<FakeComm*>(comm)->rank) +
               " failed asynchronously (" + std::to_string(result) + ")";

@@ -338,6 +338,30 @@ TEST(yalis_async_error_surfaces_when_nccl_has_none) {
   destroyAll(ranks);
 }
 
+// An error ncclCommGetAsyncError reports is the last failure ncclGetLastError describes, whichever
+// library reported it: after an older YALI failure on this thread, NCCL's async error (of the comm,
+// or of a hierarchical comm's split) is described by NCCL.
+TEST(ncclGetLastError_describes_the_async_error_nccl_reported) {
+  const std::vector<Rank> ranks = clique(2);
+  const Hierarchical h = hierarchical();
+  auto afterAnOlderYaliFailure = [&](void* failing, ncclComm_t asked) {
+    failYaliNext("yaliAllReduce", yaliTimeout, "yaliAllReduce: an older failure");
+    CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, ranks[1].comm, nullptr) == ncclRemoteError);
+    setNcclAsyncError(failing, ncclSystemError);
+    ncclResult_t async = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(asked, &async) == ncclSuccess);
+    CHECK_EQ(async, ncclSystemError);
+    setNcclAsyncError(failing, ncclSuccess);
+    return std::string(SHIM(ncclGetLastError)(asked));
+  };
+  std::string last = afterAnOlderYaliFailure(const_cast<void*>(ranks[0].real), ranks[0].comm);
+  CHECK_MSG(last.find("failed asynchronously") != std::string::npos, "flat: %s", last.c_str());
+  last = afterAnOlderYaliFailure(child(const_cast<void*>(h.ranks[0].real), 1), h.ranks[0].comm);
+  CHECK_MSG(last.find("failed asynchronously") != std::string::npos, "cross split: %s", last.c_str());
+  destroyAll(ranks);
+  destroyAll(h.ranks);
+}
+
 // ---- Tear-down ----------------------------------------------------------------------------------------------
 
 TEST(abort_ends_yali_then_nccl_and_later_calls_fail_cleanly) {
