@@ -387,18 +387,29 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
 
 // ---- Errors -----------------------------------------------------------------------------------------
 
+namespace {
+
+// Whether NCCL reported an asynchronous error (or ncclInProgress: a non-blocking comm's init still
+// running). An error is then the last failure, for ncclGetLastError, as YALI's is below.
+bool ncclReported(ncclResult_t async) {
+  if (async != ncclSuccess && async != ncclInProgress) noteFailure(Failure::kNccl);
+  return async != ncclSuccess;
+}
+
+}  // namespace
+
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
-  if (r != ncclSuccess || asyncError == nullptr || *asyncError != ncclSuccess) return r;
+  if (r != ncclSuccess || asyncError == nullptr || ncclReported(*asyncError)) return r;
   // A hierarchical comm: its two NCCL splits, then its node's YALI comm.
   Hierarchy* h = c->hier;
   for (ncclComm_t split : {h != nullptr ? h->nodeComm : nullptr, h != nullptr ? h->crossComm : nullptr}) {
     if (split == nullptr) continue;
     const ncclResult_t got = callReal<Api::ncclCommGetAsyncError>(split, asyncError);
     if (got != ncclSuccess) return got;
-    if (*asyncError != ncclSuccess) return ncclSuccess;
+    if (ncclReported(*asyncError)) return ncclSuccess;
   }
   const yaliComm_t y = h != nullptr ? h->yali : c->yali;
   if (y == nullptr) return r;
