@@ -416,6 +416,53 @@ TEST(finalize_then_destroy_end_both_libraries) {
   CHECK_EQ(callsOnEndedComms(), ended);
 }
 
+// Finalize and Destroy return a failure to end either side, after NCCL's own result: a
+// yaliCommDestroy that fails says the comm's YALI calls had not finished (they will do nothing when
+// they run), and a split's destroy or finalize that fails is NCCL's error. A destroy that returns an
+// error leaves the handle usable: the program may abort it next, and a split that could not be
+// destroyed is aborted then.
+TEST(finalize_and_destroy_report_a_failure_to_end_either_side) {
+  yaliResult_t& destroyResult = yaliVariable<yaliResult_t>("fakeYaliDestroyResult");
+  const int ended = callsOnEndedComms();
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  int since = eventCount();
+  destroyResult = yaliTimeout;
+  const ncclResult_t finalized = SHIM(ncclCommFinalize)(ranks[0].comm);
+  const ncclResult_t destroyed = SHIM(ncclCommDestroy)(ranks[1].comm);
+  destroyResult = yaliSuccess;
+  std::string t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "yaliCommDestroy(y0) ncclCommFinalize(r0) yaliCommDestroy(y1) ncclCommDestroy(r1)", "%s", t.c_str());
+  CHECK_EQ(finalized, ncclRemoteError);
+  REQUIRE(destroyed == ncclRemoteError);  // (a libyali-nccl that says ncclSuccess has freed the handle)
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(ranks[1].comm), "had not finished"), "%s",
+            SHIM(ncclGetLastError)(ranks[1].comm));
+  since = eventCount();
+  CHECK(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclSuccess);
+  CHECK(SHIM(ncclCommAbort)(ranks[1].comm) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(ranks[1].comm) == ncclSuccess);
+  t = trace(since, kTearDown, labels);
+  CHECK_MSG(t == "ncclCommDestroy(r0) ncclCommAbort() ncclCommDestroy()", "%s", t.c_str());
+
+  const Hierarchical h = hierarchical();
+  destroyResult = yaliTimeout;
+  const ncclResult_t hierFinalized = SHIM(ncclCommFinalize)(h.ranks[0].comm);
+  destroyResult = yaliSuccess;
+  CHECK_EQ(hierFinalized, ncclRemoteError);
+  since = eventCount();
+  failNcclNext("ncclCommDestroy", ncclSystemError);  // the first one: rank 1's cross split
+  REQUIRE(SHIM(ncclCommDestroy)(h.ranks[1].comm) == ncclSystemError);
+  t = trace(since, kTearDown, h.labels);
+  CHECK_MSG(t == "yaliCommDestroy(h1) ncclCommDestroy(x1) ncclCommDestroy(n1) ncclCommDestroy(r1)", "%s", t.c_str());
+  since = eventCount();
+  CHECK(SHIM(ncclCommAbort)(h.ranks[1].comm) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(h.ranks[1].comm) == ncclSuccess);
+  t = trace(since, kTearDown, h.labels);
+  CHECK_MSG(t == "ncclCommAbort(x1) ncclCommAbort() ncclCommDestroy()", "%s", t.c_str());
+  for (int r : {0, 2, 3}) CHECK(SHIM(ncclCommDestroy)(h.ranks[r].comm) == ncclSuccess);
+  CHECK_EQ(callsOnEndedComms(), ended);
+}
+
 TEST(revoke_aborts_yali_and_reaches_nccl) {
   const std::vector<Rank> ranks = clique(2);
   const Labels labels = labelsOf(ranks);
