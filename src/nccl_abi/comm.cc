@@ -571,44 +571,62 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
 
 // ---- Tear-down --------------------------------------------------------------------------------------
 
-void endYali(Comm* c, bool abort, const char* why) {
+namespace {
+
+// yaliCommAbort or yaliCommDestroy of y, which endYali and endHierarchy have just taken off the comm.
+ncclResult_t endYaliComm(const Comm* c, yaliComm_t y, bool abort) {
+  const yaliResult_t r = abort ? lib().yaliCommAbort(y) : lib().yaliCommDestroy(y);
+  if (r == yaliSuccess) return ncclSuccess;
+  info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
+  if (abort) return ncclSuccess;
+  noteFailure(Failure::kYali);
+  return toNcclResult(r);
+}
+
+}  // namespace
+
+ncclResult_t endYali(Comm* c, bool abort, const char* why) {
   yaliComm_t y = c->yali;
-  if (y == nullptr) return;
+  if (y == nullptr) return ncclSuccess;
   // Only the pointer changes: an abort may run while another thread routes a call on the comm (it
   // then calls YALI with a handle that YALI refuses as stale, or NCCL). noYali stays as it was.
   c->yali = nullptr;
   info(c->rank, "YALI communicator %s", why);
-  const yaliResult_t r = abort ? lib().yaliCommAbort(y) : lib().yaliCommDestroy(y);
-  if (r != yaliSuccess)
-    info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
+  return endYaliComm(c, y, abort);
 }
 
-void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
+ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
   Hierarchy* h = c->hier;
-  if (h == nullptr) return;
+  if (h == nullptr) return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  Failure failed = Failure::kNone;  // whose failure `result` is, noted again at the end
   // As endYali: only the pointer changes first, so that a call racing with an abort sees null and
   // takes flat NCCL (or calls YALI with a handle it refuses as stale).
   yaliComm_t y = h->yali;
   h->yali = nullptr;
   if (y != nullptr) {
     info(c->rank, "hierarchical path %s (node YALI communicator first)", why);
-    const yaliResult_t r = abort ? lib().yaliCommAbort(y) : lib().yaliCommDestroy(y);
-    if (r != yaliSuccess)
-      info(c->rank, "%s failed: %s", abort ? "yaliCommAbort" : "yaliCommDestroy", lib().yaliGetLastError(nullptr));
+    result = endYaliComm(c, y, abort);
+    if (result != ncclSuccess) failed = Failure::kYali;
   }
   for (ncclComm_t* split : {&h->crossComm, &h->nodeComm}) {
     if (*split == nullptr) continue;
     if (abort) {
       callReal<Api::ncclCommAbort>(*split);
       *split = nullptr;
-    } else if (finalizeOnly) {
-      callReal<Api::ncclCommFinalize>(*split);  // destroyed with the comm
-    } else {
-      callReal<Api::ncclCommDestroy>(*split);
-      *split = nullptr;
+      continue;
+    }
+    // Finalized: destroyed with the comm. A split NCCL did not destroy stays, for the comm's abort.
+    const ncclResult_t r =
+        finalizeOnly ? callReal<Api::ncclCommFinalize>(*split) : callReal<Api::ncclCommDestroy>(*split);
+    if (r == ncclSuccess && !finalizeOnly) *split = nullptr;
+    if (r != ncclSuccess && result == ncclSuccess) {
+      result = r;
+      failed = Failure::kNccl;
     }
   }
-  if (abort || finalizeOnly) return;  // after an abort, kernels may still hold the scratch: kept
+  if (result != ncclSuccess) noteFailure(failed);
+  if (abort || finalizeOnly) return result;  // after an abort, kernels may still hold the scratch: kept
   std::lock_guard<std::mutex> lock(h->mutex);
   if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
   if (!h->outgrown.empty()) {
@@ -621,6 +639,7 @@ void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
   h->scratchBytes = 0;
   if (h->scratchEvent != nullptr) lib().cudaEventDestroy(h->scratchEvent);
   h->scratchEvent = nullptr;
+  return result;
 }
 
 void* hierScratch(Comm* c, size_t bytes, cudaError_t* err) {

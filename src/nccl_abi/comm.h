@@ -132,12 +132,16 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 
 // Ends the YALI side: yaliCommAbort (returns at once, from any thread) or yaliCommDestroy (waits
 // for this rank's calls, bounded by YALI_TIMEOUT_MS). The comm is NCCL only afterwards; `why` is
-// logged ("aborted", "finalized", ...).
-void endYali(Comm* c, bool abort, const char* why);
+// logged ("aborted", "finalized", ...). Returns a failed destroy's result, as NCCL's and noted for
+// ncclGetLastError: the comm's calls had not finished, and will do nothing when they run. An abort's
+// failure is only logged (ncclSuccess): nothing is left to do about it.
+ncclResult_t endYali(Comm* c, bool abort, const char* why);
 // Ends the hierarchical side: YALI's node comm (abort or destroy, as endYali), then the cross and
 // node NCCL comms (ncclCommAbort, or ncclCommDestroy / ncclCommFinalize), and frees the scratch
 // unless `finalizeOnly`. The comm is flat NCCL afterwards (hier stays for async errors until freed).
-void endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
+// Returns the first failure of a destroy or finalize (as endYali for YALI's; NCCL's for a split's,
+// which is kept, to be aborted with the comm); ncclSuccess for an abort.
+ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
 // The comm's scratch of at least `bytes` (made or grown here, outside a capture), or null with
 // *err set. Called with bytes == 0 it returns the current one.
 void* hierScratch(Comm* c, size_t bytes, cudaError_t* err);

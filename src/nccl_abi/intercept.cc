@@ -340,22 +340,34 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
 }
 #endif
 
+// Finalize and Destroy return NCCL's failure, else the first failure to end the comm's other parts
+// (endHierarchy, endYali): a YALI destroy that fails says the comm's YALI calls had not finished
+// and will do nothing when they run, which the program must learn.
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
-  endHierarchy(c, false, true, "finalized");
+  ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
-  endYali(c, false, "finalized");
-  return callReal<Api::ncclCommFinalize>(c->real);
+  const ncclResult_t yali = endYali(c, false, "finalized");
+  if (ended == ncclSuccess) ended = yali;
+  const ncclResult_t r = callReal<Api::ncclCommFinalize>(c->real);
+  return r != ncclSuccess ? r : ended;
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
-  endHierarchy(c, false, false, "destroyed");
-  endYali(c, false, "destroyed");
+  ncclResult_t ended = endHierarchy(c, false, false, "destroyed");
+  const ncclResult_t yali = endYali(c, false, "destroyed");
+  if (ended == ncclSuccess) ended = yali;
   const ncclResult_t r = callReal<Api::ncclCommDestroy>(c->real);
+  if (r == ncclSuccess && ended != ncclSuccess) {
+    // The program may abort a comm whose destroy failed: the Comm is kept, as after an abort (later
+    // calls reach NCCL with a NULL comm; an abort also aborts a split that could not be destroyed).
+    c->real = nullptr;
+    return ended;
+  }
   freeComm(c);
   return r;
 }
