@@ -17,6 +17,8 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <initializer_list>
 #include <map>
@@ -95,6 +97,26 @@ void setYaliAsyncError(void* comm, yaliResult_t r, const char* text) {
 template <typename T>
 T& yaliVariable(const char* name) {
   return variable<T>(fakeYali(), name);
+}
+
+// Runs `body` in a child process, so that what it does to memory (calls with a handle that a broken
+// libyali-nccl has freed) stays there; true when the child's checks passed.
+template <typename Body>
+bool passesInChild(Body body) {
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    yali_test::currentFailures() = 0;
+    try {
+      body();
+    } catch (const yali_test::RequireFailed&) {
+    }
+    std::fflush(stdout);
+    _exit(yali_test::currentFailures() == 0 ? 0 : 1);
+  }
+  int status = 0;
+  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 // ---- Traces --------------------------------------------------------------------------------------------
@@ -461,6 +483,24 @@ TEST(finalize_and_destroy_report_a_failure_to_end_either_side) {
   CHECK_MSG(t == "ncclCommAbort(x1) ncclCommAbort() ncclCommDestroy()", "%s", t.c_str());
   for (int r : {0, 2, 3}) CHECK(SHIM(ncclCommDestroy)(h.ranks[r].comm) == ncclSuccess);
   CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+// A destroy NCCL refuses (as NCCL does for a comm that failed, which it keeps) leaves the handle to
+// the program, which aborts it next: the abort must reach NCCL's comm, which is otherwise leaked,
+// and must not find the handle freed (hence the child process).
+TEST(a_destroy_nccl_refuses_leaves_the_handle_for_an_abort) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  CHECK(passesInChild([&] {
+    const int since = eventCount();
+    failNcclNext("ncclCommDestroy", ncclRemoteError);
+    REQUIRE(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclRemoteError);
+    CHECK(SHIM(ncclCommAbort)(ranks[0].comm) == ncclSuccess);
+    CHECK(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclSuccess);
+    const std::string t = trace(since, kTearDown, labels);
+    CHECK_MSG(t == "yaliCommDestroy(y0) ncclCommDestroy(r0) ncclCommAbort(r0) ncclCommDestroy()", "%s", t.c_str());
+  }));
+  destroyAll(ranks);
 }
 
 TEST(revoke_aborts_yali_and_reaches_nccl) {
