@@ -362,14 +362,16 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   const ncclResult_t yali = endYali(c, false, "destroyed");
   if (ended == ncclSuccess) ended = yali;
   const ncclResult_t r = callReal<Api::ncclCommDestroy>(c->real);
-  if (r == ncclSuccess && ended != ncclSuccess) {
-    // The program may abort a comm whose destroy failed: the Comm is kept, as after an abort (later
-    // calls reach NCCL with a NULL comm; an abort also aborts a split that could not be destroyed).
+  // The program may abort a comm whose destroy failed: the Comm is kept. NCCL refuses to destroy a
+  // comm that failed and keeps it, so c->real stays for that abort; when NCCL's is gone, later calls
+  // reach NCCL with a NULL comm, as after an abort (which also aborts a split NCCL did not destroy).
+  if (r != ncclSuccess) return r;
+  if (ended != ncclSuccess) {
     c->real = nullptr;
     return ended;
   }
   freeComm(c);
-  return r;
+  return ncclSuccess;
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
