@@ -53,15 +53,13 @@ struct FakeComm {
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
 };
 
-// The ranks of one communicator.
-struct World {
-  std::vector<FakeComm*> ranks;
-};
+// One communicator: its ranks' FakeComms point at the same World.
+struct World {};
 
 std::mutex mutex;  // guards everything below (fake_yali.cc records from several threads)
 std::map<uint64_t, World*> worldsById;
 struct Event {
-  std::string call;
+  const char* call;  // a string literal
   const void* handle;
 };
 std::vector<Event> events;
@@ -74,8 +72,6 @@ FakeComm* makeComm(World* world, int nranks, int rank, int device) {
   c->nranks = nranks;
   c->device = device;
   c->world = world != nullptr ? world : new World;
-  if (c->world->ranks.size() < static_cast<size_t>(nranks)) c->world->ranks.resize(nranks, nullptr);
-  c->world->ranks[rank] = c;
   return c;
 }
 
@@ -103,7 +99,7 @@ __attribute__((visibility("default"))) int fakeCallsOnEndedComms = 0;
 __attribute__((visibility("default"))) int fakeRanksPerNode = 0;
 }
 
-// The event log, shared with fake_yali.cc.
+// The event log, shared with fake_yali.cc. `call` is a string literal.
 FAKE_EXPORT void fakeRecord(const char* call, const void* handle) {
   std::lock_guard<std::mutex> lock(mutex);
   events.push_back({call, handle});
@@ -115,7 +111,7 @@ FAKE_EXPORT int fakeEventCount() {
 // The i-th event's call and handle; "" past the end.
 FAKE_EXPORT const char* fakeEventCall(int i) {
   std::lock_guard<std::mutex> lock(mutex);
-  return i >= 0 && i < static_cast<int>(events.size()) ? events[i].call.c_str() : "";
+  return i >= 0 && i < static_cast<int>(events.size()) ? events[i].call : "";
 }
 FAKE_EXPORT const void* fakeEventHandle(int i) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -270,8 +266,11 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
     memcpy(acc.data(), ops[0]->send, bytes);
     for (int r = 1; r < n; ++r) {
       const int32_t* in = static_cast<const int32_t*>(ops[r]->send);
-      for (size_t i = 0; i < first.count; ++i)
-        acc[i] = first.op == ncclSum ? acc[i] + in[i] : first.op == ncclMin ? std::min(acc[i], in[i]) : std::max(acc[i], in[i]);
+      for (size_t i = 0; i < first.count; ++i) {
+        if (first.op == ncclSum) acc[i] += in[i];
+        else if (first.op == ncclMin) acc[i] = std::min(acc[i], in[i]);
+        else acc[i] = std::max(acc[i], in[i]);
+      }
     }
     for (const Op* o : ops) memcpy(o->recv, acc.data(), bytes);
     return ncclSuccess;
@@ -288,7 +287,8 @@ ncclResult_t carryOutGroup(std::vector<Op> ops) {
     perRank[o.comm->rank].push_back(&o);
   }
   ncclResult_t result = ncclSuccess;
-  for (auto& [world, perRank] : byWorld) {
+  for (auto& entry : byWorld) {
+    std::vector<std::vector<Op*>>& perRank = entry.second;
     for (size_t k = 0; k < perRank[0].size(); ++k) {
       std::vector<Op*> call;
       for (auto& mine : perRank) {
@@ -380,7 +380,7 @@ FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
   World* world = new World;
   for (int i = 0; i < ndev; ++i)
     comms[i] = reinterpret_cast<ncclComm_t>(makeComm(world, ndev, i, devlist != nullptr ? devlist[i] : i));
-  return note("ncclCommInitAll", comms[0]);
+  return note("ncclCommInitAll", ndev > 0 ? comms[0] : nullptr);
 }
 
 FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {

@@ -9,11 +9,12 @@
 // node and cross splits), in which order.
 //
 // What this process sets before libyali-nccl reads its settings (once per process): both fakes,
-// YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that every logging branch runs too).
+// YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that the logging branches run too).
 //
 // Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
-// long abort takes on a GPU), ranks in several processes, non-blocking communicators (libyali-nccl
-// leaves them to NCCL) and CUDA graph capture (the fake CUDA runtime never captures).
+// long abort takes on a GPU, whether a peer learns of it), ranks in several processes, non-blocking
+// communicators (libyali-nccl leaves them to NCCL), CUDA graph capture (the fake CUDA runtime never
+// captures) and when the hierarchical scratch is freed (the fake's cudaFree is not logged).
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
