@@ -303,3 +303,38 @@ FAKE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureSta
   *status = cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
+
+// Never capturing (as cudaStreamIsCapturing); the parameters are this CUDA release's.
+FAKE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, cudaStreamCaptureStatus* status, unsigned long long* id,
+                                                 cudaGraph_t* graph, const cudaGraphNode_t** dependencies,
+                                                 const cudaGraphEdgeData** edges, size_t* count) {
+  *status = cudaStreamCaptureStatusNone;
+  if (id != nullptr) *id = 0;
+  if (graph != nullptr) *graph = nullptr;
+  if (dependencies != nullptr) *dependencies = nullptr;
+  if (edges != nullptr) *edges = nullptr;
+  if (count != nullptr) *count = 0;
+  return cudaSuccess;
+}
+
+// Events: recorded in the log with the stream they are recorded on or waited for on (the order of
+// the hierarchical scratch's users across streams).
+FAKE_EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = reinterpret_cast<cudaEvent_t>(new char);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) {
+  fakeRecord("cudaEventRecord", stream);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<char*>(event);
+  return cudaSuccess;
+}
+
+FAKE_EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t, unsigned int) {
+  fakeRecord("cudaStreamWaitEvent", stream);
+  return cudaSuccess;
+}

@@ -682,6 +682,42 @@ TEST(hierarchical_steps_and_a_failing_leg) {
   destroyAll(h.ranks);
 }
 
+// The hierarchical scratch's users across streams (routing.h, StreamOrder): on one stream no event;
+// a ReduceScatter on stream B after ReduceScatters on stream A marks A and waits for it before its
+// first copy into the scratch, then records after itself; back on A, the call waits for B. (This
+// process runs AllGather on NCCL, YALI_NCCL_DISABLE; it takes the same path through the scratch.)
+TEST(hierarchical_scratch_is_ordered_across_streams) {
+  const Hierarchical h = hierarchical();
+  ncclComm_t c = h.ranks[0].comm;
+  int a = 0, b = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
+  const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
+  Labels labels = h.labels;
+  labels[A] = "A";
+  labels[B] = "B";
+  const std::initializer_list<const char*> calls = {"yaliReduceScatter", "ncclReduceScatter", "cudaEventRecord",
+                                                    "cudaStreamWaitEvent"};
+  auto reduceScatter = [&](cudaStream_t s, const char* want) {
+    static float send[256], recv[256];  // more than nranks * 4 elements
+    const int since = eventCount();
+    CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, s) == ncclSuccess);
+    const std::string t = trace(since, calls, labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  reduceScatter(A, "yaliReduceScatter(h0) ncclReduceScatter(x0)");
+  reduceScatter(A, "yaliReduceScatter(h0) ncclReduceScatter(x0)");
+  reduceScatter(B, "cudaEventRecord(A) cudaStreamWaitEvent(B) yaliReduceScatter(h0) ncclReduceScatter(x0) "
+                   "cudaEventRecord(B)");
+  reduceScatter(B, "yaliReduceScatter(h0) ncclReduceScatter(x0) cudaEventRecord(B)");
+  reduceScatter(A, "cudaStreamWaitEvent(A) yaliReduceScatter(h0) ncclReduceScatter(x0) cudaEventRecord(A)");
+  // AllReduce uses no scratch: no event.
+  const int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, B) == ncclSuccess);
+  const std::string t = trace(since, {"cudaEventRecord", "cudaStreamWaitEvent"}, labels);
+  CHECK_MSG(t.empty(), "%s", t.c_str());
+  destroyAll(h.ranks);
+}
+
 TEST(hierarchical_async_errors_nccl_node_cross_then_yali) {
   const Hierarchical h = hierarchical();
   const Rank& r = h.ranks[0];
