@@ -626,7 +626,9 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
     }
   }
   if (result != ncclSuccess) noteFailure(failed);
-  if (abort || finalizeOnly) return result;  // after an abort, kernels may still hold the scratch: kept
+  // After an abort, or a split NCCL failed to destroy, kernels may still hold the scratch (and
+  // cudaFree would wait for them): kept.
+  if (abort || finalizeOnly || result != ncclSuccess) return result;
   std::lock_guard<std::mutex> lock(h->mutex);
   if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
   if (!h->outgrown.empty()) {

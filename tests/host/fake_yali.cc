@@ -290,6 +290,7 @@ FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 FAKE_EXPORT cudaError_t cudaFree(void* p) {
+  fakeRecord("cudaFree", nullptr);
   free(p);
   return cudaSuccess;
 }

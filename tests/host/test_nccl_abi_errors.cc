@@ -472,11 +472,17 @@ TEST(finalize_and_destroy_report_a_failure_to_end_either_side) {
   const ncclResult_t hierFinalized = SHIM(ncclCommFinalize)(h.ranks[0].comm);
   destroyResult = yaliSuccess;
   CHECK_EQ(hierFinalized, ncclRemoteError);
+  static float send[256], recv[256];  // rank 1 gets a scratch buffer
+  REQUIRE(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) == ncclSuccess);
   since = eventCount();
   failNcclNext("ncclCommDestroy", ncclSystemError);  // the first one: rank 1's cross split
   REQUIRE(SHIM(ncclCommDestroy)(h.ranks[1].comm) == ncclSystemError);
   t = trace(since, kTearDown, h.labels);
   CHECK_MSG(t == "yaliCommDestroy(h1) ncclCommDestroy(x1) ncclCommDestroy(n1) ncclCommDestroy(r1)", "%s", t.c_str());
+  // The split NCCL did not destroy may still have kernels on the scratch (and cudaFree would wait
+  // for them): the scratch is kept, as after an abort.
+  t = trace(since, {"cudaFree"}, h.labels);
+  CHECK_MSG(t.empty(), "%s", t.c_str());
   since = eventCount();
   CHECK(SHIM(ncclCommAbort)(h.ranks[1].comm) == ncclSuccess);
   CHECK(SHIM(ncclCommDestroy)(h.ranks[1].comm) == ncclSuccess);
