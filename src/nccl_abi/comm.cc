@@ -674,7 +674,8 @@ cudaError_t captureInfo(cudaError_t (*get)(cudaStream_t, cudaStreamCaptureStatus
   return get(stream, status, id, Rest{}...);
 }
 
-// The stream's context for StreamOrder: its capture's id, or 0 for eager work.
+}  // namespace
+
 ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
@@ -686,13 +687,8 @@ ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned 
   return ncclSuccess;
 }
 
-}  // namespace
-
-ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream) {
+ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream, unsigned long long context) {
   Hierarchy* h = c->hier;
-  unsigned long long context = 0;
-  const ncclResult_t r = scratchContext(function, stream, &context);
-  if (r != ncclSuccess) return r;
   std::lock_guard<std::mutex> lock(h->mutex);
   const StreamOrder::Before b = h->scratchOrder.before(stream, context);
   if (b.recordOn != nullptr) {
@@ -722,11 +718,8 @@ ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t strea
   return ncclSuccess;
 }
 
-ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream) {
+ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream, unsigned long long context) {
   Hierarchy* h = c->hier;
-  unsigned long long context = 0;
-  const ncclResult_t r = scratchContext(function, stream, &context);
-  if (r != ncclSuccess) return r;
   std::lock_guard<std::mutex> lock(h->mutex);
   if (!h->scratchOrder.after(stream, context)) return ncclSuccess;
   const cudaError_t err = lib().cudaEventRecord(h->scratchEvent, stream);

@@ -145,11 +145,14 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
 // The comm's scratch of at least `bytes` (made or grown here, outside a capture), or null with
 // *err set. Called with bytes == 0 it returns the current one.
 void* hierScratch(Comm* c, size_t bytes, cudaError_t* err);
-// The order of the scratch's users across streams (Hierarchy::scratchOrder): hierScratchBefore
-// before a call's first step that touches the scratch (an error: nothing of the call enqueued),
-// hierScratchUsed after its last (whatever the steps returned: what they enqueued stays).
-ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream);
-ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream);
+// The order of the scratch's users across streams (Hierarchy::scratchOrder), for a call on
+// `stream` in `context` (scratchContext: its capture's id, or 0 for eager work; read once per
+// call): hierScratchBefore before the call's first step that touches the scratch (an error:
+// nothing of the call enqueued), hierScratchUsed after its last (whatever the steps returned:
+// what they enqueued stays).
+ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context);
+ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream, unsigned long long context);
+ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream, unsigned long long context);
 
 // ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
 void freeComm(Comm* c);

@@ -235,13 +235,15 @@ ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, si
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
   // The scratch is the comm's, shared by its calls on every stream: ordered after its last user.
+  unsigned long long context = 0;
   if (scratch != nullptr) {
-    const ncclResult_t ordered = hierScratchBefore(c, function, stream);
+    ncclResult_t ordered = scratchContext(function, stream, &context);
+    if (ordered == ncclSuccess) ordered = hierScratchBefore(c, function, stream, context);
     if (ordered != ncclSuccess) return ordered;
   }
   ncclResult_t r = steps(scratch);
   // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
-  const ncclResult_t noted = scratch != nullptr ? hierScratchUsed(c, function, stream) : ncclSuccess;
+  const ncclResult_t noted = scratch != nullptr ? hierScratchUsed(c, function, stream, context) : ncclSuccess;
   if (r == kRunFlat) {
     if (debugEnabled()) {
       char why[512];
