@@ -57,6 +57,13 @@ ncclRedOp_t ToNccl(RedOp op) {
   return ncclSum;
 }
 
+// Why this build cannot do something: "this yali-perf was built against NCCL 21903, which has no
+// ncclMemAlloc (NCCL 2.19 or later)".
+std::string BuiltWithout(const std::string& what, const char* since) {
+  return "this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) + ", which has no " + what +
+         " (NCCL " + since + " or later)";
+}
+
 std::string CallText(const char* function, const LibraryCall& call, int local) {
   std::string text = std::string(function) + "(count " + std::to_string(call.count) + ", " +
                      DTypeName(call.dtype);
@@ -225,9 +232,7 @@ class NcclBackend final : public Backend {
     if (call.form != VarForm::kHostCounts || !ToNccl(call.dtype, &type)) {
       *refusal = call.form != VarForm::kHostCounts
                      ? std::string("NCCL has no AlltoAllv form ") + VarFormName(call.form)
-                     : std::string("this yali-perf was built against NCCL ") +
-                           std::to_string(NCCL_VERSION_CODE) + ", which has no " +
-                           DTypeName(call.dtype) + " (NCCL 2.24 or later)";
+                     : BuiltWithout(DTypeName(call.dtype), "2.24");
       refused_in_group_ = true;
       return false;
     }
@@ -273,8 +278,7 @@ class NcclBackend final : public Backend {
               std::to_string(local) + ")",
           comms_[local]);
 #else
-    Fatal("-R 2: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
-          ", which has no ncclMemAlloc (NCCL 2.19 or later)");
+    Fatal("-R 2: " + BuiltWithout("ncclMemAlloc", "2.19"));
 #endif
     return buffer;
   }
@@ -312,8 +316,7 @@ class NcclBackend final : public Backend {
       }
     }
 #else
-    Fatal("-R 1: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
-          ", which has no ncclCommRegister (NCCL 2.19 or later); run -R 0 or --impl yali");
+    Fatal("-R 1: " + BuiltWithout("ncclCommRegister", "2.19") + "; run -R 0 or --impl yali");
 #endif
   }
 
@@ -350,17 +353,13 @@ class NcclBackend final : public Backend {
   static bool Supported(const LibraryCall& call, std::string* refusal) {
     ncclDataType_t type;
     if (!ToNccl(call.dtype, &type)) {
-      *refusal = std::string("this yali-perf was built against NCCL ") +
-                 std::to_string(NCCL_VERSION_CODE) + ", which has no " + DTypeName(call.dtype) +
-                 " (NCCL 2.24 or later)";
+      *refusal = BuiltWithout(DTypeName(call.dtype), "2.24");
       return false;
     }
 #if !YALI_PERF_NCCL_HAS_ROOTED_A2A
     if (call.kind == CollId::kGather || call.kind == CollId::kScatter ||
         call.kind == CollId::kAlltoAll) {
-      *refusal = std::string("this yali-perf was built against NCCL ") +
-                 std::to_string(NCCL_VERSION_CODE) + ", which has no " + CollName(call.kind) +
-                 " (NCCL 2.28 or later)";
+      *refusal = BuiltWithout(CollName(call.kind), "2.28");
       return false;
     }
 #endif
