@@ -250,8 +250,9 @@ struct BufferPlan {
 // less if the GPU lacks the memory (cases that do not fit are then skipped); with `fill` (-e max),
 // as large as every GPU affords. Each GPU's free memory (cudaMemGetInfo), less the headroom, is
 // split among the ranks that share it, two buffers each per set (`buffer_sets`: 2 when a library
-// will run on buffers of its own, -R 2); the smallest share over all ranks sets the size. An allocation that fails anyway (fragmentation, another process) steps down and
-// retries instead of failing the run.
+// will run on buffers of its own, -R 2); the smallest share over all ranks sets the size. An
+// allocation that fails anyway (fragmentation, another process) steps down and retries instead of
+// failing the run.
 BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill, int buffer_sets = 1) {
   BufferPlan plan;
   const std::vector<GpuMemory> memory = SurveyMemory(world);
@@ -493,15 +494,18 @@ std::vector<std::pair<void*, void*>> SlotBuffers(const World& world) {
   return buffers;
 }
 
-// Points every local rank's slot at `impl`'s buffers: its own (-R 2) or the shared ones.
-void UseBuffersOf(World& world, const ImplRun& impl,
-                  const std::vector<std::pair<void*, void*>>& shared) {
-  const std::vector<std::pair<void*, void*>>& buffers =
-      impl.own_buffers.empty() ? shared : impl.own_buffers;
+// Points every local rank's slot at `buffers` (one send and receive buffer per local rank).
+void SetSlotBuffers(World& world, const std::vector<std::pair<void*, void*>>& buffers) {
   for (size_t i = 0; i < world.local.size(); ++i) {
     world.local[i].send = buffers[i].first;
     world.local[i].recv = buffers[i].second;
   }
+}
+
+// Points every local rank's slot at `impl`'s buffers: its own (-R 2) or the shared ones.
+void UseBuffersOf(World& world, const ImplRun& impl,
+                  const std::vector<std::pair<void*, void*>>& shared) {
+  SetSlotBuffers(world, impl.own_buffers.empty() ? shared : impl.own_buffers);
 }
 
 // -R 2: each library that wants buffers of its own gets a send and a receive buffer per local
@@ -534,12 +538,7 @@ void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, boo
     }
     impl.own_buffers.clear();
   }
-  if (!shared.empty()) {
-    for (size_t i = 0; i < world.local.size(); ++i) {
-      world.local[i].send = shared[i].first;
-      world.local[i].recv = shared[i].second;
-    }
-  }
+  SetSlotBuffers(world, shared);  // FreeBuffers frees the shared ones
   FreeBuffers(world);
   if (multi) {
     std::string error;
