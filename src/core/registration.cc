@@ -9,6 +9,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/ipc_imports.h"
 #include "core/reaper.h"
 
 namespace yali {
@@ -57,6 +58,26 @@ bool queryAllocation(const void* p, AllocationInfo* out, std::string* error) {
   return true;
 }
 
+IpcImports& IpcImports::process() {
+  static IpcImports* table = new IpcImports(Ops{
+      [](void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error) {
+        ScopedDevice onDevice(device);
+        const cudaError_t e = cudaIpcOpenMemHandle(mapped, handle, cudaIpcMemLazyEnablePeerAccess);
+        if (e == cudaSuccess) return true;
+        cudaGetLastError();
+        *error = std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorString(e);
+        return false;
+      },
+      // On the reaper: cudaIpcCloseMemHandle waits for every kernel on the device (reaper.h).
+      [](void* mapped, int device) {
+        cudaSetDevice(device);
+        cudaIpcCloseMemHandle(mapped);
+        cudaGetLastError();
+      },
+      [](std::function<bool()> job) { Reaper::post(std::move(job)); }});
+  return *table;
+}
+
 namespace {
 
 // The allocation that holds `reg`'s buffer and its CUDA IPC handle: registrations accept only
@@ -91,31 +112,14 @@ struct RegisterInfo {
   cudaIpcMemHandle_t handle;  // of the allocation
 };
 
-// Rank `peer`'s allocation mapped here: an existing mapping of the same allocation, or a new one.
+// Rank `peer`'s allocation mapped here, shared with every other registration of it in this process
+// (ipc_imports.h: CUDA maps an allocation once per device).
 std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error) {
-  std::weak_ptr<void>& slot = comm->registrations.imports[{peer, info.bufferId}];
-  if (std::shared_ptr<void> mapped = slot.lock()) return mapped;
-  void* mapped = nullptr;
-  cudaError_t e = cudaIpcOpenMemHandle(&mapped, info.handle, cudaIpcMemLazyEnablePeerAccess);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    comm->registrations.imports.erase({peer, info.bufferId});
-    *error = "mapping rank " + std::to_string(peer) + "'s buffer (cudaIpcOpenMemHandle) failed: " +
-             cudaGetErrorString(e);
-    return nullptr;
-  }
-  // Closed on the reaper: cudaIpcCloseMemHandle waits for every kernel on the device (reaper.h).
-  const int device = comm->device;
-  std::shared_ptr<void> shared(mapped, [device](void* m) {
-    Reaper::post([device, m] {
-      cudaSetDevice(device);
-      cudaIpcCloseMemHandle(m);
-      cudaGetLastError();
-      return true;
-    });
-  });
-  slot = shared;
-  return shared;
+  const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
+  std::string why;
+  std::shared_ptr<void> mapped = IpcImports::process().import(key, info.handle, comm->settings.timeoutMs, &why);
+  if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
+  return mapped;
 }
 
 void dropImports(Registration* reg) {

@@ -58,6 +58,7 @@ struct Registration {
   uint64_t bufferId = 0;     // its allocation's CUDA buffer id (AllocationInfo::bufferId)
   char* peerBase[kMaxRanks] = {};  // [p]: rank p's buffer as mapped here; [rank] == base
   std::shared_ptr<void> imports[kMaxRanks];  // [p]: rank p's allocation, when mapped by CUDA IPC
+                                             // (IpcImports: shared by the process's registrations of it)
   std::atomic<bool> usable{false};           // every rank holds it (peerBase complete)
   bool captured = false;     // a CUDA graph captured a call that uses it (LocalState::regEpoch)
 };
@@ -66,10 +67,6 @@ struct Registration {
 struct RegistrationTable {
   std::vector<std::unique_ptr<Registration>> live;
   uint32_t nextId = 0;
-  // Peer allocations mapped into this process by cudaIpcOpenMemHandle, by (peer rank, its buffer
-  // id): CUDA maps an allocation once per process, so registrations in one allocation share the
-  // mapping; it is closed (on the reaper) when the last of them goes.
-  std::map<std::pair<int, uint64_t>, std::weak_ptr<void>> imports;
 };
 
 // Single-process mode: the k-th registration of every comm of a yaliCommInitAll group, collected
