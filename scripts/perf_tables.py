@@ -11,10 +11,11 @@ Times in us, busBW in GB/s.
 
 --best (issue 21's table, from the runs of gpu_check.sh's everycoll stage): the files are pooled
 and one table is made per (GPUs, launch mode, timing, collective, dtype): plain buffers against
-plain (the -R 0 files), and registered against registered, where each library counts at its best
-over the registered files (-R 1: ncclCommRegister; -R 2: NCCL's symmetric windows; -R 2 -x 2:
-also its zero-CTA copy-engine collectives). The column "NCCL best" names the run NCCL's best
-came from. Ratios above 1: YALI faster.
+plain (the -R 0 files), then each library at its best over every file, plain ones included (a
+user can always leave buffers unregistered, and NCCL on plain buffers is sometimes faster than on
+its windows): -R 1 (ncclCommRegister), -R 2 (NCCL's symmetric windows), -R 2 -x 2 (also its
+zero-CTA copy-engine collectives). The columns "YALI best" and "NCCL best" name the run each
+best came from. Ratios above 1: YALI faster.
 """
 import argparse
 import json
@@ -120,9 +121,9 @@ def best_of(samples):
 
 def best_table(rows, dtype, coll):
     """One --best table: rows is one group of pool()'s result."""
-    lines = ["| size | YALI us | NCCL us | NCCL/YALI | YALI reg us | NCCL best us | NCCL best/YALI reg"
-             " | NCCL best | YALI reg busBW | NCCL best busBW | YALI reg algo/CTAs |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| size | YALI us | NCCL us | NCCL/YALI | YALI best us | NCCL best us | NCCL best/YALI best"
+             " | YALI best | NCCL best | YALI best busBW | NCCL best busBW | YALI best algo/CTAs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     sizes = sorted({b for (c, d, b) in rows if d == dtype and c == coll})
     for size in sizes:
         impls = rows[(coll, dtype, size)]
@@ -130,9 +131,10 @@ def best_table(rows, dtype, coll):
         y, n = best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), []))
         cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
                   f"{n[0] / y[0]:.2f}" if y and n else "-"]
-        y, n = best_of(impls.get(("yali", False), [])), best_of(impls.get(("nccl", False), []))
+        every = lambda impl: impls.get((impl, True), []) + impls.get((impl, False), [])
+        y, n = best_of(every("yali")), best_of(every("nccl"))
         cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
-                  f"{n[0] / y[0]:.2f}" if y and n else "-", n[2] if n else "-",
+                  f"{n[0] / y[0]:.2f}" if y and n else "-", y[2] if y else "-", n[2] if n else "-",
                   f"{y[1]:.1f}" if y else "-", f"{n[1]:.1f}" if n else "-",
                   f"{y[3].get('algo')}/{y[3].get('ctas')}" if y else "-"]
         lines.append(f"| {human(size)} | " + " | ".join(cells) + " |")
@@ -152,7 +154,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", help="float, half, bfloat16 (default: all present)")
     p.add_argument("--best", action="store_true",
-                   help="pool the files: plain against plain, each library at its best registered")
+                   help="pool the files: plain against plain, each library at its best over every file")
     p.add_argument("files", nargs="+")
     args = p.parse_args()
     docs = [load(f) for f in args.files]
