@@ -18,6 +18,7 @@ zero-CTA copy-engine collectives). The columns "YALI best" and "NCCL best" name 
 best came from. Ratios above 1: YALI faster.
 """
 import argparse
+import gzip
 import json
 import statistics
 
@@ -30,7 +31,8 @@ def human(n):
 
 
 def load(path):
-    with open(path) as f:
+    """A yali-perf JSON file, gzipped (.gz, as docs/results keeps them) or not."""
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         doc = json.load(f)
     rows = {}
     for r in doc["results"]:
