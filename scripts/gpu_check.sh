@@ -121,7 +121,13 @@ ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 git rev-parse HEAD > "$LOG/commit.txt" 2>/dev/null || true
 
 if has build; then
-  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release > "$LOG/cmake.log" 2>&1 &&
+  # The NCCL baseline: the torch venv's NCCL (nvidia.nccl, the newest on our machines: 2.28.9) ahead
+  # of the system's (2.28.3 on nvidia-h200-x4, 2026-11-28), which the build would find first.
+  # NCCL_HOME set by the caller wins.
+  if [ -z "${NCCL_HOME:-}" ]; then
+    NCCL_HOME=$(python3 -c 'import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+  fi
+  if cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release ${NCCL_HOME:+-DNCCL_HOME="$NCCL_HOME"} > "$LOG/cmake.log" 2>&1 &&
      cmake --build "$BUILD" -j "$(nproc)" > "$LOG/build.log" 2>&1; then
     note "build: ok ($(( $(date +%s) - t0 )) s)"
   else
