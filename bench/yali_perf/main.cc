@@ -256,7 +256,11 @@ struct BufferPlan {
 BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill, int buffer_sets = 1) {
   BufferPlan plan;
   const std::vector<GpuMemory> memory = SurveyMemory(world);
-  size_t target = fill ? std::numeric_limits<size_t>::max() : std::max(wanted, kBufferGranularity);
+  // Rounded up: the rounding down to the granularity below must not cut what a case needs (an
+  // AlltoAllv case of 590714880 bytes was skipped on 2026-11-28 for 2 KB).
+  size_t target = fill ? std::numeric_limits<size_t>::max()
+                       : (std::max(wanted, kBufferGranularity) + kBufferGranularity - 1) / kBufferGranularity *
+                             kBufferGranularity;
   plan.smallest_free = std::numeric_limits<size_t>::max();
   for (size_t i = 0; i < world.local.size(); ++i) {
     const GpuMemory& gpu = memory[i];
