@@ -529,7 +529,9 @@ void AllocateOwnBuffers(World& world, std::vector<ImplRun>& impls, int mode) {
 void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, bool multi,
             HostExchange& exchange, const std::vector<std::pair<void*, void*>>& shared) {
   // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
-  // ranks start it together (rank 0 has just written the report).
+  // ranks start it together (rank 0 has just written the report). NCCL (-R 2) requires its
+  // windows deregistered before ncclCommDestroy and before ncclMemFree of their memory: hence
+  // deregister, destroy, then free the libraries' own buffers.
   if (args.registered) {
     HostBarrier(world, "before deregistering the buffers");
     for (ImplRun& impl : impls) impl.backend->DeregisterBuffers();

@@ -322,7 +322,10 @@ class NcclBackend final : public Backend {
 
   void DeregisterBuffers() override {
 #if YALI_PERF_NCCL_HAS_WINDOWS
-    // As nccl-tests does: one comm after another, outside a group.
+    // As nccl-tests does: one comm after another, outside a group (deregistration is local to
+    // the rank). NCCL's order: every window is deregistered, with the handle NCCL filled in at
+    // RegisterWindows' ncclGroupEnd, before ncclMemFree of its memory and before ncclCommDestroy
+    // (EndRun: DeregisterBuffers, then DestroyAll, then FreeOwnBuffer).
     for (size_t local = 0; local < windows_.size(); ++local) {
       YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
       for (size_t k = 0; k < windows_[local].size(); ++k)
@@ -455,22 +458,33 @@ class NcclBackend final : public Backend {
     if (VersionCode() < 22700)
       Fatal("-R 2: the NCCL loaded is " + VersionText() +
             ", which has no symmetric windows (ncclCommWindowRegister, NCCL 2.27 or later)");
+    // Inside a group NCCL writes each window handle through the pointer it was given only at
+    // ncclGroupEnd (ncclCommWindowRegister's documentation; NCCL queues the pointer with the
+    // task). So the handles' final places, windows_[local][k], are made before the first call and
+    // not moved until the group has ended: a local variable copied into windows_ right after the
+    // call would copy null, NCCL would later write into the dead variable, and
+    // DeregisterBuffers would pass null handles, which ncclCommWindowDeregister ignores. The
+    // windows would then stay registered into ncclCommDestroy and ncclMemFree, which NCCL
+    // forbids (2.28.3's ncclCommDestroy then deregisters the IPC registrations under the windows
+    // through proxy state it has already freed).
     windows_.assign(comms_.size(), std::vector<ncclWindow_t>());
+    for (size_t local = 0; local < comms_.size(); ++local)
+      windows_[local].assign(buffers[local].size(), nullptr);
     Check(ncclGroupStart(), "ncclGroupStart", nullptr);
     for (size_t local = 0; local < comms_.size(); ++local) {
       YALI_PERF_CUDA(cudaSetDevice(devices_[local]));
       for (size_t k = 0; k < buffers[local].size(); ++k) {
-        ncclWindow_t window = nullptr;
-        Check(ncclCommWindowRegister(comms_[local], buffers[local][k], bytes, &window,
+        Check(ncclCommWindowRegister(comms_[local], buffers[local][k], bytes, &windows_[local][k],
                                      NCCL_WIN_COLL_SYMMETRIC),
               "ncclCommWindowRegister(buffer " + std::to_string(k) + ", " +
                   std::to_string(bytes) + " bytes, local comm " + std::to_string(local) +
                   ", NCCL_WIN_COLL_SYMMETRIC)",
               comms_[local]);
-        windows_[local].push_back(window);
       }
     }
     Check(ncclGroupEnd(), "ncclGroupEnd (ncclCommWindowRegister)", nullptr);
+    // From here on windows_ holds NCCL's handles (null only where NCCL registered nothing: a comm
+    // without symmetric support and NCCL_LOCAL_REGISTER=0).
 #else
     Fatal("-R 2: this yali-perf was built against NCCL " + std::to_string(NCCL_VERSION_CODE) +
           ", which has no symmetric windows (ncclCommWindowRegister, NCCL 2.27 or later)");
