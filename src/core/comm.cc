@@ -208,6 +208,12 @@ bool closeOnDevice(yaliComm* comm, int64_t deadlineMs, std::string* error) {
 void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
   releaseRegistrations(comm);
   if (comm->res) comm->res->eagerIssued = comm->eagerLaunches;
+  // The copy engines' state holds a reference to res too: dropped first, so that the last one
+  // (when no graph and no copy-engine call in flight holds it) goes with comm->res, here. Its
+  // release is then posted on this thread, and commDestroy waits for it as yali.h says. Kept
+  // until the comm object goes, it was released after yaliCommDestroy had returned, on the
+  // reaper, possibly while the process was exiting (CUDA calls racing the runtime's teardown).
+  comm->copyEngine.reset();
   comm->res.reset();
   comm->bootstrap.reset();  // closes its sockets: peers' later exchanges fail instead of waiting
   retireCommHandle(handle, how);
