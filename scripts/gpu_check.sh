@@ -85,8 +85,10 @@
 #                                            windows with its zero-CTA copy-engine collectives);
 #                                            EVERY_MODES="eager graph"; then -C alltoallv
 #                                            (EVERY_A2AV=0 skips it); perf_tables.py --best makes
-#                                            the table (minutes per run: split PERF_NP and
-#                                            EVERY_REG over calls of 10 min)
+#                                            the table (on 4 H200s, 2026-11-28: an eager run of
+#                                            every collective and both dtypes took ~30 s, a -G 20
+#                                            run ~3 min; split PERF_NP, EVERY_REG and EVERY_MODES
+#                                            over calls of 10 min)
 #   CTEST_REGEX="host|gpu_single_4"          which ctest tests to run (default: all but gpu_all,
 #                                            which only adds something on more than 4 GPUs)
 #   CTEST_EXCLUDE='^gpu_(trust|soak|kill)_'  left to their own stages (trust, soak)
