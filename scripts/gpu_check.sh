@@ -109,6 +109,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 ALL_LL=oneshot_ll,reducescatter_ll,allgather_ll,broadcast_ll,reduce_ll,gather_ll,scatter_ll,alltoall_ll
 ALL_STAGED=twoshot_push,reducescatter_staged,allgather_staged,broadcast_staged,reduce_staged,gather_staged,scatter_staged,alltoall_staged
 ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct
+# The rooted collectives on two-shot's pipeline (off by default until measured), with AllReduce's
+# twoshot_push, whose protocol they share.
+ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
 label_of() { echo "${1%%=*}"; }
 algo_of() { echo "${1#*=}"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
@@ -166,7 +169,7 @@ if has algotests; then
   # through every kernel (auto selection sends each size to one algorithm only).
   for n in ${ALGO_RANKS:-2 4}; do
     [ "$n" -gt "$ngpus" ] && continue
-    for spec in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED}; do
+    for spec in ${ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED rooted=$ALL_ROOTED}; do
       label=$(label_of "$spec"); algo=$(algo_of "$spec")
       YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --ranks "$n" --mode multi > "$LOG/algotest_${label}_$n.log" 2>&1
       note "gpu suite YALI_ALGO=$label multi $n: rc=$? $(tail -1 "$LOG/algotest_${label}_$n.log")"
@@ -182,7 +185,7 @@ if has shared; then
     note "gpu suite --share-gpus single $n: rc=$? $(tail -1 "$LOG/shared_auto_$n.log")"
   done
   for n in ${SHARED_ALGO_RANKS:-2 4}; do
-    for spec in ${SHARED_ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED direct=$ALL_DIRECT}; do
+    for spec in ${SHARED_ALGOS:-oneshot_ll oneshot_pull twoshot twoshot_push ll=$ALL_LL staged=$ALL_STAGED direct=$ALL_DIRECT rooted=$ALL_ROOTED}; do
       label=$(label_of "$spec"); algo=$(algo_of "$spec")
       YALI_ALGO=$algo "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode single ${SHARED_ARGS:-} \
         > "$LOG/shared_${label}_$n.log" 2>&1
@@ -360,6 +363,7 @@ if has sanitize; then
   for spec in ${SANITIZE_ALGOS:-}; do  # every size through one kernel (label=list: one family), at 2 ranks
     label=$(label_of "$spec"); algo=$(algo_of "$spec")
     [ "$label" = ll ] && algo=$ALL_LL; [ "$label" = staged ] && algo=$ALL_STAGED; [ "$label" = direct ] && algo=$ALL_DIRECT
+    [ "$label" = rooted ] && algo=$ALL_ROOTED
     YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks 2 --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$label.log" 2>&1
@@ -383,7 +387,7 @@ if has trust; then
   done
   kr=${KILL_RANKS:-3}
   # The test bounds each of its runs itself (about 80 s at most; 4 to 5 s when it passes on one
-  # H100). By default: every collective's algorithms with rank 1 killed (53 runs, about 4 min), then
+  # H100). By default: every collective's algorithms with rank 1 killed (57 runs, about 4 min), then
   # AllReduce's with rank 0 (the bootstrap's host) killed (10 runs); both victims for every
   # collective would take about 8 min (KILL_VICTIMS=1,0 KILL_RANK0_COLLS=).
   timeout ${KILL_TIMEOUT:-1500} "$BUILD/tests/yali-kill-test" --ranks "$kr" --victim "${KILL_VICTIMS:-1}" \

@@ -12,6 +12,8 @@ KernelFn oneshotPullKernelFor(DataType t, RedOp op);     // allreduce/oneshot_pu
 KernelFn twoshotKernelFor(DataType t, RedOp op);         // allreduce/twoshot.cu (by reads)
 KernelFn twoshotPushKernelFor(DataType t, RedOp op);     // allreduce/twoshot_push.cu
 KernelFn twoshotDirectKernelFor(DataType t, RedOp op);   // allreduce/twoshot_direct.cu
+KernelFn broadcastTwoshotKernelFor(DataType t, RedOp op);  // allreduce/twoshot_rooted.cu (byte-wise)
+KernelFn reduceTwoshotKernelFor(DataType t, RedOp op);     // allreduce/twoshot_rooted.cu
 KernelFn exchangeLLReduceKernelFor(DataType t, RedOp op);      // exchange/ll_reduce.cu
 KernelFn exchangeLLCopyKernelFor(DataType t, RedOp op);        // exchange/copy.cu
 KernelFn exchangeStagedReduceKernelFor(DataType t, RedOp op);  // exchange/staged_reduce.cu

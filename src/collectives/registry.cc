@@ -54,12 +54,20 @@ constexpr AlgorithmDesc kAlgorithms[] = {
      "the root writes straight into every rank's registered output"},
     {Algo::kBroadcastLL, "broadcast_ll", Collective::kBroadcast, Family::kExchangeLL, Bound::kUpTo,
      "broadcast_ll_max", false, false, exchangeLLCopyKernelFor, "the root's input to every rank as LL packets"},
+    {Algo::kBroadcastTwoshot, "broadcast_twoshot", Collective::kBroadcast, Family::kTwoshot, Bound::kFrom,
+     "broadcast_twoshot_min", false, false, broadcastTwoshotKernelFor,
+     "two-shot from the root: scatter of the root's shards to their owners, then all-gather (twoshot_push's "
+     "pipeline); not run on a GPU yet, off by default"},
     {Algo::kBroadcastStaged, "broadcast_staged", Collective::kBroadcast, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
      "the root's input pipelined through every receiver's staging"},
     // ---- Reduce ----
     {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false, false,
      exchangeLLReduceKernelFor, "every rank's input to the root as LL packets, reduced there in rank order"},
+    {Algo::kReduceTwoshot, "reduce_twoshot", Collective::kReduce, Family::kTwoshot, Bound::kFrom,
+     "reduce_twoshot_min", false, false, reduceTwoshotKernelFor,
+     "two-shot to the root: reduce-scatter in rank order, then a gather of the reduced shards (twoshot_push's "
+     "pipeline); not run on a GPU yet, off by default"},
     {Algo::kReduceStaged, "reduce_staged", Collective::kReduce, Family::kExchangeStaged, Bound::kFallback,
      nullptr, false, false, exchangeStagedReduceKernelFor,
      "every rank's input pipelined through the root's staging, reduced there in rank order"},

@@ -37,9 +37,11 @@ enum class Algo : int {
   kBroadcastCopyEngine,
   kBroadcastDirect,
   kBroadcastLL,
+  kBroadcastTwoshot,
   kBroadcastStaged,
   // Reduce
   kReduceLL,
+  kReduceTwoshot,
   kReduceStaged,
   // Gather
   kGatherCopyEngine,
@@ -58,14 +60,15 @@ enum class Algo : int {
   // AlltoAllv
   kAlltoAllvStaged,
 };
-constexpr int kNumAlgos = 29;
+constexpr int kNumAlgos = 31;
 
 // How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
 // on (choiceFits).
 enum class Family : int {
   kOneshotLL,       // one-shot AllReduce by LL packets (allreduce/oneshot_ll.cuh)
   kOneshotPull,     // one-shot AllReduce by copy-in and NVLink reads (allreduce/oneshot_pull.cuh)
-  kTwoshot,         // two-shot AllReduce and its variants (allreduce/twoshot.cuh)
+  kTwoshot,         // two-shot AllReduce and its variants, and the rooted Broadcast and Reduce
+                    // on its protocol (allreduce/twoshot.cuh; arguments: core/pattern.h fillTwoshot)
   kExchangeLL,      // a pattern of pieces as LL packets (exchange/ll.cuh)
   kExchangeStaged,  // a pattern of pieces, pipelined through staging (exchange/staged.cuh)
   kExchangeDirect,  // a pattern of pieces written into registered outputs (exchange/direct.cuh)

@@ -197,13 +197,15 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
   args.recv = c.recv;
   args.slotBytes = plan.choice.slotBytes;
   args.teamsPerBlock = plan.choice.teams;
+  const Algo algo = plan.choice.algo;
   if (c.collective == Collective::kAllReduce) {
     args.count = c.count;
+  } else if (algorithm(algo).family == Family::kTwoshot) {  // broadcast_twoshot, reduce_twoshot
+    fillTwoshot(c.collective, comm->rank, c.root, c.count, s.elem, &args);
   } else {
     args.count = s.recvBytes;  // the exchanges poison bytes (device_state.h)
     fillPattern(c.collective, comm->rank, comm->nranks, c.root, s.piece, send, recv, &args);
   }
-  const Algo algo = plan.choice.algo;
   if (algorithm(algo).needsRegisteredSend) {
     // Pull: every rank's input as mapped here, and which inputs hold one block per receiver.
     const size_t n = static_cast<size_t>(comm->nranks);

@@ -107,4 +107,10 @@ void fillPattern(Collective c, int me, int n, int root, size_t piece, const char
   a->arrive = collectiveShape(c).rooted ? 1u : 0u;
 }
 
+void fillTwoshot(Collective c, int me, int root, size_t count, size_t elemSize, DeviceArgs* a) {
+  a->root = root;
+  a->count = c == Collective::kBroadcast ? count * elemSize : count;
+  if (c == Collective::kReduce && me != root) a->recv = nullptr;
+}
+
 }  // namespace yali

@@ -29,4 +29,13 @@ const char* inPlaceRule(Collective c);
 void fillPattern(Collective c, int me, int n, int root, size_t piece, const char* send, const char* recv,
                  DeviceArgs* a);
 
+// This rank's arguments for the two-shot kernel's rooted shapes (allreduce/twoshot.cuh, "Rooted
+// shapes"; Broadcast: broadcast_twoshot, Reduce: reduce_twoshot), on top of the call's send and
+// recv: `count` in the kernel's elements (Broadcast's kernel is byte-wise: count * elemSize bytes;
+// Reduce: the call's count), the root, and recv null on a rank without an output (Reduce's
+// non-roots: their recvbuff is not significant, and the kernel neither writes nor poisons it).
+// Every rank runs the same tiles and steps whatever its part, so a call's remainder (a count not
+// divisible by nranks) is the last tile's short shards, and any rank may be the root.
+void fillTwoshot(Collective c, int me, int root, size_t count, size_t elemSize, DeviceArgs* a);
+
 }  // namespace yali

@@ -205,9 +205,9 @@ const std::vector<std::string>& algoNames(Coll c) {
       {"oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "twoshot_direct"},
       {"reducescatter_ll", "reducescatter_staged"},
       {"allgather_ll", "allgather_staged", "allgather_direct", "allgather_ce"},
-      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce"},
-      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce"},
-      {"reduce_ll", "reduce_staged"},
+      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
+      {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
+      {"reduce_ll", "reduce_staged", "reduce_twoshot"},
       {"gather_ll", "gather_staged", "gather_ce"},
       {"scatter_ll", "scatter_staged", "scatter_direct", "scatter_ce"},
       {"alltoall_ll", "alltoall_staged", "alltoall_direct", "alltoall_ce"},
@@ -1509,6 +1509,45 @@ void caseAlgos(Ctx& ctx) {
           L.inplace = combo % 2 == 1;
           runCollAlgo(ctx, comms, pool, v, cspec(kAllReduce, ctx.quick() ? 4093 : 65537, dt, op, 0, L), algo,
                       label);
+          ++combo;
+        }
+      }
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
+
+  // The rooted collectives on two-shot's pipeline (broadcast_twoshot, reduce_twoshot; off by
+  // default): every type (Reduce: every op), roots rotating, in place and not, counts that nranks
+  // does not divide (short and empty shards), then several tiles.
+  {
+    const std::string list = "broadcast_twoshot,reduce_twoshot";
+    const std::string label = "YALI_ALGO=" + list;
+    SelectorScope env(Vars{{"YALI_ALGO", list}});
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    {
+      SlabPool pool(ctx);
+      Verifier v(ctx);
+      int combo = 0;
+      for (Coll c : {kBroadcast, kBcast, kReduce}) {
+        const std::string want = c == kReduce ? "reduce_twoshot" : "broadcast_twoshot";
+        for (yaliDataType_t dt : kEveryDtype) {
+          std::vector<yaliRedOp_t> ops = c == kReduce ? opsFor(dt) : std::vector<yaliRedOp_t>{yaliSum};
+          if (ctx.quick()) ops = {ops[combo % ops.size()]};
+          std::vector<size_t> counts = {1, 31, 65537};
+          if (ctx.quick()) counts = {4093};
+          for (yaliRedOp_t op : ops) {
+            for (size_t count : counts) {
+              CLayout L;
+              L.inplace = c == kBcast || combo % 2 == 1;
+              runCollAlgo(ctx, comms, pool, v, cspec(c, count, dt, op, combo % n, L), want, label);
+              ++combo;
+            }
+          }
+        }
+        for (yaliDataType_t dt : {yaliFloat32, yaliInt8}) {
+          const size_t count = countFor(ctx.quick() ? (5u << 20) : (9u << 20), dt) + 3;
+          runCollAlgo(ctx, comms, pool, v, cspec(c, count, dt, yaliSum, (combo + 1) % n), want,
+                      label + ", several tiles");
           ++combo;
         }
       }
@@ -3329,6 +3368,20 @@ void epochWrapExchange(Ctx& ctx) {
                {cspec(kScatter, 65537, yaliFloat32, yaliSum, n / 2), "scatter_staged"},
                {cspec(kAllGather, 262147, yaliInt8), "allgather_staged"},
                {cspec(kAllReduce, 1048573, yaliFloat32, yaliSum), "twoshot"}};
+    f.wrapAt = 3;
+    families.push_back(f);
+  }
+  {
+    // Off by default (not run on a GPU when they were added): forced here so that the epoch wrap,
+    // graphs and eager calls around it cover them.
+    EpochFamily f;
+    f.name = "rooted two-shot";
+    f.algoList = "twoshot_push,broadcast_twoshot,reduce_twoshot";
+    f.graph = {{cspec(kBroadcast, 65537, yaliFloat32, yaliSum, n - 1), "broadcast_twoshot"},
+               {cspec(kReduce, 262147, yaliBfloat16, yaliSum, 1 % n), "reduce_twoshot"}};
+    f.eager = {{cspec(kReduce, 65537, yaliFloat32, yaliMax, 0), "reduce_twoshot"},
+               {cspec(kBroadcast, 16411, yaliInt8, yaliSum, n / 2), "broadcast_twoshot"},
+               {cspec(kAllReduce, 1048573, yaliFloat32, yaliSum), "twoshot_push"}};
     f.wrapAt = 3;
     families.push_back(f);
   }

@@ -29,9 +29,10 @@
 // unusable), so that one failure does not hide the others.
 //
 // Runs: every algorithm of every collective (the registry's rows, kAlgos below: AllReduce's five,
-// ReduceScatter's and Reduce's LL and staged, AllGather's, Broadcast's, Scatter's and AlltoAll's
-// LL, staged, direct and copy-engine, Gather's LL, staged and copy-engine, AlltoAllv's staged
-// through yaliAlltoAllv with uneven host counts: 29 algorithms), each forced with YALI_ALGO, x every
+// ReduceScatter's LL and staged, Reduce's LL, two-shot and staged, AllGather's, Scatter's and
+// AlltoAll's LL, staged, direct and copy-engine, Broadcast's those and two-shot, Gather's LL, staged
+// and copy-engine, AlltoAllv's staged through yaliAlltoAllv with uneven host counts: 31
+// algorithms), each forced with YALI_ALGO, x every
 // mode (eager, graph) x every victim; --coll and --algo narrow the set. Every run checks with
 // yaliAlgoInfo, for each of its calls and buffers, that the forced algorithm is the one that runs.
 // The algorithms for registered outputs (twoshot_direct, *_direct) run with every rank's outputs
@@ -40,7 +41,7 @@
 // copy-engine algorithms run eager only: a stream capture never chooses them (yali.h), so their
 // graph runs are listed as SKIP with that reason. The rooted collectives' root rotates over the
 // calls of an iteration (call s: root s % nranks), so a kill hits calls whose root is the victim and
-// calls whose root survives. 29 eager + 24 graph runs per victim; about 4 s each where one H100
+// calls whose root survives. 31 eager + 26 graph runs per victim; about 4 s each where one H100
 // ran the AllReduce ones (YALI_TIMEOUT_MS=3000 and set-up).
 //
 //   yali-kill-test [--ranks N] [--victim R[,R...]] [--coll NAME[,NAME...]|all] [--algo NAME[,NAME...]]
@@ -180,8 +181,10 @@ const AlgoDesc kAlgos[] = {
     {"broadcast_ce", Coll::kBroadcast, false, true},
     {"broadcast_direct", Coll::kBroadcast, true, false},
     {"broadcast_ll", Coll::kBroadcast, false, false},
+    {"broadcast_twoshot", Coll::kBroadcast, false, false},
     {"broadcast_staged", Coll::kBroadcast, false, false},
     {"reduce_ll", Coll::kReduce, false, false},
+    {"reduce_twoshot", Coll::kReduce, false, false},
     {"reduce_staged", Coll::kReduce, false, false},
     {"gather_ce", Coll::kGather, false, true},
     {"gather_ll", Coll::kGather, false, false},

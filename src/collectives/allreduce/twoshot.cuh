@@ -1,4 +1,5 @@
-// Two-shot AllReduce (reduce-scatter, then all-gather) for medium and large messages.
+// Two-shot AllReduce (reduce-scatter, then all-gather) for medium and large messages, and the
+// rooted Broadcast and Reduce built on its protocol (below: "Rooted shapes").
 //
 // The message is cut into tiles of nranks * slotElems elements. Within a tile, rank d owns shard d
 // (a 16-byte-aligned run of q elements). The work runs in P independent pipelines: each block, or
@@ -37,6 +38,24 @@
 // reads for local HBM traffic. Reuse of gather parity k & 1: an owner writes it at reduce(k+2)
 // after seeing our push(k+2), which we issue after our copy-out of step k.
 //
+// Rooted shapes (kShape, twoshot_rooted.cu): Broadcast and Reduce as twoshot_push with the same
+// tiles, shards, steps and flags, only fewer bytes moved, so that the root's NVLink ports carry
+// 2(n-1)/n of the message instead of (n-1) times it (a rooted exchange: the root alone sends or
+// receives every piece):
+//   Reduce     (reduce_twoshot): push(k) as above (a reduce-scatter); reduce(k) stores the reduced
+//              shard into the root's gather[parity][our rank][slot p] only (the root: into its
+//              output); pull(k) waits for every owner's flag as above, and only the root copies
+//              out. Non-roots have no output (DeviceArgs::recv is null: nothing is written there,
+//              not even the poison fill of a failed comm).
+//   Broadcast  (broadcast_twoshot, on bytes): push(k) copies data only on the root (a scatter of
+//              the root's shards into their owners' staging); every other rank publishes its push
+//              flag alone. reduce(k) "reduces" one source, the root's piece (the root: its own
+//              input), into our output and every peer's gather area (an all-gather); pull(k) as
+//              twoshot_push. Non-roots never read their input.
+// Every rank still publishes and waits for every flag of twoshot_push, in the same order, so the
+// reuse argument below holds unchanged: a non-root's flag-only push(k+2) is what tells an owner
+// that the rank has copied step k out of its gather area, exactly as a push with data does.
+//
 // Reuse (why two parities suffice): push(k+2) writes staging parity k & 1 after our wait in
 // pull(k), which saw the owner's result flag of step k: the owner had finished reading that
 // staging. An owner overwrites result parity k & 1 in reduce(k+2) after seeing every peer's
@@ -67,8 +86,17 @@ enum class Gather : int {
   kIntoOutputs = 2,  // twoshot_direct: every peer's (registered) output
 };
 
-template <typename T, RedOp kOp, Gather kGather>
+// Which collective the two-shot exchange computes (above: "Rooted shapes").
+enum class Shape : int {
+  kAllReduce = 0,  // twoshot, twoshot_push, twoshot_direct
+  kReduce = 1,     // reduce_twoshot: the reduced shards go to the root only
+  kBroadcast = 2,  // broadcast_twoshot: the root's shards are scattered, then all-gathered
+};
+
+template <typename T, RedOp kOp, Gather kGather, Shape kShape>
 __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo& info) {
+  static_assert(kShape == Shape::kAllReduce || kGather == Gather::kByWrites,
+                "the rooted shapes are twoshot_push's: gather by writes");
   const uint64_t epoch = info.epoch;
   if constexpr (kGather == Gather::kIntoOutputs) {
     if (!enterWithTag(args, args.layout.directFlags, info, kPhaseTwoshotEnter)) return;
@@ -99,10 +127,13 @@ __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo
   };
   auto push = [&](uint32_t k) {
     const TileSplit st = stepAt(k);
-    for (int i = 1; i < n; ++i) {
-      const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
-      copyElems(team, reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
-                send + st.start + st.begin(d), st.length(d));
+    // Broadcast: only the root has data to push; the others publish the flag alone.
+    if (kShape != Shape::kBroadcast || me == args.root) {
+      for (int i = 1; i < n; ++i) {
+        const int d = (me + i) % n;  // start with the next rank: spreads the load over peers
+        copyElems(team, reinterpret_cast<T*>(staging(args.peerWindows[d], k, me)),
+                  send + st.start + st.begin(d), st.length(d));
+      }
     }
     signalPeers(team, args, L.pushFlags, flagValue(epoch, k));
   };
@@ -117,29 +148,40 @@ __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo
     // reduce(k): our shard, in rank order; our own piece comes straight from the input.
     if (!waitPeers(team, args, L.pushFlags, value, kPhasePushWait)) return;
     const T* src[kMaxRanks];
+    if constexpr (kShape == Shape::kBroadcast) {  // one source: the root's piece of our shard
+      src[0] = me == args.root ? send + st.start + st.begin(me)
+                               : reinterpret_cast<const T*>(staging(args.window, k, args.root));
+    } else {
 #pragma unroll
-    for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
-      src[s] = (s == me) ? send + st.start + st.begin(me)
-                         : reinterpret_cast<const T*>(staging(args.window, k, s));
-    }
-    // Destinations: our output, then our result area (by reads), every peer's gather area (by
-    // writes) or every peer's output.
-    T* dst[kMaxRanks];
-#pragma unroll
-    for (int d = 0; d < kMaxRanks; ++d) {
-      const int peer = (me + d) % n;
-      if constexpr (kGather == Gather::kIntoOutputs) {
-        dst[d] = d == 0 ? recv + st.start + st.begin(me)
-                        : static_cast<T*>(args.peerRecv[peer]) + st.start + st.begin(me);
-      } else if constexpr (kGather == Gather::kByWrites) {
-        dst[d] = d == 0 ? recv + st.start + st.begin(me)
-                        : reinterpret_cast<T*>(gatherArea(args.peerWindows[peer], k, me));
-      } else {
-        dst[d] = d == 0 ? recv + st.start + st.begin(me)
-                        : reinterpret_cast<T*>(resultArea(args.window, k));
+      for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
+        src[s] = (s == me) ? send + st.start + st.begin(me)
+                           : reinterpret_cast<const T*>(staging(args.window, k, s));
       }
     }
-    reduceElems<T, kOp>(team, dst, kGather == Gather::kByReads ? 2 : n, src, n, st.length(me));
+    // Destinations: our output, then our result area (by reads), every peer's gather area (by
+    // writes) or every peer's output; Reduce: the root's gather area (the root: its output).
+    T* dst[kMaxRanks];
+    if constexpr (kShape == Shape::kReduce) {
+      dst[0] = me == args.root ? recv + st.start + st.begin(me)
+                               : reinterpret_cast<T*>(gatherArea(args.peerWindows[args.root], k, me));
+    } else {
+#pragma unroll
+      for (int d = 0; d < kMaxRanks; ++d) {
+        const int peer = (me + d) % n;
+        if constexpr (kGather == Gather::kIntoOutputs) {
+          dst[d] = d == 0 ? recv + st.start + st.begin(me)
+                          : static_cast<T*>(args.peerRecv[peer]) + st.start + st.begin(me);
+        } else if constexpr (kGather == Gather::kByWrites) {
+          dst[d] = d == 0 ? recv + st.start + st.begin(me)
+                          : reinterpret_cast<T*>(gatherArea(args.peerWindows[peer], k, me));
+        } else {
+          dst[d] = d == 0 ? recv + st.start + st.begin(me)
+                          : reinterpret_cast<T*>(resultArea(args.window, k));
+        }
+      }
+    }
+    const int ndst = kShape == Shape::kReduce ? 1 : kGather == Gather::kByReads ? 2 : n;
+    reduceElems<T, kOp>(team, dst, ndst, src, kShape == Shape::kBroadcast ? 1 : n, st.length(me));
     signalPeers(team, args, L.resultFlags, value);
 
     if (k + 1 < steps) push(k + 1);
@@ -148,20 +190,24 @@ __device__ __forceinline__ void twoshot(const DeviceArgs& args, const LaunchInfo
     // pull(k): every other rank's reduced shard (from its result area, or from our gather area
     // where it pushed it; twoshot_direct's owners stored it into our output already).
     if (!waitPeers(team, args, L.resultFlags, value, kPhaseResultWait)) return;
+    // Reduce: only the root has an output to copy into; the others waited for the flags above
+    // all the same (the owners' reads of our pushes into their staging are done).
     if constexpr (kGather != Gather::kIntoOutputs) {
-      for (int i = 1; i < n; ++i) {
-        const int s = (me + i) % n;
-        const char* from = kGather == Gather::kByWrites ? gatherArea(args.window, k, s)
-                                                        : resultArea(args.peerWindows[s], k);
-        copyElems(team, recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
+      if (kShape != Shape::kReduce || me == args.root) {
+        for (int i = 1; i < n; ++i) {
+          const int s = (me + i) % n;
+          const char* from = kGather == Gather::kByWrites ? gatherArea(args.window, k, s)
+                                                          : resultArea(args.peerWindows[s], k);
+          copyElems(team, recv + st.start + st.begin(s), reinterpret_cast<const T*>(from), st.length(s));
+        }
       }
     }
   }
 }
 
-template <typename T, RedOp kOp, Gather kGather>
+template <typename T, RedOp kOp, Gather kGather, Shape kShape = Shape::kAllReduce>
 __global__ void __launch_bounds__(kTwoshotMaxThreads) twoshotKernel(const __grid_constant__ DeviceArgs args) {
-  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { twoshot<T, kOp, kGather>(args, info); });
+  runLaunch<sizeof(T)>(args, [&](const LaunchInfo& info) { twoshot<T, kOp, kGather, kShape>(args, info); });
 }
 
 }  // namespace yali

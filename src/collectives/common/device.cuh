@@ -234,8 +234,11 @@ enum Admission : int {
 // Fills the output with all-ones bytes (NaN in fp16, bf16 and fp32), grid-wide: what a launch on a
 // failed comm leaves behind instead of stale data, for callers that read outputs without checking
 // yaliCommGetAsyncError (a graph replay reaches the device without passing through the host API).
+// A rank without an output (recv null: reduce_twoshot's non-roots, whose count is the message's)
+// fills nothing.
 static __device__ __noinline__ void poisonOutput(const DeviceArgs& args, size_t elemSize) {
   unsigned char* out = static_cast<unsigned char*>(args.recv);
+  if (out == nullptr) return;
   const size_t bytes = args.count * elemSize;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;

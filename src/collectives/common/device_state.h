@@ -280,6 +280,9 @@ struct DeviceArgs {
   // input as mapped here, and callTag the digest every rank's handshake must match.
   uint32_t peerSrcByRank;
   VarArgs var;  // alltoallv only
+  // The rooted two-shot shapes (broadcast_twoshot, reduce_twoshot; allreduce/twoshot.cuh): the
+  // root. Last, so that the other fields keep their offsets in the kernels' parameter space.
+  int root;
 };
 
 }  // namespace yali

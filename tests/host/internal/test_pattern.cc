@@ -3,12 +3,16 @@
 // recvFrom, the offset masks; reducing collectives sum every rank's piece in rank order), must give
 // NCCL's output on every rank, in place and out of place, for every root and world size. The
 // kernels themselves are tested on the GPU (tests/gpu/cases_collectives.cc); this catches a wrong
-// pattern in CI, where no GPU runs. Also checks the buffer extents and the in-place layouts.
+// pattern in CI, where no GPU runs. Also checks the buffer extents and the in-place layouts, and runs
+// the rooted two-shot algorithms (broadcast_twoshot, reduce_twoshot: fillTwoshot's arguments) through
+// a model of the two-shot kernel's data movement.
 #include <stdint.h>
+#include <string.h>
 
 #include <string>
 #include <vector>
 
+#include "collectives/common/tile_split.h"
 #include "core/pattern.h"
 #include "harness.h"
 
@@ -202,4 +206,222 @@ TEST(pattern_extents_and_in_place_layouts) {
   CHECK(inPlaceLayout(Collective::kScatter, 2, 2, 16, buf, buf + 32));
   CHECK(!inPlaceLayout(Collective::kAlltoAll, 0, 0, 16, buf, buf));
   CHECK(inPlaceLayout(Collective::kBroadcast, 0, 0, 16, buf, buf));
+}
+
+// ---- The two-shot kernel's rooted shapes ---------------------------------------------------------
+//
+// A model of what allreduce/twoshot.cuh (twoshot_push, Gather::kByWrites) moves for each shape, run
+// on fillTwoshot's arguments: the same tiles and shards (tile_split.h) over `slotBytes` slots, each
+// tile's pushes into the owners' staging, each owner's reduction (Broadcast: a copy of the root's
+// piece) into its output and the gather areas, then every copy-out, tile by tile. That order is
+// one the kernel's flags allow on every rank (a rank's push(k) reads tile k of its input before its
+// pull(k) writes tile k of its output; tiles do not overlap), so the in-place layouts are covered.
+// It also checks what the kernel relies on: every staging and gather area read was written in
+// the same tile by the rank the kernel expects, no shard exceeds its slot, Broadcast's non-roots
+// never read their input, Reduce's non-roots have no output and write none. The flag protocol is
+// twoshot_push's, unchanged (twoshot.cuh: every rank publishes and waits for every flag).
+namespace {
+
+enum class ShapeModel { kAllReduce, kReduce, kBroadcast };
+
+// Elements of the call are uint32 (input(r, i) as above); Broadcast's kernel works on bytes.
+std::string simulateTwoshot(ShapeModel shape, int n, int root, bool inPlace, size_t count, size_t slotBytes) {
+  const Collective c = shape == ShapeModel::kReduce      ? Collective::kReduce
+                       : shape == ShapeModel::kBroadcast ? Collective::kBroadcast
+                                                         : Collective::kAllReduce;
+  const size_t elem = 4;
+  struct Rank {
+    std::vector<uint8_t> mem;
+    size_t send = 0, recv = 0;  // byte offsets into mem
+    bool hasSend = false, hasRecv = false;
+    DeviceArgs a{};
+  };
+  std::vector<Rank> ranks(n);
+  for (int r = 0; r < n; ++r) {
+    Rank& R = ranks[r];
+    const Extents e = extentsOf(c, r, root, n);
+    R.hasSend = e.sendPieces > 0;
+    R.hasRecv = e.recvPieces > 0;
+    const size_t bytes = count * elem;
+    R.mem.assign(2 * bytes + 64, 0xA5);
+    R.send = 0;
+    R.recv = inPlace ? 0 : bytes + 32;  // NCCL's in-place layout for all three: sendbuff == recvbuff
+    if (R.hasSend)
+      for (size_t i = 0; i < count; ++i) {
+        const uint32_t v = input(r, i);
+        memcpy(&R.mem[R.send + i * elem], &v, elem);
+      }
+    R.a.send = R.hasSend ? R.mem.data() + R.send : nullptr;  // NCCL: not significant, may be NULL
+    R.a.recv = R.mem.data() + R.recv;
+    R.a.rank = r;
+    R.a.nranks = n;
+    if (shape == ShapeModel::kAllReduce) {
+      R.a.count = count;
+    } else {
+      fillTwoshot(c, r, root, count, elem, &R.a);
+    }
+    if (R.a.root != (shape == ShapeModel::kAllReduce ? 0 : root)) return "root";
+    if ((R.a.recv != nullptr) != (shape != ShapeModel::kReduce || r == root)) return "recv null exactly on Reduce's non-roots";
+  }
+  // The kernel's element: bytes for Broadcast (byte-wise), the call's elements otherwise.
+  const size_t kes = shape == ShapeModel::kBroadcast ? 1 : elem;
+  const size_t kcount = ranks[0].a.count;
+  if (kcount * kes != count * elem) return "count: " + std::to_string(kcount) + " kernel elements";
+  for (const Rank& R : ranks)
+    if (R.a.count != kcount) return "the ranks disagree on count (their tiles would differ)";
+  const size_t slotElems = slotBytes / kes;
+  const size_t tileElems = slotElems * n;
+  const size_t tiles = (kcount + tileElems - 1) / tileElems;
+  // staging[d][s], gather[d][s]: rank d's areas for sender / owner s, with the tile that wrote them.
+  struct Area {
+    std::vector<uint8_t> bytes;
+    size_t tile = SIZE_MAX;
+  };
+  std::vector<std::vector<Area>> staging(n, std::vector<Area>(n)), gather(n, std::vector<Area>(n));
+  auto inputAt = [&](int r, size_t e, size_t len, std::vector<uint8_t>* out) -> std::string {
+    const Rank& R = ranks[r];
+    if (R.a.send == nullptr) return "rank " + std::to_string(r) + " reads its input, which it does not have";
+    const uint8_t* from = static_cast<const uint8_t*>(R.a.send) + e * kes;
+    out->assign(from, from + len * kes);
+    return "";
+  };
+  auto outputAt = [&](int r, size_t e, const std::vector<uint8_t>& v) -> std::string {
+    Rank& R = ranks[r];
+    if (R.a.recv == nullptr) return "rank " + std::to_string(r) + " writes an output it does not have";
+    memcpy(static_cast<uint8_t*>(R.a.recv) + e * kes, v.data(), v.size());
+    return "";
+  };
+  for (size_t t = 0; t < tiles; ++t) {
+    const TileSplit st = tileSplit(t, tileElems, kcount, n, kes);
+    for (int d = 0; d < n; ++d)
+      if (st.length(d) * kes > slotBytes) return "a shard exceeds its slot";
+    // push(t): every rank's part of shard d into d's staging (Broadcast: the root's only).
+    for (int s = 0; s < n; ++s) {
+      if (shape == ShapeModel::kBroadcast && s != root) continue;
+      for (int d = 0; d < n; ++d) {
+        if (d == s) continue;
+        Area& to = staging[d][s];
+        std::string err = inputAt(s, st.start + st.begin(d), st.length(d), &to.bytes);
+        if (!err.empty()) return err;
+        to.tile = t;
+      }
+    }
+    // reduce(t): each owner's shard, in rank order (Broadcast: the root's piece).
+    std::vector<std::vector<uint8_t>> reduced(n);
+    for (int d = 0; d < n; ++d) {
+      std::vector<std::vector<uint8_t>> src;
+      for (int s = 0; s < n; ++s) {
+        if (shape == ShapeModel::kBroadcast && s != root) continue;
+        std::vector<uint8_t> piece;
+        if (s == d) {
+          std::string err = inputAt(d, st.start + st.begin(d), st.length(d), &piece);
+          if (!err.empty()) return err;
+        } else {
+          if (staging[d][s].tile != t)
+            return "tile " + std::to_string(t) + ": rank " + std::to_string(d) + " reads staging of rank " +
+                   std::to_string(s) + ", which did not push it";
+          piece = staging[d][s].bytes;
+        }
+        src.push_back(piece);
+      }
+      std::vector<uint8_t>& v = reduced[d];
+      v = src[0];
+      if (shape != ShapeModel::kBroadcast) {
+        for (size_t i = 0; i + elem <= v.size(); i += elem) {
+          uint32_t sum = 0;
+          for (const auto& p : src) {
+            uint32_t x;
+            memcpy(&x, &p[i], elem);
+            sum += x;
+          }
+          memcpy(&v[i], &sum, elem);
+        }
+      }
+    }
+    for (int d = 0; d < n; ++d) {
+      const std::vector<uint8_t>& v = reduced[d];
+      if (shape == ShapeModel::kReduce) {
+        if (d == root) {
+          std::string err = outputAt(d, st.start + st.begin(d), v);
+          if (!err.empty()) return err;
+        } else {
+          gather[root][d] = {v, t};
+        }
+        continue;
+      }
+      std::string err = outputAt(d, st.start + st.begin(d), v);
+      if (!err.empty()) return err;
+      for (int p = 0; p < n; ++p)
+        if (p != d) gather[p][d] = {v, t};
+    }
+    // pull(t): copy every other owner's shard out of our gather area (Reduce: the root only).
+    for (int r = 0; r < n; ++r) {
+      if (shape == ShapeModel::kReduce && r != root) continue;
+      for (int s = 0; s < n; ++s) {
+        if (s == r) continue;
+        if (gather[r][s].tile != t)
+          return "tile " + std::to_string(t) + ": rank " + std::to_string(r) + " copies out owner " +
+                 std::to_string(s) + "'s shard, which it did not store";
+        std::string err = outputAt(r, st.start + st.begin(s), gather[r][s].bytes);
+        if (!err.empty()) return err;
+      }
+    }
+  }
+  // NCCL's outputs; the inputs unchanged out of place; nothing written where a rank has no output.
+  for (int r = 0; r < n; ++r) {
+    const Rank& R = ranks[r];
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t want = 0;
+      if (shape == ShapeModel::kBroadcast) {
+        want = input(root, i);
+      } else {
+        for (int s = 0; s < n; ++s) want += input(s, i);
+      }
+      if (R.hasRecv) {
+        uint32_t got;
+        memcpy(&got, &R.mem[R.recv + i * elem], elem);
+        if (got != want)
+          return "rank " + std::to_string(r) + " element " + std::to_string(i) + ": got " + std::to_string(got) +
+                 ", want " + std::to_string(want);
+      }
+      if (R.hasSend && !inPlace) {
+        uint32_t in;
+        memcpy(&in, &R.mem[R.send + i * elem], elem);
+        if (in != input(r, i)) return "rank " + std::to_string(r) + "'s input changed at element " + std::to_string(i);
+      }
+    }
+    if (!R.hasRecv && !inPlace)
+      for (size_t b = R.recv; b < R.recv + count * elem; ++b)
+        if (R.mem[b] != 0xA5) return "rank " + std::to_string(r) + " without an output had its recvbuff written";
+  }
+  return "";
+}
+
+}  // namespace
+
+// broadcast_twoshot and reduce_twoshot for every world size, every root, in place and out of
+// place, counts that nranks does not divide (remainders: short and empty shards in the last tile)
+// and counts of several tiles; AllReduce (twoshot_push) through the same model as its reference.
+TEST(pattern_rooted_twoshot_gives_nccls_output) {
+  int cases = 0;
+  for (ShapeModel shape : {ShapeModel::kBroadcast, ShapeModel::kReduce, ShapeModel::kAllReduce}) {
+    const char* name = shape == ShapeModel::kBroadcast ? "broadcast_twoshot"
+                       : shape == ShapeModel::kReduce  ? "reduce_twoshot"
+                                                       : "twoshot_push";
+    for (int n = 1; n <= kMaxRanks; ++n) {
+      for (int root = 0; root < (shape == ShapeModel::kAllReduce ? 1 : n); ++root) {
+        for (int inPlace = 0; inPlace < 2; ++inPlace) {
+          for (size_t count : {size_t(1), size_t(3), size_t(7), size_t(64), size_t(65), size_t(1001), size_t(4099)}) {
+            for (size_t slot : {size_t(256), size_t(1024)}) {
+              const std::string problem = simulateTwoshot(shape, n, root, inPlace == 1, count, slot);
+              CHECK_MSG(problem.empty(), "%s n=%d root=%d %s count=%zu slot=%zu: %s", name, n, root,
+                        inPlace ? "in place" : "out of place", count, slot, problem.c_str());
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases > 2000);
 }

@@ -20,6 +20,9 @@ bool endsWith(const std::string& s, const std::string& suffix) {
 }
 
 bool isAllReduceFamily(Family f) { return f == Family::kOneshotLL || f == Family::kOneshotPull || f == Family::kTwoshot; }
+// The rooted collectives served by the two-shot kernel's rooted shapes (broadcast_twoshot,
+// reduce_twoshot): off by default until they have run on a GPU.
+bool isRootedTwoshot(const AlgorithmDesc& r) { return r.collective != Collective::kAllReduce && r.family == Family::kTwoshot; }
 // The families whose messages are bounded by a buffer of the window (the selector's fitsBuffer).
 bool buffered(Family f) { return f == Family::kOneshotLL || f == Family::kOneshotPull || f == Family::kExchangeLL; }
 
@@ -78,8 +81,14 @@ TEST(registry_rows_consistent) {
     if (r.collective == Collective::kAllReduce) {
       CHECK_MSG(isAllReduceFamily(r.family), "%s: an exchange family for AllReduce", r.name);
     } else {
-      CHECK_MSG(!isAllReduceFamily(r.family), "%s: an AllReduce family for an exchange", r.name);
-      const char* suffix = r.family == Family::kExchangeLL       ? "_ll"
+      // Two-shot serves Broadcast and Reduce too (its rooted shapes); the one-shot families and
+      // registered outputs stay AllReduce's.
+      CHECK_MSG(!isAllReduceFamily(r.family) ||
+                    (isRootedTwoshot(r) && (r.collective == Collective::kBroadcast || r.collective == Collective::kReduce) &&
+                     !r.needsRegisteredRecv && r.bound == Bound::kFrom),
+                "%s: an AllReduce family for an exchange", r.name);
+      const char* suffix = r.family == Family::kTwoshot          ? "_twoshot"
+                           : r.family == Family::kExchangeLL       ? "_ll"
                            : r.family == Family::kExchangeStaged ? "_staged"
                            : r.family == Family::kCopyEngine     ? "_ce"
                                                                  : "_direct";
@@ -265,9 +274,12 @@ TEST(registry_every_algorithm_is_reachable) {
   for (int a = 0; a < count; ++a) {
     const AlgorithmDesc& r = rows[a];
     // The copy-engine rows are off by default (the caller weighs SMs against speed).
+    // So are the rooted two-shot rows until they have run on a GPU (their threshold is 0).
     const bool required = r.family == Family::kCopyEngine           ? false
+                          : isRootedTwoshot(r)                     ? false
                           : r.collective == Collective::kAllReduce ? r.bound != Bound::kFallback
                                                                    : true;  // LL, staged and direct alike
+    if (isRootedTwoshot(r)) CHECK_MSG(!byDefault[a], "the default table chooses %s (%s)", r.name, how[a].c_str());
     if (required) CHECK_MSG(byDefault[a], "the default table never chooses %s", r.name);
   }
 }
@@ -287,4 +299,43 @@ TEST(selector_may_choose) {
   CHECK(makeSelector(s, 4).mayChoose(ce));
   s.thresholds[static_cast<int>(ce)] = kThresholdDisabled;
   CHECK(!makeSelector(s, 4).mayChoose(ce));
+}
+
+// broadcast_twoshot and reduce_twoshot (the rooted collectives on two-shot's pipeline) have not run
+// on a GPU: the default table never chooses them, at any size or world size; YALI_ALGO or their
+// threshold does, with two-shot's geometry (it fits the staging, as choiceFits checks), and their
+// threshold takes them from its value up (registered Broadcast outputs keep broadcast_direct, the
+// row before them).
+TEST(selector_rooted_twoshot_only_when_asked) {
+  const Settings s = defaultSettings();
+  for (Algo a : {Algo::kBroadcastTwoshot, Algo::kReduceTwoshot}) {
+    const AlgorithmDesc& row = algorithm(a);
+    CHECK(row.family == Family::kTwoshot && row.bound == Bound::kFrom && !row.needsRegisteredRecv);
+    for (int n : {2, 3, 4, 8}) {
+      const Selector byDefault = makeSelector(s, n);
+      CHECK_MSG(!byDefault.mayChoose(a), "%s may be chosen by default at n=%d", row.name, n);
+      CHECK_EQ(byDefault.entry().thresholds[idx(a)], int64_t(0));
+      const Selector forcedSel = makeSelector(forced(row.name), n);
+      CHECK(forcedSel.mayChoose(a));
+      Settings from = defaultSettings();
+      from.thresholds[idx(a)] = 1 << 20;
+      const Selector fromSel = makeSelector(from, n);
+      for (size_t bytes : {size_t(1), size_t(4096), size_t(1) << 20, size_t(3) << 20 | 7, size_t(1) << 30}) {
+        CHECK(byDefault.choose(row.collective, bytes, false).algo != a);
+        CHECK(byDefault.choose(row.collective, bytes, true).algo != a);
+        const AlgoChoice f = forcedSel.choose(row.collective, bytes, false);
+        CHECK_MSG(f.algo == a, "YALI_ALGO=%s n=%d %zu bytes: %s", row.name, n, bytes, algoName(f.algo));
+        std::string why;
+        CHECK_MSG(choiceFits(f, bytes, forcedSel.limits(), &why), "%s", why.c_str());
+        // The same geometry as twoshot_push for the same message.
+        const AlgoChoice push = makeSelector(forced("twoshot_push"), n).choose(Collective::kAllReduce, bytes, false);
+        CHECK(f.ctas == push.ctas && f.threads == push.threads && f.slotBytes == push.slotBytes && f.teams == push.teams);
+        const Algo t = fromSel.choose(row.collective, bytes, false).algo;
+        CHECK_MSG((t == a) == (bytes >= (size_t(1) << 20)), "%s from 1 MB, n=%d %zu bytes: %s", row.name, n, bytes,
+                  algoName(t));
+      }
+      if (row.collective == Collective::kBroadcast)
+        CHECK(fromSel.choose(row.collective, size_t(1) << 30, true).algo == Algo::kBroadcastDirect);
+    }
+  }
 }
