@@ -1,9 +1,9 @@
 """Unchanged PyTorch on NCCL, to run twice: plain, and under yali-run (libyali-nccl preloaded).
 
 Each rank runs a few steps of DDP, FSDP2, functional collectives under torch.compile,
-all_to_all_single (even and with splits), tensor parallelism (DTensor) and a CUDA-graph-captured
-all_reduce, and writes what it
-saw (losses, parameter checksums, collective outputs) to OUT.rank<r>.json; rank 0 merges them into
+all_to_all_single (even and with splits), tensor parallelism (DTensor), a CUDA-graph-captured
+all_reduce and a CUDA-graph-captured training step (forward, backward, gradient all_reduce, SGD),
+and writes what it saw (losses, parameter checksums, collective outputs) to OUT.rank<r>.json; rank 0 merges them into
 OUT. `--compare a.json b.json` then checks that the two runs agree (float tolerance, since YALI's
 reduction order differs from NCCL's) and that, within each run, every rank got bitwise the same
 results where a collective promises it (all_reduce, all_gather, DDP's parameters).
@@ -178,6 +178,47 @@ def run_checks(steps):
         record(out, "graph.all_reduce.%d" % step, buf, True)
 
     progress("graph-captured all_reduce")
+
+    # A CUDA-graph-captured training step (what graph-captured data parallelism does): forward,
+    # backward, the gradients all-reduced as one flat tensor and averaged, the SGD update; each
+    # replay on a new batch copied into the static input. Warmed up on a side stream first (torch's
+    # rule for capturing autograd), then captured once and replayed.
+    model = mlp()
+    params = list(model.parameters())
+    static_x = torch.zeros(32, 64, device=dev)
+
+    def graph_step():
+        loss = model(static_x).pow(2).mean()
+        grads = torch.autograd.grad(loss, params)
+        flat = torch.cat([g.flatten() for g in grads])
+        dist.all_reduce(flat)
+        flat.div_(world)
+        with torch.no_grad():
+            offset = 0
+            for p in params:
+                p.sub_(0.05 * flat[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
+        return loss
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for step in range(3):
+            static_x.copy_(batch(100 + step))
+            graph_step()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_loss = graph_step()
+    for step in range(steps):
+        static_x.copy_(batch(200 + step))
+        graph.replay()
+        torch.cuda.synchronize()
+        record(out, "graphstep.loss.%d" % step, static_loss, False)
+        record(out, "graphstep.params.%d" % step,
+               torch.cat([p.detach().flatten() for p in params]).sum().reshape(1), True)
+
+    progress("graph-captured training step")
     return rank, world, out
 
 
