@@ -25,7 +25,11 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_
       return share(key, e.mapped);
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      *error = std::string("an earlier ") + (e.state == State::kOpening ? "mapping" : "unmapping") +
+      // `e` may be gone: the wait released the lock, and the open or close may have ended (and
+      // erased the entry) just as the deadline passed. Look again; only a wait still pending fails.
+      it = entries_.find(key);
+      if (it == entries_.end() || it->second.state == State::kLive || it->second.state == State::kIdle) continue;
+      *error = std::string("an earlier ") + (it->second.state == State::kOpening ? "mapping" : "unmapping") +
                " of the same allocation by this process had not ended after " + std::to_string(timeoutMs) +
                " ms";
       return nullptr;
