@@ -1,4 +1,5 @@
 #include "perf_args.h"
+#include "tune_plan.h"
 
 #include <algorithm>
 #include <cctype>
@@ -32,6 +33,7 @@ constexpr OptionSpec kOptions[] = {
     {0, "inplace", nullptr, true},          {0, "percentiles", nullptr, false},
     {0, "repeat", nullptr, true},           {0, "max-case-time", nullptr, true},
     {0, "tune", nullptr, false},            {0, "tune-out", nullptr, true},
+    {0, "tune-colls", nullptr, true},
     {'C', "coll", "collective", true},     {'r', "root", nullptr, true},
     {'x', "cta-policy", "cta_policy", true},
     // -C alltoallv's shape (AlltoAllvArgs); kAlltoAllvOptions below names them.
@@ -186,6 +188,36 @@ bool ParseCollList(const std::string& text, std::vector<CollId>* collectives) {
   return true;
 }
 
+// --tune-colls: ParseCollList's names among TunableCollectives(), plus all and none. AllReduce is
+// always in the result, first (the line's mandatory keys are its), the others in the tune's order.
+bool ParseTuneColls(const std::string& text, std::vector<CollId>* collectives) {
+  std::vector<CollId> named;
+  const std::vector<std::string> words = SplitCommas(text);
+  if (words.empty()) return false;
+  for (const std::string& raw : words) {
+    const std::string word = Lower(raw);
+    if (word.empty()) return false;
+    if (word == "all") {
+      named = TunableCollectives();
+    } else if (word != "none") {
+      std::vector<CollId> one;
+      if (!ParseCollList(raw, &one) || one.size() != 1) return false;
+      bool tunable = false;
+      for (CollId coll : TunableCollectives()) tunable = tunable || coll == one[0];
+      if (!tunable) return false;
+      AppendUnique(&named, one[0]);
+    }
+  }
+  std::vector<CollId> ordered;
+  for (CollId coll : TunableCollectives()) {
+    bool wanted = coll == CollId::kAllReduce;
+    for (CollId n : named) wanted = wanted || n == coll;
+    if (wanted) ordered.push_back(coll);
+  }
+  *collectives = ordered;
+  return true;
+}
+
 bool ParseOpList(const std::string& text, std::vector<RedOp>* ops) {
   std::vector<RedOp> parsed;
   for (const std::string& raw : SplitCommas(text)) {
@@ -308,9 +340,9 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune takes the slowest rank's time (-a 2)";
     } else if (name == "coll" && !(parsed.collectives.size() == 1 &&
                                    parsed.collectives[0] == CollId::kAllReduce)) {
-      why = "--tune measures allreduce only";
+      why = "--tune names its collectives with --tune-colls";
     } else if (name == "root") {
-      why = "--tune measures allreduce, which has no root";
+      why = "--tune measures the rooted collectives with root 0";
     } else if (name == "inplace" && parsed.placements != PlacementSet::kOutOfPlace) {
       why = "--tune measures out-of-place only (--inplace 0)";
     } else if (name == "op" && !(parsed.ops.size() == 1 && parsed.ops[0] == RedOp::kSum)) {
@@ -328,8 +360,8 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
     } else if (name == "cta-policy") {
       why = "--tune measures YALI only (-x sets NCCL's CTA policy)";
     } else if (name == "registered" && parsed.registered) {
-      // Registered buffers take the zero-copy algorithms, whose crossovers --tune does not measure.
-      why = "--tune measures the staged algorithms, on unregistered buffers (-R 0)";
+      // The direct rows' step registers the buffers itself, and only for that step.
+      why = "--tune registers its buffers itself, for the *_direct_min steps only (-R 0)";
     }
     if (why != nullptr) {
       *error = "option " + OptionLabel(*spec) + " does not apply to --tune: " + why;
@@ -452,11 +484,13 @@ bool ParseSize(const std::string& text, size_t* bytes) {
 
 bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::string* error) {
   PerfArgs parsed;
+  parsed.tune_colls = TunableCollectives();
   bool factor_given = false;
   bool step_bytes_given = false;
   bool timing_given = false;
   bool graph_given = false;
   bool tune_out_given = false;
+  bool tune_colls_given = false;
   bool dtype_given = false;
   std::vector<const OptionSpec*> given;  // in command-line order, for the --tune checks
 
@@ -614,6 +648,11 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       if (value.empty()) return bad("a file name");
       parsed.tune_out = value;
       tune_out_given = true;
+    } else if (name == "tune-colls") {
+      if (!ParseTuneColls(value, &parsed.tune_colls))
+        return bad("allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, "
+                   "alltoall, all or none, or a comma list (allreduce is always tuned)");
+      tune_colls_given = true;
     } else if (name == "tokens") {
       if (!ParseTokenList(value, &parsed.alltoallv.tokens))
         return bad("tokens per rank: a count such as 4096 or 4K, a range A:B (doubling), or a "
@@ -691,6 +730,10 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
   }
   if (tune_out_given && !parsed.tune) {
     *error = "--tune-out needs --tune";
+    return false;
+  }
+  if (tune_colls_given && !parsed.tune) {
+    *error = "--tune-colls needs --tune";
     return false;
   }
   if (parsed.tune && !CheckTuneOptions(parsed, given, error)) return false;
@@ -984,10 +1027,17 @@ std::string PerfUsage(const char* program) {
       << " iterations; the JSON records the counts\n"
       << "                             used (default: no limit)\n"
       << "      --tune                 measure YALI's crossovers on this machine (two-shot\n"
-      << "                             geometry, min slot, LL geometry, LL/two-shot threshold)\n"
-      << "                             and write a tuning table for YALI_TUNING_FILE (allreduce\n"
-      << "                             only); takes -g, -n, -w, one -d, -J\n"
+      << "                             geometry, min slot, LL geometry, LL/two-shot threshold,\n"
+      << "                             then the exchanges' LL and direct thresholds: see\n"
+      << "                             --tune-colls) and write a tuning table for\n"
+      << "                             YALI_TUNING_FILE; takes -g, -n, -w, one -d, -J\n"
       << "      --tune-out <file>      where --tune writes the table (default yali-tuning.txt)\n"
+      << "      --tune-colls <list>    the collectives --tune measures: allreduce (always), then\n"
+      << "                             each named exchange's LL/staged crossover and, for\n"
+      << "                             allgather, broadcast, scatter and alltoall, the direct\n"
+      << "                             crossover on registered buffers; a comma list of\n"
+      << "                             reducescatter, allgather, broadcast, reduce, gather,\n"
+      << "                             scatter, alltoall, or all (default) or none\n"
       << "  -h, --help                 this text\n"
       << "\n"
       << "-C alltoallv: the Mixture-of-Experts exchange (yaliExpertDispatch/Combine,\n"

@@ -159,6 +159,9 @@ struct PerfArgs {
   // tune_out (--tune-out) instead of running the sweep.
   bool tune = false;
   std::string tune_out = "yali-tuning.txt";
+  // --tune-colls: what --tune measures, allreduce first and always (tune_plan.h:
+  // TunableCollectives(), which is the default; ParseArgs fills it).
+  std::vector<CollId> tune_colls;
   // -C alltoallv's shape (--tokens, --hidden, --topk, --experts, --dist, --zipf-s, --hot-share,
   // --align, --seed).
   AlltoAllvArgs alltoallv;

@@ -26,10 +26,21 @@ namespace {
 // What --tune sets for each candidate. YALI reads both when a communicator is created.
 constexpr const char* kEnvAlgo = "YALI_ALGO";
 constexpr const char* kEnvTuningFile = "YALI_TUNING_FILE";
-// Overrides of the table (src/core/env.cc): YALI_MAX_CTAS would cap every candidate's CTAs (so
-// that different candidates ran the same geometry) and YALI_ONESHOT_LL_MAX_BYTES would replace
-// the threshold under test in the final check. Cleared while tuning, restored after.
-const char* const kEnvOverrides[] = {"YALI_MAX_CTAS", "YALI_ONESHOT_LL_MAX_BYTES"};
+// Overrides of the table (src/core/env.cc; tune_plan.h: TuneEnvOverrides): YALI_MAX_CTAS would
+// cap every candidate's CTAs (so that different candidates ran the same geometry),
+// YALI_ONESHOT_LL_MAX_BYTES would replace the threshold under test in the final check, and the
+// exchanges' YALI_<ALGO>_MAX_BYTES / _MIN_BYTES the thresholds that the direct steps' baseline
+// runs with. Cleared while tuning, restored after.
+const std::vector<std::string>& EnvOverrides() {
+  static const std::vector<std::string> kOverrides = TuneEnvOverrides();
+  return kOverrides;
+}
+
+std::vector<std::string> SavedNames() {
+  std::vector<std::string> names = {kEnvAlgo, kEnvTuningFile};
+  for (const std::string& name : EnvOverrides()) names.push_back(name);
+  return names;
+}
 
 // The library's defaults for the buffer sizes that bound the candidates (src/core/env.cc).
 constexpr int64_t kDefaultLLBufferBytes = int64_t(1) << 20;
@@ -107,7 +118,7 @@ class Tuner {
         yali_(yali),
         args_(args),
         info_(info),
-        saved_env_({kEnvAlgo, kEnvTuningFile, kEnvOverrides[0], kEnvOverrides[1]}) {}
+        saved_env_(SavedNames()) {}
 
   int Run();
 
@@ -124,11 +135,18 @@ class Tuner {
   void WriteTableFile(const std::string& text) const;
   // `algo` null: the selector decides; `table` empty: the built-in table.
   void CreateComms(const char* algo, const std::string& table);
-  TuneMeasurement Measure(size_t bytes, bool check);
+  // One size of AllReduce, or of `coll` (root 0): `bytes` is yali-perf's size (coll_shape.h).
+  TuneMeasurement Measure(size_t bytes, bool check) { return Measure(CollId::kAllReduce, bytes, check); }
+  TuneMeasurement Measure(CollId coll, size_t bytes, bool check);
   void ExpectSelector(const TuneMeasurement& m, TuneAlgo algo, int threads,
                       const std::string& what) const;
+  // For the exchanges: the algorithm's name only (their kernels' thread limits may clamp the
+  // table's threads).
+  void ExpectAlgo(const TuneMeasurement& m, CollId coll, const std::string& algo,
+                  const std::string& what) const;
   void RunStep(int number, TuneStep* step);
   void RunCrossover();
+  void RunExchange(int number, int total, ExchangeCrossover* crossover);
   void RunComparison(const std::string& table);
   void PrintSummary(const std::string& out_path) const;
 
@@ -144,6 +162,7 @@ class Tuner {
   uint64_t seed_ = 0;       // advanced identically on every rank: new data for every case
   std::vector<TuneStep> steps_;
   Crossover crossover_;
+  std::vector<ExchangeCrossover> exchanges_;  // steps 5 and 6, in the order they ran
   TuneComparison comparison_;
   TuningLine chosen_;
   uint64_t total_wrong_ = 0;
@@ -220,7 +239,7 @@ void Tuner::SetUp() {
       Fatal("--tune: sharing the table's path: " + error);
   }
 
-  for (const char* name : kEnvOverrides) unsetenv(name);
+  for (const std::string& name : EnvOverrides()) unsetenv(name.c_str());
 
   header_.date = info_.date;
   header_.hostname = info_.hostname;
@@ -255,13 +274,27 @@ void Tuner::PrintHeader() const {
   text += Format("# timing: CUDA events around -n %d back-to-back out-of-place calls after -w %d, "
                  "the slowest rank's time; each candidate checked once (#wrong > 0 rejects it)\n",
                  args_.iters, args_.warmup);
-  for (const char* name : kEnvOverrides) {
+  for (const std::string& name : EnvOverrides()) {
     if (std::optional<std::string> value = saved_env_.Value(name))
-      text += "# " + std::string(name) + "=" + *value +
+      text += "# " + name + "=" + *value +
               " cleared while tuning (it would override the candidates); restored after\n";
   }
   text += "# buffers: " + std::to_string(world_.buffer_bytes) + " bytes per buffer per rank\n";
-  text += "# candidates' table: " + table_path_ + "\n#\n";
+  text += "# candidates' table: " + table_path_ + "\n";
+  std::string colls;
+  std::vector<CollId> exchanges;
+  for (CollId coll : args_.tune_colls) {
+    colls += std::string(colls.empty() ? "" : ",") + CollName(coll);
+    if (coll != CollId::kAllReduce) exchanges.push_back(coll);
+  }
+  const TuneCount count =
+      CountTuneRuns(world_.nranks, ElementSize(dtype_), header_.ll_capacity,
+                    header_.staging_bytes, world_.buffer_bytes, exchanges);
+  text += Format("# collectives: %s (--tune-colls); at most %d configurations (communicator sets) "
+                 "and %d measurements (sizes timed, each -w %d + -n %d calls after one checked or "
+                 "untimed call)\n#\n",
+                 colls.empty() ? "allreduce" : colls.c_str(), count.configurations,
+                 count.measurements, args_.warmup, args_.iters);
   Print(text);
 }
 
@@ -293,34 +326,38 @@ void Tuner::CreateComms(const char* algo, const std::string& table) {
   InitComms(world_, yali_);
 }
 
-TuneMeasurement Tuner::Measure(size_t bytes, bool check) {
+TuneMeasurement Tuner::Measure(CollId coll, size_t bytes, bool check) {
   CaseSpec spec;
-  spec.collective = &CollectiveFor(CollId::kAllReduce);
+  spec.collective = &CollectiveFor(coll);
   spec.dtype = dtype_;
   spec.op = RedOp::kSum;
-  spec.shape = ShapeFor(CollId::kAllReduce, bytes, ElementSize(dtype_), world_.nranks);
+  spec.root = 0;
+  spec.shape = ShapeFor(coll, bytes, ElementSize(dtype_), world_.nranks);
   spec.in_place = false;
   spec.seed = 0x7e57ull * 1000003ull + ++seed_;
   TimingOptions options = timing_;
   options.check = check;
   CaseResult result = RunCase(world_, yali_, spec, options);
-  if (result.skipped) Fatal("--tune: YALI refused allreduce: " + result.skip_reason);
+  if (result.skipped)
+    Fatal(std::string("--tune: YALI refused ") + CollName(coll) + ": " + result.skip_reason);
 
   TuneMeasurement m;
   m.bytes = spec.shape.bytes;
   m.time_us = result.time_us;
-  m.busbw_gbs = AlgorithmBandwidth(m.bytes, result.time_us) *
-                BusFactor(CollId::kAllReduce, world_.nranks);
+  m.busbw_gbs = AlgorithmBandwidth(m.bytes, result.time_us) * BusFactor(coll, world_.nranks);
   m.checked = result.checked;
   m.wrong = result.wrong;
   LibraryCall call;
-  call.kind = CollId::kAllReduce;
+  call.kind = coll;
   call.send = world_.local[0].send;
   call.recv = world_.local[0].recv;
   call.count = spec.shape.count;
   call.dtype = dtype_;
+  call.root = spec.root;
   AlgoChoice algo = yali_.Describe(0, call);
-  if (!algo.known) Fatal("--tune: yaliAlgoInfo could not describe allreduce at " + SizeLabel(m.bytes));
+  if (!algo.known)
+    Fatal(std::string("--tune: yaliAlgoInfo could not describe ") + CollName(coll) + " at " +
+          SizeLabel(m.bytes));
   m.algo = algo.algorithm;
   m.ctas = algo.ctas;
   m.threads = algo.threads;
@@ -347,6 +384,15 @@ void Tuner::ExpectSelector(const TuneMeasurement& m, TuneAlgo algo, int threads,
   Fatal(Format("--tune: at %s the library ran %s, not %s with %d threads (%s): was %s applied "
                "(sm=%d nranks=%d)?",
                SizeLabel(m.bytes).c_str(), SelectorLabel(m).c_str(), TuneAlgoName(algo), threads,
+               what.c_str(), table_path_.c_str(), header_.sm_major, header_.nranks));
+}
+
+void Tuner::ExpectAlgo(const TuneMeasurement& m, CollId coll, const std::string& algo,
+                       const std::string& what) const {
+  if (m.algo == algo) return;
+  Fatal(Format("--tune: %s at %s: the library ran %s, not %s (%s): was %s applied (sm=%d "
+               "nranks=%d)?",
+               CollName(coll), SizeLabel(m.bytes).c_str(), SelectorLabel(m).c_str(), algo.c_str(),
                what.c_str(), table_path_.c_str(), header_.sm_major, header_.nranks));
 }
 
@@ -443,6 +489,87 @@ void Tuner::RunCrossover() {
   chosen_.ll_max = crossover_.ll_max;
 }
 
+// Steps 5 and 6 for one collective (tune_plan.h). The table is the AllReduce choices plus the
+// exchange keys chosen so far; kLLMax forces each side with YALI_ALGO on plain buffers; kDirectMin
+// registers both buffers of every rank (yaliCommRegister, as -R 1 does), forces `<coll>_direct`
+// on one side and leaves the other to the selector with `<coll>_direct_min=0`, i.e. what runs
+// without direct: LL up to step 5's value, staged above.
+void Tuner::RunExchange(int number, int total, ExchangeCrossover* x) {
+  const bool ll_step = x->rule == ExchangeRule::kLLMax;
+  const std::string key = ExchangeKey(x->coll, x->rule);
+  const std::string candidate_algo = ExchangeAlgoName(x->coll, ll_step ? "ll" : "direct");
+  Print(Format("# exchange %d/%d: %s (%s against %s%s), %zu sizes (piece %s..%s)\n", number,
+               total, key.c_str(), candidate_algo.c_str(),
+               ll_step ? ExchangeAlgoName(x->coll, "staged").c_str() : "the choice without it",
+               ll_step ? "" : ", registered buffers", x->sizes.size(),
+               x->sizes.empty() ? "-" : SizeLabel(x->pieces.front()).c_str(),
+               x->sizes.empty() ? "-" : SizeLabel(x->pieces.back()).c_str()));
+  if (x->sizes.empty()) {
+    ChooseExchangeThreshold(x, header_.ll_capacity);
+    Print("  " + x->reason + "\n#\n");
+    return;
+  }
+  // The exchange keys chosen so far, this collective's ll_max among them for step 6.
+  TuningLine line = chosen_;
+  int64_t ll_max = -1;  // this collective's, from step 5
+  for (const TuningKey& k : line.extra)
+    if (k.key == ExchangeKey(x->coll, ExchangeRule::kLLMax)) ll_max = k.value;
+  if (!ll_step) line.extra.push_back({key, 0});
+  const std::string table = FormatTuningLine(line) + "\n";
+
+  for (int side = 0; side < 2; ++side) {
+    const bool candidate = side == 0;
+    std::vector<TuneMeasurement>& row = candidate ? x->candidate : x->baseline;
+    const char* forced = nullptr;
+    std::string forced_name;
+    if (candidate) forced_name = candidate_algo;
+    else if (ll_step) forced_name = ExchangeAlgoName(x->coll, "staged");
+    if (!forced_name.empty()) forced = forced_name.c_str();
+    CreateComms(forced, table);
+    if (!ll_step) RegisterBuffers(world_, yali_, /*mode=*/1);
+    for (size_t i = 0; i < x->sizes.size(); ++i) {
+      TuneMeasurement m = Measure(x->coll, x->sizes[i], /*check=*/true);
+      std::string expected = forced_name;
+      if (expected.empty()) {  // step 6's baseline: the selector with direct off
+        const bool ll = ll_max > 0 && static_cast<int64_t>(x->pieces[i]) <= ll_max &&
+                        static_cast<int64_t>(x->pieces[i]) <= header_.ll_capacity;
+        expected = ExchangeAlgoName(x->coll, ll ? "ll" : "staged");
+      }
+      if (!ll_step && candidate && i == 0 && m.algo != expected) {
+        // The library would not take the direct row on these buffers (same decision on every
+        // rank: the same settings and registrations): leave the key to the built-in table.
+        const std::string why = "the library ran " + SelectorLabel(m) + " instead of " +
+                                expected + " on buffers registered with yaliCommRegister";
+        if (!ll_step) yali_.DeregisterBuffers();
+        yali_.DestroyAll();
+        SkipExchangeCrossover(x, why);
+        Print("  " + x->reason + "\n#\n");
+        return;
+      }
+      ExpectAlgo(m, x->coll, expected, ll_step || candidate ? "forced with YALI_ALGO"
+                                                             : key + "=0 in the table");
+      row.push_back(m);
+    }
+    if (!ll_step) yali_.DeregisterBuffers();
+    yali_.DestroyAll();
+  }
+  ChooseExchangeThreshold(x, header_.ll_capacity);
+  const char* cand = ll_step ? "LL" : "direct";
+  const char* base = ll_step ? "staged" : "without direct";
+  std::string text = Format("  %8s %8s %12s %-26s %14s %-26s %s\n", "piece", "size", cand,
+                            "(selector)", base, "(selector)", "faster");
+  for (size_t i = 0; i < x->sizes.size(); ++i) {
+    const TuneMeasurement& a = x->candidate[i];
+    const TuneMeasurement& b = x->baseline[i];
+    const bool wins = a.wrong == 0 && (b.wrong > 0 || a.time_us < b.time_us);
+    text += Format("  %8s %8s %9.2f us %-26s %11.2f us %-26s %s\n", SizeLabel(x->pieces[i]).c_str(),
+                   SizeLabel(x->sizes[i]).c_str(), a.time_us, SelectorLabel(a).c_str(), b.time_us,
+                   SelectorLabel(b).c_str(), wins ? cand : base);
+  }
+  Print(text + "  " + x->reason + "\n#\n");
+  chosen_.extra.push_back(ExchangeTuningKey(*x));
+}
+
 // Loads the finished table the way a user will (YALI_TUNING_FILE, the selector deciding), checks
 // that it selects what was measured, and times it against the built-in table.
 void Tuner::RunComparison(const std::string& table) {
@@ -486,6 +613,7 @@ void Tuner::PrintSummary(const std::string& out_path) const {
                    CandidateParams(step.kind, best.line).c_str(), step.candidates.size());
   }
   text += "#   " + crossover_.reason + "\n";
+  for (const ExchangeCrossover& x : exchanges_) text += "#   " + x.reason + "\n";
   text += "#   wrote " + out_path + ": " + FormatTuningLine(chosen_) + "\n";
   char resolved[PATH_MAX];
   const std::string shown =
@@ -524,7 +652,27 @@ int Tuner::Run() {
 
   RunCrossover();
 
-  const std::string table = TuningFileText(header_, steps_, crossover_, chosen_);
+  // Steps 5 and 6: each exchange --tune-colls names, LL/staged first (step 6's baseline runs with
+  // its result).
+  std::vector<ExchangeCrossover> planned;
+  for (const TuneExchange& exchange : TuneExchanges()) {
+    bool named = false;
+    for (CollId coll : args_.tune_colls) named = named || coll == exchange.coll;
+    if (!named) continue;
+    for (ExchangeRule rule : {ExchangeRule::kLLMax, ExchangeRule::kDirectMin}) {
+      if (rule == ExchangeRule::kDirectMin && !exchange.has_direct) continue;
+      planned.push_back(ExchangeCrossoverSizes(exchange.coll, rule, world_.nranks,
+                                               ElementSize(dtype_), header_.ll_capacity,
+                                               world_.buffer_bytes));
+    }
+  }
+  exchanges_.reserve(planned.size());
+  for (size_t i = 0; i < planned.size(); ++i) {
+    exchanges_.push_back(planned[i]);
+    RunExchange(static_cast<int>(i) + 1, static_cast<int>(planned.size()), &exchanges_.back());
+  }
+
+  const std::string table = TuningFileText(header_, steps_, crossover_, chosen_, exchanges_);
   RunComparison(table);
 
   if (printer()) {
@@ -536,7 +684,8 @@ int Tuner::Run() {
       RunInfo info = info_;
       info.timing = TimingMode::kEvents;
       std::string json = FormatJson(info, {}, [&](JsonWriter& writer) {
-        WriteTuneJson(writer, header_, steps_, crossover_, comparison_, chosen_, args_.tune_out);
+        WriteTuneJson(writer, header_, steps_, crossover_, comparison_, chosen_, args_.tune_out,
+                      exchanges_);
       });
       std::ofstream json_file(args_.json_path, std::ios::trunc);
       json_file << json;

@@ -7,6 +7,17 @@
 // communicators of its own: a one-line table in a temporary file named by YALI_TUNING_FILE, the
 // algorithm forced with YALI_ALGO, comms created, timed (the events method of the sweep:
 // out-of-place, back-to-back, the slowest rank), checked once, destroyed.
+//
+// Then, for each exchange collective of --tune-colls (all by default), with those AllReduce
+// choices in the table: step 5, `<coll>_ll_max`, `<coll>_ll` against `<coll>_staged` (both forced)
+// at pieces of 4K, 8K, ... up to the LL capacity, every size checked; step 6, for the collectives
+// with a `<coll>_direct` row (allgather, broadcast, scatter, alltoall), `<coll>_direct_min`:
+// both buffers of every rank registered with yaliCommRegister (as -R 1 does), direct forced
+// against the selector's own choice with `<coll>_direct_min=0` (LL up to step 5's value, staged
+// above), at pieces of 4K, 8K, ... up to what the buffers hold. If the library will not run direct
+// on those buffers, that key is left to the built-in table and the file says why. The keys go onto
+// the same line as AllReduce's (keys in bytes per piece, the selector's unit); the header prints
+// the number of configurations and measurements (CountTuneRuns).
 #ifndef YALI_PERF_TUNE_H_
 #define YALI_PERF_TUNE_H_
 

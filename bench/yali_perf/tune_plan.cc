@@ -1,8 +1,12 @@
 #include "tune_plan.h"
+#include "coll_shape.h"
 #include "text_format.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdarg>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
 
 namespace yali_perf {
@@ -96,6 +100,9 @@ void WriteEntry(JsonWriter& json, const TuningLine& line) {
   json.Key("twoshot_ctas"); json.Int(line.twoshot_ctas);
   json.Key("twoshot_min_slot"); json.Int(line.twoshot_min_slot);
   json.Key("twoshot_max_slot"); json.Int(line.twoshot_max_slot);
+  for (const TuningKey& extra : line.extra) {
+    json.Key(extra.key); json.Int(extra.value);
+  }
   json.EndObject();
 }
 
@@ -126,6 +133,7 @@ std::string FormatTuningLine(const TuningLine& line) {
     << " twoshot_threads=" << line.twoshot_threads << " twoshot_ctas=" << line.twoshot_ctas
     << " twoshot_min_slot=" << line.twoshot_min_slot
     << " twoshot_max_slot=" << line.twoshot_max_slot;
+  for (const TuningKey& extra : line.extra) s << " " << extra.key << "=" << extra.value;
   return s.str();
 }
 
@@ -319,8 +327,210 @@ void ChooseLLMax(Crossover* crossover, int64_t ll_capacity) {
   crossover->reason = reason;
 }
 
+// ---- Steps 5 and 6 ------------------------------------------------------------------------------
+
+const std::vector<TuneExchange>& TuneExchanges() {
+  // has_direct: the collectives whose registry has a `<name>_direct` row (the outputs every rank
+  // writes into a peer's registered buffer). ReduceScatter and Reduce reduce at the receiver and
+  // Gather writes into the root only: no such row.
+  static const std::vector<TuneExchange> kExchanges = {
+      {CollId::kReduceScatter, false}, {CollId::kAllGather, true}, {CollId::kBroadcast, true},
+      {CollId::kReduce, false},        {CollId::kGather, false},   {CollId::kScatter, true},
+      {CollId::kAlltoAll, true},
+  };
+  return kExchanges;
+}
+
+const std::vector<CollId>& TunableCollectives() {
+  static const std::vector<CollId> kTunable = [] {
+    std::vector<CollId> colls = {CollId::kAllReduce};
+    for (const TuneExchange& exchange : TuneExchanges()) colls.push_back(exchange.coll);
+    return colls;
+  }();
+  return kTunable;
+}
+
+std::string ExchangeAlgoName(CollId coll, const char* suffix) {
+  return std::string(CollName(coll)) + "_" + suffix;
+}
+
+std::string ExchangeKey(CollId coll, ExchangeRule rule) {
+  return ExchangeAlgoName(coll, rule == ExchangeRule::kLLMax ? "ll_max" : "direct_min");
+}
+
+std::vector<std::string> TuneEnvOverrides() {
+  // The library's names (registry.cc, thresholdSettingName): YALI_ + the row's name in capitals +
+  // _MAX_BYTES for rows bounded from above, _MIN_BYTES for rows bounded from below.
+  std::vector<std::string> names = {"YALI_MAX_CTAS", "YALI_ONESHOT_LL_MAX_BYTES"};
+  auto upper = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return text;
+  };
+  for (const TuneExchange& exchange : TuneExchanges()) {
+    const std::string name = upper(CollName(exchange.coll));
+    names.push_back("YALI_" + name + "_LL_MAX_BYTES");
+    if (exchange.has_direct) names.push_back("YALI_" + name + "_DIRECT_MIN_BYTES");
+    // The copy-engine rows: every exchange that only moves data (not the reducing ones).
+    if (!CollReduces(exchange.coll)) names.push_back("YALI_" + name + "_CE_MIN_BYTES");
+    if (exchange.coll == CollId::kBroadcast || exchange.coll == CollId::kReduce)
+      names.push_back("YALI_" + name + "_TWOSHOT_MIN_BYTES");
+  }
+  return names;
+}
+
+ExchangeCrossover ExchangeCrossoverSizes(CollId coll, ExchangeRule rule, int nranks,
+                                         size_t element_bytes, int64_t ll_capacity,
+                                         size_t max_bytes) {
+  ExchangeCrossover crossover;
+  crossover.coll = coll;
+  crossover.rule = rule;
+  // A message of n pieces for the collectives that split a buffer among the ranks (coll_shape.h),
+  // of one for broadcast and reduce: ShapeFor turns it back into count = one piece.
+  const size_t per_message =
+      coll == CollId::kBroadcast || coll == CollId::kReduce ? 1 : static_cast<size_t>(nranks);
+  for (size_t piece = 4 * KiB; piece <= max_bytes; piece *= 2) {
+    if (rule == ExchangeRule::kLLMax && static_cast<int64_t>(piece) > ll_capacity) break;
+    const CollShape shape = ShapeFor(coll, piece * per_message, element_bytes, nranks);
+    if (shape.bytes > max_bytes) break;
+    if (shape.count * element_bytes != piece) continue;  // not whole elements or 16-byte blocks
+    crossover.sizes.push_back(shape.bytes);
+    crossover.pieces.push_back(piece);
+  }
+  return crossover;
+}
+
+namespace {
+
+// "LL", "staged", "direct", "without direct": the two sides of a crossover, for the texts.
+const char* CandidateLabel(ExchangeRule rule) {
+  return rule == ExchangeRule::kLLMax ? "LL" : "direct";
+}
+const char* BaselineLabel(ExchangeRule rule) {
+  return rule == ExchangeRule::kLLMax ? "staged" : "without direct";
+}
+
+// A size in both units: "256K (1M)" where the piece and yali-perf's size differ.
+std::string PieceLabel(const ExchangeCrossover& c, size_t i) {
+  std::string label = SizeLabel(c.pieces[i]);
+  if (c.sizes[i] != c.pieces[i]) label += " (" + SizeLabel(c.sizes[i]) + ")";
+  return label;
+}
+
+}  // namespace
+
+void ChooseExchangeThreshold(ExchangeCrossover* crossover, int64_t ll_capacity) {
+  const ExchangeCrossover& c = *crossover;
+  const size_t n = c.sizes.size();
+  const bool up_to = c.rule == ExchangeRule::kLLMax;
+  std::vector<bool> wins(n, false);
+  for (size_t i = 0; i < n; ++i)
+    wins[i] = c.candidate[i].wrong == 0 &&
+              (c.baseline[i].wrong > 0 || c.candidate[i].time_us < c.baseline[i].time_us);
+  const std::string key = ExchangeKey(c.coll, c.rule);
+  const char* cand = CandidateLabel(c.rule);
+  const char* base = BaselineLabel(c.rule);
+  auto times_at = [&](size_t i) {
+    return Format("%s %.1f us vs %s %.1f us at %s", cand, c.candidate[i].time_us, base,
+                  c.baseline[i].time_us, PieceLabel(c, i).c_str());
+  };
+  const std::string units = "; sizes are pieces (yali-perf's size in parentheses)";
+
+  // Scanning from the end the rule keeps its range on: up from the smallest size for kLLMax,
+  // down from the largest for kDirectMin. `order[k]` is the k-th size scanned.
+  std::vector<size_t> order(n);
+  for (size_t k = 0; k < n; ++k) order[k] = up_to ? k : n - 1 - k;
+  size_t first = 0;  // scan position of the first win
+  while (first < n && !wins[order[first]]) ++first;
+  if (first == n) {
+    crossover->value = 0;
+    crossover->reason = n == 0 ? key + "=0: no size fits" + (up_to ? " the LL buffer" : " the buffers")
+                               : key + "=0: " + base + " faster at every size tested (" +
+                                     PieceLabel(c, 0) + ".." + PieceLabel(c, n - 1) + "; " +
+                                     times_at(up_to ? 0 : n - 1) + ")" + units;
+    return;
+  }
+  size_t last = first;  // scan position of the last win of that run
+  while (last + 1 < n && wins[order[last + 1]]) ++last;
+  const size_t edge = order[last];  // the size where the candidate's range ends
+  crossover->value = static_cast<int64_t>(c.pieces[edge]);
+
+  std::string reason = key + "=" + SizeLabel(c.pieces[edge]) + ": " + cand + " faster " +
+                       (up_to ? "up to " : "from ") + PieceLabel(c, edge) + " (" + times_at(edge);
+  if (last + 1 < n) {
+    const size_t next = order[last + 1];
+    reason += "; " + std::string(c.candidate[next].wrong > 0 ? std::string(cand) + " wrong"
+                                                             : std::string(base) + " faster") +
+              " at " + PieceLabel(c, next);
+  } else if (up_to && static_cast<int64_t>(c.pieces[edge]) * 2 > ll_capacity) {
+    reason += "; " + SizeLabel(c.pieces[edge]) + " is the LL capacity (YALI_LL_BUFFER_BYTES)";
+  } else {
+    reason += up_to ? "; the largest size tested" : "; the smallest size tested";
+  }
+  reason += ")";
+  if (first > 0) {
+    const size_t a = order[0], b = order[first - 1];
+    reason += "; " + std::string(base) + " faster at " + PieceLabel(c, std::min(a, b)) +
+              (first > 1 ? ".." + PieceLabel(c, std::max(a, b)) : std::string()) + ", kept on " +
+              cand + " (one threshold)";
+  }
+  for (size_t k = last + 1; k < n; ++k) {
+    if (wins[order[k]]) {
+      reason += "; " + std::string(cand) + " faster again at " + PieceLabel(c, order[k]) +
+                ", not used (" + cand + " must win at every size " +
+                (up_to ? "from its first win on)" : "from its threshold to its last win)");
+      break;
+    }
+  }
+  crossover->reason = reason + units;
+}
+
+TuningKey ExchangeTuningKey(const ExchangeCrossover& crossover) {
+  return {ExchangeKey(crossover.coll, crossover.rule), crossover.value};
+}
+
+void SkipExchangeCrossover(ExchangeCrossover* crossover, const std::string& why) {
+  crossover->skipped = true;
+  crossover->value = 0;
+  crossover->reason = ExchangeKey(crossover->coll, crossover->rule) +
+                      ": not measured, left at the built-in value (" + OneLine(why) + ")";
+}
+
+TuneCount CountTuneRuns(int nranks, size_t element_bytes, int64_t ll_capacity,
+                        int64_t staging_bytes, size_t max_bytes,
+                        const std::vector<CollId>& exchanges) {
+  TuneCount count;
+  auto add = [&](size_t configurations, size_t sizes) {
+    count.configurations += static_cast<int>(configurations);
+    count.measurements += static_cast<int>(configurations * sizes);
+  };
+  TuningLine base;
+  base.nranks = nranks;
+  const TuneStep geometry = TwoshotGeometryStep(base, staging_bytes, max_bytes);
+  add(geometry.candidates.size(), geometry.sizes.size());
+  base.twoshot_max_slot = kMaxSlotCandidates[std::size(kMaxSlotCandidates) - 1];  // the most
+  const TuneStep min_slot = TwoshotMinSlotStep(base, max_bytes);
+  add(min_slot.candidates.size(), min_slot.sizes.size());
+  const size_t ll_limit = std::min<size_t>(max_bytes, static_cast<size_t>(ll_capacity));
+  const TuneStep ll = LLGeometryStep(base, ll_limit);
+  add(ll.candidates.size(), ll.sizes.size());
+  add(2, CrossoverSizes(ll_capacity, max_bytes).size());
+  add(2, ComparisonSizes(max_bytes).size());
+  for (const TuneExchange& exchange : TuneExchanges()) {
+    bool named = false;
+    for (CollId coll : exchanges) named = named || coll == exchange.coll;
+    if (!named) continue;
+    add(2, ExchangeCrossoverSizes(exchange.coll, ExchangeRule::kLLMax, nranks, element_bytes,
+                                  ll_capacity, max_bytes).sizes.size());
+    if (exchange.has_direct)
+      add(2, ExchangeCrossoverSizes(exchange.coll, ExchangeRule::kDirectMin, nranks,
+                                    element_bytes, ll_capacity, max_bytes).sizes.size());
+  }
+  return count;
+}
+
 std::string TuningFileText(const TuneHeader& header, const std::vector<TuneStep>& steps,
-                           const Crossover& crossover, const TuningLine& chosen) {
+                           const Crossover& crossover, const TuningLine& chosen,
+                           const std::vector<ExchangeCrossover>& exchanges) {
   std::string text = "# yali-perf --tune\n";
   text += "# date " + OneLine(header.date) + ", host " + OneLine(header.hostname) + "\n";
   text += Format("# GPU %s (compute capability major %d), nranks %d (%s), dtype %s\n",
@@ -366,6 +576,43 @@ std::string TuningFileText(const TuneHeader& header, const std::vector<TuneStep>
                      ll.time_us, two.time_us, faster);
     }
   }
+  if (!exchanges.empty()) {
+    text += Format("# exchanges (nranks %d): the same timing, out of place, root 0, sum where "
+                   "they reduce; %s_ll_max: LL against staged (both forced with YALI_ALGO) on "
+                   "plain buffers; %s_direct_min: direct (forced) against the selector's choice "
+                   "without it (LL up to its new ll_max, staged above), on buffers registered "
+                   "with yaliCommRegister; keys are bytes per piece (what one rank sends to one "
+                   "receiver); YALI_<ALGO>_MAX_BYTES / _MIN_BYTES, when set, override them\n",
+                   header.nranks, "<coll>", "<coll>");
+    for (const ExchangeCrossover& x : exchanges) {
+      text += "# " + x.reason + "\n";
+      if (x.skipped || x.sizes.empty()) continue;
+      text += Format("#   %8s %10s %12s %16s  %s\n", "piece", "size", CandidateLabel(x.rule),
+                     BaselineLabel(x.rule), "faster");
+      for (size_t i = 0; i < x.sizes.size(); ++i) {
+        const TuneMeasurement& a = x.candidate[i];
+        const TuneMeasurement& b = x.baseline[i];
+        const std::string faster =
+            a.wrong > 0   ? std::string(BaselineLabel(x.rule)) + " (" + CandidateLabel(x.rule) + " wrong)"
+            : b.wrong > 0 ? std::string(CandidateLabel(x.rule)) + " (" + BaselineLabel(x.rule) + " wrong)"
+            : a.time_us < b.time_us ? std::string(CandidateLabel(x.rule))
+                                    : std::string(BaselineLabel(x.rule));
+        text += Format("#   %8s %10s %9.2f us %13.2f us  %s\n", SizeLabel(x.pieces[i]).c_str(),
+                       SizeLabel(x.sizes[i]).c_str(), a.time_us, b.time_us, faster.c_str());
+      }
+    }
+    // What this file leaves to the built-in table: a key left off the line takes it.
+    std::string untuned;
+    for (const TuneExchange& exchange : TuneExchanges()) {
+      bool measured = false;
+      for (const ExchangeCrossover& x : exchanges) measured = measured || x.coll == exchange.coll;
+      if (!measured) untuned += std::string(untuned.empty() ? "" : ", ") + CollName(exchange.coll);
+    }
+    text += "# left to the built-in table: the copy-engine rows (*_ce_min) and the rooted two-shot "
+            "rows (broadcast_twoshot_min, reduce_twoshot_min), 0 (never) by default";
+    if (!untuned.empty()) text += "; the keys of " + untuned + " (not in --tune-colls)";
+    text += "\n";
+  }
   if (rejected > 0)
     text += Format("# WARNING: %d candidate(s) gave wrong results and were rejected\n", rejected);
   return text + FormatTuningLine(chosen) + "\n";
@@ -373,7 +620,8 @@ std::string TuningFileText(const TuneHeader& header, const std::vector<TuneStep>
 
 void WriteTuneJson(JsonWriter& json, const TuneHeader& header, const std::vector<TuneStep>& steps,
                    const Crossover& crossover, const TuneComparison& comparison,
-                   const TuningLine& chosen, const std::string& file_path) {
+                   const TuningLine& chosen, const std::string& file_path,
+                   const std::vector<ExchangeCrossover>& exchanges) {
   json.Key("tune");
   json.BeginObject();
   json.Key("file"); json.String(file_path);
@@ -416,6 +664,27 @@ void WriteTuneJson(JsonWriter& json, const TuneHeader& header, const std::vector
   json.Key("ll_max"); json.Int(crossover.ll_max);
   json.Key("reason"); json.String(crossover.reason);
   json.EndObject();
+  json.Key("exchanges");
+  json.BeginArray();
+  for (const ExchangeCrossover& x : exchanges) {
+    json.BeginObject();
+    json.Key("collective"); json.String(CollName(x.coll));
+    json.Key("key"); json.String(ExchangeKey(x.coll, x.rule));
+    json.Key("candidate"); json.String(ExchangeAlgoName(x.coll, x.rule == ExchangeRule::kLLMax ? "ll" : "direct"));
+    json.Key("baseline");
+    json.String(x.rule == ExchangeRule::kLLMax ? ExchangeAlgoName(x.coll, "staged") : "auto without direct");
+    json.Key("registered"); json.Bool(x.rule == ExchangeRule::kDirectMin);
+    json.Key("sizes"); WriteSizes(json, x.sizes);
+    json.Key("piece_bytes"); WriteSizes(json, x.pieces);
+    json.Key("candidate_measurements"); WriteMeasurements(json, x.candidate);
+    json.Key("baseline_measurements"); WriteMeasurements(json, x.baseline);
+    json.Key("skipped"); json.Bool(x.skipped);
+    json.Key("value");
+    if (x.skipped) json.Null(); else json.Int(x.value);
+    json.Key("reason"); json.String(x.reason);
+    json.EndObject();
+  }
+  json.EndArray();
   json.Key("comparison");
   json.BeginObject();
   json.Key("sizes"); WriteSizes(json, comparison.sizes);

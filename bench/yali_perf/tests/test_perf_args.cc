@@ -193,7 +193,7 @@ void TestCollectiveArgs() {
     Expect(ParseFails({"-r", bad}, "for -r/--root"), std::string("-r rejects '") + bad + "'",
            __LINE__);
 
-  // --tune measures allreduce only.
+  // --tune names its collectives with --tune-colls; -C may only repeat the default allreduce.
   EXPECT(ParseOk({"--tune", "-C", "allreduce"}, &args));
   EXPECT(ParseFails({"--tune", "-C", "allgather"}, "-C/--coll does not apply to --tune"));
   EXPECT(ParseFails({"--tune", "-C", "all"}, "does not apply to --tune"));
@@ -336,7 +336,7 @@ void TestRegistered() {
                       "for -R/--registered: expected 0 (unregistered buffers), 1 (registered) or 2"),
            std::string("-R rejects '") + bad + "'", __LINE__);
   EXPECT(ParseFails({"-R"}, "option -R/--registered needs a value"));
-  // --tune measures the staged algorithms: -R 0 is accepted, -R 1 refused.
+  // --tune registers buffers itself (the *_direct_min steps only): -R 0 is accepted, -R 1 refused.
   EXPECT(ParseOk({"--tune", "-R", "0"}, &args) && args.tune && !args.registered);
   EXPECT(ParseFails({"--tune", "-R", "1"}, "-R/--registered does not apply to --tune"));
   EXPECT(ParseFails({"--registered=1", "--tune"}, "does not apply to --tune"));
@@ -462,6 +462,23 @@ void TestTuneArgs() {
     Expect(ParseFails(full, "does not apply to --tune"), "--tune refuses " + words[0], __LINE__);
   }
   EXPECT(ParseOk({"--tune", "--repeat", "1"}, &args));
+
+  // --tune-colls: allreduce always and first, the exchanges in the tune's order; all by default.
+  EXPECT(ParseOk({"--tune"}, &args) && args.tune_colls == TunableCollectives() &&
+         args.tune_colls.size() == 8 && args.tune_colls[0] == CollId::kAllReduce);
+  EXPECT(ParseOk({"--tune", "--tune-colls", "none"}, &args) &&
+         args.tune_colls == std::vector<CollId>({CollId::kAllReduce}));
+  EXPECT(ParseOk({"--tune", "--tune-colls", "allreduce"}, &args) &&
+         args.tune_colls == std::vector<CollId>({CollId::kAllReduce}));
+  EXPECT(ParseOk({"--tune", "--tune-colls=alltoall,bcast,all_gather"}, &args) &&
+         args.tune_colls == std::vector<CollId>({CollId::kAllReduce, CollId::kAllGather,
+                                                 CollId::kBroadcast, CollId::kAlltoAll}));
+  EXPECT(ParseOk({"--tune", "--tune-colls", "none,all"}, &args) &&
+         args.tune_colls == TunableCollectives());
+  for (const char* bad : {"rs_ag", "alltoallv", "x", ""})
+    Expect(ParseFails({"--tune", "--tune-colls", bad}, "for --tune-colls"),
+           std::string("--tune-colls rejects '") + bad + "'", __LINE__);
+  EXPECT(ParseFails({"--tune-colls", "allgather"}, "--tune-colls needs --tune"));
   EXPECT(ParseFails({"--tune", "--repeat", "3"}, "--repeat does not apply to --tune"));
   EXPECT(ParseFails({"--tune", "--max-case-time", "1"},
                     "--max-case-time does not apply to --tune"));
@@ -1015,6 +1032,284 @@ void TestTuneTable() {
     Expect(json.find(needle) != std::string::npos, std::string("tune JSON has ") + needle, __LINE__);
 }
 
+// Steps 5 and 6: the exchange collectives' thresholds.
+
+// The registry row named `name`, or null.
+const yali::AlgorithmDesc* RegistryRow(const std::string& name) {
+  yali::Algo algo;
+  return yali::algoFromName(name, &algo) ? &yali::algorithm(algo) : nullptr;
+}
+
+void TestTuneExchangeNames() {
+  // Every name and key --tune uses is the registry's, with the bound the rule assumes.
+  bool names_ok = TuneExchanges().size() == 7;
+  int direct_rows = 0;
+  for (const TuneExchange& exchange : TuneExchanges()) {
+    const yali::AlgorithmDesc* ll = RegistryRow(ExchangeAlgoName(exchange.coll, "ll"));
+    const yali::AlgorithmDesc* staged = RegistryRow(ExchangeAlgoName(exchange.coll, "staged"));
+    const yali::AlgorithmDesc* direct = RegistryRow(ExchangeAlgoName(exchange.coll, "direct"));
+    names_ok = names_ok && ll != nullptr && staged != nullptr && ll->tuningKey != nullptr &&
+               ll->tuningKey == ExchangeKey(exchange.coll, ExchangeRule::kLLMax) &&
+               ll->bound == yali::Bound::kUpTo && staged->bound == yali::Bound::kFallback &&
+               ll->collective == staged->collective;
+    names_ok = names_ok && (direct != nullptr) == exchange.has_direct;
+    if (direct != nullptr) {
+      ++direct_rows;
+      names_ok = names_ok && direct->tuningKey != nullptr &&
+                 direct->tuningKey == ExchangeKey(exchange.coll, ExchangeRule::kDirectMin) &&
+                 direct->bound == yali::Bound::kFrom && direct->needsRegisteredRecv &&
+                 direct->collective == ll->collective;
+    }
+  }
+  EXPECT(names_ok && direct_rows == 4);
+  EXPECT(ExchangeKey(CollId::kReduceScatter, ExchangeRule::kLLMax) == "reducescatter_ll_max");
+  EXPECT(ExchangeKey(CollId::kAlltoAll, ExchangeRule::kDirectMin) == "alltoall_direct_min");
+  // Every exchange row of the registry with a threshold is one --tune measures or leaves to the
+  // built-in table on purpose (copy engines, rooted two-shot), and every threshold setting that
+  // could override a measured or baseline value is cleared while tuning.
+  const std::vector<std::string> overrides = TuneEnvOverrides();
+  auto cleared = [&](const std::string& name) {
+    for (const std::string& o : overrides)
+      if (o == name) return true;
+    return false;
+  };
+  int count = 0;
+  const yali::AlgorithmDesc* rows = yali::algorithms(&count);
+  bool rows_ok = true;
+  for (int i = 0; i < count; ++i) {
+    const yali::AlgorithmDesc& row = rows[i];
+    if (row.bound == yali::Bound::kFallback) continue;
+    const bool exchange = row.collective != yali::Collective::kAllReduce;
+    const bool measured = row.family == yali::Family::kExchangeLL ||
+                          row.family == yali::Family::kExchangeDirect;
+    const bool left = row.family == yali::Family::kCopyEngine ||
+                      row.family == yali::Family::kTwoshot;
+    if (exchange) rows_ok = rows_ok && (measured || left) && cleared(yali::thresholdSettingName(row));
+    if (exchange && measured) {
+      bool known = false;
+      for (const TuneExchange& e : TuneExchanges())
+        for (ExchangeRule rule : {ExchangeRule::kLLMax, ExchangeRule::kDirectMin})
+          if (rule == ExchangeRule::kLLMax || e.has_direct)
+            known = known || ExchangeKey(e.coll, rule) == row.tuningKey;
+      rows_ok = rows_ok && known;
+    }
+  }
+  EXPECT(rows_ok);
+  EXPECT(cleared("YALI_MAX_CTAS") && cleared("YALI_ONESHOT_LL_MAX_BYTES"));
+  EXPECT(TunableCollectives().size() == 8 && TunableCollectives()[0] == CollId::kAllReduce);
+}
+
+// An exchange crossover with the given times (candidate, baseline) at pieces 4K, 8K, ...
+ExchangeCrossover MakeExchange(CollId coll, ExchangeRule rule, const std::vector<double>& cand_us,
+                               const std::vector<double>& base_us) {
+  ExchangeCrossover x = ExchangeCrossoverSizes(coll, rule, 4, 4, int64_t(1) << 30, size_t(1) << 40);
+  x.sizes.resize(cand_us.size());
+  x.pieces.resize(cand_us.size());
+  for (size_t i = 0; i < cand_us.size(); ++i) {
+    x.candidate.push_back(Timed(x.sizes[i], cand_us[i]));
+    x.baseline.push_back(Timed(x.sizes[i], base_us[i]));
+  }
+  return x;
+}
+
+void TestTuneExchangeSizes() {
+  const size_t big = size_t(256) << 20;
+  // AllGather at n = 4, float: pieces 4K..1M (the LL capacity), messages 4x that.
+  ExchangeCrossover x =
+      ExchangeCrossoverSizes(CollId::kAllGather, ExchangeRule::kLLMax, 4, 4, 1 << 20, big);
+  EXPECT(x.pieces.size() == 9 && x.pieces.front() == 4096 && x.pieces.back() == (1 << 20));
+  bool four_pieces = true;
+  for (size_t i = 0; i < x.sizes.size(); ++i) {
+    four_pieces = four_pieces && x.sizes[i] == 4 * x.pieces[i];
+    // What the library is asked about at that size: yali-perf's count x element size.
+    const CollShape shape = ShapeFor(CollId::kAllGather, x.sizes[i], 4, 4);
+    four_pieces = four_pieces && shape.count * 4 == x.pieces[i] && shape.bytes == x.sizes[i];
+  }
+  EXPECT(four_pieces);
+  // Broadcast and Reduce: the message is the piece.
+  x = ExchangeCrossoverSizes(CollId::kReduce, ExchangeRule::kLLMax, 4, 2, 1 << 20, big);
+  EXPECT(x.sizes == x.pieces && x.sizes.size() == 9);
+  // A smaller LL buffer or smaller buffers cut the list.
+  EXPECT(ExchangeCrossoverSizes(CollId::kAlltoAll, ExchangeRule::kLLMax, 2, 4, 4096, big).sizes ==
+         std::vector<size_t>({8192}));
+  EXPECT(ExchangeCrossoverSizes(CollId::kScatter, ExchangeRule::kLLMax, 8, 4, 1 << 20, 64 << 10)
+             .pieces.back() == 8192);
+  // Direct: up to what the buffers hold, whatever the LL capacity.
+  x = ExchangeCrossoverSizes(CollId::kAllGather, ExchangeRule::kDirectMin, 4, 4, 1 << 20, big);
+  EXPECT(x.pieces.size() == 15 && x.pieces.back() == (64 << 20) && x.sizes.back() == big);
+  x = ExchangeCrossoverSizes(CollId::kBroadcast, ExchangeRule::kDirectMin, 4, 4, 1 << 20, big);
+  EXPECT(x.pieces.size() == 17 && x.sizes.back() == big);
+
+  // The whole tune's size: AllReduce alone (28 x 2 + 5 x 3 + 12 x 3 + 2 x 9 + 2 x 7) ...
+  TuneCount count = CountTuneRuns(4, 4, 1 << 20, 4 << 20, big, {});
+  EXPECT(count.configurations == 28 + 5 + 12 + 2 + 2 && count.measurements == 139);
+  // ... then every exchange: 7 x 2 x 9 LL sizes, and 2 x (15 + 17 + 15 + 15) direct sizes.
+  std::vector<CollId> all(TunableCollectives().begin() + 1, TunableCollectives().end());
+  count = CountTuneRuns(4, 4, 1 << 20, 4 << 20, big, all);
+  EXPECT(count.configurations == 49 + 14 + 8 && count.measurements == 139 + 126 + 124);
+  count = CountTuneRuns(4, 4, 1 << 20, 4 << 20, big, {CollId::kReduce});
+  EXPECT(count.configurations == 51 && count.measurements == 139 + 18);
+}
+
+void TestTuneExchangeChoices() {
+  const int64_t capacity = 1 << 20;
+  // LL: ChooseLLMax's rule, the key in pieces, yali-perf's size beside it.
+  ExchangeCrossover x = MakeExchange(CollId::kAllGather, ExchangeRule::kLLMax,
+                                     {3, 3, 3.5, 4, 4.5, 5, 6.1, 12, 20},
+                                     {8, 8, 8, 8, 8, 8, 7.9, 9, 11});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == (256 << 10));
+  Expect(x.reason.rfind("allgather_ll_max=256K: LL faster up to 256K (1M) (LL 6.1 us vs staged "
+                        "7.9 us at 256K (1M); staged faster at 512K (2M))",
+                        0) == 0,
+         "LL reason: " + x.reason, __LINE__);
+  EXPECT(ExchangeTuningKey(x).key == "allgather_ll_max" && ExchangeTuningKey(x).value == (256 << 10));
+  x = MakeExchange(CollId::kBroadcast, ExchangeRule::kLLMax, {9, 3, 3, 9, 3}, {8, 8, 8, 8, 8});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == (16 << 10) && x.reason.find("staged faster at 4K, kept on LL") != std::string::npos &&
+         x.reason.find("LL faster again at 64K, not used") != std::string::npos);
+  x = MakeExchange(CollId::kReduce, ExchangeRule::kLLMax, {9, 9}, {8, 8});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 0 && x.reason.find("staged faster at every size") != std::string::npos);
+  x = MakeExchange(CollId::kGather, ExchangeRule::kLLMax, {1, 1, 1}, {2, 2, 2});
+  x.candidate[1].wrong = 3;  // a wrong LL result ends its range
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 4096 && x.reason.find("LL wrong at 8K") != std::string::npos);
+
+  // Direct: the mirror. Wins at 16K and from 64K up: from 64K (16K is not used).
+  x = MakeExchange(CollId::kAllGather, ExchangeRule::kDirectMin, {9, 9, 1, 9, 1, 1, 1},
+                   {8, 8, 8, 8, 8, 8, 8});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == (64 << 10));
+  Expect(x.reason.rfind("allgather_direct_min=64K: direct faster from 64K (256K) (direct 1.0 us vs "
+                        "without direct 8.0 us at 64K (256K); without direct faster at 32K (128K))",
+                        0) == 0,
+         "direct reason: " + x.reason, __LINE__);
+  EXPECT(x.reason.find("direct faster again at 16K (64K), not used") != std::string::npos);
+  // Losing at the largest size: kept on direct (one threshold), like LL's smallest sizes.
+  x = MakeExchange(CollId::kScatter, ExchangeRule::kDirectMin, {9, 1, 1, 9}, {8, 8, 8, 8});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 8192 &&
+         x.reason.find("without direct faster at 32K (128K), kept on direct") != std::string::npos);
+  // Winning everywhere: from the smallest size; never: 0.
+  x = MakeExchange(CollId::kAlltoAll, ExchangeRule::kDirectMin, {1, 1}, {2, 2});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 4096 && x.reason.find("the smallest size tested") != std::string::npos);
+  x = MakeExchange(CollId::kAlltoAll, ExchangeRule::kDirectMin, {3, 3}, {2, 2});
+  x.baseline[1].wrong = 1;  // only the baseline wrong: a win for direct
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 8192);
+  x = MakeExchange(CollId::kAlltoAll, ExchangeRule::kDirectMin, {3, 3}, {2, 2});
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 0 && x.reason.find("without direct faster at every size") != std::string::npos);
+  x = ExchangeCrossover();
+  ChooseExchangeThreshold(&x, capacity);
+  EXPECT(x.value == 0);
+  SkipExchangeCrossover(&x, "no\nregistration");
+  EXPECT(x.skipped && x.reason.find("left at the built-in value (no registration)") != std::string::npos);
+}
+
+// The extended line and file through the library's own parser.
+void TestTuneExchangeTable() {
+  TuningLine line;
+  line.nranks = 4;
+  line.ll_max = 256 << 10;
+  int64_t value = 4096;
+  for (const TuneExchange& exchange : TuneExchanges()) {
+    line.extra.push_back({ExchangeKey(exchange.coll, ExchangeRule::kLLMax), value});
+    value *= 2;
+    if (exchange.has_direct)
+      line.extra.push_back({ExchangeKey(exchange.coll, ExchangeRule::kDirectMin), value * 64});
+  }
+  line.extra.back().value = 0;  // 0 (never) is a value too
+  const std::string text = FormatTuningLine(line);
+  EXPECT(text.rfind(FormatTuningLine(TuningLine{9, 4, 256 << 10}) + " reducescatter_ll_max=4096 ",
+                    0) == 0);
+  std::string error;
+  std::vector<yali::TuningEntry> parsed = ParseWithLibrary(text, &error);
+  Expect(parsed.size() == 1 && SameEntry(parsed[0], line), "extended line parses (" + error + ")",
+         __LINE__);
+  bool keys_ok = parsed.size() == 1;
+  const yali::TuningEntry builtin = yali::builtinTuning(9, 4);
+  int count = 0;
+  const yali::AlgorithmDesc* rows = yali::algorithms(&count);
+  for (int i = 0; keys_ok && i < count; ++i) {
+    if (rows[i].tuningKey == nullptr) continue;
+    int64_t expected = builtin.thresholds[i];  // a key left off takes the built-in value
+    for (const TuningKey& k : line.extra)
+      if (k.key == rows[i].tuningKey) expected = k.value;
+    keys_ok = keys_ok && parsed[0].thresholds[i] == expected;
+  }
+  EXPECT(keys_ok);
+  // The copy-engine and rooted two-shot rows stay at the built-in 0 (never).
+  for (yali::Algo a : {yali::Algo::kAllGatherCopyEngine, yali::Algo::kBroadcastTwoshot,
+                       yali::Algo::kReduceTwoshot})
+    EXPECT(parsed.size() == 1 && parsed[0].thresholds[static_cast<int>(a)] == 0);
+
+  // The file: every exchange's reason and table as comments, the extended line last.
+  TuneHeader header;
+  header.sm_major = 9;
+  header.nranks = 4;
+  header.dtype = "float";
+  header.ll_capacity = 1 << 20;
+  header.staging_bytes = 4 << 20;
+  Crossover crossover = MakeCrossover({3, 3, 9}, {8, 8, 8});
+  ChooseLLMax(&crossover, header.ll_capacity);
+  TuningLine chosen;
+  chosen.nranks = 4;
+  chosen.ll_max = crossover.ll_max;
+  std::vector<ExchangeCrossover> exchanges;
+  exchanges.push_back(MakeExchange(CollId::kAllGather, ExchangeRule::kLLMax, {1, 1, 9}, {2, 2, 2}));
+  exchanges.push_back(MakeExchange(CollId::kAllGather, ExchangeRule::kDirectMin, {9, 1, 1}, {2, 2, 2}));
+  exchanges.push_back(MakeExchange(CollId::kScatter, ExchangeRule::kLLMax, {1, 1, 1}, {2, 2, 2}));
+  exchanges.push_back(MakeExchange(CollId::kScatter, ExchangeRule::kDirectMin, {}, {}));
+  for (ExchangeCrossover& x : exchanges) {
+    ChooseExchangeThreshold(&x, header.ll_capacity);
+    if (x.coll == CollId::kScatter && x.rule == ExchangeRule::kDirectMin)
+      SkipExchangeCrossover(&x, "the library ran scatter_staged");
+    else
+      chosen.extra.push_back(ExchangeTuningKey(x));
+  }
+  const std::string file = TuningFileText(header, {}, crossover, chosen, exchanges);
+  parsed = ParseWithLibrary(file, &error);
+  Expect(parsed.size() == 1 && SameEntry(parsed[0], chosen), "the file parses (" + error + ")",
+         __LINE__);
+  auto threshold = [&](yali::Algo a) { return parsed.empty() ? -1 : parsed[0].thresholds[static_cast<int>(a)]; };
+  EXPECT(threshold(yali::Algo::kAllGatherLL) == 8192 && threshold(yali::Algo::kAllGatherDirect) == 8192 &&
+         threshold(yali::Algo::kScatterLL) == 16384 &&
+         threshold(yali::Algo::kScatterDirect) == builtin.thresholds[static_cast<int>(yali::Algo::kScatterDirect)]);
+  std::istringstream lines(file);
+  std::string l;
+  std::vector<std::string> all;
+  while (std::getline(lines, l)) all.push_back(l);
+  bool comments_first = !all.empty();
+  for (size_t i = 0; i + 1 < all.size(); ++i) comments_first = comments_first && all[i][0] == '#';
+  EXPECT(comments_first && all.back() == FormatTuningLine(chosen));
+  for (const char* needle :
+       {"# exchanges (nranks 4)", "# allgather_ll_max=8K: LL faster up to 8K (32K)",
+        "# allgather_direct_min=8K: direct faster from 8K (32K)",
+        "# scatter_direct_min: not measured, left at the built-in value (the library ran "
+        "scatter_staged)",
+        "left to the built-in table: the copy-engine rows (*_ce_min) and the rooted two-shot rows",
+        "the keys of reducescatter, broadcast, reduce, gather, alltoall (not in --tune-colls)"})
+    Expect(file.find(needle) != std::string::npos, std::string("file has ") + needle, __LINE__);
+  // Without exchanges the file is what it was: no exchange lines.
+  EXPECT(TuningFileText(header, {}, crossover, TuningLine{9, 4, crossover.ll_max}).find("exchanges") ==
+         std::string::npos);
+
+  RunInfo info;
+  info.nranks = 4;
+  TuneComparison comparison;
+  std::string json = FormatJson(info, {}, [&](JsonWriter& writer) {
+    WriteTuneJson(writer, header, {}, crossover, comparison, chosen, "t.txt", exchanges);
+  });
+  EXPECT(JsonWellFormed(json));
+  for (const char* needle : {"\"exchanges\": [", "\"key\": \"allgather_direct_min\"",
+                             "\"baseline\": \"auto without direct\"", "\"skipped\": true",
+                             "\"piece_bytes\": [", "\"allgather_ll_max\": 8192"})
+    Expect(json.find(needle) != std::string::npos, std::string("tune JSON has ") + needle, __LINE__);
+}
+
 // ---- Host exchange (forked processes) -----------------------------------------------------------
 
 std::string MakeTempDir() {
@@ -1196,6 +1491,10 @@ int main() {
   TestTuneCandidates();
   TestTuneChoices();
   TestTuneTable();
+  TestTuneExchangeNames();
+  TestTuneExchangeSizes();
+  TestTuneExchangeChoices();
+  TestTuneExchangeTable();
   TestHostExchange();
   return Summary();
 }
