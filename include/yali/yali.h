@@ -188,6 +188,19 @@ YALI_API yaliResult_t yaliCommAbort(yaliComm_t comm);
  * Does not synchronize. Once set, every later call on the comm returns it. */
 YALI_API yaliResult_t yaliCommGetAsyncError(yaliComm_t comm, yaliResult_t* asyncError);
 
+/* *deviceFlag = a device-readable pointer to a 32-bit word that is 0 until the comm has failed
+ * asynchronously (the failure yaliCommGetAsyncError reports) and nonzero forever after (the code
+ * that failed; no other meaning is promised). It is the host-mapped word that yaliCommGetAsyncError
+ * reads, seen through its device alias: device work (a kernel, a cudaMemcpyAsync) ordered after the
+ * comm's launches on a stream sees the value those launches left, since a kernel that fails writes
+ * it before it ends. A copy-engine call (*_ce, below) has no kernel: a host thread writes the word
+ * when such a call fails, at no particular point of the stream. For another library that runs its
+ * own steps after YALI's in stream order and must tell whether YALI's data is valid (libyali-nccl
+ * sends it to the other nodes of a hierarchical communicator). Valid until the comm is destroyed
+ * or aborted (captured graphs that hold the comm keep it valid for their replays). Does not
+ * synchronize. yaliInvalidArgument when comm or deviceFlag is NULL. */
+YALI_API yaliResult_t yaliCommGetFailureFlag(yaliComm_t comm, const int** deviceFlag);
+
 YALI_API yaliResult_t yaliCommCount(const yaliComm_t comm, int* count);
 YALI_API yaliResult_t yaliCommCuDevice(const yaliComm_t comm, int* device);
 YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);

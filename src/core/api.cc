@@ -145,6 +145,17 @@ YALI_API yaliResult_t yaliCommGetAsyncError(yaliComm_t handle, yaliResult_t* asy
   return yaliSuccess;
 }
 
+YALI_API yaliResult_t yaliCommGetFailureFlag(yaliComm_t handle, const int** deviceFlag) {
+  const char* call = "yaliCommGetFailureFlag";
+  // Locked: destroy and abort drop comm->res under the comm's lock (a set-up call, never in a hot path).
+  LockedComm comm(handle, call);
+  if (!comm) return comm.error();
+  if (deviceFlag == nullptr) return fail(yaliInvalidArgument, comm.get(), "%s: deviceFlag is NULL", call);
+  if (!comm->res) return fail(yaliInvalidUsage, comm.get(), "%s: comm was destroyed or aborted", call);
+  *deviceFlag = &comm->res->hostStatusDev->failure;
+  return yaliSuccess;
+}
+
 YALI_API yaliResult_t yaliCommCount(const yaliComm_t handle, int* count) {
   UnlockedComm comm(handle, "yaliCommCount");
   if (!comm) return comm.error();

@@ -297,6 +297,9 @@ TEST(null_comm_queries) {
   yaliResult_t async = yaliInProgress;
   EXPECT_ERROR(yaliCommGetAsyncError(nullptr, &async), yaliInvalidArgument,
                "yaliCommGetAsyncError", "comm");
+  const int* flag = &v;
+  EXPECT_ERROR(yaliCommGetFailureFlag(nullptr, &flag), yaliInvalidArgument, "yaliCommGetFailureFlag", "comm");
+  CHECK_MSG(flag == &v, "a failed yaliCommGetFailureFlag wrote its output");
 }
 
 TEST(null_comm_destroy_abort) {
