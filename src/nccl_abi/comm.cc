@@ -103,6 +103,10 @@ struct SetUp {
   // Several nodes (verdict.hierarchical): the YALI comm is among this node's ranks, its id made by
   // local rank 0 and broadcast over nodeComm.
   ncclComm_t nodeComm = nullptr, crossComm = nullptr;
+  // Several nodes: the cross-node status words (comm.h, Hierarchy), handed to it at the end.
+  const int* yaliFailure = nullptr;
+  int32_t* statusDevice = nullptr;
+  int32_t* statusHost = nullptr;
 
   bool hierarchical() const { return verdict.hierarchical; }
   int yaliRank() const { return hierarchical() ? verdict.layout.localRankOf[comm->rank] : comm->rank; }
@@ -203,6 +207,43 @@ void freeScratch(SetUp& s) {
     lib().cudaFree(s.scratch);
   }
   s.scratch = nullptr;
+}
+
+// The hierarchical path's cross-node status words (comm.h, Hierarchy) for s's YALI comm, on the
+// comm's device. Made before the agreement: a rank that cannot have them ends its YALI comm there
+// and says "not ok", so no rank keeps a hierarchy without them.
+void makeCrossStatus(SetUp& s) {
+  lib().cudaSetDevice(s.comm->device);
+  if (lib().yaliCommGetFailureFlag(s.yali, &s.yaliFailure) != yaliSuccess) {
+    s.fail(std::string("yaliCommGetFailureFlag failed: ") + lib().yaliGetLastError(nullptr));
+  } else {
+    void* device = nullptr;
+    void* host = nullptr;
+    cudaError_t err = lib().cudaMalloc(&device, sizeof(int32_t));
+    if (err == cudaSuccess) s.statusDevice = static_cast<int32_t*>(device);
+    if (err == cudaSuccess)
+      err = lib().cudaHostAlloc(&host, 2 * sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err == cudaSuccess) {
+      s.statusHost = static_cast<int32_t*>(host);
+      s.statusHost[Hierarchy::kCrossStatus] = 0;
+      s.statusHost[Hierarchy::kStatusFailed] = 1;
+      return;
+    }
+    s.fail(cudaText("allocating the hierarchical path's status words", err));
+  }
+  lib().yaliCommDestroy(s.yali);
+  s.yali = nullptr;
+}
+
+// Frees what makeCrossStatus made (a set-up that kept no hierarchy, or a destroyed one: nothing of
+// the comm runs any more). cudaFree and cudaFreeHost wait for the device, as the scratch's does.
+void freeCrossStatus(int device, int32_t** statusDevice, int32_t** statusHost) {
+  if (*statusDevice == nullptr && *statusHost == nullptr) return;
+  lib().cudaSetDevice(device);
+  if (*statusDevice != nullptr) lib().cudaFree(*statusDevice);
+  if (*statusHost != nullptr) lib().cudaFreeHost(*statusHost);
+  *statusDevice = nullptr;
+  *statusHost = nullptr;
 }
 
 // Reads rank, size and device off the real comm.
@@ -341,6 +382,10 @@ void setUpYali(const std::vector<Comm*>& comms) {
     }
   });
 
+  // 3b. Several nodes: the cross-node status words.
+  for (SetUp* s : joining)
+    if (s->hierarchical() && s->yali != nullptr) makeCrossStatus(*s);
+
   // 4. Agreement.
   for (SetUp* s : joining) {
     const int32_t have = s->yali != nullptr ? 1 : 0;
@@ -369,12 +414,18 @@ void setUpYali(const std::vector<Comm*>& comms) {
       h->yali = s.yali;
       h->nodeComm = s.nodeComm;
       h->crossComm = s.crossComm;
+      h->yaliFailure = s.yaliFailure;
+      h->statusDevice = s.statusDevice;
+      h->statusHost = s.statusHost;
+      s.statusDevice = nullptr;
+      s.statusHost = nullptr;
       c->hier = h;
       s.yali = nullptr;  // c->yali stays null: every other collective is flat NCCL
     } else {
       // No hierarchy after all (another rank failed): the splits go (made on every rank alike).
       if (s.crossComm != nullptr) callReal<Api::ncclCommDestroy>(s.crossComm);
       if (s.nodeComm != nullptr) callReal<Api::ncclCommDestroy>(s.nodeComm);
+      freeCrossStatus(c->device, &s.statusDevice, &s.statusHost);
     }
     c->yali = s.yali;
     c->disabled = s.verdict.disabled;
@@ -631,11 +682,14 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
   if (abort || finalizeOnly || result != ncclSuccess) return result;
   std::lock_guard<std::mutex> lock(h->mutex);
   if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
+  DeviceGuard restore;
   if (!h->outgrown.empty()) {
-    DeviceGuard restore;
     lib().cudaSetDevice(c->device);
     for (void* p : h->outgrown) lib().cudaFree(p);  // NCCL's and YALI's destroys waited for their calls
   }
+  // The cross status goes too: ncclCommGetAsyncError finds null from here on.
+  freeCrossStatus(c->device, &h->statusDevice, &h->statusHost);
+  h->yaliFailure = nullptr;
   h->outgrown.clear();
   h->scratch = nullptr;
   h->scratchBytes = 0;

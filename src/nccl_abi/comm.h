@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -39,6 +40,22 @@ struct Hierarchy {
   // change of stream and destroyed with the scratch.
   StreamOrder scratchOrder;
   cudaEvent_t scratchEvent = nullptr;
+  // The cross-node status (intercept.cc, crossStep; ARCHITECTURE.md, "Errors"): AllReduce and
+  // ReduceScatter send, beside their NCCL step, whether this node's YALI steps failed, and learn
+  // whether any node's did. Made at the set-up (before the agreement, so that every rank has them
+  // or no rank has a hierarchy), freed by a destroy as the scratch is.
+  const int* yaliFailure = nullptr;  // yaliCommGetFailureFlag(yali): device-readable, sticky nonzero
+  int32_t* statusDevice = nullptr;   // cudaMalloc'd word: this rank's status, reduced (max) in place
+                                     // on crossComm; NCCL's buffer, so device memory
+  // cudaHostAlloc'd (mapped) words: [kCrossStatus] the reduced status as the last call's copy left
+  // it (0, or nonzero forever), read by ncclCommGetAsyncError; [kStatusFailed] always 1, the
+  // source of the status copy once a YALI step failed at the call (pinned, so the copy is
+  // asynchronous and capturable).
+  static constexpr int kCrossStatus = 0, kStatusFailed = 1;
+  int32_t* statusHost = nullptr;
+  // A YALI step of this comm failed at the call (an error, not a refusal): from then on this rank
+  // sends 1 (sticky, as YALI's own flag is).
+  std::atomic<bool> yaliFailedAtCall{false};
 };
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,

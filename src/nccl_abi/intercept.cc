@@ -7,7 +7,8 @@
 //   collectives    AllReduce, ReduceScatter, AllGather, Broadcast, Bcast, Reduce, AlltoAll, Gather,
 //                  Scatter: YALI where routing.h says so, else NCCL
 //   groups         both libraries' group calls, YALI's end first
-//   errors         ncclCommGetAsyncError: NCCL's, else YALI's; ncclGetLastError: whoever failed last
+//   errors         ncclCommGetAsyncError: NCCL's, else YALI's, else the hierarchical path's cross-node
+//                  status; ncclGetLastError: whoever failed last
 //   registration   ncclCommRegister/Deregister: NCCL's and YALI's
 //
 // Every one of them first asks whether the communicator is ours (comm.h: ours): NCCL calls some of
@@ -97,8 +98,19 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
 // Three steps per call, all on the caller's stream: stream order is the only synchronization
 // between them (each library waits for what the stream holds before its own work starts), so the
 // path is capturable. Between calls, the comm's scratch (AllGather, ReduceScatter) is ordered
-// across streams by an event once a second stream uses it (routing.h, StreamOrder). A step that
-// fails returns its error at once; the steps already enqueued stay (their peers made them too).
+// across streams by an event once a second stream uses it (routing.h, StreamOrder). The steps
+// already enqueued stay when a later one fails (their peers made them too).
+//
+// Failures across nodes (ARCHITECTURE.md, "Errors"). The ranks of other nodes wait in NCCL for
+// this rank's NCCL steps and consume the data they carry, so in AllReduce and ReduceScatter:
+//  - a YALI step that fails at the call (an error; a refusal runs the call flat) still lets this
+//    rank enqueue every NCCL step of the call (the cross step, AllReduce's flat tail), skips the
+//    remaining YALI steps and returns YALI's error: no peer waits for a step that never comes;
+//  - the cross step carries this rank's YALI status beside the data (crossStep): a YALI kernel
+//    that failed after its launch leaves unspecified values, which reach the other nodes flagged.
+// AllGather needs neither: its NCCL step comes first and moves the program's own input, so a
+// failure of its YALI step (at the call or on the device) touches only this node's outputs, and
+// this node's YALI comm reports it on each of its ranks.
 
 const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across nodes]";
 
@@ -147,6 +159,46 @@ ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
   return toNcclResult(r);
 }
 
+// The NCCL step across nodes, with this rank's status beside it:
+//   1. the status word <- YALI's failure flag (stream-ordered after this rank's YALI launches), or
+//      1 once a YALI step of this comm failed at the call (Hierarchy::yaliFailedAtCall);
+//   2. one real group: `data` (the call's NCCL step on crossComm) and an AllReduce(max) of the
+//      status word on crossComm, so that the status travels in the same NCCL launch as the data;
+//   3. the host-mapped word <- the reduced status, which ncclCommGetAsyncError reads.
+// Both sources are sticky (YALI's flag never returns to 0, nor does yaliFailedAtCall), so once a
+// failure happened on some node, every later call's reduced status, and the host word, stay
+// nonzero on every node: a later call cannot hide an earlier one. Cost per call: two 4-byte
+// copies and one 4-byte AllReduce in the data step's group.
+// A status copy that fails is returned after the NCCL steps were enqueued anyway (with whatever
+// the status word held: the previous reduced value), and this rank sends 1 from then on.
+template <typename Data>
+ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, Data data) {
+  Hierarchy* h = c->hier;
+  const void* source = h->yaliFailedAtCall.load() ? static_cast<const void*>(h->statusHost + Hierarchy::kStatusFailed)
+                                                  : static_cast<const void*>(h->yaliFailure);
+  cudaError_t copied = lib().cudaMemcpyAsync(h->statusDevice, source, sizeof(int32_t), cudaMemcpyDefault, stream);
+  ncclResult_t r = callReal<Api::ncclGroupStart>();
+  if (r != ncclSuccess) return r;  // nothing enqueued: NCCL failed at the call
+  r = data();
+  if (r == ncclSuccess)
+    r = callReal<Api::ncclAllReduce>(h->statusDevice, h->statusDevice, 1, ncclInt32, ncclMax, h->crossComm, stream);
+  const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
+  if (r == ncclSuccess) r = ended;
+  if (r != ncclSuccess) return r;
+  if (copied == cudaSuccess)
+    copied = lib().cudaMemcpyAsync(h->statusHost + Hierarchy::kCrossStatus, h->statusDevice, sizeof(int32_t),
+                                   cudaMemcpyDefault, stream);
+  if (copied == cudaSuccess) return ncclSuccess;
+  h->yaliFailedAtCall = true;
+  return shimFail(ncclUnhandledCudaError, "%s: hierarchical path: copying the cross-node status: %s", function,
+                  lib().cudaGetErrorString(copied));
+}
+
+// A YALI step of the hierarchical path failed at the call: later calls send status 1.
+void noteYaliFailedAtCall(Comm* c, yaliResult_t r) {
+  if (r != yaliSuccess && r != yaliInvalidArgument) c->hier->yaliFailedAtCall = true;
+}
+
 // Copies every run of blocks between the program's buffer and the scratch layout, on the stream.
 ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes, bool toScratch,
                         cudaStream_t stream) {
@@ -180,14 +232,24 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   char* mine = recv + h->localRank * split.shard * es;  // in place for YALI when send == recv
   yaliResult_t yr = lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
   if (yr == yaliInvalidArgument) return kRunFlat;
-  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
-  ncclResult_t r = callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
-  if (r != ncclSuccess) return r;
-  yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
-  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
-  if (split.tail == 0) return ncclSuccess;
+  noteYaliFailedAtCall(c, yr);
+  ncclResult_t r = crossStep(c, "ncclAllReduce", stream, [&] {
+    return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
+  });
+  if (r != ncclSuccess && yr == yaliSuccess) return r;
+  // YALI's AllGather only when its ReduceScatter was enqueued (its node peers then wait for it).
+  if (yr == yaliSuccess) {
+    yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
+    noteYaliFailedAtCall(c, yr);
+  }
+  // The tail is a flat NCCL AllReduce that every rank of every node waits for: enqueued whatever
+  // YALI returned.
   const size_t head = split.shard * h->layout.localSize * es;
-  return callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
+  const ncclResult_t tail =
+      split.tail == 0 ? ncclSuccess
+                      : callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
+  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
+  return r != ncclSuccess ? r : tail;
 }
 
 // AllGather: NCCL AllGather across nodes into this local rank's part of the scratch (cross rank =
@@ -221,8 +283,12 @@ ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, si
   const yaliResult_t yr = lib().yaliReduceScatter(scratch, mine, recvcount * h->layout.nodes, toYaliType(type),
                                                   toYaliOp(op), h->yali, stream);
   if (yr == yaliInvalidArgument) return kRunFlat;
+  noteYaliFailedAtCall(c, yr);
+  r = crossStep(c, "ncclReduceScatter", stream, [&] {
+    return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
+  });
   if (yr != yaliSuccess) return yaliStepFailed(c, "ncclReduceScatter", yr);
-  return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
+  return r;
 }
 
 // A collective of a hierarchical comm: `steps(scratch)` when planHier says so, else `flat()`.
@@ -428,13 +494,26 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
     if (ncclReported(*asyncError)) return ncclSuccess;
   }
   const yaliComm_t y = h != nullptr ? h->yali : c->yali;
-  if (y == nullptr) return r;
-  yaliResult_t e = yaliSuccess;
-  const yaliResult_t got = lib().yaliCommGetAsyncError(y, &e);
-  if (got != yaliSuccess) e = got;
-  if (e != yaliSuccess) {
-    noteFailure(Failure::kYali);
-    *asyncError = toNcclResult(e);
+  if (y != nullptr) {
+    yaliResult_t e = yaliSuccess;
+    const yaliResult_t got = lib().yaliCommGetAsyncError(y, &e);
+    if (got != yaliSuccess) e = got;
+    if (e != yaliSuccess) {
+      noteFailure(Failure::kYali);
+      *asyncError = toNcclResult(e);
+      return r;
+    }
+  }
+  // Last, the hierarchical path's cross-node status (crossStep): a YALI step failed on some node,
+  // so what this rank's hierarchical AllReduce and ReduceScatter got from there is not valid. A
+  // read of host-mapped memory that the device writes (after an abort too; null once destroyed).
+  const int32_t* status = h != nullptr ? h->statusHost : nullptr;
+  if (status != nullptr && __atomic_load_n(status + Hierarchy::kCrossStatus, __ATOMIC_ACQUIRE) != 0) {
+    *asyncError = shimFail(ncclRemoteError,
+                           "a YALI step of the hierarchical path (YALI in the node, NCCL across nodes) failed on "
+                           "some node of this communicator (rank %d learned it from its cross-node status): "
+                           "its hierarchical AllReduce and ReduceScatter results are invalid from that call on",
+                           c->rank);
   }
   return r;
 }

@@ -27,10 +27,10 @@ namespace yali::nccl_abi {
   X(yaliGetLastError) X(yaliGetUniqueId) X(yaliCommInitRank) X(yaliCommInitAll) X(yaliCommDestroy)      \
   X(yaliCommAbort) X(yaliCommGetAsyncError) X(yaliCommRegister) X(yaliCommDeregister) X(yaliGroupStart) \
   X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliBcast)   \
-  X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll)
+  X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag)
 
-// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies and
-// the order of its scratch across streams), with their types written out: cuda_runtime.h overloads
+// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies, its
+// cross-node status words and the order of its scratch across streams), with their types written out: cuda_runtime.h overloads
 // some of them (cudaMalloc) with templates, so decltype cannot name them. cudaStreamGetCaptureInfo
 // changed its parameters between CUDA releases; decltype takes this build's, which is also the
 // runtime libyali links (the two are built together).
@@ -45,6 +45,8 @@ namespace yali::nccl_abi {
   X(cudaFreeAsync, cudaError_t(void*, cudaStream_t))                          \
   X(cudaMalloc, cudaError_t(void**, size_t))                                  \
   X(cudaFree, cudaError_t(void*))                                             \
+  X(cudaHostAlloc, cudaError_t(void**, size_t, unsigned int))                 \
+  X(cudaFreeHost, cudaError_t(void*))                                         \
   X(cudaMemcpyAsync, cudaError_t(void*, const void*, size_t, cudaMemcpyKind, cudaStream_t)) \
   X(cudaStreamIsCapturing, cudaError_t(cudaStream_t, cudaStreamCaptureStatus*))            \
   X(cudaStreamGetCaptureInfo, decltype(::cudaStreamGetCaptureInfo))                         \

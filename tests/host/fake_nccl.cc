@@ -10,9 +10,12 @@
 // ncclCommInitRank inside a group), as one process driving several GPUs does:
 //  - collectives and splits issued inside a group are matched across the ranks of each
 //    communicator at the outermost ncclGroupEnd and carried out there on host memory (the fake CUDA
-//    runtime of fake_yali.cc allocates host memory): AllGather, Broadcast, AllReduce of int32 (sum,
-//    min, max), ncclCommSplit. That is all libyali-nccl's set-up uses. A rank whose peers did not
-//    make the same call fails the group end (ncclInvalidUsage), where NCCL would hang;
+//    runtime of fake_yali.cc allocates host memory): AllGather, Broadcast, AllReduce of int32 and
+//    float32 (sum, min, max), ncclCommSplit. That is all libyali-nccl's set-up and the hierarchical
+//    path's grouped cross steps use. A call whose peers have not made theirs yet waits for them
+//    (they come in a later group, one rank at a time, as a test drives the hierarchical path), as
+//    NCCL's would on the device; calls that differ fail the group end (ncclInvalidUsage), where
+//    NCCL would hang;
 //  - outside a group a collective is noted and moves no data (the peers' calls never come);
 //  - fakeRanksPerNode > 0 simulates nodes: the set-up's AllGather of its records (routing.h,
 //    RankRecord) reports rank r on node "fake-node-<r / fakeRanksPerNode>", as YALI_NODE_ID does
@@ -27,7 +30,9 @@
 #include <string.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -61,6 +66,11 @@ std::map<uint64_t, World*> worldsById;
 struct Event {
   const char* call;  // a string literal
   const void* handle;
+  // A collective's arguments (fakeEventArgs); zero for every other event.
+  const void* recv;
+  size_t count;
+  int type;
+  int op;
 };
 std::vector<Event> events;
 std::vector<std::pair<std::string, ncclResult_t>> failures;  // fakeFailNext, in order
@@ -102,7 +112,7 @@ __attribute__((visibility("default"))) int fakeRanksPerNode = 0;
 // The event log, shared with fake_yali.cc. `call` is a string literal.
 FAKE_EXPORT void fakeRecord(const char* call, const void* handle) {
   std::lock_guard<std::mutex> lock(mutex);
-  events.push_back({call, handle});
+  events.push_back({call, handle, nullptr, 0, 0, 0});
 }
 FAKE_EXPORT int fakeEventCount() {
   std::lock_guard<std::mutex> lock(mutex);
@@ -116,6 +126,17 @@ FAKE_EXPORT const char* fakeEventCall(int i) {
 FAKE_EXPORT const void* fakeEventHandle(int i) {
   std::lock_guard<std::mutex> lock(mutex);
   return i >= 0 && i < static_cast<int>(events.size()) ? events[i].handle : nullptr;
+}
+// The i-th event's collective arguments (recvbuff, count, datatype, op; all 0 for other events);
+// false past the end.
+FAKE_EXPORT bool fakeEventArgs(int i, const void** recv, size_t* count, int* type, int* op) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (i < 0 || i >= static_cast<int>(events.size())) return false;
+  *recv = events[i].recv;
+  *count = events[i].count;
+  *type = events[i].type;
+  *op = events[i].op;
+  return true;
 }
 
 // The next call of `call` returns `result` (once), with a message for ncclGetLastError.
@@ -154,11 +175,16 @@ ncclResult_t failureOf(const char* call) {
   return ncclSuccess;
 }
 
-// Every call goes through here: notes it, and says what it returns before doing anything.
-ncclResult_t note(const char* call, const void* comm) {
+struct Op;
+void recordCollective(const char* call, const void* comm, const Op* args);
+
+// Every call goes through here: notes it (a collective with its arguments), and says what it
+// returns before doing anything.
+ncclResult_t note(const char* call, const void* comm, const Op* args = nullptr);
+ncclResult_t note(const char* call, const void* comm, const Op* args) {
   fakeLastCall = call;
   fakeLastComm = const_cast<void*>(comm);
-  fakeRecord(call, comm);
+  recordCollective(call, comm, args);
   const ncclResult_t asked = failureOf(call);
   if (asked != ncclSuccess) return asked;
   std::lock_guard<std::mutex> lock(mutex);
@@ -191,7 +217,18 @@ struct Op {
   int color, key;
   ncclComm_t* newcomm;
 };
+void recordCollective(const char* call, const void* comm, const Op* args) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (args == nullptr)
+    events.push_back({call, comm, nullptr, 0, 0, 0});
+  else
+    events.push_back({call, comm, args->recv, args->count, args->type, args->op});
+}
+
 std::vector<Op> pending;  // issued inside the open group (by the one thread that drives the ranks)
+// Calls of ended groups that wait for their peers' (made in a later group), per communicator and
+// rank, in issue order.
+std::map<World*, std::vector<std::deque<Op>>> backlog;
 
 size_t typeSize(ncclDataType_t t) {
   switch (t) {
@@ -211,6 +248,24 @@ void simulateNode(char* record, int rank) {
   memset(r.node, 0, sizeof(r.node));
   snprintf(r.node, sizeof(r.node), "fake-node-%d", rank / fakeRanksPerNode);
   memcpy(record, &r, sizeof(r));
+}
+
+// AllReduce (sum, min, max) of T, made by every rank (ops[r] is rank r's).
+template <typename T>
+ncclResult_t allReduce(const std::vector<Op*>& ops) {
+  const Op& first = *ops[0];
+  std::vector<T> acc(first.count);
+  memcpy(acc.data(), first.send, first.count * sizeof(T));
+  for (size_t r = 1; r < ops.size(); ++r) {
+    const T* in = static_cast<const T*>(ops[r]->send);
+    for (size_t i = 0; i < first.count; ++i) {
+      if (first.op == ncclSum) acc[i] += in[i];
+      else if (first.op == ncclMin) acc[i] = std::min(acc[i], in[i]);
+      else acc[i] = std::max(acc[i], in[i]);
+    }
+  }
+  for (const Op* o : ops) memcpy(o->recv, acc.data(), acc.size() * sizeof(T));
+  return ncclSuccess;
 }
 
 // One collective, made by every rank of one communicator (ops[r] is rank r's).
@@ -260,57 +315,54 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
     for (const Op* o : ops) memcpy(o->recv, root.data(), bytes);
     return ncclSuccess;
   }
-  if (call == "ncclAllReduce" && first.type == ncclInt32 &&
-      (first.op == ncclSum || first.op == ncclMin || first.op == ncclMax)) {
-    std::vector<int32_t> acc(first.count);
-    memcpy(acc.data(), ops[0]->send, bytes);
-    for (int r = 1; r < n; ++r) {
-      const int32_t* in = static_cast<const int32_t*>(ops[r]->send);
-      for (size_t i = 0; i < first.count; ++i) {
-        if (first.op == ncclSum) acc[i] += in[i];
-        else if (first.op == ncclMin) acc[i] = std::min(acc[i], in[i]);
-        else acc[i] = std::max(acc[i], in[i]);
-      }
-    }
-    for (const Op* o : ops) memcpy(o->recv, acc.data(), bytes);
-    return ncclSuccess;
+  if (call == "ncclAllReduce" && (first.op == ncclSum || first.op == ncclMin || first.op == ncclMax)) {
+    if (first.type == ncclInt32) return allReduce<int32_t>(ops);
+    if (first.type == ncclFloat32) return allReduce<float>(ops);
   }
   return ncclInvalidArgument;  // this fake moves no other data
 }
 
-// The outermost group's end: every communicator's calls, matched rank by rank, in issue order.
+// The outermost group's end: every communicator's calls, with those of earlier groups that waited
+// for them, matched rank by rank in issue order, as far as every rank has made its calls.
 ncclResult_t carryOutGroup(std::vector<Op> ops) {
-  std::map<World*, std::vector<std::vector<Op*>>> byWorld;
+  std::set<World*> touched;
   for (Op& o : ops) {
-    auto& perRank = byWorld[o.comm->world];
+    auto& perRank = backlog[o.comm->world];
     perRank.resize(o.comm->nranks);
-    perRank[o.comm->rank].push_back(&o);
+    perRank[o.comm->rank].push_back(o);
+    touched.insert(o.comm->world);
   }
   ncclResult_t result = ncclSuccess;
-  for (auto& entry : byWorld) {
-    std::vector<std::vector<Op*>>& perRank = entry.second;
-    for (size_t k = 0; k < perRank[0].size(); ++k) {
+  for (World* world : touched) {
+    std::vector<std::deque<Op>>& perRank = backlog[world];
+    auto everyRankHasOne = [&] {
+      for (auto& mine : perRank)
+        if (mine.empty()) return false;
+      return true;
+    };
+    while (everyRankHasOne()) {
       std::vector<Op*> call;
+      bool same = true;
       for (auto& mine : perRank) {
-        if (k < mine.size() && strcmp(mine[k]->call, perRank[0][k]->call) == 0) call.push_back(mine[k]);
+        call.push_back(&mine.front());
+        same = same && strcmp(mine.front().call, perRank[0].front().call) == 0;
       }
-      const ncclResult_t r = call.size() == perRank.size() ? carryOut(call) : ncclInvalidUsage;
+      const ncclResult_t r = same ? carryOut(call) : ncclInvalidUsage;
       if (r != ncclSuccess && result == ncclSuccess) {
         result = r;
         std::lock_guard<std::mutex> lock(mutex);
-        lastError = std::string("fake NCCL: the group's ") + perRank[0][k]->call +
-                    (r == ncclInvalidUsage ? " was not made by every rank" : " cannot be carried out here");
+        lastError = std::string("fake NCCL: the group's ") + perRank[0].front().call +
+                    (r == ncclInvalidUsage ? " differs between the ranks" : " cannot be carried out here");
       }
+      for (auto& mine : perRank) mine.pop_front();
     }
-    for (auto& mine : perRank)
-      if (mine.size() != perRank[0].size() && result == ncclSuccess) result = ncclInvalidUsage;
   }
   return result;
 }
 
-// A collective: noted, and queued when inside a group.
+// A collective: noted (with its arguments), and queued when inside a group.
 ncclResult_t collective(const Op& o, ncclComm_t comm) {
-  const ncclResult_t r = note(o.call, comm);
+  const ncclResult_t r = note(o.call, comm, &o);
   if (r != ncclSuccess) return r;
   if (fakeGroupDepth > 0) {
     Op queued = o;
@@ -481,9 +533,10 @@ FAKE_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t coun
   return collective({"ncclAllGather", nullptr, send, recv, count, type, ncclSum, 0, 0, 0, nullptr}, comm);
 }
 
-FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t comm,
-                                           cudaStream_t) {
-  return note("ncclReduceScatter", comm);  // noted only, in a group too: no data
+FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                                           ncclComm_t comm, cudaStream_t) {
+  const Op o{"ncclReduceScatter", nullptr, nullptr, recv, count, type, op, 0, 0, 0, nullptr};
+  return note(o.call, comm, &o);  // noted only, in a group too: no data
 }
 
 FAKE_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,

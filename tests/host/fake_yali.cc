@@ -10,9 +10,11 @@
 //  - a comm that failed stays failed: every later call returns its error; a destroyed or aborted
 //    comm's calls return yaliInvalidUsage;
 //  - collectives do nothing but note themselves; a test makes one fail (fakeYaliFailNext) or the
-//    comm fail asynchronously (fakeYaliSetAsyncError).
-// The CUDA functions work on host memory: "device" memory is malloc'd, copies are memcpy, streams
-// are tokens, and no stream is ever captured.
+//    comm fail asynchronously (fakeYaliSetAsyncError, which also sets the word that
+//    yaliCommGetFailureFlag points at, as a failing kernel does).
+// The CUDA functions work on host memory: "device" and pinned memory are malloc'd, copies are
+// memcpy at once (noted, with their destination), streams are tokens, and no stream is ever
+// captured.
 //
 // Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
 // that a test sees both libraries' calls in one order.
@@ -38,6 +40,7 @@ struct yaliComm {
   int nranks = 0;
   bool ended = false;
   yaliResult_t asyncError = yaliSuccess;
+  int failureFlag = 0;  // yaliCommGetFailureFlag's word ("device" memory is host memory here)
   std::string asyncText;
   std::string lastError;
 };
@@ -52,6 +55,7 @@ struct Failure {
   std::string message;
 };
 std::vector<Failure> failures;  // fakeYaliFailNext
+std::vector<std::string> failuresAfterLaunch;  // fakeYaliFailAfterLaunch
 thread_local std::string tlsLastError;
 thread_local int tlsDevice = 0;
 
@@ -76,6 +80,14 @@ yaliResult_t check(const char* call, yaliComm* comm) {
     return fail(comm->asyncError, comm, "%s: an earlier operation on this comm failed: %s", call,
                 comm->asyncText.c_str());
   std::lock_guard<std::mutex> lock(mutex);
+  for (auto it = failuresAfterLaunch.begin(); it != failuresAfterLaunch.end(); ++it) {
+    if (*it != call) continue;
+    failuresAfterLaunch.erase(it);
+    comm->failureFlag = 1;
+    comm->asyncError = yaliTimeout;
+    comm->asyncText = std::string(call) + "'s kernel failed on the device, as the test asked";
+    return yaliSuccess;
+  }
   for (auto it = failures.begin(); it != failures.end(); ++it) {
     if (it->call != call) continue;
     const Failure f = *it;
@@ -117,10 +129,18 @@ FAKE_EXPORT void fakeYaliFailNext(const char* call, yaliResult_t result, const c
   failures.push_back({call, result, message});
 }
 
+// The next call of `call` on a live comm is accepted, and its kernel fails on the device: the comm
+// then fails as fakeYaliSetAsyncError makes it (yaliTimeout), its failure flag set.
+FAKE_EXPORT void fakeYaliFailAfterLaunch(const char* call) {
+  std::lock_guard<std::mutex> lock(mutex);
+  failuresAfterLaunch.push_back(call);
+}
+
 // The comm fails asynchronously, as when a device-side wait runs out.
 FAKE_EXPORT void fakeYaliSetAsyncError(yaliComm_t comm, yaliResult_t result, const char* text) {
   comm->asyncError = result;
   comm->asyncText = text;
+  comm->failureFlag = result != yaliSuccess ? 1 : 0;
 }
 
 // ---- yali.h -------------------------------------------------------------------------------------------
@@ -177,6 +197,15 @@ FAKE_EXPORT yaliResult_t yaliCommGetAsyncError(yaliComm_t comm, yaliResult_t* as
   *asyncError = comm->asyncError;
   if (comm->asyncError != yaliSuccess)
     fail(comm->asyncError, comm, "yaliCommGetAsyncError: an earlier operation failed: %s", comm->asyncText.c_str());
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommGetFailureFlag(yaliComm_t comm, const int** deviceFlag) {
+  fakeRecord("yaliCommGetFailureFlag", comm);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliCommGetFailureFlag: comm is NULL");
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommGetFailureFlag: comm was destroyed or aborted");
+  if (deviceFlag == nullptr) return fail(yaliInvalidArgument, comm, "yaliCommGetFailureFlag: deviceFlag is NULL");
+  *deviceFlag = &comm->failureFlag;
   return yaliSuccess;
 }
 
@@ -295,7 +324,21 @@ FAKE_EXPORT cudaError_t cudaFree(void* p) {
   return cudaSuccess;
 }
 
+FAKE_EXPORT cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  fakeRecord("cudaHostAlloc", nullptr);
+  *p = calloc(1, bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
+  fakeRecord("cudaFreeHost", nullptr);
+  free(p);
+  return cudaSuccess;
+}
+
+// Noted with its destination, so that a test can tell which word a copy wrote.
 FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  fakeRecord("cudaMemcpyAsync", dst);
   memmove(dst, src, bytes);
   return cudaSuccess;
 }

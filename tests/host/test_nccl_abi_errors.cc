@@ -6,7 +6,8 @@
 // Both fakes write one event log (fake_nccl.cc: fakeRecord), read here as a trace such as
 // "yaliCommAbort(y0) ncclCommAbort(r0)": which library was called, with which of a rank's
 // communicators (r: NCCL's, y: YALI's, h: YALI's node comm of a hierarchical one, n and x: its NCCL
-// node and cross splits), in which order.
+// node and cross splits; s and w: its cross-node status words, on the device and host-mapped), in
+// which order.
 //
 // What this process sets before libyali-nccl reads its settings (once per process): both fakes,
 // YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that the logging branches run too).
@@ -90,10 +91,26 @@ int& ranksPerNode() { return variable<int>(fakeNccl(), "fakeRanksPerNode"); }
 int eventCount() { return function<int (*)()>(fakeNccl(), "fakeEventCount")(); }
 std::string eventCall(int i) { return function<const char* (*)(int)>(fakeNccl(), "fakeEventCall")(i); }
 const void* eventHandle(int i) { return function<const void* (*)(int)>(fakeNccl(), "fakeEventHandle")(i); }
+// The i-th event's collective arguments, as "recvbuff-label,count,type,op" (NCCL's numbers but for
+// int32 and max, which the status exchange uses); "" when its recvbuff is not in `labels`.
+std::string eventArgs(int i, const std::map<const void*, std::string>& labels) {
+  const void* recv = nullptr;
+  size_t count = 0;
+  int type = 0, op = 0;
+  using Args = bool (*)(int, const void**, size_t*, int*, int*);
+  if (!function<Args>(fakeNccl(), "fakeEventArgs")(i, &recv, &count, &type, &op)) return "";
+  const auto it = labels.find(recv);
+  if (recv == nullptr || it == labels.end()) return "";
+  return it->second + "," + std::to_string(count) + "," + (type == ncclInt32 ? "int32" : std::to_string(type)) + "," +
+         (op == ncclMax ? "max" : std::to_string(op));
+}
 
 // fake_yali.cc's.
 void failYaliNext(const char* call, yaliResult_t r, const char* message) {
   function<void (*)(const char*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliFailNext")(call, r, message);
+}
+void failYaliAfterLaunch(const char* call) {
+  function<void (*)(const char*)>(fakeYali(), "fakeYaliFailAfterLaunch")(call);
 }
 void setYaliAsyncError(void* comm, yaliResult_t r, const char* text) {
   function<void (*)(void*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliSetAsyncError")(comm, r, text);
@@ -218,10 +235,15 @@ void destroyAll(const std::vector<Rank>& ranks) {
   for (const Rank& r : ranks) SHIM(ncclCommDestroy)(r.comm);
 }
 
-// A hierarchical communicator: 4 ranks on 2 simulated nodes of 2 (ranks 0, 1 and 2, 3).
+// A hierarchical communicator: 4 ranks on 2 simulated nodes of 2 (ranks 0, 1 and 2, 3; the cross
+// comms are {0, 2} and {1, 3}).
 struct Hierarchical {
   std::vector<Rank> ranks;
   Labels labels;
+  // Each rank's cross-node status words (null where its first AllReduce copied none): the device
+  // word NCCL reduces and the host-mapped word ncclCommGetAsyncError reads ("device" memory is
+  // host memory under the fake CUDA runtime).
+  std::vector<int32_t*> status, host;
 };
 
 // A buffer for the hierarchical calls, whose copies (cudaMemcpyAsync) the fake CUDA runtime makes
@@ -241,8 +263,22 @@ Hierarchical hierarchical() {
     r.yali = handleOf(since, "yaliReduceScatter");
     REQUIRE(r.yali != nullptr);
     h.ranks.push_back(r);
+    // Its status words: the first copy's destination (the status) and the last's (the host word).
+    int32_t* status = nullptr;
+    int32_t* host = nullptr;
+    for (int i = since, n = eventCount(); i < n; ++i) {
+      if (eventCall(i) != "cudaMemcpyAsync") continue;
+      if (status == nullptr) status = static_cast<int32_t*>(const_cast<void*>(eventHandle(i)));
+      host = static_cast<int32_t*>(const_cast<void*>(eventHandle(i)));
+    }
+    h.status.push_back(status);
+    h.host.push_back(host != status ? host : nullptr);
   }
   h.labels = labelsOf(h.ranks, "h");
+  for (size_t r = 0; r < h.ranks.size(); ++r) {
+    if (h.status[r] != nullptr) h.labels[h.status[r]] = "s" + std::to_string(r);
+    if (h.host[r] != nullptr) h.labels[h.host[r]] = "w" + std::to_string(r);
+  }
   for (size_t r = 0; r < h.ranks.size(); ++r) {
     const std::string n = std::to_string(r);
     h.labels[child(const_cast<void*>(h.ranks[r].real), 0)] = "n" + n;  // the set-up splits the node comm first
@@ -260,6 +296,29 @@ ncclRedOp_t preMulSum(ncclComm_t comm) {
 }
 
 bool contains(const char* text, const char* part) { return text != nullptr && strstr(text, part) != nullptr; }
+
+// The hierarchical path's steps and its cross-node status exchange since event `since`: YALI's
+// steps, NCCL's collectives and groups, and the copies into a status word (those into the scratch
+// are left out). A collective whose recvbuff is a status word shows its arguments:
+// "ncclAllReduce(x0|s0,1,int32,max)".
+std::string crossTrace(int since, const Labels& labels) {
+  std::string out;
+  for (int i = since, n = eventCount(); i < n; ++i) {
+    const std::string call = eventCall(i);
+    const bool wanted = call == "yaliReduceScatter" || call == "yaliAllGather" || call == "ncclGroupStart" ||
+                        call == "ncclGroupEnd" || call == "ncclAllReduce" || call == "ncclReduceScatter" ||
+                        call == "cudaMemcpyAsync";
+    if (!wanted) continue;
+    const void* h = eventHandle(i);
+    const auto it = labels.find(h);
+    if (call == "cudaMemcpyAsync" && it == labels.end()) continue;
+    std::string label = h == nullptr ? "" : it != labels.end() ? it->second : "?";
+    const std::string args = eventArgs(i, labels);
+    if (!args.empty()) label += "|" + args;
+    out += (out.empty() ? "" : " ") + call + "(" + label + ")";
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -665,13 +724,13 @@ TEST(hierarchical_steps_and_a_failing_leg) {
     const std::string t = trace(since, kCollectives, h.labels);
     CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   };
-  allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(x0) yaliAllGather(h0)");
+  allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(x0) ncclAllReduce(x0) yaliAllGather(h0)");
   // The NCCL leg fails: its error, and YALI's last step is not issued.
   failNcclNext("ncclAllReduce", ncclRemoteError);
   allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0)");
   // A YALI step fails: its error, named by ncclGetLastError.
   failYaliNext("yaliAllGather", yaliTimeout, "yaliAllGather: a node peer never arrived");
-  allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0) yaliAllGather(h0)");
+  allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0) ncclAllReduce(x0) yaliAllGather(h0)");
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "a node peer never arrived"), "%s", SHIM(ncclGetLastError)(c));
   // YALI refuses the first step: the call runs flat on NCCL.
   failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
@@ -689,7 +748,175 @@ TEST(hierarchical_steps_and_a_failing_leg) {
   reduceScatter(ncclUnhandledCudaError, "cudaMalloc()");
   yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "hierarchical scratch"), "%s", SHIM(ncclGetLastError)(c));
-  reduceScatter(ncclSuccess, "cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0)");
+  reduceScatter(ncclSuccess, "cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0) ncclAllReduce(x0)");
+  destroyAll(h.ranks);
+}
+
+// AllReduce and ReduceScatter send this rank's YALI status beside their NCCL step (intercept.cc,
+// crossStep): a copy of YALI's failure flag into the status word, one real group with the data step
+// and a 1-element AllReduce(max) of the status on the same cross comm, then a copy of the reduced
+// status into the host-mapped word. The set-up asked YALI for the flag.
+TEST(hierarchical_steps_carry_the_cross_node_status) {
+  const int setUp = eventCount();
+  const Hierarchical h = hierarchical();
+  CHECK_MSG(trace(setUp, {"yaliCommGetFailureFlag"}, h.labels) ==
+                "yaliCommGetFailureFlag(h0) yaliCommGetFailureFlag(h1) yaliCommGetFailureFlag(h2) "
+                "yaliCommGetFailureFlag(h3)",
+            "%s", trace(setUp, {"yaliCommGetFailureFlag"}, h.labels).c_str());
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  std::string t = crossTrace(since, h.labels);
+  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[0], 0);  // YALI's flag: no failure
+  since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  t = crossTrace(since, h.labels);
+  want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) "
+         "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  // AllGather runs NCCL first: no status.
+  since = eventCount();
+  CHECK(SHIM(ncclAllGather)(hostBuffer, hostBuffer, 1, ncclFloat32, c, nullptr) == ncclSuccess);
+  CHECK(trace(since, {"cudaMemcpyAsync", "ncclGroupStart"}, h.labels).find("s0") == std::string::npos);
+  ncclResult_t async = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(c, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);
+  destroyAll(h.ranks);
+}
+
+// A YALI step that fails at the call (an error, not a refusal) still lets the rank enqueue the call's
+// NCCL steps, so that its peers on other nodes never wait for a step that does not come: the cross
+// step with status 1, and AllReduce's flat tail; the remaining YALI steps are skipped and YALI's
+// error is returned. Later calls keep sending 1 (sticky).
+TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  Labels labels = h.labels;
+  labels[h.ranks[0].real] = "r0";
+  auto allReduce = [&](size_t count, ncclResult_t expected, const char* want) {
+    *h.status[0] = -1;
+    const int since = eventCount();
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, count, ncclFloat32, ncclSum, c, nullptr) == expected);
+    const std::string t = crossTrace(since, labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  // 5 elements on nodes of 2: shards of 2 and a flat tail of 1 (r0).
+  failYaliNext("yaliReduceScatter", yaliInternalError, "yaliReduceScatter: broken for the test");
+  allReduce(5, ncclInternalError,
+            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+            "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
+  CHECK_EQ(*h.status[0], 1);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "broken for the test"), "%s", SHIM(ncclGetLastError)(c));
+  // The next call succeeds, and still says 1.
+  allReduce(4, ncclSuccess,
+            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+            "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
+  CHECK_EQ(*h.status[0], 1);
+
+  // ReduceScatter, on another rank of the comm (its own status): the same.
+  REQUIRE(h.status[1] != nullptr);
+  failYaliNext("yaliReduceScatter", yaliRemoteError, "yaliReduceScatter: a peer aborted");
+  *h.status[1] = -1;
+  int since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
+        ncclRemoteError);
+  std::string t = crossTrace(since, labels);
+  const char* want = "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
+                     "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[1], 1);
+
+  // AllReduce's last YALI step failing at the call: the flat tail is still enqueued, and the next
+  // call says 1.
+  REQUIRE(h.status[3] != nullptr);
+  labels[h.ranks[3].real] = "r3";
+  failYaliNext("yaliAllGather", yaliInternalError, "yaliAllGather: broken for the test");
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
+        ncclInternalError);
+  t = crossTrace(since, labels);
+  want = "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
+         "ncclAllReduce(x3|s3,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[3], 0);
+  CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
+        ncclSuccess);
+  CHECK_EQ(*h.status[3], 1);
+  destroyAll(h.ranks);
+}
+
+// What the other nodes learn: the reduced status reaches the host-mapped word of the ranks that
+// share the cross comm, and ncclCommGetAsyncError reports it (ncclRemoteError, described by
+// ncclGetLastError) while nothing else has failed; a word that stays 0 reports nothing. (The fake
+// NCCL carries the status AllReduce out once both ranks of a cross comm have made it.)
+TEST(a_yali_failure_reaches_the_other_nodes_through_the_cross_status) {
+  const Hierarchical h = hierarchical();
+  for (size_t r = 0; r < 4; ++r) REQUIRE(h.status[r] != nullptr && h.host[r] != nullptr);
+  auto asyncError = [&](int rank) {
+    ncclResult_t async = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(h.ranks[rank].comm, &async) == ncclSuccess);
+    return async;
+  };
+  auto allReduce = [&](int rank) {
+    return SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[rank].comm, nullptr);
+  };
+  for (int r = 0; r < 4; ++r) CHECK_EQ(asyncError(r), ncclSuccess);
+  // The device writes the host word: reported from then on, and only there.
+  *h.host[3] = 1;
+  CHECK_EQ(asyncError(3), ncclRemoteError);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[3].comm), "failed on some node"), "%s",
+            SHIM(ncclGetLastError)(h.ranks[3].comm));
+  CHECK_EQ(asyncError(1), ncclSuccess);
+  *h.host[3] = 0;
+  CHECK_EQ(asyncError(3), ncclSuccess);
+
+  // Rank 0's YALI kernel fails after its launch (the call returns no error there): its status, copied
+  // from YALI's flag, reaches rank 2 (node 1, same cross comm) in the same call's NCCL launch.
+  failYaliAfterLaunch("yaliReduceScatter");
+  CHECK(allReduce(0) == ncclRemoteError);  // its YALI AllGather then fails at the call
+  CHECK_EQ(*h.status[0], 1);
+  CHECK(allReduce(2) == ncclSuccess);
+  CHECK_EQ(*h.host[2], 1);
+  CHECK_EQ(asyncError(2), ncclRemoteError);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[2].comm), "hierarchical path"), "%s",
+            SHIM(ncclGetLastError)(h.ranks[2].comm));
+  // Rank 3 shares no cross comm with rank 0: nothing yet (a later call of rank 1 would tell it).
+  CHECK(allReduce(1) == ncclSuccess);
+  CHECK(allReduce(3) == ncclSuccess);
+  CHECK_EQ(asyncError(3), ncclSuccess);
+  // A later call of rank 2 still says so: the status is sticky.
+  CHECK(allReduce(0) == ncclRemoteError);
+  CHECK(allReduce(2) == ncclSuccess);
+  CHECK_EQ(*h.host[2], 1);
+  destroyAll(h.ranks);
+}
+
+// A YALI refusal (yaliInvalidArgument) runs the call flat on NCCL: no status exchange, and it is not
+// a failure (the next call says 0).
+TEST(a_refusal_runs_flat_without_the_status_exchange) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  Labels labels = h.labels;
+  labels[h.ranks[0].real] = "r0";
+  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  std::string t = crossTrace(since, labels);
+  CHECK_MSG(t == "yaliReduceScatter(h0) ncclAllReduce(r0)", "%s", t.c_str());
+  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  t = crossTrace(since, labels);
+  CHECK_MSG(t == "yaliReduceScatter(h0) ncclReduceScatter(r0)", "%s", t.c_str());
+  *h.status[0] = -1;
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK_EQ(*h.status[0], 0);
   destroyAll(h.ranks);
 }
 
