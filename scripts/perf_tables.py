@@ -16,6 +16,11 @@ user can always leave buffers unregistered, and NCCL on plain buffers is sometim
 its windows): -R 1 (ncclCommRegister), -R 2 (NCCL's symmetric windows), -R 2 -x 2 (also its
 zero-CTA copy-engine collectives). The columns "YALI best" and "NCCL best" name the run each
 best came from. Ratios above 1: YALI faster.
+
+--best --summary SIZES (docs/PERF.md's one-table overview): one row per (collective, size) for
+each dtype, one column per (GPUs, launch mode, timing) group of the pool, each cell
+"NCCL/YALI plain / NCCL best/YALI best", and a last column with both bests' busBW in the largest
+eager group. SIZES is a comma list of labels as the tables print them (4K,1M,16M,256M,1G).
 """
 import argparse
 import gzip
@@ -152,14 +157,65 @@ def print_best(docs, dtypes):
                     print(best_table(rows, dtype, coll))
 
 
+def summary_table(docs, dtype, sizes):
+    """--best --summary: the overview across every group of the pool (module docstring)."""
+    groups = pool(docs)
+    keys = sorted(groups, key=lambda g: (g[2] != "events", g[0], g[1]))
+    colls = sorted({c for rows in groups.values() for (c, d, _) in rows if d == dtype and not c.startswith("rs_ag")},
+                   key=coll_order)
+    wanted = [s.strip() for s in sizes.split(",") if s.strip()]
+    eager = [g for g in keys if g[2] == "events"]
+    widest = max(eager or keys, key=lambda g: g[0]) if keys else None
+    head = " | ".join(f"{n} GPUs {'eager' if t == 'events' else t}" for n, _, t in keys)
+    lines = [f"| collective | size | {head} | {widest[0]} GPUs best busBW YALI / NCCL (GB/s) |",
+             "| --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
+
+    def ratios(rows, coll, size):
+        impls = rows[(coll, dtype, size)]
+        y, n = best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), []))
+        plain = f"{n[0] / y[0]:.2f}" if y and n else "-"
+        every = lambda impl: impls.get((impl, True), []) + impls.get((impl, False), [])
+        yb, nb = best_of(every("yali")), best_of(every("nccl"))
+        best = f"{nb[0] / yb[0]:.2f}" if yb and nb else "-"
+        bw = f"{yb[1]:.1f} / {nb[1]:.1f}" if yb and nb else "-"
+        return f"{plain} / {best}", bw
+
+    for coll in colls:
+        for label in wanted:
+            cells, bw = [], "-"
+            for g in keys:
+                rows = groups[g]
+                size = next((b for (c, d, b) in rows if c == coll and d == dtype and human(b) == label), None)
+                if size is None:
+                    cells.append("-")
+                    continue
+                cell, busbw = ratios(rows, coll, size)
+                cells.append(cell)
+                if g == widest:
+                    bw = busbw
+            if all(c == "-" for c in cells):
+                continue
+            lines.append(f"| {coll} | {label} | " + " | ".join(cells) + f" | {bw} |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dtype", action="append", help="float, half, bfloat16 (default: all present)")
     p.add_argument("--best", action="store_true",
                    help="pool the files: plain against plain, each library at its best over every file")
+    p.add_argument("--summary", metavar="SIZES",
+                   help="with --best: one overview table per dtype at these sizes (4K,1M,16M,256M,1G)")
     p.add_argument("files", nargs="+")
     args = p.parse_args()
     docs = [load(f) for f in args.files]
+    if args.summary and not args.best:
+        p.error("--summary needs --best")
+    if args.best and args.summary:
+        for dtype in args.dtype or sorted({d for _, rows in docs for (_, d, _) in rows}):
+            print(f"\n**{dtype}: NCCL time / YALI time, plain / best**\n")
+            print(summary_table(docs, dtype, args.summary))
+        return
     if args.best:
         print_best(docs, args.dtype)
         return

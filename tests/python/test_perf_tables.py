@@ -85,3 +85,14 @@ def test_config_names():
     assert perf_tables.config_of({"registered": 0}) == "R0"
     assert perf_tables.config_of({"registered": 2, "nccl_cta_policy": 2}) == "R2 x2"
     assert perf_tables.config_of({}) == "R0"  # files from before -R 2 and -x
+
+
+def test_summary_one_row_per_collective_and_size(files):
+    """--best --summary: a column per (GPUs, launch mode, timing) group, eager first, and each
+    cell plain ratio / best ratio; sizes that no group has are left out."""
+    docs = [perf_tables.load(f) for f in files]
+    table = perf_tables.summary_table(docs, "float", "4K,1M").splitlines()
+    assert table[0].startswith("| collective | size | 2 GPUs eager | 4 GPUs eager |")
+    assert "4 GPUs best busBW" in table[0]
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table[2:]]
+    assert rows == [["allgather", "4K", "- / -", "2.00 / 1.75", "1.2 / 0.8"]]
