@@ -171,9 +171,12 @@ ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
 // copies and one 4-byte AllReduce in the data step's group.
 // A status copy that fails is returned after the NCCL steps were enqueued anyway (with whatever
 // the status word held: the previous reduced value), and this rank sends 1 from then on.
+// *enqueued: the NCCL group was enqueued (whatever crossStep returns), so the caller goes on with
+// the call's other steps, which its peers wait for; false when NCCL failed at the call.
 template <typename Data>
-ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, Data data) {
+ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, bool* enqueued, Data data) {
   Hierarchy* h = c->hier;
+  *enqueued = false;
   const void* source = h->yaliFailedAtCall.load() ? static_cast<const void*>(h->statusHost + Hierarchy::kStatusFailed)
                                                   : static_cast<const void*>(h->yaliFailure);
   cudaError_t copied = lib().cudaMemcpyAsync(h->statusDevice, source, sizeof(int32_t), cudaMemcpyDefault, stream);
@@ -185,6 +188,7 @@ ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, Data 
   const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = ended;
   if (r != ncclSuccess) return r;
+  *enqueued = true;
   if (copied == cudaSuccess)
     copied = lib().cudaMemcpyAsync(h->statusHost + Hierarchy::kCrossStatus, h->statusDevice, sizeof(int32_t),
                                    cudaMemcpyDefault, stream);
@@ -233,10 +237,14 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   yaliResult_t yr = lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
   if (yr == yaliInvalidArgument) return kRunFlat;
   noteYaliFailedAtCall(c, yr);
-  ncclResult_t r = crossStep(c, "ncclAllReduce", stream, [&] {
+  bool enqueued = false;
+  ncclResult_t r = crossStep(c, "ncclAllReduce", stream, &enqueued, [&] {
     return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
   });
-  if (r != ncclSuccess && yr == yaliSuccess) return r;
+  // NCCL failed at the call: its error, as before. A status copy that failed after the group was
+  // enqueued is returned at the end: the call's other steps go on (the node peers wait for the
+  // AllGather, every rank for the tail).
+  if (!enqueued && yr == yaliSuccess) return r;
   // YALI's AllGather only when its ReduceScatter was enqueued (its node peers then wait for it).
   if (yr == yaliSuccess) {
     yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
@@ -284,7 +292,8 @@ ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, si
                                                   toYaliOp(op), h->yali, stream);
   if (yr == yaliInvalidArgument) return kRunFlat;
   noteYaliFailedAtCall(c, yr);
-  r = crossStep(c, "ncclReduceScatter", stream, [&] {
+  bool enqueued = false;
+  r = crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
     return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
   });
   if (yr != yaliSuccess) return yaliStepFailed(c, "ncclReduceScatter", yr);

@@ -121,6 +121,9 @@ __attribute__((visibility("default"))) yaliResult_t fakeYaliGroupEndResult = yal
 __attribute__((visibility("default"))) int fakeYaliGroupDepth = 0;
 // What cudaMalloc returns (cudaSuccess: it allocates).
 __attribute__((visibility("default"))) cudaError_t fakeCudaMallocResult = cudaSuccess;
+// A cudaMemcpyAsync into this destination is noted and fails (cudaErrorInvalidValue), copying
+// nothing; null: none fails.
+__attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
 }
 
 // The next call of `call` on a live comm fails with `result` and `message`.
@@ -339,6 +342,7 @@ FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
 // Noted with its destination, so that a test can tell which word a copy wrote.
 FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
   fakeRecord("cudaMemcpyAsync", dst);
+  if (dst != nullptr && dst == fakeCudaMemcpyFailDst) return cudaErrorInvalidValue;
   memmove(dst, src, bytes);
   return cudaSuccess;
 }

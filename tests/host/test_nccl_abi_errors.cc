@@ -850,6 +850,42 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
   destroyAll(h.ranks);
 }
 
+// A status copy that fails at the call (after the cross step's NCCL group was enqueued) is an error
+// of the call, but the call's other steps still go: its node peers wait in YALI for its AllGather,
+// and every rank of the comm waits in NCCL for AllReduce's flat tail. Later calls send 1.
+TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  Labels labels = h.labels;
+  labels[h.ranks[0].real] = "r0";
+  void*& failDst = yaliVariable<void*>("fakeCudaMemcpyFailDst");
+  // The copy into the status word fails: 5 elements on nodes of 2 (a flat tail of 1).
+  failDst = h.status[0];
+  int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  failDst = nullptr;
+  std::string t = crossTrace(since, labels);
+  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() yaliAllGather(h0) ncclAllReduce(r0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "cross-node status"), "%s", SHIM(ncclGetLastError)(c));
+  // The copy into the host word fails: the same.
+  failDst = h.host[0];
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  failDst = nullptr;
+  t = crossTrace(since, labels);
+  want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+         "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  // From then on this rank sends 1.
+  *h.status[0] = -1;
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK_EQ(*h.status[0], 1);
+  destroyAll(h.ranks);
+}
+
 // What the other nodes learn: the reduced status reaches the host-mapped word of the ranks that
 // share the cross comm, and ncclCommGetAsyncError reports it (ncclRemoteError, described by
 // ncclGetLastError) while nothing else has failed; a word that stays 0 reports nothing. (The fake
