@@ -745,7 +745,9 @@ ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t strea
   Hierarchy* h = c->hier;
   std::lock_guard<std::mutex> lock(h->mutex);
   const StreamOrder::Before b = h->scratchOrder.before(stream, context);
-  if (b.recordOn != nullptr) {
+  // b.record, not b.recordOn != nullptr: the last user's stream may be the default stream (0), and
+  // skipping its record left the wait below without a recorded event (no order, or a failed wait).
+  if (b.record) {
     if (h->scratchEvent == nullptr) {
       DeviceGuard restore;
       lib().cudaSetDevice(c->device);

@@ -309,16 +309,17 @@ ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, si
   const ncclResult_t planned = planHier(function, c, shape, count, stream, &hier, &scratch);
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
-  // The scratch is the comm's, shared by its calls on every stream: ordered after its last user.
+  // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls on
+  // every stream: each call is ordered after their last user. Without it, on two streams (FSDP2),
+  // one call's copy of its local status into the status word could land between another's NCCL
+  // AllReduce of that word and its copy to the host word, which would then read 0 after a failure.
   unsigned long long context = 0;
-  if (scratch != nullptr) {
-    ncclResult_t ordered = scratchContext(function, stream, &context);
-    if (ordered == ncclSuccess) ordered = hierScratchBefore(c, function, stream, context);
-    if (ordered != ncclSuccess) return ordered;
-  }
+  ncclResult_t ordered = scratchContext(function, stream, &context);
+  if (ordered == ncclSuccess) ordered = hierScratchBefore(c, function, stream, context);
+  if (ordered != ncclSuccess) return ordered;
   ncclResult_t r = steps(scratch);
   // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
-  const ncclResult_t noted = scratch != nullptr ? hierScratchUsed(c, function, stream, context) : ncclSuccess;
+  const ncclResult_t noted = hierScratchUsed(c, function, stream, context);
   if (r == kRunFlat) {
     if (debugEnabled()) {
       char why[512];

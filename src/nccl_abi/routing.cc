@@ -273,6 +273,7 @@ StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long c
   if (!everyCall_) {
     // The first change of stream: the last user was not marked; everything queued on its stream so
     // far (it, and perhaps later work of the program's) is.
+    b.record = true;
     b.recordOn = lastStream_;
     everyCall_ = true;
     eventContext_ = context;

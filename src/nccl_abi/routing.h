@@ -162,7 +162,8 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 class StreamOrder {
  public:
   struct Before {
-    const void* recordOn = nullptr;  // first change of stream: record the event here (the last user's stream)
+    bool record = false;             // first change of stream: record the event on recordOn
+    const void* recordOn = nullptr;  // the last user's stream (nullptr: the legacy default stream)
     bool wait = false;               // the call's stream waits for the event
   };
   // Before a user on `stream` in `context`; the caller records and waits as told.

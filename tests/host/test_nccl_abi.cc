@@ -678,21 +678,21 @@ TEST(scratch_stream_order) {
   const void* B = &b;
   StreamOrder o;
   StreamOrder::Before x = o.before(A, 0);  // first user: nothing to wait for
-  CHECK(x.recordOn == nullptr && !x.wait);
+  CHECK(!x.record && !x.wait);
   CHECK(!o.after(A, 0));
   x = o.before(A, 0);  // same stream: stream order suffices, no event at all
-  CHECK(x.recordOn == nullptr && !x.wait && !o.after(A, 0) && !o.recordsEveryCall());
+  CHECK(!x.record && !x.wait && !o.after(A, 0) && !o.recordsEveryCall());
   // FSDP2's pattern: an all-gather on A, then a reduce-scatter on B. B must wait for A's last use
   // (its copies out of the scratch); without this the reduce-scatter's copies into the scratch
   // could overwrite it while A still reads.
   x = o.before(B, 0);
-  CHECK(x.recordOn == A && x.wait);
+  CHECK(x.record && x.recordOn == A && x.wait);
   CHECK(o.after(B, 0));  // from now on every user records
   x = o.before(B, 0);
-  CHECK(x.recordOn == nullptr && !x.wait);  // same stream again
+  CHECK(!x.record && !x.wait);  // same stream again
   CHECK(o.after(B, 0));
   x = o.before(A, 0);  // back on A: waits for B's recorded event
-  CHECK(x.recordOn == nullptr && x.wait);
+  CHECK(!x.record && x.wait);
   CHECK(o.after(A, 0));
   // A capture (context 7) after eager work: no wait across contexts (the program orders a graph
   // against eager calls, as with NCCL); inside the capture, users on two streams are ordered.
@@ -709,7 +709,13 @@ TEST(scratch_stream_order) {
   StreamOrder c;
   CHECK(!c.after(A, 9));
   x = c.before(B, 9);
-  CHECK(x.recordOn == A && x.wait);
+  CHECK(x.record && x.recordOn == A && x.wait);
+  // The last user on the default stream (nullptr): still recorded there. (Before `record`, a null
+  // recordOn meant "nothing to record", and the change of stream went unordered.)
+  StreamOrder d;
+  CHECK(!d.after(nullptr, 0));
+  x = d.before(B, 0);
+  CHECK(x.record && x.recordOn == nullptr && x.wait);
 }
 
 TEST(results_and_size_classes) {
