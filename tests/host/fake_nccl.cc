@@ -298,6 +298,7 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
     return ncclSuccess;
   }
   if (bytes == 0) return ncclSuccess;
+  if (call == "ncclReduceScatter") return ncclSuccess;  // matched only: this fake moves no data for it
   for (const Op* o : ops)
     if (o->recv == nullptr || (call != "ncclBroadcast" && o->send == nullptr)) return ncclInvalidArgument;
   if (call == "ncclAllGather") {
@@ -343,9 +344,14 @@ ncclResult_t carryOutGroup(std::vector<Op> ops) {
     while (everyRankHasOne()) {
       std::vector<Op*> call;
       bool same = true;
+      // The same call with the same shape on every rank (as NCCL requires; a mismatch is a bug of
+      // the caller, which the tests must see): name, count, type, op and root.
       for (auto& mine : perRank) {
+        const Op& a = mine.front();
+        const Op& b = perRank[0].front();
         call.push_back(&mine.front());
-        same = same && strcmp(mine.front().call, perRank[0].front().call) == 0;
+        same = same && strcmp(a.call, b.call) == 0 && a.count == b.count && a.type == b.type && a.op == b.op &&
+               a.root == b.root;
       }
       const ncclResult_t r = same ? carryOut(call) : ncclInvalidUsage;
       if (r != ncclSuccess && result == ncclSuccess) {
@@ -536,7 +542,7 @@ FAKE_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t coun
 FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                            ncclComm_t comm, cudaStream_t) {
   const Op o{"ncclReduceScatter", nullptr, nullptr, recv, count, type, op, 0, 0, 0, nullptr};
-  return note(o.call, comm, &o);  // noted only, in a group too: no data
+  return collective(o, comm);  // matched rank by rank in a group; moves no data
 }
 
 FAKE_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,

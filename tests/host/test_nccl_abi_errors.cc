@@ -830,17 +830,23 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
                      "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK_EQ(*h.status[1], 1);
+  destroyAll(h.ranks);
+}
 
-  // AllReduce's last YALI step failing at the call: the flat tail is still enqueued, and the next
-  // call says 1.
+// AllReduce's last YALI step failing at the call: the flat tail is still enqueued, and the next
+// call says 1. (A fixture of its own: the fake NCCL matches grouped calls rank by rank on each
+// cross comm, and the calls above on ranks 0 and 1 are not the ones rank 3 makes here.)
+TEST(a_yali_allgather_failing_at_the_call_still_sends_the_tail) {
+  const Hierarchical h = hierarchical();
+  Labels labels = h.labels;
   REQUIRE(h.status[3] != nullptr);
   labels[h.ranks[3].real] = "r3";
   failYaliNext("yaliAllGather", yaliInternalError, "yaliAllGather: broken for the test");
-  since = eventCount();
+  const int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
         ncclInternalError);
-  t = crossTrace(since, labels);
-  want = "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
+  const std::string t = crossTrace(since, labels);
+  const char* want = "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
          "ncclAllReduce(x3|s3,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK_EQ(*h.status[3], 0);
