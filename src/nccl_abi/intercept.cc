@@ -287,15 +287,26 @@ ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, si
   const size_t block = recvcount * bytesOf(1, type);
   char* mine = scratch + h->localRank * block * h->layout.nodes;
   ncclResult_t r = copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
-  if (r != ncclSuccess) return r;
+  bool enqueued = false;
+  auto cross = [&] {
+    return crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
+      return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
+    });
+  };
+  if (r != ncclSuccess) {
+    // A copy into the scratch failed at the call: as a YALI step failing at the call, this rank
+    // skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and their flags
+    // reach their cross peers) and still sends the cross step, with status 1 from now on, so that
+    // no rank of another node waits for a step that does not come.
+    h->yaliFailedAtCall = true;
+    cross();
+    return r;
+  }
   const yaliResult_t yr = lib().yaliReduceScatter(scratch, mine, recvcount * h->layout.nodes, toYaliType(type),
                                                   toYaliOp(op), h->yali, stream);
   if (yr == yaliInvalidArgument) return kRunFlat;
   noteYaliFailedAtCall(c, yr);
-  bool enqueued = false;
-  r = crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
-    return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
-  });
+  r = cross();
   if (yr != yaliSuccess) return yaliStepFailed(c, "ncclReduceScatter", yr);
   return r;
 }

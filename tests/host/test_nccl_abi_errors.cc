@@ -892,6 +892,36 @@ TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
   destroyAll(h.ranks);
 }
 
+// ReduceScatter's copies of the program's blocks into the scratch failing at the call: YALI's step
+// is skipped, the cross step still goes with status 1 (its peers on other nodes would wait for it
+// otherwise), and the copy's error is returned. Before, the call returned at the failed copy.
+TEST(a_failing_scratch_copy_still_sends_the_cross_step) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  Labels labels = h.labels;
+  static float send[256], recv[256];  // more than nranks * 4 elements
+  // Where the first copy into the scratch goes: learnt from a call that succeeds.
+  int since = eventCount();
+  REQUIRE(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  void* firstCopy = nullptr;
+  for (int i = since, n = eventCount(); i < n && firstCopy == nullptr; ++i)
+    if (eventCall(i) == "cudaMemcpyAsync") firstCopy = const_cast<void*>(eventHandle(i));
+  REQUIRE(firstCopy != nullptr && firstCopy != h.status[0]);
+  void*& failDst = yaliVariable<void*>("fakeCudaMemcpyFailDst");
+  failDst = firstCopy;
+  *h.status[0] = -1;
+  since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  failDst = nullptr;
+  const std::string t = crossTrace(since, labels);
+  const char* want = "cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) ncclAllReduce(x0|s0,1,int32,max) "
+                     "ncclGroupEnd() cudaMemcpyAsync(w0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[0], 1);
+  destroyAll(h.ranks);
+}
+
 // What the other nodes learn: the reduced status reaches the host-mapped word of the ranks that
 // share the cross comm, and ncclCommGetAsyncError reports it (ncclRemoteError, described by
 // ncclGetLastError) while nothing else has failed; a word that stays 0 reports nothing. (The fake
