@@ -97,8 +97,9 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
 //
 // Three steps per call, all on the caller's stream: stream order is the only synchronization
 // between them (each library waits for what the stream holds before its own work starts), so the
-// path is capturable. Between calls, the comm's scratch (AllGather, ReduceScatter) is ordered
-// across streams by an event once a second stream uses it (routing.h, StreamOrder). The steps
+// path is capturable. Between calls, every hierarchical call is ordered across streams by an
+// event once a second stream is used (routing.h, StreamOrder): the scratch (AllGather,
+// ReduceScatter) and the cross-node status words (AllReduce, ReduceScatter) are the comm's. The steps
 // already enqueued stay when a later one fails (their peers made them too).
 //
 // Failures across nodes (ARCHITECTURE.md, "Errors"). The ranks of other nodes wait in NCCL for

@@ -30,10 +30,10 @@ namespace yali::nccl_abi {
   X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag)
 
 // The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies, its
-// cross-node status words and the order of its scratch across streams), with their types written out: cuda_runtime.h overloads
-// some of them (cudaMalloc) with templates, so decltype cannot name them. cudaStreamGetCaptureInfo
-// changed its parameters between CUDA releases; decltype takes this build's, which is also the
-// runtime libyali links (the two are built together).
+// cross-node status words and the order of its calls across streams), with their types written
+// out: cuda_runtime.h overloads some of them (cudaMalloc) with templates, so decltype cannot name
+// them. cudaStreamGetCaptureInfo changed its parameters between CUDA releases; decltype takes this
+// build's, which is also the runtime libyali links (the two are built together).
 #define YALI_NCCL_CUDA_FUNCTIONS(X)                                           \
   X(cudaGetDevice, cudaError_t(int*))                                         \
   X(cudaSetDevice, cudaError_t(int))                                          \
