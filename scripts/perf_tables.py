@@ -126,6 +126,19 @@ def best_of(samples):
     return best
 
 
+def contenders(impls):
+    """One size's four contenders, each best_of()'s tuple or None: YALI and NCCL on plain buffers,
+    then each at its best over every file (plain ones included)."""
+    every = lambda impl: impls.get((impl, True), []) + impls.get((impl, False), [])
+    return (best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), [])),
+            best_of(every("yali")), best_of(every("nccl")))
+
+
+def ratio(y, n):
+    """NCCL time / YALI time (above 1: YALI faster), "-" when one is missing."""
+    return f"{n[0] / y[0]:.2f}" if y and n else "-"
+
+
 def best_table(rows, dtype, coll):
     """One --best table: rows is one group of pool()'s result."""
     lines = ["| size | YALI us | NCCL us | NCCL/YALI | YALI best us | NCCL best us | NCCL best/YALI best"
@@ -133,15 +146,10 @@ def best_table(rows, dtype, coll):
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     sizes = sorted({b for (c, d, b) in rows if d == dtype and c == coll})
     for size in sizes:
-        impls = rows[(coll, dtype, size)]
-        cells = []
-        y, n = best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), []))
+        yp, np_, y, n = contenders(rows[(coll, dtype, size)])
+        cells = [f"{yp[0]:.2f}" if yp else "-", f"{np_[0]:.2f}" if np_ else "-", ratio(yp, np_)]
         cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
-                  f"{n[0] / y[0]:.2f}" if y and n else "-"]
-        every = lambda impl: impls.get((impl, True), []) + impls.get((impl, False), [])
-        y, n = best_of(every("yali")), best_of(every("nccl"))
-        cells += [f"{y[0]:.2f}" if y else "-", f"{n[0]:.2f}" if n else "-",
-                  f"{n[0] / y[0]:.2f}" if y and n else "-", y[2] if y else "-", n[2] if n else "-",
+                  ratio(y, n), y[2] if y else "-", n[2] if n else "-",
                   f"{y[1]:.1f}" if y else "-", f"{n[1]:.1f}" if n else "-",
                   f"{y[3].get('algo')}/{y[3].get('ctas')}" if y else "-"]
         lines.append(f"| {human(size)} | " + " | ".join(cells) + " |")
@@ -171,14 +179,9 @@ def summary_table(docs, dtype, sizes):
              "| --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
 
     def ratios(rows, coll, size):
-        impls = rows[(coll, dtype, size)]
-        y, n = best_of(impls.get(("yali", True), [])), best_of(impls.get(("nccl", True), []))
-        plain = f"{n[0] / y[0]:.2f}" if y and n else "-"
-        every = lambda impl: impls.get((impl, True), []) + impls.get((impl, False), [])
-        yb, nb = best_of(every("yali")), best_of(every("nccl"))
-        best = f"{nb[0] / yb[0]:.2f}" if yb and nb else "-"
+        yp, np_, yb, nb = contenders(rows[(coll, dtype, size)])
         bw = f"{yb[1]:.1f} / {nb[1]:.1f}" if yb and nb else "-"
-        return f"{plain} / {best}", bw
+        return f"{ratio(yp, np_)} / {ratio(yb, nb)}", bw
 
     for coll in colls:
         for label in wanted:
