@@ -124,6 +124,27 @@ void WriteMeasurements(JsonWriter& json, const std::vector<TuneMeasurement>& mea
   json.EndArray();
 }
 
+// The crossover rule shared by ll_max (step 4) and the exchanges' keys (steps 5 and 6): the
+// candidate wins a size where its result was right and the baseline's wrong or slower.
+bool CandidateWins(const TuneMeasurement& candidate, const TuneMeasurement& baseline) {
+  return candidate.wrong == 0 && (baseline.wrong > 0 || candidate.time_us < baseline.time_us);
+}
+
+// Scanning the sizes in `order` (scan position -> size index), the first run of wins, as scan
+// positions [first, last]; first == order.size() when the candidate never wins.
+struct WinRun {
+  size_t first = 0;
+  size_t last = 0;
+};
+WinRun FirstRunOfWins(const std::vector<bool>& wins, const std::vector<size_t>& order) {
+  WinRun run;
+  const size_t n = order.size();
+  while (run.first < n && !wins[order[run.first]]) ++run.first;
+  run.last = run.first;
+  while (run.last + 1 < n && wins[order[run.last + 1]]) ++run.last;
+  return run;
+}
+
 }  // namespace
 
 std::string FormatTuningLine(const TuningLine& line) {
@@ -277,18 +298,18 @@ void ChooseLLMax(Crossover* crossover, int64_t ll_capacity) {
   const std::vector<size_t>& sizes = crossover->sizes;
   const size_t n = sizes.size();
   std::vector<bool> ll_wins(n, false);
+  std::vector<size_t> order(n);  // smallest size first
   for (size_t i = 0; i < n; ++i) {
-    const TuneMeasurement& ll = crossover->ll[i];
-    const TuneMeasurement& two = crossover->twoshot[i];
-    ll_wins[i] = ll.wrong == 0 && (two.wrong > 0 || ll.time_us < two.time_us);
+    ll_wins[i] = CandidateWins(crossover->ll[i], crossover->twoshot[i]);
+    order[i] = i;
   }
   auto times_at = [&](size_t i) {
     return Format("LL %.1f us vs two-shot %.1f us at %s", crossover->ll[i].time_us,
                   crossover->twoshot[i].time_us, SizeLabel(sizes[i]).c_str());
   };
 
-  size_t first = 0;
-  while (first < n && !ll_wins[first]) ++first;
+  const WinRun run = FirstRunOfWins(ll_wins, order);
+  const size_t first = run.first, last = run.last;
   if (first == n) {
     crossover->ll_max = 0;
     crossover->reason =
@@ -297,8 +318,6 @@ void ChooseLLMax(Crossover* crossover, int64_t ll_capacity) {
                      "; " + times_at(0) + ")";
     return;
   }
-  size_t last = first;
-  while (last + 1 < n && ll_wins[last + 1]) ++last;
   crossover->ll_max = static_cast<int64_t>(sizes[last]);
 
   std::string reason = "ll_max: LL faster up to " + SizeLabel(sizes[last]) + " (" + times_at(last);
@@ -423,9 +442,7 @@ void ChooseExchangeThreshold(ExchangeCrossover* crossover, int64_t ll_capacity) 
   const size_t n = c.sizes.size();
   const bool up_to = c.rule == ExchangeRule::kLLMax;
   std::vector<bool> wins(n, false);
-  for (size_t i = 0; i < n; ++i)
-    wins[i] = c.candidate[i].wrong == 0 &&
-              (c.baseline[i].wrong > 0 || c.candidate[i].time_us < c.baseline[i].time_us);
+  for (size_t i = 0; i < n; ++i) wins[i] = CandidateWins(c.candidate[i], c.baseline[i]);
   const std::string key = ExchangeKey(c.coll, c.rule);
   const char* cand = CandidateLabel(c.rule);
   const char* base = BaselineLabel(c.rule);
@@ -439,8 +456,9 @@ void ChooseExchangeThreshold(ExchangeCrossover* crossover, int64_t ll_capacity) 
   // down from the largest for kDirectMin. `order[k]` is the k-th size scanned.
   std::vector<size_t> order(n);
   for (size_t k = 0; k < n; ++k) order[k] = up_to ? k : n - 1 - k;
-  size_t first = 0;  // scan position of the first win
-  while (first < n && !wins[order[first]]) ++first;
+  const WinRun run = FirstRunOfWins(wins, order);
+  const size_t first = run.first;  // scan position of the first win
+  const size_t last = run.last;    // scan position of the last win of that run
   if (first == n) {
     crossover->value = 0;
     crossover->reason = n == 0 ? key + "=0: no size fits" + (up_to ? " the LL buffer" : " the buffers")
@@ -449,8 +467,6 @@ void ChooseExchangeThreshold(ExchangeCrossover* crossover, int64_t ll_capacity) 
                                      times_at(up_to ? 0 : n - 1) + ")" + units;
     return;
   }
-  size_t last = first;  // scan position of the last win of that run
-  while (last + 1 < n && wins[order[last + 1]]) ++last;
   const size_t edge = order[last];  // the size where the candidate's range ends
   crossover->value = static_cast<int64_t>(c.pieces[edge]);
 
