@@ -519,6 +519,54 @@ void caseRegMixed(Ctx& ctx) {
 
 // ---- Life cycle: several registrations, deregistration, re-registration, a sub-range ------------
 
+// Two questions about peers' allocations that the process-wide IPC table (src/core/ipc_imports.h)
+// keys by CUDA buffer id, which only a GPU answers (multi mode: peers are other processes):
+//  - small cudaMallocs, which the driver may carve from one larger block: each one registered on
+//    its own must be mapped and written at its own place (two imports of one block would fail
+//    with "resource already mapped", a wrong offset would write the neighbour);
+//  - a peer that frees a registered allocation and gets the same address back from cudaMalloc
+//    right away, while this process's mapping of the old one may still wait to close: the new
+//    registration must map the new memory, never the old mapping.
+// Every call is zero-copy (YALI_TWOSHOT_DIRECT_MIN_BYTES=-1) and checked, guards included.
+void caseRegSmallAllocs(Ctx& ctx) {
+  EnvScope scope({{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}});
+  const char* const label = "registered_small_allocs";
+  std::vector<yaliComm_t> comms = ctx.createComms(label);
+  const Call c{1021, yaliFloat32, yaliSum};
+  const size_t es = dtypeSize(c.dt);
+  Carver cv;
+  const size_t s = cv.take(c.bytes(), es), r = cv.take(c.bytes(), 3 * es);
+  const size_t bytes = arenaABytes(c.count);
+  Arena A = makeArena(ctx, "A (small)", bytes);
+  Arena B = makeArena(ctx, "B (small, allocated right after A)", bytes);
+  registerArena(ctx, comms, A);
+  registerArena(ctx, comms, B);
+  placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &B}, c, Want::ZeroCopy, "small A, registered");
+  placedAllReduce(ctx, comms, place(A, s, B, r), {&A, &B}, c, Want::ZeroCopy, "small B, registered beside A");
+  placedAllReduce(ctx, comms, placeInPlace(B, s), {&A, &B}, c, Want::ZeroCopy, "small B in place");
+  const int rounds = ctx.quick() ? 3 : 10;
+  for (int round = 1; round <= rounds; ++round) {
+    // No barrier between a rank's free and its new allocation: peers may still hold the old mapping.
+    deregisterArena(ctx, comms, A);
+    std::vector<char*> before;
+    for (const DevAlloc& d : A.a) before.push_back(d.p);
+    freeArena(ctx, A);
+    A = makeArena(ctx, "A (freed and allocated again)", bytes);
+    int sameAddress = 0;
+    for (size_t i = 0; i < A.a.size(); ++i) sameAddress += A.a[i].p == before[i] ? 1 : 0;
+    registerArena(ctx, comms, A);
+    char where[128];
+    std::snprintf(where, sizeof where, "round %d of %d: A freed and made again (%d of %zu local ranks at the old address)",
+                  round, rounds, sameAddress, A.a.size());
+    if (round == 1 || round == rounds) ctx.note("%s", where);
+    placedAllReduce(ctx, comms, place(B, s, A, r), {&A, &B}, c, Want::ZeroCopy, where);
+    placedAllReduce(ctx, comms, place(A, s, B, r), {&A, &B}, c, Want::ZeroCopy, std::string(where) + ", recv in B");
+  }
+  deregisterArena(ctx, comms, A);
+  deregisterArena(ctx, comms, B);
+  destroyCommsAndFree(ctx, comms, label, {&A, &B});
+}
+
 void caseRegLifecycle(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("registered_lifecycle");
   const size_t maxCount = 262147;
@@ -1399,6 +1447,9 @@ const std::vector<CaseDef>& registeredCases() {
       {"registered_lifecycle", "two registrations, deregister, re-register, sub-range, many calls",
        180, caseRegLifecycle},
       {"registered_two_comms", "one buffer registered with two comms", 120, caseRegTwoComms},
+      {"registered_small_allocs",
+       "two small cudaMallocs registered side by side; an allocation freed and made again at once, re-registered",
+       120, caseRegSmallAllocs},
       {"registered_back_to_back", "registered input rewritten between calls, no host sync", 120,
        caseRegBackToBack},
       {"registered_graphs", "registered buffers captured in a graph, replays with new data", 180,
