@@ -10,6 +10,48 @@ namespace {
 
 constexpr Collective kAR = Collective::kAllReduce;
 
+// What every kernel launch can report (device.cuh: runLaunch's admission and the epoch rebase).
+constexpr uint32_t kLaunchPhases =
+    phaseBit(kPhaseAdmission) | phaseBit(kPhaseRebaseArrive) | phaseBit(kPhaseRebaseClear);
+// The staged exchanges' launch covenant (exchange.cuh: awaitArrivals); alltoallv has its own.
+constexpr uint32_t kArrivalPhase = phaseBit(kPhaseExchangeArrive);
+// alltoallv's counts (exchange/alltoallv.cu): their exchange, checks and verdict.
+constexpr uint32_t kCountsPhases =
+    phaseBit(kPhaseCountsExchange) | phaseBit(kPhaseCountsNegative) | phaseBit(kPhaseCountsCapacity) |
+    phaseBit(kPhaseCountsSendExtent) | phaseBit(kPhaseCountsMismatch) | phaseBit(kPhaseCountsRecvExtent) |
+    phaseBit(kPhaseCountsShape) | phaseBit(kPhaseCountsVerdict);
+
+// By Family value. Regions in our window and in peers' (read from the kernels; see device_state.h
+// for what each holds); a row's own additions are in its row below.
+constexpr FamilyNeeds kFamilyNeeds[] = {
+    // kOneshotLL (allreduce/oneshot_ll.cuh): packets into every peer's LL area, read from ours.
+    {kRegionLL, kLaunchPhases | phaseBit(kPhaseLLRecv), 0, 0},
+    // kOneshotPull (allreduce/oneshot_pull.cuh): copy-in, push flags, reads of peers' copy-in.
+    {kRegionCopyIn | kRegionPushFlags, kLaunchPhases | phaseBit(kPhasePullWait), 0, 0},
+    // kTwoshot (allreduce/twoshot.cuh): pieces into peers' staging with push flags, result flags
+    // for the reduced shards; then by Gather: twoshot reads the peers' result areas, twoshot_push
+    // and the rooted shapes write the peers' gather areas, twoshot_direct enters with directFlags.
+    {kRegionStaging | kRegionPushFlags | kRegionResultFlags,
+     kLaunchPhases | phaseBit(kPhasePushWait) | phaseBit(kPhaseResultWait),
+     kRegionResult | kRegionGather | kRegionDirectFlags, phaseBit(kPhaseTwoshotEnter)},
+    // kExchangeLL (exchange.cuh: exchangeLL): LL packets, arrival flags.
+    {kRegionLL | kRegionArriveFlags,
+     kLaunchPhases | phaseBit(kPhaseExchangeLL) | phaseBit(kPhaseExchangeArrive), 0, 0},
+    // kExchangeStaged (exchange.cuh: exchangeStaged; exchange/alltoallv.cu): staging with push
+    // flags and result flags as credits, arrival flags (alltoallv: its count verdicts); alltoallv
+    // adds its count packets.
+    {kRegionStaging | kRegionPushFlags | kRegionResultFlags | kRegionArriveFlags,
+     kLaunchPhases | phaseBit(kPhaseExchangePieces) | phaseBit(kPhaseExchangeCredit), kRegionCounts,
+     kArrivalPhase | kCountsPhases},
+    // kExchangeDirect (exchange.cuh: exchangeDirect): the enter, leave and offset planes of
+    // directFlags; the data goes into registered outputs, outside the window.
+    {kRegionDirectFlags, kLaunchPhases | phaseBit(kPhaseDirectEnter) | phaseBit(kPhaseDirectLeave), 0, 0},
+    // kCopyEngine (copy_engine/copy_engine.cc: the host's memory operations on ceFlags, ours and
+    // the peers'; no kernel, so no launch phases: its watch reports these two).
+    {kRegionCeFlags, phaseBit(kPhaseCopyEngineReady) | phaseBit(kPhaseCopyEngineDone), 0, 0},
+};
+static_assert(std::size(kFamilyNeeds) == static_cast<int>(Family::kCopyEngine) + 1, "one entry per Family");
+
 // Every algorithm, in Algo order; within a collective in the selector's order of preference: the
 // algorithms for registered outputs first, then those bounded from above (small messages), then
 // those bounded from below, then the fallback.
@@ -17,22 +59,26 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     // ---- AllReduce (allreduce/) ----
     {Algo::kTwoshotDirect, "twoshot_direct", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_direct_min", true, false,
      twoshotDirectKernelFor,
-     "two-shot whose owners store the reduced shards straight into every rank's registered output"},
+     "two-shot whose owners store the reduced shards straight into every rank's registered output",
+     kRegionDirectFlags, phaseBit(kPhaseTwoshotEnter)},
     {Algo::kOneshotLL, "oneshot_ll", kAR, Family::kOneshotLL, Bound::kUpTo, "ll_max", false, false, oneshotLLKernelFor,
      "one-shot by LL packets: every rank sends its whole input to every rank, one step, no barrier"},
     {Algo::kOneshotPull, "oneshot_pull", kAR, Family::kOneshotPull, Bound::kUpTo, "oneshot_pull_max", false, false,
      oneshotPullKernelFor, "one-shot by copy-in, one flag exchange and NVLink reads"},
     {Algo::kTwoshotPush, "twoshot_push", kAR, Family::kTwoshot, Bound::kFrom, "twoshot_push_min", false, false,
-     twoshotPushKernelFor, "two-shot (reduce-scatter, all-gather) whose every NVLink transfer is a write"},
+     twoshotPushKernelFor, "two-shot (reduce-scatter, all-gather) whose every NVLink transfer is a write",
+     kRegionGather},
     {Algo::kTwoshot, "twoshot", kAR, Family::kTwoshot, Bound::kFallback, nullptr, false, false, twoshotKernelFor,
-     "two-shot (reduce-scatter, all-gather) gathering by NVLink reads"},
+     "two-shot (reduce-scatter, all-gather) gathering by NVLink reads",
+     kRegionResult},
     // ---- ReduceScatter ----
     {Algo::kReduceScatterLL, "reducescatter_ll", Collective::kReduceScatter, Family::kExchangeLL, Bound::kUpTo,
      "reducescatter_ll_max", false, false, exchangeLLReduceKernelFor,
      "each rank's block for every receiver as LL packets; each receiver reduces in rank order"},
     {Algo::kReduceScatterStaged, "reducescatter_staged", Collective::kReduceScatter, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, exchangeStagedReduceKernelFor,
-     "each block pipelined through the receiver's staging, reduced there in rank order"},
+     "each block pipelined through the receiver's staging, reduced there in rank order",
+     0, kArrivalPhase},
     // ---- AllGather ----
     {Algo::kAllGatherCopyEngine, "allgather_ce", Collective::kAllGather, Family::kCopyEngine, Bound::kFrom,
      "allgather_ce_min", false, true, nullptr,
@@ -44,7 +90,8 @@ constexpr AlgorithmDesc kAlgorithms[] = {
      "allgather_ll_max", false, false, exchangeLLCopyKernelFor, "each rank's input to every rank as LL packets"},
     {Algo::kAllGatherStaged, "allgather_staged", Collective::kAllGather, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
-     "each rank's input pipelined through every receiver's staging"},
+     "each rank's input pipelined through every receiver's staging",
+     0, kArrivalPhase},
     // ---- Broadcast ----
     {Algo::kBroadcastCopyEngine, "broadcast_ce", Collective::kBroadcast, Family::kCopyEngine, Bound::kFrom,
      "broadcast_ce_min", false, true, nullptr,
@@ -57,20 +104,24 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kBroadcastTwoshot, "broadcast_twoshot", Collective::kBroadcast, Family::kTwoshot, Bound::kFrom,
      "broadcast_twoshot_min", false, false, broadcastTwoshotKernelFor,
      "two-shot from the root: scatter of the root's shards to their owners, then all-gather (twoshot_push's "
-     "pipeline); not run on a GPU yet, off by default"},
+     "pipeline); not run on a GPU yet, off by default",
+     kRegionGather},
     {Algo::kBroadcastStaged, "broadcast_staged", Collective::kBroadcast, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
-     "the root's input pipelined through every receiver's staging"},
+     "the root's input pipelined through every receiver's staging",
+     0, kArrivalPhase},
     // ---- Reduce ----
     {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false, false,
      exchangeLLReduceKernelFor, "every rank's input to the root as LL packets, reduced there in rank order"},
     {Algo::kReduceTwoshot, "reduce_twoshot", Collective::kReduce, Family::kTwoshot, Bound::kFrom,
      "reduce_twoshot_min", false, false, reduceTwoshotKernelFor,
      "two-shot to the root: reduce-scatter in rank order, then a gather of the reduced shards (twoshot_push's "
-     "pipeline); not run on a GPU yet, off by default"},
+     "pipeline); not run on a GPU yet, off by default",
+     kRegionGather},
     {Algo::kReduceStaged, "reduce_staged", Collective::kReduce, Family::kExchangeStaged, Bound::kFallback,
      nullptr, false, false, exchangeStagedReduceKernelFor,
-     "every rank's input pipelined through the root's staging, reduced there in rank order"},
+     "every rank's input pipelined through the root's staging, reduced there in rank order",
+     0, kArrivalPhase},
     // ---- Gather ----
     {Algo::kGatherCopyEngine, "gather_ce", Collective::kGather, Family::kCopyEngine, Bound::kFrom,
      "gather_ce_min", false, true, nullptr,
@@ -78,7 +129,8 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kGatherLL, "gather_ll", Collective::kGather, Family::kExchangeLL, Bound::kUpTo, "gather_ll_max", false, false,
      exchangeLLCopyKernelFor, "every rank's input to the root as LL packets"},
     {Algo::kGatherStaged, "gather_staged", Collective::kGather, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, false, exchangeStagedCopyKernelFor, "every rank's input pipelined through the root's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "every rank's input pipelined through the root's staging",
+     0, kArrivalPhase},
     // ---- Scatter ----
     {Algo::kScatterCopyEngine, "scatter_ce", Collective::kScatter, Family::kCopyEngine, Bound::kFrom,
      "scatter_ce_min", false, true, nullptr,
@@ -89,7 +141,8 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kScatterLL, "scatter_ll", Collective::kScatter, Family::kExchangeLL, Bound::kUpTo, "scatter_ll_max",
      false, false, exchangeLLCopyKernelFor, "the root's block for every rank as LL packets"},
     {Algo::kScatterStaged, "scatter_staged", Collective::kScatter, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, false, exchangeStagedCopyKernelFor, "the root's blocks pipelined through every receiver's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "the root's blocks pipelined through every receiver's staging",
+     0, kArrivalPhase},
     // ---- AlltoAll ----
     {Algo::kAlltoAllCopyEngine, "alltoall_ce", Collective::kAlltoAll, Family::kCopyEngine, Bound::kFrom,
      "alltoall_ce_min", false, true, nullptr,
@@ -100,12 +153,14 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kAlltoAllLL, "alltoall_ll", Collective::kAlltoAll, Family::kExchangeLL, Bound::kUpTo, "alltoall_ll_max",
      false, false, exchangeLLCopyKernelFor, "each block to its receiver as LL packets"},
     {Algo::kAlltoAllStaged, "alltoall_staged", Collective::kAlltoAll, Family::kExchangeStaged, Bound::kFallback,
-     nullptr, false, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging"},
+     nullptr, false, false, exchangeStagedCopyKernelFor, "each block pipelined through its receiver's staging",
+     0, kArrivalPhase},
     // ---- AlltoAllv (every form: host counts, device counts, expert dispatch and combine) ----
     {Algo::kAlltoAllvStaged, "alltoallv_staged", Collective::kAlltoAllv, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, alltoallvKernelFor,
      "counts exchanged as LL packets, then each rank's rows for every receiver pipelined through its "
-     "staging and placed by the counts"},
+     "staging and placed by the counts",
+     kRegionCounts, kCountsPhases},
 };
 static_assert(std::size(kAlgorithms) == kNumAlgos, "one row per Algo value");
 
@@ -123,6 +178,28 @@ const AlgorithmDesc& algorithm(Algo a) { return kAlgorithms[static_cast<int>(a)]
 const AlgorithmDesc* algorithms(int* count) {
   *count = kNumAlgos;
   return kAlgorithms;
+}
+
+const FamilyNeeds& familyNeeds(Family f) { return kFamilyNeeds[static_cast<int>(f)]; }
+
+uint32_t algoRegions(Algo a) {
+  const AlgorithmDesc& row = algorithm(a);
+  return kAlwaysRegions | familyNeeds(row.family).regions | row.extraRegions;
+}
+
+uint32_t algoPhases(Algo a) {
+  const AlgorithmDesc& row = algorithm(a);
+  return familyNeeds(row.family).phases | row.extraPhases;
+}
+
+std::string regionNames(uint32_t regions) {
+  static const char* const kNames[] = {"ceFlags", "pushFlags", "resultFlags", "directFlags", "arriveFlags", "ll",
+                                       "counts",  "staging",   "result",      "gather",      "copyIn",      "local"};
+  static_assert(std::size(kNames) == 12 && kAllRegions == (1u << 12) - 1, "a name per Region");
+  std::string out;
+  for (int i = 0; i < 12; ++i)
+    if (regions & (1u << i)) out += (out.empty() ? "" : ", ") + std::string(kNames[i]);
+  return out;
 }
 
 const char* algoName(Algo a) {

@@ -9,6 +9,8 @@
 
 #include <cuda_runtime.h>
 
+#include <stdint.h>
+
 #include <string>
 
 #include "collectives/common/device_state.h"
@@ -83,6 +85,32 @@ enum class Bound : int {
   kFallback,  // always: the collective's last row
 };
 
+// The regions of the window (device_state.h: WindowLayout) that an algorithm's launches read or
+// write, in our window or in a peer's, kernels and host side (core/enqueue.cc, copy_engine/)
+// together. The window lays out only the regions that some algorithm the comm may choose needs
+// (core/comm.cc: computeLayout); the others keep their offset and get no bytes, and enqueue refuses
+// to launch an algorithm whose regions are not all laid out. The header (remoteFailure, the
+// rebase's words) is no region: every window has it.
+enum Region : uint32_t {
+  kRegionCeFlags = 1u << 0,      // the copy-engine handshake words
+  kRegionPushFlags = 1u << 1,
+  kRegionResultFlags = 1u << 2,
+  kRegionDirectFlags = 1u << 3,  // enter, leave and output offsets of the registered-buffer kernels
+  kRegionArriveFlags = 1u << 4,
+  kRegionLL = 1u << 5,
+  kRegionCounts = 1u << 6,       // alltoallv's count packets
+  kRegionStaging = 1u << 7,
+  kRegionResult = 1u << 8,
+  kRegionGather = 1u << 9,
+  kRegionCopyIn = 1u << 10,
+  kRegionLocal = 1u << 11,       // LocalState: every launch (its epoch and gate)
+};
+constexpr uint32_t kAllRegions = (1u << 12) - 1;
+// Laid out whatever the algorithms: every kernel launch reads and writes LocalState (runLaunch).
+constexpr uint32_t kAlwaysRegions = kRegionLocal;
+// A set of wait phases (device_state.h: WaitPhase, every value below 32): bit p is phase p.
+constexpr uint32_t phaseBit(int phase) { return 1u << phase; }
+
 using KernelFn = void (*)(DeviceArgs);
 
 struct AlgorithmDesc {
@@ -101,7 +129,27 @@ struct AlgorithmDesc {
   // have no kernel at all (null: they are issued by core/enqueue.cc through copy_engine.h).
   KernelFn (*kernel)(DataType, RedOp);
   const char* summary;  // one line: what it does and when it pays (help texts, docs)
+  // What this row needs beyond its family's (familyNeeds below; most rows add nothing): window
+  // regions (Region bits) and the wait phases its kernels can report (phaseBit of each).
+  uint32_t extraRegions = 0;
+  uint32_t extraPhases = 0;
 };
+
+// What a family's kernels (or host path) need: `regions` and `phases` every row of the family
+// needs or can report; `rowRegions` and `rowPhases` what a row of it may add (its extraRegions
+// and extraPhases, which a host test keeps within these).
+struct FamilyNeeds {
+  uint32_t regions;
+  uint32_t phases;
+  uint32_t rowRegions;
+  uint32_t rowPhases;
+};
+const FamilyNeeds& familyNeeds(Family f);
+// A row's window regions (kAlwaysRegions included) and wait phases: its family's and its own.
+uint32_t algoRegions(Algo a);
+uint32_t algoPhases(Algo a);
+// "staging, result" for messages; "" for none.
+std::string regionNames(uint32_t regions);
 
 // The rows, in Algo order.
 const AlgorithmDesc& algorithm(Algo a);

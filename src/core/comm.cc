@@ -150,7 +150,10 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
 // LocalState at its end), the host-mapped status and the control stream on the current device, and
 // sets up the selector. Waits only for its own stream: never for other work on the device.
 yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
-  comm->layout = computeLayout(comm->nranks, comm->settings);
+  // The layout before the selector (whose limits come from it), from the settings alone: the
+  // same on every rank (comm.h: computeLayout), which the settings digest below enforces.
+  comm->windowRegions = laidOutRegions(windowRegionsFor(comm->settings, comm->nranks));
+  comm->layout = computeLayout(comm->nranks, comm->settings, comm->windowRegions);
   std::shared_ptr<DeviceResources> res = makeDeviceResources();
   res->device = comm->device;
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
@@ -220,42 +223,6 @@ void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
 }
 
 }  // namespace
-
-WindowLayout computeLayout(int nranks, const Settings& s) {
-  WindowLayout L{};
-  size_t off = alignUp(sizeof(WindowHeader));
-  // Outside the epoch-stamped areas: the rebase never clears it (its words are 0 between calls).
-  L.ceFlags = off;
-  off += alignUp(sizeof(uint32_t) * 2 * kMaxRanks);
-  L.pushFlags = off;
-  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
-  L.resultFlags = off;
-  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
-  L.directFlags = off;
-  off += alignUp(sizeof(uint64_t) * 3 * kMaxCtas * kMaxRanks);
-  L.arriveFlags = off;
-  off += alignUp(sizeof(uint64_t) * kMaxRanks);
-  L.ll = off;
-  L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);  // 8 payload bytes per 16-byte packet
-  off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
-  L.counts = off;
-  off += 2 * static_cast<size_t>(kMaxRanks) * kMaxLocalExperts * 16;  // one 16-byte packet each
-  L.stampedBytes = off - L.pushFlags;
-  L.staging = off;
-  L.stagingBytes = static_cast<size_t>(s.stagingBytes);
-  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
-  L.result = off;
-  off += 2 * L.stagingBytes;
-  L.gather = off;
-  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
-  L.copyIn = off;
-  L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
-  off += 2 * L.copyInBytes;
-  L.local = off;
-  off += alignUp(sizeof(LocalState));
-  L.total = off;
-  return L;
-}
 
 ScopedDevice::ScopedDevice(int device) {
   status_ = cudaGetDevice(&previous_);

@@ -25,6 +25,7 @@
 #include "core/env.h"
 #include "core/registration.h"
 #include "core/shared_memory.h"
+#include "core/window_layout.h"
 #include "tuning/selector.h"
 #include "yali/yali.h"
 
@@ -68,6 +69,7 @@ struct yaliComm {
   yali::Settings settings;
   yali::Selector selector;
   yali::WindowLayout layout{};
+  uint32_t windowRegions = 0;  // the Region bits `layout` holds (enqueue refuses an algorithm needing more)
   std::shared_ptr<yali::DeviceResources> res;  // null once the comm is destroyed or aborted
   // The host-mapped status, also held by res: kept until the comm object goes, so that calls that
   // only read it (yaliCommGetAsyncError) need not take `mutex`.
@@ -133,8 +135,6 @@ struct yaliComm {
 };
 
 namespace yali {
-
-WindowLayout computeLayout(int nranks, const Settings& s);
 
 yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id, int rank,
                           const Settings& settings);

@@ -128,6 +128,11 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   if (!choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
     return fail(yaliInternalError, comm, "%s: the selector chose %s for %zu bytes, which does not fit: %s",
                 plan.call, algoName(plan.choice.algo), plan.bytes, why.c_str());
+  // And the window must hold every region it touches (comm.h: computeLayout lays out only what the
+  // comm's settings may choose): a missing region would be a write into the next one.
+  if (!regionsLaidOut(plan.choice.algo, comm->windowRegions, &why))
+    return fail(yaliInternalError, comm, "%s: the selector chose %s: %s", plan.call, algoName(plan.choice.algo),
+                why.c_str());
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
   if (ordered != yaliSuccess) return ordered;

@@ -49,7 +49,7 @@ const IntSetting kIntSettings[] = {
     {"YALI_LL_BUFFER_BYTES", 1 << 20, 4096, INT64_C(1) << 30, &Settings::llBufferBytes, true, true,
      "LL payload capacity per sender and parity: the largest message of one-shot LL AllReduce and "
      "the largest piece of the `*_ll` exchanges (the buffer holds twice that in packets, times 2 "
-     "parities times nranks)."},
+     "parities times nranks; none when no LL algorithm may be chosen)."},
     {"YALI_STAGING_BYTES", 4 << 20, INT64_C(64) << 10, INT64_C(1) << 32, &Settings::stagingBytes, true, true,
      "Staging per sender and parity, for two-shot and the `*_staged` exchanges; also caps (pipelines x "
      "slot bytes): where it holds fewer minimum-size slots than the table's blocks, fewer blocks run."},
@@ -57,7 +57,7 @@ const IntSetting kIntSettings[] = {
     // per rank is small next to the staging.
     {"YALI_PULL_BUFFER_BYTES", 4 << 20, 0, INT64_C(1) << 32, &Settings::pullBufferBytes, true, true,
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
-     "holds twice that)."},
+     "holds twice that, when oneshot_pull may be chosen: not at 8 ranks by default)."},
     {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},

@@ -467,6 +467,42 @@ bool Selector::mayChoose(Algo a) const {
   return row.bound == Bound::kFallback || thresholdOf(settings_, entry_, i) != kThresholdDisabled;
 }
 
+static_assert(kNumAlgos < 32, "choosableAlgos: one bit per algorithm");
+
+uint32_t choosableAlgos(const Settings& settings, int nranks) {
+  // The tables Selector::init may take its entry from: the built-in line for nranks (the same on
+  // every architecture) and the tuning file's lines for nranks, one per sm.
+  std::vector<TuningEntry> tables = {builtinTuning(9, nranks)};
+  std::string err;
+  if (!parseTuningText(settings.tuningText, &tables, &err)) return (1u << kNumAlgos) - 1;  // init refuses it
+  uint32_t mask = 0;
+  for (int i = 0; i < kNumAlgos; ++i) {
+    const AlgorithmDesc& row = algorithm(static_cast<Algo>(i));
+    bool may = settings.forcedAlgo[static_cast<int>(row.collective)] == i || row.bound == Bound::kFallback;
+    for (const TuningEntry& e : tables)
+      may = may || (e.nranks == tables.front().nranks && thresholdOf(settings, e, i) != kThresholdDisabled);
+    if (may) mask |= 1u << i;
+  }
+  return mask;
+}
+
+uint32_t windowRegionsFor(const Settings& settings, int nranks) {
+  const uint32_t algos = choosableAlgos(settings, nranks);
+  uint32_t regions = kAlwaysRegions;
+  for (int i = 0; i < kNumAlgos; ++i)
+    if (algos & (1u << i)) regions |= algoRegions(static_cast<Algo>(i));
+  return regions;
+}
+
+bool regionsLaidOut(Algo a, uint32_t laidOut, std::string* why) {
+  const uint32_t missing = algoRegions(a) & ~laidOut;
+  if (missing == 0) return true;
+  if (why != nullptr)
+    *why = std::string(algoName(a)) + " needs the window's " + regionNames(missing) +
+           ", which this comm did not lay out (no algorithm its settings may choose needs it)";
+  return false;
+}
+
 AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered) const {
   // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
   // sign: a message of 2^63 bytes or more is larger than every one of them.

@@ -77,6 +77,22 @@ struct SelectorLimits {
 // On a violation returns false and, when `why` is not null, says which one in *why.
 bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits, std::string* why);
 
+// The algorithms (bit i: Algo i) that Selector::mayChoose may return true for, with `settings`
+// on a comm of `nranks`, on any GPU architecture: forced by YALI_ALGO, a fallback, or a threshold
+// that is not 0 in the settings, the built-in table or any line of the tuning file for `nranks`
+// (whatever its sm). It reads nothing but the settings and nranks, which every rank of a comm has
+// alike (set-up refuses ranks whose settings digests differ before any launch), so every rank
+// gets the same set, and the same window layout from it. mayChoose itself depends on the GPU's
+// compute capability (the tuning file's line for it), which may differ between ranks.
+uint32_t choosableAlgos(const Settings& settings, int nranks);
+// The window regions (registry.h: Region) that those algorithms need, kAlwaysRegions included:
+// what core/comm.cc's computeLayout lays out.
+uint32_t windowRegionsFor(const Settings& settings, int nranks);
+// Whether the window laid out `laidOut` (Region bits) holds every region of `a`; else false with
+// a message naming the algorithm and the missing regions in *why (when not null). The launch path
+// checks it before each launch: a missing region would be an out-of-bounds write.
+bool regionsLaidOut(Algo a, uint32_t laidOut, std::string* why);
+
 class Selector {
  public:
   // Parses settings.tuningText (the content of YALI_TUNING_FILE, read by loadSettings) and takes
@@ -91,7 +107,8 @@ class Selector {
   // SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
   AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false) const;
   // Whether choose() can ever return `a` with these settings and table: YALI_ALGO names it, or its
-  // threshold is not 0 (never). The call path skips work that only such a row needs.
+  // threshold is not 0 (never). The call path skips work that only such a row needs. Within
+  // choosableAlgos(settings, nranks) on every architecture (a host test checks it).
   bool mayChoose(Algo a) const;
   const TuningEntry& entry() const { return entry_; }
   const SelectorLimits& limits() const { return limits_; }

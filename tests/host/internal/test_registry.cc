@@ -1,6 +1,8 @@
 // The algorithm registry (collectives/registry.h): its rows' consistency, their settings and
 // documentation, their kernel lookups (function pointers only: no GPU needed, nothing launches) and
 // that the selector reaches every row.
+#include <string.h>
+
 #include <algorithm>
 #include <map>
 #include <set>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "collectives/kernels.h"
+#include "core/window_layout.h"
 #include "internal_support.h"
 
 using namespace yali;
@@ -338,4 +341,256 @@ TEST(selector_rooted_twoshot_only_when_asked) {
         CHECK(fromSel.choose(row.collective, size_t(1) << 30, true).algo == Algo::kBroadcastDirect);
     }
   }
+}
+
+// ---- Window regions and wait phases (registry.h: Region, FamilyNeeds; core/window_layout.h) ----
+
+namespace {
+
+// computeLayout as it was before the layout followed the registry (every region, for every comm),
+// frozen here: the layout with every region must stay this one byte for byte.
+WindowLayout layoutBeforeRegions(int nranks, const Settings& s) {
+  auto alignUp = [](size_t v) { return (v + 255) / 256 * 256; };
+  WindowLayout L{};
+  size_t off = alignUp(sizeof(WindowHeader));
+  L.ceFlags = off;
+  off += alignUp(sizeof(uint32_t) * 2 * kMaxRanks);
+  L.pushFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
+  L.resultFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxPipelines * kMaxRanks);
+  L.directFlags = off;
+  off += alignUp(sizeof(uint64_t) * 3 * kMaxCtas * kMaxRanks);
+  L.arriveFlags = off;
+  off += alignUp(sizeof(uint64_t) * kMaxRanks);
+  L.ll = off;
+  L.llSlotBytes = 2 * static_cast<size_t>(s.llBufferBytes);
+  off += 2 * static_cast<size_t>(nranks) * L.llSlotBytes;
+  L.counts = off;
+  off += 2 * static_cast<size_t>(kMaxRanks) * kMaxLocalExperts * 16;
+  L.stampedBytes = off - L.pushFlags;
+  L.staging = off;
+  L.stagingBytes = static_cast<size_t>(s.stagingBytes);
+  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
+  L.result = off;
+  off += 2 * L.stagingBytes;
+  L.gather = off;
+  off += 2 * static_cast<size_t>(nranks) * L.stagingBytes;
+  L.copyIn = off;
+  L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
+  off += 2 * L.copyInBytes;
+  L.local = off;
+  off += alignUp(sizeof(LocalState));
+  L.total = off;
+  return L;
+}
+
+bool sameLayout(const WindowLayout& a, const WindowLayout& b) {
+  static_assert(sizeof(WindowLayout) % sizeof(size_t) == 0, "WindowLayout: size_t fields only");
+  return memcmp(&a, &b, sizeof(WindowLayout)) == 0;
+}
+
+// Settings whose every row of `family` has its threshold at 0 (never).
+Settings withFamilyOff(Family family, std::vector<std::pair<std::string, std::string>> env = {}) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i)
+    if (rows[i].family == family && rows[i].bound != Bound::kFallback) env.push_back({thresholdSettingName(rows[i]), "0"});
+  return settingsWith(env);
+}
+
+bool isLLFamily(Family f) { return f == Family::kOneshotLL || f == Family::kExchangeLL; }
+
+}  // namespace
+
+// Each row's regions and phases are its family's plus additions its family allows; what the
+// kernels were read to touch (spot checks of the rows that differ within a family); every region a
+// row touches is one of the window's; every named wait phase is one some row can report, and no
+// row reports an unnamed one.
+TEST(registry_regions_and_phases) {
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  uint32_t phasesOfRows = 0;
+  for (int i = 0; i < count; ++i) {
+    const AlgorithmDesc& r = rows[i];
+    const FamilyNeeds& f = familyNeeds(r.family);
+    CHECK_MSG((r.extraRegions & ~f.rowRegions) == 0, "%s adds regions its family does not allow: %s", r.name,
+              regionNames(r.extraRegions & ~f.rowRegions).c_str());
+    CHECK_MSG((r.extraPhases & ~f.rowPhases) == 0, "%s adds phases its family does not allow", r.name);
+    const uint32_t regions = algoRegions(r.id);
+    CHECK_MSG((regions & ~kAllRegions) == 0 && (regions & kAlwaysRegions) == kAlwaysRegions, "%s: regions %s",
+              r.name, regionNames(regions).c_str());
+    CHECK_MSG((regions & ~kAlwaysRegions) != 0, "%s touches no region of its own", r.name);
+    CHECK_MSG(algoPhases(r.id) != 0, "%s reports no phase", r.name);
+    for (int p = 0; p < 32; ++p)
+      if (algoPhases(r.id) & phaseBit(p))
+        CHECK_MSG(std::string(waitPhaseName(p)) != "unknown wait", "%s reports phase %d, which has no name", r.name, p);
+    phasesOfRows |= algoPhases(r.id);
+    // The families with row additions: the rest share their family's exactly.
+    if (f.rowRegions == 0) CHECK(r.extraRegions == 0);
+    if (r.family != Family::kCopyEngine)
+      CHECK_MSG((algoPhases(r.id) & phaseBit(kPhaseAdmission)) && (algoPhases(r.id) & phaseBit(kPhaseRebaseClear)),
+                "%s: a kernel row can report admission and the rebase", r.name);
+  }
+  for (int p = 0; p < 32; ++p)
+    if (std::string(waitPhaseName(p)) != "unknown wait")
+      CHECK_MSG(phasesOfRows & phaseBit(p), "wait phase %d (%s) is reported by no row", p, waitPhaseName(p));
+  // The two-shot variants differ by their all-gather (allreduce/twoshot.cuh: Gather).
+  CHECK(algoRegions(Algo::kTwoshot) & kRegionResult);
+  CHECK(!(algoRegions(Algo::kTwoshot) & (kRegionGather | kRegionDirectFlags)));
+  CHECK(algoRegions(Algo::kTwoshotPush) & kRegionGather);
+  CHECK(!(algoRegions(Algo::kTwoshotPush) & kRegionResult));
+  CHECK(algoRegions(Algo::kTwoshotDirect) & kRegionDirectFlags);
+  CHECK(!(algoRegions(Algo::kTwoshotDirect) & (kRegionGather | kRegionResult)));
+  CHECK(algoPhases(Algo::kTwoshotDirect) & phaseBit(kPhaseTwoshotEnter));
+  CHECK(algoRegions(Algo::kBroadcastTwoshot) & kRegionGather);
+  CHECK(algoRegions(Algo::kReduceTwoshot) & kRegionGather);
+  // alltoallv alone has count packets; it reports its count checks, not the staged covenant.
+  for (int i = 0; i < count; ++i)
+    CHECK_MSG(((algoRegions(rows[i].id) & kRegionCounts) != 0) == (rows[i].id == Algo::kAlltoAllvStaged), "%s",
+              rows[i].name);
+  CHECK(algoPhases(Algo::kAlltoAllvStaged) & phaseBit(kPhaseCountsVerdict));
+  CHECK(!(algoPhases(Algo::kAlltoAllvStaged) & phaseBit(kPhaseExchangeArrive)));
+  CHECK(algoPhases(Algo::kAllGatherStaged) & phaseBit(kPhaseExchangeArrive));
+  CHECK(algoRegions(Algo::kOneshotPull) == (kAlwaysRegions | kRegionCopyIn | kRegionPushFlags));
+  CHECK(algoRegions(Algo::kAllGatherCopyEngine) == (kAlwaysRegions | kRegionCeFlags));
+  CHECK(regionNames(kRegionStaging | kRegionResult) == "staging, result");
+}
+
+// With every region the layout is the one every comm had before it followed the registry, byte for
+// byte, for every world size and a range of buffer settings; default comms of 2 to 7 ranks choose
+// among algorithms that need every region, so their layout is unchanged too.
+TEST(window_layout_with_every_region_unchanged) {
+  const std::vector<std::vector<std::pair<std::string, std::string>>> envs = {
+      {},
+      {{"YALI_LL_BUFFER_BYTES", "4096"}, {"YALI_STAGING_BYTES", "65536"}, {"YALI_PULL_BUFFER_BYTES", "0"}},
+      {{"YALI_LL_BUFFER_BYTES", "1073741824"}, {"YALI_STAGING_BYTES", "4294967296"}, {"YALI_PULL_BUFFER_BYTES", "4294967296"}},
+  };
+  for (const auto& env : envs) {
+    const Settings s = settingsWith(env);
+    for (int n = 1; n <= kMaxRanks; ++n)
+      CHECK_MSG(sameLayout(computeLayout(n, s, kAllRegions), layoutBeforeRegions(n, s)), "n=%d", n);
+  }
+  const Settings s = defaultSettings();
+  for (int n = 2; n < 8; ++n) {
+    CHECK_MSG(laidOutRegions(windowRegionsFor(s, n)) == kAllRegions, "n=%d: without %s", n,
+              regionNames(kAllRegions & ~laidOutRegions(windowRegionsFor(s, n))).c_str());
+    CHECK_MSG(sameLayout(computeLayout(n, s, windowRegionsFor(s, n)), layoutBeforeRegions(n, s)), "n=%d", n);
+  }
+}
+
+// A comm whose settings exclude every algorithm of a region gets that region at 0 bytes (its offset
+// the next region's), and no other change but the offsets after it; the regions it keeps stay
+// 256-byte aligned and in order. YALI_ALGO brings a region back.
+TEST(window_layout_leaves_out_unchoosable_regions) {
+  const int n = 4;
+  const Settings all = defaultSettings();
+  const WindowLayout before = layoutBeforeRegions(n, all);
+  // No LL algorithm: no LL area (and no LL capacity, so that no LL choice fits it either).
+  std::vector<std::pair<std::string, std::string>> llOff;
+  {
+    int count = 0;
+    const AlgorithmDesc* rows = algorithms(&count);
+    for (int i = 0; i < count; ++i)
+      if (isLLFamily(rows[i].family)) llOff.push_back({thresholdSettingName(rows[i]), "0"});
+  }
+  const Settings noLL = settingsWith(llOff);
+  const uint32_t noLLRegions = windowRegionsFor(noLL, n);
+  CHECK(!(noLLRegions & kRegionLL));
+  CHECK_MSG(laidOutRegions(noLLRegions) == (kAllRegions & ~kRegionLL), "%s",
+            regionNames(laidOutRegions(noLLRegions)).c_str());
+  const WindowLayout L = computeLayout(n, noLL, noLLRegions);
+  CHECK(L.llSlotBytes == 0 && L.ll == L.counts && L.ll == before.ll);
+  CHECK(L.total == before.total - 2 * n * 2 * static_cast<size_t>(all.llBufferBytes));
+  CHECK(L.staging == before.staging - 2 * n * 2 * static_cast<size_t>(all.llBufferBytes));
+  CHECK(L.stampedBytes == L.counts + 2 * kMaxRanks * kMaxLocalExperts * 16 - L.pushFlags);
+  const size_t offsets[] = {L.ceFlags, L.pushFlags, L.resultFlags, L.directFlags, L.arriveFlags, L.ll,
+                            L.counts,  L.staging,   L.result,      L.gather,      L.copyIn,      L.local, L.total};
+  for (size_t i = 0; i < std::size(offsets); ++i) {
+    CHECK(offsets[i] % 256 == 0);
+    if (i > 0) CHECK(offsets[i] >= offsets[i - 1]);
+  }
+  // Forcing one LL row brings the area back.
+  std::vector<std::pair<std::string, std::string>> env = llOff;
+  env.push_back({"YALI_ALGO", "allgather_ll"});
+  CHECK(windowRegionsFor(settingsWith(env), n) & kRegionLL);
+  // No oneshot_pull (its threshold 0, or the table's 0 at 8 ranks): no copy-in area; the rest as
+  // before, LocalState right after the gather area.
+  const std::pair<Settings, int> noPulls[] = {{settingsWith({{"YALI_ONESHOT_PULL_MAX_BYTES", "0"}}), n}, {all, 8}};
+  for (const auto& [s, ranks] : noPulls) {
+    const uint32_t regions = windowRegionsFor(s, ranks);
+    CHECK_MSG(!(regions & kRegionCopyIn), "n=%d", ranks);
+    const WindowLayout P = computeLayout(ranks, s, regions);
+    const WindowLayout old = layoutBeforeRegions(ranks, s);
+    CHECK(P.copyInBytes == 0 && P.copyIn == old.copyIn && P.local == old.copyIn);
+    CHECK(P.total == old.total - 2 * static_cast<size_t>(s.pullBufferBytes));
+  }
+  // No two-shot push, twoshot_direct or rooted two-shot (their thresholds 0): no gather area; the
+  // direct exchanges keep directFlags.
+  const Settings noPush = withFamilyOff(Family::kTwoshot);
+  CHECK(!(windowRegionsFor(noPush, n) & kRegionGather));
+  CHECK(windowRegionsFor(noPush, n) & kRegionResult);  // twoshot, the fallback, keeps its own
+  CHECK(windowRegionsFor(noPush, n) & kRegionDirectFlags);
+  CHECK(computeLayout(n, noPush, windowRegionsFor(noPush, n)).total ==
+        before.total - 2 * n * static_cast<size_t>(all.stagingBytes));
+}
+
+// choosableAlgos holds every algorithm that Selector::mayChoose allows, on every architecture (a
+// tuning file's line for another sm included), and every choice the selector makes for a comm
+// finds its regions laid out; the launch guard refuses a row whose region is missing, naming both.
+TEST(window_regions_cover_every_choice) {
+  const std::string path = writeTempFile(
+      "sm=8 nranks=8 ll_max=65536 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+      "twoshot_min_slot=8192 twoshot_max_slot=131072 oneshot_pull_max=1048576 allgather_ce_min=4096\n");
+  std::vector<Settings> settings = {defaultSettings(), settingsWithTuningFile(path),
+                                    settingsWith({{"YALI_ALGO", "alltoall_ce,oneshot_pull"}}),
+                                    withFamilyOff(Family::kExchangeDirect), withFamilyOff(Family::kExchangeLL)};
+  unlink(path.c_str());
+  CHECK(!(choosableAlgos(settings[0], 8) & (1u << static_cast<int>(Algo::kOneshotPull))));
+  CHECK(choosableAlgos(settings[1], 8) & (1u << static_cast<int>(Algo::kOneshotPull)));  // sm=8's line
+  CHECK(choosableAlgos(settings[1], 8) & (1u << static_cast<int>(Algo::kAllGatherCopyEngine)));
+  CHECK(!(choosableAlgos(settings[1], 4) & (1u << static_cast<int>(Algo::kAllGatherCopyEngine))));
+  for (const Settings& s : settings) {
+    for (int n = 2; n <= kMaxRanks; ++n) {
+      const uint32_t algos = choosableAlgos(s, n);
+      const uint32_t laidOut = laidOutRegions(windowRegionsFor(s, n));
+      for (int sm : {8, 9, 10}) {
+        SelectorLimits limits = limitsFor(s, n);
+        limits.smMajor = sm;
+        const WindowLayout L = computeLayout(n, s, windowRegionsFor(s, n));
+        limits.llPayloadBytes = static_cast<int64_t>(L.llSlotBytes / 2);
+        limits.pullBufferBytes = static_cast<int64_t>(L.copyInBytes);
+        Selector sel;
+        std::string err;
+        REQUIRE(sel.init(s, limits, &err));
+        for (int a = 0; a < kNumAlgos; ++a)
+          if (sel.mayChoose(static_cast<Algo>(a)))
+            CHECK_MSG(algos & (1u << a), "n=%d sm=%d: %s may be chosen but is not choosable", n, sm,
+                      algoName(static_cast<Algo>(a)));
+        for (int c = 0; c < kNumCollectives; ++c)
+          for (size_t bytes : {size_t(0), size_t(1), size_t(4096), size_t(1) << 20, size_t(1) << 26, SIZE_MAX})
+            for (int reg = 0; reg < 4; ++reg) {
+              const AlgoChoice choice = sel.choose(static_cast<Collective>(c), bytes, reg & 1, reg & 2);
+              CHECK_MSG(regionsLaidOut(choice.algo, laidOut, &err), "n=%d sm=%d: %s", n, sm, err.c_str());
+            }
+      }
+    }
+  }
+  // The guard: every region of every row is needed.
+  int count = 0;
+  const AlgorithmDesc* rows = algorithms(&count);
+  for (int i = 0; i < count; ++i) {
+    CHECK(regionsLaidOut(rows[i].id, kAllRegions, nullptr));
+    for (uint32_t bit = 1; bit & kAllRegions; bit <<= 1) {
+      if (!(algoRegions(rows[i].id) & bit)) continue;
+      std::string why;
+      CHECK_MSG(!regionsLaidOut(rows[i].id, kAllRegions & ~bit, &why), "%s without %s", rows[i].name,
+                regionNames(bit).c_str());
+      CHECK_MSG(why.find(rows[i].name) != std::string::npos && why.find(regionNames(bit)) != std::string::npos, "%s",
+                why.c_str());
+    }
+  }
+  std::string why;
+  CHECK(!regionsLaidOut(Algo::kOneshotLL, laidOutRegions(windowRegionsFor(withFamilyOff(Family::kOneshotLL), 2)) & ~kRegionLL, &why));
+  CHECK_MSG(why.find("oneshot_ll") != std::string::npos && why.find("ll") != std::string::npos, "%s", why.c_str());
 }
