@@ -104,7 +104,7 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kBroadcastTwoshot, "broadcast_twoshot", Collective::kBroadcast, Family::kTwoshot, Bound::kFrom,
      "broadcast_twoshot_min", false, false, broadcastTwoshotKernelFor,
      "two-shot from the root: scatter of the root's shards to their owners, then all-gather (twoshot_push's "
-     "pipeline); not run on a GPU yet, off by default",
+     "pipeline); off by default until measured on several GPUs",
      kRegionGather},
     {Algo::kBroadcastStaged, "broadcast_staged", Collective::kBroadcast, Family::kExchangeStaged,
      Bound::kFallback, nullptr, false, false, exchangeStagedCopyKernelFor,
@@ -116,7 +116,7 @@ constexpr AlgorithmDesc kAlgorithms[] = {
     {Algo::kReduceTwoshot, "reduce_twoshot", Collective::kReduce, Family::kTwoshot, Bound::kFrom,
      "reduce_twoshot_min", false, false, reduceTwoshotKernelFor,
      "two-shot to the root: reduce-scatter in rank order, then a gather of the reduced shards (twoshot_push's "
-     "pipeline); not run on a GPU yet, off by default",
+     "pipeline); off by default until measured on several GPUs",
      kRegionGather},
     {Algo::kReduceStaged, "reduce_staged", Collective::kReduce, Family::kExchangeStaged, Bound::kFallback,
      nullptr, false, false, exchangeStagedReduceKernelFor,
