@@ -74,6 +74,8 @@
 #                                            takes the call), sendrecv hypercube alltoallv (send/recv
 #                                            in groups: NCCL's, run for #wrong through the shim)
 #   NCCLABI_ARGS="-d all -o all"  (or -G 5)  more nccl-tests flags; NCCLABI_NP may list world sizes
+#   NCCLABI_RANK_LOCAL=1 (_NP=2)             ncclabi, also: tests/gpu/ncclabi_rank_local.py (a refusal one
+#                                            rank alone has: pinned host memory, a bad overlap), 0 skips
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
@@ -341,6 +343,18 @@ if has ncclabi; then
         while IFS= read -r line; do note "  $line"; done < <(grep -m2 -E 'hierarchical \(YALI in the node|\[hierarchical:' "$lg")
       done
     fi
+  fi
+  # A refusal one rank alone has (pinned host memory, an overlap out of NCCL's in-place layout):
+  # tests/gpu/ncclabi_rank_local.py, through the shim by ctypes; every rank must get NCCL's answer.
+  if [ -f "$shim" ] && [ "${NCCLABI_RANK_LOCAL:-1}" != 0 ]; then
+    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_py.sh
+    chmod +x /tmp/hostid_py.sh
+    lg="$LOG/ncclabi_rank_local.log"
+    timeout 150 mpirun --allow-run-as-root --oversubscribe -np "${NCCLABI_RANK_LOCAL_NP:-2}" \
+      -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+      -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
+      /tmp/hostid_py.sh python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
+    note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines"
   fi
 fi
 

@@ -1,0 +1,100 @@
+"""A refusal only one rank has, through libyali-nccl (issue 20; docs/NCCL_ABI.md, "What runs where").
+
+Run under mpirun with libyali-nccl.so preloaded, every rank on GPU 0 with its own NCCL_HOSTID
+(scripts/gpu_check.sh, stage ncclabi). NCCL calls go through ctypes to the preloaded library, so
+buffers torch.distributed would refuse (pinned host memory, overlaps) reach it as a C program's
+would. In each case one rank passes a buffer libyali refuses for that rank alone and its peer a
+plain device buffer: every rank must still run the same library and get NCCL's answer, exactly
+(integer-valued floats). Before the rule that stages such buffers, the refusing rank ran the call on
+NCCL while its peer waited in YALI: the peer timed out and the refusing rank hung (this script's
+outer `timeout` turns that into a failure).
+
+Prints one line per case and rank, "ok" or "WRONG", and exits 1 on any wrong or failed call.
+"""
+
+import ctypes
+import sys
+
+import torch
+from mpi4py import MPI
+
+NCCL_FLOAT32, NCCL_SUM = 7, 0
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_byte * 128)]
+
+
+def main():
+    world = MPI.COMM_WORLD
+    rank, n = world.Get_rank(), world.Get_size()
+    torch.cuda.set_device(0)
+    nccl = ctypes.CDLL(None)  # the process's symbols: the preloaded libyali-nccl's first
+    uid = UniqueId()
+    if rank == 0:
+        assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
+    raw = world.bcast(bytes(uid.internal) if rank == 0 else None, root=0)
+    ctypes.memmove(ctypes.byref(uid), raw, 128)
+    comm = ctypes.c_void_p()
+    r = nccl.ncclCommInitRank(ctypes.byref(comm), n, uid, rank)
+    assert r == 0, f"ncclCommInitRank returned {r}"
+    stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+    failures = 0
+
+    def values(r, count):  # small integers: every sum is exact in fp32
+        return (torch.arange(count, dtype=torch.float32) % 97 + 1) * (r + 1)
+
+    def check(name, got, want):
+        nonlocal failures
+        torch.cuda.synchronize()
+        err = ctypes.c_int(0)
+        nccl.ncclCommGetAsyncError(comm, ctypes.byref(err))
+        ok = err.value == 0 and torch.equal(got.cpu(), want)
+        failures += 0 if ok else 1
+        print(f"[rank {rank}] {name}: {'ok' if ok else 'WRONG'} (async error {err.value})", flush=True)
+
+    def host(t):  # pinned host memory: libyali refuses it (not device memory), NCCL takes it
+        return t.pin_memory()
+
+    # 1. AllReduce: rank 1's input and output in pinned host memory, rank 0's on the device.
+    count = 1_000_003
+    send = values(rank, count)
+    send = host(send) if rank == 1 else send.cuda()
+    recv = torch.full((count,), -1.0, pin_memory=True) if rank == 1 else torch.full((count,), -1.0, device="cuda")
+    r = nccl.ncclAllReduce(ctypes.c_void_p(send.data_ptr()), ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count),
+                           NCCL_FLOAT32, NCCL_SUM, comm, stream)
+    check(f"AllReduce, rank 1 on pinned host memory (returned {r})", recv,
+          sum(values(q, count) for q in range(n)))
+
+    # 2. AllGather: rank 1's input overlaps its output but not in NCCL's in-place layout (it lies
+    #    at block 0, not at block 1): libyali refuses the overlap on rank 1 alone.
+    count = 4099
+    recv = torch.full((n * count,), -1.0, device="cuda")
+    if rank == 1:
+        recv[:count] = values(rank, count).cuda()
+        send_ptr = recv.data_ptr()
+    else:
+        send = values(rank, count).cuda()
+        send_ptr = send.data_ptr()
+    r = nccl.ncclAllGather(ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count),
+                           NCCL_FLOAT32, comm, stream)
+    check(f"AllGather, rank 1's input overlapping its output out of place (returned {r})", recv,
+          torch.cat([values(q, count) for q in range(n)]))
+
+    # 3. Broadcast from rank 0, whose input is in pinned host memory; the others' outputs on the device.
+    count = 65537
+    send = host(values(7, count)) if rank == 0 else None
+    recv = torch.full((count,), -1.0, device="cuda")
+    r = nccl.ncclBroadcast(ctypes.c_void_p(send.data_ptr() if send is not None else 0),
+                           ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count), NCCL_FLOAT32, 0, comm, stream)
+    check(f"Broadcast, the root's input in pinned host memory (returned {r})", recv, values(7, count))
+
+    torch.cuda.synchronize()
+    nccl.ncclCommDestroy(comm)
+    world.Barrier()
+    print(f"[rank {rank}] {'PASS' if failures == 0 else 'FAIL'}: {failures} wrong or failed", flush=True)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
