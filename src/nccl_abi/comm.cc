@@ -634,6 +634,23 @@ ncclResult_t endYaliComm(const Comm* c, yaliComm_t y, bool abort) {
   return toNcclResult(r);
 }
 
+// Frees s's buffers and its event (nothing of the comm runs any more; cudaFree waits for the
+// device). s can be used again afterwards.
+void releaseScratch(Comm* c, Scratch* s) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
+  if (!s->outgrown.empty() || s->event != nullptr) {
+    DeviceGuard restore;
+    lib().cudaSetDevice(c->device);
+    for (void* p : s->outgrown) lib().cudaFree(p);
+    if (s->event != nullptr) lib().cudaEventDestroy(s->event);
+  }
+  s->outgrown.clear();
+  s->buffer = nullptr;
+  s->bytes = 0;
+  s->event = nullptr;
+}
+
 }  // namespace
 
 ncclResult_t endYali(Comm* c, bool abort, const char* why) {
@@ -680,42 +697,40 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
   // After an abort, or a split NCCL failed to destroy, kernels may still hold the scratch (and
   // cudaFree would wait for them): kept.
   if (abort || finalizeOnly || result != ncclSuccess) return result;
-  std::lock_guard<std::mutex> lock(h->mutex);
-  if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
-  DeviceGuard restore;
-  if (!h->outgrown.empty()) {
-    lib().cudaSetDevice(c->device);
-    for (void* p : h->outgrown) lib().cudaFree(p);  // NCCL's and YALI's destroys waited for their calls
-  }
+  releaseScratch(c, &h->scratch);  // NCCL's and YALI's destroys waited for their calls
   // The cross status goes too: ncclCommGetAsyncError finds null from here on.
+  DeviceGuard restore;
   freeCrossStatus(c->device, &h->statusDevice, &h->statusHost);
   h->yaliFailure = nullptr;
-  h->outgrown.clear();
-  h->scratch = nullptr;
-  h->scratchBytes = 0;
-  if (h->scratchEvent != nullptr) lib().cudaEventDestroy(h->scratchEvent);
-  h->scratchEvent = nullptr;
   return result;
 }
 
-void* hierScratch(Comm* c, size_t bytes, cudaError_t* err) {
-  Hierarchy* h = c->hier;
-  std::lock_guard<std::mutex> lock(h->mutex);
+void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* err) {
+  std::lock_guard<std::mutex> lock(s->mutex);
   *err = cudaSuccess;
-  if (bytes <= h->scratchBytes) return h->scratch;
+  if (bytes <= s->bytes) return s->buffer;
+  if (!mayGrow) {
+    *err = cudaErrorStreamCaptureUnsupported;
+    return nullptr;
+  }
   // At least double: a program whose sizes grow step by step allocates log(size) times, and the
   // outgrown buffers (kept, comm.h says why) add up to less than the last one.
-  const size_t grown = std::max(bytes, 2 * h->scratchBytes);
+  const size_t grown = std::max(bytes, 2 * s->bytes);
   void* p = nullptr;
   DeviceGuard restore;
   lib().cudaSetDevice(c->device);
   *err = lib().cudaMalloc(&p, grown);
   if (*err != cudaSuccess) return nullptr;
-  info(c->rank, "hierarchical scratch: %zu bytes", grown);
-  if (h->scratch != nullptr) h->outgrown.push_back(h->scratch);
-  h->scratch = p;
-  h->scratchBytes = grown;
+  info(c->rank, "%s: %zu bytes", s->name, grown);
+  if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
+  s->buffer = p;
+  s->bytes = grown;
   return p;
+}
+
+size_t scratchBytes(Scratch* s) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  return s->bytes;
 }
 
 namespace {
@@ -741,47 +756,45 @@ ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned 
   return ncclSuccess;
 }
 
-ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream, unsigned long long context) {
-  Hierarchy* h = c->hier;
-  std::lock_guard<std::mutex> lock(h->mutex);
-  const StreamOrder::Before b = h->scratchOrder.before(stream, context);
+ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream_t stream,
+                           unsigned long long context) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  const StreamOrder::Before b = s->order.before(stream, context);
   // b.record, not b.recordOn != nullptr: the last user's stream may be the default stream (0), and
   // skipping its record left the wait below without a recorded event (no order, or a failed wait).
   if (b.record) {
-    if (h->scratchEvent == nullptr) {
+    if (s->event == nullptr) {
       DeviceGuard restore;
       lib().cudaSetDevice(c->device);
-      const cudaError_t err = lib().cudaEventCreateWithFlags(&h->scratchEvent, cudaEventDisableTiming);
+      const cudaError_t err = lib().cudaEventCreateWithFlags(&s->event, cudaEventDisableTiming);
       if (err != cudaSuccess) {
-        h->scratchEvent = nullptr;
-        return shimFail(ncclUnhandledCudaError, "%s: the hierarchical scratch's event: cudaEventCreateWithFlags: %s",
-                        function, lib().cudaGetErrorString(err));
+        s->event = nullptr;
+        return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
+                        lib().cudaGetErrorString(err));
       }
     }
-    const cudaError_t err =
-        lib().cudaEventRecord(h->scratchEvent, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
+    const cudaError_t err = lib().cudaEventRecord(s->event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError,
-                      "%s: ordering after the hierarchical scratch's last user, on stream %p: cudaEventRecord: %s "
+                      "%s: ordering after the %s's last user, on stream %p: cudaEventRecord: %s "
                       "(was that stream destroyed?)",
-                      function, b.recordOn, lib().cudaGetErrorString(err));
+                      function, s->name, b.recordOn, lib().cudaGetErrorString(err));
   }
   if (!b.wait) return ncclSuccess;
-  const cudaError_t err = lib().cudaStreamWaitEvent(stream, h->scratchEvent, 0);
+  const cudaError_t err = lib().cudaStreamWaitEvent(stream, s->event, 0);
   if (err != cudaSuccess)
-    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the hierarchical scratch's last user: %s",
-                    function, static_cast<void*>(stream), lib().cudaGetErrorString(err));
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user: %s", function,
+                    static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
   return ncclSuccess;
 }
 
-ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream, unsigned long long context) {
-  Hierarchy* h = c->hier;
-  std::lock_guard<std::mutex> lock(h->mutex);
-  if (!h->scratchOrder.after(stream, context)) return ncclSuccess;
-  const cudaError_t err = lib().cudaEventRecord(h->scratchEvent, stream);
+ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context) {
+  std::lock_guard<std::mutex> lock(s->mutex);
+  if (!s->order.after(stream, context)) return ncclSuccess;
+  const cudaError_t err = lib().cudaEventRecord(s->event, stream);
   if (err != cudaSuccess)
-    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the hierarchical scratch's use: %s",
-                    function, static_cast<void*>(stream), lib().cudaGetErrorString(err));
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
+                    static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
   return ncclSuccess;
 }
 

@@ -19,6 +19,23 @@ namespace yali::nccl_abi {
 
 struct Registration;
 
+// A device buffer of one comm that its calls on every stream share, grown on demand: the
+// hierarchical path's (Hierarchy::scratch) and the staging of calls YALI refused for this rank's
+// buffers (Comm::staging). Never allocated inside a capture. A buffer that is outgrown is kept
+// until the comm is freed: a captured graph or a call in flight on another stream may still use
+// it, and keeping it needs no synchronization. Its users are ordered across streams (routing.h,
+// StreamOrder): scratchBefore and scratchUsed.
+struct Scratch {
+  explicit Scratch(const char* what) : name(what) {}
+  const char* const name;  // for the log and errors: "hierarchical scratch", ...
+  std::mutex mutex;        // guards everything below
+  void* buffer = nullptr;
+  size_t bytes = 0;
+  std::vector<void*> outgrown;
+  StreamOrder order;
+  cudaEvent_t event = nullptr;  // made at the first change of stream
+};
+
 // A communicator whose ranks span several nodes of localSize ranks each (routing.h: decideSetUp):
 // YALI among each node's ranks, NCCL across nodes, in three stream-ordered steps per collective
 // (intercept.cc). Made at the set-up, ended with the Comm.
@@ -29,17 +46,10 @@ struct Hierarchy {
   yaliComm_t yali = nullptr;  // among this node's ranks; null once ended (the comm is then flat NCCL)
   ncclComm_t nodeComm = nullptr;   // NCCL split of this node's ranks (carried YALI's id)
   ncclComm_t crossComm = nullptr;  // NCCL split of this local index's ranks, one per node
-  // Scratch for AllGather and ReduceScatter, grown on demand (never inside a capture). A buffer
-  // that is outgrown is kept until the comm is destroyed: a captured graph or a call in flight on
-  // another stream may still use it, and keeping it needs no synchronization.
-  std::mutex mutex;             // guards the scratch lists and its order
-  void* scratch = nullptr;
-  size_t scratchBytes = 0;
-  std::vector<void*> outgrown;
-  // The scratch's users across streams (routing.h, StreamOrder): the event is made at the first
-  // change of stream and destroyed with the scratch.
-  StreamOrder scratchOrder;
-  cudaEvent_t scratchEvent = nullptr;
+  // AllGather's and ReduceScatter's scratch. Its order covers every hierarchical call, since the
+  // status words below are shared alike. Its size is read by decideHierRoute, so it grows only
+  // at calls that every rank makes alike (never for staging, which one rank alone may need).
+  Scratch scratch{"hierarchical scratch"};
   // The cross-node status (intercept.cc, crossStep; ARCHITECTURE.md, "Errors"): AllReduce and
   // ReduceScatter send, beside their NCCL step, whether this node's YALI steps failed, and learn
   // whether any node's did. Made at the set-up (before the agreement, so that every rank has them
@@ -159,17 +169,22 @@ ncclResult_t endYali(Comm* c, bool abort, const char* why);
 // Returns the first failure of a destroy or finalize (as endYali for YALI's; NCCL's for a split's,
 // which is kept, to be aborted with the comm); ncclSuccess for an abort.
 ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
-// The comm's scratch of at least `bytes` (made or grown here, outside a capture), or null with
-// *err set. Called with bytes == 0 it returns the current one.
-void* hierScratch(Comm* c, size_t bytes, cudaError_t* err);
-// The order of the scratch's users across streams (Hierarchy::scratchOrder), for a call on
-// `stream` in `context` (scratchContext: its capture's id, or 0 for eager work; read once per
-// call): hierScratchBefore before the call's first step that touches the scratch (an error:
-// nothing of the call enqueued), hierScratchUsed after its last (whatever the steps returned:
-// what they enqueued stays).
+
+// ---- Scratch -----------------------------------------------------------------------------------------
+
+// s's buffer of at least `bytes` on c's device (grown here, at least doubled), or null with *err
+// set: cudaMalloc's error, or cudaErrorStreamCaptureUnsupported when it must grow and `mayGrow` is
+// false (the call's stream is being captured).
+void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* err);
+size_t scratchBytes(Scratch* s);  // its size now
+// The order of s's users across streams (Scratch::order), for a call on `stream` in `context`
+// (scratchContext: its capture's id, or 0 for eager work; read once per call): scratchBefore
+// before the call's first step that touches the scratch (an error: nothing of the call enqueued),
+// scratchUsed after its last (whatever the steps returned: what they enqueued stays).
 ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context);
-ncclResult_t hierScratchBefore(Comm* c, const char* function, cudaStream_t stream, unsigned long long context);
-ncclResult_t hierScratchUsed(Comm* c, const char* function, cudaStream_t stream, unsigned long long context);
+ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream_t stream,
+                           unsigned long long context);
+ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context);
 
 // ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
 void freeComm(Comm* c);

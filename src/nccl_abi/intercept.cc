@@ -129,10 +129,7 @@ ncclResult_t planHier(const char* function, Comm* c, const CallShape& shape, siz
     capture = cudaStreamCaptureStatusActive;
   HierCall call{shape.collective, count, bytesOf(1, shape.type), inGroup(), capture != cudaStreamCaptureStatusNone,
                 0};
-  {
-    std::lock_guard<std::mutex> lock(h->mutex);
-    call.scratchBytes = h->scratchBytes;
-  }
+  call.scratchBytes = scratchBytes(&h->scratch);
   const HierRoute hr = decideHierRoute(h->layout, route, call);
   if (hr != HierRoute::kHierarchical) {
     if (debugEnabled())
@@ -145,7 +142,7 @@ ncclResult_t planHier(const char* function, Comm* c, const CallShape& shape, siz
   const size_t need = hierScratchBytes(h->layout, call);
   if (need > 0) {
     cudaError_t err = cudaSuccess;
-    *scratch = static_cast<char*>(hierScratch(c, need, &err));
+    *scratch = static_cast<char*>(scratchOf(c, &h->scratch, need, !call.capturing, &err));
     if (*scratch == nullptr)  // this rank alone may lack the memory: an error, never a different path
       return shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s", function,
                       need, lib().cudaGetErrorString(err));
@@ -327,11 +324,11 @@ ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, si
   // AllReduce of that word and its copy to the host word, which would then read 0 after a failure.
   unsigned long long context = 0;
   ncclResult_t ordered = scratchContext(function, stream, &context);
-  if (ordered == ncclSuccess) ordered = hierScratchBefore(c, function, stream, context);
+  if (ordered == ncclSuccess) ordered = scratchBefore(c, &c->hier->scratch, function, stream, context);
   if (ordered != ncclSuccess) return ordered;
   ncclResult_t r = steps(scratch);
   // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
-  const ncclResult_t noted = hierScratchUsed(c, function, stream, context);
+  const ncclResult_t noted = scratchUsed(&c->hier->scratch, function, stream, context);
   if (r == kRunFlat) {
     if (debugEnabled()) {
       char why[512];
