@@ -809,6 +809,7 @@ void freeComm(Comm* c) {
     delete reg;
   }
   c->registrations.clear();
+  releaseScratch(c, &c->staging);
   delete c->hier;  // ended by endHierarchy
   c->hier = nullptr;
   c->magic = 0;
@@ -827,7 +828,8 @@ void logRoute(const Comm* c, const char* function, size_t bytes, bool yali, cons
     if (!logged.insert({function, cls, yali}).second) return;
   }
   if (yali)
-    info(c->rank, "%s of %zu bytes (2^%d class): YALI", function, bytes, cls);
+    info(c->rank, "%s of %zu bytes (2^%d class): YALI%s%s%s", function, bytes, cls, why[0] != '\0' ? " (" : "", why,
+         why[0] != '\0' ? ")" : "");
   else
     info(c->rank, "%s of %zu bytes (2^%d class): NCCL (%s)", function, bytes, cls, why);
 }

@@ -86,6 +86,10 @@ struct Comm {
   bool registerYali = false;
   std::string noYali;
   Hierarchy* hier = nullptr;  // several nodes: the hierarchical path (yali stays null)
+  // A call YALI refused for this rank's buffers runs on copies of them here (intercept.cc, stage).
+  // Its own Scratch, not the hierarchy's: one rank alone may grow it, and the hierarchy's size must
+  // stay the same on every rank (decideHierRoute reads it).
+  Scratch staging{"staging scratch"};
 
   std::mutex mutex;                           // guards registrations
   std::vector<Registration*> registrations;  // live ones; freed by ncclCommDestroy
@@ -186,13 +190,14 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
                            unsigned long long context);
 ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context);
 
-// ncclCommDestroy's last step: frees the Comm and its registrations (NCCL's comm is gone).
+// ncclCommDestroy's last step: frees the Comm, its registrations and its staging scratch (NCCL's
+// comm is gone, and YALI's: nothing uses the scratch any more).
 void freeComm(Comm* c);
 
 // ---- Logging ----------------------------------------------------------------------------------------
 
 // With YALI_NCCL_DEBUG=1, once per (function, power-of-2 size class, library): which library ran
-// it and why.
+// it and why (for YALI: why, when not empty; a staged call says why it was staged).
 void logRoute(const Comm* c, const char* function, size_t bytes, bool yali, const char* why);
 
 }  // namespace yali::nccl_abi

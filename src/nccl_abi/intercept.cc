@@ -55,42 +55,157 @@ size_t bytesOf(size_t count, ncclDataType_t type) {
 yaliDataType_t toYaliType(ncclDataType_t t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
 yaliRedOp_t toYaliOp(ncclRedOp_t op) { return static_cast<yaliRedOp_t>(op); }
 
+// One collective call as the program made it (a step of the hierarchical path: as YALI was called).
+struct Call {
+  const char* function;  // "ncclAllReduce", ...
+  CallShape shape;
+  size_t count;  // the call's own count argument (the log's size class, the staging's sizes)
+  int root;      // 0 for a collective without one
+  const void* send;
+  void* recv;
+  cudaStream_t stream;
+};
+
+// What a refusal is sorted into (sortRefusal); never one of NCCL's results.
+constexpr ncclResult_t kRunFlat = static_cast<ncclResult_t>(-1);  // NCCL takes the call, on every rank
+constexpr ncclResult_t kStage = static_cast<ncclResult_t>(-2);    // YALI takes it on copies (stage)
+
+// YALI refused `call` on y (yaliInvalidArgument): kRunFlat when yaliAlgoInfo, which checks the
+// call's scalars and never its buffers, refuses it too (the reason holds on every rank, routing.h
+// says why that matters); kStage when it accepts it (the reason is this rank's buffers); YALI's
+// error when it fails otherwise (the comm ended meanwhile). *why: YALI's refusal, for the log.
+ncclResult_t sortRefusal(yaliComm_t y, const Call& call, std::string* why) {
+  *why = lib().yaliGetLastError(nullptr);  // before yaliAlgoInfo writes its own
+  yaliAlgoInfo_t algo;
+  // NULL buffers: only the scalar checks are wanted, not a look-up of the buffers' registrations.
+  const yaliResult_t r = lib().yaliAlgoInfo(y, call.shape.collective, nullptr, nullptr, call.count,
+                                            toYaliType(call.shape.type), toYaliOp(call.shape.op), call.root, &algo);
+  if (r == yaliSuccess) return kStage;
+  if (r == yaliInvalidArgument) return kRunFlat;
+  noteFailure(Failure::kYali);
+  info(-1, "%s: sorting YALI's refusal (%s): yaliAlgoInfo failed: %s", call.function, why->c_str(),
+       lib().yaliGetLastError(nullptr));
+  return toNcclResult(r);
+}
+
+const char* const kStagedLog = " [staged through libyali-nccl's scratch]";
+
+// One copy of a staged call, on its stream (cudaMemcpyDefault: the buffer YALI refused may be host
+// memory); nothing for 0 bytes. A copy that fails is this rank's error, as NCCL's for a bad pointer.
+ncclResult_t stagingCopy(const Call& call, void* dst, const void* src, size_t bytes, const char* what) {
+  if (bytes == 0) return ncclSuccess;
+  const cudaError_t err = lib().cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, call.stream);
+  if (err == cudaSuccess) return ncclSuccess;
+  return shimFail(ncclInvalidArgument,
+                  "%s: YALI refused this rank's buffers, and copying %s failed (%zu bytes, %p to %p): %s",
+                  call.function, what, bytes, dst, src, lib().cudaGetErrorString(err));
+}
+
+// The staging scratch for layout l, or null after an error: it grows only outside a capture.
+char* stagingScratch(Comm* c, const Call& call, const StagingLayout& l, unsigned long long context,
+                     const std::string& why, ncclResult_t* r) {
+  cudaError_t err = cudaSuccess;
+  char* scratch = static_cast<char*>(scratchOf(c, &c->staging, l.totalBytes, context == 0, &err));
+  if (scratch != nullptr || l.totalBytes == 0) return scratch;  // 0: nothing to copy (count 0)
+  if (err == cudaErrorStreamCaptureUnsupported)
+    *r = shimFail(ncclInvalidArgument,
+                  "%s: YALI refused this rank's buffers (%s), and staging them needs %zu bytes of scratch, which "
+                  "cannot be allocated while the stream is being captured: pass buffers YALI takes, or make the "
+                  "same call once outside the capture first",
+                  call.function, why.c_str(), l.totalBytes);
+  else
+    *r = shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of staging scratch failed: %s", call.function,
+                  l.totalBytes, lib().cudaGetErrorString(err));
+  return nullptr;
+}
+
+// Runs a call YALI refused for this rank's buffers (sortRefusal: kStage) on YALI anyway, on copies
+// of them in the comm's staging scratch (routing.h, stagingLayout), so that this rank meets its
+// peers in YALI: the input this rank reads is copied in, `run(send, recv)` calls YALI (or the
+// hierarchical steps) on the copies, and the output this rank writes is copied back, all on the
+// call's stream, after the scratch's last user on another stream (Scratch, StreamOrder). Where
+// staging cannot work it returns an error, never NCCL, and the peers' YALI calls end with YALI's
+// bounded timeout: in a group (YALI launches its part at the group's end, after the copy back would
+// run), in a capture whose scratch would have to grow, when a copy fails. *ran: run was called (false:
+// nothing of YALI's was enqueued).
+template <typename Run>
+ncclResult_t stage(Comm* c, const Call& call, const std::string& why, Run run, bool* ran) {
+  *ran = false;
+  if (inGroup())
+    return shimFail(ncclInvalidArgument,
+                    "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, where libyali-nccl cannot "
+                    "stage them (YALI runs the group's calls at its end)",
+                    call.function, why.c_str());
+  const StagingLayout l =
+      stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
+  unsigned long long context = 0;
+  ncclResult_t r = scratchContext(call.function, call.stream, &context);
+  char* scratch = r == ncclSuccess ? stagingScratch(c, call, l, context, why, &r) : nullptr;
+  if (r == ncclSuccess) r = scratchBefore(c, &c->staging, call.function, call.stream, context);
+  if (r != ncclSuccess) return r;
+  char* in = scratch;
+  char* out = scratch + l.recvOffset;
+  r = stagingCopy(call, in, call.send, l.sendBytes, "sendbuff into the staging scratch");
+  if (r == ncclSuccess) {
+    *ran = true;
+    r = run(l.sendBytes > 0 ? in : nullptr, l.recvBytes > 0 ? out : nullptr);
+  }
+  if (r == ncclSuccess) r = stagingCopy(call, call.recv, out, l.recvBytes, "the staging scratch into recvbuff");
+  const ncclResult_t noted = scratchUsed(&c->staging, call.function, call.stream, context);
+  if (r != ncclSuccess) return r;
+  if (debugEnabled())
+    logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
+             ("YALI refused this rank's buffers: " + why).c_str());
+  return noted;
+}
+
+// YALI's error for a call (not a refusal), as the matching ncclResult_t.
+ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
+  noteFailure(Failure::kYali);
+  info(c->rank, "%s on YALI failed: %s", function, lib().yaliGetLastError(nullptr));
+  return toNcclResult(r);
+}
+
 // One collective call. YALI runs it when the comm has YALI and the call is one YALI takes
-// (routing.h); a call YALI refuses for its arguments (yaliInvalidArgument) runs on NCCL instead;
-// YALI's other errors are returned, as the matching ncclResult_t. `count` is the call's own count
-// argument, for the log's size class.
+// (routing.h): `viaYali(y, send, recv)` with the call's buffers. A call YALI refuses
+// (yaliInvalidArgument) runs on NCCL instead when the reason is in its scalars, which every rank
+// shares, else on YALI through the staging scratch (sortRefusal, stage); YALI's other errors are
+// returned, as the matching ncclResult_t.
 template <typename ViaYali, typename ViaNccl>
-ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape& shape, size_t count,
-                       ViaYali viaYali, ViaNccl viaNccl) {
+ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
   if (c == nullptr) return viaNccl(handle);
   const yaliComm_t y = c->yali;
-  const size_t bytes = bytesOf(count, shape.type);
-  const Route route = decideRoute(y != nullptr, c->disabled, shape);
+  const size_t bytes = bytesOf(call.count, call.shape.type);
+  const Route route = decideRoute(y != nullptr, c->disabled, call.shape);
   if (route != Route::kYali) {
     if (debugEnabled())
-      logRoute(c, function, bytes, false,
+      logRoute(c, call.function, bytes, false,
                c->hier != nullptr ? "several nodes: flat NCCL for this collective"
                : route == Route::kNoYaliComm
                    ? ("no YALI communicator (" + (c->noYali.empty() ? std::string("ended") : c->noYali) + ")").c_str()
                    : routeReason(route));
     return viaNccl(c->real);
   }
-  const yaliResult_t r = viaYali(y);
+  const yaliResult_t r = viaYali(y, call.send, call.recv);
   if (r == yaliSuccess) {
-    logRoute(c, function, bytes, true, "");
+    logRoute(c, call.function, bytes, true, "");
     return ncclSuccess;
   }
-  if (r != yaliInvalidArgument) {
-    noteFailure(Failure::kYali);
-    info(c->rank, "%s on YALI failed: %s", function, lib().yaliGetLastError(nullptr));
-    return toNcclResult(r);
+  if (r != yaliInvalidArgument) return yaliFailed(c, call.function, r);
+  std::string why;
+  const ncclResult_t sorted = sortRefusal(y, call, &why);
+  if (sorted == kRunFlat) {
+    if (debugEnabled()) logRoute(c, call.function, bytes, false, ("YALI refused it: " + why).c_str());
+    return viaNccl(c->real);
   }
-  // Refused for what the call asks (a buffer YALI cannot use, ...): NCCL takes this call.
-  char why[512];
-  snprintf(why, sizeof(why), "YALI refused it: %s", lib().yaliGetLastError(nullptr));
-  logRoute(c, function, bytes, false, why);
-  return viaNccl(c->real);
+  if (sorted != kStage) return sorted;
+  bool ran = false;
+  auto runStaged = [&](const void* send, void* recv) {
+    const yaliResult_t staged = viaYali(y, send, recv);  // a refusal here too: this rank's error
+    return staged == yaliSuccess ? ncclSuccess : yaliFailed(c, call.function, staged);
+  };
+  return stage(c, call, why, runStaged, &ran);
 }
 
 // ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
@@ -102,11 +217,17 @@ ncclResult_t routeCall(const char* function, ncclComm_t handle, const CallShape&
 // ReduceScatter) and the cross-node status words (AllReduce, ReduceScatter) are the comm's. The steps
 // already enqueued stay when a later one fails (their peers made them too).
 //
+// Refusals. YALI's first step refusing the call for its scalars (sortRefusal: kRunFlat; nothing
+// the program sees written yet) sends it to flat NCCL, on every rank alike. Refusing it for this
+// rank's buffers, which only AllReduce's YALI steps read (AllGather's and ReduceScatter's read the
+// scratch), stages the whole call (stageHier). Any other refusal is this rank's error, as below.
+//
 // Failures across nodes (ARCHITECTURE.md, "Errors"). The ranks of other nodes wait in NCCL for
 // this rank's NCCL steps and consume the data they carry, so in AllReduce and ReduceScatter:
-//  - a YALI step that fails at the call (an error; a refusal runs the call flat) still lets this
-//    rank enqueue every NCCL step of the call (the cross step, AllReduce's flat tail), skips the
-//    remaining YALI steps and returns YALI's error: no peer waits for a step that never comes;
+//  - a YALI step that fails at the call (an error, a refusal that may not go flat, or a staging
+//    that failed) still lets this rank enqueue every NCCL step of the call (the cross step,
+//    AllReduce's flat tail), skips the remaining YALI steps and returns its error: no peer waits
+//    for a step that never comes;
 //  - the cross step carries this rank's YALI status beside the data (crossStep): a YALI kernel
 //    that failed after its launch leaves unspecified values, which reach the other nodes flagged.
 // AllGather needs neither: its NCCL step comes first and moves the program's own input, so a
@@ -117,35 +238,34 @@ const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across node
 
 // Decides the call's path and gets its scratch. *hier: take the hierarchical path (with *scratch
 // when it needs one); otherwise the caller runs it flat, as NCCL's.
-ncclResult_t planHier(const char* function, Comm* c, const CallShape& shape, size_t count, cudaStream_t stream,
-                      bool* hier, char** scratch) {
+ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch) {
   Hierarchy* h = c->hier;
   *hier = false;
-  const Route route = decideRoute(h->yali != nullptr, c->disabled, shape);
+  const Route route = decideRoute(h->yali != nullptr, c->disabled, call.shape);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   // A stream whose state cannot be read (the legacy stream while another is captured) counts as
   // captured: nothing is allocated then.
-  if (route == Route::kYali && lib().cudaStreamIsCapturing(stream, &capture) != cudaSuccess)
+  if (route == Route::kYali && lib().cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess)
     capture = cudaStreamCaptureStatusActive;
-  HierCall call{shape.collective, count, bytesOf(1, shape.type), inGroup(), capture != cudaStreamCaptureStatusNone,
-                0};
-  call.scratchBytes = scratchBytes(&h->scratch);
-  const HierRoute hr = decideHierRoute(h->layout, route, call);
+  HierCall hc{call.shape.collective, call.count, bytesOf(1, call.shape.type), inGroup(),
+              capture != cudaStreamCaptureStatusNone, 0};
+  hc.scratchBytes = scratchBytes(&h->scratch);
+  const HierRoute hr = decideHierRoute(h->layout, route, hc);
   if (hr != HierRoute::kHierarchical) {
     if (debugEnabled())
-      logRoute(c, function, count * call.elementSize, false,
+      logRoute(c, call.function, call.count * hc.elementSize, false,
                (std::string("several nodes, flat NCCL: ") +
                 (hr == HierRoute::kRefused ? routeReason(route) : hierRouteReason(hr)))
                    .c_str());
     return ncclSuccess;
   }
-  const size_t need = hierScratchBytes(h->layout, call);
+  const size_t need = hierScratchBytes(h->layout, hc);
   if (need > 0) {
     cudaError_t err = cudaSuccess;
-    *scratch = static_cast<char*>(scratchOf(c, &h->scratch, need, !call.capturing, &err));
+    *scratch = static_cast<char*>(scratchOf(c, &h->scratch, need, !hc.capturing, &err));
     if (*scratch == nullptr)  // this rank alone may lack the memory: an error, never a different path
-      return shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s", function,
-                      need, lib().cudaGetErrorString(err));
+      return shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s",
+                      call.function, need, lib().cudaGetErrorString(err));
   }
   *hier = true;
   return ncclSuccess;
@@ -196,11 +316,6 @@ ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, bool*
                   lib().cudaGetErrorString(copied));
 }
 
-// A YALI step of the hierarchical path failed at the call: later calls send status 1.
-void noteYaliFailedAtCall(Comm* c, yaliResult_t r) {
-  if (r != yaliSuccess && r != yaliInvalidArgument) c->hier->yaliFailedAtCall = true;
-}
-
 // Copies every run of blocks between the program's buffer and the scratch layout, on the stream.
 ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes, bool toScratch,
                         cudaStream_t stream) {
@@ -216,15 +331,38 @@ ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes
   return ncclSuccess;
 }
 
-// A refusal by YALI's first step (nothing the program sees written yet) sends the call to flat
-// NCCL, as routeCall does; the reason must hold on every rank (routeCall says why).
-constexpr ncclResult_t kRunFlat = static_cast<ncclResult_t>(-1);
+// How a hierarchical call runs its steps: on the program's buffers; on staged copies of them
+// (stageHier: a refusal is then this rank's error); or, when the staging failed before the steps
+// (`failed`, its error), without YALI's steps: only the NCCL steps, with status 1, which the ranks
+// of other nodes wait for. Only AllReduce is ever staged. `refusal` (out): YALI's message, when a
+// step returned kRunFlat or kStage.
+struct HierAttempt {
+  bool staged = false;
+  ncclResult_t failed = ncclSuccess;
+  std::string refusal;
+};
+
+// What a hierarchical call does after its first YALI step (`step`, as YALI was called) returned yr:
+// ncclSuccess: goes on; kRunFlat: YALI refused the call's scalars, the same on every rank (the call
+// runs flat); kStage: YALI refused this rank's buffers, which the step read from the program
+// (`programBuffers`, and the call is not staged yet): the call is staged. Anything else is this
+// rank's error, returned after the call's NCCL steps: YALI's, or a refusal of buffers that staging
+// would not change (libyali-nccl's scratch, or the staged copies).
+ncclResult_t firstYaliStep(Comm* c, const Call& step, yaliResult_t yr, bool programBuffers, HierAttempt* attempt) {
+  if (yr == yaliSuccess) return ncclSuccess;
+  if (yr != yaliInvalidArgument) return yaliStepFailed(c, step.function, yr);
+  const ncclResult_t sorted = sortRefusal(c->hier->yali, step, &attempt->refusal);
+  if (sorted != kStage || (programBuffers && !attempt->staged)) return sorted;
+  return shimFail(ncclInvalidArgument, "%s: hierarchical path: YALI refused its step on %s: %s", step.function,
+                  attempt->staged ? "the staged copies of this rank's buffers" : "libyali-nccl's scratch",
+                  attempt->refusal.c_str());
+}
 
 // AllReduce: YALI ReduceScatter of the first L * shard elements into this local rank's shard (in
 // the program's recvbuff), NCCL AllReduce of the shard across nodes (in place), YALI AllGather of
 // the shards (in place); the tail of count % L elements is one flat NCCL AllReduce.
 ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, cudaStream_t stream) {
+                           ncclRedOp_t op, cudaStream_t stream, HierAttempt* attempt) {
   Hierarchy* h = c->hier;
   const yaliComm_t y = h->yali;
   const size_t es = bytesOf(1, type);
@@ -232,9 +370,15 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   const char* send = static_cast<const char*>(sendbuff);
   char* recv = static_cast<char*>(recvbuff);
   char* mine = recv + h->localRank * split.shard * es;  // in place for YALI when send == recv
-  yaliResult_t yr = lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
-  if (yr == yaliInvalidArgument) return kRunFlat;
-  noteYaliFailedAtCall(c, yr);
+  ncclResult_t failed = attempt->failed;  // this rank's YALI steps failed at the call: its error
+  if (failed == ncclSuccess) {
+    const Call step{"ncclAllReduce", {yaliCollReduceScatter, type, op}, split.shard, 0, send, mine, stream};
+    failed = firstYaliStep(
+        c, step, lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream), true,
+        attempt);
+    if (failed == kRunFlat || failed == kStage) return failed;  // nothing of the call enqueued
+  }
+  if (failed != ncclSuccess) h->yaliFailedAtCall = true;  // this call's cross step sends 1 already
   bool enqueued = false;
   ncclResult_t r = crossStep(c, "ncclAllReduce", stream, &enqueued, [&] {
     return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
@@ -242,11 +386,14 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   // NCCL failed at the call: its error, as before. A status copy that failed after the group was
   // enqueued is returned at the end: the call's other steps go on (the node peers wait for the
   // AllGather, every rank for the tail).
-  if (!enqueued && yr == yaliSuccess) return r;
+  if (!enqueued && failed == ncclSuccess) return r;
   // YALI's AllGather only when its ReduceScatter was enqueued (its node peers then wait for it).
-  if (yr == yaliSuccess) {
-    yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
-    noteYaliFailedAtCall(c, yr);
+  if (failed == ncclSuccess) {
+    const yaliResult_t yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
+    if (yr != yaliSuccess) {
+      h->yaliFailedAtCall = true;
+      failed = yaliStepFailed(c, "ncclAllReduce", yr);
+    }
   }
   // The tail is a flat NCCL AllReduce that every rank of every node waits for: enqueued whatever
   // YALI returned.
@@ -254,7 +401,7 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   const ncclResult_t tail =
       split.tail == 0 ? ncclSuccess
                       : callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
-  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllReduce", yr);
+  if (failed != ncclSuccess) return failed;
   return r != ncclSuccess ? r : tail;
 }
 
@@ -262,17 +409,18 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
 // node index), YALI AllGather of the parts (in place): the scratch then holds every rank's block at
 // scratchSlot; copies put them in rank order.
 ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
-                           char* scratch, cudaStream_t stream) {
+                           char* scratch, cudaStream_t stream, HierAttempt* attempt) {
   Hierarchy* h = c->hier;
   const size_t block = sendcount * bytesOf(1, type);
   const size_t part = block * h->layout.nodes;
   char* mine = scratch + h->localRank * part;
   ncclResult_t r = callReal<Api::ncclAllGather>(sendbuff, mine, sendcount, type, h->crossComm, stream);
   if (r != ncclSuccess) return r;
-  const yaliResult_t yr = lib().yaliAllGather(mine, scratch, sendcount * h->layout.nodes, toYaliType(type), h->yali,
-                                              stream);
-  if (yr == yaliInvalidArgument) return kRunFlat;  // only scratch was written
-  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclAllGather", yr);
+  const size_t count = sendcount * h->layout.nodes;
+  const Call step{"ncclAllGather", {yaliCollAllGather, type, ncclSum}, count, 0, mine, scratch, stream};
+  r = firstYaliStep(c, step, lib().yaliAllGather(mine, scratch, count, toYaliType(type), h->yali, stream), false,
+                    attempt);
+  if (r != ncclSuccess) return r;  // kRunFlat: only the scratch was written
   return copyBlocks(c, static_cast<char*>(recvbuff), scratch, block, false, stream);
 }
 
@@ -280,42 +428,53 @@ ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t
 // the node (in place: this local rank's part gets the node's sum of the blocks of its local index,
 // in node order), NCCL ReduceScatter of that part across nodes into recvbuff.
 ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t type,
-                               ncclRedOp_t op, char* scratch, cudaStream_t stream) {
+                               ncclRedOp_t op, char* scratch, cudaStream_t stream, HierAttempt* attempt) {
   Hierarchy* h = c->hier;
   const size_t block = recvcount * bytesOf(1, type);
   char* mine = scratch + h->localRank * block * h->layout.nodes;
-  ncclResult_t r = copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
-  bool enqueued = false;
-  auto cross = [&] {
-    return crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
-      return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
-    });
-  };
-  if (r != ncclSuccess) {
-    // A copy into the scratch failed at the call: as a YALI step failing at the call, this rank
-    // skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and their flags
-    // reach their cross peers) and still sends the cross step, with status 1 from now on, so that
-    // no rank of another node waits for a step that does not come.
-    h->yaliFailedAtCall = true;
-    cross();
-    return r;
+  // A copy into the scratch that fails at the call counts as a YALI step failing at the call: this
+  // rank skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and their flags
+  // reach their cross peers) and still sends the cross step.
+  ncclResult_t failed =
+      copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
+  if (failed == ncclSuccess) {
+    const size_t count = recvcount * h->layout.nodes;
+    const Call step{"ncclReduceScatter", {yaliCollReduceScatter, type, op}, count, 0, scratch, mine, stream};
+    failed = firstYaliStep(
+        c, step, lib().yaliReduceScatter(scratch, mine, count, toYaliType(type), toYaliOp(op), h->yali, stream),
+        false, attempt);
+    if (failed == kRunFlat) return kRunFlat;
   }
-  const yaliResult_t yr = lib().yaliReduceScatter(scratch, mine, recvcount * h->layout.nodes, toYaliType(type),
-                                                  toYaliOp(op), h->yali, stream);
-  if (yr == yaliInvalidArgument) return kRunFlat;
-  noteYaliFailedAtCall(c, yr);
-  r = cross();
-  if (yr != yaliSuccess) return yaliStepFailed(c, "ncclReduceScatter", yr);
-  return r;
+  if (failed != ncclSuccess) h->yaliFailedAtCall = true;  // this call's cross step sends 1 already
+  bool enqueued = false;
+  const ncclResult_t r = crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
+    return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
+  });
+  return failed != ncclSuccess ? failed : r;
 }
 
-// A collective of a hierarchical comm: `steps(scratch)` when planHier says so, else `flat()`.
+// A hierarchical call whose first YALI step refused this rank's buffers (kStage): its steps run on
+// staged copies of them (stage). Where the staging fails before the steps, they still run, without
+// YALI's, so that the ranks of other nodes, waiting in NCCL, get the call's NCCL steps (status 1).
+template <typename Steps>
+ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, HierAttempt* attempt) {
+  const std::string why = attempt->refusal;
+  attempt->staged = true;
+  bool ran = false;
+  const ncclResult_t r = stage(
+      c, call, why, [&](const void* send, void* recv) { return steps(send, recv, scratch, attempt); }, &ran);
+  if (ran) return r;
+  attempt->failed = r;
+  return steps(call.send, call.recv, scratch, attempt);
+}
+
+// A collective of a hierarchical comm: `steps(send, recv, scratch, attempt)` when planHier says so,
+// else `flat()`.
 template <typename Steps, typename Flat>
-ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, size_t count, cudaStream_t stream,
-                       Steps steps, Flat flat) {
+ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
   bool hier = false;
   char* scratch = nullptr;
-  const ncclResult_t planned = planHier(function, c, shape, count, stream, &hier, &scratch);
+  const ncclResult_t planned = planHier(c, call, &hier, &scratch);
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
   // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls on
@@ -323,21 +482,20 @@ ncclResult_t routeHier(const char* function, Comm* c, const CallShape& shape, si
   // one call's copy of its local status into the status word could land between another's NCCL
   // AllReduce of that word and its copy to the host word, which would then read 0 after a failure.
   unsigned long long context = 0;
-  ncclResult_t ordered = scratchContext(function, stream, &context);
-  if (ordered == ncclSuccess) ordered = scratchBefore(c, &c->hier->scratch, function, stream, context);
+  ncclResult_t ordered = scratchContext(call.function, call.stream, &context);
+  if (ordered == ncclSuccess) ordered = scratchBefore(c, &c->hier->scratch, call.function, call.stream, context);
   if (ordered != ncclSuccess) return ordered;
-  ncclResult_t r = steps(scratch);
+  HierAttempt attempt;
+  ncclResult_t r = steps(call.send, call.recv, scratch, &attempt);
+  if (r == kStage) r = stageHier(c, call, scratch, steps, &attempt);
   // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
-  const ncclResult_t noted = scratchUsed(&c->hier->scratch, function, stream, context);
+  const ncclResult_t noted = scratchUsed(&c->hier->scratch, call.function, call.stream, context);
+  const size_t bytes = bytesOf(call.count, call.shape.type);
   if (r == kRunFlat) {
-    if (debugEnabled()) {
-      char why[512];
-      snprintf(why, sizeof(why), "YALI refused its step: %s", lib().yaliGetLastError(nullptr));
-      logRoute(c, function, bytesOf(count, shape.type), false, why);
-    }
+    if (debugEnabled()) logRoute(c, call.function, bytes, false, ("YALI refused its step: " + attempt.refusal).c_str());
     r = flat();  // every rank runs it (the refusal holds on every rank), even if the note failed
   } else if (r == ncclSuccess) {
-    logRoute(c, (std::string(function) + kHierLog).c_str(), bytesOf(count, shape.type), true, "");
+    logRoute(c, (std::string(call.function) + kHierLog).c_str(), bytes, true, "");
   }
   return r == ncclSuccess ? noted : r;
 }
@@ -628,16 +786,19 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t com
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                                         cudaStream_t stream) {
+  const Call call{"ncclAllReduce", {yaliCollAllReduce, datatype, op}, count, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
-        "ncclAllReduce", c, {yaliCollAllReduce, datatype, op}, count, stream,
-        [&](char*) { return hierAllReduce(c, sendbuff, recvbuff, count, datatype, op, stream); },
+        c, call,
+        [&](const void* send, void* recv, char*, HierAttempt* attempt) {
+          return hierAllReduce(c, send, recv, count, datatype, op, stream, attempt);
+        },
         [&] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
   return routeCall(
-      "ncclAllReduce", comm, {yaliCollAllReduce, datatype, op}, count,
-      [&](yaliComm_t y) {
-        return lib().yaliAllReduce(sendbuff, recvbuff, count, toYaliType(datatype), toYaliOp(op), y, stream);
+      call, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliAllReduce(send, recv, count, toYaliType(datatype), toYaliOp(op), y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, real, stream);
@@ -647,20 +808,21 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                                             ncclDataType_t datatype, ncclRedOp_t op,
                                                             ncclComm_t comm, cudaStream_t stream) {
+  const Call call{"ncclReduceScatter", {yaliCollReduceScatter, datatype, op}, recvcount, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
-        "ncclReduceScatter", c, {yaliCollReduceScatter, datatype, op}, recvcount, stream,
-        [&](char* scratch) {
-          return hierReduceScatter(c, sendbuff, recvbuff, recvcount, datatype, op, scratch, stream);
+        c, call,
+        [&](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
+          return hierReduceScatter(c, send, recv, recvcount, datatype, op, scratch, stream, attempt);
         },
         [&] {
           return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, c->real, stream);
         });
   return routeCall(
-      "ncclReduceScatter", comm, {yaliCollReduceScatter, datatype, op}, recvcount,
-      [&](yaliComm_t y) {
-        return lib().yaliReduceScatter(sendbuff, recvbuff, recvcount, toYaliType(datatype), toYaliOp(op), y, stream);
+      call, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliReduceScatter(send, recv, recvcount, toYaliType(datatype), toYaliOp(op), y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, real, stream);
@@ -670,15 +832,20 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                                         ncclDataType_t datatype, ncclComm_t comm,
                                                         cudaStream_t stream) {
+  const Call call{"ncclAllGather", {yaliCollAllGather, datatype, ncclSum}, sendcount, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
-        "ncclAllGather", c, {yaliCollAllGather, datatype, ncclSum}, sendcount, stream,
-        [&](char* scratch) { return hierAllGather(c, sendbuff, recvbuff, sendcount, datatype, scratch, stream); },
+        c, call,
+        [&](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
+          return hierAllGather(c, send, recv, sendcount, datatype, scratch, stream, attempt);
+        },
         [&] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
   return routeCall(
-      "ncclAllGather", comm, {yaliCollAllGather, datatype, ncclSum}, sendcount,
-      [&](yaliComm_t y) { return lib().yaliAllGather(sendbuff, recvbuff, sendcount, toYaliType(datatype), y, stream); },
+      call, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliAllGather(send, recv, sendcount, toYaliType(datatype), y, stream);
+      },
       [&](ncclComm_t real) {
         return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, real, stream);
       });
@@ -688,20 +855,24 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, voi
                                                         ncclDataType_t datatype, int root, ncclComm_t comm,
                                                         cudaStream_t stream) {
   return routeCall(
-      "ncclBroadcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
-      [&](yaliComm_t y) {
-        return lib().yaliBroadcast(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream);
+      {"ncclBroadcast", {yaliCollBroadcast, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliBroadcast(send, recv, count, toYaliType(datatype), root, y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclBroadcast>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
 }
 
+// YALI's side is yaliBroadcast in place (what yaliBcast is), so that a staged call, whose input and
+// output are two copies, takes the same entry point.
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
                                                     ncclComm_t comm, cudaStream_t stream) {
   return routeCall(
-      "ncclBcast", comm, {yaliCollBroadcast, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return lib().yaliBcast(buff, count, toYaliType(datatype), root, y, stream); },
+      {"ncclBcast", {yaliCollBroadcast, datatype, ncclSum}, count, root, buff, buff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliBroadcast(send, recv, count, toYaliType(datatype), root, y, stream);
+      },
       [&](ncclComm_t real) { return callReal<Api::ncclBcast>(buff, count, datatype, root, real, stream); });
 }
 
@@ -709,9 +880,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* 
                                                      ncclDataType_t datatype, ncclRedOp_t op, int root,
                                                      ncclComm_t comm, cudaStream_t stream) {
   return routeCall(
-      "ncclReduce", comm, {yaliCollReduce, datatype, op}, count,
-      [&](yaliComm_t y) {
-        return lib().yaliReduce(sendbuff, recvbuff, count, toYaliType(datatype), toYaliOp(op), root, y, stream);
+      {"ncclReduce", {yaliCollReduce, datatype, op}, count, root, sendbuff, recvbuff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliReduce(send, recv, count, toYaliType(datatype), toYaliOp(op), root, y, stream);
       },
       [&](ncclComm_t real) {
         return callReal<Api::ncclReduce>(sendbuff, recvbuff, count, datatype, op, root, real, stream);
@@ -723,8 +894,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void
                                                        ncclDataType_t datatype, ncclComm_t comm,
                                                        cudaStream_t stream) {
   return routeCall(
-      "ncclAlltoAll", comm, {yaliCollAlltoAll, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return lib().yaliAlltoAll(sendbuff, recvbuff, count, toYaliType(datatype), y, stream); },
+      {"ncclAlltoAll", {yaliCollAlltoAll, datatype, ncclSum}, count, 0, sendbuff, recvbuff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliAlltoAll(send, recv, count, toYaliType(datatype), y, stream);
+      },
       [&](ncclComm_t real) { return callReal<Api::ncclAlltoAll>(sendbuff, recvbuff, count, datatype, real, stream); });
 }
 #endif
@@ -734,8 +907,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* 
                                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                                      cudaStream_t stream) {
   return routeCall(
-      "ncclGather", comm, {yaliCollGather, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return lib().yaliGather(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream); },
+      {"ncclGather", {yaliCollGather, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliGather(send, recv, count, toYaliType(datatype), root, y, stream);
+      },
       [&](ncclComm_t real) {
         return callReal<Api::ncclGather>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
@@ -747,8 +922,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void*
                                                       ncclDataType_t datatype, int root, ncclComm_t comm,
                                                       cudaStream_t stream) {
   return routeCall(
-      "ncclScatter", comm, {yaliCollScatter, datatype, ncclSum}, count,
-      [&](yaliComm_t y) { return lib().yaliScatter(sendbuff, recvbuff, count, toYaliType(datatype), root, y, stream); },
+      {"ncclScatter", {yaliCollScatter, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
+      [&](yaliComm_t y, const void* send, void* recv) {
+        return lib().yaliScatter(send, recv, count, toYaliType(datatype), root, y, stream);
+      },
       [&](ncclComm_t real) {
         return callReal<Api::ncclScatter>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });

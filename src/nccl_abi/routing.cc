@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/pattern.h"
 #include "vocabulary.h"
 
 namespace yali::nccl_abi {
@@ -289,6 +290,19 @@ bool StreamOrder::after(const void* stream, unsigned long long context) {
   if (!everyCall_) return false;
   eventContext_ = context;
   return true;
+}
+
+StagingLayout stagingLayout(yaliCollective_t collective, int rank, int root, int nranks, size_t count,
+                            size_t elementSize) {
+  // The output after the input, aligned as cudaMalloc aligns (YALI's vector paths want 16 bytes).
+  constexpr size_t kAlign = 256;
+  const Extents e = extentsOf(static_cast<Collective>(collective), rank, root, nranks);
+  StagingLayout l;
+  l.sendBytes = e.sendPieces * count * elementSize;
+  l.recvBytes = e.recvPieces * count * elementSize;
+  l.recvOffset = (l.sendBytes + kAlign - 1) / kAlign * kAlign;
+  l.totalBytes = l.recvOffset + l.recvBytes;
+  return l;
 }
 
 ncclResult_t toNcclResult(yaliResult_t result) {

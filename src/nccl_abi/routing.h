@@ -100,6 +100,31 @@ struct CallShape {
 Route decideRoute(bool hasYali, CollectiveMask disabled, const CallShape& call);
 const char* routeReason(Route route);  // "YALI_NCCL_DISABLE", ...
 
+// ---- Staging: a call YALI refused for this rank's buffers -------------------------------------------
+
+// A call YALI refuses (yaliInvalidArgument) may go to NCCL only when the reason holds on every rank:
+// when it lies in the call's scalars (count, type, op, root), which NCCL's semantics make the same
+// everywhere. A reason in this rank's buffers (NULL, not aligned, not device memory of this GPU,
+// too small, overlapping out of place) holds here alone: on NCCL this rank would wait for peers
+// that wait in YALI. Such a call runs on YALI anyway, on copies of its buffers in a scratch of the
+// comm's (intercept.cc: sortRefusal, stage).
+//
+// Where a staged call's copies of this rank's buffers lie in the staging scratch: the input the
+// collective reads on this rank at offset 0, the output it writes here at recvOffset (disjoint, so
+// that YALI sees no overlap), as many bytes as libyali's extentsOf says this rank reads and writes
+// (core/pattern.h, the same table its own checks use); 0 for a buffer the rank does not use
+// (Broadcast's and Scatter's non-root input, Reduce's and Gather's non-root output), which is then
+// passed as NULL. `count` is the collective's own count argument; the sizes cannot overflow, since
+// yaliAlgoInfo accepted the call.
+struct StagingLayout {
+  size_t sendBytes;
+  size_t recvOffset;
+  size_t recvBytes;
+  size_t totalBytes;
+};
+StagingLayout stagingLayout(yaliCollective_t collective, int rank, int root, int nranks, size_t count,
+                            size_t elementSize);
+
 // ---- The hierarchical path: YALI inside each node, NCCL across nodes --------------------------------
 
 // Which path a collective of a hierarchical communicator takes. Every input is the same on every

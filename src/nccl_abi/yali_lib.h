@@ -26,11 +26,12 @@ namespace yali::nccl_abi {
 #define YALI_NCCL_YALI_FUNCTIONS(X)                                                                    \
   X(yaliGetLastError) X(yaliGetUniqueId) X(yaliCommInitRank) X(yaliCommInitAll) X(yaliCommDestroy)      \
   X(yaliCommAbort) X(yaliCommGetAsyncError) X(yaliCommRegister) X(yaliCommDeregister) X(yaliGroupStart) \
-  X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliBcast)   \
-  X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag)
+  X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliReduce)   \
+  X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag) X(yaliAlgoInfo)
 
-// The CUDA runtime's (the set-up's scratch memory and streams; the hierarchical path's copies, its
-// cross-node status words and the order of its calls across streams), with their types written
+// The CUDA runtime's (the set-up's scratch memory and streams; the comm's scratch buffers, the
+// copies into and out of them and the order of their users across streams; the hierarchical path's
+// cross-node status words), with their types written
 // out: cuda_runtime.h overloads some of them (cudaMalloc) with templates, so decltype cannot name
 // them. cudaStreamGetCaptureInfo changed its parameters between CUDA releases; decltype takes this
 // build's, which is also the runtime libyali links (the two are built together).

@@ -66,11 +66,14 @@ std::map<uint64_t, World*> worldsById;
 struct Event {
   const char* call;  // a string literal
   const void* handle;
-  // A collective's arguments (fakeEventArgs); zero for every other event.
+  // A collective's arguments (fakeEventArgs, fakeEventBuffers; a copy's source, destination and
+  // bytes, fake_yali.cc); zero for every other event.
+  const void* send;
   const void* recv;
   size_t count;
   int type;
   int op;
+  bool nccl;  // an NCCL collective's (fakeEventArgs reports only those)
 };
 std::vector<Event> events;
 std::vector<std::pair<std::string, ncclResult_t>> failures;  // fakeFailNext, in order
@@ -112,7 +115,13 @@ __attribute__((visibility("default"))) int fakeRanksPerNode = 0;
 // The event log, shared with fake_yali.cc. `call` is a string literal.
 FAKE_EXPORT void fakeRecord(const char* call, const void* handle) {
   std::lock_guard<std::mutex> lock(mutex);
-  events.push_back({call, handle, nullptr, 0, 0, 0});
+  events.push_back({call, handle, nullptr, nullptr, 0, 0, 0, false});
+}
+// fake_yali.cc's collectives and copies: noted with their buffers and count (a copy: bytes).
+FAKE_EXPORT void fakeRecordBuffers(const char* call, const void* handle, const void* send, const void* recv,
+                                   size_t count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  events.push_back({call, handle, send, recv, count, 0, 0, false});
 }
 FAKE_EXPORT int fakeEventCount() {
   std::lock_guard<std::mutex> lock(mutex);
@@ -127,15 +136,25 @@ FAKE_EXPORT const void* fakeEventHandle(int i) {
   std::lock_guard<std::mutex> lock(mutex);
   return i >= 0 && i < static_cast<int>(events.size()) ? events[i].handle : nullptr;
 }
-// The i-th event's collective arguments (recvbuff, count, datatype, op; all 0 for other events);
-// false past the end.
+// The i-th event's collective arguments (recvbuff, count, datatype, op) when it is one of NCCL's
+// collectives (all 0 for other events); false past the end.
 FAKE_EXPORT bool fakeEventArgs(int i, const void** recv, size_t* count, int* type, int* op) {
   std::lock_guard<std::mutex> lock(mutex);
   if (i < 0 || i >= static_cast<int>(events.size())) return false;
+  const bool nccl = events[i].nccl;
+  *recv = nccl ? events[i].recv : nullptr;
+  *count = nccl ? events[i].count : 0;
+  *type = nccl ? events[i].type : 0;
+  *op = nccl ? events[i].op : 0;
+  return true;
+}
+// The i-th event's buffers and count (fakeRecordBuffers, or an NCCL collective's); false past the end.
+FAKE_EXPORT bool fakeEventBuffers(int i, const void** send, const void** recv, size_t* count) {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (i < 0 || i >= static_cast<int>(events.size())) return false;
+  *send = events[i].send;
   *recv = events[i].recv;
   *count = events[i].count;
-  *type = events[i].type;
-  *op = events[i].op;
   return true;
 }
 
@@ -220,9 +239,9 @@ struct Op {
 void recordCollective(const char* call, const void* comm, const Op* args) {
   std::lock_guard<std::mutex> lock(mutex);
   if (args == nullptr)
-    events.push_back({call, comm, nullptr, 0, 0, 0});
+    events.push_back({call, comm, nullptr, nullptr, 0, 0, 0, false});
   else
-    events.push_back({call, comm, args->recv, args->count, args->type, args->op});
+    events.push_back({call, comm, args->send, args->recv, args->count, args->type, args->op, true});
 }
 
 std::vector<Op> pending;  // issued inside the open group (by the one thread that drives the ranks)

@@ -9,12 +9,16 @@
 //    that finds an error (core/api.cc);
 //  - a comm that failed stays failed: every later call returns its error; a destroyed or aborted
 //    comm's calls return yaliInvalidUsage;
-//  - collectives do nothing but note themselves; a test makes one fail (fakeYaliFailNext) or the
-//    comm fail asynchronously (fakeYaliSetAsyncError, which also sets the word that
-//    yaliCommGetFailureFlag points at, as a failing kernel does).
+//  - collectives do nothing but note themselves, with their buffers and count; a test makes one
+//    fail (fakeYaliFailNext) or the comm fail asynchronously (fakeYaliSetAsyncError, which also
+//    sets the word that yaliCommGetFailureFlag points at, as a failing kernel does);
+//  - a collective given fakeYaliRefusedBuffer as its sendbuff or recvbuff refuses it
+//    (yaliInvalidArgument), as libyali's buffer checks refuse a buffer of one rank (host memory,
+//    say); yaliAlgoInfo checks no buffer, as libyali's does not (its scalar checks are what a test
+//    fails with fakeYaliFailNext("yaliAlgoInfo", ...)).
 // The CUDA functions work on host memory: "device" and pinned memory are malloc'd, copies are
-// memcpy at once (noted, with their destination), streams are tokens, and no stream is ever
-// captured.
+// memcpy at once (noted, with their source, destination and size), streams are tokens, and no
+// stream is captured but fakeCudaCapturedStream.
 //
 // Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
 // that a test sees both libraries' calls in one order.
@@ -34,6 +38,9 @@
 #define FAKE_EXPORT extern "C" __attribute__((visibility("default")))
 
 extern "C" void fakeRecord(const char* call, const void* handle);  // fake_nccl.cc
+extern "C" void fakeRecordBuffers(const char* call, const void* handle, const void* send, const void* recv,
+                                  size_t count);
+extern "C" void* fakeYaliRefusedBuffer;  // below
 
 struct yaliComm {
   int rank = 0;
@@ -71,9 +78,8 @@ yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) {
   return code;
 }
 
-// What a call on `comm` returns before it does anything.
-yaliResult_t check(const char* call, yaliComm* comm) {
-  fakeRecord(call, comm);
+// What the call on `comm` returns before it does anything (the call is noted already).
+yaliResult_t checkNoted(const char* call, yaliComm* comm) {
   if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "%s: comm is NULL", call);
   if (comm->ended) return fail(yaliInvalidUsage, nullptr, "%s: comm was destroyed or aborted", call);
   if (comm->asyncError != yaliSuccess)
@@ -94,6 +100,23 @@ yaliResult_t check(const char* call, yaliComm* comm) {
     failures.erase(it);
     return fail(f.result, comm, "%s", f.message.c_str());
   }
+  return yaliSuccess;
+}
+
+yaliResult_t check(const char* call, yaliComm* comm) {
+  fakeRecord(call, comm);
+  return checkNoted(call, comm);
+}
+
+// A collective: noted with its buffers; a refused buffer (fakeYaliRefusedBuffer) is refused after
+// the comm's own checks, as libyali checks its buffers after the scalars.
+yaliResult_t collective(const char* call, yaliComm* comm, const void* send, const void* recv, size_t count) {
+  fakeRecordBuffers(call, comm, send, recv, count);
+  const yaliResult_t r = checkNoted(call, comm);
+  if (r != yaliSuccess || fakeYaliRefusedBuffer == nullptr) return r;
+  if (send == fakeYaliRefusedBuffer || recv == fakeYaliRefusedBuffer)
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p is host memory, not device memory", call,
+                send == fakeYaliRefusedBuffer ? "sendbuff" : "recvbuff", fakeYaliRefusedBuffer);
   return yaliSuccess;
 }
 
@@ -124,6 +147,11 @@ __attribute__((visibility("default"))) cudaError_t fakeCudaMallocResult = cudaSu
 // A cudaMemcpyAsync into this destination is noted and fails (cudaErrorInvalidValue), copying
 // nothing; null: none fails.
 __attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
+// A collective given this buffer (send or recv) refuses it, as libyali refuses host memory; null:
+// none.
+__attribute__((visibility("default"))) void* fakeYaliRefusedBuffer = nullptr;
+// This stream is being captured (capture id 1); null: none is.
+__attribute__((visibility("default"))) void* fakeCudaCapturedStream = nullptr;
 }
 
 // The next call of `call` on a live comm fails with `result` and `message`.
@@ -236,44 +264,59 @@ FAKE_EXPORT yaliResult_t yaliGroupEnd() {
   return yaliSuccess;
 }
 
-FAKE_EXPORT yaliResult_t yaliAllReduce(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, yaliComm_t comm,
+FAKE_EXPORT yaliResult_t yaliAllReduce(const void* send, void* recv, size_t count, yaliDataType_t, yaliRedOp_t,
+                                       yaliComm_t comm, cudaStream_t) {
+  return collective("yaliAllReduce", comm, send, recv, count);
+}
+
+FAKE_EXPORT yaliResult_t yaliReduceScatter(const void* send, void* recv, size_t count, yaliDataType_t, yaliRedOp_t,
+                                           yaliComm_t comm, cudaStream_t) {
+  return collective("yaliReduceScatter", comm, send, recv, count);
+}
+
+FAKE_EXPORT yaliResult_t yaliAllGather(const void* send, void* recv, size_t count, yaliDataType_t, yaliComm_t comm,
                                        cudaStream_t) {
-  return check("yaliAllReduce", comm);
+  return collective("yaliAllGather", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliReduceScatter(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, yaliComm_t comm,
-                                           cudaStream_t) {
-  return check("yaliReduceScatter", comm);
+FAKE_EXPORT yaliResult_t yaliBroadcast(const void* send, void* recv, size_t count, yaliDataType_t, int,
+                                       yaliComm_t comm, cudaStream_t) {
+  return collective("yaliBroadcast", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliAllGather(const void*, void*, size_t, yaliDataType_t, yaliComm_t comm, cudaStream_t) {
-  return check("yaliAllGather", comm);
+FAKE_EXPORT yaliResult_t yaliBcast(void* buff, size_t count, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return collective("yaliBcast", comm, buff, buff, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliBroadcast(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm,
-                                       cudaStream_t) {
-  return check("yaliBroadcast", comm);
+FAKE_EXPORT yaliResult_t yaliReduce(const void* send, void* recv, size_t count, yaliDataType_t, yaliRedOp_t, int,
+                                    yaliComm_t comm, cudaStream_t) {
+  return collective("yaliReduce", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliBcast(void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
-  return check("yaliBcast", comm);
-}
-
-FAKE_EXPORT yaliResult_t yaliReduce(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, int, yaliComm_t comm,
+FAKE_EXPORT yaliResult_t yaliGather(const void* send, void* recv, size_t count, yaliDataType_t, int, yaliComm_t comm,
                                     cudaStream_t) {
-  return check("yaliReduce", comm);
+  return collective("yaliGather", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliGather(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
-  return check("yaliGather", comm);
+FAKE_EXPORT yaliResult_t yaliScatter(const void* send, void* recv, size_t count, yaliDataType_t, int, yaliComm_t comm,
+                                     cudaStream_t) {
+  return collective("yaliScatter", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliScatter(const void*, void*, size_t, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
-  return check("yaliScatter", comm);
+FAKE_EXPORT yaliResult_t yaliAlltoAll(const void* send, void* recv, size_t count, yaliDataType_t, yaliComm_t comm,
+                                      cudaStream_t) {
+  return collective("yaliAlltoAll", comm, send, recv, count);
 }
 
-FAKE_EXPORT yaliResult_t yaliAlltoAll(const void*, void*, size_t, yaliDataType_t, yaliComm_t comm, cudaStream_t) {
-  return check("yaliAlltoAll", comm);
+// Checks the comm and, through fakeYaliFailNext, the scalars; never the buffers (libyali's does not).
+FAKE_EXPORT yaliResult_t yaliAlgoInfo(yaliComm_t comm, yaliCollective_t, const void*, const void*, size_t,
+                                      yaliDataType_t, yaliRedOp_t, int, yaliAlgoInfo_t* info) {
+  const yaliResult_t r = check("yaliAlgoInfo", comm);
+  if (r == yaliSuccess) {
+    memset(info, 0, sizeof(*info));
+    strcpy(info->algorithm, "fake");
+  }
+  return r;
 }
 
 // ---- The CUDA runtime, on host memory -------------------------------------------------------------------
@@ -339,25 +382,29 @@ FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
   return cudaSuccess;
 }
 
-// Noted with its destination, so that a test can tell which word a copy wrote.
+// Noted with its destination (the event's handle), so that a test can tell which word a copy
+// wrote, and its source and size (fakeEventBuffers: send, recv, count).
 FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
-  fakeRecord("cudaMemcpyAsync", dst);
-  if (dst != nullptr && dst == fakeCudaMemcpyFailDst) return cudaErrorInvalidValue;
+  fakeRecordBuffers("cudaMemcpyAsync", dst, src, dst, bytes);
+  if (dst == nullptr || src == nullptr || dst == fakeCudaMemcpyFailDst) return cudaErrorInvalidValue;  // as CUDA
   memmove(dst, src, bytes);
   return cudaSuccess;
 }
 
-FAKE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-  *status = cudaStreamCaptureStatusNone;
+FAKE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  const bool captured = stream != nullptr && stream == fakeCudaCapturedStream;
+  *status = captured ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
 
-// Never capturing (as cudaStreamIsCapturing); the parameters are this CUDA release's.
-FAKE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, cudaStreamCaptureStatus* status, unsigned long long* id,
-                                                 cudaGraph_t* graph, const cudaGraphNode_t** dependencies,
+// As cudaStreamIsCapturing (capture id 1); the parameters are this CUDA release's.
+FAKE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status,
+                                                 unsigned long long* id, cudaGraph_t* graph,
+                                                 const cudaGraphNode_t** dependencies,
                                                  const cudaGraphEdgeData** edges, size_t* count) {
-  *status = cudaStreamCaptureStatusNone;
-  if (id != nullptr) *id = 0;
+  const bool captured = stream != nullptr && stream == fakeCudaCapturedStream;
+  *status = captured ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  if (id != nullptr) *id = captured ? 1 : 0;
   if (graph != nullptr) *graph = nullptr;
   if (dependencies != nullptr) *dependencies = nullptr;
   if (edges != nullptr) *edges = nullptr;

@@ -563,6 +563,34 @@ TEST(hierarchical_route_per_call) {
   CHECK_EQ(hierScratchBytes(l, {yaliCollAllReduce, 100, 4, false, false, 0}), 0u);
 }
 
+// A call YALI refused for this rank's buffers is staged (routing.h, stagingLayout): the bytes this
+// rank copies in and back are what each collective reads and writes on it (libyali's extentsOf),
+// 0 for a buffer the rank does not use, and the output lies after the input at a 256-byte boundary.
+TEST(staging_layout_follows_what_each_rank_reads_and_writes) {
+  struct Case {
+    yaliCollective_t c;
+    int rank, root;
+    size_t in, out;  // elements (count 10, 4 ranks)
+  };
+  const Case cases[] = {
+      {yaliCollAllReduce, 1, 0, 10, 10},     {yaliCollReduceScatter, 1, 0, 40, 10}, {yaliCollAllGather, 1, 0, 10, 40},
+      {yaliCollBroadcast, 2, 2, 10, 10},     {yaliCollBroadcast, 1, 2, 0, 10},      {yaliCollReduce, 2, 2, 10, 10},
+      {yaliCollReduce, 1, 2, 10, 0},         {yaliCollGather, 2, 2, 10, 40},        {yaliCollGather, 1, 2, 10, 0},
+      {yaliCollScatter, 2, 2, 40, 10},       {yaliCollScatter, 1, 2, 0, 10},        {yaliCollAlltoAll, 1, 0, 40, 40},
+  };
+  for (const Case& k : cases) {
+    const StagingLayout l = stagingLayout(k.c, k.rank, k.root, 4, 10, 4);
+    CHECK_MSG(l.sendBytes == k.in * 4 && l.recvBytes == k.out * 4, "collective %d rank %d root %d: %zu in, %zu out",
+              k.c, k.rank, k.root, l.sendBytes, l.recvBytes);
+    CHECK_EQ(l.recvOffset, k.in == 0 ? 0u : 256u);
+    CHECK_EQ(l.totalBytes, l.recvOffset + l.recvBytes);
+  }
+  // An input of exactly 256 bytes ends where the output starts: disjoint, not overlapping.
+  const StagingLayout l = stagingLayout(yaliCollAllReduce, 0, 0, 2, 64, 4);
+  CHECK_EQ(l.recvOffset, 256u);
+  CHECK_EQ(stagingLayout(yaliCollAllReduce, 0, 0, 2, 65, 4).recvOffset, 512u);
+}
+
 TEST(all_reduce_split_and_copy_runs) {
   AllReduceSplit s = allReduceSplit(10, 4);
   CHECK(s.shard == 2 && s.tail == 2);

@@ -7,15 +7,16 @@
 // "yaliCommAbort(y0) ncclCommAbort(r0)": which library was called, with which of a rank's
 // communicators (r: NCCL's, y: YALI's, h: YALI's node comm of a hierarchical one, n and x: its NCCL
 // node and cross splits; s and w: its cross-node status words, on the device and host-mapped), in
-// which order.
+// which order. Collectives and copies are also noted with their buffers (bufferTrace:
+// "yaliAllReduce(S>S+256,4)"), which shows where a staged call's copies go.
 //
 // What this process sets before libyali-nccl reads its settings (once per process): both fakes,
 // YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that the logging branches run too).
 //
 // Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
 // long abort takes on a GPU, whether a peer learns of it), ranks in several processes, non-blocking
-// communicators (libyali-nccl leaves them to NCCL), CUDA graph capture (the fake CUDA runtime never
-// captures) and when the hierarchical scratch is freed (the fake's cudaFree is not logged).
+// communicators (libyali-nccl leaves them to NCCL) and CUDA graph capture itself (the fake CUDA
+// runtime reports one stream the test names as captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +321,81 @@ std::string crossTrace(int since, const Labels& labels) {
   return out;
 }
 
+// The i-th event's buffers and count (fake_nccl.cc: a collective's, or a copy's source,
+// destination and bytes).
+struct Buffers {
+  const void* send = nullptr;
+  const void* recv = nullptr;
+  size_t count = 0;
+};
+Buffers buffersOf(int i) {
+  Buffers b;
+  using Get = bool (*)(int, const void**, const void**, size_t*);
+  function<Get>(fakeNccl(), "fakeEventBuffers")(i, &b.send, &b.recv, &b.count);
+  return b;
+}
+
+// The buffers of the nth (0: first) `call` since event `since` (all null if none).
+Buffers buffersOf(int since, const char* call, int nth) {
+  for (int i = since, n = eventCount(); i < n; ++i)
+    if (eventCall(i) == call && nth-- == 0) return buffersOf(i);
+  return Buffers();
+}
+
+// The staging scratch as a test names it: "S", and "S+n" for n bytes into it.
+struct Staging {
+  const void* base = nullptr;
+  size_t bytes = 0;  // the allocation's: no other allocation lies in it
+};
+
+// A pointer by its label: "0" for null, the label for a labelled one, "S+n" for one in `staging`,
+// "?" for any other.
+std::string nameOf(const void* p, const Labels& labels, const Staging& staging) {
+  if (p == nullptr) return "0";
+  const auto it = labels.find(p);
+  if (it != labels.end()) return it->second;
+  const char* base = static_cast<const char*>(staging.base);
+  const char* q = static_cast<const char*>(p);
+  if (base == nullptr || q < base || q >= base + staging.bytes) return "?";
+  return q == base ? "S" : "S+" + std::to_string(q - base);
+}
+
+// The calls named in `calls` since event `since`, with their buffers: "call(send>recv,count)" (a
+// copy's count is its bytes), "call" for an event without any.
+std::string bufferTrace(int since, std::initializer_list<const char*> calls, const Labels& labels,
+                        const Staging& staging) {
+  std::string out;
+  for (int i = since, n = eventCount(); i < n; ++i) {
+    const std::string call = eventCall(i);
+    bool wanted = false;
+    for (const char* c : calls) wanted = wanted || call == c;
+    if (!wanted) continue;
+    const Buffers b = buffersOf(i);
+    out += (out.empty() ? "" : " ") + call;
+    if (b.send != nullptr || b.recv != nullptr || b.count != 0)
+      out += "(" + nameOf(b.send, labels, staging) + ">" + nameOf(b.recv, labels, staging) + "," +
+             std::to_string(b.count) + ")";
+  }
+  return out;
+}
+
+// The next `call` is refused for its scalars (a count whose byte size overflows, say), which every
+// rank shares: the call and yaliAlgoInfo both refuse it.
+void refuseForScalars(const char* call) {
+  failYaliNext(call, yaliInvalidArgument, "count overflows the byte size (refused for the test)");
+  failYaliNext("yaliAlgoInfo", yaliInvalidArgument, "yaliAlgoInfo: count overflows the byte size");
+}
+
+// fake_yali.cc's controls of a refused buffer and a captured stream, reset when it goes.
+struct RefusedBuffer {
+  explicit RefusedBuffer(const void* p) { yaliVariable<const void*>("fakeYaliRefusedBuffer") = p; }
+  ~RefusedBuffer() { yaliVariable<const void*>("fakeYaliRefusedBuffer") = nullptr; }
+};
+struct CapturedStream {
+  explicit CapturedStream(cudaStream_t s) { yaliVariable<cudaStream_t>("fakeCudaCapturedStream") = s; }
+  ~CapturedStream() { yaliVariable<cudaStream_t>("fakeCudaCapturedStream") = nullptr; }
+};
+
 }  // namespace
 
 // ---- Routing --------------------------------------------------------------------------------------------
@@ -357,13 +433,17 @@ TEST(yali_runs_what_it_covers_and_nccl_the_rest) {
   destroyAll(ranks);
 }
 
-TEST(a_call_yali_refuses_runs_on_nccl_instead) {
+// A call YALI refuses for its scalars runs on NCCL: yaliAlgoInfo, which checks the scalars only,
+// refuses it too, so the reason holds on every rank (NCCL's semantics give them the same count,
+// type, op and root) and every rank takes NCCL alike. Nothing is staged.
+TEST(a_refusal_for_the_calls_scalars_runs_on_nccl) {
   const std::vector<Rank> ranks = clique(2);
   const int since = eventCount();
-  failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: recvbuff is host memory");
+  refuseForScalars("yaliAllReduce");
   CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
-  const std::string t = trace(since, kCollectives, labelsOf(ranks));
-  CHECK_MSG(t == "yaliAllReduce(y0) ncclAllReduce(r0)", "%s", t.c_str());
+  const std::string t = trace(
+      since, {"yaliAllReduce", "yaliAlgoInfo", "ncclAllReduce", "cudaMalloc", "cudaMemcpyAsync"}, labelsOf(ranks));
+  CHECK_MSG(t == "yaliAllReduce(y0) yaliAlgoInfo(y0) ncclAllReduce(r0)", "%s", t.c_str());
   destroyAll(ranks);
 }
 
@@ -382,6 +462,165 @@ TEST(a_failure_is_returned_and_ncclGetLastError_names_whoever_failed_last) {
   failNcclNext("ncclAllReduce", ncclSystemError);
   CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, custom, c, nullptr) == ncclSystemError);
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "fake NCCL: ncclAllReduce failed"), "%s", SHIM(ncclGetLastError)(c));
+  destroyAll(ranks);
+}
+
+// ---- A refusal of this rank's buffers: staged, never NCCL -----------------------------------------------------
+
+// A call YALI refuses for this rank's buffers (yaliAlgoInfo takes its scalars) must not go to NCCL
+// on this rank alone, since its peers wait in YALI: it runs on YALI, on copies of its buffers in the
+// comm's staging scratch. The input this rank reads is copied in (cudaMemcpyAsync), YALI runs from
+// and into two disjoint regions of the scratch, the output this rank writes is copied back; as
+// many bytes as libyali's extentsOf says (AllReduce count/count, ReduceScatter n*count in, a
+// Broadcast non-root nothing in). The scratch is allocated once and reused.
+TEST(a_refusal_of_this_ranks_buffers_runs_yali_on_staged_copies_not_nccl) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[64], recv[64];
+  for (int i = 0; i < 8; ++i) send[i] = static_cast<float>(i + 1);
+  const RefusedBuffer refused(send);  // say rank 0's sendbuff is host memory
+  const std::initializer_list<const char*> calls = {"yaliAllReduce", "yaliReduceScatter", "yaliBroadcast",
+                                                    "yaliAlgoInfo",  "cudaMalloc",        "cudaMemcpyAsync",
+                                                    "ncclAllReduce", "ncclReduceScatter", "ncclBroadcast"};
+  int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  const void* scratch = buffersOf(since, "yaliAllReduce", 1).send;  // the staged call's input
+  REQUIRE(scratch != nullptr);
+  const Labels labels = {{send, "send"}, {recv, "recv"}};
+  const Staging staging{scratch, 256 + 16};  // 16 bytes in, at 0; 16 out, at the next 256
+  std::string t = bufferTrace(since, calls, labels, staging);
+  const char* want = "yaliAllReduce(send>recv,4) yaliAlgoInfo cudaMalloc cudaMemcpyAsync(send>S,16) "
+                     "yaliAllReduce(S>S+256,4) cudaMemcpyAsync(S+256>recv,16)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(static_cast<const float*>(scratch)[3], 4.0f);  // the copy in moved the data
+  // ReduceScatter reads nranks blocks: 2 * 4 floats in, 4 out; the scratch is large enough already.
+  since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  t = bufferTrace(since, calls, labels, staging);
+  want = "yaliReduceScatter(send>recv,4) yaliAlgoInfo cudaMemcpyAsync(send>S,32) yaliReduceScatter(S>S+256,4) "
+         "cudaMemcpyAsync(S+256>recv,16)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  destroyAll(ranks);
+}
+
+// A Broadcast's non-root reads nothing: no copy in, YALI gets a NULL input (as NCCL allows), and
+// its output comes back. (Rank 1's own scratch: each comm has one.)
+TEST(a_staged_broadcast_non_root_copies_its_output_only) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[16], recv[16];
+  const RefusedBuffer refused(recv);
+  const int since = eventCount();
+  CHECK(SHIM(ncclBroadcast)(send, recv, 4, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+  const void* scratch = buffersOf(since, "yaliBroadcast", 1).recv;
+  REQUIRE(scratch != nullptr);
+  const std::string t = bufferTrace(since, {"yaliBroadcast", "cudaMemcpyAsync", "ncclBroadcast"},
+                                    {{send, "send"}, {recv, "recv"}}, {scratch, 16});
+  const char* want = "yaliBroadcast(send>recv,4) yaliBroadcast(0>S,4) cudaMemcpyAsync(S>recv,16)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  destroyAll(ranks);
+}
+
+// Where staging cannot work, the call returns an error on this rank, never NCCL: its peers' YALI
+// calls then end with YALI's bounded timeout, where NCCL would leave both sides waiting. A capture
+// whose staging scratch would have to grow (nothing is allocated inside a capture): an error, and
+// nothing enqueued; once an eager call made the scratch, the same captured call is staged.
+TEST(a_staged_call_in_a_capture_without_its_scratch_is_an_error_not_nccl) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[16], recv[16];
+  int token = 0;
+  const cudaStream_t captured = reinterpret_cast<cudaStream_t>(&token);
+  const CapturedStream capture(captured);
+  const RefusedBuffer refused(send);
+  const std::initializer_list<const char*> calls = {"yaliAllReduce", "cudaMalloc", "cudaMemcpyAsync", "ncclAllReduce"};
+  const Labels labels = labelsOf(ranks);
+  int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, captured) == ncclInvalidArgument);
+  std::string t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0)", "%s", t.c_str());
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(ranks[0].comm), "captured"), "%s", SHIM(ncclGetLastError)(ranks[0].comm));
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, captured) == ncclSuccess);
+  t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0) cudaMemcpyAsync(?) yaliAllReduce(y0) cudaMemcpyAsync(?)", "%s", t.c_str());
+  destroyAll(ranks);
+}
+
+// The other places staging cannot work, each an error of this rank and never NCCL: inside a group
+// (YALI launches the group's calls at its end, after the copy back would run), a copy that fails,
+// and the staged YALI call failing.
+TEST(a_staged_call_that_cannot_run_is_an_error_not_nccl) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[16], recv[16];
+  const RefusedBuffer refused(send);
+  ncclComm_t c = ranks[0].comm;
+  const std::initializer_list<const char*> calls = {"yaliAllReduce", "ncclAllReduce"};
+  const Labels labels = labelsOf(ranks);
+  int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidArgument);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::string t = trace(since, {"yaliAllReduce", "ncclAllReduce", "cudaMemcpyAsync"}, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0)", "group: %s", t.c_str());
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "ncclGroupStart"), "%s", SHIM(ncclGetLastError)(c));
+
+  void*& failDst = yaliVariable<void*>("fakeCudaMemcpyFailDst");
+  failDst = recv;  // the copy back
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidArgument);
+  failDst = nullptr;
+  t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0) yaliAllReduce(y0)", "copy back: %s", t.c_str());
+  const void* scratch = buffersOf(since, "yaliAllReduce", 1).send;
+  failDst = const_cast<void*>(scratch);  // the copy in
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidArgument);
+  failDst = nullptr;
+  t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0)", "copy in: %s", t.c_str());
+
+  since = eventCount();
+  failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: sendbuff is host memory");  // the call
+  failYaliNext("yaliAllReduce", yaliRemoteError, "yaliAllReduce: a peer aborted");               // staged
+  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclRemoteError);
+  Labels withScratch = labels;
+  withScratch[scratch] = "S";
+  t = trace(since, {"yaliAllReduce", "ncclAllReduce", "cudaMemcpyAsync"}, withScratch);
+  // The copy in, then the failed call: no copy back.
+  CHECK_MSG(t == "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0)", "staged call: %s", t.c_str());
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "a peer aborted"), "%s", SHIM(ncclGetLastError)(c));
+  destroyAll(ranks);
+}
+
+// The staging scratch is the comm's, shared by its calls on every stream: a staged call on another
+// stream than the scratch's last user waits for it (an event, as the hierarchical scratch's users:
+// StreamOrder), so that its copy in cannot overwrite what the earlier call still reads. On one
+// stream no event.
+TEST(the_staging_scratch_is_ordered_across_streams) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[16], recv[16];
+  const RefusedBuffer refused(send);
+  int a = 0, b = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
+  const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
+  Labels labels = labelsOf(ranks);
+  labels[A] = "A";
+  labels[B] = "B";
+  labels[recv] = "recv";
+  const std::initializer_list<const char*> calls = {"yaliAllReduce", "cudaMemcpyAsync", "cudaEventRecord",
+                                                    "cudaStreamWaitEvent"};
+  auto allReduce = [&](cudaStream_t s, const char* want) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, s) == ncclSuccess);
+    labels[buffersOf(since, "yaliAllReduce", 1).send] = "S";
+    const std::string t = trace(since, calls, labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  allReduce(A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
+  allReduce(A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
+  allReduce(B, "yaliAllReduce(y0) cudaEventRecord(A) cudaStreamWaitEvent(B) cudaMemcpyAsync(S) yaliAllReduce(y0) "
+               "cudaMemcpyAsync(recv) cudaEventRecord(B)");
+  allReduce(A, "yaliAllReduce(y0) cudaStreamWaitEvent(A) cudaMemcpyAsync(S) yaliAllReduce(y0) "
+               "cudaMemcpyAsync(recv) cudaEventRecord(A)");
   destroyAll(ranks);
 }
 
@@ -625,9 +864,10 @@ TEST(a_mixed_group_sends_each_call_to_its_library) {
     CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, custom, r.comm, nullptr) == ncclSuccess);
     CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, r.comm, nullptr) == ncclSuccess);
   }
-  // A call YALI refuses inside the group (on every rank alike) joins NCCL's part of the group.
-  failYaliNext("yaliBroadcast", yaliInvalidArgument, "yaliBroadcast: refused");
-  failYaliNext("yaliBroadcast", yaliInvalidArgument, "yaliBroadcast: refused");
+  // A call YALI refuses inside the group for its scalars (on every rank alike) joins NCCL's part of
+  // the group.
+  refuseForScalars("yaliBroadcast");
+  refuseForScalars("yaliBroadcast");
   for (const Rank& r : ranks)
     CHECK(SHIM(ncclBroadcast)(nullptr, nullptr, 0, ncclFloat32, 0, r.comm, nullptr) == ncclSuccess);
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
@@ -732,8 +972,8 @@ TEST(hierarchical_steps_and_a_failing_leg) {
   failYaliNext("yaliAllGather", yaliTimeout, "yaliAllGather: a node peer never arrived");
   allReduce(ncclRemoteError, "yaliReduceScatter(h0) ncclAllReduce(x0) ncclAllReduce(x0) yaliAllGather(h0)");
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "a node peer never arrived"), "%s", SHIM(ncclGetLastError)(c));
-  // YALI refuses the first step: the call runs flat on NCCL.
-  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  // YALI refuses the first step for its scalars: the call runs flat on NCCL.
+  refuseForScalars("yaliReduceScatter");
   allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(r0)");
 
   // ReduceScatter needs scratch; when it cannot be had, an error (this rank alone may lack memory,
@@ -968,20 +1208,20 @@ TEST(a_yali_failure_reaches_the_other_nodes_through_the_cross_status) {
   destroyAll(h.ranks);
 }
 
-// A YALI refusal (yaliInvalidArgument) runs the call flat on NCCL: no status exchange, and it is not
-// a failure (the next call says 0).
-TEST(a_refusal_runs_flat_without_the_status_exchange) {
+// A YALI refusal (yaliInvalidArgument) for the call's scalars runs the call flat on NCCL: no status
+// exchange, and it is not a failure (the next call says 0).
+TEST(a_refusal_for_the_calls_scalars_runs_flat_without_the_status_exchange) {
   const Hierarchical h = hierarchical();
   REQUIRE(h.status[0] != nullptr);
   ncclComm_t c = h.ranks[0].comm;
   Labels labels = h.labels;
   labels[h.ranks[0].real] = "r0";
-  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  refuseForScalars("yaliReduceScatter");
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   std::string t = crossTrace(since, labels);
   CHECK_MSG(t == "yaliReduceScatter(h0) ncclAllReduce(r0)", "%s", t.c_str());
-  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused");
+  refuseForScalars("yaliReduceScatter");
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   t = crossTrace(since, labels);
@@ -989,6 +1229,82 @@ TEST(a_refusal_runs_flat_without_the_status_exchange) {
   *h.status[0] = -1;
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_EQ(*h.status[0], 0);
+  destroyAll(h.ranks);
+}
+
+// A hierarchical AllReduce whose first YALI step refuses this rank's buffers is staged, not sent
+// flat: flat NCCL on this rank alone would leave its node peers waiting in YALI and its cross peers
+// in the cross step. Every step runs on the copies (YALI's ReduceScatter, the cross step with the
+// status, YALI's AllGather, the flat tail of count % L elements) between the copy in and the copy
+// back. 5 elements on nodes of 2: shards of 2, a tail of 1.
+TEST(a_hierarchical_allreduce_refusing_this_ranks_buffers_is_staged_not_flat) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  static float send[16], recv[16];
+  const RefusedBuffer refused(send);
+  const int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
+  const void* scratch = buffersOf(since, "yaliReduceScatter", 1).send;
+  REQUIRE(scratch != nullptr);
+  const Labels labels = {{send, "send"}, {recv, "recv"}, {h.status[0], "s0"}, {h.host[0], "w0"}};
+  const std::string t = bufferTrace(
+      since, {"yaliReduceScatter", "yaliAllGather", "yaliAlgoInfo", "cudaMemcpyAsync", "ncclAllReduce"}, labels,
+      {scratch, 256 + 20});
+  const char* want = "yaliReduceScatter(send>recv,2) yaliAlgoInfo cudaMemcpyAsync(send>S,20) "
+                     "yaliReduceScatter(S>S+256,2) cudaMemcpyAsync(?>s0,4) ncclAllReduce(S+256>S+256,2) "
+                     "ncclAllReduce(s0>s0,1) cudaMemcpyAsync(s0>w0,4) yaliAllGather(S+256>S+256,2) "
+                     "ncclAllReduce(S+16>S+272,1) cudaMemcpyAsync(S+256>recv,20)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[0], 0);  // not a failure
+  destroyAll(h.ranks);
+}
+
+// A staged hierarchical AllReduce that cannot be staged (in a capture, with no staging scratch
+// yet) is this rank's error, and, as a YALI step failing at the call, still sends the call's NCCL
+// steps (the cross step with status 1, the flat tail) on the program's buffers: its peers on other
+// nodes wait for them in NCCL, which has no timeout. No YALI step runs.
+TEST(a_hierarchical_allreduce_that_cannot_be_staged_still_sends_its_nccl_steps) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
+  Labels labels = h.labels;
+  labels[h.ranks[0].real] = "r0";
+  static float send[16], recv[16];
+  const RefusedBuffer refused(send);
+  int token = 0;
+  const cudaStream_t captured = reinterpret_cast<cudaStream_t>(&token);
+  const CapturedStream capture(captured);
+  *h.status[0] = -1;
+  const int since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, h.ranks[0].comm, captured) == ncclInvalidArgument);
+  const std::string t = crossTrace(since, labels);
+  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[0], 1);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[0].comm), "captured"), "%s",
+            SHIM(ncclGetLastError)(h.ranks[0].comm));
+  destroyAll(h.ranks);
+}
+
+// ReduceScatter's and AllGather's YALI steps read only libyali-nccl's scratch: a refusal that is
+// not for the call's scalars cannot be staged away, and must not go flat on this rank alone. It is
+// this rank's error; ReduceScatter still sends its cross step, with status 1.
+TEST(a_hierarchical_refusal_of_the_scratch_is_an_error_not_flat) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[1] != nullptr);
+  Labels labels = h.labels;
+  labels[h.ranks[1].real] = "r1";
+  static float send[256], recv[256];
+  failYaliNext("yaliReduceScatter", yaliInvalidArgument, "yaliReduceScatter: refused for the test");
+  *h.status[1] = -1;
+  const int since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
+        ncclInvalidArgument);
+  const std::string t = crossTrace(since, labels);
+  const char* want = "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
+                     "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(*h.status[1], 1);
   destroyAll(h.ranks);
 }
 
@@ -1068,7 +1384,7 @@ TEST(ncclGetLastError_on_a_hierarchical_comm_asks_its_node_yali_comm) {
     ncclResult_t async = ncclSuccess;
     CHECK(SHIM(ncclCommGetAsyncError)(failed.comm, &async) == ncclSuccess);
     CHECK_EQ(async, ncclRemoteError);
-    failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: refused for the test");
+    refuseForScalars("yaliAllReduce");
     CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, flat[1].comm, nullptr) == ncclSuccess);
     return std::string(SHIM(ncclGetLastError)(failed.comm));
   };
