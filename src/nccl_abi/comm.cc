@@ -635,7 +635,7 @@ ncclResult_t endYaliComm(const Comm* c, yaliComm_t y, bool abort) {
 }
 
 // Frees s's buffers and its event (nothing of the comm runs any more; cudaFree waits for the
-// device). s can be used again afterwards.
+// device).
 void releaseScratch(Comm* c, Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
@@ -649,6 +649,34 @@ void releaseScratch(Comm* c, Scratch* s) {
   s->buffer = nullptr;
   s->bytes = 0;
   s->event = nullptr;
+}
+
+// The comm's device memory: the staging scratch, and a hierarchy's scratch and cross-node status
+// words. Freed by freeComm alone, the last step of ncclCommDestroy: by then NCCL's destroy of
+// every comm that touched them has returned (the real comm, whose flat tail of a staged
+// hierarchical AllReduce uses the staging scratch, and the splits), YALI's comm is destroyed (its
+// calls waited for) or aborted (its launches touch nothing), and what is left, our copies queued
+// on the program's streams, cudaFree and cudaFreeHost wait for before they release anything.
+//
+// Never at an abort (ncclCommAbort, Revoke, Shrink with NCCL_SHRINK_ABORT), although a program that
+// aborts a comm (torch's watchdog) usually never destroys it, so that an aborted comm keeps them,
+// as it keeps the Comm, until a destroy of its handle (accepted after an abort):
+//  - cudaFree and cudaFreeHost wait for the work queued on the device, and an abort must wait for
+//    no kernel: a watchdog that aborts its comms one by one would hang on a kernel of a comm it has
+//    not aborted yet, stuck on a dead peer;
+//  - our copies into the status words and the scratches (cudaMemcpyAsync on the program's streams,
+//    also recorded in captured graphs) obey no abort flag: queued behind a stuck kernel, they run
+//    after the abort returned, and would write freed memory, perhaps another allocation's by then;
+//  - a thread racing with the abort (a call in flight, ncclCommGetAsyncError reading the host
+//    word) may still be using them, which is why the Comm is kept too.
+void releaseMemory(Comm* c) {
+  releaseScratch(c, &c->staging);
+  Hierarchy* h = c->hier;
+  if (h == nullptr) return;
+  releaseScratch(c, &h->scratch);
+  DeviceGuard restore;
+  freeCrossStatus(c->device, &h->statusDevice, &h->statusHost);
+  h->yaliFailure = nullptr;
 }
 
 }  // namespace
@@ -694,15 +722,7 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
     }
   }
   if (result != ncclSuccess) noteFailure(failed);
-  // After an abort, or a split NCCL failed to destroy, kernels may still hold the scratch (and
-  // cudaFree would wait for them): kept.
-  if (abort || finalizeOnly || result != ncclSuccess) return result;
-  releaseScratch(c, &h->scratch);  // NCCL's and YALI's destroys waited for their calls
-  // The cross status goes too: ncclCommGetAsyncError finds null from here on.
-  DeviceGuard restore;
-  freeCrossStatus(c->device, &h->statusDevice, &h->statusHost);
-  h->yaliFailure = nullptr;
-  return result;
+  return result;  // the scratch and the status words stay until freeComm (releaseMemory)
 }
 
 void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* err) {
@@ -809,7 +829,7 @@ void freeComm(Comm* c) {
     delete reg;
   }
   c->registrations.clear();
-  releaseScratch(c, &c->staging);
+  releaseMemory(c);
   delete c->hier;  // ended by endHierarchy
   c->hier = nullptr;
   c->magic = 0;

@@ -53,7 +53,8 @@ struct Hierarchy {
   // The cross-node status (intercept.cc, crossStep; ARCHITECTURE.md, "Errors"): AllReduce and
   // ReduceScatter send, beside their NCCL step, whether this node's YALI steps failed, and learn
   // whether any node's did. Made at the set-up (before the agreement, so that every rank has them
-  // or no rank has a hierarchy), freed by a destroy as the scratch is.
+  // or no rank has a hierarchy), freed with the scratch by freeComm, never by an abort (comm.cc,
+  // releaseMemory, says why).
   const int* yaliFailure = nullptr;  // yaliCommGetFailureFlag(yali): device-readable, sticky nonzero
   int32_t* statusDevice = nullptr;   // cudaMalloc'd word: this rank's status, reduced (max) in place
                                      // on crossComm; NCCL's buffer, so device memory
@@ -168,8 +169,8 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 // failure is only logged (ncclSuccess): nothing is left to do about it.
 ncclResult_t endYali(Comm* c, bool abort, const char* why);
 // Ends the hierarchical side: YALI's node comm (abort or destroy, as endYali), then the cross and
-// node NCCL comms (ncclCommAbort, or ncclCommDestroy / ncclCommFinalize), and frees the scratch
-// unless `finalizeOnly`. The comm is flat NCCL afterwards (hier stays for async errors until freed).
+// node NCCL comms (ncclCommAbort, or ncclCommDestroy / ncclCommFinalize). The comm is flat NCCL
+// afterwards (hier stays for async errors, with its scratch and status words, until freeComm).
 // Returns the first failure of a destroy or finalize (as endYali for YALI's; NCCL's for a split's,
 // which is kept, to be aborted with the comm); ncclSuccess for an abort.
 ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
@@ -190,8 +191,9 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
                            unsigned long long context);
 ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context);
 
-// ncclCommDestroy's last step: frees the Comm, its registrations and its staging scratch (NCCL's
-// comm is gone, and YALI's: nothing uses the scratch any more).
+// ncclCommDestroy's last step, once NCCL's comm and YALI's are gone: frees the Comm, its
+// registrations and its device memory (both scratches, the status words; never an abort's to free:
+// comm.cc, releaseMemory).
 void freeComm(Comm* c);
 
 // ---- Logging ----------------------------------------------------------------------------------------

@@ -627,7 +627,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   ncclComm_t real = c->real;
   // Abort is the call another thread makes while one is stuck in this comm (a watchdog): the Comm
   // is kept, not freed, so that a call racing with it reads our memory, and a later call with the
-  // handle reaches NCCL with a NULL comm and gets its error. A few dozen bytes per aborted comm.
+  // handle reaches NCCL with a NULL comm and gets its error. A few dozen bytes per aborted comm, and
+  // its scratch buffers and status words, which an abort cannot free safely (comm.cc,
+  // releaseMemory); a destroy of the handle frees them all.
   c->real = nullptr;
   return callReal<Api::ncclCommAbort>(real);
 }

@@ -357,27 +357,29 @@ FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
   return cudaSuccess;
 }
 
+// Allocations and frees are noted with their memory (fakeEventBuffers: an allocation's as recv,
+// with its bytes; a free's as send), so that a test can match each free with its allocation.
 FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
-  fakeRecord("cudaMalloc", nullptr);
+  *p = fakeCudaMallocResult == cudaSuccess ? calloc(1, bytes) : nullptr;
+  fakeRecordBuffers("cudaMalloc", nullptr, nullptr, *p, bytes);
   if (fakeCudaMallocResult != cudaSuccess) return fakeCudaMallocResult;
-  *p = calloc(1, bytes);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 FAKE_EXPORT cudaError_t cudaFree(void* p) {
-  fakeRecord("cudaFree", nullptr);
+  fakeRecordBuffers("cudaFree", nullptr, p, nullptr, 0);
   free(p);
   return cudaSuccess;
 }
 
 FAKE_EXPORT cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
-  fakeRecord("cudaHostAlloc", nullptr);
   *p = calloc(1, bytes);
+  fakeRecordBuffers("cudaHostAlloc", nullptr, nullptr, *p, bytes);
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
 FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
-  fakeRecord("cudaFreeHost", nullptr);
+  fakeRecordBuffers("cudaFreeHost", nullptr, p, nullptr, 0);
   free(p);
   return cudaSuccess;
 }

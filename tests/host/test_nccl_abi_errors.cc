@@ -25,6 +25,7 @@
 
 #include <initializer_list>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -488,7 +489,7 @@ TEST(a_refusal_of_this_ranks_buffers_runs_yali_on_staged_copies_not_nccl) {
   const Labels labels = {{send, "send"}, {recv, "recv"}};
   const Staging staging{scratch, 256 + 16};  // 16 bytes in, at 0; 16 out, at the next 256
   std::string t = bufferTrace(since, calls, labels, staging);
-  const char* want = "yaliAllReduce(send>recv,4) yaliAlgoInfo cudaMalloc cudaMemcpyAsync(send>S,16) "
+  const char* want = "yaliAllReduce(send>recv,4) yaliAlgoInfo cudaMalloc(0>S,272) cudaMemcpyAsync(send>S,16) "
                      "yaliAllReduce(S>S+256,4) cudaMemcpyAsync(S+256>recv,16)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK_EQ(static_cast<const float*>(scratch)[3], 4.0f);  // the copy in moved the data
@@ -1424,6 +1425,62 @@ TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
   check("destroy", [&] { return SHIM(ncclCommDestroy)(h.ranks[3].comm); },
         "yaliCommDestroy(h3) ncclCommDestroy(x3) ncclCommDestroy(n3) ncclCommDestroy(r3)");
   CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+// A comm's device memory (the hierarchical scratch, the staging scratch, the cross-node status
+// words) is kept by an abort: cudaFree would wait for the device, which an abort must not, and our
+// copies into it, queued on the program's streams, obey no abort flag (comm.cc, releaseMemory). A
+// destroy of the handle, after an abort or not, frees every piece once, and only after every
+// library's comm is gone (NCCL's real comm last, whose flat tail of a staged AllReduce reads the
+// staging scratch).
+TEST(a_comms_memory_is_kept_by_an_abort_and_freed_last_by_its_destroy) {
+  const Hierarchical h = hierarchical();
+  static float send[256], recv[256];
+  auto memoryOf = [&](int rank, std::set<const void*>* device) {
+    // The hierarchical scratch (a ReduceScatter) and the staging scratch (an AllReduce refusing its
+    // sendbuff), beside the status words made at the set-up.
+    const int since = eventCount();
+    REQUIRE(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[rank].comm, nullptr) == ncclSuccess);
+    const RefusedBuffer refused(send);
+    REQUIRE(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[rank].comm, nullptr) == ncclSuccess);
+    device->insert(h.status[rank]);
+    for (int i = since, n = eventCount(); i < n; ++i)
+      if (eventCall(i) == "cudaMalloc") device->insert(buffersOf(i).recv);
+    REQUIRE(device->size() == 3);
+  };
+  // What a destroy since `since` freed: each piece once, and nothing before NCCL's destroy of the
+  // real comm (the last ncclCommDestroy).
+  auto freedLast = [&](int since, const std::set<const void*>& device, const void* host) {
+    std::multiset<const void*> freed, freedHost;
+    int lastDestroy = -1, firstFree = eventCount();
+    for (int i = since, n = eventCount(); i < n; ++i) {
+      const std::string call = eventCall(i);
+      if (call == "ncclCommDestroy") lastDestroy = i;
+      if (call == "cudaFree") freed.insert(buffersOf(i).send);
+      if (call == "cudaFreeHost") freedHost.insert(buffersOf(i).send);
+      if ((call == "cudaFree" || call == "cudaFreeHost") && i < firstFree) firstFree = i;
+    }
+    CHECK(freed == std::multiset<const void*>(device.begin(), device.end()));
+    CHECK(freedHost == std::multiset<const void*>({host}));
+    CHECK_MSG(lastDestroy >= 0 && firstFree > lastDestroy, "a free (event %d) before NCCL's destroy (event %d)",
+              firstFree, lastDestroy);
+  };
+  std::set<const void*> aborted;
+  memoryOf(0, &aborted);
+  int since = eventCount();
+  CHECK(SHIM(ncclCommAbort)(h.ranks[0].comm) == ncclSuccess);
+  const std::string t = trace(since, {"cudaFree", "cudaFreeHost"}, {});
+  CHECK_MSG(t.empty(), "the abort freed: %s", t.c_str());
+  since = eventCount();
+  CHECK(SHIM(ncclCommDestroy)(h.ranks[0].comm) == ncclSuccess);
+  freedLast(since, aborted, h.host[0]);
+
+  std::set<const void*> destroyed;
+  memoryOf(3, &destroyed);
+  since = eventCount();
+  CHECK(SHIM(ncclCommDestroy)(h.ranks[3].comm) == ncclSuccess);
+  freedLast(since, destroyed, h.host[3]);
+  for (int r : {1, 2}) CHECK(SHIM(ncclCommDestroy)(h.ranks[r].comm) == ncclSuccess);
 }
 
 int main(int argc, char** argv) {
