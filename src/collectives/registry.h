@@ -88,8 +88,8 @@ enum class Bound : int {
 // The regions of the window (device_state.h: WindowLayout) that an algorithm's launches read or
 // write, in our window or in a peer's, kernels and host side (core/enqueue.cc, copy_engine/)
 // together. The window lays out only the regions that some algorithm the comm may choose needs
-// (core/comm.cc: computeLayout); the others keep their offset and get no bytes, and enqueue refuses
-// to launch an algorithm whose regions are not all laid out. The header (remoteFailure, the
+// (core/window_layout.h: computeLayout); the others keep their offset and get no bytes, and
+// enqueue refuses to launch an algorithm whose regions are not all laid out. The header (remoteFailure, the
 // rebase's words) is no region: every window has it.
 enum Region : uint32_t {
   kRegionCeFlags = 1u << 0,      // the copy-engine handshake words

@@ -151,7 +151,7 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
 // sets up the selector. Waits only for its own stream: never for other work on the device.
 yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   // The layout before the selector (whose limits come from it), from the settings alone: the
-  // same on every rank (comm.h: computeLayout), which the settings digest below enforces.
+  // same on every rank (core/window_layout.h: computeLayout), which the settings digest below enforces.
   comm->windowRegions = laidOutRegions(windowRegionsFor(comm->settings, comm->nranks));
   comm->layout = computeLayout(comm->nranks, comm->settings, comm->windowRegions);
   std::shared_ptr<DeviceResources> res = makeDeviceResources();

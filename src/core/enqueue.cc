@@ -116,6 +116,17 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   if (capture == cudaStreamCaptureStatusInvalidated)
     return fail(yaliInvalidUsage, comm, "%s: stream=%p is in an invalidated stream capture", plan.call,
                 static_cast<void*>(plan.stream));
+  // Last guards, before anything of the call is recorded (a graph's hold, captured registrations).
+  // The selector's choice must fit the window (a violation would overwrite memory).
+  std::string why;
+  if (!choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
+    return fail(yaliInternalError, comm, "%s: the selector chose %s for %zu bytes, which does not fit: %s",
+                plan.call, algoName(plan.choice.algo), plan.bytes, why.c_str());
+  // And the window must hold every region it touches (core/window_layout.h: computeLayout lays out
+  // only what the comm's settings may choose): a missing region would be a write into the next one.
+  if (!regionsLaidOut(plan.choice.algo, comm->windowRegions, &why))
+    return fail(yaliInternalError, comm, "%s: the selector chose %s: %s", plan.call, algoName(plan.choice.algo),
+                why.c_str());
   const bool captured = capture == cudaStreamCaptureStatusActive;
   if (captured) {
     yaliResult_t r = holdForGraph(comm, captureId, graph, plan.call);
@@ -123,16 +134,6 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     for (Registration* reg : plan.registrations)
       if (reg != nullptr) reg->captured = true;
   }
-  // Last guard: the selector's choice must fit the window (a violation would overwrite memory).
-  std::string why;
-  if (!choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
-    return fail(yaliInternalError, comm, "%s: the selector chose %s for %zu bytes, which does not fit: %s",
-                plan.call, algoName(plan.choice.algo), plan.bytes, why.c_str());
-  // And the window must hold every region it touches (comm.h: computeLayout lays out only what the
-  // comm's settings may choose): a missing region would be a write into the next one.
-  if (!regionsLaidOut(plan.choice.algo, comm->windowRegions, &why))
-    return fail(yaliInternalError, comm, "%s: the selector chose %s: %s", plan.call, algoName(plan.choice.algo),
-                why.c_str());
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
   if (ordered != yaliSuccess) return ordered;

@@ -86,7 +86,7 @@ bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits,
 // compute capability (the tuning file's line for it), which may differ between ranks.
 uint32_t choosableAlgos(const Settings& settings, int nranks);
 // The window regions (registry.h: Region) that those algorithms need, kAlwaysRegions included:
-// what core/comm.cc's computeLayout lays out.
+// what core/window_layout.h's computeLayout lays out.
 uint32_t windowRegionsFor(const Settings& settings, int nranks);
 // Whether the window laid out `laidOut` (Region bits) holds every region of `a`; else false with
 // a message naming the algorithm and the missing regions in *why (when not null). The launch path
