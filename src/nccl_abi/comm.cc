@@ -51,18 +51,18 @@ struct GroupState {
 };
 thread_local GroupState tlsGroup;
 
-// The current device, restored when the set-up, which moves between devices, ends.
-class DeviceGuard {
- public:
-  DeviceGuard() { ok_ = lib().cudaGetDevice(&device_) == cudaSuccess; }
-  ~DeviceGuard() {
-    if (ok_) lib().cudaSetDevice(device_);
-  }
+}  // namespace
 
- private:
-  int device_ = 0;
-  bool ok_ = false;
-};
+DeviceGuard::DeviceGuard(int device) {
+  ok_ = lib().cudaGetDevice(&device_) == cudaSuccess;
+  if (device >= 0 && (!ok_ || device != device_)) lib().cudaSetDevice(device);
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (ok_) lib().cudaSetDevice(device_);
+}
+
+namespace {
 
 // fn(i) for every i: in this thread for one, else one thread each. For YALI calls that are
 // collective and block until every rank has made them (yaliCommInitRank, yaliCommRegister), when

@@ -69,6 +69,21 @@ struct Hierarchy {
   std::atomic<bool> yaliFailedAtCall{false};
 };
 
+// The current device, restored at the end of the scope; `device` >= 0 makes it current meanwhile.
+// The set-up moves between devices; a call's own copies and events must be issued on the comm's
+// device (stream 0 is the current device's legacy stream, and one thread may drive several GPUs).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device = -1);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int device_ = 0;
+  bool ok_ = false;
+};
+
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
 // ncclCommSplit and ncclCommShrink return points at one of these.
 struct Comm {

@@ -97,21 +97,25 @@ ncclResult_t stagingCopy(const Call& call, void* dst, const void* src, size_t by
   const cudaError_t err = lib().cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, call.stream);
   if (err == cudaSuccess) return ncclSuccess;
   return shimFail(ncclInvalidArgument,
-                  "%s: YALI refused this rank's buffers, and copying %s failed (%zu bytes, %p to %p): %s",
-                  call.function, what, bytes, dst, src, lib().cudaGetErrorString(err));
+                  "%s: YALI refused this rank's buffers, and copying %s failed (%zu bytes, from %p to %p): %s",
+                  call.function, what, bytes, src, dst, lib().cudaGetErrorString(err));
 }
 
-// The staging scratch for layout l, or null after an error: it grows only outside a capture.
+// The staging scratch for layout l, or null with *r set: it grows only outside a capture. In a
+// capture that would need it to grow, *r is kRunFlat where the caller may run the call on NCCL
+// (`flatFallback`), else an error.
 char* stagingScratch(Comm* c, const Call& call, const StagingLayout& l, unsigned long long context,
-                     const std::string& why, ncclResult_t* r) {
+                     const std::string& why, bool flatFallback, ncclResult_t* r) {
   cudaError_t err = cudaSuccess;
   char* scratch = static_cast<char*>(scratchOf(c, &c->staging, l.totalBytes, context == 0, &err));
   if (scratch != nullptr || l.totalBytes == 0) return scratch;  // 0: nothing to copy (count 0)
-  if (err == cudaErrorStreamCaptureUnsupported)
+  if (err == cudaErrorStreamCaptureUnsupported && flatFallback)
+    *r = kRunFlat;
+  else if (err == cudaErrorStreamCaptureUnsupported)
     *r = shimFail(ncclInvalidArgument,
                   "%s: YALI refused this rank's buffers (%s), and staging them needs %zu bytes of scratch, which "
-                  "cannot be allocated while the stream is being captured: pass buffers YALI takes, or make the "
-                  "same call once outside the capture first",
+                  "cannot be allocated during a stream capture: pass buffers YALI takes, or make the same call "
+                  "once outside the capture first",
                   call.function, why.c_str(), l.totalBytes);
   else
     *r = shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of staging scratch failed: %s", call.function,
@@ -123,14 +127,21 @@ char* stagingScratch(Comm* c, const Call& call, const StagingLayout& l, unsigned
 // of them in the comm's staging scratch (routing.h, stagingLayout), so that this rank meets its
 // peers in YALI: the input this rank reads is copied in, `run(send, recv)` calls YALI (or the
 // hierarchical steps) on the copies, and the output this rank writes is copied back, all on the
-// call's stream, after the scratch's last user on another stream (Scratch, StreamOrder). Where
-// staging cannot work it returns an error, never NCCL, and the peers' YALI calls end with YALI's
-// bounded timeout: in a group (YALI launches its part at the group's end, after the copy back would
-// run), in a capture whose scratch would have to grow, when a copy fails. *ran: run was called (false:
-// nothing of YALI's was enqueued).
+// call's stream, after the scratch's last user on another stream (Scratch, StreamOrder), with the
+// comm's device current (stream 0 is that device's legacy stream). Where staging cannot work:
+//  - in a group (YALI launches its part at the group's end, after the copy back would run) and in a
+//    capture whose scratch would have to grow, it returns kRunFlat when `flatFallback` (the flat
+//    path): the call runs on NCCL, as every refusal did before staging existed. That is right when
+//    every rank refuses alike (an in-place AlltoAll, host buffers everywhere) and leaves the ranks
+//    apart when one rank alone does (NCCL_ABI.md, "What runs where"); an error there would fail the
+//    first case for sure. The hierarchical path passes false: its other ranks run hierarchical.
+//  - otherwise (a copy that fails, the staged call failing) an error, never NCCL; the peers' YALI
+//    calls end with YALI's bounded timeout.
+// *ran: run was called (false: nothing of YALI's was enqueued).
 template <typename Run>
-ncclResult_t stage(Comm* c, const Call& call, const std::string& why, Run run, bool* ran) {
+ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatFallback, Run run, bool* ran) {
   *ran = false;
+  if (inGroup() && flatFallback) return kRunFlat;
   if (inGroup())
     return shimFail(ncclInvalidArgument,
                     "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, where libyali-nccl cannot "
@@ -138,9 +149,10 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, Run run, b
                     call.function, why.c_str());
   const StagingLayout l =
       stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
+  DeviceGuard onCommDevice(c->device);
   unsigned long long context = 0;
   ncclResult_t r = scratchContext(call.function, call.stream, &context);
-  char* scratch = r == ncclSuccess ? stagingScratch(c, call, l, context, why, &r) : nullptr;
+  char* scratch = r == ncclSuccess ? stagingScratch(c, call, l, context, why, flatFallback, &r) : nullptr;
   if (r == ncclSuccess) r = scratchBefore(c, &c->staging, call.function, call.stream, context);
   if (r != ncclSuccess) return r;
   char* in = scratch;
@@ -205,7 +217,14 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
     const yaliResult_t staged = viaYali(y, send, recv);  // a refusal here too: this rank's error
     return staged == yaliSuccess ? ncclSuccess : yaliFailed(c, call.function, staged);
   };
-  return stage(c, call, why, runStaged, &ran);
+  const ncclResult_t result = stage(c, call, why, /*flatFallback=*/true, runStaged, &ran);
+  if (result != kRunFlat) return result;
+  if (debugEnabled())
+    logRoute(c, call.function, bytes, false,
+             ("YALI refused this rank's buffers (" + why +
+              ") where libyali-nccl cannot stage them (a group, or a capture before its scratch exists)")
+                 .c_str());
+  return viaNccl(c->real);
 }
 
 // ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
@@ -462,7 +481,8 @@ ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, Hi
   attempt->staged = true;
   bool ran = false;
   const ncclResult_t r = stage(
-      c, call, why, [&](const void* send, void* recv) { return steps(send, recv, scratch, attempt); }, &ran);
+      c, call, why, /*flatFallback=*/false,
+      [&](const void* send, void* recv) { return steps(send, recv, scratch, attempt); }, &ran);
   if (ran) return r;
   attempt->failed = r;
   return steps(call.send, call.recv, scratch, attempt);
@@ -477,6 +497,8 @@ ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
   const ncclResult_t planned = planHier(c, call, &hier, &scratch);
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
+  // The steps' own copies and events go to the comm's device (stream 0 is the current device's).
+  DeviceGuard onCommDevice(c->device);
   // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls on
   // every stream: each call is ordered after their last user. Without it, on two streams (FSDP2),
   // one call's copy of its local status into the status word could land between another's NCCL

@@ -9,7 +9,10 @@ plain device buffer: every rank must still run the same library and get NCCL's a
 NCCL while its peer waited in YALI: the peer timed out and the refusing rank hung (this script's
 outer `timeout` turns that into a failure).
 
-Prints one line per case and rank, "ok" or "WRONG", and exits 1 on any wrong or failed call.
+Prints one line per case and rank, "ok" or "WRONG", and exits 1 on any wrong or failed call. Passing
+values alone would not show that YALI ran (NCCL also gets them right): gpu_check.sh counts the
+shim's "[staged through libyali-nccl's scratch]" lines (YALI_NCCL_DEBUG=1), one per refusing rank
+and case expected, and its YALI lines for the peers.
 """
 
 import ctypes
@@ -44,14 +47,15 @@ def main():
     def values(r, count):  # small integers: every sum is exact in fp32
         return (torch.arange(count, dtype=torch.float32) % 97 + 1) * (r + 1)
 
-    def check(name, got, want):
+    def check(name, returned, got, want):
         nonlocal failures
         torch.cuda.synchronize()
         err = ctypes.c_int(0)
         nccl.ncclCommGetAsyncError(comm, ctypes.byref(err))
-        ok = err.value == 0 and torch.equal(got.cpu(), want)
+        ok = returned == 0 and err.value == 0 and torch.equal(got.cpu(), want)
         failures += 0 if ok else 1
-        print(f"[rank {rank}] {name}: {'ok' if ok else 'WRONG'} (async error {err.value})", flush=True)
+        print(f"[rank {rank}] {name}: {'ok' if ok else 'WRONG'} (returned {returned}, async error {err.value})",
+              flush=True)
 
     def host(t):  # pinned host memory: libyali refuses it (not device memory), NCCL takes it
         return t.pin_memory()
@@ -63,7 +67,7 @@ def main():
     recv = torch.full((count,), -1.0, pin_memory=True) if rank == 1 else torch.full((count,), -1.0, device="cuda")
     r = nccl.ncclAllReduce(ctypes.c_void_p(send.data_ptr()), ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count),
                            NCCL_FLOAT32, NCCL_SUM, comm, stream)
-    check(f"AllReduce, rank 1 on pinned host memory (returned {r})", recv,
+    check("AllReduce, rank 1 on pinned host memory", r, recv,
           sum(values(q, count) for q in range(n)))
 
     # 2. AllGather: rank 1's input overlaps its output but not in NCCL's in-place layout (it lies
@@ -78,7 +82,7 @@ def main():
         send_ptr = send.data_ptr()
     r = nccl.ncclAllGather(ctypes.c_void_p(send_ptr), ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count),
                            NCCL_FLOAT32, comm, stream)
-    check(f"AllGather, rank 1's input overlapping its output out of place (returned {r})", recv,
+    check("AllGather, rank 1's input overlapping its output out of place", r, recv,
           torch.cat([values(q, count) for q in range(n)]))
 
     # 3. Broadcast from rank 0, whose input is in pinned host memory; the others' outputs on the device.
@@ -87,7 +91,7 @@ def main():
     recv = torch.full((count,), -1.0, device="cuda")
     r = nccl.ncclBroadcast(ctypes.c_void_p(send.data_ptr() if send is not None else 0),
                            ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count), NCCL_FLOAT32, 0, comm, stream)
-    check(f"Broadcast, the root's input in pinned host memory (returned {r})", recv, values(7, count))
+    check("Broadcast, the root's input in pinned host memory", r, recv, values(7, count))
 
     torch.cuda.synchronize()
     nccl.ncclCommDestroy(comm)
