@@ -354,7 +354,7 @@ if has ncclabi; then
       -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
       /tmp/hostid_py.sh python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
-    note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (3 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
+    note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (8 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
   fi
 fi
 

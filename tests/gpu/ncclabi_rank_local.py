@@ -3,16 +3,17 @@
 Run under mpirun with libyali-nccl.so preloaded, every rank on GPU 0 with its own NCCL_HOSTID
 (scripts/gpu_check.sh, stage ncclabi). NCCL calls go through ctypes to the preloaded library, so
 buffers torch.distributed would refuse (pinned host memory, overlaps) reach it as a C program's
-would. In each case one rank passes a buffer libyali refuses for that rank alone and its peer a
-plain device buffer: every rank must still run the same library and get NCCL's answer, exactly
+would. In each case (one per collective: cases 1-3 ran on 2026-11-28, 4-8 were added after that
+session's device time was spent) one rank passes a buffer libyali refuses for that rank alone and
+its peers plain device buffers: every rank must still run the same library and get NCCL's answer, exactly
 (integer-valued floats). Before the rule that stages such buffers, the refusing rank ran the call on
 NCCL while its peer waited in YALI: the peer timed out and the refusing rank hung (this script's
 outer `timeout` turns that into a failure).
 
 Prints one line per case and rank, "ok" or "WRONG", and exits 1 on any wrong or failed call. Passing
 values alone would not show that YALI ran (NCCL also gets them right): gpu_check.sh counts the
-shim's "[staged through libyali-nccl's scratch]" lines (YALI_NCCL_DEBUG=1), one per refusing rank
-and case expected, and its YALI lines for the peers.
+shim's "[staged through libyali-nccl's scratch]" lines (YALI_NCCL_DEBUG=1), one per case (8) from its
+refusing rank, and the YALI lines of its peers.
 """
 
 import ctypes
@@ -92,6 +93,63 @@ def main():
     r = nccl.ncclBroadcast(ctypes.c_void_p(send.data_ptr() if send is not None else 0),
                            ctypes.c_void_p(recv.data_ptr()), ctypes.c_size_t(count), NCCL_FLOAT32, 0, comm, stream)
     check("Broadcast, the root's input in pinned host memory", r, recv, values(7, count))
+
+    def ptr(t):
+        return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
+
+    def on(refuses, t):  # this rank's buffer: pinned host memory where it is the one that refuses
+        return host(t) if refuses else t.cuda()
+
+    # 4. ReduceScatter: rank 1's output in pinned host memory.
+    rc = 3001
+    send = values(rank, n * rc).cuda()
+    recv = on(rank == 1, torch.full((rc,), -1.0))
+    r = nccl.ncclReduceScatter(ptr(send), ptr(recv), ctypes.c_size_t(rc), NCCL_FLOAT32, NCCL_SUM, comm, stream)
+    check("ReduceScatter, rank 1's output in pinned host memory", r, recv,
+          sum(values(q, n * rc) for q in range(n))[rank * rc:(rank + 1) * rc])
+
+    # 5. Reduce to root 1, whose input is in pinned host memory; the others pass no output.
+    count, root = 65539, 1
+    send = on(rank == root, values(rank, count))
+    recv = torch.full((count,), -1.0, device="cuda") if rank == root else None
+    r = nccl.ncclReduce(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, root, comm, stream)
+    if rank == root:
+        check("Reduce to root 1, the root's input in pinned host memory", r, recv,
+              sum(values(q, count) for q in range(n)))
+    else:
+        check("Reduce to root 1 (a non-root: its call returns)", r, torch.zeros(1), torch.zeros(1))
+
+    # 6. Gather to root 0, rank 1's input in pinned host memory.
+    count, root = 1025, 0
+    send = on(rank == 1, values(rank, count))
+    recv = torch.full((n * count,), -1.0, device="cuda") if rank == root else None
+    r = nccl.ncclGather(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, root, comm, stream)
+    if rank == root:
+        check("Gather to root 0, rank 1's input in pinned host memory", r, recv,
+              torch.cat([values(q, count) for q in range(n)]))
+    else:
+        check("Gather to root 0 (a non-root: its call returns)", r, torch.zeros(1), torch.zeros(1))
+
+    # 7. Scatter from root 1, whose input is in pinned host memory.
+    count, root = 2049, 1
+    data = values(5, n * count)
+    send = on(True, data) if rank == root else None
+    recv = torch.full((count,), -1.0, device="cuda")
+    r = nccl.ncclScatter(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, root, comm, stream)
+    check("Scatter from root 1, the root's input in pinned host memory", r, recv,
+          data[rank * count:(rank + 1) * count])
+
+    # 8. AlltoAll, rank 1 in place (AlltoAll has no in-place form in YALI), the others out of place.
+    count = 777
+    mine = torch.cat([values(rank * n + d, count) for d in range(n)])  # block d goes to rank d
+    if rank == 1:
+        recv = mine.cuda()
+        send = recv
+    else:
+        send = mine.cuda()
+        recv = torch.full((n * count,), -1.0, device="cuda")
+    r = nccl.ncclAlltoAll(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, comm, stream)
+    check("AlltoAll, rank 1 in place", r, recv, torch.cat([values(q * n + rank, count) for q in range(n)]))
 
     torch.cuda.synchronize()
     nccl.ncclCommDestroy(comm)
