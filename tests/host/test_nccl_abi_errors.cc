@@ -322,6 +322,14 @@ std::string crossTrace(int since, const Labels& labels) {
   return out;
 }
 
+// The hierarchical tests' check: what was enqueued since `since`, as crossTrace writes it, is `want`.
+#define CHECK_CROSS_TRACE(since, labels, want)                                             \
+  do {                                                                                     \
+    const std::string yt_trace_ = crossTrace(since, labels);                               \
+    const std::string yt_want_ = want;                                                     \
+    CHECK_MSG(yt_trace_ == yt_want_, "%s, expected %s", yt_trace_.c_str(), yt_want_.c_str()); \
+  } while (0)
+
 // The i-th event's buffers and count (fake_nccl.cc: a collective's, or a copy's source,
 // destination and bytes).
 struct Buffers {
@@ -1007,17 +1015,15 @@ TEST(hierarchical_steps_carry_the_cross_node_status) {
   ncclComm_t c = h.ranks[0].comm;
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  std::string t = crossTrace(since, h.labels);
-  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, h.labels,
+                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                    "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
   CHECK_EQ(*h.status[0], 0);  // YALI's flag: no failure
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  t = crossTrace(since, h.labels);
-  want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) "
-         "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, h.labels,
+                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) "
+                    "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0)");
   // AllGather runs NCCL first: no status.
   since = eventCount();
   CHECK(SHIM(ncclAllGather)(hostBuffer, hostBuffer, 1, ncclFloat32, c, nullptr) == ncclSuccess);
@@ -1042,8 +1048,7 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
     *h.status[0] = -1;
     const int since = eventCount();
     CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, count, ncclFloat32, ncclSum, c, nullptr) == expected);
-    const std::string t = crossTrace(since, labels);
-    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+    CHECK_CROSS_TRACE(since, labels, want);
   };
   // 5 elements on nodes of 2: shards of 2 and a flat tail of 1 (r0).
   failYaliNext("yaliReduceScatter", yaliInternalError, "yaliReduceScatter: broken for the test");
@@ -1065,10 +1070,8 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
   int since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
         ncclRemoteError);
-  std::string t = crossTrace(since, labels);
-  const char* want = "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
-                     "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
+                                   "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
   CHECK_EQ(*h.status[1], 1);
   destroyAll(h.ranks);
 }
@@ -1085,10 +1088,8 @@ TEST(a_yali_allgather_failing_at_the_call_still_sends_the_tail) {
   const int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
         ncclInternalError);
-  const std::string t = crossTrace(since, labels);
-  const char* want = "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
-         "ncclAllReduce(x3|s3,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
+                                   "ncclAllReduce(x3|s3,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)");
   CHECK_EQ(*h.status[3], 0);
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
         ncclSuccess);
@@ -1111,20 +1112,16 @@ TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  std::string t = crossTrace(since, labels);
-  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() yaliAllGather(h0) ncclAllReduce(r0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() yaliAllGather(h0) ncclAllReduce(r0)");
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "cross-node status"), "%s", SHIM(ncclGetLastError)(c));
   // The copy into the host word fails: the same.
   failDst = h.host[0];
   since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  t = crossTrace(since, labels);
-  want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-         "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)");
   // From then on this rank sends 1.
   *h.status[0] = -1;
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
@@ -1154,10 +1151,8 @@ TEST(a_failing_scratch_copy_still_sends_the_cross_step) {
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  const std::string t = crossTrace(since, labels);
-  const char* want = "cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) ncclAllReduce(x0|s0,1,int32,max) "
-                     "ncclGroupEnd() cudaMemcpyAsync(w0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) ncclAllReduce(x0|s0,1,int32,max) "
+                                   "ncclGroupEnd() cudaMemcpyAsync(w0)");
   CHECK_EQ(*h.status[0], 1);
   destroyAll(h.ranks);
 }
@@ -1219,13 +1214,11 @@ TEST(a_refusal_for_the_calls_scalars_runs_flat_without_the_status_exchange) {
   refuseForScalars("yaliReduceScatter");
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  std::string t = crossTrace(since, labels);
-  CHECK_MSG(t == "yaliReduceScatter(h0) ncclAllReduce(r0)", "%s", t.c_str());
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) ncclAllReduce(r0)");
   refuseForScalars("yaliReduceScatter");
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  t = crossTrace(since, labels);
-  CHECK_MSG(t == "yaliReduceScatter(h0) ncclReduceScatter(r0)", "%s", t.c_str());
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) ncclReduceScatter(r0)");
   *h.status[0] = -1;
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_EQ(*h.status[0], 0);
@@ -1276,10 +1269,8 @@ TEST(a_hierarchical_allreduce_that_cannot_be_staged_still_sends_its_nccl_steps) 
   *h.status[0] = -1;
   const int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, h.ranks[0].comm, captured) == ncclInvalidArgument);
-  const std::string t = crossTrace(since, labels);
-  const char* want = "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                     "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
   CHECK_EQ(*h.status[0], 1);
   CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[0].comm), "stream capture"), "%s",
             SHIM(ncclGetLastError)(h.ranks[0].comm));
@@ -1300,10 +1291,8 @@ TEST(a_hierarchical_refusal_of_the_scratch_is_an_error_not_flat) {
   const int since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
         ncclInvalidArgument);
-  const std::string t = crossTrace(since, labels);
-  const char* want = "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
-                     "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)";
-  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
+                                   "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
   CHECK_EQ(*h.status[1], 1);
   destroyAll(h.ranks);
 }
