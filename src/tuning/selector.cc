@@ -460,12 +460,16 @@ static int64_t thresholdOf(const Settings& s, const TuningEntry& e, int i) {
   return s.thresholds[i] == kThresholdTable ? e.thresholds[i] : s.thresholds[i];
 }
 
-bool Selector::mayChoose(Algo a) const {
-  const int i = static_cast<int>(a);
-  const AlgorithmDesc& row = algorithm(a);
-  if (settings_.forcedAlgo[static_cast<int>(row.collective)] == i) return true;
-  return row.bound == Bound::kFallback || thresholdOf(settings_, entry_, i) != kThresholdDisabled;
+// Whether row i may be chosen under `s` with the tuning entry `e`: YALI_ALGO forces it, it is its
+// collective's fallback, or its threshold is not 0. The one rule of mayChoose and choosableAlgos,
+// so that the window (laid out from the latter) holds whatever the former allows.
+static bool mayChooseUnder(const Settings& s, const TuningEntry& e, int i) {
+  const AlgorithmDesc& row = algorithm(static_cast<Algo>(i));
+  return s.forcedAlgo[static_cast<int>(row.collective)] == i || row.bound == Bound::kFallback ||
+         thresholdOf(s, e, i) != kThresholdDisabled;
 }
+
+bool Selector::mayChoose(Algo a) const { return mayChooseUnder(settings_, entry_, static_cast<int>(a)); }
 
 static_assert(kNumAlgos < 32, "choosableAlgos: one bit per algorithm");
 
@@ -476,13 +480,9 @@ uint32_t choosableAlgos(const Settings& settings, int nranks) {
   std::string err;
   if (!parseTuningText(settings.tuningText, &tables, &err)) return (1u << kNumAlgos) - 1;  // init refuses it
   uint32_t mask = 0;
-  for (int i = 0; i < kNumAlgos; ++i) {
-    const AlgorithmDesc& row = algorithm(static_cast<Algo>(i));
-    bool may = settings.forcedAlgo[static_cast<int>(row.collective)] == i || row.bound == Bound::kFallback;
+  for (int i = 0; i < kNumAlgos; ++i)
     for (const TuningEntry& e : tables)
-      may = may || (e.nranks == tables.front().nranks && thresholdOf(settings, e, i) != kThresholdDisabled);
-    if (may) mask |= 1u << i;
-  }
+      if (e.nranks == tables.front().nranks && mayChooseUnder(settings, e, i)) mask |= 1u << i;
   return mask;
 }
 
