@@ -640,8 +640,7 @@ void releaseScratch(Comm* c, Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
   if (!s->outgrown.empty() || s->event != nullptr) {
-    DeviceGuard restore;
-    lib().cudaSetDevice(c->device);
+    DeviceGuard restore(c->device);
     for (void* p : s->outgrown) lib().cudaFree(p);
     if (s->event != nullptr) lib().cudaEventDestroy(s->event);
   }
@@ -737,8 +736,7 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
   // outgrown buffers (kept, comm.h says why) add up to less than the last one.
   const size_t grown = std::max(bytes, 2 * s->bytes);
   void* p = nullptr;
-  DeviceGuard restore;
-  lib().cudaSetDevice(c->device);
+  DeviceGuard restore(c->device);
   *err = lib().cudaMalloc(&p, grown);
   if (*err != cudaSuccess) return nullptr;
   info(c->rank, "%s: %zu bytes", s->name, grown);
@@ -784,8 +782,7 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   // skipping its record left the wait below without a recorded event (no order, or a failed wait).
   if (b.record) {
     if (s->event == nullptr) {
-      DeviceGuard restore;
-      lib().cudaSetDevice(c->device);
+      DeviceGuard restore(c->device);
       const cudaError_t err = lib().cudaEventCreateWithFlags(&s->event, cudaEventDisableTiming);
       if (err != cudaSuccess) {
         s->event = nullptr;
