@@ -27,8 +27,6 @@ yaliComm::~yaliComm() {
 namespace yali {
 namespace {
 
-size_t alignUp(size_t v) { return (v + 255) / 256 * 256; }
-
 // What each rank tells the others at set-up. Process ids come from the bootstrap, which verified
 // them (Bootstrap::pids), not from here.
 struct PeerInfo {
