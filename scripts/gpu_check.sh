@@ -117,6 +117,9 @@ ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
 label_of() { echo "${1%%=*}"; }
 algo_of() { echo "${1#*=}"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
+# A settings list "VAR=v,VAR2=a,b" as words: a comma splits only before the next NAME=, so a value
+# may itself be a list (YALI_ALGO=broadcast_twoshot,reduce_twoshot).
+settings_words() { sed -E 's/,([A-Za-z_][A-Za-z0-9_]*=)/ \1/g' <<< "$1"; }
 summary=()
 # Logs are re-packed after every stage so that a run cut off by its time limit still returns them.
 note() { summary+=("$1"); echo "## $1"; tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs; }
@@ -707,7 +710,7 @@ if has variants; then
     for v in ${VARIANTS:-pull:YALI_ALGO=twoshot push:YALI_ALGO=twoshot_push}; do
       name=${v%%:*}; settings=${v#*:}
       vperf=$perf; [[ ",$settings," =~ ,PERF_BUILD=([^,]*), ]] && vperf=${BASH_REMATCH[1]}/bench/yali-perf
-      env ${settings//,/ } bash scripts/launch_ranks.sh "$n" "$vperf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} \
+      env $(settings_words "$settings") bash scripts/launch_ranks.sh "$n" "$vperf" -g 1 ${VARIANT_SIZES:--b 256K -e 1G -f 4} \
         -d float -n 20 -w 5 --inplace 0 --impl yali -J "$LOG/var_${name}_np$n.json" > "$LOG/var_${name}_np$n.txt" 2>&1
       note "variant $name ($settings) np$n: rc=$?"
     done
@@ -723,7 +726,7 @@ if has ncu; then
   for c in ${NCU_CASES:-push1G:1G:YALI_ALGO=twoshot_push push1M:1M:YALI_ALGO=twoshot_push}; do
     name=${c%%:*}; rest=${c#*:}; size=${rest%%:*}; settings=${rest#*:}
     export YALI_PERF_JOBID="ncu-$$-$name"
-    ( export ${settings//,/ } YALI_TIMEOUT_MS=20000
+    ( export $(settings_words "$settings") YALI_TIMEOUT_MS=20000
       RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 timeout 90 ncu --clock-control none \
         -k regex:'twoshotKernel|oneshotLLKernel' --launch-skip 4 --launch-count 1 --metrics "$metrics" \
         "$perf" -g 1 -b "$size" -e "$size" -d float -n 10 -w 3 -c 0 --impl yali > "$LOG/ncu_$name.txt" 2>&1 &

@@ -6,12 +6,12 @@ namespace yali {
 
 IpcImports::IpcImports(Ops ops) : ops_(std::move(ops)) {}
 
-std::shared_ptr<void> IpcImports::share(const Key& key, void* mapped) {
-  return std::shared_ptr<void>(mapped, [this, key](void*) { release(key); });
+std::shared_ptr<void> IpcImports::share(const Key& key, char* blockBase) {
+  return std::shared_ptr<void>(blockBase, [this, key](void*) { release(key); });
 }
 
-std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_t& handle, int64_t timeoutMs,
-                                         std::string* error) {
+std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_t& handle, uint64_t handleOffset,
+                                         int64_t timeoutMs, std::string* error) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
@@ -22,7 +22,7 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_
       // Idle: its close is posted but has not started; the job will find the entry live and leave it.
       e.state = State::kLive;
       ++e.refs;
-      return share(key, e.mapped);
+      return share(key, e.blockBase);
     }
     if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
       // `e` may be gone: the wait released the lock, and the open or close may have ended (and
@@ -48,9 +48,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_
   }
   it->second.state = State::kLive;
   it->second.mapped = mapped;
+  it->second.blockBase = static_cast<char*>(mapped) - handleOffset;
   it->second.refs = 1;
   changed_.notify_all();
-  return share(key, mapped);
+  return share(key, it->second.blockBase);
 }
 
 void IpcImports::release(const Key& key) {

@@ -9,7 +9,15 @@
 // 2 and 4 H200s, one process per GPU: coll_copy_engine's first registration failed so after the
 // suite's earlier cases, when each comm kept mappings of its own.)
 //
-// One entry per (device, peer process, peer allocation):
+// The unit CUDA maps is not the allocation but the physical block under it: cudaMalloc may carve
+// several small allocations out of one block, and CUDA IPC then shares (and maps) the whole block,
+// so a second allocation of a block already mapped fails to open just the same. (Seen 2026-11-29 on
+// 2 H200s: coll_copy_engine --quick, two 512 KB slabs of one block.) Entries are therefore keyed by
+// the peer's block (CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID), and an import returns the block's base
+// as mapped here: the allocation that opened the block and any later one of it lie at their offsets
+// in the block (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR on the peer's side), whichever handle opened it.
+//
+// One entry per (device, peer process, peer block):
 //   absent --import--> Opening --opened--> Live (refs > 0) --last release--> Idle (close posted)
 //   Idle --import--> Live (the same mapping, no new open)
 //   Idle --the close job starts--> Closing --closed--> absent
@@ -40,9 +48,11 @@ class IpcImports {
   struct Key {
     int device;         // the device this process maps it on
     int64_t peerPid;    // the exporting process
-    uint64_t bufferId;  // its CUDA buffer id in that process (unique over the process's life)
+    uint64_t blockId;   // its physical block's CUDA id in that process (unique over the process's
+                        // life); the allocation's buffer id where the driver names no block (then
+                        // every registration of that process is keyed so: one driver, one rule)
     bool operator<(const Key& o) const {
-      return std::tie(device, peerPid, bufferId) < std::tie(o.device, o.peerPid, o.bufferId);
+      return std::tie(device, peerPid, blockId) < std::tie(o.device, o.peerPid, o.blockId);
     }
   };
   // How entries are opened, closed and their closes deferred; process() uses CUDA and the reaper,
@@ -58,10 +68,11 @@ class IpcImports {
   // The process's table (never destroyed: releases may come during exit).
   static IpcImports& process();
 
-  // The allocation `key`, mapped: an open mapping of it, or a new one. nullptr with *error when the
-  // open fails, or when an earlier open or close of it did not end within timeoutMs.
-  std::shared_ptr<void> import(const Key& key, const cudaIpcMemHandle_t& handle, int64_t timeoutMs,
-                               std::string* error);
+  // The block `key` mapped here, as its first byte: an open mapping of it, or a new one made from
+  // `handle`, an allocation that starts `handleOffset` bytes into the block. nullptr with *error
+  // when the open fails, or when an earlier open or close of it did not end within timeoutMs.
+  std::shared_ptr<void> import(const Key& key, const cudaIpcMemHandle_t& handle, uint64_t handleOffset,
+                               int64_t timeoutMs, std::string* error);
 
   size_t entries();  // how many allocations are open, opening or closing (tests)
 
@@ -69,11 +80,12 @@ class IpcImports {
   enum class State { kOpening, kLive, kIdle, kClosing };
   struct Entry {
     State state = State::kOpening;
-    void* mapped = nullptr;
+    void* mapped = nullptr;      // what the open returned: the opening allocation; closes take it
+    char* blockBase = nullptr;   // the block's first byte here (mapped - the opener's offset)
     size_t refs = 0;
     uint64_t closeTicket = 0;  // which posted close may act on an Idle entry (a later release posts anew)
   };
-  std::shared_ptr<void> share(const Key& key, void* mapped);
+  std::shared_ptr<void> share(const Key& key, char* blockBase);
   void release(const Key& key);
   bool closeIfIdle(const Key& key, uint64_t ticket);
 

@@ -14,8 +14,12 @@
 
 namespace yali {
 
-bool queryAllocation(const void* p, AllocationInfo* out, std::string* error) {
-  using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+namespace {
+
+using GetAttributes = CUresult (*)(unsigned, CUpointer_attribute*, void**, CUdeviceptr);
+
+// cuPointerGetAttributes, or nullptr where the driver lacks it.
+GetAttributes pointerAttributes() {
   static GetAttributes getAttributes = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult status;
@@ -26,6 +30,13 @@ bool queryAllocation(const void* p, AllocationInfo* out, std::string* error) {
     cudaGetLastError();
     return reinterpret_cast<GetAttributes>(fn);
   }();
+  return getAttributes;
+}
+
+}  // namespace
+
+bool queryAllocation(const void* p, AllocationInfo* out, std::string* error) {
+  const GetAttributes getAttributes = pointerAttributes();
   if (getAttributes == nullptr) {
     *error = "the CUDA driver has no cuPointerGetAttributes";
     return false;
@@ -101,6 +112,27 @@ bool shareableAllocation(Registration* reg, AllocationInfo* info, cudaIpcMemHand
   return false;
 }
 
+// The physical block that CUDA IPC shares for the allocation starting at `alloc.start`
+// (ipc_imports.h): its id, and where the allocation starts in it. Where the driver names no block:
+// the allocation's own buffer id, at offset 0 (each allocation its own block).
+void blockOf(const AllocationInfo& alloc, uint64_t* blockId, uint64_t* offsetInBlock) {
+  unsigned long long id = 0;
+  CUdeviceptr mappingBase = 0;
+  CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR};
+  void* data[] = {&id, &mappingBase};
+  const GetAttributes getAttributes = pointerAttributes();
+  if (getAttributes != nullptr &&
+      getAttributes(2, attrs, data, static_cast<CUdeviceptr>(alloc.start)) == CUDA_SUCCESS && id != 0 &&
+      mappingBase != 0 && static_cast<uint64_t>(mappingBase) <= alloc.start) {
+    *blockId = id;
+    *offsetInBlock = alloc.start - static_cast<uint64_t>(mappingBase);
+    return;
+  }
+  cudaGetLastError();
+  *blockId = alloc.bufferId;
+  *offsetInBlock = 0;
+}
+
 // What each rank tells the others about one registration (one process per GPU).
 struct RegisterInfo {
   int32_t ok;           // 0: this rank could not register (its own error says why)
@@ -108,16 +140,20 @@ struct RegisterInfo {
   uint64_t allocation;  // the allocation holding the buffer, as an address in the sender's process
   uint64_t bufferId;    // its CUDA buffer id in the sender's process
   uint64_t offset;      // the buffer's offset in it
+  uint64_t blockId;     // the physical block that holds the allocation (blockOf), and where the
+  uint64_t blockOffset; // allocation starts in it: CUDA IPC maps whole blocks (ipc_imports.h)
   uint64_t bytes;
   cudaIpcMemHandle_t handle;  // of the allocation
 };
 
-// Rank `peer`'s allocation mapped here, shared with every other registration of it in this process
-// (ipc_imports.h: CUDA maps an allocation once per device).
+// The block of rank `peer` that holds its allocation, mapped here and shared with every other
+// registration of that block in this process (ipc_imports.h: CUDA maps a block once per device),
+// as the block's first byte.
 std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error) {
-  const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
+  const IpcImports::Key key{comm->device, comm->pids[peer], info.blockId};
   std::string why;
-  std::shared_ptr<void> mapped = IpcImports::process().import(key, info.handle, comm->settings.timeoutMs, &why);
+  std::shared_ptr<void> mapped =
+      IpcImports::process().import(key, info.handle, info.blockOffset, comm->settings.timeoutMs, &why);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
   return mapped;
 }
@@ -142,6 +178,7 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
     mine.allocation = alloc.start;
     mine.bufferId = alloc.bufferId;
     mine.offset = reinterpret_cast<uint64_t>(reg->base) - alloc.start;
+    blockOf(alloc, &mine.blockId, &mine.blockOffset);
   }
   std::string err;
   yaliResult_t r = comm->bootstrap->allGather(info.data(), sizeof(RegisterInfo), &err);
@@ -168,7 +205,7 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
       // Same process (a thread per GPU): its address is ours; peer access is on since set-up.
       reg->peerBase[p] = reinterpret_cast<char*>(info[p].allocation + info[p].offset);
     } else if (std::shared_ptr<void> mapped = importPeer(comm, p, info[p], &mapError)) {
-      reg->peerBase[p] = static_cast<char*>(mapped.get()) + info[p].offset;
+      reg->peerBase[p] = static_cast<char*>(mapped.get()) + info[p].blockOffset + info[p].offset;
       reg->imports[p] = std::move(mapped);
     }
   }

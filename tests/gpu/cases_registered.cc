@@ -523,7 +523,9 @@ void caseRegMixed(Ctx& ctx) {
 // keys by CUDA buffer id, which only a GPU answers (multi mode: peers are other processes):
 //  - small cudaMallocs, which the driver may carve from one larger block: each one registered on
 //    its own must be mapped and written at its own place (two imports of one block would fail
-//    with "resource already mapped", a wrong offset would write the neighbour);
+//    with "resource already mapped", a wrong offset would write the neighbour). Two sizes: a few
+//    KB, and 512 KB (two 512 KB slabs of one block failed so on 2 H200s, 2026-11-29, before the
+//    table keyed blocks);
 //  - a peer that frees a registered allocation and gets the same address back from cudaMalloc
 //    right away, while this process's mapping of the old one may still wait to close: the new
 //    registration must map the new memory, never the old mapping.
@@ -544,6 +546,19 @@ void caseRegSmallAllocs(Ctx& ctx) {
   placedAllReduce(ctx, comms, place(A, s, A, r), {&A, &B}, c, Want::ZeroCopy, "small A, registered");
   placedAllReduce(ctx, comms, place(A, s, B, r), {&A, &B}, c, Want::ZeroCopy, "small B, registered beside A");
   placedAllReduce(ctx, comms, placeInPlace(B, s), {&A, &B}, c, Want::ZeroCopy, "small B in place");
+  {
+    Arena C = makeArena(ctx, "C (512 KB)", 512u << 10);
+    Arena D = makeArena(ctx, "D (512 KB, allocated right after C)", 512u << 10);
+    registerArena(ctx, comms, C);
+    registerArena(ctx, comms, D);
+    placedAllReduce(ctx, comms, place(C, s, D, r), {&C, &D}, c, Want::ZeroCopy, "512 KB C into D, both registered");
+    placedAllReduce(ctx, comms, place(D, s, C, r), {&C, &D}, c, Want::ZeroCopy, "512 KB D into C, both registered");
+    deregisterArena(ctx, comms, C);
+    deregisterArena(ctx, comms, D);
+    ctx.world->barrier();  // every rank has stopped using its peers' mappings before any frees
+    freeArena(ctx, C);
+    freeArena(ctx, D);
+  }
   const int rounds = ctx.quick() ? 3 : 10;
   for (int round = 1; round <= rounds; ++round) {
     // No barrier between a rank's free and its new allocation: peers may still hold the old mapping.

@@ -5,7 +5,9 @@
 //
 // Before IpcImports each comm kept its own map, so a second comm's registration of an allocation,
 // or a registration made while an earlier one's close was still queued, opened it a second time:
-// case two_comms_share_one_mapping and reimport_before_the_close_reuses_it fail that way.
+// case two_comms_share_one_mapping and reimport_before_the_close_reuses_it fail that way. The unit
+// the fake maps is a block, as CUDA's is (several small cudaMallocs may share one): case
+// allocations_of_one_block_share_its_mapping fails when entries are keyed by allocation.
 #include <stdint.h>
 
 #include <atomic>
@@ -27,20 +29,25 @@ using namespace yali;
 
 namespace {
 
-// A fake handle names the exporting process and its allocation (a real one identifies them too).
-cudaIpcMemHandle_t handleOf(const IpcImports::Key& k) {
+// A fake handle names the exporting process, the block and where its allocation starts in the
+// block (a real one identifies them too).
+cudaIpcMemHandle_t handleOf(const IpcImports::Key& k, uint64_t offsetInBlock = 0) {
   cudaIpcMemHandle_t h;
   std::memset(&h, 0, sizeof h);
   std::memcpy(h.reserved, &k.peerPid, sizeof k.peerPid);
-  std::memcpy(h.reserved + 8, &k.bufferId, sizeof k.bufferId);
+  std::memcpy(h.reserved + 8, &k.blockId, sizeof k.blockId);
+  std::memcpy(h.reserved + 16, &offsetInBlock, sizeof offsetInBlock);
   return h;
 }
 
 // CUDA's rule, and counts. Thread-safe: a close may run on another thread.
 struct FakeDriver {
   std::mutex mutex;
-  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // (device, process, allocation) open now
-  std::vector<std::tuple<int, int64_t, uint64_t>> keys;  // [i]: what the i-th open mapped (at 0x1000 (i + 1))
+  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // (device, process, block) open now
+  // [i]: what the i-th open mapped: the block at 0x100000 (i + 1), returned as the opening
+  // allocation's address in it
+  std::vector<std::tuple<int, int64_t, uint64_t>> keys;
+  std::vector<uintptr_t> returned;  // [i]: what the i-th open returned (a close must pass it back)
   int opens = 0, closes = 0;
   std::vector<std::function<bool()>> posted;  // deferred closes, run by runPosted()
   std::function<void()> duringClose;          // called inside close (blocks it, in one case)
@@ -52,6 +59,12 @@ struct FakeDriver {
     std::memcpy(&id, h.reserved + 8, sizeof id);
     return {device, pid, id};
   }
+  static uint64_t offsetOf(const cudaIpcMemHandle_t& h) {
+    uint64_t off;
+    std::memcpy(&off, h.reserved + 16, sizeof off);
+    return off;
+  }
+  static uintptr_t blockBase(size_t i) { return 0x100000 * (i + 1); }
   IpcImports::Ops ops() {
     return IpcImports::Ops{
         [this](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
@@ -62,13 +75,16 @@ struct FakeDriver {
           }
           ++opens;
           keys.push_back(keyOf(h, device));
-          *out = reinterpret_cast<void*>(static_cast<uintptr_t>(0x1000 * keys.size()));
+          returned.push_back(blockBase(keys.size() - 1) + offsetOf(h));
+          *out = reinterpret_cast<void*>(returned.back());
           return true;
         },
         [this](void* m, int device) {
           if (duringClose) duringClose();
           std::lock_guard<std::mutex> lock(mutex);
-          const auto& k = keys.at(reinterpret_cast<uintptr_t>(m) / 0x1000 - 1);
+          const size_t i = reinterpret_cast<uintptr_t>(m) / 0x100000 - 1;
+          CHECK(reinterpret_cast<uintptr_t>(m) == returned.at(i));  // what the open returned, exactly
+          const auto& k = keys.at(i);
           CHECK_EQ(std::get<0>(k), device);
           mapped.erase(k);
           ++closes;
@@ -96,8 +112,8 @@ TEST(two_comms_share_one_mapping) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  std::shared_ptr<void> first = t.import(kA, handleOf(kA), 1000, &err);   // comm 1's registration
-  std::shared_ptr<void> second = t.import(kA, handleOf(kA), 1000, &err);  // comm 2's, same allocation
+  std::shared_ptr<void> first = t.import(kA, handleOf(kA), 0, 1000, &err);   // comm 1's registration
+  std::shared_ptr<void> second = t.import(kA, handleOf(kA), 0, 1000, &err);  // comm 2's, same allocation
   CHECK_MSG(first && second, "%s", err.c_str());
   CHECK(first.get() == second.get());
   CHECK_EQ(drv.opens, 1);
@@ -115,22 +131,22 @@ TEST(reimport_before_the_close_reuses_it) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 1000, &err);
+  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
   void* where = m.get();
   m.reset();  // close posted, not run
-  m = t.import(kA, handleOf(kA), 1000, &err);
+  m = t.import(kA, handleOf(kA), 0, 1000, &err);
   CHECK_MSG(m != nullptr, "%s", err.c_str());
   CHECK(m.get() == where);
   CHECK_EQ(drv.opens, 1);
   drv.runPosted();  // the stale close finds the entry live again and leaves it
   CHECK_EQ(drv.closes, 0);
   m.reset();
-  m = t.import(kA, handleOf(kA), 1000, &err);  // again: Idle, with a newer close posted
+  m = t.import(kA, handleOf(kA), 0, 1000, &err);  // again: Idle, with a newer close posted
   m.reset();
   drv.runPosted();  // two closes posted; only the newest acts
   CHECK_EQ(drv.closes, 1);
   CHECK_EQ(t.entries(), 0u);
-  m = t.import(kA, handleOf(kA), 1000, &err);  // closed: a fresh open
+  m = t.import(kA, handleOf(kA), 0, 1000, &err);  // closed: a fresh open
   CHECK(m != nullptr);
   CHECK_EQ(drv.opens, 2);
 }
@@ -142,7 +158,7 @@ TEST(separate_devices_processes_and_allocations_map_separately) {
   std::vector<std::shared_ptr<void>> held;
   for (const IpcImports::Key& k : {kA, IpcImports::Key{1, 1234, 7}, IpcImports::Key{0, 999, 7},
                                    IpcImports::Key{0, 1234, 8}}) {
-    held.push_back(t.import(k, handleOf(k), 1000, &err));
+    held.push_back(t.import(k, handleOf(k), 0, 1000, &err));
     CHECK_MSG(held.back() != nullptr, "%s", err.c_str());
   }
   CHECK_EQ(drv.opens, 4);
@@ -154,13 +170,13 @@ TEST(a_failed_open_leaves_no_entry) {
   IpcImports t(drv.ops());
   std::string err;
   drv.mapped.insert(FakeDriver::keyOf(handleOf(kA), kA.device));  // mapped behind the table's back
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 1000, &err);
+  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("resource already mapped") != std::string::npos, "%s", err.c_str());
   CHECK_EQ(t.entries(), 0u);
   drv.mapped.clear();
   err.clear();
-  m = t.import(kA, handleOf(kA), 1000, &err);
+  m = t.import(kA, handleOf(kA), 0, 1000, &err);
   CHECK_MSG(m != nullptr, "%s", err.c_str());
 }
 
@@ -177,7 +193,7 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.notify_all();
     cv.wait(lock, [&] { return letGo; });
   };
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 1000, &err);
+  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
   m.reset();
   std::thread reaper([&] { drv.runPosted(); });
   {
@@ -185,7 +201,7 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.wait(lock, [&] { return closing; });
   }
   // Closing: an import with a short timeout gives up, naming the close.
-  m = t.import(kA, handleOf(kA), 50, &err);
+  m = t.import(kA, handleOf(kA), 0, 50, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("unmapping") != std::string::npos, "%s", err.c_str());
   // One with time to spare waits for the close, then opens anew.
@@ -196,10 +212,38 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.notify_all();
   });
   err.clear();
-  m = t.import(kA, handleOf(kA), 5000, &err);
+  m = t.import(kA, handleOf(kA), 0, 5000, &err);
   release.join();
   reaper.join();
   CHECK_MSG(m != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
   CHECK_EQ(drv.closes, 1);
+}
+
+// Two allocations of one block (small cudaMallocs), each registered: the second reuses the block's
+// mapping and lies at its own offset in it, whichever allocation opened it; one close, with the
+// pointer the open returned.
+TEST(allocations_of_one_block_share_its_mapping) {
+  FakeDriver drv;
+  IpcImports t(drv.ops());
+  std::string err;
+  const uint64_t offX = 0x200, offY = 0x8000;
+  std::shared_ptr<void> x = t.import(kA, handleOf(kA, offX), offX, 1000, &err);
+  CHECK_MSG(x != nullptr, "%s", err.c_str());
+  std::shared_ptr<void> y = t.import(kA, handleOf(kA, offY), offY, 1000, &err);
+  CHECK_MSG(y != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 1);
+  CHECK(reinterpret_cast<uintptr_t>(x.get()) == FakeDriver::blockBase(0));  // the block's first byte
+  CHECK(x.get() == y.get());
+  x.reset();
+  y.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 1);
+  // Opened by the later allocation this time: still the block's first byte.
+  y = t.import(kA, handleOf(kA, offY), offY, 1000, &err);
+  x = t.import(kA, handleOf(kA, offX), offX, 1000, &err);
+  CHECK_MSG(x && y, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 2);
+  CHECK(reinterpret_cast<uintptr_t>(y.get()) == FakeDriver::blockBase(1));
+  CHECK(x.get() == y.get());
 }
