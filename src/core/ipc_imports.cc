@@ -6,52 +6,90 @@ namespace yali {
 
 IpcImports::IpcImports(Ops ops) : ops_(std::move(ops)) {}
 
-std::shared_ptr<void> IpcImports::share(const Key& key, char* blockBase) {
-  return std::shared_ptr<void>(blockBase, [this, key](void*) { release(key); });
+std::shared_ptr<void> IpcImports::share(const Key& key, char* where) {
+  return std::shared_ptr<void>(where, [this, key](void*) { release(key); });
 }
 
-std::shared_ptr<void> IpcImports::import(const Key& key, const cudaIpcMemHandle_t& handle, uint64_t handleOffset,
+std::map<IpcImports::Key, IpcImports::Entry>::iterator IpcImports::findBlock(const Key& key, uint64_t block,
+                                                                            bool* busy) {
+  *busy = false;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    const Key& k = it->first;
+    if (k.device != key.device || k.peerPid != key.peerPid || it->second.block.id != block) continue;
+    if (it->second.state == State::kLive || it->second.state == State::kIdle) return it;
+    *busy = true;
+  }
+  return entries_.end();
+}
+
+std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
                                          int64_t timeoutMs, std::string* error) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
+  // Waits for an entry to leave Opening or Closing; false with *error past the deadline. `what`
+  // names the entry's kind for the message.
+  auto waitForChange = [&](const char* what) {
+    if (changed_.wait_until(lock, deadline) != std::cv_status::timeout) return true;
+    *error = std::string("an earlier mapping or unmapping of ") + what +
+             " by this process had not ended after " + std::to_string(timeoutMs) + " ms";
+    return false;
+  };
   for (;;) {
     auto it = entries_.find(key);
-    if (it == entries_.end()) break;
-    Entry& e = it->second;
-    if (e.state == State::kLive || e.state == State::kIdle) {
-      // Idle: its close is posted but has not started; the job will find the entry live and leave it.
-      e.state = State::kLive;
-      ++e.refs;
-      return share(key, e.blockBase);
+    if (it != entries_.end()) {
+      Entry& e = it->second;
+      if (e.state == State::kLive || e.state == State::kIdle) {
+        // Idle: its close is posted but has not started; the job will find the entry live and leave it.
+        e.state = State::kLive;
+        ++e.refs;
+        return share(key, static_cast<char*>(e.mapped));
+      }
+      // Opening or Closing. The wait released the lock: look again, even past the deadline (the
+      // open or close may have ended just then); only a wait still pending fails.
+      if (!waitForChange("the same allocation")) {
+        it = entries_.find(key);
+        if (it == entries_.end() || it->second.state == State::kLive || it->second.state == State::kIdle) {
+          error->clear();
+          continue;
+        }
+        return nullptr;
+      }
+      continue;
     }
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      // `e` may be gone: the wait released the lock, and the open or close may have ended (and
-      // erased the entry) just as the deadline passed. Look again; only a wait still pending fails.
-      it = entries_.find(key);
-      if (it == entries_.end() || it->second.state == State::kLive || it->second.state == State::kIdle) continue;
-      *error = std::string("an earlier ") + (it->second.state == State::kOpening ? "mapping" : "unmapping") +
-               " of the same allocation by this process had not ended after " + std::to_string(timeoutMs) +
-               " ms";
-      return nullptr;
+    entries_[key].block = block;  // Opening: other imports of it wait for this one
+    lock.unlock();
+    void* mapped = nullptr;
+    const cudaError_t opened = ops_.open(&mapped, handle, key.device, error);
+    lock.lock();
+    it = entries_.find(key);
+    if (opened == cudaSuccess) {
+      it->second.state = State::kLive;
+      it->second.mapped = mapped;
+      it->second.refs = 1;
+      changed_.notify_all();
+      return share(key, static_cast<char*>(mapped));
     }
-  }
-  entries_[key];  // Opening: other imports of it wait for this one
-  lock.unlock();
-  void* mapped = nullptr;
-  const bool opened = ops_.open(&mapped, handle, key.device, error);
-  lock.lock();
-  auto it = entries_.find(key);
-  if (!opened) {
     entries_.erase(it);
     changed_.notify_all();
-    return nullptr;
+    if (opened != cudaErrorAlreadyMapped || block.id == 0) return nullptr;
+    // Its block is mapped already: by an allocation of it that this table opened (borrow that
+    // mapping), or one still opening or closing (wait, then start over).
+    bool busy = false;
+    auto lender = findBlock(key, block.id, &busy);
+    if (lender != entries_.end()) {
+      Entry& e = lender->second;
+      e.state = State::kLive;
+      ++e.refs;
+      error->clear();
+      return share(lender->first, static_cast<char*>(e.mapped) - e.block.offset + block.offset);
+    }
+    if (!busy) {
+      *error += "; no mapping of its block is open in this process";
+      return nullptr;
+    }
+    if (!waitForChange("another allocation of its block")) return nullptr;
+    error->clear();
   }
-  it->second.state = State::kLive;
-  it->second.mapped = mapped;
-  it->second.blockBase = static_cast<char*>(mapped) - handleOffset;
-  it->second.refs = 1;
-  changed_.notify_all();
-  return share(key, it->second.blockBase);
 }
 
 void IpcImports::release(const Key& key) {

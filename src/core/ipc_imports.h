@@ -9,15 +9,16 @@
 // 2 and 4 H200s, one process per GPU: coll_copy_engine's first registration failed so after the
 // suite's earlier cases, when each comm kept mappings of its own.)
 //
-// The unit CUDA maps is not the allocation but the physical block under it: cudaMalloc may carve
-// several small allocations out of one block, and CUDA IPC then shares (and maps) the whole block,
-// so a second allocation of a block already mapped fails to open just the same. (Seen 2026-11-29 on
-// 2 H200s: coll_copy_engine --quick, two 512 KB slabs of one block.) Entries are therefore keyed by
-// the peer's block (CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID), and an import returns the block's base
-// as mapped here: the allocation that opened the block and any later one of it lie at their offsets
-// in the block (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR on the peer's side), whichever handle opened it.
+// Where CUDA IPC maps is the physical block, which cudaMalloc may carve into several small
+// allocations: across devices the first open maps the whole block, and opening another allocation
+// of it then fails with "already mapped" too (seen 2026-11-29 on 2 H200s: coll_copy_engine
+// --quick, two 512 KB slabs of one block); on the device that owns the memory each allocation
+// opens on its own (the same day, one H200) and a sibling's range is not mapped. So each
+// allocation is opened by itself, and only an open refused as already mapped borrows an open
+// mapping of its block: the allocation lies there at its offset in the block (the peer's
+// CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID and MAPPING_BASE_ADDR), and the borrower holds that entry.
 //
-// One entry per (device, peer process, peer block):
+// One entry per (device, peer process, peer allocation) opened:
 //   absent --import--> Opening --opened--> Live (refs > 0) --last release--> Idle (close posted)
 //   Idle --import--> Live (the same mapping, no new open)
 //   Idle --the close job starts--> Closing --closed--> absent
@@ -48,18 +49,23 @@ class IpcImports {
   struct Key {
     int device;         // the device this process maps it on
     int64_t peerPid;    // the exporting process
-    uint64_t blockId;   // its physical block's CUDA id in that process (unique over the process's
-                        // life); the allocation's buffer id where the driver names no block (then
-                        // every registration of that process is keyed so: one driver, one rule)
+    uint64_t bufferId;  // its CUDA buffer id in that process (unique over the process's life)
     bool operator<(const Key& o) const {
-      return std::tie(device, peerPid, blockId) < std::tie(o.device, o.peerPid, o.blockId);
+      return std::tie(device, peerPid, bufferId) < std::tie(o.device, o.peerPid, o.bufferId);
     }
+  };
+  // The block holding an allocation: its CUDA id in the peer (0: unknown, never shared) and where
+  // the allocation starts in it.
+  struct Block {
+    uint64_t id = 0;
+    uint64_t offset = 0;
   };
   // How entries are opened, closed and their closes deferred; process() uses CUDA and the reaper,
   // the host tests count calls.
   struct Ops {
-    // True with *mapped, or false with *error.
-    std::function<bool(void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error)> open;
+    // cudaSuccess with *mapped, or the error with *error (cudaErrorAlreadyMapped: the allocation's
+    // block is mapped on this device already).
+    std::function<cudaError_t(void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error)> open;
     std::function<void(void* mapped, int device)> close;
     std::function<void(std::function<bool()> job)> post;  // runs the job later (Reaper::post)
   };
@@ -68,10 +74,11 @@ class IpcImports {
   // The process's table (never destroyed: releases may come during exit).
   static IpcImports& process();
 
-  // The block `key` mapped here, as its first byte: an open mapping of it, or a new one made from
-  // `handle`, an allocation that starts `handleOffset` bytes into the block. nullptr with *error
-  // when the open fails, or when an earlier open or close of it did not end within timeoutMs.
-  std::shared_ptr<void> import(const Key& key, const cudaIpcMemHandle_t& handle, uint64_t handleOffset,
+  // The allocation `key` (in `block`, shared by `handle`), mapped, as its first byte: its open
+  // mapping, a new one, or its place in an open mapping of its block when the driver refuses to
+  // map the block twice. nullptr with *error when the open fails, or when an earlier open or close
+  // of it (or of its block, for a borrow) did not end within timeoutMs.
+  std::shared_ptr<void> import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
                                int64_t timeoutMs, std::string* error);
 
   size_t entries();  // how many allocations are open, opening or closing (tests)
@@ -80,12 +87,15 @@ class IpcImports {
   enum class State { kOpening, kLive, kIdle, kClosing };
   struct Entry {
     State state = State::kOpening;
-    void* mapped = nullptr;      // what the open returned: the opening allocation; closes take it
-    char* blockBase = nullptr;   // the block's first byte here (mapped - the opener's offset)
-    size_t refs = 0;
+    void* mapped = nullptr;     // what the open returned: the allocation's first byte
+    Block block;                // the allocation's block (id 0: lent to no other allocation)
+    size_t refs = 0;            // its own imports and the borrowers'
     uint64_t closeTicket = 0;  // which posted close may act on an Idle entry (a later release posts anew)
   };
-  std::shared_ptr<void> share(const Key& key, char* blockBase);
+  std::shared_ptr<void> share(const Key& key, char* where);
+  // An entry of `key`'s device and process whose block is `block` and that can be borrowed (Live or
+  // Idle), or end(); *busy: one of that block is Opening or Closing.
+  std::map<Key, Entry>::iterator findBlock(const Key& key, uint64_t block, bool* busy);
   void release(const Key& key);
   bool closeIfIdle(const Key& key, uint64_t ticket);
 

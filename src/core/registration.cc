@@ -74,10 +74,10 @@ IpcImports& IpcImports::process() {
       [](void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error) {
         ScopedDevice onDevice(device);
         const cudaError_t e = cudaIpcOpenMemHandle(mapped, handle, cudaIpcMemLazyEnablePeerAccess);
-        if (e == cudaSuccess) return true;
+        if (e == cudaSuccess) return e;
         cudaGetLastError();
         *error = std::string("cudaIpcOpenMemHandle failed: ") + cudaGetErrorString(e);
-        return false;
+        return e;
       },
       // On the reaper: cudaIpcCloseMemHandle waits for every kernel on the device (reaper.h).
       [](void* mapped, int device) {
@@ -113,8 +113,8 @@ bool shareableAllocation(Registration* reg, AllocationInfo* info, cudaIpcMemHand
 }
 
 // The physical block that CUDA IPC shares for the allocation starting at `alloc.start`
-// (ipc_imports.h): its id, and where the allocation starts in it. Where the driver names no block:
-// the allocation's own buffer id, at offset 0 (each allocation its own block).
+// (ipc_imports.h): its id, and where the allocation starts in it; id 0 where the driver names no
+// block (then the allocation never borrows a sibling's mapping).
 void blockOf(const AllocationInfo& alloc, uint64_t* blockId, uint64_t* offsetInBlock) {
   unsigned long long id = 0;
   CUdeviceptr mappingBase = 0;
@@ -129,7 +129,7 @@ void blockOf(const AllocationInfo& alloc, uint64_t* blockId, uint64_t* offsetInB
     return;
   }
   cudaGetLastError();
-  *blockId = alloc.bufferId;
+  *blockId = 0;
   *offsetInBlock = 0;
 }
 
@@ -141,19 +141,18 @@ struct RegisterInfo {
   uint64_t bufferId;    // its CUDA buffer id in the sender's process
   uint64_t offset;      // the buffer's offset in it
   uint64_t blockId;     // the physical block that holds the allocation (blockOf), and where the
-  uint64_t blockOffset; // allocation starts in it: CUDA IPC maps whole blocks (ipc_imports.h)
+  uint64_t blockOffset; // allocation starts in it (ipc_imports.h: across devices CUDA IPC maps blocks)
   uint64_t bytes;
   cudaIpcMemHandle_t handle;  // of the allocation
 };
 
-// The block of rank `peer` that holds its allocation, mapped here and shared with every other
-// registration of that block in this process (ipc_imports.h: CUDA maps a block once per device),
-// as the block's first byte.
+// Rank `peer`'s allocation mapped here, shared with every other registration of it in this process
+// (ipc_imports.h: CUDA maps an allocation, across devices its whole block, once per device).
 std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error) {
-  const IpcImports::Key key{comm->device, comm->pids[peer], info.blockId};
+  const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
   std::string why;
-  std::shared_ptr<void> mapped =
-      IpcImports::process().import(key, info.handle, info.blockOffset, comm->settings.timeoutMs, &why);
+  std::shared_ptr<void> mapped = IpcImports::process().import(key, {info.blockId, info.blockOffset}, info.handle,
+                                                              comm->settings.timeoutMs, &why);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
   return mapped;
 }
@@ -205,7 +204,7 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
       // Same process (a thread per GPU): its address is ours; peer access is on since set-up.
       reg->peerBase[p] = reinterpret_cast<char*>(info[p].allocation + info[p].offset);
     } else if (std::shared_ptr<void> mapped = importPeer(comm, p, info[p], &mapError)) {
-      reg->peerBase[p] = static_cast<char*>(mapped.get()) + info[p].blockOffset + info[p].offset;
+      reg->peerBase[p] = static_cast<char*>(mapped.get()) + info[p].offset;
       reg->imports[p] = std::move(mapped);
     }
   }

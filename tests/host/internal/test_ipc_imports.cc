@@ -5,9 +5,9 @@
 //
 // Before IpcImports each comm kept its own map, so a second comm's registration of an allocation,
 // or a registration made while an earlier one's close was still queued, opened it a second time:
-// case two_comms_share_one_mapping and reimport_before_the_close_reuses_it fail that way. The unit
-// the fake maps is a block, as CUDA's is (several small cudaMallocs may share one): case
-// allocations_of_one_block_share_its_mapping fails when entries are keyed by allocation.
+// case two_comms_share_one_mapping and reimport_before_the_close_reuses_it fail that way. The fake
+// maps whole blocks when told to, as CUDA does across devices (several small cudaMallocs may share
+// one): case a_sibling_in_a_mapped_block_borrows_its_mapping fails when the table does not borrow.
 #include <stdint.h>
 
 #include <atomic>
@@ -29,40 +29,42 @@ using namespace yali;
 
 namespace {
 
-// A fake handle names the exporting process, the block and where its allocation starts in the
-// block (a real one identifies them too).
-cudaIpcMemHandle_t handleOf(const IpcImports::Key& k, uint64_t offsetInBlock = 0) {
+// A fake handle names the exporting process, the allocation, its block and where it starts in
+// the block (a real one identifies them too).
+struct FakeAlloc {
+  int64_t pid;
+  uint64_t bufferId, blockId, offset;
+};
+cudaIpcMemHandle_t handleOf(const FakeAlloc& a) {
   cudaIpcMemHandle_t h;
   std::memset(&h, 0, sizeof h);
-  std::memcpy(h.reserved, &k.peerPid, sizeof k.peerPid);
-  std::memcpy(h.reserved + 8, &k.blockId, sizeof k.blockId);
-  std::memcpy(h.reserved + 16, &offsetInBlock, sizeof offsetInBlock);
+  std::memcpy(h.reserved, &a, sizeof a);
   return h;
 }
+cudaIpcMemHandle_t handleOf(const IpcImports::Key& k) { return handleOf(FakeAlloc{k.peerPid, k.bufferId, 0, 0}); }
 
-// CUDA's rule, and counts. Thread-safe: a close may run on another thread.
+// CUDA's rule, and counts. Thread-safe: a close may run on another thread. wholeBlocks: an open
+// maps the allocation's whole block, so a sibling's open fails as already mapped (CUDA across
+// devices); otherwise each allocation maps alone (CUDA on the memory's own device).
 struct FakeDriver {
+  bool wholeBlocks = false;
   std::mutex mutex;
-  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // (device, process, block) open now
-  // [i]: what the i-th open mapped: the block at 0x100000 (i + 1), returned as the opening
-  // allocation's address in it
+  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // (device, process, allocation or block) open now
+  // [i]: what the i-th open mapped, at blockBase(i) + the allocation's offset in its block
   std::vector<std::tuple<int, int64_t, uint64_t>> keys;
   std::vector<uintptr_t> returned;  // [i]: what the i-th open returned (a close must pass it back)
   int opens = 0, closes = 0;
   std::vector<std::function<bool()>> posted;  // deferred closes, run by runPosted()
   std::function<void()> duringClose;          // called inside close (blocks it, in one case)
 
-  static std::tuple<int, int64_t, uint64_t> keyOf(const cudaIpcMemHandle_t& h, int device) {
-    int64_t pid;
-    uint64_t id;
-    std::memcpy(&pid, h.reserved, sizeof pid);
-    std::memcpy(&id, h.reserved + 8, sizeof id);
-    return {device, pid, id};
+  static FakeAlloc allocOf(const cudaIpcMemHandle_t& h) {
+    FakeAlloc a;
+    std::memcpy(&a, h.reserved, sizeof a);
+    return a;
   }
-  static uint64_t offsetOf(const cudaIpcMemHandle_t& h) {
-    uint64_t off;
-    std::memcpy(&off, h.reserved + 16, sizeof off);
-    return off;
+  std::tuple<int, int64_t, uint64_t> keyOf(const cudaIpcMemHandle_t& h, int device) const {
+    const FakeAlloc a = allocOf(h);
+    return {device, a.pid, wholeBlocks && a.blockId != 0 ? a.blockId : a.bufferId};
   }
   static uintptr_t blockBase(size_t i) { return 0x100000 * (i + 1); }
   IpcImports::Ops ops() {
@@ -71,13 +73,13 @@ struct FakeDriver {
           std::lock_guard<std::mutex> lock(mutex);
           if (!mapped.insert(keyOf(h, device)).second) {
             *error = "cudaIpcOpenMemHandle failed: resource already mapped";
-            return false;
+            return cudaErrorAlreadyMapped;
           }
           ++opens;
           keys.push_back(keyOf(h, device));
-          returned.push_back(blockBase(keys.size() - 1) + offsetOf(h));
+          returned.push_back(blockBase(keys.size() - 1) + allocOf(h).offset);
           *out = reinterpret_cast<void*>(returned.back());
-          return true;
+          return cudaSuccess;
         },
         [this](void* m, int device) {
           if (duringClose) duringClose();
@@ -112,8 +114,8 @@ TEST(two_comms_share_one_mapping) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  std::shared_ptr<void> first = t.import(kA, handleOf(kA), 0, 1000, &err);   // comm 1's registration
-  std::shared_ptr<void> second = t.import(kA, handleOf(kA), 0, 1000, &err);  // comm 2's, same allocation
+  std::shared_ptr<void> first = t.import(kA, {}, handleOf(kA), 1000, &err);   // comm 1's registration
+  std::shared_ptr<void> second = t.import(kA, {}, handleOf(kA), 1000, &err);  // comm 2's, same allocation
   CHECK_MSG(first && second, "%s", err.c_str());
   CHECK(first.get() == second.get());
   CHECK_EQ(drv.opens, 1);
@@ -131,22 +133,22 @@ TEST(reimport_before_the_close_reuses_it) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
+  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
   void* where = m.get();
   m.reset();  // close posted, not run
-  m = t.import(kA, handleOf(kA), 0, 1000, &err);
+  m = t.import(kA, {}, handleOf(kA), 1000, &err);
   CHECK_MSG(m != nullptr, "%s", err.c_str());
   CHECK(m.get() == where);
   CHECK_EQ(drv.opens, 1);
   drv.runPosted();  // the stale close finds the entry live again and leaves it
   CHECK_EQ(drv.closes, 0);
   m.reset();
-  m = t.import(kA, handleOf(kA), 0, 1000, &err);  // again: Idle, with a newer close posted
+  m = t.import(kA, {}, handleOf(kA), 1000, &err);  // again: Idle, with a newer close posted
   m.reset();
   drv.runPosted();  // two closes posted; only the newest acts
   CHECK_EQ(drv.closes, 1);
   CHECK_EQ(t.entries(), 0u);
-  m = t.import(kA, handleOf(kA), 0, 1000, &err);  // closed: a fresh open
+  m = t.import(kA, {}, handleOf(kA), 1000, &err);  // closed: a fresh open
   CHECK(m != nullptr);
   CHECK_EQ(drv.opens, 2);
 }
@@ -158,7 +160,7 @@ TEST(separate_devices_processes_and_allocations_map_separately) {
   std::vector<std::shared_ptr<void>> held;
   for (const IpcImports::Key& k : {kA, IpcImports::Key{1, 1234, 7}, IpcImports::Key{0, 999, 7},
                                    IpcImports::Key{0, 1234, 8}}) {
-    held.push_back(t.import(k, handleOf(k), 0, 1000, &err));
+    held.push_back(t.import(k, {}, handleOf(k), 1000, &err));
     CHECK_MSG(held.back() != nullptr, "%s", err.c_str());
   }
   CHECK_EQ(drv.opens, 4);
@@ -169,14 +171,14 @@ TEST(a_failed_open_leaves_no_entry) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  drv.mapped.insert(FakeDriver::keyOf(handleOf(kA), kA.device));  // mapped behind the table's back
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
+  drv.mapped.insert(drv.keyOf(handleOf(kA), kA.device));  // mapped behind the table's back
+  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("resource already mapped") != std::string::npos, "%s", err.c_str());
   CHECK_EQ(t.entries(), 0u);
   drv.mapped.clear();
   err.clear();
-  m = t.import(kA, handleOf(kA), 0, 1000, &err);
+  m = t.import(kA, {}, handleOf(kA), 1000, &err);
   CHECK_MSG(m != nullptr, "%s", err.c_str());
 }
 
@@ -193,7 +195,7 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.notify_all();
     cv.wait(lock, [&] { return letGo; });
   };
-  std::shared_ptr<void> m = t.import(kA, handleOf(kA), 0, 1000, &err);
+  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
   m.reset();
   std::thread reaper([&] { drv.runPosted(); });
   {
@@ -201,7 +203,7 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.wait(lock, [&] { return closing; });
   }
   // Closing: an import with a short timeout gives up, naming the close.
-  m = t.import(kA, handleOf(kA), 0, 50, &err);
+  m = t.import(kA, {}, handleOf(kA), 50, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("unmapping") != std::string::npos, "%s", err.c_str());
   // One with time to spare waits for the close, then opens anew.
@@ -212,7 +214,7 @@ TEST(an_import_waits_for_a_close_in_progress) {
     cv.notify_all();
   });
   err.clear();
-  m = t.import(kA, handleOf(kA), 0, 5000, &err);
+  m = t.import(kA, {}, handleOf(kA), 5000, &err);
   release.join();
   reaper.join();
   CHECK_MSG(m != nullptr, "%s", err.c_str());
@@ -220,30 +222,55 @@ TEST(an_import_waits_for_a_close_in_progress) {
   CHECK_EQ(drv.closes, 1);
 }
 
-// Two allocations of one block (small cudaMallocs), each registered: the second reuses the block's
-// mapping and lies at its own offset in it, whichever allocation opened it; one close, with the
-// pointer the open returned.
-TEST(allocations_of_one_block_share_its_mapping) {
+// Two allocations of one block (small cudaMallocs) across devices: the second one's open is
+// refused as already mapped, so it borrows the first one's mapping, at its own offset in the
+// block; the block stays mapped while either holds it, and closes once, with the pointer the open
+// returned. Later the sibling may open the block itself.
+TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
+  FakeDriver drv;
+  drv.wholeBlocks = true;
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  const IpcImports::Key kx{0, x.pid, x.bufferId}, ky{0, y.pid, y.bufferId};
+  std::shared_ptr<void> mx = t.import(kx, {x.blockId, x.offset}, handleOf(x), 1000, &err);
+  CHECK_MSG(mx != nullptr, "%s", err.c_str());
+  std::shared_ptr<void> my = t.import(ky, {y.blockId, y.offset}, handleOf(y), 1000, &err);
+  CHECK_MSG(my != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 1);
+  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(0) + x.offset);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(0) + y.offset);
+  CHECK_EQ(t.entries(), 1u);
+  mx.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 0);  // y still holds the block
+  my.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 1);
+  CHECK_EQ(t.entries(), 0u);
+  // y opens the block itself now; x borrows from it.
+  my = t.import(ky, {y.blockId, y.offset}, handleOf(y), 1000, &err);
+  mx = t.import(kx, {x.blockId, x.offset}, handleOf(x), 1000, &err);
+  CHECK_MSG(mx && my, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 2);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + y.offset);
+  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(1) + x.offset);
+  // Without a block id (a driver that names none) nothing is borrowed: the refusal stands.
+  const FakeAlloc z{1234, 9, 50, 0x10000};
+  std::shared_ptr<void> mz = t.import({0, z.pid, z.bufferId}, {}, handleOf(z), 1000, &err);
+  CHECK(mz == nullptr);
+  CHECK_MSG(err.find("already mapped") != std::string::npos, "%s", err.c_str());
+}
+
+// On the memory's own device each allocation of a block maps alone: nothing is borrowed.
+TEST(allocations_of_one_block_open_alone_where_the_driver_allows) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  const uint64_t offX = 0x200, offY = 0x8000;
-  std::shared_ptr<void> x = t.import(kA, handleOf(kA, offX), offX, 1000, &err);
-  CHECK_MSG(x != nullptr, "%s", err.c_str());
-  std::shared_ptr<void> y = t.import(kA, handleOf(kA, offY), offY, 1000, &err);
-  CHECK_MSG(y != nullptr, "%s", err.c_str());
-  CHECK_EQ(drv.opens, 1);
-  CHECK(reinterpret_cast<uintptr_t>(x.get()) == FakeDriver::blockBase(0));  // the block's first byte
-  CHECK(x.get() == y.get());
-  x.reset();
-  y.reset();
-  drv.runPosted();
-  CHECK_EQ(drv.closes, 1);
-  // Opened by the later allocation this time: still the block's first byte.
-  y = t.import(kA, handleOf(kA, offY), offY, 1000, &err);
-  x = t.import(kA, handleOf(kA, offX), offX, 1000, &err);
-  CHECK_MSG(x && y, "%s", err.c_str());
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset}, handleOf(y), 1000, &err);
+  CHECK_MSG(mx && my, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
-  CHECK(reinterpret_cast<uintptr_t>(y.get()) == FakeDriver::blockBase(1));
-  CHECK(x.get() == y.get());
+  CHECK_EQ(t.entries(), 2u);
 }
