@@ -78,10 +78,16 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     auto lender = findBlock(key, block.id, &busy);
     if (lender != entries_.end()) {
       Entry& e = lender->second;
+      char* where = static_cast<char*>(e.mapped) - e.block.offset + block.offset;
+      std::string why;
+      if (!ops_.covers(e.mapped, where, block.bytes, &why)) {
+        *error += "; its block's open mapping does not span it (" + why + ")";
+        return nullptr;
+      }
       e.state = State::kLive;
       ++e.refs;
       error->clear();
-      return share(lender->first, static_cast<char*>(e.mapped) - e.block.offset + block.offset);
+      return share(lender->first, where);
     }
     if (!busy) {
       *error += "; no mapping of its block is open in this process";

@@ -54,11 +54,12 @@ class IpcImports {
       return std::tie(device, peerPid, bufferId) < std::tie(o.device, o.peerPid, o.bufferId);
     }
   };
-  // The block holding an allocation: its CUDA id in the peer (0: unknown, never shared) and where
-  // the allocation starts in it.
+  // The block holding an allocation: its CUDA id in the peer (0: unknown, never shared), where the
+  // allocation starts in it, and how many bytes from that start the caller will touch.
   struct Block {
     uint64_t id = 0;
     uint64_t offset = 0;
+    uint64_t bytes = 0;
   };
   // How entries are opened, closed and their closes deferred; process() uses CUDA and the reaper,
   // the host tests count calls.
@@ -67,6 +68,10 @@ class IpcImports {
     // block is mapped on this device already).
     std::function<cudaError_t(void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error)> open;
     std::function<void(void* mapped, int device)> close;
+    // Whether the mapping that an open returned as `mapped` spans [where, where + bytes) here:
+    // checked before a borrow, so that a driver which maps less than the block refuses it instead
+    // of lending an address nothing backs.
+    std::function<bool(const void* mapped, const void* where, uint64_t bytes, std::string* error)> covers;
     std::function<void(std::function<bool()> job)> post;  // runs the job later (Reaper::post)
   };
 

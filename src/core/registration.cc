@@ -85,6 +85,24 @@ IpcImports& IpcImports::process() {
         cudaIpcCloseMemHandle(mapped);
         cudaGetLastError();
       },
+      // The mapping's extent as this process's driver reports it.
+      [](const void* mapped, const void* where, uint64_t bytes, std::string* error) {
+        CUdeviceptr start = 0;
+        size_t size = 0;
+        CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+        void* data[] = {&start, &size};
+        const GetAttributes getAttributes = pointerAttributes();
+        if (getAttributes == nullptr ||
+            getAttributes(2, attrs, data, reinterpret_cast<CUdeviceptr>(mapped)) != CUDA_SUCCESS || start == 0) {
+          cudaGetLastError();
+          *error = "cuPointerGetAttributes could not tell the mapping's extent";
+          return false;
+        }
+        const uint64_t from = reinterpret_cast<uint64_t>(where), first = static_cast<uint64_t>(start);
+        if (from >= first && bytes <= size && from - first <= size - bytes) return true;
+        *error = "it maps " + std::to_string(size) + " bytes";
+        return false;
+      },
       [](std::function<bool()> job) { Reaper::post(std::move(job)); }});
   return *table;
 }
@@ -151,8 +169,9 @@ struct RegisterInfo {
 std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error) {
   const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
   std::string why;
-  std::shared_ptr<void> mapped = IpcImports::process().import(key, {info.blockId, info.blockOffset}, info.handle,
-                                                              comm->settings.timeoutMs, &why);
+  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes};
+  std::shared_ptr<void> mapped =
+      IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
   return mapped;
 }

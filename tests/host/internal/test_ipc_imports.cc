@@ -67,6 +67,7 @@ struct FakeDriver {
     return {device, a.pid, wholeBlocks && a.blockId != 0 ? a.blockId : a.bufferId};
   }
   static uintptr_t blockBase(size_t i) { return 0x100000 * (i + 1); }
+  static constexpr uintptr_t kBlockBytes = 0x80000, kAllocBytes = 0x1000;
   IpcImports::Ops ops() {
     return IpcImports::Ops{
         [this](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
@@ -90,6 +91,18 @@ struct FakeDriver {
           CHECK_EQ(std::get<0>(k), device);
           mapped.erase(k);
           ++closes;
+        },
+        [this](const void* m, const void* where, uint64_t bytes, std::string* error) {
+          // The i-th open's mapping: its whole block when wholeBlocks (kBlockBytes), else what the
+          // open returned, kAllocBytes long.
+          std::lock_guard<std::mutex> lock(mutex);
+          const size_t i = reinterpret_cast<uintptr_t>(m) / 0x100000 - 1;
+          const uintptr_t start = wholeBlocks ? blockBase(i) : returned.at(i);
+          const uintptr_t size = wholeBlocks ? kBlockBytes : kAllocBytes;
+          const uintptr_t w = reinterpret_cast<uintptr_t>(where);
+          if (w >= start && bytes <= size && w - start <= size - bytes) return true;
+          *error = "outside the mapping";
+          return false;
         },
         [this](std::function<bool()> job) {
           std::lock_guard<std::mutex> lock(mutex);
@@ -233,9 +246,9 @@ TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
   std::string err;
   const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
   const IpcImports::Key kx{0, x.pid, x.bufferId}, ky{0, y.pid, y.bufferId};
-  std::shared_ptr<void> mx = t.import(kx, {x.blockId, x.offset}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = t.import(kx, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
   CHECK_MSG(mx != nullptr, "%s", err.c_str());
-  std::shared_ptr<void> my = t.import(ky, {y.blockId, y.offset}, handleOf(y), 1000, &err);
+  std::shared_ptr<void> my = t.import(ky, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
   CHECK_MSG(my != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 1);
   CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(0) + x.offset);
@@ -249,12 +262,18 @@ TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
   CHECK_EQ(drv.closes, 1);
   CHECK_EQ(t.entries(), 0u);
   // y opens the block itself now; x borrows from it.
-  my = t.import(ky, {y.blockId, y.offset}, handleOf(y), 1000, &err);
-  mx = t.import(kx, {x.blockId, x.offset}, handleOf(x), 1000, &err);
+  my = t.import(ky, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  mx = t.import(kx, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
   CHECK_MSG(mx && my, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
   CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + y.offset);
   CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(1) + x.offset);
+  // A sibling whose bytes run past what the open mapping spans is refused, not lent.
+  const FakeAlloc w{1234, 10, 50, 0x7F000};
+  std::shared_ptr<void> mw = t.import({0, w.pid, w.bufferId}, {w.blockId, w.offset, 0x2000}, handleOf(w), 1000, &err);
+  CHECK(mw == nullptr);
+  CHECK_MSG(err.find("does not span it") != std::string::npos, "%s", err.c_str());
+  CHECK_EQ(t.entries(), 1u);
   // Without a block id (a driver that names none) nothing is borrowed: the refusal stands.
   const FakeAlloc z{1234, 9, 50, 0x10000};
   std::shared_ptr<void> mz = t.import({0, z.pid, z.bufferId}, {}, handleOf(z), 1000, &err);
