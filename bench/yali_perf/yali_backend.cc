@@ -144,6 +144,7 @@ class YaliBackend final : public Backend {
       case CollId::kAlltoAllv:
         Fatal("internal: alltoallv is issued through IssueVar");
     }
+    if (result == yaliSuccess) return true;  // the call's text only for a message, as NCCL's backend
     return Outcome(result, CallText(function, call, local), comm, refusal);
   }
 
@@ -184,6 +185,7 @@ class YaliBackend final : public Backend {
                                    stream);
         break;
     }
+    if (result == yaliSuccess) return true;
     const std::string text = std::string(function) + "(" + DTypeName(call.dtype) + ", " +
                              std::to_string(call.local_experts) + " local expert(s), local comm " +
                              std::to_string(local) + ")";
