@@ -122,8 +122,14 @@ has() { [[ ",$STAGES," == *",$1,"* ]]; }
 settings_words() { sed -E 's/,([A-Za-z_][A-Za-z0-9_]*=)/ \1/g' <<< "$1"; }
 summary=()
 # Logs are re-packed after every stage so that a run cut off by its time limit still returns them.
-note() { summary+=("$1"); echo "## $1"; tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs; }
+# Each line ends with the seconds since the previous one (what that step took), for planning calls.
+note() {
+  local now; now=$(date +%s)
+  summary+=("$1 [$((now - t_last)) s]"); echo "## $1 [$((now - t_last)) s]"; t_last=$now
+  tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs
+}
 t0=$(date +%s)
+t_last=$t0
 ngpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 { nvidia-smi; nvidia-smi topo -m; nvcc --version; } > "$LOG/machine.txt" 2>&1
 # HEAD as this copy's git metadata says it; the device tool copies the working tree's files, and its
