@@ -48,7 +48,10 @@
 #   AB_BASE=base-src  AB_NP="2 4"  AB_REPS=2   abperf: kernel-level cost per call before (the tree in
 #   AB_ARGS="-b 4K -e 64M -f 4 ..."           AB_BASE, built in build-base) and after (this tree),
 #                                            ranks sharing GPUs (YALI only), eager and graph, run
-#                                            alternately; scripts/ab_table.py prints the table
+#                                            alternately; scripts/ab_table.py prints the table.
+#   AB_LAUNCH=single (or multi)              one process driving N GPUs (-g N), or one process
+#                                            per rank (launch_ranks.sh N ... -g 1): host cost per
+#                                            call adds up in the first, runs side by side in the second
 #   COLL_NP="2 4"  COLL_ARGS="-C all -d all ..."   collperf: yali-perf over every collective and
 #                                            type, ranks sharing GPUs: #wrong must be 0
 #   QUICK_RANKS="2 4"  QUICK_MULTI_RANKS=""  quick: the whole suite --quick, single mode (and multi
@@ -628,9 +631,11 @@ if has abperf; then
     for n in ${AB_NP:-2 4}; do
       for which in base new; do
         p=$perf; [ $which = base ] && p=build-base/bench/yali-perf
-        YALI_ALLOW_SHARED_GPU=1 "$p" -g "$n" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali \
+        run=("$p" -g "$n")
+        [ "${AB_LAUNCH:-single}" = multi ] && run=(bash scripts/launch_ranks.sh "$n" "$p" -g 1)
+        YALI_NO_MPIRUN=1 YALI_ALLOW_SHARED_GPU=1 "${run[@]}" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali \
           -J "$LOG/ab_${which}_e_g${n}_r$rep.json" > "$LOG/ab_${which}_e_g${n}_r$rep.txt" 2>&1
-        YALI_ALLOW_SHARED_GPU=1 "$p" -g "$n" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali -G 10 \
+        YALI_NO_MPIRUN=1 YALI_ALLOW_SHARED_GPU=1 "${run[@]}" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali -G 10 \
           -J "$LOG/ab_${which}_g_g${n}_r$rep.json" > "$LOG/ab_${which}_g_g${n}_r$rep.txt" 2>&1
       done
     done
