@@ -13,10 +13,12 @@
 // allocations: across devices the first open maps the whole block, and opening another allocation
 // of it then fails with "already mapped" too (seen 2026-11-29 on 2 H200s: coll_copy_engine
 // --quick, two 512 KB slabs of one block); on the device that owns the memory each allocation
-// opens on its own (the same day, one H200) and a sibling's range is not mapped. So each
-// allocation is opened by itself, and only an open refused as already mapped borrows an open
-// mapping of its block: the allocation lies there at its offset in the block (the peer's
-// CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID and MAPPING_BASE_ADDR), and the borrower holds that entry.
+// opens on its own and a sibling's range is not mapped (the same day, one H200: every allocation of
+// a block opened, and handing a sibling the first one's mapping crashed the copy engines' copies).
+// So each allocation is opened by itself, and only an open refused as already mapped borrows an
+// open mapping of its block: the allocation lies there at its offset in the block (the peer's
+// CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID and MAPPING_BASE_ADDR), once Ops::covers confirms that the
+// mapping spans its bytes, and the borrower holds that entry.
 //
 // One entry per (device, peer process, peer allocation) opened:
 //   absent --import--> Opening --opened--> Live (refs > 0) --last release--> Idle (close posted)
