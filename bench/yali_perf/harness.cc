@@ -23,6 +23,7 @@ struct RankMeasurement {
   int rank = 0;
   double time_us = 0;               // per call
   std::vector<double> samples_us;   // per call, one per iteration / launch
+  double host_issue_us = 0;         // per call, this process's host time issuing it (events timing; 0: not measured)
   uint64_t wrong = 0;
   uint64_t checksum = 0;
 };
@@ -230,12 +231,17 @@ void TimeWithEvents(World& world, Backend& backend, CaseCalls& calls,
   for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
 
   RecordOnAll(world, 0);
+  // The host's side of the same calls: how long this process took to issue them (every local
+  // rank's), per call. Near time_us, the run is bound by the host, not the GPUs.
+  const Clock::time_point issue_start = Clock::now();
   for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, calls);
+  const double host_issue_us = MicrosecondsBetween(issue_start, Clock::now()) / options.iters;
   RecordOnAll(world, 1);
   WaitForStreams(world, &backend, "the timed iterations");
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
     (*measurements)[local].time_us = EventMicroseconds(slot.events[0], slot.events[1]) / options.iters;
+    (*measurements)[local].host_issue_us = host_issue_us;
   }
 
   RecordOnAll(world, 0);
@@ -354,6 +360,7 @@ std::string Serialize(const RankMeasurement& m) {
   std::string blob;
   AppendRaw(&blob, m.rank);
   AppendRaw(&blob, m.time_us);
+  AppendRaw(&blob, m.host_issue_us);
   AppendRaw(&blob, m.wrong);
   AppendRaw(&blob, m.checksum);
   AppendRaw(&blob, static_cast<uint64_t>(m.samples_us.size()));
@@ -365,7 +372,7 @@ bool Deserialize(const std::string& blob, RankMeasurement* m) {
   size_t offset = 0;
   uint64_t nsamples = 0;
   if (!ReadRaw(blob, &offset, &m->rank) || !ReadRaw(blob, &offset, &m->time_us) ||
-      !ReadRaw(blob, &offset, &m->wrong) || !ReadRaw(blob, &offset, &m->checksum) ||
+      !ReadRaw(blob, &offset, &m->host_issue_us) || !ReadRaw(blob, &offset, &m->wrong) || !ReadRaw(blob, &offset, &m->checksum) ||
       !ReadRaw(blob, &offset, &nsamples))
     return false;
   m->samples_us.resize(nsamples);
@@ -410,6 +417,8 @@ CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& 
     case RankAggregate::kMean: result.time_us = sum / all.size(); break;
     case RankAggregate::kMax: result.time_us = max_time; break;
   }
+  // The slowest process's issue time: the one the collective waited for.
+  for (const RankMeasurement& m : all) result.host_issue_us = std::max(result.host_issue_us, m.host_issue_us);
   // An iteration of a collective is done when its slowest rank is done.
   result.samples_us = all[0].samples_us;
   for (const RankMeasurement& m : all)

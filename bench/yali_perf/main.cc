@@ -960,6 +960,7 @@ int Run(const Options& options) {
                   record.ctas = algo.ctas;
                   record.samples_us = result.samples_us;
                   record.stats = ComputeStats(result.samples_us);
+                  record.host_issue_us = result.host_issue_us;
                   impl.total_wrong += result.wrong;
                   impl.busbw_sum += record.busbw_gbs;
                   impl.results += 1;

@@ -162,6 +162,8 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
     json.Key("iters"); json.Int(r.iters);
     json.Key("warmup"); json.Int(r.warmup);
     json.Key("time_us"); json.Double(r.time_us);
+    json.Key("host_issue_us");
+    if (r.host_issue_us > 0) json.Double(r.host_issue_us); else json.Null();
     json.Key("algbw_gbs"); json.Double(r.algbw_gbs);
     json.Key("busbw_gbs"); json.Double(r.busbw_gbs);
     json.Key("wrong");

@@ -98,6 +98,7 @@ struct ResultRecord {
   int ctas = 0;
   std::vector<double> samples_us;
   SampleStats stats;
+  double host_issue_us = 0;  // CaseResult::host_issue_us; 0: not measured (JSON null)
 };
 
 // algbw in GB/s (1e9 bytes per second, as nccl-tests).

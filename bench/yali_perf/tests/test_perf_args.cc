@@ -635,10 +635,12 @@ void TestReport() {
   yali.run = 3;
   yali.iters = 12;
   yali.warmup = 2;
+  yali.host_issue_us = 2.5;
   EXPECT(AlgoLabel(yali) == "oneshot_ll/8");
 
   ResultRecord nccl = yali;
   nccl.impl = "nccl";
+  nccl.host_issue_us = 0;  // not measured (a timing mode other than events)
   nccl.algo_known = false;
   nccl.in_place = true;
   nccl.checked = false;
@@ -688,7 +690,7 @@ void TestReport() {
         "\"samples_us\": [9.5, 10, 10.5]", "\"p99\":", "\"pci_bus_id\": \"0000:2a:00.0\"",
         "\"hostname\": \"host\\\"name\"", "\"iters\": 20", "\"repeat\": 4",
         "\"max_case_time_s\": null", "\"registered\": 0", "\"run\": 3", "\"iters\": 12",
-        "\"warmup\": 2"})
+        "\"warmup\": 2", "\"host_issue_us\": 2.5", "\"host_issue_us\": null"})
     Expect(json.find(needle) != std::string::npos, std::string("JSON has ") + needle, __LINE__);
   EXPECT(JsonWellFormed(json));
   // Every result names its collective and root (null without one); the run lists what it skipped.
