@@ -73,8 +73,8 @@ struct CaseResult {
   // One per timed iteration (per graph launch in graph mode, one for throughput mode), per call:
   // the slowest rank's time for that iteration.
   std::vector<double> samples_us;
-  // Per call, the host time the slowest process took to issue the timed calls (every local rank's
-  // call of an iteration): events timing only, 0 otherwise.
+  // Per call, the host time the slowest process took to issue the first timed calls (every local
+  // rank's call of an iteration; harness.cc says how many): events timing only, 0 otherwise.
   double host_issue_us = 0;
   bool checked = false;
   // Out-of-tolerance elements summed over ranks, plus one per rank whose output is not bitwise
