@@ -57,6 +57,9 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
       continue;
     }
     entries_[key].block = block;  // Opening: other imports of it wait for this one
+    // A lender's close may end while the open runs, after the driver refused this one because
+    // the block was still mapped: then the refusal is stale, and the open is tried again.
+    const uint64_t closesBefore = closesDone_;
     lock.unlock();
     void* mapped = nullptr;
     const cudaError_t opened = ops_.open(&mapped, handle, key.device, error);
@@ -78,9 +81,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     auto lender = findBlock(key, block.id, &busy);
     if (lender != entries_.end()) {
       Entry& e = lender->second;
-      char* where = static_cast<char*>(e.mapped) - e.block.offset + block.offset;
+      char* blockBase = static_cast<char*>(e.mapped) - e.block.offset;
+      char* where = blockBase + block.offset;
       std::string why;
-      if (!ops_.covers(e.mapped, where, block.bytes, &why)) {
+      if (!ops_.covers(e.mapped, key.device, blockBase, where, block.bytes, &why)) {
         *error += "; its block's open mapping does not span it (" + why + ")";
         return nullptr;
       }
@@ -88,6 +92,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
       ++e.refs;
       error->clear();
       return share(lender->first, where);
+    }
+    if (!busy && closesDone_ != closesBefore) {
+      error->clear();
+      continue;
     }
     if (!busy) {
       *error += "; no mapping of its block is open in this process";
@@ -123,6 +131,7 @@ bool IpcImports::closeIfIdle(const Key& key, uint64_t ticket) {
   ops_.close(mapped, key.device);
   std::lock_guard<std::mutex> lock(mutex_);
   entries_.erase(key);
+  ++closesDone_;
   changed_.notify_all();
   return true;
 }

@@ -70,10 +70,13 @@ class IpcImports {
     // block is mapped on this device already).
     std::function<cudaError_t(void** mapped, const cudaIpcMemHandle_t& handle, int device, std::string* error)> open;
     std::function<void(void* mapped, int device)> close;
-    // Whether the mapping that an open returned as `mapped` spans [where, where + bytes) here:
-    // checked before a borrow, so that a driver which maps less than the block refuses it instead
-    // of lending an address nothing backs.
-    std::function<bool(const void* mapped, const void* where, uint64_t bytes, std::string* error)> covers;
+    // Whether the mapping that an open on `device` returned as `mapped` starts at `blockBase` (the
+    // block's first byte by the peer's offsets) and spans [where, where + bytes): checked before a
+    // borrow, so that a driver which maps less than the block, or offsets that do not match its
+    // mapping, refuse the borrow instead of lending an address nothing backs.
+    std::function<bool(const void* mapped, int device, const char* blockBase, const void* where, uint64_t bytes,
+                       std::string* error)>
+        covers;
     std::function<void(std::function<bool()> job)> post;  // runs the job later (Reaper::post)
   };
 
@@ -111,6 +114,7 @@ class IpcImports {
   std::condition_variable changed_;  // an entry left Opening or Closing
   std::map<Key, Entry> entries_;
   uint64_t nextTicket_ = 0;
+  uint64_t closesDone_ = 0;  // closes ended so far: a refused open retries if one ended meanwhile
 };
 
 }  // namespace yali

@@ -85,20 +85,28 @@ IpcImports& IpcImports::process() {
         cudaIpcCloseMemHandle(mapped);
         cudaGetLastError();
       },
-      // The mapping's extent as this process's driver reports it.
-      [](const void* mapped, const void* where, uint64_t bytes, std::string* error) {
-        CUdeviceptr start = 0;
+      // The mapping as this process's driver reports it (MAPPING_BASE_ADDR and MAPPING_SIZE: the
+      // whole mapping, not the allocation the open named).
+      [](const void* mapped, int device, const char* blockBase, const void* where, uint64_t bytes,
+         std::string* error) {
+        ScopedDevice onDevice(device);
+        CUdeviceptr base = 0;
         size_t size = 0;
-        CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
-        void* data[] = {&start, &size};
+        CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
+        void* data[] = {&base, &size};
         const GetAttributes getAttributes = pointerAttributes();
         if (getAttributes == nullptr ||
-            getAttributes(2, attrs, data, reinterpret_cast<CUdeviceptr>(mapped)) != CUDA_SUCCESS || start == 0) {
+            getAttributes(2, attrs, data, reinterpret_cast<CUdeviceptr>(mapped)) != CUDA_SUCCESS || base == 0) {
           cudaGetLastError();
           *error = "cuPointerGetAttributes could not tell the mapping's extent";
           return false;
         }
-        const uint64_t from = reinterpret_cast<uint64_t>(where), first = static_cast<uint64_t>(start);
+        const uint64_t first = static_cast<uint64_t>(base), from = reinterpret_cast<uint64_t>(where);
+        if (first != reinterpret_cast<uint64_t>(blockBase)) {
+          *error = "the mapping starts " + std::to_string(static_cast<int64_t>(first - reinterpret_cast<uint64_t>(blockBase))) +
+                   " bytes from where the peer's offsets put the block";
+          return false;
+        }
         if (from >= first && bytes <= size && from - first <= size - bytes) return true;
         *error = "it maps " + std::to_string(size) + " bytes";
         return false;

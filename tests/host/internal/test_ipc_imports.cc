@@ -92,7 +92,7 @@ struct FakeDriver {
           mapped.erase(k);
           ++closes;
         },
-        [this](const void* m, const void* where, uint64_t bytes, std::string* error) {
+        [this](const void* m, int, const char* base, const void* where, uint64_t bytes, std::string* error) {
           // The i-th open's mapping: its whole block when wholeBlocks (kBlockBytes), else what the
           // open returned, kAllocBytes long.
           std::lock_guard<std::mutex> lock(mutex);
@@ -100,6 +100,10 @@ struct FakeDriver {
           const uintptr_t start = wholeBlocks ? blockBase(i) : returned.at(i);
           const uintptr_t size = wholeBlocks ? kBlockBytes : kAllocBytes;
           const uintptr_t w = reinterpret_cast<uintptr_t>(where);
+          if (reinterpret_cast<uintptr_t>(base) != start) {
+            *error = "the mapping starts elsewhere";
+            return false;
+          }
           if (w >= start && bytes <= size && w - start <= size - bytes) return true;
           *error = "outside the mapping";
           return false;
@@ -292,4 +296,123 @@ TEST(allocations_of_one_block_open_alone_where_the_driver_allows) {
   CHECK_MSG(mx && my, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
   CHECK_EQ(t.entries(), 2u);
+}
+
+// The lender's close ends between the sibling's refused open and its look at the table (the
+// refusal is then stale): the sibling opens the block itself instead of failing. Failed before
+// the table counted closes (review of 8cee88a).
+TEST(a_refusal_made_stale_by_a_close_is_retried) {
+  FakeDriver drv;
+  drv.wholeBlocks = true;
+  IpcImports::Ops ops = drv.ops();
+  std::mutex gate;
+  std::condition_variable cv;
+  bool refused = false, letGo = false;
+  auto inner = ops.open;
+  ops.open = [&](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
+    const cudaError_t e = inner(out, h, device, error);
+    if (e == cudaErrorAlreadyMapped) {
+      std::unique_lock<std::mutex> lock(gate);
+      refused = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return letGo; });
+    }
+    return e;
+  };
+  IpcImports t(ops);
+  std::string err, yerr;
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  CHECK(mx != nullptr);
+  mx.reset();  // Idle, its close posted
+  std::shared_ptr<void> my;
+  std::thread importer(
+      [&] { my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 5000, &yerr); });
+  {
+    std::unique_lock<std::mutex> lock(gate);
+    cv.wait(lock, [&] { return refused; });
+  }
+  drv.runPosted();  // x's close runs and ends while y's refused open has not looked yet
+  {
+    std::lock_guard<std::mutex> lock(gate);
+    letGo = true;
+    cv.notify_all();
+  }
+  importer.join();
+  CHECK_MSG(my != nullptr, "%s", yerr.c_str());
+  CHECK_EQ(drv.opens, 2);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + y.offset);
+}
+
+// A borrow revives an Idle lender: its posted close then leaves it, and the block closes once,
+// after the borrower lets go.
+TEST(a_borrow_revives_an_idle_lender) {
+  FakeDriver drv;
+  drv.wholeBlocks = true;
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  mx.reset();
+  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  CHECK_MSG(my != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 1);
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 0);
+  my.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 1);
+  CHECK_EQ(t.entries(), 0u);
+}
+
+// A sibling whose block is closing waits for the close, then opens the block itself.
+TEST(a_sibling_waits_for_its_blocks_close) {
+  FakeDriver drv;
+  drv.wholeBlocks = true;
+  std::mutex gate;
+  std::condition_variable cv;
+  bool closing = false, letGo = false;
+  drv.duringClose = [&] {
+    std::unique_lock<std::mutex> lock(gate);
+    closing = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return letGo; });
+  };
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  mx.reset();
+  std::thread reaper([&] { drv.runPosted(); });
+  {
+    std::unique_lock<std::mutex> lock(gate);
+    cv.wait(lock, [&] { return closing; });
+  }
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::lock_guard<std::mutex> lock(gate);
+    letGo = true;
+    cv.notify_all();
+  });
+  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 5000, &err);
+  release.join();
+  reaper.join();
+  CHECK_MSG(my != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 2);
+}
+
+// Offsets that do not match the driver's mapping (the lender's block offset wrong) refuse the
+// borrow instead of lending a wrong address.
+TEST(a_borrow_with_offsets_the_mapping_contradicts_is_refused) {
+  FakeDriver drv;
+  drv.wholeBlocks = true;
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
+  // x's handle puts it at 0x200 in the block; the table is told 0x300.
+  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, 0x300, 0x1000}, handleOf(x), 1000, &err);
+  CHECK(mx != nullptr);
+  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  CHECK(my == nullptr);
+  CHECK_MSG(err.find("starts elsewhere") != std::string::npos, "%s", err.c_str());
 }
