@@ -125,6 +125,43 @@ struct FakeDriver {
 
 const IpcImports::Key kA{0, 1234, 7};
 
+// Two allocations of one block of process 1234, as small cudaMallocs are.
+const FakeAlloc kX{1234, 7, 50, 0x200}, kY{1234, 8, 50, 0x8000};
+
+// A registration's import of `a`: its own key, block and offset, 0x1000 bytes of it used.
+std::shared_ptr<void> importAlloc(IpcImports& t, const FakeAlloc& a, std::string* err, int64_t timeoutMs = 1000) {
+  return t.import({0, a.pid, a.bufferId}, {a.blockId, a.offset, 0x1000}, handleOf(a), timeoutMs, err);
+}
+
+// A point where one thread (a close, an open) stops until the test lets it go.
+struct Gate {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool reached = false, open = false;
+  void stopHere() {
+    std::unique_lock<std::mutex> lock(mutex);
+    reached = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return open; });
+  }
+  void waitUntilReached() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [&] { return reached; });
+  }
+  void letGo() {
+    std::lock_guard<std::mutex> lock(mutex);
+    open = true;
+    cv.notify_all();
+  }
+  // letGo() after 50 ms, from a thread of its own (joined by the caller).
+  std::thread letGoSoon() {
+    return std::thread([this] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      letGo();
+    });
+  }
+};
+
 }  // namespace
 
 TEST(two_comms_share_one_mapping) {
@@ -203,33 +240,18 @@ TEST(an_import_waits_for_a_close_in_progress) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  std::mutex gate;
-  std::condition_variable cv;
-  bool closing = false, letGo = false;
-  drv.duringClose = [&] {
-    std::unique_lock<std::mutex> lock(gate);
-    closing = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return letGo; });
-  };
+  Gate close;
+  drv.duringClose = [&] { close.stopHere(); };
   std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
   m.reset();
   std::thread reaper([&] { drv.runPosted(); });
-  {
-    std::unique_lock<std::mutex> lock(gate);
-    cv.wait(lock, [&] { return closing; });
-  }
+  close.waitUntilReached();
   // Closing: an import with a short timeout gives up, naming the close.
   m = t.import(kA, {}, handleOf(kA), 50, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("unmapping") != std::string::npos, "%s", err.c_str());
   // One with time to spare waits for the close, then opens anew.
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::lock_guard<std::mutex> lock(gate);
-    letGo = true;
-    cv.notify_all();
-  });
+  std::thread release = close.letGoSoon();
   err.clear();
   m = t.import(kA, {}, handleOf(kA), 5000, &err);
   release.join();
@@ -248,15 +270,13 @@ TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
   drv.wholeBlocks = true;
   IpcImports t(drv.ops());
   std::string err;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
-  const IpcImports::Key kx{0, x.pid, x.bufferId}, ky{0, y.pid, y.bufferId};
-  std::shared_ptr<void> mx = t.import(kx, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
   CHECK_MSG(mx != nullptr, "%s", err.c_str());
-  std::shared_ptr<void> my = t.import(ky, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK_MSG(my != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 1);
-  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(0) + x.offset);
-  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(0) + y.offset);
+  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(0) + kX.offset);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(0) + kY.offset);
   CHECK_EQ(t.entries(), 1u);
   mx.reset();
   drv.runPosted();
@@ -266,12 +286,12 @@ TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
   CHECK_EQ(drv.closes, 1);
   CHECK_EQ(t.entries(), 0u);
   // y opens the block itself now; x borrows from it.
-  my = t.import(ky, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
-  mx = t.import(kx, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  my = importAlloc(t, kY, &err);
+  mx = importAlloc(t, kX, &err);
   CHECK_MSG(mx && my, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
-  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + y.offset);
-  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(1) + x.offset);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + kY.offset);
+  CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(1) + kX.offset);
   // A sibling whose bytes run past what the open mapping spans is refused, not lent.
   const FakeAlloc w{1234, 10, 50, 0x7F000};
   std::shared_ptr<void> mw = t.import({0, w.pid, w.bufferId}, {w.blockId, w.offset, 0x2000}, handleOf(w), 1000, &err);
@@ -290,9 +310,8 @@ TEST(allocations_of_one_block_open_alone_where_the_driver_allows) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
-  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset}, handleOf(x), 1000, &err);
-  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset}, handleOf(y), 1000, &err);
+  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
+  std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK_MSG(mx && my, "%s", err.c_str());
   CHECK_EQ(drv.opens, 2);
   CHECK_EQ(t.entries(), 2u);
@@ -305,43 +324,27 @@ TEST(a_refusal_made_stale_by_a_close_is_retried) {
   FakeDriver drv;
   drv.wholeBlocks = true;
   IpcImports::Ops ops = drv.ops();
-  std::mutex gate;
-  std::condition_variable cv;
-  bool refused = false, letGo = false;
+  Gate refused;
   auto inner = ops.open;
   ops.open = [&](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
     const cudaError_t e = inner(out, h, device, error);
-    if (e == cudaErrorAlreadyMapped) {
-      std::unique_lock<std::mutex> lock(gate);
-      refused = true;
-      cv.notify_all();
-      cv.wait(lock, [&] { return letGo; });
-    }
+    if (e == cudaErrorAlreadyMapped) refused.stopHere();
     return e;
   };
   IpcImports t(ops);
   std::string err, yerr;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
-  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
   CHECK(mx != nullptr);
   mx.reset();  // Idle, its close posted
   std::shared_ptr<void> my;
-  std::thread importer(
-      [&] { my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 5000, &yerr); });
-  {
-    std::unique_lock<std::mutex> lock(gate);
-    cv.wait(lock, [&] { return refused; });
-  }
+  std::thread importer([&] { my = importAlloc(t, kY, &yerr, 5000); });
+  refused.waitUntilReached();
   drv.runPosted();  // x's close runs and ends while y's refused open has not looked yet
-  {
-    std::lock_guard<std::mutex> lock(gate);
-    letGo = true;
-    cv.notify_all();
-  }
+  refused.letGo();
   importer.join();
   CHECK_MSG(my != nullptr, "%s", yerr.c_str());
   CHECK_EQ(drv.opens, 2);
-  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + y.offset);
+  CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + kY.offset);
 }
 
 // A borrow revives an Idle lender: its posted close then leaves it, and the block closes once,
@@ -351,10 +354,9 @@ TEST(a_borrow_revives_an_idle_lender) {
   drv.wholeBlocks = true;
   IpcImports t(drv.ops());
   std::string err;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
-  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
   mx.reset();
-  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK_MSG(my != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 1);
   drv.runPosted();
@@ -369,32 +371,16 @@ TEST(a_borrow_revives_an_idle_lender) {
 TEST(a_sibling_waits_for_its_blocks_close) {
   FakeDriver drv;
   drv.wholeBlocks = true;
-  std::mutex gate;
-  std::condition_variable cv;
-  bool closing = false, letGo = false;
-  drv.duringClose = [&] {
-    std::unique_lock<std::mutex> lock(gate);
-    closing = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return letGo; });
-  };
+  Gate close;
+  drv.duringClose = [&] { close.stopHere(); };
   IpcImports t(drv.ops());
   std::string err;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
-  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, x.offset, 0x1000}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
   mx.reset();
   std::thread reaper([&] { drv.runPosted(); });
-  {
-    std::unique_lock<std::mutex> lock(gate);
-    cv.wait(lock, [&] { return closing; });
-  }
-  std::thread release([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    std::lock_guard<std::mutex> lock(gate);
-    letGo = true;
-    cv.notify_all();
-  });
-  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 5000, &err);
+  close.waitUntilReached();
+  std::thread release = close.letGoSoon();
+  std::shared_ptr<void> my = importAlloc(t, kY, &err, 5000);
   release.join();
   reaper.join();
   CHECK_MSG(my != nullptr, "%s", err.c_str());
@@ -408,11 +394,10 @@ TEST(a_borrow_with_offsets_the_mapping_contradicts_is_refused) {
   drv.wholeBlocks = true;
   IpcImports t(drv.ops());
   std::string err;
-  const FakeAlloc x{1234, 7, 50, 0x200}, y{1234, 8, 50, 0x8000};
   // x's handle puts it at 0x200 in the block; the table is told 0x300.
-  std::shared_ptr<void> mx = t.import({0, x.pid, x.bufferId}, {x.blockId, 0x300, 0x1000}, handleOf(x), 1000, &err);
+  std::shared_ptr<void> mx = t.import({0, kX.pid, kX.bufferId}, {kX.blockId, 0x300, 0x1000}, handleOf(kX), 1000, &err);
   CHECK(mx != nullptr);
-  std::shared_ptr<void> my = t.import({0, y.pid, y.bufferId}, {y.blockId, y.offset, 0x1000}, handleOf(y), 1000, &err);
+  std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK(my == nullptr);
   CHECK_MSG(err.find("starts elsewhere") != std::string::npos, "%s", err.c_str());
 }
