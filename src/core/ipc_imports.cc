@@ -10,13 +10,19 @@ std::shared_ptr<void> IpcImports::share(const Key& key, char* where) {
   return std::shared_ptr<void>(where, [this, key](void*) { release(key); });
 }
 
+std::shared_ptr<void> IpcImports::retain(const Key& key, Entry& e, char* where) {
+  e.state = State::kLive;
+  ++e.refs;
+  return share(key, where);
+}
+
 std::map<IpcImports::Key, IpcImports::Entry>::iterator IpcImports::findBlock(const Key& key, uint64_t block,
                                                                             bool* busy) {
   *busy = false;
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {
     const Key& k = it->first;
     if (k.device != key.device || k.peerPid != key.peerPid || it->second.block.id != block) continue;
-    if (it->second.state == State::kLive || it->second.state == State::kIdle) return it;
+    if (isOpen(it->second)) return it;
     *busy = true;
   }
   return entries_.end();
@@ -38,17 +44,12 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       Entry& e = it->second;
-      if (e.state == State::kLive || e.state == State::kIdle) {
-        // Idle: its close is posted but has not started; the job will find the entry live and leave it.
-        e.state = State::kLive;
-        ++e.refs;
-        return share(key, static_cast<char*>(e.mapped));
-      }
+      if (isOpen(e)) return retain(key, e, static_cast<char*>(e.mapped));
       // Opening or Closing. The wait released the lock: look again, even past the deadline (the
       // open or close may have ended just then); only a wait still pending fails.
       if (!waitForChange("the same allocation")) {
         it = entries_.find(key);
-        if (it == entries_.end() || it->second.state == State::kLive || it->second.state == State::kIdle) {
+        if (it == entries_.end() || isOpen(it->second)) {
           error->clear();
           continue;
         }
@@ -88,10 +89,8 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
         *error += "; its block's open mapping does not span it (" + why + ")";
         return nullptr;
       }
-      e.state = State::kLive;
-      ++e.refs;
       error->clear();
-      return share(lender->first, where);
+      return retain(lender->first, e, where);
     }
     if (!busy && closesDone_ != closesBefore) {
       error->clear();

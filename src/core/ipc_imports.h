@@ -103,6 +103,10 @@ class IpcImports {
     uint64_t closeTicket = 0;  // which posted close may act on an Idle entry (a later release posts anew)
   };
   std::shared_ptr<void> share(const Key& key, char* where);
+  // An open entry (Live, or Idle with its close posted but not started) is taken once more, as
+  // `where` in its mapping: it becomes Live, and the job of an Idle one's close then leaves it.
+  static bool isOpen(const Entry& e) { return e.state == State::kLive || e.state == State::kIdle; }
+  std::shared_ptr<void> retain(const Key& key, Entry& e, char* where);
   // An entry of `key`'s device and process whose block is `block` and that can be borrowed (Live or
   // Idle), or end(); *busy: one of that block is Opening or Closing.
   std::map<Key, Entry>::iterator findBlock(const Key& key, uint64_t block, bool* busy);
