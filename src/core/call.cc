@@ -169,7 +169,13 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     if (r != yaliSuccess) return r;
   }
   if (s.recvBytes > 0) {
-    r = checkBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, &recvInfo);
+    // In place at the input's address: CUDA's answer for the input is the output's too.
+    if (s.sendBytes > 0 && c.recv == c.send) {
+      recvInfo = sendInfo;
+      r = checkQueriedBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, recvInfo);
+    } else {
+      r = checkBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, &recvInfo);
+    }
     if (r != yaliSuccess) return r;
   }
   const char* send = static_cast<const char*>(c.send);

@@ -47,29 +47,52 @@ yaliResult_t checkDataType(yaliComm* comm, int datatype, const char* call) {
               kNumDataTypes - 1);
 }
 
-yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
-                         const char* call, AllocationInfo* info) {
+namespace {
+
+// A buffer argument's checks that need no CUDA: not NULL, aligned to its element.
+yaliResult_t checkAddress(yaliComm* comm, const void* p, const char* name, size_t elemSize, const char* call) {
   if (p == nullptr) return fail(yaliInvalidArgument, comm, "%s: %s is NULL", call, name);
   if (reinterpret_cast<uintptr_t>(p) % elemSize != 0)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is not aligned to its element size (%zu bytes)",
                 call, name, p, elemSize);
-  std::string why;
-  if (!queryAllocation(p, info, &why))
-    return fail(yaliInvalidArgument, comm, "%s: %s=%p: %s", call, name, p, why.c_str());
-  if (!info->device)
+  return yaliSuccess;
+}
+
+// Those on what CUDA said of it: device memory of the comm's GPU, holding `bytes` from p on.
+yaliResult_t checkAllocation(yaliComm* comm, const void* p, const char* name, size_t bytes, const char* call,
+                             const AllocationInfo& info) {
+  if (!info.device)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is host memory, not device memory", call, name, p);
-  if (!info->managed && info->deviceOrdinal != comm->device)
+  if (!info.managed && info.deviceOrdinal != comm->device)
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is on device %d but comm is on device %d", call,
-                name, p, info->deviceOrdinal, comm->device);
-  const uint64_t offset = reinterpret_cast<uint64_t>(p) - info->start;
-  if (info->legacyIpc && (offset > info->size || bytes > info->size - offset))
+                name, p, info.deviceOrdinal, comm->device);
+  const uint64_t offset = reinterpret_cast<uint64_t>(p) - info.start;
+  if (info.legacyIpc && (offset > info.size || bytes > info.size - offset))
     return fail(yaliInvalidArgument, comm,
                 "%s: %s=%p holds %llu bytes to the end of its allocation, the call needs %zu (count too "
                 "large for the buffer)",
-                call, name, p, static_cast<unsigned long long>(info->size - std::min(offset, info->size)),
+                call, name, p, static_cast<unsigned long long>(info.size - std::min(offset, info.size)),
                 bytes);
   return yaliSuccess;
 }
 
+}  // namespace
+
+yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
+                         const char* call, AllocationInfo* info) {
+  yaliResult_t r = checkAddress(comm, p, name, elemSize, call);
+  if (r != yaliSuccess) return r;
+  std::string why;
+  if (!queryAllocation(p, info, &why))
+    return fail(yaliInvalidArgument, comm, "%s: %s=%p: %s", call, name, p, why.c_str());
+  return checkAllocation(comm, p, name, bytes, call, *info);
+}
+
+yaliResult_t checkQueriedBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
+                                const char* call, const AllocationInfo& info) {
+  yaliResult_t r = checkAddress(comm, p, name, elemSize, call);
+  if (r != yaliSuccess) return r;
+  return checkAllocation(comm, p, name, bytes, call, info);
+}
 
 }  // namespace yali

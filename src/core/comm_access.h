@@ -60,5 +60,9 @@ yaliResult_t checkDataType(yaliComm* comm, int datatype, const char* call);
 
 yaliResult_t checkBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
                          const char* call, AllocationInfo* info);
+// The same checks on `info`, what CUDA answered for `p` earlier in this call (an in-place call's
+// output at its input's address: one question per call and address, not two).
+yaliResult_t checkQueriedBuffer(yaliComm* comm, const void* p, const char* name, size_t elemSize, size_t bytes,
+                                const char* call, const AllocationInfo& info);
 
 }  // namespace yali

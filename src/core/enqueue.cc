@@ -181,6 +181,8 @@ yaliResult_t groupEnd() {
   if (group.depth == 0)
     return fail(yaliInvalidUsage, nullptr, "yaliGroupEnd: called without a matching yaliGroupStart");
   if (--group.depth > 0) return yaliSuccess;
+  // The queue is emptied before its launches run (destroy and abort look at it), and its storage
+  // comes back for the next group, so that a loop of groups allocates nothing per call.
   std::vector<PlannedLaunch> pending;
   pending.swap(group.pending);
   yaliResult_t first = yaliSuccess;
@@ -189,6 +191,8 @@ yaliResult_t groupEnd() {
     yaliResult_t r = launchNow(plan);
     if (r != yaliSuccess && first == yaliSuccess) first = r;
   }
+  pending.clear();
+  if (group.pending.empty()) group.pending.swap(pending);
   return first;
 }
 

@@ -183,7 +183,10 @@ struct HostStatus {
   uint64_t failureEpoch;  // the host's launch count of the failing launch
   int failureOrigin;      // kFailRemote: the peer that failed first, as far as we know
   int failureRemoteCode;  // kFailRemote: that peer's own DeviceFailure
-  uint64_t eagerDone;     // DeviceArgs::eagerSeq of the last eager launch that has ended
+  // DeviceArgs::eagerSeq of the last eager launch that has ended. In a cache line of its own: every
+  // eager launch's last block writes it, and the host reads `failure` (above) at every call, which
+  // would then miss in the CPU's cache each time.
+  alignas(64) uint64_t eagerDone;
   // Sources of the host's stream-ordered writes into device memory (comm.cc: writeDeviceWords):
   // pinned, so a copy never waits for a staging buffer.
   int closedWords[2];     // {failed, closed} = {1, 1}: LocalState's gate after destroy or abort
