@@ -260,12 +260,8 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
     Reaper::post([r, drainedAt] {
       const volatile HostStatus* s = r->hostStatus.get();
       if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
-      // The grace is for stores of eager launches; a comm that issued none has none in flight
-      // (graph replays hold the resources through the graph until CUDA has finished them).
-      if (r->eagerIssued != 0) {
-        if (*drainedAt < 0) *drainedAt = nowMs();
-        if (nowMs() - *drainedAt < kReleaseGraceMs) return false;
-      }
+      if (*drainedAt < 0) *drainedAt = nowMs();
+      if (nowMs() - *drainedAt < kReleaseGraceMs) return false;
       if (r->device >= 0) cudaSetDevice(r->device);
       delete r;
       cudaGetLastError();
