@@ -19,7 +19,8 @@
 #   KILL_COLLS=all  KILL_RANK0_COLLS=allreduce   ones eager only), each of KILL_VICTIMS killed in
 #                                            turn; then rank 0 killed, KILL_RANK0_COLLS'
 #                                            algorithms (empty: not run)
-#   SOAK_RANKS=2  SOAK_MODES="single multi"  soak: the soak cases (--filter soak)
+#   SOAK_RANKS=2  SOAK_MODES="single multi"  soak: the soak cases (--filter soak); SOAK_MULTI_ARGS=--quick
+#                                            shortens multi mode (processes sharing a GPU take turns)
 #   FUZZ_RUNS=8  FUZZ_SEED=1                 fuzz: seeded random settings (buffer sizes, blocks,
 #   FUZZ_PLAIN_RUNS=16  FUZZ_RUN_TIMEOUT=150 YALI_ALGO from every collective's algorithms or one
 #                                            per collective, every algorithm's threshold, sometimes
@@ -49,6 +50,7 @@
 #   AB_ARGS="-b 4K -e 64M -f 4 ..."           AB_BASE, built in build-base) and after (this tree),
 #                                            ranks sharing GPUs (YALI only), eager and graph, run
 #                                            alternately; scripts/ab_table.py prints the table.
+#   AB_BASE_BUILD=build-base                 the base's build folder (one per base tree)
 #   AB_LAUNCH=single (or multi)              one process driving N GPUs (-g N), or one process
 #                                            per rank (launch_ranks.sh N ... -g 1): host cost per
 #                                            call adds up in the first, runs side by side in the second
@@ -433,7 +435,8 @@ if has soak; then
   # The soak cases (long runs of calls, and of comm life cycles), ranks sharing GPUs where needed.
   for mode in ${SOAK_MODES:-single multi}; do
     n=${SOAK_RANKS:-2}
-    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --filter soak > "$LOG/soak_${mode}_$n.log" 2>&1
+    args=; [ "$mode" = multi ] && args=${SOAK_MULTI_ARGS:-}
+    "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" --filter soak $args > "$LOG/soak_${mode}_$n.log" 2>&1
     note "soak $mode $n: rc=$? $(tail -1 "$LOG/soak_${mode}_$n.log")"
   done
 fi
@@ -624,13 +627,14 @@ fi
 if has abperf; then
   # Before/after, YALI only, ranks sharing GPUs (kernel-level cost per call, not NVLink speed).
   base=${AB_BASE:-base-src}
-  cmake -S "$base" -B build-base -G Ninja -DCMAKE_BUILD_TYPE=Release -DYALI_BUILD_TESTS=OFF -DYALI_BUILD_EXAMPLES=OFF \
-    > "$LOG/cmake_base.log" 2>&1 && cmake --build build-base -j "$(nproc)" --target yali-perf > "$LOG/build_base.log" 2>&1
+  bb=${AB_BASE_BUILD:-build-base}  # one build folder per base tree (CMake keeps a folder to one source)
+  cmake -S "$base" -B "$bb" -G Ninja -DCMAKE_BUILD_TYPE=Release -DYALI_BUILD_TESTS=OFF -DYALI_BUILD_EXAMPLES=OFF \
+    > "$LOG/cmake_base.log" 2>&1 && cmake --build "$bb" -j "$(nproc)" --target yali-perf > "$LOG/build_base.log" 2>&1
   note "abperf: base build ($base): rc=$?"
   for rep in $(seq 1 ${AB_REPS:-2}); do
     for n in ${AB_NP:-2 4}; do
       for which in base new; do
-        p=$perf; [ $which = base ] && p=build-base/bench/yali-perf
+        p=$perf; [ $which = base ] && p=$bb/bench/yali-perf
         run=("$p" -g "$n")
         [ "${AB_LAUNCH:-single}" = multi ] && run=(bash scripts/launch_ranks.sh "$n" "$p" -g 1)
         YALI_NO_MPIRUN=1 YALI_ALLOW_SHARED_GPU=1 "${run[@]}" ${AB_ARGS:--b 4K -e 64M -f 4 -d float -n 50 -w 10 --inplace 0} --impl yali \

@@ -172,9 +172,9 @@ YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* de
  * launches still queued and replays of graphs that captured its calls touch nothing from then on. Its memory is freed once
  * no graph holds it (a graph that captured a call keeps it until the graph is destroyed); destroy
  * waits for that at most until YALI_TIMEOUT_MS is used up, since freeing CUDA memory waits for
- * every kernel on the device, another library's too. The memory is released 50 ms after the
+ * every kernel on the device, another library's too. The memory is released 2 ms after the
  * comm's calls outside graphs have ended (a margin for their last stores to land, since the
- * kernels do not fence them system-wide), so a destroy takes about 50 ms. Peers keep the memory they mapped of ours until they end their comms. The handle is
+ * kernels do not fence them system-wide), so a destroy takes a few milliseconds. Peers keep the memory they mapped of ours until they end their comms. The handle is
  * invalid afterwards (calls return yaliInvalidUsage). */
 YALI_API yaliResult_t yaliCommDestroy(yaliComm_t comm);
 

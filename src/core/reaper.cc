@@ -13,7 +13,11 @@
 namespace yali {
 namespace {
 
-constexpr int kRetryMs = 5;
+// A job not ready is tried again this much later: about the release grace (comm.cc:
+// makeDeviceResources), which every yaliCommDestroy waits out. A pass costs a few volatile reads
+// per job (event queries for copy-engine calls), so polling this often while a release waits
+// behind another library's long kernel costs next to nothing.
+constexpr int kRetryMs = 2;
 
 struct ReaperState {
   std::mutex mutex;

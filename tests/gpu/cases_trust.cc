@@ -2028,7 +2028,9 @@ size_t heapInUse() {
 // (equal), threads (at most one more: YALI's release thread), heap in use (at most 256 KB plus
 // 256 bytes per comm and cycle). A stale handle of the previous cycle must be refused with
 // yaliInvalidUsage even after the next comms exist. Catches: comm objects kept forever (tombstones),
-// leaked sockets, threads or device memory per comm, and handles that alias a newer comm.
+// leaked sockets, threads or device memory per comm, and handles that alias a newer comm. Also the
+// time a destroy takes (median over the cycles, per comm): yali.h promises a few milliseconds (the
+// release grace); 50 ms each, as in sessions 15-17, fails here.
 
 void caseInitDestroySoak(Ctx& ctx) {
   if (!ctx.requireAll(soakSelected(ctx), kSoakSkip)) return;
@@ -2039,6 +2041,7 @@ void caseInitDestroySoak(Ctx& ctx) {
   std::vector<yaliComm_t> previous;
   std::set<uintptr_t> seen;
   int staleAccepted = 0, reusedHandles = 0;
+  std::vector<double> destroyMs;  // per cycle: its destroys' time divided by the comms destroyed
   auto t0 = Clock::now();
   for (int c = 0; c < kCycles; ++c) {
     char label[80];
@@ -2055,7 +2058,9 @@ void caseInitDestroySoak(Ctx& ctx) {
     }
     if (c % 100 == 0 || c == kCycles - 1) allreduceAndVerify(ctx, comms, spec(4093, yaliFloat32, yaliSum), label);
     previous = comms;
+    const auto d0 = Clock::now();
     ctx.destroyComms(comms, label);
+    destroyMs.push_back(msSince(d0) / static_cast<double>(comms.size()));
     if (c == kWarm - 1) {
       ctx.world->barrier();
       freeBase = minFreeMemory(ctx);
@@ -2079,9 +2084,18 @@ void caseInitDestroySoak(Ctx& ctx) {
   const int threadEnd = countEntries("/proc/self/task");
   const size_t heapEnd = heapInUse();
   const size_t commCycles = (size_t)(kCycles - kWarm) * ctx.local.size();
-  ctx.note("%d cycles in %.1f s; after warm-up / at the end: free %zu / %zu MiB, fds %d / %d, threads %d / %d, "
-           "heap %zu / %zu KiB; %d handle values seen twice", kCycles, seconds, freeBase >> 20, freeEnd >> 20,
-           fdBase, fdEnd, threadBase, threadEnd, heapBase >> 10, heapEnd >> 10, reusedHandles);
+  std::sort(destroyMs.begin(), destroyMs.end());
+  const double destroyMedianMs = destroyMs[destroyMs.size() / 2];
+  ctx.note("%d cycles in %.1f s (a destroy: median %.2f ms, slowest %.2f ms); after warm-up / at the end: free "
+           "%zu / %zu MiB, fds %d / %d, threads %d / %d, heap %zu / %zu KiB; %d handle values seen twice", kCycles,
+           seconds, destroyMedianMs, destroyMs.back(), freeBase >> 20, freeEnd >> 20, fdBase, fdEnd, threadBase,
+           threadEnd, heapBase >> 10, heapEnd >> 10, reusedHandles);
+  // The release grace is 2 ms and the release thread looks every 2 ms: 20 ms leaves room for a
+  // loaded host, and fails the 50 ms grace this bound was written against.
+  const double kDestroyMedianLimitMs = 20;
+  if (destroyMedianMs > kDestroyMedianLimitMs)
+    ctx.fail("a yaliCommDestroy took %.1f ms (median over %d cycles), more than %.0f ms", destroyMedianMs, kCycles,
+             kDestroyMedianLimitMs);
   if (staleAccepted > 3) ctx.fail("%d stale handles accepted in all", staleAccepted);
   if (freeEnd + kSlack < freeBase) {
     ctx.fail("device memory not returned: %zu MiB free after %d warm-up cycles, %zu MiB after %d", freeBase >> 20,
