@@ -14,9 +14,10 @@ namespace yali {
 namespace {
 
 // A job not ready is tried again this much later: about the release grace (comm.cc:
-// makeDeviceResources), which every yaliCommDestroy waits out. A pass costs a few volatile reads
-// per job (event queries for copy-engine calls), so polling this often while a release waits
-// behind another library's long kernel costs next to nothing.
+// makeDeviceResources), which every yaliCommDestroy waits out. A pass over a release costs a few
+// volatile reads; over a copy-engine watch, a device switch, its mutex, one to three event queries
+// and, for a call of a failed or closed comm, one memset queued on the watch's stream
+// (copy_engine.cc: poll).
 constexpr int kRetryMs = 2;
 
 struct ReaperState {

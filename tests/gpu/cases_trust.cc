@@ -1121,6 +1121,12 @@ class ForeignSpinner {
       CUDA_OK(ctx, cudaSetDevice(dev));
       CUDA_OK(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       streams_.push_back(s);
+      // Both kernels loaded now, while the GPU is idle: under lazy module loading (CUDA's default)
+      // a kernel's first launch may wait for the device, and the probe's first launch comes while
+      // the spinner runs (it would then wait for the spinner's 60 s limit, and pass).
+      cudaFuncAttributes attr;
+      CUDA_OK(ctx, cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(foreignSpinKernel)));
+      CUDA_OK(ctx, cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(sideBySideProbeKernel)));
     }
   }
 
@@ -1153,6 +1159,7 @@ class ForeignSpinner {
     CUDA_OK(ctx_, cudaHostAlloc(&h, sizeof(int) * devs_.size(), cudaHostAllocMapped | cudaHostAllocPortable));
     volatile int* flags = static_cast<volatile int*>(h);
     std::vector<cudaStream_t> probes(devs_.size());
+    auto t0 = Clock::now();  // before the launches: a launch that waits counts against the 2 s
     for (size_t d = 0; d < devs_.size(); ++d) {
       flags[d] = 0;
       CUDA_OK(ctx_, cudaSetDevice(devs_[d]));
@@ -1164,10 +1171,9 @@ class ForeignSpinner {
     }
     watchdogStep("waiting for the side-by-side probe");
     bool all = true;
-    auto t0 = Clock::now();
     for (size_t d = 0; d < devs_.size(); ++d) {
       while (flags[d] == 0 && msSince(t0) < 2000) sleepMs(1);
-      if (flags[d] == 0) all = false;
+      if (flags[d] == 0 || msSince(t0) >= 2000) all = false;  // ran, but only after a launch waited
     }
     // A probe still queued runs once the spinner ends; the stream and the flags stay until then
     // (released by ~ForeignSpinner, after release()).
