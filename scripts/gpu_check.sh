@@ -15,7 +15,7 @@
 #                                            at 2 ranks once per forced algorithm
 #   TRUST_FILTER=trust_  TRUST_SINGLE_RANKS="2 3 4"   trust: the trust cases (cases_trust.cc),
 #   TRUST_MULTI_RANKS="2 3"                  single and multi mode; then yali-kill-test: every
-#   KILL_RANKS=3  KILL_VICTIMS=1             algorithm of KILL_COLLS, eager and graph (copy-engine
+#   KILL_RANKS=3 (0: none)  KILL_VICTIMS=1   algorithm of KILL_COLLS, eager and graph (copy-engine
 #   KILL_COLLS=all  KILL_RANK0_COLLS=allreduce   ones eager only), each of KILL_VICTIMS killed in
 #                                            turn; then rank 0 killed, KILL_RANK0_COLLS'
 #                                            algorithms (empty: not run)
@@ -413,17 +413,19 @@ if has trust; then
     "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode multi --filter "$tf" > "$LOG/trust_multi_$n.log" 2>&1
     note "trust cases multi $n: rc=$? $(tail -1 "$LOG/trust_multi_$n.log")"
   done
-  kr=${KILL_RANKS:-3}
+  kr=${KILL_RANKS:-3}  # 0: no kill test
   # The test bounds each of its runs itself (about 80 s at most; 4 to 5 s when it passes on one
   # H100). By default: every collective's algorithms with rank 1 killed (57 runs, about 4 min), then
   # AllReduce's with rank 0 (the bootstrap's host) killed (10 runs); both victims for every
   # collective would take about 8 min (KILL_VICTIMS=1,0 KILL_RANK0_COLLS=).
-  timeout ${KILL_TIMEOUT:-1500} "$BUILD/tests/yali-kill-test" --ranks "$kr" --victim "${KILL_VICTIMS:-1}" \
-    --coll "${KILL_COLLS:-all}" --mode both > "$LOG/kill_$kr.log" 2>&1
-  note "kill test $kr ranks, victim ${KILL_VICTIMS:-1}, ${KILL_COLLS:-all}: rc=$? $(grep -E 'runs passed' "$LOG/kill_$kr.log")"
-  grep -E '^(PASS|FAIL) ' "$LOG/kill_$kr.log" | cut -c1-220 | sed 's/^/   /'
+  if [ "$kr" != 0 ]; then
+    timeout ${KILL_TIMEOUT:-1500} "$BUILD/tests/yali-kill-test" --ranks "$kr" --victim "${KILL_VICTIMS:-1}" \
+      --coll "${KILL_COLLS:-all}" --mode both > "$LOG/kill_$kr.log" 2>&1
+    note "kill test $kr ranks, victim ${KILL_VICTIMS:-1}, ${KILL_COLLS:-all}: rc=$? $(grep -E 'runs passed' "$LOG/kill_$kr.log")"
+    grep -E '^(PASS|FAIL) ' "$LOG/kill_$kr.log" | cut -c1-220 | sed 's/^/   /'
+  fi
   r0=${KILL_RANK0_COLLS-allreduce}
-  if [ -n "$r0" ]; then
+  if [ "$kr" != 0 ] && [ -n "$r0" ]; then
     timeout ${KILL_TIMEOUT:-1500} "$BUILD/tests/yali-kill-test" --ranks "$kr" --victim 0 --coll "$r0" --mode both \
       > "$LOG/kill_${kr}_rank0.log" 2>&1
     note "kill test $kr ranks, victim 0, $r0: rc=$? $(grep -E 'runs passed' "$LOG/kill_${kr}_rank0.log")"

@@ -156,6 +156,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   res->device = comm->device;
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->orderEvent, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
@@ -208,7 +209,13 @@ bool closeOnDevice(yaliComm* comm, int64_t deadlineMs, std::string* error) {
 // holding it returns).
 void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
   releaseRegistrations(comm);
-  if (comm->res) comm->res->eagerIssued = comm->eagerLaunches;
+  if (comm->res) {
+    comm->res->eagerIssued = comm->eagerLaunches;
+    // Never waits. Not recorded (an error): the event reads as complete, as before it was waited for.
+    if (comm->res->controlDone != nullptr && comm->control != nullptr)
+      cudaEventRecord(comm->res->controlDone, comm->control);
+    cudaGetLastError();
+  }
   // The copy engines' state holds a reference to res too: dropped first, so that the last one
   // (when no graph and no copy-engine call in flight holds it) goes with comm->res, here. Its
   // release is then posted on this thread, and commDestroy waits for it as yali.h says. Kept
@@ -263,9 +270,13 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
     Reaper::post([r, drainedAt] {
       const volatile HostStatus* s = r->hostStatus.get();
       if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
+      if (r->controlDone != nullptr && cudaEventQuery(r->controlDone) == cudaErrorNotReady) return false;
+      cudaGetLastError();
       if (*drainedAt < 0) *drainedAt = nowMs();
-      if (nowMs() - *drainedAt < kReleaseGraceMs) return false;
+      // Whole milliseconds: more than kReleaseGraceMs of them have passed, so at least that long.
+      if (nowMs() - *drainedAt <= kReleaseGraceMs) return false;
       if (r->device >= 0) cudaSetDevice(r->device);
+      if (r->controlDone != nullptr) cudaEventDestroy(r->controlDone);
       delete r;
       cudaGetLastError();
       return true;
@@ -290,6 +301,7 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
     case kFailAborted: return yaliInvalidUsage;
     case kFailMismatch: return yaliInvalidUsage;
     case kFailCounts: return yaliInvalidUsage;
+    case kFailHost: return yaliUnhandledCudaError;
     case kFailRemote:
       // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
       // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
@@ -321,6 +333,9 @@ std::string commAsyncErrorText(yaliComm* comm) {
       case kFailCounts:
         return "an alltoallv's counts failed a check on the device; nothing was written into that rank's "
                "recvbuff and its count outputs hold -1";
+      case kFailHost:
+        return "a CUDA call failed half-way through queuing a copy-engine call (the call returned the "
+               "error); the comm refuses every later call";
       default: return "unknown failure " + std::to_string(code);
     }
   };

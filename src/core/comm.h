@@ -48,6 +48,9 @@ struct DeviceResources {
   LocalState* local = nullptr;                 // in our window
   char* peerWindows[kMaxRanks] = {};           // every rank's window as mapped here; [rank] == ours
   uint64_t eagerIssued = 0;                    // the comm's eager launches when it ended
+  // Recorded on the comm's control stream when it ends: its copies into our window
+  // (writeDeviceWords) may still be queued there, left by a timeout; the release waits for it.
+  cudaEvent_t controlDone = nullptr;
 };
 
 std::shared_ptr<DeviceResources> makeDeviceResources();

@@ -70,6 +70,11 @@ const IntSetting kIntSettings[] = {
     {"YALI_TEST_EPOCH_START", 1, 1, kMaxTestEpochStart, &Settings::testEpochStart, true, false,
      "Testing only: the first launch number (epoch) of a new communicator, so that tests cross the "
      "counter's wrap at 2^32 - 1 without four billion calls. Must match on every rank."},
+    // Per rank: a test fails one rank's call and checks what the others see.
+    {"YALI_TEST_COPY_ENGINE_FAIL", 0, 0, INT64_C(1) << 40, &Settings::testCopyEngineFail, false, false,
+     "Testing only: on this rank, the copy-engine (`*_ce`) call of this number (from 1, per "
+     "communicator) fails half-way, after its first handshake and its copies are queued, as a failing "
+     "CUDA call would: the call returns yaliUnhandledCudaError and the communicator fails (0: never)."},
 };
 
 const char* const kAlgoMeaning =

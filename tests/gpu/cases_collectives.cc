@@ -2748,7 +2748,9 @@ namespace {
 //     comes back within 0.9 T .. T + 10 s (T = YALI_TIMEOUT_MS) with yaliTimeout, asynchronously
 //     and from the next call, whose message names the copy engines' wait; with T = 60 s, a call
 //     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
-//     comm set's allgather_ce is right.
+//     comm set's allgather_ce is right;
+//  6. a CUDA call failing half-way through rank 0's call (a test hook): the call and the comm fail
+//     on rank 0, every other rank times out (copyEngineHostFailure).
 
 // Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
 // algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
@@ -3196,6 +3198,120 @@ void copyEngineAbort(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after aborting a copy-engine call");
 }
 
+// Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
+// rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
+// not). That call returns yaliUnhandledCudaError and rank 0's comm fails: its next call, identical,
+// is refused (before 066a14f the comm stayed usable and that call was queued on words the failed
+// call's release had left holding its tag, so it could pass its handshakes without its peers); rank
+// 0's stream comes back (what was queued ends); every other rank's call comes back within
+// YALI_TIMEOUT_MS + 10 s with yaliTimeout (it waited for rank 0's done word), and its next call is
+// refused. Then every comm is aborted and a fresh comm set's allgather_ce is right.
+void copyEngineHostFailure(Ctx& ctx) {
+  const int kTimeoutMs = ctx.nranks <= 4 ? 2000 : 4000;
+  const double kSlackMs = 10000;
+  const std::string label = "allgather_ce, rank 0's second call failing half-way (YALI_TEST_COPY_ENGINE_FAIL=2), "
+                            "YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs);
+  std::vector<bool> injected(ctx.local.size(), false);  // created in the process that holds rank 0
+  bool rank0Here = false;
+  for (const LocalRank& lr : ctx.local) rank0Here |= lr.rank == 0;
+  std::vector<yaliComm_t> comms;
+  {
+    SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
+    EnvScope hook("YALI_TEST_COPY_ENGINE_FAIL", rank0Here ? "2" : nullptr);  // settings are read at creation
+    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
+    comms = ctx.createComms(label.c_str());
+  }
+  for (size_t i = 0; i < ctx.local.size(); ++i) injected[i] = rank0Here;
+  const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
+  std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
+  CollRun run(ctx, spec, *slab);
+  expectAlgo(ctx, comms, run, "allgather_ce", label);
+  {
+    Verifier v(ctx);
+    run.prepare(ctx.nextSeed());
+    run.issue(comms);
+    run.verify(comms, v, label + ": the first call");
+  }
+  auto call = [&](size_t i) {
+    const CollRun::Plan& P = run.plans[i];
+    return callColl(spec.coll, P.send, P.recv, spec.count, spec.dt, spec.op, spec.root, comms[i], ctx.local[i].stream);
+  };
+  run.prepare(ctx.nextSeed());
+  syncAll(ctx);
+  ctx.world->barrier();
+  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
+  std::vector<size_t> others;
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const int rank = ctx.local[i].rank;
+    watchdogStep("%s: rank %d's second call", label.c_str(), rank);
+    issuedAt[i] = Clock::now();
+    const yaliResult_t r = call(i);
+    if (!injected[i]) {
+      checkIssued(ctx, r, rank, comms[i], label + ": the second call");
+      others.push_back(i);
+      continue;
+    }
+    const std::string msg = str(yaliGetLastError(comms[i]));
+    if (r != yaliUnhandledCudaError || msg.find("YALI_TEST_COPY_ENGINE_FAIL") == std::string::npos) {
+      ctx.fail("%s: rank %d's failing call returned %d (%s) with \"%s\"; expected yaliUnhandledCudaError naming "
+               "YALI_TEST_COPY_ENGINE_FAIL",
+               label.c_str(), rank, (int)r, yaliGetErrorString(r), msg.c_str());
+    }
+    yaliResult_t async = yaliSuccess;
+    if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliUnhandledCudaError) {
+      ctx.fail("%s: rank %d: yaliCommGetAsyncError gives %d (%s) after the failed call; expected "
+               "yaliUnhandledCudaError (the comm failed)",
+               label.c_str(), rank, (int)async, yaliGetErrorString(async));
+    }
+    const yaliResult_t again = call(i);
+    const std::string why = lower(str(yaliGetLastError(comms[i])));
+    if (again != yaliUnhandledCudaError || why.find("copy-engine") == std::string::npos) {
+      ctx.fail("%s: rank %d: the identical next call returned %d (%s) with \"%s\"; expected it refused with "
+               "yaliUnhandledCudaError naming the copy-engine call",
+               label.c_str(), rank, (int)again, yaliGetErrorString(again), why.c_str());
+    }
+  }
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    if (injected[i]) mine.push_back(i);
+  // What rank 0 queued ends: its peers' ready words arrive (they called), and the watch releases
+  // the rest; the failed comm holds nothing back.
+  waitStreamsIdle(ctx, mine, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the failing rank's stream");
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
+  for (size_t c = 0; c < others.size(); ++c) {
+    const size_t i = others[c];
+    const int rank = ctx.local[i].rank;
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
+    if (ms > kTimeoutMs + kSlackMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than YALI_TIMEOUT_MS + %.0f ms", label.c_str(),
+               rank, ms, kSlackMs);
+    yaliResult_t async = yaliSuccess;
+    const yaliResult_t r = yaliCommGetAsyncError(comms[i], &async);
+    if (r != yaliSuccess || async != yaliTimeout) {
+      ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected yaliTimeout",
+               label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async));
+    }
+    const yaliResult_t again = call(i);
+    if (again != yaliTimeout)
+      ctx.fail("%s: rank %d: the next call on the timed-out comm returned %d (%s); expected yaliTimeout",
+               label.c_str(), rank, (int)again, yaliGetErrorString(again));
+  }
+  ctx.world->barrier();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+  }
+  syncAll(ctx);
+  ctx.world->barrier();  // no peer maps our memory any more
+  freeSlab(ctx, *slab);
+  copyEngineFreshComms(ctx, "a fresh comm after a copy-engine call failed half-way");
+}
+
 void caseCopyEngine(Ctx& ctx) {
   if (!copyEnginesAllowed(ctx)) {
     const std::string label = "YALI_ALGO=" + copyEngineList() + ", ranks of one process share a GPU";
@@ -3231,6 +3347,7 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineThresholds(ctx);
   copyEngineTimeout(ctx);
   copyEngineAbort(ctx);
+  copyEngineHostFailure(ctx);
 }
 
 // ==== trust_epoch_wrap: the exchange families ========================================================

@@ -1094,6 +1094,14 @@ __global__ void foreignSpinKernel(const volatile int* release, volatile int* sta
   __threadfence_system();
 }
 
+// The side-by-side probe: sets *flag once it runs.
+__global__ void sideBySideProbeKernel(volatile int* flag) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *flag = 1;
+    __threadfence_system();
+  }
+}
+
 // One spinning kernel per local GPU, each on a non-blocking stream of its own.
 class ForeignSpinner {
  public:
@@ -1113,6 +1121,12 @@ class ForeignSpinner {
       CUDA_OK(ctx, cudaSetDevice(dev));
       CUDA_OK(ctx, cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       streams_.push_back(s);
+      // Both kernels loaded now, while the GPU is idle: under lazy module loading (CUDA's default)
+      // a kernel's first launch may wait for the device, and the probe's first launch comes while
+      // the spinner runs (it would then wait for the spinner's 60 s limit, and pass).
+      cudaFuncAttributes attr;
+      CUDA_OK(ctx, cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(foreignSpinKernel)));
+      CUDA_OK(ctx, cudaFuncGetAttributes(&attr, reinterpret_cast<const void*>(sideBySideProbeKernel)));
     }
   }
 
@@ -1134,6 +1148,38 @@ class ForeignSpinner {
       }
     }
     started_ = true;
+  }
+
+  // After start(): whether another kernel runs while the spinners spin (a probe kernel on a stream
+  // of its own, given 2 s). Not where kernels are serialized: compute-sanitizer's tools do that (a
+  // memcheck run of the suite, 2026-11-29: YALI's stuck kernel only started once the spinner gave
+  // up after 60 s), and a bound measured against a busy GPU cannot be measured there.
+  bool sideBySide() {
+    void* h = nullptr;
+    CUDA_OK(ctx_, cudaHostAlloc(&h, sizeof(int) * devs_.size(), cudaHostAllocMapped | cudaHostAllocPortable));
+    volatile int* flags = static_cast<volatile int*>(h);
+    std::vector<cudaStream_t> probes(devs_.size());
+    auto t0 = Clock::now();  // before the launches: a launch that waits counts against the 2 s
+    for (size_t d = 0; d < devs_.size(); ++d) {
+      flags[d] = 0;
+      CUDA_OK(ctx_, cudaSetDevice(devs_[d]));
+      CUDA_OK(ctx_, cudaStreamCreateWithFlags(&probes[d], cudaStreamNonBlocking));
+      int* dp = nullptr;
+      CUDA_OK(ctx_, cudaHostGetDevicePointer(reinterpret_cast<void**>(&dp), h, 0));
+      sideBySideProbeKernel<<<1, 32, 0, probes[d]>>>(dp + d);
+      launchOk(ctx_, "the side-by-side probe");
+    }
+    watchdogStep("waiting for the side-by-side probe");
+    bool all = true;
+    for (size_t d = 0; d < devs_.size(); ++d) {
+      while (flags[d] == 0 && msSince(t0) < 2000) sleepMs(1);
+      if (flags[d] == 0 || msSince(t0) >= 2000) all = false;  // ran, but only after a launch waited
+    }
+    // A probe still queued runs once the spinner ends; the stream and the flags stay until then
+    // (released by ~ForeignSpinner, after release()).
+    probes_.insert(probes_.end(), probes.begin(), probes.end());
+    probeFlags_.push_back(h);
+    return all;
   }
 
   // Still spinning: not released, not given up, its stream busy.
@@ -1180,6 +1226,12 @@ class ForeignSpinner {
       cudaSetDevice(devs_[d]);
       cudaStreamDestroy(streams_[d]);
     }
+    for (size_t k = 0; k < probes_.size(); ++k) {
+      cudaSetDevice(devs_[k % devs_.size()]);
+      cudaStreamSynchronize(probes_[k]);  // the spinners have ended: a queued probe runs now
+      cudaStreamDestroy(probes_[k]);
+    }
+    for (void* h : probeFlags_) cudaFreeHost(h);
     cudaFreeHost(const_cast<int*>(host_));
   }
 
@@ -1187,6 +1239,8 @@ class ForeignSpinner {
   Ctx& ctx_;
   std::vector<int> devs_;
   std::vector<cudaStream_t> streams_;
+  std::vector<cudaStream_t> probes_;  // sideBySide()'s streams, devs_ order per probe
+  std::vector<void*> probeFlags_;     // sideBySide()'s host-mapped flags
   volatile int* host_ = nullptr;  // [0] release; per device d: [1 + 2d] started, [2 + 2d] ended
   bool started_ = false, released_ = false;
 };
@@ -1233,6 +1287,17 @@ void caseAbortDestroyBounded(Ctx& ctx) {
 
   ForeignSpinner spinner(ctx);
   spinner.start();
+  if (!ctx.requireAll(spinner.sideBySide(),
+                      "no kernel runs beside another here (compute-sanitizer serializes kernels): the bounds "
+                      "cannot be measured against a busy GPU")) {
+    spinner.release();
+    syncAll(ctx);
+    ctx.world->barrier();
+    for (auto* set : {&idleD, &idleA, &stuckS, &regR}) ctx.destroyComms(*set, "skipped: no kernels side by side");
+    ctx.world->barrier();
+    freeArena(ctx, arena);
+    return;
+  }
   ctx.world->barrier();
   // From here until the release: nothing that waits for the device (no cudaFree, no
   // cudaDeviceSynchronize, no verification).

@@ -18,6 +18,8 @@ enum DeviceFailure : int {
   kFailRemote = 3,    // a peer failed and told us (HostStatus::failureOrigin, failureRemoteCode)
   kFailMismatch = 4,  // registered buffers: a peer made a different call (DeviceArgs::callTag)
   kFailCounts = 5,    // AlltoAllv: this rank's counts failed a check (failurePhase says which)
+  kFailHost = 6,      // a CUDA call failed half-way through queuing a call (copy engines: the host
+                      // queues the whole call; copy_engine.cc, issueCopyEngine)
 };
 
 // Which wait a failure happened in (HostStatus::failurePhase), named in error messages

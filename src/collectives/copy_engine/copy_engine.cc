@@ -48,7 +48,13 @@ struct Watch {
   uint64_t eagerSeq = 0;
   uint64_t launch = 0;         // the host's launch count (error reports)
   int64_t startedSeenMs = -1;  // when the watch first saw `started` complete
+  int64_t releasedMs = -1;     // when the watch last wrote the call's release (-1: never)
 };
+
+// A released call's words are written again this often until it ends (a peer's late handshake
+// write may land over them). Not at every poll: each write queues a memset, and a call stuck behind
+// another library's kernel would queue one per poll (every 2 ms) for as long as it stays stuck.
+constexpr int64_t kReleaseEveryMs = 10;
 
 void destroyEvents(Watch& w) {
   for (cudaEvent_t e : {w.started, w.readyPassed, w.ended})
@@ -64,6 +70,8 @@ struct CopyEngineState {
   int rank = 0;
   int nranks = 0;
   int64_t timeoutMs = 0;
+  int64_t testFailCall = 0;  // YALI_TEST_COPY_ENGINE_FAIL: the call (from 1) that fails half-way
+  int64_t calls = 0;         // calls issued so far (issueCopyEngine's thread; enqueue holds the comm)
   bool flush = false;  // CU_STREAM_WAIT_VALUE_FLUSH: remote writes visible after a wait
   std::shared_ptr<DeviceResources> res;
   uint32_t* ready = nullptr;  // our window's words: ready[kMaxRanks], then done[kMaxRanks]
@@ -168,15 +176,31 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
         releaseNow = true;
       }
     }
-    if (releaseNow) release(ce, w);  // again at every poll until the call has ended
+    if (releaseNow && (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs)) {
+      release(ce, w);  // again every kReleaseEveryMs until the call has ended
+      w.releasedMs = nowMs();
+    }
     break;
   }
   cudaGetLastError();
   if (ce.inFlight.empty()) {
+    // The watch's own memsets (releases, failure words: into our window and the peers') run before
+    // the job lets the state, and with it the comm's resources, go.
+    if (cudaStreamQuery(ce.watchStream) == cudaErrorNotReady) return false;
+    cudaGetLastError();
     ce.jobPosted = false;
     return true;
   }
   return false;
+}
+
+// Starts the watch job if none runs (ce.mutex held): it holds the state, and through it the comm's
+// device resources, until nothing is in flight.
+void ensureWatch(yaliComm* comm, CopyEngineState& ce) {
+  if (ce.jobPosted) return;
+  ce.jobPosted = true;
+  std::shared_ptr<CopyEngineState> held = comm->copyEngine;
+  Reaper::post([held] { return poll(held); });
 }
 
 cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
@@ -185,6 +209,7 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
   ce->rank = comm->rank;
   ce->nranks = comm->nranks;
   ce->timeoutMs = comm->settings.timeoutMs;
+  ce->testFailCall = comm->settings.testCopyEngineFail;
   ce->res = comm->res;
   ce->ready = reinterpret_cast<uint32_t*>(comm->res->peerWindows[comm->rank] + comm->layout.ceFlags);
   ce->ceFlagsOffset = comm->layout.ceFlags;
@@ -281,15 +306,23 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   w->eagerSeq = a.eagerSeq;
   w->launch = a.epochHint;
   w->startedSeenMs = -1;
+  w->releasedMs = -1;
 
-  // A CUDA call that fails half-way: whatever of the call is queued must not wait for ever (our
-  // words get the tag, as a release would write them), the watch goes back to the spares, and the
-  // caller learns of it. The peers' handshakes with this call time out.
+  // A CUDA call that fails half-way: the comm fails (kFailHost, as a timeout would be recorded:
+  // its later calls are refused here and on the peers, whose handshakes with this call end), and
+  // what was queued stays in flight in issue order, `ended` recorded after it: the watch releases
+  // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
+  // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. An
+  // `ended` that cannot be recorded keeps its last state (ended), and the watch lets the call go.
   auto failed = [&](const char* what, cudaError_t e) {
     cudaGetLastError();
-    release(ce, *w);
+    cudaEventRecord(w->ended, s);
+    cudaGetLastError();
+    w->eagerSeq = 0;
     std::lock_guard<std::mutex> lock(ce.mutex);
-    ce.spare.push_back(std::move(w));
+    recordHostFailure(ce, kFailHost, kPhaseCopyEngineReady, w->launch);
+    ce.inFlight.push_back(std::move(w));
+    ensureWatch(comm, ce);
     return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
   };
   cudaError_t e = cudaEventRecord(w->started, s);
@@ -324,6 +357,9 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     e = cudaMemcpyAsync(recv + to, send + from, a.pieceBytes, cudaMemcpyDefault, s);
     if (e != cudaSuccess) return failed("our own piece (cudaMemcpyAsync)", e);
   }
+  // The test hook: this call fails here, its ready handshake and copies queued, its done handshake
+  // not, the worst place (peers pass the ready handshake with us and then wait for our done word).
+  if (++ce.calls == ce.testFailCall) return failed("YALI_TEST_COPY_ENGINE_FAIL (an injected failure)", cudaErrorUnknown);
   e = handshake(ce, kDone, a.callTag, s);
   if (e != cudaSuccess) return failed("cuStreamBatchMemOp (done)", e);
   e = cudaEventRecord(w->ended, s);
@@ -331,11 +367,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
 
   std::lock_guard<std::mutex> lock(ce.mutex);
   ce.inFlight.push_back(std::move(w));
-  if (!ce.jobPosted) {
-    ce.jobPosted = true;
-    std::shared_ptr<CopyEngineState> held = comm->copyEngine;
-    Reaper::post([held] { return poll(held); });
-  }
+  ensureWatch(comm, ce);
   return yaliSuccess;
 }
 

@@ -43,7 +43,7 @@
 //     WindowHeader::remoteFailure, so their kernels refuse to run);
 //   - the comm failed, was aborted or closed: nothing to wait for.
 // In the last two cases the job releases the call: it writes t into all of our ready and done
-// words, again at every poll until the call has ended (pull: the rest of the call copies into our
+// words, again every 10 ms until the call has ended (pull: the rest of the call copies into our
 // own output only). Only the oldest call is released, so a release cannot race another call's resets.
 #pragma once
 

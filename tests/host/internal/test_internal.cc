@@ -207,6 +207,12 @@ TEST(test_epoch_start_setting) {
   for (const char* bad : {"0", "-1", "4294967296", "lots"}) checkSettingRejected("YALI_TEST_EPOCH_START", bad);
 }
 
+TEST(test_copy_engine_fail_setting) {
+  CHECK_EQ(defaultSettings().testCopyEngineFail, 0);
+  CHECK_EQ(settingsWith({{"YALI_TEST_COPY_ENGINE_FAIL", "3"}}).testCopyEngineFail, 3);
+  for (const char* bad : {"-1", "1099511627777", "x"}) checkSettingRejected("YALI_TEST_COPY_ENGINE_FAIL", bad);
+}
+
 // Ranks compare the digest at set-up: every setting that steers the choice, the layout or the
 // epochs changes it (every row of settingDocs marked agreed, each threshold and each forced
 // algorithm on its own); per-rank settings (timeout, PDL, debug) and the tuning file's path do not.
@@ -220,9 +226,9 @@ TEST(settings_digest_covers_what_ranks_share) {
       {"YALI_TIMEOUT_MS", "5"},           {"YALI_ALGO", "twoshot"},          {"YALI_MAX_CTAS", "8"},
       {"YALI_LL_BUFFER_BYTES", "65536"},  {"YALI_STAGING_BYTES", "65536"},   {"YALI_PULL_BUFFER_BYTES", "0"},
       {"YALI_PDL", "0"},                  {"YALI_ALLOW_SHARED_GPU", "1"},    {"YALI_TEST_EPOCH_START", "4294967295"},
-      {"YALI_TUNING_FILE", tuning},       {"YALI_DEBUG", "1"},
+      {"YALI_TUNING_FILE", tuning},       {"YALI_DEBUG", "1"},               {"YALI_TEST_COPY_ENGINE_FAIL", "2"},
   };
-  const std::set<std::string> perRank = {"YALI_TIMEOUT_MS", "YALI_PDL", "YALI_DEBUG"};
+  const std::set<std::string> perRank = {"YALI_TIMEOUT_MS", "YALI_PDL", "YALI_DEBUG", "YALI_TEST_COPY_ENGINE_FAIL"};
   std::set<std::string> thresholdNames;
   int rowCount = 0;
   const AlgorithmDesc* rows = algorithms(&rowCount);
