@@ -340,10 +340,13 @@ std::string commAsyncErrorText(yaliComm* comm) {
     }
   };
   char where[256];
-  snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d: %s, block %d, launch %llu)",
-           static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, waitPhaseName(s->failurePhase),
-           s->failureBlock,
-           static_cast<unsigned long long>(s->failureEpoch));
+  if (s->failure == kFailHost)  // no wait failed: the step being queued
+    snprintf(where, sizeof where, " (queuing the step before the wait for %s, launch %llu)",
+             waitPhaseName(s->failurePhase), static_cast<unsigned long long>(s->failureEpoch));
+  else
+    snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d: %s, block %d, launch %llu)",
+             static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, waitPhaseName(s->failurePhase),
+             s->failureBlock, static_cast<unsigned long long>(s->failureEpoch));
   const std::string hostNote = comm->getHostNote();
   const std::string note = hostNote.empty() ? "" : "; " + hostNote;
   const int failure = s->failure;

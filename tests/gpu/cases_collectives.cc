@@ -3200,20 +3200,30 @@ void copyEngineAbort(Ctx& ctx) {
 
 // Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
 // rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
-// not). That call returns yaliUnhandledCudaError and rank 0's comm fails: its next call, identical,
-// is refused (before 066a14f the comm stayed usable and that call was queued on words the failed
-// call's release had left holding its tag, so it could pass its handshakes without its peers); rank
-// 0's stream comes back (what was queued ends); every other rank's call comes back within
-// YALI_TIMEOUT_MS + 10 s with yaliTimeout (it waited for rank 0's done word), and its next call is
-// refused. Then every comm is aborted and a fresh comm set's allgather_ce is right.
+// not). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
+// poisoned buffer of its own):
+//   - yaliGroupEnd returns yaliUnhandledCudaError naming the hook, and rank 0's comm has failed: the
+//     group's third call is refused (it was issued before: its handshake passed on the words the
+//     failed call's release left holding the same tag, and it wrote the buffer), and so is the
+//     identical next call outside a group (issued before 066a14f);
+//   - rank 0's stream comes back within 1.5 s, before any peer has called: only the watch's release
+//     ends the failed call's ready wait;
+// then the other ranks call: each comes back within YALI_TIMEOUT_MS + 10 s with yaliTimeout (it
+// waits for rank 0's done word), and its next call is refused. Every comm is then aborted and a
+// fresh comm set's allgather_ce is right. Only where rank 0's process holds no other rank (the
+// hook is per process).
 void copyEngineHostFailure(Ctx& ctx) {
   const int kTimeoutMs = ctx.nranks <= 4 ? 2000 : 4000;
   const double kSlackMs = 10000;
+  const double kReleaseMs = 1500;
   const std::string label = "allgather_ce, rank 0's second call failing half-way (YALI_TEST_COPY_ENGINE_FAIL=2), "
                             "YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs);
-  std::vector<bool> injected(ctx.local.size(), false);  // created in the process that holds rank 0
   bool rank0Here = false;
   for (const LocalRank& lr : ctx.local) rank0Here |= lr.rank == 0;
+  if (!ctx.allTrue(!rank0Here || ctx.local.size() == 1)) {
+    ctx.note("%s: skipped: rank 0's process holds other ranks too (the hook is per process)", label.c_str());
+    return;
+  }
   std::vector<yaliComm_t> comms;
   {
     SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
@@ -3221,7 +3231,6 @@ void copyEngineHostFailure(Ctx& ctx) {
     ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
     comms = ctx.createComms(label.c_str());
   }
-  for (size_t i = 0; i < ctx.local.size(); ++i) injected[i] = rank0Here;
   const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
   std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
   CollRun run(ctx, spec, *slab);
@@ -3232,51 +3241,76 @@ void copyEngineHostFailure(Ctx& ctx) {
     run.issue(comms);
     run.verify(comms, v, label + ": the first call");
   }
-  auto call = [&](size_t i) {
+  auto call = [&](size_t i, void* recv) {
     const CollRun::Plan& P = run.plans[i];
-    return callColl(spec.coll, P.send, P.recv, spec.count, spec.dt, spec.op, spec.root, comms[i], ctx.local[i].stream);
+    return callColl(spec.coll, P.send, recv, spec.count, spec.dt, spec.op, spec.root, comms[i], ctx.local[i].stream);
   };
   run.prepare(ctx.nextSeed());
+  const size_t outBytes = spec.count * ctx.nranks * sizeof(float);
+  void* poisoned = nullptr;  // the group's third call's output (rank 0)
+  if (rank0Here) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[0].dev));
+    CUDA_OK(ctx, cudaMalloc(&poisoned, outBytes));
+    CUDA_OK(ctx, cudaMemset(poisoned, 0xA5, outBytes));
+  }
   syncAll(ctx);
   ctx.world->barrier();
-  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
-  std::vector<size_t> others;
-  for (size_t i = 0; i < ctx.local.size(); ++i) {
-    const int rank = ctx.local[i].rank;
-    watchdogStep("%s: rank %d's second call", label.c_str(), rank);
-    issuedAt[i] = Clock::now();
-    const yaliResult_t r = call(i);
-    if (!injected[i]) {
-      checkIssued(ctx, r, rank, comms[i], label + ": the second call");
-      others.push_back(i);
-      continue;
-    }
-    const std::string msg = str(yaliGetLastError(comms[i]));
+  if (rank0Here) {
+    const int rank = ctx.local[0].rank;
+    watchdogStep("%s: rank 0's group: the failing call, then a third", label.c_str());
+    yaliGroupStart();
+    const yaliResult_t r2 = call(0, run.plans[0].recv);
+    const yaliResult_t r3 = call(0, poisoned);
+    const Clock::time_point t0 = Clock::now();
+    const yaliResult_t r = yaliGroupEnd();
+    const std::string msg = str(yaliGetLastError(nullptr));
+    if (r2 != yaliSuccess || r3 != yaliSuccess)
+      ctx.fail("%s: queuing the group's calls returned %d and %d", label.c_str(), (int)r2, (int)r3);
     if (r != yaliUnhandledCudaError || msg.find("YALI_TEST_COPY_ENGINE_FAIL") == std::string::npos) {
-      ctx.fail("%s: rank %d's failing call returned %d (%s) with \"%s\"; expected yaliUnhandledCudaError naming "
+      ctx.fail("%s: rank %d: yaliGroupEnd returned %d (%s) with \"%s\"; expected yaliUnhandledCudaError naming "
                "YALI_TEST_COPY_ENGINE_FAIL",
                label.c_str(), rank, (int)r, yaliGetErrorString(r), msg.c_str());
     }
     yaliResult_t async = yaliSuccess;
-    if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliUnhandledCudaError) {
+    if (yaliCommGetAsyncError(comms[0], &async) != yaliSuccess || async != yaliUnhandledCudaError) {
       ctx.fail("%s: rank %d: yaliCommGetAsyncError gives %d (%s) after the failed call; expected "
                "yaliUnhandledCudaError (the comm failed)",
                label.c_str(), rank, (int)async, yaliGetErrorString(async));
     }
-    const yaliResult_t again = call(i);
-    const std::string why = lower(str(yaliGetLastError(comms[i])));
+    const yaliResult_t again = call(0, run.plans[0].recv);
+    const std::string why = lower(str(yaliGetLastError(comms[0])));
     if (again != yaliUnhandledCudaError || why.find("copy-engine") == std::string::npos) {
       ctx.fail("%s: rank %d: the identical next call returned %d (%s) with \"%s\"; expected it refused with "
                "yaliUnhandledCudaError naming the copy-engine call",
                label.c_str(), rank, (int)again, yaliGetErrorString(again), why.c_str());
     }
+    const std::vector<Clock::time_point> idle =
+        waitStreamsIdle(ctx, {0}, t0, kTimeoutMs + 60000, label + ": waiting for rank 0's stream");
+    const double ms = std::chrono::duration<double, std::milli>(idle[0] - t0).count();
+    ctx.note("%s: rank 0's stream came back %.0f ms after yaliGroupEnd, before any peer called", label.c_str(), ms);
+    if (ms > kReleaseMs)
+      ctx.fail("%s: rank 0's stream came back %.0f ms after yaliGroupEnd, more than %.0f ms: the failed call was "
+               "not released",
+               label.c_str(), ms, kReleaseMs);
+    std::vector<unsigned char> host(outBytes);
+    CUDA_OK(ctx, cudaMemcpy(host.data(), poisoned, outBytes, cudaMemcpyDeviceToHost));
+    size_t written = 0;
+    for (unsigned char b : host) written += b != 0xA5;
+    if (written != 0)
+      ctx.fail("%s: the group's third call, after the comm failed, wrote %zu of %zu bytes of its output; expected "
+               "it refused, the output untouched",
+               label.c_str(), written, outBytes);
+    CUDA_OK(ctx, cudaFree(poisoned));
   }
-  std::vector<size_t> mine;
-  for (size_t i = 0; i < ctx.local.size(); ++i)
-    if (injected[i]) mine.push_back(i);
-  // What rank 0 queued ends: its peers' ready words arrive (they called), and the watch releases
-  // the rest; the failed comm holds nothing back.
-  waitStreamsIdle(ctx, mine, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the failing rank's stream");
+  ctx.world->barrier();  // the others call only now
+  std::vector<size_t> others;
+  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
+  for (size_t i = 0; i < ctx.local.size() && !rank0Here; ++i) {
+    watchdogStep("%s: rank %d's second call", label.c_str(), ctx.local[i].rank);
+    issuedAt[i] = Clock::now();
+    checkIssued(ctx, call(i, run.plans[i].recv), ctx.local[i].rank, comms[i], label + ": the second call");
+    others.push_back(i);
+  }
   const std::vector<Clock::time_point> idleAt =
       waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
   for (size_t c = 0; c < others.size(); ++c) {
@@ -3293,7 +3327,7 @@ void copyEngineHostFailure(Ctx& ctx) {
       ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected yaliTimeout",
                label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async));
     }
-    const yaliResult_t again = call(i);
+    const yaliResult_t again = call(i, run.plans[i].recv);
     if (again != yaliTimeout)
       ctx.fail("%s: rank %d: the next call on the timed-out comm returned %d (%s); expected yaliTimeout",
                label.c_str(), rank, (int)again, yaliGetErrorString(again));

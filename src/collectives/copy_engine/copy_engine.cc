@@ -8,9 +8,11 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/comm.h"
+#include "core/comm_access.h"
 #include "core/driver_entry.h"
 #include "core/enqueue.h"
 #include "core/error.h"
@@ -273,6 +275,11 @@ bool copyEngineAvailable() { return memOps().ok; }
 
 yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   const char* call = plan.call;
+  // A failed comm's call is refused here too, not only when it is made: a call queued in a group
+  // (enqueue.cc: groupEnd) issues after the calls before it, one of which may have failed the comm.
+  // Unlike a kernel, which refuses to run on the device, a copy-engine call has no later guard: its
+  // handshake could pass on the words a release left holding the same tag.
+  if (commAsyncError(comm) != yaliSuccess) return checkAsync(comm, call);
   if (!comm->copyEngine) {
     const cudaError_t e = makeState(comm, &comm->copyEngine);
     if (e != cudaSuccess) {
@@ -314,13 +321,22 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
   // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. An
   // `ended` that cannot be recorded keeps its last state (ended), and the watch lets the call go.
+  int k = 0;                          // side streams with work queued on them
+  int phase = kPhaseCopyEngineReady;  // the step being queued (for the failure's record)
   auto failed = [&](const char* what, cudaError_t e) {
+    cudaGetLastError();
+    // Best effort: S waits for the side streams' copies (a failure between a copy and its join
+    // would leave one outside `ended`, reading a peer's input after the comm's memory went).
+    for (int j = 0; j <= k && j < a.nranks - 1; ++j) {
+      if (cudaEventRecord(ce.join[j], ce.side[j]) == cudaSuccess) cudaStreamWaitEvent(s, ce.join[j], 0);
+    }
     cudaGetLastError();
     cudaEventRecord(w->ended, s);
     cudaGetLastError();
     w->eagerSeq = 0;
     std::lock_guard<std::mutex> lock(ce.mutex);
-    recordHostFailure(ce, kFailHost, kPhaseCopyEngineReady, w->launch);
+    recordHostFailure(ce, kFailHost, phase, w->launch);
+    comm->setHostNote(std::string("the CUDA call that failed: ") + what + ": " + cudaGetErrorString(e));
     ce.inFlight.push_back(std::move(w));
     ensureWatch(comm, ce);
     return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
@@ -334,9 +350,9 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   if (e != cudaSuccess) return failed("cudaEventRecord", e);
   // Each peer's piece for us: from its input (peerRecv[p]: its input as mapped here) at our block
   // when its input holds one block per receiver (AlltoAll, Scatter), else at 0.
+  phase = kPhaseCopyEngineDone;  // the copies, then the done handshake
   const char* send = static_cast<const char*>(a.send);
   char* recv = static_cast<char*>(a.recv);
-  int k = 0;
   for (int i = 1; i < a.nranks; ++i) {
     const int p = (a.rank + i) % a.nranks;
     if (!hasBit(a.recvFrom, p)) continue;

@@ -45,6 +45,10 @@
 // In the last two cases the job releases the call: it writes t into all of our ready and done
 // words, again every 10 ms until the call has ended (pull: the rest of the call copies into our
 // own output only). Only the oldest call is released, so a release cannot race another call's resets.
+// A CUDA call failing while the host queues a call (half-way: some of its steps queued) fails the
+// comm (kFailHost; its peers time out waiting for it) and leaves the call in flight, so that the
+// watch releases it in turn; a failed comm's calls are refused, also those queued in a group
+// before the failure (a release leaves the tag in our words: an identical call would pass them).
 #pragma once
 
 #include "yali/yali.h"
