@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,
+#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,emax,
 #          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm   (default: build,tests,perf)
 #   (every stage that runs the GPU suite passes --share-gpus: ranks share GPUs where GPUs are fewer)
 #   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
@@ -54,6 +54,10 @@
 #   AB_LAUNCH=single (or multi)              one process driving N GPUs (-g N), or one process
 #                                            per rank (launch_ranks.sh N ... -g 1): host cost per
 #                                            call adds up in the first, runs side by side in the second
+#   EMAX_NP="2 3"  EMAX_NCCL_NP=2            emax: yali-perf -C all -e max, one process (YALI; with
+#   EMAX_NCCL_COLLS=allgather                NCCL where ranks have GPUs of their own), then one
+#                                            process per rank with NCCL too (EMAX_NCCL_NP; slow
+#                                            where processes share a GPU)
 #   COLL_NP="2 4"  COLL_ARGS="-C all -d all ..."   collperf: yali-perf over every collective and
 #                                            type, ranks sharing GPUs: #wrong must be 0
 #   QUICK_RANKS="2 4"  QUICK_MULTI_RANKS=""  quick: the whole suite --quick, single mode (and multi
@@ -625,6 +629,30 @@ if has collperf; then
     rc=$?
     note "yali-perf collectives -g $n (ranks share GPUs): rc=$rc, wrong=$(python3 -c "import json,sys; print(sum(r.get('wrong',0) for r in json.load(open(sys.argv[1]))['results']))" "$LOG/coll_g$n.json" 2>/dev/null)"
   done
+fi
+if has emax; then
+  # yali-perf -e max (issue 18's memory stress): every collective up to the largest message that
+  # fits beside the libraries, ending with the largest size that ran per collective. One process
+  # driving EMAX_NP ranks (YALI only where ranks share a GPU: NCCL refuses two ranks of one GPU in
+  # one process), then, at EMAX_NCCL_NP, one process per rank, each with its own NCCL_HOSTID, YALI
+  # and NCCL side by side (processes sharing a GPU take turns: 4 GB AllReduce took NCCL 11 s per
+  # call on one H200 at 2 processes, 2026-11-29, so give it EMAX_NCCL_COLLS and time).
+  for n in ${EMAX_NP:-2 3}; do
+    YALI_ALLOW_SHARED_GPU=1 timeout ${EMAX_TIMEOUT:-240} "$perf" -g "$n" -C all -e max ${EMAX_ARGS:--b 8G -f 4 -n 1 -w 1 -d bfloat16} \
+      > "$LOG/emax_g$n.txt" 2>&1
+    note "yali-perf -e max -g $n: rc=$? $(grep -A14 '^# Largest message' "$LOG/emax_g$n.txt" | grep -c '#wrong 0') collective lines with #wrong 0, $(grep -A14 '^# Largest message' "$LOG/emax_g$n.txt" | grep '#wrong' | grep -vc '#wrong 0') other"
+  done
+  if [ -n "${EMAX_NCCL_NP:-}" ]; then
+    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_emax.sh
+    chmod +x /tmp/hostid_emax.sh
+    nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null)
+    YALI_ALLOW_SHARED_GPU=1 timeout ${EMAX_NCCL_TIMEOUT:-400} mpirun --allow-run-as-root -np "$EMAX_NCCL_NP" \
+      -x YALI_ALLOW_SHARED_GPU -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x NCCL_NVLS_ENABLE \
+      /tmp/hostid_emax.sh "$perf" -g 1 \
+      -C ${EMAX_NCCL_COLLS:-allgather} -e max ${EMAX_NCCL_ARGS:--b 16G -f 4 -n 1 -w 0 -d bfloat16} \
+      > "$LOG/emax_np${EMAX_NCCL_NP}_nccl.txt" 2>&1
+    note "yali-perf -e max, $EMAX_NCCL_NP processes, YALI and NCCL: rc=$? $(grep -A14 '^# Largest message' "$LOG/emax_np${EMAX_NCCL_NP}_nccl.txt" | grep '#wrong' | tr -s ' ' | paste -sd ';')"
+  fi
 fi
 if has abperf; then
   # Before/after, YALI only, ranks sharing GPUs (kernel-level cost per call, not NVLink speed).
