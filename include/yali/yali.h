@@ -263,10 +263,10 @@ YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
 
 /* NCCL's meaning: between yaliGroupStart and yaliGroupEnd (which nest), collectives are checked
  * when called (argument errors are returned there) and launched at the outermost yaliGroupEnd, in
- * call order, on every GPU, before it returns; a launch error is returned by yaliGroupEnd. A call
- * of the group whose comm failed before its launch (an earlier call of the group failed it) moves
- * no data: a copy-engine call is refused there (yaliGroupEnd returns the first error), a kernel
- * refuses to run on the device (the comm's asynchronous error says why).
+ * call order, on every GPU, before it returns; a launch error is returned by yaliGroupEnd. When a
+ * call of the group fails its comm at its launch, the comm's later calls in the group are not to
+ * be trusted: a copy-engine call is refused at its launch (yaliGroupEnd returns the first error),
+ * and yaliCommGetAsyncError reports the failure.
  * One thread driving several GPUs must group the per-GPU calls of one collective:
  *   yaliGroupStart(); for (g...) yaliAllReduce(..., comms[g], streams[g]); yaliGroupEnd();
  * Without the group, a kernel of its own that the thread launches between them can, on its first
