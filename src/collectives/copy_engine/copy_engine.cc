@@ -315,8 +315,9 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   w->startedSeenMs = -1;
   w->releasedMs = -1;
 
-  // A CUDA call that fails half-way: the comm fails (kFailHost, as a timeout would be recorded:
-  // its later calls are refused here and on the peers, whose handshakes with this call end), and
+  // A CUDA call that fails half-way: the comm fails (kFailHost, recorded as a timeout would be: our
+  // later calls are refused, the peers' kernels refuse to run, and the peers' handshakes with this
+  // call time out, failing their comms), and
   // what was queued stays in flight in issue order, `ended` recorded after it: the watch releases
   // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
   // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. An
