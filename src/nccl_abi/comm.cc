@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <set>
+#include <system_error>
 #include <thread>
+#include <utility>
 #include <tuple>
 
 #include <cuda_runtime.h>
@@ -690,7 +692,21 @@ ncclResult_t endYali(Comm* c, bool abort, const char* why) {
   return endYaliComm(c, y, abort);
 }
 
-ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why) {
+ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last) {
+  std::vector<std::thread> threads;
+  for (ncclComm_t split : splits) {
+    try {
+      threads.emplace_back([split] { callReal<Api::ncclCommAbort>(split); });
+    } catch (const std::system_error&) {
+      callReal<Api::ncclCommAbort>(split);  // no thread to be had: one after the other, as before
+    }
+  }
+  const ncclResult_t result = last();
+  for (std::thread& t : threads) t.join();
+  return result;
+}
+
+ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why, std::vector<ncclComm_t>* toAbort) {
   Hierarchy* h = c->hier;
   if (h == nullptr) return ncclSuccess;
   ncclResult_t result = ncclSuccess;
@@ -707,8 +723,11 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
   for (ncclComm_t* split : {&h->crossComm, &h->nodeComm}) {
     if (*split == nullptr) continue;
     if (abort) {
-      callReal<Api::ncclCommAbort>(*split);
-      *split = nullptr;
+      // Off the comm first (a call racing with the abort takes flat NCCL), aborted by the caller
+      // together with the real comm (abortTogether).
+      const ncclComm_t s = std::exchange(*split, nullptr);
+      if (toAbort != nullptr) toAbort->push_back(s);
+      else callReal<Api::ncclCommAbort>(s);
       continue;
     }
     // Finalized: destroyed with the comm. A split NCCL did not destroy stays, for the comm's abort.

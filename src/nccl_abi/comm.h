@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -184,11 +185,21 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 // failure is only logged (ncclSuccess): nothing is left to do about it.
 ncclResult_t endYali(Comm* c, bool abort, const char* why);
 // Ends the hierarchical side: YALI's node comm (abort or destroy, as endYali), then the cross and
-// node NCCL comms (ncclCommAbort, or ncclCommDestroy / ncclCommFinalize). The comm is flat NCCL
-// afterwards (hier stays for async errors, with its scratch and status words, until freeComm).
-// Returns the first failure of a destroy or finalize (as endYali for YALI's; NCCL's for a split's,
-// which is kept, to be aborted with the comm); ncclSuccess for an abort.
-ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why);
+// node NCCL comms (ncclCommDestroy / ncclCommFinalize; for an abort, taken off the comm into
+// *toAbort, for abortTogether). The comm is flat NCCL afterwards (hier stays for async errors,
+// with its scratch and status words, until freeComm). Returns the first failure of a destroy or
+// finalize (as endYali for YALI's; NCCL's for a split's, which is kept, to be aborted with the
+// comm); ncclSuccess for an abort.
+ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why,
+                          std::vector<ncclComm_t>* toAbort = nullptr);
+
+// Aborts the NCCL comms `splits` (ncclCommAbort) each on a thread of its own while `last` (the
+// real comm's abort, revoke or shrink) runs on this thread; returns last's result once all have
+// ended. Together, not one after the other: NCCL's tear-down of a comm waits for the work queued
+// on the program's streams before that comm's last kernel, and that may be a kernel of another of
+// the comm's NCCL comms stuck on a dead peer (a hierarchical call's cross step on the split queued
+// behind the previous call's flat tail on the real comm), which only that comm's abort ends.
+ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last);
 
 // ---- Scratch -----------------------------------------------------------------------------------------
 

@@ -580,14 +580,21 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
 #ifdef NCCL_SHRINK_ABORT
   // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
   // broken when a program shrinks it).
+  // The splits' aborts run together with the shrink, which aborts the real comm's operations
+  // (abortTogether says why).
+  std::vector<ncclComm_t> splits;
   if (shrinkFlags & NCCL_SHRINK_ABORT) {
-    endHierarchy(parent, true, false, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
+    endHierarchy(parent, true, false, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)", &splits);
     endYali(parent, true, "aborted by ncclCommShrink(NCCL_SHRINK_ABORT)");
   }
+#else
+  std::vector<ncclComm_t> splits;
 #endif
-  return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
-    return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
-                                         shrinkFlags);
+  return abortTogether(splits, [&] {
+    return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
+      return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
+                                           shrinkFlags);
+    });
   });
 }
 #endif
@@ -644,7 +651,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommAbort>(comm);
-  endHierarchy(c, true, false, "aborted");
+  std::vector<ncclComm_t> splits;
+  endHierarchy(c, true, false, "aborted", &splits);
   endYali(c, true, "aborted");
   ncclComm_t real = c->real;
   // Abort is the call another thread makes while one is stuck in this comm (a watchdog): the Comm
@@ -653,7 +661,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   // its scratch buffers and status words, which an abort cannot free safely (comm.cc,
   // releaseMemory); a destroy of the handle frees them all.
   c->real = nullptr;
-  return callReal<Api::ncclCommAbort>(real);
+  return abortTogether(splits, [real] { return callReal<Api::ncclCommAbort>(real); });
 }
 
 #ifdef YALI_NCCL_HAS_ncclCommRevoke
@@ -662,9 +670,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
   // serves only tear-down, split and shrink afterwards.
-  endHierarchy(c, true, false, "revoked");
+  std::vector<ncclComm_t> splits;
+  endHierarchy(c, true, false, "revoked", &splits);
   endYali(c, true, "revoked");
-  return callReal<Api::ncclCommRevoke>(c->real, revokeFlags);
+  return abortTogether(splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); });
 }
 #endif
 

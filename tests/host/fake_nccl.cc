@@ -30,6 +30,8 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <set>
@@ -478,8 +480,50 @@ FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   return ncclSuccess;
 }
 
+// Tear-down that waits on another comm, as NCCL's does: its abort (and revoke, and shrink with
+// NCCL_SHRINK_ABORT) of a comm waits for the work queued on the program's streams before that
+// comm's last kernel, which may be a kernel of another comm stuck on a dead peer, ended only by an
+// abort of that other comm. fakeAbortWaitsFor(waiter, until, ms): the tear-down of `waiter` waits up
+// to ms for a tear-down of `until` to have begun; when none does, it counts a deadlock
+// (fakeAbortDeadlocks: a real NCCL would have waited for ever). fakeAbortWaitsFor(null, ...) clears.
+namespace {
+std::mutex tearDownMutex;
+std::condition_variable tearDownBegun;
+std::set<const void*> tearingDown;                       // comms whose tear-down has begun
+std::map<const void*, std::pair<const void*, int>> waits;  // waiter -> (until, ms)
+}  // namespace
+__attribute__((visibility("default"))) int fakeAbortDeadlocks = 0;
+FAKE_EXPORT void fakeAbortWaitsFor(void* waiter, void* until, int ms) {
+  std::lock_guard<std::mutex> lock(tearDownMutex);
+  if (waiter == nullptr) {
+    waits.clear();
+    tearingDown.clear();
+    fakeAbortDeadlocks = 0;
+    return;
+  }
+  waits[waiter] = {until, ms};
+}
+namespace {
+void tearDown(const void* comm) {
+  std::unique_lock<std::mutex> lock(tearDownMutex);
+  tearingDown.insert(comm);
+  tearDownBegun.notify_all();
+  auto it = waits.find(comm);
+  if (it == waits.end()) return;
+  const void* until = it->second.first;
+  if (!tearDownBegun.wait_for(lock, std::chrono::milliseconds(it->second.second),
+                              [&] { return tearingDown.count(until) != 0; }))
+    ++fakeAbortDeadlocks;
+}
+}  // namespace
+
 FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int excludeCount, ncclComm_t* newcomm,
-                                        ncclConfig_t*, int) {
+                                        ncclConfig_t*, int flags) {
+#ifdef NCCL_SHRINK_ABORT
+  if (flags & NCCL_SHRINK_ABORT) tearDown(comm);
+#else
+  (void)flags;
+#endif
   const ncclResult_t r = note("ncclCommShrink", comm);
   if (r != ncclSuccess) return r;
   // The ranks that stay, made at once (this fake's shrink is not collective).
@@ -496,7 +540,10 @@ FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
 
 FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return note("ncclCommFinalize", comm); }
 
-FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) { return note("ncclCommRevoke", comm); }
+FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
+  tearDown(comm);
+  return note("ncclCommRevoke", comm);
+}
 
 // NCCL returns ncclSuccess for a NULL comm in these two (init.cc).
 FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
@@ -507,6 +554,7 @@ FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  tearDown(comm);
   const ncclResult_t r = note("ncclCommAbort", comm);
   if (comm == nullptr) return ncclSuccess;
   fakeMutable(comm)->ended = true;

@@ -23,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -796,7 +797,10 @@ TEST(finalize_and_destroy_report_a_failure_to_end_either_side) {
   CHECK(SHIM(ncclCommAbort)(h.ranks[1].comm) == ncclSuccess);
   CHECK(SHIM(ncclCommDestroy)(h.ranks[1].comm) == ncclSuccess);
   t = trace(since, kTearDown, h.labels);
-  CHECK_MSG(t == "ncclCommAbort(x1) ncclCommAbort() ncclCommDestroy()", "%s", t.c_str());
+  // The split and the real comm are aborted together (abortTogether), in either order.
+  CHECK_MSG(t == "ncclCommAbort(x1) ncclCommAbort() ncclCommDestroy()" ||
+                t == "ncclCommAbort() ncclCommAbort(x1) ncclCommDestroy()",
+            "%s", t.c_str());
   for (int r : {0, 2, 3}) CHECK(SHIM(ncclCommDestroy)(h.ranks[r].comm) == ncclSuccess);
   CHECK_EQ(callsOnEndedComms(), ended);
 }
@@ -1385,14 +1389,29 @@ TEST(ncclGetLastError_on_a_hierarchical_comm_asks_its_node_yali_comm) {
   destroyAll(h.ranks);
 }
 
+// A trace's calls after its first `keep`, sorted: the NCCL comms of an abort end together
+// (abortTogether), in no set order.
+std::string sortedAfter(const std::string& t, size_t keep) {
+  std::vector<std::string> calls;
+  for (size_t at = 0; at < t.size();) {
+    const size_t end = std::min(t.find(' ', at), t.size());
+    calls.push_back(t.substr(at, end - at));
+    at = end + 1;
+  }
+  if (calls.size() > keep) std::sort(calls.begin() + keep, calls.end());
+  std::string out;
+  for (const std::string& c : calls) out += (out.empty() ? "" : " ") + c;
+  return out;
+}
+
 TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
   const Hierarchical h = hierarchical();
   const int ended = callsOnEndedComms();
   auto check = [&](const char* what, auto call, const char* want) {
     const int since = eventCount();
     CHECK(call() == ncclSuccess);
-    const std::string t = trace(since, kTearDown, h.labels);
-    CHECK_MSG(t == want, "%s: %s, expected %s", what, t.c_str(), want);
+    const std::string t = sortedAfter(trace(since, kTearDown, h.labels), 1);
+    CHECK_MSG(t == sortedAfter(want, 1), "%s: %s, expected %s", what, t.c_str(), want);
   };
   check("abort", [&] { return SHIM(ncclCommAbort)(h.ranks[0].comm); },
         "yaliCommAbort(h0) ncclCommAbort(x0) ncclCommAbort(n0) ncclCommAbort(r0)");
@@ -1413,6 +1432,46 @@ TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
   check("destroy", [&] { return SHIM(ncclCommDestroy)(h.ranks[3].comm); },
         "yaliCommDestroy(h3) ncclCommDestroy(x3) ncclCommDestroy(n3) ncclCommDestroy(r3)");
   CHECK_EQ(callsOnEndedComms(), ended);
+}
+
+// NCCL's tear-down of a comm waits for the work queued on the program's streams before that comm's
+// last kernel, which may be a kernel of another of the hierarchy's NCCL comms stuck on a dead peer
+// (the previous call's flat tail on the real comm r, queued before this call's cross step on the
+// split x): that only ends when r is aborted too. The fake's tear-down of x and n waits for r's to
+// begin (fakeAbortWaitsFor); aborted one after the other, x's abort would wait for ever (counted as
+// a deadlock). Abort, revoke and shrink with NCCL_SHRINK_ABORT end the three together.
+TEST(a_hierarchys_nccl_comms_are_aborted_together) {
+  const Hierarchical h = hierarchical();
+  auto waitsFor = [&](const void* waiter, const void* until) {
+    function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(const_cast<void*>(waiter),
+                                                                          const_cast<void*>(until), 2000);
+  };
+  auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
+  int& deadlocks = variable<int>(fakeNccl(), "fakeAbortDeadlocks");
+  auto splitsWait = [&](int r) {
+    clear();
+    const void* real = h.ranks[r].real;
+    waitsFor(child(const_cast<void*>(real), 1), real);  // x waits for r
+    waitsFor(child(const_cast<void*>(real), 0), real);  // n waits for r
+  };
+  splitsWait(0);
+  CHECK(SHIM(ncclCommAbort)(h.ranks[0].comm) == ncclSuccess);
+  CHECK_MSG(deadlocks == 0, "ncclCommAbort: %d split aborts waited for the real comm's, which never began", deadlocks);
+#ifdef YALI_NCCL_HAS_ncclCommRevoke
+  splitsWait(1);
+  CHECK(SHIM(ncclCommRevoke)(h.ranks[1].comm, 0) == ncclSuccess);
+  CHECK_MSG(deadlocks == 0, "ncclCommRevoke: %d split aborts waited for the real comm's revoke", deadlocks);
+#endif
+#if defined(YALI_NCCL_HAS_ncclCommShrink) && defined(NCCL_SHRINK_ABORT)
+  splitsWait(2);
+  int excluded = 3;
+  ncclComm_t shrunk = nullptr;
+  CHECK(SHIM(ncclCommShrink)(h.ranks[2].comm, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) == ncclSuccess);
+  CHECK_MSG(deadlocks == 0, "ncclCommShrink(NCCL_SHRINK_ABORT): %d split aborts waited for the shrink", deadlocks);
+  if (shrunk != nullptr) CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
+#endif
+  clear();
+  destroyAll(h.ranks);
 }
 
 // A comm's device memory (the hierarchical scratch, the staging scratch, the cross-node status
