@@ -752,8 +752,10 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
     return nullptr;
   }
   // At least double: a program whose sizes grow step by step allocates log(size) times, and the
-  // outgrown buffers (kept, comm.h says why) add up to less than the last one.
-  const size_t grown = std::max(bytes, 2 * s->bytes);
+  // outgrown buffers (kept, comm.h says why) add up to less than the last one. The agreed size
+  // first, whatever cudaMalloc says (comm.h); a rank whose earlier growth failed tries it again.
+  if (bytes > s->agreed) s->agreed = std::max(bytes, 2 * s->agreed);
+  const size_t grown = s->agreed;
   void* p = nullptr;
   DeviceGuard restore(c->device);
   *err = lib().cudaMalloc(&p, grown);
@@ -767,7 +769,7 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
 
 size_t scratchBytes(Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
-  return s->bytes;
+  return s->agreed;
 }
 
 namespace {

@@ -33,6 +33,11 @@ struct Scratch {
   void* buffer = nullptr;
   size_t bytes = 0;
   std::vector<void*> outgrown;
+  // The size the buffer has on every rank whose allocations all succeeded: it grows at the calls
+  // that grow the buffer (every rank makes them alike), whether or not this rank's cudaMalloc
+  // succeeds, so that a route decided on it (decideHierRoute, in capture) is the same on every
+  // rank. bytes < agreed: this rank's last growth failed.
+  size_t agreed = 0;
   StreamOrder order;
   cudaEvent_t event = nullptr;  // made at the first change of stream
 };
@@ -203,11 +208,11 @@ ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::fun
 
 // ---- Scratch -----------------------------------------------------------------------------------------
 
-// s's buffer of at least `bytes` on c's device (grown here, at least doubled), or null with *err
-// set: cudaMalloc's error, or cudaErrorStreamCaptureUnsupported when it must grow and `mayGrow` is
-// false (the call's stream is being captured).
+// s's buffer of at least `bytes` on c's device (grown here to Scratch::agreed, at least doubled),
+// or null with *err set: cudaMalloc's error, or cudaErrorStreamCaptureUnsupported when it must grow
+// and `mayGrow` is false (the call's stream is being captured).
 void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* err);
-size_t scratchBytes(Scratch* s);  // its size now
+size_t scratchBytes(Scratch* s);  // Scratch::agreed: the size every rank decides on
 // The order of s's users across streams (Scratch::order), for a call on `stream` in `context`
 // (scratchContext: its capture's id, or 0 for eager work; read once per call): scratchBefore
 // before the call's first step that touches the scratch (an error: nothing of the call enqueued),

@@ -256,8 +256,12 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
 const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across nodes]";
 
 // Decides the call's path and gets its scratch. *hier: take the hierarchical path (with *scratch
-// when it needs one); otherwise the caller runs it flat, as NCCL's.
-ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch) {
+// when it needs one); otherwise the caller runs it flat, as NCCL's. The path is decided on what
+// every rank decides alike (the agreed scratch size: comm.h, Scratch::agreed): a scratch this rank
+// alone could not have (cudaMalloc failed, now or at an earlier growth) keeps the hierarchical path,
+// with *scratch null and *noScratch the error, so that the call's NCCL steps, which the ranks of
+// other nodes wait for, still go (hierAllGather, hierReduceScatter).
+ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch, ncclResult_t* noScratch) {
   Hierarchy* h = c->hier;
   *hier = false;
   const Route route = decideRoute(h->yali != nullptr, c->disabled, call.shape);
@@ -283,8 +287,8 @@ ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch) {
     cudaError_t err = cudaSuccess;
     *scratch = static_cast<char*>(scratchOf(c, &h->scratch, need, !hc.capturing, &err));
     if (*scratch == nullptr)  // this rank alone may lack the memory: an error, never a different path
-      return shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s",
-                      call.function, need, lib().cudaGetErrorString(err));
+      *noScratch = shimFail(ncclUnhandledCudaError, "%s: allocating %zu bytes of hierarchical scratch failed: %s",
+                            call.function, need, lib().cudaGetErrorString(err));
   }
   *hier = true;
   return ncclSuccess;
@@ -432,6 +436,23 @@ ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t
   Hierarchy* h = c->hier;
   const size_t block = sendcount * bytesOf(1, type);
   const size_t part = block * h->layout.nodes;
+  if (scratch == nullptr) {
+    // This rank has no scratch (planHier): only the NCCL step, whose cross peers wait for our block,
+    // into the program's recvbuff, where NCCL may write `part` bytes without touching sendbuff (or
+    // with sendbuff in place at our node's block); the node's YALI step is skipped, so this node's
+    // other ranks fail within YALI_TIMEOUT_MS. No such place: nothing (the cross peers then wait).
+    const char* send = static_cast<const char*>(sendbuff);
+    char* recv = static_cast<char*>(recvbuff);
+    const size_t whole = block * h->layout.nodeOf.size();
+    char* into = nullptr;
+    if (send + block <= recv || send >= recv + part) {
+      into = recv;
+    } else if (send >= recv + h->node * block && send - h->node * block + part <= recv + whole) {
+      into = const_cast<char*>(send) - h->node * block;
+    }
+    if (into != nullptr) callReal<Api::ncclAllGather>(sendbuff, into, sendcount, type, h->crossComm, stream);
+    return attempt->failed;
+  }
   char* mine = scratch + h->localRank * part;
   ncclResult_t r = callReal<Api::ncclAllGather>(sendbuff, mine, sendcount, type, h->crossComm, stream);
   if (r != ncclSuccess) return r;
@@ -450,12 +471,17 @@ ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, si
                                ncclRedOp_t op, char* scratch, cudaStream_t stream, HierAttempt* attempt) {
   Hierarchy* h = c->hier;
   const size_t block = recvcount * bytesOf(1, type);
-  char* mine = scratch + h->localRank * block * h->layout.nodes;
+  // Without a scratch (planHier: this rank could not have it), the cross step reads the program's
+  // sendbuff, whose first nodes blocks stand in for the node's sums: what it sends means nothing,
+  // and its status 1 says so.
+  char* mine = scratch != nullptr ? scratch + h->localRank * block * h->layout.nodes
+                                  : const_cast<char*>(static_cast<const char*>(sendbuff));
   // A copy into the scratch that fails at the call counts as a YALI step failing at the call: this
   // rank skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and their flags
   // reach their cross peers) and still sends the cross step.
-  ncclResult_t failed =
-      copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
+  ncclResult_t failed = attempt->failed;
+  if (failed == ncclSuccess)
+    failed = copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
   if (failed == ncclSuccess) {
     const size_t count = recvcount * h->layout.nodes;
     const Call step{"ncclReduceScatter", {yaliCollReduceScatter, type, op}, count, 0, scratch, mine, stream};
@@ -494,7 +520,8 @@ template <typename Steps, typename Flat>
 ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
   bool hier = false;
   char* scratch = nullptr;
-  const ncclResult_t planned = planHier(c, call, &hier, &scratch);
+  ncclResult_t noScratch = ncclSuccess;
+  const ncclResult_t planned = planHier(c, call, &hier, &scratch, &noScratch);
   if (planned != ncclSuccess) return planned;
   if (!hier) return flat();
   // The steps' own copies and events go to the comm's device (stream 0 is the current device's).
@@ -508,6 +535,7 @@ ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
   if (ordered == ncclSuccess) ordered = scratchBefore(c, &c->hier->scratch, call.function, call.stream, context);
   if (ordered != ncclSuccess) return ordered;
   HierAttempt attempt;
+  attempt.failed = noScratch;  // the steps then send only what the ranks of other nodes wait for
   ncclResult_t r = steps(call.send, call.recv, scratch, &attempt);
   if (r == kStage) r = stageHier(c, call, scratch, steps, &attempt);
   // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).

@@ -11,7 +11,8 @@
 // "yaliAllReduce(S>S+256,4)"), which shows where a staged call's copies go.
 //
 // What this process sets before libyali-nccl reads its settings (once per process): both fakes,
-// YALI_NCCL_DISABLE=allgather and YALI_NCCL_DEBUG=1 (so that the logging branches run too).
+// YALI_NCCL_DISABLE=allgather (but where YALI_TESTS_ALLGATHER_ON is set: the allgather_on_ cases)
+// and YALI_NCCL_DEBUG=1 (so that the logging branches run too).
 //
 // Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
 // long abort takes on a GPU, whether a peer learns of it), ranks in several processes, non-blocking
@@ -989,7 +990,8 @@ TEST(hierarchical_steps_and_a_failing_leg) {
   allReduce(ncclSuccess, "yaliReduceScatter(h0) ncclAllReduce(r0)");
 
   // ReduceScatter needs scratch; when it cannot be had, an error (this rank alone may lack memory,
-  // so never a different path), named by ncclGetLastError.
+  // so never a different path), named by ncclGetLastError, after the cross step (status 1), which
+  // the ranks of the other nodes wait for: YALI's step is skipped (the node peers' then time out).
   auto reduceScatter = [&](ncclResult_t expected, const char* want) {
     const int since = eventCount();
     CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == expected);
@@ -997,10 +999,58 @@ TEST(hierarchical_steps_and_a_failing_leg) {
     CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   };
   yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaErrorMemoryAllocation;
-  reduceScatter(ncclUnhandledCudaError, "cudaMalloc()");
+  reduceScatter(ncclUnhandledCudaError, "cudaMalloc() ncclReduceScatter(x0) ncclAllReduce(x0)");
   yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "hierarchical scratch"), "%s", SHIM(ncclGetLastError)(c));
+  REQUIRE(h.status[0] != nullptr);
+  CHECK_EQ(*h.status[0], 1);  // the status the cross step sent: this rank failed at the call
   reduceScatter(ncclSuccess, "cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0) ncclAllReduce(x0)");
+  destroyAll(h.ranks);
+}
+
+// AllGather starts with its NCCL step across nodes: a rank that cannot have the scratch still sends
+// it (the ranks of the other nodes wait for its block), into its own recvbuff where NCCL may write
+// there (out of place; in place, sendbuff at this node's block), skips YALI's step and returns the
+// error. (Run by ctest host_nccl_abi_errors_allgather: this process's other run turns AllGather off.)
+TEST(allgather_on_an_allgather_without_scratch_still_sends_its_nccl_step) {
+  if (getenv("YALI_TESTS_ALLGATHER_ON") == nullptr) return;
+  const Hierarchical h = hierarchical();
+  static float send[4], recv[64];
+  auto allGather = [&](int rank, const void* sendbuff, void* recvbuff, const char* want) {
+    const int since = eventCount();
+    yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaErrorMemoryAllocation;
+    CHECK(SHIM(ncclAllGather)(sendbuff, recvbuff, 4, ncclFloat32, h.ranks[rank].comm, nullptr) ==
+          ncclUnhandledCudaError);
+    yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
+    const std::string t = trace(since, kCollectives, h.labels);
+    CHECK_MSG(t == want, "rank %d: %s, expected %s", rank, t.c_str(), want);
+    CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[rank].comm), "hierarchical scratch"), "%s",
+              SHIM(ncclGetLastError)(h.ranks[rank].comm));
+  };
+  allGather(0, send, recv, "cudaMalloc() ncclAllGather(x0)");           // out of place
+  allGather(3, recv + 3 * 4, recv, "cudaMalloc() ncclAllGather(x3)");   // in place: rank 3, node 1
+  destroyAll(h.ranks);
+}
+
+// The path is decided alike on every rank: a rank whose scratch could not grow (cudaMalloc failed)
+// still decides on the size the others have, so that in a capture (where nothing grows) it does not
+// run flat NCCL while they run the hierarchical steps (both sides would wait for ever); it sends the
+// cross step alone, and returns the error.
+TEST(a_rank_whose_scratch_could_not_grow_keeps_the_hierarchical_path) {
+  const Hierarchical h = hierarchical();
+  static float send[64], recv[64];
+  ncclComm_t c = h.ranks[0].comm;
+  yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaErrorMemoryAllocation;
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
+  int token = 0;
+  const cudaStream_t captured = reinterpret_cast<cudaStream_t>(&token);
+  const CapturedStream capture(captured);
+  const int since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, captured) == ncclUnhandledCudaError);
+  const std::string t = trace(since, kCollectives, h.labels);
+  CHECK_MSG(t == "ncclReduceScatter(x0) ncclAllReduce(x0)", "in the capture: %s (flat would be ncclReduceScatter(r0))",
+            t.c_str());
   destroyAll(h.ranks);
 }
 
@@ -1534,7 +1584,9 @@ int main(int argc, char** argv) {
   // Before libyali-nccl is first used: it reads its settings and finds both libraries once.
   setenv("YALI_NCCL_LIBRARY", YALI_FAKE_NCCL_PATH, 1);
   setenv("YALI_LIBRARY", YALI_FAKE_YALI_PATH, 1);
-  setenv("YALI_NCCL_DISABLE", "allgather", 1);
+  // AllGather off, but in the run for the allgather_on_ cases (ctest host_nccl_abi_errors_allgather).
+  if (getenv("YALI_TESTS_ALLGATHER_ON") == nullptr) setenv("YALI_NCCL_DISABLE", "allgather", 1);
+  else unsetenv("YALI_NCCL_DISABLE");
   setenv("YALI_NCCL_DEBUG", "1", 1);
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
