@@ -191,7 +191,14 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
     if (r != ncclSuccess) break;
     lib().cudaSetDevice(s->comm->device);
     const std::pair<int, int> ck = keys(splitKeys(s->verdict.layout, s->comm->rank));
-    r = callReal<Api::ncclCommSplit>(s->comm->real, ck.first, ck.second, &(s->*out), nullptr);
+    // Resources of their own (splitShare 0, whatever the parent's config or
+    // NCCL_COMM_SPLIT_SHARE_RESOURCES say): a split sharing the parent's would share its abort flag,
+    // which ncclCommRevoke and ncclCommShrink(NCCL_SHRINK_ABORT) set and reset, while abortTogether
+    // aborts the split beside them. Blocking, as the comm is (a non-blocking one stays NCCL only).
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 1;
+    config.splitShare = 0;
+    r = callReal<Api::ncclCommSplit>(s->comm->real, ck.first, ck.second, &(s->*out), &config);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = end;
@@ -694,16 +701,26 @@ ncclResult_t endYali(Comm* c, bool abort, const char* why) {
 
 ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last) {
   std::vector<std::thread> threads;
+  // Joined whatever happens below (a std::thread destroyed unjoined ends the process).
+  struct JoinAll {
+    std::vector<std::thread>& threads;
+    ~JoinAll() {
+      for (std::thread& t : threads)
+        if (t.joinable()) t.join();
+    }
+  } joinAll{threads};
+  try {
+    threads.reserve(splits.size());
+  } catch (...) {
+  }
   for (ncclComm_t split : splits) {
     try {
       threads.emplace_back([split] { callReal<Api::ncclCommAbort>(split); });
-    } catch (const std::system_error&) {
+    } catch (...) {
       callReal<Api::ncclCommAbort>(split);  // no thread to be had: one after the other, as before
     }
   }
-  const ncclResult_t result = last();
-  for (std::thread& t : threads) t.join();
-  return result;
+  return last();
 }
 
 ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* why, std::vector<ncclComm_t>* toAbort) {
@@ -752,13 +769,22 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
     return nullptr;
   }
   // At least double: a program whose sizes grow step by step allocates log(size) times, and the
-  // outgrown buffers (kept, comm.h says why) add up to less than the last one. The agreed size
+  // outgrown buffers (kept, comm.h says why) add up to less than the last one. An agreed size grows
   // first, whatever cudaMalloc says (comm.h); a rank whose earlier growth failed tries it again.
-  if (bytes > s->agreed) s->agreed = std::max(bytes, 2 * s->agreed);
-  const size_t grown = s->agreed;
+  // Where the doubled (or agreed) size cannot be had, the call's own need is tried: one failed
+  // growth, of a huge call say, must not fail every later call.
+  size_t grown = std::max(bytes, 2 * s->bytes);
+  if (s->agreedSize) {
+    if (bytes > s->agreed) s->agreed = std::max(bytes, 2 * s->agreed);
+    grown = s->agreed;
+  }
   void* p = nullptr;
   DeviceGuard restore(c->device);
   *err = lib().cudaMalloc(&p, grown);
+  if (*err != cudaSuccess && grown > bytes) {
+    grown = bytes;
+    *err = lib().cudaMalloc(&p, grown);
+  }
   if (*err != cudaSuccess) return nullptr;
   info(c->rank, "%s: %zu bytes", s->name, grown);
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
@@ -769,7 +795,7 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
 
 size_t scratchBytes(Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
-  return s->agreed;
+  return s->agreedSize ? s->agreed : s->bytes;
 }
 
 namespace {

@@ -27,16 +27,18 @@ struct Registration;
 // it, and keeping it needs no synchronization. Its users are ordered across streams (routing.h,
 // StreamOrder): scratchBefore and scratchUsed.
 struct Scratch {
-  explicit Scratch(const char* what) : name(what) {}
+  explicit Scratch(const char* what, bool sameOnEveryRank = false) : name(what), agreedSize(sameOnEveryRank) {}
   const char* const name;  // for the log and errors: "hierarchical scratch", ...
+  const bool agreedSize;   // its growth follows `agreed` (below): a route is decided on its size
   std::mutex mutex;        // guards everything below
   void* buffer = nullptr;
   size_t bytes = 0;
   std::vector<void*> outgrown;
-  // The size the buffer has on every rank whose allocations all succeeded: it grows at the calls
-  // that grow the buffer (every rank makes them alike), whether or not this rank's cudaMalloc
-  // succeeds, so that a route decided on it (decideHierRoute, in capture) is the same on every
-  // rank. bytes < agreed: this rank's last growth failed.
+  // agreedSize: the size the buffer has on every rank whose allocations all succeeded: it grows at
+  // the calls that grow the buffer (every rank makes them alike), whether or not this rank's
+  // cudaMalloc succeeds, so that a route decided on it (decideHierRoute, in capture) is the same on
+  // every rank. bytes < agreed: a growth of this rank's failed (it then got what the call needed,
+  // or nothing).
   size_t agreed = 0;
   StreamOrder order;
   cudaEvent_t event = nullptr;  // made at the first change of stream
@@ -55,7 +57,7 @@ struct Hierarchy {
   // AllGather's and ReduceScatter's scratch. Its order covers every hierarchical call, since the
   // status words below are shared alike. Its size is read by decideHierRoute, so it grows only
   // at calls that every rank makes alike (never for staging, which one rank alone may need).
-  Scratch scratch{"hierarchical scratch"};
+  Scratch scratch{"hierarchical scratch", true};
   // The cross-node status (intercept.cc, crossStep; ARCHITECTURE.md, "Errors"): AllReduce and
   // ReduceScatter send, beside their NCCL step, whether this node's YALI steps failed, and learn
   // whether any node's did. Made at the set-up (before the agreement, so that every rank has them
@@ -208,11 +210,12 @@ ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::fun
 
 // ---- Scratch -----------------------------------------------------------------------------------------
 
-// s's buffer of at least `bytes` on c's device (grown here to Scratch::agreed, at least doubled),
-// or null with *err set: cudaMalloc's error, or cudaErrorStreamCaptureUnsupported when it must grow
-// and `mayGrow` is false (the call's stream is being captured).
+// s's buffer of at least `bytes` on c's device (grown here, at least doubled, or to Scratch::agreed;
+// where that cannot be had, to `bytes`), or null with *err set: cudaMalloc's error, or
+// cudaErrorStreamCaptureUnsupported when it must grow and `mayGrow` is false (the call's stream is
+// being captured).
 void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* err);
-size_t scratchBytes(Scratch* s);  // Scratch::agreed: the size every rank decides on
+size_t scratchBytes(Scratch* s);  // the size a route is decided on: Scratch::agreed where agreedSize
 // The order of s's users across streams (Scratch::order), for a call on `stream` in `context`
 // (scratchContext: its capture's id, or 0 for eager work; read once per call): scratchBefore
 // before the call's first step that touches the scratch (an error: nothing of the call enqueued),

@@ -438,19 +438,19 @@ ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t
   const size_t part = block * h->layout.nodes;
   if (scratch == nullptr) {
     // This rank has no scratch (planHier): only the NCCL step, whose cross peers wait for our block,
-    // into the program's recvbuff, where NCCL may write `part` bytes without touching sendbuff (or
-    // with sendbuff in place at our node's block); the node's YALI step is skipped, so this node's
-    // other ranks fail within YALI_TIMEOUT_MS. No such place: nothing (the cross peers then wait).
+    // into the program's recvbuff: at its start, where NCCL writes `part` bytes without touching
+    // sendbuff, or in place (the cross comm's rank is our node index) where sendbuff lies inside
+    // them. The node's YALI step is skipped, so this node's other ranks fail within
+    // YALI_TIMEOUT_MS. (Buffers that overlap otherwise, which NCCL does not allow either, still get
+    // the step at recvbuff's start: what it writes there is this rank's failed output.)
     const char* send = static_cast<const char*>(sendbuff);
     char* recv = static_cast<char*>(recvbuff);
     const size_t whole = block * h->layout.nodeOf.size();
-    char* into = nullptr;
-    if (send + block <= recv || send >= recv + part) {
-      into = recv;
-    } else if (send >= recv + h->node * block && send - h->node * block + part <= recv + whole) {
+    char* into = recv;
+    const bool overlaps = !(send + block <= recv || send >= recv + part);
+    if (overlaps && send >= recv + h->node * block && send - h->node * block + part <= recv + whole)
       into = const_cast<char*>(send) - h->node * block;
-    }
-    if (into != nullptr) callReal<Api::ncclAllGather>(sendbuff, into, sendcount, type, h->crossComm, stream);
+    callReal<Api::ncclAllGather>(sendbuff, into, sendcount, type, h->crossComm, stream);
     return attempt->failed;
   }
   char* mine = scratch + h->localRank * part;

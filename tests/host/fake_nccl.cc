@@ -462,7 +462,11 @@ FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*
   return note("ncclCommInitAll", ndev > 0 ? comms[0] : nullptr);
 }
 
-FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t*) {
+// The splitShare of the last ncclCommSplit's config (-1: no config).
+__attribute__((visibility("default"))) int fakeLastSplitShare = -2;
+FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                       ncclConfig_t* config) {
+  fakeLastSplitShare = config != nullptr ? config->splitShare : -1;
   const ncclResult_t r = note("ncclCommSplit", comm);
   if (r != ncclSuccess) return r;
   FakeComm* parent = fakeMutable(comm);

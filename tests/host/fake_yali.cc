@@ -144,6 +144,8 @@ __attribute__((visibility("default"))) yaliResult_t fakeYaliGroupEndResult = yal
 __attribute__((visibility("default"))) int fakeYaliGroupDepth = 0;
 // What cudaMalloc returns (cudaSuccess: it allocates).
 __attribute__((visibility("default"))) cudaError_t fakeCudaMallocResult = cudaSuccess;
+// A cudaMalloc of more bytes than this fails (cudaErrorMemoryAllocation); 0: no limit.
+__attribute__((visibility("default"))) size_t fakeCudaMallocLimit = 0;
 // A cudaMemcpyAsync into this destination is noted and fails (cudaErrorInvalidValue), copying
 // nothing; null: none fails.
 __attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
@@ -360,9 +362,11 @@ FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
 // Allocations and frees are noted with their memory (fakeEventBuffers: an allocation's as recv,
 // with its bytes; a free's as send), so that a test can match each free with its allocation.
 FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
-  *p = fakeCudaMallocResult == cudaSuccess ? calloc(1, bytes) : nullptr;
+  const bool tooBig = fakeCudaMallocLimit != 0 && bytes > fakeCudaMallocLimit;
+  *p = fakeCudaMallocResult == cudaSuccess && !tooBig ? calloc(1, bytes) : nullptr;
   fakeRecordBuffers("cudaMalloc", nullptr, nullptr, *p, bytes);
   if (fakeCudaMallocResult != cudaSuccess) return fakeCudaMallocResult;
+  if (tooBig) return cudaErrorMemoryAllocation;
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 

@@ -1027,8 +1027,34 @@ TEST(allgather_on_an_allgather_without_scratch_still_sends_its_nccl_step) {
     CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[rank].comm), "hierarchical scratch"), "%s",
               SHIM(ncclGetLastError)(h.ranks[rank].comm));
   };
-  allGather(0, send, recv, "cudaMalloc() ncclAllGather(x0)");           // out of place
-  allGather(3, recv + 3 * 4, recv, "cudaMalloc() ncclAllGather(x3)");   // in place: rank 3, node 1
+  auto into = [&](int nth) { return buffersOf(0, "ncclAllGather", nth).recv; };
+  int before = 0;
+  for (int i = 0, n = eventCount(); i < n; ++i) before += eventCall(i) == "ncclAllGather";
+  allGather(0, send, recv, "cudaMalloc() ncclAllGather(x0)");  // out of place: at recvbuff's start
+  CHECK(into(before) == recv);
+  allGather(1, recv + 1 * 4, recv, "cudaMalloc() ncclAllGather(x1)");  // in place, node 0: sendbuff
+  CHECK(into(before + 1) == recv + 4);
+  allGather(3, recv + 3 * 4, recv, "cudaMalloc() ncclAllGather(x3)");  // in place, node 1: clear of it
+  CHECK(into(before + 2) == recv);
+  destroyAll(h.ranks);
+}
+
+// One growth of the hierarchical scratch that cannot be had (a huge call) fails that call only: a
+// later, smaller call whose need is below the size the ranks agree on gets what it needs, though
+// the doubled, agreed size cannot be had either.
+TEST(a_failed_huge_scratch_growth_fails_that_call_only) {
+  const Hierarchical h = hierarchical();
+  static float send[1024], recv[1024];
+  ncclComm_t c = h.ranks[0].comm;
+  size_t& limit = yaliVariable<size_t>("fakeCudaMallocLimit");
+  limit = 1024;  // bytes: the ReduceScatter of 256 per rank needs 4096
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 256, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  const int since = eventCount();
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  limit = 0;
+  const std::string t = trace(since, kCollectives, h.labels);
+  CHECK_MSG(t == "cudaMalloc() cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0) ncclAllReduce(x0)",
+            "%s (the agreed size first, then the call's own)", t.c_str());
   destroyAll(h.ranks);
 }
 
@@ -1492,6 +1518,9 @@ TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
 // a deadlock). Abort, revoke and shrink with NCCL_SHRINK_ABORT end the three together.
 TEST(a_hierarchys_nccl_comms_are_aborted_together) {
   const Hierarchical h = hierarchical();
+  // The splits have resources of their own: with the parent's they would share its abort flag,
+  // which a revoke or shrink resets while abortTogether aborts the split beside it.
+  CHECK_EQ(variable<int>(fakeNccl(), "fakeLastSplitShare"), 0);
   auto waitsFor = [&](const void* waiter, const void* until) {
     function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(const_cast<void*>(waiter),
                                                                           const_cast<void*>(until), 2000);
