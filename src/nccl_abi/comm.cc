@@ -228,14 +228,14 @@ void makeCrossStatus(SetUp& s) {
   } else {
     void* device = nullptr;
     void* host = nullptr;
-    cudaError_t err = lib().cudaMalloc(&device, sizeof(int32_t));
+    cudaError_t err = lib().cudaMalloc(&device, Hierarchy::kStatusWords * sizeof(int32_t));
     if (err == cudaSuccess) s.statusDevice = static_cast<int32_t*>(device);
     if (err == cudaSuccess)
-      err = lib().cudaHostAlloc(&host, 2 * sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable);
+      err = lib().cudaHostAlloc(&host, Hierarchy::kHostWords * sizeof(int32_t),
+                                cudaHostAllocMapped | cudaHostAllocPortable);
     if (err == cudaSuccess) {
       s.statusHost = static_cast<int32_t*>(host);
-      s.statusHost[Hierarchy::kCrossStatus] = 0;
-      s.statusHost[Hierarchy::kStatusFailed] = 1;
+      for (int i = 0; i < Hierarchy::kHostWords; ++i) s.statusHost[i] = 0;
       return;
     }
     s.fail(cudaText("allocating the hierarchical path's status words", err));

@@ -64,17 +64,24 @@ struct Hierarchy {
   // or no rank has a hierarchy), freed with the scratch by freeComm, never by an abort (comm.cc,
   // releaseMemory, says why).
   const int* yaliFailure = nullptr;  // yaliCommGetFailureFlag(yali): device-readable, sticky nonzero
-  int32_t* statusDevice = nullptr;   // cudaMalloc'd word: this rank's status, reduced (max) in place
-                                     // on crossComm; NCCL's buffer, so device memory
-  // cudaHostAlloc'd (mapped) words: [kCrossStatus] the reduced status as the last call's copy left
-  // it (0, or nonzero forever), read by ncclCommGetAsyncError; [kStatusFailed] always 1, the
-  // source of the status copy once a YALI step failed at the call (pinned, so the copy is
-  // asynchronous and capturable).
-  static constexpr int kCrossStatus = 0, kStatusFailed = 1;
+  // cudaMalloc'd words [kStatusWords]: this rank's two status sources, reduced (max) in place on
+  // crossComm ([0] YALI's failure flag, [1] the failed-at-the-call word below); NCCL's buffer, so
+  // device memory. Both are copied at every call, from sources that stay nonzero once set: a copy
+  // captured in a graph reads them when replayed, so a replay cannot send 0 after a failure (with
+  // one word and a source chosen at the call, a graph captured before a failure at the call kept
+  // sending YALI's flag, 0, and its replays reset every node's host words).
+  int32_t* statusDevice = nullptr;
+  // cudaHostAlloc'd (mapped) words: [kCrossStatus, + kStatusWords) the reduced status as the last
+  // call's copy left it (each 0, or nonzero for ever), read by ncclCommGetAsyncError; [kAtCall] 0,
+  // then 1 for ever once a YALI step of this comm failed at the call (markFailedAtCall), the source
+  // of statusDevice[1] (pinned, so the copy is asynchronous and capturable).
+  static constexpr int kStatusWords = 2, kCrossStatus = 0, kAtCall = kStatusWords, kHostWords = kStatusWords + 1;
   int32_t* statusHost = nullptr;
   // A YALI step of this comm failed at the call (an error, not a refusal): from then on this rank
   // sends 1 (sticky, as YALI's own flag is).
-  std::atomic<bool> yaliFailedAtCall{false};
+  void markFailedAtCall() {
+    if (statusHost != nullptr) __atomic_store_n(statusHost + kAtCall, 1, __ATOMIC_RELEASE);
+  }
 };
 
 // The current device, restored at the end of the scope; `device` >= 0 makes it current meanwhile.

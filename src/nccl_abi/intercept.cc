@@ -301,40 +301,43 @@ ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
 }
 
 // The NCCL step across nodes, with this rank's status beside it:
-//   1. the status word <- YALI's failure flag (stream-ordered after this rank's YALI launches), or
-//      1 once a YALI step of this comm failed at the call (Hierarchy::yaliFailedAtCall);
+//   1. the status words <- [0] YALI's failure flag (stream-ordered after this rank's YALI
+//      launches), [1] the failed-at-the-call word (Hierarchy::kAtCall: 1 once a YALI step of this
+//      comm failed at the call);
 //   2. one real group: `data` (the call's NCCL step on crossComm) and an AllReduce(max) of the
-//      status word on crossComm, so that the status travels in the same NCCL launch as the data;
-//   3. the host-mapped word <- the reduced status, which ncclCommGetAsyncError reads.
-// Both sources are sticky (YALI's flag never returns to 0, nor does yaliFailedAtCall), so once a
-// failure happened on some node, every later call's reduced status, and the host word, stay
-// nonzero on every node: a later call cannot hide an earlier one. Cost per call: two 4-byte
-// copies and one 4-byte AllReduce in the data step's group.
-// A status copy that fails is returned after the NCCL steps were enqueued anyway (with whatever
-// the status word held: the previous reduced value), and this rank sends 1 from then on.
+//      status words on crossComm, so that the status travels in the same NCCL launch as the data;
+//   3. the host-mapped words <- the reduced status, which ncclCommGetAsyncError reads.
+// Both sources are sticky and copied at every call, in a captured graph's replays too (they are
+// read when the copy runs), so once a failure happened on some node, every later call's reduced
+// status, and the host words, stay nonzero on every node: a later call or replay cannot hide an
+// earlier failure. Cost per call: three small copies and one 8-byte AllReduce in the data step's
+// group. A status copy that fails is returned after the NCCL steps were enqueued anyway (with
+// whatever the status words held: the previous reduced values), and this rank sends 1 from then on.
 // *enqueued: the NCCL group was enqueued (whatever crossStep returns), so the caller goes on with
 // the call's other steps, which its peers wait for; false when NCCL failed at the call.
 template <typename Data>
 ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, bool* enqueued, Data data) {
   Hierarchy* h = c->hier;
   *enqueued = false;
-  const void* source = h->yaliFailedAtCall.load() ? static_cast<const void*>(h->statusHost + Hierarchy::kStatusFailed)
-                                                  : static_cast<const void*>(h->yaliFailure);
-  cudaError_t copied = lib().cudaMemcpyAsync(h->statusDevice, source, sizeof(int32_t), cudaMemcpyDefault, stream);
+  cudaError_t copied = lib().cudaMemcpyAsync(h->statusDevice, h->yaliFailure, sizeof(int32_t), cudaMemcpyDefault, stream);
+  const cudaError_t atCall = lib().cudaMemcpyAsync(h->statusDevice + 1, h->statusHost + Hierarchy::kAtCall,
+                                                   sizeof(int32_t), cudaMemcpyDefault, stream);
+  if (copied == cudaSuccess) copied = atCall;
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   if (r != ncclSuccess) return r;  // nothing enqueued: NCCL failed at the call
   r = data();
   if (r == ncclSuccess)
-    r = callReal<Api::ncclAllReduce>(h->statusDevice, h->statusDevice, 1, ncclInt32, ncclMax, h->crossComm, stream);
+    r = callReal<Api::ncclAllReduce>(h->statusDevice, h->statusDevice, Hierarchy::kStatusWords, ncclInt32, ncclMax,
+                                     h->crossComm, stream);
   const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = ended;
   if (r != ncclSuccess) return r;
   *enqueued = true;
   if (copied == cudaSuccess)
-    copied = lib().cudaMemcpyAsync(h->statusHost + Hierarchy::kCrossStatus, h->statusDevice, sizeof(int32_t),
-                                   cudaMemcpyDefault, stream);
+    copied = lib().cudaMemcpyAsync(h->statusHost + Hierarchy::kCrossStatus, h->statusDevice,
+                                   Hierarchy::kStatusWords * sizeof(int32_t), cudaMemcpyDefault, stream);
   if (copied == cudaSuccess) return ncclSuccess;
-  h->yaliFailedAtCall = true;
+  h->markFailedAtCall();
   return shimFail(ncclUnhandledCudaError, "%s: hierarchical path: copying the cross-node status: %s", function,
                   lib().cudaGetErrorString(copied));
 }
@@ -401,7 +404,7 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
         attempt);
     if (failed == kRunFlat || failed == kStage) return failed;  // nothing of the call enqueued
   }
-  if (failed != ncclSuccess) h->yaliFailedAtCall = true;  // this call's cross step sends 1 already
+  if (failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
   bool enqueued = false;
   ncclResult_t r = crossStep(c, "ncclAllReduce", stream, &enqueued, [&] {
     return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
@@ -414,7 +417,7 @@ ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t
   if (failed == ncclSuccess) {
     const yaliResult_t yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
     if (yr != yaliSuccess) {
-      h->yaliFailedAtCall = true;
+      h->markFailedAtCall();
       failed = yaliStepFailed(c, "ncclAllReduce", yr);
     }
   }
@@ -490,7 +493,7 @@ ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, si
         false, attempt);
     if (failed == kRunFlat) return kRunFlat;
   }
-  if (failed != ncclSuccess) h->yaliFailedAtCall = true;  // this call's cross step sends 1 already
+  if (failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
   bool enqueued = false;
   const ncclResult_t r = crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
     return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
@@ -746,7 +749,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   // so what this rank's hierarchical AllReduce and ReduceScatter got from there is not valid. A
   // read of host-mapped memory that the device writes (after an abort too; null once destroyed).
   const int32_t* status = h != nullptr ? h->statusHost : nullptr;
-  if (status != nullptr && __atomic_load_n(status + Hierarchy::kCrossStatus, __ATOMIC_ACQUIRE) != 0) {
+  bool failedSomewhere = false;
+  for (int i = 0; status != nullptr && i < Hierarchy::kStatusWords; ++i)
+    failedSomewhere |= __atomic_load_n(status + Hierarchy::kCrossStatus + i, __ATOMIC_ACQUIRE) != 0;
+  if (failedSomewhere) {
     *asyncError = shimFail(ncclRemoteError,
                            "a YALI step of the hierarchical path (YALI in the node, NCCL across nodes) failed on "
                            "some node of this communicator (rank %d learned it from its cross-node status): "

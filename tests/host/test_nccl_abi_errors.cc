@@ -281,6 +281,7 @@ Hierarchical hierarchical() {
   h.labels = labelsOf(h.ranks, "h");
   for (size_t r = 0; r < h.ranks.size(); ++r) {
     if (h.status[r] != nullptr) h.labels[h.status[r]] = "s" + std::to_string(r);
+    if (h.status[r] != nullptr) h.labels[h.status[r] + 1] = "t" + std::to_string(r);  // failed at the call
     if (h.host[r] != nullptr) h.labels[h.host[r]] = "w" + std::to_string(r);
   }
   for (size_t r = 0; r < h.ranks.size(); ++r) {
@@ -304,7 +305,7 @@ bool contains(const char* text, const char* part) { return text != nullptr && st
 // The hierarchical path's steps and its cross-node status exchange since event `since`: YALI's
 // steps, NCCL's collectives and groups, and the copies into a status word (those into the scratch
 // are left out). A collective whose recvbuff is a status word shows its arguments:
-// "ncclAllReduce(x0|s0,1,int32,max)".
+// "ncclAllReduce(x0|s0,2,int32,max)".
 std::string crossTrace(int since, const Labels& labels) {
   std::string out;
   for (int i = since, n = eventCount(); i < n; ++i) {
@@ -1003,7 +1004,7 @@ TEST(hierarchical_steps_and_a_failing_leg) {
   yaliVariable<cudaError_t>("fakeCudaMallocResult") = cudaSuccess;
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "hierarchical scratch"), "%s", SHIM(ncclGetLastError)(c));
   REQUIRE(h.status[0] != nullptr);
-  CHECK_EQ(*h.status[0], 1);  // the status the cross step sent: this rank failed at the call
+  CHECK_EQ(h.status[0][1], 1);  // the status the cross step sent: this rank failed at the call
   reduceScatter(ncclSuccess, "cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0) ncclAllReduce(x0)");
   destroyAll(h.ranks);
 }
@@ -1096,14 +1097,14 @@ TEST(hierarchical_steps_carry_the_cross_node_status) {
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_CROSS_TRACE(since, h.labels,
-                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                    "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
+                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+                    "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
   CHECK_EQ(*h.status[0], 0);  // YALI's flag: no failure
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_CROSS_TRACE(since, h.labels,
-                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) "
-                    "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0)");
+                    "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclReduceScatter(x0) "
+                    "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0)");
   // AllGather runs NCCL first: no status.
   since = eventCount();
   CHECK(SHIM(ncclAllGather)(hostBuffer, hostBuffer, 1, ncclFloat32, c, nullptr) == ncclSuccess);
@@ -1133,15 +1134,15 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
   // 5 elements on nodes of 2: shards of 2 and a flat tail of 1 (r0).
   failYaliNext("yaliReduceScatter", yaliInternalError, "yaliReduceScatter: broken for the test");
   allReduce(5, ncclInternalError,
-            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-            "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
-  CHECK_EQ(*h.status[0], 1);
+            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+            "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
+  CHECK_EQ(h.status[0][1], 1);
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "broken for the test"), "%s", SHIM(ncclGetLastError)(c));
   // The next call succeeds, and still says 1.
   allReduce(4, ncclSuccess,
-            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-            "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
-  CHECK_EQ(*h.status[0], 1);
+            "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+            "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
+  CHECK_EQ(h.status[0][1], 1);
 
   // ReduceScatter, on another rank of the comm (its own status): the same.
   REQUIRE(h.status[1] != nullptr);
@@ -1150,9 +1151,9 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
   int since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
         ncclRemoteError);
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
-                                   "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
-  CHECK_EQ(*h.status[1], 1);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) cudaMemcpyAsync(t1) ncclGroupStart() ncclReduceScatter(x1) "
+                                   "ncclAllReduce(x1|s1,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
+  CHECK_EQ(h.status[1][1], 1);
   destroyAll(h.ranks);
 }
 
@@ -1168,12 +1169,12 @@ TEST(a_yali_allgather_failing_at_the_call_still_sends_the_tail) {
   const int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
         ncclInternalError);
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h3) cudaMemcpyAsync(s3) ncclGroupStart() ncclAllReduce(x3) "
-                                   "ncclAllReduce(x3|s3,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)");
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h3) cudaMemcpyAsync(s3) cudaMemcpyAsync(t3) ncclGroupStart() ncclAllReduce(x3) "
+                                   "ncclAllReduce(x3|s3,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w3) yaliAllGather(h3) ncclAllReduce(r3)");
   CHECK_EQ(*h.status[3], 0);
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) ==
         ncclSuccess);
-  CHECK_EQ(*h.status[3], 1);
+  CHECK_EQ(h.status[3][1], 1);
   destroyAll(h.ranks);
 }
 
@@ -1192,20 +1193,20 @@ TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
   int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() yaliAllGather(h0) ncclAllReduce(r0)");
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() yaliAllGather(h0) ncclAllReduce(r0)");
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "cross-node status"), "%s", SHIM(ncclGetLastError)(c));
   // The copy into the host word fails: the same.
   failDst = h.host[0];
   since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)");
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)");
   // From then on this rank sends 1.
   *h.status[0] = -1;
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  CHECK_EQ(*h.status[0], 1);
+  CHECK_EQ(h.status[0][1], 1);
   destroyAll(h.ranks);
 }
 
@@ -1231,9 +1232,9 @@ TEST(a_failing_scratch_copy_still_sends_the_cross_step) {
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
   failDst = nullptr;
-  CHECK_CROSS_TRACE(since, labels, "cudaMemcpyAsync(s0) ncclGroupStart() ncclReduceScatter(x0) ncclAllReduce(x0|s0,1,int32,max) "
+  CHECK_CROSS_TRACE(since, labels, "cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclReduceScatter(x0) ncclAllReduce(x0|s0,2,int32,max) "
                                    "ncclGroupEnd() cudaMemcpyAsync(w0)");
-  CHECK_EQ(*h.status[0], 1);
+  CHECK_EQ(h.status[0][1], 1);
   destroyAll(h.ranks);
 }
 
@@ -1266,7 +1267,7 @@ TEST(a_yali_failure_reaches_the_other_nodes_through_the_cross_status) {
   // from YALI's flag, reaches rank 2 (node 1, same cross comm) in the same call's NCCL launch.
   failYaliAfterLaunch("yaliReduceScatter");
   CHECK(allReduce(0) == ncclRemoteError);  // its YALI AllGather then fails at the call
-  CHECK_EQ(*h.status[0], 1);
+  CHECK_EQ(h.status[0][0], 1);  // YALI's flag
   CHECK(allReduce(2) == ncclSuccess);
   CHECK_EQ(*h.host[2], 1);
   CHECK_EQ(asyncError(2), ncclRemoteError);
@@ -1280,6 +1281,36 @@ TEST(a_yali_failure_reaches_the_other_nodes_through_the_cross_status) {
   CHECK(allReduce(0) == ncclRemoteError);
   CHECK(allReduce(2) == ncclSuccess);
   CHECK_EQ(*h.host[2], 1);
+  destroyAll(h.ranks);
+}
+
+// A CUDA graph captured before a YALI step failed at the call still sends that failure when
+// replayed after it: the captured status copies read sources that become nonzero then (YALI's flag,
+// and the failed-at-the-call word), so a replay cannot reset the other nodes' words to 0. (The fake
+// records no graph: the test reads what the captured copies would read at a replay.)
+TEST(a_graph_captured_before_a_failure_at_the_call_still_sends_it) {
+  const Hierarchical h = hierarchical();
+  REQUIRE(h.status[0] != nullptr);
+  ncclComm_t c = h.ranks[0].comm;
+  std::vector<const void*> sources;  // of the captured copies into the status words
+  {
+    int token = 0;
+    const cudaStream_t captured = reinterpret_cast<cudaStream_t>(&token);
+    const CapturedStream capture(captured);
+    const int since = eventCount();
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, captured) == ncclSuccess);
+    for (int i = since, n = eventCount(); i < n; ++i) {
+      if (eventCall(i) != "cudaMemcpyAsync") continue;
+      const Buffers b = buffersOf(i);
+      if (b.recv == h.status[0] || b.recv == h.status[0] + 1) sources.push_back(b.send);
+    }
+  }
+  REQUIRE(!sources.empty());
+  failYaliNext("yaliReduceScatter", yaliTimeout, "a node peer never arrived");
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) != ncclSuccess);
+  int32_t replayed = 0;  // what a replay now sends: the max of what its copies read
+  for (const void* p : sources) replayed = std::max(replayed, *static_cast<const int32_t*>(p));
+  CHECK_MSG(replayed == 1, "a replay after the failure would send %d", replayed);
   destroyAll(h.ranks);
 }
 
@@ -1319,14 +1350,14 @@ TEST(a_hierarchical_allreduce_refusing_this_ranks_buffers_is_staged_not_flat) {
   CHECK(SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
   const void* scratch = buffersOf(since, "yaliReduceScatter", 1).send;
   REQUIRE(scratch != nullptr);
-  const Labels labels = {{send, "send"}, {recv, "recv"}, {h.status[0], "s0"}, {h.host[0], "w0"}};
+  const Labels labels = {{send, "send"}, {recv, "recv"}, {h.status[0], "s0"}, {h.status[0] + 1, "t0"}, {h.host[0], "w0"}};
   const std::string t = bufferTrace(
       since, {"yaliReduceScatter", "yaliAllGather", "yaliAlgoInfo", "cudaMemcpyAsync", "ncclAllReduce"}, labels,
       {scratch, 256 + 20});
   const char* want = "yaliReduceScatter(send>recv,2) yaliAlgoInfo cudaMemcpyAsync(send>S,20) "
-                     "yaliReduceScatter(S>S+256,2) cudaMemcpyAsync(?>s0,4) ncclAllReduce(S+256>S+256,2) "
-                     "ncclAllReduce(s0>s0,1) cudaMemcpyAsync(s0>w0,4) yaliAllGather(S+256>S+256,2) "
-                     "ncclAllReduce(S+16>S+272,1) cudaMemcpyAsync(S+256>recv,20)";
+                     "yaliReduceScatter(S>S+256,2) cudaMemcpyAsync(?>s0,4) cudaMemcpyAsync(?>t0,4) "
+                     "ncclAllReduce(S+256>S+256,2) ncclAllReduce(s0>s0,2) cudaMemcpyAsync(s0>w0,8) "
+                     "yaliAllGather(S+256>S+256,2) ncclAllReduce(S+16>S+272,1) cudaMemcpyAsync(S+256>recv,20)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK_EQ(*h.status[0], 0);  // not a failure
   destroyAll(h.ranks);
@@ -1349,9 +1380,9 @@ TEST(a_hierarchical_allreduce_that_cannot_be_staged_still_sends_its_nccl_steps) 
   *h.status[0] = -1;
   const int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, h.ranks[0].comm, captured) == ncclInvalidArgument);
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) ncclGroupStart() ncclAllReduce(x0) "
-                                   "ncclAllReduce(x0|s0,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
-  CHECK_EQ(*h.status[0], 1);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
+  CHECK_EQ(h.status[0][1], 1);
   CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[0].comm), "stream capture"), "%s",
             SHIM(ncclGetLastError)(h.ranks[0].comm));
   destroyAll(h.ranks);
@@ -1371,9 +1402,9 @@ TEST(a_hierarchical_refusal_of_the_scratch_is_an_error_not_flat) {
   const int since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, h.ranks[1].comm, nullptr) ==
         ncclInvalidArgument);
-  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) ncclGroupStart() ncclReduceScatter(x1) "
-                                   "ncclAllReduce(x1|s1,1,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
-  CHECK_EQ(*h.status[1], 1);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h1) cudaMemcpyAsync(s1) cudaMemcpyAsync(t1) ncclGroupStart() ncclReduceScatter(x1) "
+                                   "ncclAllReduce(x1|s1,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w1)");
+  CHECK_EQ(h.status[1][1], 1);
   destroyAll(h.ranks);
 }
 
