@@ -40,6 +40,14 @@ bool isBlocking(const ncclConfig_t* config, bool inherited) {
   return inherited;
 }
 
+bool sharesResources(const ncclConfig_t* config, bool inherited) {
+  // As isBlocking: the environment, then the config, then what the comm inherits.
+  const char* env = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  if (env != nullptr && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
+  if (config != nullptr && config->splitShare != NCCL_CONFIG_UNDEF_INT) return config->splitShare != 0;
+  return inherited;
+}
+
 namespace {
 
 // ---- Thread state: groups and what waits for their end ---------------------------------------------
@@ -191,14 +199,9 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
     if (r != ncclSuccess) break;
     lib().cudaSetDevice(s->comm->device);
     const std::pair<int, int> ck = keys(splitKeys(s->verdict.layout, s->comm->rank));
-    // Resources of their own (splitShare 0, whatever the parent's config or
-    // NCCL_COMM_SPLIT_SHARE_RESOURCES say): a split sharing the parent's would share its abort flag,
-    // which ncclCommRevoke and ncclCommShrink(NCCL_SHRINK_ABORT) set and reset, while abortTogether
-    // aborts the split beside them. Blocking, as the comm is (a non-blocking one stays NCCL only).
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 1;
-    config.splitShare = 0;
-    r = callReal<Api::ncclCommSplit>(s->comm->real, ck.first, ck.second, &(s->*out), &config);
+    // The comm's config (NULL: NCCL copies the parent's: its network, CTA and traffic settings),
+    // which also decides whether the splits share its resources (Comm::sharesResources).
+    r = callReal<Api::ncclCommSplit>(s->comm->real, ck.first, ck.second, &(s->*out), nullptr);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = end;
@@ -521,11 +524,12 @@ void registerDeferred(std::vector<Registration*> regs) {
 
 // ---- Creation --------------------------------------------------------------------------------------
 
-ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking) {
+ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking, bool sharesResources) {
   if (real == nullptr) return nullptr;  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
   Comm* c = new Comm;
   c->real = real;
   c->blocking = blocking;
+  c->sharesResources = sharesResources;
   if (!blocking) {
     // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
     // step. Phase 1 leaves such comms to NCCL.
@@ -699,7 +703,12 @@ ncclResult_t endYali(Comm* c, bool abort, const char* why) {
   return endYaliComm(c, y, abort);
 }
 
-ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last) {
+ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last,
+                           bool together) {
+  if (!together) {
+    for (ncclComm_t split : splits) callReal<Api::ncclCommAbort>(split);
+    return last();
+  }
   std::vector<std::thread> threads;
   // Joined whatever happens below (a std::thread destroyed unjoined ends the process).
   struct JoinAll {
@@ -780,10 +789,14 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
   }
   void* p = nullptr;
   DeviceGuard restore(c->device);
+  const bool clean = lib().cudaPeekAtLastError() == cudaSuccess;  // the program's last error, before ours
   *err = lib().cudaMalloc(&p, grown);
   if (*err != cudaSuccess && grown > bytes) {
     grown = bytes;
     *err = lib().cudaMalloc(&p, grown);
+    // The first try's error is ours and came to nothing: the program's next cudaGetLastError must
+    // not report it (PyTorch checks it after its kernels).
+    if (*err == cudaSuccess && clean) lib().cudaGetLastError();
   }
   if (*err != cudaSuccess) return nullptr;
   info(c->rank, "%s: %zu bytes", s->name, grown);

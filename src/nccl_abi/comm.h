@@ -111,6 +111,9 @@ struct Comm {
   int nranks = 0;
   int device = -1;
   bool blocking = true;  // config.blocking; a non-blocking communicator stays NCCL only (phase 1)
+  // config.splitShare as NCCL takes it (sharesResources): the hierarchy's splits, made with the
+  // comm's config, then share its resources and its abort flag (abortTogether).
+  bool sharesResources = false;
   bool clique = false;   // made by ncclCommInitAll: every rank in this process (yaliCommInitAll)
   // The set-up's verdict, the same on every rank (routing.h, decideSetUp):
   CollectiveMask disabled = 0;
@@ -166,11 +169,14 @@ inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
 // Whether a communicator made with this config (NULL: the default, or the parent's for split and
 // shrink) is blocking: config->blocking when set, else NCCL_COMM_BLOCKING, else `inherited`.
 bool isBlocking(const ncclConfig_t* config, bool inherited);
+// Whether a communicator made with `config` shares resources with the splits made from it (NCCL's
+// config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` when unset.
+bool sharesResources(const ncclConfig_t* config, bool inherited);
 
 // A real communicator just made (`result`: what NCCL returned): returns the handle for the program
 // and sets YALI up beside it now, or at the outermost ncclGroupEnd when made inside a group (the
 // real comm is ready only then). Never fails: where YALI cannot be had, the comm is NCCL only.
-ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking);
+ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking, bool sharesResources = false);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 
@@ -213,7 +219,12 @@ ncclResult_t endHierarchy(Comm* c, bool abort, bool finalizeOnly, const char* wh
 // on the program's streams before that comm's last kernel, and that may be a kernel of another of
 // the comm's NCCL comms stuck on a dead peer (a hierarchical call's cross step on the split queued
 // behind the previous call's flat tail on the real comm), which only that comm's abort ends.
-ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last);
+// Where the splits share the comm's resources (Comm::sharesResources) they share its abort flag too:
+// an abort of a split then ends the comm's kernels as well, and running it beside a revoke or a
+// shrink, which set and reset that flag, could leave it set after their reset: `together` false
+// aborts the splits first, one after the other, then runs `last`.
+ncclResult_t abortTogether(const std::vector<ncclComm_t>& splits, const std::function<ncclResult_t()>& last,
+                           bool together);
 
 // ---- Scratch -----------------------------------------------------------------------------------------
 

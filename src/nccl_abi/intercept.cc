@@ -38,11 +38,11 @@ namespace {
 
 // `make` creates the real comm into the pointer it is given; the program gets our handle for it.
 template <typename Make>
-ncclResult_t create(ncclComm_t* out, bool blocking, Make make) {
+ncclResult_t create(ncclComm_t* out, bool blocking, bool shares, Make make) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   ncclComm_t real = nullptr;
   const ncclResult_t r = make(&real);
-  *out = adopt(real, r, blocking);
+  *out = adopt(real, r, blocking, shares);
   return r;
 }
 
@@ -562,14 +562,14 @@ using namespace yali::nccl_abi;  // NOLINT: the definitions below are the C API,
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                            int rank) {
-  return create(comm, isBlocking(nullptr, true), [&](ncclComm_t* real) {
+  return create(comm, isBlocking(nullptr, true), sharesResources(nullptr, false), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRank>(real, nranks, commId, rank);
   });
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                                  int rank, ncclConfig_t* config) {
-  return create(comm, isBlocking(config, true), [&](ncclComm_t* real) {
+  return create(comm, isBlocking(config, true), sharesResources(config, false), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankConfig>(real, nranks, commId, rank, config);
   });
 }
@@ -577,7 +577,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm
 #ifdef YALI_NCCL_HAS_ncclCommInitRankScalable
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                                    ncclUniqueId* commIds, ncclConfig_t* config) {
-  return create(newcomm, isBlocking(config, true), [&](ncclComm_t* real) {
+  return create(newcomm, isBlocking(config, true), sharesResources(config, false), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankScalable>(real, nranks, myrank, nId, commIds, config);
   });
 }
@@ -597,7 +597,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
                                                         ncclConfig_t* config) {
   Comm* parent = ours(comm);
   if (parent == nullptr) return callReal<Api::ncclCommSplit>(comm, color, key, newcomm, config);
-  return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
+  return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
+                [&](ncclComm_t* real) {
     return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config);
   });
 }
@@ -621,12 +622,16 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
 #else
   std::vector<ncclComm_t> splits;
 #endif
-  return abortTogether(splits, [&] {
-    return create(newcomm, isBlocking(config, parent->blocking), [&](ncclComm_t* real) {
-      return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
-                                           shrinkFlags);
-    });
-  });
+  return abortTogether(
+      splits,
+      [&] {
+        return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
+                      [&](ncclComm_t* real) {
+                        return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real,
+                                                             config, shrinkFlags);
+                      });
+      },
+      !parent->sharesResources);
 }
 #endif
 
@@ -638,7 +643,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
   Comm* parent = ours(comm);
   if (comm != nullptr && parent == nullptr)
     return callReal<Api::ncclCommGrow>(comm, nRanks, uniqueId, rank, newcomm, config);
-  return create(newcomm, isBlocking(config, parent != nullptr ? parent->blocking : true), [&](ncclComm_t* real) {
+  return create(newcomm, isBlocking(config, parent != nullptr ? parent->blocking : true),
+                sharesResources(config, parent != nullptr && parent->sharesResources), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommGrow>(parent != nullptr ? parent->real : nullptr, nRanks, uniqueId, rank, real,
                                        config);
   });
@@ -692,7 +698,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   // its scratch buffers and status words, which an abort cannot free safely (comm.cc,
   // releaseMemory); a destroy of the handle frees them all.
   c->real = nullptr;
-  return abortTogether(splits, [real] { return callReal<Api::ncclCommAbort>(real); });
+  return abortTogether(splits, [real] { return callReal<Api::ncclCommAbort>(real); }, !c->sharesResources);
 }
 
 #ifdef YALI_NCCL_HAS_ncclCommRevoke
@@ -704,7 +710,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   std::vector<ncclComm_t> splits;
   endHierarchy(c, true, false, "revoked", &splits);
   endYali(c, true, "revoked");
-  return abortTogether(splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); });
+  return abortTogether(splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); },
+                       !c->sharesResources);
 }
 #endif
 

@@ -39,6 +39,8 @@ namespace yali::nccl_abi {
   X(cudaGetDevice, cudaError_t(int*))                                         \
   X(cudaSetDevice, cudaError_t(int))                                          \
   X(cudaGetErrorString, const char*(cudaError_t))                             \
+  X(cudaGetLastError, cudaError_t())                                          \
+  X(cudaPeekAtLastError, cudaError_t())                                       \
   X(cudaStreamCreateWithFlags, cudaError_t(cudaStream_t*, unsigned int))      \
   X(cudaStreamSynchronize, cudaError_t(cudaStream_t))                         \
   X(cudaStreamDestroy, cudaError_t(cudaStream_t))                             \

@@ -37,6 +37,7 @@
 #include <set>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nccl.h>
@@ -497,17 +498,35 @@ std::set<const void*> tearingDown;                       // comms whose tear-dow
 std::map<const void*, std::pair<const void*, int>> waits;  // waiter -> (until, ms)
 }  // namespace
 __attribute__((visibility("default"))) int fakeAbortDeadlocks = 0;
+// Each tear-down takes this long (ms), so that tear-downs run together overlap; the most that ran
+// at once (fakeMaxTearDownsAtOnce).
+__attribute__((visibility("default"))) int fakeTearDownMs = 0;
+__attribute__((visibility("default"))) int fakeMaxTearDownsAtOnce = 0;
 FAKE_EXPORT void fakeAbortWaitsFor(void* waiter, void* until, int ms) {
   std::lock_guard<std::mutex> lock(tearDownMutex);
   if (waiter == nullptr) {
     waits.clear();
     tearingDown.clear();
     fakeAbortDeadlocks = 0;
+    fakeMaxTearDownsAtOnce = 0;
     return;
   }
   waits[waiter] = {until, ms};
 }
 namespace {
+int tearDownsNow = 0;
+// One tear-down, from its start (tearDown) to the end of its scope.
+struct TearingDown {
+  TearingDown() {
+    std::lock_guard<std::mutex> lock(tearDownMutex);
+    fakeMaxTearDownsAtOnce = std::max(fakeMaxTearDownsAtOnce, ++tearDownsNow);
+  }
+  ~TearingDown() {
+    if (fakeTearDownMs > 0) std::this_thread::sleep_for(std::chrono::milliseconds(fakeTearDownMs));
+    std::lock_guard<std::mutex> lock(tearDownMutex);
+    --tearDownsNow;
+  }
+};
 void tearDown(const void* comm) {
   std::unique_lock<std::mutex> lock(tearDownMutex);
   tearingDown.insert(comm);
@@ -524,6 +543,7 @@ void tearDown(const void* comm) {
 FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int excludeCount, ncclComm_t* newcomm,
                                         ncclConfig_t*, int flags) {
 #ifdef NCCL_SHRINK_ABORT
+  const TearingDown during;
   if (flags & NCCL_SHRINK_ABORT) tearDown(comm);
 #else
   (void)flags;
@@ -545,6 +565,7 @@ FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
 FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return note("ncclCommFinalize", comm); }
 
 FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
+  const TearingDown during;
   tearDown(comm);
   return note("ncclCommRevoke", comm);
 }
@@ -558,6 +579,7 @@ FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
+  const TearingDown during;
   tearDown(comm);
   const ncclResult_t r = note("ncclCommAbort", comm);
   if (comm == nullptr) return ncclSuccess;

@@ -361,12 +361,24 @@ FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
 
 // Allocations and frees are noted with their memory (fakeEventBuffers: an allocation's as recv,
 // with its bytes; a free's as send), so that a test can match each free with its allocation.
+// The runtime's last error, as cudaGetLastError and cudaPeekAtLastError report it: set by a
+// cudaMalloc that fails (only there, in this fake).
+namespace {
+cudaError_t fakeLastCudaError = cudaSuccess;
+}  // namespace
+FAKE_EXPORT cudaError_t cudaGetLastError() {
+  const cudaError_t e = fakeLastCudaError;
+  fakeLastCudaError = cudaSuccess;
+  return e;
+}
+FAKE_EXPORT cudaError_t cudaPeekAtLastError() { return fakeLastCudaError; }
+
 FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
   const bool tooBig = fakeCudaMallocLimit != 0 && bytes > fakeCudaMallocLimit;
   *p = fakeCudaMallocResult == cudaSuccess && !tooBig ? calloc(1, bytes) : nullptr;
   fakeRecordBuffers("cudaMalloc", nullptr, nullptr, *p, bytes);
-  if (fakeCudaMallocResult != cudaSuccess) return fakeCudaMallocResult;
-  if (tooBig) return cudaErrorMemoryAllocation;
+  if (fakeCudaMallocResult != cudaSuccess) return fakeLastCudaError = fakeCudaMallocResult;
+  if (tooBig) return fakeLastCudaError = cudaErrorMemoryAllocation;
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 

@@ -1050,12 +1050,15 @@ TEST(a_failed_huge_scratch_growth_fails_that_call_only) {
   size_t& limit = yaliVariable<size_t>("fakeCudaMallocLimit");
   limit = 1024;  // bytes: the ReduceScatter of 256 per rank needs 4096
   CHECK(SHIM(ncclReduceScatter)(send, recv, 256, ncclFloat32, ncclSum, c, nullptr) == ncclUnhandledCudaError);
+  function<cudaError_t (*)()>(fakeYali(), "cudaGetLastError")();  // the failed call's error: the program's
   const int since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   limit = 0;
   const std::string t = trace(since, kCollectives, h.labels);
   CHECK_MSG(t == "cudaMalloc() cudaMalloc() yaliReduceScatter(h0) ncclReduceScatter(x0) ncclAllReduce(x0)",
             "%s (the agreed size first, then the call's own)", t.c_str());
+  // The failed first try left no error for the program's next cudaGetLastError.
+  CHECK_EQ(function<cudaError_t (*)()>(fakeYali(), "cudaPeekAtLastError")(), cudaSuccess);
   destroyAll(h.ranks);
 }
 
@@ -1204,7 +1207,8 @@ TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
   CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
                                    "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)");
   // From then on this rank sends 1.
-  *h.status[0] = -1;
+  h.status[0][0] = -1;
+  h.status[0][1] = -1;
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_EQ(h.status[0][1], 1);
   destroyAll(h.ranks);
@@ -1549,9 +1553,8 @@ TEST(hierarchical_tear_down_reaches_yali_and_both_splits) {
 // a deadlock). Abort, revoke and shrink with NCCL_SHRINK_ABORT end the three together.
 TEST(a_hierarchys_nccl_comms_are_aborted_together) {
   const Hierarchical h = hierarchical();
-  // The splits have resources of their own: with the parent's they would share its abort flag,
-  // which a revoke or shrink resets while abortTogether aborts the split beside it.
-  CHECK_EQ(variable<int>(fakeNccl(), "fakeLastSplitShare"), 0);
+  // The splits inherit the comm's config (its network and CTA settings, and splitShare).
+  CHECK_EQ(variable<int>(fakeNccl(), "fakeLastSplitShare"), -1);
   auto waitsFor = [&](const void* waiter, const void* until) {
     function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(const_cast<void*>(waiter),
                                                                           const_cast<void*>(until), 2000);
@@ -1582,6 +1585,38 @@ TEST(a_hierarchys_nccl_comms_are_aborted_together) {
 #endif
   clear();
   destroyAll(h.ranks);
+}
+
+// Splits that share the comm's resources (NCCL_COMM_SPLIT_SHARE_RESOURCES=1, or config.splitShare)
+// share its abort flag: a split's abort ends the comm's kernels too, and run beside a revoke or a
+// shrink, which set and reset that flag, it could leave the flag set after their reset. Such a
+// hierarchy aborts its splits first, one at a time, then the comm (each fake tear-down takes 30 ms:
+// never two at once).
+TEST(a_hierarchy_sharing_its_resources_aborts_its_splits_first) {
+  setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1);
+  const Hierarchical h = hierarchical();
+  unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
+  int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
+  int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
+  clear();
+  ms = 30;
+  const int since = eventCount();
+  CHECK(SHIM(ncclCommAbort)(h.ranks[0].comm) == ncclSuccess);
+  ms = 0;
+  const std::string t = trace(since, kTearDown, h.labels);
+  CHECK_MSG(t == "yaliCommAbort(h0) ncclCommAbort(x0) ncclCommAbort(n0) ncclCommAbort(r0)", "%s", t.c_str());
+  CHECK_MSG(most == 1, "%d NCCL tear-downs ran at once", most);
+  // Without sharing, the three run together (a_hierarchys_nccl_comms_are_aborted_together).
+  const Hierarchical g = hierarchical();
+  clear();
+  ms = 30;
+  CHECK(SHIM(ncclCommAbort)(g.ranks[0].comm) == ncclSuccess);
+  ms = 0;
+  CHECK_MSG(most == 3, "%d NCCL tear-downs ran at once, not 3", most);
+  clear();
+  destroyAll(h.ranks);
+  destroyAll(g.ranks);
 }
 
 // A comm's device memory (the hierarchical scratch, the staging scratch, the cross-node status
