@@ -1,5 +1,6 @@
 #include "nccl_abi/comm.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,11 +42,14 @@ bool isBlocking(const ncclConfig_t* config, bool inherited) {
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
-  // As isBlocking: the environment, then the config, then what the comm inherits.
+  // NCCL's order (init.cc): a set NCCL_COMM_SPLIT_SHARE_RESOURCES overrides (a number; 1 shares);
+  // a NULL config copies the parent's; a config of its own means 0 unless it sets splitShare (or
+  // predates the field, NCCL reading no further than config->size).
   const char* env = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
-  if (env != nullptr && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
-  if (config != nullptr && config->splitShare != NCCL_CONFIG_UNDEF_INT) return config->splitShare != 0;
-  return inherited;
+  if (env != nullptr && env[0] != '\0') return strtoll(env, nullptr, 0) == 1;
+  if (config == nullptr) return inherited;
+  if (config->size <= offsetof(ncclConfig_t, splitShare)) return false;
+  return config->splitShare != NCCL_CONFIG_UNDEF_INT && config->splitShare != 0;
 }
 
 namespace {

@@ -170,7 +170,8 @@ inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
 // shrink) is blocking: config->blocking when set, else NCCL_COMM_BLOCKING, else `inherited`.
 bool isBlocking(const ncclConfig_t* config, bool inherited);
 // Whether a communicator made with `config` shares resources with the splits made from it (NCCL's
-// config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` when unset.
+// config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` (the parent's)
+// for a NULL config.
 bool sharesResources(const ncclConfig_t* config, bool inherited);
 
 // A real communicator just made (`result`: what NCCL returned): returns the handle for the program

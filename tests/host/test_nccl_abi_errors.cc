@@ -1593,9 +1593,14 @@ TEST(a_hierarchys_nccl_comms_are_aborted_together) {
 // hierarchy aborts its splits first, one at a time, then the comm (each fake tear-down takes 30 ms:
 // never two at once).
 TEST(a_hierarchy_sharing_its_resources_aborts_its_splits_first) {
-  setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1);
-  const Hierarchical h = hierarchical();
-  unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  struct Shared {  // unset again however the set-up ends
+    Shared() { setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1); }
+    ~Shared() { unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES"); }
+  };
+  const Hierarchical h = [] {
+    const Shared shared;
+    return hierarchical();
+  }();
   auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
   int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
   int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
