@@ -126,6 +126,15 @@ ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
 label_of() { echo "${1%%=*}"; }
 algo_of() { echo "${1#*=}"; }
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
+# The torch venv's NCCL library folder (empty if none), for LD_LIBRARY_PATH.
+nccl_lib_dir() { python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null; }
+# A wrapper for mpirun that gives each rank its own NCCL_HOSTID (NCCL then lets ranks share a GPU);
+# prints its path.
+mpi_hostid_wrapper() {
+  printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_mpi.sh
+  chmod +x /tmp/hostid_mpi.sh
+  echo /tmp/hostid_mpi.sh
+}
 # A settings list "VAR=v,VAR2=a,b" as words: a comma splits only before the next NAME=, so a value
 # may itself be a list (YALI_ALGO=broadcast_twoshot,reduce_twoshot).
 settings_words() { sed -E 's/,([A-Za-z_][A-Za-z0-9_]*=)/ \1/g' <<< "$1"; }
@@ -304,7 +313,7 @@ if has ncclabi; then
   src=${NCCL_TESTS_SRC:-}
   for d in ../shared/third_party scratch/third_party; do [ -z "$src" ] && [ -f "$d/build-nccl-tests.sh" ] && src=$d; done
   shim=$BUILD/src/nccl_abi/libyali-nccl.so
-  nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null)
+  nccl_lib=$(nccl_lib_dir)
   if [ -z "$src" ] || [ ! -f "$shim" ]; then
     note "ncclabi: skipped (nccl-tests source: '${src:-none}', shim: $shim)"
   else
@@ -365,13 +374,12 @@ if has ncclabi; then
   # A refusal one rank alone has (pinned host memory, an overlap out of NCCL's in-place layout):
   # tests/gpu/ncclabi_rank_local.py, through the shim by ctypes; every rank must get NCCL's answer.
   if [ -f "$shim" ] && [ "${NCCLABI_RANK_LOCAL:-1}" != 0 ]; then
-    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_py.sh
-    chmod +x /tmp/hostid_py.sh
+    wrapper=$(mpi_hostid_wrapper)
     lg="$LOG/ncclabi_rank_local.log"
     timeout 150 mpirun --allow-run-as-root --oversubscribe -np "${NCCLABI_RANK_LOCAL_NP:-2}" \
       -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
-      /tmp/hostid_py.sh python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
+      "$wrapper" python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
     note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (8 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
   fi
 fi
@@ -643,12 +651,9 @@ if has emax; then
     note "yali-perf -e max -g $n: rc=$? $(grep -A14 '^# Largest message' "$LOG/emax_g$n.txt" | grep -c '#wrong 0') collective lines with #wrong 0, $(grep -A14 '^# Largest message' "$LOG/emax_g$n.txt" | grep '#wrong' | grep -vc '#wrong 0') other"
   done
   if [ -n "${EMAX_NCCL_NP:-}" ]; then
-    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_emax.sh
-    chmod +x /tmp/hostid_emax.sh
-    nccl_lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null)
     YALI_ALLOW_SHARED_GPU=1 timeout ${EMAX_NCCL_TIMEOUT:-400} mpirun --allow-run-as-root -np "$EMAX_NCCL_NP" \
-      -x YALI_ALLOW_SHARED_GPU -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x NCCL_NVLS_ENABLE \
-      /tmp/hostid_emax.sh "$perf" -g 1 \
+      -x YALI_ALLOW_SHARED_GPU -x LD_LIBRARY_PATH="$(nccl_lib_dir):${LD_LIBRARY_PATH:-}" -x NCCL_NVLS_ENABLE \
+      "$(mpi_hostid_wrapper)" "$perf" -g 1 \
       -C ${EMAX_NCCL_COLLS:-allgather} -e max ${EMAX_NCCL_ARGS:--b 16G -f 4 -n 1 -w 0 -d bfloat16} \
       > "$LOG/emax_np${EMAX_NCCL_NP}_nccl.txt" 2>&1
     note "yali-perf -e max, $EMAX_NCCL_NP processes, YALI and NCCL: rc=$? $(grep -A14 '^# Largest message' "$LOG/emax_np${EMAX_NCCL_NP}_nccl.txt" | grep '#wrong' | tr -s ' ' | paste -sd ';')"
