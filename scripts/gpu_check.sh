@@ -395,8 +395,8 @@ if has sanitize; then
   rc=$?
   note "memcheck canary (planted write past the end): rc=$rc, $( [ $rc -eq 9 ] && echo reported || echo NOT REPORTED)"
   for n in ${SANITIZE_RANKS:-2 4}; do
-    timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
-      "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --deadline-scale 5 \
+    YALI_TESTS_UNDER_TOOL=compute-sanitizer timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck \
+      --error-exitcode 9 "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks "$n" --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$n.log" 2>&1
     note "memcheck single $n: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$n.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$n.log" | tail -1)"
   done
@@ -404,7 +404,7 @@ if has sanitize; then
     label=$(label_of "$spec"); algo=$(algo_of "$spec")
     [ "$label" = ll ] && algo=$ALL_LL; [ "$label" = staged ] && algo=$ALL_STAGED; [ "$label" = direct ] && algo=$ALL_DIRECT
     [ "$label" = rooted ] && algo=$ALL_ROOTED
-    YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
+    YALI_TESTS_UNDER_TOOL=compute-sanitizer YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks 2 --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$label.log" 2>&1
     note "memcheck YALI_ALGO=$label single 2: rc=$? $(grep -c '========= Invalid\|========= Program hit' "$LOG/sanitize_$label.log") errors; $(grep -E 'passed, .* failed' "$LOG/sanitize_$label.log" | tail -1)"
