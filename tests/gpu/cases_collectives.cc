@@ -2750,7 +2750,10 @@ namespace {
 //     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
 //     comm set's allgather_ce is right;
 //  6. a CUDA call failing half-way through rank 0's call (a test hook): the call and the comm fail
-//     on rank 0, every other rank times out (copyEngineHostFailure).
+//     on rank 0, every other rank's waiting call ends at once with yaliRemoteError
+//     (copyEngineHostFailure);
+//  7. the last rank aborts while the others wait for it: their calls end at once with
+//     yaliRemoteError (copyEnginePeerAbort).
 
 // Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
 // algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
@@ -3198,6 +3201,60 @@ void copyEngineAbort(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after aborting a copy-engine call");
 }
 
+// Local comm `comm` (rank `rank`) failed because rank `origin` did: yaliCommGetAsyncError gives
+// yaliRemoteError and yaliGetLastError names the origin and `what` (commAsyncErrorText).
+void expectPeerFailure(Ctx& ctx, yaliComm_t comm, int rank, int origin, const std::string& what,
+                       const std::string& label) {
+  yaliResult_t async = yaliSuccess;
+  const yaliResult_t r = yaliCommGetAsyncError(comm, &async);
+  const std::string msg = str(yaliGetLastError(comm));
+  const std::string named = "rank " + std::to_string(origin) + " failed and told this rank";
+  if (r != yaliSuccess || async != yaliRemoteError || msg.find(named) == std::string::npos ||
+      msg.find(what) == std::string::npos) {
+    ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s), \"%s\"; expected "
+             "yaliRemoteError, \"%s\", \"%s\"",
+             label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async), msg.c_str(), named.c_str(),
+             what.c_str());
+  }
+}
+
+// Part 7: a peer's yaliCommAbort ends a copy-engine call that waits for it. allgather_ce forced,
+// YALI_TIMEOUT_MS=60 s, the last rank never calling: it aborts its comm 300 ms after the others'
+// calls; each of their streams comes back within 2 s of a barrier that follows the abort, with
+// yaliRemoteError naming the last rank's abort (before, they waited out the 60 s).
+void copyEnginePeerAbort(Ctx& ctx) {
+  const int kTimeoutMs = 60000;
+  const double kPromptMs = 2000;
+  const int last = ctx.nranks - 1;
+  const std::string label = "allgather_ce, the last rank aborting while the others wait for it";
+  WaitingForLastRank w(ctx, kTimeoutMs, label);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    if (ctx.local[i].rank != last) continue;
+    watchdogStep("%s: yaliCommAbort on the last rank", label.c_str());
+    const yaliResult_t r = yaliCommAbort(w.comms[i]);
+    w.comms[i] = nullptr;
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s)", label.c_str(), last, (int)r, yaliGetErrorString(r));
+  }
+  ctx.world->barrier();  // the abort has returned: its words are in the peers' windows
+  const Clock::time_point t0 = Clock::now();
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, w.callers, t0, kTimeoutMs + 60000, label + ": waiting for the streams");
+  for (size_t c = 0; c < w.callers.size(); ++c) {
+    const size_t i = w.callers[c];
+    const int rank = ctx.local[i].rank;
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - t0).count();
+    ctx.note("%s: rank %d's stream came back %.0f ms after the abort", label.c_str(), rank, ms);
+    if (ms > kPromptMs)
+      ctx.fail("%s: rank %d's stream came back %.0f ms after the abort, more than %.0f ms", label.c_str(), rank, ms,
+               kPromptMs);
+    expectPeerFailure(ctx, w.comms[i], rank, last, "it called yaliCommAbort", label);
+  }
+  w.finish();
+  copyEngineFreshComms(ctx, "a fresh comm after a peer aborted during a copy-engine call");
+}
+
 // Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
 // rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
 // not). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
@@ -3208,13 +3265,14 @@ void copyEngineAbort(Ctx& ctx) {
 //     identical next call outside a group (issued before 066a14f);
 //   - rank 0's stream comes back within 1.5 s, before any peer has called: only the watch's release
 //     ends the failed call's ready wait;
-// then the other ranks call: each comes back within YALI_TIMEOUT_MS + 10 s with yaliTimeout (it
-// waits for rank 0's done word), and its next call is refused. Every comm is then aborted and a
+// then the other ranks call: each comes back within 2 s (YALI_TIMEOUT_MS is 30 s) with
+// yaliRemoteError naming rank 0: its watch reads the failure rank 0 wrote into its window while it
+// waits for rank 0's done word (before, it waited out YALI_TIMEOUT_MS); its next call is refused. Every comm is then aborted and a
 // fresh comm set's allgather_ce is right. Only where rank 0's process holds no other rank (the
 // hook is per process).
 void copyEngineHostFailure(Ctx& ctx) {
-  const int kTimeoutMs = ctx.nranks <= 4 ? 2000 : 4000;
-  const double kSlackMs = 10000;
+  const int kTimeoutMs = 30000;  // the peers must not need it
+  const double kPromptMs = 2000;
   const double kReleaseMs = 1500;
   const std::string label = "allgather_ce, rank 0's second call failing half-way (YALI_TEST_COPY_ENGINE_FAIL=2), "
                             "YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs);
@@ -3318,18 +3376,14 @@ void copyEngineHostFailure(Ctx& ctx) {
     const int rank = ctx.local[i].rank;
     const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
     ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
-    if (ms > kTimeoutMs + kSlackMs)
-      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than YALI_TIMEOUT_MS + %.0f ms", label.c_str(),
-               rank, ms, kSlackMs);
-    yaliResult_t async = yaliSuccess;
-    const yaliResult_t r = yaliCommGetAsyncError(comms[i], &async);
-    if (r != yaliSuccess || async != yaliTimeout) {
-      ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected yaliTimeout",
-               label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async));
-    }
+    if (ms > kPromptMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms: rank 0's failure did not reach "
+               "its wait",
+               label.c_str(), rank, ms, kPromptMs);
+    expectPeerFailure(ctx, comms[i], rank, 0, "a CUDA call failed half-way", label);
     const yaliResult_t again = call(i, run.plans[i].recv);
-    if (again != yaliTimeout)
-      ctx.fail("%s: rank %d: the next call on the timed-out comm returned %d (%s); expected yaliTimeout",
+    if (again != yaliRemoteError)
+      ctx.fail("%s: rank %d: the next call on the failed comm returned %d (%s); expected yaliRemoteError",
                label.c_str(), rank, (int)again, yaliGetErrorString(again));
   }
   ctx.world->barrier();
@@ -3382,6 +3436,7 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineTimeout(ctx);
   copyEngineAbort(ctx);
   copyEngineHostFailure(ctx);
+  copyEnginePeerAbort(ctx);
 }
 
 // ==== trust_epoch_wrap: the exchange families ========================================================

@@ -194,6 +194,10 @@ struct HostStatus {
   int closedWords[2];     // {failed, closed} = {1, 1}: LocalState's gate after destroy or abort
   uint32_t remoteWord;    // what yaliCommAbort writes into each peer's WindowHeader::remoteFailure
   uint32_t regEpochWord;  // the next LocalState::regEpoch
+  // Where the copy engines' watch copies our window's WindowHeader::remoteFailure while a call
+  // waits (copy_engine.cc: poll): a peer's failure ends a waiting copy-engine call as it ends a
+  // waiting kernel.
+  uint32_t remoteSeen;
 };
 
 // ---- Kernel arguments (passed by value) -----------------------------------------------------------

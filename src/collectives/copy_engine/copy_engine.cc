@@ -82,6 +82,10 @@ struct CopyEngineState {
   cudaEvent_t fork = nullptr;
   cudaEvent_t join[kMaxRanks] = {};
   cudaStream_t watchStream = nullptr;  // the watch's releases (non-blocking: never behind S)
+  // The watch's read of our window's remoteFailure word into HostStatus::remoteSeen: recorded
+  // after the copy on watchStream; pending until the next poll finds it complete.
+  cudaEvent_t remoteRead = nullptr;
+  bool remoteReadPending = false;
   std::atomic<bool> closed{false};
 
   std::mutex mutex;  // inFlight, spare, jobPosted
@@ -96,6 +100,7 @@ struct CopyEngineState {
     for (cudaEvent_t& e : join)
       if (e != nullptr) cudaEventDestroy(e);
     if (fork != nullptr) cudaEventDestroy(fork);
+    if (remoteRead != nullptr) cudaEventDestroy(remoteRead);
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
     for (auto& w : spare) destroyEvents(*w);
     for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
@@ -114,26 +119,59 @@ bool done(cudaEvent_t e) {
 
 // HostStatus as a kernel's recordFailure (device.cuh) writes it: the first failure claims the
 // record, fills in the details, then publishes the code.
-void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch) {
+// kFailRemote: `origin` and `remoteCode` name the peer and its failure, and the peers are not told
+// (the origin told them), as in recordFailure.
+void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch, int origin = -1,
+                       int remoteCode = kFailNone) {
   HostStatus* s = ce.res->hostStatus.get();
   if (__sync_bool_compare_and_swap(&s->claim, 0, 1)) {
     volatile HostStatus* v = s;
     v->failurePhase = phase;
     v->failureBlock = -1;  // no kernel: no block
     v->failureEpoch = launch;
-    v->failureOrigin = -1;
-    v->failureRemoteCode = kFailNone;
+    v->failureOrigin = origin;
+    v->failureRemoteCode = remoteCode;
     __sync_synchronize();
     v->failure = code;
   }
   // Later kernels of ours refuse to run, and so do the peers' (their admission reads the word).
   const MemOps& m = memOps();
   m.memsetD32(dptr(&ce.res->local->failed), 1, 1, ce.watchStream);
+  if (code == kFailRemote) return;
   const uint32_t word = encodeRemoteFailure(code, ce.rank);
   for (int p = 0; p < ce.nranks; ++p) {
     if (p == ce.rank || ce.res->peerWindows[p] == nullptr) continue;
     m.memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1, ce.watchStream);
   }
+}
+
+// A peer's failure, for a call that waits (started, not ended): our window's remoteFailure word,
+// which a failing or aborting peer writes (a kernel's recordFailure, recordHostFailure above,
+// yaliCommAbort), is device memory, so the watch reads it by a 4-byte copy on its stream into
+// HostStatus::remoteSeen, one at a time: queued at one poll, looked at by a later one. Recorded as
+// kFailRemote (the peer and its code), the call is then released like a timed-out one; true then.
+// A kernel waiting for a failed peer ends at its next check of the same word; without this a
+// copy-engine call would wait out YALI_TIMEOUT_MS.
+bool peerFailed(CopyEngineState& ce, int phase, uint64_t launch) {
+  volatile HostStatus* s = ce.res->hostStatus.get();
+  if (ce.remoteReadPending) {
+    const cudaError_t r = cudaEventQuery(ce.remoteRead);
+    if (r == cudaErrorNotReady) return false;
+    cudaGetLastError();
+    ce.remoteReadPending = false;
+    const uint32_t word = s->remoteSeen;
+    if (r == cudaSuccess && word != 0) {
+      recordHostFailure(ce, kFailRemote, phase, launch, remoteFailureRank(word), remoteFailureCode(word));
+      return true;
+    }
+  }
+  const char* header = ce.res->peerWindows[ce.rank] + offsetof(WindowHeader, remoteFailure);
+  if (cudaMemcpyAsync(const_cast<uint32_t*>(&s->remoteSeen), header, sizeof(uint32_t), cudaMemcpyDeviceToHost,
+                      ce.watchStream) == cudaSuccess &&
+      cudaEventRecord(ce.remoteRead, ce.watchStream) == cudaSuccess)
+    ce.remoteReadPending = true;
+  cudaGetLastError();
+  return false;
 }
 
 // Every ready and done word of ours holds `tag`: the call's waits pass.
@@ -178,6 +216,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
         releaseNow = true;
       }
     }
+    if (!releaseNow && w.startedSeenMs >= 0) releaseNow = peerFailed(ce, phase(), w.launch);
     if (releaseNow && (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs)) {
       release(ce, w);  // again every kReleaseEveryMs until the call has ended
       w.releasedMs = nowMs();
@@ -220,6 +259,7 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
     ce->flush = flush != 0;
   cudaError_t e = cudaStreamCreateWithFlags(&ce->watchStream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->remoteRead, cudaEventDisableTiming);
   for (int i = 0; e == cudaSuccess && i < comm->nranks - 1; ++i) {
     e = cudaStreamCreateWithFlags(&ce->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming);
@@ -317,7 +357,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
 
   // A CUDA call that fails half-way: the comm fails (kFailHost, recorded as a timeout would be: our
   // later calls are refused, the peers' kernels refuse to run, and the peers' handshakes with this
-  // call time out, failing their comms), and
+  // call end when their watches read our failure word), and
   // what was queued stays in flight in issue order, `ended` recorded after it: the watch releases
   // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
   // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. An

@@ -41,12 +41,15 @@
 //   - started more than YALI_TIMEOUT_MS ago and not ended: a timeout (the phase says which wait),
 //     recorded as a kernel would record it (HostStatus, LocalState::failed, and every peer's
 //     WindowHeader::remoteFailure, so their kernels refuse to run);
-//   - the comm failed, was aborted or closed: nothing to wait for.
-// In the last two cases the job releases the call: it writes t into all of our ready and done
+//   - the comm failed, was aborted or closed: nothing to wait for;
+//   - a peer failed or aborted (it wrote our window's remoteFailure word, which the watch reads by a
+//     4-byte copy at each poll while the call waits): recorded as kFailRemote, as a kernel waiting
+//     for that peer would record it.
+// In the last three cases the job releases the call: it writes t into all of our ready and done
 // words, again every 10 ms until the call has ended (pull: the rest of the call copies into our
 // own output only). Only the oldest call is released, so a release cannot race another call's resets.
 // A CUDA call failing while the host queues a call (half-way: some of its steps queued) fails the
-// comm (kFailHost; its peers time out waiting for it) and leaves the call in flight, so that the
+// comm (kFailHost; its peers learn it from their remoteFailure words) and leaves the call in flight, so that the
 // watch releases it in turn; a failed comm's calls are refused, also those queued in a group
 // before the failure (a release leaves the tag in our words: an identical call would pass them).
 #pragma once
