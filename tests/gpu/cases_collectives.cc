@@ -3229,6 +3229,13 @@ void copyEnginePeerAbort(Ctx& ctx) {
   const std::string label = "allgather_ce, the last rank aborting while the others wait for it";
   WaitingForLastRank w(ctx, kTimeoutMs, label);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (size_t i : w.callers) {  // still waiting for the last rank: the abort is what ends them
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    if (cudaStreamQuery(ctx.local[i].stream) != cudaErrorNotReady)
+      ctx.fail("%s: rank %d's stream is idle 300 ms after the call: did the call wait for the last rank at all?",
+               label.c_str(), ctx.local[i].rank);
+  }
+  ctx.world->barrier();  // the checks above come before the abort
   for (size_t i = 0; i < ctx.local.size(); ++i) {
     if (ctx.local[i].rank != last) continue;
     watchdogStep("%s: yaliCommAbort on the last rank", label.c_str());
@@ -3250,6 +3257,10 @@ void copyEnginePeerAbort(Ctx& ctx) {
       ctx.fail("%s: rank %d's stream came back %.0f ms after the abort, more than %.0f ms", label.c_str(), rank, ms,
                kPromptMs);
     expectPeerFailure(ctx, w.comms[i], rank, last, "it called yaliCommAbort", label);
+    const yaliResult_t again = w.call(i);
+    if (again != yaliRemoteError)
+      ctx.fail("%s: rank %d: the next call returned %d (%s); expected yaliRemoteError", label.c_str(), rank,
+               (int)again, yaliGetErrorString(again));
   }
   w.finish();
   copyEngineFreshComms(ctx, "a fresh comm after a peer aborted during a copy-engine call");

@@ -195,9 +195,10 @@ struct HostStatus {
   uint32_t remoteWord;    // what yaliCommAbort writes into each peer's WindowHeader::remoteFailure
   uint32_t regEpochWord;  // the next LocalState::regEpoch
   // Where the copy engines' watch copies our window's WindowHeader::remoteFailure while a call
-  // waits (copy_engine.cc: poll): a peer's failure ends a waiting copy-engine call as it ends a
-  // waiting kernel.
-  uint32_t remoteSeen;
+  // waits (copy_engine.cc: peerFailed), one copy per poll: a peer's failure ends a waiting
+  // copy-engine call as it ends a waiting kernel. In a cache line of its own, away from eagerDone
+  // and failure, which the host reads at every call.
+  alignas(64) uint32_t remoteSeen;
 };
 
 // ---- Kernel arguments (passed by value) -----------------------------------------------------------

@@ -229,6 +229,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     // the job lets the state, and with it the comm's resources, go.
     if (cudaStreamQuery(ce.watchStream) == cudaErrorNotReady) return false;
     cudaGetLastError();
+    ce.remoteReadPending = false;  // its copy has landed (the stream is idle); the next call reads anew
     ce.jobPosted = false;
     return true;
   }
