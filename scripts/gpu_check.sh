@@ -88,6 +88,12 @@
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
+#   NCCLABI_HIER_FAULTS=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_hier_faults.py, errors and
+#                                            aborts on the hierarchical path: 4 ranks as 2 simulated
+#                                            nodes of 2 on GPU 0, YALI_TIMEOUT_MS=3000 (a rank that
+#                                            never makes a call, every rank aborting; a rank late by
+#                                            1.5 x the timeout: ncclRemoteError everywhere), one
+#                                            ok/FAIL line per case and rank
 #   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1 2 2:2"  EVERY_TOKENS=128,1K,4K   everycoll:
 #                                            issue 21's table: every collective, YALI and NCCL, one
 #                                            process per GPU at PERF_NP (GPUs only, never shared),
@@ -381,6 +387,23 @@ if has ncclabi; then
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
       "$wrapper" python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
     note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (8 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
+  fi
+  # Errors and aborts on the hierarchical path (NCCLABI_HIER_FAULTS=1): tests/gpu/ncclabi_hier_faults.py
+  # (its docstring lists what each case checks), 4 ranks as 2 simulated nodes of 2, through the shim
+  # by ctypes: one ok/FAIL line per case (3) and rank. Each of its waits has a limit of its own; the
+  # `timeout` is for what has none (init, MPI).
+  if [ -f "$shim" ] && [ "${NCCLABI_HIER_FAULTS:-0}" = 1 ]; then
+    printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r YALI_NODE_ID=node$((r / 2))\nexec "$@"\n' \
+      > /tmp/hostid_hier_faults.sh
+    chmod +x /tmp/hostid_hier_faults.sh
+    lg="$LOG/ncclabi_hier_faults.log"
+    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 4 \
+      -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+      -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=3000 \
+      /tmp/hostid_hier_faults.sh python3 tests/gpu/ncclabi_hier_faults.py > "$lg" 2>&1
+    rc=$?
+    note "ncclabi hierarchical faults (4 ranks as 2 nodes x 2): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok (12 expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") (16 expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") (4 expected: one per rank and size class)"
+    grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
   fi
 fi
 
