@@ -89,11 +89,12 @@
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
 #   NCCLABI_HIER_FAULTS=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_hier_faults.py, errors and
-#                                            aborts on the hierarchical path: 4 ranks as 2 simulated
-#                                            nodes of 2 on GPU 0, YALI_TIMEOUT_MS=3000 (a rank that
-#                                            never makes a call, every rank aborting; a rank late by
-#                                            1.5 x the timeout: ncclRemoteError everywhere), one
-#                                            ok/FAIL line per case and rank
+#   NCCLABI_HIER_FAULTS_LAYOUTS="2x2"        aborts on the hierarchical path, K simulated nodes of L
+#                                            ranks per KxL entry ("2x2 2x4 4x2") on GPU 0,
+#                                            YALI_TIMEOUT_MS=3000 (a rank that never makes a call,
+#                                            every rank aborting; a rank late by 1.5 x the timeout:
+#                                            ncclRemoteError everywhere), one ok/FAIL line per case
+#                                            and rank
 #   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1 2 2:2"  EVERY_TOKENS=128,1K,4K   everycoll:
 #                                            issue 21's table: every collective, YALI and NCCL, one
 #                                            process per GPU at PERF_NP (GPUs only, never shared),
@@ -122,7 +123,8 @@ PERF_EXTRA=${PERF_EXTRA:-}
 BUILD=${BUILD:-build}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 # YALI_ALGO lists that force one family for every collective (a list names one algorithm per
-# collective); an algorithm list in ALGOS/SHARED_ALGOS/SANITIZE_ALGOS is written label=list.
+# collective); an algorithm list in ALGOS/SHARED_ALGOS/SANITIZE_ALGOS is written label=list, and a
+# family by its name alone (ll, staged, direct, rooted: a caller's "$ALL_LL" would reach us unexpanded).
 ALL_LL=oneshot_ll,reducescatter_ll,allgather_ll,broadcast_ll,reduce_ll,gather_ll,scatter_ll,alltoall_ll
 ALL_STAGED=twoshot_push,reducescatter_staged,allgather_staged,broadcast_staged,reduce_staged,gather_staged,scatter_staged,alltoall_staged
 ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct
@@ -130,7 +132,12 @@ ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,allto
 # twoshot_push, whose protocol they share.
 ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
 label_of() { echo "${1%%=*}"; }
-algo_of() { echo "${1#*=}"; }
+algo_of() {
+  case "$1" in
+    *=*) echo "${1#*=}" ;;
+    *) local family="ALL_${1^^}"; echo "${!family:-$1}" ;;
+  esac
+}
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 # The torch venv's NCCL library folder (empty if none), for LD_LIBRARY_PATH.
 nccl_lib_dir() { python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null; }
@@ -389,21 +396,24 @@ if has ncclabi; then
     note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (8 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
   fi
   # Errors and aborts on the hierarchical path (NCCLABI_HIER_FAULTS=1): tests/gpu/ncclabi_hier_faults.py
-  # (its docstring lists what each case checks), 4 ranks as 2 simulated nodes of 2, through the shim
+  # (its docstring lists what each case checks), per layout KxL (K simulated nodes of L), through the shim
   # by ctypes: one ok/FAIL line per case (3) and rank. Each of its waits has a limit of its own; the
   # `timeout` is for what has none (init, MPI).
   if [ -f "$shim" ] && [ "${NCCLABI_HIER_FAULTS:-0}" = 1 ]; then
-    printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r YALI_NODE_ID=node$((r / 2))\nexec "$@"\n' \
-      > /tmp/hostid_hier_faults.sh
-    chmod +x /tmp/hostid_hier_faults.sh
-    lg="$LOG/ncclabi_hier_faults.log"
-    timeout 300 mpirun --allow-run-as-root --oversubscribe -np 4 \
-      -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
-      -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=3000 \
-      /tmp/hostid_hier_faults.sh python3 tests/gpu/ncclabi_hier_faults.py > "$lg" 2>&1
-    rc=$?
-    note "ncclabi hierarchical faults (4 ranks as 2 nodes x 2): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok (12 expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") (16 expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") (4 expected: one per rank and size class)"
-    grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
+    for layout in ${NCCLABI_HIER_FAULTS_LAYOUTS:-2x2}; do
+      k=${layout%x*} l=${layout#*x} np=$(( ${layout%x*} * ${layout#*x} ))
+      printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r YALI_NODE_ID=node$((r / %d))\nexec "$@"\n' \
+        "$l" > /tmp/hostid_hier_faults.sh
+      chmod +x /tmp/hostid_hier_faults.sh
+      lg="$LOG/ncclabi_hier_faults_${layout}.log"
+      timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+        -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=3000 \
+        /tmp/hostid_hier_faults.sh python3 tests/gpu/ncclabi_hier_faults.py > "$lg" 2>&1
+      rc=$?
+      note "ncclabi hierarchical faults ($np ranks as $k nodes x $l): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok ($((3 * np)) expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") ($((4 * np)) expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") ($np expected: one per rank and size class)"
+      grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
+    done
   fi
 fi
 

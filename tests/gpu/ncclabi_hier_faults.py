@@ -1,13 +1,19 @@
 """Errors and aborts on libyali-nccl's hierarchical path, on a GPU (issue 20; docs/NCCL_ABI.md,
 "Several nodes: the hierarchical path", and docs/ARCHITECTURE.md, "Failures across nodes").
 
-Run under mpirun with libyali-nccl.so preloaded: 4 ranks as 2 simulated nodes of 2 (rank r has
-YALI_NODE_ID=node<r/2> and NCCL_HOSTID of its own), every rank on GPU 0 (YALI_ALLOW_SHARED_GPU=1),
-a small YALI_TIMEOUT_MS (3000; scripts/gpu_check.sh, stage ncclabi, NCCLABI_HIER_FAULTS=1). NCCL
-calls go through ctypes to the preloaded library, as in ncclabi_rank_local.py; torch only gives the
-device buffers and the stream (one of torch's pool, non-blocking: nothing torch does on its own
-stream waits behind a stuck collective). The layout this assumes (checked at the start): node 0 =
-ranks 0, 1, node 1 = ranks 2, 3; local rank = r % 2; the cross comms are {0, 2} and {1, 3}.
+Run under mpirun with libyali-nccl.so preloaded: N ranks as K simulated nodes of L = N / K (rank r
+has YALI_NODE_ID=node<r/L> and NCCL_HOSTID of its own; K >= 2, L >= 2), every rank on GPU 0
+(YALI_ALLOW_SHARED_GPU=1), a small YALI_TIMEOUT_MS (3000; scripts/gpu_check.sh, stage ncclabi,
+NCCLABI_HIER_FAULTS=1, layouts NCCLABI_HIER_FAULTS_LAYOUTS="2x2 2x4 4x2"). NCCL calls go through
+ctypes to the preloaded library, as in ncclabi_rank_local.py; torch only gives the device buffers
+and the stream (one of torch's pool, non-blocking: nothing torch does on its own stream waits behind
+a stuck collective). The layout (checked at the start): node k = ranks kL .. kL + L - 1, local rank
+= r % L, the cross comms are {r' : r' % L = l} for each l. The text below names the ranks of the
+first layout, 4 ranks as 2 nodes of 2 (node 0 = ranks 0, 1, node 1 = ranks 2, 3; cross comms {0, 2}
+and {1, 3}); in general "rank 3" is the last rank V = N - 1 (the victim), "node 1" its node (the
+last), "rank 2" its node peers, "node 0" and "ranks 0 and 1" every other node and rank: the whole
+last node fails in case 3, so every local index has a failed rank and every other rank is a
+cross-comm peer of one.
 
 Every hierarchical call is one ncclAllReduce of COUNT = 2^20 + 1 fp32 elements, sum: any AllReduce of
 at least L = 2 elements outside a group and a capture is hierarchical (routing.cc, decideHierRoute),
@@ -168,6 +174,8 @@ def values(r):  # small integers: every sum is exact in fp32
 
 
 WANT = None    # the exact sum, made in main()
+LOCAL = 0      # ranks per simulated node (L), from the YALI_NODE_ID of every rank, in main()
+VICTIM = nranks - 1  # the rank that misses (case 2) or is late for (case 3) a call
 STREAM = None  # the collectives' stream (torch's pool: non-blocking), made in main()
 
 
@@ -254,7 +262,7 @@ def case_abort_while_peers_wait():
     details = []
     world.Barrier()
     send, recv = buffers()
-    if rank != 3:  # rank 3 never makes this call; no rank waits for it
+    if rank != VICTIM:  # the victim never makes this call; no rank waits for it
         finished, r, error, secs = timed(lambda: all_reduce(comm, send, recv), ENQUEUE_LIMIT_S)
         if not finished:
             problems.append(f"the unmatched ncclAllReduce still blocks its host thread after {ENQUEUE_LIMIT_S:.0f} s")
@@ -284,7 +292,7 @@ def case_failure_reaches_every_rank(timeout_ms):
 
     # (a) Rank 3 late by 1.5 x YALI_TIMEOUT_MS: node 1's YALI step times out.
     world.Barrier()
-    if rank == 3:
+    if rank == VICTIM:
         time.sleep(late_s)
     r, _ = must_end(3, "the late call's ncclAllReduce", lambda: all_reduce(comm, send, recv), ENQUEUE_LIMIT_S)
     details.append(f"late call returned {r}")
@@ -301,8 +309,8 @@ def case_failure_reaches_every_rank(timeout_ms):
     world.Barrier()
     r, _ = must_end(3, "the next call's ncclAllReduce", lambda: all_reduce(comm, send, recv), ENQUEUE_LIMIT_S)
     details.append(f"next call returned {r}")
-    if rank >= 2 and r != NCCL_REMOTE_ERROR:
-        problems.append(f"the next call returned {r} on node 1 (want {NCCL_REMOTE_ERROR}, its YALI comm's "
+    if rank >= nranks - LOCAL and r != NCCL_REMOTE_ERROR:
+        problems.append(f"the next call returned {r} on the victim's node (want {NCCL_REMOTE_ERROR}, its YALI comm's "
                         f"yaliTimeout at the call)")
     _, secs = must_end(3, "torch.cuda.synchronize after the next call", torch.cuda.synchronize, DRAIN_LIMIT_S)
     details.append(f"drained in {secs:.2f} s")
@@ -319,15 +327,19 @@ def case_failure_reaches_every_rank(timeout_ms):
 
 
 def main():
-    global WANT, STREAM
+    global WANT, STREAM, LOCAL
     torch.cuda.set_device(0)
     STREAM = torch.cuda.Stream()
-    node = os.environ.get("YALI_NODE_ID", "")
+    nodes = world.allgather(os.environ.get("YALI_NODE_ID", ""))
+    LOCAL = nodes.count(nodes[0])
     timeout_ms = int(os.environ.get("YALI_TIMEOUT_MS", "0") or 0)
-    if nranks != 4 or node != f"node{rank // 2}" or not 0 < timeout_ms <= 30000:
-        say(f"case 0 (set-up): FAIL needs 4 ranks (has {nranks}), YALI_NODE_ID=node{rank // 2} (has '{node}') "
-            f"and YALI_TIMEOUT_MS of at most 30000 (has {timeout_ms})")
+    layout_ok = (LOCAL >= 2 and nranks % LOCAL == 0 and nranks // LOCAL >= 2
+                 and nodes == [f"node{r // LOCAL}" for r in range(nranks)])
+    if not layout_ok or not 0 < timeout_ms <= 30000:
+        say(f"case 0 (set-up): FAIL needs K >= 2 nodes of L >= 2 ranks, YALI_NODE_ID=node<r / L> "
+            f"(has {nodes}), and YALI_TIMEOUT_MS of at most 30000 (has {timeout_ms})")
         sys.exit(1)
+    say(f"layout: {nranks // LOCAL} simulated nodes of {LOCAL} ranks, victim rank {VICTIM}")
     WANT = sum(values(q) for q in range(nranks))
     failed = case_sanity()
     failed += case_abort_while_peers_wait()
