@@ -80,7 +80,8 @@ typedef enum {
   yaliInvalidUsage = 5,       /* a call that is not allowed now (destroyed or aborted comm, ...) */
   yaliRemoteError = 6,        /* a peer failed or left */
   yaliInProgress = 7,         /* reserved (NCCL's non-blocking mode); never returned today */
-  yaliTimeout = 8,            /* a device-side wait for a peer ran past YALI_TIMEOUT_MS */
+  yaliTimeout = 8,            /* a wait for a peer (set-up, a collective on the device or a host
+                               * watch, destroy, registration) ran past YALI_TIMEOUT_MS */
   yaliNumResults = 9
 } yaliResult_t;
 
@@ -162,7 +163,8 @@ YALI_API yaliResult_t yaliCommInitRank(yaliComm_t* comm, int nranks, yaliUniqueI
                                        int rank);
 
 /* One process driving several GPUs: creates comms[i] as rank i on device devlist[i] (or device i
- * when devlist is NULL). Calls on the comms may then be issued from one thread in a loop. */
+ * when devlist is NULL). One thread may then issue the calls on all of them in a loop, inside
+ * yaliGroupStart/yaliGroupEnd ("Groups" below says why). */
 YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* devlist);
 
 /* Ends the comm after the calls made on it so far (not collective). Waits for this rank's calls
@@ -211,7 +213,7 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
 
 /* Maps `size` bytes of device memory at `buff` (cudaMalloc'd, on this comm's GPU) into every peer,
  * so that collectives whose outputs lie inside registered memory skip YALI's staging copies: an
- * AllReduce output takes twoshot_direct (from 16 MB by default), whose owners store each reduced
+ * AllReduce output takes twoshot_direct (from 16 MB by default at 2 to 7 ranks, off at 8), whose owners store each reduced
  * shard straight into every rank's output; AllGather, Broadcast, Scatter and AlltoAll outputs take
  * their *_direct algorithm (from 1 MB per piece), which writes every piece straight into its
  * receiver's output. Collective: every rank calls it, in the same order

@@ -43,7 +43,7 @@ const IntSetting kIntSettings[] = {
     {"YALI_MAX_CTAS", 0, 0, kMaxCtas, &Settings::maxCtas, true, false,
      "Thread blocks per GPU: caps the LL algorithms and replaces every other cap (0: the tuning "
      "table's values: up to 64 blocks below 64 MB, at most 32 from 64 MB up, each running two "
-     "two-shot pipelines of 256 threads, so that large collectives leave SMs for overlapped compute; "
+     "two-shot pipelines of 256 threads (one at 8 ranks), so that large collectives leave SMs for overlapped compute; "
      "a set value means one pipeline per block; 64 with YALI_STAGING_BYTES=8388608 gives the fastest "
      "large AllReduce when nothing overlaps)."},
     {"YALI_LL_BUFFER_BYTES", 1 << 20, 4096, INT64_C(1) << 30, &Settings::llBufferBytes, true, true,
