@@ -56,9 +56,17 @@ namespace {
 
 // ---- Thread state: groups and what waits for their end ---------------------------------------------
 
+// A split or shrink made in a group: NCCL fills c->real at the group's end, when the program gets
+// its handle in *out (adopt).
+struct Child {
+  Comm* comm;
+  ncclComm_t* out;
+};
+
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
 struct GroupState {
   int depth = 0;
+  std::vector<Child> children;              // splits and shrinks whose real comm waits for the end
   std::vector<Comm*> setUps;                // comms made in the group (ncclCommInitRank, split, ...)
   std::vector<std::vector<Comm*>> cliques;  // ncclCommInitAll's, each set up as one
   std::vector<Registration*> registrations;  // YALI registrations made in the group
@@ -528,13 +536,15 @@ void registerDeferred(std::vector<Registration*> regs) {
 
 // ---- Creation --------------------------------------------------------------------------------------
 
-ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking, bool sharesResources) {
-  if (real == nullptr) return nullptr;  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
-  Comm* c = new Comm;
-  c->real = real;
-  c->blocking = blocking;
-  c->sharesResources = sharesResources;
-  if (!blocking) {
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out) {
+  // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
+  const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
+  if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
+    delete c;
+    *out = nullptr;
+    return;
+  }
+  if (!c->blocking) {
     // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
     // step. Phase 1 leaves such comms to NCCL.
     c->noYali = "a non-blocking communicator (config.blocking = 0): NCCL only in this phase";
@@ -542,11 +552,16 @@ ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking, bool share
   } else if (result != ncclSuccess) {
     c->noYali = "NCCL's init failed";
   } else if (tlsGroup.depth > 0) {
-    tlsGroup.setUps.push_back(c);
+    tlsGroup.setUps.push_back(c);  // with the group's other comms: one thread may make several ranks
   } else {
     setUpYali({c});
   }
-  return handleOf(c);
+  if (atGroupEnd) {
+    tlsGroup.children.push_back({c, out});
+    *out = nullptr;  // as NCCL left it: NULL until the split completes
+  } else {
+    *out = handleOf(c);
+  }
 }
 
 void adoptClique(ncclComm_t* comms, int n, const int* devlist) {
@@ -573,12 +588,26 @@ bool inGroup() { return tlsGroup.depth > 0; }
 
 void leaveGroup(bool realGroupSucceeded) {
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
+  std::vector<Child> children;
   std::vector<Comm*> setUps;
   std::vector<std::vector<Comm*>> cliques;
   std::vector<Registration*> registrations;
+  std::swap(children, tlsGroup.children);
   std::swap(setUps, tlsGroup.setUps);
   std::swap(cliques, tlsGroup.cliques);
   std::swap(registrations, tlsGroup.registrations);
+  // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
+  // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
+  // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
+  // and keeps the NULL it was given otherwise, as with NCCL alone.
+  for (const Child& k : children) {
+    if (k.comm->real != nullptr) {
+      *k.out = handleOf(k.comm);
+      continue;
+    }
+    setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
+    delete k.comm;
+  }
   if (!realGroupSucceeded) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.
     for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());

@@ -100,12 +100,14 @@ class DeviceGuard {
 };
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
-// ncclCommSplit and ncclCommShrink return points at one of these.
+// ncclCommSplit and ncclCommShrink return points at one of these, but a non-blocking parent's
+// splits and shrinks, which are NCCL's own handles (intercept.cc, ncclCommSplit, says why).
+// Made before NCCL's call that creates `real`, which NCCL may fill after that call returned.
 struct Comm {
   // "YALICOMM": first, so that ours() can tell our handles from NCCL's own (see there).
   static constexpr uint64_t kMagic = 0x4d4d4f43494c4159ull;
   uint64_t magic = kMagic;
-  ncclComm_t real = nullptr;  // NCCL's communicator; null once aborted
+  ncclComm_t real = nullptr;  // NCCL's communicator (NCCL writes it: adopt); null once aborted
   yaliComm_t yali = nullptr;  // null: NCCL only, for the reason in noYali
   int rank = -1;
   int nranks = 0;
@@ -174,17 +176,23 @@ bool isBlocking(const ncclConfig_t* config, bool inherited);
 // for a NULL config.
 bool sharesResources(const ncclConfig_t* config, bool inherited);
 
-// A real communicator just made (`result`: what NCCL returned): returns the handle for the program
-// and sets YALI up beside it now, or at the outermost ncclGroupEnd when made inside a group (the
-// real comm is ready only then). Never fails: where YALI cannot be had, the comm is NCCL only.
-ncclComm_t adopt(ncclComm_t real, ncclResult_t result, bool blocking, bool sharesResources = false);
+// A Comm (new, with blocking and sharesResources set) whose `real` NCCL's creating call was given
+// to fill (`result`: what that call returned): hands the program its handle in *out and sets YALI up
+// beside it now, or at the outermost ncclGroupEnd when made inside a group (the real comm is ready
+// only then). NCCL fills a split's or shrink's child only when the child's init job ends, NULL until
+// then (init.cc, ncclCommInitChildComm): inside a group that is the outermost ncclGroupEnd, so a
+// `real` still null after a call that succeeded in a group waits for it (*out stays NULL until then,
+// as NCCL's would: leaveGroup). A `real` null otherwise (NCCL_SPLIT_NOCOLOR, or NCCL made nothing)
+// frees the Comm and sets *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only.
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 
 // ---- Groups ----------------------------------------------------------------------------------------
 
 void enterGroup();
-// Leaves one group level; at the outermost, does what waited for it: the YALI set-up of comms made
+// Leaves one group level; at the outermost, does what waited for it: the handles of the splits and
+// shrinks made in the group (NCCL has filled their real comms by now), the YALI set-up of comms made
 // in the group (when the real ncclGroupEnd succeeded) and YALI registrations made in it.
 void leaveGroup(bool realGroupSucceeded);
 bool inGroup();

@@ -36,13 +36,19 @@ namespace {
 
 // ---- Communicators ----------------------------------------------------------------------------------
 
-// `make` creates the real comm into the pointer it is given; the program gets our handle for it.
+// `make` creates the real comm into the pointer it is given; the program gets our handle for it
+// (adopt). That pointer is our Comm's own `real`, made first: NCCL writes a split's or shrink's
+// child only when the child's init job ends, which inside a group is the outermost ncclGroupEnd,
+// after this call returned. (A local variable here, as before, left the program with NULL and NCCL
+// writing into a dead stack frame.)
 template <typename Make>
 ncclResult_t create(ncclComm_t* out, bool blocking, bool shares, Make make) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
-  ncclComm_t real = nullptr;
-  const ncclResult_t r = make(&real);
-  *out = adopt(real, r, blocking, shares);
+  Comm* c = new Comm;
+  c->blocking = blocking;
+  c->sharesResources = shares;
+  const ncclResult_t r = make(&c->real);
+  adopt(c, r, out);
   return r;
 }
 
@@ -586,10 +592,16 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* ne
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   const ncclResult_t r = callReal<Api::ncclCommInitAll>(comm, ndev, devlist);
   if (r != ncclSuccess || comm == nullptr || ndev <= 0) return r;
-  if (isBlocking(nullptr, true))
+  if (isBlocking(nullptr, true)) {
     adoptClique(comm, ndev, devlist);
-  else
-    for (int i = 0; i < ndev; ++i) comm[i] = adopt(comm[i], r, false);
+    return r;
+  }
+  for (int i = 0; i < ndev; ++i) {
+    Comm* c = new Comm;
+    c->real = comm[i];
+    c->blocking = false;
+    adopt(c, r, &comm[i]);
+  }
   return r;
 }
 
@@ -597,6 +609,15 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
                                                         ncclConfig_t* config) {
   Comm* parent = ours(comm);
   if (parent == nullptr) return callReal<Api::ncclCommSplit>(comm, color, key, newcomm, config);
+  // A non-blocking parent's split completes in NCCL's background whatever the child's config says
+  // (the split's group takes the parent's blocking: init.cc, ncclCommInitChildComm; group.cc,
+  // ncclAsyncLaunch): the call returns ncclSuccess with *newcomm NULL, and NCCL's thread writes it
+  // later, while the program polls it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1). So NCCL gets
+  // the program's own pointer, and the program NCCL's own handle: an NCCL-only communicator, which
+  // every function here passes through untouched (ours() is null for it), as a non-blocking comm
+  // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
+  // of the program's tells us about.
+  if (!parent->blocking) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
                 [&](ncclComm_t* real) {
     return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config);
@@ -625,6 +646,11 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
   return abortTogether(
       splits,
       [&] {
+        // A non-blocking parent's shrink completes in NCCL's background: NCCL's own handle, as for
+        // ncclCommSplit (see there).
+        if (!parent->blocking)
+          return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, newcomm, config,
+                                               shrinkFlags);
         return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
                       [&](ncclComm_t* real) {
                         return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real,

@@ -20,6 +20,12 @@
 //  - fakeRanksPerNode > 0 simulates nodes: the set-up's AllGather of its records (routing.h,
 //    RankRecord) reports rank r on node "fake-node-<r / fakeRanksPerNode>", as YALI_NODE_ID does
 //    per process on a GPU machine.
+// A child communicator (ncclCommSplit, ncclCommShrink) reaches the program's *newcomm as NCCL's
+// does (init.cc, ncclCommInitChildComm): NULL at the call, the child when its init job ends. That
+// is at the outermost ncclGroupEnd when the call was made inside a group (at once otherwise), and,
+// when the parent is non-blocking, later still, from a thread of its own (NCCL runs a non-blocking
+// parent's split in the background, whatever the child's config says). Whether a comm is blocking
+// follows NCCL: its config, then NCCL_COMM_BLOCKING.
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
 // with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
 //
@@ -27,6 +33,7 @@
 // check which library was called, with which communicator, in which order.
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -57,6 +64,7 @@ struct FakeComm {
   int device = 0;
   World* world = nullptr;
   ncclResult_t asyncError = ncclSuccess;  // fakeSetAsyncError
+  bool blocking = true;                   // config.blocking as NCCL takes it (blockingOf)
   bool ended = false;                     // destroyed or aborted
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
 };
@@ -95,6 +103,34 @@ uint64_t idKey(const ncclUniqueId& id) {
   uint64_t key = 0;
   memcpy(&key, id.internal, sizeof(key));
   return key;
+}
+
+// Whether a comm made with `config` is blocking, as NCCL decides (init.cc): a NULL config copies
+// the parent's (`inherited`; a new comm's is 1), a config's unset blocking means 1, and
+// NCCL_COMM_BLOCKING, when 0 or 1, overrides both.
+bool blockingOf(const ncclConfig_t* config, bool inherited) {
+  bool blocking = inherited;
+  if (config != nullptr) blocking = config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
+  const char* env = getenv("NCCL_COMM_BLOCKING");
+  if (env != nullptr && env[0] != '\0') {
+    const long long value = strtoll(env, nullptr, 0);
+    if (value == 0 || value == 1) blocking = value == 1;
+  }
+  return blocking;
+}
+
+// Hands a child comm to the program's *newcomm: now, or for a non-blocking parent's child from a
+// thread of its own a little later, as NCCL's background init job does (the program sees NULL
+// until then, and must poll).
+void deliver(ncclComm_t* newcomm, ncclComm_t child, bool parentBlocking) {
+  if (parentBlocking) {
+    *newcomm = child;
+    return;
+  }
+  std::thread([newcomm, child] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
+  }).detach();
 }
 
 }  // namespace
@@ -238,6 +274,7 @@ struct Op {
   int root;
   int color, key;
   ncclComm_t* newcomm;
+  bool childBlocking = true;  // a split's child: blockingOf its config
 };
 void recordCollective(const char* call, const void* comm, const Op* args) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -248,6 +285,13 @@ void recordCollective(const char* call, const void* comm, const Op* args) {
 }
 
 std::vector<Op> pending;  // issued inside the open group (by the one thread that drives the ranks)
+// Children made inside the open group whose *newcomm waits for its end (this fake's shrink).
+struct Delivery {
+  ncclComm_t* newcomm;
+  FakeComm* child;
+  bool parentBlocking;
+};
+std::vector<Delivery> deliveries;
 // Calls of ended groups that wait for their peers' (made in a later group), per communicator and
 // rank, in issue order.
 std::map<World*, std::vector<std::deque<Op>>> backlog;
@@ -314,8 +358,9 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
       World*& w = byColor[o.color];
       if (w == nullptr) w = new World;
       FakeComm* c = makeComm(w, sizes[o.color], next[o.color]++, o.comm->device);
+      c->blocking = o.childBlocking;
       o.comm->children.push_back(c);
-      *o.newcomm = reinterpret_cast<ncclComm_t>(c);
+      deliver(o.newcomm, reinterpret_cast<ncclComm_t>(c), o.comm->blocking);
     }
     return ncclSuccess;
   }
@@ -433,7 +478,8 @@ FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
 namespace {
 
 // ncclCommInitRank(Config): one rank of the communicator the id names.
-ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank) {
+ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
+                      const ncclConfig_t* config) {
   World* world = nullptr;
   if (nranks > 1) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -441,19 +487,21 @@ ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const nccl
     if (w == nullptr) w = new World;
     world = w;
   }
-  *comm = reinterpret_cast<ncclComm_t>(makeComm(world, nranks, rank, nranks > 1 ? rank : 0));
+  FakeComm* c = makeComm(world, nranks, rank, nranks > 1 ? rank : 0);
+  c->blocking = blockingOf(config, true);
+  *comm = reinterpret_cast<ncclComm_t>(c);
   return note(call, *comm);
 }
 
 }  // namespace
 
 FAKE_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank) {
-  return initRank("ncclCommInitRank", comm, nranks, id, rank);
+  return initRank("ncclCommInitRank", comm, nranks, id, rank, nullptr);
 }
 
 FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int rank,
-                                                ncclConfig_t*) {
-  return initRank("ncclCommInitRankConfig", comm, nranks, id, rank);
+                                                ncclConfig_t* config) {
+  return initRank("ncclCommInitRankConfig", comm, nranks, id, rank, config);
 }
 
 FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
@@ -471,18 +519,16 @@ FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   const ncclResult_t r = note("ncclCommSplit", comm);
   if (r != ncclSuccess) return r;
   FakeComm* parent = fakeMutable(comm);
+  *newcomm = nullptr;  // NCCL's: NULL until the child's init job ends
+  Op split{"ncclCommSplit", parent, nullptr, nullptr, 0, ncclInt8, ncclSum, 0, color, key, newcomm};
+  split.childBlocking = blockingOf(config, parent->blocking);
   if (fakeGroupDepth > 0) {
-    pending.push_back({"ncclCommSplit", parent, nullptr, nullptr, 0, ncclInt8, ncclSum, 0, color, key, newcomm});
+    pending.push_back(split);
     return ncclSuccess;
   }
   if (parent->nranks > 1) return ncclInvalidUsage;  // its peers' calls would be needed: make them in a group
-  *newcomm = nullptr;
-  if (color != NCCL_SPLIT_NOCOLOR) {
-    FakeComm* c = makeComm(nullptr, 1, 0, parent->device);
-    parent->children.push_back(c);
-    *newcomm = reinterpret_cast<ncclComm_t>(c);
-  }
-  return ncclSuccess;
+  Op* one[] = {&split};
+  return carryOut(std::vector<Op*>(one, one + 1));
 }
 
 // Tear-down that waits on another comm, as NCCL's does: its abort (and revoke, and shrink with
@@ -541,7 +587,7 @@ void tearDown(const void* comm) {
 }  // namespace
 
 FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int excludeCount, ncclComm_t* newcomm,
-                                        ncclConfig_t*, int flags) {
+                                        ncclConfig_t* config, int flags) {
 #ifdef NCCL_SHRINK_ABORT
   const TearingDown during;
   if (flags & NCCL_SHRINK_ABORT) tearDown(comm);
@@ -557,8 +603,15 @@ FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
   for (int q = 0; q < parent->rank; ++q)
     if (std::find(exclude, exclude + excludeCount, q) == exclude + excludeCount) ++mine;
   FakeComm* c = makeComm(nullptr, n, mine, parent->device);
+  c->blocking = blockingOf(config, parent->blocking);
   parent->children.push_back(c);
-  *newcomm = reinterpret_cast<ncclComm_t>(c);
+  // NCCL's *newcomm is NULL until the child's init job ends: at the outermost ncclGroupEnd when the
+  // call was made inside a group.
+  *newcomm = nullptr;
+  if (fakeGroupDepth > 0)
+    deliveries.push_back({newcomm, c, parent->blocking});
+  else
+    deliver(newcomm, reinterpret_cast<ncclComm_t>(c), parent->blocking);
   return ncclSuccess;
 }
 
@@ -671,6 +724,8 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
     std::vector<Op> ops;
     std::swap(ops, pending);
     r = carryOutGroup(std::move(ops));
+    for (const Delivery& d : deliveries) deliver(d.newcomm, reinterpret_cast<ncclComm_t>(d.child), d.parentBlocking);
+    deliveries.clear();
   }
   const ncclResult_t asked = failureOf("ncclGroupEnd");  // after the group ended, as NCCL's does
   return asked != ncclSuccess ? asked : r;

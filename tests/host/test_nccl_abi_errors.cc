@@ -16,8 +16,9 @@
 //
 // Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
 // long abort takes on a GPU, whether a peer learns of it), ranks in several processes, non-blocking
-// communicators (libyali-nccl leaves them to NCCL) and CUDA graph capture itself (the fake CUDA
-// runtime reports one stream the test names as captured, fakeCudaCapturedStream, and records no graph).
+// communicators beyond the hand-over of a non-blocking parent's split (libyali-nccl leaves them to
+// NCCL) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
+// captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +142,9 @@ bool passesInChild(Body body) {
     _exit(yali_test::currentFailures() == 0 ? 0 : 1);
   }
   int status = 0;
-  return waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (waitpid(pid, &status, 0) != pid) return false;
+  if (WIFSIGNALED(status)) std::printf("    the child process died of signal %d\n", WTERMSIG(status));
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 // ---- Traces --------------------------------------------------------------------------------------------
@@ -864,6 +867,135 @@ TEST(shrink_with_abort_aborts_the_parents_yali_first) {
   CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
   CHECK(SHIM(ncclCommDestroy)(other) == ncclSuccess);
   destroyAll(ranks);
+}
+
+// ---- A split's or shrink's child: when the program gets it ----------------------------------------------------
+
+// NCCL writes a child into the program's *newcomm when the child's init job ends, NULL until then
+// (init.cc, ncclCommInitChildComm): inside a group that is at the outermost ncclGroupEnd, and one
+// thread driving several GPUs must split inside a group. libyali-nccl gives NCCL storage that
+// outlives the call and hands the program its handle at the group's end, where the child's YALI
+// set-up runs with the group's other comms. (Review F1: NCCL got the address of a local variable of
+// the call, which had returned by then: the program got NULL, NCCL's write hit a dead stack frame,
+// and the child leaked without YALI.) In a child process, so that such a write stays there.
+TEST(a_split_in_a_group_hands_the_program_its_child_at_the_groups_end) {
+  const bool passed = passesInChild([] {
+    const std::vector<ncclComm_t> parents = initInGroup(3);
+    ncclComm_t kids[3];
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 3; ++r) {
+      kids[r] = parents[r];  // anything but NULL: the call must set it
+      // Ranks 0 and 1 make one child, in reverse order (keys 1, 0); rank 2 takes part in none.
+      const int color = r < 2 ? 0 : NCCL_SPLIT_NOCOLOR;
+      CHECK(SHIM(ncclCommSplit)(parents[r], color, 1 - r, &kids[r], nullptr) == ncclSuccess);
+      CHECK_MSG(kids[r] == nullptr, "rank %d's child before the group's end: %p (NCCL's is NULL)", r,
+                static_cast<void*>(kids[r]));
+    }
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    CHECK_MSG(kids[0] != nullptr && kids[1] != nullptr, "the program got %p and %p at the group's end",
+              static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
+    CHECK(kids[2] == nullptr);  // NCCL_SPLIT_NOCOLOR: no comm
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(kids[r] != nullptr);
+      // Ours, around NCCL's child, with a YALI comm set up at the group's end (2 ranks).
+      CHECK(kids[r] != child(const_cast<void*>(realOf(parents[r])), 0));
+      CHECK(realOf(kids[r]) == child(const_cast<void*>(realOf(parents[r])), 0));
+      CHECK(yaliOf(kids[r]) != nullptr);
+      int rank = -1;
+      CHECK(SHIM(ncclCommUserRank)(kids[r], &rank) == ncclSuccess && rank == 1 - r);
+    }
+    for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommDestroy)(kids[r]) == ncclSuccess);
+    for (ncclComm_t p : parents) CHECK(SHIM(ncclCommDestroy)(p) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
+#ifdef YALI_NCCL_HAS_ncclCommShrink
+// The same for a shrink made inside a group (fake_nccl.cc's shrink writes *newcomm at the group's
+// end, as NCCL's does).
+TEST(a_shrink_in_a_group_hands_the_program_its_child_at_the_groups_end) {
+  const bool passed = passesInChild([] {
+    const std::vector<Rank> ranks = ranksOf(initInGroup(2));
+    int excluded = 1;
+    ncclComm_t shrunk = ranks[0].comm;  // anything but NULL: the call must set it
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    CHECK(SHIM(ncclCommShrink)(ranks[0].comm, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess);
+    CHECK(shrunk == nullptr);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    CHECK_MSG(shrunk != nullptr, "the program got NULL at the group's end");
+    REQUIRE(shrunk != nullptr);
+    CHECK(realOf(shrunk) == child(const_cast<void*>(ranks[0].real), 0));
+    CHECK(yaliOf(ranks[0].comm) == ranks[0].yali);  // NCCL_SHRINK_DEFAULT: the parent keeps YALI
+    CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
+    destroyAll(ranks);
+  });
+  CHECK(passed);
+}
+#endif
+
+namespace {
+
+// Waits (up to 5 s) until every one of `comms` is set, as a program that made them non-blocking
+// polls them; true when they all are.
+bool pollUntilSet(ncclComm_t* comms, int n) {
+  for (int waited = 0; waited < 5000; ++waited) {
+    bool all = true;
+    for (int i = 0; i < n; ++i) all = all && __atomic_load_n(&comms[i], __ATOMIC_ACQUIRE) != nullptr;
+    if (all) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+}  // namespace
+
+// A non-blocking parent's split completes in NCCL's background, whatever the child's config says
+// (the split's group takes the parent's blocking: init.cc, ncclCommInitChildComm; group.cc,
+// ncclAsyncLaunch), so ncclCommSplit returns ncclSuccess with *newcomm NULL and NCCL's thread writes
+// it later; the program polls (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it).
+// libyali-nccl passes the program's own pointer to NCCL: the program gets NCCL's handle, an NCCL-only
+// communicator that every function passes through (a non-blocking comm is NCCL only anyway).
+// (Review F1: NCCL's thread wrote into a dead stack frame and the program's pointer stayed NULL.)
+TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes_it) {
+  const bool passed = passesInChild([] {
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclConfig_t blocking = NCCL_CONFIG_INITIALIZER;
+    blocking.blocking = 1;
+    // Two ranks driven by one thread, split in a group.
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parents[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    ncclComm_t kids[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &blocking) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    CHECK_MSG(pollUntilSet(kids, 2), "the children never reached the program: %p, %p",
+              static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
+    for (int r = 0; r < 2; ++r) {
+      REQUIRE(kids[r] != nullptr);
+      CHECK(kids[r] == child(const_cast<void*>(realOf(parents[r])), 0));  // NCCL's own handle
+      int n = 0;
+      CHECK(SHIM(ncclCommCount)(kids[r], &n) == ncclSuccess && n == 2);
+      CHECK(variable<void*>(fakeNccl(), "fakeLastComm") == static_cast<void*>(kids[r]));
+      CHECK(yaliOf(kids[r]) == nullptr);
+    }
+    // One rank, outside a group: the same.
+    ncclComm_t alone = nullptr;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&alone, 1, id, 0, &nonBlocking) == ncclSuccess);
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclSuccess);
+    CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
+    CHECK(kid != nullptr && kid == child(const_cast<void*>(realOf(alone)), 0));
+    for (ncclComm_t c : {kids[0], kids[1], kid, parents[0], parents[1], alone})
+      if (c != nullptr) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
 }
 
 // ---- Groups ---------------------------------------------------------------------------------------------------
