@@ -34,11 +34,7 @@ Registration* ourRegistration(void* handle) {
 }
 
 bool isBlocking(const ncclConfig_t* config, bool inherited) {
-  // NCCL's order (init.cc): the environment overrides the config, which overrides the default.
-  const char* env = getenv("NCCL_COMM_BLOCKING");
-  if (env != nullptr && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
-  if (config != nullptr && config->blocking != NCCL_CONFIG_UNDEF_INT) return config->blocking != 0;
-  return inherited;
+  return blockingOf(config, inherited, getenv("NCCL_COMM_BLOCKING"));
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {

@@ -169,11 +169,15 @@ inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
 // ---- Creation --------------------------------------------------------------------------------------
 
 // Whether a communicator made with this config (NULL: the default, or the parent's for split and
-// shrink) is blocking: config->blocking when set, else NCCL_COMM_BLOCKING, else `inherited`.
+// shrink, `inherited`) is blocking: routing.h, blockingOf, with this process's NCCL_COMM_BLOCKING.
+// Read only once NCCL's creating call returned: NCCL loads its configuration file (NCCL_CONF_FILE,
+// ~/.nccl.conf, /etc/nccl.conf) into the environment at its first call on a rank, which for every
+// rank but the one that made the unique id is its init, so a read before it could differ between
+// ranks (review F4).
 bool isBlocking(const ncclConfig_t* config, bool inherited);
 // Whether a communicator made with `config` shares resources with the splits made from it (NCCL's
 // config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` (the parent's)
-// for a NULL config.
+// for a NULL config. Read once NCCL's creating call returned, as isBlocking.
 bool sharesResources(const ncclConfig_t* config, bool inherited);
 
 // A Comm (new, with blocking and sharesResources set) whose `real` NCCL's creating call was given

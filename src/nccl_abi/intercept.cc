@@ -40,14 +40,16 @@ namespace {
 // (adopt). That pointer is our Comm's own `real`, made first: NCCL writes a split's or shrink's
 // child only when the child's init job ends, which inside a group is the outermost ncclGroupEnd,
 // after this call returned. (A local variable here, as before, left the program with NULL and NCCL
-// writing into a dead stack frame.)
+// writing into a dead stack frame.) What NCCL makes of `config` (a NULL config: NCCL's default, or
+// `parent`'s settings for a split, shrink or grow of one) is read after the call, whose first call
+// on this rank loads NCCL's configuration file into the environment (isBlocking says why).
 template <typename Make>
-ncclResult_t create(ncclComm_t* out, bool blocking, bool shares, Make make) {
+ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* parent, Make make) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   Comm* c = new Comm;
-  c->blocking = blocking;
-  c->sharesResources = shares;
   const ncclResult_t r = make(&c->real);
+  c->blocking = isBlocking(config, parent != nullptr ? parent->blocking : true);
+  c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
   adopt(c, r, out);
   return r;
 }
@@ -568,14 +570,14 @@ using namespace yali::nccl_abi;  // NOLINT: the definitions below are the C API,
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                            int rank) {
-  return create(comm, isBlocking(nullptr, true), sharesResources(nullptr, false), [&](ncclComm_t* real) {
+  return create(comm, nullptr, nullptr, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRank>(real, nranks, commId, rank);
   });
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                                  int rank, ncclConfig_t* config) {
-  return create(comm, isBlocking(config, true), sharesResources(config, false), [&](ncclComm_t* real) {
+  return create(comm, config, nullptr, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankConfig>(real, nranks, commId, rank, config);
   });
 }
@@ -583,7 +585,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm
 #ifdef YALI_NCCL_HAS_ncclCommInitRankScalable
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                                    ncclUniqueId* commIds, ncclConfig_t* config) {
-  return create(newcomm, isBlocking(config, true), sharesResources(config, false), [&](ncclComm_t* real) {
+  return create(newcomm, config, nullptr, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankScalable>(real, nranks, myrank, nId, commIds, config);
   });
 }
@@ -618,8 +620,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
   // of the program's tells us about.
   if (!parent->blocking) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
-  return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
-                [&](ncclComm_t* real) {
+  return create(newcomm, config, parent, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config);
   });
 }
@@ -651,11 +652,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
         if (!parent->blocking)
           return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, newcomm, config,
                                                shrinkFlags);
-        return create(newcomm, isBlocking(config, parent->blocking), sharesResources(config, parent->sharesResources),
-                      [&](ncclComm_t* real) {
-                        return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real,
-                                                             config, shrinkFlags);
-                      });
+        return create(newcomm, config, parent, [&](ncclComm_t* real) {
+          return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
+                                               shrinkFlags);
+        });
       },
       !parent->sharesResources);
 }
@@ -669,8 +669,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
   Comm* parent = ours(comm);
   if (comm != nullptr && parent == nullptr)
     return callReal<Api::ncclCommGrow>(comm, nRanks, uniqueId, rank, newcomm, config);
-  return create(newcomm, isBlocking(config, parent != nullptr ? parent->blocking : true),
-                sharesResources(config, parent != nullptr && parent->sharesResources), [&](ncclComm_t* real) {
+  return create(newcomm, config, parent, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommGrow>(parent != nullptr ? parent->real : nullptr, nRanks, uniqueId, rank, real,
                                        config);
   });

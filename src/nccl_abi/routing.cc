@@ -1,6 +1,8 @@
 #include "nccl_abi/routing.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <algorithm>
@@ -79,6 +81,24 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
     rest = rest.substr(comma + 1);
   }
   return mask;
+}
+
+bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env) {
+  // NCCL's order (init.cc): the environment overrides the config, which overrides the default.
+  // NCCL_COMM_BLOCKING as ncclLoadParam reads it (misc/param.cc): "01", " 1", "0x1", "1abc" are 1,
+  // "abc" is 0, an overflow (errno) is unset; only 0 and 1 override (envConfigOverride).
+  if (env != nullptr && env[0] != '\0') {
+    const int savedErrno = errno;
+    errno = 0;
+    const long long value = strtoll(env, nullptr, 0);
+    const bool read = errno == 0;
+    errno = savedErrno;
+    if (read && (value == 0 || value == 1)) return value == 1;
+  }
+  if (config == nullptr) return inherited;
+  // parseCommConfig: a config older than 2.14 gets the default's blocking; unset means 1.
+  if (config->version < NCCL_VERSION(2, 14, 0) || config->blocking == NCCL_CONFIG_UNDEF_INT) return true;
+  return config->blocking != 0;
 }
 
 bool yaliTakes(int nranks, std::string* why) {

@@ -26,6 +26,16 @@ constexpr CollectiveMask kAllNcclCollectives = (1u << (yaliCollAlltoAll + 1)) - 
 // are skipped and listed in *unknown (comma separated) for a warning.
 CollectiveMask parseDisableList(const char* text, std::string* unknown);
 
+// ---- Creation: what NCCL makes of a communicator's config ----------------------------------------
+
+// Whether NCCL makes a communicator with this config blocking (2.28.9 init.cc: parseCommConfig,
+// copyCommConfig, envConfigOverride): `env` (NCCL_COMM_BLOCKING's value, or null), read as NCCL reads
+// a numeric parameter (strtoll, base 0; empty or out of range: unset), when it is 0 or 1; else, for
+// a NULL config, `inherited` (a split's or shrink's parent's blocking, its config being copied;
+// true for a new comm, NCCL's default); else config->blocking, where unset (NCCL_CONFIG_UNDEF_INT),
+// or in a config older than 2.14, meaning 1 (not the parent's: a config of its own is not copied).
+bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env);
+
 // ---- Set-up: may this communicator have a YALI comm? --------------------------------------------
 
 // What every rank tells the others when a communicator is made (allgathered over the real NCCL

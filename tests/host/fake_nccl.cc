@@ -25,7 +25,9 @@
 // is at the outermost ncclGroupEnd when the call was made inside a group (at once otherwise), and,
 // when the parent is non-blocking, later still, from a thread of its own (NCCL runs a non-blocking
 // parent's split in the background, whatever the child's config says). Whether a comm is blocking
-// follows NCCL: its config, then NCCL_COMM_BLOCKING.
+// follows NCCL: its config, then NCCL_COMM_BLOCKING, which may come from NCCL_CONF_FILE: the
+// creating calls and ncclGetUniqueId load that file into the environment first, as NCCL's
+// ncclInitEnv does (NCCL once per process; here at each such call: setenv never overwrites).
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
 // with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
 //
@@ -103,6 +105,25 @@ uint64_t idKey(const ncclUniqueId& id) {
   uint64_t key = 0;
   memcpy(&key, id.internal, sizeof(key));
   return key;
+}
+
+// NCCL's ncclInitEnv (misc/param.cc): the lines NAME=VALUE of $NCCL_CONF_FILE go into the
+// environment, never over a variable already set. (NCCL also reads ~/.nccl.conf and
+// /etc/nccl.conf; the tests name their file.)
+void loadConfFile() {
+  const char* path = getenv("NCCL_CONF_FILE");
+  FILE* file = path != nullptr && path[0] != '\0' ? fopen(path, "r") : nullptr;
+  if (file == nullptr) return;
+  char line[1024];
+  while (fgets(line, sizeof(line), file) != nullptr) {
+    if (line[0] == '#') continue;
+    line[strcspn(line, "\n")] = '\0';
+    char* eq = strchr(line, '=');
+    if (eq == nullptr) continue;
+    *eq = '\0';
+    setenv(line, eq + 1, 0);
+  }
+  fclose(file);
 }
 
 // Whether a comm made with `config` is blocking, as NCCL decides (init.cc): a NULL config copies
@@ -467,6 +488,7 @@ FAKE_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
 }
 
 FAKE_EXPORT ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+  loadConfFile();  // NCCL's init.cc:159: rank 0's first call, usually
   static uint64_t serial = 0;
   memset(id, 7, sizeof(*id));
   const uint64_t key = ++serial;
@@ -480,6 +502,7 @@ namespace {
 // ncclCommInitRank(Config): one rank of the communicator the id names.
 ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const ncclUniqueId& id, int rank,
                       const ncclConfig_t* config) {
+  loadConfFile();
   World* world = nullptr;
   if (nranks > 1) {
     std::lock_guard<std::mutex> lock(mutex);
@@ -516,6 +539,7 @@ __attribute__((visibility("default"))) int fakeLastSplitShare = -2;
 FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   fakeLastSplitShare = config != nullptr ? config->splitShare : -1;
+  loadConfFile();
   const ncclResult_t r = note("ncclCommSplit", comm);
   if (r != ncclSuccess) return r;
   FakeComm* parent = fakeMutable(comm);

@@ -9,10 +9,11 @@
 //    it with the communicators unwrapped, NCCL's own handles pass untouched, registrations keep
 //    NCCL's handle, groups reach it, a function it lacks is an error, and a YALI_NCCL_LIBRARY naming
 //    libyali-nccl itself is refused instead of recursing.
-//  - Its rules (routing.h, node_id.h): the YALI_NCCL_DISABLE parser, node identity, the set-up's
-//    verdict, the routing of each call, result mapping; across nodes: the layout, the splits' colors
-//    and keys, the path per call, the AllReduce shard and tail, the scratch layout's copies, and a
-//    host simulation of the hierarchical AllGather and ReduceScatter steps against the flat results.
+//  - Its rules (routing.h, node_id.h): the YALI_NCCL_DISABLE parser, node identity, whether NCCL
+//    makes a comm blocking, the set-up's verdict, the routing of each call, result mapping; across
+//    nodes: the layout, the splits' colors and keys, the path per call, the AllReduce shard and
+//    tail, the scratch layout's copies, and a host simulation of the hierarchical AllGather and
+//    ReduceScatter steps against the flat results.
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -478,6 +479,62 @@ TEST(routing_decision_table) {
     const Route got = decideRoute(row.hasYali, row.disabled, row.call);
     CHECK_MSG(got == row.expected, "collective %d, type %d, op %d: %s, expected %s", row.call.collective,
               row.call.type, row.call.op, routeReason(got), routeReason(row.expected));
+  }
+}
+
+// ---- Creation: whether NCCL makes a communicator blocking ----------------------------------------------
+
+// blockingOf against NCCL 2.28.9's init.cc: parseCommConfig (a config's unset blocking, or one from a
+// config older than 2.14, is 1), copyCommConfig (a split's or shrink's NULL config copies the
+// parent's) and envConfigOverride (NCCL_COMM_BLOCKING, read as NCCL reads every numeric parameter:
+// strtoll with base 0, a value that overflows ignored, overrides when it is 0 or 1). A rank that
+// judges this differently from NCCL, or from its peers, treats the comm as the other kind: a
+// blocking comm taken for non-blocking loses YALI; the other way round, its set-up is run on a
+// comm whose init goes on in NCCL's background. (Review F4: a config whose blocking was unset made a
+// split's child take the parent's blocking, where NCCL makes it 1; "01", " 1", "0x1" were ignored.)
+TEST(blocking_follows_nccls_config_and_environment_rules) {
+  auto config = [](int blocking, int version = NCCL_VERSION_CODE) {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.blocking = blocking;
+    c.version = version;
+    return c;
+  };
+  const ncclConfig_t unset = config(NCCL_CONFIG_UNDEF_INT), zero = config(0), one = config(1);
+  const ncclConfig_t old = config(0, NCCL_VERSION(2, 13, 0));  // predates config.blocking
+  struct Row {
+    const ncclConfig_t* config;
+    bool inherited;
+    const char* env;
+    bool expected;
+  };
+  const Row rows[] = {
+      {nullptr, true, nullptr, true},    // ncclCommInitRank: NCCL's default
+      {nullptr, false, nullptr, false},  // a non-blocking parent's split, NULL config: copied
+      {&unset, false, nullptr, true},    // a config of its own, blocking unset: 1, not the parent's
+      {&unset, true, nullptr, true},
+      {&zero, true, nullptr, false},
+      {&one, false, nullptr, true},
+      {&old, false, nullptr, true},      // NCCL resets blocking of a config older than 2.14
+      {&one, true, "0", false},          // the environment overrides the config ...
+      {&zero, false, "1", true},
+      {nullptr, false, "1", true},       // ... and the parent's
+      {&zero, true, "01", true},         // strtoll, base 0
+      {&one, true, " 0", false},
+      {&zero, true, "0x1", true},
+      {&zero, true, "1abc", true},
+      {&one, true, "abc", false},        // no digits: 0, no error (NCCL logs "set ... to 0")
+      {&zero, true, "2", false},         // neither 0 nor 1: ignored
+      {&one, true, "-1", true},
+      {&one, true, "", true},            // empty: ignored
+      {&one, true, "99999999999999999999", true},  // overflows (ERANGE): ignored
+  };
+  for (const Row& row : rows) {
+    const bool got = blockingOf(row.config, row.inherited, row.env);
+    const std::string config = row.config == nullptr ? "NULL"
+                                                     : "{blocking " + std::to_string(row.config->blocking) +
+                                                           ", version " + std::to_string(row.config->version) + "}";
+    CHECK_MSG(got == row.expected, "config %s, inherited %d, NCCL_COMM_BLOCKING %s: %d, expected %d", config.c_str(),
+              row.inherited, yali_test::quoted(row.env).c_str(), got, row.expected);
   }
 }
 

@@ -998,6 +998,45 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
   CHECK(passed);
 }
 
+// NCCL_COMM_BLOCKING may come from NCCL's configuration file (NCCL_CONF_FILE, ~/.nccl.conf,
+// /etc/nccl.conf), which NCCL loads into the environment at its first call on the rank (ncclInitEnv,
+// misc/param.cc). Rank 0 made that call already (ncclGetUniqueId, init.cc), the other ranks make it in
+// their init: libyali-nccl reads the setting once NCCL's creating call returned, so that every rank
+// sees the file's value, as NCCL does. (Review F4: it read it before the call, so a rank whose first
+// NCCL call was its init took a non-blocking comm for blocking and began YALI's set-up, collective
+// over the comm, which its peers, taking it for non-blocking, never joined.) Here one thread makes
+// both ranks without ncclGetUniqueId: rank 0's init loads the file (fake_nccl.cc, as NCCL's), so
+// rank 0 is the rank that read the setting before it was there. In a child process: the file's
+// setting stays in its environment.
+TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
+  const bool passed = passesInChild([] {
+    char path[] = "/tmp/yali-nccl-conf-XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    const char text[] = "NCCL_COMM_BLOCKING=0\n";
+    const bool written = write(fd, text, sizeof(text) - 1) == static_cast<ssize_t>(sizeof(text) - 1);
+    close(fd);
+    REQUIRE(written);
+    setenv("NCCL_CONF_FILE", path, 1);
+    unsetenv("NCCL_COMM_BLOCKING");
+    ncclUniqueId id;
+    memset(&id, 0x4f, sizeof(id));  // as received from rank 0's process
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    const int since = eventCount();
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], 2, id, r) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    unlink(path);
+    CHECK(contains(getenv("NCCL_COMM_BLOCKING"), "0"));  // loaded by NCCL's first call
+    // Non-blocking on both ranks: NCCL only, no set-up (whose first step is an allgather on the comm).
+    const std::string t = trace(since, {"ncclAllGather", "yaliCommInitRank"}, {});
+    CHECK_MSG(t.empty(), "a set-up began on a non-blocking comm: %s", t.c_str());
+    for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
 // ---- Groups ---------------------------------------------------------------------------------------------------
 
 TEST(a_mixed_group_sends_each_call_to_its_library) {
