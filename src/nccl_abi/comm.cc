@@ -645,13 +645,16 @@ ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle) {
 }
 
 ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
+  // NCCL's first: where NCCL refuses, nothing is touched (NCCL frees nothing then), so the handle
+  // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy.
+  const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
+  if (r != ncclSuccess) return r;
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {
     if (lib().yaliCommDeregister(c->yali, reg->yali) != yaliSuccess)
       info(c->rank, "yaliCommDeregister failed: %s", lib().yaliGetLastError(c->yali));
   }
-  const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
   {
     std::lock_guard<std::mutex> lock(c->mutex);
     auto& regs = c->registrations;
@@ -659,7 +662,7 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   }
   reg->magic = 0;
   delete reg;
-  return r;
+  return ncclSuccess;
 }
 
 // ---- Tear-down --------------------------------------------------------------------------------------

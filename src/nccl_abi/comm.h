@@ -207,6 +207,8 @@ bool inGroup();
 // YALI_NCCL_REGISTER is on everywhere (inside a group: at its end, since YALI's is collective and
 // one thread may be registering for several ranks).
 ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle);
+// ncclCommDeregister of reg on its own comm c: NCCL's deregistration, then YALI's. reg is freed
+// only when NCCL's succeeded; where NCCL refuses, nothing changes (a retry can work).
 ncclResult_t deregisterBuffer(Comm* c, Registration* reg);
 
 // ---- Tear-down --------------------------------------------------------------------------------------

@@ -877,6 +877,14 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t com
   Comm* c = ours(comm);
   Registration* reg = c != nullptr ? ourRegistration(handle) : nullptr;
   if (reg == nullptr) return callReal<Api::ncclCommDeregister>(realComm(comm), handle);
+  // A handle of another comm: NCCL refuses a handle it cannot find among the comm's registrations
+  // (ncclInvalidUsage) and frees nothing, and so do we. The handle stays its owner's, whose
+  // deregistration or destroy frees it (once).
+  if (reg->comm != c)
+    return shimFail(ncclInvalidUsage,
+                    "ncclCommDeregister: handle=%p was registered with another communicator (%p, rank %d), not "
+                    "with comm=%p (rank %d)",
+                    handle, static_cast<void*>(reg->comm), reg->comm->rank, static_cast<void*>(c), c->rank);
   return deregisterBuffer(c, reg);
 }
 

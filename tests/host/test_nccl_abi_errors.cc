@@ -700,6 +700,64 @@ TEST(ncclGetLastError_describes_the_async_error_nccl_reported) {
   destroyAll(h.ranks);
 }
 
+// ---- Registration ---------------------------------------------------------------------------------------------
+
+// A handle deregistered through another comm than the one that made it is refused, as NCCL refuses
+// a handle it cannot find in the comm's cache (ncclInvalidUsage), and nothing is touched: neither
+// library is called, and the handle stays the owner's, to be deregistered there (once: a handle
+// freed by the refusal was freed again by the owner's destroy). In a child process: a broken
+// libyali-nccl frees the handle twice.
+TEST(deregistering_through_another_comm_is_refused_and_touches_nothing) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  const std::initializer_list<const char*> deregisters = {"yaliCommDeregister", "ncclCommDeregister"};
+  CHECK(passesInChild([&] {
+    int buffer = 0;
+    void* registration = nullptr;
+    REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &registration) == ncclSuccess);
+    int since = eventCount();
+    CHECK(SHIM(ncclCommDeregister)(ranks[1].comm, registration) == ncclInvalidUsage);
+    std::string t = trace(since, deregisters, labels);
+    CHECK_MSG(t.empty(), "the refused deregistration reached: %s", t.c_str());
+    const char* last = SHIM(ncclGetLastError)(ranks[1].comm);
+    CHECK_MSG(contains(last, "ncclCommDeregister") && contains(last, "handle"), "%s", last);
+    since = eventCount();
+    CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, registration) == ncclSuccess);
+    t = trace(since, deregisters, labels);
+    CHECK_MSG(t == "ncclCommDeregister(r0) yaliCommDeregister(y0)", "%s", t.c_str());
+    destroyAll(ranks);
+  }));
+  destroyAll(ranks);
+}
+
+// A deregistration NCCL refuses leaves the handle as it was, YALI's registration included, so that
+// the program may try again (or leave it to the comm's destroy, which frees it once).
+TEST(a_deregistration_nccl_refuses_keeps_the_handle_for_a_retry) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  const std::initializer_list<const char*> deregisters = {"yaliCommDeregister", "ncclCommDeregister"};
+  CHECK(passesInChild([&] {
+    int buffer = 0;
+    void* retried = nullptr;
+    void* leftToDestroy = nullptr;
+    REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &retried) == ncclSuccess);
+    REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &leftToDestroy) == ncclSuccess);
+    int since = eventCount();
+    failNcclNext("ncclCommDeregister", ncclInternalError);
+    CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, retried) == ncclInternalError);
+    std::string t = trace(since, deregisters, labels);
+    CHECK_MSG(t == "ncclCommDeregister(r0)", "YALI's registration must stay with NCCL's: %s", t.c_str());
+    since = eventCount();
+    CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, retried) == ncclSuccess);
+    t = trace(since, deregisters, labels);
+    CHECK_MSG(t == "ncclCommDeregister(r0) yaliCommDeregister(y0)", "the retry: %s", t.c_str());
+    failNcclNext("ncclCommDeregister", ncclInternalError);
+    CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, leftToDestroy) == ncclInternalError);
+    destroyAll(ranks);
+  }));
+  destroyAll(ranks);
+}
+
 // ---- Tear-down ----------------------------------------------------------------------------------------------
 
 TEST(abort_ends_yali_then_nccl_and_later_calls_fail_cleanly) {
