@@ -99,20 +99,49 @@ void forEachRank(size_t n, Fn fn) {
 // ---- The set-up --------------------------------------------------------------------------------------
 
 // Where each rank's set-up messages travel: device memory, since they go through the real NCCL.
+// The id round is an allreduce (min) of IdMessage's int32 words: every rank sends ok = 1 when its
+// set-up has worked so far, and rank 0 (of the node) sends its id while the others send the largest
+// int32 in its words, so every rank gets rank 0's id and ok = 1 only if every rank was fine (a
+// broadcast would carry rank 0's word alone: a peer that failed could not say so before YALI's
+// init, which then waits for it until YALI_TIMEOUT_MS).
 struct IdMessage {
-  int32_t ok;  // rank 0 could make the id
+  int32_t ok;  // every rank's set-up has worked so far, and rank 0 could make the id
   int32_t pad;
   yaliUniqueId id;
 };
+static_assert(sizeof(IdMessage) % sizeof(int32_t) == 0, "the id round reduces IdMessage as int32 words");
+
+// What one rank sends in the id round (IdMessage): `id` on rank 0 (null: it has none), else words
+// that leave rank 0's in the minimum.
+IdMessage idContribution(bool ok, const yaliUniqueId* id) {
+  IdMessage m{};
+  m.ok = ok ? 1 : 0;
+  if (id != nullptr) {
+    m.id = *id;
+    return m;
+  }
+  int32_t words[sizeof(IdMessage) / sizeof(int32_t)];
+  for (int32_t& w : words) w = INT32_MAX;
+  words[0] = m.ok;
+  memcpy(&m, words, sizeof(m));
+  return m;
+}
 
 struct SetUp {
   Comm* comm = nullptr;
   cudaStream_t stream = nullptr;
   char* scratch = nullptr;  // records[nranks] | IdMessage | int32 agreement
   bool pooled = true;       // scratch came from cudaMallocAsync
+  // scratch is pinned host memory, zeroed: this rank could not have the device's (allocNotOkScratch)
+  bool hostScratch = false;
   size_t idOffset = 0, agreeOffset = 0;
-  bool alive = true;  // every step so far worked here; a rank that fails locally still takes part
-                      // in the real collectives that follow (with "not ok"), so that no peer hangs
+  // Every step so far worked here. A rank that fails locally still takes part in the real
+  // collectives that follow (with "not ok"), so that no peer waits for it: which rounds a comm
+  // takes is decided on the records, which every rank reads alike whatever failed before. Only a
+  // rank that cannot read the records (the records round failed on it, or the copy back) leaves the
+  // later rounds: it cannot know them (see setUpYali).
+  bool alive = true;
+  bool roundFailed = false;  // the last realRound failed on this rank: its results are not to be read
   std::string why;    // when !alive, or the verdict's reason
   SetUpVerdict verdict;
   IdMessage id{};
@@ -143,9 +172,11 @@ std::string cudaText(const char* what, cudaError_t err) {
 
 // One real collective on every comm of the set-up, issued in one real group (this thread may stand
 // for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
+// Sets roundFailed where it failed.
 template <typename Issue>
 void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue) {
   if (setUps.empty()) return;
+  for (SetUp* s : setUps) s->roundFailed = false;
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) break;
@@ -156,30 +187,36 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
   if (r == ncclSuccess) r = end;
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) {
+      s->roundFailed = true;
       s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(r));
       continue;
     }
     lib().cudaSetDevice(s->comm->device);
     const cudaError_t err = lib().cudaStreamSynchronize(s->stream);
-    if (err != cudaSuccess) s->fail(cudaText(what, err));
+    if (err != cudaSuccess) {
+      s->roundFailed = true;
+      s->fail(cudaText(what, err));
+    }
   }
 }
 
 // The set-up's copies go through its own non-blocking stream: a cudaMemcpy would run on the legacy
 // default stream, and so wait for whatever the program has queued on its blocking streams.
-void copyOnStream(SetUp& s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// Whether the copy worked (else s failed).
+bool copyOnStream(SetUp& s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   lib().cudaSetDevice(s.comm->device);
   cudaError_t err = lib().cudaMemcpyAsync(dst, src, bytes, kind, s.stream);
   if (err == cudaSuccess) err = lib().cudaStreamSynchronize(s.stream);
   if (err != cudaSuccess) s.fail(cudaText("cudaMemcpyAsync", err));
+  return err == cudaSuccess;
 }
 
-void copyToDevice(SetUp& s, size_t offset, const void* src, size_t bytes) {
-  copyOnStream(s, s.scratch + offset, src, bytes, cudaMemcpyHostToDevice);
+bool copyToDevice(SetUp& s, size_t offset, const void* src, size_t bytes) {
+  return copyOnStream(s, s.scratch + offset, src, bytes, cudaMemcpyHostToDevice);
 }
 
-void copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
-  copyOnStream(s, dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
+bool copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
+  return copyOnStream(s, dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
 }
 
 // Scratch memory in stream order (cudaMallocAsync): cudaFree would wait for every kernel on the
@@ -195,6 +232,23 @@ cudaError_t allocScratch(SetUp& s, size_t bytes) {
   }
   s.scratch = err == cudaSuccess ? static_cast<char*>(p) : nullptr;
   return err;
+}
+
+// The scratch of a rank that could not have the device's (allocScratch failed, or the stream): pinned
+// host memory, zeroed by the host, so that the rank still takes part in the records round, with a
+// zeroed record (no copy that could fail). A zeroed record decides "no YALI" on every rank
+// (decideSetUp: its layout is 0), so no rank takes a later round, and this one knows it without
+// reading the records. NCCL reads and writes the memory through its device address (the same as
+// its host address: CUDA's unified addressing). NOT RUN ON A GPU: without it the rank took no part
+// and every peer waited for it in the records round. False when even this cannot be had.
+bool allocNotOkScratch(SetUp& s, size_t bytes) {
+  void* p = nullptr;
+  if (lib().cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) return false;
+  memset(p, 0, bytes);
+  s.scratch = static_cast<char*>(p);
+  s.hostScratch = true;
+  s.pooled = false;
+  return true;
 }
 
 // One ncclCommSplit of every hierarchical comm of the set-up, in one real group (this thread may
@@ -220,7 +274,10 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
 
 void freeScratch(SetUp& s) {
   if (s.scratch == nullptr) return;
-  if (s.pooled) {
+  if (s.hostScratch) {
+    lib().cudaStreamSynchronize(s.stream);
+    lib().cudaFreeHost(s.scratch);
+  } else if (s.pooled) {
     lib().cudaFreeAsync(s.scratch, s.stream);
     lib().cudaStreamSynchronize(s.stream);
   } else {
@@ -292,13 +349,19 @@ void announce(const Comm* c) {
 // The set-up of comms whose real communicators are ready, on every rank of each (collective over
 // the real comm, like the init that made it):
 //   1. allgather every rank's record (node, settings) and decide from them, the same everywhere;
-//   2. rank 0 makes a YALI id and broadcasts it (with whether it could);
-//   3. every rank creates its YALI comm on the comm's device (one thread per rank here);
+//   2. the id round (IdMessage): rank 0 makes a YALI id, and an allreduce (min) gives it to every
+//      rank with whether every rank is fine so far;
+//   3. if so, every rank creates its YALI comm on the comm's device (one thread per rank here);
 //   4. an allreduce (min) of "my YALI comm exists": unless every rank has one, nobody keeps it, so
 //      that no rank ever routes a call to YALI while a peer routes it to NCCL.
 // Which steps a comm takes depends only on what every rank of it knows alike (its size, the
-// records, the broadcast flag), so its ranks issue the same real collectives; a rank whose own part
-// fails (a CUDA call, yaliCommInitRank) still takes part in them, saying "not ok".
+// records), so its ranks issue the same real collectives; a rank whose own part fails (a CUDA call,
+// yaliGetUniqueId, yaliCommInitRank, the status words) still takes part in them, saying "not ok" (a
+// zeroed record, ok = 0, "no YALI comm"). What no rank can do is take part in a round it cannot
+// know or has no comm for: a rank on which the records round failed, or the copy of its result,
+// leaves the rounds after it, and one whose node split failed, its node's id round. Each means NCCL
+// or CUDA failing on that rank (a copy from its own device memory fails when its CUDA context is
+// broken), when its peers would wait for its NCCL calls anyway, as for a rank lost to NCCL.
 void setUpYali(const std::vector<Comm*>& comms) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
@@ -329,30 +392,40 @@ void setUpYali(const std::vector<Comm*>& comms) {
     const size_t n = static_cast<size_t>(s.comm->nranks);
     s.idOffset = n * sizeof(RankRecord);
     s.agreeOffset = s.idOffset + sizeof(IdMessage);
+    const size_t bytes = s.agreeOffset + sizeof(int32_t);
     lib().cudaSetDevice(s.comm->device);
     cudaError_t err = lib().cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
-    if (err == cudaSuccess) err = allocScratch(s, s.agreeOffset + sizeof(int32_t));
-    if (err != cudaSuccess) {
-      // This rank cannot take part in the exchanges; its peers' fail or wait, as NCCL's own calls
-      // do when a rank is lost. Nothing else is left to try here.
+    if (err != cudaSuccess) s.stream = nullptr;  // the legacy stream, for the records round below
+    if (err == cudaSuccess) err = allocScratch(s, bytes);
+    if (err == cudaSuccess) {
+      copyToDevice(s, s.comm->rank * sizeof(RankRecord), &mine, sizeof(mine));
+    } else {
       s.scratch = nullptr;
-      s.fail(cudaText("allocating the set-up's scratch", err));
-      continue;
+      s.fail(cudaText("allocating the set-up's stream and scratch", err));
+      if (!allocNotOkScratch(s, bytes)) {
+        // Nothing left to take part with: its peers wait for it in the records round, as NCCL's own
+        // calls do for a lost rank.
+        warn(s.comm->rank, "communicator %p: %s, and no pinned host memory either: this rank cannot take part "
+             "in libyali-nccl's set-up, and its peers wait for it in the set-up's first exchange",
+             static_cast<void*>(s.comm), s.why.c_str());
+        continue;
+      }
     }
-    copyToDevice(s, s.comm->rank * sizeof(RankRecord), &mine, sizeof(mine));
     all.push_back(&s);
   }
 
-  // 1. Records.
+  // 1. Records. Every rank that can read them decides from them, whatever failed here before: the
+  // verdict, and with it the rounds that follow, are then its peers'.
   realRound(all, "the set-up's allgather", [](SetUp& s) {
     return callReal<Api::ncclAllGather>(s.scratch + s.comm->rank * sizeof(RankRecord), s.scratch,
                                         sizeof(RankRecord), ncclUint8, s.comm->real, s.stream);
   });
   std::vector<SetUp*> yes;  // from here on, only the comms whose records said yes
   for (SetUp* s : all) {
+    if (s->hostScratch) continue;  // its zeroed record said no on every rank (allocNotOkScratch)
     std::vector<RankRecord> records(s->comm->nranks);
-    if (s->alive) copyFromDevice(*s, records.data(), 0, records.size() * sizeof(RankRecord));
-    if (!s->alive) continue;
+    // Cannot read them: leaves the later rounds (setUpYali's comment says why nothing else is left).
+    if (s->roundFailed || !copyFromDevice(*s, records.data(), 0, records.size() * sizeof(RankRecord))) continue;
     s->verdict = decideSetUp(records);
     if (s->verdict.yali)
       yes.push_back(s);
@@ -370,25 +443,30 @@ void setUpYali(const std::vector<Comm*>& comms) {
   splitRound(splitting, "the cross split", [](SplitKeys k) { return std::make_pair(k.crossColor, k.crossKey); },
              &SetUp::crossComm);
 
-  // 2. The id (per node on a hierarchical comm).
+  // 2. The id round (per node on a hierarchical comm).
   for (SetUp* s : yes) {
-    if (s->yaliRank() == 0 && s->alive) {
+    yaliUniqueId id;
+    const bool root = s->yaliRank() == 0;
+    bool made = false;
+    if (root && s->alive) {
       lib().cudaSetDevice(s->comm->device);
-      if (lib().yaliGetUniqueId(&s->id.id) == yaliSuccess)
-        s->id.ok = 1;
-      else
-        s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
+      made = lib().yaliGetUniqueId(&id) == yaliSuccess;
+      if (!made) s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
     }
-    copyToDevice(*s, s->idOffset, &s->id, sizeof(s->id));
+    const IdMessage sent = idContribution(s->alive, root ? (made ? &id : nullptr) : nullptr);
+    copyToDevice(*s, s->idOffset, &sent, sizeof(sent));
   }
-  realRound(yes, "the set-up's broadcast", [](SetUp& s) {
-    return callReal<Api::ncclBroadcast>(s.scratch + s.idOffset, s.scratch + s.idOffset, sizeof(IdMessage),
-                                        ncclUint8, 0, s.idComm(), s.stream);
+  realRound(yes, "the set-up's id round", [](SetUp& s) {
+    return callReal<Api::ncclAllReduce>(s.scratch + s.idOffset, s.scratch + s.idOffset,
+                                        sizeof(IdMessage) / sizeof(int32_t), ncclInt32, ncclMin, s.idComm(),
+                                        s.stream);
   });
-  std::vector<SetUp*> joining;  // rank 0 made an id: every rank of these takes part in 3 and 4
+  std::vector<SetUp*> joining;  // every rank of the node was fine, and rank 0 made an id: YALI's init
   for (SetUp* s : yes) {
-    if (s->alive) copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
-    if (s->alive && s->id.ok != 1) s->fail("rank 0 (of the node) could not make a YALI unique id");
+    const bool read = !s->roundFailed && copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
+    if (read && s->id.ok != 1)
+      s->fail("rank 0 (of the node) could not make a YALI unique id, or the set-up failed on another rank "
+              "(its log says why)");
     if (s->alive) joining.push_back(s);
   }
 
@@ -406,16 +484,17 @@ void setUpYali(const std::vector<Comm*>& comms) {
   for (SetUp* s : joining)
     if (s->hierarchical() && s->yali != nullptr) makeCrossStatus(*s);
 
-  // 4. Agreement.
-  for (SetUp* s : joining) {
+  // 4. Agreement: every rank whose records said yes, with or without a YALI comm (the id round does
+  // not tell a rank that could not read it whether its peers went on to YALI's init).
+  for (SetUp* s : yes) {
     const int32_t have = s->yali != nullptr ? 1 : 0;
     copyToDevice(*s, s->agreeOffset, &have, sizeof(have));
   }
-  realRound(joining, "the set-up's agreement", [](SetUp& s) {
+  realRound(yes, "the set-up's agreement", [](SetUp& s) {
     return callReal<Api::ncclAllReduce>(s.scratch + s.agreeOffset, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
                                         s.comm->real, s.stream);
   });
-  for (SetUp* s : joining) {
+  for (SetUp* s : yes) {
     if (s->alive) copyFromDevice(*s, &s->agreed, s->agreeOffset, sizeof(s->agreed));
     if (s->alive && s->agreed != 1) s->fail("YALI's set-up failed on another rank (its log says why)");
     if (!s->alive && s->yali != nullptr) {

@@ -128,6 +128,11 @@ SetUpVerdict decideSetUp(const std::vector<RankRecord>& records) {
   }
   const RankRecord& first = records[0];
   for (int r = 0; r < n; ++r) {
+    // A zeroed record: the rank takes part in the exchange to say "not ok" (comm.cc, setUpYali).
+    if (records[r].layout == 0) {
+      v.why = "rank " + std::to_string(r) + "'s set-up failed before the exchange of records (its log says why)";
+      return v;
+    }
     if (records[r].layout != RankRecord::kLayout) {
       v.why = "rank " + std::to_string(r) + " runs another libyali-nccl (set-up layout " +
               std::to_string(records[r].layout) + ")";

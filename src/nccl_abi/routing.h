@@ -42,7 +42,10 @@ bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env);
 // comm): its node and the settings that must agree for the ranks to route calls alike. Fixed size,
 // plain bytes, the same layout on every rank.
 struct RankRecord {
-  static constexpr uint32_t kLayout = 1;  // changes whenever this struct does
+  // Changes whenever this struct or the set-up's rounds do, so that ranks running different
+  // libyali-nccl set-ups decide "no YALI" here instead of taking different rounds (2: the id round
+  // is an allreduce, comm.cc: IdMessage).
+  static constexpr uint32_t kLayout = 2;
   uint32_t layout;
   CollectiveMask disabled;  // this rank's YALI_NCCL_DISABLE
   uint32_t registerYali;    // this rank's YALI_NCCL_REGISTER (0 or 1)

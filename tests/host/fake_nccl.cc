@@ -11,8 +11,8 @@
 //  - collectives and splits issued inside a group are matched across the ranks of each
 //    communicator at the outermost ncclGroupEnd and carried out there on host memory (the fake CUDA
 //    runtime of fake_yali.cc allocates host memory): AllGather, Broadcast, AllReduce of int32 and
-//    float32 (sum, min, max), ncclCommSplit. That is all libyali-nccl's set-up and the hierarchical
-//    path's grouped cross steps use. A call whose peers have not made theirs yet waits for them
+//    float32 (sum, min, max), ncclCommSplit. That is more than libyali-nccl's set-up and the
+//    hierarchical path's grouped cross steps use. fakeWaitingCalls counts the calls still waiting. A call whose peers have not made theirs yet waits for them
 //    (they come in a later group, one rank at a time, as a test drives the hierarchical path), as
 //    NCCL's would on the device; calls that differ fail the group end (ncclInvalidUsage), where
 //    NCCL would hang;
@@ -232,6 +232,10 @@ FAKE_EXPORT void fakeSetAsyncError(void* comm, ncclResult_t result) {
   lastError = "fake NCCL: communicator " + std::to_string(static_cast<FakeComm*>(comm)->rank) +
               " failed asynchronously (" + std::to_string(result) + ")";
 }
+
+// The calls of this communicator's ranks that wait for a peer's call, made in no later group so far
+// (on a GPU, each would keep its rank waiting in NCCL).
+FAKE_EXPORT int fakeWaitingCalls(const void* comm);
 
 // The i-th communicator made from this one by ncclCommSplit or ncclCommShrink (null if none).
 FAKE_EXPORT void* fakeChild(void* comm, int i) {
@@ -453,6 +457,18 @@ ncclResult_t carryOutGroup(std::vector<Op> ops) {
   }
   return result;
 }
+
+}  // namespace
+
+FAKE_EXPORT int fakeWaitingCalls(const void* comm) {
+  const auto it = backlog.find(static_cast<const FakeComm*>(comm)->world);
+  int n = 0;
+  if (it != backlog.end())
+    for (const std::deque<Op>& mine : it->second) n += static_cast<int>(mine.size());
+  return n;
+}
+
+namespace {
 
 // A collective: noted (with its arguments), and queued when inside a group.
 ncclResult_t collective(const Op& o, ncclComm_t comm) {

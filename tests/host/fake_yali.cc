@@ -18,7 +18,10 @@
 //    fails with fakeYaliFailNext("yaliAlgoInfo", ...)).
 // The CUDA functions work on host memory: "device" and pinned memory are malloc'd, copies are
 // memcpy at once (noted, with their source, destination and size), streams are tokens, and no
-// stream is captured but fakeCudaCapturedStream.
+// stream is captured but fakeCudaCapturedStream. Stream-ordered memory (cudaMallocAsync) comes from
+// a pool, as CUDA's does: a block freed with cudaFreeAsync is handed out again, unzeroed, to the
+// next cudaMallocAsync of its size, so a scratch holds what its last user left there, as on a GPU.
+// fakeCudaFailNth makes one later call of a CUDA function fail.
 //
 // Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
 // that a test sees both libraries' calls in one order.
@@ -27,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -155,6 +159,28 @@ __attribute__((visibility("default"))) void* fakeYaliRefusedBuffer = nullptr;
 // This stream is being captured (capture id 1); null: none is.
 __attribute__((visibility("default"))) void* fakeCudaCapturedStream = nullptr;
 }
+
+namespace {
+std::map<std::string, int> cudaFailuresIn;  // fakeCudaFailNth: call -> how many calls until it fails
+}  // namespace
+
+// The n-th call from now (1: the next) of `call` fails: cudaMemcpyAsync (cudaErrorInvalidValue,
+// copying nothing), cudaMallocAsync or cudaMalloc (cudaErrorMemoryAllocation).
+FAKE_EXPORT void fakeCudaFailNth(const char* call, int n) {
+  std::lock_guard<std::mutex> lock(mutex);
+  cudaFailuresIn[call] = n;
+}
+
+namespace {
+// Whether this call of `call` is the one fakeCudaFailNth asked to fail (counts it).
+bool cudaFailsNow(const char* call) {
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cudaFailuresIn.find(call);
+  if (it == cudaFailuresIn.end() || --it->second > 0) return false;
+  cudaFailuresIn.erase(it);
+  return true;
+}
+}  // namespace
 
 // The next call of `call` on a live comm fails with `result` and `message`.
 FAKE_EXPORT void fakeYaliFailNext(const char* call, yaliResult_t result, const char* message) {
@@ -349,13 +375,30 @@ FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
+namespace {
+std::map<size_t, std::vector<void*>> asyncPool;  // freed blocks by size, the last freed last
+std::map<void*, size_t> asyncBytes;              // every block's size
+}  // namespace
+
 FAKE_EXPORT cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  *p = nullptr;
+  if (cudaFailsNow("cudaMallocAsync")) return cudaErrorMemoryAllocation;
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<void*>& freed = asyncPool[bytes];
+  if (!freed.empty()) {
+    *p = freed.back();
+    freed.pop_back();
+    return cudaSuccess;
+  }
   *p = calloc(1, bytes);
-  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
+  asyncBytes[*p] = bytes;
+  return cudaSuccess;
 }
 
 FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
-  free(p);
+  std::lock_guard<std::mutex> lock(mutex);
+  asyncPool[asyncBytes.at(p)].push_back(p);
   return cudaSuccess;
 }
 
@@ -374,7 +417,7 @@ FAKE_EXPORT cudaError_t cudaGetLastError() {
 FAKE_EXPORT cudaError_t cudaPeekAtLastError() { return fakeLastCudaError; }
 
 FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
-  const bool tooBig = fakeCudaMallocLimit != 0 && bytes > fakeCudaMallocLimit;
+  const bool tooBig = (fakeCudaMallocLimit != 0 && bytes > fakeCudaMallocLimit) || cudaFailsNow("cudaMalloc");
   *p = fakeCudaMallocResult == cudaSuccess && !tooBig ? calloc(1, bytes) : nullptr;
   fakeRecordBuffers("cudaMalloc", nullptr, nullptr, *p, bytes);
   if (fakeCudaMallocResult != cudaSuccess) return fakeLastCudaError = fakeCudaMallocResult;
@@ -404,7 +447,8 @@ FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
 // wrote, and its source and size (fakeEventBuffers: send, recv, count).
 FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
   fakeRecordBuffers("cudaMemcpyAsync", dst, src, dst, bytes);
-  if (dst == nullptr || src == nullptr || dst == fakeCudaMemcpyFailDst) return cudaErrorInvalidValue;  // as CUDA
+  if (dst == nullptr || src == nullptr || dst == fakeCudaMemcpyFailDst || cudaFailsNow("cudaMemcpyAsync"))
+    return cudaErrorInvalidValue;  // as CUDA
   memmove(dst, src, bytes);
   return cudaSuccess;
 }

@@ -446,6 +446,10 @@ TEST(set_up_verdict) {
   r = records(2);
   r[0].layout = RankRecord::kLayout + 1;
   CHECK(!decideSetUp(r).yali);
+  r = records(2);
+  r[1] = RankRecord{};  // what a rank that failed before the exchange sends (comm.cc, setUpYali)
+  v = decideSetUp(r);
+  CHECK_MSG(!v.yali && v.why.find("rank 1's set-up failed") != std::string::npos, "%s", v.why.c_str());
 }
 
 TEST(routing_decision_table) {

@@ -36,6 +36,7 @@
 #include <nccl.h>
 
 #include "harness.h"
+#include "nccl_abi/routing.h"
 // Only its YALI_NCCL_HAS_<fn> rows (no YALI_NCCL_FUNCTION here): what this nccl.h declares, so that
 // calls added in later NCCL versions (ncclCommRevoke: not in 2.28.3) are tested only where they exist.
 #include "nccl_api.inc"
@@ -93,6 +94,9 @@ void setNcclAsyncError(void* real, ncclResult_t r) {
 void* child(void* real, int i) { return function<void* (*)(void*, int)>(fakeNccl(), "fakeChild")(real, i); }
 int& callsOnEndedComms() { return variable<int>(fakeNccl(), "fakeCallsOnEndedComms"); }
 int& ranksPerNode() { return variable<int>(fakeNccl(), "fakeRanksPerNode"); }
+// The calls of this (real) communicator's ranks that wait for a peer's, which never came: on a GPU,
+// each keeps its rank waiting in NCCL.
+int waitingCalls(const void* real) { return function<int (*)(const void*)>(fakeNccl(), "fakeWaitingCalls")(real); }
 int eventCount() { return function<int (*)()>(fakeNccl(), "fakeEventCount")(); }
 std::string eventCall(int i) { return function<const char* (*)(int)>(fakeNccl(), "fakeEventCall")(i); }
 const void* eventHandle(int i) { return function<const void* (*)(int)>(fakeNccl(), "fakeEventHandle")(i); }
@@ -113,6 +117,10 @@ std::string eventArgs(int i, const std::map<const void*, std::string>& labels) {
 // fake_yali.cc's.
 void failYaliNext(const char* call, yaliResult_t r, const char* message) {
   function<void (*)(const char*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliFailNext")(call, r, message);
+}
+// The n-th call from now of this CUDA function fails (cudaMemcpyAsync, cudaMallocAsync, cudaMalloc).
+void failCudaNth(const char* call, int n) {
+  function<void (*)(const char*, int)>(fakeYali(), "fakeCudaFailNth")(call, n);
 }
 void failYaliAfterLaunch(const char* call) {
   function<void (*)(const char*)>(fakeYali(), "fakeYaliFailAfterLaunch")(call);
@@ -1193,6 +1201,54 @@ TEST(yali_failing_on_one_rank_at_the_set_up_leaves_every_rank_on_nccl) {
         "yaliCommInitRank() yaliCommInitRank() yaliCommDestroy(y0)");
   ranks = ranksOf(comms);
   CHECK(ranks[0].yali == nullptr && ranks[1].yali == nullptr);
+  destroyAll(ranks);
+}
+
+// A rank whose own part of the set-up fails before YALI's init (here the copy of its record into
+// the records buffer) still takes part in every round of the set-up that follows, saying "not ok",
+// so that no peer waits for it (on a GPU: in ncclCommInitRank, for ever), and no rank ends with
+// YALI. Its slot of the records holds what the scratch's block held before, the last set-up's
+// records (the fake's cudaMallocAsync hands freed blocks out again unzeroed, as CUDA's pool does):
+// the records say "YALI" on every rank, this one included, and the id round tells every rank
+// before YALI's init that one is not ok.
+TEST(a_rank_whose_record_copy_fails_still_takes_part_in_every_round) {
+  destroyAll(ranksOf(initInGroup(2)));  // a set-up whose scratch goes back to the pool
+  const int since = eventCount();
+  failCudaNth("cudaMemcpyAsync", 2);  // rank 1's record: the set-up's first copies are the records
+  const std::vector<ncclComm_t> comms = initInGroup(2);
+  CHECK_EQ(buffersOf(since, "cudaMemcpyAsync", 1).count, sizeof(yali::nccl_abi::RankRecord));
+  // (Before ranksOf, whose zero-byte Broadcasts would show.)
+  const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+  const std::string t =
+      trace(since, {"ncclAllGather", "ncclBroadcast", "ncclAllReduce", "yaliCommInitRank"}, labels);
+  // The records, the id round, the agreement; no YALI init anywhere.
+  CHECK_MSG(t == "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) ncclAllReduce(r0) "
+                 "ncclAllReduce(r1)",
+            "%s", t.c_str());
+  const std::vector<Rank> ranks = ranksOf(comms);
+  CHECK(ranks[0].yali == nullptr && ranks[1].yali == nullptr);
+  CHECK_EQ(waitingCalls(ranks[0].real), 0);
+  destroyAll(ranks);
+}
+
+// A rank that cannot allocate the set-up's scratch (stream-ordered, then cudaMalloc) still sends a
+// record, a zeroed one from pinned host memory, which decides "no YALI" on every rank: no peer waits
+// for it in the records round, and no rank takes a later one.
+TEST(a_rank_without_set_up_scratch_still_sends_a_record_that_says_no) {
+  destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's records
+  const int since = eventCount();
+  failCudaNth("cudaMallocAsync", 2);  // rank 1's scratch
+  failCudaNth("cudaMalloc", 1);       // and its fallback
+  const std::vector<ncclComm_t> comms = initInGroup(2);
+  const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+  const std::string t = trace(since,
+                              {"ncclAllGather", "ncclBroadcast", "ncclAllReduce", "ncclCommSplit", "yaliGetUniqueId",
+                               "yaliCommInitRank", "cudaHostAlloc", "cudaFreeHost"},
+                              labels);
+  CHECK_MSG(t == "cudaHostAlloc() ncclAllGather(r0) ncclAllGather(r1) cudaFreeHost()", "%s", t.c_str());
+  const std::vector<Rank> ranks = ranksOf(comms);
+  CHECK(ranks[0].yali == nullptr && ranks[1].yali == nullptr);
+  CHECK_EQ(waitingCalls(ranks[0].real), 0);
   destroyAll(ranks);
 }
 
