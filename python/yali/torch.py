@@ -56,7 +56,11 @@ Every collective is a custom operator (``torch.ops.yali.*``) with a fake impleme
 ``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
 current stream, never synchronizes and allocates only in the functional form (and, in
 all_to_all_device_counts given output_offsets without output_splits, a [world_size] temporary), so
-it can be captured in a CUDA graph. ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
+it can be captured in a CUDA graph. Every operator is marked as having a side effect
+(torch.fx.node.has_side_effect), so that a compiled graph keeps a call whose output this rank does
+not read (reduce off the destination, gather off the root, an unused result): the peers wait for
+it. torch honours that mark from 2.10 on; with older torch, torch.compile can still drop such a
+call (keep it out of the compiled region, e.g. under torch.compiler.disable). ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
 yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an operator writes:
 
     yali::all_reduce_(Tensor(a!) tensor, int comm, int op) -> ()                  in place
@@ -1100,6 +1104,37 @@ class _Ops:
     all_to_all_device_counts = torch.ops.yali.all_to_all_device_counts.default
     expert_dispatch = torch.ops.yali.expert_dispatch.default
     expert_combine = torch.ops.yali.expert_combine.default
+
+
+# Every operator is a collective: the other ranks wait for this rank's call, so a compiled graph must
+# make it even where this rank never reads what it writes (reduce off the destination, gather off
+# the root, whose output is a 0-element stand-in, a functional result left unused). To torch they
+# look pure (the functional ones), or pure once functionalized (the others become
+# auto_functionalized nodes whose outputs nothing reads), and aot_autograd's and inductor's dead-code
+# elimination would drop them, leaving the peers to time out. has_side_effect marks them impure: fx
+# keeps such nodes (auto_functionalized ones by the operator they wrap) and inductor's scheduler
+# keeps a kernel whose operator is impure. Both of those hold from torch 2.10 on (read in torch's
+# sources, 2.4 to 2.11; run on CPU with 2.4 and 2.11): before it, fx looked at an
+# auto_functionalized node's own target only, so the forms that write an argument are still
+# dropped, and inductor kept only kernels whose schema writes an argument, so the functional forms
+# are dropped there. torch's compile caches do not key on this marking: a graph compiled and
+# cached before it (TORCHINDUCTOR_CACHE_DIR) comes back without the calls until the cache is
+# cleared.
+#
+# Ordered effects (torch.library._register_effectful_op(op, EffectType.ORDERED)), which thread a
+# token through the graph so that no pass can reorder the calls, are not used: torch refuses them for
+# operators that write an argument (with_effects: "Ops with aliasing is not supported"), so only
+# the four functional forms would be ordered, and not against the others; the token becomes an
+# input and an output of the compiled graph (a CPU tensor, which may keep mode="reduce-overhead"
+# from capturing it; not tried on a GPU); and the registration is a private API. The calls stay in
+# the graph in program order and torch's passes are deterministic, so ranks that trace the same
+# graph issue the collectives in the same order. Graphs that differ between ranks (a Python branch
+# on the rank around other work) are not covered: inductor may reorder independent kernels (for
+# peak memory) differently in each.
+for _op in (_all_reduce_ops.inplace, _all_reduce_ops.out, _all_reduce_ops.functional,
+            *(v for v in vars(_Ops).values() if isinstance(v, torch._ops.OpOverload))):
+    torch.fx.node.has_side_effect(_op)
+del _op
 
 
 # ---- Registered memory ---------------------------------------------------------------------------

@@ -657,6 +657,51 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
     torch._dynamo.reset()
 
 
+@pytest.mark.xfail(torch.torch_version.TorchVersion(torch.__version__) < "2.10", strict=False,
+                   reason="torch < 2.10 ignores has_side_effect for auto_functionalized nodes and "
+                   "in inductor's scheduler (torch.py says more)")
+def test_compile_keeps_collectives_whose_output_this_rank_ignores(fake_mode, comm3):
+    """A collective is a promise to the other ranks: a compiled function must make every call even
+    where this rank never reads what it writes (reduce off the destination, gather off the root,
+    an output or a result left unused), else the peers wait for this rank until YALI_TIMEOUT_MS.
+    The graph aot_autograd hands its compiler (what inductor lowers) keeps every call; the
+    operators are impure, which is what inductor's scheduler asks before dropping a kernel whose
+    outputs nobody reads."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    c = comm3
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm
+
+    def f(x):
+        r = x.clone()
+        c.reduce(r, 0)  # rank 1 is not the destination: r is not read afterwards
+        c.gather(x, None, dst=0)  # off the root: the output is an internal 0-element stand-in
+        c.all_gather_into_tensor(torch.empty(18, 5, device="cuda"), x)  # output never read
+        c.all_reduce_functional(x)  # result unused
+        c.all_gather_functional(x)  # result unused
+        return x + 1
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(f, backend=aot_autograd(fw_compiler=keep_graph), fullgraph=True)(_cuda(6, 5))
+    finally:
+        torch._dynamo.reset()
+    (code,) = graphs
+    for op in ("yali.reduce_.", "yali.gather.", "yali.all_gather_into_tensor.",
+               "yali.all_reduce.", "yali.all_gather."):
+        assert code.count(op) == 1, f"{op} missing from the compiled graph:\n{code}"
+    is_impure = getattr(getattr(torch._library, "utils", None), "is_impure", None)
+    if is_impure is not None:  # what inductor's FallbackKernel.has_side_effects asks
+        for name in dir(torch.ops.yali):
+            packet = getattr(torch.ops.yali, name)
+            if isinstance(packet, torch._ops.OpOverloadPacket):
+                assert is_impure(packet.default), f"torch.ops.yali.{name} is pure for inductor"
+
+
 # ---- The operators' launch functions (real launch path, library faked) ---------------------------
 
 
