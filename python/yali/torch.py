@@ -191,18 +191,29 @@ def _op_code(op, method):
     elif type(op) is int or isinstance(op, RedOp):  # not int subclasses such as torch's enums
         code = int(op) if 0 <= op < int(RedOp.NumOps) else None
     else:
-        code = None
-        for name, value in _TORCH_OPS:
-            member = getattr(dist.ReduceOp, name, None)
-            if member is not None and op == member:
-                code = int(value)
-                break
+        code = _torch_op_code(op)
     if code is None:
         raise ValueError(
             f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg' "
             "or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
         )
     return code
+
+
+def _torch_op_code(op):
+    """yaliRedOp_t value of a torch.distributed.ReduceOp, or None."""
+    members = [(getattr(dist.ReduceOp, name, None), value) for name, value in _TORCH_OPS]
+    # Identity first: torch.compile traces `is`, but == on these pybind11 enums breaks the graph
+    # (fullgraph=True fails). The members are singletons, so `is` finds every one of them.
+    for member, value in members:
+        if member is not None and op is member:
+            return int(value)
+    # torch.distributed.ReduceOp(ReduceOp.SUM) is an object of its own that compares equal to
+    # the member it wraps (eager only).
+    for member, value in members:
+        if member is not None and op == member:
+            return int(value)
+    return None
 
 
 def _check_op_dtype(method, code, dtype, name="tensor"):

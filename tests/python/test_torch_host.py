@@ -657,6 +657,32 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
     torch._dynamo.reset()
 
 
+def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
+    """torch.distributed.ReduceOp members trace without a graph break (Dynamo cannot compare
+    pybind11 enums with ==) and reach the operator as their yali.RedOp values."""
+    c, R = comm3, torch.distributed.ReduceOp
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm
+
+    for name, code in (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4)):
+        op = getattr(R, name)
+        torch._dynamo.reset()
+        graphs.clear()
+        try:
+            got = torch.compile(lambda x: c.all_reduce_functional(x, op) + c.all_reduce(x, op),
+                                fullgraph=True, backend=keep_graph)(_cuda(6, 5))
+        finally:
+            torch._dynamo.reset()
+        assert got.shape == (6, 5)
+        (text,) = graphs
+        assert text.count(f", {c.handle}, {code})") == 2, f"ReduceOp.{name}:\n{text}"
+        # Eager, ReduceOp(member) (an object of its own that compares equal to the member) too.
+        assert yt._op_code(R(op), "m") == code
+
+
 @pytest.mark.xfail(torch.torch_version.TorchVersion(torch.__version__) < "2.10", strict=False,
                    reason="torch < 2.10 ignores has_side_effect for auto_functionalized nodes and "
                    "in inductor's scheduler (torch.py says more)")
