@@ -37,8 +37,10 @@ Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int
 bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
 The uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts, expert_dispatch,
 expert_combine) moves rows along dim 0 as bytes: any dtype, output.shape[1:] == input.shape[1:].
-Reductions: op "sum", "prod", "max", "min", "avg" (or torch.distributed.ReduceOp.SUM, PRODUCT, MAX,
-MIN, AVG); avg is for floating types only (the library refuses it for integers: ValueError here).
+Reductions: op "sum", "prod", "max", "min", "avg" (or a yali.RedOp, or
+torch.distributed.ReduceOp.SUM, PRODUCT, MAX, MIN, AVG; never a plain int, which torch.distributed
+and yali number differently: TypeError); avg is for floating types only (the library refuses it for
+integers: ValueError here).
 Integers wrap around (two's complement) on overflow; fp16, bf16 and fp8 accumulate in fp32; every
 rank gets the same bits. Tensors must be contiguous and on the communicator's GPU.
 
@@ -185,17 +187,26 @@ if _is_compiling is None:  # pragma: no cover (torch 2.4 has it; kept for safety
 
 def _op_code(op, method):
     """yaliRedOp_t value of ``op``: "sum"/"prod"/"max"/"min"/"avg", a yali.RedOp, or
-    torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG."""
+    torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG. Never a plain int: torch.distributed and
+    yali number the ops differently (int(ReduceOp.MAX) is 4, yali's Avg), so 4 could mean
+    either."""
     if isinstance(op, str):
         code = OPS.get(op.lower(), _OP_ALIASES.get(op.lower()))
-    elif type(op) is int or isinstance(op, RedOp):  # not int subclasses such as torch's enums
-        code = int(op) if 0 <= op < int(RedOp.NumOps) else None
+    elif isinstance(op, RedOp):
+        # Compared as an int: torch.compile does not trace < on the enum itself.
+        code = int(op) if 0 <= int(op) < int(RedOp.NumOps) else None
+    elif isinstance(op, int):  # bool too
+        raise TypeError(
+            f"{method}: op={op!r} is a plain int, which torch.distributed and yali number "
+            "differently (int(torch.distributed.ReduceOp.MAX) is 4, yali.RedOp.Avg); pass a name "
+            "('sum', 'prod', 'max', 'min', 'avg'), a yali.RedOp or a torch.distributed.ReduceOp"
+        )
     else:
         code = _torch_op_code(op)
     if code is None:
         raise ValueError(
-            f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg' "
-            "or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
+            f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg', a "
+            "yali.RedOp or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
         )
     return code
 
@@ -209,10 +220,12 @@ def _torch_op_code(op):
         if member is not None and op is member:
             return int(value)
     # torch.distributed.ReduceOp(ReduceOp.SUM) is an object of its own that compares equal to
-    # the member it wraps (eager only).
-    for member, value in members:
-        if member is not None and op == member:
-            return int(value)
+    # the member it wraps (eager only). Nothing else is compared: the members also equal torch's
+    # numbers (2.0 == ReduceOp.PRODUCT), which are not yali's.
+    if isinstance(op, dist.ReduceOp):
+        for member, value in members:
+            if member is not None and op == member:
+                return int(value)
     return None
 
 

@@ -246,6 +246,29 @@ def test_avg_only_for_floating_dtypes():
             yt._check_op_dtype("m", yt._op_code(op, "m"), dtype)
 
 
+def test_ops_are_names_yali_redops_or_torch_reduce_ops_never_plain_ints(fake_lib):
+    """torch.distributed and yali number the ops differently (int(ReduceOp.MAX) is 4, yali's Avg):
+    a plain int could mean either, so the torch layer refuses it, naming the method."""
+    R = torch.distributed.ReduceOp
+    for op, code in (("max", 2), ("PRODUCT", 1), ("mean", 4), (yali.RedOp.Max, 2),
+                     (yali.RedOp.Avg, 4), (R.MAX, 2), (R.AVG, 4)):
+        assert yt._op_code(op, "m") == code, op
+    for op in (4, 0, int(R.MAX), True, 7, -1):
+        with pytest.raises(TypeError) as info:
+            yt._op_code(op, "Communicator.all_reduce")
+        text = str(info.value)
+        assert "Communicator.all_reduce" in text and f"op={op!r}" in text, text
+        assert "yali.RedOp" in text and "torch.distributed.ReduceOp" in text, text
+    for op in (yali.RedOp.NumOps, R.BAND, R.PREMUL_SUM, "xor", 2.0):
+        with pytest.raises(ValueError, match="is not supported"):
+            yt._op_code(op, "m")
+    # Through a method of each communicator: refused before anything is launched.
+    sp = _fake_single(2)
+    with pytest.raises(TypeError, match="SingleProcessCommunicator.all_reduce: op=2"):
+        sp.all_reduce([object(), object()], 2)
+    assert fake_lib.launches() == []
+
+
 def test_operator_schemas():
     """Each operator writes exactly the tensor its schema marks (a!): what torch.compile's
     functionalization and CUDA-graph trees rely on."""
@@ -659,7 +682,8 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
 
 def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
     """torch.distributed.ReduceOp members trace without a graph break (Dynamo cannot compare
-    pybind11 enums with ==) and reach the operator as their yali.RedOp values."""
+    pybind11 enums with ==) and reach the operator as their yali.RedOp values; yali.RedOp members
+    trace too."""
     c, R = comm3, torch.distributed.ReduceOp
     graphs = []
 
@@ -667,8 +691,11 @@ def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
         graphs.append(gm.code)
         return gm
 
-    for name, code in (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4)):
-        op = getattr(R, name)
+    cases = [(getattr(R, name), code) for name, code in
+             (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4))]
+    cases += [(yali.RedOp.Max, 2), (yali.RedOp.Avg, 4)]  # yali's own enum traces too
+    for op, code in cases:
+        name = str(op)
         torch._dynamo.reset()
         graphs.clear()
         try:
@@ -678,8 +705,9 @@ def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
             torch._dynamo.reset()
         assert got.shape == (6, 5)
         (text,) = graphs
-        assert text.count(f", {c.handle}, {code})") == 2, f"ReduceOp.{name}:\n{text}"
-        # Eager, ReduceOp(member) (an object of its own that compares equal to the member) too.
+        assert text.count(f", {c.handle}, {code})") == 2, f"{name}:\n{text}"
+    # Eager, ReduceOp(member) (an object of its own that compares equal to the member) too.
+    for op, code in cases[:5]:
         assert yt._op_code(R(op), "m") == code
 
 
