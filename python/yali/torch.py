@@ -119,6 +119,19 @@ checkpoint); a check made before that finish sees only failures of earlier work.
     loss_value = static_loss.item()  # waits for the replay
     comm.check()                     # raises YaliTimeout/YaliRemoteError/... if a collective failed
 
+The same holds for graphs torch replays on its own: ``torch.compile(mode="reduce-overhead")``
+(CUDA-graph trees) replays the compiled step's YALI collectives, once its warm-up runs are over,
+without passing through YALI's host API, and so does a ``torch.cuda.CUDAGraph.replay()`` called
+directly. Nothing in the compiled step checks (no check is put into the graph: a host read there
+would run when the graph is recorded, not at its replays). After each step's outputs have reached
+the host, call ``comm.check()``, or ``yali.torch.check_all()`` (every live comm of this process,
+the same exception types), before trusting them (stepping the optimizer, saving a checkpoint)::
+
+    loss = compiled_step(batch)          # torch.compile(step, mode="reduce-overhead")
+    loss_value = loss.item()             # waits for the step
+    yali.torch.check_all()               # raises if a YALI collective of the step failed
+    optimizer.step()
+
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
 
@@ -150,7 +163,7 @@ try:  # data_ptr() of a fake tensor (tracing, FakeTensorMode) is not an address:
 except ImportError:  # pragma: no cover
     _FakeTensor = ()
 
-__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "replay"]
+__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "check_all", "replay"]
 
 # torch dtype -> yaliDataType_t value: every torch dtype with an NCCL type. torch.float8_e4m3fn is
 # the OCP E4M3 type NCCL calls ncclFloat8e4m3 (the *fnuz variants are other formats: not mapped).
@@ -2345,6 +2358,25 @@ class SingleProcessCommunicator(yali._ClosingContext):
 
 
 # ---- CUDA graphs ---------------------------------------------------------------------------------
+
+
+def check_all():
+    """Raise the asynchronous error of any live YALI communicator of this process (every
+    Communicator and SingleProcessCommunicator not yet closed): the YaliError subclass
+    (YaliTimeout, YaliRemoteError, YaliInvalidUsage) with the library's message, naming the comm;
+    return None while every one is healthy. One host-memory read per comm (yaliCommGetAsyncError,
+    as ``check_async_error``); it does not synchronize.
+
+    For work that runs YALI collectives without passing through YALI's host API, so that nothing
+    raises there and a failed collective writes NaN into its output: replays of the CUDA graphs of
+    ``torch.compile(mode="reduce-overhead")`` (CUDA-graph trees), or ``torch.cuda.CUDAGraph.replay()``
+    called directly. Call it once the step's work has finished (after a synchronization such as
+    ``loss.item()``) and before trusting its outputs; it needs no list of the comms the graphs
+    hold."""
+    for handle, comm in list(_LIVE.items()):
+        _capi.check_async_error(handle, "yali.torch.check_all",
+                                f"comm {handle:#x} (rank {comm.rank} of {comm.size}, "
+                                f"cuda:{comm.device})")
 
 
 def replay(graph, *comms, synchronize=False):

@@ -192,6 +192,34 @@ def test_replay_checks_around_the_graph(fake_lib, monkeypatch):
         yt.replay(g)
 
 
+def test_check_all_raises_any_live_comms_async_error(fake_lib, monkeypatch):
+    """After work that never passes through YALI's host API (a replay of torch.compile's
+    mode="reduce-overhead" graphs, a raw CUDAGraph.replay()), check_all() reads every live comm's
+    asynchronous error (one host-memory read each) and raises the first, as the eager calls
+    would."""
+    monkeypatch.setattr(yt, "_LIVE", {})
+    c = _fake_communicator(monkeypatch, rank=1, n=2)
+    sp = _fake_single(3)
+    for comm in sp.comms:
+        monkeypatch.setitem(yt._LIVE, comm.handle, comm)
+    assert yt.check_all() is None
+    read = [call[1] for call in fake_lib.calls if call[0] == "yaliCommGetAsyncError"]
+    assert read == [c.handle] + [comm.handle for comm in sp.comms]
+    fake_lib.comm_errors[sp.comms[2].handle] = "yaliCommRegister: an old, unrelated failure"
+    fake_lib.async_errors[sp.comms[2].handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    with pytest.raises(yali.YaliTimeout) as info:
+        yt.check_all()
+    e = info.value
+    assert e.code == yali.Result.Timeout and e.call == "yali.torch.check_all"
+    assert e.detail == (f"comm {sp.comms[2].handle:#x} (rank 2 of 3, cuda:0): "
+                        f"yaliCommGetAsyncError: {_TIMEOUT_TEXT}"), str(e)
+    # A closed comm is no longer live: not read.
+    monkeypatch.delitem(yt._LIVE, sp.comms[2].handle)
+    del fake_lib.calls[:]
+    assert yt.check_all() is None
+    assert sp.comms[2].handle not in [call[1] for call in fake_lib.calls]
+
+
 def test_single_process_abort_goes_on_after_an_error(monkeypatch):
     """abort() is the way out of a failure: one comm's refusal must not leave the others alive."""
     aborted = []
