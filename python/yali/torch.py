@@ -132,6 +132,13 @@ the same exception types), before trusting them (stepping the optimizer, saving 
     yali.torch.check_all()               # raises if a YALI collective of the step failed
     optimizer.step()
 
+Groups. Inside ``with yali.group():`` (yaliGroupStart/End) a collective is only queued: it is
+launched at the outermost group end, so its output is not written before then. The forms that do
+work of their own after their collective would do it too early, and are refused inside a group
+(YaliInvalidUsage, naming the call, before anything is queued): gather and scatter with a list
+(pass the one-tensor form), all_to_all_device_counts with output_offsets, and, nested in a group,
+SingleProcessCommunicator calls on ranks that share a GPU.
+
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
 
@@ -544,6 +551,19 @@ def _as_rank(method, name, value, nranks):
         raise ValueError(f"{method}: {name}={value} is not a rank of this communicator "
                          f"(0..{nranks - 1})")
     return value
+
+
+def _refuse_in_group(method, what, why):
+    """Refuses a form that does work of its own after its collective (a copy out of an internal
+    buffer, an offsets computation, a stream join) while this thread has a yali.group() open: the
+    collective is then only queued, launched at the outermost group end, so that work would run
+    before it. Raised before anything is queued."""
+    if yali._group_depth():
+        raise _capi.python_error(yali.Result.InvalidUsage, method,
+                                 f"{what} is refused inside yali.group(): {why}")
+
+
+_ONE_TENSOR = "pass one tensor of world_size x tensor.numel() elements, or call it outside the group"
 
 
 # ---- Live communicators, by handle (what the custom ops receive) --------------------------------
@@ -976,6 +996,13 @@ def _launch_all_to_all_v(opname, handle, output, input, output_split_sizes, inpu
                        _packed(recv), code, handle, stream, nranks=comm.size)
 
 
+def _refuse_offsets_in_group(method):
+    _refuse_in_group(method, "output_offsets",
+                     "they are computed on the stream after the exchange, which inside a group is "
+                     "launched only at the outermost group end; pass output_splits and take their "
+                     "exclusive prefix sums after the group, or call it outside the group")
+
+
 def _source_offsets(counts, offsets):
     """``offsets`` = where each source rank's rows start: the exclusive prefix sums of ``counts``,
     on the current stream (no host synchronization); -1 wherever ``counts`` holds the -1 of a
@@ -987,6 +1014,8 @@ def _source_offsets(counts, offsets):
 
 def _launch_all_to_all_device_counts(opname, handle, output, input, input_splits, output_splits,
                                      output_offsets):
+    if output_offsets is not None:
+        _refuse_offsets_in_group(opname)
     comm, _, row_bytes, stream = _launch_rows(opname, handle, output, input)
     n = comm.size
     _check_counts(opname, "input_splits", input_splits, n, f"nranks ({n})", comm.device)
@@ -1518,7 +1547,8 @@ class Communicator(yali._ClosingContext):
           - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
             GPU (any shape and layout): gather_list[i] gets rank i's ``tensor``. The data lands
             in one internal buffer first and is then copied into the list (one extra copy; a
-            list entry may be ``tensor`` itself);
+            list entry may be ``tensor`` itself; refused inside ``yali.group()``, where the copy
+            would run before the gather);
           - or one contiguous tensor with world_size * tensor.numel() elements: rank i's tensor
             at element offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its
             block for ``dst`` (``gather_list.view(-1)[dst * n:(dst + 1) * n]``); any other
@@ -1548,6 +1578,10 @@ class Communicator(yali._ClosingContext):
             return gather_list
         parts = _check_list(method, "gather_list", gather_list, tensor, self.world_size,
                             "destination", checking)
+        if checking:
+            _refuse_in_group(method, "gather_list as a list of tensors",
+                             "the data is copied into the list after the gather, which inside a "
+                             f"group is launched only at the outermost group end; {_ONE_TENSOR}")
         buf = tensor.new_empty((self.world_size, n))
         _Ops.gather(buf, tensor, handle, root)
         for i, part in enumerate(parts):
@@ -1563,7 +1597,8 @@ class Communicator(yali._ClosingContext):
         ValueError, as in torch.distributed; a tensor is not looked at):
           - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
             GPU (any shape and layout): copied into one internal buffer first (one extra copy; an
-            entry may be ``tensor`` itself);
+            entry may be ``tensor`` itself; refused inside ``yali.group()``, where the buffer
+            would be freed before the scatter reads it);
           - or one contiguous tensor with world_size * tensor.numel() elements, block i at element
             offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its block for
             ``src`` (``scatter_list.view(-1)[src * n:(src + 1) * n]``); any other overlap is
@@ -1591,6 +1626,11 @@ class Communicator(yali._ClosingContext):
             return tensor
         parts = _check_list(method, "scatter_list", scatter_list, tensor, self.world_size,
                             "source", checking)
+        if checking:
+            _refuse_in_group(method, "scatter_list as a list of tensors",
+                             "the list is copied into an internal buffer, freed when the call "
+                             "returns, before the scatter that reads it is launched at the "
+                             f"outermost group end; {_ONE_TENSOR}")
         buf = torch.cat([p.reshape(-1) for p in parts])
         _Ops.scatter(tensor, buf, handle, root)
         return tensor
@@ -1654,11 +1694,13 @@ class Communicator(yali._ClosingContext):
         rank: YaliInvalidUsage from ``check()`` (after a graph replay) and from every later call.
 
         yaliExpertDispatch with one expert per rank; output_offsets are computed on the stream
-        after it (so do not call it inside ``yali.group()``)."""
+        after it, so they are refused inside ``yali.group()`` (YaliInvalidUsage)."""
         method = "Communicator.all_to_all_device_counts"
         handle = self.handle
         ws = self.world_size
         if not _is_compiling():
+            if output_offsets is not None:
+                _refuse_offsets_in_group(method)
             counts = (("input_splits", input_splits), ("output_splits", output_splits),
                       ("output_offsets", output_offsets))
             _require_tensors(method, (("output", output), ("input", input)) + counts)
@@ -1843,6 +1885,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
     YALI_ALLOW_SHARED_GPU=1, get streams of their own joined to it), and does not synchronize.
     They call the library directly (no custom operators): use them eagerly, outside torch.compile.
     Once any comm has failed they raise its error (YaliTimeout, ...) before launching on any GPU.
+    Nested in an outer ``yali.group()``, the launches wait for its end, so the forms that do work of
+    their own after the launch are refused there (YaliInvalidUsage): a list gather_list or
+    scatter_list, output_offsets, and every call on ranks that share a GPU.
     """
 
     def __init__(self, devices=None):
@@ -1899,7 +1944,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                              f"{len(self.devices)} (one per GPU)")
         return ts
 
-    def _run(self, launch):
+    def _run(self, method, launch):
         """``launch(i, comm, stream)`` for every rank i, inside one group: the kernels start at its
         end, all of them before this thread launches anything else (a thread driving several GPUs
         must group them, yali.h: Groups).
@@ -1912,6 +1957,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
         currents = [torch.cuda.current_stream(d) for d in self.devices]
         streams = currents
         if len(set(self.devices)) < len(self.devices):
+            _refuse_in_group(method, "a call on ranks that share a GPU",
+                             "the current stream is joined to the ranks' own streams right after "
+                             "the launch, which inside a group happens only at the outermost "
+                             "group end")
             if self._side_streams is None:
                 self._side_streams = [torch.cuda.Stream(device=d) for d in self.devices]
             streams = self._side_streams
@@ -1953,7 +2002,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         _check_op_dtype(method, code, tensors[0].dtype, "tensors[0]")
         dtype = DTYPES[tensors[0].dtype]
         count = tensors[0].numel()
-        self._run(lambda i, comm, stream: _capi.all_reduce(
+        self._run(method, lambda i, comm, stream: _capi.all_reduce(
             tensors[i].data_ptr(), outs[i].data_ptr(), count, dtype, code, comm.handle, stream))
         return outs
 
@@ -1973,7 +2022,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t, i * n,
                            f"block {i} of output_tensors[{i}]")
         dtype = DTYPES[ins[0].dtype]
-        self._run(lambda i, comm, stream: _capi.all_gather(
+        self._run(method, lambda i, comm, stream: _capi.all_gather(
             ins[i].data_ptr(), outs[i].data_ptr(), n, dtype, comm.handle, stream))
         return outs
 
@@ -1994,7 +2043,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                            f"block {i} of input_tensors[{i}]")
         _check_op_dtype(method, code, outs[0].dtype, "output_tensors[0]")
         dtype = DTYPES[outs[0].dtype]
-        self._run(lambda i, comm, stream: _capi.reduce_scatter(
+        self._run(method, lambda i, comm, stream: _capi.reduce_scatter(
             ins[i].data_ptr(), outs[i].data_ptr(), m, dtype, code, comm.handle, stream))
         return outs
 
@@ -2006,7 +2055,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         root = _as_rank(method, "src", src, len(self.devices))
         ts = self._per_rank(method, "tensors", tensors)
         dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
-        self._run(lambda i, comm, stream: _capi.broadcast(
+        self._run(method, lambda i, comm, stream: _capi.broadcast(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, root, comm.handle, stream))
         return ts
 
@@ -2020,7 +2069,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         ts = self._per_rank(method, "tensors", tensors)
         _check_op_dtype(method, code, ts[0].dtype, "tensors[0]")
         dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
-        self._run(lambda i, comm, stream: _capi.reduce(
+        self._run(method, lambda i, comm, stream: _capi.reduce(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, code, root, comm.handle, stream))
         return ts
 
@@ -2044,9 +2093,12 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = gather_list
         else:
             parts = _check_list(method, "gather_list", gather_list, ts[root], ws, "destination")
+            _refuse_in_group(method, "gather_list as a list of tensors",
+                             "the data is copied into the list after the gather, which nested in "
+                             f"a group is launched only at the outermost group end; {_ONE_TENSOR}")
             buf = ts[root].new_empty((ws, n))
         dtype = DTYPES[ts[0].dtype]
-        self._run(lambda i, comm, stream: _capi.gather(
+        self._run(method, lambda i, comm, stream: _capi.gather(
             ts[i].data_ptr(), buf.data_ptr() if i == root else None, n, dtype, root, comm.handle,
             stream))
         if parts is not None:
@@ -2072,9 +2124,13 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = scatter_list
         else:
             parts = _check_list(method, "scatter_list", scatter_list, ts[root], ws, "source")
+            _refuse_in_group(method, "scatter_list as a list of tensors",
+                             "the list is copied into an internal buffer, freed when the call "
+                             "returns, before the scatter that reads it is launched at the "
+                             f"outermost group end; {_ONE_TENSOR}")
             buf = torch.cat([p.reshape(-1) for p in parts])
         dtype = DTYPES[ts[0].dtype]
-        self._run(lambda i, comm, stream: _capi.scatter(
+        self._run(method, lambda i, comm, stream: _capi.scatter(
             buf.data_ptr() if i == root else None, ts[i].data_ptr(), n, dtype, root, comm.handle,
             stream))
         return ts
@@ -2104,7 +2160,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             _check_rows(method, f"output_tensors[{i}]", o, ws)
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t)
         dtype = DTYPES[ins[0].dtype]
-        self._run(lambda i, comm, stream: _capi.all_to_all(
+        self._run(method, lambda i, comm, stream: _capi.all_to_all(
             ins[i].data_ptr(), outs[i].data_ptr(), n // ws, dtype, comm.handle, stream))
         return outs
 
@@ -2179,7 +2235,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         per_row = row * per_element
         send = [[c * per_row for c in s] for s in send]
         recv = [[c * per_row for c in r] for r in recv]
-        self._run(lambda i, comm, stream: _capi.all_to_all_v(
+        self._run(method, lambda i, comm, stream: _capi.all_to_all_v(
             ins[i].data_ptr(), send[i], _packed(send[i]), outs[i].data_ptr(), recv[i],
             _packed(recv[i]), code, comm.handle, stream, nranks=n))
         return outs
@@ -2199,6 +2255,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
         splits = self._count_tensors(method, "input_splits", input_splits, n, text)
         counts = self._count_tensors(method, "output_splits", output_splits, n, text, False)
         offsets = self._count_tensors(method, "output_offsets", output_offsets, n, text, False)
+        if any(o is not None for o in offsets):
+            _refuse_offsets_in_group(method)
         for i in range(n):
             _check_count_overlaps(method, ((f"input_splits[{i}]", splits[i]),
                                            (f"output_splits[{i}]", counts[i]),
@@ -2207,7 +2265,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                 counts[i] = torch.empty(n, dtype=torch.int64, device=offsets[i].device)
         layouts = [_capi.expert_layout(row_bytes, 1, 1, o.shape[0], method, n, t.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+        self._run(method, lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), splits[i].data_ptr(), outs[i].data_ptr(), _ptr(counts[i]), None,
             layouts[i], comm.handle, stream))
         # After the group's launch, on each GPU's current stream (which _run joined to the launch).
@@ -2239,7 +2297,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                            (f"expert_offsets[{i}]", offs[i])))
         layouts = [_capi.expert_layout(row_bytes, e, align, o.shape[0], method, n, t.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+        self._run(method, lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), _ptr(recvs[i]),
             _ptr(offs[i]), layouts[i], comm.handle, stream))
         return outs
@@ -2258,7 +2316,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                     f"world_size ({n}) x local_experts ({e})")
         layouts = [_capi.expert_layout(row_bytes, e, align, t.shape[0], method, n, o.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_combine(
+        self._run(method, lambda i, comm, stream: _capi.expert_combine(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), layouts[i], comm.handle,
             stream))
         return outs

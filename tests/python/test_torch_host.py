@@ -1379,3 +1379,104 @@ def test_single_process_uneven_exchange_makes_the_c_calls(a2av_lib, fake_cuda, q
         missing = [w for w in words if w not in str(info.value)]
         assert not missing, f"{info.value!r} lacks {missing}"
     assert a2av_lib.launches() == []
+
+
+# ---- Inside yali.group(): the forms with work of their own after the collective are refused ------
+#
+# Inside a group a collective is only queued: it is launched at the outermost group end. A copy, an
+# offsets computation or a stream join that a method issues right after its collective would then
+# run before it, and a temporary the collective reads would be freed before it runs.
+
+
+def _refused_in_group(call, method):
+    with yali.group():
+        with pytest.raises(yali.YaliInvalidUsage) as info:
+            call()
+    text = str(info.value)
+    assert info.value.call == method and "yali.group()" in text, text
+    return text
+
+
+def test_communicator_refuses_list_forms_inside_a_group(fake_lib, fake_mode, comm3, op_calls):
+    c = comm3  # rank 1 of 3
+    x = _cuda(4, 5)
+    text = _refused_in_group(lambda: c.gather(x, [_cuda(4, 5) for _ in range(3)], dst=1),
+                             "Communicator.gather")
+    assert "gather_list" in text and "one tensor" in text, text
+    text = _refused_in_group(lambda: c.scatter(x, [_cuda(20) for _ in range(3)], src=1),
+                             "Communicator.scatter")
+    assert "scatter_list" in text, text
+    assert op_calls == []  # nothing queued
+    assert [call[0] for call in fake_lib.calls] == ["yaliGroupStart", "yaliGroupEnd"] * 2
+    # The one-tensor forms, and the calls off the root (no list there), are fine.
+    with yali.group():
+        c.gather(x, _cuda(60), dst=1)
+        c.gather(x, None, dst=0)
+        c.scatter(x, _cuda(3, 4, 5), src=1)
+        c.scatter(x, None, src=2)
+    assert [name for name, _ in op_calls] == ["gather", "gather", "scatter", "scatter"]
+    # Outside a group the list forms work as before.
+    c.gather(x, [_cuda(4, 5) for _ in range(3)], dst=1)
+    c.scatter(x, [_cuda(20) for _ in range(3)], src=1)
+    assert len(op_calls) == 6
+
+
+def test_device_count_offsets_are_refused_inside_a_group(a2av_lib, monkeypatch, no_stream):
+    """all_to_all_device_counts computes output_offsets on the stream after its launch: refused in a
+    group (by the operator's launch, so the method, torch.ops.yali and compiled code alike), before
+    the C call. Without output_offsets it is fine."""
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    out, x = _Rows(0x200, (10, 3)), _Rows(0x100, (4, 3))
+    text = _refused_in_group(lambda: yt._launch_all_to_all_device_counts(
+        "yali::all_to_all_device_counts", c.handle, out, x, _i64(0x300, 3), _i64(0x400, 3),
+        _i64(0x500, 3)), "yali::all_to_all_device_counts")
+    assert "output_offsets" in text, text
+    assert a2av_lib.launches() == []
+    with yali.group():
+        yt._launch_all_to_all_device_counts("yali::all_to_all_device_counts", c.handle, out, x,
+                                            _i64(0x300, 3), _i64(0x400, 3), None)
+    assert [call[0] for call in a2av_lib.calls if call[0] != "yaliCommGetAsyncError"][-3:] == [
+        "yaliGroupStart", "yaliExpertDispatch", "yaliGroupEnd"]
+
+
+def test_single_process_refuses_work_after_the_launch_inside_an_outer_group(
+        a2av_lib, fake_cuda, quiet_data_ptr):
+    """Each call groups its launches itself; nested in an outer yali.group() they wait for the outer
+    end, so the forms that do work after their launch are refused there: a list gather_list (copied
+    out after), a list scatter_list (its temporary buffer), output_offsets (computed after), and any
+    call on ranks that share a GPU (the current stream's join to their side streams)."""
+    m = "SingleProcessCommunicator"
+    sp = _fake_single(3)
+    sp.devices = [0, 1, 2]  # distinct GPUs: no side streams
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    x = [torch.empty(4, device=f"cuda:{d}") for d in sp.devices]
+    i64 = [torch.empty(3, dtype=torch.int64, device=f"cuda:{d}") for d in sp.devices]
+    rows = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
+    text = _refused_in_group(lambda: sp.gather(x, [torch.empty(4, device="cuda:1")] * 3, dst=1),
+                             f"{m}.gather")
+    assert "gather_list" in text, text
+    text = _refused_in_group(lambda: sp.scatter(x, [torch.empty(4, device="cuda:0")] * 3, src=0),
+                             f"{m}.scatter")
+    assert "scatter_list" in text, text
+    text = _refused_in_group(lambda: sp.all_to_all_device_counts(rows, rows, i64, None, i64),
+                             f"{m}.all_to_all_device_counts")
+    assert "output_offsets" in text, text
+    assert a2av_lib.launches() == []
+    # The other forms nest (launched at the outer end, in call order).
+    with yali.group():
+        sp.gather(x, torch.empty(12, device="cuda:1"), dst=1)
+        sp.broadcast(x, 0)
+        sp.all_to_all_device_counts(rows, rows, i64, i64)
+    names = [c[0] for c in a2av_lib.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names[0] == "yaliGroupStart" and names[-1] == "yaliGroupEnd", names
+    assert [n for n in names if not n.startswith("yaliGroup")] == (
+        ["yaliGather"] * 3 + ["yaliBroadcast"] * 3 + ["yaliExpertDispatch"] * 3)
+    shared = _fake_single(2)  # devices [0, 0]: side streams
+    y = [torch.empty(4, device="cuda:0") for _ in range(2)]
+    del a2av_lib.calls[:]
+    text = _refused_in_group(lambda: shared.broadcast(y, 0), f"{m}.broadcast")
+    assert "share a GPU" in text, text
+    assert a2av_lib.launches() == []
+    shared.broadcast(y, 0)  # outside a group: fine
+    assert len(a2av_lib.launches("yaliBroadcast")) == 2
