@@ -89,8 +89,10 @@ yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an oper
     yali::expert_combine(Tensor(a!) output, Tensor input, Tensor send_counts, int local_experts,
                          int align, int comm) -> ()
 
-The shapes are the C calls' (yali.h), flat: all_gather_into_tensor's output holds nranks x
-input.numel() elements, rank i's input at element i * input.numel(); reduce_scatter_tensor's input
+all_reduce_out's out has tensor's shape (as Communicator.all_reduce asks, so that a compiled call
+is refused where the eager one is). The other shapes are the C calls' (yali.h), flat:
+all_gather_into_tensor's output holds nranks x input.numel() elements, rank i's input at element
+i * input.numel(); reduce_scatter_tensor's input
 holds nranks x output.numel(); gather's output (nranks x input.numel(), on root; on other ranks a
 0-element tensor, not looked at) and scatter's input (nranks x output.numel(), on root; elsewhere 0
 elements, not looked at); all_to_all_single's output and input have the same number of elements,
@@ -605,7 +607,7 @@ def _launch_all_reduce(opname, handle, src, dst, op):
         raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
     if not (src.is_contiguous() and dst.is_contiguous()):
         raise ValueError(f"{opname}: tensors must be contiguous")
-    if dst is not src and (dst.numel() != src.numel() or dst.dtype != src.dtype
+    if dst is not src and (dst.shape != src.shape or dst.dtype != src.dtype
                            or dst.device != src.device):
         raise ValueError(f"{opname}: out ({tuple(dst.shape)} {dst.dtype} {dst.device}) does not "
                          f"match tensor ({tuple(src.shape)} {src.dtype} {src.device})")
@@ -654,6 +656,7 @@ def _define_collective(name, launch, out_like):
     def _out_fake(tensor, out, comm, op):
         _fake_check(qual + "_out", comm, tensor)
         _fake_check(qual + "_out", comm, out, "out")
+        _check_out(qual + "_out", tensor, out)  # what the method checks eagerly: shape included
         _check_op_dtype(qual + "_out", op, tensor.dtype)
 
     @torch.library.custom_op(qual, mutates_args=(), device_types="cuda")

@@ -78,8 +78,9 @@ class _FakeCudaTensor:
     device = torch.device("cuda", 0)
     dtype = torch.float32
 
-    def __init__(self, ptr=0x10000, n=16):
+    def __init__(self, ptr=0x10000, n=16, shape=None):
         self._ptr, self._n = ptr, n
+        self.shape = torch.Size((n,) if shape is None else shape)
 
     def is_contiguous(self):
         return True
@@ -737,6 +738,35 @@ def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
     # Eager, ReduceOp(member) (an object of its own that compares equal to the member) too.
     for op, code in cases[:5]:
         assert yt._op_code(R(op), "m") == code
+
+
+def test_all_reduce_out_of_another_shape_is_refused_compiled_as_eagerly(fake_mode, comm3, fake_lib,
+                                                                         no_stream):
+    """The methods skip their own checks while torch.compile traces; the operator's fake
+    implementation refuses an out of another shape (the same number of elements) as the method
+    does eagerly, and so does its launch (torch.ops.yali.all_reduce_out called directly)."""
+    c = comm3
+    x, o = _cuda(6, 5), _cuda(5, 6)
+    with pytest.raises(ValueError, match=r"out has shape \(5, 6\), tensor has \(6, 5\)"):
+        c.all_reduce(x, out=o)
+    torch._dynamo.reset()
+    try:
+        with pytest.raises(Exception, match=r"out has shape \(5, 6\), tensor has \(6, 5\)"):
+            torch.compile(lambda x, o: c.all_reduce(x, out=o), fullgraph=True,
+                          backend="eager")(x, o)
+    finally:
+        torch._dynamo.reset()
+    c.all_reduce(x, out=_cuda(6, 5))  # the same shape: fine
+    with pytest.raises(ValueError, match=r"out has shape \(5, 6\)"):
+        torch.ops.yali.all_reduce_out(x, o, c.handle, 0)  # its fake, here
+    src = _FakeCudaTensor(0x100, 30, (6, 5))
+    with pytest.raises(ValueError, match=r"out \(\(5, 6\) .*\) does not match tensor \(\(6, 5\)"):
+        yt._launch_all_reduce("yali::all_reduce_out", c.handle, src,
+                              _FakeCudaTensor(0x200, 30, (5, 6)), 0)
+    assert _launches(fake_lib) == []
+    yt._launch_all_reduce("yali::all_reduce_out", c.handle, src, _FakeCudaTensor(0x200, 30, (6, 5)),
+                          0)
+    assert len(_launches(fake_lib)) == 1
 
 
 @pytest.mark.xfail(torch.torch_version.TorchVersion(torch.__version__) < "2.10", strict=False,
