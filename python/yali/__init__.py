@@ -33,6 +33,7 @@ Submodules ``torch``, ``sweep``, ``report``, ``hw``, ``bench_backends`` are impo
 
 import contextlib
 import importlib
+import threading
 from typing import NamedTuple
 
 from . import _capi
@@ -311,15 +312,35 @@ def get_unique_id():
 # ---- Groups --------------------------------------------------------------------------------------
 
 
+# The groups this thread has open through group_start (the library counts them per thread too). The
+# torch layer reads it to refuse the forms that do work of their own after a collective (a copy out
+# of an internal buffer, an offsets computation): inside a group that work would run before the
+# collective, which is launched only at the outermost group end.
+_groups = threading.local()
+
+
+def _group_depth():
+    """How many groups this thread has open (0: none), through group_start/group()."""
+    return getattr(_groups, "depth", 0)
+
+
 def group_start():
     """yaliGroupStart: NCCL's meaning. Collectives are checked when called and launched at the
-    outermost group end; one thread driving several GPUs groups the per-GPU calls of a collective."""
+    outermost group end; one thread driving several GPUs groups the per-GPU calls of a collective.
+    Inside a group, a collective's output is not written before that end."""
     _capi.group_start()
+    _groups.depth = _group_depth() + 1
 
 
 def group_end():
     """yaliGroupEnd: launches the group's collectives, in call order."""
-    _capi.group_end()
+    try:
+        _capi.group_end()
+    finally:
+        # The library closes the group even when a launch at its end fails; a group_end without
+        # a group_start is refused there and leaves the count at 0 here.
+        if _group_depth() > 0:
+            _groups.depth -= 1
 
 
 @contextlib.contextmanager

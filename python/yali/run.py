@@ -23,6 +23,8 @@ Where the library is looked for, in order (as ``yali._capi`` looks for libyali):
      found nccl.h);
   3. beside ``$YALI_LIBRARY`` (a build tree's ``src/libyali.so``: its ``nccl_abi/libyali-nccl.so``);
   4. ``<repo>/build/src/nccl_abi/libyali-nccl.so`` when running from the source tree (``make build``).
+The loader splits LD_PRELOAD at spaces and colons, so a library path holding one cannot be
+preloaded: yali-run then refuses to run (exit status 1) instead of running COMMAND on plain NCCL.
 """
 
 import os
@@ -67,9 +69,13 @@ def find_library():
     raise LibraryNotFound(f"{LIBRARY_NAME} not found. Looked at: {tried}.{hint}")
 
 
+# ld.so splits LD_PRELOAD at these: a path holding one is not preloaded as a whole.
+_PRELOAD_SEPARATORS = (" ", ":")
+
+
 def preload_value(library, current):
     """LD_PRELOAD with `library` first (once), then what `current` held, in its order."""
-    # The loader splits LD_PRELOAD at spaces and colons.
+    # The loader splits LD_PRELOAD at spaces and colons (_PRELOAD_SEPARATORS).
     others = [p for p in current.replace(":", " ").split() if p and p != library] if current else []
     return ":".join([library] + others)
 
@@ -98,6 +104,13 @@ def main(argv=None):
     if args[0] == "--print-library":
         print(library)
         return 0
+    if any(sep in library for sep in _PRELOAD_SEPARATORS):
+        # The loader would look for the pieces, find none and go on: the program would run on its
+        # own NCCL with nothing said.
+        print(f"yali-run: cannot preload {library}: the loader splits LD_PRELOAD at spaces and "
+              f"colons, so a path holding one is not preloaded. Copy or link {LIBRARY_NAME} to a "
+              "path without them and point YALI_NCCL_SHIM at it.", file=sys.stderr)
+        return 1
     env = dict(os.environ)
     env["LD_PRELOAD"] = preload_value(library, env.get("LD_PRELOAD", ""))
     try:

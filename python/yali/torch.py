@@ -37,8 +37,10 @@ Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int
 bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
 The uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts, expert_dispatch,
 expert_combine) moves rows along dim 0 as bytes: any dtype, output.shape[1:] == input.shape[1:].
-Reductions: op "sum", "prod", "max", "min", "avg" (or torch.distributed.ReduceOp.SUM, PRODUCT, MAX,
-MIN, AVG); avg is for floating types only (the library refuses it for integers: ValueError here).
+Reductions: op "sum", "prod", "max", "min", "avg" (or a yali.RedOp, or
+torch.distributed.ReduceOp.SUM, PRODUCT, MAX, MIN, AVG; never a plain int, which torch.distributed
+and yali number differently: TypeError); avg is for floating types only (the library refuses it for
+integers: ValueError here).
 Integers wrap around (two's complement) on overflow; fp16, bf16 and fp8 accumulate in fp32; every
 rank gets the same bits. Tensors must be contiguous and on the communicator's GPU.
 
@@ -56,7 +58,11 @@ Every collective is a custom operator (``torch.ops.yali.*``) with a fake impleme
 ``torch.compile(fullgraph=True)`` traces through it without a graph break; it launches on torch's
 current stream, never synchronizes and allocates only in the functional form (and, in
 all_to_all_device_counts given output_offsets without output_splits, a [world_size] temporary), so
-it can be captured in a CUDA graph. ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
+it can be captured in a CUDA graph. Every operator is marked as having a side effect
+(torch.fx.node.has_side_effect), so that a compiled graph keeps a call whose output this rank does
+not read (reduce off the destination, gather off the root, an unused result): the peers wait for
+it. torch honours that mark from 2.10 on; with older torch, torch.compile can still drop such a
+call (keep it out of the compiled region, e.g. under torch.compiler.disable). ``comm`` is the yaliComm_t as an int (``Communicator.handle``), ``op`` a
 yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an operator writes:
 
     yali::all_reduce_(Tensor(a!) tensor, int comm, int op) -> ()                  in place
@@ -83,8 +89,10 @@ yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an oper
     yali::expert_combine(Tensor(a!) output, Tensor input, Tensor send_counts, int local_experts,
                          int align, int comm) -> ()
 
-The shapes are the C calls' (yali.h), flat: all_gather_into_tensor's output holds nranks x
-input.numel() elements, rank i's input at element i * input.numel(); reduce_scatter_tensor's input
+all_reduce_out's out has tensor's shape (as Communicator.all_reduce asks, so that a compiled call
+is refused where the eager one is). The other shapes are the C calls' (yali.h), flat:
+all_gather_into_tensor's output holds nranks x input.numel() elements, rank i's input at element
+i * input.numel(); reduce_scatter_tensor's input
 holds nranks x output.numel(); gather's output (nranks x input.numel(), on root; on other ranks a
 0-element tensor, not looked at) and scatter's input (nranks x output.numel(), on root; elsewhere 0
 elements, not looked at); all_to_all_single's output and input have the same number of elements,
@@ -112,6 +120,26 @@ checkpoint); a check made before that finish sees only failures of earlier work.
     graph.replay()
     loss_value = static_loss.item()  # waits for the replay
     comm.check()                     # raises YaliTimeout/YaliRemoteError/... if a collective failed
+
+The same holds for graphs torch replays on its own: ``torch.compile(mode="reduce-overhead")``
+(CUDA-graph trees) replays the compiled step's YALI collectives, once its warm-up runs are over,
+without passing through YALI's host API, and so does a ``torch.cuda.CUDAGraph.replay()`` called
+directly. Nothing in the compiled step checks (no check is put into the graph: a host read there
+would run when the graph is recorded, not at its replays). After each step's outputs have reached
+the host, call ``comm.check()``, or ``yali.torch.check_all()`` (every live comm of this process,
+the same exception types), before trusting them (stepping the optimizer, saving a checkpoint)::
+
+    loss = compiled_step(batch)          # torch.compile(step, mode="reduce-overhead")
+    loss_value = loss.item()             # waits for the step
+    yali.torch.check_all()               # raises if a YALI collective of the step failed
+    optimizer.step()
+
+Groups. Inside ``with yali.group():`` (yaliGroupStart/End) a collective is only queued: it is
+launched at the outermost group end, so its output is not written before then. The forms that do
+work of their own after their collective would do it too early, and are refused inside a group
+(YaliInvalidUsage, naming the call, before anything is queued): gather and scatter with a list
+(pass the one-tensor form), all_to_all_device_counts with output_offsets, and, nested in a group,
+SingleProcessCommunicator calls on ranks that share a GPU.
 
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
@@ -144,7 +172,7 @@ try:  # data_ptr() of a fake tensor (tracing, FakeTensorMode) is not an address:
 except ImportError:  # pragma: no cover
     _FakeTensor = ()
 
-__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "replay"]
+__all__ = ["Communicator", "SingleProcessCommunicator", "DTYPES", "OPS", "check_all", "replay"]
 
 # torch dtype -> yaliDataType_t value: every torch dtype with an NCCL type. torch.float8_e4m3fn is
 # the OCP E4M3 type NCCL calls ncclFloat8e4m3 (the *fnuz variants are other formats: not mapped).
@@ -181,24 +209,46 @@ if _is_compiling is None:  # pragma: no cover (torch 2.4 has it; kept for safety
 
 def _op_code(op, method):
     """yaliRedOp_t value of ``op``: "sum"/"prod"/"max"/"min"/"avg", a yali.RedOp, or
-    torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG."""
+    torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG. Never a plain int: torch.distributed and
+    yali number the ops differently (int(ReduceOp.MAX) is 4, yali's Avg), so 4 could mean
+    either."""
     if isinstance(op, str):
         code = OPS.get(op.lower(), _OP_ALIASES.get(op.lower()))
-    elif type(op) is int or isinstance(op, RedOp):  # not int subclasses such as torch's enums
-        code = int(op) if 0 <= op < int(RedOp.NumOps) else None
+    elif isinstance(op, RedOp):
+        # Compared as an int: torch.compile does not trace < on the enum itself.
+        code = int(op) if 0 <= int(op) < int(RedOp.NumOps) else None
+    elif isinstance(op, int):  # bool too
+        raise TypeError(
+            f"{method}: op={op!r} is a plain int, which torch.distributed and yali number "
+            "differently (int(torch.distributed.ReduceOp.MAX) is 4, yali.RedOp.Avg); pass a name "
+            "('sum', 'prod', 'max', 'min', 'avg'), a yali.RedOp or a torch.distributed.ReduceOp"
+        )
     else:
-        code = None
-        for name, value in _TORCH_OPS:
-            member = getattr(dist.ReduceOp, name, None)
-            if member is not None and op == member:
-                code = int(value)
-                break
+        code = _torch_op_code(op)
     if code is None:
         raise ValueError(
-            f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg' "
-            "or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
+            f"{method}: op={op!r} is not supported; use 'sum', 'prod', 'max', 'min', 'avg', a "
+            "yali.RedOp or torch.distributed.ReduceOp.SUM/PRODUCT/MAX/MIN/AVG"
         )
     return code
+
+
+def _torch_op_code(op):
+    """yaliRedOp_t value of a torch.distributed.ReduceOp, or None."""
+    members = [(getattr(dist.ReduceOp, name, None), value) for name, value in _TORCH_OPS]
+    # Identity first: torch.compile traces `is`, but == on these pybind11 enums breaks the graph
+    # (fullgraph=True fails). The members are singletons, so `is` finds every one of them.
+    for member, value in members:
+        if member is not None and op is member:
+            return int(value)
+    # torch.distributed.ReduceOp(ReduceOp.SUM) is an object of its own that compares equal to
+    # the member it wraps (eager only). Nothing else is compared: the members also equal torch's
+    # numbers (2.0 == ReduceOp.PRODUCT), which are not yali's.
+    if isinstance(op, dist.ReduceOp):
+        for member, value in members:
+            if member is not None and op == member:
+                return int(value)
+    return None
 
 
 def _check_op_dtype(method, code, dtype, name="tensor"):
@@ -505,6 +555,19 @@ def _as_rank(method, name, value, nranks):
     return value
 
 
+def _refuse_in_group(method, what, why):
+    """Refuses a form that does work of its own after its collective (a copy out of an internal
+    buffer, an offsets computation, a stream join) while this thread has a yali.group() open: the
+    collective is then only queued, launched at the outermost group end, so that work would run
+    before it. Raised before anything is queued."""
+    if yali._group_depth():
+        raise _capi.python_error(yali.Result.InvalidUsage, method,
+                                 f"{what} is refused inside yali.group(): {why}")
+
+
+_ONE_TENSOR = "pass one tensor of world_size x tensor.numel() elements, or call it outside the group"
+
+
 # ---- Live communicators, by handle (what the custom ops receive) --------------------------------
 
 # handle -> yali.Comm. Lets the operators turn an int back into a comm, refuse a closed one instead
@@ -544,7 +607,7 @@ def _launch_all_reduce(opname, handle, src, dst, op):
         raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
     if not (src.is_contiguous() and dst.is_contiguous()):
         raise ValueError(f"{opname}: tensors must be contiguous")
-    if dst is not src and (dst.numel() != src.numel() or dst.dtype != src.dtype
+    if dst is not src and (dst.shape != src.shape or dst.dtype != src.dtype
                            or dst.device != src.device):
         raise ValueError(f"{opname}: out ({tuple(dst.shape)} {dst.dtype} {dst.device}) does not "
                          f"match tensor ({tuple(src.shape)} {src.dtype} {src.device})")
@@ -593,6 +656,7 @@ def _define_collective(name, launch, out_like):
     def _out_fake(tensor, out, comm, op):
         _fake_check(qual + "_out", comm, tensor)
         _fake_check(qual + "_out", comm, out, "out")
+        _check_out(qual + "_out", tensor, out)  # what the method checks eagerly: shape included
         _check_op_dtype(qual + "_out", op, tensor.dtype)
 
     @torch.library.custom_op(qual, mutates_args=(), device_types="cuda")
@@ -935,6 +999,13 @@ def _launch_all_to_all_v(opname, handle, output, input, output_split_sizes, inpu
                        _packed(recv), code, handle, stream, nranks=comm.size)
 
 
+def _refuse_offsets_in_group(method):
+    _refuse_in_group(method, "output_offsets",
+                     "they are computed on the stream after the exchange, which inside a group is "
+                     "launched only at the outermost group end; pass output_splits and take their "
+                     "exclusive prefix sums after the group, or call it outside the group")
+
+
 def _source_offsets(counts, offsets):
     """``offsets`` = where each source rank's rows start: the exclusive prefix sums of ``counts``,
     on the current stream (no host synchronization); -1 wherever ``counts`` holds the -1 of a
@@ -946,6 +1017,8 @@ def _source_offsets(counts, offsets):
 
 def _launch_all_to_all_device_counts(opname, handle, output, input, input_splits, output_splits,
                                      output_offsets):
+    if output_offsets is not None:
+        _refuse_offsets_in_group(opname)
     comm, _, row_bytes, stream = _launch_rows(opname, handle, output, input)
     n = comm.size
     _check_counts(opname, "input_splits", input_splits, n, f"nranks ({n})", comm.device)
@@ -1100,6 +1173,37 @@ class _Ops:
     all_to_all_device_counts = torch.ops.yali.all_to_all_device_counts.default
     expert_dispatch = torch.ops.yali.expert_dispatch.default
     expert_combine = torch.ops.yali.expert_combine.default
+
+
+# Every operator is a collective: the other ranks wait for this rank's call, so a compiled graph must
+# make it even where this rank never reads what it writes (reduce off the destination, gather off
+# the root, whose output is a 0-element stand-in, a functional result left unused). To torch they
+# look pure (the functional ones), or pure once functionalized (the others become
+# auto_functionalized nodes whose outputs nothing reads), and aot_autograd's and inductor's dead-code
+# elimination would drop them, leaving the peers to time out. has_side_effect marks them impure: fx
+# keeps such nodes (auto_functionalized ones by the operator they wrap) and inductor's scheduler
+# keeps a kernel whose operator is impure. Both of those hold from torch 2.10 on (read in torch's
+# sources, 2.4 to 2.11; run on CPU with 2.4 and 2.11): before it, fx looked at an
+# auto_functionalized node's own target only, so the forms that write an argument are still
+# dropped, and inductor kept only kernels whose schema writes an argument, so the functional forms
+# are dropped there. torch's compile caches do not key on this marking: a graph compiled and
+# cached before it (TORCHINDUCTOR_CACHE_DIR) comes back without the calls until the cache is
+# cleared.
+#
+# Ordered effects (torch.library._register_effectful_op(op, EffectType.ORDERED)), which thread a
+# token through the graph so that no pass can reorder the calls, are not used: torch refuses them for
+# operators that write an argument (with_effects: "Ops with aliasing is not supported"), so only
+# the four functional forms would be ordered, and not against the others; the token becomes an
+# input and an output of the compiled graph (a CPU tensor, which may keep mode="reduce-overhead"
+# from capturing it; not tried on a GPU); and the registration is a private API. The calls stay in
+# the graph in program order and torch's passes are deterministic, so ranks that trace the same
+# graph issue the collectives in the same order. Graphs that differ between ranks (a Python branch
+# on the rank around other work) are not covered: inductor may reorder independent kernels (for
+# peak memory) differently in each.
+for _op in (_all_reduce_ops.inplace, _all_reduce_ops.out, _all_reduce_ops.functional,
+            *(v for v in vars(_Ops).values() if isinstance(v, torch._ops.OpOverload))):
+    torch.fx.node.has_side_effect(_op)
+del _op
 
 
 # ---- Registered memory ---------------------------------------------------------------------------
@@ -1446,7 +1550,8 @@ class Communicator(yali._ClosingContext):
           - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
             GPU (any shape and layout): gather_list[i] gets rank i's ``tensor``. The data lands
             in one internal buffer first and is then copied into the list (one extra copy; a
-            list entry may be ``tensor`` itself);
+            list entry may be ``tensor`` itself; refused inside ``yali.group()``, where the copy
+            would run before the gather);
           - or one contiguous tensor with world_size * tensor.numel() elements: rank i's tensor
             at element offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its
             block for ``dst`` (``gather_list.view(-1)[dst * n:(dst + 1) * n]``); any other
@@ -1476,6 +1581,10 @@ class Communicator(yali._ClosingContext):
             return gather_list
         parts = _check_list(method, "gather_list", gather_list, tensor, self.world_size,
                             "destination", checking)
+        if checking:
+            _refuse_in_group(method, "gather_list as a list of tensors",
+                             "the data is copied into the list after the gather, which inside a "
+                             f"group is launched only at the outermost group end; {_ONE_TENSOR}")
         buf = tensor.new_empty((self.world_size, n))
         _Ops.gather(buf, tensor, handle, root)
         for i, part in enumerate(parts):
@@ -1491,7 +1600,8 @@ class Communicator(yali._ClosingContext):
         ValueError, as in torch.distributed; a tensor is not looked at):
           - a list of world_size tensors, each with tensor.numel() elements, of its dtype, on its
             GPU (any shape and layout): copied into one internal buffer first (one extra copy; an
-            entry may be ``tensor`` itself);
+            entry may be ``tensor`` itself; refused inside ``yali.group()``, where the buffer
+            would be freed before the scatter reads it);
           - or one contiguous tensor with world_size * tensor.numel() elements, block i at element
             offset i * tensor.numel(), no extra copy. In place when ``tensor`` is its block for
             ``src`` (``scatter_list.view(-1)[src * n:(src + 1) * n]``); any other overlap is
@@ -1519,6 +1629,11 @@ class Communicator(yali._ClosingContext):
             return tensor
         parts = _check_list(method, "scatter_list", scatter_list, tensor, self.world_size,
                             "source", checking)
+        if checking:
+            _refuse_in_group(method, "scatter_list as a list of tensors",
+                             "the list is copied into an internal buffer, freed when the call "
+                             "returns, before the scatter that reads it is launched at the "
+                             f"outermost group end; {_ONE_TENSOR}")
         buf = torch.cat([p.reshape(-1) for p in parts])
         _Ops.scatter(tensor, buf, handle, root)
         return tensor
@@ -1582,11 +1697,13 @@ class Communicator(yali._ClosingContext):
         rank: YaliInvalidUsage from ``check()`` (after a graph replay) and from every later call.
 
         yaliExpertDispatch with one expert per rank; output_offsets are computed on the stream
-        after it (so do not call it inside ``yali.group()``)."""
+        after it, so they are refused inside ``yali.group()`` (YaliInvalidUsage)."""
         method = "Communicator.all_to_all_device_counts"
         handle = self.handle
         ws = self.world_size
         if not _is_compiling():
+            if output_offsets is not None:
+                _refuse_offsets_in_group(method)
             counts = (("input_splits", input_splits), ("output_splits", output_splits),
                       ("output_offsets", output_offsets))
             _require_tensors(method, (("output", output), ("input", input)) + counts)
@@ -1771,6 +1888,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
     YALI_ALLOW_SHARED_GPU=1, get streams of their own joined to it), and does not synchronize.
     They call the library directly (no custom operators): use them eagerly, outside torch.compile.
     Once any comm has failed they raise its error (YaliTimeout, ...) before launching on any GPU.
+    Nested in an outer ``yali.group()``, the launches wait for its end, so the forms that do work of
+    their own after the launch are refused there (YaliInvalidUsage): a list gather_list or
+    scatter_list, output_offsets, and every call on ranks that share a GPU.
     """
 
     def __init__(self, devices=None):
@@ -1827,7 +1947,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                              f"{len(self.devices)} (one per GPU)")
         return ts
 
-    def _run(self, launch):
+    def _run(self, method, launch):
         """``launch(i, comm, stream)`` for every rank i, inside one group: the kernels start at its
         end, all of them before this thread launches anything else (a thread driving several GPUs
         must group them, yali.h: Groups).
@@ -1840,6 +1960,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
         currents = [torch.cuda.current_stream(d) for d in self.devices]
         streams = currents
         if len(set(self.devices)) < len(self.devices):
+            _refuse_in_group(method, "a call on ranks that share a GPU",
+                             "the current stream is joined to the ranks' own streams right after "
+                             "the launch, which inside a group happens only at the outermost "
+                             "group end")
             if self._side_streams is None:
                 self._side_streams = [torch.cuda.Stream(device=d) for d in self.devices]
             streams = self._side_streams
@@ -1881,7 +2005,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         _check_op_dtype(method, code, tensors[0].dtype, "tensors[0]")
         dtype = DTYPES[tensors[0].dtype]
         count = tensors[0].numel()
-        self._run(lambda i, comm, stream: _capi.all_reduce(
+        self._run(method, lambda i, comm, stream: _capi.all_reduce(
             tensors[i].data_ptr(), outs[i].data_ptr(), count, dtype, code, comm.handle, stream))
         return outs
 
@@ -1901,7 +2025,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t, i * n,
                            f"block {i} of output_tensors[{i}]")
         dtype = DTYPES[ins[0].dtype]
-        self._run(lambda i, comm, stream: _capi.all_gather(
+        self._run(method, lambda i, comm, stream: _capi.all_gather(
             ins[i].data_ptr(), outs[i].data_ptr(), n, dtype, comm.handle, stream))
         return outs
 
@@ -1922,7 +2046,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                            f"block {i} of input_tensors[{i}]")
         _check_op_dtype(method, code, outs[0].dtype, "output_tensors[0]")
         dtype = DTYPES[outs[0].dtype]
-        self._run(lambda i, comm, stream: _capi.reduce_scatter(
+        self._run(method, lambda i, comm, stream: _capi.reduce_scatter(
             ins[i].data_ptr(), outs[i].data_ptr(), m, dtype, code, comm.handle, stream))
         return outs
 
@@ -1934,7 +2058,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         root = _as_rank(method, "src", src, len(self.devices))
         ts = self._per_rank(method, "tensors", tensors)
         dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
-        self._run(lambda i, comm, stream: _capi.broadcast(
+        self._run(method, lambda i, comm, stream: _capi.broadcast(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, root, comm.handle, stream))
         return ts
 
@@ -1948,7 +2072,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         ts = self._per_rank(method, "tensors", tensors)
         _check_op_dtype(method, code, ts[0].dtype, "tensors[0]")
         dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
-        self._run(lambda i, comm, stream: _capi.reduce(
+        self._run(method, lambda i, comm, stream: _capi.reduce(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, code, root, comm.handle, stream))
         return ts
 
@@ -1972,9 +2096,12 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = gather_list
         else:
             parts = _check_list(method, "gather_list", gather_list, ts[root], ws, "destination")
+            _refuse_in_group(method, "gather_list as a list of tensors",
+                             "the data is copied into the list after the gather, which nested in "
+                             f"a group is launched only at the outermost group end; {_ONE_TENSOR}")
             buf = ts[root].new_empty((ws, n))
         dtype = DTYPES[ts[0].dtype]
-        self._run(lambda i, comm, stream: _capi.gather(
+        self._run(method, lambda i, comm, stream: _capi.gather(
             ts[i].data_ptr(), buf.data_ptr() if i == root else None, n, dtype, root, comm.handle,
             stream))
         if parts is not None:
@@ -2000,9 +2127,13 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = scatter_list
         else:
             parts = _check_list(method, "scatter_list", scatter_list, ts[root], ws, "source")
+            _refuse_in_group(method, "scatter_list as a list of tensors",
+                             "the list is copied into an internal buffer, freed when the call "
+                             "returns, before the scatter that reads it is launched at the "
+                             f"outermost group end; {_ONE_TENSOR}")
             buf = torch.cat([p.reshape(-1) for p in parts])
         dtype = DTYPES[ts[0].dtype]
-        self._run(lambda i, comm, stream: _capi.scatter(
+        self._run(method, lambda i, comm, stream: _capi.scatter(
             buf.data_ptr() if i == root else None, ts[i].data_ptr(), n, dtype, root, comm.handle,
             stream))
         return ts
@@ -2032,7 +2163,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             _check_rows(method, f"output_tensors[{i}]", o, ws)
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t)
         dtype = DTYPES[ins[0].dtype]
-        self._run(lambda i, comm, stream: _capi.all_to_all(
+        self._run(method, lambda i, comm, stream: _capi.all_to_all(
             ins[i].data_ptr(), outs[i].data_ptr(), n // ws, dtype, comm.handle, stream))
         return outs
 
@@ -2107,7 +2238,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
         per_row = row * per_element
         send = [[c * per_row for c in s] for s in send]
         recv = [[c * per_row for c in r] for r in recv]
-        self._run(lambda i, comm, stream: _capi.all_to_all_v(
+        self._run(method, lambda i, comm, stream: _capi.all_to_all_v(
             ins[i].data_ptr(), send[i], _packed(send[i]), outs[i].data_ptr(), recv[i],
             _packed(recv[i]), code, comm.handle, stream, nranks=n))
         return outs
@@ -2127,6 +2258,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
         splits = self._count_tensors(method, "input_splits", input_splits, n, text)
         counts = self._count_tensors(method, "output_splits", output_splits, n, text, False)
         offsets = self._count_tensors(method, "output_offsets", output_offsets, n, text, False)
+        if any(o is not None for o in offsets):
+            _refuse_offsets_in_group(method)
         for i in range(n):
             _check_count_overlaps(method, ((f"input_splits[{i}]", splits[i]),
                                            (f"output_splits[{i}]", counts[i]),
@@ -2135,7 +2268,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                 counts[i] = torch.empty(n, dtype=torch.int64, device=offsets[i].device)
         layouts = [_capi.expert_layout(row_bytes, 1, 1, o.shape[0], method, n, t.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+        self._run(method, lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), splits[i].data_ptr(), outs[i].data_ptr(), _ptr(counts[i]), None,
             layouts[i], comm.handle, stream))
         # After the group's launch, on each GPU's current stream (which _run joined to the launch).
@@ -2167,7 +2300,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                            (f"expert_offsets[{i}]", offs[i])))
         layouts = [_capi.expert_layout(row_bytes, e, align, o.shape[0], method, n, t.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_dispatch(
+        self._run(method, lambda i, comm, stream: _capi.expert_dispatch(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), _ptr(recvs[i]),
             _ptr(offs[i]), layouts[i], comm.handle, stream))
         return outs
@@ -2186,7 +2319,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
                                     f"world_size ({n}) x local_experts ({e})")
         layouts = [_capi.expert_layout(row_bytes, e, align, t.shape[0], method, n, o.shape[0])
                    for o, t in zip(outs, ins)]
-        self._run(lambda i, comm, stream: _capi.expert_combine(
+        self._run(method, lambda i, comm, stream: _capi.expert_combine(
             ins[i].data_ptr(), sends[i].data_ptr(), outs[i].data_ptr(), layouts[i], comm.handle,
             stream))
         return outs
@@ -2286,6 +2419,25 @@ class SingleProcessCommunicator(yali._ClosingContext):
 
 
 # ---- CUDA graphs ---------------------------------------------------------------------------------
+
+
+def check_all():
+    """Raise the asynchronous error of any live YALI communicator of this process (every
+    Communicator and SingleProcessCommunicator not yet closed): the YaliError subclass
+    (YaliTimeout, YaliRemoteError, YaliInvalidUsage) with the library's message, naming the comm;
+    return None while every one is healthy. One host-memory read per comm (yaliCommGetAsyncError,
+    as ``check_async_error``); it does not synchronize.
+
+    For work that runs YALI collectives without passing through YALI's host API, so that nothing
+    raises there and a failed collective writes NaN into its output: replays of the CUDA graphs of
+    ``torch.compile(mode="reduce-overhead")`` (CUDA-graph trees), or ``torch.cuda.CUDAGraph.replay()``
+    called directly. Call it once the step's work has finished (after a synchronization such as
+    ``loss.item()``) and before trusting its outputs; it needs no list of the comms the graphs
+    hold."""
+    for handle, comm in list(_LIVE.items()):
+        _capi.check_async_error(handle, "yali.torch.check_all",
+                                f"comm {handle:#x} (rank {comm.rank} of {comm.size}, "
+                                f"cuda:{comm.device})")
 
 
 def replay(graph, *comms, synchronize=False):

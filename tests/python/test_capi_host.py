@@ -495,6 +495,45 @@ def test_group_nesting():
     assert info.value.call == "yaliGroupEnd"
 
 
+def test_group_depth_is_counted_per_thread(fake_lib, monkeypatch):
+    """yali keeps its own count of the open groups of each thread (as the library does), so that
+    the torch layer can refuse the forms that do work of their own after a collective: inside a
+    group that work would run before the collective, launched only at the outermost group end."""
+    import threading
+
+    seen = []
+
+    def other_thread():
+        seen.append(yali._group_depth())
+
+    assert yali._group_depth() == 0
+    with yali.group():
+        assert yali._group_depth() == 1
+        yali.group_start()
+        assert yali._group_depth() == 2
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        yali.group_end()
+        assert yali._group_depth() == 1
+    assert yali._group_depth() == 0 and seen == [0]
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart"] * 2 + ["yaliGroupEnd"] * 2
+
+    # A failed yaliGroupEnd has still closed the group (its launches failed at its end).
+    monkeypatch.setattr(fake_lib, "yaliGroupEnd", lambda: int(yali.Result.InvalidArgument),
+                        raising=False)
+    yali.group_start()
+    with pytest.raises(yali.YaliInvalidArgument):
+        yali.group_end()
+    assert yali._group_depth() == 0
+    # A yaliGroupStart the library refused opened nothing.
+    monkeypatch.setattr(fake_lib, "yaliGroupStart", lambda: int(yali.Result.InvalidUsage),
+                        raising=False)
+    with pytest.raises(yali.YaliInvalidUsage):
+        yali.group_start()
+    assert yali._group_depth() == 0
+
+
 def test_library_path():
     path = _require_lib()
     assert os.path.samefile(yali.library_path(), path)

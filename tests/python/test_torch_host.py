@@ -78,8 +78,9 @@ class _FakeCudaTensor:
     device = torch.device("cuda", 0)
     dtype = torch.float32
 
-    def __init__(self, ptr=0x10000, n=16):
+    def __init__(self, ptr=0x10000, n=16, shape=None):
         self._ptr, self._n = ptr, n
+        self.shape = torch.Size((n,) if shape is None else shape)
 
     def is_contiguous(self):
         return True
@@ -192,6 +193,34 @@ def test_replay_checks_around_the_graph(fake_lib, monkeypatch):
         yt.replay(g)
 
 
+def test_check_all_raises_any_live_comms_async_error(fake_lib, monkeypatch):
+    """After work that never passes through YALI's host API (a replay of torch.compile's
+    mode="reduce-overhead" graphs, a raw CUDAGraph.replay()), check_all() reads every live comm's
+    asynchronous error (one host-memory read each) and raises the first, as the eager calls
+    would."""
+    monkeypatch.setattr(yt, "_LIVE", {})
+    c = _fake_communicator(monkeypatch, rank=1, n=2)
+    sp = _fake_single(3)
+    for comm in sp.comms:
+        monkeypatch.setitem(yt._LIVE, comm.handle, comm)
+    assert yt.check_all() is None
+    read = [call[1] for call in fake_lib.calls if call[0] == "yaliCommGetAsyncError"]
+    assert read == [c.handle] + [comm.handle for comm in sp.comms]
+    fake_lib.comm_errors[sp.comms[2].handle] = "yaliCommRegister: an old, unrelated failure"
+    fake_lib.async_errors[sp.comms[2].handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    with pytest.raises(yali.YaliTimeout) as info:
+        yt.check_all()
+    e = info.value
+    assert e.code == yali.Result.Timeout and e.call == "yali.torch.check_all"
+    assert e.detail == (f"comm {sp.comms[2].handle:#x} (rank 2 of 3, cuda:0): "
+                        f"yaliCommGetAsyncError: {_TIMEOUT_TEXT}"), str(e)
+    # A closed comm is no longer live: not read.
+    monkeypatch.delitem(yt._LIVE, sp.comms[2].handle)
+    del fake_lib.calls[:]
+    assert yt.check_all() is None
+    assert sp.comms[2].handle not in [call[1] for call in fake_lib.calls]
+
+
 def test_single_process_abort_goes_on_after_an_error(monkeypatch):
     """abort() is the way out of a failure: one comm's refusal must not leave the others alive."""
     aborted = []
@@ -244,6 +273,29 @@ def test_avg_only_for_floating_dtypes():
             assert "Communicator.reduce" in str(info.value) and str(dtype) in str(info.value)
         for op in ("sum", "prod", "max", "min"):
             yt._check_op_dtype("m", yt._op_code(op, "m"), dtype)
+
+
+def test_ops_are_names_yali_redops_or_torch_reduce_ops_never_plain_ints(fake_lib):
+    """torch.distributed and yali number the ops differently (int(ReduceOp.MAX) is 4, yali's Avg):
+    a plain int could mean either, so the torch layer refuses it, naming the method."""
+    R = torch.distributed.ReduceOp
+    for op, code in (("max", 2), ("PRODUCT", 1), ("mean", 4), (yali.RedOp.Max, 2),
+                     (yali.RedOp.Avg, 4), (R.MAX, 2), (R.AVG, 4)):
+        assert yt._op_code(op, "m") == code, op
+    for op in (4, 0, int(R.MAX), True, 7, -1):
+        with pytest.raises(TypeError) as info:
+            yt._op_code(op, "Communicator.all_reduce")
+        text = str(info.value)
+        assert "Communicator.all_reduce" in text and f"op={op!r}" in text, text
+        assert "yali.RedOp" in text and "torch.distributed.ReduceOp" in text, text
+    for op in (yali.RedOp.NumOps, R.BAND, R.PREMUL_SUM, "xor", 2.0):
+        with pytest.raises(ValueError, match="is not supported"):
+            yt._op_code(op, "m")
+    # Through a method of each communicator: refused before anything is launched.
+    sp = _fake_single(2)
+    with pytest.raises(TypeError, match="SingleProcessCommunicator.all_reduce: op=2"):
+        sp.all_reduce([object(), object()], 2)
+    assert fake_lib.launches() == []
 
 
 def test_operator_schemas():
@@ -655,6 +707,111 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
         got = torch.compile(f, fullgraph=True, backend=backend)(_cuda(4, 5), _cuda(12, 5))
         assert got.shape == (4, 5) and got.device.type == "cuda"
     torch._dynamo.reset()
+
+
+def test_compile_fullgraph_takes_torch_reduce_ops(fake_mode, comm3):
+    """torch.distributed.ReduceOp members trace without a graph break (Dynamo cannot compare
+    pybind11 enums with ==) and reach the operator as their yali.RedOp values; yali.RedOp members
+    trace too."""
+    c, R = comm3, torch.distributed.ReduceOp
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm
+
+    cases = [(getattr(R, name), code) for name, code in
+             (("SUM", 0), ("PRODUCT", 1), ("MAX", 2), ("MIN", 3), ("AVG", 4))]
+    cases += [(yali.RedOp.Max, 2), (yali.RedOp.Avg, 4)]  # yali's own enum traces too
+    for op, code in cases:
+        name = str(op)
+        torch._dynamo.reset()
+        graphs.clear()
+        try:
+            got = torch.compile(lambda x: c.all_reduce_functional(x, op) + c.all_reduce(x, op),
+                                fullgraph=True, backend=keep_graph)(_cuda(6, 5))
+        finally:
+            torch._dynamo.reset()
+        assert got.shape == (6, 5)
+        (text,) = graphs
+        assert text.count(f", {c.handle}, {code})") == 2, f"{name}:\n{text}"
+    # Eager, ReduceOp(member) (an object of its own that compares equal to the member) too.
+    for op, code in cases[:5]:
+        assert yt._op_code(R(op), "m") == code
+
+
+def test_all_reduce_out_of_another_shape_is_refused_compiled_as_eagerly(fake_mode, comm3, fake_lib,
+                                                                         no_stream):
+    """The methods skip their own checks while torch.compile traces; the operator's fake
+    implementation refuses an out of another shape (the same number of elements) as the method
+    does eagerly, and so does its launch (torch.ops.yali.all_reduce_out called directly)."""
+    c = comm3
+    x, o = _cuda(6, 5), _cuda(5, 6)
+    with pytest.raises(ValueError, match=r"out has shape \(5, 6\), tensor has \(6, 5\)"):
+        c.all_reduce(x, out=o)
+    torch._dynamo.reset()
+    try:
+        with pytest.raises(Exception, match=r"out has shape \(5, 6\), tensor has \(6, 5\)"):
+            torch.compile(lambda x, o: c.all_reduce(x, out=o), fullgraph=True,
+                          backend="eager")(x, o)
+    finally:
+        torch._dynamo.reset()
+    c.all_reduce(x, out=_cuda(6, 5))  # the same shape: fine
+    with pytest.raises(ValueError, match=r"out has shape \(5, 6\)"):
+        torch.ops.yali.all_reduce_out(x, o, c.handle, 0)  # its fake, here
+    src = _FakeCudaTensor(0x100, 30, (6, 5))
+    with pytest.raises(ValueError, match=r"out \(\(5, 6\) .*\) does not match tensor \(\(6, 5\)"):
+        yt._launch_all_reduce("yali::all_reduce_out", c.handle, src,
+                              _FakeCudaTensor(0x200, 30, (5, 6)), 0)
+    assert _launches(fake_lib) == []
+    yt._launch_all_reduce("yali::all_reduce_out", c.handle, src, _FakeCudaTensor(0x200, 30, (6, 5)),
+                          0)
+    assert len(_launches(fake_lib)) == 1
+
+
+@pytest.mark.xfail(torch.torch_version.TorchVersion(torch.__version__) < "2.10", strict=False,
+                   reason="torch < 2.10 ignores has_side_effect for auto_functionalized nodes and "
+                   "in inductor's scheduler (torch.py says more)")
+def test_compile_keeps_collectives_whose_output_this_rank_ignores(fake_mode, comm3):
+    """A collective is a promise to the other ranks: a compiled function must make every call even
+    where this rank never reads what it writes (reduce off the destination, gather off the root,
+    an output or a result left unused), else the peers wait for this rank until YALI_TIMEOUT_MS.
+    The graph aot_autograd hands its compiler (what inductor lowers) keeps every call; the
+    operators are impure, which is what inductor's scheduler asks before dropping a kernel whose
+    outputs nobody reads."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    c = comm3
+    graphs = []
+
+    def keep_graph(gm, example_inputs):
+        graphs.append(gm.code)
+        return gm
+
+    def f(x):
+        r = x.clone()
+        c.reduce(r, 0)  # rank 1 is not the destination: r is not read afterwards
+        c.gather(x, None, dst=0)  # off the root: the output is an internal 0-element stand-in
+        c.all_gather_into_tensor(torch.empty(18, 5, device="cuda"), x)  # output never read
+        c.all_reduce_functional(x)  # result unused
+        c.all_gather_functional(x)  # result unused
+        return x + 1
+
+    torch._dynamo.reset()
+    try:
+        torch.compile(f, backend=aot_autograd(fw_compiler=keep_graph), fullgraph=True)(_cuda(6, 5))
+    finally:
+        torch._dynamo.reset()
+    (code,) = graphs
+    for op in ("yali.reduce_.", "yali.gather.", "yali.all_gather_into_tensor.",
+               "yali.all_reduce.", "yali.all_gather."):
+        assert code.count(op) == 1, f"{op} missing from the compiled graph:\n{code}"
+    is_impure = getattr(getattr(torch._library, "utils", None), "is_impure", None)
+    if is_impure is not None:  # what inductor's FallbackKernel.has_side_effects asks
+        for name in dir(torch.ops.yali):
+            packet = getattr(torch.ops.yali, name)
+            if isinstance(packet, torch._ops.OpOverloadPacket):
+                assert is_impure(packet.default), f"torch.ops.yali.{name} is pure for inductor"
 
 
 # ---- The operators' launch functions (real launch path, library faked) ---------------------------
@@ -1252,3 +1409,104 @@ def test_single_process_uneven_exchange_makes_the_c_calls(a2av_lib, fake_cuda, q
         missing = [w for w in words if w not in str(info.value)]
         assert not missing, f"{info.value!r} lacks {missing}"
     assert a2av_lib.launches() == []
+
+
+# ---- Inside yali.group(): the forms with work of their own after the collective are refused ------
+#
+# Inside a group a collective is only queued: it is launched at the outermost group end. A copy, an
+# offsets computation or a stream join that a method issues right after its collective would then
+# run before it, and a temporary the collective reads would be freed before it runs.
+
+
+def _refused_in_group(call, method):
+    with yali.group():
+        with pytest.raises(yali.YaliInvalidUsage) as info:
+            call()
+    text = str(info.value)
+    assert info.value.call == method and "yali.group()" in text, text
+    return text
+
+
+def test_communicator_refuses_list_forms_inside_a_group(fake_lib, fake_mode, comm3, op_calls):
+    c = comm3  # rank 1 of 3
+    x = _cuda(4, 5)
+    text = _refused_in_group(lambda: c.gather(x, [_cuda(4, 5) for _ in range(3)], dst=1),
+                             "Communicator.gather")
+    assert "gather_list" in text and "one tensor" in text, text
+    text = _refused_in_group(lambda: c.scatter(x, [_cuda(20) for _ in range(3)], src=1),
+                             "Communicator.scatter")
+    assert "scatter_list" in text, text
+    assert op_calls == []  # nothing queued
+    assert [call[0] for call in fake_lib.calls] == ["yaliGroupStart", "yaliGroupEnd"] * 2
+    # The one-tensor forms, and the calls off the root (no list there), are fine.
+    with yali.group():
+        c.gather(x, _cuda(60), dst=1)
+        c.gather(x, None, dst=0)
+        c.scatter(x, _cuda(3, 4, 5), src=1)
+        c.scatter(x, None, src=2)
+    assert [name for name, _ in op_calls] == ["gather", "gather", "scatter", "scatter"]
+    # Outside a group the list forms work as before.
+    c.gather(x, [_cuda(4, 5) for _ in range(3)], dst=1)
+    c.scatter(x, [_cuda(20) for _ in range(3)], src=1)
+    assert len(op_calls) == 6
+
+
+def test_device_count_offsets_are_refused_inside_a_group(a2av_lib, monkeypatch, no_stream):
+    """all_to_all_device_counts computes output_offsets on the stream after its launch: refused in a
+    group (by the operator's launch, so the method, torch.ops.yali and compiled code alike), before
+    the C call. Without output_offsets it is fine."""
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    out, x = _Rows(0x200, (10, 3)), _Rows(0x100, (4, 3))
+    text = _refused_in_group(lambda: yt._launch_all_to_all_device_counts(
+        "yali::all_to_all_device_counts", c.handle, out, x, _i64(0x300, 3), _i64(0x400, 3),
+        _i64(0x500, 3)), "yali::all_to_all_device_counts")
+    assert "output_offsets" in text, text
+    assert a2av_lib.launches() == []
+    with yali.group():
+        yt._launch_all_to_all_device_counts("yali::all_to_all_device_counts", c.handle, out, x,
+                                            _i64(0x300, 3), _i64(0x400, 3), None)
+    assert [call[0] for call in a2av_lib.calls if call[0] != "yaliCommGetAsyncError"][-3:] == [
+        "yaliGroupStart", "yaliExpertDispatch", "yaliGroupEnd"]
+
+
+def test_single_process_refuses_work_after_the_launch_inside_an_outer_group(
+        a2av_lib, fake_cuda, quiet_data_ptr):
+    """Each call groups its launches itself; nested in an outer yali.group() they wait for the outer
+    end, so the forms that do work after their launch are refused there: a list gather_list (copied
+    out after), a list scatter_list (its temporary buffer), output_offsets (computed after), and any
+    call on ranks that share a GPU (the current stream's join to their side streams)."""
+    m = "SingleProcessCommunicator"
+    sp = _fake_single(3)
+    sp.devices = [0, 1, 2]  # distinct GPUs: no side streams
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    x = [torch.empty(4, device=f"cuda:{d}") for d in sp.devices]
+    i64 = [torch.empty(3, dtype=torch.int64, device=f"cuda:{d}") for d in sp.devices]
+    rows = [torch.empty(6, 2, device=f"cuda:{d}") for d in sp.devices]
+    text = _refused_in_group(lambda: sp.gather(x, [torch.empty(4, device="cuda:1")] * 3, dst=1),
+                             f"{m}.gather")
+    assert "gather_list" in text, text
+    text = _refused_in_group(lambda: sp.scatter(x, [torch.empty(4, device="cuda:0")] * 3, src=0),
+                             f"{m}.scatter")
+    assert "scatter_list" in text, text
+    text = _refused_in_group(lambda: sp.all_to_all_device_counts(rows, rows, i64, None, i64),
+                             f"{m}.all_to_all_device_counts")
+    assert "output_offsets" in text, text
+    assert a2av_lib.launches() == []
+    # The other forms nest (launched at the outer end, in call order).
+    with yali.group():
+        sp.gather(x, torch.empty(12, device="cuda:1"), dst=1)
+        sp.broadcast(x, 0)
+        sp.all_to_all_device_counts(rows, rows, i64, i64)
+    names = [c[0] for c in a2av_lib.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names[0] == "yaliGroupStart" and names[-1] == "yaliGroupEnd", names
+    assert [n for n in names if not n.startswith("yaliGroup")] == (
+        ["yaliGather"] * 3 + ["yaliBroadcast"] * 3 + ["yaliExpertDispatch"] * 3)
+    shared = _fake_single(2)  # devices [0, 0]: side streams
+    y = [torch.empty(4, device="cuda:0") for _ in range(2)]
+    del a2av_lib.calls[:]
+    text = _refused_in_group(lambda: shared.broadcast(y, 0), f"{m}.broadcast")
+    assert "share a GPU" in text, text
+    assert a2av_lib.launches() == []
+    shared.broadcast(y, 0)  # outside a group: fine
+    assert len(a2av_lib.launches("yaliBroadcast")) == 2
