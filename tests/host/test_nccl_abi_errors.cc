@@ -1001,6 +1001,18 @@ TEST(a_shrink_in_a_group_hands_the_program_its_child_at_the_groups_end) {
 
 namespace {
 
+// Polls ncclCommGetAsyncError (up to 5 s) until the comm's init is no longer ncclInProgress, as a
+// program that made it non-blocking must before using it (PyTorch's waitReady); its last state.
+ncclResult_t pollReady(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int waited = 0; waited < 5000; ++waited) {
+    if (SHIM(ncclCommGetAsyncError)(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state != ncclInProgress) return state;
+    usleep(1000);
+  }
+  return state;
+}
+
 // Waits (up to 5 s) until every one of `comms` is set, as a program that made them non-blocking
 // polls them; true when they all are.
 bool pollUntilSet(ncclComm_t* comms, int n) {
@@ -1035,11 +1047,12 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r)
       REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);  // group.cc: a non-blocking group
+    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
     ncclComm_t kids[2] = {nullptr, nullptr};
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &blocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
     CHECK_MSG(pollUntilSet(kids, 2), "the children never reached the program: %p, %p",
               static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
     for (int r = 0; r < 2; ++r) {
@@ -1053,8 +1066,12 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     // One rank, outside a group: the same.
     ncclComm_t alone = nullptr;
     REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-    REQUIRE(SHIM(ncclCommInitRankConfig)(&alone, 1, id, 0, &nonBlocking) == ncclSuccess);
+    // NCCL's non-blocking init returns ncclInProgress outside a group (init.cc), and a split of a
+    // comm still in progress fails (ncclCommEnsureReady): the program polls first.
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&alone, 1, id, 0, &nonBlocking) == ncclInProgress);
     ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclInvalidArgument);
+    REQUIRE(pollReady(alone) == ncclSuccess);
     CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclSuccess);
     CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
     CHECK(kid != nullptr && kid == child(const_cast<void*>(realOf(alone)), 0));
@@ -1091,7 +1108,8 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     const int since = eventCount();
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], 2, id, r) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);  // a non-blocking group (group.cc)
+    for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
     unlink(path);
     CHECK(contains(getenv("NCCL_COMM_BLOCKING"), "0"));  // loaded by NCCL's first call
     // Non-blocking on both ranks: NCCL only, no set-up (whose first step is an allgather on the comm).
