@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -34,7 +35,21 @@ Registration* ourRegistration(void* handle) {
 }
 
 bool isBlocking(const ncclConfig_t* config, bool inherited) {
-  return blockingOf(config, inherited, getenv("NCCL_COMM_BLOCKING"));
+  // Read once per process, as NCCL reads its parameters (NCCL_PARAM caches ncclParamCommBlocking at
+  // its first use, include/param.h), at our first call here: after NCCL's first creating call, which
+  // loaded its configuration file. A program that changes NCCL_COMM_BLOCKING later changes neither
+  // NCCL's verdict nor ours. (Read with getenv: an NCCL environment plugin, ncclEnvPluginGetEnv,
+  // that answers otherwise is not followed; where the two verdicts still differ, adopt's guard keeps
+  // every Comm that NCCL may still write.)
+  struct Cached {
+    bool set;
+    std::string value;
+  };
+  static const Cached env = [] {
+    const char* v = getenv("NCCL_COMM_BLOCKING");
+    return Cached{v != nullptr, v != nullptr ? v : ""};
+  }();
+  return blockingOf(config, inherited, env.set ? env.value.c_str() : nullptr);
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
@@ -57,6 +72,7 @@ namespace {
 struct Child {
   Comm* comm;
   ncclComm_t* out;
+  bool makesComm;  // false: a split with NCCL_SPLIT_NOCOLOR (NCCL writes NULL into comm->real)
 };
 
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
@@ -611,7 +627,59 @@ void registerDeferred(std::vector<Registration*> regs) {
 
 // ---- Creation --------------------------------------------------------------------------------------
 
-void adopt(Comm* c, ncclResult_t result, ncclComm_t* out) {
+namespace {
+
+// A split's or shrink's child that NCCL is still making in its background, after the call (or the
+// group) that made it returned: NCCL judged the parent non-blocking where we judged it blocking
+// (an environment plugin, say; isBlocking). NCCL's thread writes the child into c->real when its
+// init job ends (init.cc, ncclCommInitRankFunc's exit, even where the init failed; NULL for
+// NCCL_SPLIT_NOCOLOR), so c is never freed from here on: nothing here can know when that write has
+// happened without calling NCCL on the parent, which the program may destroy meanwhile. The program
+// gets our handle as NCCL would have given it NCCL's: written into *out by a thread of ours once
+// NCCL's write is seen, and NULL until then (the program polls it, as it would NCCL's). The comm is
+// NCCL only, and non-blocking to us (its own splits pass through to NCCL). Waits for at most 30
+// minutes; a Comm never written (NCCL_SPLIT_NOCOLOR: no thread at all) stays allocated.
+void handOverWhenNcclWrites(Comm* c, ncclComm_t* out, bool makesComm) {
+  c->blocking = false;
+  c->noYali = "NCCL makes it in its background (NCCL judged the parent non-blocking): NCCL only";
+  *out = nullptr;
+  info(-1, "communicator %p: %s", static_cast<void*>(c), c->noYali.c_str());
+  if (!makesComm) return;
+  std::thread([c, out] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(30);
+    int sleepMs = 1;
+    while (__atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        warn(-1, "communicator %p: NCCL never wrote the child of a split or shrink in 30 minutes; the "
+             "program's pointer stays NULL", static_cast<void*>(c));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
+      sleepMs = std::min(sleepMs * 2, 20);
+    }
+    __atomic_store_n(out, handleOf(c), __ATOMIC_RELEASE);
+  }).detach();
+}
+
+// Whether NCCL may still write parent's child: its asynchronous state is ncclInProgress (NCCL sets
+// it before a non-blocking group's end returns, and clears it only after the group's jobs, which
+// write their children, ended), or cannot be read.
+bool ncclStillMaking(const Comm* parent) {
+  ncclResult_t state = ncclSuccess;
+  if (callReal<Api::ncclCommGetAsyncError>(parent->real, &state) != ncclSuccess) return true;
+  return state == ncclInProgress;
+}
+
+}  // namespace
+
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent, bool makesComm) {
+  // A split's or shrink's child whose real comm is still NULL after a call that succeeded outside
+  // a group: NCCL_SPLIT_NOCOLOR, unless NCCL runs the split in its background (handOverWhenNcclWrites).
+  if (parent != nullptr && c->real == nullptr && result == ncclSuccess && tlsGroup.depth == 0 &&
+      ncclStillMaking(parent) && __atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
+    handOverWhenNcclWrites(c, out, makesComm);
+    return;
+  }
   // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
   const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
   if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
@@ -632,7 +700,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out) {
     setUpYali({c});
   }
   if (atGroupEnd) {
-    tlsGroup.children.push_back({c, out});
+    tlsGroup.children.push_back({c, out, makesComm});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
   } else {
     *out = handleOf(c);
@@ -661,7 +729,8 @@ void enterGroup() { ++tlsGroup.depth; }
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void leaveGroup(bool realGroupSucceeded) {
+void leaveGroup(ncclResult_t realGroupEnd) {
+  const bool realGroupSucceeded = realGroupEnd == ncclSuccess;
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
   std::vector<Child> children;
   std::vector<Comm*> setUps;
@@ -675,19 +744,26 @@ void leaveGroup(bool realGroupSucceeded) {
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
   // and keeps the NULL it was given otherwise, as with NCCL alone.
+  // A group that NCCL ended in its background (ncclInProgress: non-blocking to NCCL, whatever we
+  // judged) writes its children later: none of them is freed (handOverWhenNcclWrites).
   for (const Child& k : children) {
     if (k.comm->real != nullptr) {
       *k.out = handleOf(k.comm);
       continue;
     }
     setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
-    delete k.comm;
+    if (realGroupEnd == ncclInProgress)
+      handOverWhenNcclWrites(k.comm, k.out, k.makesComm);
+    else
+      delete k.comm;
   }
   if (!realGroupSucceeded) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.
     for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
     for (Comm* c : setUps) {
-      c->noYali = "the group that made it failed";
+      c->noYali = realGroupEnd == ncclInProgress ? "NCCL ends the group that made it in its background (NCCL judged "
+                                                   "it non-blocking): NCCL only"
+                                                 : "the group that made it failed";
       info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
     }
   } else {

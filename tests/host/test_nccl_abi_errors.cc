@@ -155,6 +155,32 @@ bool passesInChild(Body body) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// Runs `body` in a fresh process: this test binary again, its filter the running test's name, so
+// that libyali-nccl's once-per-process readings (NCCL_COMM_BLOCKING, isBlocking) are still to be
+// made, as in a program whose first communicator this is. True when its checks passed. In that
+// process (YALI_TESTS_FRESH_PROCESS names the test) the body runs directly.
+template <typename Body>
+bool passesInFreshProcess(Body body) {
+  const char* name = yali_test::currentTestName();
+  const char* fresh = getenv("YALI_TESTS_FRESH_PROCESS");
+  if (fresh != nullptr && strcmp(fresh, name) == 0) {
+    body();
+    return yali_test::currentFailures() == 0;
+  }
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    setenv("YALI_TESTS_FRESH_PROCESS", name, 1);
+    execl("/proc/self/exe", "/proc/self/exe", name, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return false;
+  if (WIFSIGNALED(status)) std::printf("    the fresh process died of signal %d\n", WTERMSIG(status));
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 // ---- Traces --------------------------------------------------------------------------------------------
 
 using Labels = std::map<const void*, std::string>;
@@ -1089,10 +1115,11 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
 // NCCL call was its init took a non-blocking comm for blocking and began YALI's set-up, collective
 // over the comm, which its peers, taking it for non-blocking, never joined.) Here one thread makes
 // both ranks without ncclGetUniqueId: rank 0's init loads the file (fake_nccl.cc, as NCCL's), so
-// rank 0 is the rank that read the setting before it was there. In a child process: the file's
-// setting stays in its environment.
+// rank 0 is the rank that read the setting before it was there. In a fresh process: libyali-nccl
+// reads the setting once per process, at its first communicator, as NCCL does (and the file's
+// setting stays in that process's environment).
 TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
-  const bool passed = passesInChild([] {
+  const bool passed = passesInFreshProcess([] {
     char path[] = "/tmp/yali-nccl-conf-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
@@ -1117,6 +1144,54 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     CHECK_MSG(t.empty(), "a set-up began on a non-blocking comm: %s", t.c_str());
     for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
     for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
+// NCCL reads NCCL_COMM_BLOCKING once per process (NCCL_PARAM caches it at its first use), and so
+// does libyali-nccl, after NCCL's first creating call: a program that sets it later changes
+// neither verdict. This fake reads it at every creation (fake_nccl.cc), as an NCCL environment
+// plugin answering otherwise than getenv could make NCCL: here it takes `mid`, the split of a
+// blocking parent made once NCCL_COMM_BLOCKING=0, for non-blocking where libyali-nccl (as NCCL
+// itself would) takes it for blocking. So `mid`'s split goes through libyali-nccl's own Comm, and NCCL
+// (this fake) runs it in its background: the call returns ncclSuccess, the child NULL, and NCCL's
+// thread writes the child into that Comm 20 ms later. libyali-nccl keeps the Comm and hands the
+// program its handle once NCCL wrote it. (Review: it took a NULL child outside a group for
+// NCCL_SPLIT_NOCOLOR and freed the Comm that NCCL's thread then wrote into, and the program's
+// pointer stayed NULL; and it read the variable at every creation.)
+TEST(a_split_nccl_makes_in_its_background_against_our_verdict_reaches_the_program) {
+  const bool passed = passesInFreshProcess([] {
+    unsetenv("NCCL_COMM_BLOCKING");
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parent = nullptr;
+    REQUIRE(SHIM(ncclCommInitRank)(&parent, 1, id, 0) == ncclSuccess);
+    setenv("NCCL_COMM_BLOCKING", "0", 1);
+    ncclComm_t mid = nullptr;
+    REQUIRE(SHIM(ncclCommSplit)(parent, 0, 0, &mid, nullptr) == ncclSuccess);
+    REQUIRE(mid != nullptr);
+    const void* midReal = realOf(mid);
+    CHECK(midReal != static_cast<const void*>(mid));  // ours: a blocking parent's child
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(mid, 0, 0, &kid, nullptr) == ncclSuccess);
+    CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
+    if (kid != nullptr) {
+      void* real = child(const_cast<void*>(midReal), 0);
+      CHECK(real != nullptr && realOf(kid) == real);
+      CHECK(kid != real);  // our handle (libyali-nccl took mid for blocking, as NCCL would)
+      CHECK(yaliOf(kid) == nullptr);  // NCCL only
+      CHECK(SHIM(ncclCommDestroy)(kid) == ncclSuccess);
+    }
+    // NCCL_SPLIT_NOCOLOR in the background: NCCL's thread writes NULL; the program's stays NULL.
+    ncclComm_t none = reinterpret_cast<ncclComm_t>(&id);
+    REQUIRE(pollReady(mid) == ncclSuccess);
+    CHECK(SHIM(ncclCommSplit)(mid, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
+    CHECK(none == nullptr);
+    REQUIRE(pollReady(mid) == ncclSuccess);
+    usleep(50 * 1000);
+    CHECK(none == nullptr);
+    unsetenv("NCCL_COMM_BLOCKING");
+    for (ncclComm_t c : {mid, parent}) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
   CHECK(passed);
 }
