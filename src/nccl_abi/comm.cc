@@ -151,6 +151,11 @@ struct SetUp {
   // scratch is pinned host memory, zeroed: this rank could not have the device's (allocNotOkScratch)
   bool hostScratch = false;
   size_t idOffset = 0, agreeOffset = 0;
+  // What this rank sends in the id round and the agreement: its words in scratch, or, where their
+  // copy there failed, "not ok" from notOk (sendNotOk).
+  const char* idSend = nullptr;
+  const char* agreeSend = nullptr;
+  void* notOk = nullptr;  // pinned host memory, sizeof(IdMessage); null until needed
   // Every step so far worked here. A rank that fails locally still takes part in the real
   // collectives that follow (with "not ok"), so that no peer waits for it: which rounds a comm
   // takes is decided on the records, which every rank reads alike whatever failed before. Only a
@@ -235,6 +240,26 @@ bool copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
   return copyOnStream(s, dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
 }
 
+// This rank's words for a round (the id round, the agreement), at `offset` in its scratch: the
+// address it sends them from. Where their copy into the scratch failed, the scratch holds what its
+// block held before (a pool block: the last set-up's words, ok = 1 among them), so the rank sends
+// `notOk` instead, from pinned host memory that NCCL reads through its device address (an
+// out-of-place allreduce; the result still lands in the scratch). Where even that memory cannot be
+// had, the scratch's (warned: a peer may go on to YALI's init and wait for this rank there until
+// YALI_TIMEOUT_MS; the agreement then leaves YALI on no rank). NOT RUN ON A GPU.
+const char* sendFrom(SetUp& s, size_t offset, const void* words, const void* notOk, size_t bytes) {
+  if (copyToDevice(s, offset, words, bytes)) return s.scratch + offset;
+  if (s.notOk == nullptr &&
+      lib().cudaHostAlloc(&s.notOk, sizeof(IdMessage), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    s.notOk = nullptr;
+    warn(s.comm->rank, "communicator %p: %s, and no pinned host memory to say \"not ok\" from: the set-up sends "
+         "what its scratch held", static_cast<void*>(s.comm), s.why.c_str());
+    return s.scratch + offset;
+  }
+  memcpy(s.notOk, notOk, bytes);
+  return static_cast<const char*>(s.notOk);
+}
+
 // Scratch memory in stream order (cudaMallocAsync): cudaFree would wait for every kernel on the
 // device, the program's and other communicators' included. Where the device has no memory pools,
 // plain cudaMalloc.
@@ -289,6 +314,11 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
 }
 
 void freeScratch(SetUp& s) {
+  if (s.notOk != nullptr) {
+    lib().cudaStreamSynchronize(s.stream);
+    lib().cudaFreeHost(s.notOk);
+    s.notOk = nullptr;
+  }
   if (s.scratch == nullptr) return;
   if (s.hostScratch) {
     lib().cudaStreamSynchronize(s.stream);
@@ -470,10 +500,11 @@ void setUpYali(const std::vector<Comm*>& comms) {
       if (!made) s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
     }
     const IdMessage sent = idContribution(s->alive, root ? (made ? &id : nullptr) : nullptr);
-    copyToDevice(*s, s->idOffset, &sent, sizeof(sent));
+    const IdMessage notOk = idContribution(false, nullptr);
+    s->idSend = sendFrom(*s, s->idOffset, &sent, &notOk, sizeof(sent));
   }
   realRound(yes, "the set-up's id round", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.scratch + s.idOffset, s.scratch + s.idOffset,
+    return callReal<Api::ncclAllReduce>(s.idSend, s.scratch + s.idOffset,
                                         sizeof(IdMessage) / sizeof(int32_t), ncclInt32, ncclMin, s.idComm(),
                                         s.stream);
   });
@@ -504,10 +535,11 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // not tell a rank that could not read it whether its peers went on to YALI's init).
   for (SetUp* s : yes) {
     const int32_t have = s->yali != nullptr ? 1 : 0;
-    copyToDevice(*s, s->agreeOffset, &have, sizeof(have));
+    const int32_t none = 0;
+    s->agreeSend = sendFrom(*s, s->agreeOffset, &have, &none, sizeof(have));
   }
   realRound(yes, "the set-up's agreement", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.scratch + s.agreeOffset, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
+    return callReal<Api::ncclAllReduce>(s.agreeSend, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
                                         s.comm->real, s.stream);
   });
   for (SetUp* s : yes) {

@@ -1345,6 +1345,35 @@ TEST(a_rank_without_set_up_scratch_still_sends_a_record_that_says_no) {
   destroyAll(ranks);
 }
 
+// A rank whose copy of its id-round message, or of its agreement word, into the set-up's scratch
+// fails sends "not ok" from pinned host memory (an out-of-place allreduce), never what the scratch's
+// block held before: the fake's pool hands out the last set-up's block unzeroed, whose id message
+// says ok = 1 and whose agreement word says 1. (Review: the allreduce sent those leftover words, so
+// rank 0 went on to YALI's init after rank 1's id copy failed, and kept its YALI comm after rank 1's
+// agreement copy failed while rank 1 had none.) The set-up's copies, two ranks driven by one thread:
+// the records to the device (1, 2) and back (3, 4), the id messages (5, 6) and back (7, 8), the
+// agreement words (9, 10).
+TEST(a_rank_whose_id_or_agreement_copy_fails_says_not_ok_not_the_scratchs_leftovers) {
+  for (int failing : {6, 10}) {
+    destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's words
+    const int since = eventCount();
+    failCudaNth("cudaMemcpyAsync", failing);  // rank 1's id message, or agreement word
+    const std::vector<ncclComm_t> comms = initInGroup(2);
+    const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, labels);
+    const char* want = failing == 6 ? "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
+                                      "ncclAllReduce(r0) ncclAllReduce(r1)"
+                                    : "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
+                                      "yaliCommInitRank() yaliCommInitRank() ncclAllReduce(r0) ncclAllReduce(r1)";
+    CHECK_MSG(t == want, "copy %d failing: %s", failing, t.c_str());
+    const std::vector<Rank> ranks = ranksOf(comms);
+    CHECK_MSG(ranks[0].yali == nullptr && ranks[1].yali == nullptr, "copy %d failing: YALI on rank 0 %p, rank 1 %p",
+              failing, ranks[0].yali, ranks[1].yali);
+    CHECK_EQ(waitingCalls(ranks[0].real), 0);
+    destroyAll(ranks);
+  }
+}
+
 // ---- The hierarchical path ------------------------------------------------------------------------------------
 
 TEST(hierarchical_steps_and_a_failing_leg) {
