@@ -833,9 +833,13 @@ ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle) {
 
 ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   // NCCL's first: where NCCL refuses, nothing is touched (NCCL frees nothing then), so the handle
-  // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy.
+  // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy. Except
+  // where NCCL's comm is gone (ncclCommAbort, or a destroy whose YALI side failed: c->real is NULL,
+  // and NCCL refuses every deregistration): its registrations went with it, YALI's comm too
+  // (endYali), and the handle is freed here with NCCL's answer, since a program whose watchdog
+  // aborted the comm may never destroy it.
   const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
-  if (r != ncclSuccess) return r;
+  if (r != ncclSuccess && c->real != nullptr) return r;
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {
@@ -849,7 +853,7 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   }
   reg->magic = 0;
   delete reg;
-  return ncclSuccess;
+  return r;
 }
 
 // ---- Tear-down --------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 // NCCL) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
 // captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -788,6 +789,32 @@ TEST(a_deregistration_nccl_refuses_keeps_the_handle_for_a_retry) {
     failNcclNext("ncclCommDeregister", ncclInternalError);
     CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, leftToDestroy) == ncclInternalError);
     destroyAll(ranks);
+  }));
+  destroyAll(ranks);
+}
+
+// After ncclCommAbort NCCL's comm is gone (the handle reaches NCCL with a NULL comm), and with it
+// its registrations: NCCL refuses every later deregistration (ncclInvalidArgument), and
+// libyali-nccl frees its own record of the handle anyway, returning NCCL's answer, since a program
+// whose watchdog aborted the comm may never destroy it. (Review: every Registration stayed until a
+// destroy.) Counted in malloc's bytes in use, in a child process.
+TEST(deregistering_after_an_abort_frees_the_handle) {
+  const std::vector<Rank> ranks = clique(2);
+  CHECK(passesInChild([&] {
+    constexpr int kHandles = 64;
+    int buffer = 0;
+    std::vector<void*> handles(kHandles, nullptr);
+    for (void*& h : handles)
+      REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &h) == ncclSuccess);
+    REQUIRE(SHIM(ncclCommAbort)(ranks[0].comm) == ncclSuccess);
+    const size_t before = mallinfo2().uordblks;
+    for (void* h : handles) CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, h) == ncclInvalidArgument);
+    const size_t after = mallinfo2().uordblks;
+    const long long freed = static_cast<long long>(before) - static_cast<long long>(after);
+    CHECK_MSG(freed >= static_cast<long long>(kHandles * 40), "%lld bytes freed by %d deregistrations", freed,
+              kHandles);
+    CHECK(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclSuccess);
+    CHECK(SHIM(ncclCommDestroy)(ranks[1].comm) == ncclSuccess);
   }));
   destroyAll(ranks);
 }
