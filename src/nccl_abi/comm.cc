@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -34,7 +35,21 @@ Registration* ourRegistration(void* handle) {
 }
 
 bool isBlocking(const ncclConfig_t* config, bool inherited) {
-  return blockingOf(config, inherited, getenv("NCCL_COMM_BLOCKING"));
+  // Read once per process, as NCCL reads its parameters (NCCL_PARAM caches ncclParamCommBlocking at
+  // its first use, include/param.h), at our first call here: after NCCL's first creating call, which
+  // loaded its configuration file. A program that changes NCCL_COMM_BLOCKING later changes neither
+  // NCCL's verdict nor ours. (Read with getenv: an NCCL environment plugin, ncclEnvPluginGetEnv,
+  // that answers otherwise is not followed; where the two verdicts still differ, adopt's guard keeps
+  // every Comm that NCCL may still write.)
+  struct Cached {
+    bool set;
+    std::string value;
+  };
+  static const Cached env = [] {
+    const char* v = getenv("NCCL_COMM_BLOCKING");
+    return Cached{v != nullptr, v != nullptr ? v : ""};
+  }();
+  return blockingOf(config, inherited, env.set ? env.value.c_str() : nullptr);
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
@@ -57,6 +72,7 @@ namespace {
 struct Child {
   Comm* comm;
   ncclComm_t* out;
+  bool makesComm;  // false: a split with NCCL_SPLIT_NOCOLOR (NCCL writes NULL into comm->real)
 };
 
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
@@ -135,6 +151,11 @@ struct SetUp {
   // scratch is pinned host memory, zeroed: this rank could not have the device's (allocNotOkScratch)
   bool hostScratch = false;
   size_t idOffset = 0, agreeOffset = 0;
+  // What this rank sends in the id round and the agreement: its words in scratch, or, where their
+  // copy there failed, "not ok" from notOk (sendNotOk).
+  const char* idSend = nullptr;
+  const char* agreeSend = nullptr;
+  void* notOk = nullptr;  // pinned host memory, sizeof(IdMessage); null until needed
   // Every step so far worked here. A rank that fails locally still takes part in the real
   // collectives that follow (with "not ok"), so that no peer waits for it: which rounds a comm
   // takes is decided on the records, which every rank reads alike whatever failed before. Only a
@@ -219,6 +240,26 @@ bool copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
   return copyOnStream(s, dst, s.scratch + offset, bytes, cudaMemcpyDeviceToHost);
 }
 
+// This rank's words for a round (the id round, the agreement), at `offset` in its scratch: the
+// address it sends them from. Where their copy into the scratch failed, the scratch holds what its
+// block held before (a pool block: the last set-up's words, ok = 1 among them), so the rank sends
+// `notOk` instead, from pinned host memory that NCCL reads through its device address (an
+// out-of-place allreduce; the result still lands in the scratch). Where even that memory cannot be
+// had, the scratch's (warned: a peer may go on to YALI's init and wait for this rank there until
+// YALI_TIMEOUT_MS; the agreement then leaves YALI on no rank). NOT RUN ON A GPU.
+const char* sendFrom(SetUp& s, size_t offset, const void* words, const void* notOk, size_t bytes) {
+  if (copyToDevice(s, offset, words, bytes)) return s.scratch + offset;
+  if (s.notOk == nullptr &&
+      lib().cudaHostAlloc(&s.notOk, sizeof(IdMessage), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+    s.notOk = nullptr;
+    warn(s.comm->rank, "communicator %p: %s, and no pinned host memory to say \"not ok\" from: the set-up sends "
+         "what its scratch held", static_cast<void*>(s.comm), s.why.c_str());
+    return s.scratch + offset;
+  }
+  memcpy(s.notOk, notOk, bytes);
+  return static_cast<const char*>(s.notOk);
+}
+
 // Scratch memory in stream order (cudaMallocAsync): cudaFree would wait for every kernel on the
 // device, the program's and other communicators' included. Where the device has no memory pools,
 // plain cudaMalloc.
@@ -273,6 +314,11 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
 }
 
 void freeScratch(SetUp& s) {
+  if (s.notOk != nullptr) {
+    lib().cudaStreamSynchronize(s.stream);
+    lib().cudaFreeHost(s.notOk);
+    s.notOk = nullptr;
+  }
   if (s.scratch == nullptr) return;
   if (s.hostScratch) {
     lib().cudaStreamSynchronize(s.stream);
@@ -454,10 +500,11 @@ void setUpYali(const std::vector<Comm*>& comms) {
       if (!made) s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
     }
     const IdMessage sent = idContribution(s->alive, root ? (made ? &id : nullptr) : nullptr);
-    copyToDevice(*s, s->idOffset, &sent, sizeof(sent));
+    const IdMessage notOk = idContribution(false, nullptr);
+    s->idSend = sendFrom(*s, s->idOffset, &sent, &notOk, sizeof(sent));
   }
   realRound(yes, "the set-up's id round", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.scratch + s.idOffset, s.scratch + s.idOffset,
+    return callReal<Api::ncclAllReduce>(s.idSend, s.scratch + s.idOffset,
                                         sizeof(IdMessage) / sizeof(int32_t), ncclInt32, ncclMin, s.idComm(),
                                         s.stream);
   });
@@ -488,10 +535,11 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // not tell a rank that could not read it whether its peers went on to YALI's init).
   for (SetUp* s : yes) {
     const int32_t have = s->yali != nullptr ? 1 : 0;
-    copyToDevice(*s, s->agreeOffset, &have, sizeof(have));
+    const int32_t none = 0;
+    s->agreeSend = sendFrom(*s, s->agreeOffset, &have, &none, sizeof(have));
   }
   realRound(yes, "the set-up's agreement", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.scratch + s.agreeOffset, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
+    return callReal<Api::ncclAllReduce>(s.agreeSend, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
                                         s.comm->real, s.stream);
   });
   for (SetUp* s : yes) {
@@ -611,7 +659,59 @@ void registerDeferred(std::vector<Registration*> regs) {
 
 // ---- Creation --------------------------------------------------------------------------------------
 
-void adopt(Comm* c, ncclResult_t result, ncclComm_t* out) {
+namespace {
+
+// A split's or shrink's child that NCCL is still making in its background, after the call (or the
+// group) that made it returned: NCCL judged the parent non-blocking where we judged it blocking
+// (an environment plugin, say; isBlocking). NCCL's thread writes the child into c->real when its
+// init job ends (init.cc, ncclCommInitRankFunc's exit, even where the init failed; NULL for
+// NCCL_SPLIT_NOCOLOR), so c is never freed from here on: nothing here can know when that write has
+// happened without calling NCCL on the parent, which the program may destroy meanwhile. The program
+// gets our handle as NCCL would have given it NCCL's: written into *out by a thread of ours once
+// NCCL's write is seen, and NULL until then (the program polls it, as it would NCCL's). The comm is
+// NCCL only, and non-blocking to us (its own splits pass through to NCCL). Waits for at most 30
+// minutes; a Comm never written (NCCL_SPLIT_NOCOLOR: no thread at all) stays allocated.
+void handOverWhenNcclWrites(Comm* c, ncclComm_t* out, bool makesComm) {
+  c->blocking = false;
+  c->noYali = "NCCL makes it in its background (NCCL judged the parent non-blocking): NCCL only";
+  *out = nullptr;
+  info(-1, "communicator %p: %s", static_cast<void*>(c), c->noYali.c_str());
+  if (!makesComm) return;
+  std::thread([c, out] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(30);
+    int sleepMs = 1;
+    while (__atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        warn(-1, "communicator %p: NCCL never wrote the child of a split or shrink in 30 minutes; the "
+             "program's pointer stays NULL", static_cast<void*>(c));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
+      sleepMs = std::min(sleepMs * 2, 20);
+    }
+    __atomic_store_n(out, handleOf(c), __ATOMIC_RELEASE);
+  }).detach();
+}
+
+// Whether NCCL may still write parent's child: its asynchronous state is ncclInProgress (NCCL sets
+// it before a non-blocking group's end returns, and clears it only after the group's jobs, which
+// write their children, ended), or cannot be read.
+bool ncclStillMaking(const Comm* parent) {
+  ncclResult_t state = ncclSuccess;
+  if (callReal<Api::ncclCommGetAsyncError>(parent->real, &state) != ncclSuccess) return true;
+  return state == ncclInProgress;
+}
+
+}  // namespace
+
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent, bool makesComm) {
+  // A split's or shrink's child whose real comm is still NULL after a call that succeeded outside
+  // a group: NCCL_SPLIT_NOCOLOR, unless NCCL runs the split in its background (handOverWhenNcclWrites).
+  if (parent != nullptr && c->real == nullptr && result == ncclSuccess && tlsGroup.depth == 0 &&
+      ncclStillMaking(parent) && __atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
+    handOverWhenNcclWrites(c, out, makesComm);
+    return;
+  }
   // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
   const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
   if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
@@ -632,7 +732,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out) {
     setUpYali({c});
   }
   if (atGroupEnd) {
-    tlsGroup.children.push_back({c, out});
+    tlsGroup.children.push_back({c, out, makesComm});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
   } else {
     *out = handleOf(c);
@@ -661,7 +761,8 @@ void enterGroup() { ++tlsGroup.depth; }
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void leaveGroup(bool realGroupSucceeded) {
+void leaveGroup(ncclResult_t realGroupEnd) {
+  const bool realGroupSucceeded = realGroupEnd == ncclSuccess;
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
   std::vector<Child> children;
   std::vector<Comm*> setUps;
@@ -675,19 +776,26 @@ void leaveGroup(bool realGroupSucceeded) {
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
   // and keeps the NULL it was given otherwise, as with NCCL alone.
+  // A group that NCCL ended in its background (ncclInProgress: non-blocking to NCCL, whatever we
+  // judged) writes its children later: none of them is freed (handOverWhenNcclWrites).
   for (const Child& k : children) {
     if (k.comm->real != nullptr) {
       *k.out = handleOf(k.comm);
       continue;
     }
     setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
-    delete k.comm;
+    if (realGroupEnd == ncclInProgress)
+      handOverWhenNcclWrites(k.comm, k.out, k.makesComm);
+    else
+      delete k.comm;
   }
   if (!realGroupSucceeded) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.
     for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
     for (Comm* c : setUps) {
-      c->noYali = "the group that made it failed";
+      c->noYali = realGroupEnd == ncclInProgress ? "NCCL ends the group that made it in its background (NCCL judged "
+                                                   "it non-blocking): NCCL only"
+                                                 : "the group that made it failed";
       info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
     }
   } else {
@@ -725,9 +833,13 @@ ncclResult_t registerBuffer(Comm* c, void* buff, size_t size, void** handle) {
 
 ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   // NCCL's first: where NCCL refuses, nothing is touched (NCCL frees nothing then), so the handle
-  // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy.
+  // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy. Except
+  // where NCCL's comm is gone (ncclCommAbort, or a destroy whose YALI side failed: c->real is NULL,
+  // and NCCL refuses every deregistration): its registrations went with it, YALI's comm too
+  // (endYali), and the handle is freed here with NCCL's answer, since a program whose watchdog
+  // aborted the comm may never destroy it.
   const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
-  if (r != ncclSuccess) return r;
+  if (r != ncclSuccess && c->real != nullptr) return r;
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {
@@ -741,7 +853,7 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   }
   reg->magic = 0;
   delete reg;
-  return ncclSuccess;
+  return r;
 }
 
 // ---- Tear-down --------------------------------------------------------------------------------------

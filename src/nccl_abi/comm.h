@@ -170,6 +170,7 @@ inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
 
 // Whether a communicator made with this config (NULL: the default, or the parent's for split and
 // shrink, `inherited`) is blocking: routing.h, blockingOf, with this process's NCCL_COMM_BLOCKING.
+// NCCL_COMM_BLOCKING is read once per process, as NCCL reads it, at the first call.
 // Read only once NCCL's creating call returned: NCCL loads its configuration file (NCCL_CONF_FILE,
 // ~/.nccl.conf, /etc/nccl.conf) into the environment at its first call on a rank, which for every
 // rank but the one that made the unique id is its init, so a read before it could differ between
@@ -188,7 +189,11 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // `real` still null after a call that succeeded in a group waits for it (*out stays NULL until then,
 // as NCCL's would: leaveGroup). A `real` null otherwise (NCCL_SPLIT_NOCOLOR, or NCCL made nothing)
 // frees the Comm and sets *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only.
-void adopt(Comm* c, ncclResult_t result, ncclComm_t* out);
+// `parent`: a split's or shrink's (null otherwise); `makesComm`: false for a split with
+// NCCL_SPLIT_NOCOLOR. Where NCCL still makes the child in its background after the call returned
+// (NCCL judged the parent non-blocking where we did not), the Comm is never freed, and the
+// program's *out gets our handle once NCCL wrote the child (comm.cc, handOverWhenNcclWrites).
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent = nullptr, bool makesComm = true);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 
@@ -198,7 +203,9 @@ void enterGroup();
 // Leaves one group level; at the outermost, does what waited for it: the handles of the splits and
 // shrinks made in the group (NCCL has filled their real comms by now), the YALI set-up of comms made
 // in the group (when the real ncclGroupEnd succeeded) and YALI registrations made in it.
-void leaveGroup(bool realGroupSucceeded);
+// `realGroupEnd`: what NCCL's ncclGroupEnd returned (ncclInProgress: NCCL ends it in its background,
+// and writes the group's children later).
+void leaveGroup(ncclResult_t realGroupEnd);
 bool inGroup();
 
 // ---- Registration -----------------------------------------------------------------------------------

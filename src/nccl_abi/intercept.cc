@@ -43,14 +43,16 @@ namespace {
 // writing into a dead stack frame.) What NCCL makes of `config` (a NULL config: NCCL's default, or
 // `parent`'s settings for a split, shrink or grow of one) is read after the call, whose first call
 // on this rank loads NCCL's configuration file into the environment (isBlocking says why).
+// `makesComm`: false for a split with NCCL_SPLIT_NOCOLOR (adopt).
 template <typename Make>
-ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* parent, Make make) {
+ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* parent, Make make,
+                    bool makesComm = true) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   Comm* c = new Comm;
   const ncclResult_t r = make(&c->real);
   c->blocking = isBlocking(config, parent != nullptr ? parent->blocking : true);
   c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
-  adopt(c, r, out);
+  adopt(c, r, out, parent, makesComm);
   return r;
 }
 
@@ -620,9 +622,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
   // of the program's tells us about.
   if (!parent->blocking) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
-  return create(newcomm, config, parent, [&](ncclComm_t* real) {
-    return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config);
-  });
+  return create(
+      newcomm, config, parent,
+      [&](ncclComm_t* real) { return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config); },
+      color != NCCL_SPLIT_NOCOLOR);
 }
 
 #ifdef YALI_NCCL_HAS_ncclCommShrink
@@ -843,7 +846,7 @@ ncclResult_t endGroup(EndReal endReal) {
   const YaliLib* lib = yaliLib();
   const yaliResult_t y = lib != nullptr ? lib->yaliGroupEnd() : yaliSuccess;
   const ncclResult_t r = endReal();
-  leaveGroup(r == ncclSuccess);
+  leaveGroup(r);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "yaliGroupEnd failed: %s", lib->yaliGetLastError(nullptr));

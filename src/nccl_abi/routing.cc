@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,14 +87,17 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
 bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env) {
   // NCCL's order (init.cc): the environment overrides the config, which overrides the default.
   // NCCL_COMM_BLOCKING as ncclLoadParam reads it (misc/param.cc): "01", " 1", "0x1", "1abc" are 1,
-  // "abc" is 0, an overflow (errno) is unset; only 0 and 1 override (envConfigOverride).
+  // "abc" is 0, an overflow (errno) is unset; only 0 and 1 override (envConfigOverride), as an int:
+  // NCCL keeps the parameter's int64_t in an `int blockingEnv` (init.cc), so 4294967297 is 1 and
+  // 4294967296 is 0.
   if (env != nullptr && env[0] != '\0') {
     const int savedErrno = errno;
     errno = 0;
     const long long value = strtoll(env, nullptr, 0);
     const bool read = errno == 0;
     errno = savedErrno;
-    if (read && (value == 0 || value == 1)) return value == 1;
+    const int asInt = static_cast<int>(static_cast<uint32_t>(static_cast<unsigned long long>(value)));
+    if (read && (asInt == 0 || asInt == 1)) return asInt == 1;
   }
   if (config == nullptr) return inherited;
   // parseCommConfig: a config older than 2.14 gets the default's blocking; unset means 1.

@@ -28,6 +28,13 @@
 // follows NCCL: its config, then NCCL_COMM_BLOCKING, which may come from NCCL_CONF_FILE: the
 // creating calls and ncclGetUniqueId load that file into the environment first, as NCCL's
 // ncclInitEnv does (NCCL once per process; here at each such call: setenv never overwrites).
+// Unlike NCCL, which reads NCCL_COMM_BLOCKING once per process (NCCL_PARAM), this fake reads it at
+// every creation, so that a test can make its verdict differ from libyali-nccl's (which reads it
+// once, as NCCL), as an NCCL environment plugin could.
+// A non-blocking comm's init, as NCCL's (init.cc, group.cc): ncclCommInitRankConfig outside a group,
+// and the end of a group that made one, return ncclInProgress; ncclCommGetAsyncError says
+// ncclInProgress until the init completes (20 ms later, from a thread), and a split of a comm still
+// in progress fails with ncclInvalidArgument (ncclCommEnsureReady).
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
 // with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
 //
@@ -65,7 +72,7 @@ struct FakeComm {
   int nranks = 1;
   int device = 0;
   World* world = nullptr;
-  ncclResult_t asyncError = ncclSuccess;  // fakeSetAsyncError
+  ncclResult_t asyncError = ncclSuccess;  // fakeSetAsyncError; ncclInProgress while an init runs (atomic)
   bool blocking = true;                   // config.blocking as NCCL takes it (blockingOf)
   bool ended = false;                     // destroyed or aborted
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
@@ -143,14 +150,30 @@ bool blockingOf(const ncclConfig_t* config, bool inherited) {
 // Hands a child comm to the program's *newcomm: now, or for a non-blocking parent's child from a
 // thread of its own a little later, as NCCL's background init job does (the program sees NULL
 // until then, and must poll).
-void deliver(ncclComm_t* newcomm, ncclComm_t child, bool parentBlocking) {
-  if (parentBlocking) {
+// The parent's ncclCommGetAsyncError says ncclInProgress until then (NCCL clears it once the group's
+// jobs, which write the children, ended).
+void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
+  if (parent->blocking) {
     *newcomm = child;
     return;
   }
-  std::thread([newcomm, child] {
+  __atomic_store_n(&parent->asyncError, ncclInProgress, __ATOMIC_RELEASE);
+  std::thread([newcomm, child, parent] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
+    ncclResult_t expected = ncclInProgress;
+    __atomic_compare_exchange_n(&parent->asyncError, &expected, ncclSuccess, false, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+  }).detach();
+}
+
+// A non-blocking comm's init: in progress now, complete 20 ms later.
+void initInBackground(FakeComm* c) {
+  __atomic_store_n(&c->asyncError, ncclInProgress, __ATOMIC_RELEASE);
+  std::thread([c] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ncclResult_t expected = ncclInProgress;
+    __atomic_compare_exchange_n(&c->asyncError, &expected, ncclSuccess, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }).detach();
 }
 
@@ -226,7 +249,7 @@ FAKE_EXPORT void fakeFailNext(const char* call, ncclResult_t result) {
 
 // ncclCommGetAsyncError of this (real) communicator returns `result` from now on.
 FAKE_EXPORT void fakeSetAsyncError(void* comm, ncclResult_t result) {
-  static_cast<FakeComm*>(comm)->asyncError = result;
+  __atomic_store_n(&static_cast<FakeComm*>(comm)->asyncError, result, __ATOMIC_RELEASE);
   if (result == ncclSuccess) return;
   std::lock_guard<std::mutex> lock(mutex);
   lastError = "fake NCCL: communicator " + std::to_string(static_cast<FakeComm*>(comm)->rank) +
@@ -314,9 +337,13 @@ std::vector<Op> pending;  // issued inside the open group (by the one thread tha
 struct Delivery {
   ncclComm_t* newcomm;
   FakeComm* child;
-  bool parentBlocking;
+  FakeComm* parent;
 };
 std::vector<Delivery> deliveries;
+// Non-blocking work made inside the open group: its end returns ncclInProgress (group.cc), and the
+// inits made in it complete in the background.
+bool groupHasNonBlocking = false;
+std::vector<FakeComm*> initsInGroup;
 // Calls of ended groups that wait for their peers' (made in a later group), per communicator and
 // rank, in issue order.
 std::map<World*, std::vector<std::deque<Op>>> backlog;
@@ -377,7 +404,8 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
     for (int r : order) {
       Op& o = *ops[r];
       if (o.color == NCCL_SPLIT_NOCOLOR) {
-        *o.newcomm = nullptr;
+        // NCCL's job writes NULL at its end (init.cc), for a non-blocking parent in its background.
+        deliver(o.newcomm, nullptr, o.comm);
         continue;
       }
       World*& w = byColor[o.color];
@@ -385,7 +413,7 @@ ncclResult_t carryOut(const std::vector<Op*>& ops) {
       FakeComm* c = makeComm(w, sizes[o.color], next[o.color]++, o.comm->device);
       c->blocking = o.childBlocking;
       o.comm->children.push_back(c);
-      deliver(o.newcomm, reinterpret_cast<ncclComm_t>(c), o.comm->blocking);
+      deliver(o.newcomm, reinterpret_cast<ncclComm_t>(c), o.comm);
     }
     return ncclSuccess;
   }
@@ -529,7 +557,16 @@ ncclResult_t initRank(const char* call, ncclComm_t* comm, int nranks, const nccl
   FakeComm* c = makeComm(world, nranks, rank, nranks > 1 ? rank : 0);
   c->blocking = blockingOf(config, true);
   *comm = reinterpret_cast<ncclComm_t>(c);
-  return note(call, *comm);
+  const ncclResult_t r = note(call, *comm);
+  if (r != ncclSuccess || c->blocking) return r;
+  if (fakeGroupDepth > 0) {
+    __atomic_store_n(&c->asyncError, ncclInProgress, __ATOMIC_RELEASE);
+    groupHasNonBlocking = true;
+    initsInGroup.push_back(c);
+    return ncclSuccess;
+  }
+  initInBackground(c);
+  return ncclInProgress;  // init.cc: ncclCommInitRankConfig returns the comm's async state
 }
 
 }  // namespace
@@ -559,11 +596,17 @@ FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
   const ncclResult_t r = note("ncclCommSplit", comm);
   if (r != ncclSuccess) return r;
   FakeComm* parent = fakeMutable(comm);
+  if (__atomic_load_n(&parent->asyncError, __ATOMIC_ACQUIRE) == ncclInProgress) {
+    std::lock_guard<std::mutex> lock(mutex);
+    lastError = "fake NCCL: ncclCommSplit: the parent is still in progress (ncclCommEnsureReady)";
+    return ncclInvalidArgument;
+  }
   *newcomm = nullptr;  // NCCL's: NULL until the child's init job ends
   Op split{"ncclCommSplit", parent, nullptr, nullptr, 0, ncclInt8, ncclSum, 0, color, key, newcomm};
   split.childBlocking = blockingOf(config, parent->blocking);
   if (fakeGroupDepth > 0) {
     pending.push_back(split);
+    if (!parent->blocking) groupHasNonBlocking = true;
     return ncclSuccess;
   }
   if (parent->nranks > 1) return ncclInvalidUsage;  // its peers' calls would be needed: make them in a group
@@ -649,9 +692,10 @@ FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
   // call was made inside a group.
   *newcomm = nullptr;
   if (fakeGroupDepth > 0)
-    deliveries.push_back({newcomm, c, parent->blocking});
+    deliveries.push_back({newcomm, c, parent});
   else
-    deliver(newcomm, reinterpret_cast<ncclComm_t>(c), parent->blocking);
+    deliver(newcomm, reinterpret_cast<ncclComm_t>(c), parent);
+  if (fakeGroupDepth > 0 && !parent->blocking) groupHasNonBlocking = true;
   return ncclSuccess;
 }
 
@@ -702,7 +746,7 @@ FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
   const ncclResult_t r = note("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess) return r;
   if (asyncError == nullptr) return ncclInvalidArgument;
-  *asyncError = fake(comm)->asyncError;
+  *asyncError = __atomic_load_n(&fake(comm)->asyncError, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 }
 
@@ -764,8 +808,12 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
     std::vector<Op> ops;
     std::swap(ops, pending);
     r = carryOutGroup(std::move(ops));
-    for (const Delivery& d : deliveries) deliver(d.newcomm, reinterpret_cast<ncclComm_t>(d.child), d.parentBlocking);
+    for (const Delivery& d : deliveries) deliver(d.newcomm, reinterpret_cast<ncclComm_t>(d.child), d.parent);
     deliveries.clear();
+    for (FakeComm* c : initsInGroup) initInBackground(c);
+    initsInGroup.clear();
+    if (groupHasNonBlocking && r == ncclSuccess) r = ncclInProgress;  // group.cc: a non-blocking group
+    groupHasNonBlocking = false;
   }
   const ncclResult_t asked = failureOf("ncclGroupEnd");  // after the group ended, as NCCL's does
   return asked != ncclSuccess ? asked : r;

@@ -531,6 +531,8 @@ TEST(blocking_follows_nccls_config_and_environment_rules) {
       {&one, true, "-1", true},
       {&one, true, "", true},            // empty: ignored
       {&one, true, "99999999999999999999", true},  // overflows (ERANGE): ignored
+      {&zero, true, "4294967297", true},  // NCCL's `int blockingEnv`: 2^32 + 1 is 1 ...
+      {&one, true, "4294967296", false},  // ... and 2^32 is 0
   };
   for (const Row& row : rows) {
     const bool got = blockingOf(row.config, row.inherited, row.env);

@@ -20,6 +20,7 @@
 // NCCL) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
 // captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -152,6 +153,32 @@ bool passesInChild(Body body) {
   int status = 0;
   if (waitpid(pid, &status, 0) != pid) return false;
   if (WIFSIGNALED(status)) std::printf("    the child process died of signal %d\n", WTERMSIG(status));
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+// Runs `body` in a fresh process: this test binary again, its filter the running test's name, so
+// that libyali-nccl's once-per-process readings (NCCL_COMM_BLOCKING, isBlocking) are still to be
+// made, as in a program whose first communicator this is. True when its checks passed. In that
+// process (YALI_TESTS_FRESH_PROCESS names the test) the body runs directly.
+template <typename Body>
+bool passesInFreshProcess(Body body) {
+  const char* name = yali_test::currentTestName();
+  const char* fresh = getenv("YALI_TESTS_FRESH_PROCESS");
+  if (fresh != nullptr && strcmp(fresh, name) == 0) {
+    body();
+    return yali_test::currentFailures() == 0;
+  }
+  std::fflush(stdout);
+  const pid_t pid = fork();
+  if (pid < 0) return false;
+  if (pid == 0) {
+    setenv("YALI_TESTS_FRESH_PROCESS", name, 1);
+    execl("/proc/self/exe", "/proc/self/exe", name, static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) return false;
+  if (WIFSIGNALED(status)) std::printf("    the fresh process died of signal %d\n", WTERMSIG(status));
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
@@ -766,6 +793,32 @@ TEST(a_deregistration_nccl_refuses_keeps_the_handle_for_a_retry) {
   destroyAll(ranks);
 }
 
+// After ncclCommAbort NCCL's comm is gone (the handle reaches NCCL with a NULL comm), and with it
+// its registrations: NCCL refuses every later deregistration (ncclInvalidArgument), and
+// libyali-nccl frees its own record of the handle anyway, returning NCCL's answer, since a program
+// whose watchdog aborted the comm may never destroy it. (Review: every Registration stayed until a
+// destroy.) Counted in malloc's bytes in use, in a child process.
+TEST(deregistering_after_an_abort_frees_the_handle) {
+  const std::vector<Rank> ranks = clique(2);
+  CHECK(passesInChild([&] {
+    constexpr int kHandles = 64;
+    int buffer = 0;
+    std::vector<void*> handles(kHandles, nullptr);
+    for (void*& h : handles)
+      REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &h) == ncclSuccess);
+    REQUIRE(SHIM(ncclCommAbort)(ranks[0].comm) == ncclSuccess);
+    const size_t before = mallinfo2().uordblks;
+    for (void* h : handles) CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, h) == ncclInvalidArgument);
+    const size_t after = mallinfo2().uordblks;
+    const long long freed = static_cast<long long>(before) - static_cast<long long>(after);
+    CHECK_MSG(freed >= static_cast<long long>(kHandles * 40), "%lld bytes freed by %d deregistrations", freed,
+              kHandles);
+    CHECK(SHIM(ncclCommDestroy)(ranks[0].comm) == ncclSuccess);
+    CHECK(SHIM(ncclCommDestroy)(ranks[1].comm) == ncclSuccess);
+  }));
+  destroyAll(ranks);
+}
+
 // ---- Tear-down ----------------------------------------------------------------------------------------------
 
 TEST(abort_ends_yali_then_nccl_and_later_calls_fail_cleanly) {
@@ -1001,6 +1054,18 @@ TEST(a_shrink_in_a_group_hands_the_program_its_child_at_the_groups_end) {
 
 namespace {
 
+// Polls ncclCommGetAsyncError (up to 5 s) until the comm's init is no longer ncclInProgress, as a
+// program that made it non-blocking must before using it (PyTorch's waitReady); its last state.
+ncclResult_t pollReady(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int waited = 0; waited < 5000; ++waited) {
+    if (SHIM(ncclCommGetAsyncError)(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state != ncclInProgress) return state;
+    usleep(1000);
+  }
+  return state;
+}
+
 // Waits (up to 5 s) until every one of `comms` is set, as a program that made them non-blocking
 // polls them; true when they all are.
 bool pollUntilSet(ncclComm_t* comms, int n) {
@@ -1035,11 +1100,12 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r)
       REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);  // group.cc: a non-blocking group
+    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
     ncclComm_t kids[2] = {nullptr, nullptr};
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &blocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
     CHECK_MSG(pollUntilSet(kids, 2), "the children never reached the program: %p, %p",
               static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
     for (int r = 0; r < 2; ++r) {
@@ -1053,8 +1119,12 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     // One rank, outside a group: the same.
     ncclComm_t alone = nullptr;
     REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-    REQUIRE(SHIM(ncclCommInitRankConfig)(&alone, 1, id, 0, &nonBlocking) == ncclSuccess);
+    // NCCL's non-blocking init returns ncclInProgress outside a group (init.cc), and a split of a
+    // comm still in progress fails (ncclCommEnsureReady): the program polls first.
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&alone, 1, id, 0, &nonBlocking) == ncclInProgress);
     ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclInvalidArgument);
+    REQUIRE(pollReady(alone) == ncclSuccess);
     CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclSuccess);
     CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
     CHECK(kid != nullptr && kid == child(const_cast<void*>(realOf(alone)), 0));
@@ -1072,10 +1142,11 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
 // NCCL call was its init took a non-blocking comm for blocking and began YALI's set-up, collective
 // over the comm, which its peers, taking it for non-blocking, never joined.) Here one thread makes
 // both ranks without ncclGetUniqueId: rank 0's init loads the file (fake_nccl.cc, as NCCL's), so
-// rank 0 is the rank that read the setting before it was there. In a child process: the file's
-// setting stays in its environment.
+// rank 0 is the rank that read the setting before it was there. In a fresh process: libyali-nccl
+// reads the setting once per process, at its first communicator, as NCCL does (and the file's
+// setting stays in that process's environment).
 TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
-  const bool passed = passesInChild([] {
+  const bool passed = passesInFreshProcess([] {
     char path[] = "/tmp/yali-nccl-conf-XXXXXX";
     const int fd = mkstemp(path);
     REQUIRE(fd >= 0);
@@ -1091,7 +1162,8 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     const int since = eventCount();
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], 2, id, r) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);  // a non-blocking group (group.cc)
+    for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
     unlink(path);
     CHECK(contains(getenv("NCCL_COMM_BLOCKING"), "0"));  // loaded by NCCL's first call
     // Non-blocking on both ranks: NCCL only, no set-up (whose first step is an allgather on the comm).
@@ -1099,6 +1171,54 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     CHECK_MSG(t.empty(), "a set-up began on a non-blocking comm: %s", t.c_str());
     for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
     for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
+// NCCL reads NCCL_COMM_BLOCKING once per process (NCCL_PARAM caches it at its first use), and so
+// does libyali-nccl, after NCCL's first creating call: a program that sets it later changes
+// neither verdict. This fake reads it at every creation (fake_nccl.cc), as an NCCL environment
+// plugin answering otherwise than getenv could make NCCL: here it takes `mid`, the split of a
+// blocking parent made once NCCL_COMM_BLOCKING=0, for non-blocking where libyali-nccl (as NCCL
+// itself would) takes it for blocking. So `mid`'s split goes through libyali-nccl's own Comm, and NCCL
+// (this fake) runs it in its background: the call returns ncclSuccess, the child NULL, and NCCL's
+// thread writes the child into that Comm 20 ms later. libyali-nccl keeps the Comm and hands the
+// program its handle once NCCL wrote it. (Review: it took a NULL child outside a group for
+// NCCL_SPLIT_NOCOLOR and freed the Comm that NCCL's thread then wrote into, and the program's
+// pointer stayed NULL; and it read the variable at every creation.)
+TEST(a_split_nccl_makes_in_its_background_against_our_verdict_reaches_the_program) {
+  const bool passed = passesInFreshProcess([] {
+    unsetenv("NCCL_COMM_BLOCKING");
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parent = nullptr;
+    REQUIRE(SHIM(ncclCommInitRank)(&parent, 1, id, 0) == ncclSuccess);
+    setenv("NCCL_COMM_BLOCKING", "0", 1);
+    ncclComm_t mid = nullptr;
+    REQUIRE(SHIM(ncclCommSplit)(parent, 0, 0, &mid, nullptr) == ncclSuccess);
+    REQUIRE(mid != nullptr);
+    const void* midReal = realOf(mid);
+    CHECK(midReal != static_cast<const void*>(mid));  // ours: a blocking parent's child
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(mid, 0, 0, &kid, nullptr) == ncclSuccess);
+    CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
+    if (kid != nullptr) {
+      void* real = child(const_cast<void*>(midReal), 0);
+      CHECK(real != nullptr && realOf(kid) == real);
+      CHECK(kid != real);  // our handle (libyali-nccl took mid for blocking, as NCCL would)
+      CHECK(yaliOf(kid) == nullptr);  // NCCL only
+      CHECK(SHIM(ncclCommDestroy)(kid) == ncclSuccess);
+    }
+    // NCCL_SPLIT_NOCOLOR in the background: NCCL's thread writes NULL; the program's stays NULL.
+    ncclComm_t none = reinterpret_cast<ncclComm_t>(&id);
+    REQUIRE(pollReady(mid) == ncclSuccess);
+    CHECK(SHIM(ncclCommSplit)(mid, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
+    CHECK(none == nullptr);
+    REQUIRE(pollReady(mid) == ncclSuccess);
+    usleep(50 * 1000);
+    CHECK(none == nullptr);
+    unsetenv("NCCL_COMM_BLOCKING");
+    for (ncclComm_t c : {mid, parent}) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
   CHECK(passed);
 }
@@ -1250,6 +1370,35 @@ TEST(a_rank_without_set_up_scratch_still_sends_a_record_that_says_no) {
   CHECK(ranks[0].yali == nullptr && ranks[1].yali == nullptr);
   CHECK_EQ(waitingCalls(ranks[0].real), 0);
   destroyAll(ranks);
+}
+
+// A rank whose copy of its id-round message, or of its agreement word, into the set-up's scratch
+// fails sends "not ok" from pinned host memory (an out-of-place allreduce), never what the scratch's
+// block held before: the fake's pool hands out the last set-up's block unzeroed, whose id message
+// says ok = 1 and whose agreement word says 1. (Review: the allreduce sent those leftover words, so
+// rank 0 went on to YALI's init after rank 1's id copy failed, and kept its YALI comm after rank 1's
+// agreement copy failed while rank 1 had none.) The set-up's copies, two ranks driven by one thread:
+// the records to the device (1, 2) and back (3, 4), the id messages (5, 6) and back (7, 8), the
+// agreement words (9, 10).
+TEST(a_rank_whose_id_or_agreement_copy_fails_says_not_ok_not_the_scratchs_leftovers) {
+  for (int failing : {6, 10}) {
+    destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's words
+    const int since = eventCount();
+    failCudaNth("cudaMemcpyAsync", failing);  // rank 1's id message, or agreement word
+    const std::vector<ncclComm_t> comms = initInGroup(2);
+    const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, labels);
+    const char* want = failing == 6 ? "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
+                                      "ncclAllReduce(r0) ncclAllReduce(r1)"
+                                    : "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
+                                      "yaliCommInitRank() yaliCommInitRank() ncclAllReduce(r0) ncclAllReduce(r1)";
+    CHECK_MSG(t == want, "copy %d failing: %s", failing, t.c_str());
+    const std::vector<Rank> ranks = ranksOf(comms);
+    CHECK_MSG(ranks[0].yali == nullptr && ranks[1].yali == nullptr, "copy %d failing: YALI on rank 0 %p, rank 1 %p",
+              failing, ranks[0].yali, ranks[1].yali);
+    CHECK_EQ(waitingCalls(ranks[0].real), 0);
+    destroyAll(ranks);
+  }
 }
 
 // ---- The hierarchical path ------------------------------------------------------------------------------------
