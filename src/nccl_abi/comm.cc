@@ -489,8 +489,13 @@ void setUpYali(const std::vector<Comm*>& comms) {
   splitRound(splitting, "the cross split", [](SplitKeys k) { return std::make_pair(k.crossColor, k.crossKey); },
              &SetUp::crossComm);
 
-  // 2. The id round (per node on a hierarchical comm).
-  for (SetUp* s : yes) {
+  // 2. The id round (per node on a hierarchical comm). A rank whose node split failed (splitRound
+  // failed it) has no node comm: it leaves its node's round, since an AllReduce on a null comm fails
+  // NCCL's whole group (its CommCheck error is the group's), every other comm's round with it.
+  std::vector<SetUp*> idRound;
+  for (SetUp* s : yes)
+    if (s->idComm() != nullptr) idRound.push_back(s);
+  for (SetUp* s : idRound) {
     yaliUniqueId id;
     const bool root = s->yaliRank() == 0;
     bool made = false;
@@ -503,13 +508,13 @@ void setUpYali(const std::vector<Comm*>& comms) {
     const IdMessage notOk = idContribution(false, nullptr);
     s->idSend = sendFrom(*s, s->idOffset, &sent, &notOk, sizeof(sent));
   }
-  realRound(yes, "the set-up's id round", [](SetUp& s) {
+  realRound(idRound, "the set-up's id round", [](SetUp& s) {
     return callReal<Api::ncclAllReduce>(s.idSend, s.scratch + s.idOffset,
                                         sizeof(IdMessage) / sizeof(int32_t), ncclInt32, ncclMin, s.idComm(),
                                         s.stream);
   });
   std::vector<SetUp*> joining;  // every rank of the node was fine, and rank 0 made an id: YALI's init
-  for (SetUp* s : yes) {
+  for (SetUp* s : idRound) {
     const bool read = !s->roundFailed && copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
     if (read && s->id.ok != 1)
       s->fail("rank 0 (of the node) could not make a YALI unique id, or the set-up failed on another rank "

@@ -1403,6 +1403,27 @@ TEST(a_rank_whose_id_or_agreement_copy_fails_says_not_ok_not_the_scratchs_leftov
 
 // ---- The hierarchical path ------------------------------------------------------------------------------------
 
+// A node split that fails (here on the first rank's call, which fails the round for every rank this
+// thread drives) leaves those ranks without a node comm: they must leave their node's id round, not
+// issue its AllReduce on a null comm, which NCCL refuses by failing the whole group (a CommCheck
+// failure inside a group is the group's error), so that every other comm in the round failed too.
+TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
+  ranksPerNode() = 2;
+  failNcclNext("ncclCommSplit", ncclSystemError);
+  const int since = eventCount();
+  const std::vector<ncclComm_t> comms = initInGroup(4);
+  ranksPerNode() = 0;
+  int onNull = 0, yaliInits = 0;
+  for (int i = since; i < eventCount(); ++i) {
+    if (eventCall(i) == "ncclAllReduce" && eventHandle(i) == nullptr) ++onNull;
+    if (eventCall(i) == "yaliCommInitRank") ++yaliInits;
+  }
+  CHECK_MSG(onNull == 0, "%d AllReduces issued on a null comm", onNull);
+  CHECK_MSG(yaliInits == 0, "%d YALI comms made after a failed node split", yaliInits);
+  for (ncclComm_t c : comms) CHECK(waitingCalls(realOf(c)) == 0);
+  for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+}
+
 TEST(hierarchical_steps_and_a_failing_leg) {
   const Hierarchical h = hierarchical();
   ncclComm_t c = h.ranks[0].comm;
