@@ -1739,3 +1739,18 @@ def test_single_process_bool_and_complex_make_the_c_calls(fake_lib, fake_cuda, q
         with pytest.raises(ValueError, match="SingleProcessCommunicator"):
             call()
     assert fake_lib.launches() == []
+
+
+def test_algo_info_asks_for_the_type_and_op_the_call_runs(fake_lib):
+    """algo_info of a bool or complex tensor asks yaliAlgoInfo about what the call would launch."""
+    comm, D, R = _fake_comm(0, 3), yali.DataType, yali.RedOp
+    z = torch.zeros(12, dtype=torch.complex64)
+    yt._algo_info(comm, "m", z, "avg", None, "reduce_scatter", 0, 3)
+    yt._algo_info(comm, "m", z, "sum", None, "all_gather", 0, 3)
+    b = torch.zeros(12, dtype=torch.bool)
+    yt._algo_info(comm, "m", b, "sum", None, "reduce", 0, 3)
+    got = [(c[2]["count"], c[2]["datatype"], c[2]["op"]) for c in fake_lib.calls
+           if c[0] == "yaliAlgoInfo"]
+    assert got == [(8, D.Float32, R.Avg), (24, D.Float32, R.Sum), (12, D.Uint8, R.Max)]
+    with pytest.raises(ValueError, match="op=max is not supported on complex"):
+        yt._algo_info(comm, "Communicator.algo_info", z, "max", None, "reduce", 0, 3)
