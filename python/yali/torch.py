@@ -34,7 +34,13 @@
     ``all_gather_into_tensor(output_tensors, input_tensors)``, ...); src/dst index ``devices``.
 
 Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int64, float16,
-bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
+bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them;
+and, as torch.distributed's NCCL backend takes them, bool (moved as uint8; reductions: sum runs as
+max, prod as min, max/min as they are, avg refused) and complex64/complex128/complex32 (moved as
+their torch.view_as_real, the real type with twice the elements; reductions: sum and avg only,
+max/min/prod refused with a ValueError naming the op). Outputs keep the input's dtype (a complex
+result is complex); the operators pass the tensors through unchanged, so in place and out= alias
+exactly as for the other dtypes.
 The uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts, expert_dispatch,
 expert_combine) moves rows along dim 0 as bytes: any dtype, output.shape[1:] == input.shape[1:].
 Reductions: op "sum", "prod", "max", "min", "avg" (or a yali.RedOp, or
@@ -190,10 +196,10 @@ for _name, _value in (("uint32", DataType.Uint32), ("uint64", DataType.Uint64),
                       ("float8_e4m3fn", DataType.Float8e4m3), ("float8_e5m2", DataType.Float8e5m2)):
     if isinstance(getattr(torch, _name, None), torch.dtype):  # uint32/uint64: torch >= 2.3
         DTYPES[getattr(torch, _name)] = int(_value)
-# torch dtype -> (yaliDataType_t value it travels as, its elements per element of the dtype): DTYPES,
-# and the dtypes torch.distributed's NCCL backend moves as another type: bool as uint8 (ncclUint8),
-# complex as its torch.view_as_real (the real type, twice the elements). Reductions on them:
-# _check_op_dtype.
+# torch dtype -> (yaliDataType_t value it travels as, its elements per element of the dtype):
+# DTYPES, and the dtypes torch.distributed's NCCL backend moves as another type: bool as uint8
+# (ncclUint8), complex as its torch.view_as_real (the real type, twice the elements). Reductions on
+# them: _check_op_dtype.
 _WIRE = {d: (c, 1) for d, c in DTYPES.items()}
 _WIRE[torch.bool] = (int(DataType.Uint8), 1)
 _COMPLEX = {torch.complex64: int(DataType.Float32), torch.complex128: int(DataType.Float64)}
@@ -729,8 +735,8 @@ _all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_sha
 
 
 def _launch_prep(opname, handle, named):
-    """(comm, (dtype code, its elements per element), stream) for a launch on ``named`` = ((name, tensor), ...), the first one
-    giving the dtype: every tensor contiguous, on the comm's GPU, of that dtype."""
+    """(comm, (dtype code, its elements per element), stream) for a launch on ``named`` =
+    ((name, tensor), ...), the first one giving the dtype: every tensor contiguous, on the comm's GPU, of that dtype."""
     comm = _live_comm(opname, handle)
     first_name, first = named[0]
     for name, t in named:
@@ -1439,7 +1445,8 @@ class Communicator(yali._ClosingContext):
     def all_reduce(self, tensor, op="sum", out=None):
         """All-reduce ``tensor`` across the group: in place (returns ``tensor``), or into ``out``
         (same shape and dtype, disjoint memory; returns ``out``). On torch's current stream; no
-        host synchronization. Every dtype in DTYPES; op="avg" for floating dtypes only.
+        host synchronization. Every dtype in DTYPES, bool and complex (see the module docstring:
+        Types); op="avg" for floating dtypes only (and complex).
 
         Raises the comm's asynchronous error (YaliTimeout, ...) once a collective has failed, before
         launching. Captured in a CUDA graph, it is not checked at replay: see
@@ -1500,7 +1507,7 @@ class Communicator(yali._ClosingContext):
         any shape with world_size * input_tensor.numel() elements is accepted). Returns
         ``output_tensor``. In place when ``input_tensor`` is the rank's own block of
         ``output_tensor`` (``output_tensor.view(-1)[rank * n:(rank + 1) * n]``); any other
-        overlap is refused. Every dtype in DTYPES (moved as bytes)."""
+        overlap is refused. Every dtype in DTYPES, bool and complex (moved as bytes)."""
         method = "Communicator.all_gather_into_tensor"
         handle = self.handle
         if not _is_compiling():
@@ -1689,7 +1696,7 @@ class Communicator(yali._ClosingContext):
         Without split sizes (both None): even splits, yaliAlltoAll. ``input``'s first dimension
         is cut into world_size equal blocks; block j goes to rank j, which stores the block from
         rank i as block i of ``output`` (the same number of elements as ``input``, its first
-        dimension also a multiple of world_size). Every dtype in DTYPES.
+        dimension also a multiple of world_size). Every dtype in DTYPES, bool and complex.
 
         With split sizes (either given; every rank must then give them, as every rank must make
         the same call): uneven splits, yaliAlltoAllv. Rows along dim 0 (a row:
@@ -2190,8 +2197,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
                           input_split_sizes=None):
         """All-to-all. Without split sizes: even splits, block j of input_tensors[i] (first
         dimension cut into world_size blocks) goes to block i of output_tensors[j]; every dtype
-        in DTYPES. With split sizes (yaliAlltoAllv): rows along dim 0, any dtype, the same row
-        shape on every GPU; GPU i sends ``input_split_sizes[i][j]`` rows to GPU j, which packs
+        in DTYPES, bool and complex. With split sizes (yaliAlltoAllv): rows along dim 0, any
+        dtype, the same row shape on every GPU; GPU i sends ``input_split_sizes[i][j]`` rows to GPU j, which packs
         what it receives in GPU order. Each split argument: None (the even split of each
         tensor), one list of ints (the same on every GPU), or one list per GPU; checked on the
         host to agree (``output_split_sizes[j][i] == input_split_sizes[i][j]``). Never in place.

@@ -1562,7 +1562,8 @@ def _reduction_launches(h, dtype, op):
                                                         *(2 * [_Duck(0x100, 4, dtype)]), op)),
         ("yaliReduceScatter", lambda: yt._launch_reduce_scatter(
             "yali::reduce_scatter_tensor", h, _Duck(0x200, 4, dtype), _Duck(0x100, 12, dtype), op)),
-        ("yaliReduce", lambda: yt._launch_reduce("yali::reduce_", h, _Duck(0x100, 4, dtype), op, 0)),
+        ("yaliReduce", lambda: yt._launch_reduce("yali::reduce_", h, _Duck(0x100, 4, dtype), op,
+                                                  0)),
     ]
 
 
@@ -1655,8 +1656,8 @@ def test_bool_and_complex_refusals_name_the_method_and_the_op(fake_mode, comm3):
          ["op=prod", "complex"]),
         (lambda: c.reduce_scatter_tensor(_cuda(2, dtype=torch.complex64), z, "max"),
          "Communicator.reduce_scatter_tensor", ["op=max", "complex"]),
-        (lambda: c.reduce_scatter_functional(z, R.PRODUCT), "Communicator.reduce_scatter_functional",
-         ["op=prod", "complex"]),
+        (lambda: c.reduce_scatter_functional(z, R.PRODUCT),
+         "Communicator.reduce_scatter_functional", ["op=prod", "complex"]),
         (lambda: c.reduce(z, 0, "min"), "Communicator.reduce", ["op=min", "complex"]),
         # The operators themselves (their fake implementations), as torch.compile calls them.
         (lambda: yt._all_reduce_ops.functional(z, c.handle, int(yali.RedOp.Max)),
