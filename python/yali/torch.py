@@ -34,7 +34,13 @@
     ``all_gather_into_tensor(output_tensors, input_tensors)``, ...); src/dst index ``devices``.
 
 Types: every torch dtype with an NCCL type (``DTYPES``): int8, uint8, int32, int64, float16,
-bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them.
+bfloat16, float32, float64, float8_e4m3fn, float8_e5m2, and uint32/uint64 where torch has them;
+and, as torch.distributed's NCCL backend takes them, bool (moved as uint8; reductions: sum runs as
+max, prod as min, max/min as they are, avg refused) and complex64/complex128/complex32 (moved as
+their torch.view_as_real, the real type with twice the elements; reductions: sum and avg only,
+max/min/prod refused with a ValueError naming the op). Outputs keep the input's dtype (a complex
+result is complex); the operators pass the tensors through unchanged, so in place and out= alias
+exactly as for the other dtypes.
 The uneven exchange (all_to_all_single with split sizes, all_to_all_device_counts, expert_dispatch,
 expert_combine) moves rows along dim 0 as bytes: any dtype, output.shape[1:] == input.shape[1:].
 Reductions: op "sum", "prod", "max", "min", "avg" (or a yali.RedOp, or
@@ -190,8 +196,20 @@ for _name, _value in (("uint32", DataType.Uint32), ("uint64", DataType.Uint64),
                       ("float8_e4m3fn", DataType.Float8e4m3), ("float8_e5m2", DataType.Float8e5m2)):
     if isinstance(getattr(torch, _name, None), torch.dtype):  # uint32/uint64: torch >= 2.3
         DTYPES[getattr(torch, _name)] = int(_value)
-_DTYPE_TUPLE = tuple(DTYPES)
-_DTYPE_TEXT = ", ".join(str(d).replace("torch.", "") for d in DTYPES)
+# torch dtype -> (yaliDataType_t value it travels as, its elements per element of the dtype):
+# DTYPES, and the dtypes torch.distributed's NCCL backend moves as another type: bool as uint8
+# (ncclUint8), complex as its torch.view_as_real (the real type, twice the elements). Reductions on
+# them: _check_op_dtype.
+_WIRE = {d: (c, 1) for d, c in DTYPES.items()}
+_WIRE[torch.bool] = (int(DataType.Uint8), 1)
+_COMPLEX = {torch.complex64: int(DataType.Float32), torch.complex128: int(DataType.Float64)}
+if isinstance(getattr(torch, "complex32", None), torch.dtype):  # chalf: view_as_real is float16
+    _COMPLEX[torch.complex32] = int(DataType.Float16)
+for _d, _c in _COMPLEX.items():
+    _WIRE[_d] = (_c, 2)
+_COMPLEX = frozenset(_COMPLEX)
+_DTYPE_TUPLE = tuple(_WIRE)
+_DTYPE_TEXT = ", ".join(str(d).replace("torch.", "") for d in _WIRE)
 # The dtypes op="avg" accepts.
 _FLOATING = frozenset(d for d, v in DTYPES.items() if DataType(v) in _capi.FLOATING_TYPES)
 
@@ -251,15 +269,42 @@ def _torch_op_code(op):
     return None
 
 
+_OP_NAMES = {v: k for k, v in OPS.items()}
+
+
 def _check_op_dtype(method, code, dtype, name="tensor"):
-    """avg on an integer dtype: refused here, before anything is launched, as the library would
-    refuse it (it has no integer average). Reads only the dtype, so it runs under torch.compile
-    too."""
+    """The yaliRedOp_t value to run op ``code`` on ``dtype`` with, or an error before anything is
+    launched. As torch.distributed's NCCL backend: bool runs on uint8, sum as max (a logical or)
+    and avg refused; prod runs as min (a logical and: the same result as torch's product of 0s and
+    1s, and no wrap-around on other bytes). Complex runs on its real view: sum and avg only (max,
+    min and prod would act on the real and imaginary parts apart). avg on an integer dtype is
+    refused, as the library would refuse it (it has no integer average). Reads only the dtype, so
+    it runs under torch.compile too."""
+    if dtype == torch.bool:
+        if code == int(RedOp.Avg):
+            raise ValueError(
+                f"{method}: op=avg is not supported on torch.bool ({name} has dtype torch.bool; "
+                "torch.distributed refuses it too); use op='sum' (a logical or) on a float copy"
+            )
+        if code == int(RedOp.Sum):
+            return int(RedOp.Max)
+        if code == int(RedOp.Prod):
+            return int(RedOp.Min)
+        return code
+    if dtype in _COMPLEX:
+        if code != int(RedOp.Sum) and code != int(RedOp.Avg):
+            raise ValueError(
+                f"{method}: op={_OP_NAMES.get(code, code)} is not supported on complex tensors "
+                f"({name} has dtype {dtype}); only sum and avg are, as in torch.distributed "
+                "(max, min and prod would act on the real and imaginary parts apart)"
+            )
+        return code
     if code == int(RedOp.Avg) and dtype not in _FLOATING:
         raise ValueError(
             f"{method}: op=avg is for floating dtypes only; {name} has dtype {dtype} (use op='sum' "
             "and divide)"
         )
+    return code
 
 
 def _device_index(device, method):
@@ -587,10 +632,11 @@ def _live_comm(opname, handle):
 
 
 def _dtype_code(opname, name, t):
-    code = DTYPES.get(t.dtype)
-    if code is None:
+    """(yaliDataType_t value, elements of it per element of t) that ``t`` travels as."""
+    wire = _WIRE.get(t.dtype)
+    if wire is None:
         raise TypeError(f"{opname}: {name} has dtype {t.dtype}; supported: {_DTYPE_TEXT}")
-    return code
+    return wire
 
 
 # ---- Custom operators ----------------------------------------------------------------------------
@@ -602,7 +648,7 @@ def _same_shape(tensor, comm):
 
 def _launch_all_reduce(opname, handle, src, dst, op):
     comm = _live_comm(opname, handle)
-    _check_op_dtype(opname, op, src.dtype)
+    op = _check_op_dtype(opname, op, src.dtype)
     if src.device.type != "cuda" or src.device.index != comm.device:
         raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
     if not (src.is_contiguous() and dst.is_contiguous()):
@@ -615,8 +661,8 @@ def _launch_all_reduce(opname, handle, src, dst, op):
     # yaliAllReduce reads the comm's asynchronous error (a host-mapped word) before anything else is
     # done: a failed comm raises here (YaliTimeout, YaliRemoteError, ...) with the library's message
     # and nothing is launched, so no separate check is needed on this path.
-    _capi.all_reduce(src.data_ptr(), dst.data_ptr(), src.numel(), _dtype_code(opname, "tensor", src),
-                     op, handle, stream)
+    code, per = _dtype_code(opname, "tensor", src)
+    _capi.all_reduce(src.data_ptr(), dst.data_ptr(), src.numel() * per, code, op, handle, stream)
 
 
 def _fake_check(opname, handle, t, name="tensor"):
@@ -689,8 +735,8 @@ _all_reduce_ops = _define_collective("all_reduce", _launch_all_reduce, _same_sha
 
 
 def _launch_prep(opname, handle, named):
-    """(comm, dtype code, stream) for a launch on ``named`` = ((name, tensor), ...), the first one
-    giving the dtype: every tensor contiguous, on the comm's GPU, of that dtype."""
+    """(comm, (dtype code, its elements per element), stream) for a launch on ``named`` =
+    ((name, tensor), ...), the first one giving the dtype: every tensor contiguous, on the comm's GPU, of that dtype."""
     comm = _live_comm(opname, handle)
     first_name, first = named[0]
     for name, t in named:
@@ -715,40 +761,40 @@ def _launch_root(opname, comm, root):
 
 
 def _launch_all_gather(opname, handle, output, input):
-    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    comm, (code, per), stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
     count = input.numel()
     _expect_numel(opname, "output", output, comm.size * count,
                   f"nranks ({comm.size}) x input.numel() ({count})")
-    _capi.all_gather(input.data_ptr(), output.data_ptr(), count, code, handle, stream)
+    _capi.all_gather(input.data_ptr(), output.data_ptr(), count * per, code, handle, stream)
 
 
 def _launch_reduce_scatter(opname, handle, output, input, op):
-    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
-    _check_op_dtype(opname, op, input.dtype, "input")
+    comm, (code, per), stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    op = _check_op_dtype(opname, op, input.dtype, "input")
     count = output.numel()
     _expect_numel(opname, "input", input, comm.size * count,
                   f"nranks ({comm.size}) x output.numel() ({count})")
-    _capi.reduce_scatter(input.data_ptr(), output.data_ptr(), count, code, op, handle, stream)
+    _capi.reduce_scatter(input.data_ptr(), output.data_ptr(), count * per, code, op, handle, stream)
 
 
 def _launch_broadcast(opname, handle, tensor, root):
-    comm, code, stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
     root = _launch_root(opname, comm, root)
     ptr = tensor.data_ptr()
-    _capi.broadcast(ptr, ptr, tensor.numel(), code, root, handle, stream)
+    _capi.broadcast(ptr, ptr, tensor.numel() * per, code, root, handle, stream)
 
 
 def _launch_reduce(opname, handle, tensor, op, root):
-    comm, code, stream = _launch_prep(opname, handle, (("tensor", tensor),))
-    _check_op_dtype(opname, op, tensor.dtype)
+    comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    op = _check_op_dtype(opname, op, tensor.dtype)
     root = _launch_root(opname, comm, root)
     # In place (send == recv); on the other ranks the library only reads the tensor.
     ptr = tensor.data_ptr()
-    _capi.reduce(ptr, ptr, tensor.numel(), code, op, root, handle, stream)
+    _capi.reduce(ptr, ptr, tensor.numel() * per, code, op, root, handle, stream)
 
 
 def _launch_gather(opname, handle, output, input, root):
-    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    comm, (code, per), stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
     root = _launch_root(opname, comm, root)
     count = input.numel()
     recv = None  # NULL off root: the library does not look at it there
@@ -756,11 +802,11 @@ def _launch_gather(opname, handle, output, input, root):
         _expect_numel(opname, "output", output, comm.size * count,
                       f"nranks ({comm.size}) x input.numel() ({count})")
         recv = output.data_ptr()
-    _capi.gather(input.data_ptr(), recv, count, code, root, handle, stream)
+    _capi.gather(input.data_ptr(), recv, count * per, code, root, handle, stream)
 
 
 def _launch_scatter(opname, handle, output, input, root):
-    comm, code, stream = _launch_prep(opname, handle, (("output", output), ("input", input)))
+    comm, (code, per), stream = _launch_prep(opname, handle, (("output", output), ("input", input)))
     root = _launch_root(opname, comm, root)
     count = output.numel()
     send = None  # NULL off root: the library does not look at it there
@@ -768,16 +814,17 @@ def _launch_scatter(opname, handle, output, input, root):
         _expect_numel(opname, "input", input, comm.size * count,
                       f"nranks ({comm.size}) x output.numel() ({count})")
         send = input.data_ptr()
-    _capi.scatter(send, output.data_ptr(), count, code, root, handle, stream)
+    _capi.scatter(send, output.data_ptr(), count * per, code, root, handle, stream)
 
 
 def _launch_all_to_all(opname, handle, output, input):
-    comm, code, stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
+    comm, (code, per), stream = _launch_prep(opname, handle, (("input", input), ("output", output)))
     n = input.numel()
     _expect_numel(opname, "output", output, n, "input.numel()")
     if n % comm.size:
         raise ValueError(f"{opname}: input has {n} elements, not a multiple of nranks ({comm.size})")
-    _capi.all_to_all(input.data_ptr(), output.data_ptr(), n // comm.size, code, handle, stream)
+    _capi.all_to_all(input.data_ptr(), output.data_ptr(), n // comm.size * per, code, handle,
+                     stream)
 
 
 def _check_nranks(opname, handle, nranks):
@@ -1296,12 +1343,15 @@ def _info_count(coll, tensor, out, nranks):
 def _algo_info(comm, method, tensor, op, out, collective, root, nranks):
     coll = yali.as_collective(collective, method)
     code = _op_code(op, method)
-    count = _info_count(coll, tensor, out, nranks)
+    dtype, per = _dtype_code(method, "tensor", tensor)
+    count = _info_count(coll, tensor, out, nranks) * per
+    if coll in (Collective.AllReduce, Collective.ReduceScatter, Collective.Reduce):
+        code = _check_op_dtype(method, code, tensor.dtype)
     out = tensor if out is None else out
     if coll == Collective.AllReduce:
-        return comm.all_reduce_algo_info(count, DTYPES[tensor.dtype], code,
+        return comm.all_reduce_algo_info(count, dtype, code,
                                          send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(out))
-    return comm.algo_info(coll, count, DTYPES[tensor.dtype], code, root,
+    return comm.algo_info(coll, count, dtype, code, root,
                           send_ptr=_info_ptr(tensor), recv_ptr=_info_ptr(out))
 
 
@@ -1395,7 +1445,8 @@ class Communicator(yali._ClosingContext):
     def all_reduce(self, tensor, op="sum", out=None):
         """All-reduce ``tensor`` across the group: in place (returns ``tensor``), or into ``out``
         (same shape and dtype, disjoint memory; returns ``out``). On torch's current stream; no
-        host synchronization. Every dtype in DTYPES; op="avg" for floating dtypes only.
+        host synchronization. Every dtype in DTYPES, bool and complex (see the module docstring:
+        Types); op="avg" for floating dtypes only (and complex).
 
         Raises the comm's asynchronous error (YaliTimeout, ...) once a collective has failed, before
         launching. Captured in a CUDA graph, it is not checked at replay: see
@@ -1456,7 +1507,7 @@ class Communicator(yali._ClosingContext):
         any shape with world_size * input_tensor.numel() elements is accepted). Returns
         ``output_tensor``. In place when ``input_tensor`` is the rank's own block of
         ``output_tensor`` (``output_tensor.view(-1)[rank * n:(rank + 1) * n]``); any other
-        overlap is refused. Every dtype in DTYPES (moved as bytes)."""
+        overlap is refused. Every dtype in DTYPES, bool and complex (moved as bytes)."""
         method = "Communicator.all_gather_into_tensor"
         handle = self.handle
         if not _is_compiling():
@@ -1645,7 +1696,7 @@ class Communicator(yali._ClosingContext):
         Without split sizes (both None): even splits, yaliAlltoAll. ``input``'s first dimension
         is cut into world_size equal blocks; block j goes to rank j, which stores the block from
         rank i as block i of ``output`` (the same number of elements as ``input``, its first
-        dimension also a multiple of world_size). Every dtype in DTYPES.
+        dimension also a multiple of world_size). Every dtype in DTYPES, bool and complex.
 
         With split sizes (either given; every rank must then give them, as every rank must make
         the same call): uneven splits, yaliAlltoAllv. Rows along dim 0 (a row:
@@ -2002,9 +2053,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
             for i, (t, o) in enumerate(zip(tensors, outs)):
                 if o is not t:
                     _check_out(method, t, o, f"outs[{i}]", f"tensors[{i}]")
-        _check_op_dtype(method, code, tensors[0].dtype, "tensors[0]")
-        dtype = DTYPES[tensors[0].dtype]
-        count = tensors[0].numel()
+        code = _check_op_dtype(method, code, tensors[0].dtype, "tensors[0]")
+        dtype, per = _WIRE[tensors[0].dtype]
+        count = tensors[0].numel() * per
         self._run(method, lambda i, comm, stream: _capi.all_reduce(
             tensors[i].data_ptr(), outs[i].data_ptr(), count, dtype, code, comm.handle, stream))
         return outs
@@ -2024,9 +2075,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
                         f"world_size ({ws}) x input numel ({n})")
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t, i * n,
                            f"block {i} of output_tensors[{i}]")
-        dtype = DTYPES[ins[0].dtype]
+        dtype, per = _WIRE[ins[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.all_gather(
-            ins[i].data_ptr(), outs[i].data_ptr(), n, dtype, comm.handle, stream))
+            ins[i].data_ptr(), outs[i].data_ptr(), n * per, dtype, comm.handle, stream))
         return outs
 
     def reduce_scatter_tensor(self, output_tensors, input_tensors, op="sum"):
@@ -2044,10 +2095,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
                         f"world_size ({ws}) x output numel ({m})")
             _check_overlap(method, f"input_tensors[{i}]", t, f"output_tensors[{i}]", o, i * m,
                            f"block {i} of input_tensors[{i}]")
-        _check_op_dtype(method, code, outs[0].dtype, "output_tensors[0]")
-        dtype = DTYPES[outs[0].dtype]
+        code = _check_op_dtype(method, code, outs[0].dtype, "output_tensors[0]")
+        dtype, per = _WIRE[outs[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.reduce_scatter(
-            ins[i].data_ptr(), outs[i].data_ptr(), m, dtype, code, comm.handle, stream))
+            ins[i].data_ptr(), outs[i].data_ptr(), m * per, dtype, code, comm.handle, stream))
         return outs
 
     def broadcast(self, tensors, src):
@@ -2057,7 +2108,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
         self._begin(method)
         root = _as_rank(method, "src", src, len(self.devices))
         ts = self._per_rank(method, "tensors", tensors)
-        dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
+        dtype, per = _WIRE[ts[0].dtype]
+        n = ts[0].numel() * per
         self._run(method, lambda i, comm, stream: _capi.broadcast(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, root, comm.handle, stream))
         return ts
@@ -2070,8 +2122,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
         self._begin(method)
         root = _as_rank(method, "dst", dst, len(self.devices))
         ts = self._per_rank(method, "tensors", tensors)
-        _check_op_dtype(method, code, ts[0].dtype, "tensors[0]")
-        dtype, n = DTYPES[ts[0].dtype], ts[0].numel()
+        code = _check_op_dtype(method, code, ts[0].dtype, "tensors[0]")
+        dtype, per = _WIRE[ts[0].dtype]
+        n = ts[0].numel() * per
         self._run(method, lambda i, comm, stream: _capi.reduce(
             ts[i].data_ptr(), ts[i].data_ptr(), n, dtype, code, root, comm.handle, stream))
         return ts
@@ -2100,9 +2153,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
                              "the data is copied into the list after the gather, which nested in "
                              f"a group is launched only at the outermost group end; {_ONE_TENSOR}")
             buf = ts[root].new_empty((ws, n))
-        dtype = DTYPES[ts[0].dtype]
+        dtype, per = _WIRE[ts[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.gather(
-            ts[i].data_ptr(), buf.data_ptr() if i == root else None, n, dtype, root, comm.handle,
+            ts[i].data_ptr(), buf.data_ptr() if i == root else None, n * per, dtype, root,
+            comm.handle,
             stream))
         if parts is not None:
             for i, p in enumerate(parts):
@@ -2132,9 +2186,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
                              "returns, before the scatter that reads it is launched at the "
                              f"outermost group end; {_ONE_TENSOR}")
             buf = torch.cat([p.reshape(-1) for p in parts])
-        dtype = DTYPES[ts[0].dtype]
+        dtype, per = _WIRE[ts[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.scatter(
-            buf.data_ptr() if i == root else None, ts[i].data_ptr(), n, dtype, root, comm.handle,
+            buf.data_ptr() if i == root else None, ts[i].data_ptr(), n * per, dtype, root,
+            comm.handle,
             stream))
         return ts
 
@@ -2142,8 +2197,8 @@ class SingleProcessCommunicator(yali._ClosingContext):
                           input_split_sizes=None):
         """All-to-all. Without split sizes: even splits, block j of input_tensors[i] (first
         dimension cut into world_size blocks) goes to block i of output_tensors[j]; every dtype
-        in DTYPES. With split sizes (yaliAlltoAllv): rows along dim 0, any dtype, the same row
-        shape on every GPU; GPU i sends ``input_split_sizes[i][j]`` rows to GPU j, which packs
+        in DTYPES, bool and complex. With split sizes (yaliAlltoAllv): rows along dim 0, any
+        dtype, the same row shape on every GPU; GPU i sends ``input_split_sizes[i][j]`` rows to GPU j, which packs
         what it receives in GPU order. Each split argument: None (the even split of each
         tensor), one list of ints (the same on every GPU), or one list per GPU; checked on the
         host to agree (``output_split_sizes[j][i] == input_split_sizes[i][j]``). Never in place.
@@ -2162,9 +2217,9 @@ class SingleProcessCommunicator(yali._ClosingContext):
                         "the input's numel")
             _check_rows(method, f"output_tensors[{i}]", o, ws)
             _check_overlap(method, f"output_tensors[{i}]", o, f"input_tensors[{i}]", t)
-        dtype = DTYPES[ins[0].dtype]
+        dtype, per = _WIRE[ins[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.all_to_all(
-            ins[i].data_ptr(), outs[i].data_ptr(), n // ws, dtype, comm.handle, stream))
+            ins[i].data_ptr(), outs[i].data_ptr(), n // ws * per, dtype, comm.handle, stream))
         return outs
 
     # -- the uneven exchange: one tensor (and one count tensor) per GPU

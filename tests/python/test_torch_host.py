@@ -9,7 +9,8 @@ alone:
     message at every collective entry point and in check_async_error()/check(); the
     single-process form launches on no GPU once any comm has failed; replay() checks around a graph;
   - dtypes: DTYPES maps every torch dtype with an NCCL type to its yaliDataType_t; avg is refused
-    for integers;
+    for integers; bool and complex as torch.distributed's NCCL backend takes them (bool as uint8,
+    sum as max, prod as min, avg refused; complex as its real view, sum and avg only);
   - every collective method (Communicator with fake CUDA tensors from FakeTensorMode, which run the
     operators' fake implementations; SingleProcessCommunicator against FakeLib): argument checks
     name the method and the argument, results have the right shapes, roots are translated as in
@@ -411,8 +412,9 @@ def _bad_calls(c):
          TypeError, ["output_tensor", "dtype"]),
         ("gather output strided", lambda: c.all_gather_into_tensor(_cuda(120)[::2], x), ValueError,
          ["output_tensor", "contiguous"]),
-        ("unsupported dtype", lambda: c.broadcast(_cuda(4, dtype=torch.bool), 0), TypeError,
-         ["Communicator.broadcast", "tensor", "torch.bool", "float8_e4m3fn"]),
+        ("unsupported dtype", lambda: c.broadcast(_cuda(4, dtype=torch.int16), 0), TypeError,
+         ["Communicator.broadcast", "tensor", "torch.int16", "float8_e4m3fn", "bool",
+          "complex64"]),
         ("rs input size", lambda: c.reduce_scatter_tensor(_cuda(2), _cuda(7)), ValueError,
          ["Communicator.reduce_scatter_tensor", "input", "world_size (3) x output.numel() (2)"]),
         ("rs avg int", lambda: c.reduce_scatter_tensor(_cuda(4, dtype=torch.int64),
@@ -1510,3 +1512,246 @@ def test_single_process_refuses_work_after_the_launch_inside_an_outer_group(
     assert a2av_lib.launches() == []
     shared.broadcast(y, 0)  # outside a group: fine
     assert len(a2av_lib.launches("yaliBroadcast")) == 2
+
+
+# ---- bool and complex, as torch.distributed's NCCL backend takes them --------------------------
+#
+# torch (ProcessGroupNCCL.cpp, distributed_c10d.py, 2.11): bool travels as ncclUint8 and a SUM on
+# it is run as MAX (AVG: refused); a complex tensor travels as torch.view_as_real of it (its real
+# type, twice the elements), and a reduction on it is refused unless it is SUM or AVG (MAX, MIN,
+# PRODUCT would act on the real and imaginary parts apart). yali.torch does the same in the launch
+# functions (so that torch.ops.yali.* called directly do it too), with PRODUCT on bool run as MIN.
+
+_C32 = getattr(torch, "complex32", None)
+_WIRE_CASES = [(torch.bool, "Uint8", 1), (torch.complex64, "Float32", 2),
+               (torch.complex128, "Float64", 2)] + ([(_C32, "Float16", 2)] if _C32 else [])
+
+
+@pytest.mark.parametrize("dtype,wire,per", _WIRE_CASES, ids=lambda v: str(v))
+def test_bool_and_complex_reach_the_data_moving_c_calls_as_torch_moves_them(
+        fake_lib, monkeypatch, no_stream, dtype, wire, per):
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    h, D = c.handle, yali.DataType
+    want = D[wire]
+
+    def last():
+        return fake_lib.calls[-1][0], fake_lib.launches()[-1]
+
+    yt._launch_all_gather("op", h, _Duck(0x200, 12, dtype), _Duck(0x100, 4, dtype))
+    assert last() == ("yaliAllGather", dict(sendbuff=0x100, recvbuff=0x200, sendcount=4 * per,
+                                            datatype=want, comm=h, stream=0x5000))
+    yt._launch_broadcast("op", h, _Duck(0x300, 7, dtype), 2)
+    assert last() == ("yaliBroadcast", dict(sendbuff=0x300, recvbuff=0x300, count=7 * per,
+                                            datatype=want, root=2, comm=h, stream=0x5000))
+    yt._launch_gather("op", h, _Duck(0x200, 12, dtype), _Duck(0x100, 4, dtype), 1)
+    assert last() == ("yaliGather", dict(sendbuff=0x100, recvbuff=0x200, count=4 * per,
+                                         datatype=want, root=1, comm=h, stream=0x5000))
+    yt._launch_scatter("op", h, _Duck(0x200, 4, dtype), _Duck(0x100, 12, dtype), 1)
+    assert last() == ("yaliScatter", dict(sendbuff=0x100, recvbuff=0x200, count=4 * per,
+                                          datatype=want, root=1, comm=h, stream=0x5000))
+    yt._launch_all_to_all("op", h, _Duck(0x200, 12, dtype), _Duck(0x100, 12, dtype))
+    assert last() == ("yaliAlltoAll", dict(sendbuff=0x100, recvbuff=0x200, count=4 * per,
+                                           datatype=want, comm=h, stream=0x5000))
+
+
+def _reduction_launches(h, dtype, op):
+    """(C call, launch) of every reduction on ``dtype`` with yali op code ``op``: 4 elements of
+    output (12 of input for reduce_scatter)."""
+    return [
+        ("yaliAllReduce", lambda: yt._launch_all_reduce("yali::all_reduce_", h,
+                                                        *(2 * [_Duck(0x100, 4, dtype)]), op)),
+        ("yaliReduceScatter", lambda: yt._launch_reduce_scatter(
+            "yali::reduce_scatter_tensor", h, _Duck(0x200, 4, dtype), _Duck(0x100, 12, dtype), op)),
+        ("yaliReduce", lambda: yt._launch_reduce("yali::reduce_", h, _Duck(0x100, 4, dtype), op,
+                                                  0)),
+    ]
+
+
+def test_bool_reductions_run_on_uint8_with_sum_as_max_and_prod_as_min(fake_lib, monkeypatch,
+                                                                      no_stream):
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    R, D = yali.RedOp, yali.DataType
+    for op, sent in ((R.Sum, R.Max), (R.Prod, R.Min), (R.Max, R.Max), (R.Min, R.Min)):
+        for call, launch in _reduction_launches(c.handle, torch.bool, int(op)):
+            launch()
+            name, params = fake_lib.calls[-1][0], fake_lib.launches()[-1]
+            assert name == call
+            assert (params["datatype"], params["op"]) == (D.Uint8, sent), (call, op)
+            assert params.get("count", params.get("recvcount")) == 4
+    n = len(fake_lib.launches())
+    for call, launch in _reduction_launches(c.handle, torch.bool, int(R.Avg)):
+        with pytest.raises(ValueError, match="avg") as info:
+            launch()
+        assert "torch.bool" in str(info.value), str(info.value)
+    assert len(fake_lib.launches()) == n  # refused before the C call
+
+
+@pytest.mark.parametrize("dtype,wire,per", _WIRE_CASES[1:], ids=lambda v: str(v))
+def test_complex_reductions_are_sum_and_avg_on_the_real_view(fake_lib, monkeypatch, no_stream,
+                                                             dtype, wire, per):
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    R, D = yali.RedOp, yali.DataType
+    for op in (R.Sum, R.Avg):
+        for call, launch in _reduction_launches(c.handle, dtype, int(op)):
+            launch()
+            name, params = fake_lib.calls[-1][0], fake_lib.launches()[-1]
+            assert name == call
+            assert (params["datatype"], params["op"]) == (D[wire], op), (call, op)
+            assert params.get("count", params.get("recvcount")) == 4 * per
+    n = len(fake_lib.launches())
+    for op, word in ((R.Max, "max"), (R.Min, "min"), (R.Prod, "prod")):
+        for call, launch in _reduction_launches(c.handle, dtype, int(op)):
+            with pytest.raises(ValueError) as info:
+                launch()
+            text = str(info.value)
+            assert f"op={word}" in text and "complex" in text and str(dtype) in text, text
+    assert len(fake_lib.launches()) == n  # refused before the C call
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_bool_and_complex_methods_and_fake_results(fake_mode, comm3):
+    """Every method takes bool and complex tensors (reductions: the ops torch takes); the fake
+    implementations give outputs of the input's dtype (a complex result stays complex); in-place
+    and out= forms return the tensor they were given."""
+    c = comm3
+    for dtype, _, _ in _WIRE_CASES:
+        x = _cuda(6, 5, dtype=dtype)
+        ops = ("sum", "prod", "max", "min") if dtype is torch.bool else ("sum", "avg")
+        for op in ops:
+            assert c.all_reduce(x, op) is x
+            out = _cuda(6, 5, dtype=dtype)
+            assert c.all_reduce(x, op, out=out) is out
+            r = c.all_reduce_functional(x, op)
+            assert (r.shape, r.dtype) == ((6, 5), dtype)
+            rs = _cuda(2, 5, dtype=dtype)
+            assert c.reduce_scatter_tensor(rs, x, op) is rs
+            r = c.reduce_scatter_functional(x, op)
+            assert (r.shape, r.dtype) == ((2, 5), dtype)
+            assert c.reduce(x, 0, op) is x
+        out = _cuda(18, 5, dtype=dtype)
+        assert c.all_gather_into_tensor(out, x) is out
+        r = c.all_gather_functional(x)
+        assert (r.shape, r.dtype) == ((18, 5), dtype)
+        assert c.broadcast(x, 2) is x
+        g = _cuda(90, dtype=dtype)
+        assert c.gather(x, g, dst=1) is g
+        assert c.gather(x, [_cuda(30, dtype=dtype) for _ in range(3)], dst=1) is not None
+        assert c.scatter(x, _cuda(3, 6, 5, dtype=dtype), src=1) is x
+        a = _cuda(6, 5, dtype=dtype)
+        assert c.all_to_all_single(a, x) is a
+        r = c.all_to_all_functional(x)
+        assert (r.shape, r.dtype) == ((6, 5), dtype)
+
+
+def test_bool_and_complex_refusals_name_the_method_and_the_op(fake_mode, comm3):
+    c, R = comm3, torch.distributed.ReduceOp
+    b, z = _cuda(6, dtype=torch.bool), _cuda(6, dtype=torch.complex64)
+    calls = [
+        (lambda: c.all_reduce(b, "avg"), "Communicator.all_reduce", ["op=avg", "torch.bool"]),
+        (lambda: c.reduce(b, 0, R.AVG), "Communicator.reduce", ["op=avg", "torch.bool"]),
+        (lambda: c.all_reduce(z, R.MAX), "Communicator.all_reduce", ["op=max", "complex"]),
+        (lambda: c.all_reduce(z, "min", out=_cuda(6, dtype=torch.complex64)),
+         "Communicator.all_reduce", ["op=min", "complex"]),
+        (lambda: c.all_reduce_functional(z, "prod"), "Communicator.all_reduce_functional",
+         ["op=prod", "complex"]),
+        (lambda: c.reduce_scatter_tensor(_cuda(2, dtype=torch.complex64), z, "max"),
+         "Communicator.reduce_scatter_tensor", ["op=max", "complex"]),
+        (lambda: c.reduce_scatter_functional(z, R.PRODUCT),
+         "Communicator.reduce_scatter_functional", ["op=prod", "complex"]),
+        (lambda: c.reduce(z, 0, "min"), "Communicator.reduce", ["op=min", "complex"]),
+        # The operators themselves (their fake implementations), as torch.compile calls them.
+        (lambda: yt._all_reduce_ops.functional(z, c.handle, int(yali.RedOp.Max)),
+         "yali::all_reduce", ["op=max", "complex"]),
+        (lambda: torch.ops.yali.reduce_(b, c.handle, int(yali.RedOp.Avg), 0), "yali::reduce_",
+         ["op=avg", "torch.bool"]),
+    ]
+    for call, method, words in calls:
+        with pytest.raises(ValueError) as info:
+            call()
+        text = str(info.value)
+        assert method in text and all(w in text for w in words), text
+
+
+def test_compile_fullgraph_traces_bool_and_complex(fake_mode, comm3):
+    """aot_eager functionalizes the in-place and out= forms on complex and bool tensors: the results
+    keep their dtype."""
+    c = comm3
+
+    def f(x, flags):
+        y = x.clone()
+        c.all_reduce(y, "sum")
+        out = torch.empty_like(x)
+        c.all_reduce(x, "avg", out=out)
+        g = torch.empty(18, 5, dtype=x.dtype, device=x.device)
+        c.all_gather_into_tensor(g, x)
+        c.broadcast(flags, 0)
+        c.all_reduce(flags, "max")
+        return y + out + g[:6] + c.all_reduce_functional(x), flags
+
+    for backend in ("eager", "aot_eager"):
+        torch._dynamo.reset()
+        got, flags = torch.compile(f, fullgraph=True, backend=backend)(
+            _cuda(6, 5, dtype=torch.complex64), _cuda(4, dtype=torch.bool))
+        assert (got.shape, got.dtype) == ((6, 5), torch.complex64)
+        assert flags.dtype == torch.bool
+    torch._dynamo.reset()
+
+
+def test_single_process_bool_and_complex_make_the_c_calls(fake_lib, fake_cuda, quiet_data_ptr):
+    sp = _fake_single(3)
+    sp.devices = [0, 1, 2]
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    D, R = yali.DataType, yali.RedOp
+
+    def launched(call):
+        got = _group_calls(fake_lib)
+        del fake_lib.calls[:]
+        assert [c[0] for c in got] == [call] * 3
+        return {tuple(sorted((k, v) for k, v in c[2].items()
+                             if k in ("count", "sendcount", "recvcount", "datatype", "op")))
+                for c in got}
+
+    def per_gpu(*shape, dtype):
+        return [torch.empty(*shape, dtype=dtype, device=f"cuda:{d}") for d in sp.devices]
+
+    b = per_gpu(6, dtype=torch.bool)
+    sp.all_reduce(b, "sum")
+    assert launched("yaliAllReduce") == {(("count", 6), ("datatype", D.Uint8), ("op", R.Max))}
+    sp.reduce(b, 1, "prod")
+    assert launched("yaliReduce") == {(("count", 6), ("datatype", D.Uint8), ("op", R.Min))}
+    sp.broadcast(b, 0)
+    assert launched("yaliBroadcast") == {(("count", 6), ("datatype", D.Uint8))}
+    z = per_gpu(6, dtype=torch.complex128)
+    sp.all_reduce(z, "avg")
+    assert launched("yaliAllReduce") == {(("count", 12), ("datatype", D.Float64), ("op", R.Avg))}
+    sp.reduce_scatter_tensor(per_gpu(2, dtype=torch.complex128), z, "sum")
+    assert launched("yaliReduceScatter") == {(("datatype", D.Float64), ("op", R.Sum),
+                                              ("recvcount", 4))}
+    sp.all_gather_into_tensor(per_gpu(18, dtype=torch.complex128), z)
+    assert launched("yaliAllGather") == {(("datatype", D.Float64), ("sendcount", 12))}
+    sp.all_to_all_single(per_gpu(6, dtype=torch.complex128), z)
+    assert launched("yaliAlltoAll") == {(("count", 4), ("datatype", D.Float64))}
+    sp.gather(z, torch.empty(18, dtype=torch.complex128, device="cuda:0"), dst=0)
+    assert launched("yaliGather") == {(("count", 12), ("datatype", D.Float64))}
+    sp.scatter(z, torch.empty(18, dtype=torch.complex128, device="cuda:2"), src=2)
+    assert launched("yaliScatter") == {(("count", 12), ("datatype", D.Float64))}
+    for call in (lambda: sp.all_reduce(z, "max"), lambda: sp.reduce(b, 0, "avg")):
+        with pytest.raises(ValueError, match="SingleProcessCommunicator"):
+            call()
+    assert fake_lib.launches() == []
+
+
+def test_algo_info_asks_for_the_type_and_op_the_call_runs(fake_lib):
+    """algo_info of a bool or complex tensor asks yaliAlgoInfo about what the call would launch."""
+    comm, D, R = _fake_comm(0, 3), yali.DataType, yali.RedOp
+    z = torch.zeros(12, dtype=torch.complex64)
+    yt._algo_info(comm, "m", z, "avg", None, "reduce_scatter", 0, 3)
+    yt._algo_info(comm, "m", z, "sum", None, "all_gather", 0, 3)
+    b = torch.zeros(12, dtype=torch.bool)
+    yt._algo_info(comm, "m", b, "sum", None, "reduce", 0, 3)
+    got = [(c[2]["count"], c[2]["datatype"], c[2]["op"]) for c in fake_lib.calls
+           if c[0] == "yaliAlgoInfo"]
+    assert got == [(8, D.Float32, R.Avg), (24, D.Float32, R.Sum), (12, D.Uint8, R.Max)]
+    with pytest.raises(ValueError, match="op=max is not supported on complex"):
+        yt._algo_info(comm, "Communicator.algo_info", z, "max", None, "reduce", 0, 3)
