@@ -836,8 +836,9 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy. Except
   // where NCCL's comm is gone (ncclCommAbort, or a destroy whose YALI side failed: c->real is NULL,
   // and NCCL refuses every deregistration): its registrations went with it, YALI's comm too
-  // (endYali), and the handle is freed here with NCCL's answer, since a program whose watchdog
-  // aborted the comm may never destroy it.
+  // (endYali), and the handle is freed here, since a program whose watchdog aborted the comm may
+  // never destroy it. The call then succeeds (nothing is left to deregister): an error would invite
+  // the program to keep or retry a handle that no longer exists.
   const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
   if (r != ncclSuccess && c->real != nullptr) return r;
   auto& deferred = tlsGroup.registrations;
@@ -853,7 +854,7 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   }
   reg->magic = 0;
   delete reg;
-  return r;
+  return ncclSuccess;
 }
 
 // ---- Tear-down --------------------------------------------------------------------------------------
