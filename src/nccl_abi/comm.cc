@@ -335,9 +335,17 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = end;
-  for (SetUp* s : setUps)
-    if (r != ncclSuccess || s->*out == nullptr)
-      s->fail(std::string(what) + " failed: " + callReal<Api::ncclGetErrorString>(r));
+  for (SetUp* s : setUps) {
+    if (r == ncclSuccess && s->*out != nullptr) continue;
+    // NCCL writes a split's child when its init job ends, even one whose init failed (init.cc,
+    // ncclCommInitRankFunc's exit): a round that failed may still have left a (failed) child here.
+    // It is aborted and forgotten, so that this rank leaves the rounds that need it (the id round).
+    if (s->*out != nullptr) {
+      callReal<Api::ncclCommAbort>(s->*out);
+      s->*out = nullptr;
+    }
+    s->fail(std::string(what) + " failed: " + callReal<Api::ncclGetErrorString>(r));
+  }
 }
 
 void freeScratch(SetUp& s) {

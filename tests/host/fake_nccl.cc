@@ -832,6 +832,14 @@ FAKE_EXPORT ncclResult_t ncclGroupStart() {
   return r;
 }
 
+// fakeFailNextSplitGroup: the result of the next group end that delivers splits' children.
+ncclResult_t splitGroupFailure = ncclSuccess;
+
+// The next outermost ncclGroupEnd whose group made splits or shrinks returns `result`, after it
+// delivered their children, as NCCL's does when their init jobs fail (init.cc: each job writes its
+// child, a failed one too, and the group's end returns the first error).
+FAKE_EXPORT void fakeFailNextSplitGroup(ncclResult_t result) { splitGroupFailure = result; }
+
 FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   fakeRecord("ncclGroupEnd", nullptr);
   fakeLastCall = "ncclGroupEnd";
@@ -840,7 +848,13 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   if (fakeGroupDepth == 0) {
     std::vector<Op> ops;
     std::swap(ops, pending);
+    bool splits = !deliveries.empty();
+    for (const Op& op : ops) splits = splits || strcmp(op.call, "ncclCommSplit") == 0;
     r = carryOutGroup(std::move(ops));
+    if (splits && splitGroupFailure != ncclSuccess) {
+      if (r == ncclSuccess) r = splitGroupFailure;
+      splitGroupFailure = ncclSuccess;
+    }
     for (const Delivery& d : deliveries) deliver(d.newcomm, reinterpret_cast<ncclComm_t>(d.child), d.parent);
     deliveries.clear();
     for (FakeComm* c : initsInGroup) initInBackground(c);

@@ -1490,6 +1490,41 @@ TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
   for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
 }
 
+// NCCL writes a split's child even where its init failed (init.cc, ncclCommInitRankFunc's exit), and
+// the group's end returns the error: the set-up's node split round failed with a (failed) node comm
+// on every rank. Each is aborted and forgotten, so that its rank leaves the id round rather than
+// issuing it on a failed comm. (Before: the failed children stayed, were never aborted, and the
+// ranks took the id round on them.)
+TEST(a_node_split_round_that_failed_aborts_the_children_nccl_wrote) {
+  ranksPerNode() = 2;
+  function<void (*)(ncclResult_t)>(fakeNccl(), "fakeFailNextSplitGroup")(ncclSystemError);
+  const int since = eventCount();
+  const std::vector<ncclComm_t> comms = initInGroup(4);
+  ranksPerNode() = 0;
+  std::set<const void*> nodeComms;
+  for (ncclComm_t c : comms) {
+    const void* k = child(const_cast<void*>(realOf(c)), 0);
+    CHECK(k != nullptr);  // the fake wrote it, as NCCL does
+    nodeComms.insert(k);
+  }
+  int aborted = 0, usedAfter = 0, yaliInits = 0;
+  for (int i = since; i < eventCount(); ++i) {
+    if (nodeComms.count(eventHandle(i)) == 0) {
+      if (eventCall(i) == "yaliCommInitRank") ++yaliInits;
+      continue;
+    }
+    if (eventCall(i) == "ncclCommAbort")
+      ++aborted;
+    else if (eventCall(i) != "ncclCommSplit")
+      ++usedAfter;
+  }
+  CHECK_MSG(aborted == 4, "%d of 4 failed node comms aborted", aborted);
+  CHECK_MSG(usedAfter == 0, "%d calls on failed node comms", usedAfter);
+  CHECK_MSG(yaliInits == 0, "%d YALI comms made after a failed node split", yaliInits);
+  for (ncclComm_t c : comms) CHECK(waitingCalls(realOf(c)) == 0);
+  for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+}
+
 TEST(hierarchical_steps_and_a_failing_leg) {
   const Hierarchical h = hierarchical();
   ncclComm_t c = h.ranks[0].comm;
