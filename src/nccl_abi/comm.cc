@@ -3,9 +3,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dlfcn.h>
 
 #include <algorithm>
-#include <chrono>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -38,9 +38,8 @@ bool isBlocking(const ncclConfig_t* config, bool inherited) {
   // Read once per process, as NCCL reads its parameters (NCCL_PARAM caches ncclParamCommBlocking at
   // its first use, include/param.h), at our first call here: after NCCL's first creating call, which
   // loaded its configuration file. A program that changes NCCL_COMM_BLOCKING later changes neither
-  // NCCL's verdict nor ours. (Read with getenv: an NCCL environment plugin, ncclEnvPluginGetEnv,
-  // that answers otherwise is not followed; where the two verdicts still differ, adopt's guard keeps
-  // every Comm that NCCL may still write.)
+  // NCCL's verdict nor ours. (Read with getenv: where NCCL reads its settings through an environment
+  // plugin, which may answer otherwise, no comm gets YALI and splits pass through: ncclEnvPluginInUse.)
   struct Cached {
     bool set;
     std::string value;
@@ -50,6 +49,34 @@ bool isBlocking(const ncclConfig_t* config, bool inherited) {
     return Cached{v != nullptr, v != nullptr ? v : ""};
   }();
   return blockingOf(config, inherited, env.set ? env.value.c_str() : nullptr);
+}
+
+bool ncclEnvPluginInUse() {
+  // NCCL 2.28 reads every setting through ncclEnvPluginGetEnv (misc/param.cc): an external plugin
+  // when it loaded one at its first call (plugin/env.cc, ncclEnvPluginLoad), kept open until the
+  // process exits. Asked after NCCL's first creating call, as isBlocking, and once per process.
+  static const bool inUse = [] {
+    const std::vector<std::string> names = envPluginCandidates(getenv("NCCL_ENV_PLUGIN"));
+    std::string found;
+    for (const std::string& name : names) {
+      // Only a library already loaded (RTLD_NOLOAD): NCCL's own handle, if NCCL opened it. NCCL
+      // takes it only where it exports ncclEnvPlugin_v1 (plugin/env/env_v1.cc).
+      void* lib = dlopen(name.empty() ? nullptr : name.c_str(), RTLD_LAZY | RTLD_NOLOAD);
+      if (lib == nullptr) continue;
+      const bool plugin = dlsym(lib, "ncclEnvPlugin_v1") != nullptr;
+      dlclose(lib);
+      if (plugin) {
+        found = name.empty() ? "the program itself (NCCL_ENV_PLUGIN=STATIC_PLUGIN)" : name;
+        break;
+      }
+    }
+    if (found.empty()) return false;
+    warn(-1, "NCCL reads its settings through an environment plugin (%s), which libyali-nccl cannot "
+         "read: every communicator is NCCL only (no YALI), and splits and shrinks go to NCCL as they "
+         "are", found.c_str());
+    return true;
+  }();
+  return inUse;
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
@@ -72,7 +99,7 @@ namespace {
 struct Child {
   Comm* comm;
   ncclComm_t* out;
-  bool makesComm;  // false: a split with NCCL_SPLIT_NOCOLOR (NCCL writes NULL into comm->real)
+  bool childExpected;  // a split with a color, or a shrink: keepUnwritten
 };
 
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
@@ -308,9 +335,17 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = end;
-  for (SetUp* s : setUps)
-    if (r != ncclSuccess || s->*out == nullptr)
-      s->fail(std::string(what) + " failed: " + callReal<Api::ncclGetErrorString>(r));
+  for (SetUp* s : setUps) {
+    if (r == ncclSuccess && s->*out != nullptr) continue;
+    // NCCL writes a split's child when its init job ends, even one whose init failed (init.cc,
+    // ncclCommInitRankFunc's exit): a round that failed may still have left a (failed) child here.
+    // It is aborted and forgotten, so that this rank leaves the rounds that need it (the id round).
+    if (s->*out != nullptr) {
+      callReal<Api::ncclCommAbort>(s->*out);
+      s->*out = nullptr;
+    }
+    s->fail(std::string(what) + " failed: " + callReal<Api::ncclGetErrorString>(r));
+  }
 }
 
 void freeScratch(SetUp& s) {
@@ -666,61 +701,30 @@ void registerDeferred(std::vector<Registration*> regs) {
 
 namespace {
 
-// A split's or shrink's child that NCCL is still making in its background, after the call (or the
-// group) that made it returned: NCCL judged the parent non-blocking where we judged it blocking
-// (an environment plugin, say; isBlocking). NCCL's thread writes the child into c->real when its
-// init job ends (init.cc, ncclCommInitRankFunc's exit, even where the init failed; NULL for
-// NCCL_SPLIT_NOCOLOR), so c is never freed from here on: nothing here can know when that write has
-// happened without calling NCCL on the parent, which the program may destroy meanwhile. The program
-// gets our handle as NCCL would have given it NCCL's: written into *out by a thread of ours once
-// NCCL's write is seen, and NULL until then (the program polls it, as it would NCCL's). The comm is
-// NCCL only, and non-blocking to us (its own splits pass through to NCCL). Waits for at most 30
-// minutes; a Comm never written (NCCL_SPLIT_NOCOLOR: no thread at all) stays allocated.
-void handOverWhenNcclWrites(Comm* c, ncclComm_t* out, bool makesComm) {
-  c->blocking = false;
-  c->noYali = "NCCL makes it in its background (NCCL judged the parent non-blocking): NCCL only";
-  *out = nullptr;
-  info(-1, "communicator %p: %s", static_cast<void*>(c), c->noYali.c_str());
-  if (!makesComm) return;
-  std::thread([c, out] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(30);
-    int sleepMs = 1;
-    while (__atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        warn(-1, "communicator %p: NCCL never wrote the child of a split or shrink in 30 minutes; the "
-             "program's pointer stays NULL", static_cast<void*>(c));
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(sleepMs));
-      sleepMs = std::min(sleepMs * 2, 20);
-    }
-    __atomic_store_n(out, handleOf(c), __ATOMIC_RELEASE);
-  }).detach();
-}
-
-// Whether NCCL may still write parent's child: its asynchronous state is ncclInProgress (NCCL sets
-// it before a non-blocking group's end returns, and clears it only after the group's jobs, which
-// write their children, ended), or cannot be read.
-bool ncclStillMaking(const Comm* parent) {
-  ncclResult_t state = ncclSuccess;
-  if (callReal<Api::ncclCommGetAsyncError>(parent->real, &state) != ncclSuccess) return true;
-  return state == ncclInProgress;
+// The backstop where our verdict on a parent (blocking) and NCCL's (non-blocking) could still differ
+// (an environment plugin that ncclEnvPluginInUse did not see): a split with a color or a shrink
+// whose child is still NULL once NCCL's call (outside a group) or the group's end returned may be
+// one that NCCL still makes in its background, writing the child into c->real later. Such a Comm
+// is never freed (a deliberate leak, logged), so that write can only land in memory of ours; the
+// program keeps the NULL NCCL showed at that moment. Decided on what the calls returned, never on
+// timing.
+void keepUnwritten(Comm* c) {
+  c->noYali = "NCCL gave no child for a split or shrink that makes one";
+  warn(-1, "communicator %p: NCCL returned no child for a split or shrink that makes one; kept "
+       "allocated, never freed (NCCL may still write the child into it if it took the parent for "
+       "non-blocking); the program's pointer is NULL", static_cast<void*>(c));
 }
 
 }  // namespace
 
-void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent, bool makesComm) {
-  // A split's or shrink's child whose real comm is still NULL after a call that succeeded outside
-  // a group: NCCL_SPLIT_NOCOLOR, unless NCCL runs the split in its background (handOverWhenNcclWrites).
-  if (parent != nullptr && c->real == nullptr && result == ncclSuccess && tlsGroup.depth == 0 &&
-      ncclStillMaking(parent) && __atomic_load_n(&c->real, __ATOMIC_ACQUIRE) == nullptr) {
-    handOverWhenNcclWrites(c, out, makesComm);
-    return;
-  }
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
   const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
   if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
-    delete c;
+    if (childExpected)
+      keepUnwritten(c);
+    else
+      delete c;
     *out = nullptr;
     return;
   }
@@ -728,6 +732,9 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent, bo
     // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
     // step. Phase 1 leaves such comms to NCCL.
     c->noYali = "a non-blocking communicator (config.blocking = 0): NCCL only in this phase";
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+  } else if (ncclEnvPluginInUse()) {
+    c->noYali = "NCCL reads its settings through an environment plugin: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
   } else if (result != ncclSuccess) {
     c->noYali = "NCCL's init failed";
@@ -737,7 +744,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent, bo
     setUpYali({c});
   }
   if (atGroupEnd) {
-    tlsGroup.children.push_back({c, out, makesComm});
+    tlsGroup.children.push_back({c, out, childExpected});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
   } else {
     *out = handleOf(c);
@@ -766,8 +773,7 @@ void enterGroup() { ++tlsGroup.depth; }
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void leaveGroup(ncclResult_t realGroupEnd) {
-  const bool realGroupSucceeded = realGroupEnd == ncclSuccess;
+void leaveGroup(bool realGroupSucceeded) {
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
   std::vector<Child> children;
   std::vector<Comm*> setUps;
@@ -780,17 +786,16 @@ void leaveGroup(ncclResult_t realGroupEnd) {
   // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
-  // and keeps the NULL it was given otherwise, as with NCCL alone.
-  // A group that NCCL ended in its background (ncclInProgress: non-blocking to NCCL, whatever we
-  // judged) writes its children later: none of them is freed (handOverWhenNcclWrites).
+  // and keeps the NULL it was given otherwise, as with NCCL alone. A Comm that expected a child
+  // and got none is kept, never freed (keepUnwritten; adopt says why).
   for (const Child& k : children) {
     if (k.comm->real != nullptr) {
       *k.out = handleOf(k.comm);
       continue;
     }
     setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
-    if (realGroupEnd == ncclInProgress)
-      handOverWhenNcclWrites(k.comm, k.out, k.makesComm);
+    if (k.childExpected)
+      keepUnwritten(k.comm);
     else
       delete k.comm;
   }
@@ -798,9 +803,7 @@ void leaveGroup(ncclResult_t realGroupEnd) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.
     for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
     for (Comm* c : setUps) {
-      c->noYali = realGroupEnd == ncclInProgress ? "NCCL ends the group that made it in its background (NCCL judged "
-                                                   "it non-blocking): NCCL only"
-                                                 : "the group that made it failed";
+      c->noYali = "the group that made it failed";
       info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
     }
   } else {
@@ -841,8 +844,9 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   // stays whole, YALI's registration with NCCL's, for a retry or for the comm's destroy. Except
   // where NCCL's comm is gone (ncclCommAbort, or a destroy whose YALI side failed: c->real is NULL,
   // and NCCL refuses every deregistration): its registrations went with it, YALI's comm too
-  // (endYali), and the handle is freed here with NCCL's answer, since a program whose watchdog
-  // aborted the comm may never destroy it.
+  // (endYali), and the handle is freed here, since a program whose watchdog aborted the comm may
+  // never destroy it. The call then succeeds (nothing is left to deregister): an error would invite
+  // the program to keep or retry a handle that no longer exists.
   const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
   if (r != ncclSuccess && c->real != nullptr) return r;
   auto& deferred = tlsGroup.registrations;
@@ -858,7 +862,7 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   }
   reg->magic = 0;
   delete reg;
-  return r;
+  return ncclSuccess;
 }
 
 // ---- Tear-down --------------------------------------------------------------------------------------

@@ -176,6 +176,13 @@ inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
 // rank but the one that made the unique id is its init, so a read before it could differ between
 // ranks (review F4).
 bool isBlocking(const ncclConfig_t* config, bool inherited);
+// Whether NCCL loaded an environment plugin (NCCL_ENV_PLUGIN not "none" and one of the libraries
+// NCCL tries, routing.h envPluginCandidates, loaded and exporting ncclEnvPlugin_v1): NCCL then reads
+// its settings through it, which libyali-nccl cannot, so its verdicts (isBlocking) could differ from
+// NCCL's. Every communicator is then NCCL only (adopt), and every split and shrink passes the
+// program's own pointer to NCCL. Decided once per process, after NCCL's first creating call (as
+// isBlocking), and logged then.
+bool ncclEnvPluginInUse();
 // Whether a communicator made with `config` shares resources with the splits made from it (NCCL's
 // config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` (the parent's)
 // for a NULL config. Read once NCCL's creating call returned, as isBlocking.
@@ -189,11 +196,10 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // `real` still null after a call that succeeded in a group waits for it (*out stays NULL until then,
 // as NCCL's would: leaveGroup). A `real` null otherwise (NCCL_SPLIT_NOCOLOR, or NCCL made nothing)
 // frees the Comm and sets *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only.
-// `parent`: a split's or shrink's (null otherwise); `makesComm`: false for a split with
-// NCCL_SPLIT_NOCOLOR. Where NCCL still makes the child in its background after the call returned
-// (NCCL judged the parent non-blocking where we did not), the Comm is never freed, and the
-// program's *out gets our handle once NCCL wrote the child (comm.cc, handOverWhenNcclWrites).
-void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, const Comm* parent = nullptr, bool makesComm = true);
+// `childExpected` (a split with a color other than NCCL_SPLIT_NOCOLOR, or a shrink): a `real` still
+// null then is never freed (a deliberate, logged leak): NCCL could still write it from its background
+// where its verdict on the parent (non-blocking) differs from ours (comm.cc, keepUnwritten).
+void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = false);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 
@@ -203,9 +209,7 @@ void enterGroup();
 // Leaves one group level; at the outermost, does what waited for it: the handles of the splits and
 // shrinks made in the group (NCCL has filled their real comms by now), the YALI set-up of comms made
 // in the group (when the real ncclGroupEnd succeeded) and YALI registrations made in it.
-// `realGroupEnd`: what NCCL's ncclGroupEnd returned (ncclInProgress: NCCL ends it in its background,
-// and writes the group's children later).
-void leaveGroup(ncclResult_t realGroupEnd);
+void leaveGroup(bool realGroupSucceeded);
 bool inGroup();
 
 // ---- Registration -----------------------------------------------------------------------------------

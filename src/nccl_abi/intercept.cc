@@ -43,16 +43,16 @@ namespace {
 // writing into a dead stack frame.) What NCCL makes of `config` (a NULL config: NCCL's default, or
 // `parent`'s settings for a split, shrink or grow of one) is read after the call, whose first call
 // on this rank loads NCCL's configuration file into the environment (isBlocking says why).
-// `makesComm`: false for a split with NCCL_SPLIT_NOCOLOR (adopt).
+// `childExpected`: a split with a color, or a shrink (adopt).
 template <typename Make>
 ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* parent, Make make,
-                    bool makesComm = true) {
+                    bool childExpected = false) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   Comm* c = new Comm;
   const ncclResult_t r = make(&c->real);
   c->blocking = isBlocking(config, parent != nullptr ? parent->blocking : true);
   c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
-  adopt(c, r, out, parent, makesComm);
+  adopt(c, r, out, childExpected);
   return r;
 }
 
@@ -596,14 +596,15 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* ne
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   const ncclResult_t r = callReal<Api::ncclCommInitAll>(comm, ndev, devlist);
   if (r != ncclSuccess || comm == nullptr || ndev <= 0) return r;
-  if (isBlocking(nullptr, true)) {
+  const bool blocking = isBlocking(nullptr, true);
+  if (blocking && !ncclEnvPluginInUse()) {
     adoptClique(comm, ndev, devlist);
     return r;
   }
-  for (int i = 0; i < ndev; ++i) {
+  for (int i = 0; i < ndev; ++i) {  // NCCL only (adopt)
     Comm* c = new Comm;
     c->real = comm[i];
-    c->blocking = false;
+    c->blocking = blocking;
     adopt(c, r, &comm[i]);
   }
   return r;
@@ -620,8 +621,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // the program's own pointer, and the program NCCL's own handle: an NCCL-only communicator, which
   // every function here passes through untouched (ours() is null for it), as a non-blocking comm
   // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
-  // of the program's tells us about.
-  if (!parent->blocking) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
+  // of the program's tells us about. So too wherever NCCL reads its settings through an environment
+  // plugin (ncclEnvPluginInUse): NCCL may take the parent for non-blocking where we could not see it.
+  if (!parent->blocking || ncclEnvPluginInUse()) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
       [&](ncclComm_t* real) { return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config); },
@@ -652,13 +654,16 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
       [&] {
         // A non-blocking parent's shrink completes in NCCL's background: NCCL's own handle, as for
         // ncclCommSplit (see there).
-        if (!parent->blocking)
+        if (!parent->blocking || ncclEnvPluginInUse())
           return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, newcomm, config,
                                                shrinkFlags);
-        return create(newcomm, config, parent, [&](ncclComm_t* real) {
-          return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
-                                               shrinkFlags);
-        });
+        return create(
+            newcomm, config, parent,
+            [&](ncclComm_t* real) {
+              return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
+                                                   shrinkFlags);
+            },
+            true);
       },
       !parent->sharesResources);
 }
@@ -846,7 +851,7 @@ ncclResult_t endGroup(EndReal endReal) {
   const YaliLib* lib = yaliLib();
   const yaliResult_t y = lib != nullptr ? lib->yaliGroupEnd() : yaliSuccess;
   const ncclResult_t r = endReal();
-  leaveGroup(r);
+  leaveGroup(r == ncclSuccess);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "yaliGroupEnd failed: %s", lib->yaliGetLastError(nullptr));

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <algorithm>
 
@@ -82,6 +83,19 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
     rest = rest.substr(comma + 1);
   }
   return mask;
+}
+
+std::vector<std::string> envPluginCandidates(const char* setting) {
+  if (setting != nullptr && strcasecmp(setting, "none") == 0) return {};
+  if (setting == nullptr || setting[0] == '\0') return {"libnccl-env.so"};
+  std::vector<std::string> names;
+  // tryOpenLib: a name that is a prefix of STATIC_PLUGIN (strncasecmp over the name's length) opens
+  // the program itself.
+  names.push_back(strncasecmp(setting, "STATIC_PLUGIN", strlen(setting)) == 0 ? "" : setting);
+  const size_t n = strlen(setting);
+  const bool libraryName = strncmp(setting, "lib", 3) == 0 && n >= 3 && strcmp(setting + n - 3, ".so") == 0;
+  if (strchr(setting, '/') == nullptr && !libraryName) names.push_back(std::string("libnccl-env-") + setting + ".so");
+  return names;
 }
 
 bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env) {

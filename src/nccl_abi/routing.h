@@ -36,6 +36,13 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown);
 // or in a config older than 2.14, meaning 1 (not the parent's: a config of its own is not copied).
 bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env);
 
+// The libraries NCCL tries as its environment plugin (2.28.9 plugin/env.cc, ncclEnvPluginLoad;
+// plugin/plugin_open.cc, openPluginLib), in its order, for NCCL_ENV_PLUGIN's value `setting` (null:
+// unset): none for "none" (any case); "libnccl-env.so" when unset or empty; else the value, then
+// "libnccl-env-<value>.so" unless the value holds a '/' or is a library name ("lib...so"). An empty
+// name stands for the program itself (a prefix of "STATIC_PLUGIN", any case: dlopen(NULL)).
+std::vector<std::string> envPluginCandidates(const char* setting);
+
 // ---- Set-up: may this communicator have a YALI comm? --------------------------------------------
 
 // What every rank tells the others when a communicator is made (allgathered over the real NCCL

@@ -40,10 +40,12 @@
 //
 // Every call, and fake_yali.cc's, is appended to one event log (fakeRecord), so that a test can
 // check which library was called, with which communicator, in which order.
+#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <algorithm>
 #include <chrono>
@@ -114,10 +116,40 @@ uint64_t idKey(const ncclUniqueId& id) {
   return key;
 }
 
+// NCCL's environment plugin (plugin/env.cc, ncclEnvPluginLoad), loaded at its first call and kept
+// open: NCCL_ENV_PLUGIN names it ("none": none; unset: libnccl-env.so, if there is one), and NCCL
+// then reads its settings through its getEnv (here NCCL_COMM_BLOCKING only; fake_nccl_env.cc is
+// one). Only the name as given is tried (NCCL also tries libnccl-env-<name>.so).
+struct EnvPluginV1 {
+  const char* name;
+  ncclResult_t (*init)(uint8_t, uint8_t, uint8_t, const char*);
+  ncclResult_t (*finalize)();
+  const char* (*getEnv)(const char*);
+};
+EnvPluginV1* envPlugin() {
+  static EnvPluginV1* const plugin = []() -> EnvPluginV1* {
+    const char* name = getenv("NCCL_ENV_PLUGIN");
+    if (name != nullptr && strcasecmp(name, "none") == 0) return nullptr;
+    void* lib = dlopen(name != nullptr && name[0] != '\0' ? name : "libnccl-env.so", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) return nullptr;
+    auto* p = static_cast<EnvPluginV1*>(dlsym(lib, "ncclEnvPlugin_v1"));
+    if (p == nullptr) dlclose(lib);
+    return p;
+  }();
+  return plugin;
+}
+
+// NCCL_COMM_BLOCKING as NCCL reads it: through its environment plugin, if it loaded one.
+const char* commBlockingSetting() {
+  EnvPluginV1* plugin = envPlugin();
+  return plugin != nullptr ? plugin->getEnv("NCCL_COMM_BLOCKING") : getenv("NCCL_COMM_BLOCKING");
+}
+
 // NCCL's ncclInitEnv (misc/param.cc): the lines NAME=VALUE of $NCCL_CONF_FILE go into the
 // environment, never over a variable already set. (NCCL also reads ~/.nccl.conf and
 // /etc/nccl.conf; the tests name their file.)
 void loadConfFile() {
+  envPlugin();  // NCCL loads it at its first call too (ncclInitEnv)
   const char* path = getenv("NCCL_CONF_FILE");
   FILE* file = path != nullptr && path[0] != '\0' ? fopen(path, "r") : nullptr;
   if (file == nullptr) return;
@@ -139,7 +171,7 @@ void loadConfFile() {
 bool blockingOf(const ncclConfig_t* config, bool inherited) {
   bool blocking = inherited;
   if (config != nullptr) blocking = config->blocking == NCCL_CONFIG_UNDEF_INT || config->blocking != 0;
-  const char* env = getenv("NCCL_COMM_BLOCKING");
+  const char* env = commBlockingSetting();
   if (env != nullptr && env[0] != '\0') {
     const long long value = strtoll(env, nullptr, 0);
     if (value == 0 || value == 1) blocking = value == 1;
@@ -581,6 +613,7 @@ FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
 }
 
 FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  loadConfFile();  // NCCL's calls ncclGetUniqueId first (init.cc)
   World* world = new World;
   for (int i = 0; i < ndev; ++i)
     comms[i] = reinterpret_cast<ncclComm_t>(makeComm(world, ndev, i, devlist != nullptr ? devlist[i] : i));
@@ -799,6 +832,14 @@ FAKE_EXPORT ncclResult_t ncclGroupStart() {
   return r;
 }
 
+// fakeFailNextSplitGroup: the result of the next group end that delivers splits' children.
+ncclResult_t splitGroupFailure = ncclSuccess;
+
+// The next outermost ncclGroupEnd whose group made splits or shrinks returns `result`, after it
+// delivered their children, as NCCL's does when their init jobs fail (init.cc: each job writes its
+// child, a failed one too, and the group's end returns the first error).
+FAKE_EXPORT void fakeFailNextSplitGroup(ncclResult_t result) { splitGroupFailure = result; }
+
 FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   fakeRecord("ncclGroupEnd", nullptr);
   fakeLastCall = "ncclGroupEnd";
@@ -807,7 +848,13 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   if (fakeGroupDepth == 0) {
     std::vector<Op> ops;
     std::swap(ops, pending);
+    bool splits = !deliveries.empty();
+    for (const Op& op : ops) splits = splits || strcmp(op.call, "ncclCommSplit") == 0;
     r = carryOutGroup(std::move(ops));
+    if (splits && splitGroupFailure != ncclSuccess) {
+      if (r == ncclSuccess) r = splitGroupFailure;
+      splitGroupFailure = ncclSuccess;
+    }
     for (const Delivery& d : deliveries) deliver(d.newcomm, reinterpret_cast<ncclComm_t>(d.child), d.parent);
     deliveries.clear();
     for (FakeComm* c : initsInGroup) initInBackground(c);

@@ -496,6 +496,23 @@ TEST(routing_decision_table) {
 // blocking comm taken for non-blocking loses YALI; the other way round, its set-up is run on a
 // comm whose init goes on in NCCL's background. (Review F4: a config whose blocking was unset made a
 // split's child take the parent's blocking, where NCCL makes it 1; "01", " 1", "0x1" were ignored.)
+// The libraries NCCL 2.28.9 tries as its environment plugin (plugin/env.cc, plugin_open.cc), in its
+// order: libyali-nccl asks whether one of them is loaded (ncclEnvPluginInUse).
+TEST(env_plugin_candidates_follow_nccls_rule) {
+  using V = std::vector<std::string>;
+  CHECK(envPluginCandidates(nullptr) == V{"libnccl-env.so"});
+  CHECK(envPluginCandidates("") == V{"libnccl-env.so"});
+  CHECK(envPluginCandidates("none").empty());
+  CHECK(envPluginCandidates("NoNe").empty());
+  CHECK((envPluginCandidates("foo") == V{"foo", "libnccl-env-foo.so"}));
+  CHECK(envPluginCandidates("libfoo.so") == V{"libfoo.so"});
+  CHECK(envPluginCandidates("/opt/x/libfoo.so") == V{"/opt/x/libfoo.so"});
+  CHECK(envPluginCandidates("./foo") == V{"./foo"});
+  CHECK((envPluginCandidates("libfoo.so.1") == V{"libfoo.so.1", "libnccl-env-libfoo.so.1.so"}));
+  CHECK((envPluginCandidates("STATIC_PLUGIN") == V{"", "libnccl-env-STATIC_PLUGIN.so"}));
+  CHECK((envPluginCandidates("static") == V{"", "libnccl-env-static.so"}));  // a prefix, any case
+}
+
 TEST(blocking_follows_nccls_config_and_environment_rules) {
   auto config = [](int blocking, int version = NCCL_VERSION_CODE) {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
