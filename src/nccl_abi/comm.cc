@@ -721,7 +721,10 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
   const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
   if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
-    if (childExpected)
+    // NCCL can write a child later only after a call that did not fail (ncclSuccess, which a split
+    // that NCCL finishes in its background returns, or ncclInProgress): a refused call (the parent
+    // in error, a bad argument) made no job, so its Comm is freed, not kept.
+    if (childExpected && (result == ncclSuccess || result == ncclInProgress))
       keepUnwritten(c);
     else
       delete c;
@@ -847,8 +850,10 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   // (endYali), and the handle is freed here, since a program whose watchdog aborted the comm may
   // never destroy it. The call then succeeds (nothing is left to deregister): an error would invite
   // the program to keep or retry a handle that no longer exists.
-  const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
-  if (r != ncclSuccess && c->real != nullptr) return r;
+  if (c->real != nullptr) {  // (NCCL's CommCheck would refuse a NULL comm, with a warning each time)
+    const ncclResult_t r = callReal<Api::ncclCommDeregister>(c->real, reg->real);
+    if (r != ncclSuccess) return r;
+  }
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {

@@ -1245,6 +1245,20 @@ TEST(a_split_nccl_makes_in_its_background_against_our_verdict_is_never_freed) {
   CHECK(passed);
 }
 
+// A split NCCL refuses (its parent in error, a bad argument: NCCL made no job, so nothing can write
+// a child later) frees the Comm it was given: only a call that did not fail may have a child still to
+// come (the test above). (Review: every split with a color and no child was kept, a leak per refusal.)
+TEST(a_split_nccl_refuses_is_freed_not_kept) {
+  const std::vector<Rank> ranks = clique(1);
+  ncclComm_t kid = reinterpret_cast<ncclComm_t>(&kid);
+  failNcclNext("ncclCommSplit", ncclInvalidArgument);
+  const std::string log =
+      stderrOf([&] { CHECK(SHIM(ncclCommSplit)(ranks[0].comm, 0, 0, &kid, nullptr) == ncclInvalidArgument); });
+  CHECK(kid == nullptr);
+  CHECK_MSG(!contains(log.c_str(), "never freed"), "a refused split's Comm was kept: '%s'", log.c_str());
+  destroyAll(ranks);
+}
+
 // An NCCL environment plugin (NCCL_ENV_PLUGIN, loaded by NCCL at its first call) may answer NCCL's
 // settings otherwise than the environment libyali-nccl reads: here NCCL_COMM_BLOCKING, unset in the
 // environment, and "0" from the plugin (fake_nccl_env.cc) from the second half on. libyali-nccl sees
