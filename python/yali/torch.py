@@ -613,6 +613,19 @@ def _refuse_in_group(method, what, why):
 _ONE_TENSOR = "pass one tensor of world_size x tensor.numel() elements, or call it outside the group"
 
 
+def _refuse_gather_list_in_group(method):
+    _refuse_in_group(method, "gather_list as a list of tensors",
+                     "the data is copied into the list after the gather, which inside a group is "
+                     f"launched only at the outermost group end; {_ONE_TENSOR}")
+
+
+def _refuse_scatter_list_in_group(method):
+    _refuse_in_group(method, "scatter_list as a list of tensors",
+                     "the list is copied into an internal buffer, freed when the call returns, "
+                     "before the scatter that reads it is launched at the outermost group end; "
+                     + _ONE_TENSOR)
+
+
 # ---- Live communicators, by handle (what the custom ops receive) --------------------------------
 
 # handle -> yali.Comm. Lets the operators turn an int back into a comm, refuse a closed one instead
@@ -1633,9 +1646,7 @@ class Communicator(yali._ClosingContext):
         parts = _check_list(method, "gather_list", gather_list, tensor, self.world_size,
                             "destination", checking)
         if checking:
-            _refuse_in_group(method, "gather_list as a list of tensors",
-                             "the data is copied into the list after the gather, which inside a "
-                             f"group is launched only at the outermost group end; {_ONE_TENSOR}")
+            _refuse_gather_list_in_group(method)
         buf = tensor.new_empty((self.world_size, n))
         _Ops.gather(buf, tensor, handle, root)
         for i, part in enumerate(parts):
@@ -1681,10 +1692,7 @@ class Communicator(yali._ClosingContext):
         parts = _check_list(method, "scatter_list", scatter_list, tensor, self.world_size,
                             "source", checking)
         if checking:
-            _refuse_in_group(method, "scatter_list as a list of tensors",
-                             "the list is copied into an internal buffer, freed when the call "
-                             "returns, before the scatter that reads it is launched at the "
-                             f"outermost group end; {_ONE_TENSOR}")
+            _refuse_scatter_list_in_group(method)
         buf = torch.cat([p.reshape(-1) for p in parts])
         _Ops.scatter(tensor, buf, handle, root)
         return tensor
@@ -2149,9 +2157,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = gather_list
         else:
             parts = _check_list(method, "gather_list", gather_list, ts[root], ws, "destination")
-            _refuse_in_group(method, "gather_list as a list of tensors",
-                             "the data is copied into the list after the gather, which nested in "
-                             f"a group is launched only at the outermost group end; {_ONE_TENSOR}")
+            _refuse_gather_list_in_group(method)
             buf = ts[root].new_empty((ws, n))
         dtype, per = _WIRE[ts[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.gather(
@@ -2181,10 +2187,7 @@ class SingleProcessCommunicator(yali._ClosingContext):
             buf = scatter_list
         else:
             parts = _check_list(method, "scatter_list", scatter_list, ts[root], ws, "source")
-            _refuse_in_group(method, "scatter_list as a list of tensors",
-                             "the list is copied into an internal buffer, freed when the call "
-                             "returns, before the scatter that reads it is launched at the "
-                             f"outermost group end; {_ONE_TENSOR}")
+            _refuse_scatter_list_in_group(method)
             buf = torch.cat([p.reshape(-1) for p in parts])
         dtype, per = _WIRE[ts[0].dtype]
         self._run(method, lambda i, comm, stream: _capi.scatter(
