@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <set>
-#include <system_error>
 #include <thread>
 #include <utility>
 #include <tuple>
@@ -99,7 +98,7 @@ namespace {
 struct Child {
   Comm* comm;
   ncclComm_t* out;
-  bool childExpected;  // a split with a color, or a shrink: keepUnwritten
+  bool childExpected;  // a split with a color, or a shrink: dropChildless
 };
 
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
@@ -707,8 +706,12 @@ namespace {
 // one that NCCL still makes in its background, writing the child into c->real later. Such a Comm
 // is never freed (a deliberate leak, logged), so that write can only land in memory of ours; the
 // program keeps the NULL NCCL showed at that moment. Decided on what the calls returned, never on
-// timing.
-void keepUnwritten(Comm* c) {
+// timing. Otherwise (no child was to come) the Comm is freed.
+void dropChildless(Comm* c, bool childMayStillCome) {
+  if (!childMayStillCome) {
+    delete c;
+    return;
+  }
   c->noYali = "NCCL gave no child for a split or shrink that makes one";
   warn(-1, "communicator %p: NCCL returned no child for a split or shrink that makes one; kept "
        "allocated, never freed (NCCL may still write the child into it if it took the parent for "
@@ -724,10 +727,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
     // NCCL can write a child later only after a call that did not fail (ncclSuccess, which a split
     // that NCCL finishes in its background returns, or ncclInProgress): a refused call (the parent
     // in error, a bad argument) made no job, so its Comm is freed, not kept.
-    if (childExpected && (result == ncclSuccess || result == ncclInProgress))
-      keepUnwritten(c);
-    else
-      delete c;
+    dropChildless(c, childExpected && (result == ncclSuccess || result == ncclInProgress));
     *out = nullptr;
     return;
   }
@@ -790,17 +790,14 @@ void leaveGroup(bool realGroupSucceeded) {
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
   // and keeps the NULL it was given otherwise, as with NCCL alone. A Comm that expected a child
-  // and got none is kept, never freed (keepUnwritten; adopt says why).
+  // and got none is kept, never freed (dropChildless; adopt says why).
   for (const Child& k : children) {
     if (k.comm->real != nullptr) {
       *k.out = handleOf(k.comm);
       continue;
     }
     setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
-    if (k.childExpected)
-      keepUnwritten(k.comm);
-    else
-      delete k.comm;
+    dropChildless(k.comm, k.childExpected);
   }
   if (!realGroupSucceeded) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.

@@ -198,7 +198,7 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // frees the Comm and sets *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only.
 // `childExpected` (a split with a color other than NCCL_SPLIT_NOCOLOR, or a shrink): a `real` still
 // null then is never freed (a deliberate, logged leak): NCCL could still write it from its background
-// where its verdict on the parent (non-blocking) differs from ours (comm.cc, keepUnwritten).
+// where its verdict on the parent (non-blocking) differs from ours (comm.cc, dropChildless).
 void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = false);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
