@@ -141,12 +141,15 @@ algo_of() {
 has() { [[ ",$STAGES," == *",$1,"* ]]; }
 # The torch venv's NCCL library folder (empty if none), for LD_LIBRARY_PATH.
 nccl_lib_dir() { python3 -c "import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], 'lib'))" 2>/dev/null; }
-# A wrapper for mpirun that gives each rank its own NCCL_HOSTID (NCCL then lets ranks share a GPU);
-# prints its path.
+# A wrapper for mpirun that gives each rank its own NCCL_HOSTID (NCCL then lets ranks share a GPU)
+# and puts nccl-tests on GPU 0 (NCCL_TESTS_DEVICE); with an argument L, also simulated nodes of L
+# ranks (YALI_NODE_ID=node<rank / L>). Prints its path.
 mpi_hostid_wrapper() {
-  printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK\nexec "$@"\n' > /tmp/hostid_mpi.sh
-  chmod +x /tmp/hostid_mpi.sh
-  echo /tmp/hostid_mpi.sh
+  local file=/tmp/hostid_mpi${1:+_nodes$1}.sh node=
+  [ -n "${1:-}" ] && node=" YALI_NODE_ID=node\$((r / $1))"
+  printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r NCCL_TESTS_DEVICE=0%s\nexec "$@"\n' "$node" > "$file"
+  chmod +x "$file"
+  echo "$file"
 }
 # A settings list "VAR=v,VAR2=a,b" as words: a comma splits only before the next NAME=, so a value
 # may itself be a list (YALI_ALGO=broadcast_twoshot,reduce_twoshot).
@@ -332,8 +335,7 @@ if has ncclabi; then
   else
     bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
     note "ncclabi: nccl-tests build rc=$?"
-    printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$OMPI_COMM_WORLD_RANK NCCL_TESTS_DEVICE=0\nexec "$@"\n' > /tmp/hostid.sh
-    chmod +x /tmp/hostid.sh
+    wrapper=$(mpi_hostid_wrapper)
     # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
     tag=$(echo "${NCCLABI_ARGS:-}" | tr -cd 'a-zA-Z0-9')
     # The default list is every binary nccl-tests 2.19.6 builds (its src/Makefile, BIN_FILES_LIST).
@@ -356,7 +358,7 @@ if has ncclabi; then
         timeout ${NCCLABI_TIMEOUT:-120} mpirun --allow-run-as-root --oversubscribe -np "$np" \
           -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
           -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
-          /tmp/hostid.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
+          "$wrapper" /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
           ${NCCLABI_ARGS:-} > "$lg" 2>&1
         rc=$?
         note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), lines with #wrong > 0: $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { if (($9 != "N/A" && $9 != 0) || ($NF != "N/A" && $NF != 0)) bad++ } END { print bad + 0 }' "$lg"), YALI lines: $(grep -c 'class): YALI' "$lg"), NCCL lines: $(grep -c 'class): NCCL' "$lg") (expected: $expect)"
@@ -368,15 +370,13 @@ if has ncclabi; then
     nodes=${NCCLABI_NODES:-}
     if [ -n "$nodes" ] && [ "$nodes" -ge 2 ]; then
       np=${NCCLABI_NODES_NP:-4}
-      printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r NCCL_TESTS_DEVICE=0 YALI_NODE_ID=node$((r / (%d / %d)))\nexec "$@"\n' \
-        "$np" "$nodes" > /tmp/hostid_nodes.sh
-      chmod +x /tmp/hostid_nodes.sh
+      nodes_wrapper=$(mpi_hostid_wrapper $((np / nodes)))
       for t in all_reduce all_gather reduce_scatter; do
         lg="$LOG/ncclabi_nodes${nodes}_np${np}_$t.log"
         timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" \
           -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
           -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
-          /tmp/hostid_nodes.sh /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
+          "$nodes_wrapper" /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
           > "$lg" 2>&1
         rc=$?
         note "ncclabi nodes=$nodes np=$np $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c 'class): NCCL' "$lg")"
@@ -402,14 +402,12 @@ if has ncclabi; then
   if [ -f "$shim" ] && [ "${NCCLABI_HIER_FAULTS:-0}" = 1 ]; then
     for layout in ${NCCLABI_HIER_FAULTS_LAYOUTS:-2x2}; do
       k=${layout%x*} l=${layout#*x} np=$(( ${layout%x*} * ${layout#*x} ))
-      printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r YALI_NODE_ID=node$((r / %d))\nexec "$@"\n' \
-        "$l" > /tmp/hostid_hier_faults.sh
-      chmod +x /tmp/hostid_hier_faults.sh
+      nodes_wrapper=$(mpi_hostid_wrapper "$l")
       lg="$LOG/ncclabi_hier_faults_${layout}.log"
       timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$np" \
         -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
         -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=3000 \
-        /tmp/hostid_hier_faults.sh python3 tests/gpu/ncclabi_hier_faults.py > "$lg" 2>&1
+        "$nodes_wrapper" python3 tests/gpu/ncclabi_hier_faults.py > "$lg" 2>&1
       rc=$?
       note "ncclabi hierarchical faults ($np ranks as $k nodes x $l): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok ($((3 * np)) expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") ($((4 * np)) expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") ($np expected: one per rank and size class)"
       grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
@@ -435,8 +433,6 @@ if has sanitize; then
   done
   for spec in ${SANITIZE_ALGOS:-}; do  # every size through one kernel (label=list: one family), at 2 ranks
     label=$(label_of "$spec"); algo=$(algo_of "$spec")
-    [ "$label" = ll ] && algo=$ALL_LL; [ "$label" = staged ] && algo=$ALL_STAGED; [ "$label" = direct ] && algo=$ALL_DIRECT
-    [ "$label" = rooted ] && algo=$ALL_ROOTED
     YALI_TESTS_UNDER_TOOL=compute-sanitizer YALI_ALGO=$algo timeout ${SANITIZE_TIMEOUT:-540} compute-sanitizer --tool memcheck --error-exitcode 9 \
       "$BUILD/tests/yali-gpu-tests" --in-process --share-gpus --ranks 2 --deadline-scale 5 \
       ${SANITIZE_ARGS:---quick} > "$LOG/sanitize_$label.log" 2>&1
