@@ -279,6 +279,12 @@ YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
  * yaliCommAbort drops them. */
 YALI_API yaliResult_t yaliGroupStart(void);
 YALI_API yaliResult_t yaliGroupEnd(void);
+/* Ends the group like yaliGroupEnd, but launches nothing: the outermost end drops the calls queued
+ * in the group (those of inner groups included), which leaves their comms as if they had never
+ * been made; an inner end only closes its level (as NCCL's, only the outermost end decides). What
+ * ncclGroupSimulateEnd is to NCCL, without the estimate: YALI estimates no time. For libyali-nccl,
+ * which ends YALI's part of a group that the program simulates. */
+YALI_API yaliResult_t yaliGroupSimulateEnd(void);
 
 /* ---- Collectives ----------------------------------------------------------------------------- */
 

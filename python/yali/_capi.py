@@ -350,6 +350,7 @@ _PROTOTYPES = {
     "yaliCommDeregister": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
     "yaliGroupStart": (ctypes.c_int, []),
     "yaliGroupEnd": (ctypes.c_int, []),
+    "yaliGroupSimulateEnd": (ctypes.c_int, []),
     "yaliAllReduce": (
         ctypes.c_int,
         [

@@ -218,6 +218,8 @@ YALI_API yaliResult_t yaliGroupStart(void) { return groupStart(); }
 
 YALI_API yaliResult_t yaliGroupEnd(void) { return groupEnd(); }
 
+YALI_API yaliResult_t yaliGroupSimulateEnd(void) { return groupSimulateEnd(); }
+
 // ---- Collectives: each describes its call; call.cc checks, plans and launches it -----------------
 
 YALI_API yaliResult_t yaliAllReduce(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,

@@ -226,8 +226,8 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
       // A new allocation where registered memory was freed: a tag no peer has, so every rank's
       // handshake times out before anything is read from it.
       args.callTag = poisonedTag(args.callTag, comm->rank) | 1u;
-      comm->setHostNote("this rank's input lies where registered memory was freed without "
-                        "yaliCommDeregister (a new allocation at the old address)");
+      plan.hostNote = "this rank's input lies where registered memory was freed without "
+                      "yaliCommDeregister (a new allocation at the old address)";
     }
   } else if (algorithm(algo).needsRegisteredRecv) {
     const bool exchange = algorithm(algo).family == Family::kExchangeDirect;
@@ -241,8 +241,8 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
       // handshake with a tag no peer has, so that every rank stops before a peer writes into the
       // new allocation.
       args.callTag = poisonedTag(args.callTag, comm->rank);
-      comm->setHostNote("this rank's buffer lies where registered memory was freed without "
-                        "yaliCommDeregister (a new allocation at the old address)");
+      plan.hostNote = "this rank's buffer lies where registered memory was freed without "
+                      "yaliCommDeregister (a new allocation at the old address)";
       logInfo("%s: rank %d: a buffer lies in freed registered memory", c.name, comm->rank);
     }
   }

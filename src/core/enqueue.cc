@@ -137,6 +137,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
   if (ordered != yaliSuccess) return ordered;
+  if (plan.hostNote != nullptr) comm->setHostNote(plan.hostNote);
   DeviceArgs& args = plan.args;
   args.epochHint = ++comm->launches;
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
@@ -194,6 +195,20 @@ yaliResult_t groupEnd() {
   pending.clear();
   if (group.pending.empty()) group.pending.swap(pending);
   return first;
+}
+
+yaliResult_t groupSimulateEnd() {
+  if (group.depth == 0)
+    return fail(yaliInvalidUsage, nullptr, "yaliGroupSimulateEnd: called without a matching yaliGroupStart");
+  if (--group.depth > 0) return yaliSuccess;
+  // Dropped (enqueue.h says why that undoes them): swapped out of the queue before the plans go (a
+  // plan may hold its comm's last reference), and the storage kept for the next group, as groupEnd
+  // does.
+  std::vector<PlannedLaunch> dropped;
+  dropped.swap(group.pending);
+  dropped.clear();
+  if (group.pending.empty()) group.pending.swap(dropped);
+  return yaliSuccess;
 }
 
 bool hasPendingLaunches(const yaliComm* comm) {

@@ -1,8 +1,12 @@
 // From a checked call to a kernel on the caller's stream: the one path every collective takes after
-// its arguments are checked (call.cc), and yaliGroupStart/yaliGroupEnd.
+// its arguments are checked (call.cc), and yaliGroupStart/yaliGroupEnd/yaliGroupSimulateEnd.
 //
 // Groups, with NCCL's meaning: inside yaliGroupStart/yaliGroupEnd (nesting counts), collectives are
 // checked when called and launched at the outermost yaliGroupEnd, in call order, before it returns.
+// An outermost yaliGroupSimulateEnd drops them instead: nothing of a call is committed before its
+// launch (launchNow takes the comm's epoch and sequence numbers, a graph's hold, the order of its
+// launches across streams, the copy engines' state, and notes what the host knows of a stale
+// registration), so a dropped call leaves the comm as if it had never been made.
 // One thread driving several GPUs must group the per-GPU calls of one collective: otherwise a
 // kernel of its own that it launches between them may, on its first launch under lazy module
 // loading, wait for the device to drain, while our kernel on that device waits for a peer whose
@@ -35,6 +39,9 @@ struct PlannedLaunch {
   DeviceArgs args{};  // all but epochHint, eagerSeq and regEpoch, filled at launch
   cudaStream_t stream = nullptr;
   Registration* registrations[1] = {};  // the registration the call's output lies in, if it uses it
+  // What the host knows of a device failure the launch will provoke (yaliComm::setHostNote), noted
+  // at the launch (a call a simulated group drops provokes none); null when none.
+  const char* hostNote = nullptr;
 };
 
 // Launches now, or at the outermost yaliGroupEnd when a group is open on this thread. The caller
@@ -43,6 +50,9 @@ yaliResult_t enqueue(PlannedLaunch plan);
 
 yaliResult_t groupStart();
 yaliResult_t groupEnd();
+// Ends the group as groupEnd does; the outermost end drops the group's calls instead of launching
+// them.
+yaliResult_t groupSimulateEnd();
 // Launches of `comm` waiting in this thread's open group.
 bool hasPendingLaunches(const yaliComm* comm);
 // Forgets them (yaliCommAbort).

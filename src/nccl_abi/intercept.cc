@@ -6,7 +6,7 @@
 //                  Abort, Revoke: YALI's side first, then NCCL's
 //   collectives    AllReduce, ReduceScatter, AllGather, Broadcast, Bcast, Reduce, AlltoAll, Gather,
 //                  Scatter: YALI where routing.h says so, else NCCL
-//   groups         both libraries' group calls, YALI's end first
+//   groups         both libraries' group calls, YALI's end first (a simulated end: YALI's drops its part)
 //   errors         ncclCommGetAsyncError: NCCL's, else YALI's, else the hierarchical path's cross-node
 //                  status; ncclGetLastError: whoever failed last
 //   registration   ncclCommRegister/Deregister: NCCL's and YALI's
@@ -843,18 +843,22 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupStart() {
 
 namespace {
 
-// ncclGroupEnd and ncclGroupSimulateEnd: YALI launches its part of the group first, then NCCL ends
-// its own; both always run, so that both libraries' groups stay balanced. YALI has no simulation:
-// under ncclGroupSimulateEnd its part is launched for real (and left out of the estimate).
+// ncclGroupEnd and ncclGroupSimulateEnd: YALI ends its part of the group first, then NCCL ends its
+// own; both always run, so that both libraries' groups stay balanced. ncclGroupEnd launches YALI's
+// part (yaliGroupEnd); ncclGroupSimulateEnd drops it (yaliGroupSimulateEnd), as NCCL drops the
+// tasks of a simulated group, so that the program may issue the same group for real afterwards
+// (launched at the simulation too, an in-place sum came out doubled). YALI's part is left out of
+// NCCL's estimate. Only the outermost end decides, in both libraries.
 template <typename EndReal>
-ncclResult_t endGroup(EndReal endReal) {
+ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const YaliLib* lib = yaliLib();
-  const yaliResult_t y = lib != nullptr ? lib->yaliGroupEnd() : yaliSuccess;
+  const yaliResult_t y =
+      lib == nullptr ? yaliSuccess : simulate ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
   leaveGroup(r == ncclSuccess);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
-    info(-1, "yaliGroupEnd failed: %s", lib->yaliGetLastError(nullptr));
+    info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));
     return toNcclResult(y);
   }
   return r;
@@ -863,12 +867,12 @@ ncclResult_t endGroup(EndReal endReal) {
 }  // namespace
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupEnd() {
-  return endGroup([] { return callReal<Api::ncclGroupEnd>(); });
+  return endGroup(false, [] { return callReal<Api::ncclGroupEnd>(); });
 }
 
 #ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
-  return endGroup([&] { return callReal<Api::ncclGroupSimulateEnd>(simInfo); });
+  return endGroup(true, [&] { return callReal<Api::ncclGroupSimulateEnd>(simInfo); });
 }
 #endif
 

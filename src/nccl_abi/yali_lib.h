@@ -22,12 +22,16 @@
 
 namespace yali::nccl_abi {
 
-// The YALI functions libyali-nccl calls; their types come from yali.h.
+// The YALI functions libyali-nccl calls; their types come from yali.h. Every one is needed: a
+// libyali that lacks one (an older one) gives no communicator YALI (yaliLib() is null), rather than
+// a libyali-nccl that half works: without yaliGroupSimulateEnd, say, ncclGroupSimulateEnd could end
+// YALI's part of the group only by launching it.
 #define YALI_NCCL_YALI_FUNCTIONS(X)                                                                    \
   X(yaliGetLastError) X(yaliGetUniqueId) X(yaliCommInitRank) X(yaliCommInitAll) X(yaliCommDestroy)      \
   X(yaliCommAbort) X(yaliCommGetAsyncError) X(yaliCommRegister) X(yaliCommDeregister) X(yaliGroupStart) \
-  X(yaliGroupEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather) X(yaliBroadcast) X(yaliReduce)   \
-  X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag) X(yaliAlgoInfo)
+  X(yaliGroupEnd) X(yaliGroupSimulateEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather)         \
+  X(yaliBroadcast) X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag)  \
+  X(yaliAlgoInfo)
 
 // The CUDA runtime's (the set-up's scratch memory and streams; the comm's scratch buffers, the
 // copies into and out of them and the order of their users across streams; the hierarchical path's

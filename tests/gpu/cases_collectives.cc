@@ -2128,9 +2128,10 @@ void caseGraphs(Ctx& ctx) {
 //
 // yaliGroupStart/End around several collectives (single mode: one thread, every comm; multi mode:
 // one comm per process): a group of ten calls of different collectives (the same one twice, LL and
-// staged sizes), nested groups, and one group per collective around the per-GPU calls (the pattern
-// yali.h prescribes for one thread driving several GPUs). Nothing may run before the outermost
-// yaliGroupEnd, which must succeed; every output is checked.
+// staged sizes), nested groups, a group ended by yaliGroupSimulateEnd then issued again, and one
+// group per collective around the per-GPU calls (the pattern yali.h prescribes for one thread
+// driving several GPUs). Nothing may run before the outermost yaliGroupEnd, which must succeed, nor
+// at all in a simulated group; every output is checked.
 
 void caseGroups(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("coll_groups");
@@ -2196,6 +2197,43 @@ void caseGroups(Ctx& ctx) {
     groupEnd("outer group");
     for (size_t k = 0; k < runs.size(); ++k)
       runs[k]->verify(comms, v, "nested groups, call " + std::to_string(k + 1));
+
+    // Simulated (yaliGroupSimulateEnd, which libyali-nccl's ncclGroupSimulateEnd calls): nothing
+    // runs, and the same group issued for real afterwards runs once, an in-place sum among its
+    // calls (launched at the simulation too, it came out doubled). NOT RUN ON A GPU yet.
+    {
+      CLayout inPlace;
+      inPlace.inplace = true;
+      const CSpec sumSpec = cspec(kAllReduce, 4093, yaliFloat32, yaliSum, 0, inPlace);
+      slabs.push_back(makeSlab(ctx, slabBytesFor(sumSpec, n), Alloc::Malloc));
+      runs.emplace_back(new CollRun(ctx, sumSpec, *slabs.back()));
+    }
+    prepareAll();
+    yaliGroupStart();
+    for (auto& r : runs) r->issue(comms);
+    const yaliResult_t simulated = yaliGroupSimulateEnd();
+    if (simulated != yaliSuccess)
+      ctx.fail("yaliGroupSimulateEnd returned %d (%s): %s", (int)simulated, yaliGetErrorString(simulated),
+               str(yaliGetLastError(nullptr)).c_str());
+    syncAll(ctx);
+    for (size_t k = 0; k < runs.size(); ++k) {
+      for (size_t i = 0; i < ctx.local.size(); ++i) {
+        // The poisoned outputs of the calls out of place (in place, the input lies there too).
+        const CollRun::Plan& P = runs[k]->plans[i];
+        if (runs[k]->spec.inplace() || P.poisonAt == nullptr) continue;
+        std::vector<unsigned char> head(std::min<size_t>(P.poisonElems * dtypeSize(runs[k]->spec.dt), 4096));
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaMemcpy(head.data(), P.poisonAt, head.size(), cudaMemcpyDeviceToHost));
+        if (std::any_of(head.begin(), head.end(), [](unsigned char b) { return b != kPoisonByte; }))
+          ctx.fail("rank %d: call %zu of a group ended by yaliGroupSimulateEnd ran", ctx.local[i].rank, k + 1);
+      }
+    }
+    yaliGroupStart();
+    for (auto& r : runs) r->issue(comms);
+    groupEnd("the simulated group, for real");
+    for (size_t k = 0; k < runs.size(); ++k)
+      runs[k]->verify(comms, v, "after a simulated group, call " + std::to_string(k + 1));
+    runs.pop_back();  // the in-place sum: the rest is about the ten calls
 
     // One group per collective (yali.h's pattern for one thread and several GPUs).
     prepareAll();

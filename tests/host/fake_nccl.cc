@@ -865,3 +865,15 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   const ncclResult_t asked = failureOf("ncclGroupEnd");  // after the group ended, as NCCL's does
   return asked != ncclSuccess ? asked : r;
 }
+
+// The group ends as ncclGroupEnd's does, but the outermost end carries out nothing: its calls are
+// dropped (NCCL estimates their time; this fake reports none).
+FAKE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  fakeRecord("ncclGroupSimulateEnd", nullptr);
+  fakeLastCall = "ncclGroupSimulateEnd";
+  if (--fakeGroupDepth == 0) {
+    pending.clear();
+    if (simInfo != nullptr) simInfo->estimatedTime = 0;
+  }
+  return failureOf("ncclGroupSimulateEnd");
+}

@@ -12,6 +12,9 @@
 //  - collectives do nothing but note themselves, with their buffers and count; a test makes one
 //    fail (fakeYaliFailNext) or the comm fail asynchronously (fakeYaliSetAsyncError, which also
 //    sets the word that yaliCommGetFailureFlag points at, as a failing kernel does);
+//  - a collective accepted is launched (noted again, as "yaliLaunch" with its comm, buffers and
+//    count) at once, or inside a group at the outermost yaliGroupEnd, in call order; the outermost
+//    yaliGroupSimulateEnd drops the group's instead (yali.h, "Groups");
 //  - a collective given fakeYaliRefusedBuffer as its sendbuff or recvbuff refuses it
 //    (yaliInvalidArgument), as libyali's buffer checks refuse a buffer of one rank (host memory,
 //    say); yaliAlgoInfo checks no buffer, as libyali's does not (its scalar checks are what a test
@@ -45,6 +48,7 @@ extern "C" void fakeRecord(const char* call, const void* handle);  // fake_nccl.
 extern "C" void fakeRecordBuffers(const char* call, const void* handle, const void* send, const void* recv,
                                   size_t count);
 extern "C" void* fakeYaliRefusedBuffer;  // below
+extern "C" int fakeYaliGroupDepth;       // below
 
 struct yaliComm {
   int rank = 0;
@@ -68,6 +72,14 @@ struct Failure {
 std::vector<Failure> failures;  // fakeYaliFailNext
 std::vector<std::string> failuresAfterLaunch;  // fakeYaliFailAfterLaunch
 thread_local std::string tlsLastError;
+// Collectives accepted inside the open group, launched at its outermost end.
+struct Queued {
+  yaliComm* comm;
+  const void* send;
+  const void* recv;
+  size_t count;
+};
+std::vector<Queued> queued;
 thread_local int tlsDevice = 0;
 
 yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -112,16 +124,37 @@ yaliResult_t check(const char* call, yaliComm* comm) {
   return checkNoted(call, comm);
 }
 
+void launch(const Queued& q) { fakeRecordBuffers("yaliLaunch", q.comm, q.send, q.recv, q.count); }
+
 // A collective: noted with its buffers; a refused buffer (fakeYaliRefusedBuffer) is refused after
-// the comm's own checks, as libyali checks its buffers after the scalars.
+// the comm's own checks, as libyali checks its buffers after the scalars. Accepted, it is launched,
+// or queued in the open group.
 yaliResult_t collective(const char* call, yaliComm* comm, const void* send, const void* recv, size_t count) {
   fakeRecordBuffers(call, comm, send, recv, count);
   const yaliResult_t r = checkNoted(call, comm);
-  if (r != yaliSuccess || fakeYaliRefusedBuffer == nullptr) return r;
-  if (send == fakeYaliRefusedBuffer || recv == fakeYaliRefusedBuffer)
+  if (r != yaliSuccess) return r;
+  if (fakeYaliRefusedBuffer != nullptr && (send == fakeYaliRefusedBuffer || recv == fakeYaliRefusedBuffer))
     return fail(yaliInvalidArgument, comm, "%s: %s=%p is host memory, not device memory", call,
                 send == fakeYaliRefusedBuffer ? "sendbuff" : "recvbuff", fakeYaliRefusedBuffer);
+  const Queued q{comm, send, recv, count};
+  if (fakeYaliGroupDepth > 0) {
+    std::lock_guard<std::mutex> lock(mutex);
+    queued.push_back(q);
+  } else {
+    launch(q);
+  }
   return yaliSuccess;
+}
+
+// The outermost end of a group: its collectives launched, or dropped.
+void endGroupQueue(bool launchThem) {
+  std::vector<Queued> q;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    q.swap(queued);
+  }
+  if (launchThem)
+    for (const Queued& each : q) launch(each);
 }
 
 yaliComm* makeComm(int nranks, int rank) {
@@ -286,9 +319,17 @@ FAKE_EXPORT yaliResult_t yaliGroupStart() {
 
 FAKE_EXPORT yaliResult_t yaliGroupEnd() {
   fakeRecord("yaliGroupEnd", nullptr);
-  --fakeYaliGroupDepth;
+  if (--fakeYaliGroupDepth == 0) endGroupQueue(true);
   if (fakeYaliGroupEndResult != yaliSuccess)
     return fail(fakeYaliGroupEndResult, nullptr, "yaliGroupEnd fails as the test asked");
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliGroupSimulateEnd() {
+  fakeRecord("yaliGroupSimulateEnd", nullptr);
+  if (--fakeYaliGroupDepth == 0) endGroupQueue(false);
+  if (fakeYaliGroupEndResult != yaliSuccess)
+    return fail(fakeYaliGroupEndResult, nullptr, "yaliGroupSimulateEnd fails as the test asked");
   return yaliSuccess;
 }
 

@@ -594,6 +594,39 @@ TEST(group_nesting) {
   CHECK_EQ(yaliGroupEnd(), yaliSuccess);
 }
 
+// yaliGroupSimulateEnd closes groups as yaliGroupEnd does: balanced with yaliGroupStart, nested
+// (either end at either level), per thread. That it drops the group's calls needs a comm, and so a
+// GPU (tests/gpu/cases_collectives.cc, coll_groups).
+TEST(group_simulate_end_closes_groups_like_group_end) {
+  EXPECT_ERROR(yaliGroupSimulateEnd(), yaliInvalidUsage, "yaliGroupSimulateEnd", "");
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupSimulateEnd(), yaliSuccess);
+  EXPECT_ERROR(yaliGroupEnd(), yaliInvalidUsage, "yaliGroupEnd", "");
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupSimulateEnd(), yaliSuccess);
+  CHECK_EQ(yaliGroupEnd(), yaliSuccess);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  CHECK_EQ(yaliGroupEnd(), yaliSuccess);
+  CHECK_EQ(yaliGroupSimulateEnd(), yaliSuccess);
+  EXPECT_ERROR(yaliGroupSimulateEnd(), yaliInvalidUsage, "yaliGroupSimulateEnd", "");
+  // Calls refused inside the group leave nothing to drop; the group still closes.
+  void* fake = reinterpret_cast<void*>(static_cast<uintptr_t>(1) << 20);
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  for (const CollCall& c : kCollCalls) {
+    EXPECT_ERROR(c.call(nullptr, fake, 16), yaliInvalidArgument, c.name, "comm");
+  }
+  CHECK_EQ(yaliGroupSimulateEnd(), yaliSuccess);
+  EXPECT_ERROR(yaliGroupEnd(), yaliInvalidUsage, "yaliGroupEnd", "");
+  // Per thread: a group opened here is not closed from another thread.
+  CHECK_EQ(yaliGroupStart(), yaliSuccess);
+  yaliResult_t otherEnd = yaliSuccess;
+  std::thread([&] { otherEnd = yaliGroupSimulateEnd(); }).join();
+  CHECK_EQ(otherEnd, yaliInvalidUsage);
+  CHECK_EQ(yaliGroupSimulateEnd(), yaliSuccess);
+}
+
 // ---- Runs last: none of the above may have loaded the CUDA driver --------------------------------
 
 TEST(zz_no_cuda_driver_loaded) {

@@ -1368,6 +1368,63 @@ TEST(a_failing_group_end_of_either_library_is_returned_and_both_groups_end) {
   destroyAll(ranks);
 }
 
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+// ncclGroupSimulateEnd ends the group without running it, YALI's part as NCCL's (NCCL drops a
+// simulated group's tasks, group.cc): yaliGroupSimulateEnd drops YALI's calls, none launched, so
+// that the same group issued for real afterwards runs once (an in-place sum launched at the
+// simulation too came out doubled). Nested, only the outermost end decides, as in NCCL.
+TEST(a_simulated_group_launches_nothing_of_yalis_part) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float buffer[2][4];
+  auto issue = [&] {
+    for (int r = 0; r < 2; ++r)
+      CHECK(SHIM(ncclAllReduce)(buffer[r], buffer[r], 4, ncclFloat32, ncclSum, ranks[r].comm, nullptr) ==
+            ncclSuccess);
+  };
+  const std::initializer_list<const char*> calls = {"yaliAllReduce", "yaliLaunch", "yaliGroupEnd",
+                                                    "yaliGroupSimulateEnd", "ncclGroupEnd", "ncclGroupSimulateEnd"};
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  issue();
+  CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  std::string t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0) yaliAllReduce(y1) yaliGroupSimulateEnd() ncclGroupSimulateEnd()", "%s",
+            t.c_str());
+  CHECK(variable<int>(fakeNccl(), "fakeGroupDepth") == 0 && yaliVariable<int>("fakeYaliGroupDepth") == 0);
+
+  // The same group for real: launched once.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  issue();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = trace(since, calls, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0) yaliAllReduce(y1) yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y1) ncclGroupEnd()",
+            "%s", t.c_str());
+
+  // Nested: a simulated inner end runs nothing yet, and the outer end runs it all; a simulated
+  // outer end drops it all, the calls of an inner group that ended for real included.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  issue();
+  CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = trace(since, {"yaliLaunch"}, labels);
+  CHECK_MSG(t == "yaliLaunch(y0) yaliLaunch(y1)", "simulated inner end: %s", t.c_str());
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  issue();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  t = trace(since, {"yaliLaunch"}, labels);
+  CHECK_MSG(t.empty(), "simulated outer end: %s", t.c_str());
+  destroyAll(ranks);
+}
+#endif
+
 TEST(comms_made_in_a_failed_group_stay_nccl_only) {
   const int since = eventCount();
   ncclUniqueId id;
