@@ -269,6 +269,10 @@ YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
  * call of the group fails its comm at its launch, the comm's later calls in the group are not to
  * be trusted: a copy-engine call is refused at its launch (yaliGroupEnd returns the first error),
  * and yaliCommGetAsyncError reports the failure.
+ * A call refused inside a group queued nothing, and yaliGroupEnd launches the calls it accepted;
+ * NCCL's ncclGroupEnd instead launches none of a group in which a call failed. A program that wants
+ * NCCL's rule ends such a group with yaliGroupSimulateEnd (Python's yali.group does); libyali-nccl
+ * relies on this one to run a call YALI refused another way inside the same group.
  * One thread driving several GPUs must group the per-GPU calls of one collective:
  *   yaliGroupStart(); for (g...) yaliAllReduce(..., comms[g], streams[g]); yaliGroupEnd();
  * Without the group, a kernel of its own that the thread launches between them can, on its first

@@ -33,7 +33,6 @@ Submodules ``torch``, ``sweep``, ``report``, ``hw``, ``bench_backends`` are impo
 
 import contextlib
 import importlib
-import threading
 from typing import NamedTuple
 
 from . import _capi
@@ -312,45 +311,46 @@ def get_unique_id():
 # ---- Groups --------------------------------------------------------------------------------------
 
 
-# The groups this thread has open through group_start (the library counts them per thread too). The
-# torch layer reads it to refuse the forms that do work of their own after a collective (a copy out
-# of an internal buffer, an offsets computation): inside a group that work would run before the
-# collective, which is launched only at the outermost group end.
-_groups = threading.local()
-
-
+# The groups this thread has open through group_start (_capi.group_depth; the library counts them
+# per thread too). The torch layer reads it to refuse the forms that do work of their own after a
+# collective (a copy out of an internal buffer, an offsets computation): inside a group that work
+# would run before the collective, which is launched only at the outermost group end.
 def _group_depth():
     """How many groups this thread has open (0: none), through group_start/group()."""
-    return getattr(_groups, "depth", 0)
+    return _capi.group_depth()
 
 
 def group_start():
     """yaliGroupStart: NCCL's meaning. Collectives are checked when called and launched at the
     outermost group end; one thread driving several GPUs groups the per-GPU calls of a collective.
-    Inside a group, a collective's output is not written before that end."""
+    Inside a group, a collective's output is not written before that end.
+
+    NCCL's rule for failures, kept by the groups opened here: when a collective called inside the
+    group fails (it raises at the call: bad arguments, a failed comm), the outermost group end
+    launches none of the group's calls and raises that failure again (as ncclGroupEnd returns
+    it), also when the program caught it at the call. (The C library's yaliGroupEnd launches the
+    calls it accepted: yali.h, Groups.)"""
     _capi.group_start()
-    _groups.depth = _group_depth() + 1
 
 
 def group_end():
-    """yaliGroupEnd: launches the group's collectives, in call order."""
-    try:
-        _capi.group_end()
-    finally:
-        # The library closes the group even when a launch at its end fails; a group_end without
-        # a group_start is refused there and leaves the count at 0 here.
-        if _group_depth() > 0:
-            _groups.depth -= 1
+    """yaliGroupEnd: launches the group's collectives, in call order (none of them when one failed
+    at its call: group_start)."""
+    _capi.group_end()
 
 
 @contextlib.contextmanager
 def group():
-    """``with yali.group(): ...``: yaliGroupStart / yaliGroupEnd around the block."""
+    """``with yali.group(): ...``: yaliGroupStart / yaliGroupEnd around the block. A block left by
+    an exception launches nothing of the group (as a failed call inside it: group_start), and the
+    exception goes on."""
     group_start()
     try:
         yield
-    finally:
-        group_end()
+    except BaseException as e:
+        _capi.group_end(dropped_by=e)
+        raise
+    group_end()
 
 
 # ---- Communicator --------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ keep working.
 
 import ctypes
 import enum
+import functools
 import glob
 import os
 import threading
@@ -806,12 +807,72 @@ def comm_deregister(handle, reg_handle):
     check(lib().yaliCommDeregister(handle, reg_handle), "yaliCommDeregister", handle)
 
 
+# This thread's groups (yaliGroupStart/End nest; the library counts them per thread too):
+#   depth    how many are open;
+#   failure  the first exception of a collective called inside them (a refusal: its arguments,
+#            a failed comm), or of a yali.group() block left by an exception; None when none.
+# NCCL's rule, which the groups opened here keep: a group in which a call failed launches none of
+# its calls at its outermost end, which reports the failure (ncclGroupEnd returns it). The C
+# library itself launches the calls it accepted (yali.h: Groups, a rule libyali-nccl relies on
+# to run a refused call another way in the same group), so that end is yaliGroupSimulateEnd here:
+# it closes the group and launches nothing. Without it, peers whose calls were accepted would wait
+# for this rank's missing one until YALI_TIMEOUT_MS, and a SingleProcessCommunicator call refused
+# on one GPU would launch on the others.
+_group = threading.local()
+
+
+def group_depth():
+    return getattr(_group, "depth", 0)
+
+
 def group_start():
     check(lib().yaliGroupStart(), "yaliGroupStart")
+    if group_depth() == 0:
+        _group.failure = None
+    _group.depth = group_depth() + 1
 
 
-def group_end():
-    check(lib().yaliGroupEnd(), "yaliGroupEnd")
+def group_end(dropped_by=None):
+    """Ends this thread's innermost group. ``dropped_by``: the exception leaving a yali.group()
+    block, which drops the group as a failed call does (and is not replaced: it goes on)."""
+    depth = group_depth()
+    if dropped_by is not None and depth > 0 and _group.failure is None:
+        _group.failure = dropped_by
+    failure = getattr(_group, "failure", None) if depth > 0 else None
+    if failure is None:
+        try:
+            check(lib().yaliGroupEnd(), "yaliGroupEnd")
+        finally:
+            # The library closes the group even when a launch at its end fails; a group end
+            # without a group start is refused there and leaves the count at 0 here.
+            if depth > 0:
+                _group.depth = depth - 1
+        return
+    try:
+        check(lib().yaliGroupSimulateEnd(), "yaliGroupSimulateEnd")
+    finally:
+        _group.depth = depth - 1
+        if depth == 1:
+            _group.failure = None
+    if depth == 1 and dropped_by is None:
+        what = failure.call if isinstance(failure, YaliError) else type(failure).__name__
+        raise python_error(
+            failure.code if isinstance(failure, YaliError) else Result.InvalidUsage, "yaliGroupEnd",
+            f"yaliGroupEnd: none of the group's calls was launched: {what} failed inside the group "
+            f"({failure}), and a group with a failed call launches nothing (NCCL's rule)")
+
+
+def _collective(fn):
+    """A collective's wrapper: a failure inside a group is the group's (group_end)."""
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if group_depth() > 0 and _group.failure is None:
+                _group.failure = e
+            raise
+    return call
 
 
 # The collectives' wrappers take plain ints (pointers or None, counts, enum values, handle, stream)
@@ -825,6 +886,7 @@ def _check_launch(call, handle, code):
         check(code, call, handle)
 
 
+@_collective
 def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
     """yaliAllReduce."""
     call = "yaliAllReduce"
@@ -839,6 +901,7 @@ def all_reduce(send_ptr, recv_ptr, count, datatype, op, handle, stream):
     ))
 
 
+@_collective
 def reduce_scatter(send_ptr, recv_ptr, recv_count, datatype, op, handle, stream):
     """yaliReduceScatter: ``recv_count`` elements per rank; send holds nranks * recv_count."""
     call = "yaliReduceScatter"
@@ -847,6 +910,7 @@ def reduce_scatter(send_ptr, recv_ptr, recv_count, datatype, op, handle, stream)
         as_c_int(datatype, call, "datatype"), as_c_int(op, call, "op"), handle, stream))
 
 
+@_collective
 def all_gather(send_ptr, recv_ptr, send_count, datatype, handle, stream):
     """yaliAllGather: ``send_count`` elements per rank; recv holds nranks * send_count."""
     call = "yaliAllGather"
@@ -855,6 +919,7 @@ def all_gather(send_ptr, recv_ptr, send_count, datatype, handle, stream):
         as_c_int(datatype, call, "datatype"), handle, stream))
 
 
+@_collective
 def broadcast(send_ptr, recv_ptr, count, datatype, root, handle, stream):
     """yaliBroadcast (send_ptr is read on root only)."""
     call = "yaliBroadcast"
@@ -863,6 +928,7 @@ def broadcast(send_ptr, recv_ptr, count, datatype, root, handle, stream):
         as_c_int(root, call, "root"), handle, stream))
 
 
+@_collective
 def bcast(ptr, count, datatype, root, handle, stream):
     """yaliBcast: yaliBroadcast in place."""
     call = "yaliBcast"
@@ -871,6 +937,7 @@ def bcast(ptr, count, datatype, root, handle, stream):
         as_c_int(root, call, "root"), handle, stream))
 
 
+@_collective
 def reduce(send_ptr, recv_ptr, count, datatype, op, root, handle, stream):
     """yaliReduce (recv_ptr is used on root only; None elsewhere is fine)."""
     call = "yaliReduce"
@@ -879,6 +946,7 @@ def reduce(send_ptr, recv_ptr, count, datatype, op, root, handle, stream):
         as_c_int(op, call, "op"), as_c_int(root, call, "root"), handle, stream))
 
 
+@_collective
 def gather(send_ptr, recv_ptr, count, datatype, root, handle, stream):
     """yaliGather: ``count`` elements per rank into root's recv (nranks * count; None elsewhere)."""
     call = "yaliGather"
@@ -887,6 +955,7 @@ def gather(send_ptr, recv_ptr, count, datatype, root, handle, stream):
         as_c_int(root, call, "root"), handle, stream))
 
 
+@_collective
 def scatter(send_ptr, recv_ptr, count, datatype, root, handle, stream):
     """yaliScatter: root's send (nranks * count; None elsewhere) into every rank's recv (count)."""
     call = "yaliScatter"
@@ -895,6 +964,7 @@ def scatter(send_ptr, recv_ptr, count, datatype, root, handle, stream):
         as_c_int(root, call, "root"), handle, stream))
 
 
+@_collective
 def all_to_all(send_ptr, recv_ptr, count, datatype, handle, stream):
     """yaliAlltoAll: ``count`` elements to each peer; both buffers hold nranks * count."""
     call = "yaliAlltoAll"
@@ -926,6 +996,7 @@ def _size_t_array(values, call, name, length):
         *[as_size_t(v, call, f"{name}[{i}]") for i, v in enumerate(values)])
 
 
+@_collective
 def all_to_all_v(send_ptr, send_counts, send_displs, recv_ptr, recv_counts, recv_displs, datatype,
                  handle, stream, nranks=None):
     """yaliAlltoAllv: counts and displacements are host sequences of ints >= 0, in elements
@@ -945,6 +1016,7 @@ def all_to_all_v(send_ptr, send_counts, send_displs, recv_ptr, recv_counts, recv
         handle, stream))
 
 
+@_collective
 def all_to_all_v_device_counts(send_ptr, send_counts_ptr, send_displs_ptr, recv_ptr, recv_capacity,
                                recv_counts_ptr, recv_displs_ptr, datatype, handle, stream):
     """yaliAlltoAllvDeviceCounts: the counts are device pointers (int64[nranks], elements);
@@ -992,6 +1064,7 @@ def _as_layout(layout, call):
     return ctypes.byref(layout)
 
 
+@_collective
 def expert_dispatch(send_ptr, send_counts_ptr, recv_ptr, recv_counts_ptr, expert_offsets_ptr,
                     layout, handle, stream):
     """yaliExpertDispatch: ``layout`` a yaliExpertLayout_t (expert_layout()); the counts are device
@@ -1002,6 +1075,7 @@ def expert_dispatch(send_ptr, send_counts_ptr, recv_ptr, recv_counts_ptr, expert
         _as_layout(layout, call), handle, stream))
 
 
+@_collective
 def expert_combine(send_ptr, send_counts_ptr, recv_ptr, layout, handle, stream):
     """yaliExpertCombine: the dispatch's ``send_counts_ptr`` and ``layout``, unchanged."""
     call = "yaliExpertCombine"

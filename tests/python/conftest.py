@@ -52,7 +52,7 @@ class FakeLib:
     ``comm_errors``).
 
     ``calls``: ("yaliCommGetAsyncError", comm), (collective, comm, {parameter: value}),
-    ("yaliGroupStart",), ("yaliGroupEnd",), ("yaliAlgoInfo", comm, {...}).
+    ("yaliGroupStart",), ("yaliGroupEnd",), ("yaliGroupSimulateEnd",), ("yaliAlgoInfo", comm, {...}).
     """
 
     path = "<fake libyali>"
@@ -93,6 +93,10 @@ class FakeLib:
 
     def yaliGroupEnd(self):
         self.calls.append(("yaliGroupEnd",))
+        return 0
+
+    def yaliGroupSimulateEnd(self):
+        self.calls.append(("yaliGroupSimulateEnd",))
         return 0
 
     def yaliAlgoInfo(self, comm, collective, sendbuff, recvbuff, count, datatype, op, root, info):

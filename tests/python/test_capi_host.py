@@ -534,6 +534,80 @@ def test_group_depth_is_counted_per_thread(fake_lib, monkeypatch):
     assert yali._group_depth() == 0
 
 
+def test_a_group_with_a_failed_call_launches_nothing(fake_lib):
+    """NCCL's rule: a collective that fails at its call inside a group makes the outermost group
+    end launch none of the group's calls (yaliGroupSimulateEnd) and report the failure, also when
+    the program caught it at the call. (Before, yaliGroupEnd launched the calls the library had
+    accepted: peers waited for this rank's missing call until YALI_TIMEOUT_MS.)"""
+    ok, bad = _fake_comm(0), _fake_comm(1)
+    fake_lib.async_errors[bad.handle] = (int(yali.Result.Timeout), _TIMEOUT_TEXT)
+    yali.group_start()
+    ok.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+    with pytest.raises(yali.YaliTimeout):
+        bad.all_gather(0x10000, 0x20000, 16, "float32", 0)
+    ok.broadcast(0x10000, 0x10000, 16, "float32", 0, 0)  # queued, and dropped with the rest
+    with pytest.raises(yali.YaliTimeout) as info:
+        yali.group_end()
+    e = info.value
+    assert e.call == "yaliGroupEnd" and "yaliAllGather failed inside the group" in str(e), str(e)
+    assert "none of the group's calls was launched" in str(e)
+    names = [c[0] for c in fake_lib.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names == ["yaliGroupStart", "yaliAllReduce", "yaliAllGather", "yaliBroadcast",
+                     "yaliGroupSimulateEnd"], names
+    assert yali._group_depth() == 0
+    # The next group is a new one: launched at its end.
+    del fake_lib.calls[:]
+    with yali.group():
+        ok.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupEnd"]
+
+
+def test_a_failed_call_in_an_inner_group_drops_the_outermost(fake_lib):
+    """The inner end only closes its level (nothing launches there); the outermost end drops every
+    call of the group, the inner group's included, and raises."""
+    ok, bad = _fake_comm(0), _fake_comm(1)
+    fake_lib.async_errors[bad.handle] = (int(yali.Result.RemoteError), "a peer aborted")
+    with pytest.raises(yali.YaliRemoteError) as info:
+        with yali.group():
+            ok.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+            with yali.group():
+                try:
+                    bad.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+                except yali.YaliRemoteError:
+                    pass  # caught at the call: the group still launches nothing
+            ok.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+    assert info.value.call == "yaliGroupEnd"
+    names = [c[0] for c in fake_lib.calls if c[0].startswith("yaliGroup")]
+    assert names == ["yaliGroupStart", "yaliGroupStart", "yaliGroupSimulateEnd",
+                     "yaliGroupSimulateEnd"], names
+    assert yali._group_depth() == 0
+
+
+def test_a_group_block_left_by_an_exception_launches_nothing(fake_lib):
+    """An exception leaving ``with yali.group()`` (the program's own, or a refusal) drops the group
+    and goes on unchanged; launching the calls queued before it would run part of the group."""
+    comm = _fake_comm(0)
+
+    class Mine(Exception):
+        pass
+
+    with pytest.raises(Mine):
+        with yali.group():
+            comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+            raise Mine()
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupSimulateEnd"]
+    assert yali._group_depth() == 0
+    # A refusal on the Python side (the count) is a failed call too.
+    del fake_lib.calls[:]
+    yali.group_start()
+    with pytest.raises(yali.YaliInvalidArgument):
+        comm.all_reduce(0x10000, 0x10000, -1, "float32", "sum", 0)
+    with pytest.raises(yali.YaliInvalidArgument) as info:
+        yali.group_end()
+    assert info.value.call == "yaliGroupEnd"
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliGroupSimulateEnd"]
+
+
 def test_library_path():
     path = _require_lib()
     assert os.path.samefile(yali.library_path(), path)

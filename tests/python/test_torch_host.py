@@ -1440,6 +1440,33 @@ def _refused_in_group(call, method):
     return text
 
 
+def test_single_process_call_failing_on_one_gpu_launches_on_none(fake_lib, fake_cuda, quiet_data_ptr):
+    """A SingleProcessCommunicator call groups its per-GPU launches; when one GPU's call fails (its
+    comm failed), the group launches nothing (yaliGroupSimulateEnd): before, the other GPUs'
+    launches ran at the group's end and waited for the missing peer until YALI_TIMEOUT_MS."""
+    sp = _fake_single(3)
+    sp.devices = _fake_devices(3)  # distinct GPUs: each rank on its device's current stream
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    x = [torch.empty(4, device=f"cuda:{d}") for d in sp.devices]
+    sp.all_reduce(x)  # healthy: launched on all three at the group's end
+    assert [c[0] for c in fake_lib.calls if c[0] != "yaliCommGetAsyncError"] == (
+        ["yaliGroupStart"] + ["yaliAllReduce"] * 3 + ["yaliGroupEnd"])
+    del fake_lib.calls[:]
+    # Failed between the method's check of the async errors and the launch (a peer's kernel
+    # failed meanwhile): the fake's yaliAllReduce on rank 1 returns the error.
+    real_begin = sp._begin
+    sp._begin = lambda method: None
+    fake_lib.async_errors[sp.comms[1].handle] = (int(yali.Result.RemoteError), "a peer aborted")
+    with pytest.raises(yali.YaliRemoteError) as info:
+        sp.all_reduce(x)
+    assert info.value.call == "yaliAllReduce", str(info.value)
+    names = [c[0] for c in fake_lib.calls if c[0] != "yaliCommGetAsyncError"]
+    assert names == ["yaliGroupStart", "yaliAllReduce", "yaliAllReduce", "yaliGroupSimulateEnd"], names
+    assert yali._group_depth() == 0
+    sp._begin = real_begin
+
+
 def test_communicator_refuses_list_forms_inside_a_group(fake_lib, fake_mode, comm3, op_calls):
     c = comm3  # rank 1 of 3
     x = _cuda(4, 5)
