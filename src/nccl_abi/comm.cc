@@ -1,5 +1,6 @@
 #include "nccl_abi/comm.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,11 +80,23 @@ bool ncclEnvPluginInUse() {
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
-  // NCCL's order (init.cc): a set NCCL_COMM_SPLIT_SHARE_RESOURCES overrides (a number; 1 shares);
-  // a NULL config copies the parent's; a config of its own means 0 unless it sets splitShare (or
-  // predates the field, NCCL reading no further than config->size).
-  const char* env = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
-  if (env != nullptr && env[0] != '\0') return strtoll(env, nullptr, 0) == 1;
+  // NCCL's order (init.cc, parseCommConfig): a set NCCL_COMM_SPLIT_SHARE_RESOURCES overrides (1
+  // shares; any other number, or text, which strtoll reads as 0, does not); a NULL config copies
+  // the parent's; a config of its own means 0 unless it sets splitShare (or predates the field,
+  // NCCL reading no further than config->size). NCCL reads the variable once per process
+  // (NCCL_PARAM caches it, misc/param.cc: ncclLoadParam, a number out of range counting as unset),
+  // so it is read once here too, at our first call, after NCCL's first creating call (isBlocking):
+  // a program that changes it later changes neither NCCL's verdict nor ours.
+  enum class Env { kUnset, kShares, kSharesNot };
+  static const Env env = [] {
+    const char* v = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+    if (v == nullptr || v[0] == '\0') return Env::kUnset;
+    errno = 0;
+    const long long value = strtoll(v, nullptr, 0);
+    if (errno != 0) return Env::kUnset;
+    return value == 1 ? Env::kShares : Env::kSharesNot;
+  }();
+  if (env != Env::kUnset) return env == Env::kShares;
   if (config == nullptr) return inherited;
   if (config->size <= offsetof(ncclConfig_t, splitShare)) return false;
   return config->splitShare != NCCL_CONFIG_UNDEF_INT && config->splitShare != 0;

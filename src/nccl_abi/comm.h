@@ -185,7 +185,8 @@ bool isBlocking(const ncclConfig_t* config, bool inherited);
 bool ncclEnvPluginInUse();
 // Whether a communicator made with `config` shares resources with the splits made from it (NCCL's
 // config.splitShare, which NCCL_COMM_SPLIT_SHARE_RESOURCES overrides); `inherited` (the parent's)
-// for a NULL config. Read once NCCL's creating call returned, as isBlocking.
+// for a NULL config. Read once NCCL's creating call returned, as isBlocking; the variable once per
+// process, as NCCL reads it.
 bool sharesResources(const ncclConfig_t* config, bool inherited);
 
 // A Comm (new, with blocking and sharesResources set) whose `real` NCCL's creating call was given

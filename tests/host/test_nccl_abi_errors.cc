@@ -254,12 +254,16 @@ std::vector<Rank> clique(int n) {
 
 // ncclCommInitRank of every rank in one group, as one thread driving n GPUs does: the set-up runs
 // at the group's end, through the fake NCCL's exchanges.
-std::vector<ncclComm_t> initInGroup(int n, ncclResult_t expectedEnd = ncclSuccess) {
+// `config`: ncclCommInitRankConfig's (ncclCommInitRank without one).
+std::vector<ncclComm_t> initInGroup(int n, ncclResult_t expectedEnd = ncclSuccess, ncclConfig_t* config = nullptr) {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
   std::vector<ncclComm_t> comms(n, nullptr);
   REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-  for (int r = 0; r < n; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], n, id, r) == ncclSuccess);
+  for (int r = 0; r < n; ++r) {
+    if (config != nullptr) REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[r], n, id, r, config) == ncclSuccess);
+    else REQUIRE(SHIM(ncclCommInitRank)(&comms[r], n, id, r) == ncclSuccess);
+  }
   REQUIRE(SHIM(ncclGroupEnd)() == expectedEnd);
   return comms;
 }
@@ -292,9 +296,9 @@ struct Hierarchical {
 // on host memory: large enough for 4 ranks' blocks of 4 floats.
 float hostBuffer[64];
 
-Hierarchical hierarchical() {
+Hierarchical hierarchical(ncclConfig_t* config = nullptr) {
   ranksPerNode() = 2;
-  const std::vector<ncclComm_t> comms = initInGroup(4);
+  const std::vector<ncclComm_t> comms = initInGroup(4, ncclSuccess, config);
   ranksPerNode() = 0;
   Hierarchical h;
   for (ncclComm_t c : comms) {
@@ -2215,20 +2219,15 @@ TEST(a_hierarchys_nccl_comms_are_aborted_together) {
   destroyAll(h.ranks);
 }
 
-// Splits that share the comm's resources (NCCL_COMM_SPLIT_SHARE_RESOURCES=1, or config.splitShare)
+// Splits that share the comm's resources (config.splitShare, or NCCL_COMM_SPLIT_SHARE_RESOURCES=1)
 // share its abort flag: a split's abort ends the comm's kernels too, and run beside a revoke or a
 // shrink, which set and reset that flag, it could leave the flag set after their reset. Such a
 // hierarchy aborts its splits first, one at a time, then the comm (each fake tear-down takes 30 ms:
 // never two at once).
 TEST(a_hierarchy_sharing_its_resources_aborts_its_splits_first) {
-  struct Shared {  // unset again however the set-up ends
-    Shared() { setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1); }
-    ~Shared() { unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES"); }
-  };
-  const Hierarchical h = [] {
-    const Shared shared;
-    return hierarchical();
-  }();
+  ncclConfig_t shares = NCCL_CONFIG_INITIALIZER;
+  shares.splitShare = 1;
+  const Hierarchical h = hierarchical(&shares);
   auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
   int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
   int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
@@ -2249,6 +2248,31 @@ TEST(a_hierarchy_sharing_its_resources_aborts_its_splits_first) {
   CHECK_MSG(most == 3, "%d NCCL tear-downs ran at once, not 3", most);
   clear();
   destroyAll(h.ranks);
+  destroyAll(g.ranks);
+}
+
+// NCCL reads NCCL_COMM_SPLIT_SHARE_RESOURCES once per process (NCCL_PARAM), at its first comm; so
+// does libyali-nccl. Set later, it changes nothing: NCCL's comm shares nothing, and the hierarchy's
+// splits are aborted together with it (a_hierarchys_nccl_comms_are_aborted_together), not one at a
+// time as a shared hierarchy's are. (Read at every comm before, it made this hierarchy a sharing
+// one, which NCCL's was not.)
+TEST(the_split_share_variable_is_read_once_per_process_as_nccl_reads_it) {
+  const Hierarchical before = hierarchical();  // the process's first read here, or an earlier test's
+  struct Set {  // unset again however the test ends
+    Set() { setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1); }
+    ~Set() { unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES"); }
+  } set;
+  const Hierarchical g = hierarchical();
+  auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
+  int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
+  int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
+  clear();
+  ms = 30;
+  CHECK(SHIM(ncclCommAbort)(g.ranks[0].comm) == ncclSuccess);
+  ms = 0;
+  CHECK_MSG(most == 3, "%d NCCL tear-downs ran at once, not 3: the variable set after NCCL read it was read", most);
+  clear();
+  destroyAll(before.ranks);
   destroyAll(g.ranks);
 }
 
