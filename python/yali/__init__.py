@@ -33,6 +33,7 @@ Submodules ``torch``, ``sweep``, ``report``, ``hw``, ``bench_backends`` are impo
 
 import contextlib
 import importlib
+import warnings
 from typing import NamedTuple
 
 from . import _capi
@@ -325,11 +326,11 @@ def group_start():
     outermost group end; one thread driving several GPUs groups the per-GPU calls of a collective.
     Inside a group, a collective's output is not written before that end.
 
-    NCCL's rule for failures, kept by the groups opened here: when a collective called inside the
-    group fails (it raises at the call: bad arguments, a failed comm), the outermost group end
-    launches none of the group's calls and raises that failure again (as ncclGroupEnd returns
-    it), also when the program caught it at the call. (The C library's yaliGroupEnd launches the
-    calls it accepted: yali.h, Groups.)"""
+    NCCL's rule for failures, kept by the groups opened here: when a call inside the group raises
+    a YaliError (a collective's bad arguments, refused here or by the library, a failed comm), the
+    outermost group end launches none of the group's calls and raises that failure again (as
+    ncclGroupEnd returns it), also when the program caught it at the call. (The C library's
+    yaliGroupEnd launches the calls it accepted: yali.h, Groups.)"""
     _capi.group_start()
 
 
@@ -348,7 +349,11 @@ def group():
     try:
         yield
     except BaseException as e:
-        _capi.group_end(dropped_by=e)
+        try:
+            _capi.group_end(dropped_by=e)
+        except Exception as end_error:  # noqa: BLE001 - the block's exception is the one to raise
+            warnings.warn(f"yali.group(): ending the group that {type(e).__name__} left failed too: "
+                          f"{end_error}", RuntimeWarning, stacklevel=3)
         raise
     group_end()
 

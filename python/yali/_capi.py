@@ -228,9 +228,12 @@ _ERROR_CLASSES = {
 
 
 def _make_error(code, call, error_string="", detail=""):
-    """The YaliError subclass for ``code``."""
+    """The YaliError subclass for ``code``. Every one made is raised: made while a group is open
+    (group_start), it is that group's failure, and the group launches none of its calls."""
     cls = _ERROR_CLASSES.get(code, YaliError)
-    return cls(code, call, error_string, detail)
+    error = cls(code, call, error_string, detail)
+    _note_group_failure(error)
+    return error
 
 
 def python_error(code, call, detail):
@@ -809,20 +812,27 @@ def comm_deregister(handle, reg_handle):
 
 # This thread's groups (yaliGroupStart/End nest; the library counts them per thread too):
 #   depth    how many are open;
-#   failure  the first exception of a collective called inside them (a refusal: its arguments,
-#            a failed comm), or of a yali.group() block left by an exception; None when none.
+#   failure  the first failure while they are open: a YaliError raised by any call (the library's
+#            refusal, or one made on the Python side before the library was called: yali.Comm's
+#            and yali.torch's checks), any exception of a collective's binding below, or the
+#            exception that left a yali.group() block; None when none.
 # NCCL's rule, which the groups opened here keep: a group in which a call failed launches none of
 # its calls at its outermost end, which reports the failure (ncclGroupEnd returns it). The C
 # library itself launches the calls it accepted (yali.h: Groups, a rule libyali-nccl relies on
 # to run a refused call another way in the same group), so that end is yaliGroupSimulateEnd here:
-# it closes the group and launches nothing. Without it, peers whose calls were accepted would wait
-# for this rank's missing one until YALI_TIMEOUT_MS, and a SingleProcessCommunicator call refused
-# on one GPU would launch on the others.
+# it closes the group and launches nothing. Without it, a SingleProcessCommunicator call refused
+# on one GPU would launch on the others and wait for the missing rank until YALI_TIMEOUT_MS.
 _group = threading.local()
 
 
 def group_depth():
     return getattr(_group, "depth", 0)
+
+
+def _note_group_failure(error):
+    """Makes `error` the open group's failure, unless it has one (or no group is open)."""
+    if group_depth() > 0 and getattr(_group, "failure", None) is None:
+        _group.failure = error
 
 
 def group_start():
@@ -832,45 +842,57 @@ def group_start():
     _group.depth = group_depth() + 1
 
 
+def _drop_function():
+    """yaliGroupSimulateEnd, or, from a libyali older than it, yaliGroupEnd (with a warning): the
+    group must be closed at the library's level either way, or the thread's later calls would all
+    queue in it."""
+    library = lib()
+    if "yaliGroupSimulateEnd" not in getattr(library, "missing", ()):
+        return library.yaliGroupSimulateEnd, "yaliGroupSimulateEnd"
+    warnings.warn(
+        f"{library.path} lacks yaliGroupSimulateEnd (it is older than this Python package): a group "
+        "in which a call failed is ended with yaliGroupEnd, which launches the calls the library "
+        "accepted", RuntimeWarning, stacklevel=4)
+    return library.yaliGroupEnd, "yaliGroupEnd"
+
+
 def group_end(dropped_by=None):
     """Ends this thread's innermost group. ``dropped_by``: the exception leaving a yali.group()
-    block, which drops the group as a failed call does (and is not replaced: it goes on)."""
+    block, which drops the group as a failed call does (the caller lets it go on)."""
     depth = group_depth()
-    if dropped_by is not None and depth > 0 and _group.failure is None:
-        _group.failure = dropped_by
+    if dropped_by is not None:
+        _note_group_failure(dropped_by)
     failure = getattr(_group, "failure", None) if depth > 0 else None
     if failure is None:
-        try:
-            check(lib().yaliGroupEnd(), "yaliGroupEnd")
-        finally:
-            # The library closes the group even when a launch at its end fails; a group end
-            # without a group start is refused there and leaves the count at 0 here.
-            if depth > 0:
-                _group.depth = depth - 1
-        return
+        end, name = lib().yaliGroupEnd, "yaliGroupEnd"
+    else:
+        end, name = _drop_function()
     try:
-        check(lib().yaliGroupSimulateEnd(), "yaliGroupSimulateEnd")
+        check(end(), name)
     finally:
-        _group.depth = depth - 1
-        if depth == 1:
-            _group.failure = None
-    if depth == 1 and dropped_by is None:
+        # The library closes the group even when a launch at its end fails; a group end without a
+        # group start is refused there and leaves the count at 0 here.
+        if depth > 0:
+            _group.depth = depth - 1
+            if depth == 1:
+                _group.failure = None  # and its traceback's frames
+    if failure is not None and depth == 1 and dropped_by is None:
         what = failure.call if isinstance(failure, YaliError) else type(failure).__name__
         raise python_error(
             failure.code if isinstance(failure, YaliError) else Result.InvalidUsage, "yaliGroupEnd",
             f"yaliGroupEnd: none of the group's calls was launched: {what} failed inside the group "
-            f"({failure}), and a group with a failed call launches nothing (NCCL's rule)")
+            f"({failure}), and a group with a failed call launches nothing (NCCL's rule)") from failure
 
 
 def _collective(fn):
-    """A collective's wrapper: a failure inside a group is the group's (group_end)."""
+    """A collective's binding: any exception it raises inside a group is the group's failure (a
+    YaliError is one already: _make_error)."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except Exception as e:
-            if group_depth() > 0 and _group.failure is None:
-                _group.failure = e
+            _note_group_failure(e)
             raise
     return call
 

@@ -608,6 +608,60 @@ def test_a_group_block_left_by_an_exception_launches_nothing(fake_lib):
     assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliGroupSimulateEnd"]
 
 
+def test_a_refusal_made_before_the_library_is_called_fails_the_group_too(fake_lib):
+    """yali.Comm's own checks (a dtype name, avg on an integer type) refuse a call before the library
+    sees it: inside a group that is a failed call like any other (review of d5bdf6b: such a group
+    still launched the calls queued before)."""
+    comm = _fake_comm(0)
+    for bad in (lambda: comm.all_reduce(0x10000, 0x10000, 16, "nope", "sum", 0),
+                lambda: comm.all_reduce(0x10000, 0x10000, 16, "int32", "avg", 0)):
+        del fake_lib.calls[:]
+        yali.group_start()
+        comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+        with pytest.raises(yali.YaliError):
+            bad()
+        with pytest.raises(yali.YaliError) as info:
+            yali.group_end()
+        assert info.value.call == "yaliGroupEnd"
+        assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupSimulateEnd"]
+        assert yali._group_depth() == 0
+
+
+def test_a_library_without_simulate_end_still_closes_the_group(fake_lib, monkeypatch):
+    """A libyali older than yaliGroupSimulateEnd: the failed group is ended with yaliGroupEnd (with a
+    warning), so the library's group is closed with the Python count (review of d5bdf6b: the
+    missing function raised, the library's group stayed open and every later call queued in it)."""
+    monkeypatch.setattr(fake_lib, "missing", ["yaliGroupSimulateEnd"], raising=False)
+    comm = _fake_comm(0)
+
+    class Mine(Exception):
+        pass
+
+    with pytest.warns(RuntimeWarning, match="lacks yaliGroupSimulateEnd"):
+        with pytest.raises(Mine):
+            with yali.group():
+                comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+                raise Mine()
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupEnd"]
+    assert yali._group_depth() == 0
+
+
+def test_a_group_block_keeps_its_exception_when_the_end_fails(fake_lib, monkeypatch):
+    """The exception that left ``with yali.group()`` goes on even when ending the group fails
+    (a warning says so), and the count is closed."""
+    monkeypatch.setattr(fake_lib, "yaliGroupSimulateEnd", lambda: int(yali.Result.InternalError),
+                        raising=False)
+
+    class Mine(Exception):
+        pass
+
+    with pytest.warns(RuntimeWarning, match="Mine left failed too"):
+        with pytest.raises(Mine):
+            with yali.group():
+                raise Mine()
+    assert yali._group_depth() == 0
+
+
 def test_library_path():
     path = _require_lib()
     assert os.path.samefile(yali.library_path(), path)

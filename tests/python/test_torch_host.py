@@ -1432,9 +1432,14 @@ def test_single_process_uneven_exchange_makes_the_c_calls(a2av_lib, fake_cuda, q
 
 
 def _refused_in_group(call, method):
-    with yali.group():
-        with pytest.raises(yali.YaliInvalidUsage) as info:
-            call()
+    """``call`` refused inside a group (YaliInvalidUsage naming ``method``), which then launches none
+    of its calls: its end raises the refusal again (NCCL's rule, yali.group_start)."""
+    with pytest.raises(yali.YaliInvalidUsage) as at_end:
+        with yali.group():
+            with pytest.raises(yali.YaliInvalidUsage) as info:
+                call()
+    assert at_end.value.call == "yaliGroupEnd" and method in str(at_end.value), str(at_end.value)
+    assert yali._group_depth() == 0
     text = str(info.value)
     assert info.value.call == method and "yali.group()" in text, text
     return text
@@ -1477,7 +1482,7 @@ def test_communicator_refuses_list_forms_inside_a_group(fake_lib, fake_mode, com
                              "Communicator.scatter")
     assert "scatter_list" in text, text
     assert op_calls == []  # nothing queued
-    assert [call[0] for call in fake_lib.calls] == ["yaliGroupStart", "yaliGroupEnd"] * 2
+    assert [call[0] for call in fake_lib.calls] == ["yaliGroupStart", "yaliGroupSimulateEnd"] * 2
     # The one-tensor forms, and the calls off the root (no list there), are fine.
     with yali.group():
         c.gather(x, _cuda(60), dst=1)
