@@ -87,6 +87,9 @@ def _param_name(param, index):
     fn_ptr = re.search(r"\(\s*\*\s*([A-Za-z_]\w*)\s*\)", param)
     if fn_ptr:
         return param, fn_ptr.group(1)
+    if param.endswith("*"):  # "ncclDevCommRequirements_t const*": no name
+        name = "arg%d" % index
+        return "%s %s" % (param, name), name
     m = re.search(r"([A-Za-z_]\w*)\s*((\[[^\]]*\]\s*)*)$", param)
     if not m:
         raise ParseError("cannot read parameter %r" % param)
@@ -113,6 +116,8 @@ def parse(text):
         ret = _strip_attributes(text[start: m.start()])
         if not ret or ret.split()[0] in _KEYWORDS:
             continue
+        if {"inline", "static", "constexpr"} & set(ret.split()):
+            continue  # defined in the header (nccl_device.h's inline overloads): no symbol to export
         if not _RETURN_TYPE.match(ret):
             raise ParseError("%s: unexpected return type %r" % (name, ret))
         params = text[open_at + 1: close_at].strip()

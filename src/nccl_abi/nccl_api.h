@@ -6,6 +6,9 @@
 #include <utility>
 
 #include <nccl.h>
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+#include <nccl_device.h>  // its host functions are in the table too (src/nccl_abi/CMakeLists.txt)
+#endif
 
 #include "nccl_abi/diag.h"
 
@@ -25,20 +28,18 @@ const char* apiName(Api f);  // "ncclAllReduce"
 // older than the header). Looked up once per function.
 void* realAddress(Api f);
 
-// nccl.h's type of each function, as a pointer. (ncclResetDebugInit is declared deprecated; naming
-// its type is no use of it.)
+// The header's type of each function, as a pointer: the row's return and parameter types, which
+// the header checks where forwards.cc defines every function with them. (Not decltype(&::name):
+// nccl_device.h also declares C++ overloads of some names, ncclTeamWorld(ncclDevComm const&).)
 template <Api f>
 struct ApiSignature;
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #define YALI_NCCL_FUNCTION(Ret, name, Params, Args) \
   template <>                                       \
   struct ApiSignature<Api::name> {                  \
-    using Pointer = decltype(&::name);              \
+    using Pointer = Ret(*) Params;                  \
   };
 #include "nccl_api.inc"
 #undef YALI_NCCL_FUNCTION
-#pragma GCC diagnostic pop
 
 // What a call of a real function that is missing returns: an error for ncclResult_t (the reason
 // is in ncclGetLastError), the reason for strings, nothing for void. A return type nccl.h adds
@@ -51,6 +52,12 @@ template <>
 const char* missingResult<const char*>(Api f);
 template <>
 void missingResult<void>(Api f);
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+template <>
+int missingResult<int>(Api f);  // -1 (ncclTeamRankToWorld's "not a member"; ncclLLA2ACalcSlots)
+template <>
+ncclTeam_t missingResult<ncclTeam_t>(Api f);  // a team of no ranks
+#endif
 
 template <typename Pointer>
 struct RealCall;

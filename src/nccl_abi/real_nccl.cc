@@ -192,4 +192,18 @@ void missingResult<void>(Api f) {
   missingResult<ncclResult_t>(f);
 }
 
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+template <>
+int missingResult<int>(Api f) {
+  missingResult<ncclResult_t>(f);
+  return -1;
+}
+
+template <>
+ncclTeam_t missingResult<ncclTeam_t>(Api f) {
+  missingResult<ncclResult_t>(f);
+  return ncclTeam_t{};
+}
+#endif
+
 }  // namespace yali::nccl_abi

@@ -59,6 +59,9 @@
 #include <vector>
 
 #include <nccl.h>
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+#include <nccl_device.h>
+#endif
 
 #include "nccl_abi/routing.h"
 
@@ -791,6 +794,18 @@ FAKE_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void*, ncclDa
 }
 
 FAKE_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t, ncclComm_t comm) { return note("ncclRedOpDestroy", comm); }
+
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+// Two of the device API's host functions (nccl_device.h), to see the forwards unwrap the program's
+// handle; the others are left out, as a function an older NCCL lacks.
+FAKE_EXPORT ncclResult_t ncclDevCommCreate(ncclComm_t comm, ncclDevCommRequirements_t const*, ncclDevComm_t*) {
+  return note("ncclDevCommCreate", comm);
+}
+FAKE_EXPORT ncclTeam_t ncclTeamWorld(ncclComm_t comm) {
+  note("ncclTeamWorld", comm);
+  return ncclTeam_t{1, 0, 1};
+}
+#endif
 
 FAKE_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
                                        ncclComm_t comm, cudaStream_t) {

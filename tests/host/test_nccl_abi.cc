@@ -14,6 +14,7 @@
 //    nodes: the layout, the splits' colors and keys, the path per call, the AllReduce shard and
 //    tail, the scratch layout's copies, and a host simulation of the hierarchical AllGather and
 //    ReduceScatter steps against the flat results.
+#include <dirent.h>
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -31,6 +33,9 @@
 #include <vector>
 
 #include <nccl.h>
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+#include <nccl_device.h>
+#endif
 
 #include "harness.h"
 #include "nccl_abi/node_id.h"
@@ -158,6 +163,33 @@ std::set<std::string> declaredFunctions(const std::string& path) {
   return names;
 }
 
+// The host functions of NCCL's device API (the headers in `dir`, nccl_device/), read off their
+// text: NCCL declares each one exported as "NCCL_EXTERN_C __host__ <type> <name>(" (its device and
+// inline functions are marked otherwise).
+std::set<std::string> declaredHostFunctions(const std::string& dir) {
+  std::set<std::string> names;
+  if (dir.empty()) return names;
+  const std::regex host(R"(NCCL_EXTERN_C\s+__host__\s+[A-Za-z_][A-Za-z0-9_]*\s*\**\s*(nccl[A-Za-z0-9_]*)\s*\()");
+  std::function<void(const std::string&)> scan = [&](const std::string& d) {
+    DIR* h = opendir(d.c_str());
+    if (h == nullptr) return;
+    while (const dirent* e = readdir(h)) {
+      const std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      const std::string path = d + "/" + name;
+      if (name.size() > 2 && name.compare(name.size() - 2, 2, ".h") == 0) {
+        const std::string text = readFile(path);
+        for (std::sregex_iterator it(text.begin(), text.end(), host), end; it != end; ++it) names.insert((*it)[1]);
+      } else {
+        scan(path);  // a directory (impl/, gin/); anything else opens as nothing
+      }
+    }
+    closedir(h);
+  };
+  scan(dir);
+  return names;
+}
+
 }  // namespace
 
 // ---- The exports ------------------------------------------------------------------------------------
@@ -167,8 +199,12 @@ TEST(exports_equal_the_headers_functions) {
   const std::set<std::string> exported = exportedFunctions(YALI_NCCL_SHIM_PATH, &error);
   if (!error.empty()) std::printf("    %s\n", error.c_str());
   REQUIRE(error.empty());
-  const std::set<std::string> declared = declaredFunctions(YALI_NCCL_HEADER_PATH);
+  std::set<std::string> declared = declaredFunctions(YALI_NCCL_HEADER_PATH);
   CHECK(declared.size() > 40);  // nccl.h 2.19 declares 2 x 32; a scan that found nothing is broken
+  const std::set<std::string> device = declaredHostFunctions(YALI_NCCL_DEVICE_DIR);
+  CHECK_MSG(std::string(YALI_NCCL_DEVICE_DIR).empty() || device.count("ncclDevCommCreate") == 1,
+            "%s: no ncclDevCommCreate found", YALI_NCCL_DEVICE_DIR);
+  declared.insert(device.begin(), device.end());
   CHECK_MSG(exported == declared, "%s: exported, not declared: %s; declared, not exported: %s", YALI_NCCL_HEADER_PATH,
             joined(minus(exported, declared)).c_str(), joined(minus(declared, exported)).c_str());
   const std::set<std::string> table(tableNames().begin(), tableNames().end());
@@ -340,6 +376,33 @@ TEST(a_function_the_nccl_lacks_is_an_error) {
   CHECK_MSG(message.find("ncclSend") != std::string::npos, "ncclGetLastError: %s", message.c_str());
   CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
 }
+
+#ifdef YALI_NCCL_HAS_DEVICE_HEADER
+// The device API's host functions (nccl_device.h) take a communicator: forwarded with NCCL's own
+// handle, as every function is. (Not exported before: the program's call reached NCCL with our
+// handle, which NCCL would have read as its own.) One NCCL lacks answers as any missing function.
+TEST(device_api_host_functions_reach_nccl_unwrapped) {
+  ncclComm_t comm = makeComm();
+  void* real = lastComm();
+  ncclDevCommRequirements_t reqs{};
+  ncclDevComm_t dev;
+  // Typed by hand: nccl_device.h also declares C++ overloads of these names.
+  auto devCommCreate = shim<ncclResult_t (*)(ncclComm_t, ncclDevCommRequirements_t const*, ncclDevComm_t*)>(
+      "ncclDevCommCreate");
+  auto teamWorld = shim<ncclTeam_t (*)(ncclComm_t)>("ncclTeamWorld");
+  auto teamRankToWorld = shim<int (*)(ncclComm_t, ncclTeam_t, int)>("ncclTeamRankToWorld");
+  REQUIRE(devCommCreate != nullptr && teamWorld != nullptr && teamRankToWorld != nullptr);
+  CHECK(devCommCreate(comm, &reqs, &dev) == ncclSuccess);
+  CHECK(lastCall() == "ncclDevCommCreate" && lastComm() == real);
+  const ncclTeam_t world = teamWorld(comm);
+  CHECK(lastCall() == "ncclTeamWorld" && lastComm() == real && world.nRanks == 1);
+  // Not in the stand-in NCCL: -1, and the reason in ncclGetLastError.
+  CHECK_EQ(teamRankToWorld(comm, world, 0), -1);
+  const std::string message = SHIM(ncclGetLastError)(nullptr);
+  CHECK_MSG(message.find("ncclTeamRankToWorld") != std::string::npos, "ncclGetLastError: %s", message.c_str());
+  CHECK(SHIM(ncclCommDestroy)(comm) == ncclSuccess);
+}
+#endif
 
 namespace {
 
