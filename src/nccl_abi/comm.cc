@@ -1,6 +1,5 @@
 #include "nccl_abi/comm.h"
 
-#include <errno.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,26 +79,19 @@ bool ncclEnvPluginInUse() {
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
-  // NCCL's order (init.cc, parseCommConfig): a set NCCL_COMM_SPLIT_SHARE_RESOURCES overrides (1
-  // shares; any other number, or text, which strtoll reads as 0, does not); a NULL config copies
-  // the parent's; a config of its own means 0 unless it sets splitShare (or predates the field,
-  // NCCL reading no further than config->size). NCCL reads the variable once per process
-  // (NCCL_PARAM caches it, misc/param.cc: ncclLoadParam, a number out of range counting as unset),
-  // so it is read once here too, at our first call, after NCCL's first creating call (isBlocking):
-  // a program that changes it later changes neither NCCL's verdict nor ours.
-  enum class Env { kUnset, kShares, kSharesNot };
-  static const Env env = [] {
+  // NCCL reads NCCL_COMM_SPLIT_SHARE_RESOURCES once per process (NCCL_PARAM caches it), so it is
+  // read once here too, at our first call, after NCCL's first successful creating call (create(),
+  // ncclCommInitAll): a program that changes it later changes neither NCCL's verdict nor ours.
+  // The rules: routing.h, splitShareOf.
+  struct Cached {
+    bool set;
+    std::string value;
+  };
+  static const Cached env = [] {
     const char* v = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
-    if (v == nullptr || v[0] == '\0') return Env::kUnset;
-    errno = 0;
-    const long long value = strtoll(v, nullptr, 0);
-    if (errno != 0) return Env::kUnset;
-    return value == 1 ? Env::kShares : Env::kSharesNot;
+    return Cached{v != nullptr, v != nullptr ? v : ""};
   }();
-  if (env != Env::kUnset) return env == Env::kShares;
-  if (config == nullptr) return inherited;
-  if (config->size <= offsetof(ncclConfig_t, splitShare)) return false;
-  return config->splitShare != NCCL_CONFIG_UNDEF_INT && config->splitShare != 0;
+  return splitShareOf(config, inherited, env.set ? env.value.c_str() : nullptr);
 }
 
 namespace {
@@ -774,6 +766,7 @@ void adoptClique(ncclComm_t* comms, int n, const int* devlist) {
     Comm* c = new Comm;
     c->real = comms[i];
     c->clique = true;
+    c->sharesResources = sharesResources(nullptr, false);  // no config: NCCL's default, or the variable
     comms[i] = handleOf(c);
     clique.push_back(c);
   }

@@ -50,4 +50,12 @@ auto forwardToReal(A... args) {
 #include "nccl_api.inc"
 #undef YALI_NCCL_PROFILING_ALIAS
 
+// The device API's functions (nccl_device.h) have pncclX aliases in libnccl too, which no header
+// declares: the same alias, without the type check against a declaration. (::name picks the
+// extern "C" function among nccl_device.h's C++ overloads by its arguments.)
+#define YALI_NCCL_DEVICE_PROFILING_ALIAS(Ret, name, Params, Args) \
+  extern "C" YALI_NCCL_EXPORT Ret p##name Params { return ::name Args; }
+#include "nccl_api.inc"
+#undef YALI_NCCL_DEVICE_PROFILING_ALIAS
+
 #pragma GCC diagnostic pop

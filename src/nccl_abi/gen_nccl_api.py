@@ -13,6 +13,8 @@ and nccl_api.h into the enum of functions:
     YALI_NCCL_FUNCTION(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int* count), (comm, count))
     YALI_NCCL_PROFILING_ALIAS(const char*, ncclGetErrorString, (ncclResult_t result), (result))
                                     where the header also declares pncclGetErrorString
+    YALI_NCCL_DEVICE_PROFILING_ALIAS(...)     a device-API function (after DEVICE_API_MARKER,
+                                              nccl_device.h), whose pncclX no header declares
     #define YALI_NCCL_HAS_ncclCommCount 1         so that code can test for functions of newer NCCLs
 
 Parameter lists are copied from the header; a parameter without a name gets one (argN). Anything
@@ -102,8 +104,12 @@ def _param_name(param, index):
     return "%s %s" % (param, name), name
 
 
+# The line src/nccl_abi/CMakeLists.txt puts before nccl_device.h in the headers it preprocesses.
+DEVICE_API_MARKER = "struct yali_nccl_device_api_follows;"
+
+
 def parse(text):
-    """[(return type, name, [parameter declarations], [parameter names])] in header order."""
+    """[(return type, name, [parameter declarations], [parameter names], offset)] in header order."""
     functions, seen = [], set()
     for m in _NAME.finditer(text):
         name = m.group(1)
@@ -130,12 +136,16 @@ def parse(text):
         if name in seen:
             continue  # declared twice (allowed in C); the first declaration is the one
         seen.add(name)
-        functions.append((ret, name, decls, names))
+        functions.append((ret, name, decls, names, m.start()))
     return functions
 
 
-def render(functions, source):
-    by_name = {f[1]: f for f in functions}
+def render(functions, source, device_from=None):
+    """The table. `device_from`: the offset where nccl_device.h's declarations begin (None: no
+    device header), whose functions get a profiling alias of their own (no pncclX is declared)."""
+    by_name = {f[1]: f[:4] for f in functions}
+    device = {f[1] for f in functions if device_from is not None and f[4] > device_from}
+    functions = [f[:4] for f in functions]
     rows = [f for f in functions if not f[1].startswith("pnccl")]
     for f in functions:
         if f[1].startswith("pnccl") and f[1][1:] not in by_name:
@@ -158,6 +168,13 @@ def render(functions, source):
             ret, _, decls, names = by_name["p" + name]
             out.append("YALI_NCCL_PROFILING_ALIAS(%s, %s, (%s), (%s))" % (ret, name, ", ".join(decls),
                                                                           ", ".join(names)))
+    out += ["#endif", "", "#ifdef YALI_NCCL_DEVICE_PROFILING_ALIAS"]
+    for ret, name, decls, names in rows:
+        # libnccl exports pncclX for these too (its NCCL_API macro), which nccl_device.h does not
+        # declare.
+        if name in device and "p" + name not in by_name:
+            out.append("YALI_NCCL_DEVICE_PROFILING_ALIAS(%s, %s, (%s), (%s))" % (ret, name, ", ".join(decls),
+                                                                                 ", ".join(names)))
     out += ["#endif", "", "#ifndef YALI_NCCL_API_HAS_DEFINED", "#define YALI_NCCL_API_HAS_DEFINED"]
     for _, name, _, _ in rows:
         out.append("#define YALI_NCCL_HAS_%s 1" % name)
@@ -175,7 +192,8 @@ def main(argv):
         text = f.read()
     try:
         functions = parse(text)
-        rendered = render(functions, args.source or args.preprocessed)
+        marker = text.find(DEVICE_API_MARKER)
+        rendered = render(functions, args.source or args.preprocessed, marker if marker >= 0 else None)
     except ParseError as e:
         sys.stderr.write("gen_nccl_api.py: %s\n" % e)
         return 1

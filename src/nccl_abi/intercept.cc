@@ -51,7 +51,10 @@ ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* par
   Comm* c = new Comm;
   const ncclResult_t r = make(&c->real);
   c->blocking = isBlocking(config, parent != nullptr ? parent->blocking : true);
-  c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
+  // Not after a failure: NCCL may have failed before it read its settings (a bad rank or config),
+  // and a comm that was not made shares nothing.
+  if (r == ncclSuccess || r == ncclInProgress)
+    c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
   adopt(c, r, out, childExpected);
   return r;
 }
@@ -605,6 +608,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int n
     Comm* c = new Comm;
     c->real = comm[i];
     c->blocking = blocking;
+    c->sharesResources = sharesResources(nullptr, false);
     adopt(c, r, &comm[i]);
   }
   return r;

@@ -98,25 +98,48 @@ std::vector<std::string> envPluginCandidates(const char* setting) {
   return names;
 }
 
+namespace {
+
+// A numeric NCCL setting as NCCL reads it and then keeps it: ncclLoadParam (misc/param.cc) reads
+// an int64_t with strtoll, base 0 ("01", " 1", "0x1", "1abc" are 1, "abc" is 0; empty or an
+// overflow, errno, is unset), and envConfigOverride (init.cc) keeps it in an `int`, so 4294967297
+// is 1 and 4294967296 is 0. False when unset.
+bool ncclIntSetting(const char* env, int* out) {
+  if (env == nullptr || env[0] == '\0') return false;
+  const int savedErrno = errno;
+  errno = 0;
+  const long long value = strtoll(env, nullptr, 0);
+  const bool read = errno == 0;
+  errno = savedErrno;
+  *out = static_cast<int>(static_cast<uint32_t>(static_cast<unsigned long long>(value)));
+  return read;
+}
+
+}  // namespace
+
 bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env) {
   // NCCL's order (init.cc): the environment overrides the config, which overrides the default.
-  // NCCL_COMM_BLOCKING as ncclLoadParam reads it (misc/param.cc): "01", " 1", "0x1", "1abc" are 1,
-  // "abc" is 0, an overflow (errno) is unset; only 0 and 1 override (envConfigOverride), as an int:
-  // NCCL keeps the parameter's int64_t in an `int blockingEnv` (init.cc), so 4294967297 is 1 and
-  // 4294967296 is 0.
-  if (env != nullptr && env[0] != '\0') {
-    const int savedErrno = errno;
-    errno = 0;
-    const long long value = strtoll(env, nullptr, 0);
-    const bool read = errno == 0;
-    errno = savedErrno;
-    const int asInt = static_cast<int>(static_cast<uint32_t>(static_cast<unsigned long long>(value)));
-    if (read && (asInt == 0 || asInt == 1)) return asInt == 1;
-  }
+  // NCCL_COMM_BLOCKING read as NCCL reads it (ncclIntSetting); only 0 and 1 override
+  // (envConfigOverride).
+  int value = 0;
+  if (ncclIntSetting(env, &value) && (value == 0 || value == 1)) return value == 1;
   if (config == nullptr) return inherited;
   // parseCommConfig: a config older than 2.14 gets the default's blocking; unset means 1.
   if (config->version < NCCL_VERSION(2, 14, 0) || config->blocking == NCCL_CONFIG_UNDEF_INT) return true;
   return config->blocking != 0;
+}
+
+bool splitShareOf(const ncclConfig_t* config, bool inherited, const char* env) {
+  // NCCL's order (init.cc): NCCL_COMM_SPLIT_SHARE_RESOURCES, read as NCCL reads it
+  // (ncclIntSetting), overrides unless it is NCCL_CONFIG_UNDEF_INT (envConfigOverride), and a value
+  // other than 0 and 1 then becomes 0 (parseCommConfig); a NULL config copies the parent's; a config
+  // of its own means 0 unless it sets splitShare (or predates the field, NCCL reading no further
+  // than config->size; a value other than 0 and 1 there fails the creation).
+  int value = 0;
+  if (ncclIntSetting(env, &value) && value != NCCL_CONFIG_UNDEF_INT) return value == 1;
+  if (config == nullptr) return inherited;
+  if (config->size <= offsetof(ncclConfig_t, splitShare)) return false;
+  return config->splitShare != NCCL_CONFIG_UNDEF_INT && config->splitShare != 0;
 }
 
 bool yaliTakes(int nranks, std::string* why) {

@@ -35,6 +35,10 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown);
 // true for a new comm, NCCL's default); else config->blocking, where unset (NCCL_CONFIG_UNDEF_INT),
 // or in a config older than 2.14, meaning 1 (not the parent's: a config of its own is not copied).
 bool blockingOf(const ncclConfig_t* config, bool inherited, const char* env);
+// Whether a communicator made with `config` (NULL: the parent's, `inherited`) shares its resources
+// with the splits made from it, by NCCL's rules, with NCCL_COMM_SPLIT_SHARE_RESOURCES = env (NULL:
+// unset).
+bool splitShareOf(const ncclConfig_t* config, bool inherited, const char* env);
 
 // The libraries NCCL tries as its environment plugin (2.28.9 plugin/env.cc, ncclEnvPluginLoad;
 // plugin/plugin_open.cc, openPluginLib), in its order, for NCCL_ENV_PLUGIN's value `setting` (null:

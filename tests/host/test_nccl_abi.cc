@@ -64,6 +64,9 @@ const std::vector<std::string>& tableNames() {
 #define YALI_NCCL_PROFILING_ALIAS(Ret, name, Params, Args) "p" #name,
 #include "nccl_api.inc"
 #undef YALI_NCCL_PROFILING_ALIAS
+#define YALI_NCCL_DEVICE_PROFILING_ALIAS(Ret, name, Params, Args) "p" #name,
+#include "nccl_api.inc"
+#undef YALI_NCCL_DEVICE_PROFILING_ALIAS
   };
   return names;
 }
@@ -164,8 +167,10 @@ std::set<std::string> declaredFunctions(const std::string& path) {
 }
 
 // The host functions of NCCL's device API (the headers in `dir`, nccl_device/), read off their
-// text: NCCL declares each one exported as "NCCL_EXTERN_C __host__ <type> <name>(" (its device and
-// inline functions are marked otherwise).
+// text, each with its pncclX alias (libnccl exports both; the header declares only the first):
+// NCCL declares each one exported as "NCCL_EXTERN_C __host__ <type> <name>(" (its device and inline
+// functions are marked otherwise). A header that stops the build with #error (2.30's
+// gin_win_stub.h, for Windows) is not part of this platform's API.
 std::set<std::string> declaredHostFunctions(const std::string& dir) {
   std::set<std::string> names;
   if (dir.empty()) return names;
@@ -179,7 +184,11 @@ std::set<std::string> declaredHostFunctions(const std::string& dir) {
       const std::string path = d + "/" + name;
       if (name.size() > 2 && name.compare(name.size() - 2, 2, ".h") == 0) {
         const std::string text = readFile(path);
-        for (std::sregex_iterator it(text.begin(), text.end(), host), end; it != end; ++it) names.insert((*it)[1]);
+        if (text.find("#error") != std::string::npos) continue;
+        for (std::sregex_iterator it(text.begin(), text.end(), host), end; it != end; ++it) {
+          names.insert((*it)[1]);
+          names.insert("p" + (*it)[1].str());
+        }
       } else {
         scan(path);  // a directory (impl/, gin/); anything else opens as nothing
       }
@@ -396,6 +405,11 @@ TEST(device_api_host_functions_reach_nccl_unwrapped) {
   CHECK(lastCall() == "ncclDevCommCreate" && lastComm() == real);
   const ncclTeam_t world = teamWorld(comm);
   CHECK(lastCall() == "ncclTeamWorld" && lastComm() == real && world.nRanks == 1);
+  // Its profiling alias (libnccl exports pncclTeamWorld; no header declares it) unwraps too.
+  auto pTeamWorld = shim<ncclTeam_t (*)(ncclComm_t)>("pncclTeamWorld");
+  REQUIRE(pTeamWorld != nullptr);
+  fakeVariable<void*>("fakeLastComm") = nullptr;
+  CHECK(pTeamWorld(comm).nRanks == 1 && lastComm() == real);
   // Not in the stand-in NCCL: -1, and the reason in ncclGetLastError.
   CHECK_EQ(teamRankToWorld(comm, world, 0), -1);
   const std::string message = SHIM(ncclGetLastError)(nullptr);
@@ -574,6 +588,45 @@ TEST(env_plugin_candidates_follow_nccls_rule) {
   CHECK((envPluginCandidates("libfoo.so.1") == V{"libfoo.so.1", "libnccl-env-libfoo.so.1.so"}));
   CHECK((envPluginCandidates("STATIC_PLUGIN") == V{"", "libnccl-env-STATIC_PLUGIN.so"}));
   CHECK((envPluginCandidates("static") == V{"", "libnccl-env-static.so"}));  // a prefix, any case
+}
+
+TEST(split_share_follows_nccls_config_and_environment_rules) {
+  auto config = [](int splitShare) {
+    ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
+    c.splitShare = splitShare;
+    return c;
+  };
+  const ncclConfig_t unset = config(NCCL_CONFIG_UNDEF_INT), zero = config(0), one = config(1);
+  struct Row {
+    const ncclConfig_t* config;
+    bool inherited;
+    const char* env;
+    bool expected;
+  };
+  const Row rows[] = {
+      {nullptr, false, nullptr, false},  // NCCL's default: 0
+      {nullptr, true, nullptr, true},    // a split's NULL config copies the parent's
+      {&unset, true, nullptr, false},    // a config of its own, unset: 0, not the parent's
+      {&one, false, nullptr, true},
+      {&zero, true, nullptr, false},
+      {&zero, false, "1", true},         // the environment overrides the config ...
+      {&one, true, "0", false},
+      {nullptr, true, "0", false},       // ... and the parent's
+      {&one, true, "2", false},          // another number: 0 (parseCommConfig)
+      {&one, true, "abc", false},        // no digits: 0
+      {&zero, true, "0x1", true},
+      {&one, true, "", true},            // empty: unset
+      {&one, true, "99999999999999999999", true},  // overflow (ERANGE): unset
+      {&zero, true, "4294967297", true},  // NCCL's `int splitShareEnv`: 2^32 + 1 is 1
+      {&one, true, "-2147483648", true},  // NCCL_CONFIG_UNDEF_INT: unset, the config decides
+      {&zero, true, "2147483648", false},  // 2^31 is INT_MIN as an int: unset too
+  };
+  for (const Row& row : rows) {
+    const bool got = splitShareOf(row.config, row.inherited, row.env);
+    const std::string config = row.config == nullptr ? "NULL" : std::to_string(row.config->splitShare);
+    CHECK_MSG(got == row.expected, "config.splitShare=%s inherited=%d env=%s: %d, expected %d", config.c_str(),
+              row.inherited, row.env == nullptr ? "(unset)" : row.env, got, row.expected);
+  }
 }
 
 TEST(blocking_follows_nccls_config_and_environment_rules) {

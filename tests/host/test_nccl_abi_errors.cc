@@ -2252,28 +2252,34 @@ TEST(a_hierarchy_sharing_its_resources_aborts_its_splits_first) {
 }
 
 // NCCL reads NCCL_COMM_SPLIT_SHARE_RESOURCES once per process (NCCL_PARAM), at its first comm; so
-// does libyali-nccl. Set later, it changes nothing: NCCL's comm shares nothing, and the hierarchy's
-// splits are aborted together with it (a_hierarchys_nccl_comms_are_aborted_together), not one at a
-// time as a shared hierarchy's are. (Read at every comm before, it made this hierarchy a sharing
-// one, which NCCL's was not.)
+// does libyali-nccl, also when that first comm comes from ncclCommInitAll. Set later, it changes
+// nothing: NCCL's comm shares nothing, and the hierarchy's splits are aborted together with it
+// (a_hierarchys_nccl_comms_are_aborted_together), not one at a time as a shared hierarchy's are.
+// (Read at every comm before b28224f, and at the first create() after it, which an InitAll did not
+// reach, it made this hierarchy a sharing one, which NCCL's was not.) In a fresh process: the
+// variable is read once per process.
 TEST(the_split_share_variable_is_read_once_per_process_as_nccl_reads_it) {
-  const Hierarchical before = hierarchical();  // the process's first read here, or an earlier test's
-  struct Set {  // unset again however the test ends
-    Set() { setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1); }
-    ~Set() { unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES"); }
-  } set;
-  const Hierarchical g = hierarchical();
-  auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
-  int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
-  int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
-  clear();
-  ms = 30;
-  CHECK(SHIM(ncclCommAbort)(g.ranks[0].comm) == ncclSuccess);
-  ms = 0;
-  CHECK_MSG(most == 3, "%d NCCL tear-downs ran at once, not 3: the variable set after NCCL read it was read", most);
-  clear();
-  destroyAll(before.ranks);
-  destroyAll(g.ranks);
+  const bool passed = passesInFreshProcess([] {
+    const std::vector<Rank> first = clique(2);  // NCCL's first comm: ncclCommInitAll, unset
+    struct Set {  // unset again however the test ends
+      Set() { setenv("NCCL_COMM_SPLIT_SHARE_RESOURCES", "1", 1); }
+      ~Set() { unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES"); }
+    } set;
+    const Hierarchical g = hierarchical();
+    auto clear = [&] { function<void (*)(void*, void*, int)>(fakeNccl(), "fakeAbortWaitsFor")(nullptr, nullptr, 0); };
+    int& ms = variable<int>(fakeNccl(), "fakeTearDownMs");
+    int& most = variable<int>(fakeNccl(), "fakeMaxTearDownsAtOnce");
+    clear();
+    ms = 30;
+    CHECK(SHIM(ncclCommAbort)(g.ranks[0].comm) == ncclSuccess);
+    ms = 0;
+    CHECK_MSG(most == 3, "%d NCCL tear-downs ran at once, not 3: the variable set after NCCL read it was read",
+              most);
+    clear();
+    destroyAll(first);
+    destroyAll(g.ranks);
+  });
+  CHECK_MSG(passed, "the fresh process failed (its output above)");
 }
 
 // A comm's device memory (the hierarchical scratch, the staging scratch, the cross-node status
@@ -2342,6 +2348,7 @@ int main(int argc, char** argv) {
   setenv("YALI_NCCL_DEBUG", "1", 1);
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
+  unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // the tests set it where they need it
   unsetenv("YALI_NCCL_REGISTER");
   if (fakeYali() == nullptr || fakeNccl() == nullptr || shimLibrary() == nullptr) return 1;
   return yali_test::runAllTests(argc, argv);
