@@ -54,7 +54,7 @@ template <>
 void missingResult<void>(Api f);
 #ifdef YALI_NCCL_HAS_DEVICE_HEADER
 template <>
-int missingResult<int>(Api f);  // -1 (ncclTeamRankToWorld's "not a member"; ncclLLA2ACalcSlots)
+int missingResult<int>(Api f);  // -1: no rank and no slot count a real call returns
 template <>
 ncclTeam_t missingResult<ncclTeam_t>(Api f);  // a team of no ranks
 #endif
