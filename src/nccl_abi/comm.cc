@@ -33,21 +33,31 @@ Registration* ourRegistration(void* handle) {
   return r->magic == Registration::kMagic ? r : nullptr;
 }
 
+namespace {
+
+// An NCCL setting's value, kept from the moment it was read (null: unset). NCCL reads its
+// parameters once per process (NCCL_PARAM caches each at its first use, include/param.h), so the
+// callers below read theirs once too, into a static, at their first call: after NCCL's first
+// creating call, which loaded its configuration file (NCCL_CONF_FILE) into the environment. A
+// program that changes the variable later changes neither NCCL's verdict nor ours. (Read with
+// getenv: where NCCL reads its settings through an environment plugin, which may answer
+// otherwise, no comm gets YALI and splits pass through: ncclEnvPluginInUse.)
+struct SettingOnce {
+  explicit SettingOnce(const char* name) {
+    const char* v = getenv(name);
+    set = v != nullptr;
+    if (set) value = v;
+  }
+  const char* get() const { return set ? value.c_str() : nullptr; }
+  bool set;
+  std::string value;
+};
+
+}  // namespace
+
 bool isBlocking(const ncclConfig_t* config, bool inherited) {
-  // Read once per process, as NCCL reads its parameters (NCCL_PARAM caches ncclParamCommBlocking at
-  // its first use, include/param.h), at our first call here: after NCCL's first creating call, which
-  // loaded its configuration file. A program that changes NCCL_COMM_BLOCKING later changes neither
-  // NCCL's verdict nor ours. (Read with getenv: where NCCL reads its settings through an environment
-  // plugin, which may answer otherwise, no comm gets YALI and splits pass through: ncclEnvPluginInUse.)
-  struct Cached {
-    bool set;
-    std::string value;
-  };
-  static const Cached env = [] {
-    const char* v = getenv("NCCL_COMM_BLOCKING");
-    return Cached{v != nullptr, v != nullptr ? v : ""};
-  }();
-  return blockingOf(config, inherited, env.set ? env.value.c_str() : nullptr);
+  static const SettingOnce env("NCCL_COMM_BLOCKING");
+  return blockingOf(config, inherited, env.get());
 }
 
 bool ncclEnvPluginInUse() {
@@ -79,19 +89,10 @@ bool ncclEnvPluginInUse() {
 }
 
 bool sharesResources(const ncclConfig_t* config, bool inherited) {
-  // NCCL reads NCCL_COMM_SPLIT_SHARE_RESOURCES once per process (NCCL_PARAM caches it), so it is
-  // read once here too, at our first call, after NCCL's first successful creating call (create(),
-  // ncclCommInitAll): a program that changes it later changes neither NCCL's verdict nor ours.
-  // The rules: routing.h, splitShareOf.
-  struct Cached {
-    bool set;
-    std::string value;
-  };
-  static const Cached env = [] {
-    const char* v = getenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");
-    return Cached{v != nullptr, v != nullptr ? v : ""};
-  }();
-  return splitShareOf(config, inherited, env.set ? env.value.c_str() : nullptr);
+  // Read once (SettingOnce), at our first call: after NCCL's first creating call that succeeded
+  // (create(), ncclCommInitAll). The rules: routing.h, splitShareOf.
+  static const SettingOnce env("NCCL_COMM_SPLIT_SHARE_RESOURCES");
+  return splitShareOf(config, inherited, env.get());
 }
 
 namespace {

@@ -590,6 +590,30 @@ TEST(env_plugin_candidates_follow_nccls_rule) {
   CHECK((envPluginCandidates("static") == V{"", "libnccl-env-static.so"}));  // a prefix, any case
 }
 
+// A rule of NCCL's for a comm's setting (blockingOf, splitShareOf), one row per case: the config
+// (null: none), what a NULL config inherits, the variable (null: unset), and NCCL's verdict.
+struct SettingRow {
+  const ncclConfig_t* config;
+  bool inherited;
+  const char* env;
+  bool expected;
+};
+
+template <size_t N>
+void checkSettingRows(bool (*rule)(const ncclConfig_t*, bool, const char*), const char* variable,
+                      const SettingRow (&rows)[N]) {
+  for (const SettingRow& row : rows) {
+    const bool got = rule(row.config, row.inherited, row.env);
+    const std::string config =
+        row.config == nullptr ? "NULL"
+                              : "{blocking " + std::to_string(row.config->blocking) + ", version " +
+                                    std::to_string(row.config->version) + ", splitShare " +
+                                    std::to_string(row.config->splitShare) + "}";
+    CHECK_MSG(got == row.expected, "config %s, inherited %d, %s %s: %d, expected %d", config.c_str(), row.inherited,
+              variable, yali_test::quoted(row.env).c_str(), got, row.expected);
+  }
+}
+
 TEST(split_share_follows_nccls_config_and_environment_rules) {
   auto config = [](int splitShare) {
     ncclConfig_t c = NCCL_CONFIG_INITIALIZER;
@@ -597,13 +621,7 @@ TEST(split_share_follows_nccls_config_and_environment_rules) {
     return c;
   };
   const ncclConfig_t unset = config(NCCL_CONFIG_UNDEF_INT), zero = config(0), one = config(1);
-  struct Row {
-    const ncclConfig_t* config;
-    bool inherited;
-    const char* env;
-    bool expected;
-  };
-  const Row rows[] = {
+  const SettingRow rows[] = {
       {nullptr, false, nullptr, false},  // NCCL's default: 0
       {nullptr, true, nullptr, true},    // a split's NULL config copies the parent's
       {&unset, true, nullptr, false},    // a config of its own, unset: 0, not the parent's
@@ -621,12 +639,7 @@ TEST(split_share_follows_nccls_config_and_environment_rules) {
       {&one, true, "-2147483648", true},  // NCCL_CONFIG_UNDEF_INT: unset, the config decides
       {&zero, true, "2147483648", false},  // 2^31 is INT_MIN as an int: unset too
   };
-  for (const Row& row : rows) {
-    const bool got = splitShareOf(row.config, row.inherited, row.env);
-    const std::string config = row.config == nullptr ? "NULL" : std::to_string(row.config->splitShare);
-    CHECK_MSG(got == row.expected, "config.splitShare=%s inherited=%d env=%s: %d, expected %d", config.c_str(),
-              row.inherited, row.env == nullptr ? "(unset)" : row.env, got, row.expected);
-  }
+  checkSettingRows(splitShareOf, "NCCL_COMM_SPLIT_SHARE_RESOURCES", rows);
 }
 
 TEST(blocking_follows_nccls_config_and_environment_rules) {
@@ -638,13 +651,7 @@ TEST(blocking_follows_nccls_config_and_environment_rules) {
   };
   const ncclConfig_t unset = config(NCCL_CONFIG_UNDEF_INT), zero = config(0), one = config(1);
   const ncclConfig_t old = config(0, NCCL_VERSION(2, 13, 0));  // predates config.blocking
-  struct Row {
-    const ncclConfig_t* config;
-    bool inherited;
-    const char* env;
-    bool expected;
-  };
-  const Row rows[] = {
+  const SettingRow rows[] = {
       {nullptr, true, nullptr, true},    // ncclCommInitRank: NCCL's default
       {nullptr, false, nullptr, false},  // a non-blocking parent's split, NULL config: copied
       {&unset, false, nullptr, true},    // a config of its own, blocking unset: 1, not the parent's
@@ -667,14 +674,7 @@ TEST(blocking_follows_nccls_config_and_environment_rules) {
       {&zero, true, "4294967297", true},  // NCCL's `int blockingEnv`: 2^32 + 1 is 1 ...
       {&one, true, "4294967296", false},  // ... and 2^32 is 0
   };
-  for (const Row& row : rows) {
-    const bool got = blockingOf(row.config, row.inherited, row.env);
-    const std::string config = row.config == nullptr ? "NULL"
-                                                     : "{blocking " + std::to_string(row.config->blocking) +
-                                                           ", version " + std::to_string(row.config->version) + "}";
-    CHECK_MSG(got == row.expected, "config %s, inherited %d, NCCL_COMM_BLOCKING %s: %d, expected %d", config.c_str(),
-              row.inherited, yali_test::quoted(row.env).c_str(), got, row.expected);
-  }
+  checkSettingRows(blockingOf, "NCCL_COMM_BLOCKING", rows);
 }
 
 // ---- The hierarchical path's plan (several nodes) ------------------------------------------------------
