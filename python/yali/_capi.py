@@ -180,7 +180,7 @@ class YaliError(RuntimeError):
         super().__init__(f"{head} [{name}: {error_string or 'error'}]")
 
     def __reduce__(self):
-        return (_make_error, (int(self.code), self.call, self.error_string, self.detail))
+        return (_rebuilt_error, (int(self.code), self.call, self.error_string, self.detail))
 
 
 class YaliUnhandledCudaError(YaliError):
@@ -227,11 +227,16 @@ _ERROR_CLASSES = {
 }
 
 
-def _make_error(code, call, error_string="", detail=""):
-    """The YaliError subclass for ``code``. Every one made is raised: made while a group is open
-    (group_start), it is that group's failure, and the group launches none of its calls."""
+def _rebuilt_error(code, call, error_string="", detail=""):
+    """The YaliError subclass for ``code``, made again from its fields (a copy, an unpickled one)."""
     cls = _ERROR_CLASSES.get(code, YaliError)
-    error = cls(code, call, error_string, detail)
+    return cls(code, call, error_string, detail)
+
+
+def _make_error(code, call, error_string="", detail=""):
+    """A new failure: the YaliError subclass for ``code``, to be raised. Made while a group is open
+    (group_start), it is that group's failure, and the group launches none of its calls."""
+    error = _rebuilt_error(code, call, error_string, detail)
     _note_group_failure(error)
     return error
 

@@ -145,9 +145,10 @@ launched at the outermost group end, so its output is not written before then. T
 work of their own after their collective would do it too early, and are refused inside a group
 (YaliInvalidUsage, naming the call, before anything is queued): gather and scatter with a list
 (pass the one-tensor form), all_to_all_device_counts with output_offsets, and, nested in a group,
-SingleProcessCommunicator calls on ranks that share a GPU. A group in which a call failed launches
-none of its calls (NCCL's rule: yali.group_start), so a SingleProcessCommunicator call refused on
-one GPU launches on none.
+SingleProcessCommunicator calls on ranks that share a GPU. A group in which a call raised a
+YaliError launches none of its calls (NCCL's rule: yali.group_start), so a SingleProcessCommunicator
+call refused on one GPU launches on none; this module's TypeError and ValueError argument checks do
+not fail a group (a `with yali.group()` block they leave still drops it).
 
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """

@@ -37,9 +37,12 @@ namespace {
 
 // An NCCL setting's value, kept from the moment it was read (null: unset). NCCL reads its
 // parameters once per process (NCCL_PARAM caches each at its first use, include/param.h), so the
-// callers below read theirs once too, into a static, at their first call: after NCCL's first
-// creating call, which loaded its configuration file (NCCL_CONF_FILE) into the environment. A
-// program that changes the variable later changes neither NCCL's verdict nor ours. (Read with
+// callers below read theirs once too, into a static, at their first call, which follows NCCL's
+// first creating call (which loaded its configuration file, NCCL_CONF_FILE, into the environment):
+// isBlocking's after any such call, sharesResources's after one that succeeded (NCCL may fail
+// before it reads its settings; a program that sets NCCL_COMM_BLOCKING between a failed first
+// init and its next is the case where ours could still differ). A program that changes the
+// variable later changes neither NCCL's verdict nor ours. (Read with
 // getenv: where NCCL reads its settings through an environment plugin, which may answer
 // otherwise, no comm gets YALI and splits pass through: ncclEnvPluginInUse.)
 struct SettingOnce {

@@ -662,6 +662,22 @@ def test_a_group_block_keeps_its_exception_when_the_end_fails(fake_lib, monkeypa
     assert yali._group_depth() == 0
 
 
+def test_a_copied_error_does_not_fail_the_group(fake_lib):
+    """Copying or unpickling a YaliError inside a group (a framework that logs errors does) is no
+    new failure: the group launches as usual."""
+    import copy
+    import pickle
+
+    comm = _fake_comm(0)
+    error = _capi.python_error(int(yali.Result.InvalidArgument), "yaliAllReduce", "an old failure")
+    with yali.group():
+        comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
+        copied = copy.copy(error)
+        unpickled = pickle.loads(pickle.dumps(error))
+    assert type(copied) is type(error) and str(unpickled) == str(error)
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupEnd"]
+
+
 def test_library_path():
     path = _require_lib()
     assert os.path.samefile(yali.library_path(), path)

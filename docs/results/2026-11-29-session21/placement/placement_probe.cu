@@ -2,7 +2,8 @@
 // copy-in into a window, then a bf16 sum of two windows into an output; 33 blocks of 512 threads
 // per "rank", two ranks on two streams of one GPU, captured in a graph) run slower on cuMem (VMM)
 // memory, which YALI's windows use since the trust work, than on cudaMalloc memory, which the base
-// f690fab used? Run 1 had the first three kinds only; run 2 is this file.
+// f690fab used? Run 1 had the first four kinds only (no 1 GB-aligned window, no pool); run 2 is
+// this file.
 // Build: nvcc -O3 -arch=sm_90 -o placement_probe placement_probe.cu -lcuda
 #include <cuda.h>
 #include <cuda_bf16.h>
