@@ -64,6 +64,7 @@
 #                                            mode at QUICK_MULTI_RANKS), ranks sharing GPUs
 #   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
 #   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
+#   PYTEST_TIMEOUT=420  PYTEST_ARGS=tests/python  pytests: pip install, then pytest (-rs: skip reasons)
 #   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
 #   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
 #   CE_MULTI="2 3"  CE_SINGLE=2  CE_NP="2 3"   copyengine: the coll_copy_engine case in multi mode (one
@@ -630,7 +631,8 @@ if has pytests; then
   python3 -m pip install --no-build-isolation --no-deps . > "$LOG/pip.log" 2>&1
   note "pip install: rc=$?"
   (cd /tmp && python3 -c "import yali; print(yali.__file__)") >> "$LOG/pip.log" 2>&1
-  env -u PYTHONPATH -u YALI_LIBRARY timeout 420 python3 -m pytest -q tests/python > "$LOG/pytest.log" 2>&1
+  env -u PYTHONPATH -u YALI_LIBRARY timeout "${PYTEST_TIMEOUT:-420}" python3 -m pytest -q -rs ${PYTEST_ARGS:-tests/python} \
+    > "$LOG/pytest.log" 2>&1
   note "pytest: rc=$? $(tail -1 "$LOG/pytest.log")"
 fi
 
