@@ -357,14 +357,14 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
 }
 
 void freeScratch(SetUp& s) {
+  // Pinned host memory that NCCL read or wrote on the stream goes once the stream has drained.
+  if (s.notOk != nullptr || (s.scratch != nullptr && s.hostScratch)) lib().cudaStreamSynchronize(s.stream);
   if (s.notOk != nullptr) {
-    lib().cudaStreamSynchronize(s.stream);
     lib().cudaFreeHost(s.notOk);
     s.notOk = nullptr;
   }
   if (s.scratch == nullptr) return;
   if (s.hostScratch) {
-    lib().cudaStreamSynchronize(s.stream);
     lib().cudaFreeHost(s.scratch);
   } else if (s.pooled) {
     lib().cudaFreeAsync(s.scratch, s.stream);
