@@ -534,6 +534,10 @@ def test_group_depth_is_counted_per_thread(fake_lib, monkeypatch):
     assert yali._group_depth() == 0
 
 
+class _ProgramError(Exception):
+    """An exception of the program's own, leaving a ``with yali.group()`` block."""
+
+
 def test_a_group_with_a_failed_call_launches_nothing(fake_lib):
     """NCCL's rule: a collective that fails at its call inside a group makes the outermost group
     end launch none of the group's calls (yaliGroupSimulateEnd) and report the failure, also when
@@ -588,13 +592,10 @@ def test_a_group_block_left_by_an_exception_launches_nothing(fake_lib):
     and goes on unchanged; launching the calls queued before it would run part of the group."""
     comm = _fake_comm(0)
 
-    class Mine(Exception):
-        pass
-
-    with pytest.raises(Mine):
+    with pytest.raises(_ProgramError):
         with yali.group():
             comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
-            raise Mine()
+            raise _ProgramError()
     assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupSimulateEnd"]
     assert yali._group_depth() == 0
     # A refusal on the Python side (the count) is a failed call too.
@@ -634,14 +635,11 @@ def test_a_library_without_simulate_end_still_closes_the_group(fake_lib, monkeyp
     monkeypatch.setattr(fake_lib, "missing", ["yaliGroupSimulateEnd"], raising=False)
     comm = _fake_comm(0)
 
-    class Mine(Exception):
-        pass
-
     with pytest.warns(RuntimeWarning, match="lacks yaliGroupSimulateEnd"):
-        with pytest.raises(Mine):
+        with pytest.raises(_ProgramError):
             with yali.group():
                 comm.all_reduce(0x10000, 0x10000, 16, "float32", "sum", 0)
-                raise Mine()
+                raise _ProgramError()
     assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliAllReduce", "yaliGroupEnd"]
     assert yali._group_depth() == 0
 
@@ -652,13 +650,10 @@ def test_a_group_block_keeps_its_exception_when_the_end_fails(fake_lib, monkeypa
     monkeypatch.setattr(fake_lib, "yaliGroupSimulateEnd", lambda: int(yali.Result.InternalError),
                         raising=False)
 
-    class Mine(Exception):
-        pass
-
-    with pytest.warns(RuntimeWarning, match="Mine left failed too"):
-        with pytest.raises(Mine):
+    with pytest.warns(RuntimeWarning, match="_ProgramError left failed too"):
+        with pytest.raises(_ProgramError):
             with yali.group():
-                raise Mine()
+                raise _ProgramError()
     assert yali._group_depth() == 0
 
 
