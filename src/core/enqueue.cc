@@ -1,6 +1,7 @@
 #include "core/enqueue.h"
 
 #include <algorithm>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,8 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
 
 yaliResult_t enqueue(PlannedLaunch plan) {
   if (group.depth > 0) {
+    for (size_t i = 0; i < std::size(plan.registrations); ++i)
+      if (plan.registrations[i] != nullptr) plan.queuedUses[i] = QueuedUse(plan.registrations[i]->queuedUses);
     group.pending.push_back(std::move(plan));
     return yaliSuccess;
   }

@@ -19,6 +19,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <memory>
 
 #include "collectives/common/device_state.h"
@@ -27,6 +28,34 @@
 #include "yali/yali.h"
 
 namespace yali {
+
+// One use of a registration by a call waiting in a group (Registration::queuedUses): counted while
+// the call waits, from enqueue until the plan is launched or dropped (its destruction).
+class QueuedUse {
+ public:
+  QueuedUse() = default;
+  explicit QueuedUse(std::shared_ptr<std::atomic<int>> count) : count_(std::move(count)) {
+    if (count_) ++*count_;
+  }
+  QueuedUse(QueuedUse&&) noexcept = default;
+  QueuedUse& operator=(QueuedUse&& other) noexcept {
+    if (this != &other) {
+      release();
+      count_ = std::move(other.count_);
+    }
+    return *this;
+  }
+  QueuedUse(const QueuedUse&) = delete;
+  QueuedUse& operator=(const QueuedUse&) = delete;
+  ~QueuedUse() { release(); }
+
+ private:
+  void release() {
+    if (count_) --*count_;
+    count_.reset();
+  }
+  std::shared_ptr<std::atomic<int>> count_;
+};
 
 // A collective call, checked and planned, ready to launch.
 struct PlannedLaunch {
@@ -39,6 +68,7 @@ struct PlannedLaunch {
   DeviceArgs args{};  // all but epochHint, eagerSeq and regEpoch, filled at launch
   cudaStream_t stream = nullptr;
   Registration* registrations[1] = {};  // the registration the call's output lies in, if it uses it
+  QueuedUse queuedUses[1];  // [i]: registrations[i]'s, while the call waits in a group
   // What the host knows of a device failure the launch will provoke (yaliComm::setHostNote), noted
   // at the launch (a call a simulated group drops provokes none); null when none.
   const char* hostNote = nullptr;

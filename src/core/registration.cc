@@ -346,6 +346,11 @@ yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {
                 "deregistered)",
                 call, handle);
   Registration* reg = find()->get();
+  if (reg->queuedUses->load() > 0)
+    return fail(yaliInvalidUsage, comm,
+                "%s: handle=%p is used by %d call(s) waiting in an open group (yaliGroupStart): they "
+                "launch through its peer mappings at yaliGroupEnd; end the group first",
+                call, handle, reg->queuedUses->load());
   reg->usable = false;  // later calls on this comm take the staged path
   const uint64_t launches = comm->eagerLaunches;
   lock.unlock();

@@ -61,6 +61,11 @@ struct Registration {
                                              // (IpcImports: shared by the process's registrations of it)
   std::atomic<bool> usable{false};           // every rank holds it (peerBase complete)
   bool captured = false;     // a CUDA graph captured a call that uses it (LocalState::regEpoch)
+  // Calls waiting in an open group (any thread's) that use it, through its peerBase mappings: a
+  // QueuedUse each (enqueue.h). yaliCommDeregister refuses while there is one: it would drop the
+  // mappings the call launches with at yaliGroupEnd. Shared, so that a use outliving the
+  // registration (a destroy from another thread) still has its count to lower.
+  std::shared_ptr<std::atomic<int>> queuedUses = std::make_shared<std::atomic<int>>(0);
 };
 
 // One comm's registrations.

@@ -1105,6 +1105,63 @@ void caseRegThreshold(Ctx& ctx) {
                         "YALI_ALGO=allgather_direct,direct (removed)");
 }
 
+// ---- A registration used by a call waiting in a group ---------------------------------------------
+
+// A zero-copy call queued in an open group launches at yaliGroupEnd through its registration's
+// peer mappings, so yaliCommDeregister refuses that handle (yaliInvalidUsage, naming the group)
+// until the group has ended; the call's result is right, and the deregistration succeeds after
+// the end. (Before, the deregistration dropped the mappings and freed the registration the queued
+// call pointed into: a use after free on the host, and a kernel writing through unmapped peer
+// memory at yaliGroupEnd.) A call dropped by yaliGroupSimulateEnd gives its use back too.
+void caseRegDeregisterInGroup(Ctx& ctx) {
+  EnvScope scope({{"YALI_TWOSHOT_DIRECT_MIN_BYTES", "-1"}, {"YALI_ALGO", nullptr}});  // zero-copy at every size
+  std::vector<yaliComm_t> comms = ctx.createComms("registered_deregister_in_group");
+  const Call c{65537, yaliFloat32, yaliSum};
+  Arena A = makeArena(ctx, "A", arenaABytes(c.count));
+  Arena U = makeArena(ctx, "U (not registered)", arenaABytes(c.count));
+  const std::vector<const Arena*> arenas = {&A, &U};
+  Carver cv;
+  const size_t s = cv.take(c.bytes(), 4), r = cv.take(c.bytes(), 12);
+  const Placement at = place(A, s, A, r);
+  registerArena(ctx, comms, A);
+  const std::string label = callName(c) + " in a group, A deregistered before the group ends";
+  checkAlgo(ctx, comms, at, c, Want::ZeroCopy, label);
+  auto deregisterAll = [&](yaliResult_t expected, const char* when) {
+    for (size_t i = 0; i < comms.size(); ++i) {
+      const yaliResult_t got = yaliCommDeregister(comms[i], A.handle[i]);
+      const std::string detail = yaliGetLastError(nullptr);
+      if (got != expected)
+        ctx.fail("%s: yaliCommDeregister %s (rank %d) returned %d (%s), expected %d (%s): %s", label.c_str(), when,
+                 ctx.local[i].rank, (int)got, yaliGetErrorString(got), (int)expected, yaliGetErrorString(expected),
+                 detail.c_str());
+      else if (expected == yaliInvalidUsage &&
+               (detail.find("yaliCommDeregister") == std::string::npos || detail.find("group") == std::string::npos))
+        ctx.fail("%s: the refusal does not name yaliCommDeregister and the group: %s", label.c_str(), detail.c_str());
+      if (got == yaliSuccess) A.handle[i] = nullptr;
+    }
+  };
+  // Queued, refused, launched, right; then a call dropped by a simulated group end.
+  const uint64_t seed = ctx.nextSeed();
+  preparePlaced(ctx, at, arenas, c, seed);
+  if (yaliGroupStart() != yaliSuccess) ctx.fatal("%s: yaliGroupStart failed", label.c_str());
+  issuePlaced(ctx, comms, at, c, label);
+  deregisterAll(yaliInvalidUsage, "inside the group");
+  const yaliResult_t ended = yaliGroupEnd();
+  if (ended != yaliSuccess)
+    ctx.fail("%s: yaliGroupEnd returned %d (%s): %s", label.c_str(), (int)ended, yaliGetErrorString(ended),
+             yaliGetLastError(nullptr));
+  verifyPlaced(ctx, comms, at, arenas, c, seed, label);
+  if (yaliGroupStart() != yaliSuccess) ctx.fatal("%s: yaliGroupStart failed", label.c_str());
+  issuePlaced(ctx, comms, at, c, label + " (simulated)");
+  deregisterAll(yaliInvalidUsage, "inside the simulated group");
+  if (yaliGroupSimulateEnd() != yaliSuccess)
+    ctx.fail("%s: yaliGroupSimulateEnd failed: %s", label.c_str(), yaliGetLastError(nullptr));
+  ctx.world->barrier();
+  deregisterAll(yaliSuccess, "after the groups ended");
+  placedAllReduce(ctx, comms, at, arenas, c, Want::NotZeroCopy, "after deregistering A");
+  destroyCommsAndFree(ctx, comms, "registered_deregister_in_group", {&A, &U});
+}
+
 // ---- Argument errors -----------------------------------------------------------------------------
 
 void caseRegBadArgs(Ctx& ctx) {
@@ -1473,6 +1530,9 @@ const std::vector<CaseDef>& registeredCases() {
        "YALI_TWOSHOT_DIRECT_MIN_BYTES 0 / 65536 / -1, YALI_ALGO=twoshot_direct, YALI_ALGO=direct refused",
        300,
        caseRegThreshold},
+      {"registered_deregister_in_group",
+       "yaliCommDeregister refused while a zero-copy call waits in an open group; right after the end", 120,
+       caseRegDeregisterInGroup},
       {"registered_bad_args", "yaliCommRegister/Deregister argument errors", 120, caseRegBadArgs},
       {"registered_mismatch", "ranks disagree on a zero-copy call: yaliInvalidUsage, nothing written",
        150, caseRegMismatch},
