@@ -32,6 +32,10 @@ constexpr uint64_t kEpochLimit = 0xFFFFFFFFull;
 // expert) chunk's place in shared memory (exchange/alltoallv.cuh).
 constexpr int kMaxLocalExperts = 512;
 constexpr int kMaxExperts = 1024;  // nranks * local experts
+// AlltoAllv: the largest count (rows) and displacement a call may give. Counts travel to the peers
+// in 40-bit fields of the count packets, all ones meaning "invalid" (collectives/exchange/
+// alltoallv.cu); rows are at least a byte, and no GPU holds a terabyte.
+constexpr long long kMaxVarRows = (1LL << 40) - 2;
 
 // ---- Data types: NCCL's values (yali.h's yaliDataType_t), so a cast is the conversion ------------
 enum class DataType : int {

@@ -80,6 +80,20 @@ yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarAr
     if (rc > limit || rd > limit - rc)
       return fail(yaliInvalidArgument, comm, "%s: recvcounts[%d]=%zu at rdispls[%d]=%zu overflows the byte size",
                   c.name, p, rc, p, rd);
+    // What the kernel takes (kMaxVarRows), refused here where the host knows it: the kernel would
+    // fail the comm on every rank (a count), or read a displacement of 2^63 or more as negative.
+    const size_t maxRows = static_cast<size_t>(kMaxVarRows);
+    const struct {
+      const char* name;
+      size_t value;
+    } entries[] = {{"sendcounts", sc},
+                   {c.sdispls != nullptr ? "sdispls" : "sdispls (NULL: packed, the sum of sendcounts before)", sd},
+                   {"recvcounts", rc},
+                   {c.rdispls != nullptr ? "rdispls" : "rdispls (NULL: packed, the sum of recvcounts before)", rd}};
+    for (const auto& e : entries)
+      if (e.value > maxRows)
+        return fail(yaliInvalidArgument, comm, "%s: %s[%d]=%zu exceeds the largest AlltoAllv count or displacement, "
+                    "%zu rows", c.name, e.name, p, e.value, maxRows);
     sendAt = sd + sc;
     recvAt = rd + rc;
     // An empty entry moves nothing: its displacement bounds nothing.

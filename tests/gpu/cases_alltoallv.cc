@@ -2013,6 +2013,29 @@ void caseBadArgs(Ctx& ctx) {
               host(b.S.p, huge.data(), b.R.p, counts.data(), yaliFloat32, comm), {"sendcounts", "sendbuff"}, comm);
       refused(H, "a recvcounts entry whose byte size overflows",
               host(b.S.p, counts.data(), b.R.p, huge.data(), yaliFloat32, comm), {"recvcounts", "recvbuff"}, comm);
+      {
+        // Beyond what the kernel takes (2^40 - 2 rows), on pool memory, whose extent the call cannot
+        // check: refused at the call. (Before, accepted: a count made the kernel fail the comm on
+        // every rank, a displacement of 2^63 or more read as negative.)
+        DevAlloc P = allocDev(ctx, ctx.local[i].dev, (size_t)1 << 20, Alloc::DefaultPool, st);
+        DevAlloc Q = allocDev(ctx, ctx.local[i].dev, (size_t)1 << 20, Alloc::DefaultPool, st);
+        const std::vector<size_t> ones(n, 1);
+        std::vector<size_t> big(n, 1), far(n, 0);
+        for (int j = 0; j < n; ++j) far[j] = (size_t)j;
+        big[(size_t)(k + 1) % n] = (size_t)1 << 41;
+        far[(size_t)(k + 1) % n] = (size_t)1 << 63;
+        refused(H, "a sendcounts entry of 2^41 rows (pool memory)",
+                yaliAlltoAllv(P.p, big.data(), nullptr, Q.p, ones.data(), nullptr, yaliInt8, comm, st),
+                {"sendcounts"}, comm);
+        refused(H, "an sdispls entry of 2^63 (pool memory)",
+                yaliAlltoAllv(P.p, ones.data(), far.data(), Q.p, ones.data(), nullptr, yaliInt8, comm, st),
+                {"sdispls"}, comm);
+        refused(H, "an rdispls entry of 2^63 (pool memory)",
+                yaliAlltoAllv(P.p, ones.data(), nullptr, Q.p, ones.data(), far.data(), yaliInt8, comm, st),
+                {"rdispls"}, comm);
+        freeDev(ctx, P);
+        freeDev(ctx, Q);
+      }
       refused(H, "comm NULL", host(b.S.p, counts.data(), b.R.p, counts.data(), yaliFloat32, nullptr), {"comm"},
               nullptr);
 

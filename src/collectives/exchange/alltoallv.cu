@@ -44,7 +44,8 @@ namespace {
 constexpr uint32_t kChecksPassed = 1;  // the step of the verdict flags (buildTables)
 constexpr int kCountBits = 40;
 constexpr uint64_t kCountInvalid = (uint64_t{1} << kCountBits) - 1;
-constexpr int64_t kMaxCount = static_cast<int64_t>(kCountInvalid) - 1;  // rows; larger counts are refused
+constexpr int64_t kMaxCount = kMaxVarRows;  // rows; larger counts are refused (the host form at the call)
+static_assert(kMaxCount == static_cast<int64_t>(kCountInvalid) - 1, "kMaxVarRows: the packet's 40-bit field");
 
 struct ChunkTables {
   int64_t rankStart[kMaxExperts];    // byRank: first row of chunk (d, e), [d * E + e]
