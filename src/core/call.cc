@@ -134,6 +134,10 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
   const size_t mine = static_cast<size_t>(comm->rank) * s.piece;
   out.inPlaceSlot = (c.collective == Collective::kAllGather || c.collective == Collective::kGather) &&
                     c.recv != nullptr && static_cast<const char*>(c.send) == static_cast<const char*>(c.recv) + mine;
+  // In place, the output starts `mine` bytes before the input: inside the registration only when
+  // the input lies at least that far into it (else the reference would wrap: the path without a
+  // registered input then).
+  if (out.inPlaceSlot && out.span.offset < mine) return SendRegistration{};
   out.ref = out.inPlaceSlot ? out.span.offset - mine : out.span.offset;
   return out;
 }
@@ -149,6 +153,15 @@ uint32_t copyEngineTag(Algo algo, const CollCall& c, const SendRegistration& in)
 }
 
 }  // namespace
+
+bool rangesOverlap(uint64_t a, uint64_t aLen, uint64_t b, uint64_t bLen) {
+  return aLen > 0 && bLen > 0 && (a >= b ? a - b < bLen : b - a < aLen);
+}
+
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  return a != nullptr && b != nullptr &&
+         rangesOverlap(reinterpret_cast<uint64_t>(a), aBytes, reinterpret_cast<uint64_t>(b), bBytes);
+}
 
 yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
   LockedComm locked(handle, c.name);
@@ -180,8 +193,7 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
   }
   const char* send = static_cast<const char*>(c.send);
   const char* recv = static_cast<const char*>(c.recv);
-  if (s.sendBytes > 0 && s.recvBytes > 0 && send < recv + s.recvBytes && recv < send + s.sendBytes &&
-      !inPlaceLayout(c.collective, comm->rank, c.root, s.piece, send, recv))
+  if (overlaps(send, s.sendBytes, recv, s.recvBytes) && !inPlaceLayout(c.collective, comm->rank, c.root, s.piece, send, recv))
     return fail(yaliInvalidArgument, comm,
                 "%s: sendbuff=%p (%zu bytes) and recvbuff=%p (%zu bytes) overlap, and not in place (%s)", c.name,
                 c.send, s.sendBytes, c.recv, s.recvBytes, inPlaceRule(c.collective));

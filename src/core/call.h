@@ -34,6 +34,12 @@ struct CollCall {
 // Checks, plans and enqueues `call` on the comm of `handle`.
 yaliResult_t submitCall(yaliComm_t handle, const CollCall& call);
 
+// Whether [a, a + aLen) and [b, b + bLen) share a byte (an empty range shares none). Written
+// without a + aLen, which can wrap: an open extent reaches the end of the address space.
+bool rangesOverlap(uint64_t a, uint64_t aLen, uint64_t b, uint64_t bLen);
+// The same for two buffers (a NULL one overlaps nothing).
+bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes);
+
 // An AlltoAllv call, any form (device_state.h: VarMode; yali.h for each form's arguments). Fields a
 // form does not take stay null / 0.
 struct VarCall {

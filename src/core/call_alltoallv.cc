@@ -21,16 +21,6 @@ constexpr size_t kMaxAlignRows = size_t{1} << 20;
 // The piece size every rank plans its launch for (submitAlltoAllv).
 constexpr size_t kPlanPieceBytes = size_t{4} << 20;
 
-// Written without a + aLen: an open extent reaches the end of the address space.
-bool rangesOverlap(uint64_t a, uint64_t aLen, uint64_t b, uint64_t bLen) {
-  return aLen > 0 && bLen > 0 && (a >= b ? a - b < bLen : b - a < aLen);
-}
-
-bool overlaps(const void* a, size_t aBytes, const void* b, size_t bBytes) {
-  return a != nullptr && b != nullptr &&
-         rangesOverlap(reinterpret_cast<uint64_t>(a), aBytes, reinterpret_cast<uint64_t>(b), bBytes);
-}
-
 // Rows of rowBytes that a buffer whose extent the call does not know (the device counts decide)
 // may hold: from `p` to the end of its allocation where CUDA knows it exactly (cudaMalloc memory;
 // for cuMem memory CUDA reports the whole reserved address range, mapped or not: measured on an

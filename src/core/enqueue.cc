@@ -144,10 +144,13 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
   args.regEpoch = comm->regEpoch;
   if (algorithm(plan.choice.algo).family == Family::kCopyEngine) {
-    // No kernel (copy_engine.h). submitCall never chooses it inside a capture.
+    // No kernel (copy_engine.h). submitCall never chooses it inside a capture, so the stream began
+    // one between the call, made inside a group, and the group's end: the program's order of calls.
     if (captured)
-      return fail(yaliInternalError, comm, "%s: %s chosen inside a stream capture", plan.call,
-                  algoName(plan.choice.algo));
+      return fail(yaliInvalidUsage, comm,
+                  "%s: stream=%p began a stream capture after the call was made inside the group; its "
+                  "plan (%s, the copy engines) cannot be captured: make the call inside the capture",
+                  plan.call, static_cast<void*>(plan.stream), algoName(plan.choice.algo));
     yaliResult_t issued = issueCopyEngine(comm, plan);
     if (issued != yaliSuccess) return issued;
   } else {
