@@ -258,7 +258,10 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * they deregister). Waits for this rank's calls issued outside CUDA graphs to finish (bounded by
  * YALI_TIMEOUT_MS), so that the memory may be freed afterwards. A CUDA graph that captured a call
  * on the buffer fails on every later replay (yaliInvalidUsage on every rank) instead of touching
- * it; synchronize the streams you replayed on before deregistering. */
+ * it; synchronize the streams you replayed on before deregistering. Refused (yaliInvalidUsage,
+ * nothing changed) while a call waiting in an open group (yaliGroupStart) uses the registration,
+ * or, in single-process mode, another comm's part of it: such a call launches through it at
+ * yaliGroupEnd. */
 YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
 
 /* ---- Groups ---------------------------------------------------------------------------------- */
@@ -383,7 +386,9 @@ YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t 
  * sdispls[j] to rank j, which places them at recvbuff + rdispls[i] and must have recvcounts[i] ==
  * sendcounts[j] of rank i (checked on the device: see above). Arrays of nranks entries, in
  * elements, read on the host during the call (a captured graph keeps the values of its capture);
- * sdispls or rdispls NULL: packed (the prefix sums of the counts). */
+ * sdispls or rdispls NULL: packed (the prefix sums of the counts). A count, or the displacement of
+ * a non-empty entry, above 2^40 - 2 is refused at the call (yaliInvalidArgument, naming the array
+ * and the index), not on the device. */
 YALI_API yaliResult_t yaliAlltoAllv(const void* sendbuff, const size_t sendcounts[], const size_t sdispls[],
                                     void* recvbuff, const size_t recvcounts[], const size_t rdispls[],
                                     yaliDataType_t datatype, yaliComm_t comm, cudaStream_t stream);

@@ -76,12 +76,13 @@ yaliResult_t planHostCounts(yaliComm* comm, const VarCall& c, size_t elem, VarAr
     const struct {
       const char* name;
       size_t value;
-    } entries[] = {{"sendcounts", sc},
-                   {c.sdispls != nullptr ? "sdispls" : "sdispls (NULL: packed, the sum of sendcounts before)", sd},
-                   {"recvcounts", rc},
-                   {c.rdispls != nullptr ? "rdispls" : "rdispls (NULL: packed, the sum of recvcounts before)", rd}};
+      size_t rows;  // the entry's count: the displacement of an empty entry bounds nothing
+    } entries[] = {{"sendcounts", sc, sc},
+                   {c.sdispls != nullptr ? "sdispls" : "sdispls (NULL: packed, the sum of sendcounts before)", sd, sc},
+                   {"recvcounts", rc, rc},
+                   {c.rdispls != nullptr ? "rdispls" : "rdispls (NULL: packed, the sum of recvcounts before)", rd, rc}};
     for (const auto& e : entries)
-      if (e.value > maxRows)
+      if (e.rows > 0 && e.value > maxRows)
         return fail(yaliInvalidArgument, comm, "%s: %s[%d]=%zu exceeds the largest AlltoAllv count or displacement, "
                     "%zu rows", c.name, e.name, p, e.value, maxRows);
     sendAt = sd + sc;

@@ -129,6 +129,14 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     return fail(yaliInternalError, comm, "%s: the selector chose %s: %s", plan.call, algoName(plan.choice.algo),
                 why.c_str());
   const bool captured = capture == cudaStreamCaptureStatusActive;
+  // submitCall never plans the copy engines inside a capture, so the stream began one between the
+  // call, made inside a group, and the group's end. Refused before anything of the launch is
+  // recorded (a graph's hold, a captured registration, the launch count).
+  if (captured && algorithm(plan.choice.algo).family == Family::kCopyEngine)
+    return fail(yaliInvalidUsage, comm,
+                "%s: stream=%p began a stream capture after the call was made inside the group; its "
+                "plan (%s, the copy engines) cannot be captured: make the call inside the capture",
+                plan.call, static_cast<void*>(plan.stream), algoName(plan.choice.algo));
   if (captured) {
     yaliResult_t r = holdForGraph(comm, captureId, graph, plan.call);
     if (r != yaliSuccess) return r;
@@ -144,13 +152,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
   args.regEpoch = comm->regEpoch;
   if (algorithm(plan.choice.algo).family == Family::kCopyEngine) {
-    // No kernel (copy_engine.h). submitCall never chooses it inside a capture, so the stream began
-    // one between the call, made inside a group, and the group's end: the program's order of calls.
-    if (captured)
-      return fail(yaliInvalidUsage, comm,
-                  "%s: stream=%p began a stream capture after the call was made inside the group; its "
-                  "plan (%s, the copy engines) cannot be captured: make the call inside the capture",
-                  plan.call, static_cast<void*>(plan.stream), algoName(plan.choice.algo));
+    // No kernel (copy_engine.h); a capture was refused above.
     yaliResult_t issued = issueCopyEngine(comm, plan);
     if (issued != yaliSuccess) return issued;
   } else {

@@ -304,6 +304,22 @@ void leaveGroup(yaliComm* comm, Registration* reg) {
   if (std::count(it->second.begin(), it->second.end(), nullptr) == comm->nranks) group.byId.erase(it);
 }
 
+// Calls waiting in an open group that use `reg`, counting in single-process mode the other comms'
+// parts of the same registration too: a queued call on comm k writes through comm j's buffer (its
+// peerBase[j]), which deregistering j's part unmaps. Lock order: comm->mutex, then the group's.
+int queuedUsesOf(yaliComm* comm, const Registration* reg) {
+  int uses = reg->queuedUses->load();
+  if (comm->group) {
+    GroupRegistrations& group = comm->group->registrations;
+    std::lock_guard<std::mutex> lock(group.mutex);
+    auto it = group.byId.find(reg->id);
+    if (it != group.byId.end())
+      for (const Registration* part : it->second)
+        if (part != nullptr && part != reg) uses += part->queuedUses->load();
+  }
+  return uses;
+}
+
 void unlink(yaliComm* comm, Registration* reg) {
   reg->usable = false;
   if (comm->group) leaveGroup(comm, reg);
@@ -346,11 +362,11 @@ yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {
                 "deregistered)",
                 call, handle);
   Registration* reg = find()->get();
-  if (reg->queuedUses->load() > 0)
+  if (const int uses = queuedUsesOf(comm, reg); uses > 0)
     return fail(yaliInvalidUsage, comm,
                 "%s: handle=%p is used by %d call(s) waiting in an open group (yaliGroupStart): they "
                 "launch through its peer mappings at yaliGroupEnd; end the group first",
-                call, handle, reg->queuedUses->load());
+                call, handle, uses);
   reg->usable = false;  // later calls on this comm take the staged path
   const uint64_t launches = comm->eagerLaunches;
   lock.unlock();

@@ -110,6 +110,14 @@ struct Child {
   bool childExpected;  // a split with a color, or a shrink: dropChildless
 };
 
+// A YALI deregistration a group deferred (deregisterBuffer): the comm's YALI handle, the
+// registration's, and the rank for the log. NCCL's part and our handle went at the call.
+struct Deregistration {
+  yaliComm_t yali;
+  void* handle;
+  int rank;
+};
+
 // What a group's end must do (NCCL's groups are per thread, and so are YALI's).
 struct GroupState {
   int depth = 0;
@@ -117,6 +125,7 @@ struct GroupState {
   std::vector<Comm*> setUps;                // comms made in the group (ncclCommInitRank, split, ...)
   std::vector<std::vector<Comm*>> cliques;  // ncclCommInitAll's, each set up as one
   std::vector<Registration*> registrations;  // YALI registrations made in the group
+  std::vector<Deregistration> deregistrations;  // YALI deregistrations made in the group
 };
 thread_local GroupState tlsGroup;
 
@@ -792,10 +801,12 @@ void leaveGroup(bool realGroupSucceeded) {
   std::vector<Comm*> setUps;
   std::vector<std::vector<Comm*>> cliques;
   std::vector<Registration*> registrations;
+  std::vector<Deregistration> deregistrations;
   std::swap(children, tlsGroup.children);
   std::swap(setUps, tlsGroup.setUps);
   std::swap(cliques, tlsGroup.cliques);
   std::swap(registrations, tlsGroup.registrations);
+  std::swap(deregistrations, tlsGroup.deregistrations);
   // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
@@ -821,6 +832,10 @@ void leaveGroup(bool realGroupSucceeded) {
     for (auto& clique : cliques) setUpClique(clique);
   }
   if (!registrations.empty()) registerDeferred(registrations);
+  // After YALI's group end (endGroup ran it before this): its calls that used the buffers launched.
+  for (const Deregistration& d : deregistrations)
+    if (lib().yaliCommDeregister(d.yali, d.handle) != yaliSuccess)
+      info(d.rank, "yaliCommDeregister at the group's end failed: %s", lib().yaliGetLastError(d.yali));
 }
 
 // ---- Registration -----------------------------------------------------------------------------------
@@ -864,8 +879,14 @@ ncclResult_t deregisterBuffer(Comm* c, Registration* reg) {
   auto& deferred = tlsGroup.registrations;
   deferred.erase(std::remove(deferred.begin(), deferred.end(), reg), deferred.end());
   if (reg->yali != nullptr && c->yali != nullptr) {
-    if (lib().yaliCommDeregister(c->yali, reg->yali) != yaliSuccess)
+    if (tlsGroup.depth > 0) {
+      // A YALI call of this group may use it: such a call launches at the group's end, through the
+      // registration, and yaliCommDeregister refuses it until then. So YALI's part waits for the
+      // group's end (leaveGroup).
+      tlsGroup.deregistrations.push_back({c->yali, reg->yali, c->rank});
+    } else if (lib().yaliCommDeregister(c->yali, reg->yali) != yaliSuccess) {
       info(c->rank, "yaliCommDeregister failed: %s", lib().yaliGetLastError(c->yali));
+    }
   }
   {
     std::lock_guard<std::mutex> lock(c->mutex);

@@ -769,6 +769,30 @@ TEST(deregistering_through_another_comm_is_refused_and_touches_nothing) {
   destroyAll(ranks);
 }
 
+// Inside a group, YALI's part of a deregistration waits for the group's end: a YALI call queued in
+// the group may use the registration (it launches at yaliGroupEnd through it), and libyali refuses
+// to deregister it until then. Before, the shim called yaliCommDeregister at once, ignored its
+// refusal and dropped the handle: YALI's registration leaked and went stale. NCCL's part and the
+// handle go at the call.
+TEST(a_deregistration_inside_a_group_reaches_yali_after_its_group_end) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  int buffer = 0;
+  void* registration = nullptr;
+  REQUIRE(SHIM(ncclCommRegister)(ranks[0].comm, &buffer, sizeof(buffer), &registration) == ncclSuccess);
+  const int since = eventCount();
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);  // nested: the outermost end decides
+  CHECK(SHIM(ncclCommDeregister)(ranks[0].comm, registration) == ncclSuccess);
+  REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::string t = trace(since, {"ncclCommDeregister", "yaliCommDeregister", "yaliGroupEnd"}, labels);
+  CHECK_MSG(t == "ncclCommDeregister(r0) yaliGroupEnd()", "inside the group: %s", t.c_str());
+  REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = trace(since, {"ncclCommDeregister", "yaliCommDeregister", "yaliGroupEnd"}, labels);
+  CHECK_MSG(t == "ncclCommDeregister(r0) yaliGroupEnd() yaliGroupEnd() yaliCommDeregister(y0)", "%s", t.c_str());
+  destroyAll(ranks);
+}
+
 // A deregistration NCCL refuses leaves the handle as it was, YALI's registration included, so that
 // the program may try again (or leave it to the comm's destroy, which frees it once).
 TEST(a_deregistration_nccl_refuses_keeps_the_handle_for_a_retry) {
