@@ -57,6 +57,18 @@ struct Sizes {
   size_t recvBytes = 0; // what it writes into recvbuff (0: unused)
 };
 
+// yali.h's names of a call's count and buffer arguments, for its messages: yaliReduceScatter's
+// count is recvcount, yaliAllGather's sendcount; yaliBcast has one buffer, buff.
+const char* countArgName(const CollCall& c) {
+  if (c.collective == Collective::kReduceScatter) return "recvcount";
+  if (c.collective == Collective::kAllGather) return "sendcount";
+  return "count";
+}
+const char* bufferArgName(const CollCall& c, bool send) {
+  if (strcmp(c.name, "yaliBcast") == 0) return "buff";
+  return send ? "sendbuff" : "recvbuff";
+}
+
 yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
   const CollectiveShape shape = collectiveShape(c.collective);
   yaliResult_t r = checkDataType(comm, c.datatype, c.name);
@@ -75,7 +87,9 @@ yaliResult_t checkScalars(yaliComm* comm, const CollCall& c, Sizes* s) {
   s->elem = dataTypeSize(dtype);
   const size_t n = static_cast<size_t>(comm->nranks);
   if (c.count > SIZE_MAX / s->elem / n)
-    return fail(yaliInvalidArgument, comm, "%s: count=%zu overflows the byte size", c.name, c.count);
+    return fail(yaliInvalidArgument, comm,
+                "%s: %s=%zu overflows a byte size (x %zu-byte elements x nranks=%zu: the window's pieces)", c.name,
+                countArgName(c), c.count, s->elem, n);
   s->piece = c.count * s->elem;  // every collective's count is per piece (pattern.h)
   const Extents e = extentsOf(c.collective, comm->rank, c.root, comm->nranks);
   s->sendBytes = e.sendPieces * s->piece;
@@ -178,16 +192,16 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     return fail(yaliUnhandledCudaError, comm, "%s: cudaSetDevice(%d) failed", c.name, comm->device);
   AllocationInfo sendInfo, recvInfo;
   if (s.sendBytes > 0) {
-    r = checkBuffer(comm, c.send, "sendbuff", s.elem, s.sendBytes, c.name, &sendInfo);
+    r = checkBuffer(comm, c.send, bufferArgName(c, true), s.elem, s.sendBytes, c.name, &sendInfo);
     if (r != yaliSuccess) return r;
   }
   if (s.recvBytes > 0) {
     // In place at the input's address: CUDA's answer for the input is the output's too.
     if (s.sendBytes > 0 && c.recv == c.send) {
       recvInfo = sendInfo;
-      r = checkQueriedBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, recvInfo);
+      r = checkQueriedBuffer(comm, c.recv, bufferArgName(c, false), s.elem, s.recvBytes, c.name, recvInfo);
     } else {
-      r = checkBuffer(comm, c.recv, "recvbuff", s.elem, s.recvBytes, c.name, &recvInfo);
+      r = checkBuffer(comm, c.recv, bufferArgName(c, false), s.elem, s.recvBytes, c.name, &recvInfo);
     }
     if (r != yaliSuccess) return r;
   }

@@ -2523,12 +2523,13 @@ void caseBadArgs(Ctx& ctx) {
       auto call = [&](const void* s, void* r, size_t count, yaliDataType_t t, yaliRedOp_t op, int rt) {
         return callColl(C, s, r, count, t, op, rt, comm, st);
       };
-      // yaliBcast's one buffer is `buff`; a message naming sendbuff or recvbuff still points at it.
+      // The messages use yali.h's names: yaliBcast's one buffer is `buff`, yaliReduceScatter's count
+      // recvcount, yaliAllGather's sendcount (they said sendbuff, recvbuff and count before).
       const std::vector<std::string> sendArg =
-          bufArg ? std::vector<std::string>{bufArg, "sendbuff", "recvbuff"} : std::vector<std::string>{"sendbuff"};
+          bufArg ? std::vector<std::string>{bufArg} : std::vector<std::string>{"sendbuff"};
       const std::vector<std::string> recvArg =
-          bufArg ? std::vector<std::string>{bufArg, "sendbuff", "recvbuff"} : std::vector<std::string>{"recvbuff"};
-      const std::vector<std::string> countArgs = {d.countArg, "count"};
+          bufArg ? std::vector<std::string>{bufArg} : std::vector<std::string>{"recvbuff"};
+      const std::vector<std::string> countArgs = {d.countArg};
       const std::vector<std::string> eitherBuf = {"sendbuff", "recvbuff"};
 
       if (readsSend)
