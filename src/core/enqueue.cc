@@ -186,38 +186,37 @@ yaliResult_t groupStart() {
   return yaliSuccess;
 }
 
-yaliResult_t groupEnd() {
-  if (group.depth == 0)
-    return fail(yaliInvalidUsage, nullptr, "yaliGroupEnd: called without a matching yaliGroupStart");
+namespace {
+
+// The end of a group level (`call`: the public function, for its message); the outermost end
+// launches the queued calls in call order (`launch`), or drops them (yaliGroupSimulateEnd:
+// enqueue.h says why that undoes them), and returns the first launch error. The queue is emptied
+// before its plans run or go (destroy and abort look at it; a plan may hold its comm's last
+// reference), and its storage comes back for the next group, so that a loop of groups allocates
+// nothing per call.
+yaliResult_t endGroupLevel(const char* call, bool launch) {
+  if (group.depth == 0) return fail(yaliInvalidUsage, nullptr, "%s: called without a matching yaliGroupStart", call);
   if (--group.depth > 0) return yaliSuccess;
-  // The queue is emptied before its launches run (destroy and abort look at it), and its storage
-  // comes back for the next group, so that a loop of groups allocates nothing per call.
   std::vector<PlannedLaunch> pending;
   pending.swap(group.pending);
   yaliResult_t first = yaliSuccess;
-  for (PlannedLaunch& plan : pending) {
-    std::lock_guard<std::mutex> lock(plan.comm->mutex);
-    yaliResult_t r = launchNow(plan);
-    if (r != yaliSuccess && first == yaliSuccess) first = r;
+  if (launch) {
+    for (PlannedLaunch& plan : pending) {
+      std::lock_guard<std::mutex> lock(plan.comm->mutex);
+      yaliResult_t r = launchNow(plan);
+      if (r != yaliSuccess && first == yaliSuccess) first = r;
+    }
   }
   pending.clear();
   if (group.pending.empty()) group.pending.swap(pending);
   return first;
 }
 
-yaliResult_t groupSimulateEnd() {
-  if (group.depth == 0)
-    return fail(yaliInvalidUsage, nullptr, "yaliGroupSimulateEnd: called without a matching yaliGroupStart");
-  if (--group.depth > 0) return yaliSuccess;
-  // Dropped (enqueue.h says why that undoes them): swapped out of the queue before the plans go (a
-  // plan may hold its comm's last reference), and the storage kept for the next group, as groupEnd
-  // does.
-  std::vector<PlannedLaunch> dropped;
-  dropped.swap(group.pending);
-  dropped.clear();
-  if (group.pending.empty()) group.pending.swap(dropped);
-  return yaliSuccess;
-}
+}  // namespace
+
+yaliResult_t groupEnd() { return endGroupLevel("yaliGroupEnd", true); }
+
+yaliResult_t groupSimulateEnd() { return endGroupLevel("yaliGroupSimulateEnd", false); }
 
 bool hasPendingLaunches(const yaliComm* comm) {
   return std::any_of(group.pending.begin(), group.pending.end(),
