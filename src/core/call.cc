@@ -58,10 +58,11 @@ struct Sizes {
 };
 
 // yali.h's names of a call's count and buffer arguments, for its messages: yaliReduceScatter's
-// count is recvcount, yaliAllGather's sendcount; yaliBcast has one buffer, buff.
+// count is recvcount, yaliAllGather's sendcount; yaliBcast has one buffer, buff. By the entry
+// point's name, not the collective: yaliAlgoInfo describes a ReduceScatter with its own `count`.
 const char* countArgName(const CollCall& c) {
-  if (c.collective == Collective::kReduceScatter) return "recvcount";
-  if (c.collective == Collective::kAllGather) return "sendcount";
+  if (strcmp(c.name, "yaliReduceScatter") == 0) return "recvcount";
+  if (strcmp(c.name, "yaliAllGather") == 0) return "sendcount";
   return "count";
 }
 const char* bufferArgName(const CollCall& c, bool send) {
