@@ -23,6 +23,7 @@ import enum
 import functools
 import glob
 import os
+import re
 import threading
 import warnings
 from pathlib import Path
@@ -293,12 +294,14 @@ def find_library():
     )
 
 
-def _preload_cudart():
+def _preload_cudart(wanted="libcudart.so.*"):
     """Best effort: load a libcudart that libyali can bind to (torch's pip copy, $CUDA_HOME, ...).
 
     libyali's RPATH is $ORIGIN only; its libcudart.so.N usually comes from the system loader path.
     When it is not there, a copy already shipped with the nvidia-cuda-runtime wheel or the toolkit
-    is loaded globally so that the dynamic loader reuses it (it matches by SONAME).
+    is loaded globally so that the dynamic loader reuses it (it matches by SONAME). ``wanted``: the
+    file name to look for, the SONAME the loader missed when it is known (a torch wheel's
+    libcudart.so.12 loads, but does not satisfy a libyali built against libcudart.so.13).
     """
     dirs = []
     try:
@@ -317,7 +320,7 @@ def _preload_cudart():
             dirs.append(os.path.join(os.environ[var], "lib64"))
     dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
     for d in dirs:
-        for path in sorted(glob.glob(os.path.join(d, "libcudart.so.*")), reverse=True):
+        for path in sorted(glob.glob(os.path.join(d, wanted)), reverse=True):
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
                 return path
@@ -557,7 +560,9 @@ class _Library:
         try:
             self.cdll = ctypes.CDLL(path)
         except OSError as first:
-            cudart = _preload_cudart()
+            # The loader names the SONAME it could not find ("libcudart.so.13: cannot open ...").
+            missing = re.search(r"libcudart\.so\.\d+", str(first))
+            cudart = _preload_cudart(missing.group(0) if missing else "libcudart.so.*")
             try:
                 self.cdll = ctypes.CDLL(path)
             except OSError as second:
@@ -709,8 +714,13 @@ def comm_init_rank(nranks, uid_bytes, rank):
     call = "yaliCommInitRank"
     nranks = as_c_int(nranks, call, "nranks")
     rank = as_c_int(rank, call, "rank")
+    uid_bytes = bytes(uid_bytes)
+    if len(uid_bytes) != UNIQUE_ID_BYTES:  # memmove would read past a shorter one
+        raise python_error(Result.InvalidArgument, call,
+                           f"{call}: the unique id has {len(uid_bytes)} bytes; a yaliUniqueId has "
+                           f"{UNIQUE_ID_BYTES}")
     uid = yaliUniqueId()
-    ctypes.memmove(ctypes.addressof(uid), bytes(uid_bytes), UNIQUE_ID_BYTES)
+    ctypes.memmove(ctypes.addressof(uid), uid_bytes, UNIQUE_ID_BYTES)
     handle = ctypes.c_void_p(None)
     check(lib().yaliCommInitRank(ctypes.byref(handle), nranks, uid, rank), call)
     return handle.value
@@ -844,7 +854,19 @@ def group_start():
     check(lib().yaliGroupStart(), "yaliGroupStart")
     if group_depth() == 0:
         _group.failure = None
+        _group.kept = []
     _group.depth = group_depth() + 1
+
+
+def keep_for_group(objects):
+    """Inside an open group, holds ``objects`` (the tensors of a call queued in it; None entries
+    skipped) until the outermost group end. The call launches only there: a temporary the caller
+    dropped at once (``all_reduce(g.to(torch.bfloat16))``) would otherwise go back to torch's
+    caching allocator, which may give its memory to work the stream runs before the group's
+    launch. Released after that end has queued the launches, or dropped them (stream order then
+    protects the memory, as for any tensor freed after its last use was queued)."""
+    if group_depth() > 0:
+        _group.kept.extend(o for o in objects if o is not None)
 
 
 def _drop_function():
@@ -881,6 +903,7 @@ def group_end(dropped_by=None):
             _group.depth = depth - 1
             if depth == 1:
                 _group.failure = None  # and its traceback's frames
+                _group.kept = []  # keep_for_group: the launches are queued (or dropped)
     if failure is not None and depth == 1 and dropped_by is None:
         what = failure.call if isinstance(failure, YaliError) else type(failure).__name__
         raise python_error(

@@ -148,13 +148,21 @@ work of their own after their collective would do it too early, and are refused 
 SingleProcessCommunicator calls on ranks that share a GPU. A group in which a call raised a
 YaliError launches none of its calls (NCCL's rule: yali.group_start), so a SingleProcessCommunicator
 call refused on one GPU launches on none; this module's TypeError and ValueError argument checks do
-not fail a group (a `with yali.group()` block they leave still drops it).
+not fail a group (a `with yali.group()` block they leave still drops it). The group holds every
+tensor of its calls until its outermost end, as ProcessGroupNCCL's coalescing does, so a temporary
+passed to a call and dropped at once (``all_reduce_functional(g.to(torch.bfloat16))``) keeps its
+memory until the launch is queued.
+
+Conjugate and negative views (``x.conj()`` of a complex tensor) are refused, as torch.distributed
+refuses them: their memory holds the values before the view's bit is applied; pass
+``x.resolve_conj()``.
 
 This module is ``yali.torch``; the ``import torch`` below is an absolute import and gets PyTorch.
 """
 
 import math
 import operator
+import warnings
 from typing import List, Optional
 
 try:
@@ -320,6 +328,23 @@ def _device_index(device, method):
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
+def _check_resolved(method, name, t):
+    """Refuses a lazy view whose memory does not hold its values: a conjugate view (``x.conj()`` of
+    a complex tensor) or a negative view keeps the original bytes and a bit that torch applies
+    when it reads them, and the library moves and reduces the bytes (torch.distributed refuses
+    them too)."""
+    if t.is_conj():
+        raise ValueError(
+            f"{method}: {name} is a conjugate view (x.conj()), whose memory holds the values before "
+            f"conjugation; pass {name}.resolve_conj()"
+        )
+    if t.is_neg():
+        raise ValueError(
+            f"{method}: {name} is a negative view, whose memory holds the values before negation; "
+            f"pass {name}.resolve_neg()"
+        )
+
+
 def _check_tensor(method, name, t, device_index):
     """The checks every collective argument passes; errors name the method and the argument."""
     if not isinstance(t, torch.Tensor):
@@ -337,6 +362,7 @@ def _check_tensor(method, name, t, device_index):
             f"{method}: {name} must be contiguous (got shape {tuple(t.shape)}, strides "
             f"{t.stride()}); pass t.contiguous()"
         )
+    _check_resolved(method, name, t)
 
 
 def _has_memory(t):
@@ -386,6 +412,7 @@ def _check_like(method, name, t, ref, ref_name, numel, numel_text):
             f"{method}: {name} must be contiguous (got shape {tuple(t.shape)}, strides "
             f"{t.stride()})"
         )
+    _check_resolved(method, name, t)
     if t.numel() != numel:
         raise ValueError(
             f"{method}: {name} has {t.numel()} elements (shape {tuple(t.shape)}); it must have "
@@ -413,6 +440,7 @@ def _check_out(method, tensor, out, out_name="out", tensor_name="tensor"):
         )
     if not out.is_contiguous():
         raise ValueError(f"{method}: {out_name} must be contiguous")
+    _check_resolved(method, out_name, out)
     if _has_memory(out) and _has_memory(tensor) and out.numel() and \
             out.data_ptr() != tensor.data_ptr():
         a, b = tensor.data_ptr(), out.data_ptr()
@@ -530,6 +558,7 @@ def _check_exchange(where, output, input, device_index, names=("output", "input"
             )
         if not t.is_contiguous():
             raise ValueError(f"{where}: {name} must be contiguous; pass {name}.contiguous()")
+        _check_resolved(where, name, t)
         if t.dim() == 0:
             raise ValueError(f"{where}: {name} is 0-d; the exchange moves rows along dim 0 "
                              f"(pass {name}.view(1))")
@@ -669,6 +698,8 @@ def _launch_all_reduce(opname, handle, src, dst, op):
         raise ValueError(f"{opname}: tensor is on {src.device}, the comm on cuda:{comm.device}")
     if not (src.is_contiguous() and dst.is_contiguous()):
         raise ValueError(f"{opname}: tensors must be contiguous")
+    _check_resolved(opname, "tensor", src)
+    _check_resolved(opname, "out", dst)
     if dst is not src and (dst.shape != src.shape or dst.dtype != src.dtype
                            or dst.device != src.device):
         raise ValueError(f"{opname}: out ({tuple(dst.shape)} {dst.dtype} {dst.device}) does not "
@@ -678,10 +709,31 @@ def _launch_all_reduce(opname, handle, src, dst, op):
     # done: a failed comm raises here (YaliTimeout, YaliRemoteError, ...) with the library's message
     # and nothing is launched, so no separate check is needed on this path.
     code, per = _dtype_code(opname, "tensor", src)
+    _capi.keep_for_group((src, dst))
     _capi.all_reduce(src.data_ptr(), dst.data_ptr(), src.numel() * per, code, op, handle, stream)
 
 
+# torch before 2.10 ignores has_side_effect where it matters (below: the operators' registration),
+# so a compiled graph may drop a call whose output this rank never reads, and the peers then time
+# out. The fake implementations (which only tracing runs) say so once per process.
+_OLD_TORCH_COMPILE = torch.torch_version.TorchVersion(torch.__version__) < "2.10"
+_warned_old_compile = False
+
+
+def _warn_old_compile(opname):
+    global _warned_old_compile
+    if _OLD_TORCH_COMPILE and not _warned_old_compile:
+        _warned_old_compile = True
+        warnings.warn(
+            f"{opname} traced under torch {torch.__version__}: before torch 2.10, torch.compile may "
+            "drop a YALI collective whose output this rank never reads (reduce off the destination, "
+            "gather off the root, an unused result), and the other ranks then fail with YaliTimeout; "
+            "keep such calls out of the compiled region (torch.compiler.disable) or use torch >= 2.10",
+            RuntimeWarning, stacklevel=3)
+
+
 def _fake_check(opname, handle, t, name="tensor"):
+    _warn_old_compile(opname)
     comm = _LIVE.get(handle) if isinstance(handle, int) else None
     _check_tensor(opname, name, t, comm.device if comm is not None else None)
 
@@ -760,10 +812,12 @@ def _launch_prep(opname, handle, named):
             raise ValueError(f"{opname}: {name} is on {t.device}, the comm on cuda:{comm.device}")
         if not t.is_contiguous():
             raise ValueError(f"{opname}: {name} must be contiguous")
+        _check_resolved(opname, name, t)
         if t.dtype != first.dtype:
             raise TypeError(f"{opname}: {name} has dtype {t.dtype}, {first_name} has {first.dtype}; "
                             "they must match")
     code = _dtype_code(opname, first_name, first)
+    _capi.keep_for_group(t for _, t in named)
     return comm, code, torch.cuda.current_stream(first.device).cuda_stream
 
 
@@ -868,6 +922,7 @@ def _scattered_like(opname, input, nranks):
 def _fake_prep(opname, handle, named):
     """The fake implementations' checks (device, dtype, contiguity; the dtypes agree); returns
     the live comm when the handle names one, else None."""
+    _warn_old_compile(opname)
     comm = _LIVE.get(handle) if isinstance(handle, int) else None
     first_name, first = named[0]
     for name, t in named:
@@ -1043,6 +1098,7 @@ def _launch_rows(opname, handle, output, input):
     """(comm, elements per row, bytes per row, stream) of a launch of the uneven exchange."""
     comm = _live_comm(opname, handle)
     row, row_bytes = _check_exchange(opname, output, input, comm.device)
+    _capi.keep_for_group((output, input))
     return comm, row, row_bytes, torch.cuda.current_stream(input.device).cuda_stream
 
 
@@ -1092,6 +1148,7 @@ def _launch_all_to_all_device_counts(opname, handle, output, input, input_splits
     if counts is None and output_offsets is not None:
         counts = torch.empty(n, dtype=torch.int64, device=output_offsets.device)
     layout = _capi.expert_layout(row_bytes, 1, 1, output.shape[0], opname, n, input.shape[0])
+    _capi.keep_for_group((input_splits, counts))
     _capi.expert_dispatch(input.data_ptr(), input_splits.data_ptr(), output.data_ptr(),
                           _ptr(counts), None, layout, handle, stream)
     if output_offsets is not None:
@@ -1112,6 +1169,7 @@ def _launch_expert_dispatch(opname, handle, output, input, send_counts, local_ex
         _check_counts(opname, "expert_offsets", expert_offsets, e + 1,
                       f"local_experts ({e}) + 1", comm.device)
     layout = _capi.expert_layout(row_bytes, e, align, output.shape[0], opname, n, input.shape[0])
+    _capi.keep_for_group((send_counts, recv_counts, expert_offsets))
     _capi.expert_dispatch(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(),
                           _ptr(recv_counts), _ptr(expert_offsets), layout, handle, stream)
 
@@ -1124,12 +1182,14 @@ def _launch_expert_combine(opname, handle, output, input, send_counts, local_exp
                   comm.device)
     # The expert-major buffer is the combine's input: its rows are the capacity.
     layout = _capi.expert_layout(row_bytes, e, align, input.shape[0], opname, n, output.shape[0])
+    _capi.keep_for_group((send_counts,))
     _capi.expert_combine(input.data_ptr(), send_counts.data_ptr(), output.data_ptr(), layout,
                          handle, stream)
 
 
 def _fake_rows(opname, handle, output, input):
     """The fake implementations' checks of the data tensors; the live comm, or None."""
+    _warn_old_compile(opname)
     comm = _LIVE.get(handle) if isinstance(handle, int) else None
     _check_exchange(opname, output, input, comm.device if comm is not None else None)
     return comm

@@ -1415,3 +1415,45 @@ def test_null_comm_a2av_calls_are_invalid_argument():
         assert name in yali.get_last_error()
     assert yali.collective_name(yali.Collective.AlltoAllv) == "alltoallv"
     assert yali.collective_name(yali.Collective.NumCollectives) == "unknown"
+
+
+def test_comm_init_rank_refuses_a_unique_id_of_another_length(fake_lib):
+    """The binding copies UNIQUE_ID_BYTES out of the id it is given: a shorter one was over-read
+    (and a longer one cut) before the check; now it is refused before the library is called."""
+    for uid in (b"x", bytes(_capi.UNIQUE_ID_BYTES - 1), bytes(_capi.UNIQUE_ID_BYTES + 1)):
+        with pytest.raises(yali.YaliInvalidArgument, match=rf"the unique id has {len(uid)} bytes"):
+            _capi.comm_init_rank(2, uid, 0)
+    assert not [c for c in fake_lib.calls if c[0] == "yaliCommInitRank"]
+
+
+def test_a_missing_libcudart_is_preloaded_by_the_soname_the_loader_names(tmp_path, monkeypatch):
+    """libyali built against libcudart.so.13 next to torch's libcudart.so.12: the .12 copy loads
+    but does not satisfy libyali; the preload looks for the SONAME the loader's error names (it
+    took the first libcudart it could load, so libyali failed to open where it could have)."""
+    cu12, cu13 = tmp_path / "cu12", tmp_path / "cu13"
+    for d, name in ((cu12, "libcudart.so.12"), (cu13, "libcudart.so.13")):
+        d.mkdir()
+        (d / name).write_bytes(b"")
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "none"))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    opened, preloaded = [], []
+
+    def fake_cdll(path, mode=0):
+        if str(path).endswith("libyali.so"):
+            opened.append(path)
+            if not any(p.endswith(".so.13") for p in preloaded):
+                raise OSError("libcudart.so.13: cannot open shared object file: No such file")
+            raise OSError("stop here")  # opened: the test ends before the prototypes
+        preloaded.append(str(path))
+        return object()
+
+    import importlib.util
+
+    real_glob = _capi.glob.glob
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)  # no nvidia wheels
+    monkeypatch.setattr(_capi.ctypes, "CDLL", fake_cdll)
+    monkeypatch.setattr(_capi.glob, "glob", lambda pattern: real_glob(
+        pattern.replace("/usr/local/cuda/lib64", str(cu12)).replace("/usr/local/cuda/lib", str(cu13))))
+    with pytest.raises(yali.YaliLibraryError, match="stop here"):
+        _capi._Library("/x/libyali.so")
+    assert preloaded == [str(cu13 / "libcudart.so.13")], preloaded

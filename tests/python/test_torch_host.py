@@ -86,6 +86,12 @@ class _FakeCudaTensor:
     def is_contiguous(self):
         return True
 
+    def is_conj(self):
+        return False
+
+    def is_neg(self):
+        return False
+
     def numel(self):
         return self._n
 
@@ -830,6 +836,12 @@ class _Duck:
     def is_contiguous(self):
         return True
 
+    def is_conj(self):
+        return False
+
+    def is_neg(self):
+        return False
+
     def numel(self):
         return self._n
 
@@ -1220,6 +1232,12 @@ class _Rows:
 
     def is_contiguous(self):
         return True
+
+    def is_conj(self):
+        return False
+
+    def is_neg(self):
+        return False
 
     def data_ptr(self):
         return self._ptr
@@ -1798,3 +1816,103 @@ def test_algo_info_asks_for_the_type_and_op_the_call_runs(fake_lib):
     assert got == [(8, D.Float32, R.Avg), (24, D.Float32, R.Sum), (12, D.Uint8, R.Max)]
     with pytest.raises(ValueError, match="op=max is not supported on complex"):
         yt._algo_info(comm, "Communicator.algo_info", z, "max", None, "reduce", 0, 3)
+
+
+# ---- Lazy views, and a group's hold on its calls' tensors ----------------------------------------
+
+
+def test_conjugate_and_negative_views_are_refused(fake_mode, comm3, fake_lib, monkeypatch,
+                                                  no_stream):
+    """x.conj() of a complex tensor (and a negative view) keeps the original bytes and a bit torch
+    applies on reading: the library would move and reduce the bytes, so the result would silently
+    be that of x. Refused by the methods (eagerly and in their fakes) and by the launch functions
+    (torch.ops.yali called directly), naming the argument, as torch.distributed refuses them."""
+    c = comm3
+    x = torch.empty(4, dtype=torch.complex64, device="cuda")
+    out = torch.empty(12, dtype=torch.complex64, device="cuda")
+    with pytest.raises(ValueError, match=r"input_tensor is a conjugate view .*resolve_conj"):
+        c.all_gather_into_tensor(out, x.conj())
+    with pytest.raises(ValueError, match=r"tensor is a conjugate view"):
+        c.all_reduce(x.conj(), out=torch.empty_like(x))
+    with pytest.raises(ValueError, match=r"out is a conjugate view"):
+        c.all_reduce(x, out=torch.empty_like(x).conj())
+    with pytest.raises(ValueError, match=r"conjugate view"):
+        c.broadcast(x.conj(), src=0)
+    neg = torch._neg_view(torch.empty(4, device="cuda"))
+    assert neg.is_neg()
+    with pytest.raises(ValueError, match=r"tensor is a negative view, .*resolve_neg"):
+        c.all_reduce(neg)
+    c.all_gather_into_tensor(out, x.conj().resolve_conj())  # resolved: fine
+
+    class _Conj(_Duck):
+        def is_conj(self):
+            return True
+
+    h = _fake_communicator(monkeypatch, rank=1, n=3).handle
+    with pytest.raises(ValueError, match=r"yali::all_gather_into_tensor: input is a conjugate"):
+        yt._launch_all_gather("yali::all_gather_into_tensor", h, _Duck(0x200, 12),
+                              _Conj(0x100, 4))
+    with pytest.raises(ValueError, match=r"op: out is a conjugate"):
+        yt._launch_all_reduce("op", h, _FakeCudaTensor(0x100, 16), _Conj(0x200, 16), 0)
+    assert fake_lib.launches() == []
+
+
+def test_a_group_holds_its_calls_tensors_until_its_end(fake_lib, monkeypatch, no_stream):
+    """Inside a group a call only queues; it launches at the outermost end. A temporary the caller
+    drops at once (all_reduce(g.to(torch.bfloat16))) must not go back to the caching allocator
+    before then, or work queued ahead of the launch could reuse its memory: the group holds every
+    tensor of its calls until its outermost end (launched or dropped), then lets go."""
+    import weakref
+
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    h = c.handle
+
+    def queue_in_nested_groups():
+        with yali.group():
+            src, dst = _Duck(0x100, 4), _Duck(0x200, 12)
+            refs = [weakref.ref(src), weakref.ref(dst)]
+            yt._launch_all_gather("op", h, dst, src)
+            del src, dst
+        assert all(r() is not None for r in refs)  # the inner end launches nothing
+        return refs
+
+    with yali.group():
+        refs = queue_in_nested_groups()
+    assert [r() for r in refs] == [None, None]
+    # A group whose end launches nothing (a call in it failed: NCCL's rule) lets go too.
+    with pytest.raises(yali.YaliInvalidArgument, match="launches nothing"):
+        with yali.group():
+            refs = queue_in_nested_groups()
+            yali._capi._note_group_failure(yali.YaliInvalidArgument(
+                yali.Result.InvalidArgument, "op", "a refused call"))
+    assert [r() for r in refs] == [None, None]
+
+
+def test_a_failed_group_lets_go_of_its_calls_tensors(fake_lib, monkeypatch, no_stream):
+    import weakref
+
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    with pytest.raises(RuntimeError, match="left the block"):
+        with yali.group():
+            src = _Duck(0x100, 4)
+            ref = weakref.ref(src)
+            yt._launch_all_reduce("op", c.handle, src, src, 0)
+            del src
+            assert ref() is not None
+            raise RuntimeError("left the block")
+    assert ref() is None
+
+
+def test_tracing_under_torch_before_2_10_warns_once(fake_mode, comm3, monkeypatch):
+    """Before torch 2.10, torch.compile may drop a collective whose output this rank never reads
+    (has_side_effect is ignored there): the fake implementations, which only tracing runs, say so
+    once per process."""
+    monkeypatch.setattr(yt, "_OLD_TORCH_COMPILE", True)
+    monkeypatch.setattr(yt, "_warned_old_compile", False)
+    x = _cuda(6, 5)
+    with pytest.warns(RuntimeWarning, match=r"before torch 2\.10, torch\.compile may drop"):
+        torch.ops.yali.all_reduce(x, comm3.handle, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        torch.ops.yali.all_reduce(x, comm3.handle, 0)  # once
+        torch.ops.yali.all_gather(x, comm3.handle, 3)
