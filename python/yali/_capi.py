@@ -320,7 +320,9 @@ def _preload_cudart(wanted="libcudart.so.*"):
             dirs.append(os.path.join(os.environ[var], "lib64"))
     dirs += ["/usr/local/cuda/lib64", "/usr/local/cuda/lib"]
     for d in dirs:
-        for path in sorted(glob.glob(os.path.join(d, wanted)), reverse=True):
+        # wanted + "*": a directory may hold only libcudart.so.13.0.48, whose SONAME is .so.13.
+        pattern = wanted if wanted.endswith("*") else wanted + "*"
+        for path in sorted(glob.glob(os.path.join(d, pattern)), reverse=True):
             try:
                 ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
                 return path

@@ -2093,6 +2093,10 @@ class SingleProcessCommunicator(yali._ClosingContext):
                 s.wait_stream(c)
         try:
             with yali.group():
+                # `launch` holds the call's tensors (its closure): kept until the outermost group
+                # end, which is later than this one when the caller has a group open (the launches
+                # wait for it; keep_for_group).
+                _capi.keep_for_group((launch,))
                 for i, (dev, comm, s) in enumerate(zip(self.devices, self.comms, streams)):
                     with torch.cuda.device(dev):
                         launch(i, comm, s.cuda_stream)

@@ -1916,3 +1916,23 @@ def test_tracing_under_torch_before_2_10_warns_once(fake_mode, comm3, monkeypatc
         warnings.simplefilter("error")
         torch.ops.yali.all_reduce(x, comm3.handle, 0)  # once
         torch.ops.yali.all_gather(x, comm3.handle, 3)
+
+
+def test_single_process_calls_in_an_outer_group_hold_their_tensors(fake_lib, fake_cuda,
+                                                                    quiet_data_ptr):
+    """A SingleProcessCommunicator call inside the caller's yali.group() launches at the caller's
+    outermost end: its tensors (a temporary of the caller's, say) are held until then, as for
+    Communicator calls."""
+    import weakref
+
+    sp = _fake_single(3)
+    sp.devices = _fake_devices(3)  # distinct GPUs: calls may nest in an outer group
+    for comm, d in zip(sp.comms, sp.devices):
+        comm._device = d
+    with yali.group():
+        temps = [torch.empty(4, device=f"cuda:{d}") for d in sp.devices]
+        refs = [weakref.ref(t) for t in temps]
+        sp.all_reduce(temps)
+        del temps
+        assert all(r() is not None for r in refs)  # the launch waits for this group's end
+    assert all(r() is None for r in refs)
