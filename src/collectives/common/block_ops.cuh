@@ -199,13 +199,17 @@ __device__ __forceinline__ bool enterWithTag(const DeviceArgs& args, size_t flag
   if (threadIdx.x == 0) mismatch = 0;  // ordered before the checks by signalPeers' barrier
   signalPeers(block, args, flagsOffset, flagValue(epoch, info.tag));
   if (!waitPeers(block, args, flagsOffset, flagValue(epoch, 0), phase)) return false;
-  // The peer's flag holds this launch's value: it cannot enter the next launch before we left
-  // this one.
+  // The flag holds this launch's value, or already a later launch's: a peer need not wait for
+  // this block again after the handshake (twoshot_direct's blocks without tiles), so it may finish
+  // this launch and enter its next call's while we stall here. A later epoch means the peer
+  // compared our tag with its own in this launch and found them equal (a mismatch fails its comm,
+  // which then admits no later launch), so only a flag of this epoch is compared.
   const int peer = threadIdx.x;
   if (peer < args.nranks && peer != args.rank) {
     const uint64_t* flag = reinterpret_cast<const uint64_t*>(args.window + flagsOffset) +
                            blockIdx.x * kMaxRanks + peer;
-    if (static_cast<uint32_t>(observe(flag)) != info.tag) {
+    const uint64_t seen = observe(flag);
+    if ((seen >> 32) == epoch && static_cast<uint32_t>(seen) != info.tag) {
       mismatch = 1;
       recordFailure(args, kFailMismatch, phase);
     }

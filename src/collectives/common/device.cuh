@@ -319,8 +319,9 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
   return static_cast<Admission>(admission);
 }
 
-// The end of every collective kernel, by thread 0 of each block, on every path (also after a
-// failed wait or a refused admission): counts the block out of the launch; the last block advances
+// The end of every collective kernel, by thread 0 of each block after the block's barrier
+// (exitLaunch), on every path (also after a failed wait or a refused admission): counts the block
+// out of the launch; the last block advances
 // the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
 // here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
 // tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
@@ -357,6 +358,20 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
 }
 
+// The frame's exit, by every thread of the block: a block barrier, then thread 0 counts the block
+// out (leaveLaunch). Without the barrier thread 0 would leave when its own part of the body ended,
+// while other warps may still run theirs (a two-shot block's second team runs a pipeline of its
+// own; the LL and pull bodies end without a barrier). Then the last block's epoch advance, the
+// host's eagerDone (after which yaliCommDeregister unmaps peer memory) and, at kEpochLimit, the
+// rebase (which clears the flags) could all come before the launch's last loads and stores, and
+// thread 0's fence would not cover them.
+template <typename OnFailure = NoEpilogue>
+__device__ __forceinline__ void exitLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission,
+                                           OnFailure&& onFailure = OnFailure()) {
+  __syncthreads();
+  if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
+}
+
 // Runs one collective kernel's body inside the launch frame. `body(info)` may return early on a
 // failed wait; every thread then still reaches the frame's exit. kElemSize: the output's element
 // size (for the poison fill).
@@ -366,7 +381,7 @@ __device__ __forceinline__ void runLaunch(const DeviceArgs& args, Body&& body) {
   const Admission admission = enterLaunch(args, &info);
   if (admission == kAdmitted) body(info);
   else if (admission == kRefusedFailed) poisonOutput(args, kElemSize);
-  if (threadIdx.x == 0) leaveLaunch(args, info, admission);
+  exitLaunch(args, info, admission);
 }
 
 // ---- Element types and reduction ------------------------------------------------------------------

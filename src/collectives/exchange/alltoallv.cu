@@ -400,8 +400,7 @@ __device__ void moveRows(const DeviceArgs& args, uint64_t epoch, const ChunkTabl
       waitAtLeast(args, reinterpret_cast<const uint64_t*>(args.window + L.resultFlags) + b * kMaxRanks + d,
                   flagValue(epoch, steps - 1), kPhaseExchangeCredit);
   }
-  allowNextGrid();
-  __syncthreads();  // thread 0 leaves the launch (leaveLaunch) only after every drain wait
+  allowNextGrid();  // the frame's exit (exitLaunch) is the block barrier after every drain wait
 }
 
 // -1 in every entry of the count outputs (VarMode says which and how long), by the threads
@@ -440,7 +439,7 @@ __global__ void __launch_bounds__(512) alltoallvKernel(const __grid_constant__ D
   } else if (admission == kRefusedFailed) {
     poisonVar(args);
   }
-  if (threadIdx.x == 0) leaveLaunch(args, info, admission, [&]() { markCountsFailed(args); });
+  exitLaunch(args, info, admission, [&]() { markCountsFailed(args); });
 }
 
 KernelFn alltoallvKernelFor(DataType, RedOp) { return alltoallvKernel; }
