@@ -31,8 +31,19 @@ std::shared_ptr<yaliComm> resolveComm(yaliComm_t handle, const char* call, yaliR
   return nullptr;
 }
 
-// A comm resolved from its handle and locked for the scope of an API call (yaliComm::mutex): calls
-// from several threads on one comm take turns. Holds a reference, so a comm destroyed meanwhile by
+LockedComm::LockedComm(yaliComm_t handle, const char* call) : owner_(resolveComm(handle, call, &error_)) {
+  if (!owner_) return;
+  lock_ = std::unique_lock<std::mutex>(owner_->mutex);
+  if (owner_->res) return;
+  // Destroyed or aborted by another thread while this call waited for the lock (destroy holds it
+  // while it waits for the comm's launches): the handle resolved before, the resources are gone
+  // now. Resolving it again names which end it met.
+  lock_ = std::unique_lock<std::mutex>();
+  owner_.reset();
+  if (resolveComm(handle, call, &error_) != nullptr || error_ == yaliSuccess)
+    error_ = fail(yaliInvalidUsage, nullptr, "%s: comm was destroyed or aborted meanwhile", call);
+}
+
 yaliResult_t checkAsync(yaliComm* comm, const char* call) {
   yaliResult_t r = commAsyncError(comm);
   if (r == yaliSuccess) return r;

@@ -14,12 +14,13 @@ namespace yali {
 // The live comm of `handle` (a reference for the call's duration), or null after recording why.
 std::shared_ptr<yaliComm> resolveComm(yaliComm_t handle, const char* call, yaliResult_t* result);
 
-// another thread is freed only after this call.
+// A comm resolved from its handle and locked for the scope of an API call (yaliComm::mutex): calls
+// from several threads on one comm take turns. Holds a reference, so a comm destroyed meanwhile by
+// another thread is freed only after this call; a comm destroyed or aborted while the call waited
+// for the lock is refused as one destroyed before it (yaliInvalidUsage), never used.
 class LockedComm {
  public:
-  LockedComm(yaliComm_t handle, const char* call) : owner_(resolveComm(handle, call, &error_)) {
-    if (owner_) lock_ = std::unique_lock<std::mutex>(owner_->mutex);
-  }
+  LockedComm(yaliComm_t handle, const char* call);
   explicit operator bool() const { return owner_ != nullptr; }
   yaliResult_t error() const { return error_; }
   yaliComm* operator->() const { return owner_.get(); }
