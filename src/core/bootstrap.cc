@@ -227,9 +227,10 @@ bool peerCredentials(int fd, ucred* cred) {
   return getsockopt(fd, SOL_SOCKET, SO_PEERCRED, cred, &len) == 0 && len == sizeof(*cred);
 }
 
-// Best effort: one non-blocking send, so that breaking never waits on a peer.
-void sendAbort(int fd, const std::string& text) {
-  FrameHeader header{kAbortMagic, 0, std::min<uint64_t>(text.size(), kMaxAbortTextBytes)};
+// Best effort: one non-blocking send, so that breaking never waits on a peer. An abort's seq field
+// carries the breaker's result code (abortCode: what the receivers report).
+void sendAbort(int fd, const std::string& text, yaliResult_t code) {
+  FrameHeader header{kAbortMagic, static_cast<uint32_t>(code), std::min<uint64_t>(text.size(), kMaxAbortTextBytes)};
   iovec parts[2] = {{&header, sizeof(header)},
                     {const_cast<char*>(text.data()), static_cast<size_t>(header.length)}};
   msghdr msg{};
@@ -248,12 +249,23 @@ std::string readAbortText(int fd, const FrameHeader& header, const std::atomic<b
   return text;
 }
 
-// Why a peer's connection ended: the reason it sent before leaving (an abort), if any.
-std::string departureReason(int fd, int peer, const std::atomic<bool>* cancel) {
+// What a rank reports when a peer broke with `code` (an abort's seq): yaliTimeout when the peer
+// timed out (a rank that never arrived: every survivor reports the same code, as yali.h says),
+// yaliRemoteError for everything else the peer hit.
+yaliResult_t abortCode(const FrameHeader& header) {
+  return header.seq == static_cast<uint32_t>(yaliTimeout) ? yaliTimeout : yaliRemoteError;
+}
+
+// Why a peer's connection ended: the reason it sent before leaving (an abort), if any, and the
+// code to report (abortCode; yaliRemoteError without an abort).
+std::string departureReason(int fd, int peer, const std::atomic<bool>* cancel, yaliResult_t* code) {
   FrameHeader header;
+  *code = yaliRemoteError;
   if (moveAll(fd, &header, sizeof(header), false, nowMs() + kPollSliceMs, cancel) == Wait::kDone &&
-      header.magic == kAbortMagic)
+      header.magic == kAbortMagic) {
+    *code = abortCode(header);
     return readAbortText(fd, header, cancel);
+  }
   return rankName(peer) + " closed its connection (it exited, failed or was aborted)";
 }
 
@@ -445,11 +457,11 @@ yaliResult_t Bootstrap::breakWith(yaliResult_t code, const std::string& message,
     const std::string text = rankName(rank_) + " failed: " + message;
     for (int& fd : peerFds_) {
       if (fd < 0) continue;
-      sendAbort(fd, text);
+      sendAbort(fd, text, code);
       close(fd);
       fd = -1;
     }
-    if (alsoTell >= 0) sendAbort(alsoTell, text);
+    if (alsoTell >= 0) sendAbort(alsoTell, text, code);
     if (listenFd_ >= 0) close(listenFd_);
     listenFd_ = -1;
   }
@@ -595,12 +607,17 @@ yaliResult_t Bootstrap::listenAndAdmit(const UniqueIdFields& id, int64_t deadlin
     for (size_t i = 0; i < watched.size(); ++i) {
       if (fds[1 + pending.size() + i].revents == 0) continue;
       const int r = watched[i];
-      return breakWith(yaliRemoteError, departureReason(peerFds_[r], r, cancel_), error);
+      yaliResult_t code = yaliRemoteError;
+      const std::string why = departureReason(peerFds_[r], r, cancel_, &code);
+      return breakWith(code, why, error);
     }
     forgetClosed();
 
     if (fds[0].revents != 0) {
-      while (true) {
+      // At most a pending list's worth per round: connections arriving as fast as they are taken
+      // (any local user can connect to the socket) must not keep this loop from the deadline,
+      // cancellation and the handshakes in progress, all of which the next round attends to.
+      for (size_t taken = 0; taken < kMaxPendingHandshakes; ++taken) {
         int fd = accept4(listenFd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
           if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -823,7 +840,7 @@ yaliResult_t Bootstrap::exchange(std::vector<Transfer>& transfers, int64_t deadl
       char text[256];
       *mismatchCode = yaliInternalError;  // genuine peers that make the same calls never differ
       if (h.magic == kAbortMagic) {
-        *mismatchCode = yaliRemoteError;
+        *mismatchCode = abortCode(h);
         *mismatch = readAbortText(fd, h, cancel_);
       } else if (h.magic != kFrameMagic) {
         snprintf(text, sizeof(text),
@@ -890,13 +907,13 @@ yaliResult_t Bootstrap::exchange(std::vector<Transfer>& transfers, int64_t deadl
         io = receiveStep(t, &mismatchCode, &mismatch);
       if (!mismatch.empty()) return breakWith(mismatchCode, mismatch, error);
       // A peer that broke left its reason in our receive queue, unless we were reading a message.
-      if (io == Io::kClosed)
-        return breakWith(yaliRemoteError,
-                         t.inDone == 0 ? departureReason(peerFds_[t.peer], t.peer, cancel_)
-                                       : rankName(t.peer) +
-                                             " closed its connection (it exited, "
-                                             "failed or was aborted)",
-                         error);
+      if (io == Io::kClosed) {
+        yaliResult_t code = yaliRemoteError;
+        const std::string why = t.inDone == 0 ? departureReason(peerFds_[t.peer], t.peer, cancel_, &code)
+                                              : rankName(t.peer) +
+                                                    " closed its connection (it exited, failed or was aborted)";
+        return breakWith(code, why, error);
+      }
       if (io == Io::kFailed)
         return breakWith(yaliSystemError, errnoText("bootstrap socket"), error);
     }

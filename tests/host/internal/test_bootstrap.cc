@@ -816,3 +816,80 @@ TEST(bootstrap_connect_times_out_without_rank0) {
   const int64_t elapsed = nowMs() - start;
   CHECK_MSG(elapsed >= 200 && elapsed < 1000, "%lld ms", static_cast<long long>(elapsed));
 }
+
+// Connections arriving as fast as rank 0 takes them (any local user can connect: the socket name
+// is listed in /proc/net/unix) kept its accept loop going past YALI_TIMEOUT_MS: rank 0 of a job
+// whose rank 1 never came stayed in connect for 45 s against a 500 ms timeout (found by a review).
+// It must time out as without the flood.
+TEST(bootstrap_connect_flood_does_not_outlast_the_timeout) {
+  const UniqueIdFields id = freshId();
+  std::atomic<bool> stop{false};
+  std::atomic<long> connections{0};
+  std::vector<std::thread> flooders;
+  for (int i = 0; i < 3; ++i) {
+    flooders.emplace_back([&] {
+      sockaddr_un addr;
+      const socklen_t len = rendezvousAddress(id, &addr);
+      while (!stop) {
+        const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0) ++connections;
+        close(fd);
+      }
+    });
+  }
+  Bootstrap* b = nullptr;
+  std::string err;
+  const int64_t start = nowMs();
+  // A watchdog ends the flood after 5 s, so that a failing run reports instead of hanging.
+  std::thread watchdog([&] {
+    for (int i = 0; i < 50 && !stop; ++i) poll(nullptr, 0, 100);
+    stop = true;
+  });
+  const yaliResult_t r = Bootstrap::connect(id, 0, 2, 500, nullptr, &b, &err);
+  const int64_t elapsed = nowMs() - start;
+  stop = true;
+  for (std::thread& t : flooders) t.join();
+  watchdog.join();
+  CHECK_EQ(r, yaliTimeout);
+  CHECK_MSG(elapsed < 1500, "connect returned after %lld ms (timeout 500 ms; %ld flood connections)",
+            static_cast<long long>(elapsed), connections.load());
+  CHECK_MSG(connections.load() > 100, "only %ld flood connections: the test did not flood",
+            connections.load());
+  delete b;
+}
+
+// A rank that never makes a collective exchange: every survivor reports yaliTimeout (yali.h), not
+// only the one whose wait ran out first. Before, that rank broke with yaliTimeout and its abort
+// made every other rank report yaliRemoteError (rank 0: 8, rank 1: 6; found by a review).
+TEST(bootstrap_every_survivor_reports_the_timeout) {
+  const UniqueIdFields id = freshId();
+  constexpr int n = 3;
+  std::vector<Bootstrap*> boots(n, nullptr);
+  std::vector<std::thread> threads;
+  std::vector<yaliResult_t> connected(n, yaliInternalError);
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      std::string err;
+      connected[r] = Bootstrap::connect(id, r, n, 500, nullptr, &boots[r], &err);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+  for (int r = 0; r < n; ++r) REQUIRE(connected[r] == yaliSuccess);
+  // Ranks 0 and 1 exchange (rank 1 200 ms late); rank 2 never does.
+  yaliResult_t codes[2];
+  std::string errors[2];
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      if (r == 1) poll(nullptr, 0, 200);
+      int values[n] = {r, r, r};
+      codes[r] = boots[r]->allGather(values, sizeof(int), &errors[r]);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < 2; ++r)
+    CHECK_MSG(codes[r] == yaliTimeout, "rank %d reported %d (%s)", r, static_cast<int>(codes[r]),
+              errors[r].c_str());
+  for (Bootstrap* b : boots) delete b;
+}
