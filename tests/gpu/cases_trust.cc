@@ -2472,6 +2472,68 @@ void caseStreamsOrder(Ctx& ctx) {
   ctx.destroyComms(comms, name.c_str());
 }
 
+// ==== trust_destroy_race ===========================================================================
+//
+// A call made from a second thread while yaliCommDestroy runs in the first: destroy holds the
+// comm's lock while it waits for the comm's launches (here held back by a host function on rank
+// 0's stream), so the call resolves the still-live handle and waits for the lock. When destroy is
+// done, the call must be refused (yaliInvalidUsage naming the destroy), never go on with the
+// comm's freed resources (before the fix: a segfault in baseDeviceArgs; found by a review). One
+// thread drives every GPU here: single mode.
+
+void CUDART_CB holdStream(void* ms) { std::this_thread::sleep_for(std::chrono::milliseconds(*(int*)ms)); }
+
+void caseDestroyRace(Ctx& ctx) {
+  if (!ctx.requireAll(ctx.single(), "one process holds every rank's comm: single mode only")) return;
+  const std::string label = "a call from a second thread while yaliCommDestroy waits for the launches";
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  Run run(ctx, spec(65537, yaliFloat32, yaliSum));
+  run.prepare(ctx.nextSeed());
+  syncAll(ctx);
+  static int holdMs = 1500;
+  CUDA_OK(ctx, cudaSetDevice(ctx.local[0].dev));
+  CUDA_OK(ctx, cudaLaunchHostFunc(run.ranks[0].stream, holdStream, &holdMs));
+  watchdogStep("%s: the grouped call behind a %d ms host function", label.c_str(), holdMs);
+  yaliGroupStart();  // one thread driving every GPU: NCCL's rule
+  const bool issued = run.issue(comms);  // rank 0's launch waits behind the host function
+  const yaliResult_t g = yaliGroupEnd();
+  if (!issued || g != yaliSuccess) {
+    ctx.fail("%s: the grouped call was refused (yaliGroupEnd: %d): %s", label.c_str(), (int)g,
+             yaliGetLastError(nullptr));
+    syncAll(ctx);
+    ctx.destroyComms(comms, label.c_str());
+    return;
+  }
+  cudaStream_t other = nullptr;
+  CUDA_OK(ctx, cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+  yaliResult_t late = yaliSuccess;
+  std::string lateError;
+  double lateAt = 0;
+  const auto t0 = Clock::now();
+  std::thread second([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // destroy holds the lock by then
+    cudaSetDevice(ctx.local[0].dev);
+    late = yaliAllReduce(run.ranks[0].send, run.ranks[0].recv, 256, yaliFloat32, yaliSum, comms[0], other);
+    lateAt = msSince(t0);
+    if (late != yaliSuccess) lateError = yaliGetLastError(nullptr);
+  });
+  const yaliResult_t d = yaliCommDestroy(comms[0]);
+  const double destroyedAt = msSince(t0);
+  second.join();
+  comms[0] = nullptr;
+  if (d != yaliSuccess)
+    ctx.fail("%s: yaliCommDestroy returned %d (%s): %s", label.c_str(), (int)d, yaliGetErrorString(d),
+             yaliGetLastError(nullptr));
+  if (late != yaliInvalidUsage || lateError.find("destroy") == std::string::npos) {
+    ctx.fail("%s: the second thread's yaliAllReduce (returned after %.0f ms; destroy after %.0f ms) gave %d "
+             "(%s: %s); expected yaliInvalidUsage naming the destroy", label.c_str(), lateAt, destroyedAt,
+             (int)late, yaliGetErrorString(late), lateError.c_str());
+  }
+  syncAll(ctx);
+  CUDA_OK(ctx, cudaStreamDestroy(other));
+  ctx.destroyComms(comms, label.c_str());
+}
+
 const std::vector<CaseDef>& trustCases() {
   static const std::vector<CaseDef> cases = {
       {"trust_epoch_wrap",
@@ -2498,6 +2560,8 @@ const std::vector<CaseDef>& trustCases() {
        caseConcurrentCalls},
       {"trust_streams_order", "one comm's calls on two streams run in issue order (torch's FSDP2 does this)",
        120, caseStreamsOrder},
+      {"trust_destroy_race", "a call from a second thread while yaliCommDestroy waits: refused, never a crash",
+       60, caseDestroyRace},
       // The soak cases: only with --filter soak (they report SKIPPED otherwise). soak_calls last.
       {"init_destroy_soak", "1000 create/destroy cycles: no memory, fd, thread or heap growth", 900,
        caseInitDestroySoak},
