@@ -20,7 +20,8 @@
 yaliComm::~yaliComm() {
   yali::releaseRegistrations(this);
   if (control != nullptr) cudaStreamDestroy(control);  // returns at once, even with work queued
-  if (orderEvent != nullptr) cudaEventDestroy(orderEvent);  // likewise, even if still pending
+  for (cudaEvent_t e : {eagerOrder.event, captureOrder.event})
+    if (e != nullptr) cudaEventDestroy(e);  // likewise, even if still pending
   cudaGetLastError();
 }
 
@@ -155,7 +156,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   std::shared_ptr<DeviceResources> res = makeDeviceResources();
   res->device = comm->device;
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
-  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->orderEvent, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->eagerOrder.event, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->captureOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);

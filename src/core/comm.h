@@ -101,12 +101,18 @@ struct yaliComm {
   // The order of the comm's launches across streams (enqueue.cc: orderAfterLastLaunch). The
   // device-side epoch needs a comm's launches to run one after another in the order they were
   // issued; NCCL gives its users that order whatever streams they use, and torch relies on it.
-  cudaEvent_t orderEvent = nullptr;          // marks the last launch, once the comm used two streams
-  bool orderEventEveryLaunch = false;        // set at the first change of stream
-  unsigned long long orderEventContext = 0;  // the capture orderEvent was last recorded in (0: none)
-  bool haveLastLaunch = false;
-  cudaStream_t lastStream = nullptr;         // the stream of the last launch
-  unsigned long long lastContext = 0;        // its capture id, or 0 (eager)
+  // One record per context: the eager launches, and the launches of the latest stream capture.
+  // Eager launches keep their order across the captures made between them (a captured call does
+  // not make the next eager one forget the eager one before it).
+  struct LaunchOrder {
+    cudaEvent_t event = nullptr;    // marks the last launch, once the context used two streams
+    bool eventEveryLaunch = false;  // set at the context's first change of stream
+    bool have = false;              // a launch of the context was made
+    cudaStream_t stream = nullptr;  // the stream of its last launch
+    unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
+  };
+  LaunchOrder eagerOrder;
+  LaunchOrder captureOrder;  // started afresh by each new capture
 
   // The copy-engine algorithms (copy_engine.h): whether the driver offers what they need, and
   // their streams, events and watch, made at the comm's first *_ce call.

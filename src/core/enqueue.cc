@@ -50,30 +50,43 @@ yaliResult_t holdForGraph(yaliComm* comm, unsigned long long captureId, cudaGrap
 // and on the caller's, FSDP2 on its all-gather and reduce-scatter streams). YALI's kernels need it
 // too: each reads the comm's epoch when it starts, so two of one comm running at once, or in
 // another order on one rank than on its peers, would disagree about which call is which.
-// A launch on another stream than the comm's last launch waits for that launch (an event). A comm
-// that only ever uses one stream records no event (stream order suffices); from its first change
-// of stream on, every launch records one. Within one capture the wait becomes a graph edge; across
-// contexts (a graph's replay and eager calls, two captures) the program orders them, as with NCCL.
+// A launch on another stream than the last launch of its context waits for that launch (an
+// event). The contexts (yaliComm::LaunchOrder): eager launches, and the launches of one capture.
+// A context that only ever uses one stream records no event (stream order suffices); from its
+// first change of stream on, every launch of it records one. Within one capture the wait becomes a
+// graph edge; eager launches wait for the last eager one, whatever was captured in between;
+// across contexts (a graph's replay and eager calls, two captures) the program orders them, as
+// with NCCL.
+yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context) {
+  if (context == 0) return comm->eagerOrder;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  if (o.context != context) {  // a new capture: nothing of it launched yet
+    o.context = context;
+    o.have = false;
+    o.eventEveryLaunch = false;
+  }
+  return o;
+}
+
 yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context,
                                   const char* call) {
-  if (!comm->haveLastLaunch || stream == comm->lastStream || context != comm->lastContext) return yaliSuccess;
+  yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
+  if (!o.have || stream == o.stream) return yaliSuccess;
   cudaError_t e = cudaSuccess;
-  if (!comm->orderEventEveryLaunch) {
-    // The first change of stream: the last launch was not marked; everything queued on its stream
-    // so far (it, and perhaps later work of the caller's) is.
-    e = cudaEventRecord(comm->orderEvent, comm->lastStream);
+  if (!o.eventEveryLaunch) {
+    // The context's first change of stream: its last launch was not marked; everything queued on
+    // that stream so far (it, and perhaps later work of the caller's) is.
+    e = cudaEventRecord(o.event, o.stream);
     if (e != cudaSuccess) {
       cudaGetLastError();
       return fail(yaliUnhandledCudaError, comm,
                   "%s: ordering after the comm's previous call, on stream %p: cudaEventRecord: %s (was that stream "
                   "destroyed?)",
-                  call, static_cast<void*>(comm->lastStream), cudaGetErrorString(e));
+                  call, static_cast<void*>(o.stream), cudaGetErrorString(e));
     }
-    comm->orderEventEveryLaunch = true;
-    comm->orderEventContext = context;
+    o.eventEveryLaunch = true;
   }
-  if (comm->orderEventContext != context) return yaliSuccess;
-  e = cudaStreamWaitEvent(stream, comm->orderEvent, 0);
+  e = cudaStreamWaitEvent(stream, o.event, 0);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: waiting for the comm's previous call: %s", call,
@@ -82,19 +95,18 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
   return yaliSuccess;
 }
 
-// After a launch: what the next one orders itself after.
+// After a launch: what the next one of its context orders itself after.
 yaliResult_t noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context, const char* call) {
-  comm->haveLastLaunch = true;
-  comm->lastStream = stream;
-  comm->lastContext = context;
-  if (!comm->orderEventEveryLaunch) return yaliSuccess;
-  const cudaError_t e = cudaEventRecord(comm->orderEvent, stream);
+  yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
+  o.have = true;
+  o.stream = stream;
+  if (!o.eventEveryLaunch) return yaliSuccess;
+  const cudaError_t e = cudaEventRecord(o.event, stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: cudaEventRecord after the launch: %s", call,
                 static_cast<void*>(stream), cudaGetErrorString(e));
   }
-  comm->orderEventContext = context;
   return yaliSuccess;
 }
 

@@ -2462,6 +2462,46 @@ void caseStreamsOrder(Ctx& ctx) {
         if (e) CUDA_OK(ctx, cudaEventDestroy(e));
     }
   }
+  ctx.destroyComms(comms, name.c_str());
+  // Eager calls stay ordered across a capture made between them, on fresh comms (so that the
+  // first change of stream comes after the capture): X eager on A (even ranks sleep there first),
+  // a call captured on the main stream (never replayed), then Y eager on B. Before, the captured
+  // call made the comm forget X: Y was left unordered after it, ran first on the even ranks and
+  // met the odd ranks' X (found by a review of the launch order).
+  {
+    const std::string label = name + ": X eager on A, a call captured on another stream, Y eager on B";
+    comms = ctx.createComms(label.c_str());
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run z(ctx, spec(4093, yaliFloat32, yaliSum));
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    z.prepare(ctx.nextSeed());
+    prepareBoth(x, y);
+    for (size_t i = 0; i < nl; ++i) {
+      if (ctx.local[i].rank % 2 != 0) continue;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      sleepKernel<<<1, 1, 0, A[i]>>>(50ull * 1000 * 1000);
+      launchOk(ctx, "sleepKernel");
+    }
+    x.issue(comms);
+    for (size_t i = 0; i < nl; ++i) {
+      const cudaStream_t st = ctx.local[i].stream;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      const yaliResult_t rz =
+          yaliAllReduce(z.ranks[i].send, z.ranks[i].recv, 4093, yaliFloat32, yaliSum, comms[i], st);
+      cudaGraph_t g = nullptr;
+      CUDA_OK(ctx, cudaStreamEndCapture(st, &g));
+      if (rz != yaliSuccess)
+        ctx.fail("%s: rank %d: the captured call returned %d: %s", label.c_str(), ctx.local[i].rank, (int)rz,
+                 str(yaliGetLastError(comms[i])).c_str());
+      if (g != nullptr) CUDA_OK(ctx, cudaGraphDestroy(g));
+    }
+    y.issue(comms);
+    x.verify(comms, label + " (X)");
+    y.verify(comms, label + " (Y)");
+    for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
+    ctx.destroyComms(comms, label.c_str());
+  }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
@@ -2469,7 +2509,6 @@ void caseStreamsOrder(Ctx& ctx) {
     CUDA_OK(ctx, cudaStreamDestroy(A[i]));
     CUDA_OK(ctx, cudaStreamDestroy(B[i]));
   }
-  ctx.destroyComms(comms, name.c_str());
 }
 
 // ==== trust_destroy_race ===========================================================================
