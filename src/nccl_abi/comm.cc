@@ -917,15 +917,16 @@ ncclResult_t endYaliComm(const Comm* c, yaliComm_t y, bool abort) {
 void releaseScratch(Comm* c, Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
-  if (!s->outgrown.empty() || s->event != nullptr) {
+  if (!s->outgrown.empty() || s->events[0] != nullptr || s->events[1] != nullptr) {
     DeviceGuard restore(c->device);
     for (void* p : s->outgrown) lib().cudaFree(p);
-    if (s->event != nullptr) lib().cudaEventDestroy(s->event);
+    for (cudaEvent_t& e : s->events)
+      if (e != nullptr) lib().cudaEventDestroy(e);
   }
   s->outgrown.clear();
   s->buffer = nullptr;
   s->bytes = 0;
-  s->event = nullptr;
+  for (cudaEvent_t& e : s->events) e = nullptr;
 }
 
 // The comm's device memory: the staging scratch, and a hierarchy's scratch and cross-node status
@@ -1105,17 +1106,18 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   const StreamOrder::Before b = s->order.before(stream, context);
   // b.record, not b.recordOn != nullptr: the last user's stream may be the default stream (0), and
   // skipping its record left the wait below without a recorded event (no order, or a failed wait).
+  cudaEvent_t& event = s->events[b.slot];
   if (b.record) {
-    if (s->event == nullptr) {
+    if (event == nullptr) {
       DeviceGuard restore(c->device);
-      const cudaError_t err = lib().cudaEventCreateWithFlags(&s->event, cudaEventDisableTiming);
+      const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
       if (err != cudaSuccess) {
-        s->event = nullptr;
+        event = nullptr;
         return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
                         lib().cudaGetErrorString(err));
       }
     }
-    const cudaError_t err = lib().cudaEventRecord(s->event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
+    const cudaError_t err = lib().cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError,
                       "%s: ordering after the %s's last user, on stream %p: cudaEventRecord: %s "
@@ -1123,7 +1125,7 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
                       function, s->name, b.recordOn, lib().cudaGetErrorString(err));
   }
   if (!b.wait) return ncclSuccess;
-  const cudaError_t err = lib().cudaStreamWaitEvent(stream, s->event, 0);
+  const cudaError_t err = lib().cudaStreamWaitEvent(stream, event, 0);
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user: %s", function,
                     static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
@@ -1132,8 +1134,9 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
 
 ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context) {
   std::lock_guard<std::mutex> lock(s->mutex);
-  if (!s->order.after(stream, context)) return ncclSuccess;
-  const cudaError_t err = lib().cudaEventRecord(s->event, stream);
+  int slot = 0;
+  if (!s->order.after(stream, context, &slot)) return ncclSuccess;
+  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
                     static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));

@@ -41,7 +41,7 @@ struct Scratch {
   // or nothing).
   size_t agreed = 0;
   StreamOrder order;
-  cudaEvent_t event = nullptr;  // made at the first change of stream
+  cudaEvent_t events[StreamOrder::kSlots] = {};  // one per context slot, made at its first change of stream
 };
 
 // A communicator whose ranks span several nodes of localSize ranks each (routing.h: decideSetUp):

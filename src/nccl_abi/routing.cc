@@ -334,28 +334,35 @@ const char* routeReason(Route route) {
   return "?";
 }
 
+StreamOrder::Slot& StreamOrder::slotOf(unsigned long long context, int* index) {
+  *index = context == 0 ? 0 : 1;
+  Slot& s = slots_[*index];
+  if (context != 0 && s.context != context) s = Slot{false, nullptr, false, context};  // a new capture
+  return s;
+}
+
 StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context) {
   Before b;
-  if (!haveLast_ || stream == lastStream_ || context != lastContext_) return b;
-  if (!everyCall_) {
-    // The first change of stream: the last user was not marked; everything queued on its stream so
-    // far (it, and perhaps later work of the program's) is.
+  Slot& s = slotOf(context, &b.slot);
+  if (!s.have || stream == s.last) return b;
+  if (!s.everyCall) {
+    // The context's first change of stream: its last user was not marked; everything queued on
+    // that stream so far (it, and perhaps later work of the program's) is.
     b.record = true;
-    b.recordOn = lastStream_;
-    everyCall_ = true;
-    eventContext_ = context;
+    b.recordOn = s.last;
+    s.everyCall = true;
   }
-  b.wait = eventContext_ == context;
+  b.wait = true;
   return b;
 }
 
-bool StreamOrder::after(const void* stream, unsigned long long context) {
-  haveLast_ = true;
-  lastStream_ = stream;
-  lastContext_ = context;
-  if (!everyCall_) return false;
-  eventContext_ = context;
-  return true;
+bool StreamOrder::after(const void* stream, unsigned long long context, int* slot) {
+  int index = 0;
+  Slot& s = slotOf(context, &index);
+  if (slot != nullptr) *slot = index;
+  s.have = true;
+  s.last = stream;
+  return s.everyCall;
 }
 
 StagingLayout stagingLayout(yaliCollective_t collective, int rank, int root, int nranks, size_t count,

@@ -205,28 +205,36 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // and reduce-scatters on two streams (FSDP2). So a call on another stream than the scratch's last
 // user first waits for it, the way YALI orders a comm's launches (src/core/enqueue.cc): no event
 // while the calls keep to one stream; from the first change of stream on, an event recorded after
-// every user. A context is a capture (its id) or eager work (0): within one capture the wait is a
-// graph edge; between contexts (a graph's replay and eager calls, two captures) the program orders
-// them, as NCCL's users do. Streams are compared by handle only.
+// every user. A context is a capture (its id) or eager work (0), each ordered on its own (one
+// event each: kSlots): within one capture the wait is a graph edge; eager users wait for the last
+// eager one, whatever was captured in between; between contexts (a graph's replay and eager
+// calls, two captures) the program orders them, as NCCL's users do. Streams are compared by
+// handle only.
 class StreamOrder {
  public:
+  static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture
   struct Before {
-    bool record = false;             // first change of stream: record the event on recordOn
+    bool record = false;             // first change of stream: record the slot's event on recordOn
     const void* recordOn = nullptr;  // the last user's stream (nullptr: the legacy default stream)
-    bool wait = false;               // the call's stream waits for the event
+    bool wait = false;               // the call's stream waits for the slot's event
+    int slot = 0;                    // which event (the context's)
   };
   // Before a user on `stream` in `context`; the caller records and waits as told.
   Before before(const void* stream, unsigned long long context);
-  // After the user: true when the event must be recorded on `stream` (every call, once streams change).
-  bool after(const void* stream, unsigned long long context);
-  bool recordsEveryCall() const { return everyCall_; }
+  // After the user: true when the event of slot *slot must be recorded on `stream` (every call of
+  // the context, once its streams changed).
+  bool after(const void* stream, unsigned long long context, int* slot = nullptr);
+  bool recordsEveryCall() const { return slots_[0].everyCall || slots_[1].everyCall; }
 
  private:
-  bool haveLast_ = false;
-  const void* lastStream_ = nullptr;
-  unsigned long long lastContext_ = 0;
-  bool everyCall_ = false;
-  unsigned long long eventContext_ = 0;  // where the event was last recorded
+  struct Slot {
+    bool have = false;               // a user of the context came
+    const void* last = nullptr;      // its stream
+    bool everyCall = false;          // the context changed streams: every user records
+    unsigned long long context = 0;  // the capture's id (slot 1)
+  };
+  Slot& slotOf(unsigned long long context, int* index);
+  Slot slots_[kSlots];
 };
 
 // ---- Results ---------------------------------------------------------------------------------------

@@ -919,15 +919,34 @@ TEST(scratch_stream_order) {
   CHECK(!x.record && x.wait);
   CHECK(o.after(A, 0));
   // A capture (context 7) after eager work: no wait across contexts (the program orders a graph
-  // against eager calls, as with NCCL); inside the capture, users on two streams are ordered.
+  // against eager calls, as with NCCL); inside the capture, users on two streams are ordered, with
+  // the capture's own event (slot 1), marked at its first change of stream.
   x = o.before(B, 7);
-  CHECK(!x.wait);
-  CHECK(o.after(B, 7));
+  CHECK(!x.wait && x.slot == 1);
+  CHECK(!o.after(B, 7));
   x = o.before(A, 7);
-  CHECK(x.wait);
+  CHECK(x.record && x.recordOn == B && x.wait && x.slot == 1);
   CHECK(o.after(A, 7));
-  x = o.before(B, 0);  // eager again after the capture
+  // Eager again after the capture: the eager user waits for the last eager one (A), with the eager
+  // event. Before, the capture made it forget A: an eager user on B ran beside A's (found by a
+  // review; YALI's own launch order had the same gap, src/core/enqueue.cc).
+  x = o.before(B, 0);
+  CHECK(!x.record && x.wait && x.slot == 0);
+  int slot = -1;
+  CHECK(o.after(B, 0, &slot) && slot == 0);
+  // A second capture starts afresh (nothing of it to wait for).
+  x = o.before(A, 8);
+  CHECK(!x.wait && !x.record && x.slot == 1);
+  // The reviewer's sequence on a fresh order: eager on A, one captured user on B, eager on C.
+  int cc = 0;
+  const void* C = &cc;
+  StreamOrder e;
+  CHECK(!e.after(A, 0));
+  x = e.before(B, 5);
   CHECK(!x.wait);
+  CHECK(!e.after(B, 5));
+  x = e.before(C, 0);
+  CHECK(x.record && x.recordOn == A && x.wait && x.slot == 0);
   // A fresh order whose first change of stream happens inside a capture marks the last user's
   // stream in that capture.
   StreamOrder c;
