@@ -148,6 +148,26 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
 // Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1, and
 // LocalState at its end), the host-mapped status and the control stream on the current device, and
 // sets up the selector. Waits only for its own stream: never for other work on the device.
+// Waits for everything queued on the comm's control stream, polling until deadlineMs: a copy or
+// memset there may not run for as long as another kernel keeps every SM (another library's
+// collective waiting for a peer, say), and cudaStreamSynchronize would then wait that long.
+bool waitForControl(yaliComm* comm, int64_t deadlineMs, std::string* error) {
+  for (int64_t sleepUs = 10;; sleepUs = std::min<int64_t>(sleepUs * 2, 2000)) {
+    const cudaError_t e = cudaStreamQuery(comm->control);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) {
+      cudaGetLastError();
+      *error = std::string("the comm's control stream: ") + cudaGetErrorString(e);
+      return false;
+    }
+    if (nowMs() > deadlineMs) {  // not comm->cancel: abort itself writes through this stream
+      *error = "work on the comm's control stream did not finish in time (the GPU did not run it)";
+      return false;
+    }
+    usleep(static_cast<useconds_t>(sleepUs));
+  }
+}
+
 yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   // The layout before the selector (whose limits come from it), from the settings alone: the
   // same on every rank (core/window_layout.h: computeLayout), which the settings digest below enforces.
@@ -175,7 +195,10 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   LocalState init{};
   init.epoch = comm->settings.testEpochStart;
   YALI_CUDA_CHECK(cudaMemcpyAsync(res->local, &init, sizeof(init), cudaMemcpyHostToDevice, comm->control));
-  YALI_CUDA_CHECK(cudaStreamSynchronize(comm->control));  // zeroes land before any peer learns the address
+  // The zeroes land before any peer learns the address. Bounded by YALI_TIMEOUT_MS (waitForControl).
+  if (!waitForControl(comm, nowMs() + comm->settings.timeoutMs, &err))
+    return fail(yaliTimeout, comm, "%s: clearing the window: %s (YALI_TIMEOUT_MS=%lld)", call, err.c_str(),
+                static_cast<long long>(comm->settings.timeoutMs));
   res->peerWindows[comm->rank] = window;
   comm->res = res;
   comm->status = res->hostStatus;
@@ -368,20 +391,7 @@ bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, 
     *error = std::string("cudaMemcpyAsync on the comm's control stream: ") + cudaGetErrorString(e);
     return false;
   }
-  for (int64_t sleepUs = 10;; sleepUs = std::min<int64_t>(sleepUs * 2, 2000)) {
-    e = cudaStreamQuery(comm->control);
-    if (e == cudaSuccess) return true;
-    if (e != cudaErrorNotReady) {
-      cudaGetLastError();
-      *error = std::string("the comm's control stream: ") + cudaGetErrorString(e);
-      return false;
-    }
-    if (nowMs() > deadlineMs) {
-      *error = "a copy on the comm's control stream did not finish in time (the GPU did not run it)";
-      return false;
-    }
-    usleep(static_cast<useconds_t>(sleepUs));
-  }
+  return waitForControl(comm, deadlineMs, error);
 }
 
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {
