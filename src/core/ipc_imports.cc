@@ -29,13 +29,21 @@ std::map<IpcImports::Key, IpcImports::Entry>::iterator IpcImports::findBlock(con
 }
 
 std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
-                                         int64_t timeoutMs, std::string* error) {
+                                         int64_t timeoutMs, std::string* error, const std::atomic<bool>* cancel) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
-  // Waits for an entry to leave Opening or Closing; false with *error past the deadline. `what`
-  // names the entry's kind for the message.
+  // Waits for an entry to leave Opening or Closing; false with *error past the deadline or once
+  // `cancel` is set (in slices, so that an abort from another thread ends the wait within about
+  // 100 ms). `what` names the entry's kind for the message.
   auto waitForChange = [&](const char* what) {
-    if (changed_.wait_until(lock, deadline) != std::cv_status::timeout) return true;
+    const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
+    if (changed_.wait_until(lock, slice) != std::cv_status::timeout) return true;
+    if (cancel != nullptr && cancel->load()) {
+      *error = std::string("yaliCommAbort was called while this call waited for an earlier mapping or "
+                           "unmapping of ") + what;
+      return false;
+    }
+    if (std::chrono::steady_clock::now() < deadline) return true;  // look again, wait on
     *error = std::string("an earlier mapping or unmapping of ") + what +
              " by this process had not ended after " + std::to_string(timeoutMs) + " ms";
     return false;

@@ -179,7 +179,7 @@ std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& i
   std::string why;
   const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes};
   std::shared_ptr<void> mapped =
-      IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why);
+      IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why, &comm->cancel);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
   return mapped;
 }
@@ -377,10 +377,15 @@ yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {
   // meanwhile, on the staged path). Peers' kernels that still write into our memory write into the
   // allocation they mapped, which CUDA keeps until they unmap it.
   if (!waitForEagerLaunches(comm, launches, deadline))
-    result = fail(yaliTimeout, comm,
-                  "%s: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms; the buffer may "
-                  "still be in use",
-                  call, static_cast<long long>(comm->settings.timeoutMs));
+    result = comm->cancel.load()
+                 ? fail(yaliInvalidUsage, comm,
+                        "%s: yaliCommAbort was called from another thread while this call waited for the "
+                        "comm's calls",
+                        call)
+                 : fail(yaliTimeout, comm,
+                        "%s: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms; the buffer may "
+                        "still be in use",
+                        call, static_cast<long long>(comm->settings.timeoutMs));
   lock.lock();
   if (!comm->res) return fail(yaliInvalidUsage, comm, "%s: the comm was aborted meanwhile", call);
   if (reg->captured) {

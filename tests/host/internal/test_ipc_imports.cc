@@ -261,6 +261,39 @@ TEST(an_import_waits_for_a_close_in_progress) {
   CHECK_EQ(drv.closes, 1);
 }
 
+// An import waiting for a close in progress gives up within about 100 ms of its comm's abort (the
+// cancel flag), not at its timeout: yaliCommAbort waits for the registration this import belongs
+// to. Before, the wait ignored the flag and held the abort for up to YALI_TIMEOUT_MS (found by a
+// review).
+TEST(an_import_waiting_for_a_close_gives_up_on_abort) {
+  FakeDriver drv;
+  IpcImports t(drv.ops());
+  std::string err;
+  Gate close;
+  drv.duringClose = [&] { close.stopHere(); };
+  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
+  m.reset();
+  std::thread reaper([&] { drv.runPosted(); });
+  close.waitUntilReached();
+  std::atomic<bool> cancel{false};
+  const auto start = std::chrono::steady_clock::now();
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    cancel = true;
+  });
+  m = t.import(kA, {}, handleOf(kA), 10000, &err, &cancel);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  aborter.join();
+  CHECK(m == nullptr);
+  CHECK_MSG(err.find("yaliCommAbort") != std::string::npos, "%s", err.c_str());
+  CHECK_MSG(ms >= 200 && ms < 1000, "the import gave up after %lld ms (abort at 200 ms, timeout 10 s)",
+            static_cast<long long>(ms));
+  std::thread release = close.letGoSoon();
+  release.join();
+  reaper.join();
+}
+
 // Two allocations of one block (small cudaMallocs) across devices: the second one's open is
 // refused as already mapped, so it borrows the first one's mapping, at its own offset in the
 // block; the block stays mapped while either holds it, and closes once, with the pointer the open
