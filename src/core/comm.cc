@@ -604,11 +604,14 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)
   if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
     result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
-  const uint64_t before = Reaper::lastPostedHere();
+  constexpr Reaper::Lane kLanes[] = {Reaper::Lane::kReleases, Reaper::Lane::kIpcClose};
+  uint64_t before[2];
+  for (int l = 0; l < 2; ++l) before[l] = Reaper::lastPostedHere(kLanes[l]);
   retire(comm, handle, HandleState::kDestroyed);
   // Wait for the memory to come back (at once, unless a graph still holds it, or closing a peer's
   // mapping of a registered buffer waits for the device), at most until the deadline.
-  if (Reaper::lastPostedHere() != before) Reaper::waitFor(Reaper::lastPostedHere(), deadline);
+  for (int l = 0; l < 2; ++l)
+    if (Reaper::lastPostedHere(kLanes[l]) != before[l]) Reaper::waitFor(Reaper::lastPostedHere(kLanes[l]), deadline);
   return result;
 }
 

@@ -30,17 +30,22 @@ struct ReaperState {
   bool started = false;
 };
 
-// Never destroyed: the thread may still run while the process exits, and CUDA's callbacks that
+constexpr int kLanes = 2;  // Reaper::Lane
+
+// Never destroyed: the threads may still run while the process exits, and CUDA's callbacks that
 // post releases may come after static destructors.
-ReaperState& state() {
-  static ReaperState* s = new ReaperState();
-  return *s;
+ReaperState& state(int lane) {
+  static ReaperState* s = new ReaperState[kLanes];
+  return s[lane];
 }
 
-void reaperLoop() {
+// A ticket names its lane in its lowest bit (post, waitFor).
+int laneOf(uint64_t ticket) { return static_cast<int>(ticket & 1); }
+
+void reaperLoop(int lane) {
   cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
   cudaThreadExchangeStreamCaptureMode(&relaxed);
-  ReaperState& s = state();
+  ReaperState& s = state(lane);
   std::unique_lock<std::mutex> lock(s.mutex);
   for (;;) {
     s.posted.wait(lock, [&] { return !s.jobs.empty(); });
@@ -77,27 +82,28 @@ int64_t nowMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
-thread_local uint64_t postedHere = 0;
+thread_local uint64_t postedHere[kLanes] = {};
 
-uint64_t Reaper::post(std::function<bool()> job) {
-  ReaperState& s = state();
+uint64_t Reaper::post(std::function<bool()> job, Lane lane) {
+  const int l = static_cast<int>(lane);
+  ReaperState& s = state(l);
   std::lock_guard<std::mutex> lock(s.mutex);
   if (!s.started) {
     s.started = true;
-    std::thread(reaperLoop).detach();
+    std::thread(reaperLoop, l).detach();
   }
-  const uint64_t ticket = ++s.lastPosted;
+  const uint64_t ticket = (++s.lastPosted << 1) | static_cast<uint64_t>(l);
   s.jobs.emplace_back(ticket, std::move(job));
   s.unfinished.insert(ticket);
   s.posted.notify_one();
-  postedHere = ticket;
+  postedHere[l] = ticket;
   return ticket;
 }
 
-uint64_t Reaper::lastPostedHere() { return postedHere; }
+uint64_t Reaper::lastPostedHere(Lane lane) { return postedHere[static_cast<int>(lane)]; }
 
 bool Reaper::waitFor(uint64_t ticket, int64_t deadlineMs) {
-  ReaperState& s = state();
+  ReaperState& s = state(laneOf(ticket));
   std::unique_lock<std::mutex> lock(s.mutex);
   while (s.unfinished.count(ticket) != 0) {
     const int64_t left = deadlineMs - nowMs();

@@ -111,7 +111,8 @@ IpcImports& IpcImports::process() {
         *error = "it maps " + std::to_string(size) + " bytes";
         return false;
       },
-      [](std::function<bool()> job) { Reaper::post(std::move(job)); }});
+      // Closes wait for every kernel on the device: a lane of their own (reaper.h).
+      [](std::function<bool()> job) { Reaper::post(std::move(job), Reaper::Lane::kIpcClose); }});
   return *table;
 }
 

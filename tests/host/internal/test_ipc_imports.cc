@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "core/ipc_imports.h"
+#include "core/reaper.h"
 #include "harness.h"
 
 using namespace yali;
@@ -433,4 +434,27 @@ TEST(a_borrow_with_offsets_the_mapping_contradicts_is_refused) {
   std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK(my == nullptr);
   CHECK_MSG(err.find("starts elsewhere") != std::string::npos, "%s", err.c_str());
+}
+
+// The reaper's lanes (reaper.h): an IPC close that blocks (cudaIpcCloseMemHandle waits for every
+// kernel on the device, behind another library's possibly forever) holds up neither the releases
+// nor the copy-engine watches, which run on the other lane. Before, one thread ran every job: a
+// blocked close stopped every watch in the process, so copy-engine waits were no longer bounded
+// (found by a review).
+TEST(reaper_a_blocked_ipc_close_holds_up_no_release) {
+  std::atomic<bool> letGo{false};
+  const uint64_t close = Reaper::post(
+      [&] {
+        while (!letGo) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // blocks, as the driver would
+        return true;
+      },
+      Reaper::Lane::kIpcClose);
+  CHECK(Reaper::lastPostedHere(Reaper::Lane::kIpcClose) == close);
+  std::atomic<int> runs{0};
+  const uint64_t release = Reaper::post([&] { return ++runs >= 3; });  // done on its third pass
+  CHECK(Reaper::lastPostedHere() == release && release != close);
+  CHECK_MSG(Reaper::waitFor(release, nowMs() + 2000), "a release waited behind a blocked IPC close");
+  CHECK(!Reaper::waitFor(close, nowMs() + 20));
+  letGo = true;
+  CHECK(Reaper::waitFor(close, nowMs() + 2000));
 }
