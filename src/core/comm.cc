@@ -196,9 +196,14 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   init.epoch = comm->settings.testEpochStart;
   YALI_CUDA_CHECK(cudaMemcpyAsync(res->local, &init, sizeof(init), cudaMemcpyHostToDevice, comm->control));
   // The zeroes land before any peer learns the address. Bounded by YALI_TIMEOUT_MS (waitForControl).
-  if (!waitForControl(comm, nowMs() + comm->settings.timeoutMs, &err))
+  if (!waitForControl(comm, nowMs() + comm->settings.timeoutMs, &err)) {
+    // The memset and the copy may still run: the window's release (the reaper, when `res` goes)
+    // must wait for them, as it does for a retired comm's control stream (retire).
+    cudaEventRecord(res->controlDone, comm->control);
+    cudaGetLastError();
     return fail(yaliTimeout, comm, "%s: clearing the window: %s (YALI_TIMEOUT_MS=%lld)", call, err.c_str(),
                 static_cast<long long>(comm->settings.timeoutMs));
+  }
   res->peerWindows[comm->rank] = window;
   comm->res = res;
   comm->status = res->hostStatus;

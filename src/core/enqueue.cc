@@ -73,6 +73,18 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
   if (!o.have || stream == o.stream) return yaliSuccess;
   cudaError_t e = cudaSuccess;
+  if (!o.eventEveryLaunch && context == 0) {
+    // The last eager launch's stream may have begun a capture since (the program's, or this
+    // comm's own captured call): a record there would go into that graph and join this eager
+    // launch to it. Its eager work can no longer be marked then; the program orders it against the
+    // capture, as before eager launches were ordered across captures.
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(o.stream, &status) != cudaSuccess) {
+      cudaGetLastError();
+    } else if (status != cudaStreamCaptureStatusNone) {
+      return yaliSuccess;
+    }
+  }
   if (!o.eventEveryLaunch) {
     // The context's first change of stream: its last launch was not marked; everything queued on
     // that stream so far (it, and perhaps later work of the caller's) is.

@@ -37,13 +37,15 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
   // 100 ms). `what` names the entry's kind for the message.
   auto waitForChange = [&](const char* what) {
     const auto slice = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
-    if (changed_.wait_until(lock, slice) != std::cv_status::timeout) return true;
+    const bool woken = changed_.wait_until(lock, slice) != std::cv_status::timeout;
+    // After every wake-up: notifications for other entries (any comm's) must not keep an abort
+    // waiting.
     if (cancel != nullptr && cancel->load()) {
       *error = std::string("yaliCommAbort was called while this call waited for an earlier mapping or "
                            "unmapping of ") + what;
       return false;
     }
-    if (std::chrono::steady_clock::now() < deadline) return true;  // look again, wait on
+    if (woken || std::chrono::steady_clock::now() < deadline) return true;  // look again, wait on
     *error = std::string("an earlier mapping or unmapping of ") + what +
              " by this process had not ended after " + std::to_string(timeoutMs) + " ms";
     return false;

@@ -389,10 +389,12 @@ yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {
                         call, static_cast<long long>(comm->settings.timeoutMs));
   lock.lock();
   if (!comm->res) return fail(yaliInvalidUsage, comm, "%s: the comm was aborted meanwhile", call);
-  if (reg->captured) {
+  if (reg->captured && !comm->cancel.load()) {
     // A CUDA graph captured a call on this buffer: replays of such calls must fail from now on
     // instead of touching it (device.cuh: LaunchInfo::tag). Wait for the new value to land, so that
-    // an eager call issued after this one never sees the old.
+    // an eager call issued after this one never sees the old. Not when an abort waits for this call
+    // (cancel): the abort closes the comm on the device, which refuses every replay anyway, and
+    // this write could wait up to YALI_TIMEOUT_MS for the device.
     ++comm->regEpoch;
     HostStatus* status = comm->res->hostStatus.get();
     status->regEpochWord = comm->regEpoch;
