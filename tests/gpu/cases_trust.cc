@@ -2371,23 +2371,31 @@ void caseStreamsOrder(Ctx& ctx) {
     }
     ctx.world->barrier();
   };
-  for (int round = 0; round < 3; ++round) {
-    const std::string label = name + ": round " + std::to_string(round + 1) +
-                              ", X on stream A (even ranks sleep there first), then Y on stream B";
-    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
-    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
-    prepareBoth(x, y);
+  // The even ranks' stream A starts with a 50 ms sleep, so that X (issued first, on A) would run
+  // after Y there if the library left the streams unordered.
+  auto sleepOnEvenRanks = [&] {
     for (size_t i = 0; i < nl; ++i) {
       if (ctx.local[i].rank % 2 != 0) continue;
       CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
       sleepKernel<<<1, 1, 0, A[i]>>>(50ull * 1000 * 1000);
       launchOk(ctx, "sleepKernel");
     }
-    x.issue(comms);
-    y.issue(comms);
+  };
+  auto verifyBoth = [&](Run& x, Run& y, const std::string& label) {
     x.verify(comms, label + " (X)");
     y.verify(comms, label + " (Y)");
     for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
+  };
+  for (int round = 0; round < 3; ++round) {
+    const std::string label = name + ": round " + std::to_string(round + 1) +
+                              ", X on stream A (even ranks sleep there first), then Y on stream B";
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    prepareBoth(x, y);
+    sleepOnEvenRanks();
+    x.issue(comms);
+    y.issue(comms);
+    verifyBoth(x, y, label);
   }
   // The same inside one capture per rank: A and B fork from the rank's main stream and join it
   // again; the even ranks' sleep is captured too. Each graph replayed twice with fresh inputs.
@@ -2476,12 +2484,7 @@ void caseStreamsOrder(Ctx& ctx) {
     Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
     z.prepare(ctx.nextSeed());
     prepareBoth(x, y);
-    for (size_t i = 0; i < nl; ++i) {
-      if (ctx.local[i].rank % 2 != 0) continue;
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      sleepKernel<<<1, 1, 0, A[i]>>>(50ull * 1000 * 1000);
-      launchOk(ctx, "sleepKernel");
-    }
+    sleepOnEvenRanks();
     x.issue(comms);
     for (size_t i = 0; i < nl; ++i) {
       const cudaStream_t st = ctx.local[i].stream;
@@ -2497,9 +2500,7 @@ void caseStreamsOrder(Ctx& ctx) {
       if (g != nullptr) CUDA_OK(ctx, cudaGraphDestroy(g));
     }
     y.issue(comms);
-    x.verify(comms, label + " (X)");
-    y.verify(comms, label + " (Y)");
-    for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
+    verifyBoth(x, y, label);
     ctx.destroyComms(comms, label.c_str());
   }
   for (size_t i = 0; i < nl; ++i) {

@@ -237,16 +237,25 @@ TEST(a_failed_open_leaves_no_entry) {
   CHECK_MSG(m != nullptr, "%s", err.c_str());
 }
 
+// kA imported and released, its close running on `reaper` (returned) and held at `close` until
+// the caller lets it go: an import of kA meanwhile finds it Closing.
+std::thread startStuckClose(FakeDriver& drv, IpcImports& t, Gate& close) {
+  std::string err;
+  drv.duringClose = [&close] { close.stopHere(); };
+  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
+  m.reset();
+  std::thread reaper([&drv] { drv.runPosted(); });
+  close.waitUntilReached();
+  return reaper;
+}
+
 TEST(an_import_waits_for_a_close_in_progress) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
   Gate close;
-  drv.duringClose = [&] { close.stopHere(); };
-  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
-  m.reset();
-  std::thread reaper([&] { drv.runPosted(); });
-  close.waitUntilReached();
+  std::thread reaper = startStuckClose(drv, t, close);
+  std::shared_ptr<void> m;
   // Closing: an import with a short timeout gives up, naming the close.
   m = t.import(kA, {}, handleOf(kA), 50, &err);
   CHECK(m == nullptr);
@@ -271,11 +280,8 @@ TEST(an_import_waiting_for_a_close_gives_up_on_abort) {
   IpcImports t(drv.ops());
   std::string err;
   Gate close;
-  drv.duringClose = [&] { close.stopHere(); };
-  std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
-  m.reset();
-  std::thread reaper([&] { drv.runPosted(); });
-  close.waitUntilReached();
+  std::thread reaper = startStuckClose(drv, t, close);
+  std::shared_ptr<void> m;
   std::atomic<bool> cancel{false};
   const auto start = std::chrono::steady_clock::now();
   std::thread aborter([&] {
