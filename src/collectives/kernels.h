@@ -19,6 +19,7 @@ KernelFn exchangeLLCopyKernelFor(DataType t, RedOp op);        // exchange/copy.
 KernelFn exchangeStagedReduceKernelFor(DataType t, RedOp op);  // exchange/staged_reduce.cu
 KernelFn exchangeStagedCopyKernelFor(DataType t, RedOp op);    // exchange/copy.cu
 KernelFn exchangeDirectCopyKernelFor(DataType t, RedOp op);    // exchange/copy.cu
+KernelFn exchangePullReduceKernelFor(DataType t, RedOp op);    // exchange/pull_reduce.cu
 KernelFn alltoallvKernelFor(DataType t, RedOp op);             // exchange/alltoallv.cu
 
 }  // namespace yali

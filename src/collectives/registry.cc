@@ -46,6 +46,9 @@ constexpr FamilyNeeds kFamilyNeeds[] = {
     // kExchangeDirect (exchange.cuh: exchangeDirect): the enter, leave and offset planes of
     // directFlags; the data goes into registered outputs, outside the window.
     {kRegionDirectFlags, kLaunchPhases | phaseBit(kPhaseDirectEnter) | phaseBit(kPhaseDirectLeave), 0, 0},
+    // kExchangePull (exchange.cuh: exchangePull): the same planes of directFlags (the offsets are
+    // the inputs'); the data is read from registered inputs, outside the window.
+    {kRegionDirectFlags, kLaunchPhases | phaseBit(kPhaseDirectEnter) | phaseBit(kPhaseDirectLeave), 0, 0},
     // kCopyEngine (copy_engine/copy_engine.cc: the host's memory operations on ceFlags, ours and
     // the peers'; no kernel, so no launch phases: its watch reports these two).
     {kRegionCeFlags, phaseBit(kPhaseCopyEngineReady) | phaseBit(kPhaseCopyEngineDone), 0, 0},
@@ -72,6 +75,10 @@ constexpr AlgorithmDesc kAlgorithms[] = {
      "two-shot (reduce-scatter, all-gather) gathering by NVLink reads",
      kRegionResult},
     // ---- ReduceScatter ----
+    {Algo::kReduceScatterPull, "reducescatter_pull", Collective::kReduceScatter, Family::kExchangePull,
+     Bound::kFrom, "reducescatter_pull_min", false, true, exchangePullReduceKernelFor,
+     "each rank reduces its block straight from every rank's registered input (NVLink reads, no staging); "
+     "off by default until measured on several GPUs"},
     {Algo::kReduceScatterLL, "reducescatter_ll", Collective::kReduceScatter, Family::kExchangeLL, Bound::kUpTo,
      "reducescatter_ll_max", false, false, exchangeLLReduceKernelFor,
      "each rank's block for every receiver as LL packets; each receiver reduces in rank order"},

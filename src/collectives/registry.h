@@ -28,6 +28,7 @@ enum class Algo : int {
   kTwoshotPush,
   kTwoshot,
   // ReduceScatter
+  kReduceScatterPull,
   kReduceScatterLL,
   kReduceScatterStaged,
   // AllGather
@@ -62,7 +63,7 @@ enum class Algo : int {
   // AlltoAllv
   kAlltoAllvStaged,
 };
-constexpr int kNumAlgos = 31;
+constexpr int kNumAlgos = 32;
 
 // How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
 // on (choiceFits).
@@ -74,6 +75,8 @@ enum class Family : int {
   kExchangeLL,      // a pattern of pieces as LL packets (exchange/ll.cuh)
   kExchangeStaged,  // a pattern of pieces, pipelined through staging (exchange/staged.cuh)
   kExchangeDirect,  // a pattern of pieces written into registered outputs (exchange/direct.cuh)
+  kExchangePull,    // a reducing pattern read straight from registered inputs (exchange.cuh:
+                    // exchangePull)
   kCopyEngine,      // a pattern of pieces pulled by the copy engines from registered inputs, no
                     // kernel (copy_engine/copy_engine.h)
 };
@@ -123,7 +126,8 @@ struct AlgorithmDesc {
   // kFallback. Its environment variable is YALI_<NAME>_MAX_BYTES (kUpTo) or _MIN_BYTES (kFrom).
   const char* tuningKey;
   bool needsRegisteredRecv;  // only for outputs in memory registered on every rank
-  bool needsRegisteredSend;  // only for inputs in memory registered on every rank (copy_engine/)
+  bool needsRegisteredSend;  // only for inputs in memory registered on every rank (copy_engine/,
+                             // exchangePull)
   // The kernel for a data type and op, or null where the pair is not supported (avg on integers).
   // Data-moving algorithms return their one byte-wise kernel for every pair; the copy-engine rows
   // have no kernel at all (null: they are issued by core/enqueue.cc through copy_engine.h).

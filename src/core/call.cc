@@ -109,21 +109,24 @@ RegisteredSpan registeredOutput(yaliComm* comm, const CollCall& c, const Sizes& 
 // What the selector is asked about: AllReduce's message, every other collective's piece.
 size_t selectorBytes(const Sizes& s) { return s.piece; }
 
-// The input's registration, for the copy-engine algorithms, which pull every peer's input
-// (copy_engine.h): `ref` is the offset within it that every rank's call must share (in place in
-// the slot layout, sendbuff == recvbuff + rank * count: AllGather, and Gather as nccl-tests lays it
-// out on every rank: the output's, the input being our block of it). A rank that reads nothing of
-// its own input (Broadcast and Scatter receivers) still passes one laid out like the root's: it is
-// looked up with the root's extent. None inside a stream capture, or where the driver lacks the
-// memory operations.
+// The input's registration, for the algorithms that read every peer's input: the copy engines
+// (copy_engine.h) and the pull exchange (exchange.cuh: exchangePull). For the copy engines, `ref`
+// is the offset within it that every rank's call must share (in place in the slot layout,
+// sendbuff == recvbuff + rank * count: AllGather, and Gather as nccl-tests lays it out on every
+// rank: the output's, the input being our block of it), and `copyEngines` says whether they may run
+// (not inside a stream capture, nor where the driver lacks the memory operations, nor where the
+// in-place reference would wrap); the pull exchange tells its peers its own offset (span.offset).
+// A rank that reads nothing of its own input (Broadcast and Scatter receivers) still passes one
+// laid out like the root's: it is looked up with the root's extent.
 struct SendRegistration {
   RegisteredSpan span;
   size_t ref = 0;
   bool inPlaceSlot = false;  // sendbuff == recvbuff + rank * count (AllGather, Gather)
+  bool copyEngines = false;
 };
 SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes& s, uint64_t sendId, bool haveId) {
   SendRegistration out;
-  if (!comm->copyEngineOk || comm->registrations.live.empty() ||
+  if (comm->registrations.live.empty() ||
       !mayUseRegistered(comm, c.collective, &AlgorithmDesc::needsRegisteredSend) || c.send == nullptr)
     return out;
   const int n = comm->nranks;
@@ -136,13 +139,15 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
     if (!queryAllocation(c.send, &info, &ignored)) return out;
     sendId = info.bufferId;
   }
-  if (c.stream != nullptr) {
+  out.copyEngines = comm->copyEngineOk;
+  if (c.stream != nullptr && out.copyEngines) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(c.stream, &capture) != cudaSuccess) {
       cudaGetLastError();
-      return out;
+      out.copyEngines = false;
+    } else if (capture != cudaStreamCaptureStatusNone) {
+      out.copyEngines = false;
     }
-    if (capture != cudaStreamCaptureStatusNone) return out;
   }
   out.span = findRegistered(comm, c.send, bytes, sendId);
   if (out.span.registration == nullptr) return out;
@@ -152,7 +157,10 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
   // In place, the output starts `mine` bytes before the input: inside the registration only when
   // the input lies at least that far into it (else the reference would wrap: the path without a
   // registered input then).
-  if (out.inPlaceSlot && out.span.offset < mine) return SendRegistration{};
+  if (out.inPlaceSlot && out.span.offset < mine) {
+    out.copyEngines = false;
+    return out;
+  }
   out.ref = out.inPlaceSlot ? out.span.offset - mine : out.span.offset;
   return out;
 }
@@ -219,7 +227,7 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
   plan.comm = locked.shared();
   plan.call = c.name;
   plan.choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr,
-                                      in.span.registration != nullptr);
+                                      in.span.registration != nullptr, in.copyEngines);
   plan.dtype = static_cast<DataType>(c.datatype);
   plan.op = collectiveShape(c.collective).reduces ? static_cast<RedOp>(c.op) : RedOp::kSum;
   plan.bytes = selectorBytes(s);
@@ -240,14 +248,19 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     fillPattern(c.collective, comm->rank, comm->nranks, c.root, s.piece, send, recv, &args);
   }
   if (algorithm(algo).needsRegisteredSend) {
-    // Pull: every rank's input as mapped here, and which inputs hold one block per receiver.
+    // Every rank's input as mapped here, and which inputs hold one block per receiver. The copy
+    // engines read every input at the shared offset; the pull exchange at the offset each rank
+    // tells its peers (exchange.cuh: enterRegistered), so its tag leaves the offset out.
+    const bool copyEngine = algorithm(algo).family == Family::kCopyEngine;
     const size_t n = static_cast<size_t>(comm->nranks);
     args.peerSrcByRank = 0;
     for (int p = 0; p < comm->nranks; ++p) {
-      args.peerRecv[p] = in.span.registration->peerBase[p] + in.ref + (in.inPlaceSlot ? p * s.piece : 0);
+      args.peerRecv[p] = in.span.registration->peerBase[p] +
+                         (copyEngine ? in.ref + (in.inPlaceSlot ? p * s.piece : 0) : 0);
       if (extentsOf(c.collective, p, c.root, comm->nranks).sendPieces == n && n > 1) args.peerSrcByRank |= 1u << p;
     }
-    args.callTag = copyEngineTag(algo, c, in);
+    args.registeredOffset = in.span.offset;
+    args.callTag = copyEngine ? copyEngineTag(algo, c, in) : registeredTag(algo, c, in.span);
     plan.registrations[0] = in.span.registration;
     if (in.span.stale) {
       // A new allocation where registered memory was freed: a tag no peer has, so every rank's
@@ -260,7 +273,7 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     const bool exchange = algorithm(algo).family == Family::kExchangeDirect;
     for (int p = 0; p < comm->nranks; ++p)
       args.peerRecv[p] = reg.registration->peerBase[p] + (exchange ? 0 : reg.offset);
-    args.recvOffset = reg.offset;
+    args.registeredOffset = reg.offset;
     args.callTag = registeredTag(algo, c, reg);
     plan.registrations[0] = reg.registration;
     if (reg.stale) {
@@ -295,7 +308,7 @@ yaliResult_t describeCall(yaliComm_t handle, const CollCall& c, yaliAlgoInfo_t* 
   const RegisteredSpan reg = registeredOutput(comm, c, s, recvInfo.bufferId);
   const SendRegistration in = registeredInput(comm, c, s, 0, false);
   const AlgoChoice choice = comm->selector.choose(c.collective, selectorBytes(s), reg.registration != nullptr,
-                                                  in.span.registration != nullptr);
+                                                  in.span.registration != nullptr, in.copyEngines);
   memset(info, 0, sizeof(*info));
   strncpy(info->algorithm, c.count == 0 ? "none" : algoName(choice.algo), sizeof(info->algorithm) - 1);
   info->ctas = c.count == 0 ? 0 : choice.ctas;

@@ -93,8 +93,12 @@ const char* const kBuiltinTable[] = {
 // against 64.4 us; reduce_staged 1 GB 8908 us against NCCL's 2947. Their sweep sets the thresholds.
 // The copy-engine rows (*_ce_min) are 0, never by default: they trade speed for SMs left free,
 // which only the caller can weigh (YALI_<NAME>_MIN_BYTES or YALI_ALGO opt in; yali.h).
+// reducescatter_pull (registered inputs, no staging) is 0 too until it has run on several GPUs:
+// what it should beat (nvidia-h200-x4, fp32, n = 4, Session 15): reducescatter_staged 1 GB at
+// 276 GB/s busBW against NCCL's best 326.
 const char* const kBuiltinExchanges =
     " allgather_ce_min=0 broadcast_ce_min=0 gather_ce_min=0 scatter_ce_min=0 alltoall_ce_min=0"
+    " reducescatter_pull_min=0"
     " reducescatter_ll_max=262144 allgather_direct_min=1048576 allgather_ll_max=262144"
     " broadcast_direct_min=1048576 broadcast_ll_max=262144 reduce_ll_max=262144 gather_ll_max=262144"
     " scatter_direct_min=1048576 scatter_ll_max=262144 alltoall_direct_min=1048576 alltoall_ll_max=262144"
@@ -436,7 +440,8 @@ AlgoChoice Selector::geometry(Algo a, size_t bytes) const {
     case Family::kTwoshot: return twoshot(bytes, a);
     case Family::kExchangeStaged: return staged(bytes, a);
     case Family::kCopyEngine: return {a, 0, 0, 0, 1};  // no kernel: no blocks
-    case Family::kExchangeDirect: {
+    case Family::kExchangeDirect:
+    case Family::kExchangePull: {
       const size_t moved = saturatingMul(bytes, static_cast<size_t>(limits_.nranks));
       return {a, static_cast<int>(ctasFor(moved, bytes / minSlotOf(entry_))), threadsFor(entry_, limits_, a), 0, 1};
     }
@@ -450,9 +455,12 @@ bool Selector::fitsBuffer(Algo a, size_t bytes) const {
   return true;
 }
 
-// Whether a call whose output (recv) and input (send) are registered or not may take row `a`.
-static bool registrationsAllow(const AlgorithmDesc& a, bool recvRegistered, bool sendRegistered) {
-  return (!a.needsRegisteredRecv || recvRegistered) && (!a.needsRegisteredSend || sendRegistered);
+// Whether a call whose output (recv) and input (send) are registered or not, and that may or may not
+// take the copy engines, may take row `a`.
+static bool registrationsAllow(const AlgorithmDesc& a, bool recvRegistered, bool sendRegistered,
+                               bool copyEngines) {
+  return (!a.needsRegisteredRecv || recvRegistered) && (!a.needsRegisteredSend || sendRegistered) &&
+         (a.family != Family::kCopyEngine || copyEngines);
 }
 
 // The threshold in force for row i: the setting unless -2, then the table's.
@@ -471,26 +479,26 @@ static bool mayChooseUnder(const Settings& s, const TuningEntry& e, int i) {
 
 bool Selector::mayChoose(Algo a) const { return mayChooseUnder(settings_, entry_, static_cast<int>(a)); }
 
-static_assert(kNumAlgos < 32, "choosableAlgos: one bit per algorithm");
+static_assert(kNumAlgos <= 64, "choosableAlgos: one bit per algorithm");
 
-uint32_t choosableAlgos(const Settings& settings, int nranks) {
+uint64_t choosableAlgos(const Settings& settings, int nranks) {
   // The tables Selector::init may take its entry from: the built-in line for nranks (the same on
   // every architecture) and the tuning file's lines for nranks, one per sm.
   std::vector<TuningEntry> tables = {builtinTuning(9, nranks)};
   std::string err;
-  if (!parseTuningText(settings.tuningText, &tables, &err)) return (1u << kNumAlgos) - 1;  // init refuses it
-  uint32_t mask = 0;
+  if (!parseTuningText(settings.tuningText, &tables, &err)) return algoBit(kNumAlgos) - 1;  // init refuses it
+  uint64_t mask = 0;
   for (int i = 0; i < kNumAlgos; ++i)
     for (const TuningEntry& e : tables)
-      if (e.nranks == tables.front().nranks && mayChooseUnder(settings, e, i)) mask |= 1u << i;
+      if (e.nranks == tables.front().nranks && mayChooseUnder(settings, e, i)) mask |= algoBit(i);
   return mask;
 }
 
 uint32_t windowRegionsFor(const Settings& settings, int nranks) {
-  const uint32_t algos = choosableAlgos(settings, nranks);
+  const uint64_t algos = choosableAlgos(settings, nranks);
   uint32_t regions = kAlwaysRegions;
   for (int i = 0; i < kNumAlgos; ++i)
-    if (algos & (1u << i)) regions |= algoRegions(static_cast<Algo>(i));
+    if (algos & algoBit(i)) regions |= algoRegions(static_cast<Algo>(i));
   return regions;
 }
 
@@ -503,7 +511,8 @@ bool regionsLaidOut(Algo a, uint32_t laidOut, std::string* why) {
   return false;
 }
 
-AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered) const {
+AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered,
+                            bool copyEngines) const {
   // Byte counts compare as size_t, every limit and threshold converted from its int64_t without a
   // sign: a message of 2^63 bytes or more is larger than every one of them.
   int count = 0;
@@ -518,7 +527,7 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
   const int forced = settings_.forcedAlgo[ci];
   if (forced >= 0) {
     const Algo a = static_cast<Algo>(forced);
-    if (registrationsAllow(algorithm(a), recvRegistered, sendRegistered))
+    if (registrationsAllow(algorithm(a), recvRegistered, sendRegistered, copyEngines))
       return geometry(fitsBuffer(a, bytes) ? a : fallback->id, bytes);
   }
   // Each threshold (env.h): the setting unless -2, then the table's: -1 means every size, 0 never,
@@ -526,7 +535,7 @@ AlgoChoice Selector::choose(Collective collective, size_t bytes, bool recvRegist
   for (int i = 0; i < count; ++i) {
     const AlgorithmDesc& row = rows[i];
     if (row.collective != collective) continue;
-    if (!registrationsAllow(row, recvRegistered, sendRegistered)) continue;
+    if (!registrationsAllow(row, recvRegistered, sendRegistered, copyEngines)) continue;
     const int64_t threshold = thresholdOf(settings_, entry_, i);
     bool take = false;
     switch (row.bound) {

@@ -84,7 +84,8 @@ bool choiceFits(const AlgoChoice& c, size_t bytes, const SelectorLimits& limits,
 // alike (set-up refuses ranks whose settings digests differ before any launch), so every rank
 // gets the same set, and the same window layout from it. mayChoose itself depends on the GPU's
 // compute capability (the tuning file's line for it), which may differ between ranks.
-uint32_t choosableAlgos(const Settings& settings, int nranks);
+uint64_t choosableAlgos(const Settings& settings, int nranks);
+constexpr uint64_t algoBit(int i) { return uint64_t(1) << i; }
 // The window regions (registry.h: Region) that those algorithms need, kAlwaysRegions included:
 // what core/window_layout.h's computeLayout lays out.
 uint32_t windowRegionsFor(const Settings& settings, int nranks);
@@ -102,10 +103,12 @@ class Selector {
   // The choice for a call of `collective` moving `bytes` (AllReduce: the message; every other
   // collective: one piece, the bytes one rank sends to one receiver). recvRegistered: the output lies
   // in memory registered on every rank (yaliCommRegister), which the *_direct algorithms need.
-  // sendRegistered: the inputs do, at the same offset (the *_ce algorithms pull from them); the
-  // caller also clears it where those cannot run (inside a stream capture). Any bytes from 0 to
+  // sendRegistered: the inputs do (the *_ce algorithms, which need them at the same offset, and
+  // reducescatter_pull read them). copyEngines: the *_ce algorithms may run (the caller clears it
+  // inside a stream capture, or where the driver lacks the memory operations). Any bytes from 0 to
   // SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
-  AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false) const;
+  AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false,
+                    bool copyEngines = true) const;
   // Whether choose() can ever return `a` with these settings and table: YALI_ALGO names it, or its
   // threshold is not 0 (never). The call path skips work that only such a row needs. Within
   // choosableAlgos(settings, nranks) on every architecture (a host test checks it).

@@ -203,7 +203,7 @@ const std::vector<std::string>& algoNames(Coll c) {
   static const std::vector<std::string> names[kNumColls] = {
       // (AllReduce's "direct" was removed from the library: never ahead of the staged choice.)
       {"oneshot_ll", "oneshot_pull", "twoshot", "twoshot_push", "twoshot_direct"},
-      {"reducescatter_ll", "reducescatter_staged"},
+      {"reducescatter_ll", "reducescatter_staged", "reducescatter_pull"},
       {"allgather_ll", "allgather_staged", "allgather_direct", "allgather_ce"},
       {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
       {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
@@ -1449,6 +1449,9 @@ void runWithOneBufferRegistered(Ctx& ctx, const std::vector<yaliComm_t>& comms, 
 //  - settings that name two algorithms of one collective, an unknown name, or a threshold out of
 //    range are refused at comm creation (yaliInvalidArgument naming the variable).
 
+void captureAndReplay(Ctx& ctx, const std::vector<yaliComm_t>& comms, std::vector<std::unique_ptr<CollRun>>& runs,
+                      Verifier& v, int replays, const std::string& label);  // coll_graphs, below
+
 void caseAlgos(Ctx& ctx) {
   const int n = ctx.nranks;
   // The LL and staged families.
@@ -1622,6 +1625,66 @@ void caseAlgos(Ctx& ctx) {
       }
       runCollAlgo(ctx, comms, unreg, v, cspec(kAllReduce, 65537, yaliFloat32, yaliSum), "twoshot_direct",
                   label + ", not registered", true);
+      reg.release();
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
+
+  // reducescatter_pull: the inputs registered (off by default): every type x op, counts that leave
+  // blocks short and runs unaligned, in place and not, several blocks; with only sendbuff
+  // registered too (which is what it needs), never with only recvbuff or neither; and in a graph
+  // (coll_graphs covers captures in general; this one the pull's own handshake across replays).
+  {
+    const std::string label = "YALI_ALGO=reducescatter_pull";
+    SelectorScope env(Vars{{"YALI_ALGO", "reducescatter_pull"}});
+    std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+    {
+      SlabPool reg(ctx, Alloc::Malloc, &comms);
+      SlabPool unreg(ctx);
+      Verifier v(ctx);
+      int combo = 0;
+      for (yaliDataType_t dt : kEveryDtype) {
+        std::vector<yaliRedOp_t> ops = opsFor(dt);
+        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<size_t> counts = {1, 31, 4093, 262147};
+        if (ctx.quick()) counts = {31, 4093};
+        for (yaliRedOp_t op : ops) {
+          for (size_t count : counts) {
+            CLayout L;
+            L.inplace = combo % 2 == 1;
+            runCollAlgo(ctx, comms, reg, v, cspec(kReduceScatter, count, dt, op, 0, L), "reducescatter_pull",
+                        label + ", registered");
+            ++combo;
+          }
+        }
+      }
+      for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16}) {
+        const CSpec s = cspec(kReduceScatter, 65537, dt, yaliSum);
+        runCollAlgo(ctx, comms, unreg, v, s, "reducescatter_pull", label + ", not registered", true);
+        runWithOneBufferRegistered(ctx, comms, reg, unreg, v, s, "reducescatter_pull", label, true, false);
+      }
+      {
+        // Two calls in one graph, each in a registered slab of its own.
+        std::vector<std::unique_ptr<Slab>> slabs;
+        std::vector<std::unique_ptr<CollRun>> runs;
+        for (const CSpec& s : {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum),
+                               cspec(kReduceScatter, 65537, yaliBfloat16, yaliMax)}) {
+          slabs.push_back(makeSlab(ctx, slabBytesFor(s, n), Alloc::Malloc));
+          registerPart(ctx, comms, slabs.back()->A, slabs.back()->regA, "A");
+          registerPart(ctx, comms, slabs.back()->B, slabs.back()->regB, "B");
+          runs.emplace_back(new CollRun(ctx, s, *slabs.back()));
+          expectAlgo(ctx, comms, *runs.back(), "reducescatter_pull", label + ", captured");
+        }
+        syncAll(ctx);
+        captureAndReplay(ctx, comms, runs, v, ctx.quick() ? 3 : 8, label + ", captured");
+        runs.clear();
+        for (auto& sl : slabs) {
+          deregisterPart(ctx, comms, sl->regA, "A");
+          deregisterPart(ctx, comms, sl->regB, "B");
+        }
+        ctx.world->barrier();  // every rank stopped using its peers' copies before any frees
+        for (auto& sl : slabs) freeSlab(ctx, *sl);
+      }
       reg.release();
     }
     ctx.destroyComms(comms, label.c_str());

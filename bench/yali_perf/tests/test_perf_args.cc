@@ -1084,8 +1084,8 @@ void TestTuneExchangeNames() {
     const bool exchange = row.collective != yali::Collective::kAllReduce;
     const bool measured = row.family == yali::Family::kExchangeLL ||
                           row.family == yali::Family::kExchangeDirect;
-    const bool left = row.family == yali::Family::kCopyEngine ||
-                      row.family == yali::Family::kTwoshot;
+    const bool left = row.family == yali::Family::kCopyEngine || row.family == yali::Family::kTwoshot ||
+                      row.family == yali::Family::kExchangePull;
     if (exchange) rows_ok = rows_ok && (measured || left) && cleared(yali::thresholdSettingName(row));
     if (exchange && measured) {
       bool known = false;

@@ -254,10 +254,11 @@ struct DeviceArgs {
   size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
   int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel
-  // Registered outputs (twoshot_direct, the direct exchanges): every rank's output of this call as
-  // mapped here ([rank] is ours; the direct exchanges: every rank's registration base), a digest
-  // of the call (collective, count, type, op, root, registration and, for twoshot_direct, offset)
-  // that every peer's must equal, and LocalState::regEpoch when the call was made.
+  // Registered buffers (twoshot_direct, the direct exchanges: outputs; the pull exchange and the
+  // copy engines: inputs): every rank's buffer of this call as mapped here ([rank] is ours; the
+  // direct and pull exchanges: every rank's registration base), a digest of the call (collective,
+  // count, type, op, root, registration and, where the offsets must agree, offset) that every
+  // peer's must equal, and LocalState::regEpoch when the call was made.
   void* peerRecv[kMaxRanks];
   uint32_t callTag;
   uint32_t regEpoch;
@@ -272,22 +273,24 @@ struct DeviceArgs {
   //   peerDstByRank  bit d: our piece lands at rank * pieceBytes of rank d's output, else at 0
   //                  (registered outputs: the direct exchange writes there itself).
   // A rank's own piece (bit `rank` of sendTo and recvFrom) moves locally; when it would be copied
-  // onto itself (in place) both bits are clear. recvOffset: the direct exchanges' output offset
-  // within its registration, which every rank tells its peers at entry (NCCL's in-place layouts
-  // put outputs at offsets that differ by rank). DeviceArgs::count is this rank's output in bytes
+  // onto itself (in place) both bits are clear. registeredOffset: the direct exchanges' output
+  // offset (the pull exchange's input offset) within its registration, which every rank tells its
+  // peers at entry (NCCL's in-place layouts put buffers at offsets that differ by rank, and so does
+  // any allocator that is not symmetric). DeviceArgs::count is this rank's output in bytes
   // (what a launch on a failed comm poisons), and `arrive` says whether the launch exchanges
   // arrival flags (exchange.cuh: the launch covenant), the same on every rank.
   size_t pieceBytes;
-  size_t recvOffset;
+  size_t registeredOffset;
   uint32_t arrive;
   uint32_t sendTo;
   uint32_t recvFrom;
   uint32_t srcByRank;
   uint32_t dstByRank;
   uint32_t peerDstByRank;
-  // The copy-engine algorithms (copy_engine.h), which pull: bit p: rank p's input holds one piece
-  // per receiver (ours at rank * pieceBytes), else one piece at 0. peerRecv[p] then holds rank p's
-  // input as mapped here, and callTag the digest every rank's handshake must match.
+  // The algorithms that read peers' inputs (the copy engines, copy_engine.h; the pull exchange):
+  // bit p: rank p's input holds one piece per receiver (ours at rank * pieceBytes), else one piece
+  // at 0. peerRecv[p] then holds rank p's input as mapped here (the pull exchange: its registration
+  // base), and callTag the digest every rank's handshake must match.
   uint32_t peerSrcByRank;
   VarArgs var;  // alltoallv only
   // The rooted two-shot shapes (broadcast_twoshot, reduce_twoshot; allreduce/twoshot.cuh): the

@@ -242,30 +242,58 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
 // Both handshakes involve every peer, so the covenant holds without arrival flags. The offset
 // words are read only between a peer's enter flag of this launch and our leave: the peer writes
 // the next launch's offset after it left this one, i.e. after our leave flag.
-__device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const LaunchInfo& info) {
+// directFlags' planes (device_state.h): [enter][block][rank], [leave][block][rank], then the
+// registered buffers' offsets [block][rank].
+struct DirectPlanes {
+  size_t enter, leave, offsets;
+};
+__device__ __forceinline__ DirectPlanes directPlanes(const DeviceArgs& args) {
+  const size_t plane = sizeof(uint64_t) * kMaxCtas * kMaxRanks;
+  return {args.layout.directFlags, args.layout.directFlags + plane, args.layout.directFlags + 2 * plane};
+}
+
+// The entry of the registered-buffer exchanges (exchangeDirect, exchangePull), by the whole block:
+// thread p writes our registered buffer's offset within its registration (registeredOffset) into
+// peer p's offset words [b][our rank], then enterWithTag; once every peer's block b has entered,
+// peerOffset[p] (shared) holds peer p's offset. False when the block must stop.
+__device__ __forceinline__ bool enterRegistered(const DeviceArgs& args, const LaunchInfo& info,
+                                                size_t (&peerOffset)[kMaxRanks]) {
   const int n = args.nranks;
   const int me = args.rank;
-  const Team block = wholeBlock();
-  const size_t flagsPlane = sizeof(uint64_t) * kMaxCtas * kMaxRanks;
-  const size_t enterFlags = args.layout.directFlags;
-  const size_t leaveFlags = enterFlags + flagsPlane;
-  const size_t offsetWords = enterFlags + 2 * flagsPlane;
-  __shared__ size_t peerOffset[kMaxRanks];
+  const DirectPlanes planes = directPlanes(args);
   const int peer = threadIdx.x;
   if (peer < n && peer != me)
-    *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t*>(args.peerWindows[peer] + offsetWords) +
-                                          blockIdx.x * kMaxRanks + me) = args.recvOffset;
-  if (!enterWithTag(args, enterFlags, info, kPhaseDirectEnter)) return;
+    *reinterpret_cast<volatile uint64_t*>(reinterpret_cast<uint64_t*>(args.peerWindows[peer] + planes.offsets) +
+                                          blockIdx.x * kMaxRanks + me) = args.registeredOffset;
+  if (!enterWithTag(args, planes.enter, info, kPhaseDirectEnter)) return false;
   // Two statements, not one conditional expression: `cond ? args.field : *volatilePointer` is one
   // volatile lvalue, and nvcc then loads the __grid_constant__ field through a global-space volatile
   // access at its parameter-space address (compute-sanitizer: an invalid read at 0x278).
   if (peer == me) {
-    peerOffset[peer] = args.recvOffset;
+    peerOffset[peer] = args.registeredOffset;
   } else if (peer < n) {
     peerOffset[peer] = *reinterpret_cast<const volatile uint64_t*>(
-        reinterpret_cast<const uint64_t*>(args.window + offsetWords) + blockIdx.x * kMaxRanks + peer);
+        reinterpret_cast<const uint64_t*>(args.window + planes.offsets) + blockIdx.x * kMaxRanks + peer);
   }
   __syncthreads();
+  return true;
+}
+
+// The leave of the registered-buffer exchanges: after a block barrier (the release covers the
+// block's reads and writes), publish leave[b][our rank] on every peer, and wait for every peer's.
+__device__ __forceinline__ void leaveRegistered(const DeviceArgs& args, const LaunchInfo& info) {
+  allowNextGrid();
+  const size_t leaveFlags = directPlanes(args).leave;
+  signalPeers(wholeBlock(), args, leaveFlags, flagValue(info.epoch, 0));
+  waitPeers(wholeBlock(), args, leaveFlags, flagValue(info.epoch, 0), kPhaseDirectLeave);
+}
+
+__device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const LaunchInfo& info) {
+  const int n = args.nranks;
+  const int me = args.rank;
+  const Team block = wholeBlock();
+  __shared__ size_t peerOffset[kMaxRanks];
+  if (!enterRegistered(args, info, peerOffset)) return;
   const size_t per = ((args.pieceBytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
   const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, args.pieceBytes);
   const size_t len = min(begin + per, args.pieceBytes) - begin;
@@ -276,9 +304,64 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
     copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
               send + srcOffset(args, d) + begin, len);
   }
-  allowNextGrid();
-  signalPeers(block, args, leaveFlags, flagValue(info.epoch, 0));
-  waitPeers(block, args, leaveFlags, flagValue(info.epoch, 0), kPhaseDirectLeave);
+  leaveRegistered(args, info);
+}
+
+// ---- exchangePull -----------------------------------------------------------------------------------
+//
+// For inputs registered on every rank (DeviceArgs::peerRecv: every rank's input registration base as
+// mapped here; registeredOffset: our input's offset within ours), a reducing pattern (ReduceScatter):
+//   enter - enterRegistered: the offsets of the inputs, then the tagged handshake. Once every
+//           peer's block b has entered, its input holds this call's data (stream order: the peer
+//           entered after its earlier work on the stream) and keeps it until the peer leaves;
+//   pull  - block b reduces its run of our piece, in rank order 0..n-1, reading every rank's piece
+//           for us straight from its input (NVLink reads; ours locally) at the rank's offset plus
+//           rank * pieceBytes (peerSrcByRank), into our output at 0, so all ranks' reductions of
+//           the same piece have the same bits;
+//   leave - leaveRegistered: our launch ends, and with it our program's right to overwrite our
+//           input, only after every peer's block b has read its run of it.
+// In place (recvbuff == sendbuff + rank * pieceBytes), our piece of our input is our output: each
+// element is read (with every source of that element) before the same thread writes it, and the
+// peers read only the other pieces of our input. Both handshakes involve every peer: the launch
+// covenant holds without arrival flags.
+// Vectors each thread loads from every source before its first store (one memory latency per run,
+// as oneshot_pull's reads, allreduce/oneshot_pull.cuh).
+constexpr int kExchangePullUnroll = 4;
+
+template <typename T, RedOp kOp>
+__device__ __forceinline__ void exchangePull(const DeviceArgs& args, const LaunchInfo& info) {
+  const int n = args.nranks;
+  const int me = args.rank;
+  __shared__ size_t peerOffset[kMaxRanks];
+  if (!enterRegistered(args, info, peerOffset)) return;
+  if (args.recvFrom != 0) {
+    const size_t per = ((args.pieceBytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+    const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, args.pieceBytes);
+    const size_t len = min(begin + per, args.pieceBytes) - begin;  // bytes, whole elements
+    const size_t ours = static_cast<size_t>(me) * args.pieceBytes;
+    const T* src[kMaxRanks];
+    bool vectors = len % 16 == 0;
+#pragma unroll
+    for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
+      const char* base = nullptr;
+      if (s == me) base = static_cast<const char*>(args.send);
+      else if (s < n) base = static_cast<const char*>(args.peerRecv[s]) + peerOffset[s];
+      if (base != nullptr) base += (hasBit(args.peerSrcByRank, s) ? ours : 0) + begin;
+      src[s] = reinterpret_cast<const T*>(base);
+      vectors = vectors && (reinterpret_cast<uintptr_t>(base) & 15) == 0;
+    }
+    char* out = static_cast<char*>(args.recv) + begin;
+    vectors = vectors && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
+    if (vectors) {
+      uint4* dst[1] = {reinterpret_cast<uint4*>(out)};
+      reduceVectorsInFlight<T, kOp, kExchangePullUnroll>(wholeBlock(), dst, 1,
+                                                         reinterpret_cast<const uint4* const*>(src), n, len / 16);
+    } else {
+      T* dst[1] = {reinterpret_cast<T*>(out)};
+      reduceElems<T, kOp>(wholeBlock(), dst, 1, src, n, len / sizeof(T));
+    }
+  }
+  leaveRegistered(args, info);
 }
 
 template <typename T, RedOp kOp, bool kReduce>

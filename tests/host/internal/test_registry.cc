@@ -58,11 +58,13 @@ TEST(registry_rows_consistent) {
     CHECK_MSG(r.summary != nullptr && r.summary[0] != '\0', "%s has no summary", r.name);
     CHECK_MSG((r.kernel != nullptr) == (r.family != Family::kCopyEngine),
               "%s: a kernel lookup exactly when it is no copy-engine row", r.name);
-    if (r.family == Family::kCopyEngine)
+    if (r.family == Family::kCopyEngine || r.family == Family::kExchangePull)
       CHECK_MSG(r.needsRegisteredSend && !r.needsRegisteredRecv && r.bound == Bound::kFrom,
-                "%s: a copy-engine row pulls from registered inputs, from its threshold up", r.name);
+                "%s: a copy-engine or pull row reads registered inputs, from its threshold up", r.name);
     else
       CHECK_MSG(!r.needsRegisteredSend, "%s needs registered inputs", r.name);
+    if (r.family == Family::kExchangePull)
+      CHECK_MSG(collectiveShape(r.collective).reduces, "%s: the pull exchange reduces", r.name);
     const int c = idx(r.collective);
     CHECK_MSG(c >= 0 && c < kNumCollectives, "%s: collective %d", r.name, c);
     if (r.bound == Bound::kFallback) {
@@ -94,6 +96,7 @@ TEST(registry_rows_consistent) {
                            : r.family == Family::kExchangeLL       ? "_ll"
                            : r.family == Family::kExchangeStaged ? "_staged"
                            : r.family == Family::kCopyEngine     ? "_ce"
+                           : r.family == Family::kExchangePull   ? "_pull"
                                                                  : "_direct";
       CHECK_MSG(name == std::string(collectiveName(r.collective)) + suffix, "%s: expected %s%s", r.name,
                 collectiveName(r.collective), suffix);
@@ -277,12 +280,15 @@ TEST(registry_every_algorithm_is_reachable) {
   for (int a = 0; a < count; ++a) {
     const AlgorithmDesc& r = rows[a];
     // The copy-engine rows are off by default (the caller weighs SMs against speed).
-    // So are the rooted two-shot rows until they have run on a GPU (their threshold is 0).
+    // So are the rooted two-shot rows and the pull exchange until they have run on several GPUs
+    // (their threshold is 0).
     const bool required = r.family == Family::kCopyEngine           ? false
                           : isRootedTwoshot(r)                     ? false
+                          : r.family == Family::kExchangePull      ? false
                           : r.collective == Collective::kAllReduce ? r.bound != Bound::kFallback
                                                                    : true;  // LL, staged and direct alike
-    if (isRootedTwoshot(r)) CHECK_MSG(!byDefault[a], "the default table chooses %s (%s)", r.name, how[a].c_str());
+    if (isRootedTwoshot(r) || r.family == Family::kExchangePull)
+      CHECK_MSG(!byDefault[a], "the default table chooses %s (%s)", r.name, how[a].c_str());
     if (required) CHECK_MSG(byDefault[a], "the default table never chooses %s", r.name);
   }
 }
@@ -546,13 +552,13 @@ TEST(window_regions_cover_every_choice) {
                                     settingsWith({{"YALI_ALGO", "alltoall_ce,oneshot_pull"}}),
                                     withFamilyOff(Family::kExchangeDirect), withFamilyOff(Family::kExchangeLL)};
   unlink(path.c_str());
-  CHECK(!(choosableAlgos(settings[0], 8) & (1u << static_cast<int>(Algo::kOneshotPull))));
-  CHECK(choosableAlgos(settings[1], 8) & (1u << static_cast<int>(Algo::kOneshotPull)));  // sm=8's line
-  CHECK(choosableAlgos(settings[1], 8) & (1u << static_cast<int>(Algo::kAllGatherCopyEngine)));
-  CHECK(!(choosableAlgos(settings[1], 4) & (1u << static_cast<int>(Algo::kAllGatherCopyEngine))));
+  CHECK(!(choosableAlgos(settings[0], 8) & algoBit(static_cast<int>(Algo::kOneshotPull))));
+  CHECK(choosableAlgos(settings[1], 8) & algoBit(static_cast<int>(Algo::kOneshotPull)));  // sm=8's line
+  CHECK(choosableAlgos(settings[1], 8) & algoBit(static_cast<int>(Algo::kAllGatherCopyEngine)));
+  CHECK(!(choosableAlgos(settings[1], 4) & algoBit(static_cast<int>(Algo::kAllGatherCopyEngine))));
   for (const Settings& s : settings) {
     for (int n = 2; n <= kMaxRanks; ++n) {
-      const uint32_t algos = choosableAlgos(s, n);
+      const uint64_t algos = choosableAlgos(s, n);
       const uint32_t laidOut = laidOutRegions(windowRegionsFor(s, n));
       for (int sm : {8, 9, 10}) {
         SelectorLimits limits = limitsFor(s, n);
@@ -565,7 +571,7 @@ TEST(window_regions_cover_every_choice) {
         REQUIRE(sel.init(s, limits, &err));
         for (int a = 0; a < kNumAlgos; ++a)
           if (sel.mayChoose(static_cast<Algo>(a)))
-            CHECK_MSG(algos & (1u << a), "n=%d sm=%d: %s may be chosen but is not choosable", n, sm,
+            CHECK_MSG(algos & algoBit(a), "n=%d sm=%d: %s may be chosen but is not choosable", n, sm,
                       algoName(static_cast<Algo>(a)));
         for (int c = 0; c < kNumCollectives; ++c)
           for (size_t bytes : {size_t(0), size_t(1), size_t(4096), size_t(1) << 20, size_t(1) << 26, SIZE_MAX})
