@@ -479,7 +479,7 @@ static bool mayChooseUnder(const Settings& s, const TuningEntry& e, int i) {
 
 bool Selector::mayChoose(Algo a) const { return mayChooseUnder(settings_, entry_, static_cast<int>(a)); }
 
-static_assert(kNumAlgos <= 64, "choosableAlgos: one bit per algorithm");
+static_assert(kNumAlgos < 64, "choosableAlgos: one bit per algorithm (and algoBit(kNumAlgos) - 1 for all)");
 
 uint64_t choosableAlgos(const Settings& settings, int nranks) {
   // The tables Selector::init may take its entry from: the built-in line for nranks (the same on

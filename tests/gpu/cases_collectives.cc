@@ -3706,17 +3706,18 @@ void epochWrapExchange(Ctx& ctx) {
   }
   {
     EpochFamily f;
-    f.name = "direct exchange, outputs registered";
-    f.algoList = "twoshot_direct";
+    f.name = "direct and pull exchanges, buffers registered";
+    f.algoList = "twoshot_direct,reducescatter_pull";
     for (Coll c : kDirectColls) f.algoList += "," + algoName(c, "direct");
     f.registered = true;
     f.graph = {{cspec(kAllGather, 16411, yaliFloat32), "allgather_direct"},
                {cspec(kScatter, 4093, yaliBfloat16, yaliSum, 1 % n), "scatter_direct"},
+               {cspec(kReduceScatter, 4093, yaliBfloat16, yaliSum), "reducescatter_pull"},
                {cspec(kAllReduce, 65537, yaliFloat32, yaliSum), "twoshot_direct"}};
-    // ReduceScatter and Gather have no direct algorithm: the selector's choice among the rest.
+    // Gather has no registered-buffer algorithm: the selector's choice among the rest.
     f.eager = {{cspec(kBroadcast, 65537, yaliFloat32, yaliSum, n - 1), "broadcast_direct"},
                {cspec(kAlltoAll, 4093, yaliInt64), "alltoall_direct"},
-               {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum), ""},
+               {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum), "reducescatter_pull"},
                {cspec(kAllGather, 1031, yaliFloat16), "allgather_direct"},
                {cspec(kGather, 4093, yaliFloat32, yaliSum, 0), ""}};
     f.wrapAt = 7;

@@ -165,6 +165,7 @@ struct AlgoDesc {
   bool registeredOutput;  // only for outputs registered on every rank (twoshot_direct, *_direct)
   bool copyEngine;        // *_ce: only for inputs registered on every rank, never chosen inside a
                           // stream capture (yali.h): eager runs only
+  bool registeredInput = false;  // reducescatter_pull: only for inputs registered on every rank
 };
 const AlgoDesc kAlgos[] = {
     {"twoshot_direct", Coll::kAllReduce, true, false},
@@ -172,6 +173,7 @@ const AlgoDesc kAlgos[] = {
     {"oneshot_pull", Coll::kAllReduce, false, false},
     {"twoshot_push", Coll::kAllReduce, false, false},
     {"twoshot", Coll::kAllReduce, false, false},
+    {"reducescatter_pull", Coll::kReduceScatter, false, false, true},
     {"reducescatter_ll", Coll::kReduceScatter, false, false},
     {"reducescatter_staged", Coll::kReduceScatter, false, false},
     {"allgather_ce", Coll::kAllGather, false, true},
@@ -809,7 +811,8 @@ bool Rank::setUp(Workload& w) {
     }
     // What the forced algorithm needs registered on every rank: the inputs (copy engines), the
     // outputs (*_direct, twoshot_direct). Only that: the rest must not matter to it.
-    if (algo.copyEngine && !registerBuffer(w, w.send[s], p.sendElems * es, "send")) return false;
+    if ((algo.copyEngine || algo.registeredInput) && !registerBuffer(w, w.send[s], p.sendElems * es, "send"))
+      return false;
     if (algo.registeredOutput && !registerBuffer(w, w.recv[s], p.recvElems * es, "recv")) return false;
   }
   // The forced algorithm must be the one that runs, or this run tests something else.
@@ -826,6 +829,7 @@ bool Rank::setUp(Workload& w) {
       fail("YALI_ALGO=%s, but yaliAlgoInfo(%s) says %s runs for count %zu, root %d%s", algo.name,
            collName(coll()), info.algorithm, p.count, p.root,
            algo.copyEngine        ? " (inputs registered; are the driver's stream memory operations missing?)"
+           : algo.registeredInput ? " (inputs registered)"
            : algo.registeredOutput ? " (outputs registered)"
                                    : "");
       return false;

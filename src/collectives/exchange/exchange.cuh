@@ -362,6 +362,17 @@ __device__ __forceinline__ void exchangePull(const DeviceArgs& args, const Launc
     }
   }
   leaveRegistered(args, info);
+  // The leave round passes on every peer's leave flag, but a peer publishes its flag before it
+  // waits for ours: one that gave up during that wait (its timeout, an abort, a failure it was
+  // told of) may have ended its launch, and its program overwritten its input, while this block
+  // still read it. Every such peer has written a failure into our header first (recordFailure
+  // tells every peer before the launch ends; an abort's device waits do the same), and its program
+  // writes its input only after: checked once our reads are done (the leave round's block
+  // barrier, then a system fence), so that the call ends failed, never as a silent success.
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    if (*reinterpret_cast<volatile unsigned long long*>(&args.local->failed) == 0) peerFailed(args, kPhaseDirectLeave);
+  }
 }
 
 template <typename T, RedOp kOp, bool kReduce>
