@@ -310,6 +310,25 @@ TEST(selector_may_choose) {
   CHECK(!makeSelector(s, 4).mayChoose(ce));
 }
 
+// Registered inputs: the copy-engine rows only where the copy engines may run (copyEngines: not in
+// a capture, the driver's memory operations present), the pull row wherever the inputs are
+// registered (graphs included); neither on unregistered inputs, forced or not.
+TEST(selector_registered_inputs_copy_engines_and_pull) {
+  const size_t bytes = size_t(1) << 20;
+  const Selector ce = makeSelector(forced("allgather_ce"), 4);
+  CHECK(ce.choose(Collective::kAllGather, bytes, false, true, true).algo == Algo::kAllGatherCopyEngine);
+  CHECK(ce.choose(Collective::kAllGather, bytes, false, true, false).algo != Algo::kAllGatherCopyEngine);
+  CHECK(ce.choose(Collective::kAllGather, bytes, false, false, true).algo != Algo::kAllGatherCopyEngine);
+  const Selector pull = makeSelector(forced("reducescatter_pull"), 4);
+  CHECK(pull.choose(Collective::kReduceScatter, bytes, false, true, false).algo == Algo::kReduceScatterPull);
+  CHECK(pull.choose(Collective::kReduceScatter, bytes, false, true, true).algo == Algo::kReduceScatterPull);
+  CHECK(pull.choose(Collective::kReduceScatter, bytes, true, false, true).algo != Algo::kReduceScatterPull);
+  // By default neither is chosen, registered or not.
+  const Selector byDefault = makeSelector(defaultSettings(), 4);
+  CHECK(byDefault.choose(Collective::kReduceScatter, bytes, true, true, true).algo != Algo::kReduceScatterPull);
+  CHECK(byDefault.choose(Collective::kAllGather, bytes, true, true, true).algo != Algo::kAllGatherCopyEngine);
+}
+
 // broadcast_twoshot and reduce_twoshot (the rooted collectives on two-shot's pipeline) have not run
 // on a GPU: the default table never chooses them, at any size or world size; YALI_ALGO or their
 // threshold does, with two-shot's geometry (it fits the staging, as choiceFits checks), and their
