@@ -35,15 +35,40 @@ def human(n):
     return str(n)
 
 
+def tabled(r):
+    """Whether a result enters the tables: out of place, and of sum (the tables' op) or of a
+    collective without one (redop "none"); -o all runs hold every op, which must not overwrite
+    each other's cells."""
+    return r["placement"] == "out-of-place" and r.get("redop", "sum") in ("sum", "none")
+
+
+def median_record(records):
+    """Of several passes of one case (--repeat), the one with the median time."""
+    ordered = sorted(records, key=lambda r: r["time_us"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
 def load(path):
-    """A yali-perf JSON file, gzipped (.gz, as docs/results keeps them) or not."""
+    """A yali-perf JSON file, gzipped (.gz, as docs/results keeps them) or not: (doc, {(collective,
+    dtype, bytes): {impl: record}}), each record the median pass of its case."""
     with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         doc = json.load(f)
-    rows = {}
+    passes = {}
     for r in doc["results"]:
-        if r["placement"] == "out-of-place":
-            rows.setdefault((coll_key(r), r["dtype"], r["bytes"]), {})[r["impl"]] = r
+        if tabled(r) and r.get("time_us") is not None:
+            passes.setdefault((coll_key(r), r["dtype"], r["bytes"]), {}).setdefault(r["impl"], []).append(r)
+    rows = {key: {impl: median_record(rs) for impl, rs in impls.items()} for key, impls in passes.items()}
     return doc, rows
+
+
+def verdict(records):
+    """'' when every record was checked and right; else a mark for the cell: a wrong result (or an
+    unchecked one, -c 0) is no speed figure to compare."""
+    if any((r.get("wrong") or 0) > 0 for r in records):
+        return " WRONG"
+    if any("wrong" in r and r["wrong"] is None for r in records):
+        return " (unchecked)"
+    return ""
 
 
 # yali-perf -C's order.
@@ -81,7 +106,8 @@ def table(dtype, docs, coll="allreduce"):
             if not y or not n:
                 line += " - | - | - | - | - | - |"
                 continue
-            line += (f" {y['time_us']:.2f} | {n['time_us']:.2f} | {n['time_us'] / y['time_us']:.2f} |"
+            line += (f" {y['time_us']:.2f}{verdict([y])} | {n['time_us']:.2f}{verdict([n])} |"
+                     f" {n['time_us'] / y['time_us']:.2f} |"
                      f" {y['busbw_gbs']:.1f} | {n['busbw_gbs']:.1f} | {y['algo']}/{y['ctas']} |")
         lines.append(line)
     return "\n".join(lines)
@@ -103,7 +129,8 @@ def pool(docs):
         group = groups.setdefault((doc["nranks"], doc["launch_mode"], doc["timing"]), {})
         plain = doc.get("registered", 0) == 0
         for r in doc["results"]:
-            if r["placement"] != "out-of-place" or r.get("time_us") is None:
+            # A wrong result is no candidate for a library's best.
+            if not tabled(r) or r.get("time_us") is None or (r.get("wrong") or 0) > 0:
                 continue
             key = (coll_key(r), r["dtype"], r["bytes"])
             group.setdefault(key, {}).setdefault((r["impl"], plain), []).append(

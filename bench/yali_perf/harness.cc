@@ -26,6 +26,7 @@ struct RankMeasurement {
   double host_issue_us = 0;         // per call, this process's host time issuing it (events timing; 0: not measured)
   uint64_t wrong = 0;
   uint64_t checksum = 0;
+  uint64_t checksum_after = 0;      // of the call checked after the timed ones (CheckAfterTiming)
 };
 
 void EnsureEvents(RankSlot& slot, size_t needed) {
@@ -114,16 +115,9 @@ void PrepareBuffers(World& world, Backend& backend, CaseCalls& calls, bool poiso
   }
 }
 
-// One untimed call on freshly filled buffers (the case's first: the library may refuse it), then
-// each rank counts its wrong elements and hashes its output. False, with *refusal, when the call
-// was refused on every rank.
-bool CheckedRun(World& world, Backend& backend, CaseCalls& calls,
-                std::vector<RankMeasurement>* measurements, std::string* refusal) {
-  PrepareBuffers(world, backend, calls, /*poison=*/true);
-  WaitForStreams(world, nullptr, "filling the inputs");
-  HostBarrier(world, "before the checked run");
-  if (!FirstIssueAll(world, backend, calls, refusal)) return false;
-  WaitForStreams(world, &backend, "the checked run");
+// Each local rank's wrong elements and output checksum of the call just made, as
+// host_counters[2 * local] and [2 * local + 1].
+std::vector<unsigned long long> CountWrong(World& world, Backend& backend, CaseCalls& calls) {
   std::vector<unsigned long long> host_counters(2 * world.local.size(), 0);
   for (size_t local = 0; local < world.local.size(); ++local) {
     RankSlot& slot = world.local[local];
@@ -135,11 +129,71 @@ bool CheckedRun(World& world, Backend& backend, CaseCalls& calls,
                                    slot.stream));
   }
   WaitForStreams(world, nullptr, "checking the results");
+  return host_counters;
+}
+
+// One untimed call on freshly filled buffers (the case's first: the library may refuse it), then
+// each rank counts its wrong elements and hashes its output. False, with *refusal, when the call
+// was refused on every rank.
+bool CheckedRun(World& world, Backend& backend, CaseCalls& calls,
+                std::vector<RankMeasurement>* measurements, std::string* refusal) {
+  PrepareBuffers(world, backend, calls, /*poison=*/true);
+  WaitForStreams(world, nullptr, "filling the inputs");
+  HostBarrier(world, "before the checked run");
+  if (!FirstIssueAll(world, backend, calls, refusal)) return false;
+  WaitForStreams(world, &backend, "the checked run");
+  const std::vector<unsigned long long> host_counters = CountWrong(world, backend, calls);
   for (size_t local = 0; local < world.local.size(); ++local) {
     (*measurements)[local].wrong = host_counters[2 * local];
     (*measurements)[local].checksum = host_counters[2 * local + 1];
   }
   return true;
+}
+
+// nccl-tests' check, after the timed calls: fresh inputs and poisoned outputs, then one more call
+// of the case, made as the timed ones were (in graph mode launched from a graph that captured it),
+// on the state the timed calls left behind (a library's epochs, flags, sequence numbers, caches),
+// and checked like the first. Its wrong elements add to the case's #wrong and its checksum must
+// agree across ranks too, so that a library fast and wrong after many back-to-back calls or graph
+// replays cannot show 0 wrong on the strength of its first call alone.
+void CheckAfterTiming(World& world, Backend& backend, CaseCalls& calls, TimingMode mode,
+                      std::vector<RankMeasurement>* measurements) {
+  PrepareBuffers(world, backend, calls, /*poison=*/true);
+  WaitForStreams(world, nullptr, "filling the inputs for the check after the timed calls");
+  HostBarrier(world, "before the check after the timed calls");
+  if (mode == TimingMode::kGraph) {
+    std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
+    for (RankSlot& slot : world.local) {
+      YALI_PERF_CUDA(cudaSetDevice(slot.device));
+      YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
+    }
+    IssueAll(world, backend, calls);
+    for (size_t local = 0; local < world.local.size(); ++local) {
+      RankSlot& slot = world.local[local];
+      YALI_PERF_CUDA(cudaSetDevice(slot.device));
+      cudaGraph_t graph = nullptr;
+      YALI_PERF_CUDA(cudaStreamEndCapture(slot.stream, &graph));
+      YALI_PERF_CUDA(cudaGraphInstantiate(&executables[local], graph, 0));
+      YALI_PERF_CUDA(cudaGraphDestroy(graph));
+    }
+    for (size_t local = 0; local < world.local.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
+      YALI_PERF_CUDA(cudaGraphLaunch(executables[local], world.local[local].stream));
+    }
+    WaitForStreams(world, &backend, "the graph-launched call checked after the timed calls");
+    for (size_t local = 0; local < world.local.size(); ++local) {
+      YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
+      YALI_PERF_CUDA(cudaGraphExecDestroy(executables[local]));
+    }
+  } else {
+    IssueAll(world, backend, calls);
+    WaitForStreams(world, &backend, "the call checked after the timed calls");
+  }
+  const std::vector<unsigned long long> host_counters = CountWrong(world, backend, calls);
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    (*measurements)[local].wrong += host_counters[2 * local];
+    (*measurements)[local].checksum_after = host_counters[2 * local + 1];
+  }
 }
 
 void Warmup(World& world, Backend& backend, CaseCalls& calls, int iterations) {
@@ -220,8 +274,10 @@ std::vector<double> GroupSamples(const RankSlot& slot, int iterations, int group
   return samples;
 }
 
-// The nccl-tests method: events around -n back-to-back calls on each rank's stream, with nothing
-// else enqueued between them; that block gives the reported time. A second block of -n calls with
+// nccl-tests' block of -n back-to-back calls, with nothing else enqueued between them, after a host
+// barrier; nccl-tests times it on the host clock up to its completion, yali-perf with CUDA events
+// around it on each rank's stream (the GPU's time, without the host's final synchronization).
+// That block gives the reported time. A second block of -n calls with
 // an event between consecutive calls gives the per-iteration distribution (its extra event
 // records cost host time per call, so it never feeds the headline figure).
 void TimeWithEvents(World& world, Backend& backend, CaseCalls& calls,
@@ -230,6 +286,7 @@ void TimeWithEvents(World& world, Backend& backend, CaseCalls& calls,
   const int nevents = std::max(2, (options.iters + group - 1) / group + 1);
   for (RankSlot& slot : world.local) EnsureEvents(slot, nevents);
 
+  HostBarrier(world, "before the timed calls");  // as nccl-tests, and as the graph mode below
   RecordOnAll(world, 0);
   // The host's side of the same calls: how long this process took to issue them (every local
   // rank's), per call, over the first kHostIssueCalls only: fewer launches than CUDA's launch
@@ -370,6 +427,7 @@ std::string Serialize(const RankMeasurement& m) {
   AppendRaw(&blob, m.host_issue_us);
   AppendRaw(&blob, m.wrong);
   AppendRaw(&blob, m.checksum);
+  AppendRaw(&blob, m.checksum_after);
   AppendRaw(&blob, static_cast<uint64_t>(m.samples_us.size()));
   for (double sample : m.samples_us) AppendRaw(&blob, sample);
   return blob;
@@ -380,7 +438,7 @@ bool Deserialize(const std::string& blob, RankMeasurement* m) {
   uint64_t nsamples = 0;
   if (!ReadRaw(blob, &offset, &m->rank) || !ReadRaw(blob, &offset, &m->time_us) ||
       !ReadRaw(blob, &offset, &m->host_issue_us) || !ReadRaw(blob, &offset, &m->wrong) || !ReadRaw(blob, &offset, &m->checksum) ||
-      !ReadRaw(blob, &offset, &nsamples))
+      !ReadRaw(blob, &offset, &m->checksum_after) || !ReadRaw(blob, &offset, &nsamples))
     return false;
   m->samples_us.resize(nsamples);
   for (uint64_t i = 0; i < nsamples; ++i)
@@ -420,6 +478,7 @@ CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& 
     max_time = std::max(max_time, m.time_us);
   }
   switch (options.average) {
+    case RankAggregate::kRank0: result.time_us = all[0].time_us; break;  // all: in rank order
     case RankAggregate::kMin: result.time_us = min_time; break;
     case RankAggregate::kMean: result.time_us = sum / all.size(); break;
     case RankAggregate::kMax: result.time_us = max_time; break;
@@ -436,7 +495,7 @@ CaseResult Reduce(const std::vector<RankMeasurement>& all, const TimingOptions& 
   if (options.check) {
     for (const RankMeasurement& m : all) {
       result.wrong += m.wrong;
-      if (m.checksum != all[0].checksum) {
+      if (m.checksum != all[0].checksum || m.checksum_after != all[0].checksum_after) {
         result.ranks_differing_from_rank0.push_back(m.rank);
         result.wrong += 1;
       }
@@ -685,6 +744,7 @@ CaseResult RunCase(World& world, Backend& backend, CaseCalls& calls,
       break;
     case TimingMode::kLatency: TimeWithHostLatency(world, backend, calls, sized, &mine); break;
   }
+  if (options.check) CheckAfterTiming(world, backend, calls, sized.mode, &mine);
   CaseResult result = Reduce(GatherMeasurements(world, mine), sized);
   result.counts = counts;
   return result;

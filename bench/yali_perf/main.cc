@@ -372,6 +372,24 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.nccl_version = nccl_version;
   info.max_bytes_auto = args.max_bytes_auto;
   info.buffer_bytes = world.buffer_bytes;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string v(*e);
+    for (const char* prefix : {"NCCL_", "YALI_", "CUDA_", "TORCH_"})
+      if (v.rfind(prefix, 0) == 0) info.environment.push_back(v);
+  }
+  std::sort(info.environment.begin(), info.environment.end());
+  if (args.registered == 1 && args.run_nccl) {
+    // NCCL (2.24 on) registers cudaMalloc memory (ncclCommRegister) only with
+    // NCCL_LEGACY_CUDA_REGISTER=1, and never among the ranks of one process; otherwise the call
+    // succeeds and NCCL stays on its copy path while YALI runs zero-copy.
+    const char* legacy = std::getenv("NCCL_LEGACY_CUDA_REGISTER");
+    const bool effective = world.multi_process && legacy != nullptr && std::string(legacy) == "1";
+    if (!effective)
+      info.nccl_registration_note =
+          std::string("-R 1: NCCL's registration of these cudaMalloc buffers likely does nothing (") +
+          (world.multi_process ? "NCCL_LEGACY_CUDA_REGISTER is not 1" : "one process drives every rank") +
+          "): NCCL runs its copy path while YALI may run zero-copy; -R 2 compares each at its best";
+  }
   return info;
 }
 
@@ -745,6 +763,8 @@ int Run(const Options& options) {
       std::printf("# NCCL baseline not built: %s\n", nccl_missing.c_str());
     }
     std::printf("# %s\n", options.nvls_note.c_str());
+    if (!info.nccl_registration_note.empty())
+      std::printf("# NOTE %s\n", info.nccl_registration_note.c_str());
     std::printf("# timing %s\n", TimingDescription(args).c_str());
     const char* check_text =
         alltoallv ? "on (-c 1): outputs poisoned before each checked call; #wrong = elements of "

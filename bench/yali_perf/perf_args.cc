@@ -337,7 +337,7 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
                parsed.timing != TimingMode::kEvents) {
       why = "--tune times with CUDA events (--timing events)";
     } else if (name == "average" && parsed.average != RankAggregate::kMax) {
-      why = "--tune takes the slowest rank's time (-a 2)";
+      why = "--tune takes the slowest rank's time (-a 3)";
     } else if (name == "coll" && !(parsed.collectives.size() == 1 &&
                                    parsed.collectives[0] == CollId::kAllReduce)) {
       why = "--tune names its collectives with --tune-colls";
@@ -608,7 +608,8 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       if (value.empty()) return bad("a file name");
       parsed.json_path = value;
     } else if (name == "average") {
-      if (!ParseInt(value, 0, 2, &number)) return bad("0 (min), 1 (mean) or 2 (max) over ranks");
+      if (!ParseInt(value, 0, 3, &number))
+        return bad("0 (rank 0), 1 (mean), 2 (min) or 3 (max) over ranks, as nccl-tests numbers them");
       parsed.average = static_cast<RankAggregate>(number);
     } else if (name == "registered") {
       if (!ParseInt(value, 0, 2, &number))
@@ -1002,7 +1003,8 @@ std::string PerfUsage(const char* program) {
       << "  -G, --graphlaunches <n>    capture -n calls in a CUDA graph, launch it n times\n"
       << "                             (implies --timing graph)\n"
       << "  -J, --json <file>          write the results as JSON (schema yali-perf/1)\n"
-      << "  -a, --average <0|1|2>      time over ranks: 0 min, 1 mean (default), 2 max\n"
+      << "  -a, --average <0|1|2|3>    time over ranks, nccl-tests' numbers: 0 rank 0, 1 mean (default),\n"
+      << "                             2 min, 3 max\n"
       << "  -R, --registered <0|1|2>   1: register every rank's send and receive buffers with\n"
       << "                             each library (yaliCommRegister, ncclCommRegister) before\n"
       << "                             the first case, for zero-copy paths (default 0); 2: each\n"

@@ -106,7 +106,8 @@ enum class TimingMode {
 };
 
 // How the per-rank times of one collective become the reported time (-a).
-enum class RankAggregate { kMin = 0, kMean = 1, kMax = 2 };
+// -a: nccl-tests' numbers (0 rank 0's time, 1 the mean over ranks, 2 the minimum, 3 the maximum).
+enum class RankAggregate { kRank0 = 0, kMean = 1, kMin = 2, kMax = 3 };
 
 // Placement of the result: --inplace 0 runs out-of-place only, 1 in-place only, 2 both.
 enum class PlacementSet { kOutOfPlace = 0, kInPlace = 1, kBoth = 2 };

@@ -130,6 +130,12 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   json.Key("registered"); json.Int(info.registered);
   json.Key("nccl_cta_policy");
   if (info.nccl_cta_policy >= 0) json.Int(info.nccl_cta_policy); else json.Null();
+  json.Key("environment");
+  json.BeginArray();
+  for (const std::string& v : info.environment) json.String(v);
+  json.EndArray();
+  json.Key("nccl_registration_note");
+  if (info.nccl_registration_note.empty()) json.Null(); else json.String(info.nccl_registration_note);
   json.Key("gpus");
   json.BeginArray();
   for (const GpuInfo& gpu : info.gpus) {

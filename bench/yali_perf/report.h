@@ -64,6 +64,13 @@ struct RunInfo {
   double max_case_seconds = 0;  // --max-case-time; 0: none (JSON null)
   int registered = 0;           // -R: 0 plain, 1 registered with every library, 2 each at its best
   int nccl_cta_policy = -1;     // -x: NCCL's CTAPolicy; -1 not set (JSON null)
+  // The NCCL_*, YALI_*, CUDA_* and TORCH_* variables in force (NAME=value, sorted; JSON
+  // "environment"): what either library ran under besides its defaults (NCCL_NVLS_ENABLE=0, a
+  // YALI_ALGO, a tuning file), so that a table can say so.
+  std::vector<std::string> environment;
+  // -R 1 with NCCL: why NCCL's registration of these buffers may do nothing (JSON
+  // "nccl_registration_note"; empty: none).
+  std::string nccl_registration_note;
   std::vector<GpuInfo> gpus;
   int yali_version = -1;  // -1: not loaded (JSON null)
   int nccl_version = -1;  // -1: not built or not run (JSON null)

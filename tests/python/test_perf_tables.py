@@ -96,3 +96,29 @@ def test_summary_one_row_per_collective_and_size(files):
     assert "4 GPUs best busBW" in table[0]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table[2:]]
     assert rows == [["allgather", "4K", "- / -", "2.00 / 1.75", "1.2 / 0.8"]]
+
+
+def test_tables_keep_ops_and_passes_apart_and_mark_wrong_results(tmp_path):
+    """-o all puts every op of a size in one file, and --repeat several passes: the sum table's cell
+    must be the sum result (the median pass), not whichever record came last; a result with
+    #wrong > 0 is marked in the table and is no candidate for --best."""
+    def rec(impl, t, op="sum", run=1, wrong=0):
+        r = _result(impl, t, 1.0, coll="allreduce", run=run)
+        r.update(redop=op, wrong=wrong, algo="oneshot_ll" if impl == "yali" else None)
+        return r
+
+    doc = _doc(0, None, [rec("yali", 5.0), rec("yali", 7.0, run=2), rec("yali", 6.0, run=3),
+                         rec("nccl", 9.0), rec("yali", 1.0, op="max"), rec("nccl", 2.0, op="max"),
+                         rec("yali", 0.5, op="prod", wrong=3)])
+    path = tmp_path / "ops.json"
+    path.write_text(json.dumps(doc))
+    _, rows = perf_tables.load(str(path))
+    cell = rows[("allreduce", "float", 4096)]
+    assert cell["yali"]["time_us"] == 6.0 and cell["nccl"]["time_us"] == 9.0  # sum, median pass
+    bad = _doc(0, None, [rec("yali", 5.0, wrong=2), rec("nccl", 9.0)])
+    bad_path = tmp_path / "bad.json"
+    bad_path.write_text(json.dumps(bad))
+    docs = [perf_tables.load(str(bad_path))]
+    assert "5.00 WRONG" in perf_tables.table("float", docs)
+    group = perf_tables.pool(docs)[(4, "multi", "events")]
+    assert ("yali", True) not in group[("allreduce", "float", 4096)]

@@ -95,7 +95,7 @@ void TestDefaults() {
 void TestNcclTestsFlags() {
   PerfArgs args;
   EXPECT(ParseOk({"-b", "8", "-e", "128M", "-f", "2", "-g", "4", "-n", "50", "-w", "10", "-c", "0",
-                  "-d", "bf16", "-o", "max", "-J", "out.json", "-a", "2"},
+                  "-d", "bf16", "-o", "max", "-J", "out.json", "-a", "3"},
                  &args));
   EXPECT(args.min_bytes == 8 && args.max_bytes == 128u << 20 && args.step_factor == 2.0);
   EXPECT(args.ngpus == 4 && args.iters == 50 && args.warmup == 10 && !args.check);
@@ -425,7 +425,17 @@ void TestBadOptions() {
   EXPECT(ParseFails({"-n", "ten"}, "-n/--iters"));
   EXPECT(ParseFails({"-w", "-1"}, "-w/--warmup"));
   EXPECT(ParseFails({"-c", "2"}, "-c/--check"));
-  EXPECT(ParseFails({"-a", "3"}, "-a/--average"));
+  EXPECT(ParseFails({"-a", "4"}, "-a/--average"));
+  // nccl-tests' numbering: 0 rank 0, 1 mean, 2 min, 3 max (yali-perf had 0 min, 2 max: an
+  // nccl-tests -a 2, the minimum, silently reported the maximum).
+  {
+    const RankAggregate want[] = {RankAggregate::kRank0, RankAggregate::kMean, RankAggregate::kMin,
+                                  RankAggregate::kMax};
+    for (int a = 0; a < 4; ++a) {
+      PerfArgs parsed;
+      EXPECT(ParseOk({"-a", std::to_string(a)}, &parsed) && parsed.average == want[a]);
+    }
+  }
   EXPECT(ParseFails({"-g", "0"}, "-g/--ngpus"));
   EXPECT(ParseFails({"-f", "0.5"}, "-f/--stepfactor"));
   EXPECT(ParseFails({"-i", "0"}, "-i/--stepbytes"));
@@ -444,7 +454,7 @@ void TestTuneArgs() {
          args.warmup == 2 && args.dtypes[0] == DType::kBfloat16 && args.json_path == "t.json");
   EXPECT(ParseOk({"--tune-out=o.txt", "--tune"}, &args) && args.tune_out == "o.txt");
   // Options that agree with what --tune measures are accepted.
-  EXPECT(ParseOk({"--tune", "--impl", "yali", "--timing", "events", "-a", "2", "--inplace", "0",
+  EXPECT(ParseOk({"--tune", "--impl", "yali", "--timing", "events", "-a", "3", "--inplace", "0",
                   "-o", "sum", "-c", "1", "-G", "0"},
                  &args));
 
@@ -707,6 +717,19 @@ void TestReport() {
   info.nccl_cta_policy = 2;
   EXPECT(FormatJson(info, {yali}).find("\"registered\": 2,") != std::string::npos);
   EXPECT(FormatJson(info, {yali}).find("\"nccl_cta_policy\": 2,") != std::string::npos);
+  // The environment either library ran under, and -R 1's note on NCCL's registration (null: none).
+  EXPECT(json.find("\"environment\": []") != std::string::npos);
+  EXPECT(json.find("\"nccl_registration_note\": null") != std::string::npos);
+  info.environment = {"NCCL_NVLS_ENABLE=0", "YALI_ALGO=twoshot"};
+  info.nccl_registration_note = "-R 1: NCCL's registration likely does nothing";
+  const std::string withEnv = FormatJson(info, {yali});
+  const size_t envAt = withEnv.find("\"environment\": [");
+  EXPECT(envAt != std::string::npos && withEnv.find("\"NCCL_NVLS_ENABLE=0\"", envAt) < withEnv.find("\"YALI_ALGO=twoshot\"", envAt));
+  EXPECT(withEnv.find("\"nccl_registration_note\": \"-R 1: NCCL's registration likely does nothing\"") !=
+         std::string::npos);
+  EXPECT(JsonWellFormed(withEnv));
+  info.environment.clear();
+  info.nccl_registration_note.clear();
 
   // Other collectives: redop "none" for data movement, the root, skipped cases, -e max's summary.
   ResultRecord gather = yali;
