@@ -78,7 +78,26 @@ struct Options {
   std::string rendezvous_dir = "/tmp";
   std::string command;
   std::string nvls_note;
+  // The NCCL_/YALI_/CUDA_/TORCH_ variables as the user set them, before KeepNvlsOff (RunInfo).
+  std::vector<std::string> environment;
 };
+
+// The variables either library reads (NAME=value, sorted; bytes outside printable ASCII as '?',
+// so that the JSON stays valid UTF-8).
+std::vector<std::string> LibraryEnvironment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string v(*e);
+    bool ours = false;
+    for (const char* prefix : {"NCCL_", "YALI_", "CUDA_", "TORCH_"}) ours = ours || v.rfind(prefix, 0) == 0;
+    if (!ours) continue;
+    for (char& c : v)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+    out.push_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
 
 std::string ShellQuoted(const std::string& word) {
   bool plain = !word.empty();
@@ -349,7 +368,7 @@ std::vector<GpuInfo> DescribeGpus(World& world) {
 
 // What the report and the JSON say about the run.
 RunInfo DescribeRun(const Options& options, World& world, const std::string& collectives,
-                    int nccl_version) {
+                    int nccl_version, bool nccl_runs) {
   const PerfArgs& args = options.args;
   RunInfo info;
   info.collective = collectives;
@@ -372,13 +391,10 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.nccl_version = nccl_version;
   info.max_bytes_auto = args.max_bytes_auto;
   info.buffer_bytes = world.buffer_bytes;
-  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
-    const std::string v(*e);
-    for (const char* prefix : {"NCCL_", "YALI_", "CUDA_", "TORCH_"})
-      if (v.rfind(prefix, 0) == 0) info.environment.push_back(v);
-  }
-  std::sort(info.environment.begin(), info.environment.end());
-  if (args.registered == 1 && args.run_nccl) {
+  info.environment = options.environment;  // as the user set them (yali-perf's own: nvls_note)
+  info.average = static_cast<int>(args.average);
+  // NCCL runs here when it has a version (built, loaded) and the caller says it takes part.
+  if (args.registered == 1 && nccl_runs && nccl_version >= 22400) {
     // NCCL (2.24 on) registers cudaMalloc memory (ncclCommRegister) only with
     // NCCL_LEGACY_CUDA_REGISTER=1, and never among the ranks of one process; otherwise the call
     // succeeds and NCCL stays on its copy path while YALI runs zero-copy.
@@ -415,7 +431,9 @@ std::string TimingDescription(const PerfArgs& args) {
              std::to_string(args.iters) + " samples)";
       break;
   }
-  const char* aggregate[] = {"min", "mean", "max"};
+  // RankAggregate's order: nccl-tests' -a numbers.
+  const char* aggregate[] = {"rank 0's", "mean", "min", "max"};
+  static_assert(static_cast<int>(RankAggregate::kMax) == 3, "one name per -a value");
   text += "; time = " + std::string(aggregate[static_cast<int>(args.average)]) +
           " over ranks of each rank's time per call (-a " +
           std::to_string(static_cast<int>(args.average)) + ")";
@@ -680,7 +698,7 @@ int Run(const Options& options) {
     // The comms are created per candidate inside RunTune, on impls[0]'s backend, so that the
     // abort hook above covers them.
     AllocateBuffers(world, TuneLargestMessageBytes(), /*fill=*/false);
-    RunInfo info = DescribeRun(options, world, CollName(CollId::kAllReduce), -1);
+    RunInfo info = DescribeRun(options, world, CollName(CollId::kAllReduce), -1, false);
     int code = RunTune(world, *impls[0].backend, args, info);
     FreeBuffers(world);
     if (multi) {
@@ -725,7 +743,8 @@ int Run(const Options& options) {
     }
   }
 
-  RunInfo info = DescribeRun(options, world, CollectiveList(args.collectives), nccl_version);
+  RunInfo info = DescribeRun(options, world, CollectiveList(args.collectives), nccl_version,
+                             args.run_nccl && !ncclSitsOut && nccl_version >= 0);
   // The collective (and root) head each block of rows unless the run is plain allreduce, whose
   // output stays what it always was.
   const bool name_collective =
@@ -771,9 +790,11 @@ int Run(const Options& options) {
                     "the output rows that differ bit for bit from the row of (source rank, "
                     "token, choice), + positions no row belongs to (padding, past the end) "
                     "that were written, + count and offset outputs that differ, summed over ranks"
-                  : "on (-c 1): #wrong = elements outside tolerance of a float64 reference "
-                    "(exact for integers and data movement), summed over ranks, + ranks whose "
-                    "output differs bitwise from rank 0's";
+                  : "on (-c 1): two calls checked, the first before the warmup and one more "
+                    "after the timed calls (graph-launched under -G); #wrong = their elements "
+                    "outside tolerance of a float64 reference (exact for integers and data "
+                    "movement), summed over ranks, + ranks whose output differs bitwise from "
+                    "rank 0's in either call";
     std::printf("# check: %s\n", args.check ? check_text : "off (-c 0)");
     if (args.max_bytes_auto) {
       std::printf("# -e max: buffers sized from the free memory (least per rank: %zu B), %zu B "
@@ -1110,8 +1131,10 @@ int Run(const Options& options) {
 }  // namespace yali_perf
 
 int main(int argc, char** argv) {
+  std::vector<std::string> environment = yali_perf::LibraryEnvironment();  // before KeepNvlsOff
   std::string nvls_note = yali_perf::KeepNvlsOff();
   yali_perf::Options options = yali_perf::ParseOptionsOrExit(argc, argv);
   options.nvls_note = nvls_note;
+  options.environment = environment;
   return yali_perf::Run(options);
 }

@@ -128,6 +128,7 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   json.Key("max_case_time_s");
   if (info.max_case_seconds > 0) json.Double(info.max_case_seconds); else json.Null();
   json.Key("registered"); json.Int(info.registered);
+  json.Key("average"); json.Int(info.average);
   json.Key("nccl_cta_policy");
   if (info.nccl_cta_policy >= 0) json.Int(info.nccl_cta_policy); else json.Null();
   json.Key("environment");

@@ -115,7 +115,10 @@ def test_tables_keep_ops_and_passes_apart_and_mark_wrong_results(tmp_path):
     _, rows = perf_tables.load(str(path))
     cell = rows[("allreduce", "float", 4096)]
     assert cell["yali"]["time_us"] == 6.0 and cell["nccl"]["time_us"] == 9.0  # sum, median pass
-    bad = _doc(0, None, [rec("yali", 5.0, wrong=2), rec("nccl", 9.0)])
+    # A wrong pass marks the cell even when the median pass was right, and keeps every pass of
+    # the case out of --best.
+    bad = _doc(0, None, [rec("yali", 4.0), rec("yali", 5.0, run=2), rec("yali", 6.0, run=3, wrong=2),
+                         rec("nccl", 9.0)])
     bad_path = tmp_path / "bad.json"
     bad_path.write_text(json.dumps(bad))
     docs = [perf_tables.load(str(bad_path))]
