@@ -150,6 +150,26 @@ bool CheckedRun(World& world, Backend& backend, CaseCalls& calls,
   return true;
 }
 
+// `calls_per_rank` calls of the case on every local rank's stream, captured into one CUDA graph
+// per rank (relaxed capture mode: see TimeWithGraph), instantiated.
+std::vector<cudaGraphExec_t> CaptureCalls(World& world, Backend& backend, CaseCalls& calls, int calls_per_rank) {
+  for (RankSlot& slot : world.local) {
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
+  }
+  for (int i = 0; i < calls_per_rank; ++i) IssueAll(world, backend, calls);
+  std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
+  for (size_t local = 0; local < world.local.size(); ++local) {
+    RankSlot& slot = world.local[local];
+    YALI_PERF_CUDA(cudaSetDevice(slot.device));
+    cudaGraph_t graph = nullptr;
+    YALI_PERF_CUDA(cudaStreamEndCapture(slot.stream, &graph));
+    YALI_PERF_CUDA(cudaGraphInstantiate(&executables[local], graph, 0));
+    YALI_PERF_CUDA(cudaGraphDestroy(graph));
+  }
+  return executables;
+}
+
 // nccl-tests' check, after the timed calls: fresh inputs and poisoned outputs, then one more call
 // of the case, made as the timed ones were (in graph mode launched from a graph that captured it),
 // on the state the timed calls left behind (a library's epochs, flags, sequence numbers, caches),
@@ -162,20 +182,7 @@ void CheckAfterTiming(World& world, Backend& backend, CaseCalls& calls, TimingMo
   WaitForStreams(world, nullptr, "filling the inputs for the check after the timed calls");
   HostBarrier(world, "before the check after the timed calls");
   if (mode == TimingMode::kGraph) {
-    std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
-    for (RankSlot& slot : world.local) {
-      YALI_PERF_CUDA(cudaSetDevice(slot.device));
-      YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
-    }
-    IssueAll(world, backend, calls);
-    for (size_t local = 0; local < world.local.size(); ++local) {
-      RankSlot& slot = world.local[local];
-      YALI_PERF_CUDA(cudaSetDevice(slot.device));
-      cudaGraph_t graph = nullptr;
-      YALI_PERF_CUDA(cudaStreamEndCapture(slot.stream, &graph));
-      YALI_PERF_CUDA(cudaGraphInstantiate(&executables[local], graph, 0));
-      YALI_PERF_CUDA(cudaGraphDestroy(graph));
-    }
+    const std::vector<cudaGraphExec_t> executables = CaptureCalls(world, backend, calls, 1);
     for (size_t local = 0; local < world.local.size(); ++local) {
       YALI_PERF_CUDA(cudaSetDevice(world.local[local].device));
       YALI_PERF_CUDA(cudaGraphLaunch(executables[local], world.local[local].stream));
@@ -331,20 +338,7 @@ void TimeWithGraph(World& world, Backend& backend, CaseCalls& calls,
   // on a buffer not seen before) is allowed and simply not recorded, instead of invalidating the
   // capture; the plain warmup calls before (RunCase) have already made such calls, so the graph
   // holds only the launches.
-  for (RankSlot& slot : world.local) {
-    YALI_PERF_CUDA(cudaSetDevice(slot.device));
-    YALI_PERF_CUDA(cudaStreamBeginCapture(slot.stream, cudaStreamCaptureModeRelaxed));
-  }
-  for (int i = 0; i < options.iters; ++i) IssueAll(world, backend, calls);
-  std::vector<cudaGraphExec_t> executables(world.local.size(), nullptr);
-  for (size_t local = 0; local < world.local.size(); ++local) {
-    RankSlot& slot = world.local[local];
-    YALI_PERF_CUDA(cudaSetDevice(slot.device));
-    cudaGraph_t graph = nullptr;
-    YALI_PERF_CUDA(cudaStreamEndCapture(slot.stream, &graph));
-    YALI_PERF_CUDA(cudaGraphInstantiate(&executables[local], graph, 0));
-    YALI_PERF_CUDA(cudaGraphDestroy(graph));
-  }
+  const std::vector<cudaGraphExec_t> executables = CaptureCalls(world, backend, calls, options.iters);
 
   auto launch_all = [&]() {
     for (size_t local = 0; local < world.local.size(); ++local)
