@@ -55,8 +55,8 @@ yaliResult_t holdForGraph(yaliComm* comm, unsigned long long captureId, cudaGrap
 // A context that only ever uses one stream records no event (stream order suffices); from its
 // first change of stream on, every launch of it records one. Within one capture the wait becomes a
 // graph edge; eager launches wait for the last eager one, whatever was captured in between;
-// across contexts (a graph's replay and eager calls, two captures) the program orders them, as
-// with NCCL.
+// across contexts (a graph's replay and eager calls, two captures) the program orders them (NCCL
+// orders them itself, by its graph mixing support; YALI does not yet: NCCL_ABI.md, limits).
 yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context) {
   if (context == 0) return comm->eagerOrder;
   yaliComm::LaunchOrder& o = comm->captureOrder;

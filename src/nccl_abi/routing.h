@@ -208,7 +208,7 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // every user. A context is a capture (its id) or eager work (0), each ordered on its own (one
 // event each: kSlots): within one capture the wait is a graph edge; eager users wait for the last
 // eager one, whatever was captured in between; between contexts (a graph's replay and eager
-// calls, two captures) the program orders them, as NCCL's users do. Streams are compared by
+// calls, two captures) the program orders them (NCCL orders them itself: NCCL_ABI.md, limits). Streams are compared by
 // handle only.
 class StreamOrder {
  public:
