@@ -145,9 +145,6 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
   return yaliSuccess;
 }
 
-// Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1, and
-// LocalState at its end), the host-mapped status and the control stream on the current device, and
-// sets up the selector. Waits only for its own stream: never for other work on the device.
 // Waits for everything queued on the comm's control stream, polling until deadlineMs: a copy or
 // memset there may not run for as long as another kernel keeps every SM (another library's
 // collective waiting for a peer, say), and cudaStreamSynchronize would then wait that long.
@@ -168,6 +165,9 @@ bool waitForControl(yaliComm* comm, int64_t deadlineMs, std::string* error) {
   }
 }
 
+// Allocates the window (zeroed: flags 0 and LL packets with flag 0 never match an epoch >= 1, and
+// LocalState at its end), the host-mapped status and the control stream on the current device, and
+// sets up the selector. Waits only for its own stream: never for other work on the device.
 yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   // The layout before the selector (whose limits come from it), from the settings alone: the
   // same on every rank (core/window_layout.h: computeLayout), which the settings digest below enforces.
