@@ -10,6 +10,7 @@ cfg() { cmake -S $1 -B $2 -G Ninja -DCMAKE_BUILD_TYPE=Release -DYALI_BUILD_TESTS
         cmake --build $2 -j 10 --target yali-perf > $L/build_$2.log 2>&1; echo "$2 build rc=$? $(( $(date +%s) - t0 )) s"; }
 cfg scratch/base-shared-src build-base-shared & cfg scratch/base-main build-basemain &
 cfg . build-ned "-DCMAKE_CUDA_FLAGS=-DYALI_AB_SKIP_EAGER_DONE" &
+[ -d scratch/eagerdev-src ] && cfg scratch/eagerdev-src build-eagerdev &  # git archive next/eagerdev, if carried
 { [ -f build/build.ninja ] || cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release > $L/cmake.log 2>&1; } && cmake --build build -j 10 --target yali-perf > $L/build.log 2>&1
 wait
 run() { local n=$1 p=$2 e=$3 g=$4
@@ -22,6 +23,7 @@ for rep in 1 2; do
     run main build-basemain/bench/yali-perf X=1 $g
     run new build/bench/yali-perf X=1 $g
     run noeagerdone build-ned/bench/yali-perf X=1 $g
+    [ -x build-eagerdev/bench/yali-perf ] && run eagerdev build-eagerdev/bench/yali-perf X=1 $g
     [ $g = 5 ] && run nomix build/bench/yali-perf YALI_GRAPH_MIXING=0 $g
   done
 done
