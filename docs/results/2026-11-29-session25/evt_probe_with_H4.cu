@@ -21,7 +21,7 @@ void plk(cudaStream_t q,int*x,bool prog){cudaLaunchConfig_t c={};c.gridDim=1;c.b
 // Leaf record node of E chained after *prev, depending on the stream's current capture frontier (enqueue.cc addSerialRecordNode).
 void leafRecord(cudaStream_t q,cudaEvent_t E,cudaGraphNode_t*prev){cudaStreamCaptureStatus st;cudaGraph_t g;const cudaGraphNode_t*d;const cudaGraphEdgeData*ed;size_t n;
   C(cudaStreamGetCaptureInfo(q,&st,nullptr,&g,&d,&ed,&n));cudaGraphNode_t a[16];size_t k=0;for(size_t i=0;i<n&&k<15;i++)a[k++]=d[i];if(*prev)a[k++]=*prev;
-  cudaGraphNode_t nd;C(cudaGraphAddEventRecordNode(&nd,g,a,k,E));*prev=nd;}
+  cudaGraphNode_t nd=nullptr;C(cudaGraphAddEventRecordNode(&nd,g,a,k,E));if(nd)*prev=nd;}
 int main(){
   C(cudaHostAlloc(&T,4096,cudaHostAllocMapped));C(cudaMallocManaged(&cnt,4));*cnt=0;
   for(auto&q:s)C(cudaStreamCreateWithFlags(&q,cudaStreamNonBlocking));C(cudaStreamCreateWithFlags(&cs,cudaStreamNonBlocking));
@@ -112,6 +112,20 @@ int main(){
     C(cudaGraphInstantiate(&x,g,0));C(cudaGraphLaunch(x,s[0]));cudaStreamSynchronize(s[0]);cudaEventRecord(a,s[0]);
     for(int r=0;r<20;r++)C(cudaGraphLaunch(x,s[0]));cudaEventRecord(b,s[0]);cudaEventSynchronize(b);float f;cudaEventElapsedTime(&f,a,b);
     printf("F3 graph leaf records: %zu edges, %d programmatic, gpu %.2f us/call\n",ne,prog,f*1e3/(20*M));}
+  // F4: next/leafrec's dance: after each pdl kernel a chained record node added to the stream's
+  // dependencies too; before the next kernel the dependencies set back to the kernel alone.
+  {const int M=200;cudaGraphNode_t prev=nullptr;C(cudaStreamBeginCapture(cs,cudaStreamCaptureModeGlobal));
+    C(cudaStreamWaitEvent(cs,E4,cudaEventWaitExternal));
+    for(int i=0;i<M;i++){
+      if(prev){cudaStreamCaptureStatus st;const cudaGraphNode_t*d;const cudaGraphEdgeData*ed;size_t n;C(cudaStreamGetCaptureInfo(cs,&st,nullptr,nullptr,&d,&ed,&n));
+        if(n==2){cudaGraphNode_t k=d[0]==prev?d[1]:d[0];C(cudaStreamUpdateCaptureDependencies(cs,&k,nullptr,1,cudaStreamSetCaptureDependencies));}}
+      plk(cs,d,1);leafRecord(cs,E4,&prev);C(cudaStreamUpdateCaptureDependencies(cs,&prev,nullptr,1,cudaStreamAddCaptureDependencies));}
+    C(cudaStreamEndCapture(cs,&g));size_t ne=0;C(cudaGraphGetEdges(g,nullptr,nullptr,nullptr,&ne));
+    cudaGraphNode_t*fr=new cudaGraphNode_t[ne],*to=new cudaGraphNode_t[ne];cudaGraphEdgeData*ed=new cudaGraphEdgeData[ne];C(cudaGraphGetEdges(g,fr,to,ed,&ne));
+    int prog=0;for(size_t i=0;i<ne;i++)prog+=ed[i].type==cudaGraphDependencyTypeProgrammatic;
+    C(cudaGraphInstantiate(&x,g,0));C(cudaGraphLaunch(x,s[0]));cudaStreamSynchronize(s[0]);cudaEventRecord(a,s[0]);
+    for(int r=0;r<20;r++)C(cudaGraphLaunch(x,s[0]));cudaEventRecord(b,s[0]);cudaEventSynchronize(b);float f;cudaEventElapsedTime(&f,a,b);
+    printf("F4 graph records in the frontier, trimmed before each kernel: %zu edges, %d programmatic, gpu %.2f us/call (F3 0.67, in-stream 1.46)\n",ne,prog,f*1e3/(20*M));}
   // H3: A,B,A capture with leaf chained records (no in-stream record); eager wait after replay must start >= last call end.
   {cudaEvent_t S,O,F,J1,J2;for(auto e:{&S,&O,&F,&J1,&J2})C(cudaEventCreateWithFlags(e,cudaEventDisableTiming));
    cudaStream_t A=s[5],B=s[6];cudaGraphNode_t prev=nullptr;C(cudaStreamBeginCapture(cs,cudaStreamCaptureModeGlobal));C(cudaEventRecord(F,cs));
@@ -141,5 +155,24 @@ int main(){
    for(int v=0;v<2;v++){reset();T[102]=0;st(s[0]);C(cudaGraphLaunch(xo,s[1]));C(cudaStreamWaitEvent(s[2],S,0));stampAt<<<1,1,0,s[2]>>>(T+101);waitAll(5);
     if(variant==0)printf("H4 leaf A, child(B + leaf): B ends %.1f, eager after wait starts %.1f (must be >=; ~20 = bound to A's record)\n",ms(100,0),ms(101,0));
     else printf("H4b leaf A, child(B + leaf), C + leaf chained to A's: B ends %.1f, C ends %.1f, eager starts %.1f (must be >= both)\n",ms(100,0),ms(102,0),ms(101,0));}}
+  // H4c: as H4 but A's leaf record also waits for a 400 ms spin on a forked stream, so it runs after
+  // the child's record (B ends ~220 ms): an eager wait bound to "the last record run" starts ~420,
+  // one bound to the child's record ~220. Either is ordered after B; a start before B's end is not.
+  {cudaEvent_t S;C(cudaEventCreateWithFlags(&S,cudaEventDisableTiming));cudaStream_t q=s[5];cudaGraph_t child,outer;
+   cudaGraphNode_t prevChild=nullptr,prevOuter=nullptr;
+   C(cudaStreamBeginCapture(q,cudaStreamCaptureModeGlobal));spin<<<1,1,0,q>>>(200000000);stampAt<<<1,1,0,q>>>(T+100);
+   leafRecord(q,S,&prevChild);C(cudaStreamEndCapture(q,&child));
+   cudaEvent_t fk,jn;C(cudaEventCreateWithFlags(&fk,cudaEventDisableTiming));C(cudaEventCreateWithFlags(&jn,cudaEventDisableTiming));
+   C(cudaStreamBeginCapture(cs,cudaStreamCaptureModeGlobal));spin<<<1,1,0,cs>>>(20000000);
+   C(cudaEventRecord(fk,cs));C(cudaStreamWaitEvent(s[6],fk,0));spin<<<1,1,0,s[6]>>>(400000000);C(cudaEventRecord(jn,s[6]));
+   {cudaStreamCaptureStatus st;cudaGraph_t g2;const cudaGraphNode_t*d;size_t n;C(cudaStreamGetCaptureInfo(s[6],&st,nullptr,&g2,&d,nullptr,&n));
+    cudaGraphNode_t longSpin=n?d[0]:nullptr;C(cudaStreamGetCaptureInfo(cs,&st,nullptr,&g2,&d,nullptr,&n));
+    cudaGraphNode_t deps[4];size_t k=0;for(size_t i=0;i<n&&k<3;i++)deps[k++]=d[i];if(longSpin)deps[k++]=longSpin;
+    cudaGraphNode_t ra=nullptr;C(cudaGraphAddEventRecordNode(&ra,g2,deps,k,S));
+    C(cudaStreamGetCaptureInfo(cs,&st,nullptr,&g2,&d,nullptr,&n));
+    cudaGraphNode_t cn;C(cudaGraphAddChildGraphNode(&cn,g2,d,n,child));C(cudaStreamUpdateCaptureDependencies(cs,&cn,nullptr,1,cudaStreamSetCaptureDependencies));}
+   C(cudaStreamWaitEvent(cs,jn,0));C(cudaStreamEndCapture(cs,&outer));cudaGraphExec_t xo;C(cudaGraphInstantiate(&xo,outer,0));
+   for(int v=0;v<2;v++){reset();st(s[0]);C(cudaGraphLaunch(xo,s[1]));C(cudaStreamWaitEvent(s[2],S,0));stampAt<<<1,1,0,s[2]>>>(T+101);waitAll(5);
+    printf("H4c A's record after a 400 ms spin, child(B + leaf): B ends %.1f, eager after wait starts %.1f (>= B's end: ordered; ~420: bound to the last record run)\n",ms(100,0),ms(101,0));}}
   printf("end: %s\n",cudaGetErrorString(cudaDeviceSynchronize()));
 }
