@@ -260,13 +260,12 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * to run from then on), and its stream is released, leaving that call's output undefined; a
  * copy-engine call writes nothing but its own rank's output. yaliAlgoInfo reports 0 ctas and 0
  * threads for these (and, having no stream, cannot tell a capture from an eager call).
- * Known limits (a review, 2026-11-29; not yet fixed): that host thread releases a stuck call with
- * a CUDA call of its own, which another thread's cudaFree or cudaIpcCloseMemHandle, or one hardware
- * queue shared with the stuck stream (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound
- * can fail; and a peer whose call was released by its own destroy, abort or failure still writes
- * its handshake words, so a call in flight on the other ranks may complete without error on an
- * input that the failed rank's program overwrote. They are off by default; turn them on only
- * where no rank is destroyed or aborted while one of these calls is in flight. */
+ * A peer's call released by its destroy, abort or failure first tells the other ranks, so that a
+ * call of theirs still reading its input ends with that failure rather than without an error on an
+ * input the peer's program may since have overwritten. Known limit (a review, 2026-11-29; not yet fixed): that
+ * host thread releases a stuck call with a CUDA call of its own, which another thread's cudaFree or
+ * cudaIpcCloseMemHandle, or one hardware queue shared with the stuck stream
+ * (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound can fail. */
 
 /* Undoes yaliCommRegister on this rank (not collective; peers keep their own registrations until
  * they deregister). Waits for this rank's calls issued outside CUDA graphs to finish (bounded by

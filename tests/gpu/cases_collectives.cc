@@ -2855,7 +2855,10 @@ namespace {
 //     on rank 0, every other rank's waiting call ends at once with yaliRemoteError
 //     (copyEngineHostFailure);
 //  7. the last rank aborts while the others wait for it: their calls end at once with
-//     yaliRemoteError (copyEnginePeerAbort).
+//     yaliRemoteError (copyEnginePeerAbort);
+//  8. rank 0's call released by its abort before the others call: their calls, whose handshake
+//     passes on the words rank 0's released call sent, end with yaliRemoteError, not without an
+//     error on rank 0's since overwritten input (copyEngineReleasedPeer).
 
 // Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
 // algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
@@ -3513,6 +3516,110 @@ void copyEngineHostFailure(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after a copy-engine call failed half-way");
 }
 
+// Part 8: a peer's call released by its abort does not let another rank's call end without an
+// error. allgather_ce forced, YALI_TIMEOUT_MS=60 s. Rank 0 alone calls, and aborts its comm 300 ms
+// later: its watch releases the call, whose stream then goes on to copy the peers' inputs and to
+// write its done words into their windows. Rank 0 then overwrites its own input (0xA5), as a
+// program may once its abort has returned, and only then do the others call: their ready and done
+// waits pass on rank 0's words, and their copies read rank 0's overwritten input. Each must come
+// back within 2 s with yaliRemoteError naming rank 0's abort (handshake step 4, the gate: rank 0's
+// release told them first). Before the gate they ended without any error, rank 0's piece of their
+// output holding the 0xA5 bytes.
+void copyEngineReleasedPeer(Ctx& ctx) {
+  const int kTimeoutMs = 60000;  // nobody may need it
+  const double kReleaseMs = 1500;
+  const double kPromptMs = 2000;
+  const std::string label = "allgather_ce, rank 0's call released by its abort before the others call";
+  std::vector<yaliComm_t> comms;
+  {
+    SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
+    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
+    comms = ctx.createComms(label.c_str());
+  }
+  const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
+  std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
+  CollRun run(ctx, spec, *slab);
+  expectAlgo(ctx, comms, run, "allgather_ce", label);
+  run.prepare(ctx.nextSeed());
+  syncAll(ctx);
+  auto call = [&](size_t i) {
+    const CollRun::Plan& P = run.plans[i];
+    return callColl(spec.coll, P.send, P.recv, spec.count, spec.dt, spec.op, spec.root, comms[i], ctx.local[i].stream);
+  };
+  const size_t pieceBytes = spec.count * sizeof(float);
+  ctx.world->barrier();
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    if (ctx.local[i].rank != 0) continue;
+    watchdogStep("%s: rank 0's call, then its abort", label.c_str());
+    checkIssued(ctx, call(i), 0, comms[i], label + ": rank 0's call");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    if (cudaStreamQuery(ctx.local[i].stream) != cudaErrorNotReady)
+      ctx.fail("%s: rank 0's stream is idle 300 ms after its call: did the call wait for the others at all?",
+               label.c_str());
+    const Clock::time_point t0 = Clock::now();
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    comms[i] = nullptr;
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank 0) returned %d (%s)", label.c_str(), (int)r, yaliGetErrorString(r));
+    const std::vector<Clock::time_point> idle =
+        waitStreamsIdle(ctx, {i}, t0, kTimeoutMs + 60000, label + ": waiting for rank 0's stream");
+    const double ms = std::chrono::duration<double, std::milli>(idle[0] - t0).count();
+    ctx.note("%s: rank 0's stream came back %.0f ms after its abort", label.c_str(), ms);
+    if (ms > kReleaseMs)
+      ctx.fail("%s: rank 0's stream came back %.0f ms after its abort, more than %.0f ms", label.c_str(), ms,
+               kReleaseMs);
+    CUDA_OK(ctx, cudaMemset(const_cast<void*>(run.plans[i].send), 0xA5, pieceBytes));  // the program reuses its input
+    CUDA_OK(ctx, cudaDeviceSynchronize());
+  }
+  ctx.world->barrier();  // the others call only now
+  std::vector<size_t> others;
+  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    if (ctx.local[i].rank == 0) continue;
+    watchdogStep("%s: rank %d's call", label.c_str(), ctx.local[i].rank);
+    issuedAt[i] = Clock::now();
+    checkIssued(ctx, call(i), ctx.local[i].rank, comms[i], label + ": the others' call");
+    others.push_back(i);
+  }
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
+  for (size_t c = 0; c < others.size(); ++c) {
+    const size_t i = others[c];
+    const int rank = ctx.local[i].rank;
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
+    if (ms > kPromptMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms", label.c_str(), rank, ms, kPromptMs);
+    yaliResult_t async = yaliSuccess;
+    if (yaliCommGetAsyncError(comms[i], &async) == yaliSuccess && async == yaliSuccess) {
+      std::vector<unsigned char> host(pieceBytes);
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaMemcpy(host.data(), run.plans[i].recv, pieceBytes, cudaMemcpyDeviceToHost));
+      size_t overwritten = 0;
+      for (unsigned char b : host) overwritten += b == 0xA5;
+      ctx.fail("%s: rank %d: the call ended without an error, %zu of the %zu bytes of rank 0's piece in its output "
+               "being rank 0's overwritten input; expected yaliRemoteError naming rank 0's abort",
+               label.c_str(), rank, overwritten, pieceBytes);
+      continue;
+    }
+    expectPeerFailure(ctx, comms[i], rank, 0, "it called yaliCommAbort", label);
+  }
+  ctx.world->barrier();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (comms[i] == nullptr) continue;
+    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+  }
+  syncAll(ctx);
+  ctx.world->barrier();  // no peer maps our memory any more
+  freeSlab(ctx, *slab);
+  copyEngineFreshComms(ctx, "a fresh comm after a peer's released copy-engine call");
+}
+
 void caseCopyEngine(Ctx& ctx) {
   if (!copyEnginesAllowed(ctx)) {
     const std::string label = "YALI_ALGO=" + copyEngineList() + ", ranks of one process share a GPU";
@@ -3550,6 +3657,7 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineAbort(ctx);
   copyEngineHostFailure(ctx);
   copyEnginePeerAbort(ctx);
+  copyEngineReleasedPeer(ctx);
 }
 
 // ==== trust_epoch_wrap: the exchange families ========================================================

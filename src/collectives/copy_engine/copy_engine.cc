@@ -118,9 +118,9 @@ bool done(cudaEvent_t e) {
 }
 
 // HostStatus as a kernel's recordFailure (device.cuh) writes it: the first failure claims the
-// record, fills in the details, then publishes the code.
-// kFailRemote: `origin` and `remoteCode` name the peer and its failure, and the peers are not told
-// (the origin told them), as in recordFailure.
+// record, fills in the details, then publishes the code. kFailRemote: `origin` and `remoteCode`
+// name the peer and its failure. The peers are told by the release that follows (tellPeers), before
+// it lets any of our handshake words go to them.
 void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch, int origin = -1,
                        int remoteCode = kFailNone) {
   HostStatus* s = ce.res->hostStatus.get();
@@ -134,14 +134,30 @@ void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch
     __sync_synchronize();
     v->failure = code;
   }
-  // Later kernels of ours refuse to run, and so do the peers' (their admission reads the word).
-  const MemOps& m = memOps();
-  m.memsetD32(dptr(&ce.res->local->failed), 1, 1, ce.watchStream);
-  if (code == kFailRemote) return;
-  const uint32_t word = encodeRemoteFailure(code, ce.rank);
+  // Later kernels of ours refuse to run (their admission reads the word).
+  memOps().memsetD32(dptr(&ce.res->local->failed), 1, 1, ce.watchStream);
+}
+
+// What our failure (recorded: HostStatus::failure is set) tells each peer's remoteFailure word: our
+// own code, or for kFailRemote the origin's word again (the same word the origin wrote: a second
+// writer changes nothing), so that every rank's message names the rank that failed first.
+uint32_t failureWordForPeers(const CopyEngineState& ce) {
+  const volatile HostStatus* s = ce.res->hostStatus.get();
+  const int code = s->failure;
+  __sync_synchronize();  // the details after the code that announces them (recordFailure's order)
+  if (code == kFailRemote) return encodeRemoteFailure(s->failureRemoteCode, s->failureOrigin);
+  return encodeRemoteFailure(code == kFailCounts ? withCheck(code, s->failurePhase) : code, ce.rank);
+}
+
+// Every peer's remoteFailure word gets our failure, on the watch's stream: ahead of the release
+// (release, below) in that stream's order, so that the peer's word is written before any handshake
+// word our released call sends. The peers' gates (handshake: step 4) rely on that order.
+void tellPeers(CopyEngineState& ce) {
+  const uint32_t word = failureWordForPeers(ce);
   for (int p = 0; p < ce.nranks; ++p) {
     if (p == ce.rank || ce.res->peerWindows[p] == nullptr) continue;
-    m.memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1, ce.watchStream);
+    memOps().memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1,
+                       ce.watchStream);
   }
 }
 
@@ -174,9 +190,13 @@ bool peerFailed(CopyEngineState& ce, int phase, uint64_t launch) {
   return false;
 }
 
-// Every ready and done word of ours holds `tag`: the call's waits pass.
+// Every ready and done word of ours holds `tag`, and our remoteFailure word 0: the call's waits
+// pass, its gate included. The failure that caused the release is recorded by now (HostStatus,
+// LocalState::failed), so clearing the word loses nothing a later launch of ours would need.
 void release(CopyEngineState& ce, const Watch& w) {
   memOps().memsetD32(dptr(ce.ready), w.tag, 2 * kMaxRanks, ce.watchStream);
+  memOps().memsetD32(dptr(ce.res->peerWindows[ce.rank] + offsetof(WindowHeader, remoteFailure)), 0, 1,
+                     ce.watchStream);
 }
 
 // HostStatus::eagerDone = max(eagerDone, seq): a kernel's exit may have stored a later number.
@@ -202,11 +222,11 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     }
     const volatile HostStatus* s = ce.res->hostStatus.get();
     auto phase = [&] { return done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady; };
-    bool releaseNow = ce.closed.load() || s->failure != kFailNone;
-    if (!releaseNow && s->abortRequested != 0) {
+    // Aborted or destroyed with this call unfinished: recorded as an abort, so that the release
+    // below tells the peers (a destroy that gets here has waited out YALI_TIMEOUT_MS for the call).
+    if (s->failure == kFailNone && (s->abortRequested != 0 || ce.closed.load()))
       recordHostFailure(ce, kFailAborted, phase(), w.launch);
-      releaseNow = true;
-    }
+    bool releaseNow = s->failure != kFailNone;
     if (!releaseNow && done(w.started)) {
       if (w.startedSeenMs < 0) w.startedSeenMs = nowMs();
       if (nowMs() - w.startedSeenMs > ce.timeoutMs) {
@@ -218,6 +238,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     }
     if (!releaseNow && w.startedSeenMs >= 0) releaseNow = peerFailed(ce, phase(), w.launch);
     if (releaseNow && (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs)) {
+      if (w.releasedMs < 0) tellPeers(ce);  // before the release: see tellPeers
       release(ce, w);  // again every kReleaseEveryMs until the call has ended
       w.releasedMs = nowMs();
     }
@@ -269,14 +290,14 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
   return e;
 }
 
-// The handshake steps' memory operations on S (copy_engine.h: steps 1 and 3), on plane 0 (ready)
+// The handshake steps' memory operations on S (copy_engine.h: steps 1, 3 and 4), on plane 0 (ready)
 // or 1 (done) of the ceFlags words: ours at ce.ready + plane * kMaxRanks, and the same in every peer's
-// window.
+// window. The done plane ends with the gate (step 4).
 enum Plane : int { kReady = 0, kDone = 1 };
 cudaError_t handshake(const CopyEngineState& ce, Plane plane, uint32_t tag, cudaStream_t s) {
   uint32_t* ours = ce.ready + plane * kMaxRanks;
   const size_t planeOffset = ce.ceFlagsOffset + sizeof(uint32_t) * kMaxRanks * plane;
-  CUstreamBatchMemOpParams ops[3 * kMaxRanks] = {};
+  CUstreamBatchMemOpParams ops[3 * kMaxRanks + 1] = {};
   unsigned n = 0;
   for (int p = 0; p < ce.nranks; ++p) {
     if (p == ce.rank) continue;
@@ -303,6 +324,18 @@ cudaError_t handshake(const CopyEngineState& ce, Plane plane, uint32_t tag, cuda
     op.writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
   }
   if (n == 0) return cudaSuccess;  // a comm of one rank: nothing to issue (an empty batch may be refused)
+  if (plane == kDone) {
+    // The gate: no peer has failed, or our release (which clears the word) let the call go. A peer
+    // whose call was released writes our remoteFailure word before its release (tellPeers), so a
+    // done word that came from a released peer is followed here by a word that stops us: our watch
+    // then records the peer's failure and releases us in turn, instead of ending the call without
+    // an error on a peer input its program may have overwritten.
+    CUstreamBatchMemOpParams& op = ops[n++];
+    op.waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_32;
+    op.waitValue.address = dptr(ce.res->peerWindows[ce.rank] + offsetof(WindowHeader, remoteFailure));
+    op.waitValue.value = 0;
+    op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ | (ce.flush ? CU_STREAM_WAIT_VALUE_FLUSH : 0);
+  }
   return memOps().batch(reinterpret_cast<CUstream>(s), n, ops, 0) == CUDA_SUCCESS ? cudaSuccess
                                                                                    : cudaErrorUnknown;
 }
