@@ -268,6 +268,11 @@ bool isLL(const std::string& a) { return a.size() > 3 && a.compare(a.size() - 3,
 // Where a call's buffers lie. Offsets are in elements past a 4 KiB-aligned start (at most 7).
 struct CLayout {
   size_t sendOff = 0, recvOff = 0;
+  // The first region (the input; in place, the outer buffer) a further rank * sendOffPerRank
+  // elements on: each rank's input at its own offset within the corresponding registration, which
+  // the algorithms that read their peers' registered inputs (reducescatter_pull) learn from each
+  // other.
+  size_t sendOffPerRank = 0;
   bool inplace = false;     // the collective's in-place form (Bcast always)
   bool oneAlloc = false;    // out of place: send and recv in one allocation, a guard gap between
   bool nullUnused = false;  // NULL for the buffers this rank does not use (non-roots)
@@ -314,6 +319,10 @@ std::string describe(const CSpec& s) {
     std::snprintf(buf, sizeof buf, " send+%zu recv+%zu elems", s.L.sendOff, s.L.recvOff);
     d += buf;
   }
+  if (s.L.sendOffPerRank) {
+    std::snprintf(buf, sizeof buf, " send+%zu*rank elems", s.L.sendOffPerRank);
+    d += buf;
+  }
   if (s.L.oneAlloc) d += " one-allocation";
   if (s.L.sendAtRootOffset && s.inplace() && (s.coll == kGather || s.coll == kScatter))
     d += " non-roots laid out like the root";
@@ -324,8 +333,14 @@ std::string describe(const CSpec& s) {
 // Bytes each of a Slab's two allocations needs for a call: guard, the largest region (n * count
 // elements) after up to 7 elements of offset, a 4 KiB-aligned guard gap, a second such region
 // (oneAlloc), guard.
+// The most bytes a region can reach past kGuardBytes: n * count elements after their offsets
+// (sendOff or recvOff, up to 7 elements, plus sendOffPerRank * rank).
+size_t regionReach(const CSpec& s, int nranks) {
+  return (size_t)nranks * s.count * dtypeSize(s.dt) + 8 * (7 + (size_t)(nranks - 1) * s.L.sendOffPerRank) + 8;
+}
+
 size_t slabBytesFor(const CSpec& s, int nranks) {
-  const size_t region = ((size_t)nranks * s.count * dtypeSize(s.dt) + 8 * 8 + 4095) / 4096 * 4096;
+  const size_t region = (regionReach(s, nranks) + 4095) / 4096 * 4096;
   return (s.L.oneAlloc ? 3 * kGuardBytes + 4096 + 2 * region : 2 * kGuardBytes + region);
 }
 
@@ -699,9 +714,9 @@ void CollRun::plan(size_t i) {
   Plan& P = plans[i];
   char* const A = slab_.A[i].p;
   char* const B = slab_.B[i].p;
-  const size_t regionMax = (size_t)n * c * es + 8 * 8;
+  const size_t regionMax = regionReach(spec, n);
   // The first region: in A at the send offset (in place: the outer buffer).
-  char* const first = A + kGuardBytes + spec.L.sendOff * es;
+  char* const first = A + kGuardBytes + (spec.L.sendOff + spec.L.sendOffPerRank * k) * es;
   // The second region (out of place): in B, or in A after the first region and a guard gap.
   char* const second =
       spec.L.oneAlloc ? A + (kGuardBytes + regionMax + 4095) / 4096 * 4096 + kGuardBytes + spec.L.recvOff * es
@@ -1631,7 +1646,8 @@ void caseAlgos(Ctx& ctx) {
   }
 
   // reducescatter_pull: the inputs registered (off by default): every type x op, counts that leave
-  // blocks short and runs unaligned, in place and not, several blocks; with only sendbuff
+  // blocks short and runs unaligned, in place and not, several blocks; inputs at rank-different
+  // offsets within their registrations; with only sendbuff
   // registered too (which is what it needs), never with only recvbuff or neither; and in a graph
   // (coll_graphs covers captures in general; this one the pull's own handshake across replays).
   {
@@ -1656,6 +1672,17 @@ void caseAlgos(Ctx& ctx) {
                         label + ", registered");
             ++combo;
           }
+        }
+      }
+      // Each rank's input at an offset of its own within the registration (rank elements further
+      // on, in place too): every rank reads each peer's input where that peer says it lies.
+      for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16, yaliFloat64}) {
+        for (bool inplace : {false, true}) {
+          CLayout L;
+          L.sendOffPerRank = 1;
+          L.inplace = inplace;
+          runCollAlgo(ctx, comms, reg, v, cspec(kReduceScatter, 4093, dt, yaliSum, 0, L), "reducescatter_pull",
+                      label + ", registered, inputs at rank-different offsets");
         }
       }
       for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16}) {
