@@ -260,12 +260,17 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * to run from then on), and its stream is released, leaving that call's output undefined; a
  * copy-engine call writes nothing but its own rank's output. yaliAlgoInfo reports 0 ctas and 0
  * threads for these (and, having no stream, cannot tell a capture from an eager call).
- * A peer's call released by its destroy, abort or failure first tells the other ranks, so that a
- * call of theirs still reading its input ends with that failure rather than without an error on an
- * input the peer's program may since have overwritten. Known limit (a review, 2026-11-29; not yet fixed): that
- * host thread releases a stuck call with a CUDA call of its own, which another thread's cudaFree or
- * cudaIpcCloseMemHandle, or one hardware queue shared with the stuck stream
- * (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound can fail. */
+ * A rank whose call is released (destroy, abort, timeout or failure) first writes its failure into
+ * every peer's window, and every call checks that word as it ends: a peer's call that read the
+ * rank's input after the released call ended on its stream (after yaliCommAbort or
+ * yaliCommDestroy returned) ends with that failure, not without an error. This relies on the GPUs
+ * making that write visible before the released rank's later work, which CUDA does not document;
+ * an input overwritten on another stream while the released call still ran is not covered. Known
+ * limit (a review, 2026-11-29; not yet fixed): that host thread releases a stuck call with a CUDA
+ * call of its own, which another thread's cudaFree or cudaIpcCloseMemHandle, or one hardware queue
+ * shared with the stuck stream (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound can
+ * fail. Hence off by default: turn them on where ranks are not destroyed or aborted with these
+ * calls in flight. */
 
 /* Undoes yaliCommRegister on this rank (not collective; peers keep their own registrations until
  * they deregister). Waits for this rank's calls issued outside CUDA graphs to finish (bounded by

@@ -592,6 +592,23 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
   return yaliSuccess;
 }
 
+namespace {
+
+// Writes `code` from this rank into every peer's WindowHeader::remoteFailure (the peers' waits end,
+// their later launches refuse to run, and their copy-engine calls stop at their gate), through the
+// comm's control stream, waiting at most until `deadlineMs`.
+void tellPeersWeFailed(yaliComm* comm, int code, int64_t deadlineMs, std::string* err) {
+  HostStatus* status = comm->res->hostStatus.get();
+  status->remoteWord = encodeRemoteFailure(code, comm->rank);
+  for (int p = 0; p < comm->nranks; ++p) {
+    if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;
+    writeDeviceWords(comm, comm->res->peerWindows[p] + offsetof(WindowHeader, remoteFailure), &status->remoteWord,
+                     sizeof(status->remoteWord), deadlineMs, err);
+  }
+}
+
+}  // namespace
+
 yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   const char* call = "yaliCommDestroy";
   const int64_t deadline = nowMs() + comm->settings.timeoutMs;
@@ -606,6 +623,10 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
                   "after them",
                   call, comm->rank, static_cast<long long>(comm->settings.timeoutMs));
   std::string err;
+  // Calls left unfinished: the peers learn it now, before this returns and the program reuses its
+  // buffers (a peer's copy-engine call still reading our input then ends with this failure; its
+  // kernels stop waiting for ours). As a timeout: the destroy gave up waiting for them.
+  if (result != yaliSuccess && comm->res) tellPeersWeFailed(comm, kFailTimeout, deadline + 1000, &err);
   closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)
   if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
     result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
@@ -630,12 +651,7 @@ yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle) {
     // peer's window learns that we aborted. Then nothing of ours runs any more.
     reinterpret_cast<volatile HostStatus*>(status)->abortRequested = 1;
     closeCopyEngine(comm);  // and so do copy-engine calls in flight, at the watch's next poll
-    status->remoteWord = encodeRemoteFailure(kFailAborted, comm->rank);
-    for (int p = 0; p < comm->nranks; ++p) {
-      if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;
-      writeDeviceWords(comm, comm->res->peerWindows[p] + offsetof(WindowHeader, remoteFailure),
-                       &status->remoteWord, sizeof(status->remoteWord), deadline, &err);
-    }
+    tellPeersWeFailed(comm, kFailAborted, deadline, &err);
     closeOnDevice(comm, deadline, &err);
   }
   retire(comm, handle, HandleState::kAborted);

@@ -2883,9 +2883,9 @@ namespace {
 //     (copyEngineHostFailure);
 //  7. the last rank aborts while the others wait for it: their calls end at once with
 //     yaliRemoteError (copyEnginePeerAbort);
-//  8. rank 0's call released by its abort before the others call: their calls, whose handshake
-//     passes on the words rank 0's released call sent, end with yaliRemoteError, not without an
-//     error on rank 0's since overwritten input (copyEngineReleasedPeer).
+//  8. rank 0's call released by its abort, or by its timeout, before the others call: their calls,
+//     whose handshake passes on the words rank 0's released call sent, end with rank 0's failure,
+//     not without an error on rank 0's since overwritten input (copyEngineReleasedPeer).
 
 // Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
 // algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
@@ -3543,20 +3543,23 @@ void copyEngineHostFailure(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after a copy-engine call failed half-way");
 }
 
-// Part 8: a peer's call released by its abort does not let another rank's call end without an
-// error. allgather_ce forced, YALI_TIMEOUT_MS=60 s. Rank 0 alone calls, and aborts its comm 300 ms
-// later: its watch releases the call, whose stream then goes on to copy the peers' inputs and to
-// write its done words into their windows. Rank 0 then overwrites its own input (0xA5), as a
-// program may once its abort has returned, and only then do the others call: their ready and done
-// waits pass on rank 0's words, and their copies read rank 0's overwritten input. Each must come
-// back within 2 s with yaliRemoteError naming rank 0's abort (handshake step 4, the gate: rank 0's
-// release told them first). Before the gate they ended without any error, rank 0's piece of their
-// output holding the 0xA5 bytes.
-void copyEngineReleasedPeer(Ctx& ctx) {
-  const int kTimeoutMs = 60000;  // nobody may need it
-  const double kReleaseMs = 1500;
+// Part 8: a peer's call released by its abort or its timeout does not let another rank's call end
+// without an error. allgather_ce forced. Rank 0 alone calls; its call is released either by its
+// yaliCommAbort 300 ms later (YALI_TIMEOUT_MS=60 s), or by its own timeout (YALI_TIMEOUT_MS=2 s or
+// 4 s; there only the watch's release tells the peers, no yaliCommAbort does). The released stream
+// goes on to copy the peers' inputs and to write its done words into their windows. Rank 0 then
+// overwrites its own input (0xA5), as a program may once its call has come back, and only then do
+// the others call: their ready and done waits pass on rank 0's words, and their copies read rank
+// 0's overwritten input. Each must come back within 2 s with rank 0's failure: yaliRemoteError
+// naming its abort, or yaliTimeout naming rank 0 (handshake step 4, the gate). Before the gate they
+// ended without any error, rank 0's piece of their output holding the 0xA5 bytes.
+void copyEngineReleasedPeer(Ctx& ctx, bool byAbort) {
+  const int kTimeoutMs = byAbort ? 60000 : ctx.nranks <= 4 ? 2000 : 4000;
+  const double kReleaseMs = byAbort ? 1500 : kTimeoutMs + 1500;
   const double kPromptMs = 2000;
-  const std::string label = "allgather_ce, rank 0's call released by its abort before the others call";
+  const std::string label = std::string("allgather_ce, rank 0's call released by its ") +
+                            (byAbort ? "abort" : "timeout (YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + ")") +
+                            " before the others call";
   std::vector<yaliComm_t> comms;
   {
     SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
@@ -3577,25 +3580,35 @@ void copyEngineReleasedPeer(Ctx& ctx) {
   ctx.world->barrier();
   for (size_t i = 0; i < ctx.local.size(); ++i) {
     if (ctx.local[i].rank != 0) continue;
-    watchdogStep("%s: rank 0's call, then its abort", label.c_str());
+    watchdogStep("%s: rank 0's call", label.c_str());
+    const Clock::time_point issued = Clock::now();
     checkIssued(ctx, call(i), 0, comms[i], label + ": rank 0's call");
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     if (cudaStreamQuery(ctx.local[i].stream) != cudaErrorNotReady)
       ctx.fail("%s: rank 0's stream is idle 300 ms after its call: did the call wait for the others at all?",
                label.c_str());
-    const Clock::time_point t0 = Clock::now();
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    comms[i] = nullptr;
-    if (r != yaliSuccess)
-      ctx.fail("%s: yaliCommAbort (rank 0) returned %d (%s)", label.c_str(), (int)r, yaliGetErrorString(r));
+    Clock::time_point t0 = issued;
+    if (byAbort) {
+      t0 = Clock::now();
+      const yaliResult_t r = yaliCommAbort(comms[i]);
+      comms[i] = nullptr;
+      if (r != yaliSuccess)
+        ctx.fail("%s: yaliCommAbort (rank 0) returned %d (%s)", label.c_str(), (int)r, yaliGetErrorString(r));
+    }
     const std::vector<Clock::time_point> idle =
         waitStreamsIdle(ctx, {i}, t0, kTimeoutMs + 60000, label + ": waiting for rank 0's stream");
     const double ms = std::chrono::duration<double, std::milli>(idle[0] - t0).count();
-    ctx.note("%s: rank 0's stream came back %.0f ms after its abort", label.c_str(), ms);
+    ctx.note("%s: rank 0's stream came back %.0f ms after its %s", label.c_str(), ms, byAbort ? "abort" : "call");
     if (ms > kReleaseMs)
-      ctx.fail("%s: rank 0's stream came back %.0f ms after its abort, more than %.0f ms", label.c_str(), ms,
-               kReleaseMs);
+      ctx.fail("%s: rank 0's stream came back %.0f ms after its %s, more than %.0f ms", label.c_str(), ms,
+               byAbort ? "abort" : "call", kReleaseMs);
+    if (!byAbort) {
+      yaliResult_t async = yaliSuccess;
+      if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliTimeout)
+        ctx.fail("%s: rank 0: yaliCommGetAsyncError gives %d (%s); expected yaliTimeout", label.c_str(), (int)async,
+                 yaliGetErrorString(async));
+    }
     CUDA_OK(ctx, cudaMemset(const_cast<void*>(run.plans[i].send), 0xA5, pieceBytes));  // the program reuses its input
     CUDA_OK(ctx, cudaDeviceSynchronize());
   }
@@ -3626,11 +3639,19 @@ void copyEngineReleasedPeer(Ctx& ctx) {
       size_t overwritten = 0;
       for (unsigned char b : host) overwritten += b == 0xA5;
       ctx.fail("%s: rank %d: the call ended without an error, %zu of the %zu bytes of rank 0's piece in its output "
-               "being rank 0's overwritten input; expected yaliRemoteError naming rank 0's abort",
+               "being rank 0's overwritten input; expected rank 0's failure",
                label.c_str(), rank, overwritten, pieceBytes);
       continue;
     }
-    expectPeerFailure(ctx, comms[i], rank, 0, "it called yaliCommAbort", label);
+    if (byAbort) {
+      expectPeerFailure(ctx, comms[i], rank, 0, "it called yaliCommAbort", label);
+    } else {
+      const std::string msg = str(yaliGetLastError(comms[i]));
+      if (async != yaliTimeout || msg.find("rank 0 failed and told this rank") == std::string::npos)
+        ctx.fail("%s: rank %d: yaliCommGetAsyncError gives %d (%s), \"%s\"; expected yaliTimeout, \"rank 0 failed and "
+                 "told this rank\"",
+                 label.c_str(), rank, (int)async, yaliGetErrorString(async), msg.c_str());
+    }
   }
   ctx.world->barrier();
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -3684,7 +3705,8 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineAbort(ctx);
   copyEngineHostFailure(ctx);
   copyEnginePeerAbort(ctx);
-  copyEngineReleasedPeer(ctx);
+  copyEngineReleasedPeer(ctx, true);
+  copyEngineReleasedPeer(ctx, false);
 }
 
 // ==== trust_epoch_wrap: the exchange families ========================================================

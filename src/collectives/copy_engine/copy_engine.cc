@@ -50,6 +50,7 @@ struct Watch {
   uint64_t eagerSeq = 0;
   uint64_t launch = 0;         // the host's launch count (error reports)
   int64_t startedSeenMs = -1;  // when the watch first saw `started` complete
+  bool told = false;           // the peers were told our failure for this call (CopyEngineState::told)
   int64_t releasedMs = -1;     // when the watch last wrote the call's release (-1: never)
 };
 
@@ -86,6 +87,9 @@ struct CopyEngineState {
   // after the copy on watchStream; pending until the next poll finds it complete.
   cudaEvent_t remoteRead = nullptr;
   bool remoteReadPending = false;
+  // Recorded on watchStream after the peers' failure words (tellPeers): a call is released only once
+  // the host has seen it complete (poll).
+  cudaEvent_t told = nullptr;
   std::atomic<bool> closed{false};
 
   std::mutex mutex;  // inFlight, spare, jobPosted
@@ -101,6 +105,7 @@ struct CopyEngineState {
       if (e != nullptr) cudaEventDestroy(e);
     if (fork != nullptr) cudaEventDestroy(fork);
     if (remoteRead != nullptr) cudaEventDestroy(remoteRead);
+    if (told != nullptr) cudaEventDestroy(told);
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
     for (auto& w : spare) destroyEvents(*w);
     for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
@@ -117,10 +122,13 @@ bool done(cudaEvent_t e) {
   return true;  // complete, or an error: nothing more to wait for either way
 }
 
+bool tellPeers(CopyEngineState& ce);
+
 // HostStatus as a kernel's recordFailure (device.cuh) writes it: the first failure claims the
 // record, fills in the details, then publishes the code. kFailRemote: `origin` and `remoteCode`
-// name the peer and its failure. The peers are told by the release that follows (tellPeers), before
-// it lets any of our handshake words go to them.
+// name the peer and its failure. The peers are told at once (tellPeers), whether or not a call of
+// ours is ever released (a call that failed half-way may end by itself), and again before each
+// release (poll).
 void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch, int origin = -1,
                        int remoteCode = kFailNone) {
   HostStatus* s = ce.res->hostStatus.get();
@@ -136,29 +144,30 @@ void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch
   }
   // Later kernels of ours refuse to run (their admission reads the word).
   memOps().memsetD32(dptr(&ce.res->local->failed), 1, 1, ce.watchStream);
+  tellPeers(ce);
 }
 
-// What our failure (recorded: HostStatus::failure is set) tells each peer's remoteFailure word: our
-// own code, or for kFailRemote the origin's word again (the same word the origin wrote: a second
-// writer changes nothing), so that every rank's message names the rank that failed first.
-uint32_t failureWordForPeers(const CopyEngineState& ce) {
+// Every peer's remoteFailure word gets the comm's recorded failure, on the watch's stream: our own
+// code, or for kFailRemote the origin's code and rank (the origin itself is skipped), so that the
+// peers' messages name the rank that failed first as we know it (a word from another writer may
+// land last). kFailCounts: the check of the failure we recorded (a kernel's blocks may each have
+// failed a different one). False, telling nothing, while a failure is claimed but not yet published
+// (a kernel filling in its details): the caller tries again at its next poll.
+bool tellPeers(CopyEngineState& ce) {
   const volatile HostStatus* s = ce.res->hostStatus.get();
   const int code = s->failure;
+  if (code == kFailNone) return false;
   __sync_synchronize();  // the details after the code that announces them (recordFailure's order)
-  if (code == kFailRemote) return encodeRemoteFailure(s->failureRemoteCode, s->failureOrigin);
-  return encodeRemoteFailure(code == kFailCounts ? withCheck(code, s->failurePhase) : code, ce.rank);
-}
-
-// Every peer's remoteFailure word gets our failure, on the watch's stream: ahead of the release
-// (release, below) in that stream's order, so that the peer's word is written before any handshake
-// word our released call sends. The peers' gates (handshake: step 4) rely on that order.
-void tellPeers(CopyEngineState& ce) {
-  const uint32_t word = failureWordForPeers(ce);
+  const int origin = code == kFailRemote ? s->failureOrigin : ce.rank;
+  const uint32_t word =
+      code == kFailRemote ? encodeRemoteFailure(s->failureRemoteCode, origin)
+                          : encodeRemoteFailure(code == kFailCounts ? withCheck(code, s->failurePhase) : code, ce.rank);
   for (int p = 0; p < ce.nranks; ++p) {
-    if (p == ce.rank || ce.res->peerWindows[p] == nullptr) continue;
+    if (p == ce.rank || p == origin || ce.res->peerWindows[p] == nullptr) continue;
     memOps().memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1,
                        ce.watchStream);
   }
+  return true;
 }
 
 // A peer's failure, for a call that waits (started, not ended): our window's remoteFailure word,
@@ -222,24 +231,35 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     }
     const volatile HostStatus* s = ce.res->hostStatus.get();
     auto phase = [&] { return done(w.readyPassed) ? kPhaseCopyEngineDone : kPhaseCopyEngineReady; };
-    // Aborted or destroyed with this call unfinished: recorded as an abort, so that the release
-    // below tells the peers (a destroy that gets here has waited out YALI_TIMEOUT_MS for the call).
-    if (s->failure == kFailNone && (s->abortRequested != 0 || ce.closed.load()))
-      recordHostFailure(ce, kFailAborted, phase(), w.launch);
-    bool releaseNow = s->failure != kFailNone;
-    if (!releaseNow && done(w.started)) {
+    // Aborted, or destroyed with this call unfinished (yaliCommDestroy gave up waiting for it after
+    // YALI_TIMEOUT_MS, and told the peers so): recorded, so that the peers are told before the release.
+    if (s->failure == kFailNone && s->claim == 0 && (s->abortRequested != 0 || ce.closed.load()))
+      recordHostFailure(ce, s->abortRequested != 0 ? kFailAborted : kFailTimeout, phase(), w.launch);
+    if (s->failure == kFailNone && s->claim == 0 && done(w.started)) {
       if (w.startedSeenMs < 0) w.startedSeenMs = nowMs();
       if (nowMs() - w.startedSeenMs > ce.timeoutMs) {
         recordHostFailure(ce, kFailTimeout, phase(), w.launch);
         logInfo("copy engines: rank %d: launch %llu timed out waiting for a peer (YALI_TIMEOUT_MS=%lld)", ce.rank,
                 static_cast<unsigned long long>(w.launch), static_cast<long long>(ce.timeoutMs));
-        releaseNow = true;
+      } else if (!peerFailed(ce, phase(), w.launch)) {
+        break;  // nothing to release
       }
     }
-    if (!releaseNow && w.startedSeenMs >= 0) releaseNow = peerFailed(ce, phase(), w.launch);
-    if (releaseNow && (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs)) {
-      if (w.releasedMs < 0) tellPeers(ce);  // before the release: see tellPeers
-      release(ce, w);  // again every kReleaseEveryMs until the call has ended
+    // A failure claimed but not yet published (a kernel of ours filling in its details) is released
+    // at a later poll, once the peers can be told which failure it is.
+    if (s->failure == kFailNone) break;
+    // The release. First the peers are told (again), and the call is released only after the host
+    // has seen those writes complete (the `told` event): a released call's handshake words must not
+    // reach a peer ahead of the failure word that stops its gate (handshake: step 4). Then our words,
+    // again every kReleaseEveryMs until the call has ended.
+    if (!w.told) {
+      w.told = tellPeers(ce);
+      if (w.told && cudaEventRecord(ce.told, ce.watchStream) != cudaSuccess) cudaGetLastError();
+      break;  // the release at a later poll
+    }
+    if (!done(ce.told)) break;
+    if (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs) {
+      release(ce, w);
       w.releasedMs = nowMs();
     }
     break;
@@ -282,6 +302,7 @@ cudaError_t makeState(yaliComm* comm, std::shared_ptr<CopyEngineState>* out) {
   cudaError_t e = cudaStreamCreateWithFlags(&ce->watchStream, cudaStreamNonBlocking);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->fork, cudaEventDisableTiming);
   if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->remoteRead, cudaEventDisableTiming);
+  if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->told, cudaEventDisableTiming);
   for (int i = 0; e == cudaSuccess && i < comm->nranks - 1; ++i) {
     e = cudaStreamCreateWithFlags(&ce->side[i], cudaStreamNonBlocking);
     if (e == cudaSuccess) e = cudaEventCreateWithFlags(&ce->join[i], cudaEventDisableTiming);
@@ -387,6 +408,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   w->eagerSeq = a.eagerSeq;
   w->launch = a.epochHint;
   w->startedSeenMs = -1;
+  w->told = false;
   w->releasedMs = -1;
 
   // A CUDA call that fails half-way: the comm fails (kFailHost, recorded as a timeout would be: our

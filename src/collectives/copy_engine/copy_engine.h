@@ -29,11 +29,15 @@
 //   3. done: write t into done[r] of every peer's window; wait until our done[p] == t for every
 //      peer; set our done[p] = 0. When the call ends, every peer has read our input: the caller
 //      may overwrite it.
-//   4. gate: wait until our window's remoteFailure word is 0. A peer whose call was released (below)
-//      still sends its done word, but only after writing our remoteFailure word (the release tells
-//      the peers first, on the same stream): so a call whose done wait passed on a released peer's
-//      word stops here, and ends with that peer's failure instead of without an error on an input
-//      the peer's program may since have overwritten.
+//   4. gate: wait until our window's remoteFailure word is 0. A released call (below) still sends
+//      its done words, but the release comes only after the host saw its failure word land in every
+//      peer's window. So a call whose done wait passed on a word that a peer sent after its release
+//      stops here, and so does one that read data the peer wrote after the released call ended:
+//      either ends with that peer's failure instead of without an error on an input the peer's
+//      program may since have overwritten. A call that passed before the failure word arrived read
+//      the peer's input as it was. This relies on the GPUs making a completed write into a peer's
+//      memory visible there before later work that the writer's host orders after it, which CUDA
+//      does not document.
 // Why the resets lose nothing: peer p writes ready[p] of its next call only after its done wait of
 // this call, which needs our done write, which follows our reset of ready[p] on S; likewise p's next
 // done write follows its next ready wait, which needs our next ready write, after our done reset.
@@ -45,21 +49,23 @@
 //   - ended: the call is over (HostStatus::eagerDone advances, as a kernel's exit would);
 //   - started more than YALI_TIMEOUT_MS ago and not ended: a timeout (the phase says which wait),
 //     recorded as a kernel would record it (HostStatus, LocalState::failed, and every peer's
-//     WindowHeader::remoteFailure, so their kernels refuse to run);
-//   - the comm failed, was aborted or closed: nothing to wait for;
+//     WindowHeader::remoteFailure at once, so their kernels refuse to run);
+//   - the comm failed, was aborted, or was destroyed with the call unfinished (recorded as a
+//     timeout: yaliCommDestroy gave up waiting for it, and told the peers so before returning);
 //   - a peer failed or aborted (it wrote our window's remoteFailure word, which the watch reads by a
 //     4-byte copy at each poll while the call waits): recorded as kFailRemote, as a kernel waiting
 //     for that peer would record it.
 // In the last three cases the job releases the call. First it writes the failure into every peer's
-// remoteFailure word (ours, or the origin's word for kFailRemote; a destroy or abort with the call
-// unfinished is recorded as an abort), then t into all of our ready and done words and 0 into our
-// remoteFailure word (step 4's gate), again every 10 ms until the call has ended (pull: the rest of
-// the call copies into our own output only). Only the oldest call is released, so a release cannot
-// race another call's resets.
+// remoteFailure word again (ours, or the origin's code and rank for kFailRemote) and records an
+// event after those writes; at a later poll, once the event is complete, it writes t into all of
+// our ready and done words and 0 into our remoteFailure word (step 4's gate), again every 10 ms
+// until the call has ended (pull: the rest of the call copies into our own output only). Only the
+// oldest call is released, so a release cannot race another call's resets.
 // A CUDA call failing while the host queues a call (half-way: some of its steps queued) fails the
-// comm (kFailHost; its peers learn it from their remoteFailure words) and leaves the call in flight, so that the
-// watch releases it in turn; a failed comm's calls are refused, also those queued in a group
-// before the failure (a release leaves the tag in our words: an identical call would pass them).
+// comm (kFailHost; its peers' remoteFailure words are written at once) and leaves the call in
+// flight, so that the watch releases it in turn if it has not ended by itself; a failed comm's calls
+// are refused, also those queued in a group before the failure (a release leaves the tag in our
+// words: an identical call would pass them).
 #pragma once
 
 #include "yali/yali.h"
