@@ -172,7 +172,9 @@ YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* de
 /* Ends the comm after the calls made on it so far (not collective). Waits for this rank's calls
  * issued outside CUDA graphs to finish (bounded by YALI_TIMEOUT_MS; if they have not, it returns
  * yaliTimeout and they do nothing when they run, but for copy-engine calls, *_ce below, which
- * still copy into their own output: a queued copy cannot be withdrawn), then closes the comm:
+ * still copy into their own output: a queued copy cannot be withdrawn; the peers are then told, as
+ * a timeout of this rank's, so their waits for it end and their later calls fail with yaliTimeout,
+ * unless the comm had already failed), then closes the comm:
  * launches still queued and replays of graphs that captured its calls touch nothing from then on. Its memory is freed once
  * no graph holds it (a graph that captured a call keeps it until the graph is destroyed); destroy
  * waits for that at most until YALI_TIMEOUT_MS is used up, since freeing CUDA memory waits for
@@ -260,12 +262,13 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * to run from then on), and its stream is released, leaving that call's output undefined; a
  * copy-engine call writes nothing but its own rank's output. yaliAlgoInfo reports 0 ctas and 0
  * threads for these (and, having no stream, cannot tell a capture from an eager call).
- * A rank whose call is released (destroy, abort, timeout or failure) first writes its failure into
- * every peer's window, and every call checks that word as it ends: a peer's call that read the
- * rank's input after the released call ended on its stream (after yaliCommAbort or
- * yaliCommDestroy returned) ends with that failure, not without an error. This relies on the GPUs
- * making that write visible before the released rank's later work, which CUDA does not document;
- * an input overwritten on another stream while the released call still ran is not covered. Known
+ * A rank whose call is released (destroy, abort, timeout or failure) first writes the failure into
+ * its peers' windows, and is released only once the host has seen those writes complete; every
+ * call checks that word as it ends. So a peer's call that read the rank's input after the released
+ * call ended on its stream ends with that failure, not without an error. This relies on the GPUs
+ * making a completed write visible before the released rank's later work, which CUDA does not
+ * document; an input overwritten on another stream while the released call still ran is not
+ * covered. Known
  * limit (a review, 2026-11-29; not yet fixed): that host thread releases a stuck call with a CUDA
  * call of its own, which another thread's cudaFree or cudaIpcCloseMemHandle, or one hardware queue
  * shared with the stuck stream (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound can

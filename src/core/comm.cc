@@ -625,9 +625,13 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   std::string err;
   // Calls left unfinished: the peers learn it now, before this returns and the program reuses its
   // buffers (a peer's copy-engine call still reading our input then ends with this failure; its
-  // kernels stop waiting for ours). As a timeout: the destroy gave up waiting for them.
-  if (result != yaliSuccess && comm->res) tellPeersWeFailed(comm, kFailTimeout, deadline + 1000, &err);
-  closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)
+  // kernels stop waiting for ours). As a timeout (the destroy gave up waiting for them), or an
+  // abort that cut the wait short. Not when the comm had already failed: whoever failed first told
+  // the peers, and the survivors' messages name that rank.
+  const int gaveUp = comm->cancel ? kFailAborted : kFailTimeout;
+  if (result != yaliSuccess && comm->res && statusOf(comm)->failure == kFailNone)
+    tellPeersWeFailed(comm, gaveUp, deadline + 1000, &err);
+  closeCopyEngine(comm, gaveUp);  // a copy-engine call still waiting is released (copy_engine.h)
   if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
     result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
   constexpr Reaper::Lane kLanes[] = {Reaper::Lane::kReleases, Reaper::Lane::kIpcClose};
@@ -650,7 +654,7 @@ yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle) {
     // Our waits in flight give up (they poll the host-mapped word), and so do the peers': each
     // peer's window learns that we aborted. Then nothing of ours runs any more.
     reinterpret_cast<volatile HostStatus*>(status)->abortRequested = 1;
-    closeCopyEngine(comm);  // and so do copy-engine calls in flight, at the watch's next poll
+    closeCopyEngine(comm, kFailAborted);  // and so do copy-engine calls in flight, at the watch's next poll
     tellPeersWeFailed(comm, kFailAborted, deadline, &err);
     closeOnDevice(comm, deadline, &err);
   }

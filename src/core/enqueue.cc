@@ -116,9 +116,13 @@ void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context)
   o.have = true;
   o.stream = stream;
   if (!o.eventEveryLaunch) return;
-  if (cudaEventRecord(o.event, stream) != cudaSuccess) {
+  const cudaError_t e = cudaEventRecord(o.event, stream);
+  if (e != cudaSuccess) {
     cudaGetLastError();
     o.eventEveryLaunch = false;
+    logInfo("rank %d: cudaEventRecord after a launch on stream %p failed (%s); the next launch on another stream "
+            "marks it instead",
+            comm->rank, static_cast<void*>(stream), cudaGetErrorString(e));
   }
 }
 

@@ -330,15 +330,14 @@ std::string describe(const CSpec& s) {
   return d;
 }
 
-// Bytes each of a Slab's two allocations needs for a call: guard, the largest region (n * count
-// elements) after up to 7 elements of offset, a 4 KiB-aligned guard gap, a second such region
-// (oneAlloc), guard.
 // The most bytes a region can reach past kGuardBytes: n * count elements after their offsets
 // (sendOff or recvOff, up to 7 elements, plus sendOffPerRank * rank).
 size_t regionReach(const CSpec& s, int nranks) {
   return (size_t)nranks * s.count * dtypeSize(s.dt) + 8 * (7 + (size_t)(nranks - 1) * s.L.sendOffPerRank) + 8;
 }
 
+// Bytes each of a Slab's two allocations needs for a call: guard, the largest region (regionReach),
+// a 4 KiB-aligned guard gap, a second such region (oneAlloc), guard.
 size_t slabBytesFor(const CSpec& s, int nranks) {
   const size_t region = (regionReach(s, nranks) + 4095) / 4096 * 4096;
   return (s.L.oneAlloc ? 3 * kGuardBytes + 4096 + 2 * region : 2 * kGuardBytes + region);
@@ -3546,7 +3545,8 @@ void copyEngineHostFailure(Ctx& ctx) {
 // Part 8: a peer's call released by its abort or its timeout does not let another rank's call end
 // without an error. allgather_ce forced. Rank 0 alone calls; its call is released either by its
 // yaliCommAbort 300 ms later (YALI_TIMEOUT_MS=60 s), or by its own timeout (YALI_TIMEOUT_MS=2 s or
-// 4 s; there only the watch's release tells the peers, no yaliCommAbort does). The released stream
+// 4 s; there only rank 0's watch tells the peers, at the timeout and before the release; no
+// yaliCommAbort does). The released stream
 // goes on to copy the peers' inputs and to write its done words into their windows. Rank 0 then
 // overwrites its own input (0xA5), as a program may once its call has come back, and only then do
 // the others call: their ready and done waits pass on rank 0's words, and their copies read rank

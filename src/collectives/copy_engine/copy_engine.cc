@@ -87,6 +87,7 @@ struct CopyEngineState {
   // after the copy on watchStream; pending until the next poll finds it complete.
   cudaEvent_t remoteRead = nullptr;
   bool remoteReadPending = false;
+  std::atomic<int> closedCode{0};  // closeCopyEngine's code: what an unfinished call is recorded as
   // Recorded on watchStream after the peers' failure words (tellPeers): a call is released only once
   // the host has seen it complete (poll).
   cudaEvent_t told = nullptr;
@@ -128,7 +129,8 @@ bool tellPeers(CopyEngineState& ce);
 // record, fills in the details, then publishes the code. kFailRemote: `origin` and `remoteCode`
 // name the peer and its failure. The peers are told at once (tellPeers), whether or not a call of
 // ours is ever released (a call that failed half-way may end by itself), and again before each
-// release (poll).
+// release (poll). Not when a kernel of ours claimed the record first and has not published it yet:
+// that kernel tells the peers itself (recordFailure), and so does a release of ours.
 void recordHostFailure(CopyEngineState& ce, int code, int phase, uint64_t launch, int origin = -1,
                        int remoteCode = kFailNone) {
   HostStatus* s = ce.res->hostStatus.get();
@@ -162,12 +164,13 @@ bool tellPeers(CopyEngineState& ce) {
   const uint32_t word =
       code == kFailRemote ? encodeRemoteFailure(s->failureRemoteCode, origin)
                           : encodeRemoteFailure(code == kFailCounts ? withCheck(code, s->failurePhase) : code, ce.rank);
+  bool queued = true;
   for (int p = 0; p < ce.nranks; ++p) {
     if (p == ce.rank || p == origin || ce.res->peerWindows[p] == nullptr) continue;
-    memOps().memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1,
-                       ce.watchStream);
+    queued &= memOps().memsetD32(dptr(ce.res->peerWindows[p] + offsetof(WindowHeader, remoteFailure)), word, 1,
+                                 ce.watchStream) == CUDA_SUCCESS;
   }
-  return true;
+  return queued;  // false: the caller's next poll tells them again
 }
 
 // A peer's failure, for a call that waits (started, not ended): our window's remoteFailure word,
@@ -234,7 +237,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     // Aborted, or destroyed with this call unfinished (yaliCommDestroy gave up waiting for it after
     // YALI_TIMEOUT_MS, and told the peers so): recorded, so that the peers are told before the release.
     if (s->failure == kFailNone && s->claim == 0 && (s->abortRequested != 0 || ce.closed.load()))
-      recordHostFailure(ce, s->abortRequested != 0 ? kFailAborted : kFailTimeout, phase(), w.launch);
+      recordHostFailure(ce, s->abortRequested != 0 ? kFailAborted : ce.closedCode.load(), phase(), w.launch);
     if (s->failure == kFailNone && s->claim == 0 && done(w.started)) {
       if (w.startedSeenMs < 0) w.startedSeenMs = nowMs();
       if (nowMs() - w.startedSeenMs > ce.timeoutMs) {
@@ -253,9 +256,8 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     // reach a peer ahead of the failure word that stops its gate (handshake: step 4). Then our words,
     // again every kReleaseEveryMs until the call has ended.
     if (!w.told) {
-      w.told = tellPeers(ce);
-      if (w.told && cudaEventRecord(ce.told, ce.watchStream) != cudaSuccess) cudaGetLastError();
-      break;  // the release at a later poll
+      w.told = tellPeers(ce) && cudaEventRecord(ce.told, ce.watchStream) == cudaSuccess;
+      break;  // the release at a later poll (or the tell again, if it could not be queued)
     }
     if (!done(ce.told)) break;
     if (w.releasedMs < 0 || nowMs() - w.releasedMs >= kReleaseEveryMs) {
@@ -484,8 +486,10 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   return yaliSuccess;
 }
 
-void closeCopyEngine(yaliComm* comm) {
-  if (comm->copyEngine) comm->copyEngine->closed = true;
+void closeCopyEngine(yaliComm* comm, int code) {
+  if (!comm->copyEngine) return;
+  comm->copyEngine->closedCode = code;
+  comm->copyEngine->closed = true;  // after the code: the watch reads closed, then the code
 }
 
 }  // namespace yali

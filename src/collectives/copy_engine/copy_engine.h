@@ -30,8 +30,8 @@
 //      peer; set our done[p] = 0. When the call ends, every peer has read our input: the caller
 //      may overwrite it.
 //   4. gate: wait until our window's remoteFailure word is 0. A released call (below) still sends
-//      its done words, but the release comes only after the host saw its failure word land in every
-//      peer's window. So a call whose done wait passed on a word that a peer sent after its release
+//      its done words, but the release comes only after the host saw the writes of its failure word
+//      into the peers' windows complete. So a call whose done wait passed on a word that a peer sent after its release
 //      stops here, and so does one that read data the peer wrote after the released call ended:
 //      either ends with that peer's failure instead of without an error on an input the peer's
 //      program may since have overwritten. A call that passed before the failure word arrived read
@@ -50,14 +50,16 @@
 //   - started more than YALI_TIMEOUT_MS ago and not ended: a timeout (the phase says which wait),
 //     recorded as a kernel would record it (HostStatus, LocalState::failed, and every peer's
 //     WindowHeader::remoteFailure at once, so their kernels refuse to run);
-//   - the comm failed, was aborted, or was destroyed with the call unfinished (recorded as a
-//     timeout: yaliCommDestroy gave up waiting for it, and told the peers so before returning);
+//   - the comm failed, was aborted, or was destroyed with the call unfinished (yaliCommDestroy gave
+//     up waiting for it and told the peers before returning: recorded as the destroy's code,
+//     closeCopyEngine);
 //   - a peer failed or aborted (it wrote our window's remoteFailure word, which the watch reads by a
 //     4-byte copy at each poll while the call waits): recorded as kFailRemote, as a kernel waiting
 //     for that peer would record it.
-// In the last three cases the job releases the call. First it writes the failure into every peer's
-// remoteFailure word again (ours, or the origin's code and rank for kFailRemote) and records an
-// event after those writes; at a later poll, once the event is complete, it writes t into all of
+// In the last three cases the job releases the call. First it writes the failure into the peers'
+// remoteFailure words again (ours; for kFailRemote the origin's code and rank, into every peer but
+// the origin) and records an event after those writes; at a later poll, once the event is
+// complete (should a write or the record fail, it tries again at the next poll), it writes t into all of
 // our ready and done words and 0 into our remoteFailure word (step 4's gate), again every 10 ms
 // until the call has ended (pull: the rest of the call copies into our own output only). Only the
 // oldest call is released, so a release cannot race another call's resets.
@@ -86,6 +88,8 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan);
 
 // yaliCommDestroy and yaliCommAbort: the comm's calls in flight are released at the watch's next
 // poll.
-void closeCopyEngine(yaliComm* comm);
+// `code`: what a call still unfinished is recorded as failing with, unless the comm already failed
+// (kFailAborted; a destroy that gave up: kFailTimeout, or kFailAborted when an abort cut it short).
+void closeCopyEngine(yaliComm* comm, int code);
 
 }  // namespace yali
