@@ -338,12 +338,19 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
                                             OnFailure&& onFailure = OnFailure()) {
   LocalState* local = args.local;
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
+  // A launch of one block is its own last block: no count (an atomic's round trip on the launch's
+  // critical path, now that the block barrier comes first), and no fence where nothing outside the
+  // launch's stream order reads what follows (the epoch is read by the comm's next launch only,
+  // which starts after this one has ended); eagerDone is read by the host, so it keeps its fence.
+  const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
-  else __threadfence();
-  const unsigned left = atomicAdd(&local->exits, 1u);
-  if (left != gridDim.x - 1) return;
-  __threadfence();
-  local->exits = 0;
+  else if (!alone || args.eagerSeq != 0) __threadfence();
+  if (!alone) {
+    const unsigned left = atomicAdd(&local->exits, 1u);
+    if (left != gridDim.x - 1) return;
+    __threadfence();
+    local->exits = 0;
+  }
   // The failed word is read only where there is an epilogue to run: that load lengthens the exit
   // of every kernel (about 0.35 us at 4 ranks sharing an H100, session 9), and a volatile load is
   // made even when its result goes unused.
