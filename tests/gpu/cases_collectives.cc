@@ -27,6 +27,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -3397,6 +3398,59 @@ void copyEnginePeerAbort(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after a peer aborted during a copy-engine call");
 }
 
+// Comms with allgather_ce forced and YALI_TIMEOUT_MS = timeoutMs, created together (settings are
+// read at creation; so is YALI_TEST_COPY_ENGINE_FAIL, set to `failHook` where it is not null).
+std::vector<yaliComm_t> allgatherCeComms(Ctx& ctx, int timeoutMs, const std::string& label,
+                                         const char* failHook = nullptr) {
+  SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(timeoutMs)}});
+  EnvScope hook("YALI_TEST_COPY_ENGINE_FAIL", failHook);
+  ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
+  return ctx.createComms(label.c_str());
+}
+
+// Local ranks `which` each make their call now (issue(i), checked as issued); every stream must
+// come back within promptMs of its call (still busy limitMs later: a hang, fatal). `why` ends the
+// message of a stream that came back late.
+void issueAndWaitPrompt(Ctx& ctx, const std::vector<size_t>& which, const std::function<yaliResult_t(size_t)>& issue,
+                        const std::vector<yaliComm_t>& comms, double limitMs, double promptMs, const std::string& why,
+                        const std::string& label) {
+  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
+  for (size_t i : which) {
+    watchdogStep("%s: rank %d's call", label.c_str(), ctx.local[i].rank);
+    issuedAt[i] = Clock::now();
+    checkIssued(ctx, issue(i), ctx.local[i].rank, comms[i], label + ": the call");
+  }
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, which, Clock::now(), limitMs, label + ": waiting for the streams");
+  for (size_t c = 0; c < which.size(); ++c) {
+    const size_t i = which[c];
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), ctx.local[i].rank, ms);
+    if (ms > promptMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms%s", label.c_str(), ctx.local[i].rank,
+               ms, promptMs, why.c_str());
+  }
+}
+
+// Every comm not aborted yet (non-null) is aborted, then the slab freed, then a fresh comm set runs
+// allgather_ce right (copyEngineFreshComms, labelled `fresh`). Collective.
+void abortEveryCommAndFree(Ctx& ctx, const std::vector<yaliComm_t>& comms, Slab& slab, const std::string& label,
+                           const std::string& fresh) {
+  ctx.world->barrier();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (comms[i] == nullptr) continue;
+    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+  }
+  syncAll(ctx);
+  ctx.world->barrier();  // no peer maps our memory any more
+  freeSlab(ctx, slab);
+  copyEngineFreshComms(ctx, fresh);
+}
+
 // Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
 // rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
 // not). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
@@ -3424,13 +3478,7 @@ void copyEngineHostFailure(Ctx& ctx) {
     ctx.note("%s: skipped: rank 0's process holds other ranks too (the hook is per process)", label.c_str());
     return;
   }
-  std::vector<yaliComm_t> comms;
-  {
-    SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
-    EnvScope hook("YALI_TEST_COPY_ENGINE_FAIL", rank0Here ? "2" : nullptr);  // settings are read at creation
-    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
-    comms = ctx.createComms(label.c_str());
-  }
+  std::vector<yaliComm_t> comms = allgatherCeComms(ctx, kTimeoutMs, label, rank0Here ? "2" : nullptr);
   const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
   std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
   CollRun run(ctx, spec, *slab);
@@ -3504,42 +3552,19 @@ void copyEngineHostFailure(Ctx& ctx) {
   }
   ctx.world->barrier();  // the others call only now
   std::vector<size_t> others;
-  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
-  for (size_t i = 0; i < ctx.local.size() && !rank0Here; ++i) {
-    watchdogStep("%s: rank %d's second call", label.c_str(), ctx.local[i].rank);
-    issuedAt[i] = Clock::now();
-    checkIssued(ctx, call(i, run.plans[i].recv), ctx.local[i].rank, comms[i], label + ": the second call");
-    others.push_back(i);
-  }
-  const std::vector<Clock::time_point> idleAt =
-      waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
-  for (size_t c = 0; c < others.size(); ++c) {
-    const size_t i = others[c];
+  for (size_t i = 0; i < ctx.local.size() && !rank0Here; ++i) others.push_back(i);
+  issueAndWaitPrompt(
+      ctx, others, [&](size_t i) { return call(i, run.plans[i].recv); }, comms, kTimeoutMs + 60000, kPromptMs,
+      ": rank 0's failure did not reach its wait", label + ", the second call");
+  for (size_t i : others) {
     const int rank = ctx.local[i].rank;
-    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
-    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
-    if (ms > kPromptMs)
-      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms: rank 0's failure did not reach "
-               "its wait",
-               label.c_str(), rank, ms, kPromptMs);
     expectPeerFailure(ctx, comms[i], rank, 0, "a CUDA call failed half-way", label);
     const yaliResult_t again = call(i, run.plans[i].recv);
     if (again != yaliRemoteError)
       ctx.fail("%s: rank %d: the next call on the failed comm returned %d (%s); expected yaliRemoteError",
                label.c_str(), rank, (int)again, yaliGetErrorString(again));
   }
-  ctx.world->barrier();
-  for (size_t i = 0; i < comms.size(); ++i) {
-    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    if (r != yaliSuccess)
-      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
-               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-  }
-  syncAll(ctx);
-  ctx.world->barrier();  // no peer maps our memory any more
-  freeSlab(ctx, *slab);
-  copyEngineFreshComms(ctx, "a fresh comm after a copy-engine call failed half-way");
+  abortEveryCommAndFree(ctx, comms, *slab, label, "a fresh comm after a copy-engine call failed half-way");
 }
 
 // Part 8: a peer's call released by its abort or its timeout does not let another rank's call end
@@ -3560,12 +3585,7 @@ void copyEngineReleasedPeer(Ctx& ctx, bool byAbort) {
   const std::string label = std::string("allgather_ce, rank 0's call released by its ") +
                             (byAbort ? "abort" : "timeout (YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + ")") +
                             " before the others call";
-  std::vector<yaliComm_t> comms;
-  {
-    SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
-    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
-    comms = ctx.createComms(label.c_str());
-  }
+  std::vector<yaliComm_t> comms = allgatherCeComms(ctx, kTimeoutMs, label);
   const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
   std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
   CollRun run(ctx, spec, *slab);
@@ -3614,23 +3634,11 @@ void copyEngineReleasedPeer(Ctx& ctx, bool byAbort) {
   }
   ctx.world->barrier();  // the others call only now
   std::vector<size_t> others;
-  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
-  for (size_t i = 0; i < ctx.local.size(); ++i) {
-    if (ctx.local[i].rank == 0) continue;
-    watchdogStep("%s: rank %d's call", label.c_str(), ctx.local[i].rank);
-    issuedAt[i] = Clock::now();
-    checkIssued(ctx, call(i), ctx.local[i].rank, comms[i], label + ": the others' call");
-    others.push_back(i);
-  }
-  const std::vector<Clock::time_point> idleAt =
-      waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
-  for (size_t c = 0; c < others.size(); ++c) {
-    const size_t i = others[c];
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    if (ctx.local[i].rank != 0) others.push_back(i);
+  issueAndWaitPrompt(ctx, others, call, comms, kTimeoutMs + 60000, kPromptMs, "", label + ", the others' call");
+  for (size_t i : others) {
     const int rank = ctx.local[i].rank;
-    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
-    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
-    if (ms > kPromptMs)
-      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms", label.c_str(), rank, ms, kPromptMs);
     yaliResult_t async = yaliSuccess;
     if (yaliCommGetAsyncError(comms[i], &async) == yaliSuccess && async == yaliSuccess) {
       std::vector<unsigned char> host(pieceBytes);
@@ -3653,19 +3661,7 @@ void copyEngineReleasedPeer(Ctx& ctx, bool byAbort) {
                  label.c_str(), rank, (int)async, yaliGetErrorString(async), msg.c_str());
     }
   }
-  ctx.world->barrier();
-  for (size_t i = 0; i < comms.size(); ++i) {
-    if (comms[i] == nullptr) continue;
-    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    if (r != yaliSuccess)
-      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
-               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-  }
-  syncAll(ctx);
-  ctx.world->barrier();  // no peer maps our memory any more
-  freeSlab(ctx, *slab);
-  copyEngineFreshComms(ctx, "a fresh comm after a peer's released copy-engine call");
+  abortEveryCommAndFree(ctx, comms, *slab, label, "a fresh comm after a peer's released copy-engine call");
 }
 
 void caseCopyEngine(Ctx& ctx) {
