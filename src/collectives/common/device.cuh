@@ -321,7 +321,8 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 
 // The end of every collective kernel, by thread 0 of each block after the block's barrier
 // (exitLaunch), on every path (also after a failed wait or a refused admission): counts the block
-// out of the launch; the last block advances
+// out of the launch (a one-block launch is its own last block and counts nothing); the last block
+// advances
 // the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
 // here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
 // tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
@@ -340,8 +341,11 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
   // A launch of one block is its own last block: no count (an atomic's round trip on the launch's
   // critical path, now that the block barrier comes first), and no fence where nothing outside the
-  // launch's stream order reads what follows (the epoch is read by the comm's next launch only,
-  // which starts after this one has ended); eagerDone is read by the host, so it keeps its fence.
+  // launch's stream order reads what follows: the epoch is read by the comm's next launch only, in
+  // enterLaunch after waitForPriorGrids (griddepcontrol.wait: this grid has completed and its
+  // memory is visible; keep that load after the wait, also under programmatic launch, where the
+  // next grid may be scheduled before this one ends). eagerDone is read by the host: it keeps its
+  // fence.
   const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
   else if (!alone || args.eagerSeq != 0) __threadfence();
