@@ -13,8 +13,7 @@ Settings readSettings() {
   const char* debug = getenv("YALI_NCCL_DEBUG");
   s.debug = debug != nullptr && debug[0] != '\0' && strcmp(debug, "0") != 0;
   s.disabled = parseDisableList(getenv("YALI_NCCL_DISABLE"), &s.unknownDisabled);
-  const char* reg = getenv("YALI_NCCL_REGISTER");
-  s.registerYali = reg == nullptr || strcmp(reg, "0") != 0;
+  s.registerYali = parseRegisterSetting(getenv("YALI_NCCL_REGISTER"));
   return s;
 }
 

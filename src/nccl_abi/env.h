@@ -17,10 +17,9 @@ struct Settings {
   // YALI_NCCL_DISABLE: collectives that stay on NCCL ("allgather,reducescatter", "all").
   CollectiveMask disabled = 0;
   std::string unknownDisabled;  // names it did not know (warned about once)
-  // YALI_NCCL_REGISTER=0: ncclCommRegister registers with NCCL only. YALI's registration is
-  // collective (every rank, same order, same size), NCCL's is not: a program whose ranks register
-  // different buffers (torch's allocator hook) must turn it off. Default 1.
-  bool registerYali = true;
+  // YALI_NCCL_REGISTER=1: ncclCommRegister registers with YALI too (parseRegisterSetting says why
+  // it is off by default), for programs whose ranks register the same buffers in the same order.
+  bool registerYali = false;
 };
 
 const Settings& settings();

@@ -59,6 +59,10 @@ std::string lowerTrimmed(const std::string& s) {
 
 }  // namespace
 
+bool parseRegisterSetting(const char* value) {
+  return value != nullptr && value[0] != '\0' && strcmp(value, "0") != 0;
+}
+
 CollectiveMask parseDisableList(const char* text, std::string* unknown) {
   CollectiveMask mask = 0;
   if (unknown != nullptr) unknown->clear();

@@ -26,6 +26,13 @@ constexpr CollectiveMask kAllNcclCollectives = (1u << (yaliCollAlltoAll + 1)) - 
 // are skipped and listed in *unknown (comma separated) for a warning.
 CollectiveMask parseDisableList(const char* text, std::string* unknown);
 
+// YALI_NCCL_REGISTER's value: whether ncclCommRegister registers with YALI too. Off unless set to
+// something other than "0" or empty: NCCL's registration is local to a rank, YALI's collective
+// (every rank, the same sizes in the same order, and for AllReduce's zero-copy the same offsets),
+// so an unchanged NCCL program (torch's allocator hook, one thread registering for several GPUs
+// outside a group, ranks registering in different orders) would fail or stall under it.
+bool parseRegisterSetting(const char* value);
+
 // ---- Creation: what NCCL makes of a communicator's config ----------------------------------------
 
 // Whether NCCL makes a communicator with this config blocking (2.28.9 init.cc: parseCommConfig,

@@ -468,6 +468,14 @@ TEST(disable_list) {
   CHECK_EQ(parseDisableList("gather,bogus,scatter,alltoallv", &unknown),
            (1u << yaliCollGather) | (1u << yaliCollScatter));
   CHECK_MSG(unknown == "bogus,alltoallv", "unknown = %s", unknown.c_str());  // AlltoAllv has no NCCL call
+}
+
+// YALI's registration is opt-in: unset, empty and "0" leave ncclCommRegister NCCL's alone.
+TEST(register_setting_is_off_unless_asked_for) {
+  CHECK(!parseRegisterSetting(nullptr));
+  CHECK(!parseRegisterSetting(""));
+  CHECK(!parseRegisterSetting("0"));
+  CHECK(parseRegisterSetting("1"));
   CHECK_EQ(kAllNcclCollectives, 0xff);  // AllReduce .. AlltoAll
 }
 

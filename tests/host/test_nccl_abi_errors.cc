@@ -2373,7 +2373,7 @@ int main(int argc, char** argv) {
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
   unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // the tests set it where they need it
-  unsetenv("YALI_NCCL_REGISTER");
+  setenv("YALI_NCCL_REGISTER", "1", 1);  // the registration cases check YALI's half too
   if (fakeYali() == nullptr || fakeNccl() == nullptr || shimLibrary() == nullptr) return 1;
   return yali_test::runAllTests(argc, argv);
 }
