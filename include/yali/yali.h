@@ -11,9 +11,10 @@
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
  * call first waits for that call (an event; a comm that keeps to one stream records none). Within
  * one stream capture this ordering becomes graph edges; between a graph's replays and other calls
- * on the comm (eager, or another graph's), the program orders them (stream order or events): a
- * replay running at the same time as another call of the comm is undefined. NCCL orders these
- * itself (its graph mixing support, on by default); YALI does not yet. The first call
+ * on the comm (eager, or another graph's), the order is the host's: once a comm has captured a
+ * call, each of its launches waits for the one issued before it in any context (a replay counts as
+ * issued at its cudaGraphLaunch), as NCCL's graph mixing support does; this costs an event record
+ * and a wait per eager call from the first capture on. The first call
  * on a second stream orders itself after everything queued so far on the previous call's stream:
  * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
  * run unordered.

@@ -20,7 +20,7 @@
 yaliComm::~yaliComm() {
   yali::releaseRegistrations(this);
   if (control != nullptr) cudaStreamDestroy(control);  // returns at once, even with work queued
-  for (cudaEvent_t e : {eagerOrder.event, captureOrder.event})
+  for (cudaEvent_t e : {eagerOrder.event, captureOrder.event, serial})
     if (e != nullptr) cudaEventDestroy(e);  // likewise, even if still pending
   cudaGetLastError();
 }
@@ -178,6 +178,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->eagerOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->captureOrder.event, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->serial, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);

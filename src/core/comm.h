@@ -113,6 +113,12 @@ struct yaliComm {
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture
+  // Order across contexts (enqueue.cc: serializeAcrossContexts), from the comm's first captured call
+  // on: every launch waits for `serial` and records it after itself, eagerly or, inside a capture,
+  // as the graph's own event nodes (recorded and waited for at each replay), so that a graph's
+  // replay and the comm's other calls run in the order the host issued them, as NCCL's do.
+  cudaEvent_t serial = nullptr;
+  bool everCaptured = false;
 
   // The copy-engine algorithms (copy_engine.h): whether the driver offers what they need, and
   // their streams, events and watch, made at the comm's first *_ce call.

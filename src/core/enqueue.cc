@@ -55,8 +55,8 @@ yaliResult_t holdForGraph(yaliComm* comm, unsigned long long captureId, cudaGrap
 // A context that only ever uses one stream records no event (stream order suffices); from its
 // first change of stream on, every launch of it records one. Within one capture the wait becomes a
 // graph edge; eager launches wait for the last eager one, whatever was captured in between;
-// across contexts (a graph's replay and eager calls, two captures) the program orders them (NCCL
-// orders them itself, by its graph mixing support; YALI does not yet: NCCL_ABI.md, limits).
+// across contexts (a graph's replay and eager calls, two captures) the serial event orders them
+// once the comm has captured a call (waitAcrossContexts, below).
 yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context) {
   if (context == 0) return comm->eagerOrder;
   yaliComm::LaunchOrder& o = comm->captureOrder;
@@ -126,6 +126,55 @@ void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context)
   }
 }
 
+// Across contexts (yaliComm::serial), from the comm's first captured call on: a graph's replays and
+// the comm's other calls run in the order the host issued them (a replay in the order of its
+// cudaGraphLaunch), as NCCL orders them (its graph mixing support). Before the launch: the launch
+// waits for the last launch of any context, which recorded `serial`; inside a capture as an
+// external event-wait node, which waits at each replay for the record current when the replay was
+// launched. At the first capture the eager calls made so far are marked on their stream (unless
+// that stream is the one capturing: its earlier work is then before the capture in stream order
+// only, and a replay on another stream is ordered against it by the program). Eager calls before
+// any capture record nothing (the cost of an event per call is paid only by comms that capture).
+yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured, const char* call) {
+  if (!captured && !comm->everCaptured) return yaliSuccess;
+  cudaError_t e = cudaSuccess;
+  if (captured && !comm->everCaptured) {
+    const yaliComm::LaunchOrder& eager = comm->eagerOrder;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (eager.have && cudaStreamIsCapturing(eager.stream, &status) == cudaSuccess &&
+        status == cudaStreamCaptureStatusNone)
+      e = cudaEventRecord(comm->serial, eager.stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm, "%s: marking the comm's eager calls before its first capture: %s",
+                  call, cudaGetErrorString(e));
+    }
+    cudaGetLastError();
+    comm->everCaptured = true;
+  }
+  e = cudaStreamWaitEvent(stream, comm->serial, captured ? cudaEventWaitExternal : 0);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: waiting for the comm's last call in another context: %s",
+                call, static_cast<void*>(stream), cudaGetErrorString(e));
+  }
+  return yaliSuccess;
+}
+
+// After the launch: what the next launch of any context waits for. Cannot fail the call (the
+// launch is queued); a failed record is logged, and the next launch of another context is then
+// ordered after the last recorded one only.
+void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
+  if (!comm->everCaptured) return;
+  const cudaError_t e = captured ? cudaEventRecordWithFlags(comm->serial, stream, cudaEventRecordExternal)
+                                 : cudaEventRecord(comm->serial, stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    logInfo("rank %d: recording the comm's last call for other contexts on stream %p failed (%s)", comm->rank,
+            static_cast<void*>(stream), cudaGetErrorString(e));
+  }
+}
+
 yaliResult_t launchNow(PlannedLaunch& plan) {
   yaliComm* comm = plan.comm.get();
   if (!comm->res)
@@ -173,6 +222,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   }
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
+  if (ordered == yaliSuccess) ordered = waitAcrossContexts(comm, plan.stream, captured, plan.call);
   if (ordered != yaliSuccess) return ordered;
   if (plan.hostNote != nullptr) comm->setHostNote(plan.hostNote);
   DeviceArgs& args = plan.args;
@@ -195,6 +245,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   }
   if (!captured) comm->eagerLaunches = args.eagerSeq;
   noteLaunch(comm, plan.stream, context);
+  recordAcrossContexts(comm, plan.stream, captured);
   return yaliSuccess;
 }
 

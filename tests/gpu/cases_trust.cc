@@ -2340,7 +2340,8 @@ void caseSoakCalls(Ctx& ctx) {
 // Y before X there and X before Y on odd ranks: the ranks disagree about which call is which (a
 // timeout after YALI_TIMEOUT_MS = 5 s, or wrong sums). Three rounds on the same comms (the first
 // change of stream and the later ones take different paths in the library), then the same inside
-// one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; outputs
+// one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; then eager
+// calls around a capture, and a graph's replay between eager calls on other streams; outputs
 // checked exactly. Written 2026-11-25 with the fix, after torch's FSDP2 under libyali-nccl timed
 // out (120 s); the next device run must show it failing without the fix.
 
@@ -2501,6 +2502,61 @@ void caseStreamsOrder(Ctx& ctx) {
     }
     y.issue(comms);
     verifyBoth(x, y, label);
+    ctx.destroyComms(comms, label.c_str());
+  }
+  // A graph's replay between eager calls on other streams, none of them ordered by the program (NCCL
+  // orders them itself: its graph mixing support): a call G captured on the main stream, then X
+  // eager on A (even ranks sleep there first), G's replay on the main stream, Y eager on B. They
+  // must run X, G, Y on every rank. Before, the replay ran beside X on the odd ranks and before it
+  // on the even ones (found by a review of libyali-nccl against NCCL's documented semantics).
+  {
+    const std::string label = name + ": X eager on A, a graph's replay on the main stream, Y eager on B";
+    comms = ctx.createComms(label.c_str());
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run g(ctx, spec(4093, yaliFloat32, yaliSum));
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    std::vector<cudaGraph_t> graphs(nl, nullptr);
+    std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    bool ok = true;
+    watchdogStep("%s: capturing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const cudaStream_t st = ctx.local[i].stream;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      const yaliResult_t rg =
+          yaliAllReduce(g.ranks[i].send, g.ranks[i].recv, 4093, yaliFloat32, yaliSum, comms[i], st);
+      cudaError_t e = cudaStreamEndCapture(st, &graphs[i]);
+      if (e == cudaSuccess) e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+      if (rg != yaliSuccess || e != cudaSuccess) {
+        ctx.fail("%s: rank %d: the captured call returned %d (%s), the capture %s", label.c_str(), ctx.local[i].rank,
+                 (int)rg, str(yaliGetLastError(comms[i])).c_str(), cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+      }
+    }
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
+    } else {
+      g.prepare(ctx.nextSeed());
+      prepareBoth(x, y);
+      syncAll(ctx);
+      ctx.world->barrier();
+      sleepOnEvenRanks();
+      x.issue(comms);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      y.issue(comms);
+      g.verify(comms, label + " (G)");
+      verifyBoth(x, y, label);
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    }
     ctx.destroyComms(comms, label.c_str());
   }
   for (size_t i = 0; i < nl; ++i) {
