@@ -215,8 +215,8 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // every user. A context is a capture (its id) or eager work (0), each ordered on its own (one
 // event each: kSlots): within one capture the wait is a graph edge; eager users wait for the last
 // eager one, whatever was captured in between; between contexts (a graph's replay and eager
-// calls, two captures) the program orders them (NCCL orders them itself: NCCL_ABI.md, limits). Streams are compared by
-// handle only.
+// calls, two captures) one more event orders them once a user was captured (comm.cc:
+// scratchBefore, Scratch::serial). Streams are compared by handle only.
 class StreamOrder {
  public:
   static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture
@@ -232,6 +232,11 @@ class StreamOrder {
   // the context, once its streams changed).
   bool after(const void* stream, unsigned long long context, int* slot = nullptr);
   bool recordsEveryCall() const { return slots_[0].everyCall || slots_[1].everyCall; }
+  // The last eager user's stream, when there was one (the cross-context order marks it once).
+  bool lastEager(const void** stream) const {
+    *stream = slots_[0].last;
+    return slots_[0].have;
+  }
 
  private:
   struct Slot {

@@ -677,6 +677,46 @@ TEST(the_staging_scratch_is_ordered_across_streams) {
   destroyAll(ranks);
 }
 
+// Across contexts: once a staged call was captured, every user of the staging scratch waits for the
+// last user of any context and records after itself (Scratch::serial), inside the capture as external
+// event nodes (each replay waits for the record current at its launch), so that a replay's copy in
+// cannot overwrite what an eager call on another stream still reads (NCCL orders these itself).
+// Eager users before the first capture record nothing for it; the first capture marks the last
+// eager user's stream once.
+TEST(the_staging_scratch_is_ordered_across_graph_replays_and_eager_calls) {
+  const std::vector<Rank> ranks = clique(2);
+  static float send[16], recv[16];
+  const RefusedBuffer refused(send);
+  int a = 0, b = 0, g = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
+  const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
+  const cudaStream_t G = reinterpret_cast<cudaStream_t>(&g);
+  Labels labels = labelsOf(ranks);
+  labels[A] = "A";
+  labels[B] = "B";
+  labels[G] = "G";
+  labels[recv] = "recv";
+  const std::initializer_list<const char*> calls = {"cudaMemcpyAsync", "cudaEventRecord", "cudaEventRecordWithFlags",
+                                                    "cudaStreamWaitEvent"};
+  auto allReduce = [&](cudaStream_t s, const char* want) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, s) == ncclSuccess);
+    labels[buffersOf(since, "yaliAllReduce", 1).send] = "S";
+    const std::string t = trace(since, calls, labels);
+    CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  };
+  allReduce(A, "cudaMemcpyAsync(S) cudaMemcpyAsync(recv)");
+  {
+    const CapturedStream captured(G);
+    // The eager user on A marked, then the captured one waits for it and records after itself.
+    allReduce(G, "cudaEventRecord(A) cudaStreamWaitEvent(G) cudaMemcpyAsync(S) cudaMemcpyAsync(recv) "
+                 "cudaEventRecordWithFlags(G)");
+  }
+  // Eager again, on A: waits for the last user of any context (a replay of G launched before it).
+  allReduce(A, "cudaStreamWaitEvent(A) cudaMemcpyAsync(S) cudaMemcpyAsync(recv) cudaEventRecord(A)");
+  destroyAll(ranks);
+}
+
 // ---- Asynchronous errors ------------------------------------------------------------------------------------
 
 TEST(nccls_async_error_surfaces_through_the_wrapped_comm) {
