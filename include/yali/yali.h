@@ -9,12 +9,16 @@
  * and yaliCommAbort may be called from any thread at any time. Collectives on one communicator must
  * be issued in the same order on every rank, exactly as NCCL requires. They run in that order
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
- * call first waits for that call (an event; a comm that keeps to one stream records none). Within
- * one stream capture this ordering becomes graph edges; between a graph's replays and other calls
- * on the comm (eager, or another graph's), the order is the host's: once a comm has captured a
- * call, each of its launches waits for the one issued before it in any context (a replay counts as
- * issued at its cudaGraphLaunch), as NCCL's graph mixing support does; this costs an event record
- * and a wait per eager call from the first capture on. The first call
+ * call first waits for that call (an event; a comm that keeps to one stream records none until it
+ * captures a call). Within one stream capture this ordering becomes graph edges; between a graph's
+ * replays and other calls on the comm (eager, or another graph's), the order is the host's: once a
+ * comm has captured a call, each of its launches waits for the one issued before it in any context
+ * (a replay counts as issued at its cudaGraphLaunch), as NCCL's graph mixing support does. That
+ * costs an event record and a wait per eager call from the first capture on, and in a graph an
+ * event record node per call and a wait node before the capture's first call of the comm
+ * (YALI_GRAPH_MIXING=0: none of it, the program orders contexts). A cudaGraphLaunch made from
+ * another thread while a call of the comm is being issued is ordered by the host's race between
+ * them: order such launches against the comm's calls on the host. The first call
  * on a second stream orders itself after everything queued so far on the previous call's stream:
  * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
  * run unordered.

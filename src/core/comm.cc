@@ -20,7 +20,7 @@
 yaliComm::~yaliComm() {
   yali::releaseRegistrations(this);
   if (control != nullptr) cudaStreamDestroy(control);  // returns at once, even with work queued
-  for (cudaEvent_t e : {eagerOrder.event, captureOrder.event, serial})
+  for (cudaEvent_t e : {eagerOrder.event, captureOrder.event})
     if (e != nullptr) cudaEventDestroy(e);  // likewise, even if still pending
   cudaGetLastError();
 }
@@ -178,8 +178,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->eagerOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->captureOrder.event, cudaEventDisableTiming));
-  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->serial, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->serial, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
@@ -308,6 +308,7 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (nowMs() - *drainedAt <= kReleaseGraceMs) return false;
       if (r->device >= 0) cudaSetDevice(r->device);
       if (r->controlDone != nullptr) cudaEventDestroy(r->controlDone);
+      if (r->serial != nullptr) cudaEventDestroy(r->serial);
       delete r;
       cudaGetLastError();
       return true;

@@ -51,6 +51,10 @@ struct DeviceResources {
   // Recorded on the comm's control stream when it ends: its copies into our window
   // (writeDeviceWords) may still be queued there, left by a timeout; the release waits for it.
   cudaEvent_t controlDone = nullptr;
+  // The comm's order across contexts (yaliComm::everCaptured): here, not in the comm, because the
+  // graphs that captured its calls wait for it and record it at every replay, also after the comm
+  // was destroyed; they hold these resources (enqueue.cc: holdForGraph).
+  cudaEvent_t serial = nullptr;
 };
 
 std::shared_ptr<DeviceResources> makeDeviceResources();
@@ -113,11 +117,11 @@ struct yaliComm {
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture
-  // Order across contexts (enqueue.cc: serializeAcrossContexts), from the comm's first captured call
-  // on: every launch waits for `serial` and records it after itself, eagerly or, inside a capture,
-  // as the graph's own event nodes (recorded and waited for at each replay), so that a graph's
-  // replay and the comm's other calls run in the order the host issued them, as NCCL's do.
-  cudaEvent_t serial = nullptr;
+  // Order across contexts (enqueue.cc: waitAcrossContexts, recordAcrossContexts), from the comm's
+  // first captured call on: every launch waits for DeviceResources::serial and records it after
+  // itself, eagerly or, inside a capture, as the graph's own event nodes (recorded and waited for
+  // at each replay), so that a graph's replay and the comm's other calls run in the order the host
+  // issued them, as NCCL's do. Off with YALI_GRAPH_MIXING=0 (Settings::graphMixing).
   bool everCaptured = false;
 
   // The copy-engine algorithms (copy_engine.h): whether the driver offers what they need, and

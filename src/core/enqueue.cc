@@ -126,33 +126,40 @@ void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context)
   }
 }
 
-// Across contexts (yaliComm::serial), from the comm's first captured call on: a graph's replays and
-// the comm's other calls run in the order the host issued them (a replay in the order of its
-// cudaGraphLaunch), as NCCL orders them (its graph mixing support). Before the launch: the launch
-// waits for the last launch of any context, which recorded `serial`; inside a capture as an
-// external event-wait node, which waits at each replay for the record current when the replay was
-// launched. At the first capture the eager calls made so far are marked on their stream (unless
+// Across contexts (DeviceResources::serial), from the comm's first captured call on: a graph's
+// replays and the comm's other calls run in the order the host issued them (a replay in the order of
+// its cudaGraphLaunch), as NCCL orders them (its graph mixing support). Before the launch: it waits
+// for the last launch of any context, which recorded `serial`; inside a capture only the capture's
+// first launch of the comm waits (its later ones follow it by the capture's own order, above), as
+// an external event-wait node, which waits at each replay for the record current when the replay
+// was launched. At the first capture the eager calls made so far are marked on their stream (unless
 // that stream is the one capturing: its earlier work is then before the capture in stream order
-// only, and a replay on another stream is ordered against it by the program). Eager calls before
+// only, and a replay on another stream is ordered against it by the program; or the mark fails,
+// logged: the first replay is then not ordered after the eager calls before it). Eager calls before
 // any capture record nothing (the cost of an event per call is paid only by comms that capture).
-yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured, const char* call) {
-  if (!captured && !comm->everCaptured) return yaliSuccess;
-  cudaError_t e = cudaSuccess;
+// A graph launched from another thread while an eager call of the comm is being issued is ordered
+// by whichever records `serial` last: the program orders such launches on the host (yali.h).
+// YALI_GRAPH_MIXING=0 turns all of it off (the program then orders contexts; captures that allow no
+// event nodes, such as conditional bodies or device-launched graphs, need that).
+yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned long long context, const char* call) {
+  const bool captured = context != 0;
+  if (!comm->settings.graphMixing || (!captured && !comm->everCaptured)) return yaliSuccess;
+  cudaEvent_t serial = comm->res->serial;
   if (captured && !comm->everCaptured) {
+    comm->everCaptured = true;
     const yaliComm::LaunchOrder& eager = comm->eagerOrder;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaSuccess;
     if (eager.have && cudaStreamIsCapturing(eager.stream, &status) == cudaSuccess &&
         status == cudaStreamCaptureStatusNone)
-      e = cudaEventRecord(comm->serial, eager.stream);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      return fail(yaliUnhandledCudaError, comm, "%s: marking the comm's eager calls before its first capture: %s",
-                  call, cudaGetErrorString(e));
-    }
+      e = cudaEventRecord(serial, eager.stream);
+    if (e != cudaSuccess)
+      logInfo("rank %d: marking the comm's eager calls before its first capture failed (%s)", comm->rank,
+              cudaGetErrorString(e));
     cudaGetLastError();
-    comm->everCaptured = true;
   }
-  e = cudaStreamWaitEvent(stream, comm->serial, captured ? cudaEventWaitExternal : 0);
+  if (captured && launchOrderOf(comm, context).have) return yaliSuccess;  // not the capture's first
+  const cudaError_t e = cudaStreamWaitEvent(stream, serial, captured ? cudaEventWaitExternal : 0);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: waiting for the comm's last call in another context: %s",
@@ -161,13 +168,16 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captur
   return yaliSuccess;
 }
 
-// After the launch: what the next launch of any context waits for. Cannot fail the call (the
-// launch is queued); a failed record is logged, and the next launch of another context is then
-// ordered after the last recorded one only.
+// After the launch, before noteLaunch: what the next launch of any context waits for. First, so
+// that inside a capture the next launch on another stream depends on this record node too (the
+// records of one graph then form a chain, and the last one is the graph's latest). Cannot fail the
+// call (the launch is queued); a failed record is logged, and the next launch of another context is
+// then ordered after the last recorded one only.
 void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
-  if (!comm->everCaptured) return;
-  const cudaError_t e = captured ? cudaEventRecordWithFlags(comm->serial, stream, cudaEventRecordExternal)
-                                 : cudaEventRecord(comm->serial, stream);
+  if (!comm->settings.graphMixing || !comm->everCaptured) return;
+  cudaEvent_t serial = comm->res->serial;
+  const cudaError_t e = captured ? cudaEventRecordWithFlags(serial, stream, cudaEventRecordExternal)
+                                 : cudaEventRecord(serial, stream);
   if (e != cudaSuccess) {
     cudaGetLastError();
     logInfo("rank %d: recording the comm's last call for other contexts on stream %p failed (%s)", comm->rank,
@@ -222,7 +232,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   }
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
-  if (ordered == yaliSuccess) ordered = waitAcrossContexts(comm, plan.stream, captured, plan.call);
+  if (ordered == yaliSuccess) ordered = waitAcrossContexts(comm, plan.stream, context, plan.call);
   if (ordered != yaliSuccess) return ordered;
   if (plan.hostNote != nullptr) comm->setHostNote(plan.hostNote);
   DeviceArgs& args = plan.args;
@@ -244,8 +254,8 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     }
   }
   if (!captured) comm->eagerLaunches = args.eagerSeq;
-  noteLaunch(comm, plan.stream, context);
   recordAcrossContexts(comm, plan.stream, captured);
+  noteLaunch(comm, plan.stream, context);
   return yaliSuccess;
 }
 

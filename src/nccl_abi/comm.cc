@@ -1137,6 +1137,7 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   // on the last one's stream (unless that stream is the one capturing: its work is then before the
   // capture in stream order only). Inside a capture the wait is an external event node: each replay
   // waits for the record current when it was launched.
+  if (!settings().graphMixing) return ncclSuccess;
   if (context != 0 && !s->everCaptured) {
     if (s->serial == nullptr) {
       DeviceGuard restore(c->device);
@@ -1169,18 +1170,20 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
 
 ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context) {
   std::lock_guard<std::mutex> lock(s->mutex);
-  int slot = 0;
-  if (s->order.after(stream, context, &slot)) {
-    const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);
+  // The cross-context record first, so that inside a capture the next user on another stream
+  // depends on this record node too (a graph's records then form a chain).
+  if (s->everCaptured) {
+    const cudaError_t err = context != 0 ? lib().cudaEventRecordWithFlags(s->serial, stream, cudaEventRecordExternal)
+                                         : lib().cudaEventRecord(s->serial, stream);
     if (err != cudaSuccess)
-      return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
-                      static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+      return shimFail(ncclUnhandledCudaError, "%s: stream=%p: recording the %s's use for other contexts: %s",
+                      function, static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
   }
-  if (!s->everCaptured) return ncclSuccess;
-  const cudaError_t err = context != 0 ? lib().cudaEventRecordWithFlags(s->serial, stream, cudaEventRecordExternal)
-                                       : lib().cudaEventRecord(s->serial, stream);
+  int slot = 0;
+  if (!s->order.after(stream, context, &slot)) return ncclSuccess;
+  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);
   if (err != cudaSuccess)
-    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: recording the %s's use for other contexts: %s", function,
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
                     static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
   return ncclSuccess;
 }

@@ -14,6 +14,10 @@ Settings readSettings() {
   s.debug = debug != nullptr && debug[0] != '\0' && strcmp(debug, "0") != 0;
   s.disabled = parseDisableList(getenv("YALI_NCCL_DISABLE"), &s.unknownDisabled);
   s.registerYali = parseRegisterSetting(getenv("YALI_NCCL_REGISTER"));
+  const char* mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  s.graphMixing = mixing == nullptr || mixing[0] == '\0' || strcmp(mixing, "0") != 0;
+  // libyali reads its settings when a communicator is made, after this (the first call of ours).
+  if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);
   return s;
 }
 
