@@ -16,9 +16,12 @@
  * (a replay counts as issued at its cudaGraphLaunch), as NCCL's graph mixing support does. That
  * costs an event record and a wait per eager call from the first capture on, and in a graph an
  * event record node per call and a wait node before the capture's first call of the comm
- * (YALI_GRAPH_MIXING=0: none of it, the program orders contexts). A cudaGraphLaunch made from
- * another thread while a call of the comm is being issued is ordered by the host's race between
- * them: order such launches against the comm's calls on the host. The first call
+ * (YALI_GRAPH_MIXING=0: none of it, the program orders contexts); those event operations between
+ * consecutive calls also give up the overlap of programmatic launch (YALI_PDL) there. A
+ * cudaGraphLaunch made from another thread while a call of the comm is being issued is ordered by
+ * the host's race between them: order such launches against the comm's calls on the host. Two
+ * captures of one comm in progress at once are not ordered against each other (the comm follows one
+ * capture at a time): capture a comm's calls in one graph at a time. The first call
  * on a second stream orders itself after everything queued so far on the previous call's stream:
  * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
  * run unordered.

@@ -150,8 +150,8 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
     const yaliComm::LaunchOrder& eager = comm->eagerOrder;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaSuccess;
-    if (eager.have && cudaStreamIsCapturing(eager.stream, &status) == cudaSuccess &&
-        status == cudaStreamCaptureStatusNone)
+    if (eager.have) e = cudaStreamIsCapturing(eager.stream, &status);
+    if (eager.have && e == cudaSuccess && status == cudaStreamCaptureStatusNone)
       e = cudaEventRecord(serial, eager.stream);
     if (e != cudaSuccess)
       logInfo("rank %d: marking the comm's eager calls before its first capture failed (%s)", comm->rank,

@@ -1148,6 +1148,10 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
                         function, s->name, lib().cudaGetErrorString(err));
       }
     }
+    // Not sticky: a mark that cannot be made (the last eager user's stream destroyed, or the legacy
+    // stream while another stream captures) is a warning; the first replay is then not ordered
+    // after the eager users before it.
+    s->everCaptured = true;
     const void* eager = nullptr;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (s->order.lastEager(&eager)) {
@@ -1155,10 +1159,10 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
       cudaError_t err = lib().cudaStreamIsCapturing(es, &status);
       if (err == cudaSuccess && status == cudaStreamCaptureStatusNone) err = lib().cudaEventRecord(s->serial, es);
       if (err != cudaSuccess)
-        return shimFail(ncclUnhandledCudaError, "%s: marking the %s's eager users before its first capture: %s",
-                        function, s->name, lib().cudaGetErrorString(err));
+        warn(c->rank, "%s: marking the %s's eager users before its first capture failed: %s", function, s->name,
+             lib().cudaGetErrorString(err));
+      lib().cudaGetLastError();
     }
-    s->everCaptured = true;
   }
   if (!s->everCaptured) return ncclSuccess;
   const cudaError_t err = lib().cudaStreamWaitEvent(stream, s->serial, context != 0 ? cudaEventWaitExternal : 0);
