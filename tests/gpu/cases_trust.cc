@@ -2382,6 +2382,20 @@ void caseStreamsOrder(Ctx& ctx) {
       launchOk(ctx, "sleepKernel");
     }
   };
+  // Run r's AllReduce on local rank i, captured alone on the rank's main stream into *graph.
+  auto captureAlone = [&](Run& r, size_t i, cudaGraph_t* graph) {
+    const cudaStream_t st = ctx.local[i].stream;
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const yaliResult_t result = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
+                                              comms[i], st);
+    const cudaError_t e = cudaStreamEndCapture(st, graph);
+    if (e != cudaSuccess) {
+      ctx.fail("rank %d: ending a capture: %s", ctx.local[i].rank, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+    }
+    return result;
+  };
   auto verifyBoth = [&](Run& x, Run& y, const std::string& label) {
     x.verify(comms, label + " (X)");
     y.verify(comms, label + " (Y)");
@@ -2488,13 +2502,8 @@ void caseStreamsOrder(Ctx& ctx) {
     sleepOnEvenRanks();
     x.issue(comms);
     for (size_t i = 0; i < nl; ++i) {
-      const cudaStream_t st = ctx.local[i].stream;
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      const yaliResult_t rz =
-          yaliAllReduce(z.ranks[i].send, z.ranks[i].recv, 4093, yaliFloat32, yaliSum, comms[i], st);
       cudaGraph_t g = nullptr;
-      CUDA_OK(ctx, cudaStreamEndCapture(st, &g));
+      const yaliResult_t rz = captureAlone(z, i, &g);
       if (rz != yaliSuccess)
         ctx.fail("%s: rank %d: the captured call returned %d: %s", label.c_str(), ctx.local[i].rank, (int)rz,
                  str(yaliGetLastError(comms[i])).c_str());
@@ -2520,13 +2529,8 @@ void caseStreamsOrder(Ctx& ctx) {
     bool ok = true;
     watchdogStep("%s: capturing", label.c_str());
     for (size_t i = 0; i < nl; ++i) {
-      const cudaStream_t st = ctx.local[i].stream;
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      const yaliResult_t rg =
-          yaliAllReduce(g.ranks[i].send, g.ranks[i].recv, 4093, yaliFloat32, yaliSum, comms[i], st);
-      cudaError_t e = cudaStreamEndCapture(st, &graphs[i]);
-      if (e == cudaSuccess) e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+      const yaliResult_t rg = captureAlone(g, i, &graphs[i]);
+      const cudaError_t e = graphs[i] != nullptr ? cudaGraphInstantiate(&execs[i], graphs[i], 0) : cudaErrorInvalidValue;
       if (rg != yaliSuccess || e != cudaSuccess) {
         ctx.fail("%s: rank %d: the captured call returned %d (%s), the capture %s", label.c_str(), ctx.local[i].rank,
                  (int)rg, str(yaliGetLastError(comms[i])).c_str(), cudaGetErrorString(e));
