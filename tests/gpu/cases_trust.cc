@@ -2355,11 +2355,12 @@ void caseStreamsOrder(Ctx& ctx) {
   const std::string name = "trust_streams_order";
   std::vector<yaliComm_t> comms = ctx.createComms(name.c_str());
   const size_t nl = ctx.local.size();
-  std::vector<cudaStream_t> A(nl), B(nl);
+  std::vector<cudaStream_t> A(nl), B(nl), C(nl);
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&A[i], cudaStreamNonBlocking));
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&B[i], cudaStreamNonBlocking));
+    CUDA_OK(ctx, cudaStreamCreateWithFlags(&C[i], cudaStreamNonBlocking));
   }
   // Fresh inputs for both calls, on their streams, done everywhere before anything is issued.
   auto prepareBoth = [&](Run& x, Run& y) {
@@ -2413,12 +2414,18 @@ void caseStreamsOrder(Ctx& ctx) {
     verifyBoth(x, y, label);
   }
   // The same inside one capture per rank: A and B fork from the rank's main stream and join it
-  // again; the even ranks' sleep is captured too. Each graph replayed twice with fresh inputs.
+  // again; the even ranks' sleep is captured too, on A before X and on B before Y. Each graph
+  // replayed twice with fresh inputs, each replay followed by Z eager on a third stream C: Z must
+  // wait for the graph's last call (Y), so the graph's cross-context records must form a chain whose
+  // last is Y's (were it X's, Z would run beside the even ranks' sleep before Y there, and after Y on
+  // the odd ranks).
   {
-    const std::string label = name + ": one capture per rank, X on A then Y on B (even ranks sleep on A first)";
+    const std::string label = name + ": one capture per rank, X on A then Y on B (even ranks sleep before each), "
+                                     "then Z eager on C after each replay";
     const size_t cx = 1024, cy = 262147;
     Run x(ctx, spec(cx, yaliFloat32, yaliSum), A);
     Run y(ctx, spec(cy, yaliFloat32, yaliSum), B);
+    Run z(ctx, spec(4093, yaliFloat32, yaliSum), C);
     std::vector<cudaGraph_t> graphs(nl, nullptr);
     std::vector<cudaGraphExec_t> execs(nl, nullptr);
     std::vector<cudaEvent_t> fork(nl, nullptr), joinA(nl, nullptr), joinB(nl, nullptr);
@@ -2440,6 +2447,10 @@ void caseStreamsOrder(Ctx& ctx) {
       }
       const yaliResult_t rx =
           yaliAllReduce(x.ranks[i].send, x.ranks[i].recv, cx, yaliFloat32, yaliSum, comms[i], A[i]);
+      if (k % 2 == 0) {
+        sleepKernel<<<1, 1, 0, B[i]>>>(50ull * 1000 * 1000);
+        launchOk(ctx, "sleepKernel (captured, on B)");
+      }
       const yaliResult_t ry =
           yaliAllReduce(y.ranks[i].send, y.ranks[i].recv, cy, yaliFloat32, yaliSum, comms[i], B[i]);
       if (rx != yaliSuccess || ry != yaliSuccess) {
@@ -2463,16 +2474,24 @@ void caseStreamsOrder(Ctx& ctx) {
       ctx.fail("%s: the capture failed on some rank; replays not run", label.c_str());
     } else {
       for (int rep = 0; rep < 2; ++rep) {
+        z.prepare(ctx.nextSeed());
         prepareBoth(x, y);
+        for (size_t i = 0; i < nl; ++i) {
+          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+          CUDA_OK(ctx, cudaStreamSynchronize(C[i]));
+        }
+        ctx.world->barrier();
         watchdogStep("%s: replay %d", label.c_str(), rep + 1);
         for (size_t i = 0; i < nl; ++i) {
           CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
           CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
         }
+        z.issue(comms);
         syncAll(ctx);
         const std::string r = label + ", replay " + std::to_string(rep + 1);
         x.verify(comms, r + " (X)");
         y.verify(comms, r + " (Y)");
+        z.verify(comms, r + " (Z)");
         for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, r);
       }
     }
@@ -2567,8 +2586,10 @@ void caseStreamsOrder(Ctx& ctx) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
     CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
+    CUDA_OK(ctx, cudaStreamSynchronize(C[i]));
     CUDA_OK(ctx, cudaStreamDestroy(A[i]));
     CUDA_OK(ctx, cudaStreamDestroy(B[i]));
+    CUDA_OK(ctx, cudaStreamDestroy(C[i]));
   }
 }
 
