@@ -1059,6 +1059,14 @@ std::vector<yaliRedOp_t> opsFor(yaliDataType_t dt) {
   return v;
 }
 
+// The ops a case runs for `dt`: all of opsFor's, or under --quick one of them, rotating with the
+// case's running `combo` so that the quick suite still meets every op across types.
+std::vector<yaliRedOp_t> opsToRun(const Ctx& ctx, yaliDataType_t dt, int combo) {
+  std::vector<yaliRedOp_t> ops = opsFor(dt);
+  if (ctx.quick()) ops = {ops[combo % ops.size()]};
+  return ops;
+}
+
 // A count whose per-receiver message is about `bytes` for the type, made odd (never a multiple of
 // a vector width).
 size_t countFor(size_t bytes, yaliDataType_t dt) {
@@ -1142,8 +1150,7 @@ void caseCounts(Ctx& ctx) {
         for (yaliDataType_t dt : kEveryDtype) {
           std::vector<yaliRedOp_t> ops = {yaliSum};
           if (kColl[c].reduces) {
-            ops = opsFor(dt);
-            if (ctx.quick()) ops = {ops[combo % ops.size()]};
+            ops = opsToRun(ctx, dt, combo);
           }
           for (yaliRedOp_t op : ops) {
             CLayout L;
@@ -1520,8 +1527,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         for (yaliRedOp_t op : ops) {
           CLayout L;
           L.inplace = combo % 2 == 1;
@@ -1627,8 +1633,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         for (yaliRedOp_t op : ops) {
           const CSpec s = cspec(kAllReduce, 65537, dt, op);
           Slab& r = reg.get(slabBytesFor(s, n));
@@ -1660,8 +1665,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         std::vector<size_t> counts = {1, 31, 4093, 262147};
         if (ctx.quick()) counts = {31, 4093};
         for (yaliRedOp_t op : ops) {
