@@ -4,6 +4,11 @@
 
 namespace yali {
 
+std::atomic<int>& copyEngineCallsInFlight() {
+  static std::atomic<int> count{0};
+  return count;
+}
+
 IpcImports::IpcImports(Ops ops) : ops_(std::move(ops)) {}
 
 std::shared_ptr<void> IpcImports::share(const Key& key, char* where) {

@@ -47,6 +47,13 @@
 
 namespace yali {
 
+// Copy-engine calls of this process in flight (copy_engine.cc counts them). A close waits while
+// there is one (registration.cc): cudaIpcCloseMemHandle waits for the whole device, and such a call
+// ends only when its peers come or the host's watch releases it. With a close started, the watch
+// never released a call of an aborted comm (coll_copy_engine part 5, two processes on one H200,
+// 2026-11-29: a hang; single mode, with no IPC mappings, passed).
+std::atomic<int>& copyEngineCallsInFlight();
+
 class IpcImports {
  public:
   struct Key {

@@ -111,8 +111,13 @@ IpcImports& IpcImports::process() {
         *error = "it maps " + std::to_string(size) + " bytes";
         return false;
       },
-      // Closes wait for every kernel on the device: a lane of their own (reaper.h).
-      [](std::function<bool()> job) { Reaper::post(std::move(job), Reaper::Lane::kIpcClose); }});
+      // Closes wait for every kernel on the device: a lane of their own (reaper.h). None starts
+      // while a copy-engine call is in flight (copyEngineCallsInFlight): the entry stays Idle, and
+      // an import may take it again meanwhile.
+      [](std::function<bool()> job) {
+        Reaper::post([job = std::move(job)] { return copyEngineCallsInFlight() == 0 && job(); },
+                     Reaper::Lane::kIpcClose);
+      }});
   return *table;
 }
 

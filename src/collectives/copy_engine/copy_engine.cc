@@ -16,6 +16,7 @@
 #include "core/driver_entry.h"
 #include "core/enqueue.h"
 #include "core/error.h"
+#include "core/ipc_imports.h"
 #include "core/reaper.h"
 
 namespace yali {
@@ -110,6 +111,7 @@ struct CopyEngineState {
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
     for (auto& w : spare) destroyEvents(*w);
     for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
+    copyEngineCallsInFlight() -= static_cast<int>(inFlight.size());
     cudaGetLastError();
   }
 };
@@ -228,6 +230,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     Watch& w = *ce.inFlight.front();
     if (done(w.ended)) {
       advanceEagerDone(ce, w.eagerSeq);
+      --copyEngineCallsInFlight();  // a close of a peer mapping may start now (ipc_imports.h)
       ce.spare.push_back(std::move(ce.inFlight.front()));
       ce.inFlight.pop_front();
       continue;
@@ -437,6 +440,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     recordHostFailure(ce, kFailHost, phase, w->launch);
     comm->setHostNote(std::string("the CUDA call that failed: ") + what + ": " + cudaGetErrorString(e));
     ce.inFlight.push_back(std::move(w));
+    ++copyEngineCallsInFlight();
     ensureWatch(comm, ce);
     return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
   };
@@ -482,6 +486,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
 
   std::lock_guard<std::mutex> lock(ce.mutex);
   ce.inFlight.push_back(std::move(w));
+  ++copyEngineCallsInFlight();
   ensureWatch(comm, ce);
   return yaliSuccess;
 }
