@@ -114,9 +114,6 @@ struct yaliComm {
     bool have = false;              // a launch of the context was made
     cudaStream_t stream = nullptr;  // the stream of its last launch
     unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
-    // captureOrder: the capture's last record of DeviceResources::serial, a node of its graph that
-    // no later node of the stream depends on (enqueue.cc: recordAcrossContexts); null before one.
-    cudaGraphNode_t serialRecord = nullptr;
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture
