@@ -1,13 +1,41 @@
 #include "core/ipc_imports.h"
 
 #include <chrono>
+#include <thread>
+
+#include "core/reaper.h"
 
 namespace yali {
 
-std::atomic<int>& copyEngineCallsInFlight() {
-  static std::atomic<int> count{0};
-  return count;
+namespace {
+std::atomic<int> gateCalls{0};   // copy-engine calls counted in (CloseGate)
+std::atomic<int> gateCloses{0};  // closes counted in
+}  // namespace
+
+bool CloseGate::enterCall(int64_t deadlineMs) {
+  gateCalls.fetch_add(1);
+  while (gateCloses.load() != 0) {
+    if (nowMs() > deadlineMs) {
+      gateCalls.fetch_sub(1);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
 }
+
+void CloseGate::leaveCall(int calls) { gateCalls.fetch_sub(calls); }
+
+bool CloseGate::enterClose() {
+  gateCloses.fetch_add(1);
+  if (gateCalls.load() == 0) return true;
+  gateCloses.fetch_sub(1);
+  return false;
+}
+
+void CloseGate::leaveClose() { gateCloses.fetch_sub(1); }
+
+int CloseGate::callsInFlight() { return gateCalls.load(); }
 
 IpcImports::IpcImports(Ops ops) : ops_(std::move(ops)) {}
 

@@ -47,12 +47,29 @@
 
 namespace yali {
 
-// Copy-engine calls of this process in flight (copy_engine.cc counts them). A close waits while
-// there is one (registration.cc): cudaIpcCloseMemHandle waits for the whole device, and such a call
-// ends only when its peers come or the host's watch releases it. With a close started, the watch
-// never released a call of an aborted comm (coll_copy_engine part 5, two processes on one H200,
-// 2026-11-29: a hang; single mode, with no IPC mappings, passed).
-std::atomic<int>& copyEngineCallsInFlight();
+// Copy-engine calls and IPC closes of this process never overlap. While cudaIpcCloseMemHandle waits
+// for the device, the driver holds up the process's other CUDA calls (PERF.md, "Releasing memory
+// while another stream's kernel runs"), the copy-engine watch's among them; a copy-engine call whose
+// waits are queued ends only when its peers come or that watch releases it. A close started while
+// such a call waited therefore waited for it forever (coll_copy_engine part 5, yaliCommAbort of a
+// comm whose call waited for a peer: two processes on one H200, 2026-11-29).
+//
+// The handshake, each side announcing itself before looking at the other (sequentially consistent):
+// a call counts itself in before it queues anything and out when its watch has seen it end; a close
+// counts itself in, and backs off (its job is tried again later) if a call is counted; a call that
+// finds a close counted waits for it before queuing, which costs nothing the driver would not make
+// it wait anyway. So either the close sees the call, or the call sees the close.
+class CloseGate {
+ public:
+  // A copy-engine call, before its first queued operation: false if a close was still running at
+  // `deadlineMs` (nowMs()); the call is then not counted.
+  static bool enterCall(int64_t deadlineMs);
+  static void leaveCall(int calls = 1);  // the watch saw it (or them) end
+  // A close: false, counting nothing, while a copy-engine call is counted.
+  static bool enterClose();
+  static void leaveClose();
+  static int callsInFlight();
+};
 
 class IpcImports {
  public:

@@ -112,11 +112,17 @@ IpcImports& IpcImports::process() {
         return false;
       },
       // Closes wait for every kernel on the device: a lane of their own (reaper.h). None starts
-      // while a copy-engine call is in flight (copyEngineCallsInFlight): the entry stays Idle, and
-      // an import may take it again meanwhile.
+      // while a copy-engine call is in flight (CloseGate): the job is tried again later, its entry
+      // stays Idle, and an import may take it again meanwhile.
       [](std::function<bool()> job) {
-        Reaper::post([job = std::move(job)] { return copyEngineCallsInFlight() == 0 && job(); },
-                     Reaper::Lane::kIpcClose);
+        Reaper::post(
+            [job = std::move(job)] {
+              if (!CloseGate::enterClose()) return false;
+              const bool done = job();
+              CloseGate::leaveClose();
+              return done;
+            },
+            Reaper::Lane::kIpcClose);
       }});
   return *table;
 }

@@ -111,7 +111,7 @@ struct CopyEngineState {
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
     for (auto& w : spare) destroyEvents(*w);
     for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
-    copyEngineCallsInFlight() -= static_cast<int>(inFlight.size());
+    CloseGate::leaveCall(static_cast<int>(inFlight.size()));  // none: the watch ends with none left
     cudaGetLastError();
   }
 };
@@ -230,7 +230,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
     Watch& w = *ce.inFlight.front();
     if (done(w.ended)) {
       advanceEagerDone(ce, w.eagerSeq);
-      --copyEngineCallsInFlight();  // a close of a peer mapping may start now (ipc_imports.h)
+      CloseGate::leaveCall();  // an IPC close may start now (ipc_imports.h)
       ce.spare.push_back(std::move(ce.inFlight.front()));
       ce.inFlight.pop_front();
       continue;
@@ -440,10 +440,22 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     recordHostFailure(ce, kFailHost, phase, w->launch);
     comm->setHostNote(std::string("the CUDA call that failed: ") + what + ": " + cudaGetErrorString(e));
     ce.inFlight.push_back(std::move(w));
-    ++copyEngineCallsInFlight();
     ensureWatch(comm, ce);
     return fail(yaliUnhandledCudaError, comm, "%s: copy engines: %s: %s", call, what, cudaGetErrorString(e));
   };
+  // Counted in before anything is queued (a close that started after would wait for the call while
+  // holding up its watch: CloseGate). From here on every path pushes the call to the watch, which
+  // counts it out.
+  if (!CloseGate::enterCall(nowMs() + comm->settings.timeoutMs)) {
+    {
+      std::lock_guard<std::mutex> lock(ce.mutex);
+      ce.spare.push_back(std::move(w));
+    }
+    return fail(yaliTimeout, comm,
+                "%s: a CUDA IPC mapping's close (cudaIpcCloseMemHandle, which waits for the device) was "
+                "still running after YALI_TIMEOUT_MS=%lld ms; nothing was queued",
+                call, static_cast<long long>(comm->settings.timeoutMs));
+  }
   cudaError_t e = cudaEventRecord(w->started, s);
   if (e != cudaSuccess) return failed("cudaEventRecord", e);
   e = handshake(ce, kReady, a.callTag, s);
@@ -486,7 +498,6 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
 
   std::lock_guard<std::mutex> lock(ce.mutex);
   ce.inFlight.push_back(std::move(w));
-  ++copyEngineCallsInFlight();
   ensureWatch(comm, ce);
   return yaliSuccess;
 }

@@ -464,3 +464,44 @@ TEST(reaper_a_blocked_ipc_close_holds_up_no_release) {
   letGo = true;
   CHECK(Reaper::waitFor(close, nowMs() + 2000));
 }
+
+// CloseGate (ipc_imports.h): an IPC close and a copy-engine call of the process never overlap. A
+// close backs off while a call is counted; a call waits for a close in progress before it queues
+// anything, and gives up, counted out, at its deadline. (The hang it prevents: coll_copy_engine
+// part 5 in multi mode, a close started while an aborted comm's call waited, Session 24.)
+TEST(close_gate_a_close_backs_off_while_a_copy_engine_call_is_counted) {
+  CHECK(CloseGate::enterCall(nowMs() + 1000));
+  CHECK(!CloseGate::enterClose());
+  CHECK(!CloseGate::enterClose());  // again at the job's next try
+  CloseGate::leaveCall();
+  CHECK_EQ(CloseGate::callsInFlight(), 0);
+  CHECK(CloseGate::enterClose());
+  CloseGate::leaveClose();
+}
+
+TEST(close_gate_a_copy_engine_call_waits_for_a_close_in_progress) {
+  CHECK(CloseGate::enterClose());
+  const int64_t t0 = nowMs();
+  std::thread closing([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    CloseGate::leaveClose();
+  });
+  const bool entered = CloseGate::enterCall(nowMs() + 5000);
+  const int64_t waited = nowMs() - t0;
+  closing.join();
+  CHECK(entered);
+  CHECK_MSG(waited >= 90, "the call went on %lld ms into a close of 100 ms", static_cast<long long>(waited));
+  CHECK_EQ(CloseGate::callsInFlight(), 1);
+  CloseGate::leaveCall();
+}
+
+TEST(close_gate_a_copy_engine_call_gives_up_at_its_deadline) {
+  CHECK(CloseGate::enterClose());
+  const int64_t t0 = nowMs();
+  CHECK(!CloseGate::enterCall(t0 + 50));
+  CHECK(nowMs() - t0 < 2000);
+  CHECK_EQ(CloseGate::callsInFlight(), 0);  // not counted: no close waits for it
+  CloseGate::leaveClose();
+  CHECK(CloseGate::enterClose());  // nothing left counted
+  CloseGate::leaveClose();
+}
