@@ -12,10 +12,10 @@ std::atomic<int> gateCalls{0};   // copy-engine calls counted in (CloseGate)
 std::atomic<int> gateCloses{0};  // closes counted in
 }  // namespace
 
-bool CloseGate::enterCall(int64_t deadlineMs) {
+bool CloseGate::enterCall(int64_t deadlineMs, const std::atomic<bool>& cancel) {
   gateCalls.fetch_add(1);
   while (gateCloses.load() != 0) {
-    if (nowMs() > deadlineMs) {
+    if (nowMs() > deadlineMs || cancel.load()) {
       gateCalls.fetch_sub(1);
       return false;
     }

@@ -57,13 +57,14 @@ namespace yali {
 // The handshake, each side announcing itself before looking at the other (sequentially consistent):
 // a call counts itself in before it queues anything and out when its watch has seen it end; a close
 // counts itself in, and backs off (its job is tried again later) if a call is counted; a call that
-// finds a close counted waits for it before queuing, which costs nothing the driver would not make
-// it wait anyway. So either the close sees the call, or the call sees the close.
+// finds a close counted waits for it before queuing its handshake (a close runs until the device has
+// drained; the driver holds the call's CUDA calls up meanwhile anyway), but only until a deadline or
+// its comm's abort. So either the close sees the call, or the call sees the close.
 class CloseGate {
  public:
   // A copy-engine call, before its first queued operation: false if a close was still running at
-  // `deadlineMs` (nowMs()); the call is then not counted.
-  static bool enterCall(int64_t deadlineMs);
+  // `deadlineMs` (nowMs()) or `cancel` was set meanwhile; the call is then not counted.
+  static bool enterCall(int64_t deadlineMs, const std::atomic<bool>& cancel);
   static void leaveCall(int calls = 1);  // the watch saw it (or them) end
   // A close: false, counting nothing, while a copy-engine call is counted.
   static bool enterClose();

@@ -110,8 +110,8 @@ struct CopyEngineState {
     if (told != nullptr) cudaEventDestroy(told);
     if (watchStream != nullptr) cudaStreamDestroy(watchStream);
     for (auto& w : spare) destroyEvents(*w);
-    for (auto& w : inFlight) destroyEvents(*w);  // only after a failure left a call unfinished
-    CloseGate::leaveCall(static_cast<int>(inFlight.size()));  // none: the watch ends with none left
+    for (auto& w : inFlight) destroyEvents(*w);  // none: the watch job, which holds the state, ends with none left
+    CloseGate::leaveCall(static_cast<int>(inFlight.size()));
     cudaGetLastError();
   }
 };
@@ -229,8 +229,8 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
   while (!ce.inFlight.empty()) {
     Watch& w = *ce.inFlight.front();
     if (done(w.ended)) {
+      CloseGate::leaveCall();  // an IPC close may start now (ipc_imports.h); before a destroy can see it end
       advanceEagerDone(ce, w.eagerSeq);
-      CloseGate::leaveCall();  // an IPC close may start now (ipc_imports.h)
       ce.spare.push_back(std::move(ce.inFlight.front()));
       ce.inFlight.pop_front();
       continue;
@@ -446,14 +446,23 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   // Counted in before anything is queued (a close that started after would wait for the call while
   // holding up its watch: CloseGate). From here on every path pushes the call to the watch, which
   // counts it out.
-  if (!CloseGate::enterCall(nowMs() + comm->settings.timeoutMs)) {
-    {
-      std::lock_guard<std::mutex> lock(ce.mutex);
-      ce.spare.push_back(std::move(w));
-    }
-    return fail(yaliTimeout, comm,
-                "%s: a CUDA IPC mapping's close (cudaIpcCloseMemHandle, which waits for the device) was "
-                "still running after YALI_TIMEOUT_MS=%lld ms; nothing was queued",
+  if (!CloseGate::enterCall(nowMs() + comm->settings.timeoutMs, comm->cancel)) {
+    const uint64_t launch = w->launch;
+    std::lock_guard<std::mutex> lock(ce.mutex);
+    ce.spare.push_back(std::move(w));
+    if (comm->cancel.load())  // the abort fails the comm and tells the peers
+      return fail(yaliInvalidUsage, comm, "%s: yaliCommAbort was called while the call waited to be issued", call);
+    // The peers' calls wait for this one: the comm fails as for a CUDA call failing half-way
+    // (kFailHost), so that they are told and this rank's later calls are refused (a copy-engine
+    // call's tag names the call, not its turn: a later identical call would pair with their
+    // waiting ones). The watch holds the state until its memsets have run.
+    comm->setHostNote("a CUDA IPC mapping's close (cudaIpcCloseMemHandle, which waits for the device) was still "
+                      "running after YALI_TIMEOUT_MS: the copy-engine call was not issued");
+    recordHostFailure(ce, kFailHost, kPhaseCopyEngineReady, launch);
+    ensureWatch(comm, ce);
+    return fail(yaliUnhandledCudaError, comm,
+                "%s: copy engines: a CUDA IPC mapping's close was still running after YALI_TIMEOUT_MS=%lld ms; "
+                "nothing of the call was queued and the comm failed (its peers are told)",
                 call, static_cast<long long>(comm->settings.timeoutMs));
   }
   cudaError_t e = cudaEventRecord(w->started, s);

@@ -470,7 +470,8 @@ TEST(reaper_a_blocked_ipc_close_holds_up_no_release) {
 // anything, and gives up, counted out, at its deadline. (The hang it prevents: coll_copy_engine
 // part 5 in multi mode, a close started while an aborted comm's call waited, Session 24.)
 TEST(close_gate_a_close_backs_off_while_a_copy_engine_call_is_counted) {
-  CHECK(CloseGate::enterCall(nowMs() + 1000));
+  const std::atomic<bool> notCancelled{false};
+  CHECK(CloseGate::enterCall(nowMs() + 1000, notCancelled));
   CHECK(!CloseGate::enterClose());
   CHECK(!CloseGate::enterClose());  // again at the job's next try
   CloseGate::leaveCall();
@@ -486,7 +487,8 @@ TEST(close_gate_a_copy_engine_call_waits_for_a_close_in_progress) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     CloseGate::leaveClose();
   });
-  const bool entered = CloseGate::enterCall(nowMs() + 5000);
+  const std::atomic<bool> notCancelled{false};
+  const bool entered = CloseGate::enterCall(nowMs() + 5000, notCancelled);
   const int64_t waited = nowMs() - t0;
   closing.join();
   CHECK(entered);
@@ -498,10 +500,30 @@ TEST(close_gate_a_copy_engine_call_waits_for_a_close_in_progress) {
 TEST(close_gate_a_copy_engine_call_gives_up_at_its_deadline) {
   CHECK(CloseGate::enterClose());
   const int64_t t0 = nowMs();
-  CHECK(!CloseGate::enterCall(t0 + 50));
+  const std::atomic<bool> notCancelled{false};
+  CHECK(!CloseGate::enterCall(t0 + 50, notCancelled));
   CHECK(nowMs() - t0 < 2000);
   CHECK_EQ(CloseGate::callsInFlight(), 0);  // not counted: no close waits for it
   CloseGate::leaveClose();
   CHECK(CloseGate::enterClose());  // nothing left counted
+  CloseGate::leaveClose();
+}
+
+// yaliCommAbort sets the comm's cancel flag while the call waits (under the comm's mutex, which the
+// abort then takes): the call gives up at once, not at its deadline (found by a review).
+TEST(close_gate_a_copy_engine_call_gives_up_on_its_comms_abort) {
+  CHECK(CloseGate::enterClose());
+  std::atomic<bool> cancel{false};
+  std::thread aborting([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel = true;
+  });
+  const int64_t t0 = nowMs();
+  const bool entered = CloseGate::enterCall(t0 + 20000, cancel);
+  const int64_t waited = nowMs() - t0;
+  aborting.join();
+  CHECK(!entered);
+  CHECK_MSG(waited < 5000, "the call waited %lld ms after its comm's abort", static_cast<long long>(waited));
+  CHECK_EQ(CloseGate::callsInFlight(), 0);
   CloseGate::leaveClose();
 }
