@@ -10,10 +10,12 @@
  * be issued in the same order on every rank, exactly as NCCL requires. They run in that order
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
  * call first waits for that call (an event; a comm that keeps to one stream records none until it
- * captures a call). Within one stream capture this ordering becomes graph edges; between a graph's
- * replays and other calls on the comm (eager, or another graph's), the order is the host's: once a
- * comm has captured a call, each of its launches waits for the one issued before it in any context
- * (a replay counts as issued at its cudaGraphLaunch), as NCCL's graph mixing support does. That
+ * captures a call; cudaStreamPerThread counts as another stream in each thread, and a call on it
+ * records one at once, since only its own thread can). Within one stream capture this ordering
+ * becomes graph edges; between a graph's replays and other calls on the comm (eager, or another
+ * graph's), the order is the host's: once a comm has captured a call, each of its launches waits
+ * for the one issued before it in any context (a replay counts as issued at its cudaGraphLaunch), as
+ * NCCL's graph mixing support does. That
  * costs an event record and a wait per eager call from the first capture on, and in a graph an
  * event record node per call and a wait node before the capture's first call of the comm
  * (YALI_GRAPH_MIXING=0: none of it, the program orders contexts); those event operations between

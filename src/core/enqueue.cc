@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/copy_engine/copy_engine.h"
@@ -64,16 +65,30 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.context = context;
     o.have = false;
     o.eventEveryLaunch = false;
+    o.marked = false;
   }
   return o;
+}
+
+// cudaStreamPerThread names another stream in each host thread: two launches on it share a stream
+// only when one thread made both, and only the thread that made a launch can mark it (noteLaunch
+// marks every launch on it at once).
+bool onStreamOf(const yaliComm::LaunchOrder& o, cudaStream_t stream) {
+  return stream == o.stream && (stream != cudaStreamPerThread || o.thread == std::this_thread::get_id());
 }
 
 yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context,
                                   const char* call) {
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
-  if (!o.have || stream == o.stream) return yaliSuccess;
+  if (!o.have || onStreamOf(o, stream)) return yaliSuccess;
   cudaError_t e = cudaSuccess;
-  if (!o.eventEveryLaunch && context == 0) {
+  if (!o.marked && o.stream == cudaStreamPerThread && o.thread != std::this_thread::get_id())
+    // another thread's: only its noteLaunch could mark it
+    return fail(yaliUnhandledCudaError, comm,
+                "%s: ordering after the comm's previous call, made on another thread's cudaStreamPerThread: its "
+                "event record had failed (logged), so this call cannot be ordered after it",
+                call);
+  if (!o.marked && context == 0) {
     // The last eager launch's stream may have begun a capture since (the program's, or this
     // comm's own captured call): a record there would go into that graph and join this eager
     // launch to it. Its eager work can no longer be marked then; the program orders it against the
@@ -85,9 +100,10 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
       return yaliSuccess;
     }
   }
-  if (!o.eventEveryLaunch) {
-    // The context's first change of stream: its last launch was not marked; everything queued on
-    // that stream so far (it, and perhaps later work of the caller's) is.
+  if (!o.marked) {
+    // The context's first change of stream (or the first after a failed mark): its last launch was
+    // not marked; everything queued on that stream so far (it, and perhaps later work of the
+    // caller's) is.
     e = cudaEventRecord(o.event, o.stream);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -115,9 +131,13 @@ void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context)
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
   o.have = true;
   o.stream = stream;
-  if (!o.eventEveryLaunch) return;
+  o.thread = std::this_thread::get_id();
+  o.marked = false;
+  if (!o.eventEveryLaunch && stream != cudaStreamPerThread) return;
   const cudaError_t e = cudaEventRecord(o.event, stream);
-  if (e != cudaSuccess) {
+  if (e == cudaSuccess) {
+    o.marked = true;
+  } else {
     cudaGetLastError();
     o.eventEveryLaunch = false;
     logInfo("rank %d: cudaEventRecord after a launch on stream %p failed (%s); the next launch on another stream "
@@ -150,13 +170,20 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
     const yaliComm::LaunchOrder& eager = comm->eagerOrder;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaSuccess;
-    if (eager.have) e = cudaStreamIsCapturing(eager.stream, &status);
-    if (eager.have && e == cudaSuccess && status == cudaStreamCaptureStatusNone)
-      e = cudaEventRecord(serial, eager.stream);
-    if (e != cudaSuccess)
-      logInfo("rank %d: marking the comm's eager calls before its first capture failed (%s)", comm->rank,
-              cudaGetErrorString(e));
-    cudaGetLastError();
+    if (eager.have && eager.stream == cudaStreamPerThread && eager.thread != std::this_thread::get_id()) {
+      // A record here would land on this thread's stream, not on the one they ran on.
+      logInfo("rank %d: the comm's eager calls before its first capture ran on another thread's "
+              "cudaStreamPerThread and cannot be marked from this thread: the first replay is not ordered after them",
+              comm->rank);
+    } else {
+      if (eager.have) e = cudaStreamIsCapturing(eager.stream, &status);
+      if (eager.have && e == cudaSuccess && status == cudaStreamCaptureStatusNone)
+        e = cudaEventRecord(serial, eager.stream);
+      if (e != cudaSuccess)
+        logInfo("rank %d: marking the comm's eager calls before its first capture failed (%s)", comm->rank,
+                cudaGetErrorString(e));
+      cudaGetLastError();
+    }
   }
   if (captured && launchOrderOf(comm, context).have) return yaliSuccess;  // not the capture's first
   const cudaError_t e = cudaStreamWaitEvent(stream, serial, captured ? cudaEventWaitExternal : 0);

@@ -2413,6 +2413,52 @@ void caseStreamsOrder(Ctx& ctx) {
     y.issue(comms);
     verifyBoth(x, y, label);
   }
+  // cudaStreamPerThread is one handle for a different stream in each host thread. X from one thread
+  // on its cudaStreamPerThread (the even ranks sleep there first), then Y from a second thread on
+  // its own: were the two taken for one stream (equal handles), nothing would order them. The first
+  // thread stays until the second has issued (its stream lives as long as it does); both wait for
+  // their streams before leaving.
+  {
+    const std::string label =
+        name + ": X from thread 1 on its cudaStreamPerThread (even ranks sleep there first), then Y from thread 2 "
+               "on its own cudaStreamPerThread";
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    prepareBoth(x, y);
+    std::vector<std::string> errors[2];
+    std::atomic<int> issued{0};
+    auto issueFromThisThread = [&](Run& r, int t) {
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess && t == 0 && ctx.local[i].rank % 2 == 0) {
+          sleepKernel<<<1, 1, 0, cudaStreamPerThread>>>(50ull * 1000 * 1000);
+          e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) errors[t].push_back(std::string("CUDA: ") + cudaGetErrorString(e));
+        const yaliResult_t res = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
+                                               comms[i], cudaStreamPerThread);
+        if (res != yaliSuccess)
+          errors[t].push_back("rank " + std::to_string(ctx.local[i].rank) + ": yaliAllReduce returned " +
+                              std::to_string(res) + ": " + str(yaliGetLastError(comms[i])));
+      }
+      ++issued;
+      while (issued.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
+        if (e != cudaSuccess) errors[t].push_back(std::string("waiting for the stream: ") + cudaGetErrorString(e));
+      }
+    };
+    watchdogStep("%s", label.c_str());
+    std::thread first([&] { issueFromThisThread(x, 0); });
+    while (issued.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::thread second([&] { issueFromThisThread(y, 1); });
+    first.join();
+    second.join();
+    for (int t = 0; t < 2; ++t)
+      for (const std::string& e : errors[t]) ctx.fail("%s: thread %d: %s", label.c_str(), t + 1, e.c_str());
+    verifyBoth(x, y, label);
+  }
   // The same inside one capture per rank: A and B fork from the rank's main stream and join it
   // again; the even ranks' sleep is captured too, on A before X and on B before Y. Each graph
   // replayed twice with fresh inputs, each replay followed by Z eager on a third stream C: Z must
