@@ -1110,16 +1110,18 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   // b.record, not b.recordOn != nullptr: the last user's stream may be the default stream (0), and
   // skipping its record left the wait below without a recorded event (no order, or a failed wait).
   cudaEvent_t& event = s->events[b.slot];
-  if (b.record) {
-    if (event == nullptr) {
-      DeviceGuard restore(c->device);
-      const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-      if (err != cudaSuccess) {
-        event = nullptr;
-        return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
-                        lib().cudaGetErrorString(err));
-      }
+  // Made at the context's first change of stream, or at its first user on cudaStreamPerThread,
+  // which scratchUsed marks at once (StreamOrder::after).
+  if ((b.record || StreamOrder::perThread(stream)) && event == nullptr) {
+    DeviceGuard restore(c->device);
+    const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      event = nullptr;
+      return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
+                      lib().cudaGetErrorString(err));
     }
+  }
+  if (b.record) {
     const cudaError_t err = lib().cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError,
@@ -1153,8 +1155,14 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
     // after the eager users before it.
     s->everCaptured = true;
     const void* eager = nullptr;
+    std::thread::id eagerThread;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (s->order.lastEager(&eager)) {
+    if (s->order.lastEager(&eager, &eagerThread) && StreamOrder::perThread(eager) &&
+        eagerThread != std::this_thread::get_id()) {
+      // A record here would land on this thread's stream, not on the one they ran on.
+      warn(c->rank, "%s: the %s's eager users before its first capture ran on another thread's cudaStreamPerThread "
+           "and cannot be marked from this thread: the first replay is not ordered after them", function, s->name);
+    } else if (s->order.lastEager(&eager)) {
       cudaStream_t es = static_cast<cudaStream_t>(const_cast<void*>(eager));
       cudaError_t err = lib().cudaStreamIsCapturing(es, &status);
       if (err == cudaSuccess && status == cudaStreamCaptureStatusNone) err = lib().cudaEventRecord(s->serial, es);
@@ -1185,7 +1193,7 @@ ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, 
   }
   int slot = 0;
   if (!s->order.after(stream, context, &slot)) return ncclSuccess;
-  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);
+  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);  // made by scratchBefore
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
                     static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));

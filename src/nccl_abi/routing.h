@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nccl.h>
@@ -216,7 +217,10 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // event each: kSlots): within one capture the wait is a graph edge; eager users wait for the last
 // eager one, whatever was captured in between; between contexts (a graph's replay and eager
 // calls, two captures) one more event orders them once a user was captured (comm.cc:
-// scratchBefore, Scratch::serial). Streams are compared by handle only.
+// scratchBefore, Scratch::serial). Streams are compared by handle, and cudaStreamPerThread, one
+// handle for another stream in each host thread, also by the thread: a user on it is on the last
+// user's stream only if the same thread made both, and records the event at once (a later user on
+// another thread could not mark it: its record would land on its own thread's stream).
 class StreamOrder {
  public:
   static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture
@@ -226,22 +230,28 @@ class StreamOrder {
     bool wait = false;               // the call's stream waits for the slot's event
     int slot = 0;                    // which event (the context's)
   };
-  // Before a user on `stream` in `context`; the caller records and waits as told.
-  Before before(const void* stream, unsigned long long context);
+  // Before a user on `stream` in `context`, made by `thread`; the caller records and waits as told.
+  Before before(const void* stream, unsigned long long context,
+                std::thread::id thread = std::this_thread::get_id());
   // After the user: true when the event of slot *slot must be recorded on `stream` (every call of
-  // the context, once its streams changed).
-  bool after(const void* stream, unsigned long long context, int* slot = nullptr);
+  // the context once its streams changed, and every user on cudaStreamPerThread).
+  bool after(const void* stream, unsigned long long context, int* slot = nullptr,
+             std::thread::id thread = std::this_thread::get_id());
   bool recordsEveryCall() const { return slots_[0].everyCall || slots_[1].everyCall; }
-  // The last eager user's stream, when there was one (the cross-context order marks it once).
-  bool lastEager(const void** stream) const {
+  // The last eager user's stream and thread, when there was one (the cross-context order marks it
+  // once; not from another thread when it is cudaStreamPerThread).
+  bool lastEager(const void** stream, std::thread::id* thread = nullptr) const {
     *stream = slots_[0].last;
+    if (thread != nullptr) *thread = slots_[0].thread;
     return slots_[0].have;
   }
+  static bool perThread(const void* stream) { return stream == static_cast<const void*>(cudaStreamPerThread); }
 
  private:
   struct Slot {
     bool have = false;               // a user of the context came
     const void* last = nullptr;      // its stream
+    std::thread::id thread;          // and the thread that made it (cudaStreamPerThread)
     bool everyCall = false;          // the context changed streams: every user records
     unsigned long long context = 0;  // the capture's id (slot 1)
   };
