@@ -11,7 +11,9 @@
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
  * call first waits for that call (an event; a comm that keeps to one stream records none until it
  * captures a call; cudaStreamPerThread counts as another stream in each thread, and a call on it
- * records one at once, since only its own thread can). Within one stream capture this ordering
+ * records one at once, since only its own thread can; stream 0 is the legacy default stream here
+ * even in a program built with --default-stream per-thread: such a program passes
+ * cudaStreamPerThread). Within one stream capture this ordering
  * becomes graph edges; between a graph's replays and other calls on the comm (eager, or another
  * graph's), the order is the host's: once a comm has captured a call, each of its launches waits
  * for the one issued before it in any context (a replay counts as issued at its cudaGraphLaunch), as

@@ -18,7 +18,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/common/device_state.h"
@@ -114,7 +113,7 @@ struct yaliComm {
     bool eventEveryLaunch = false;  // set at the context's first change of stream
     bool have = false;              // a launch of the context was made
     cudaStream_t stream = nullptr;  // the stream of its last launch
-    std::thread::id thread;         // the thread that made it (cudaStreamPerThread: one stream per thread)
+    uint64_t thread = 0;            // the thread that made it (threadToken; cudaStreamPerThread: a stream per thread)
     bool marked = false;            // `event` was recorded right after it
     unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
   };

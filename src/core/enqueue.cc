@@ -1,9 +1,9 @@
 #include "core/enqueue.h"
 
 #include <algorithm>
+#include <atomic>
 #include <iterator>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "collectives/copy_engine/copy_engine.h"
@@ -70,11 +70,20 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
   return o;
 }
 
+// The calling thread, by a number never given to another thread of the process (std::thread::id is
+// not: glibc gives a new thread the id of one joined before it, and that thread's
+// cudaStreamPerThread is a new stream).
+uint64_t threadToken() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1);
+  return token;
+}
+
 // cudaStreamPerThread names another stream in each host thread: two launches on it share a stream
 // only when one thread made both, and only the thread that made a launch can mark it (noteLaunch
 // marks every launch on it at once).
 bool onStreamOf(const yaliComm::LaunchOrder& o, cudaStream_t stream) {
-  return stream == o.stream && (stream != cudaStreamPerThread || o.thread == std::this_thread::get_id());
+  return stream == o.stream && (stream != cudaStreamPerThread || o.thread == threadToken());
 }
 
 yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context,
@@ -82,7 +91,7 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
   if (!o.have || onStreamOf(o, stream)) return yaliSuccess;
   cudaError_t e = cudaSuccess;
-  if (!o.marked && o.stream == cudaStreamPerThread && o.thread != std::this_thread::get_id())
+  if (!o.marked && o.stream == cudaStreamPerThread && o.thread != threadToken())
     // another thread's: only its noteLaunch could mark it
     return fail(yaliUnhandledCudaError, comm,
                 "%s: ordering after the comm's previous call, made on another thread's cudaStreamPerThread: its "
@@ -131,7 +140,7 @@ void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context)
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
   o.have = true;
   o.stream = stream;
-  o.thread = std::this_thread::get_id();
+  o.thread = threadToken();
   o.marked = false;
   if (!o.eventEveryLaunch && stream != cudaStreamPerThread) return;
   const cudaError_t e = cudaEventRecord(o.event, stream);
@@ -170,7 +179,7 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
     const yaliComm::LaunchOrder& eager = comm->eagerOrder;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     cudaError_t e = cudaSuccess;
-    if (eager.have && eager.stream == cudaStreamPerThread && eager.thread != std::this_thread::get_id()) {
+    if (eager.have && eager.stream == cudaStreamPerThread && eager.thread != threadToken()) {
       // A record here would land on this thread's stream, not on the one they ran on.
       logInfo("rank %d: the comm's eager calls before its first capture ran on another thread's "
               "cudaStreamPerThread and cannot be marked from this thread: the first replay is not ordered after them",

@@ -1155,10 +1155,10 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
     // after the eager users before it.
     s->everCaptured = true;
     const void* eager = nullptr;
-    std::thread::id eagerThread;
+    uint64_t eagerThread = 0;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (s->order.lastEager(&eager, &eagerThread) && StreamOrder::perThread(eager) &&
-        eagerThread != std::this_thread::get_id()) {
+        eagerThread != threadToken()) {
       // A record here would land on this thread's stream, not on the one they ran on.
       warn(c->rank, "%s: the %s's eager users before its first capture ran on another thread's cudaStreamPerThread "
            "and cannot be marked from this thread: the first replay is not ordered after them", function, s->name);

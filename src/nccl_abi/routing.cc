@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "core/pattern.h"
 #include "vocabulary.h"
@@ -338,6 +339,12 @@ const char* routeReason(Route route) {
   return "?";
 }
 
+uint64_t threadToken() {
+  static std::atomic<uint64_t> next{1};
+  thread_local const uint64_t token = next.fetch_add(1);
+  return token;
+}
+
 StreamOrder::Slot& StreamOrder::slotOf(unsigned long long context, int* index) {
   *index = context == 0 ? 0 : 1;
   Slot& s = slots_[*index];
@@ -348,7 +355,7 @@ StreamOrder::Slot& StreamOrder::slotOf(unsigned long long context, int* index) {
   return s;
 }
 
-StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context, std::thread::id thread) {
+StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context, uint64_t thread) {
   Before b;
   Slot& s = slotOf(context, &b.slot);
   if (!s.have || (stream == s.last && (!perThread(stream) || thread == s.thread))) return b;
@@ -363,7 +370,7 @@ StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long c
   return b;
 }
 
-bool StreamOrder::after(const void* stream, unsigned long long context, int* slot, std::thread::id thread) {
+bool StreamOrder::after(const void* stream, unsigned long long context, int* slot, uint64_t thread) {
   int index = 0;
   Slot& s = slotOf(context, &index);
   if (slot != nullptr) *slot = index;

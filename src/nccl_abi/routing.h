@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nccl.h>
@@ -221,6 +220,11 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // handle for another stream in each host thread, also by the thread: a user on it is on the last
 // user's stream only if the same thread made both, and records the event at once (a later user on
 // another thread could not mark it: its record would land on its own thread's stream).
+// The calling thread, by a number never given to another thread of the process (std::thread::id is
+// not: glibc gives a new thread the id of one joined before it, and that thread's
+// cudaStreamPerThread is a new stream).
+uint64_t threadToken();
+
 class StreamOrder {
  public:
   static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture
@@ -232,15 +236,15 @@ class StreamOrder {
   };
   // Before a user on `stream` in `context`, made by `thread`; the caller records and waits as told.
   Before before(const void* stream, unsigned long long context,
-                std::thread::id thread = std::this_thread::get_id());
+                uint64_t thread = threadToken());
   // After the user: true when the event of slot *slot must be recorded on `stream` (every call of
   // the context once its streams changed, and every user on cudaStreamPerThread).
   bool after(const void* stream, unsigned long long context, int* slot = nullptr,
-             std::thread::id thread = std::this_thread::get_id());
+             uint64_t thread = threadToken());
   bool recordsEveryCall() const { return slots_[0].everyCall || slots_[1].everyCall; }
   // The last eager user's stream and thread, when there was one (the cross-context order marks it
   // once; not from another thread when it is cudaStreamPerThread).
-  bool lastEager(const void** stream, std::thread::id* thread = nullptr) const {
+  bool lastEager(const void** stream, uint64_t* thread = nullptr) const {
     *stream = slots_[0].last;
     if (thread != nullptr) *thread = slots_[0].thread;
     return slots_[0].have;
@@ -251,7 +255,7 @@ class StreamOrder {
   struct Slot {
     bool have = false;               // a user of the context came
     const void* last = nullptr;      // its stream
-    std::thread::id thread;          // and the thread that made it (cudaStreamPerThread)
+    uint64_t thread = 0;             // and the thread that made it (threadToken: cudaStreamPerThread)
     bool everyCall = false;          // the context changed streams: every user records
     unsigned long long context = 0;  // the capture's id (slot 1)
   };

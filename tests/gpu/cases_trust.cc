@@ -2415,13 +2415,15 @@ void caseStreamsOrder(Ctx& ctx) {
   }
   // cudaStreamPerThread is one handle for a different stream in each host thread. X from one thread
   // on its cudaStreamPerThread (the even ranks sleep there first), then Y from a second thread on
-  // its own: were the two taken for one stream (equal handles), nothing would order them. The first
-  // thread stays until the second has issued (its stream lives as long as it does); both wait for
-  // their streams before leaving.
-  {
+  // its own: were the two taken for one stream (equal handles), nothing would order them. Twice:
+  // with the first thread alive until the second has issued, and with it joined before the second
+  // starts (glibc may give the second the first's std::thread::id: a check by that id would take
+  // their streams for one). Each thread waits for its stream before leaving, the first one only in
+  // the first variant (in the second, Y waits for X and the second thread for Y).
+  for (const bool joinedFirst : {false, true}) {
     const std::string label =
         name + ": X from thread 1 on its cudaStreamPerThread (even ranks sleep there first), then Y from thread 2 "
-               "on its own cudaStreamPerThread";
+               "on its own cudaStreamPerThread" + (joinedFirst ? ", thread 1 joined before thread 2 starts" : "");
     Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
     Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
     prepareBoth(x, y);
@@ -2442,6 +2444,7 @@ void caseStreamsOrder(Ctx& ctx) {
                               std::to_string(res) + ": " + str(yaliGetLastError(comms[i])));
       }
       ++issued;
+      if (joinedFirst && t == 0) return;
       while (issued.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       for (size_t i = 0; i < nl; ++i) {
         cudaError_t e = cudaSetDevice(ctx.local[i].dev);
@@ -2452,9 +2455,18 @@ void caseStreamsOrder(Ctx& ctx) {
     watchdogStep("%s", label.c_str());
     std::thread first([&] { issueFromThisThread(x, 0); });
     while (issued.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (joinedFirst) first.join();
     std::thread second([&] { issueFromThisThread(y, 1); });
-    first.join();
+    if (!joinedFirst) first.join();
     second.join();
+    if (joinedFirst) {
+      // X's stream went with its thread; its work did not. Y, ordered after it, has ended; X too,
+      // unless the library left them unordered: wait for it before the checks either way.
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaDeviceSynchronize());
+      }
+    }
     for (int t = 0; t < 2; ++t)
       for (const std::string& e : errors[t]) ctx.fail("%s: thread %d: %s", label.c_str(), t + 1, e.c_str());
     verifyBoth(x, y, label);

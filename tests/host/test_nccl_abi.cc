@@ -977,9 +977,12 @@ TEST(scratch_stream_order) {
 TEST(scratch_stream_order_per_thread_stream) {
   const void* P = static_cast<const void*>(cudaStreamPerThread);
   CHECK(StreamOrder::perThread(P));
-  const std::thread::id t1 = std::this_thread::get_id();
-  std::thread::id t2;
-  std::thread([&] { t2 = std::this_thread::get_id(); }).join();
+  // Two threads, the second started after the first was joined: std::thread::id may repeat then
+  // (glibc reuses it), the token never does.
+  uint64_t t1 = 0, t2 = 0;
+  std::thread([&] { t1 = threadToken(); }).join();
+  std::thread([&] { t2 = threadToken(); }).join();
+  CHECK(t1 != 0 && t2 != 0 && t1 != t2 && threadToken() != t1 && threadToken() == threadToken());
   StreamOrder o;
   StreamOrder::Before x = o.before(P, 0, t1);
   CHECK(!x.record && !x.wait);
@@ -991,7 +994,7 @@ TEST(scratch_stream_order_per_thread_stream) {
   CHECK(!x.record && x.wait && x.slot == 0);
   CHECK(o.after(P, 0, nullptr, t2));
   const void* eager = nullptr;
-  std::thread::id who;
+  uint64_t who = 0;
   CHECK(o.lastEager(&eager, &who) && eager == P && who == t2);
   int a = 0, b = 0;
   const void* A = &a;
