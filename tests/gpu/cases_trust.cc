@@ -2341,7 +2341,8 @@ void caseSoakCalls(Ctx& ctx) {
 // timeout after YALI_TIMEOUT_MS = 5 s, or wrong sums). Three rounds on the same comms (the first
 // change of stream and the later ones take different paths in the library), then the same inside
 // one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; then eager
-// calls around a capture, and a graph's replay between eager calls on other streams; outputs
+// calls around a capture, and a graph's replay between eager calls on other streams; then X and Y
+// from two host threads, each on its own cudaStreamPerThread (one handle, two streams); outputs
 // checked exactly. Written 2026-11-25 with the fix, after torch's FSDP2 under libyali-nccl timed
 // out (120 s); the next device run must show it failing without the fix.
 
@@ -2411,64 +2412,6 @@ void caseStreamsOrder(Ctx& ctx) {
     sleepOnEvenRanks();
     x.issue(comms);
     y.issue(comms);
-    verifyBoth(x, y, label);
-  }
-  // cudaStreamPerThread is one handle for a different stream in each host thread. X from one thread
-  // on its cudaStreamPerThread (the even ranks sleep there first), then Y from a second thread on
-  // its own: were the two taken for one stream (equal handles), nothing would order them. Twice:
-  // with the first thread alive until the second has issued, and with it joined before the second
-  // starts (glibc may give the second the first's std::thread::id: a check by that id would take
-  // their streams for one). Each thread waits for its stream before leaving, the first one only in
-  // the first variant (in the second, Y waits for X and the second thread for Y).
-  for (const bool joinedFirst : {false, true}) {
-    const std::string label =
-        name + ": X from thread 1 on its cudaStreamPerThread (even ranks sleep there first), then Y from thread 2 "
-               "on its own cudaStreamPerThread" + (joinedFirst ? ", thread 1 joined before thread 2 starts" : "");
-    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
-    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
-    prepareBoth(x, y);
-    std::vector<std::string> errors[2];
-    std::atomic<int> issued{0};
-    auto issueFromThisThread = [&](Run& r, int t) {
-      for (size_t i = 0; i < nl; ++i) {
-        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
-        if (e == cudaSuccess && t == 0 && ctx.local[i].rank % 2 == 0) {
-          sleepKernel<<<1, 1, 0, cudaStreamPerThread>>>(50ull * 1000 * 1000);
-          e = cudaGetLastError();
-        }
-        if (e != cudaSuccess) errors[t].push_back(std::string("CUDA: ") + cudaGetErrorString(e));
-        const yaliResult_t res = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
-                                               comms[i], cudaStreamPerThread);
-        if (res != yaliSuccess)
-          errors[t].push_back("rank " + std::to_string(ctx.local[i].rank) + ": yaliAllReduce returned " +
-                              std::to_string(res) + ": " + str(yaliGetLastError(comms[i])));
-      }
-      ++issued;
-      if (joinedFirst && t == 0) return;
-      while (issued.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      for (size_t i = 0; i < nl; ++i) {
-        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
-        if (e != cudaSuccess) errors[t].push_back(std::string("waiting for the stream: ") + cudaGetErrorString(e));
-      }
-    };
-    watchdogStep("%s", label.c_str());
-    std::thread first([&] { issueFromThisThread(x, 0); });
-    while (issued.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    if (joinedFirst) first.join();
-    std::thread second([&] { issueFromThisThread(y, 1); });
-    if (!joinedFirst) first.join();
-    second.join();
-    if (joinedFirst) {
-      // X's stream went with its thread; its work did not. Y, ordered after it, has ended; X too,
-      // unless the library left them unordered: wait for it before the checks either way.
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaDeviceSynchronize());
-      }
-    }
-    for (int t = 0; t < 2; ++t)
-      for (const std::string& e : errors[t]) ctx.fail("%s: thread %d: %s", label.c_str(), t + 1, e.c_str());
     verifyBoth(x, y, label);
   }
   // The same inside one capture per rank: A and B fork from the rank's main stream and join it
@@ -2561,6 +2504,65 @@ void caseStreamsOrder(Ctx& ctx) {
       for (cudaEvent_t e : {fork[i], joinA[i], joinB[i]})
         if (e) CUDA_OK(ctx, cudaEventDestroy(e));
     }
+  }
+  // cudaStreamPerThread is one handle for a different stream in each host thread. X from one thread
+  // on its cudaStreamPerThread (the even ranks sleep there first), then Y from a second thread on
+  // its own: were the two taken for one stream (equal handles), nothing would order them. Twice:
+  // with the first thread alive until the second has issued, and with it joined before the second
+  // starts (glibc may give the second the first's std::thread::id: a check by that id would take
+  // their streams for one). Each thread waits for its stream before leaving, the first one only in
+  // the first variant (in the second, Y waits for X and the second thread for Y). After the
+  // captures above, so that these eager calls also take the order across contexts.
+  for (const bool joinedFirst : {false, true}) {
+    const std::string label =
+        name + ": X from thread 1 on its cudaStreamPerThread (even ranks sleep there first), then Y from thread 2 "
+               "on its own cudaStreamPerThread" + (joinedFirst ? ", thread 1 joined before thread 2 starts" : "");
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    prepareBoth(x, y);
+    std::vector<std::string> errors[2];
+    std::atomic<int> issued{0};
+    auto issueFromThisThread = [&](Run& r, int t) {
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess && t == 0 && ctx.local[i].rank % 2 == 0) {
+          sleepKernel<<<1, 1, 0, cudaStreamPerThread>>>(50ull * 1000 * 1000);
+          e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) errors[t].push_back(std::string("CUDA: ") + cudaGetErrorString(e));
+        const yaliResult_t res = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
+                                               comms[i], cudaStreamPerThread);
+        if (res != yaliSuccess)
+          errors[t].push_back("rank " + std::to_string(ctx.local[i].rank) + ": yaliAllReduce returned " +
+                              std::to_string(res) + ": " + str(yaliGetLastError(comms[i])));
+      }
+      ++issued;
+      if (joinedFirst && t == 0) return;
+      while (issued.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
+        if (e != cudaSuccess) errors[t].push_back(std::string("waiting for the stream: ") + cudaGetErrorString(e));
+      }
+    };
+    watchdogStep("%s", label.c_str());
+    std::thread first([&] { issueFromThisThread(x, 0); });
+    while (issued.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (joinedFirst) first.join();
+    std::thread second([&] { issueFromThisThread(y, 1); });
+    if (!joinedFirst) first.join();
+    second.join();
+    if (joinedFirst) {
+      // X's stream went with its thread; its work did not. Y, ordered after it, has ended; X too,
+      // unless the library left them unordered: wait for it before the checks either way.
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaDeviceSynchronize());
+      }
+    }
+    for (int t = 0; t < 2; ++t)
+      for (const std::string& e : errors[t]) ctx.fail("%s: thread %d: %s", label.c_str(), t + 1, e.c_str());
+    verifyBoth(x, y, label);
   }
   ctx.destroyComms(comms, name.c_str());
   // Eager calls stay ordered across a capture made between them, on fresh comms (so that the
