@@ -80,7 +80,8 @@ const IntSetting kIntSettings[] = {
     {"YALI_TEST_COPY_ENGINE_FAIL", 0, 0, INT64_C(1) << 40, &Settings::testCopyEngineFail, false, false,
      "Testing only: on this rank, the copy-engine (`*_ce`) call of this number (from 1, per "
      "communicator) fails half-way, after its first handshake and its copies are queued, as a failing "
-     "CUDA call would: the call returns yaliUnhandledCudaError and the communicator fails (0: never)."},
+     "CUDA call would, and its end is not recorded either: the call returns yaliUnhandledCudaError and "
+     "the communicator fails (0: never)."},
 };
 
 const char* const kAlgoMeaning =

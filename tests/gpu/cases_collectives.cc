@@ -2882,9 +2882,10 @@ namespace {
 //     and from the next call, whose message names the copy engines' wait; with T = 60 s, a call
 //     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
 //     comm set's allgather_ce is right;
-//  6. a CUDA call failing half-way through rank 0's call (a test hook): the call and the comm fail
-//     on rank 0, every other rank's waiting call ends at once with yaliRemoteError
-//     (copyEngineHostFailure);
+//  6. a CUDA call failing half-way through rank 0's call (a test hook, which also leaves the call's
+//     end unrecorded): the call and the comm fail on rank 0, whose stream comes back before any
+//     peer calls (before, with the end unrecorded, the watch let the call go unreleased), every
+//     other rank's waiting call ends at once with yaliRemoteError (copyEngineHostFailure);
 //  7. the last rank aborts while the others wait for it: their calls end at once with
 //     yaliRemoteError (copyEnginePeerAbort);
 //  8. rank 0's call released by its abort, or by its timeout, before the others call: their calls,

@@ -53,6 +53,9 @@ struct Watch {
   int64_t startedSeenMs = -1;  // when the watch first saw `started` complete
   bool told = false;           // the peers were told our failure for this call (CopyEngineState::told)
   int64_t releasedMs = -1;     // when the watch last wrote the call's release (-1: never)
+  // `ended` could not be recorded (a failed call): the call has ended once its stream is idle.
+  bool endedByStream = false;
+  cudaStream_t stream = nullptr;
 };
 
 // A released call's words are written again this often until it ends (a peer's late handshake
@@ -228,7 +231,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
   std::lock_guard<std::mutex> lock(ce.mutex);
   while (!ce.inFlight.empty()) {
     Watch& w = *ce.inFlight.front();
-    if (done(w.ended)) {
+    if (w.endedByStream ? cudaStreamQuery(w.stream) != cudaErrorNotReady : done(w.ended)) {
       CloseGate::leaveCall();  // an IPC close may start now (ipc_imports.h); before a destroy can see it end
       advanceEagerDone(ce, w.eagerSeq);
       ce.spare.push_back(std::move(ce.inFlight.front()));
@@ -415,17 +418,19 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   w->startedSeenMs = -1;
   w->told = false;
   w->releasedMs = -1;
+  w->endedByStream = false;
 
   // A CUDA call that fails half-way: the comm fails (kFailHost, recorded as a timeout would be: our
   // later calls are refused, the peers' kernels refuse to run, and the peers' handshakes with this
   // call end when their watches read our failure word), and
   // what was queued stays in flight in issue order, `ended` recorded after it: the watch releases
   // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
-  // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. An
-  // `ended` that cannot be recorded keeps its last state (ended), and the watch lets the call go.
+  // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. When
+  // `ended` cannot be recorded either, the call has ended once its stream is idle (Watch::endedByStream):
+  // the watch releases it meanwhile, as any failed call.
   int k = 0;                          // side streams with work queued on them
   int phase = kPhaseCopyEngineReady;  // the step being queued (for the failure's record)
-  auto failed = [&](const char* what, cudaError_t e) {
+  auto failed = [&](const char* what, cudaError_t e, bool recordEnd = true) {
     cudaGetLastError();
     // Best effort: S waits for the side streams' copies (a failure between a copy and its join
     // would leave one outside `ended`, reading a peer's input after the comm's memory went).
@@ -433,7 +438,9 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
       if (cudaEventRecord(ce.join[j], ce.side[j]) == cudaSuccess) cudaStreamWaitEvent(s, ce.join[j], 0);
     }
     cudaGetLastError();
-    cudaEventRecord(w->ended, s);
+    // (Not for cudaStreamPerThread: the watch's thread would query its own. Let go then, as before.)
+    w->endedByStream = (!recordEnd || cudaEventRecord(w->ended, s) != cudaSuccess) && s != cudaStreamPerThread;
+    w->stream = s;
     cudaGetLastError();
     w->eagerSeq = 0;
     std::lock_guard<std::mutex> lock(ce.mutex);
@@ -498,8 +505,10 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     if (e != cudaSuccess) return failed("our own piece (cudaMemcpyAsync)", e);
   }
   // The test hook: this call fails here, its ready handshake and copies queued, its done handshake
-  // not, the worst place (peers pass the ready handshake with us and then wait for our done word).
-  if (++ce.calls == ce.testFailCall) return failed("YALI_TEST_COPY_ENGINE_FAIL (an injected failure)", cudaErrorUnknown);
+  // not, the worst place (peers pass the ready handshake with us and then wait for our done word),
+  // and its end is not recorded either, the worst case (the watch finds the end by the stream).
+  if (++ce.calls == ce.testFailCall)
+    return failed("YALI_TEST_COPY_ENGINE_FAIL (an injected failure)", cudaErrorUnknown, false);
   e = handshake(ce, kDone, a.callTag, s);
   if (e != cudaSuccess) return failed("cuStreamBatchMemOp (done)", e);
   e = cudaEventRecord(w->ended, s);
