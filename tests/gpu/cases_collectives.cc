@@ -3462,7 +3462,7 @@ void abortEveryCommAndFree(Ctx& ctx, const std::vector<yaliComm_t>& comms, Slab&
 
 // Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
 // rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
-// not). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
+// not, and its end is not recorded: the watch must find it by the stream). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
 // poisoned buffer of its own):
 //   - yaliGroupEnd returns yaliUnhandledCudaError naming the hook, and rank 0's comm has failed: the
 //     group's third call is refused (it was issued before: its handshake passed on the words the

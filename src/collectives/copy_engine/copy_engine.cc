@@ -224,6 +224,21 @@ void advanceEagerDone(CopyEngineState& ce, uint64_t seq) {
   }
 }
 
+// A call whose `ended` could not be recorded (Watch::endedByStream) has ended once its stream is
+// idle. Not while the program captures on that stream: a query there would invalidate its capture
+// (and a capture's work is not this call's). An error from the query (the stream destroyed since,
+// say) counts as an end only once the call was released: until then it may be what holds the
+// stream.
+bool streamEnded(const Watch& w) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(w.stream, &capture) == cudaSuccess && capture != cudaStreamCaptureStatusNone)
+    return false;
+  const cudaError_t e = cudaStreamQuery(w.stream);
+  cudaGetLastError();
+  if (e == cudaSuccess) return true;
+  return e != cudaErrorNotReady && w.releasedMs >= 0;
+}
+
 // One poll of the watch (reaper thread). True when nothing is in flight any more (the job ends).
 bool poll(const std::shared_ptr<CopyEngineState>& state) {
   CopyEngineState& ce = *state;
@@ -231,7 +246,7 @@ bool poll(const std::shared_ptr<CopyEngineState>& state) {
   std::lock_guard<std::mutex> lock(ce.mutex);
   while (!ce.inFlight.empty()) {
     Watch& w = *ce.inFlight.front();
-    if (w.endedByStream ? cudaStreamQuery(w.stream) != cudaErrorNotReady : done(w.ended)) {
+    if (w.endedByStream ? streamEnded(w) : done(w.ended)) {
       CloseGate::leaveCall();  // an IPC close may start now (ipc_imports.h); before a destroy can see it end
       advanceEagerDone(ce, w.eagerSeq);
       ce.spare.push_back(std::move(ce.inFlight.front()));
@@ -507,8 +522,8 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   // The test hook: this call fails here, its ready handshake and copies queued, its done handshake
   // not, the worst place (peers pass the ready handshake with us and then wait for our done word),
   // and its end is not recorded either, the worst case (the watch finds the end by the stream).
-  if (++ce.calls == ce.testFailCall)
-    return failed("YALI_TEST_COPY_ENGINE_FAIL (an injected failure)", cudaErrorUnknown, false);
+  if (++ce.calls == ce.testFailCall)  // (on cudaStreamPerThread its end is recorded: see `failed`)
+    return failed("YALI_TEST_COPY_ENGINE_FAIL (an injected failure)", cudaErrorUnknown, s == cudaStreamPerThread);
   e = handshake(ce, kDone, a.callTag, s);
   if (e != cudaSuccess) return failed("cuStreamBatchMemOp (done)", e);
   e = cudaEventRecord(w->ended, s);

@@ -65,7 +65,8 @@
 // oldest call is released, so a release cannot race another call's resets.
 // A CUDA call failing while the host queues a call (half-way: some of its steps queued) fails the
 // comm (kFailHost; its peers' remoteFailure words are written at once) and leaves the call in
-// flight, so that the watch releases it in turn if it has not ended by itself; a failed comm's calls
+// flight, so that the watch releases it in turn if it has not ended by itself (its end: `ended`
+// recorded after what was queued, or, if that record fails too, its stream going idle); a failed comm's calls
 // are refused, also those queued in a group before the failure (a release leaves the tag in our
 // words: an identical call would pass them).
 #pragma once
