@@ -1,7 +1,6 @@
 #include "core/enqueue.h"
 
 #include <algorithm>
-#include <atomic>
 #include <iterator>
 #include <string>
 #include <vector>
@@ -10,6 +9,7 @@
 #include "collectives/registry.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/thread_token.h"
 
 namespace yali {
 namespace {
@@ -68,15 +68,6 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.marked = false;
   }
   return o;
-}
-
-// The calling thread, by a number never given to another thread of the process (std::thread::id is
-// not: glibc gives a new thread the id of one joined before it, and that thread's
-// cudaStreamPerThread is a new stream).
-uint64_t threadToken() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const uint64_t token = next.fetch_add(1);
-  return token;
 }
 
 // cudaStreamPerThread names another stream in each host thread: two launches on it share a stream

@@ -8,7 +8,6 @@
 #include <strings.h>
 
 #include <algorithm>
-#include <atomic>
 
 #include "core/pattern.h"
 #include "vocabulary.h"
@@ -337,12 +336,6 @@ const char* routeReason(Route route) {
     case Route::kOpForType: return "an op YALI does not take for this type";
   }
   return "?";
-}
-
-uint64_t threadToken() {
-  static std::atomic<uint64_t> next{1};
-  thread_local const uint64_t token = next.fetch_add(1);
-  return token;
 }
 
 StreamOrder::Slot& StreamOrder::slotOf(unsigned long long context, int* index) {

@@ -10,6 +10,7 @@
 
 #include <nccl.h>
 
+#include "core/thread_token.h"
 #include "yali/yali.h"
 
 namespace yali::nccl_abi {
@@ -220,11 +221,6 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // handle for another stream in each host thread, also by the thread: a user on it is on the last
 // user's stream only if the same thread made both, and records the event at once (a later user on
 // another thread could not mark it: its record would land on its own thread's stream).
-// The calling thread, by a number never given to another thread of the process (std::thread::id is
-// not: glibc gives a new thread the id of one joined before it, and that thread's
-// cudaStreamPerThread is a new stream).
-uint64_t threadToken();
-
 class StreamOrder {
  public:
   static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture

@@ -980,9 +980,9 @@ TEST(scratch_stream_order_per_thread_stream) {
   // Two threads, the second started after the first was joined: std::thread::id may repeat then
   // (glibc reuses it), the token never does.
   uint64_t t1 = 0, t2 = 0;
-  std::thread([&] { t1 = threadToken(); }).join();
-  std::thread([&] { t2 = threadToken(); }).join();
-  CHECK(t1 != 0 && t2 != 0 && t1 != t2 && threadToken() != t1 && threadToken() == threadToken());
+  std::thread([&] { t1 = yali::threadToken(); }).join();
+  std::thread([&] { t2 = yali::threadToken(); }).join();
+  CHECK(t1 != 0 && t2 != 0 && t1 != t2 && yali::threadToken() != t1 && yali::threadToken() == yali::threadToken());
   StreamOrder o;
   StreamOrder::Before x = o.before(P, 0, t1);
   CHECK(!x.record && !x.wait);
