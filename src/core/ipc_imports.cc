@@ -3,11 +3,26 @@
 #include <chrono>
 #include <thread>
 
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include "core/reaper.h"
 
 namespace yali {
 
 namespace {
+// YALI_DEBUG=1: each open, borrow and close on stderr (this table links without libyali's log).
+void logInfo(const char* fmt, ...) {
+  static const bool on = getenv("YALI_DEBUG") != nullptr && getenv("YALI_DEBUG")[0] == '1';
+  if (!on) return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "YALI %d: ", static_cast<int>(getpid()));
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
 std::atomic<int> gateCalls{0};   // copy-engine calls counted in (CloseGate)
 std::atomic<int> gateCloses{0};  // closes counted in
 }  // namespace
@@ -62,7 +77,9 @@ std::map<IpcImports::Key, IpcImports::Entry>::iterator IpcImports::findBlock(con
 }
 
 std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
-                                         int64_t timeoutMs, std::string* error, const std::atomic<bool>* cancel) {
+                                         int64_t timeoutMs, std::string* error, const std::atomic<bool>* cancel,
+                                         bool* borrowed) {
+  if (borrowed != nullptr) *borrowed = false;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
   // Waits for an entry to leave Opening or Closing; false with *error past the deadline or once
@@ -109,6 +126,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     const cudaError_t opened = ops_.open(&mapped, handle, key.device, error);
     lock.lock();
     it = entries_.find(key);
+    logInfo("ipc import: device %d, pid %lld, buffer %llu (block %llu at +%llu, %llu bytes): open %s -> %p", key.device,
+            static_cast<long long>(key.peerPid), static_cast<unsigned long long>(key.bufferId),
+            static_cast<unsigned long long>(block.id), static_cast<unsigned long long>(block.offset),
+            static_cast<unsigned long long>(block.bytes), cudaGetErrorString(opened), mapped);
     if (opened == cudaSuccess) {
       it->second.state = State::kLive;
       it->second.mapped = mapped;
@@ -133,6 +154,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
         return nullptr;
       }
       error->clear();
+      logInfo("ipc import: buffer %llu borrows buffer %llu's mapping %p (block at %p): %p",
+              static_cast<unsigned long long>(key.bufferId), static_cast<unsigned long long>(lender->first.bufferId),
+              e.mapped, static_cast<void*>(blockBase), static_cast<void*>(where));
+      if (borrowed != nullptr) *borrowed = true;
       return retain(lender->first, e, where);
     }
     if (!busy && closesDone_ != closesBefore) {
@@ -170,6 +195,8 @@ bool IpcImports::closeIfIdle(const Key& key, uint64_t ticket) {
     it->second.state = State::kClosing;
     mapped = it->second.mapped;
   }
+  logInfo("ipc close: device %d, pid %lld, buffer %llu: %p", key.device, static_cast<long long>(key.peerPid),
+          static_cast<unsigned long long>(key.bufferId), mapped);
   ops_.close(mapped, key.device);
   std::lock_guard<std::mutex> lock(mutex_);
   entries_.erase(key);

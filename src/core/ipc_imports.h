@@ -114,10 +114,11 @@ class IpcImports {
   // mapping, a new one, or its place in an open mapping of its block when the driver refuses to
   // map the block twice. nullptr with *error when the open fails, or when an earlier open or close
   // of it (or of its block, for a borrow) did not end within timeoutMs, or `cancel` (the comm's
-  // abort flag) was set while waiting for it (checked every 100 ms).
+  // abort flag) was set while waiting for it (checked every 100 ms). *borrowed (if given): the
+  // result is a place in another allocation's mapping.
   std::shared_ptr<void> import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
                                int64_t timeoutMs, std::string* error,
-                               const std::atomic<bool>* cancel = nullptr);
+                               const std::atomic<bool>* cancel = nullptr, bool* borrowed = nullptr);
 
   size_t entries();  // how many allocations are open, opening or closing (tests)
 

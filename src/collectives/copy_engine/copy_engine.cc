@@ -510,7 +510,12 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
                           cudaMemcpyDefault, ce.side[k]);
     if (e == cudaSuccess) e = cudaEventRecord(ce.join[k], ce.side[k]);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(s, ce.join[k], 0);
-    if (e != cudaSuccess) return failed("a peer's piece (cudaMemcpyAsync on a side stream)", e);
+    if (e != cudaSuccess) {
+      logInfo("%s: rank %d: rank %d's piece: %zu bytes from %p (its input as mapped here %p + %zu) to %p: %s", call,
+              a.rank, p, static_cast<size_t>(a.pieceBytes), static_cast<const void*>(static_cast<const char*>(a.peerRecv[p]) + from),
+              a.peerRecv[p], from, static_cast<void*>(recv + to), cudaGetErrorString(e));
+      return failed("a peer's piece (cudaMemcpyAsync on a side stream)", e);
+    }
     ++k;
   }
   if (hasBit(a.recvFrom, a.rank) && hasBit(a.sendTo, a.rank)) {
