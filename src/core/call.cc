@@ -151,7 +151,6 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
   }
   out.span = findRegistered(comm, c.send, bytes, sendId);
   if (out.span.registration == nullptr) return out;
-  if (!out.span.registration->copyEngines) out.copyEngines = false;
   const size_t mine = static_cast<size_t>(comm->rank) * s.piece;
   out.inPlaceSlot = (c.collective == Collective::kAllGather || c.collective == Collective::kGather) &&
                     c.recv != nullptr && static_cast<const char*>(c.send) == static_cast<const char*>(c.recv) + mine;

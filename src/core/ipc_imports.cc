@@ -54,32 +54,21 @@ int CloseGate::callsInFlight() { return gateCalls.load(); }
 
 IpcImports::IpcImports(Ops ops) : ops_(std::move(ops)) {}
 
-std::shared_ptr<void> IpcImports::share(const Key& key, char* where) {
-  return std::shared_ptr<void>(where, [this, key](void*) { release(key); });
+std::shared_ptr<void> IpcImports::share(std::vector<Key> keys, char* where) {
+  return std::shared_ptr<void>(where, [this, keys = std::move(keys)](void*) {
+    for (const Key& k : keys) release(k);
+  });
 }
 
-std::shared_ptr<void> IpcImports::retain(const Key& key, Entry& e, char* where) {
+void IpcImports::take(Entry& e) {
   e.state = State::kLive;
   ++e.refs;
-  return share(key, where);
-}
-
-std::map<IpcImports::Key, IpcImports::Entry>::iterator IpcImports::findBlock(const Key& key, uint64_t block,
-                                                                            bool* busy) {
-  *busy = false;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    const Key& k = it->first;
-    if (k.device != key.device || k.peerPid != key.peerPid || it->second.block.id != block) continue;
-    if (isOpen(it->second)) return it;
-    *busy = true;
-  }
-  return entries_.end();
 }
 
 std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, const cudaIpcMemHandle_t& handle,
                                          int64_t timeoutMs, std::string* error, const std::atomic<bool>* cancel,
-                                         bool* borrowed) {
-  if (borrowed != nullptr) *borrowed = false;
+                                         std::vector<uint64_t>* splits) {
+  if (splits != nullptr) splits->clear();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   std::unique_lock<std::mutex> lock(mutex_);
   // Waits for an entry to leave Opening or Closing; false with *error past the deadline or once
@@ -104,7 +93,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       Entry& e = it->second;
-      if (isOpen(e)) return retain(key, e, static_cast<char*>(e.mapped));
+      if (isOpen(e)) {
+        take(e);
+        return share({key}, static_cast<char*>(e.mapped));
+      }
       // Opening or Closing. The wait released the lock: look again, even past the deadline (the
       // open or close may have ended just then); only a wait still pending fails.
       if (!waitForChange("the same allocation")) {
@@ -124,48 +116,110 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     lock.unlock();
     void* mapped = nullptr;
     const cudaError_t opened = ops_.open(&mapped, handle, key.device, error);
+    uint64_t extentFirst = 0, extentBytes = 0;
+    std::string extentError;
+    if (opened == cudaSuccess && !ops_.extent(mapped, key.device, block.offset, &extentFirst, &extentBytes, &extentError))
+      extentBytes = 0;
     lock.lock();
     it = entries_.find(key);
-    logInfo("ipc import: device %d, pid %lld, buffer %llu (block %llu at +%llu, %llu bytes): open %s -> %p", key.device,
-            static_cast<long long>(key.peerPid), static_cast<unsigned long long>(key.bufferId),
-            static_cast<unsigned long long>(block.id), static_cast<unsigned long long>(block.offset),
-            static_cast<unsigned long long>(block.bytes), cudaGetErrorString(opened), mapped);
+    logInfo("ipc import: device %d, pid %lld, buffer %llu (block %llu at +%llu, %llu bytes): open %s -> %p, maps "
+            "+%llu..+%llu%s%s", key.device, static_cast<long long>(key.peerPid),
+            static_cast<unsigned long long>(key.bufferId), static_cast<unsigned long long>(block.id),
+            static_cast<unsigned long long>(block.offset), static_cast<unsigned long long>(block.bytes),
+            cudaGetErrorString(opened), mapped, static_cast<unsigned long long>(extentFirst),
+            static_cast<unsigned long long>(extentFirst + extentBytes), extentError.empty() ? "" : " ",
+            extentError.c_str());
     if (opened == cudaSuccess) {
-      it->second.state = State::kLive;
-      it->second.mapped = mapped;
-      it->second.refs = 1;
+      Entry& e = it->second;
+      e.state = State::kLive;
+      e.mapped = mapped;
+      e.refs = 1;
+      e.extentFirst = extentFirst;
+      e.extentBytes = extentBytes;
+      e.extentError = extentError;
       changed_.notify_all();
-      return share(key, static_cast<char*>(mapped));
+      return share({key}, static_cast<char*>(mapped));
     }
     entries_.erase(it);
     changed_.notify_all();
     if (opened != cudaErrorAlreadyMapped || block.id == 0) return nullptr;
-    // Its block is mapped already: by an allocation of it that this table opened (borrow that
-    // mapping), or one still opening or closing (wait, then start over).
-    bool busy = false;
-    auto lender = findBlock(key, block.id, &busy);
-    if (lender != entries_.end()) {
-      Entry& e = lender->second;
-      char* blockBase = static_cast<char*>(e.mapped) - e.block.offset;
-      char* where = blockBase + block.offset;
-      std::string why;
-      if (!ops_.covers(e.mapped, key.device, blockBase, where, block.bytes, &why)) {
-        *error += "; its block's open mapping does not span it (" + why + ")";
-        return nullptr;
+    // Its bytes overlap mappings open in its block (ipc_imports.h): borrow them if together they
+    // cover [block.offset, block.offset + block.bytes); wait for siblings still opening or
+    // closing, and for Idle ones (their closes will run), then look again.
+    const uint64_t from = block.offset, to = block.offset + block.bytes;
+    std::vector<std::map<Key, Entry>::iterator> overlapping;
+    bool busy = false, idle = false;
+    std::string unknown;  // why an overlapping sibling cannot lend
+    for (auto jt = entries_.begin(); jt != entries_.end(); ++jt) {
+      const Key& k = jt->first;
+      const Entry& e = jt->second;
+      if (k.device != key.device || k.peerPid != key.peerPid || e.block.id != block.id) continue;
+      if (!isOpen(e)) {
+        busy = true;
+        continue;
       }
+      if (e.extentBytes == 0) {
+        unknown = e.extentError;
+        idle |= e.state == State::kIdle;
+        continue;
+      }
+      if (e.extentFirst < to && from < e.extentFirst + e.extentBytes) {
+        overlapping.push_back(jt);
+        idle |= e.state == State::kIdle;
+      }
+    }
+    // The chain: from `from`, each step the sibling covering the position that reaches furthest.
+    std::vector<std::map<Key, Entry>::iterator> chain;
+    std::vector<uint64_t> cuts;
+    uint64_t at = from;
+    while (at < to) {
+      auto best = overlapping.end();
+      for (auto ot = overlapping.begin(); ot != overlapping.end(); ++ot) {
+        const Entry& e = (*ot)->second;
+        if (e.extentFirst <= at && at < e.extentFirst + e.extentBytes &&
+            (best == overlapping.end() || e.extentFirst + e.extentBytes > (*best)->second.extentFirst + (*best)->second.extentBytes))
+          best = ot;
+      }
+      if (best == overlapping.end()) break;
+      if (at != from) cuts.push_back(at - from);
+      chain.push_back(*best);
+      at = (*best)->second.extentFirst + (*best)->second.extentBytes;
+    }
+    if (at >= to) {
+      // Every link's mapping must sit where the peer's offsets put the block (extent checked it
+      // against its own offset); where two disagree, lend nothing.
+      char* blockBase = static_cast<char*>(chain[0]->second.mapped) - chain[0]->second.block.offset;
+      for (auto& link : chain) {
+        if (static_cast<char*>(link->second.mapped) - link->second.block.offset != blockBase) {
+          *error += "; its block's open mappings do not span it (they disagree on where the block starts)";
+          return nullptr;
+        }
+      }
+      std::vector<Key> keys;
+      for (auto& link : chain) {
+        take(link->second);
+        keys.push_back(link->first);
+      }
+      char* where = blockBase + block.offset;
       error->clear();
-      logInfo("ipc import: buffer %llu borrows buffer %llu's mapping %p (block at %p): %p",
-              static_cast<unsigned long long>(key.bufferId), static_cast<unsigned long long>(lender->first.bufferId),
-              e.mapped, static_cast<void*>(blockBase), static_cast<void*>(where));
-      if (borrowed != nullptr) *borrowed = true;
-      return retain(lender->first, e, where);
+      if (splits != nullptr) *splits = cuts;
+      logInfo("ipc import: buffer %llu borrows %zu sibling mapping(s) of block %llu, from buffer %llu's (%p): %p",
+              static_cast<unsigned long long>(key.bufferId), keys.size(), static_cast<unsigned long long>(block.id),
+              static_cast<unsigned long long>(keys[0].bufferId), chain[0]->second.mapped, static_cast<void*>(where));
+      return share(std::move(keys), where);
     }
     if (!busy && closesDone_ != closesBefore) {
       error->clear();
       continue;
     }
-    if (!busy) {
-      *error += "; no mapping of its block is open in this process";
+    if (!busy && !idle) {
+      if (!unknown.empty())
+        *error += "; its block's open mapping could not be measured (" + unknown + ")";
+      else if (overlapping.empty())
+        *error += "; no mapping of its block is open in this process";
+      else
+        *error += "; its block's open mappings do not span it (another registration in this process holds a "
+                  "mapping of memory the peer has freed since, over part of it)";
       return nullptr;
     }
     if (!waitForChange("another allocation of its block")) return nullptr;

@@ -408,6 +408,7 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   }
   CopyEngineState& ce = *comm->copyEngine;
   const DeviceArgs& a = plan.args;
+  const Registration* reg = plan.registrations[0];  // every rank's input, as mapped here
   const cudaStream_t s = plan.stream;
   std::unique_ptr<Watch> w;
   {
@@ -504,16 +505,30 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
     if (!hasBit(a.recvFrom, p)) continue;
     const size_t from = hasBit(a.peerSrcByRank, p) ? static_cast<size_t>(a.rank) * a.pieceBytes : 0;
     const size_t to = hasBit(a.dstByRank, p) ? static_cast<size_t>(p) * a.pieceBytes : 0;
+    const char* src = static_cast<const char*>(a.peerRecv[p]) + from;
     e = cudaStreamWaitEvent(ce.side[k], ce.fork, 0);
+    // One copy per mapping the piece lies in (a buffer borrowed from several siblings' mappings,
+    // ipc_imports.h: a copy whose source spans two is refused).
+    size_t done = 0;
+    if (e == cudaSuccess && reg != nullptr) {
+      const size_t at = static_cast<size_t>(src - reg->peerBase[p]);
+      for (uint64_t cut : reg->mappingSplits[p]) {
+        if (cut <= at + done) continue;
+        if (cut >= at + a.pieceBytes || e != cudaSuccess) break;
+        const size_t part = static_cast<size_t>(cut) - (at + done);
+        e = cudaMemcpyAsync(recv + to + done, src + done, part, cudaMemcpyDefault, ce.side[k]);
+        done += part;
+      }
+    }
     if (e == cudaSuccess)
-      e = cudaMemcpyAsync(recv + to, static_cast<const char*>(a.peerRecv[p]) + from, a.pieceBytes,
-                          cudaMemcpyDefault, ce.side[k]);
+      e = cudaMemcpyAsync(recv + to + done, src + done, a.pieceBytes - done, cudaMemcpyDefault, ce.side[k]);
     if (e == cudaSuccess) e = cudaEventRecord(ce.join[k], ce.side[k]);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(s, ce.join[k], 0);
     if (e != cudaSuccess) {
-      logInfo("%s: rank %d: rank %d's piece: %zu bytes from %p (its input as mapped here %p + %zu) to %p: %s", call,
-              a.rank, p, static_cast<size_t>(a.pieceBytes), static_cast<const void*>(static_cast<const char*>(a.peerRecv[p]) + from),
-              a.peerRecv[p], from, static_cast<void*>(recv + to), cudaGetErrorString(e));
+      logInfo("%s: rank %d: rank %d's piece: %zu bytes from %p (its input as mapped here %p + %zu, %zu mapping "
+              "splits) to %p: %s", call, a.rank, p, static_cast<size_t>(a.pieceBytes), static_cast<const void*>(src),
+              a.peerRecv[p], from, reg != nullptr ? reg->mappingSplits[p].size() : size_t{0},
+              static_cast<void*>(recv + to), cudaGetErrorString(e));
       return failed("a peer's piece (cudaMemcpyAsync on a side stream)", e);
     }
     ++k;

@@ -30,11 +30,11 @@ using namespace yali;
 
 namespace {
 
-// A fake handle names the exporting process, the allocation, its block and where it starts in
-// the block (a real one identifies them too).
+// A fake handle names the exporting process, the allocation, its block, where it starts in the
+// block and its size (0: kAllocBytes) (a real one identifies them too).
 struct FakeAlloc {
   int64_t pid;
-  uint64_t bufferId, blockId, offset;
+  uint64_t bufferId, blockId, offset, size;
 };
 cudaIpcMemHandle_t handleOf(const FakeAlloc& a) {
   cudaIpcMemHandle_t h;
@@ -42,18 +42,31 @@ cudaIpcMemHandle_t handleOf(const FakeAlloc& a) {
   std::memcpy(h.reserved, &a, sizeof a);
   return h;
 }
-cudaIpcMemHandle_t handleOf(const IpcImports::Key& k) { return handleOf(FakeAlloc{k.peerPid, k.bufferId, 0, 0}); }
+cudaIpcMemHandle_t handleOf(const IpcImports::Key& k) { return handleOf(FakeAlloc{k.peerPid, k.bufferId, 0, 0, 0}); }
 
-// CUDA's rule, and counts. Thread-safe: a close may run on another thread. wholeBlocks: an open
-// maps the allocation's whole block, so a sibling's open fails as already mapped (CUDA across
-// devices); otherwise each allocation maps alone (CUDA on the memory's own device).
+// CUDA's rule, and counts. Thread-safe: a close may run on another thread. Three drivers:
+// - default: each allocation maps alone, at an address of its own (CUDA on the memory's own device);
+// - wholeBlocks: an open maps the allocation's whole block, so a sibling's open fails as already
+//   mapped;
+// - rangesInBlock: every open of a block's allocations maps at the same place in the block's one
+//   address range, only the allocation's own bytes, and an open overlapping bytes mapped already
+//   fails as already mapped (CUDA across devices, as YALI_DEBUG logs showed it on 2 H200s,
+//   2026-11-29: a peer's new allocation over freed siblings that this process still mapped).
 struct FakeDriver {
   bool wholeBlocks = false;
+  bool rangesInBlock = false;
+  static constexpr uintptr_t kBlockBytes = 0x80000, kAllocBytes = 0x1000;
+  struct Opened {
+    std::tuple<int, int64_t, uint64_t> key;  // (device, process, allocation or block)
+    FakeAlloc alloc;
+    int device;
+    uintptr_t returned;  // what the open returned (a close must pass it back)
+    uintptr_t base;      // its block's first byte as mapped
+    bool open;
+  };
   std::mutex mutex;
-  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // (device, process, allocation or block) open now
-  // [i]: what the i-th open mapped, at blockBase(i) + the allocation's offset in its block
-  std::vector<std::tuple<int, int64_t, uint64_t>> keys;
-  std::vector<uintptr_t> returned;  // [i]: what the i-th open returned (a close must pass it back)
+  std::set<std::tuple<int, int64_t, uint64_t>> mapped;  // default and wholeBlocks: what is open now
+  std::vector<Opened> opened;
   int opens = 0, closes = 0;
   std::vector<std::function<bool()>> posted;  // deferred closes, run by runPosted()
   std::function<void()> duringClose;          // called inside close (blocks it, in one case)
@@ -61,53 +74,69 @@ struct FakeDriver {
   static FakeAlloc allocOf(const cudaIpcMemHandle_t& h) {
     FakeAlloc a;
     std::memcpy(&a, h.reserved, sizeof a);
+    if (a.size == 0) a.size = kAllocBytes;
     return a;
   }
-  std::tuple<int, int64_t, uint64_t> keyOf(const cudaIpcMemHandle_t& h, int device) const {
-    const FakeAlloc a = allocOf(h);
+  std::tuple<int, int64_t, uint64_t> keyOf(const FakeAlloc& a, int device) const {
     return {device, a.pid, wholeBlocks && a.blockId != 0 ? a.blockId : a.bufferId};
   }
+  // The i-th open's block, where the mapping is one per open; rangesInBlock: the block's own.
   static uintptr_t blockBase(size_t i) { return 0x100000 * (i + 1); }
-  static constexpr uintptr_t kBlockBytes = 0x80000, kAllocBytes = 0x1000;
+  static uintptr_t rangeBase(uint64_t blockId) { return 0x40000000 + 0x100000 * blockId; }
+  Opened* find(uintptr_t returned) {
+    for (Opened& o : opened)
+      if (o.open && o.returned == returned) return &o;
+    return nullptr;
+  }
   IpcImports::Ops ops() {
     return IpcImports::Ops{
         [this](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
           std::lock_guard<std::mutex> lock(mutex);
-          if (!mapped.insert(keyOf(h, device)).second) {
+          const FakeAlloc a = allocOf(h);
+          bool refused = false;
+          if (rangesInBlock) {
+            for (const Opened& o : opened)
+              refused |= o.open && o.device == device && o.alloc.pid == a.pid &&
+                         (o.alloc.bufferId == a.bufferId ||
+                          (o.alloc.blockId == a.blockId && o.alloc.offset < a.offset + a.size &&
+                           a.offset < o.alloc.offset + o.alloc.size));
+          } else {
+            refused = !mapped.insert(keyOf(a, device)).second;
+          }
+          if (refused) {
             *error = "cudaIpcOpenMemHandle failed: resource already mapped";
             return cudaErrorAlreadyMapped;
           }
           ++opens;
-          keys.push_back(keyOf(h, device));
-          returned.push_back(blockBase(keys.size() - 1) + allocOf(h).offset);
-          *out = reinterpret_cast<void*>(returned.back());
+          const uintptr_t base = rangesInBlock ? rangeBase(a.blockId) : blockBase(opened.size());
+          opened.push_back(Opened{keyOf(a, device), a, device, base + a.offset, base, true});
+          *out = reinterpret_cast<void*>(opened.back().returned);
           return cudaSuccess;
         },
         [this](void* m, int device) {
           if (duringClose) duringClose();
           std::lock_guard<std::mutex> lock(mutex);
-          const size_t i = reinterpret_cast<uintptr_t>(m) / 0x100000 - 1;
-          CHECK(reinterpret_cast<uintptr_t>(m) == returned.at(i));  // what the open returned, exactly
-          const auto& k = keys.at(i);
-          CHECK_EQ(std::get<0>(k), device);
-          mapped.erase(k);
+          Opened* o = find(reinterpret_cast<uintptr_t>(m));  // what an open returned, exactly
+          CHECK(o != nullptr);
+          if (o == nullptr) return;
+          CHECK_EQ(o->device, device);
+          o->open = false;
+          if (!rangesInBlock) mapped.erase(o->key);
           ++closes;
         },
-        [this](const void* m, int, const char* base, const void* where, uint64_t bytes, std::string* error) {
-          // The i-th open's mapping: its whole block when wholeBlocks (kBlockBytes), else what the
-          // open returned, kAllocBytes long.
+        [this](const void* m, int, uint64_t offset, uint64_t* first, uint64_t* bytes, std::string* error) {
+          // The open's mapping: its whole block when wholeBlocks, else the allocation's own bytes.
           std::lock_guard<std::mutex> lock(mutex);
-          const size_t i = reinterpret_cast<uintptr_t>(m) / 0x100000 - 1;
-          const uintptr_t start = wholeBlocks ? blockBase(i) : returned.at(i);
-          const uintptr_t size = wholeBlocks ? kBlockBytes : kAllocBytes;
-          const uintptr_t w = reinterpret_cast<uintptr_t>(where);
-          if (reinterpret_cast<uintptr_t>(base) != start) {
+          const Opened* o = find(reinterpret_cast<uintptr_t>(m));
+          CHECK(o != nullptr);
+          if (o == nullptr) return false;
+          if (reinterpret_cast<uintptr_t>(m) - offset != o->base) {
             *error = "the mapping starts elsewhere";
             return false;
           }
-          if (w >= start && bytes <= size && w - start <= size - bytes) return true;
-          *error = "outside the mapping";
-          return false;
+          *first = wholeBlocks ? 0 : o->alloc.offset;
+          *bytes = wholeBlocks ? kBlockBytes : o->alloc.size;
+          return true;
         },
         [this](std::function<bool()> job) {
           std::lock_guard<std::mutex> lock(mutex);
@@ -127,7 +156,7 @@ struct FakeDriver {
 const IpcImports::Key kA{0, 1234, 7};
 
 // Two allocations of one block of process 1234, as small cudaMallocs are.
-const FakeAlloc kX{1234, 7, 50, 0x200}, kY{1234, 8, 50, 0x8000};
+const FakeAlloc kX{1234, 7, 50, 0x200, 0}, kY{1234, 8, 50, 0x8000, 0};
 
 // A registration's import of `a`: its own key, block and offset, 0x1000 bytes of it used.
 std::shared_ptr<void> importAlloc(IpcImports& t, const FakeAlloc& a, std::string* err, int64_t timeoutMs = 1000) {
@@ -226,7 +255,7 @@ TEST(a_failed_open_leaves_no_entry) {
   FakeDriver drv;
   IpcImports t(drv.ops());
   std::string err;
-  drv.mapped.insert(drv.keyOf(handleOf(kA), kA.device));  // mapped behind the table's back
+  drv.mapped.insert(drv.keyOf(FakeDriver::allocOf(handleOf(kA)), kA.device));  // mapped behind the table's back
   std::shared_ptr<void> m = t.import(kA, {}, handleOf(kA), 1000, &err);
   CHECK(m == nullptr);
   CHECK_MSG(err.find("resource already mapped") != std::string::npos, "%s", err.c_str());
@@ -333,13 +362,13 @@ TEST(a_sibling_in_a_mapped_block_borrows_its_mapping) {
   CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + kY.offset);
   CHECK(reinterpret_cast<uintptr_t>(mx.get()) == FakeDriver::blockBase(1) + kX.offset);
   // A sibling whose bytes run past what the open mapping spans is refused, not lent.
-  const FakeAlloc w{1234, 10, 50, 0x7F000};
+  const FakeAlloc w{1234, 10, 50, 0x7F000, 0};
   std::shared_ptr<void> mw = t.import({0, w.pid, w.bufferId}, {w.blockId, w.offset, 0x2000}, handleOf(w), 1000, &err);
   CHECK(mw == nullptr);
-  CHECK_MSG(err.find("does not span it") != std::string::npos, "%s", err.c_str());
+  CHECK_MSG(err.find("not span it") != std::string::npos, "%s", err.c_str());
   CHECK_EQ(t.entries(), 1u);
   // Without a block id (a driver that names none) nothing is borrowed: the refusal stands.
-  const FakeAlloc z{1234, 9, 50, 0x10000};
+  const FakeAlloc z{1234, 9, 50, 0x10000, 0};
   std::shared_ptr<void> mz = t.import({0, z.pid, z.bufferId}, {}, handleOf(z), 1000, &err);
   CHECK(mz == nullptr);
   CHECK_MSG(err.find("already mapped") != std::string::npos, "%s", err.c_str());
@@ -440,6 +469,81 @@ TEST(a_borrow_with_offsets_the_mapping_contradicts_is_refused) {
   std::shared_ptr<void> my = importAlloc(t, kY, &err);
   CHECK(my == nullptr);
   CHECK_MSG(err.find("starts elsewhere") != std::string::npos, "%s", err.c_str());
+}
+
+// Across devices every allocation of a block maps at the block's one place, each with its own
+// bytes, and an open over bytes mapped already is refused (rangesInBlock). A peer's new allocation
+// B lying over two siblings that this process still maps (S1, S2: memory the peer freed and
+// allocated again) borrows both: it holds both, so that neither closes while B is used, and learns
+// where S1's mapping gives way to S2's. Before, B borrowed the block's first open mapping alone (S1,
+// or any sibling at all) and held only it: S2 could close under B (seen 2026-11-29 on 2 H200s: a
+// copy engine's source spanning siblings' mappings refused as an invalid argument).
+TEST(a_buffer_over_several_open_siblings_borrows_them_all) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports t(drv.ops());
+  const FakeAlloc s1{1234, 20, 60, 0x1000, 0x1000}, s2{1234, 21, 60, 0x2000, 0x1000}, far{1234, 23, 60, 0x9000, 0},
+      b{1234, 22, 60, 0x1800, 0x1000};
+  std::string err;
+  std::shared_ptr<void> m1 = t.import({0, s1.pid, s1.bufferId}, {s1.blockId, s1.offset, s1.size}, handleOf(s1), 1000, &err);
+  std::shared_ptr<void> m2 = t.import({0, s2.pid, s2.bufferId}, {s2.blockId, s2.offset, s2.size}, handleOf(s2), 1000, &err);
+  std::shared_ptr<void> mf = t.import({0, far.pid, far.bufferId}, {far.blockId, far.offset, 0x1000}, handleOf(far), 1000, &err);
+  CHECK_MSG(m1 && m2 && mf, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 3);
+  std::vector<uint64_t> splits;
+  std::shared_ptr<void> mb =
+      t.import({0, b.pid, b.bufferId}, {b.blockId, b.offset, b.size}, handleOf(b), 1000, &err, nullptr, &splits);
+  CHECK_MSG(mb != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 3);  // refused, borrowed
+  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(60) + b.offset);
+  CHECK_EQ(splits.size(), 1u);
+  if (!splits.empty()) CHECK_EQ(splits[0], 0x800u);  // S2's mapping from 0x2000 = B + 0x800
+  // The siblings' own holders let go: none closes while B holds them; the far one (not lent) does.
+  m1.reset();
+  m2.reset();
+  mf.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 1);
+  mb.reset();
+  drv.runPosted();
+  CHECK_EQ(drv.closes, 3);
+  CHECK_EQ(t.entries(), 0u);
+  // An allocation inside one sibling's bytes borrows that one alone, with no split.
+  m1 = t.import({0, s1.pid, s1.bufferId}, {s1.blockId, s1.offset, s1.size}, handleOf(s1), 1000, &err);
+  const FakeAlloc inner{1234, 24, 60, 0x1200, 0x400};
+  mb = t.import({0, inner.pid, inner.bufferId}, {inner.blockId, inner.offset, inner.size}, handleOf(inner), 1000, &err,
+                nullptr, &splits);
+  CHECK_MSG(mb != nullptr, "%s", err.c_str());
+  CHECK(splits.empty());
+  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(60) + inner.offset);
+}
+
+// B over bytes that open siblings cover only in part: refused while the sibling is held by another
+// import (the rest of B cannot be mapped: nothing lends it), and once the sibling is only Idle (its
+// close posted), B waits for that close and then opens itself. Before, B borrowed the partial
+// sibling and lent bytes that nothing in this process mapped.
+TEST(a_buffer_partly_over_an_open_sibling_waits_for_its_close_or_is_refused) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports t(drv.ops());
+  const FakeAlloc s1{1234, 30, 61, 0x1000, 0x1000}, b{1234, 31, 61, 0x1800, 0x1000};
+  std::string err;
+  std::shared_ptr<void> m1 = t.import({0, s1.pid, s1.bufferId}, {s1.blockId, s1.offset, s1.size}, handleOf(s1), 1000, &err);
+  CHECK(m1 != nullptr);
+  std::shared_ptr<void> mb = t.import({0, b.pid, b.bufferId}, {b.blockId, b.offset, b.size}, handleOf(b), 1000, &err);
+  CHECK(mb == nullptr);
+  CHECK_MSG(err.find("not span it") != std::string::npos, "%s", err.c_str());
+  m1.reset();  // Idle: its close posted, not run
+  std::string berr;
+  std::thread importer([&] {
+    mb = t.import({0, b.pid, b.bufferId}, {b.blockId, b.offset, b.size}, handleOf(b), 5000, &berr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  drv.runPosted();  // S1's close: B's bytes are free to map
+  importer.join();
+  CHECK_MSG(mb != nullptr, "%s", berr.c_str());
+  CHECK_EQ(drv.opens, 2);
+  CHECK_EQ(drv.closes, 1);
 }
 
 // The reaper's lanes (reaper.h): an IPC close that blocks (cudaIpcCloseMemHandle waits for every
