@@ -366,7 +366,13 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   } else if (admission == kAdmitted) {
     *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
+#ifndef YALI_AB_SKIP_EAGER_DONE
   if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
+#endif
+  // (-DYALI_AB_SKIP_EAGER_DONE: a measurement build only, never a release. It drops the eager exit's
+  // store to host memory to time what it costs each eager call on the device: eager calls were ~1 us
+  // slower than before the trust work at every size, graphs not, on 2 H200s (PERF.md Session 25).
+  // Deregistration and destroy then wait for eagerDone until YALI_TIMEOUT_MS and fail.)
 }
 
 // The frame's exit, by every thread of the block: a block barrier, then thread 0 counts the block
