@@ -120,6 +120,10 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     std::string extentError;
     if (opened == cudaSuccess && !ops_.extent(mapped, key.device, block.offset, &extentFirst, &extentBytes, &extentError))
       extentBytes = 0;
+    if (extentBytes != 0 && !(extentFirst <= block.offset && block.offset - extentFirst < extentBytes)) {
+      extentError = "the driver's range for the mapping does not hold its first byte";
+      extentBytes = 0;
+    }
     lock.lock();
     it = entries_.find(key);
     logInfo("ipc import: device %d, pid %lld, buffer %llu (block %llu at +%llu, %llu bytes): open %s -> %p, maps "
@@ -144,33 +148,41 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     changed_.notify_all();
     if (opened != cudaErrorAlreadyMapped || block.id == 0) return nullptr;
     // Its bytes overlap mappings open in its block (ipc_imports.h): borrow them if together they
-    // cover [block.offset, block.offset + block.bytes); wait for siblings still opening or
-    // closing, and for Idle ones (their closes will run), then look again.
-    const uint64_t from = block.offset, to = block.offset + block.bytes;
-    std::vector<std::map<Key, Entry>::iterator> overlapping;
-    bool busy = false, idle = false;
-    std::string unknown;  // why an overlapping sibling cannot lend
+    // cover the bytes the caller touches, [from, to). Otherwise wait while that can change (a
+    // sibling opening or closing, or only Idle ones in the way, whose closes will run), refuse at
+    // once while a sibling held by another import is in the way (its mapping stays).
+    const uint64_t from = block.offset + block.touchFrom, to = block.offset + block.bytes;
+    if (to <= from) {
+      *error += "; nothing of it to map";
+      return nullptr;
+    }
+    std::vector<std::map<Key, Entry>::iterator> overlapping;  // measured open siblings in the way
+    bool busy = false, idleInWay = false, liveInWay = false;
+    std::string unknown;          // why a sibling in the way cannot lend
+    std::string unknownAnywhere;  // why one of the block's open siblings cannot (for the message)
     for (auto jt = entries_.begin(); jt != entries_.end(); ++jt) {
       const Key& k = jt->first;
       const Entry& e = jt->second;
       if (k.device != key.device || k.peerPid != key.peerPid || e.block.id != block.id) continue;
+      // Its bytes: its mapping's, or until they are known (opening, unmeasured) those its import asked for.
+      const uint64_t a = e.extentBytes != 0 ? e.extentFirst : e.block.offset + e.block.touchFrom;
+      const uint64_t b = e.extentBytes != 0 ? e.extentFirst + e.extentBytes : e.block.offset + e.block.bytes;
+      if (isOpen(e) && e.extentBytes == 0) unknownAnywhere = e.extentError;
+      if (!(a < to && from < b)) continue;
       if (!isOpen(e)) {
         busy = true;
         continue;
       }
+      (e.state == State::kIdle ? idleInWay : liveInWay) = true;
       if (e.extentBytes == 0) {
         unknown = e.extentError;
-        idle |= e.state == State::kIdle;
         continue;
       }
-      if (e.extentFirst < to && from < e.extentFirst + e.extentBytes) {
-        overlapping.push_back(jt);
-        idle |= e.state == State::kIdle;
-      }
+      overlapping.push_back(jt);
     }
     // The chain: from `from`, each step the sibling covering the position that reaches furthest.
     std::vector<std::map<Key, Entry>::iterator> chain;
-    std::vector<uint64_t> cuts;
+    std::vector<uint64_t> cuts;  // from the allocation's start
     uint64_t at = from;
     while (at < to) {
       auto best = overlapping.end();
@@ -181,20 +193,19 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
           best = ot;
       }
       if (best == overlapping.end()) break;
-      if (at != from) cuts.push_back(at - from);
+      if (at != from) cuts.push_back(at - block.offset);
       chain.push_back(*best);
       at = (*best)->second.extentFirst + (*best)->second.extentBytes;
     }
+    bool agree = true;
+    char* blockBase = nullptr;
     if (at >= to) {
       // Every link's mapping must sit where the peer's offsets put the block (extent checked it
       // against its own offset); where two disagree, lend nothing.
-      char* blockBase = static_cast<char*>(chain[0]->second.mapped) - chain[0]->second.block.offset;
-      for (auto& link : chain) {
-        if (static_cast<char*>(link->second.mapped) - link->second.block.offset != blockBase) {
-          *error += "; its block's open mappings do not span it (they disagree on where the block starts)";
-          return nullptr;
-        }
-      }
+      blockBase = static_cast<char*>(chain[0]->second.mapped) - chain[0]->second.block.offset;
+      for (auto& link : chain) agree &= static_cast<char*>(link->second.mapped) - link->second.block.offset == blockBase;
+    }
+    if (at >= to && agree) {
       std::vector<Key> keys;
       for (auto& link : chain) {
         take(link->second);
@@ -208,19 +219,29 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
               static_cast<unsigned long long>(keys[0].bufferId), chain[0]->second.mapped, static_cast<void*>(where));
       return share(std::move(keys), where);
     }
-    if (!busy && closesDone_ != closesBefore) {
-      error->clear();
-      continue;
-    }
-    if (!busy && !idle) {
-      if (!unknown.empty())
-        *error += "; its block's open mapping could not be measured (" + unknown + ")";
-      else if (overlapping.empty())
-        *error += "; no mapping of its block is open in this process";
-      else
+    const bool mayChange = busy || (idleInWay && !liveInWay);
+    const bool staleRefusal = !busy && !idleInWay && !liveInWay && closesDone_ != closesBefore;
+    if (!mayChange && !staleRefusal) {
+      if (!agree)
+        *error += "; its block's open mappings disagree on where the block starts";
+      else if (!unknown.empty())
+        *error += "; a mapping of its block in the way could not be measured (" + unknown + ")";
+      else if (liveInWay)
         *error += "; its block's open mappings do not span it (another registration in this process holds a "
                   "mapping of memory the peer has freed since, over part of it)";
+      else if (!unknownAnywhere.empty())
+        *error += "; no open mapping of its block covers it, and one could not be measured (" + unknownAnywhere + ")";
+      else
+        *error += "; no open mapping of its block covers it";
       return nullptr;
+    }
+    if (staleRefusal) {  // a sibling closed while the open ran: try the open again, within the deadline
+      if ((cancel != nullptr && cancel->load()) || std::chrono::steady_clock::now() >= deadline) {
+        *error += "; its block's mappings changed until the deadline";
+        return nullptr;
+      }
+      error->clear();
+      continue;
     }
     if (!waitForChange("another allocation of its block")) return nullptr;
     error->clear();

@@ -89,11 +89,13 @@ class IpcImports {
     }
   };
   // The block holding an allocation: its CUDA id in the peer (0: unknown, never shared), where the
-  // allocation starts in it, and how many bytes from that start the caller will touch.
+  // allocation starts in it, and how many bytes from that start the caller will touch (up to).
   struct Block {
     uint64_t id = 0;
     uint64_t offset = 0;
     uint64_t bytes = 0;
+    uint64_t touchFrom = 0;  // the first of those bytes the caller touches (a borrow need cover only
+                             // [touchFrom, bytes) from the allocation's start)
   };
   // How entries are opened, closed and their closes deferred; process() uses CUDA and the reaper,
   // the host tests count calls.

@@ -192,7 +192,7 @@ std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& i
                                  std::vector<uint64_t>* splits) {
   const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
   std::string why;
-  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes};
+  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes, info.offset};
   std::shared_ptr<void> mapped =
       IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why, &comm->cancel, splits);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;

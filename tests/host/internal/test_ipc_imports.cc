@@ -70,6 +70,9 @@ struct FakeDriver {
   int opens = 0, closes = 0;
   std::vector<std::function<bool()>> posted;  // deferred closes, run by runPosted()
   std::function<void()> duringClose;          // called inside close (blocks it, in one case)
+  bool extentFromBlockStart = false;          // extent: report the block's start as the range's (a
+                                              // range that does not hold the allocation's first byte
+                                              // when it lies further in)
 
   static FakeAlloc allocOf(const cudaIpcMemHandle_t& h) {
     FakeAlloc a;
@@ -82,7 +85,10 @@ struct FakeDriver {
   }
   // The i-th open's block, where the mapping is one per open; rangesInBlock: the block's own.
   static uintptr_t blockBase(size_t i) { return 0x100000 * (i + 1); }
-  static uintptr_t rangeBase(uint64_t blockId) { return 0x40000000 + 0x100000 * blockId; }
+  static uintptr_t rangeBase(int device, int64_t pid, uint64_t blockId) {
+    return 0x40000000 + 0x100000 * blockId + 0x10000000 * static_cast<uintptr_t>(device) +
+           0x40000000000 * static_cast<uintptr_t>(pid % 64);
+  }
   Opened* find(uintptr_t returned) {
     for (Opened& o : opened)
       if (o.open && o.returned == returned) return &o;
@@ -108,7 +114,7 @@ struct FakeDriver {
             return cudaErrorAlreadyMapped;
           }
           ++opens;
-          const uintptr_t base = rangesInBlock ? rangeBase(a.blockId) : blockBase(opened.size());
+          const uintptr_t base = rangesInBlock ? rangeBase(device, a.pid, a.blockId) : blockBase(opened.size());
           opened.push_back(Opened{keyOf(a, device), a, device, base + a.offset, base, true});
           *out = reinterpret_cast<void*>(opened.back().returned);
           return cudaSuccess;
@@ -134,7 +140,7 @@ struct FakeDriver {
             *error = "the mapping starts elsewhere";
             return false;
           }
-          *first = wholeBlocks ? 0 : o->alloc.offset;
+          *first = wholeBlocks || extentFromBlockStart ? 0 : o->alloc.offset;
           *bytes = wholeBlocks ? kBlockBytes : o->alloc.size;
           return true;
         },
@@ -495,7 +501,7 @@ TEST(a_buffer_over_several_open_siblings_borrows_them_all) {
       t.import({0, b.pid, b.bufferId}, {b.blockId, b.offset, b.size}, handleOf(b), 1000, &err, nullptr, &splits);
   CHECK_MSG(mb != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 3);  // refused, borrowed
-  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(60) + b.offset);
+  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(0, 1234, 60) + b.offset);
   CHECK_EQ(splits.size(), 1u);
   if (!splits.empty()) CHECK_EQ(splits[0], 0x800u);  // S2's mapping from 0x2000 = B + 0x800
   // The siblings' own holders let go: none closes while B holds them; the far one (not lent) does.
@@ -515,7 +521,7 @@ TEST(a_buffer_over_several_open_siblings_borrows_them_all) {
                 nullptr, &splits);
   CHECK_MSG(mb != nullptr, "%s", err.c_str());
   CHECK(splits.empty());
-  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(60) + inner.offset);
+  CHECK(reinterpret_cast<uintptr_t>(mb.get()) == FakeDriver::rangeBase(0, 1234, 60) + inner.offset);
 }
 
 // B over bytes that open siblings cover only in part: refused while the sibling is held by another
@@ -544,6 +550,55 @@ TEST(a_buffer_partly_over_an_open_sibling_waits_for_its_close_or_is_refused) {
   CHECK_MSG(mb != nullptr, "%s", berr.c_str());
   CHECK_EQ(drv.opens, 2);
   CHECK_EQ(drv.closes, 1);
+}
+
+// From a review of the borrow chains: (1) a sibling held by another import in the way refuses at
+// once, even beside an Idle one (waiting for the Idle one's close could never help: before, the
+// import waited until its deadline and failed with a timeout); (2) a borrow need cover only the
+// bytes the caller touches (Block::touchFrom), not the allocation's head; (3) nothing to touch is
+// refused, not read from an empty chain; (4) a driver range that does not hold the mapping's first
+// byte is not trusted (such a sibling lends nothing).
+TEST(borrow_chain_review_cases) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports t(drv.ops());
+  std::string err;
+  auto imp = [&](const FakeAlloc& a, uint64_t touchFrom, uint64_t bytes, int64_t timeoutMs = 2000) {
+    return t.import({0, a.pid, a.bufferId}, {a.blockId, a.offset, bytes, touchFrom}, handleOf(a), timeoutMs, &err);
+  };
+  // (1) S1 Live at +0x1000, S2 Idle at +0x2000 (its close posted, not run), B over both and beyond.
+  const FakeAlloc s1{1234, 40, 70, 0x1000, 0x1000}, s2{1234, 41, 70, 0x2000, 0x1000}, b{1234, 42, 70, 0x1800, 0x2000};
+  std::shared_ptr<void> m1 = imp(s1, 0, s1.size), m2 = imp(s2, 0, s2.size);
+  CHECK(m1 && m2);
+  m2.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<void> mb = imp(b, 0, b.size, 5000);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(mb == nullptr);
+  CHECK_MSG(err.find("not span it") != std::string::npos, "%s", err.c_str());
+  CHECK_MSG(ms < 1000, "refused after %.0f ms", ms);
+  // (2) C at +0x800 whose buffer starts 0x800 into it (at +0x1000): S1 alone covers the buffer.
+  const FakeAlloc c{1234, 43, 70, 0x800, 0x1800};
+  std::vector<uint64_t> splits;
+  std::shared_ptr<void> mc = t.import({0, c.pid, c.bufferId}, {c.blockId, c.offset, 0x800 + 0x800, 0x800}, handleOf(c),
+                                      1000, &err, nullptr, &splits);
+  CHECK_MSG(mc != nullptr, "%s", err.c_str());
+  CHECK(splits.empty());
+  CHECK(reinterpret_cast<uintptr_t>(mc.get()) == FakeDriver::rangeBase(0, 1234, 70) + c.offset);
+  // (3) nothing touched
+  const FakeAlloc d{1234, 44, 70, 0x1400, 0x100};
+  CHECK(imp(d, 0x10, 0x10) == nullptr);
+  CHECK_MSG(err.find("nothing of it") != std::string::npos, "%s", err.c_str());
+  // (4) a sibling whose driver range starts before the mapping's first byte lends nothing.
+  FakeDriver odd;
+  odd.rangesInBlock = true;
+  odd.extentFromBlockStart = true;
+  IpcImports u(odd.ops());
+  std::shared_ptr<void> n1 = u.import({0, s1.pid, s1.bufferId}, {s1.blockId, s1.offset, s1.size}, handleOf(s1), 1000, &err);
+  CHECK(n1 != nullptr);
+  const FakeAlloc e{1234, 45, 70, 0x1200, 0x200};
+  CHECK(u.import({0, e.pid, e.bufferId}, {e.blockId, e.offset, e.size}, handleOf(e), 1000, &err) == nullptr);
+  CHECK_MSG(err.find("could not be measured") != std::string::npos, "%s", err.c_str());
 }
 
 // The reaper's lanes (reaper.h): an IPC close that blocks (cudaIpcCloseMemHandle waits for every
