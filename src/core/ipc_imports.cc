@@ -1,5 +1,6 @@
 #include "core/ipc_imports.h"
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -120,7 +121,8 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     std::string extentError;
     if (opened == cudaSuccess && !ops_.extent(mapped, key.device, block.offset, &extentFirst, &extentBytes, &extentError))
       extentBytes = 0;
-    if (extentBytes != 0 && !(extentFirst <= block.offset && block.offset - extentFirst < extentBytes)) {
+    if (extentBytes != 0 && (!(extentFirst <= block.offset && block.offset - extentFirst < extentBytes) ||
+                             extentFirst + extentBytes < extentFirst)) {
       extentError = "the driver's range for the mapping does not hold its first byte";
       extentBytes = 0;
     }
@@ -156,29 +158,34 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
       *error += "; nothing of it to map";
       return nullptr;
     }
-    std::vector<std::map<Key, Entry>::iterator> overlapping;  // measured open siblings in the way
-    bool busy = false, idleInWay = false, liveInWay = false;
+    // In the way: siblings over any byte of the allocation (what the driver's refusal is about:
+    // whether to wait); lenders: measured open siblings over the touched bytes.
+    const uint64_t allocTo = block.offset + std::max(block.size, block.bytes);
+    std::vector<std::map<Key, Entry>::iterator> overlapping;
+    bool busy = false, idleInWay = false, liveInWay = false, liveMeasuredInWay = false;
     std::string unknown;          // why a sibling in the way cannot lend
     std::string unknownAnywhere;  // why one of the block's open siblings cannot (for the message)
     for (auto jt = entries_.begin(); jt != entries_.end(); ++jt) {
       const Key& k = jt->first;
       const Entry& e = jt->second;
       if (k.device != key.device || k.peerPid != key.peerPid || e.block.id != block.id) continue;
-      // Its bytes: its mapping's, or until they are known (opening, unmeasured) those its import asked for.
-      const uint64_t a = e.extentBytes != 0 ? e.extentFirst : e.block.offset + e.block.touchFrom;
-      const uint64_t b = e.extentBytes != 0 ? e.extentFirst + e.extentBytes : e.block.offset + e.block.bytes;
+      // Its bytes: its mapping's, or until they are known (opening, unmeasured) its whole allocation.
+      const uint64_t a = e.extentBytes != 0 ? e.extentFirst : e.block.offset;
+      const uint64_t b = e.extentBytes != 0 ? e.extentFirst + e.extentBytes
+                                            : e.block.offset + std::max(e.block.size, e.block.bytes);
       if (isOpen(e) && e.extentBytes == 0) unknownAnywhere = e.extentError;
-      if (!(a < to && from < b)) continue;
+      if (!(a < allocTo && block.offset < b)) continue;
       if (!isOpen(e)) {
         busy = true;
         continue;
       }
       (e.state == State::kIdle ? idleInWay : liveInWay) = true;
+      liveMeasuredInWay |= e.state == State::kLive && e.extentBytes != 0;
       if (e.extentBytes == 0) {
         unknown = e.extentError;
         continue;
       }
-      overlapping.push_back(jt);
+      if (a < to && from < b) overlapping.push_back(jt);
     }
     // The chain: from `from`, each step the sibling covering the position that reaches furthest.
     std::vector<std::map<Key, Entry>::iterator> chain;
@@ -224,11 +231,11 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     if (!mayChange && !staleRefusal) {
       if (!agree)
         *error += "; its block's open mappings disagree on where the block starts";
-      else if (!unknown.empty())
-        *error += "; a mapping of its block in the way could not be measured (" + unknown + ")";
-      else if (liveInWay)
+      else if (liveMeasuredInWay || (liveInWay && unknown.empty()))
         *error += "; its block's open mappings do not span it (another registration in this process holds a "
                   "mapping of memory the peer has freed since, over part of it)";
+      else if (!unknown.empty())
+        *error += "; a mapping of its block in the way could not be measured (" + unknown + ")";
       else if (!unknownAnywhere.empty())
         *error += "; no open mapping of its block covers it, and one could not be measured (" + unknownAnywhere + ")";
       else

@@ -16,8 +16,10 @@
 // on the reaper) and allocates again over it: on 2 H200s (2026-11-29, YALI_DEBUG logs of the quick
 // suite in multi mode) a 76 KB allocation overlapped four 20 KB siblings' open mappings. The bytes
 // are mapped all the same, by those siblings: such an allocation borrows them. It holds every
-// sibling whose mapping covers part of its bytes (so none closes under it), only when together
-// they cover all of them, and learns where one mapping gives way to the next (`splits`): a
+// sibling whose mapping covers part of the bytes its caller touches (so none closes under it), only
+// when together they cover all of those (the allocation's other bytes may stay unmapped here: the
+// result, its first byte, is an address to offset from, not to read), and learns where one
+// mapping gives way to the next (`splits`): a
 // cudaMemcpyAsync whose source spans two mappings fails as an invalid argument (seen the same day),
 // so the copy engines copy such a buffer piece by piece; kernels read across them. What a mapping
 // spans is the driver's (Ops::extent: RANGE_START_ADDR and RANGE_SIZE of what the open returned),
@@ -96,6 +98,8 @@ class IpcImports {
     uint64_t bytes = 0;
     uint64_t touchFrom = 0;  // the first of those bytes the caller touches (a borrow need cover only
                              // [touchFrom, bytes) from the allocation's start)
+    uint64_t size = 0;       // the allocation's own size (0: unknown, taken as `bytes`): the driver
+                             // refuses its open while any of it is mapped
   };
   // How entries are opened, closed and their closes deferred; process() uses CUDA and the reaper,
   // the host tests count calls.

@@ -183,6 +183,7 @@ struct RegisterInfo {
   uint64_t blockId;     // the physical block that holds the allocation (blockOf), and where the
   uint64_t blockOffset; // allocation starts in it (ipc_imports.h: across devices CUDA IPC maps blocks)
   uint64_t bytes;
+  uint64_t allocationBytes;   // the allocation's size (ipc_imports.h: an open is refused while any of it is mapped)
   cudaIpcMemHandle_t handle;  // of the allocation
 };
 
@@ -192,7 +193,8 @@ std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& i
                                  std::vector<uint64_t>* splits) {
   const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
   std::string why;
-  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes, info.offset};
+  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes, info.offset,
+                                info.allocationBytes};
   std::shared_ptr<void> mapped =
       IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why, &comm->cancel, splits);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
@@ -220,6 +222,7 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
     mine.allocation = alloc.start;
     mine.bufferId = alloc.bufferId;
     mine.offset = reinterpret_cast<uint64_t>(reg->base) - alloc.start;
+    mine.allocationBytes = alloc.size;
     blockOf(alloc, &mine.blockId, &mine.blockOffset);
   }
   std::string err;

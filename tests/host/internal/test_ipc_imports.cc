@@ -601,6 +601,62 @@ TEST(borrow_chain_review_cases) {
   CHECK_MSG(err.find("could not be measured") != std::string::npos, "%s", err.c_str());
 }
 
+// From the second review (947e076): the driver refuses an open while any byte of the allocation is
+// mapped, so what is in the way is judged over the whole allocation (Block::size), not only the
+// bytes the caller touches; and a sibling whose extent is not known yet (Opening) counts with its
+// whole allocation. Both failed on 947e076 with "no open mapping of its block covers it" where a
+// wait for the sibling's close (the first) or open (the second) succeeds.
+TEST(a_buffer_waits_for_an_idle_sibling_over_its_allocations_head) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc s0{1234, 80, 90, 0x800, 0x800}, c{1234, 81, 90, 0xC00, 0x1800};
+  std::shared_ptr<void> m0 = t.import({0, s0.pid, s0.bufferId}, {s0.blockId, s0.offset, s0.size}, handleOf(s0), 1000, &err);
+  CHECK(m0 != nullptr);
+  m0.reset();  // Idle, its close posted
+  std::shared_ptr<void> mc;
+  std::string cerr;
+  std::thread importer([&] {
+    // C's buffer starts 0x800 into it, past s0's bytes; its head [0xC00, 0x1000) is s0's.
+    mc = t.import({0, c.pid, c.bufferId}, {c.blockId, c.offset, 0x1000, 0x800, c.size}, handleOf(c), 5000, &cerr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  drv.runPosted();
+  importer.join();
+  CHECK_MSG(mc != nullptr, "%s", cerr.c_str());
+}
+
+TEST(a_buffer_waits_for_an_opening_sibling_over_it) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports::Ops ops = drv.ops();
+  Gate opened;
+  std::atomic<int> calls{0};
+  auto inner = ops.open;
+  ops.open = [&](void** out, const cudaIpcMemHandle_t& h, int device, std::string* error) {
+    const cudaError_t e = inner(out, h, device, error);
+    if (calls++ == 0) opened.stopHere();  // S opened in the driver, still Opening in the table
+    return e;
+  };
+  IpcImports t(ops);
+  // S's registration touches only its tail; B lies in S's head.
+  const FakeAlloc s{1234, 82, 91, 0x1000, 0x2000}, b{1234, 83, 91, 0x1200, 0x400};
+  std::string serr, berr;
+  std::shared_ptr<void> ms, mb;
+  std::thread first([&] {
+    ms = t.import({0, s.pid, s.bufferId}, {s.blockId, s.offset, 0x2000, 0x1800, s.size}, handleOf(s), 5000, &serr);
+  });
+  opened.waitUntilReached();
+  std::thread release = opened.letGoSoon();
+  mb = t.import({0, b.pid, b.bufferId}, {b.blockId, b.offset, b.size, 0, b.size}, handleOf(b), 5000, &berr);
+  release.join();
+  first.join();
+  CHECK_MSG(ms != nullptr, "%s", serr.c_str());
+  CHECK_MSG(mb != nullptr, "%s", berr.c_str());
+  CHECK_EQ(drv.opens, 1);  // B borrowed S's mapping
+}
+
 // The reaper's lanes (reaper.h): an IPC close that blocks (cudaIpcCloseMemHandle waits for every
 // kernel on the device, behind another library's possibly forever) holds up neither the releases
 // nor the copy-engine watches, which run on the other lane. Before, one thread ran every job: a
