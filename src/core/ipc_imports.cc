@@ -162,7 +162,8 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
     // whether to wait); lenders: measured open siblings over the touched bytes.
     const uint64_t allocTo = block.offset + std::max(block.size, block.bytes);
     std::vector<std::map<Key, Entry>::iterator> overlapping;
-    bool busy = false, idleInWay = false, liveInWay = false, liveMeasuredInWay = false;
+    bool closingInWay = false, openingInWay = false, openingOverTouched = false;
+    bool idleInWay = false, liveInWay = false, liveMeasuredInWay = false;
     std::string unknown;          // why a sibling in the way cannot lend
     std::string unknownAnywhere;  // why one of the block's open siblings cannot (for the message)
     for (auto jt = entries_.begin(); jt != entries_.end(); ++jt) {
@@ -176,7 +177,9 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
       if (isOpen(e) && e.extentBytes == 0) unknownAnywhere = e.extentError;
       if (!(a < allocTo && block.offset < b)) continue;
       if (!isOpen(e)) {
-        busy = true;
+        // Closing: gone soon. Opening: may become a lender, if it lies over the touched bytes.
+        (e.state == State::kClosing ? closingInWay : openingInWay) = true;
+        openingOverTouched |= e.state == State::kOpening && a < to && from < b;
         continue;
       }
       (e.state == State::kIdle ? idleInWay : liveInWay) = true;
@@ -226,14 +229,16 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
               static_cast<unsigned long long>(keys[0].bufferId), chain[0]->second.mapped, static_cast<void*>(where));
       return share(std::move(keys), where);
     }
-    const bool mayChange = busy || (idleInWay && !liveInWay);
-    const bool staleRefusal = !busy && !idleInWay && !liveInWay && closesDone_ != closesBefore;
+    // Worth a wait: an opening sibling that may lend, or, with nothing held in the way (whose
+    // mapping stays), siblings whose closes will free the allocation's bytes.
+    const bool mayChange = openingOverTouched || (!liveInWay && (closingInWay || idleInWay));
+    const bool staleRefusal = !closingInWay && !openingInWay && !idleInWay && !liveInWay && closesDone_ != closesBefore;
     if (!mayChange && !staleRefusal) {
       if (!agree)
         *error += "; its block's open mappings disagree on where the block starts";
       else if (liveMeasuredInWay || (liveInWay && unknown.empty()))
         *error += "; its block's open mappings do not span it (another registration in this process holds a "
-                  "mapping of memory the peer has freed since, over part of it)";
+                  "mapping of memory the peer has freed since, over part of its allocation)";
       else if (!unknown.empty())
         *error += "; a mapping of its block in the way could not be measured (" + unknown + ")";
       else if (!unknownAnywhere.empty())

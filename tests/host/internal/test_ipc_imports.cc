@@ -657,6 +657,33 @@ TEST(a_buffer_waits_for_an_opening_sibling_over_it) {
   CHECK_EQ(drv.opens, 1);  // B borrowed S's mapping
 }
 
+// From the third review (f0be115): with a sibling held (Live) over the allocation's tail, a sibling
+// closing over its head is no reason to wait: once closed, the held one still refuses the open and
+// lends nothing to the touched bytes. f0be115 waited until the deadline and blamed the close.
+TEST(a_held_sibling_in_the_way_refuses_at_once_beside_a_closing_one) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  Gate close;
+  drv.duringClose = [&] { close.stopHere(); };
+  IpcImports t(drv.ops());
+  std::string err;
+  const FakeAlloc head{1234, 95, 96, 0x1000, 0x800}, tail{1234, 96, 96, 0x3800, 0x800}, c{1234, 97, 96, 0x1000, 0x3000};
+  std::shared_ptr<void> mh = t.import({0, head.pid, head.bufferId}, {head.blockId, head.offset, head.size}, handleOf(head), 1000, &err);
+  std::shared_ptr<void> mt = t.import({0, tail.pid, tail.bufferId}, {tail.blockId, tail.offset, tail.size}, handleOf(tail), 1000, &err);
+  CHECK(mh && mt);
+  mh.reset();
+  std::thread reaper([&] { drv.runPosted(); });
+  close.waitUntilReached();  // head is Closing
+  const auto t0 = std::chrono::steady_clock::now();
+  std::shared_ptr<void> mc = t.import({0, c.pid, c.bufferId}, {c.blockId, c.offset, 0x2000, 0x1000, c.size}, handleOf(c), 1500, &err);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  close.letGo();
+  reaper.join();
+  CHECK(mc == nullptr);
+  CHECK_MSG(ms < 1000, "refused after %.0f ms: %s", ms, err.c_str());
+  CHECK_MSG(err.find("not span it") != std::string::npos, "%s", err.c_str());
+}
+
 // The reaper's lanes (reaper.h): an IPC close that blocks (cudaIpcCloseMemHandle waits for every
 // kernel on the device, behind another library's possibly forever) holds up neither the releases
 // nor the copy-engine watches, which run on the other lane. Before, one thread ran every job: a
