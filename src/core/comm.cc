@@ -181,6 +181,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->captureOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->serial, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&res->probe, cudaStreamNonBlocking));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->probeDone, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
@@ -300,8 +302,11 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
   return std::shared_ptr<DeviceResources>(new DeviceResources(), [](DeviceResources* r) {
     auto drainedAt = std::make_shared<int64_t>(-1);
     Reaper::post([r, drainedAt] {
-      const volatile HostStatus* s = r->hostStatus.get();
-      if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
+      if (r->hostStatus != nullptr && r->local != nullptr) {
+        if (r->device >= 0) cudaSetDevice(r->device);
+        if (!eagerLaunchesEnded(r, r->eagerIssued)) return false;
+      }
+      // The last read of eagerDone has landed (eagerLaunchesEnded): the probe stream is idle.
       if (r->controlDone != nullptr && cudaEventQuery(r->controlDone) == cudaErrorNotReady) return false;
       cudaGetLastError();
       if (*drainedAt < 0) *drainedAt = nowMs();
@@ -310,6 +315,12 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (r->device >= 0) cudaSetDevice(r->device);
       if (r->controlDone != nullptr) cudaEventDestroy(r->controlDone);
       if (r->serial != nullptr) cudaEventDestroy(r->serial);
+      {
+        std::lock_guard<std::mutex> lock(r->probeMutex);
+        if (r->probeInFlight && r->probeDone != nullptr) cudaEventSynchronize(r->probeDone);  // a copy, short
+        if (r->probeDone != nullptr) cudaEventDestroy(r->probeDone);
+        if (r->probe != nullptr) cudaStreamDestroy(r->probe);
+      }
       delete r;
       cudaGetLastError();
       return true;
@@ -402,10 +413,37 @@ bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, 
   return waitForControl(comm, deadlineMs, error);
 }
 
+bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
+  HostStatus* s = r->hostStatus.get();
+  if (s == nullptr || launches == 0) return true;
+  if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
+  std::lock_guard<std::mutex> lock(r->probeMutex);
+  if (r->probe == nullptr || r->probeDone == nullptr || r->local == nullptr) return false;
+  if (!r->probeInFlight) {
+    cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t), cudaMemcpyDeviceToHost,
+                                    r->probe);
+    if (e == cudaSuccess) e = cudaEventRecord(r->probeDone, r->probe);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      // The copy may be queued even so: the next look waits for the stream to drain.
+      r->probeInFlight = cudaStreamQuery(r->probe) == cudaErrorNotReady;
+      cudaGetLastError();
+      return false;
+    }
+    r->probeInFlight = true;
+  }
+  const cudaError_t q = cudaEventQuery(r->probeDone);
+  if (q == cudaErrorNotReady) return false;
+  cudaGetLastError();
+  r->probeInFlight = false;
+  if (q != cudaSuccess) return false;
+  return *reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches;
+}
+
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {
-  const volatile HostStatus* s = statusOf(comm);
-  if (s == nullptr) return true;
-  for (int64_t sleepUs = 5; s->eagerDone < launches; sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
+  if (!comm->res) return true;
+  for (int64_t sleepUs = 5; !eagerLaunchesEnded(comm->res.get(), launches);
+       sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
     if (nowMs() > deadlineMs || comm->cancel.load()) return false;
     usleep(static_cast<useconds_t>(sleepUs));
   }

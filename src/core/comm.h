@@ -34,9 +34,9 @@ namespace yali {
 struct CopyEngineState;  // collectives/copy_engine/copy_engine.cc
 
 // Everything a kernel of one comm may touch, and the raw pointers DeviceArgs carries. Released on
-// the reaper once the comm's last eager launch has ended (HostStatus::eagerDone reaches
-// eagerIssued: a launch still queued when the comm closed reads its state words before it finds
-// the comm closed); makeDeviceResources' deleter sees to that.
+// the reaper once the comm's last eager launch has ended (eagerLaunchesEnded reaches eagerIssued:
+// a launch still queued when the comm closed reads its state words before it finds the comm
+// closed); makeDeviceResources' deleter sees to that.
 struct DeviceResources {
   int device = -1;
   std::shared_ptr<SharedMemory> window;        // this rank's window (LocalState at layout.local)
@@ -55,9 +55,21 @@ struct DeviceResources {
   // graphs that captured its calls wait for it and record it at every replay, also after the comm
   // was destroyed; they hold these resources (enqueue.cc: holdForGraph).
   cudaEvent_t serial = nullptr;
+  // How the host reads LocalState::eagerDone (eagerLaunchesEnded): a copy of it into
+  // HostStatus::eagerDoneRead on a stream of its own, which nothing else uses, and the event after
+  // it. One read in flight at a time (probeMutex: a deregistration's wait and the release may ask).
+  std::mutex probeMutex;
+  cudaStream_t probe = nullptr;
+  cudaEvent_t probeDone = nullptr;
+  bool probeInFlight = false;
 };
 
 std::shared_ptr<DeviceResources> makeDeviceResources();
+
+// Whether the comm's eager launches up to number `launches` have ended: the copy engines' count
+// (HostStatus::eagerDone, the host's own) or the kernels' (LocalState::eagerDone, read by a copy:
+// issued if none is in flight, false until it lands). Never blocks on the device.
+bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches);
 
 // Comms created together by yaliCommInitAll: they collect their registrations here.
 struct ProcessGroup {

@@ -344,8 +344,8 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   // launch's stream order reads what follows: the epoch is read by the comm's next launch only, in
   // enterLaunch after waitForPriorGrids (griddepcontrol.wait: this grid has completed and its
   // memory is visible; keep that load after the wait, also under programmatic launch, where the
-  // next grid may be scheduled before this one ends). eagerDone is read by the host: it keeps its
-  // fence.
+  // next grid may be scheduled before this one ends). eagerDone is read by the host, by a copy
+  // from outside the stream order: it keeps its fence.
   const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
   else if (!alone || args.eagerSeq != 0) __threadfence();
@@ -366,20 +366,15 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   } else if (admission == kAdmitted) {
     *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
-#ifndef YALI_AB_SKIP_EAGER_DONE
-  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
-#endif
-  // (-DYALI_AB_SKIP_EAGER_DONE: a measurement build only, never a release. It drops the eager exit's
-  // store to host memory to time what it costs each eager call on the device: eager calls were ~1 us
-  // slower than before the trust work at every size, graphs not, on 2 H200s (PERF.md Session 25).
-  // Deregistration and destroy then wait for eagerDone until YALI_TIMEOUT_MS and fail.)
+  // Device memory, read by the host only when it waits (LocalState::eagerDone).
+  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&local->eagerDone) = args.eagerSeq;
 }
 
 // The frame's exit, by every thread of the block: a block barrier, then thread 0 counts the block
 // out (leaveLaunch). Without the barrier thread 0 would leave when its own part of the body ended,
 // while other warps may still run theirs (a two-shot block's second team runs a pipeline of its
 // own; the LL and pull bodies end without a barrier). Then the last block's epoch advance, the
-// host's eagerDone (after which yaliCommDeregister unmaps peer memory) and, at kEpochLimit, the
+// eagerDone (after which yaliCommDeregister unmaps peer memory) and, at kEpochLimit, the
 // rebase (which clears the flags) could all come before the launch's last loads and stores, and
 // thread 0's fence would not cover them.
 template <typename OnFailure = NoEpilogue>

@@ -216,7 +216,9 @@ void release(CopyEngineState& ce, const Watch& w) {
                      ce.watchStream);
 }
 
-// HostStatus::eagerDone = max(eagerDone, seq): a kernel's exit may have stored a later number.
+// HostStatus::eagerDone = max(eagerDone, seq): the copy engines' count of ended eager launches (the
+// kernels keep theirs in LocalState::eagerDone; eagerLaunchesEnded takes either); another watch pass
+// may have stored a later number.
 void advanceEagerDone(CopyEngineState& ce, uint64_t seq) {
   uint64_t* p = &ce.res->hostStatus->eagerDone;
   uint64_t seen = __atomic_load_n(p, __ATOMIC_ACQUIRE);
