@@ -291,7 +291,7 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
 std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
   // called: the release always happens on the reaper, once the comm's eager launches have ended
-  // (HostStatus::eagerDone), and kReleaseGraceMs after that. The grace: the last block of a launch
+  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last block of a launch
   // writes eagerDone without a system-wide fence (it would lengthen every eager launch by about a
   // microsecond), so stores of the launch's blocks may still be on their way then; they drain
   // within microseconds (memory queues and NVLink, no host round trip), and unmapping the window
@@ -305,8 +305,14 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (r->hostStatus != nullptr && r->local != nullptr) {
         if (r->device >= 0) cudaSetDevice(r->device);
         if (!eagerLaunchesEnded(r, r->eagerIssued)) return false;
+        // The copy engines' count may have answered while a read was still in flight: its copy
+        // lands in pinned memory that goes with the pool, so let it land first (never blocking
+        // the reaper, which serves every comm).
+        std::lock_guard<std::mutex> lock(r->probeMutex);
+        if (r->probeInFlight && cudaEventQuery(r->probeDone) == cudaErrorNotReady) return false;
+        cudaGetLastError();
+        r->probeInFlight = false;
       }
-      // The last read of eagerDone has landed (eagerLaunchesEnded): the probe stream is idle.
       if (r->controlDone != nullptr && cudaEventQuery(r->controlDone) == cudaErrorNotReady) return false;
       cudaGetLastError();
       if (*drainedAt < 0) *drainedAt = nowMs();
@@ -317,7 +323,6 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (r->serial != nullptr) cudaEventDestroy(r->serial);
       {
         std::lock_guard<std::mutex> lock(r->probeMutex);
-        if (r->probeInFlight && r->probeDone != nullptr) cudaEventSynchronize(r->probeDone);  // a copy, short
         if (r->probeDone != nullptr) cudaEventDestroy(r->probeDone);
         if (r->probe != nullptr) cudaStreamDestroy(r->probe);
       }
@@ -413,31 +418,73 @@ bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, 
   return waitForControl(comm, deadlineMs, error);
 }
 
-bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
+namespace {
+
+// Errors after which the context runs no kernel again (CUDA's sticky errors): every launch of it
+// has ended, one way or the other.
+bool contextIsDead(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+    case cudaErrorDeviceUninitialized:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The read of LocalState::eagerDone (eagerLaunchesEnded), under r->probeMutex: 1 the launches have
+// ended, 0 not yet (or no read has landed yet), -1 the context is dead.
+int probeEagerDone(DeviceResources* r, uint64_t launches) {
   HostStatus* s = r->hostStatus.get();
-  if (s == nullptr || launches == 0) return true;
-  if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
-  std::lock_guard<std::mutex> lock(r->probeMutex);
-  if (r->probe == nullptr || r->probeDone == nullptr || r->local == nullptr) return false;
   if (!r->probeInFlight) {
     cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t), cudaMemcpyDeviceToHost,
                                     r->probe);
     if (e == cudaSuccess) e = cudaEventRecord(r->probeDone, r->probe);
     if (e != cudaSuccess) {
       cudaGetLastError();
+      if (contextIsDead(e)) return -1;
       // The copy may be queued even so: the next look waits for the stream to drain.
       r->probeInFlight = cudaStreamQuery(r->probe) == cudaErrorNotReady;
       cudaGetLastError();
-      return false;
+      return 0;
     }
     r->probeInFlight = true;
   }
   const cudaError_t q = cudaEventQuery(r->probeDone);
-  if (q == cudaErrorNotReady) return false;
+  if (q == cudaErrorNotReady) return 0;
   cudaGetLastError();
   r->probeInFlight = false;
-  if (q != cudaSuccess) return false;
-  return *reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches;
+  if (q != cudaSuccess) return contextIsDead(q) ? -1 : 0;
+  return *reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches ? 1 : 0;
+}
+
+}  // namespace
+
+bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
+  HostStatus* s = r->hostStatus.get();
+  if (s == nullptr || launches == 0) return true;
+  if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
+  std::lock_guard<std::mutex> lock(r->probeMutex);
+  if (r->probe == nullptr || r->probeDone == nullptr || r->local == nullptr) return false;
+  // Relaxed for these calls: the thread may be a user's (deregister, destroy), and another thread may
+  // be capturing in the global mode, where a query counts as unsafe and would invalidate its capture.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  cudaGetLastError();
+  const int ended = probeEagerDone(r, launches);
+  if (exchanged) cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaGetLastError();
+  return ended != 0;  // a dead context: every launch has ended
 }
 
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {

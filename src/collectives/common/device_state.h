@@ -170,7 +170,7 @@ struct LocalState {
   // DeviceArgs::eagerSeq of the last eager launch that has ended (its last block stores it). In
   // device memory: a store to host memory at every eager launch's end cost about 1 us per call on
   // 2 H200s (PERF.md Session 25). The host reads it by a copy when it must wait for the launches
-  // (comm.cc: EagerProbe), never at a call.
+  // (comm.cc: eagerLaunchesEnded), never at a call.
   uint64_t eagerDone;
 };
 static_assert(offsetof(LocalState, failed) % 8 == 0 && offsetof(LocalState, closed) == offsetof(LocalState, failed) + 4,
@@ -192,7 +192,7 @@ struct HostStatus {
   int failureRemoteCode;  // kFailRemote: that peer's own DeviceFailure
   // The last eager launch that has ended as the copy engines' watch saw it (copy_engine.cc:
   // advanceEagerDone; the kernels' own count is LocalState::eagerDone), and where the host's copy
-  // of that device word lands (EagerProbe). In a cache line of their own: the host reads `failure`
+  // of that device word lands (eagerLaunchesEnded). In a cache line of their own: the host reads `failure`
   // (above) at every call.
   alignas(64) uint64_t eagerDone;
   uint64_t eagerDoneRead;
