@@ -182,7 +182,6 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->serial, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&res->probe, cudaStreamNonBlocking));
-  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->probeDone, cudaEventDisableTiming));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
@@ -309,7 +308,7 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
         // lands in pinned memory that goes with the pool, so let it land first (never blocking
         // the reaper, which serves every comm).
         std::lock_guard<std::mutex> lock(r->probeMutex);
-        if (r->probeInFlight && cudaEventQuery(r->probeDone) == cudaErrorNotReady) return false;
+        if (r->probeInFlight && cudaStreamQuery(r->probe) == cudaErrorNotReady) return false;
         cudaGetLastError();
         r->probeInFlight = false;
       }
@@ -323,7 +322,6 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (r->serial != nullptr) cudaEventDestroy(r->serial);
       {
         std::lock_guard<std::mutex> lock(r->probeMutex);
-        if (r->probeDone != nullptr) cudaEventDestroy(r->probeDone);
         if (r->probe != nullptr) cudaStreamDestroy(r->probe);
       }
       delete r;
@@ -421,7 +419,8 @@ bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, 
 namespace {
 
 // Errors after which the context runs no kernel again (CUDA's sticky errors): every launch of it
-// has ended, one way or the other.
+// has ended, one way or the other. Asked of calls made with the comm's device current
+// (eagerLaunchesEnded sets it), so that they describe the context the kernels run in.
 bool contextIsDead(cudaError_t e) {
   switch (e) {
     case cudaErrorIllegalAddress:
@@ -434,38 +433,39 @@ bool contextIsDead(cudaError_t e) {
     case cudaErrorAssert:
     case cudaErrorLaunchTimeout:
     case cudaErrorECCUncorrectable:
-    case cudaErrorContextIsDestroyed:
-    case cudaErrorDeviceUninitialized:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorExternalDevice:
       return true;
     default:
       return false;
   }
 }
 
-// The read of LocalState::eagerDone (eagerLaunchesEnded), under r->probeMutex: 1 the launches have
-// ended, 0 not yet (or no read has landed yet), -1 the context is dead.
+// The read of LocalState::eagerDone (eagerLaunchesEnded), under r->probeMutex, on the comm's
+// device: 1 the launches have ended, 0 not yet (or no read has landed yet), -1 the context is dead.
+// The probe stream carries nothing but these copies, so its being idle is the read having landed.
 int probeEagerDone(DeviceResources* r, uint64_t launches) {
   HostStatus* s = r->hostStatus.get();
-  if (!r->probeInFlight) {
-    cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t), cudaMemcpyDeviceToHost,
-                                    r->probe);
-    if (e == cudaSuccess) e = cudaEventRecord(r->probeDone, r->probe);
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      if (contextIsDead(e)) return -1;
-      // The copy may be queued even so: the next look waits for the stream to drain.
-      r->probeInFlight = cudaStreamQuery(r->probe) == cudaErrorNotReady;
-      cudaGetLastError();
-      return 0;
-    }
-    r->probeInFlight = true;
+  if (r->probeInFlight) {
+    const cudaError_t q = cudaStreamQuery(r->probe);
+    if (q == cudaErrorNotReady) return 0;
+    cudaGetLastError();
+    r->probeInFlight = false;
+    if (q != cudaSuccess) return contextIsDead(q) ? -1 : 0;
+    if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches) return 1;
   }
-  const cudaError_t q = cudaEventQuery(r->probeDone);
-  if (q == cudaErrorNotReady) return 0;
-  cudaGetLastError();
-  r->probeInFlight = false;
-  if (q != cudaSuccess) return contextIsDead(q) ? -1 : 0;
-  return *reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches ? 1 : 0;
+  // A new read. The driver holds a copy's issue up while an IPC close waits for the device
+  // (CloseGate), which may be for as long as another library's kernel runs: none is issued then.
+  if (!CloseGate::tryEnterCall()) return 0;
+  const cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t),
+                                        cudaMemcpyDeviceToHost, r->probe);
+  CloseGate::leaveCall();
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return contextIsDead(e) ? -1 : 0;
+  }
+  r->probeInFlight = true;
+  return 0;
 }
 
 }  // namespace
@@ -475,7 +475,9 @@ bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
   if (s == nullptr || launches == 0) return true;
   if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
   std::lock_guard<std::mutex> lock(r->probeMutex);
-  if (r->probe == nullptr || r->probeDone == nullptr || r->local == nullptr) return false;
+  if (r->probe == nullptr || r->local == nullptr) return false;
+  ScopedDevice onDevice(r->device);
+  if (onDevice.status() != cudaSuccess) return false;
   // Relaxed for these calls: the thread may be a user's (deregister, destroy), and another thread may
   // be capturing in the global mode, where a query counts as unsafe and would invalidate its capture.
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;

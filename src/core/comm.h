@@ -56,11 +56,10 @@ struct DeviceResources {
   // was destroyed; they hold these resources (enqueue.cc: holdForGraph).
   cudaEvent_t serial = nullptr;
   // How the host reads LocalState::eagerDone (eagerLaunchesEnded): a copy of it into
-  // HostStatus::eagerDoneRead on a stream of its own, which nothing else uses, and the event after
-  // it. One read in flight at a time (probeMutex: a deregistration's wait and the release may ask).
+  // HostStatus::eagerDoneRead on a stream of its own, which carries nothing else (idle: the read has
+  // landed). One read in flight at a time (probeMutex: a deregistration's wait and the release may ask).
   std::mutex probeMutex;
   cudaStream_t probe = nullptr;
-  cudaEvent_t probeDone = nullptr;
   bool probeInFlight = false;
 };
 
@@ -183,8 +182,9 @@ yaliResult_t commAsyncError(const yaliComm* comm);
 std::string commAsyncErrorText(yaliComm* comm);
 
 // Waits until the comm's first `launches` eager launches have ended on the device
-// (HostStatus::eagerDone), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
-// True when they have ended. Needs no lock.
+// (eagerLaunchesEnded), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
+// True when they have ended. Needs no lock. While an IPC close waits for the device no read is
+// issued (CloseGate), so such a wait lasts at least as long as that close, up to the deadline.
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
 
 // Writes `bytes` from pinned `src` to device address `dst` on the comm's control stream and waits

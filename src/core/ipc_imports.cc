@@ -40,6 +40,13 @@ bool CloseGate::enterCall(int64_t deadlineMs, const std::atomic<bool>& cancel) {
   return true;
 }
 
+bool CloseGate::tryEnterCall() {
+  gateCalls.fetch_add(1);
+  if (gateCloses.load() == 0) return true;
+  gateCalls.fetch_sub(1);
+  return false;
+}
+
 void CloseGate::leaveCall(int calls) { gateCalls.fetch_sub(calls); }
 
 bool CloseGate::enterClose() {

@@ -74,6 +74,10 @@ class CloseGate {
   // `deadlineMs` (nowMs()) or `cancel` was set meanwhile; the call is then not counted.
   static bool enterCall(int64_t deadlineMs, const std::atomic<bool>& cancel);
   static void leaveCall(int calls = 1);  // the watch saw it (or them) end
+  // A short CUDA call that the driver would hold up while a close waits for the device (a copy
+  // queued on a stream: comm.cc's read of the kernels' eager count): counted in like a call, or
+  // false, counting nothing, while a close is running. leaveCall() after it.
+  static bool tryEnterCall();
   // A close: false, counting nothing, while a copy-engine call is counted.
   static bool enterClose();
   static void leaveClose();
