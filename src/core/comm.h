@@ -116,6 +116,9 @@ struct yaliComm {
     uint64_t thread = 0;            // the thread that made it (threadToken; cudaStreamPerThread: a stream per thread)
     bool marked = false;            // `event` was recorded right after it
     unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
+    // captureOrder: the capture's last record of DeviceResources::serial, a node of its graph that
+    // no later node of the stream depends on (enqueue.cc: recordAcrossContexts); null before one.
+    cudaGraphNode_t serialRecord = nullptr;
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture

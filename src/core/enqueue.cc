@@ -66,6 +66,7 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.have = false;
     o.eventEveryLaunch = false;
     o.marked = false;
+    o.serialRecord = nullptr;
   }
   return o;
 }
@@ -195,14 +196,57 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
   return yaliSuccess;
 }
 
-// After the launch, before noteLaunch: what the next launch of any context waits for. First, so
-// that inside a capture the next launch on another stream depends on this record node too (the
-// records of one graph then form a chain, and the last one is the graph's latest). Cannot fail the
-// call (the launch is queued); a failed record is logged, and the next launch of another context is
-// then ordered after the last recorded one only.
+// Inside a capture: the record of `serial` as a node of the graph that depends on the launch just
+// captured (the stream's current dependencies) and on the capture's previous such node, so that the
+// records form a chain and the last one ends after every launch of the graph; but no later node of
+// the stream depends on it. A record made in the stream would stand between two captured launches
+// and take away their programmatic edge (an H200 probe, 2026-11-29: back-to-back programmatic
+// kernels in a graph took 0.66 us a call, 1.45 us with an event wait and record between each
+// pair, and the graph kept none of its programmatic edges). False when the node cannot be added.
+bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for: without it a programmatic edge makes the query fail
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#endif
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  std::vector<cudaGraphNode_t> after(deps, deps + count);
+  if (o.serialRecord != nullptr) after.push_back(o.serialRecord);
+  cudaGraphNode_t node = nullptr;
+  e = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), serial);
+  if (e != cudaSuccess) return false;
+  o.serialRecord = node;
+  return true;
+}
+
+// After the launch, before noteLaunch: what the next launch of any context waits for. Eagerly a
+// record on the stream; inside a capture a node beside the stream (addSerialRecordNode), or, if it
+// cannot be added, a record in the stream (which orders as well, at the cost above). Cannot fail
+// the call (the launch is queued); a failed record is logged, and the next launch of another
+// context is then ordered after the last recorded one only.
 void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
   if (!comm->settings.graphMixing || !comm->everCaptured) return;
   cudaEvent_t serial = comm->res->serial;
+  if (captured && addSerialRecordNode(comm, stream, serial)) return;
+  cudaGetLastError();
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  if (captured && o.serialRecord != nullptr) {
+    // The fallback stays in the chain: the stream's record comes after the previous record node
+    // too, and later records follow it through the stream.
+#if CUDART_VERSION >= 13000
+    cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+    cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+    cudaGetLastError();
+    o.serialRecord = nullptr;
+  }
   const cudaError_t e = captured ? cudaEventRecordWithFlags(serial, stream, cudaEventRecordExternal)
                                  : cudaEventRecord(serial, stream);
   if (e != cudaSuccess) {
