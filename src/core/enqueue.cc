@@ -66,6 +66,9 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.have = false;
     o.eventEveryLaunch = false;
     o.marked = false;
+    o.serialRecord = nullptr;
+    o.frontierKernel = nullptr;
+    o.frontierStream = nullptr;
   }
   return o;
 }
@@ -195,14 +198,123 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
   return yaliSuccess;
 }
 
-// After the launch, before noteLaunch: what the next launch of any context waits for. First, so
-// that inside a capture the next launch on another stream depends on this record node too (the
-// records of one graph then form a chain, and the last one is the graph's latest). Cannot fail the
-// call (the launch is queued); a failed record is logged, and the next launch of another context is
-// then ordered after the last recorded one only.
+// Inside a capture: the record of `serial` as a node of the graph that depends on the launch just
+// captured (the stream's current dependencies) and on the capture's previous such node, so that the
+// records form a chain and the last one ends after every launch of the graph. A record made in the
+// stream would stand between two captured launches and take away their programmatic edge (an H200
+// probe, 2026-11-29: back-to-back programmatic kernels in a graph took 0.66 us a call, 1.45 us with
+// an event wait and record between each pair, and the graph kept none of its programmatic edges).
+// So the node is added to the stream's dependencies beside the launch instead of after it: whatever
+// the capture holds later (another library's work, a child graph or captured replay holding calls
+// of this comm, the capture's end) comes after the record, as after an in-stream one, and only the
+// comm's own next launch on this stream is taken back to the launch alone (trimSerialRecord). The
+// graph is changed directly here, outside the stream's API: a capture of this stream from another
+// thread at the same time is not supported (CUDA's graphs are not thread-safe), as yali.h says of
+// two captures of one comm. False when the node cannot be added.
+bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for: without it a programmatic edge makes the query fail
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#endif
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
+  if (o.serialRecord != nullptr) after.push_back(o.serialRecord);
+  cudaGraphNode_t node = nullptr;
+  e = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), serial);
+  if (e != cudaSuccess) return false;
+  o.serialRecord = node;
+#if CUDART_VERSION >= 13000
+  e = cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+  e = cudaStreamUpdateCaptureDependencies_v2(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+  if (e != cudaSuccess) {
+    // The record stays chained, but later work of the capture that is not this comm's may run
+    // beside it.
+    cudaGetLastError();
+    logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
+            cudaGetErrorString(e));
+    o.frontierKernel = nullptr;
+    return true;
+  }
+  o.frontierKernel = count == 1 ? after[0] : nullptr;  // taken out again only from exactly {launch, record}
+  o.frontierStream = stream;
+  return true;
+}
+
+// Before the comm's next launch inside the capture: where the stream's dependencies are still just
+// the comm's previous launch and its record (addSerialRecordNode), the launch depends on the launch
+// alone, so that its programmatic edge stays (the record is chained to the next one instead).
+// Anything else queued in between keeps the record in its place. Never fails the call: on any error
+// the dependencies stay (ordered, at the cost of the edge).
+void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  const cudaGraphNode_t kernel = o.frontierKernel;
+  if (kernel == nullptr || o.frontierStream != stream) return;
+  o.frontierKernel = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &count);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, nullptr, &deps, &edges, &count);
+#endif
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || count != 2) {
+    cudaGetLastError();
+    return;
+  }
+  const bool exactly = (deps[0] == kernel && deps[1] == o.serialRecord) || (deps[1] == kernel && deps[0] == o.serialRecord);
+  bool plain = true;
+  for (size_t i = 0; edges != nullptr && i < count; ++i)
+    plain &= edges[i].type == cudaGraphDependencyTypeDefault && edges[i].from_port == 0 && edges[i].to_port == 0;
+  if (!exactly || !plain) return;
+  cudaGraphNode_t only = kernel;
+#if CUDART_VERSION >= 13000
+  e = cudaStreamUpdateCaptureDependencies(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
+#else
+  e = cudaStreamUpdateCaptureDependencies_v2(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
+#endif
+  if (e != cudaSuccess) cudaGetLastError();
+}
+
+// After the launch, before noteLaunch: what the next launch of any context waits for. Eagerly a
+// record on the stream; inside a capture a node beside the stream (addSerialRecordNode), or, if it
+// cannot be added, a record in the stream (which orders as well, at the cost above). Cannot fail
+// the call (the launch is queued); a failed record is logged, and the next launch of another
+// context is then ordered after the last recorded one only.
 void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
   if (!comm->settings.graphMixing || !comm->everCaptured) return;
   cudaEvent_t serial = comm->res->serial;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  if (captured) {
+    if (addSerialRecordNode(comm, stream, serial)) return;
+    cudaGetLastError();  // (only here: an eager call must not clear the program's pending error)
+  }
+  if (captured && o.serialRecord != nullptr) {
+    // The fallback stays in the chain: the stream's record comes after the previous record node
+    // too, and later records follow it through the stream.
+#if CUDART_VERSION >= 13000
+    cudaError_t c = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+    cudaError_t c = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+    if (c != cudaSuccess) {
+      cudaGetLastError();
+      logInfo("rank %d: chaining the comm's in-stream record after its last record node failed (%s)", comm->rank,
+              cudaGetErrorString(c));
+    }
+    o.serialRecord = nullptr;
+    o.frontierKernel = nullptr;
+  }
   const cudaError_t e = captured ? cudaEventRecordWithFlags(serial, stream, cudaEventRecordExternal)
                                  : cudaEventRecord(serial, stream);
   if (e != cudaSuccess) {
@@ -272,6 +384,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     if (issued != yaliSuccess) return issued;
   } else {
     const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
+    if (captured) trimSerialRecord(comm, plan.stream);
     e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
                         programmatic, plan.stream);
     if (e != cudaSuccess) {
