@@ -130,10 +130,13 @@ struct yaliComm {
     // captureOrder: the capture's last record of DeviceResources::serial, a node of its graph beside
     // the comm's kernels (enqueue.cc: addSerialRecordNode); null before one. It is also in its
     // stream's capture dependencies, next to the launch it follows (frontierKernel, on
-    // frontierStream), until the comm's next launch there takes it out (trimSerialRecord).
+    // frontierStream), until the comm's next launch there takes it out (trimSerialRecord), which
+    // sets `trimmed`: the next launch then follows frontierKernel alone, and the record node,
+    // which nothing depends on yet, moves behind it instead of a new one being added.
     cudaGraphNode_t serialRecord = nullptr;
     cudaGraphNode_t frontierKernel = nullptr;
     cudaStream_t frontierStream = nullptr;
+    cudaGraphNode_t trimmed = nullptr;  // the kernel the current launch was trimmed back to
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture

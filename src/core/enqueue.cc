@@ -69,6 +69,7 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.serialRecord = nullptr;
     o.frontierKernel = nullptr;
     o.frontierStream = nullptr;
+    o.trimmed = nullptr;
   }
   return o;
 }
@@ -211,6 +212,47 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
 // graph is changed directly here, outside the stream's API: a capture of this stream from another
 // thread at the same time is not supported (CUDA's graphs are not thread-safe), as yali.h says of
 // two captures of one comm. False when the node cannot be added.
+// The capture's record node `record` moves from behind `from` (the comm's previous kernel) to behind
+// `to` (the kernel just launched, which the trim made depend on `from` alone): one record node per
+// capture instead of one per call. A record node beside every kernel kept the programmatic edges in
+// a probe of 200-kernel graphs, but yali-perf's graphs of 2000 AllReduce calls on 2 H200s took
+// 7.4 us a call at 4 KB with it against 3.1 without any record (PERF.md Session 26; why, unmeasured:
+// perhaps the executor runs the leaves as a second chain of 2000 nodes). Moving is sound only while
+// nothing depends on the record (it has been in the stream's dependencies, and anything captured
+// there since would follow it); `to` ends after `from` (every kernel of the comm waits for the
+// grids before it, device.cuh waitForPriorGrids, before it ends), so the record still ends after
+// every launch it followed. The record's other dependencies (an earlier record of the capture)
+// stay. False, with the graph as it was, when it cannot move; the caller then adds a new node.
+bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, cudaGraphNode_t from, cudaGraphNode_t to) {
+  size_t dependents = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaGraphNodeGetDependentNodes(record, nullptr, nullptr, &dependents);
+#else
+  cudaError_t e = cudaGraphNodeGetDependentNodes_v2(record, nullptr, nullptr, &dependents);
+#endif
+  if (e != cudaSuccess || dependents != 0) {
+    cudaGetLastError();
+    return false;
+  }
+#if CUDART_VERSION >= 13000
+  e = cudaGraphAddDependencies(graph, &to, &record, nullptr, 1);
+#else
+  e = cudaGraphAddDependencies_v2(graph, &to, &record, nullptr, 1);
+#endif
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Added first, then the old edge taken out: on a failure here the record follows both (ordered).
+#if CUDART_VERSION >= 13000
+  e = cudaGraphRemoveDependencies(graph, &from, &record, nullptr, 1);
+#else
+  e = cudaGraphRemoveDependencies_v2(graph, &from, &record, nullptr, 1);
+#endif
+  if (e != cudaSuccess) cudaGetLastError();
+  return true;
+}
+
 bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = nullptr;
@@ -224,6 +266,29 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
 #endif
   if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
   yaliComm::LaunchOrder& o = comm->captureOrder;
+  const cudaGraphNode_t trimmedTo = o.trimmed;
+  o.trimmed = nullptr;
+  if (trimmedTo != nullptr && o.serialRecord != nullptr && count == 1 && deps[0] != trimmedTo &&
+      moveSerialRecord(graph, o.serialRecord, trimmedTo, deps[0])) {
+    // The common case, one call after another on one stream: the graph stays a chain of the comm's
+    // kernels, each with its programmatic edge, and one record node behind the last.
+    const cudaGraphNode_t launch = deps[0];
+#if CUDART_VERSION >= 13000
+    e = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+    e = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
+              cudaGetErrorString(e));
+      o.frontierKernel = nullptr;
+      return true;
+    }
+    o.frontierKernel = launch;
+    o.frontierStream = stream;
+    return true;
+  }
   std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
   if (o.serialRecord != nullptr) after.push_back(o.serialRecord);
   cudaGraphNode_t node = nullptr;
@@ -257,6 +322,7 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
 void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
   yaliComm::LaunchOrder& o = comm->captureOrder;
   const cudaGraphNode_t kernel = o.frontierKernel;
+  o.trimmed = nullptr;
   if (kernel == nullptr || o.frontierStream != stream) return;
   o.frontierKernel = nullptr;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -283,7 +349,11 @@ void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
 #else
   e = cudaStreamUpdateCaptureDependencies_v2(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
 #endif
-  if (e != cudaSuccess) cudaGetLastError();
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  o.trimmed = kernel;
 }
 
 // After the launch, before noteLaunch: what the next launch of any context waits for. Eagerly a

@@ -2652,6 +2652,119 @@ void caseStreamsOrder(Ctx& ctx) {
     }
     ctx.destroyComms(comms, label.c_str());
   }
+  // The same with three calls captured back to back on the main stream (G1 4 KB, G2 256 KB, G3 4 MB:
+  // the last is the longest), the usual shape of a training step's graph. The graph must keep the
+  // shape that costs nothing against no order at all: the comm's kernels chained with their
+  // programmatic edges (Hopper and newer, YALI_PDL on) and a single record of the comm's serial event
+  // behind the last (enqueue.cc: moveSerialRecord). An in-stream record after each call took the
+  // edges away (+0.8 to 2.3 us a call on 2 H200s, PERF.md Session 25), a record node beside each
+  // call cost 4 us a call (Session 26); this part fails on both. Y, eager on B after the replay,
+  // must wait for G3: a record left behind G1 would let it start while G2 and G3 run.
+  {
+    const std::string label = name + ": three calls captured back to back, X eager on A, the replay, Y eager on B";
+    comms = ctx.createComms(label.c_str());
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run g1(ctx, spec(1024, yaliFloat32, yaliSum));
+    Run g2(ctx, spec(65537, yaliFloat32, yaliSum));
+    Run g3(ctx, spec(1048579, yaliFloat32, yaliSum));
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    std::vector<cudaGraph_t> graphs(nl, nullptr);
+    std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    const char* pdl = std::getenv("YALI_PDL");
+    const char* mixing = std::getenv("YALI_GRAPH_MIXING");
+    const bool ordered = mixing == nullptr || std::string(mixing) != "0";
+    bool ok = true;
+    watchdogStep("%s: capturing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const int k = ctx.local[i].rank;
+      const cudaStream_t st = ctx.local[i].stream;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      int major = 0;
+      CUDA_OK(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.local[i].dev));
+      const bool programmatic = major >= 9 && (pdl == nullptr || std::string(pdl) != "0");
+      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      yaliResult_t r = yaliSuccess;
+      for (Run* run : {&g1, &g2, &g3})
+        if (r == yaliSuccess)
+          r = yaliAllReduce(run->ranks[i].send, run->ranks[i].recv, run->spec.count, yaliFloat32, yaliSum, comms[i], st);
+      cudaError_t e = cudaStreamEndCapture(st, &graphs[i]);
+      if (r != yaliSuccess || e != cudaSuccess) {
+        ctx.fail("%s: rank %d: the captured calls returned %d (%s), the capture %s", label.c_str(), k, (int)r,
+                 str(yaliGetLastError(comms[i])).c_str(), cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+        continue;
+      }
+      // The shape: kernel, event-record and event-wait nodes, and the programmatic edges.
+      size_t nodes = 0, edges = 0;
+      CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], nullptr, &nodes));
+      std::vector<cudaGraphNode_t> list(nodes);
+      CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], list.data(), &nodes));
+      int kernels = 0, records = 0, waits = 0, other = 0;
+      for (cudaGraphNode_t n : list) {
+        cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+        CUDA_OK(ctx, cudaGraphNodeGetType(n, &t));
+        if (t == cudaGraphNodeTypeKernel) ++kernels;
+        else if (t == cudaGraphNodeTypeEventRecord) ++records;
+        else if (t == cudaGraphNodeTypeWaitEvent) ++waits;
+        else ++other;
+      }
+#if CUDART_VERSION >= 13000
+      CUDA_OK(ctx, cudaGraphGetEdges(graphs[i], nullptr, nullptr, nullptr, &edges));
+#else
+      CUDA_OK(ctx, cudaGraphGetEdges_v2(graphs[i], nullptr, nullptr, nullptr, &edges));
+#endif
+      std::vector<cudaGraphNode_t> from(edges), to(edges);
+      std::vector<cudaGraphEdgeData> data(edges);
+#if CUDART_VERSION >= 13000
+      CUDA_OK(ctx, cudaGraphGetEdges(graphs[i], from.data(), to.data(), data.data(), &edges));
+#else
+      CUDA_OK(ctx, cudaGraphGetEdges_v2(graphs[i], from.data(), to.data(), data.data(), &edges));
+#endif
+      int programmaticEdges = 0;
+      for (size_t j = 0; j < edges; ++j) programmaticEdges += data[j].type == cudaGraphDependencyTypeProgrammatic;
+      const int wantRecords = ordered ? 1 : 0, wantWaits = ordered ? 1 : 0, wantProgrammatic = programmatic ? 2 : 0;
+      if (kernels != 3 || records != wantRecords || waits != wantWaits || other != 0 ||
+          programmaticEdges != wantProgrammatic) {
+        ctx.fail("%s: rank %d: the graph holds %d kernel, %d event-record, %d event-wait and %d other nodes, and %d "
+                 "programmatic edges of %zu; expected 3, %d, %d, 0 and %d (YALI_GRAPH_MIXING %s, YALI_PDL %s, sm_%d)",
+                 label.c_str(), k, kernels, records, waits, other, programmaticEdges, edges, wantRecords, wantWaits,
+                 wantProgrammatic, mixing ? mixing : "unset", pdl ? pdl : "unset", major);
+      }
+      e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+      if (e != cudaSuccess) {
+        ctx.fail("%s: rank %d: instantiating: %s", label.c_str(), k, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+      }
+    }
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
+    } else {
+      for (Run* run : {&g1, &g2, &g3}) run->prepare(ctx.nextSeed());
+      prepareBoth(x, y);
+      syncAll(ctx);
+      ctx.world->barrier();
+      sleepOnEvenRanks();
+      x.issue(comms);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      y.issue(comms);
+      g1.verify(comms, label + " (G1)");
+      g2.verify(comms, label + " (G2)");
+      g3.verify(comms, label + " (G3)");
+      verifyBoth(x, y, label);
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
