@@ -195,6 +195,14 @@ std::shared_ptr<void> IpcImports::import(const Key& key, const Block& block, con
         unknown = e.extentError;
         continue;
       }
+      // An Idle sibling (its close posted) lends only if its mapping lies within this allocation.
+      // One that reaches past it maps memory the peer has freed and may have given to a neighbour
+      // since; revived, it would stay open under that neighbour, whose own open the driver then
+      // refuses while nothing lends it all of its bytes (2 H200s, 2026-11-29, coll_copy_engine
+      // --quick in multi mode: a 512 KB buffer borrowed a freed 524 KB sibling's mapping, and the
+      // 76 KB buffer allocated next after it was refused). Such a sibling is waited for instead:
+      // its close frees the bytes for an open of our own.
+      if (e.state == State::kIdle && !(block.offset <= a && b <= allocTo)) continue;
       if (a < to && from < b) overlapping.push_back(jt);
     }
     // The chain: from `from`, each step the sibling covering the position that reaches furthest.

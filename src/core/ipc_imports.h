@@ -30,7 +30,8 @@
 //   Idle --import--> Live (the same mapping, no new open)
 //   Idle --the close job starts--> Closing --closed--> absent
 // A borrow takes its lenders as an import takes its own entry (Live, refs + 1) and lets them go
-// together.
+// together. An Idle sibling lends only if its mapping lies within the borrowing allocation; one
+// that reaches past it is waited for (its close), never revived under the allocation's neighbour.
 // An import that finds Opening or Closing waits for it to end, at most `timeoutMs`: a close waits
 // for the device's kernels, which end within YALI_TIMEOUT_MS.
 //

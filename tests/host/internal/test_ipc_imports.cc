@@ -422,24 +422,81 @@ TEST(a_refusal_made_stale_by_a_close_is_retried) {
   CHECK(reinterpret_cast<uintptr_t>(my.get()) == FakeDriver::blockBase(1) + kY.offset);
 }
 
-// A borrow revives an Idle lender: its posted close then leaves it, and the block closes once,
-// after the borrower lets go.
+// A borrow revives an Idle lender whose mapping lies within the borrower's allocation (the peer
+// freed an allocation and made one over the same bytes, before our close ran): its posted close
+// then leaves it, and it closes once, after the borrower lets go.
 TEST(a_borrow_revives_an_idle_lender) {
   FakeDriver drv;
-  drv.wholeBlocks = true;
+  drv.rangesInBlock = true;
   IpcImports t(drv.ops());
   std::string err;
-  std::shared_ptr<void> mx = importAlloc(t, kX, &err);
-  mx.reset();
-  std::shared_ptr<void> my = importAlloc(t, kY, &err);
-  CHECK_MSG(my != nullptr, "%s", err.c_str());
+  const FakeAlloc old{1234, 100, 110, 0x1000, 0x1000}, again{1234, 101, 110, 0x1000, 0x1800};
+  std::shared_ptr<void> mo = t.import({0, old.pid, old.bufferId}, {old.blockId, old.offset, old.size}, handleOf(old), 1000, &err);
+  CHECK(mo != nullptr);
+  mo.reset();  // Idle, its close posted
+  std::shared_ptr<void> ma =
+      t.import({0, again.pid, again.bufferId}, {again.blockId, again.offset, 0x1000, 0, again.size}, handleOf(again), 1000, &err);
+  CHECK_MSG(ma != nullptr, "%s", err.c_str());
   CHECK_EQ(drv.opens, 1);
   drv.runPosted();
   CHECK_EQ(drv.closes, 0);
-  my.reset();
+  ma.reset();
   drv.runPosted();
   CHECK_EQ(drv.closes, 1);
   CHECK_EQ(t.entries(), 0u);
+}
+
+// An Idle sibling whose mapping reaches past the allocation is not revived: the import waits for
+// its close and opens the allocation itself, so that the mapping does not stay open under the
+// allocation's neighbour. The sequence of a YALI_DEBUG log on 2 H200s (2026-11-29, coll_copy_engine
+// --quick, multi mode, offsets in block 73 of the peer): a 536576-byte buffer S at +1310720,
+// deregistered (our close posted, not run); the peer frees it and allocates B1 (524288 bytes) at
+// the same place and B2 (77824 bytes) right after B1, over S's last 12288 bytes. Before, B1
+// borrowed S's mapping (Live again), and B2's open was refused with nothing to lend its other
+// bytes ("do not span it"). With wholeBlocks (a driver that maps the whole block) the Idle block
+// is waited for as well.
+TEST(an_idle_sibling_reaching_past_the_allocation_is_waited_for_not_revived) {
+  FakeDriver drv;
+  drv.rangesInBlock = true;
+  IpcImports t(drv.ops());
+  std::string err, b1err;
+  const FakeAlloc s{1234, 1433, 73, 1310720, 536576}, b1{1234, 1489, 73, 1310720, 524288},
+      b2{1234, 1502, 73, 1835008, 77824};
+  auto imp = [&](const FakeAlloc& a, std::string* e, int64_t timeoutMs = 5000) {
+    return t.import({0, a.pid, a.bufferId}, {a.blockId, a.offset, a.size, 0, a.size}, handleOf(a), timeoutMs, e);
+  };
+  std::shared_ptr<void> ms = imp(s, &err);
+  CHECK(ms != nullptr);
+  ms.reset();  // Idle
+  std::shared_ptr<void> m1;
+  std::thread importer([&] { m1 = imp(b1, &b1err); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(m1 == nullptr);  // still waiting for S's close
+  drv.runPosted();
+  importer.join();
+  CHECK_MSG(m1 != nullptr, "%s", b1err.c_str());
+  CHECK_EQ(drv.opens, 2);  // B1 opened itself
+  CHECK_EQ(drv.closes, 1);
+  std::shared_ptr<void> m2 = imp(b2, &err);
+  CHECK_MSG(m2 != nullptr, "%s", err.c_str());
+  CHECK_EQ(drv.opens, 3);
+  CHECK(reinterpret_cast<uintptr_t>(m2.get()) == FakeDriver::rangeBase(0, 1234, 73) + b2.offset);
+  // wholeBlocks: x's Idle mapping spans the whole block, past y: y waits for its close, then opens.
+  FakeDriver whole;
+  whole.wholeBlocks = true;
+  IpcImports u(whole.ops());
+  std::shared_ptr<void> mx = importAlloc(u, kX, &err);
+  CHECK(mx != nullptr);
+  mx.reset();
+  std::shared_ptr<void> my;
+  std::string yerr;
+  std::thread second([&] { my = importAlloc(u, kY, &yerr, 5000); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  whole.runPosted();
+  second.join();
+  CHECK_MSG(my != nullptr, "%s", yerr.c_str());
+  CHECK_EQ(whole.opens, 2);
+  CHECK_EQ(whole.closes, 1);
 }
 
 // A sibling whose block is closing waits for the close, then opens the block itself.
