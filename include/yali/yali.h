@@ -19,10 +19,10 @@
  * for the one issued before it in any context (a replay counts as issued at its cudaGraphLaunch), as
  * NCCL's graph mixing support does. That
  * costs an event record and a wait per eager call from the first capture on (which also gives up
- * the overlap of programmatic launch, YALI_PDL, between consecutive eager calls), and in a graph an
- * event record node per call beside the stream (no later call waits for it: consecutive captured
- * calls keep their programmatic overlap) and a wait node before the capture's first call of the
- * comm (YALI_GRAPH_MIXING=0: none of it, the program orders contexts). A
+ * the overlap of programmatic launch, YALI_PDL, between consecutive eager calls), and in a graph
+ * one event record node behind the comm's last captured call (no later call waits for it:
+ * consecutive captured calls keep their programmatic overlap) and a wait node before the capture's
+ * first call of the comm (YALI_GRAPH_MIXING=0: none of it, the program orders contexts). A
  * cudaGraphLaunch made from another thread while a call of the comm is being issued is ordered by
  * the host's race between them: order such launches against the comm's calls on the host. Two
  * captures of one comm in progress at once are not ordered against each other (the comm follows one
