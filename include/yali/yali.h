@@ -9,11 +9,24 @@
  * and yaliCommAbort may be called from any thread at any time. Collectives on one communicator must
  * be issued in the same order on every rank, exactly as NCCL requires. They run in that order
  * whatever streams they are on, as NCCL's do: a call on another stream than the comm's previous
- * call first waits for that call (an event; a comm that keeps to one stream records none). Within
- * one stream capture this ordering becomes graph edges; between a graph's replays and other calls
- * on the comm (eager, or another graph's), the program orders them (stream order or events): a
- * replay running at the same time as another call of the comm is undefined. NCCL orders these
- * itself (its graph mixing support, on by default); YALI does not yet. The first call
+ * call first waits for that call (an event; a comm that keeps to one stream records none until it
+ * captures a call; cudaStreamPerThread counts as another stream in each thread, and a call on it
+ * records one at once, since only its own thread can; stream 0 is the legacy default stream here
+ * even in a program built with --default-stream per-thread: such a program passes
+ * cudaStreamPerThread). Within one stream capture this ordering
+ * becomes graph edges; between a graph's replays and other calls on the comm (eager, or another
+ * graph's), the order is the host's: once a comm has captured a call, each of its launches waits
+ * for the one issued before it in any context (a replay counts as issued at its cudaGraphLaunch), as
+ * NCCL's graph mixing support does. That
+ * costs an event record and a wait per eager call from the first capture on (which also gives up
+ * the overlap of programmatic launch, YALI_PDL, between consecutive eager calls), and in a graph
+ * one event record node behind the comm's last captured call (no later call waits for it:
+ * consecutive captured calls keep their programmatic overlap) and a wait node before the capture's
+ * first call of the comm (YALI_GRAPH_MIXING=0: none of it, the program orders contexts). A
+ * cudaGraphLaunch made from another thread while a call of the comm is being issued is ordered by
+ * the host's race between them: order such launches against the comm's calls on the host. Two
+ * captures of one comm in progress at once are not ordered against each other (the comm follows one
+ * capture at a time): capture a comm's calls in one graph at a time. The first call
  * on a second stream orders itself after everything queued so far on the previous call's stream:
  * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
  * run unordered.
@@ -172,7 +185,9 @@ YALI_API yaliResult_t yaliCommInitAll(yaliComm_t* comms, int ndev, const int* de
 /* Ends the comm after the calls made on it so far (not collective). Waits for this rank's calls
  * issued outside CUDA graphs to finish (bounded by YALI_TIMEOUT_MS; if they have not, it returns
  * yaliTimeout and they do nothing when they run, but for copy-engine calls, *_ce below, which
- * still copy into their own output: a queued copy cannot be withdrawn), then closes the comm:
+ * still copy into their own output: a queued copy cannot be withdrawn; the peers are then told, as
+ * a timeout of this rank's, so their waits for it end and their later calls fail with yaliTimeout,
+ * unless the comm had already failed), then closes the comm:
  * launches still queued and replays of graphs that captured its calls touch nothing from then on. Its memory is freed once
  * no graph holds it (a graph that captured a call keeps it until the graph is destroyed); destroy
  * waits for that at most until YALI_TIMEOUT_MS is used up, since freeing CUDA memory waits for
@@ -260,13 +275,18 @@ YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t
  * to run from then on), and its stream is released, leaving that call's output undefined; a
  * copy-engine call writes nothing but its own rank's output. yaliAlgoInfo reports 0 ctas and 0
  * threads for these (and, having no stream, cannot tell a capture from an eager call).
- * Known limits (a review, 2026-11-29; not yet fixed): that host thread releases a stuck call with
- * a CUDA call of its own, which another thread's cudaFree or cudaIpcCloseMemHandle, or one hardware
- * queue shared with the stuck stream (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound
- * can fail; and a peer whose call was released by its own destroy, abort or failure still writes
- * its handshake words, so a call in flight on the other ranks may complete without error on an
- * input that the failed rank's program overwrote. They are off by default; turn them on only
- * where no rank is destroyed or aborted while one of these calls is in flight. */
+ * A rank whose call is released (destroy, abort, timeout or failure) first writes the failure into
+ * its peers' windows, and is released only once the host has seen those writes complete; every
+ * call checks that word as it ends. So a peer's call that read the rank's input after the released
+ * call ended on its stream ends with that failure, not without an error. This relies on the GPUs
+ * making a completed write visible before the released rank's later work, which CUDA does not
+ * document; an input overwritten on another stream while the released call still ran is not
+ * covered. Known
+ * limit (a review, 2026-11-29; not yet fixed): that host thread releases a stuck call with a CUDA
+ * call of its own, which another thread's cudaFree or cudaIpcCloseMemHandle, or one hardware queue
+ * shared with the stuck stream (CUDA_DEVICE_MAX_CONNECTIONS=1), can hold up, so the bound can
+ * fail. Hence off by default: turn them on where ranks are not destroyed or aborted with these
+ * calls in flight. */
 
 /* Undoes yaliCommRegister on this rank (not collective; peers keep their own registrations until
  * they deregister). Waits for this rank's calls issued outside CUDA graphs to finish (bounded by

@@ -15,7 +15,7 @@ Under a launcher, preload each rank, or the launcher and so everything it starts
     yali-run torchrun --nproc-per-node 2 train.py
 
 The settings of libyali-nccl (YALI_NCCL_DEBUG=1, YALI_NCCL_DISABLE=allgather,..., YALI_NCCL_LIBRARY,
-YALI_NCCL_REGISTER=0, YALI_NODE_ID) and of YALI (YALI_*) pass through the environment.
+YALI_NCCL_REGISTER=1, YALI_NODE_ID) and of YALI (YALI_*) pass through the environment.
 
 Where the library is looked for, in order (as ``yali._capi`` looks for libyali):
   1. ``$YALI_NCCL_SHIM``: a path to libyali-nccl.so (when set, it must exist; nothing else is tried);

@@ -15,6 +15,7 @@
 #include "collectives/registry.h"
 #include "core/error.h"
 #include "core/handles.h"
+#include "core/ipc_imports.h"
 #include "core/reaper.h"
 
 yaliComm::~yaliComm() {
@@ -179,6 +180,8 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->eagerOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&comm->captureOrder.event, cudaEventDisableTiming));
   YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->controlDone, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaEventCreateWithFlags(&res->serial, cudaEventDisableTiming));
+  YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&res->probe, cudaStreamNonBlocking));
   std::string err;
   res->window = SharedMemory::allocate(comm->device, comm->layout.total, &err);
   if (!res->window) return fail(yaliUnhandledCudaError, comm, "%s: allocating the window: %s", call, err.c_str());
@@ -287,7 +290,7 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
 std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
   // called: the release always happens on the reaper, once the comm's eager launches have ended
-  // (HostStatus::eagerDone), and kReleaseGraceMs after that. The grace: the last block of a launch
+  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last block of a launch
   // writes eagerDone without a system-wide fence (it would lengthen every eager launch by about a
   // microsecond), so stores of the launch's blocks may still be on their way then; they drain
   // within microseconds (memory queues and NVLink, no host round trip), and unmapping the window
@@ -298,8 +301,17 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
   return std::shared_ptr<DeviceResources>(new DeviceResources(), [](DeviceResources* r) {
     auto drainedAt = std::make_shared<int64_t>(-1);
     Reaper::post([r, drainedAt] {
-      const volatile HostStatus* s = r->hostStatus.get();
-      if (s != nullptr && s->eagerDone < r->eagerIssued) return false;
+      if (r->hostStatus != nullptr && r->local != nullptr) {
+        if (r->device >= 0) cudaSetDevice(r->device);
+        if (!eagerLaunchesEnded(r, r->eagerIssued)) return false;
+        // The copy engines' count may have answered while a read was still in flight: its copy
+        // lands in pinned memory that goes with the pool, so let it land first (never blocking
+        // the reaper, which serves every comm).
+        std::lock_guard<std::mutex> lock(r->probeMutex);
+        if (r->probeInFlight && cudaStreamQuery(r->probe) == cudaErrorNotReady) return false;
+        cudaGetLastError();
+        r->probeInFlight = false;
+      }
       if (r->controlDone != nullptr && cudaEventQuery(r->controlDone) == cudaErrorNotReady) return false;
       cudaGetLastError();
       if (*drainedAt < 0) *drainedAt = nowMs();
@@ -307,6 +319,11 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
       if (nowMs() - *drainedAt <= kReleaseGraceMs) return false;
       if (r->device >= 0) cudaSetDevice(r->device);
       if (r->controlDone != nullptr) cudaEventDestroy(r->controlDone);
+      if (r->serial != nullptr) cudaEventDestroy(r->serial);
+      {
+        std::lock_guard<std::mutex> lock(r->probeMutex);
+        if (r->probe != nullptr) cudaStreamDestroy(r->probe);
+      }
       delete r;
       cudaGetLastError();
       return true;
@@ -399,10 +416,83 @@ bool writeDeviceWords(yaliComm* comm, void* dst, const void* src, size_t bytes, 
   return waitForControl(comm, deadlineMs, error);
 }
 
+namespace {
+
+// Errors after which the context runs no kernel again (CUDA's sticky errors): every launch of it
+// has ended, one way or the other. Asked of calls made with the comm's device current
+// (eagerLaunchesEnded sets it), so that they describe the context the kernels run in.
+bool contextIsDead(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorExternalDevice:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The read of LocalState::eagerDone (eagerLaunchesEnded), under r->probeMutex, on the comm's
+// device: 1 the launches have ended, 0 not yet (or no read has landed yet), -1 the context is dead.
+// The probe stream carries nothing but these copies, so its being idle is the read having landed.
+int probeEagerDone(DeviceResources* r, uint64_t launches) {
+  HostStatus* s = r->hostStatus.get();
+  if (r->probeInFlight) {
+    const cudaError_t q = cudaStreamQuery(r->probe);
+    if (q == cudaErrorNotReady) return 0;
+    cudaGetLastError();
+    r->probeInFlight = false;
+    if (q != cudaSuccess) return contextIsDead(q) ? -1 : 0;
+    if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches) return 1;
+  }
+  // A new read. The driver holds a copy's issue up while an IPC close waits for the device
+  // (CloseGate), which may be for as long as another library's kernel runs: none is issued then.
+  if (!CloseGate::tryEnterCall()) return 0;
+  const cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t),
+                                        cudaMemcpyDeviceToHost, r->probe);
+  CloseGate::leaveCall();
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return contextIsDead(e) ? -1 : 0;
+  }
+  r->probeInFlight = true;
+  return 0;
+}
+
+}  // namespace
+
+bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
+  HostStatus* s = r->hostStatus.get();
+  if (s == nullptr || launches == 0) return true;
+  if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
+  std::lock_guard<std::mutex> lock(r->probeMutex);
+  if (r->probe == nullptr || r->local == nullptr) return false;
+  ScopedDevice onDevice(r->device);
+  if (onDevice.status() != cudaSuccess) return false;
+  // Relaxed for these calls: the thread may be a user's (deregister, destroy), and another thread may
+  // be capturing in the global mode, where a query counts as unsafe and would invalidate its capture.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
+  cudaGetLastError();
+  const int ended = probeEagerDone(r, launches);
+  if (exchanged) cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaGetLastError();
+  return ended != 0;  // a dead context: every launch has ended
+}
+
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {
-  const volatile HostStatus* s = statusOf(comm);
-  if (s == nullptr) return true;
-  for (int64_t sleepUs = 5; s->eagerDone < launches; sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
+  if (!comm->res) return true;
+  for (int64_t sleepUs = 5; !eagerLaunchesEnded(comm->res.get(), launches);
+       sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
     if (nowMs() > deadlineMs || comm->cancel.load()) return false;
     usleep(static_cast<useconds_t>(sleepUs));
   }
@@ -592,6 +682,23 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
   return yaliSuccess;
 }
 
+namespace {
+
+// Writes `code` from this rank into every peer's WindowHeader::remoteFailure (the peers' waits end,
+// their later launches refuse to run, and their copy-engine calls stop at their gate), through the
+// comm's control stream, waiting at most until `deadlineMs`.
+void tellPeersWeFailed(yaliComm* comm, int code, int64_t deadlineMs, std::string* err) {
+  HostStatus* status = comm->res->hostStatus.get();
+  status->remoteWord = encodeRemoteFailure(code, comm->rank);
+  for (int p = 0; p < comm->nranks; ++p) {
+    if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;
+    writeDeviceWords(comm, comm->res->peerWindows[p] + offsetof(WindowHeader, remoteFailure), &status->remoteWord,
+                     sizeof(status->remoteWord), deadlineMs, err);
+  }
+}
+
+}  // namespace
+
 yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   const char* call = "yaliCommDestroy";
   const int64_t deadline = nowMs() + comm->settings.timeoutMs;
@@ -606,7 +713,15 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
                   "after them",
                   call, comm->rank, static_cast<long long>(comm->settings.timeoutMs));
   std::string err;
-  closeCopyEngine(comm);  // a copy-engine call still waiting is released (copy_engine.h)
+  // Calls left unfinished: the peers learn it now, before this returns and the program reuses its
+  // buffers (a peer's copy-engine call still reading our input then ends with this failure; its
+  // kernels stop waiting for ours). As a timeout (the destroy gave up waiting for them), or an
+  // abort that cut the wait short. Not when the comm had already failed: whoever failed first told
+  // the peers, and the survivors' messages name that rank.
+  const int gaveUp = comm->cancel ? kFailAborted : kFailTimeout;
+  if (result != yaliSuccess && comm->res && statusOf(comm)->failure == kFailNone)
+    tellPeersWeFailed(comm, gaveUp, deadline + 1000, &err);
+  closeCopyEngine(comm, gaveUp);  // a copy-engine call still waiting is released (copy_engine.h)
   if (!closeOnDevice(comm, deadline + 1000, &err) && result == yaliSuccess)
     result = fail(yaliUnhandledCudaError, comm, "%s: closing the comm on the device: %s", call, err.c_str());
   constexpr Reaper::Lane kLanes[] = {Reaper::Lane::kReleases, Reaper::Lane::kIpcClose};
@@ -614,9 +729,13 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   for (int l = 0; l < 2; ++l) before[l] = Reaper::lastPostedHere(kLanes[l]);
   retire(comm, handle, HandleState::kDestroyed);
   // Wait for the memory to come back (at once, unless a graph still holds it, or closing a peer's
-  // mapping of a registered buffer waits for the device), at most until the deadline.
-  for (int l = 0; l < 2; ++l)
+  // mapping of a registered buffer waits for the device), at most until the deadline. Not for the
+  // closes while copy-engine calls of the process are in flight: those wait for a moment without
+  // any (CloseGate), which steady copy-engine traffic may not leave for long; they run later.
+  for (int l = 0; l < 2; ++l) {
+    if (kLanes[l] == Reaper::Lane::kIpcClose && CloseGate::callsInFlight() > 0) continue;
     if (Reaper::lastPostedHere(kLanes[l]) != before[l]) Reaper::waitFor(Reaper::lastPostedHere(kLanes[l]), deadline);
+  }
   return result;
 }
 
@@ -629,13 +748,8 @@ yaliResult_t commAbort(yaliComm* comm, yaliComm_t handle) {
     // Our waits in flight give up (they poll the host-mapped word), and so do the peers': each
     // peer's window learns that we aborted. Then nothing of ours runs any more.
     reinterpret_cast<volatile HostStatus*>(status)->abortRequested = 1;
-    closeCopyEngine(comm);  // and so do copy-engine calls in flight, at the watch's next poll
-    status->remoteWord = encodeRemoteFailure(kFailAborted, comm->rank);
-    for (int p = 0; p < comm->nranks; ++p) {
-      if (p == comm->rank || comm->res->peerWindows[p] == nullptr) continue;
-      writeDeviceWords(comm, comm->res->peerWindows[p] + offsetof(WindowHeader, remoteFailure),
-                       &status->remoteWord, sizeof(status->remoteWord), deadline, &err);
-    }
+    closeCopyEngine(comm, kFailAborted);  // and so do copy-engine calls in flight, at the watch's next poll
+    tellPeersWeFailed(comm, kFailAborted, deadline, &err);
     closeOnDevice(comm, deadline, &err);
   }
   retire(comm, handle, HandleState::kAborted);

@@ -34,9 +34,9 @@ namespace yali {
 struct CopyEngineState;  // collectives/copy_engine/copy_engine.cc
 
 // Everything a kernel of one comm may touch, and the raw pointers DeviceArgs carries. Released on
-// the reaper once the comm's last eager launch has ended (HostStatus::eagerDone reaches
-// eagerIssued: a launch still queued when the comm closed reads its state words before it finds
-// the comm closed); makeDeviceResources' deleter sees to that.
+// the reaper once the comm's last eager launch has ended (eagerLaunchesEnded reaches eagerIssued:
+// a launch still queued when the comm closed reads its state words before it finds the comm
+// closed); makeDeviceResources' deleter sees to that.
 struct DeviceResources {
   int device = -1;
   std::shared_ptr<SharedMemory> window;        // this rank's window (LocalState at layout.local)
@@ -51,9 +51,24 @@ struct DeviceResources {
   // Recorded on the comm's control stream when it ends: its copies into our window
   // (writeDeviceWords) may still be queued there, left by a timeout; the release waits for it.
   cudaEvent_t controlDone = nullptr;
+  // The comm's order across contexts (yaliComm::everCaptured): here, not in the comm, because the
+  // graphs that captured its calls wait for it and record it at every replay, also after the comm
+  // was destroyed; they hold these resources (enqueue.cc: holdForGraph).
+  cudaEvent_t serial = nullptr;
+  // How the host reads LocalState::eagerDone (eagerLaunchesEnded): a copy of it into
+  // HostStatus::eagerDoneRead on a stream of its own, which carries nothing else (idle: the read has
+  // landed). One read in flight at a time (probeMutex: a deregistration's wait and the release may ask).
+  std::mutex probeMutex;
+  cudaStream_t probe = nullptr;
+  bool probeInFlight = false;
 };
 
 std::shared_ptr<DeviceResources> makeDeviceResources();
+
+// Whether the comm's eager launches up to number `launches` have ended: the copy engines' count
+// (HostStatus::eagerDone, the host's own) or the kernels' (LocalState::eagerDone, read by a copy:
+// issued if none is in flight, false until it lands). Never blocks on the device.
+bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches);
 
 // Comms created together by yaliCommInitAll: they collect their registrations here.
 struct ProcessGroup {
@@ -109,10 +124,28 @@ struct yaliComm {
     bool eventEveryLaunch = false;  // set at the context's first change of stream
     bool have = false;              // a launch of the context was made
     cudaStream_t stream = nullptr;  // the stream of its last launch
+    uint64_t thread = 0;            // the thread that made it (threadToken; cudaStreamPerThread: a stream per thread)
+    bool marked = false;            // `event` was recorded right after it
     unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
+    // captureOrder: the capture's last record of DeviceResources::serial, a node of its graph beside
+    // the comm's kernels (enqueue.cc: addSerialRecordNode); null before one. It is also in its
+    // stream's capture dependencies, next to the launch it follows (frontierKernel, on
+    // frontierStream), until the comm's next launch there takes it out (trimSerialRecord), which
+    // sets `trimmed`: the next launch then follows frontierKernel alone, and the record node,
+    // which nothing depends on yet, moves behind it instead of a new one being added.
+    cudaGraphNode_t serialRecord = nullptr;
+    cudaGraphNode_t frontierKernel = nullptr;
+    cudaStream_t frontierStream = nullptr;
+    cudaGraphNode_t trimmed = nullptr;  // the kernel the current launch was trimmed back to
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture
+  // Order across contexts (enqueue.cc: waitAcrossContexts, recordAcrossContexts), from the comm's
+  // first captured call on: every launch waits for DeviceResources::serial and records it after
+  // itself, eagerly or, inside a capture, as the graph's own event nodes (recorded and waited for
+  // at each replay), so that a graph's replay and the comm's other calls run in the order the host
+  // issued them, as NCCL's do. Off with YALI_GRAPH_MIXING=0 (Settings::graphMixing).
+  bool everCaptured = false;
 
   // The copy-engine algorithms (copy_engine.h): whether the driver offers what they need, and
   // their streams, events and watch, made at the comm's first *_ce call.
@@ -159,8 +192,9 @@ yaliResult_t commAsyncError(const yaliComm* comm);
 std::string commAsyncErrorText(yaliComm* comm);
 
 // Waits until the comm's first `launches` eager launches have ended on the device
-// (HostStatus::eagerDone), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
-// True when they have ended. Needs no lock.
+// (eagerLaunchesEnded), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
+// True when they have ended. Needs no lock. While an IPC close waits for the device no read is
+// issued (CloseGate), so such a wait lasts at least as long as that close, up to the deadline.
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
 
 // Writes `bytes` from pinned `src` to device address `dst` on the comm's control stream and waits

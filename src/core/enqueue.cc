@@ -9,6 +9,7 @@
 #include "collectives/registry.h"
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/thread_token.h"
 
 namespace yali {
 namespace {
@@ -55,8 +56,8 @@ yaliResult_t holdForGraph(yaliComm* comm, unsigned long long captureId, cudaGrap
 // A context that only ever uses one stream records no event (stream order suffices); from its
 // first change of stream on, every launch of it records one. Within one capture the wait becomes a
 // graph edge; eager launches wait for the last eager one, whatever was captured in between;
-// across contexts (a graph's replay and eager calls, two captures) the program orders them (NCCL
-// orders them itself, by its graph mixing support; YALI does not yet: NCCL_ABI.md, limits).
+// across contexts (a graph's replay and eager calls, two captures) the serial event orders them
+// once the comm has captured a call (waitAcrossContexts, below).
 yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context) {
   if (context == 0) return comm->eagerOrder;
   yaliComm::LaunchOrder& o = comm->captureOrder;
@@ -64,16 +65,34 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.context = context;
     o.have = false;
     o.eventEveryLaunch = false;
+    o.marked = false;
+    o.serialRecord = nullptr;
+    o.frontierKernel = nullptr;
+    o.frontierStream = nullptr;
+    o.trimmed = nullptr;
   }
   return o;
+}
+
+// cudaStreamPerThread names another stream in each host thread: two launches on it share a stream
+// only when one thread made both, and only the thread that made a launch can mark it (noteLaunch
+// marks every launch on it at once).
+bool onStreamOf(const yaliComm::LaunchOrder& o, cudaStream_t stream) {
+  return stream == o.stream && (stream != cudaStreamPerThread || o.thread == threadToken());
 }
 
 yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context,
                                   const char* call) {
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
-  if (!o.have || stream == o.stream) return yaliSuccess;
+  if (!o.have || onStreamOf(o, stream)) return yaliSuccess;
   cudaError_t e = cudaSuccess;
-  if (!o.eventEveryLaunch && context == 0) {
+  if (!o.marked && o.stream == cudaStreamPerThread && o.thread != threadToken())
+    // another thread's: only its noteLaunch could mark it
+    return fail(yaliUnhandledCudaError, comm,
+                "%s: ordering after the comm's previous call, made on another thread's cudaStreamPerThread: its "
+                "event record had failed (logged), so this call cannot be ordered after it",
+                call);
+  if (!o.marked && context == 0) {
     // The last eager launch's stream may have begun a capture since (the program's, or this
     // comm's own captured call): a record there would go into that graph and join this eager
     // launch to it. Its eager work can no longer be marked then; the program orders it against the
@@ -85,9 +104,10 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
       return yaliSuccess;
     }
   }
-  if (!o.eventEveryLaunch) {
-    // The context's first change of stream: its last launch was not marked; everything queued on
-    // that stream so far (it, and perhaps later work of the caller's) is.
+  if (!o.marked) {
+    // The context's first change of stream (or the first after a failed mark): its last launch was
+    // not marked; everything queued on that stream so far (it, and perhaps later work of the
+    // caller's) is.
     e = cudaEventRecord(o.event, o.stream);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -107,19 +127,271 @@ yaliResult_t orderAfterLastLaunch(yaliComm* comm, cudaStream_t stream, unsigned 
   return yaliSuccess;
 }
 
-// After a launch: what the next one of its context orders itself after.
-yaliResult_t noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context, const char* call) {
+// After a launch: what the next one of its context orders itself after. Cannot fail the call: the
+// launch is queued (and its peers' are), so an error here would report a call that runs. If the
+// record fails, the context goes back to marking lazily: the next launch on another stream records
+// on this one first (orderAfterLastLaunch), which covers this launch, and reports a failure itself.
+void noteLaunch(yaliComm* comm, cudaStream_t stream, unsigned long long context) {
   yaliComm::LaunchOrder& o = launchOrderOf(comm, context);
   o.have = true;
   o.stream = stream;
-  if (!o.eventEveryLaunch) return yaliSuccess;
+  o.thread = threadToken();
+  o.marked = false;
+  if (!o.eventEveryLaunch && stream != cudaStreamPerThread) return;
   const cudaError_t e = cudaEventRecord(o.event, stream);
+  if (e == cudaSuccess) {
+    o.marked = true;
+  } else {
+    cudaGetLastError();
+    o.eventEveryLaunch = false;
+    logInfo("rank %d: cudaEventRecord after a launch on stream %p failed (%s); the next launch on another stream "
+            "marks it instead",
+            comm->rank, static_cast<void*>(stream), cudaGetErrorString(e));
+  }
+}
+
+// Across contexts (DeviceResources::serial), from the comm's first captured call on: a graph's
+// replays and the comm's other calls run in the order the host issued them (a replay in the order of
+// its cudaGraphLaunch), as NCCL orders them (its graph mixing support). Before the launch: it waits
+// for the last launch of any context, which recorded `serial`; inside a capture only the capture's
+// first launch of the comm waits (its later ones follow it by the capture's own order, above), as
+// an external event-wait node, which waits at each replay for the record current when the replay
+// was launched. At the first capture the eager calls made so far are marked on their stream (unless
+// that stream is the one capturing: its earlier work is then before the capture in stream order
+// only, and a replay on another stream is ordered against it by the program; or the mark fails,
+// logged: the first replay is then not ordered after the eager calls before it). Eager calls before
+// any capture record nothing (the cost of an event per call is paid only by comms that capture).
+// A graph launched from another thread while an eager call of the comm is being issued is ordered
+// by whichever records `serial` last: the program orders such launches on the host (yali.h).
+// YALI_GRAPH_MIXING=0 turns all of it off (the program then orders contexts; captures that allow no
+// event nodes, such as conditional bodies or device-launched graphs, need that).
+yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned long long context, const char* call) {
+  const bool captured = context != 0;
+  if (!comm->settings.graphMixing || (!captured && !comm->everCaptured)) return yaliSuccess;
+  cudaEvent_t serial = comm->res->serial;
+  if (captured && !comm->everCaptured) {
+    comm->everCaptured = true;
+    const yaliComm::LaunchOrder& eager = comm->eagerOrder;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    cudaError_t e = cudaSuccess;
+    if (eager.have && eager.stream == cudaStreamPerThread && eager.thread != threadToken()) {
+      // A record here would land on this thread's stream, not on the one they ran on.
+      logInfo("rank %d: the comm's eager calls before its first capture ran on another thread's "
+              "cudaStreamPerThread and cannot be marked from this thread: the first replay is not ordered after them",
+              comm->rank);
+    } else {
+      if (eager.have) e = cudaStreamIsCapturing(eager.stream, &status);
+      if (eager.have && e == cudaSuccess && status == cudaStreamCaptureStatusNone)
+        e = cudaEventRecord(serial, eager.stream);
+      if (e != cudaSuccess)
+        logInfo("rank %d: marking the comm's eager calls before its first capture failed (%s)", comm->rank,
+                cudaGetErrorString(e));
+      cudaGetLastError();
+    }
+  }
+  if (captured && launchOrderOf(comm, context).have) return yaliSuccess;  // not the capture's first
+  const cudaError_t e = cudaStreamWaitEvent(stream, serial, captured ? cudaEventWaitExternal : 0);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: cudaEventRecord after the launch: %s", call,
-                static_cast<void*>(stream), cudaGetErrorString(e));
+    return fail(yaliUnhandledCudaError, comm, "%s: stream=%p: waiting for the comm's last call in another context: %s",
+                call, static_cast<void*>(stream), cudaGetErrorString(e));
   }
   return yaliSuccess;
+}
+
+// Inside a capture: the record of `serial` as a node of the graph that depends on the launch just
+// captured (the stream's current dependencies) and on the capture's previous such node, so that the
+// records form a chain and the last one ends after every launch of the graph. A record made in the
+// stream would stand between two captured launches and take away their programmatic edge (an H200
+// probe, 2026-11-29: back-to-back programmatic kernels in a graph took 0.66 us a call, 1.45 us with
+// an event wait and record between each pair, and the graph kept none of its programmatic edges).
+// So the node is added to the stream's dependencies beside the launch instead of after it: whatever
+// the capture holds later (another library's work, a child graph or captured replay holding calls
+// of this comm, the capture's end) comes after the record, as after an in-stream one, and only the
+// comm's own next launch on this stream is taken back to the launch alone (trimSerialRecord). The
+// graph is changed directly here, outside the stream's API: a capture of this stream from another
+// thread at the same time is not supported (CUDA's graphs are not thread-safe), as yali.h says of
+// two captures of one comm. False when the node cannot be added.
+// The capture's record node `record` moves from behind `from` (the comm's previous kernel) to behind
+// `to` (the kernel just launched, which the trim made depend on `from` alone): one record node per
+// capture instead of one per call. A record node beside every kernel kept the programmatic edges in
+// a probe of 200-kernel graphs, but yali-perf's graphs of 2000 AllReduce calls on 2 H200s took
+// 7.4 us a call at 4 KB with it against 3.1 without any record (PERF.md Session 26; why, unmeasured:
+// perhaps the executor runs the leaves as a second chain of 2000 nodes). Moving is sound only while
+// nothing depends on the record (it has been in the stream's dependencies, and anything captured
+// there since would follow it); `to` ends after `from` (every kernel of the comm waits for the
+// grids before it, device.cuh waitForPriorGrids, before it ends), so the record still ends after
+// every launch it followed. The record's other dependencies (an earlier record of the capture)
+// stay. False, with the graph as it was, when it cannot move; the caller then adds a new node.
+bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, cudaGraphNode_t from, cudaGraphNode_t to) {
+  size_t dependents = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaGraphNodeGetDependentNodes(record, nullptr, nullptr, &dependents);
+#else
+  cudaError_t e = cudaGraphNodeGetDependentNodes_v2(record, nullptr, nullptr, &dependents);
+#endif
+  if (e != cudaSuccess || dependents != 0) {
+    cudaGetLastError();
+    return false;
+  }
+#if CUDART_VERSION >= 13000
+  e = cudaGraphAddDependencies(graph, &to, &record, nullptr, 1);
+#else
+  e = cudaGraphAddDependencies_v2(graph, &to, &record, nullptr, 1);
+#endif
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  // Added first, then the old edge taken out: on a failure here the record follows both (ordered).
+#if CUDART_VERSION >= 13000
+  e = cudaGraphRemoveDependencies(graph, &from, &record, nullptr, 1);
+#else
+  e = cudaGraphRemoveDependencies_v2(graph, &from, &record, nullptr, 1);
+#endif
+  if (e != cudaSuccess) cudaGetLastError();
+  return true;
+}
+
+bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  cudaGraph_t graph = nullptr;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;  // asked for: without it a programmatic edge makes the query fail
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, &graph, &deps, &edges, &count);
+#endif
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  const cudaGraphNode_t trimmedTo = o.trimmed;
+  o.trimmed = nullptr;
+  if (trimmedTo != nullptr && o.serialRecord != nullptr && count == 1 && deps[0] != trimmedTo &&
+      moveSerialRecord(graph, o.serialRecord, trimmedTo, deps[0])) {
+    // The common case, one call after another on one stream: the graph stays a chain of the comm's
+    // kernels, each with its programmatic edge, and one record node behind the last.
+    const cudaGraphNode_t launch = deps[0];
+#if CUDART_VERSION >= 13000
+    e = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+    e = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
+              cudaGetErrorString(e));
+      o.frontierKernel = nullptr;
+      return true;
+    }
+    o.frontierKernel = launch;
+    o.frontierStream = stream;
+    return true;
+  }
+  std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
+  if (o.serialRecord != nullptr) after.push_back(o.serialRecord);
+  cudaGraphNode_t node = nullptr;
+  e = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), serial);
+  if (e != cudaSuccess) return false;
+  o.serialRecord = node;
+#if CUDART_VERSION >= 13000
+  e = cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+  e = cudaStreamUpdateCaptureDependencies_v2(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+  if (e != cudaSuccess) {
+    // The record stays chained, but later work of the capture that is not this comm's may run
+    // beside it.
+    cudaGetLastError();
+    logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
+            cudaGetErrorString(e));
+    o.frontierKernel = nullptr;
+    return true;
+  }
+  o.frontierKernel = count == 1 ? after[0] : nullptr;  // taken out again only from exactly {launch, record}
+  o.frontierStream = stream;
+  return true;
+}
+
+// Before the comm's next launch inside the capture: where the stream's dependencies are still just
+// the comm's previous launch and its record (addSerialRecordNode), the launch depends on the launch
+// alone, so that its programmatic edge stays (the record is chained to the next one instead).
+// Anything else queued in between keeps the record in its place. Never fails the call: on any error
+// the dependencies stay (ordered, at the cost of the edge).
+void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  const cudaGraphNode_t kernel = o.frontierKernel;
+  o.trimmed = nullptr;
+  if (kernel == nullptr || o.frontierStream != stream) return;
+  o.frontierKernel = nullptr;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  const cudaGraphNode_t* deps = nullptr;
+  const cudaGraphEdgeData* edges = nullptr;
+  size_t count = 0;
+#if CUDART_VERSION >= 13000
+  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &count);
+#else
+  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, nullptr, &deps, &edges, &count);
+#endif
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || count != 2) {
+    cudaGetLastError();
+    return;
+  }
+  const bool exactly = (deps[0] == kernel && deps[1] == o.serialRecord) || (deps[1] == kernel && deps[0] == o.serialRecord);
+  bool plain = true;
+  for (size_t i = 0; edges != nullptr && i < count; ++i)
+    plain &= edges[i].type == cudaGraphDependencyTypeDefault && edges[i].from_port == 0 && edges[i].to_port == 0;
+  if (!exactly || !plain) return;
+  cudaGraphNode_t only = kernel;
+#if CUDART_VERSION >= 13000
+  e = cudaStreamUpdateCaptureDependencies(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
+#else
+  e = cudaStreamUpdateCaptureDependencies_v2(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
+#endif
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  o.trimmed = kernel;
+}
+
+// After the launch, before noteLaunch: what the next launch of any context waits for. Eagerly a
+// record on the stream; inside a capture a node beside the stream (addSerialRecordNode), or, if it
+// cannot be added, a record in the stream (which orders as well, at the cost above). Cannot fail
+// the call (the launch is queued); a failed record is logged, and the next launch of another
+// context is then ordered after the last recorded one only.
+void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
+  if (!comm->settings.graphMixing || !comm->everCaptured) return;
+  cudaEvent_t serial = comm->res->serial;
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  if (captured) {
+    if (addSerialRecordNode(comm, stream, serial)) return;
+    cudaGetLastError();  // (only here: an eager call must not clear the program's pending error)
+  }
+  if (captured && o.serialRecord != nullptr) {
+    // The fallback stays in the chain: the stream's record comes after the previous record node
+    // too, and later records follow it through the stream.
+#if CUDART_VERSION >= 13000
+    cudaError_t c = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#else
+    cudaError_t c = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
+#endif
+    if (c != cudaSuccess) {
+      cudaGetLastError();
+      logInfo("rank %d: chaining the comm's in-stream record after its last record node failed (%s)", comm->rank,
+              cudaGetErrorString(c));
+    }
+    o.serialRecord = nullptr;
+    o.frontierKernel = nullptr;
+  }
+  const cudaError_t e = captured ? cudaEventRecordWithFlags(serial, stream, cudaEventRecordExternal)
+                                 : cudaEventRecord(serial, stream);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    logInfo("rank %d: recording the comm's last call for other contexts on stream %p failed (%s)", comm->rank,
+            static_cast<void*>(stream), cudaGetErrorString(e));
+  }
 }
 
 yaliResult_t launchNow(PlannedLaunch& plan) {
@@ -169,6 +441,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   }
   const unsigned long long context = captured ? captureId : 0;
   yaliResult_t ordered = orderAfterLastLaunch(comm, plan.stream, context, plan.call);
+  if (ordered == yaliSuccess) ordered = waitAcrossContexts(comm, plan.stream, context, plan.call);
   if (ordered != yaliSuccess) return ordered;
   if (plan.hostNote != nullptr) comm->setHostNote(plan.hostNote);
   DeviceArgs& args = plan.args;
@@ -181,6 +454,7 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     if (issued != yaliSuccess) return issued;
   } else {
     const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
+    if (captured) trimSerialRecord(comm, plan.stream);
     e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
                         programmatic, plan.stream);
     if (e != cudaSuccess) {
@@ -190,7 +464,9 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     }
   }
   if (!captured) comm->eagerLaunches = args.eagerSeq;
-  return noteLaunch(comm, plan.stream, context, plan.call);
+  recordAcrossContexts(comm, plan.stream, captured);
+  noteLaunch(comm, plan.stream, context);
+  return yaliSuccess;
 }
 
 }  // namespace

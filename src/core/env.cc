@@ -61,6 +61,12 @@ const IntSetting kIntSettings[] = {
     {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},
+    {"YALI_GRAPH_MIXING", 1, 0, 1, &Settings::graphMixing, false, false,
+     "1: once a communicator has captured a call in a CUDA graph, its graph replays and eager calls "
+     "run in the order the host issued them, whatever streams they are on (each call waits for the "
+     "previous one: an event per eager call, and event nodes in the graphs), as NCCL's graph mixing "
+     "support orders them; 0: the program orders them (needed where a capture allows no event "
+     "nodes, e.g. conditional bodies or device-launched graphs)."},
     {"YALI_ALLOW_SHARED_GPU", 0, 0, 1, &Settings::allowSharedGpu, true, false,
      "1: several ranks may share one GPU, for testing the algorithms where GPUs are few (the "
      "answers are checked the same way; the speed means nothing). Their blocks are capped so that "
@@ -74,7 +80,8 @@ const IntSetting kIntSettings[] = {
     {"YALI_TEST_COPY_ENGINE_FAIL", 0, 0, INT64_C(1) << 40, &Settings::testCopyEngineFail, false, false,
      "Testing only: on this rank, the copy-engine (`*_ce`) call of this number (from 1, per "
      "communicator) fails half-way, after its first handshake and its copies are queued, as a failing "
-     "CUDA call would: the call returns yaliUnhandledCudaError and the communicator fails (0: never)."},
+     "CUDA call would, and its end is not recorded either: the call returns yaliUnhandledCudaError and "
+     "the communicator fails (0: never)."},
 };
 
 const char* const kAlgoMeaning =

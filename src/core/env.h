@@ -39,6 +39,7 @@ struct Settings {
   int64_t testEpochStart;     // YALI_TEST_EPOCH_START: a new communicator's first launch epoch
   int64_t testCopyEngineFail; // YALI_TEST_COPY_ENGINE_FAIL: which *_ce call fails half-way (0: none)
   int64_t programmaticLaunch; // YALI_PDL (0 or 1)
+  int64_t graphMixing;        // YALI_GRAPH_MIXING (0 or 1): order a comm's calls across contexts
   int64_t allowSharedGpu;     // YALI_ALLOW_SHARED_GPU (0 or 1): ranks may share a GPU (testing)
 };
 

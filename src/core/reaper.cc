@@ -15,7 +15,8 @@ namespace {
 
 // A job not ready is tried again this much later: about the release grace (comm.cc:
 // makeDeviceResources), which every yaliCommDestroy waits out. A pass over a release costs a few
-// volatile reads and, from the control stream's end, an event query; over a copy-engine watch, a
+// volatile reads, a stream query or a one-word copy queued (the kernels' eager count: none while an
+// IPC close runs, CloseGate) and, from the control stream's end, an event query; over a copy-engine watch, a
 // device switch, its mutex, one to three event queries and, for a call of a failed or closed comm,
 // one memset queued on the watch's stream every 10 ms (copy_engine.cc: poll).
 constexpr int kRetryMs = 2;

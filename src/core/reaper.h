@@ -8,8 +8,10 @@
 // calls that never wait for the device (shared_memory.h). The one exception, closing a peer's
 // mapping of a registered user buffer (cudaIpcCloseMemHandle, which CUDA makes wait for every
 // kernel on the device, behind another library's kernel possibly forever), goes to a lane of its
-// own (Lane::kIpcClose), so that it never holds up the releases and the copy-engine watches, whose
-// waits must stay bounded.
+// own (Lane::kIpcClose), so that it never holds up the other lane's jobs (the releases and the
+// copy-engine watches, whose waits must stay bounded) by running there. While it waits the driver
+// still holds up every CUDA call of the process, the watches' too, so it never starts while a
+// copy-engine call is in flight (ipc_imports.h: CloseGate).
 //
 // Each lane's thread is started by its first post and lives as long as the process (one thread
 // per lane, whatever the number of comms); it runs in relaxed stream-capture mode, so that a

@@ -85,34 +85,47 @@ IpcImports& IpcImports::process() {
         cudaIpcCloseMemHandle(mapped);
         cudaGetLastError();
       },
-      // The mapping as this process's driver reports it (MAPPING_BASE_ADDR and MAPPING_SIZE: the
-      // whole mapping, not the allocation the open named).
-      [](const void* mapped, int device, const char* blockBase, const void* where, uint64_t bytes,
-         std::string* error) {
+      // What the open mapped, as the driver reports it: the mapping's base (MAPPING_BASE_ADDR, the
+      // block's first byte) must be where the peer's offset puts it; the bytes it makes readable
+      // are the range the driver knows the pointer by (RANGE_START_ADDR, RANGE_SIZE).
+      [](const void* mapped, int device, uint64_t offset, uint64_t* first, uint64_t* bytes, std::string* error) {
         ScopedDevice onDevice(device);
-        CUdeviceptr base = 0;
+        CUdeviceptr base = 0, start = 0;
         size_t size = 0;
-        CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_MAPPING_SIZE};
-        void* data[] = {&base, &size};
+        CUpointer_attribute attrs[] = {CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                       CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+        void* data[] = {&base, &start, &size};
         const GetAttributes getAttributes = pointerAttributes();
         if (getAttributes == nullptr ||
-            getAttributes(2, attrs, data, reinterpret_cast<CUdeviceptr>(mapped)) != CUDA_SUCCESS || base == 0) {
+            getAttributes(3, attrs, data, reinterpret_cast<CUdeviceptr>(mapped)) != CUDA_SUCCESS || base == 0 ||
+            start < base || size == 0) {
           cudaGetLastError();
           *error = "cuPointerGetAttributes could not tell the mapping's extent";
           return false;
         }
-        const uint64_t first = static_cast<uint64_t>(base), from = reinterpret_cast<uint64_t>(where);
-        if (first != reinterpret_cast<uint64_t>(blockBase)) {
-          *error = "the mapping starts " + std::to_string(static_cast<int64_t>(first - reinterpret_cast<uint64_t>(blockBase))) +
+        const uint64_t blockBase = reinterpret_cast<uint64_t>(mapped) - offset;
+        if (static_cast<uint64_t>(base) != blockBase) {
+          *error = "the mapping starts " + std::to_string(static_cast<int64_t>(static_cast<uint64_t>(base) - blockBase)) +
                    " bytes from where the peer's offsets put the block";
           return false;
         }
-        if (from >= first && bytes <= size && from - first <= size - bytes) return true;
-        *error = "it maps " + std::to_string(size) + " bytes";
-        return false;
+        *first = static_cast<uint64_t>(start - base);
+        *bytes = size;
+        return true;
       },
-      // Closes wait for every kernel on the device: a lane of their own (reaper.h).
-      [](std::function<bool()> job) { Reaper::post(std::move(job), Reaper::Lane::kIpcClose); }});
+      // Closes wait for every kernel on the device: a lane of their own (reaper.h). None starts
+      // while a copy-engine call is in flight (CloseGate): the job is tried again later, its entry
+      // stays Idle, and an import may take it again meanwhile.
+      [](std::function<bool()> job) {
+        Reaper::post(
+            [job = std::move(job)] {
+              if (!CloseGate::enterClose()) return false;
+              const bool done = job();
+              CloseGate::leaveClose();
+              return done;
+            },
+            Reaper::Lane::kIpcClose);
+      }});
   return *table;
 }
 
@@ -170,23 +183,27 @@ struct RegisterInfo {
   uint64_t blockId;     // the physical block that holds the allocation (blockOf), and where the
   uint64_t blockOffset; // allocation starts in it (ipc_imports.h: across devices CUDA IPC maps blocks)
   uint64_t bytes;
+  uint64_t allocationBytes;   // the allocation's size (ipc_imports.h: an open is refused while any of it is mapped)
   cudaIpcMemHandle_t handle;  // of the allocation
 };
 
 // Rank `peer`'s allocation mapped here, shared with every other registration of it in this process
 // (ipc_imports.h: CUDA maps an allocation, across devices its whole block, once per device).
-std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error) {
+std::shared_ptr<void> importPeer(yaliComm* comm, int peer, const RegisterInfo& info, std::string* error,
+                                 std::vector<uint64_t>* splits) {
   const IpcImports::Key key{comm->device, comm->pids[peer], info.bufferId};
   std::string why;
-  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes};
+  const IpcImports::Block block{info.blockId, info.blockOffset, info.offset + info.bytes, info.offset,
+                                info.allocationBytes};
   std::shared_ptr<void> mapped =
-      IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why, &comm->cancel);
+      IpcImports::process().import(key, block, info.handle, comm->settings.timeoutMs, &why, &comm->cancel, splits);
   if (!mapped) *error = "mapping rank " + std::to_string(peer) + "'s buffer: " + why;
   return mapped;
 }
 
 void dropImports(Registration* reg) {
   for (auto& imp : reg->imports) imp.reset();
+  for (auto& cuts : reg->mappingSplits) cuts.clear();
 }
 
 // One process per GPU: exchange the allocation handles through the bootstrap, map every peer's,
@@ -205,6 +222,7 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
     mine.allocation = alloc.start;
     mine.bufferId = alloc.bufferId;
     mine.offset = reinterpret_cast<uint64_t>(reg->base) - alloc.start;
+    mine.allocationBytes = alloc.size;
     blockOf(alloc, &mine.blockId, &mine.blockOffset);
   }
   std::string err;
@@ -225,14 +243,18 @@ yaliResult_t registerAcrossProcesses(yaliComm* comm, Registration* reg, const ch
   }
   // Map every peer's allocation, then agree that every rank managed to.
   std::string mapError;
+  std::vector<uint64_t> splits;
   for (int p = 0; p < n && mapError.empty(); ++p) {
     if (p == comm->rank) {
       reg->peerBase[p] = reg->base;
     } else if (comm->pids[p] == comm->pids[comm->rank]) {
       // Same process (a thread per GPU): its address is ours; peer access is on since set-up.
       reg->peerBase[p] = reinterpret_cast<char*>(info[p].allocation + info[p].offset);
-    } else if (std::shared_ptr<void> mapped = importPeer(comm, p, info[p], &mapError)) {
+    } else if (std::shared_ptr<void> mapped = importPeer(comm, p, info[p], &mapError, &splits)) {
       reg->peerBase[p] = static_cast<char*>(mapped.get()) + info[p].offset;
+      // Where the buffer passes from one sibling's mapping to the next (a borrow), from its start.
+      for (uint64_t cut : splits)
+        if (cut > info[p].offset) reg->mappingSplits[p].push_back(cut - info[p].offset);
       reg->imports[p] = std::move(mapped);
     }
   }

@@ -59,6 +59,10 @@ struct Registration {
   char* peerBase[kMaxRanks] = {};  // [p]: rank p's buffer as mapped here; [rank] == base
   std::shared_ptr<void> imports[kMaxRanks];  // [p]: rank p's allocation, when mapped by CUDA IPC
                                              // (IpcImports: shared by the process's registrations of it)
+  // [p]: offsets from peerBase[p], below `bytes`, where rank p's buffer passes from one mapping to
+  // the next (it borrowed several siblings' mappings: ipc_imports.h); the copy engines copy across
+  // none of them. Empty for most.
+  std::vector<uint64_t> mappingSplits[kMaxRanks];
   std::atomic<bool> usable{false};           // every rank holds it (peerBase complete)
   bool captured = false;     // a CUDA graph captured a call that uses it (LocalState::regEpoch)
   // Calls waiting in an open group (any thread's) that use it, through its peerBase mappings: a

@@ -917,16 +917,19 @@ ncclResult_t endYaliComm(const Comm* c, yaliComm_t y, bool abort) {
 void releaseScratch(Comm* c, Scratch* s) {
   std::lock_guard<std::mutex> lock(s->mutex);
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
-  if (!s->outgrown.empty() || s->events[0] != nullptr || s->events[1] != nullptr) {
+  if (!s->outgrown.empty() || s->events[0] != nullptr || s->events[1] != nullptr || s->serial != nullptr) {
     DeviceGuard restore(c->device);
     for (void* p : s->outgrown) lib().cudaFree(p);
     for (cudaEvent_t& e : s->events)
       if (e != nullptr) lib().cudaEventDestroy(e);
+    if (s->serial != nullptr) lib().cudaEventDestroy(s->serial);
   }
   s->outgrown.clear();
   s->buffer = nullptr;
   s->bytes = 0;
   for (cudaEvent_t& e : s->events) e = nullptr;
+  s->serial = nullptr;
+  s->everCaptured = false;
 }
 
 // The comm's device memory: the staging scratch, and a hierarchy's scratch and cross-node status
@@ -1107,16 +1110,18 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   // b.record, not b.recordOn != nullptr: the last user's stream may be the default stream (0), and
   // skipping its record left the wait below without a recorded event (no order, or a failed wait).
   cudaEvent_t& event = s->events[b.slot];
-  if (b.record) {
-    if (event == nullptr) {
-      DeviceGuard restore(c->device);
-      const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
-      if (err != cudaSuccess) {
-        event = nullptr;
-        return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
-                        lib().cudaGetErrorString(err));
-      }
+  // Made at the context's first change of stream, or at its first user on cudaStreamPerThread,
+  // which scratchUsed marks at once (StreamOrder::after).
+  if ((b.record || StreamOrder::perThread(stream)) && event == nullptr) {
+    DeviceGuard restore(c->device);
+    const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (err != cudaSuccess) {
+      event = nullptr;
+      return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
+                      lib().cudaGetErrorString(err));
     }
+  }
+  if (b.record) {
     const cudaError_t err = lib().cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError,
@@ -1124,19 +1129,71 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
                       "(was that stream destroyed?)",
                       function, s->name, b.recordOn, lib().cudaGetErrorString(err));
   }
-  if (!b.wait) return ncclSuccess;
-  const cudaError_t err = lib().cudaStreamWaitEvent(stream, event, 0);
+  if (b.wait) {
+    const cudaError_t err = lib().cudaStreamWaitEvent(stream, event, 0);
+    if (err != cudaSuccess)
+      return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user: %s", function,
+                      static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+  }
+  // Across contexts (Scratch::serial). At the first captured user, the eager users so far are marked
+  // on the last one's stream (unless that stream is the one capturing: its work is then before the
+  // capture in stream order only). Inside a capture the wait is an external event node: each replay
+  // waits for the record current when it was launched.
+  if (!settings().graphMixing) return ncclSuccess;
+  if (context != 0 && !s->everCaptured) {
+    if (s->serial == nullptr) {
+      DeviceGuard restore(c->device);
+      const cudaError_t err = lib().cudaEventCreateWithFlags(&s->serial, cudaEventDisableTiming);
+      if (err != cudaSuccess) {
+        s->serial = nullptr;
+        return shimFail(ncclUnhandledCudaError, "%s: the %s's order across graphs: cudaEventCreateWithFlags: %s",
+                        function, s->name, lib().cudaGetErrorString(err));
+      }
+    }
+    // Not sticky: a mark that cannot be made (the last eager user's stream destroyed, or the legacy
+    // stream while another stream captures) is a warning; the first replay is then not ordered
+    // after the eager users before it.
+    s->everCaptured = true;
+    const void* eager = nullptr;
+    uint64_t eagerThread = 0;
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (s->order.lastEager(&eager, &eagerThread) && StreamOrder::perThread(eager) &&
+        eagerThread != threadToken()) {
+      // A record here would land on this thread's stream, not on the one they ran on.
+      warn(c->rank, "%s: the %s's eager users before its first capture ran on another thread's cudaStreamPerThread "
+           "and cannot be marked from this thread: the first replay is not ordered after them", function, s->name);
+    } else if (s->order.lastEager(&eager)) {
+      cudaStream_t es = static_cast<cudaStream_t>(const_cast<void*>(eager));
+      cudaError_t err = lib().cudaStreamIsCapturing(es, &status);
+      if (err == cudaSuccess && status == cudaStreamCaptureStatusNone) err = lib().cudaEventRecord(s->serial, es);
+      if (err != cudaSuccess)
+        warn(c->rank, "%s: marking the %s's eager users before its first capture failed: %s", function, s->name,
+             lib().cudaGetErrorString(err));
+      lib().cudaGetLastError();
+    }
+  }
+  if (!s->everCaptured) return ncclSuccess;
+  const cudaError_t err = lib().cudaStreamWaitEvent(stream, s->serial, context != 0 ? cudaEventWaitExternal : 0);
   if (err != cudaSuccess)
-    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user: %s", function,
-                    static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+    return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user in another context: %s",
+                    function, static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
   return ncclSuccess;
 }
 
 ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, unsigned long long context) {
   std::lock_guard<std::mutex> lock(s->mutex);
+  // The cross-context record first, so that inside a capture the next user on another stream
+  // depends on this record node too (a graph's records then form a chain).
+  if (s->everCaptured) {
+    const cudaError_t err = context != 0 ? lib().cudaEventRecordWithFlags(s->serial, stream, cudaEventRecordExternal)
+                                         : lib().cudaEventRecord(s->serial, stream);
+    if (err != cudaSuccess)
+      return shimFail(ncclUnhandledCudaError, "%s: stream=%p: recording the %s's use for other contexts: %s",
+                      function, static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+  }
   int slot = 0;
   if (!s->order.after(stream, context, &slot)) return ncclSuccess;
-  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);
+  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);  // made by scratchBefore
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
                     static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));

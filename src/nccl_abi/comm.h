@@ -42,6 +42,12 @@ struct Scratch {
   size_t agreed = 0;
   StreamOrder order;
   cudaEvent_t events[StreamOrder::kSlots] = {};  // one per context slot, made at its first change of stream
+  // Across contexts, from the first captured user on (scratchBefore): every user waits for the last
+  // user of any context and records `serial` after itself (inside a capture as the graph's own
+  // external event nodes), so that a graph's replay and eager calls use the scratch in host issue
+  // order, as NCCL orders its calls (its graph mixing support) and libyali its launches.
+  cudaEvent_t serial = nullptr;
+  bool everCaptured = false;
 };
 
 // A communicator whose ranks span several nodes of localSize ranks each (routing.h: decideSetUp):

@@ -13,8 +13,15 @@ Settings readSettings() {
   const char* debug = getenv("YALI_NCCL_DEBUG");
   s.debug = debug != nullptr && debug[0] != '\0' && strcmp(debug, "0") != 0;
   s.disabled = parseDisableList(getenv("YALI_NCCL_DISABLE"), &s.unknownDisabled);
-  const char* reg = getenv("YALI_NCCL_REGISTER");
-  s.registerYali = reg == nullptr || strcmp(reg, "0") != 0;
+  s.registerYali = parseRegisterSetting(getenv("YALI_NCCL_REGISTER"));
+  // Read as NCCL reads an integer setting (NCCL_PARAM: strtoll, base 0; unset or unparsable keeps
+  // the default 1). NCCL 2.29's per-comm config field for it is not read.
+  const char* mixing = getenv("NCCL_GRAPH_MIXING_SUPPORT");
+  char* end = nullptr;
+  const long long value = mixing != nullptr && mixing[0] != '\0' ? strtoll(mixing, &end, 0) : 1;
+  s.graphMixing = end == mixing || value != 0;
+  // libyali reads its settings when a communicator is made, after this (the first call of ours).
+  if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);
   return s;
 }
 

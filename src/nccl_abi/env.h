@@ -17,10 +17,13 @@ struct Settings {
   // YALI_NCCL_DISABLE: collectives that stay on NCCL ("allgather,reducescatter", "all").
   CollectiveMask disabled = 0;
   std::string unknownDisabled;  // names it did not know (warned about once)
-  // YALI_NCCL_REGISTER=0: ncclCommRegister registers with NCCL only. YALI's registration is
-  // collective (every rank, same order, same size), NCCL's is not: a program whose ranks register
-  // different buffers (torch's allocator hook) must turn it off. Default 1.
-  bool registerYali = true;
+  // YALI_NCCL_REGISTER=1: ncclCommRegister registers with YALI too (parseRegisterSetting says why
+  // it is off by default), for programs whose ranks register the same buffers in the same order.
+  bool registerYali = false;
+  // NCCL_GRAPH_MIXING_SUPPORT=0 (NCCL's setting): neither NCCL nor, then, the scratches' users or
+  // YALI's launches (YALI_GRAPH_MIXING=0, set for libyali unless the program set it) order a comm's
+  // graph replays against its other calls; the program does. Default 1, as NCCL's.
+  bool graphMixing = true;
 };
 
 const Settings& settings();

@@ -59,6 +59,10 @@ std::string lowerTrimmed(const std::string& s) {
 
 }  // namespace
 
+bool parseRegisterSetting(const char* value) {
+  return value != nullptr && value[0] != '\0' && strcmp(value, "0") != 0;
+}
+
 CollectiveMask parseDisableList(const char* text, std::string* unknown) {
   CollectiveMask mask = 0;
   if (unknown != nullptr) unknown->clear();
@@ -337,15 +341,18 @@ const char* routeReason(Route route) {
 StreamOrder::Slot& StreamOrder::slotOf(unsigned long long context, int* index) {
   *index = context == 0 ? 0 : 1;
   Slot& s = slots_[*index];
-  if (context != 0 && s.context != context) s = Slot{false, nullptr, false, context};  // a new capture
+  if (context != 0 && s.context != context) {  // a new capture
+    s = Slot{};
+    s.context = context;
+  }
   return s;
 }
 
-StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context) {
+StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long context, uint64_t thread) {
   Before b;
   Slot& s = slotOf(context, &b.slot);
-  if (!s.have || stream == s.last) return b;
-  if (!s.everyCall) {
+  if (!s.have || (stream == s.last && (!perThread(stream) || thread == s.thread))) return b;
+  if (!s.everyCall && !perThread(s.last)) {  // a user on cudaStreamPerThread recorded at once (after)
     // The context's first change of stream: its last user was not marked; everything queued on
     // that stream so far (it, and perhaps later work of the program's) is.
     b.record = true;
@@ -356,13 +363,14 @@ StreamOrder::Before StreamOrder::before(const void* stream, unsigned long long c
   return b;
 }
 
-bool StreamOrder::after(const void* stream, unsigned long long context, int* slot) {
+bool StreamOrder::after(const void* stream, unsigned long long context, int* slot, uint64_t thread) {
   int index = 0;
   Slot& s = slotOf(context, &index);
   if (slot != nullptr) *slot = index;
   s.have = true;
   s.last = stream;
-  return s.everyCall;
+  s.thread = thread;
+  return s.everyCall || perThread(stream);
 }
 
 StagingLayout stagingLayout(yaliCollective_t collective, int rank, int root, int nranks, size_t count,

@@ -10,6 +10,7 @@
 
 #include <nccl.h>
 
+#include "core/thread_token.h"
 #include "yali/yali.h"
 
 namespace yali::nccl_abi {
@@ -25,6 +26,13 @@ constexpr CollectiveMask kAllNcclCollectives = (1u << (yaliCollAlltoAll + 1)) - 
 // spaces allowed around the commas; "all" for every one; empty for none). Names it does not know
 // are skipped and listed in *unknown (comma separated) for a warning.
 CollectiveMask parseDisableList(const char* text, std::string* unknown);
+
+// YALI_NCCL_REGISTER's value: whether ncclCommRegister registers with YALI too. Off unless set to
+// something other than "0" or empty: NCCL's registration is local to a rank, YALI's collective
+// (every rank, the same sizes in the same order, and for AllReduce's zero-copy the same offsets),
+// so an unchanged NCCL program (torch's allocator hook, one thread registering for several GPUs
+// outside a group, ranks registering in different orders) would fail or stall under it.
+bool parseRegisterSetting(const char* value);
 
 // ---- Creation: what NCCL makes of a communicator's config ----------------------------------------
 
@@ -208,8 +216,11 @@ std::vector<CopyRun> copyRuns(const NodeLayout& layout);
 // every user. A context is a capture (its id) or eager work (0), each ordered on its own (one
 // event each: kSlots): within one capture the wait is a graph edge; eager users wait for the last
 // eager one, whatever was captured in between; between contexts (a graph's replay and eager
-// calls, two captures) the program orders them (NCCL orders them itself: NCCL_ABI.md, limits). Streams are compared by
-// handle only.
+// calls, two captures) one more event orders them once a user was captured (comm.cc:
+// scratchBefore, Scratch::serial). Streams are compared by handle, and cudaStreamPerThread, one
+// handle for another stream in each host thread, also by the thread: a user on it is on the last
+// user's stream only if the same thread made both, and records the event at once (a later user on
+// another thread could not mark it: its record would land on its own thread's stream).
 class StreamOrder {
  public:
   static constexpr int kSlots = 2;  // [0]: eager users; [1]: the users of the latest capture
@@ -219,17 +230,28 @@ class StreamOrder {
     bool wait = false;               // the call's stream waits for the slot's event
     int slot = 0;                    // which event (the context's)
   };
-  // Before a user on `stream` in `context`; the caller records and waits as told.
-  Before before(const void* stream, unsigned long long context);
+  // Before a user on `stream` in `context`, made by `thread`; the caller records and waits as told.
+  Before before(const void* stream, unsigned long long context,
+                uint64_t thread = threadToken());
   // After the user: true when the event of slot *slot must be recorded on `stream` (every call of
-  // the context, once its streams changed).
-  bool after(const void* stream, unsigned long long context, int* slot = nullptr);
+  // the context once its streams changed, and every user on cudaStreamPerThread).
+  bool after(const void* stream, unsigned long long context, int* slot = nullptr,
+             uint64_t thread = threadToken());
   bool recordsEveryCall() const { return slots_[0].everyCall || slots_[1].everyCall; }
+  // The last eager user's stream and thread, when there was one (the cross-context order marks it
+  // once; not from another thread when it is cudaStreamPerThread).
+  bool lastEager(const void** stream, uint64_t* thread = nullptr) const {
+    *stream = slots_[0].last;
+    if (thread != nullptr) *thread = slots_[0].thread;
+    return slots_[0].have;
+  }
+  static bool perThread(const void* stream) { return stream == static_cast<const void*>(cudaStreamPerThread); }
 
  private:
   struct Slot {
     bool have = false;               // a user of the context came
     const void* last = nullptr;      // its stream
+    uint64_t thread = 0;             // and the thread that made it (threadToken: cudaStreamPerThread)
     bool everyCall = false;          // the context changed streams: every user records
     unsigned long long context = 0;  // the capture's id (slot 1)
   };

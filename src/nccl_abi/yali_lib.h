@@ -59,6 +59,7 @@ namespace yali::nccl_abi {
   X(cudaStreamGetCaptureInfo, decltype(::cudaStreamGetCaptureInfo))                         \
   X(cudaEventCreateWithFlags, cudaError_t(cudaEvent_t*, unsigned int))                     \
   X(cudaEventRecord, cudaError_t(cudaEvent_t, cudaStream_t))                                \
+  X(cudaEventRecordWithFlags, cudaError_t(cudaEvent_t, cudaStream_t, unsigned int))         \
   X(cudaEventDestroy, cudaError_t(cudaEvent_t))                                             \
   X(cudaStreamWaitEvent, cudaError_t(cudaStream_t, cudaEvent_t, unsigned int))
 

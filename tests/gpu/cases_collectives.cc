@@ -27,6 +27,7 @@
 #include <cinttypes>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -268,6 +269,11 @@ bool isLL(const std::string& a) { return a.size() > 3 && a.compare(a.size() - 3,
 // Where a call's buffers lie. Offsets are in elements past a 4 KiB-aligned start (at most 7).
 struct CLayout {
   size_t sendOff = 0, recvOff = 0;
+  // The first region (the input; in place, the outer buffer) a further rank * sendOffPerRank
+  // elements on: each rank's input at its own offset within the corresponding registration, which
+  // the algorithms that read their peers' registered inputs (reducescatter_pull) learn from each
+  // other.
+  size_t sendOffPerRank = 0;
   bool inplace = false;     // the collective's in-place form (Bcast always)
   bool oneAlloc = false;    // out of place: send and recv in one allocation, a guard gap between
   bool nullUnused = false;  // NULL for the buffers this rank does not use (non-roots)
@@ -314,6 +320,10 @@ std::string describe(const CSpec& s) {
     std::snprintf(buf, sizeof buf, " send+%zu recv+%zu elems", s.L.sendOff, s.L.recvOff);
     d += buf;
   }
+  if (s.L.sendOffPerRank) {
+    std::snprintf(buf, sizeof buf, " send+%zu*rank elems", s.L.sendOffPerRank);
+    d += buf;
+  }
   if (s.L.oneAlloc) d += " one-allocation";
   if (s.L.sendAtRootOffset && s.inplace() && (s.coll == kGather || s.coll == kScatter))
     d += " non-roots laid out like the root";
@@ -321,11 +331,16 @@ std::string describe(const CSpec& s) {
   return d;
 }
 
-// Bytes each of a Slab's two allocations needs for a call: guard, the largest region (n * count
-// elements) after up to 7 elements of offset, a 4 KiB-aligned guard gap, a second such region
-// (oneAlloc), guard.
+// The most bytes a region can reach past kGuardBytes: n * count elements after their offsets
+// (sendOff or recvOff, up to 7 elements, plus sendOffPerRank * rank).
+size_t regionReach(const CSpec& s, int nranks) {
+  return (size_t)nranks * s.count * dtypeSize(s.dt) + 8 * (7 + (size_t)(nranks - 1) * s.L.sendOffPerRank) + 8;
+}
+
+// Bytes each of a Slab's two allocations needs for a call: guard, the largest region (regionReach),
+// a 4 KiB-aligned guard gap, a second such region (oneAlloc), guard.
 size_t slabBytesFor(const CSpec& s, int nranks) {
-  const size_t region = ((size_t)nranks * s.count * dtypeSize(s.dt) + 8 * 8 + 4095) / 4096 * 4096;
+  const size_t region = (regionReach(s, nranks) + 4095) / 4096 * 4096;
   return (s.L.oneAlloc ? 3 * kGuardBytes + 4096 + 2 * region : 2 * kGuardBytes + region);
 }
 
@@ -699,9 +714,9 @@ void CollRun::plan(size_t i) {
   Plan& P = plans[i];
   char* const A = slab_.A[i].p;
   char* const B = slab_.B[i].p;
-  const size_t regionMax = (size_t)n * c * es + 8 * 8;
+  const size_t regionMax = regionReach(spec, n);
   // The first region: in A at the send offset (in place: the outer buffer).
-  char* const first = A + kGuardBytes + spec.L.sendOff * es;
+  char* const first = A + kGuardBytes + (spec.L.sendOff + spec.L.sendOffPerRank * k) * es;
   // The second region (out of place): in B, or in A after the first region and a guard gap.
   char* const second =
       spec.L.oneAlloc ? A + (kGuardBytes + regionMax + 4095) / 4096 * 4096 + kGuardBytes + spec.L.recvOff * es
@@ -1044,6 +1059,14 @@ std::vector<yaliRedOp_t> opsFor(yaliDataType_t dt) {
   return v;
 }
 
+// The ops a case runs for `dt`: all of opsFor's, or under --quick one of them, rotating with the
+// case's running `combo` so that the quick suite still meets every op across types.
+std::vector<yaliRedOp_t> opsToRun(const Ctx& ctx, yaliDataType_t dt, int combo) {
+  std::vector<yaliRedOp_t> ops = opsFor(dt);
+  if (ctx.quick()) ops = {ops[combo % ops.size()]};
+  return ops;
+}
+
 // A count whose per-receiver message is about `bytes` for the type, made odd (never a multiple of
 // a vector width).
 size_t countFor(size_t bytes, yaliDataType_t dt) {
@@ -1127,8 +1150,7 @@ void caseCounts(Ctx& ctx) {
         for (yaliDataType_t dt : kEveryDtype) {
           std::vector<yaliRedOp_t> ops = {yaliSum};
           if (kColl[c].reduces) {
-            ops = opsFor(dt);
-            if (ctx.quick()) ops = {ops[combo % ops.size()]};
+            ops = opsToRun(ctx, dt, combo);
           }
           for (yaliRedOp_t op : ops) {
             CLayout L;
@@ -1505,8 +1527,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         for (yaliRedOp_t op : ops) {
           CLayout L;
           L.inplace = combo % 2 == 1;
@@ -1612,8 +1633,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         for (yaliRedOp_t op : ops) {
           const CSpec s = cspec(kAllReduce, 65537, dt, op);
           Slab& r = reg.get(slabBytesFor(s, n));
@@ -1631,7 +1651,8 @@ void caseAlgos(Ctx& ctx) {
   }
 
   // reducescatter_pull: the inputs registered (off by default): every type x op, counts that leave
-  // blocks short and runs unaligned, in place and not, several blocks; with only sendbuff
+  // blocks short and runs unaligned, in place and not, several blocks; inputs at rank-different
+  // offsets within their registrations; with only sendbuff
   // registered too (which is what it needs), never with only recvbuff or neither; and in a graph
   // (coll_graphs covers captures in general; this one the pull's own handshake across replays).
   {
@@ -1644,8 +1665,7 @@ void caseAlgos(Ctx& ctx) {
       Verifier v(ctx);
       int combo = 0;
       for (yaliDataType_t dt : kEveryDtype) {
-        std::vector<yaliRedOp_t> ops = opsFor(dt);
-        if (ctx.quick()) ops = {ops[combo % ops.size()]};
+        std::vector<yaliRedOp_t> ops = opsToRun(ctx, dt, combo);
         std::vector<size_t> counts = {1, 31, 4093, 262147};
         if (ctx.quick()) counts = {31, 4093};
         for (yaliRedOp_t op : ops) {
@@ -1656,6 +1676,17 @@ void caseAlgos(Ctx& ctx) {
                         label + ", registered");
             ++combo;
           }
+        }
+      }
+      // Each rank's input at an offset of its own within the registration (rank elements further
+      // on, in place too): every rank reads each peer's input where that peer says it lies.
+      for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16, yaliFloat64}) {
+        for (bool inplace : {false, true}) {
+          CLayout L;
+          L.sendOffPerRank = 1;
+          L.inplace = inplace;
+          runCollAlgo(ctx, comms, reg, v, cspec(kReduceScatter, 4093, dt, yaliSum, 0, L), "reducescatter_pull",
+                      label + ", registered, inputs at rank-different offsets");
         }
       }
       for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16}) {
@@ -2851,11 +2882,19 @@ namespace {
 //     and from the next call, whose message names the copy engines' wait; with T = 60 s, a call
 //     waiting for the last rank ends within 1.5 s of yaliCommAbort on its rank. After each, a fresh
 //     comm set's allgather_ce is right;
-//  6. a CUDA call failing half-way through rank 0's call (a test hook): the call and the comm fail
-//     on rank 0, every other rank's waiting call ends at once with yaliRemoteError
-//     (copyEngineHostFailure);
+//  6. a CUDA call failing half-way through rank 0's call (a test hook, which also leaves the call's
+//     end unrecorded): the call and the comm fail on rank 0, whose stream comes back before any
+//     peer calls (before, with the end unrecorded, the watch let the call go unreleased), every
+//     other rank's waiting call ends at once with yaliRemoteError (copyEngineHostFailure);
 //  7. the last rank aborts while the others wait for it: their calls end at once with
-//     yaliRemoteError (copyEnginePeerAbort).
+//     yaliRemoteError (copyEnginePeerAbort);
+//  8. rank 0's call released by its abort, or by its timeout, before the others call: their calls,
+//     whose handshake passes on the words rank 0's released call sent, end with rank 0's failure,
+//     not without an error on rank 0's since overwritten input (copyEngineReleasedPeer);
+//  9. multi mode: the last rank never calling, and meanwhile every rank registers a buffer with a
+//     second comm (mapping its peers' by CUDA IPC), deregisters it and destroys that comm, so that
+//     the closes of those mappings are posted while the others' calls wait: the calls still time
+//     out, between 0.9 T and T + 10 s (copyEngineCloseWhileWaiting).
 
 // Collective: no process has two of its ranks on one GPU. The library turns the copy-engine
 // algorithms off for comms whose ranks of one process share a GPU (yali.h: their streams' waits
@@ -3368,9 +3407,62 @@ void copyEnginePeerAbort(Ctx& ctx) {
   copyEngineFreshComms(ctx, "a fresh comm after a peer aborted during a copy-engine call");
 }
 
+// Comms with allgather_ce forced and YALI_TIMEOUT_MS = timeoutMs, created together (settings are
+// read at creation; so is YALI_TEST_COPY_ENGINE_FAIL, set to `failHook` where it is not null).
+std::vector<yaliComm_t> allgatherCeComms(Ctx& ctx, int timeoutMs, const std::string& label,
+                                         const char* failHook = nullptr) {
+  SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(timeoutMs)}});
+  EnvScope hook("YALI_TEST_COPY_ENGINE_FAIL", failHook);
+  ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
+  return ctx.createComms(label.c_str());
+}
+
+// Local ranks `which` each make their call now (issue(i), checked as issued); every stream must
+// come back within promptMs of its call (still busy limitMs later: a hang, fatal). `why` ends the
+// message of a stream that came back late.
+void issueAndWaitPrompt(Ctx& ctx, const std::vector<size_t>& which, const std::function<yaliResult_t(size_t)>& issue,
+                        const std::vector<yaliComm_t>& comms, double limitMs, double promptMs, const std::string& why,
+                        const std::string& label) {
+  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
+  for (size_t i : which) {
+    watchdogStep("%s: rank %d's call", label.c_str(), ctx.local[i].rank);
+    issuedAt[i] = Clock::now();
+    checkIssued(ctx, issue(i), ctx.local[i].rank, comms[i], label + ": the call");
+  }
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, which, Clock::now(), limitMs, label + ": waiting for the streams");
+  for (size_t c = 0; c < which.size(); ++c) {
+    const size_t i = which[c];
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), ctx.local[i].rank, ms);
+    if (ms > promptMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms%s", label.c_str(), ctx.local[i].rank,
+               ms, promptMs, why.c_str());
+  }
+}
+
+// Every comm not aborted yet (non-null) is aborted, then the slab freed, then a fresh comm set runs
+// allgather_ce right (copyEngineFreshComms, labelled `fresh`). Collective.
+void abortEveryCommAndFree(Ctx& ctx, const std::vector<yaliComm_t>& comms, Slab& slab, const std::string& label,
+                           const std::string& fresh) {
+  ctx.world->barrier();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (comms[i] == nullptr) continue;
+    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    if (r != yaliSuccess)
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+  }
+  syncAll(ctx);
+  ctx.world->barrier();  // no peer maps our memory any more
+  freeSlab(ctx, slab);
+  copyEngineFreshComms(ctx, fresh);
+}
+
 // Part 6: a CUDA call of a *_ce call fails half-way on rank 0 (YALI_TEST_COPY_ENGINE_FAIL=2 in
 // rank 0's process: the second call's ready handshake and copies are queued, its done handshake is
-// not). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
+// not, and its end is not recorded: the watch must find it by the stream). Rank 0 alone makes that call first, in a group with a third call (the same input, into a
 // poisoned buffer of its own):
 //   - yaliGroupEnd returns yaliUnhandledCudaError naming the hook, and rank 0's comm has failed: the
 //     group's third call is refused (it was issued before: its handshake passed on the words the
@@ -3395,13 +3487,7 @@ void copyEngineHostFailure(Ctx& ctx) {
     ctx.note("%s: skipped: rank 0's process holds other ranks too (the hook is per process)", label.c_str());
     return;
   }
-  std::vector<yaliComm_t> comms;
-  {
-    SelectorScope env({{"YALI_ALGO", "allgather_ce"}, {"YALI_TIMEOUT_MS", std::to_string(kTimeoutMs)}});
-    EnvScope hook("YALI_TEST_COPY_ENGINE_FAIL", rank0Here ? "2" : nullptr);  // settings are read at creation
-    ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
-    comms = ctx.createComms(label.c_str());
-  }
+  std::vector<yaliComm_t> comms = allgatherCeComms(ctx, kTimeoutMs, label, rank0Here ? "2" : nullptr);
   const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
   std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
   CollRun run(ctx, spec, *slab);
@@ -3475,42 +3561,164 @@ void copyEngineHostFailure(Ctx& ctx) {
   }
   ctx.world->barrier();  // the others call only now
   std::vector<size_t> others;
-  std::vector<Clock::time_point> issuedAt(ctx.local.size(), Clock::now());
-  for (size_t i = 0; i < ctx.local.size() && !rank0Here; ++i) {
-    watchdogStep("%s: rank %d's second call", label.c_str(), ctx.local[i].rank);
-    issuedAt[i] = Clock::now();
-    checkIssued(ctx, call(i, run.plans[i].recv), ctx.local[i].rank, comms[i], label + ": the second call");
-    others.push_back(i);
-  }
-  const std::vector<Clock::time_point> idleAt =
-      waitStreamsIdle(ctx, others, Clock::now(), kTimeoutMs + 60000, label + ": waiting for the other streams");
-  for (size_t c = 0; c < others.size(); ++c) {
-    const size_t i = others[c];
+  for (size_t i = 0; i < ctx.local.size() && !rank0Here; ++i) others.push_back(i);
+  issueAndWaitPrompt(
+      ctx, others, [&](size_t i) { return call(i, run.plans[i].recv); }, comms, kTimeoutMs + 60000, kPromptMs,
+      ": rank 0's failure did not reach its wait", label + ", the second call");
+  for (size_t i : others) {
     const int rank = ctx.local[i].rank;
-    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - issuedAt[i]).count();
-    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
-    if (ms > kPromptMs)
-      ctx.fail("%s: rank %d's stream came back after %.0f ms, more than %.0f ms: rank 0's failure did not reach "
-               "its wait",
-               label.c_str(), rank, ms, kPromptMs);
     expectPeerFailure(ctx, comms[i], rank, 0, "a CUDA call failed half-way", label);
     const yaliResult_t again = call(i, run.plans[i].recv);
     if (again != yaliRemoteError)
       ctx.fail("%s: rank %d: the next call on the failed comm returned %d (%s); expected yaliRemoteError",
                label.c_str(), rank, (int)again, yaliGetErrorString(again));
   }
-  ctx.world->barrier();
-  for (size_t i = 0; i < comms.size(); ++i) {
-    watchdogStep("%s: yaliCommAbort (rank %d)", label.c_str(), ctx.local[i].rank);
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    if (r != yaliSuccess)
-      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
-               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-  }
+  abortEveryCommAndFree(ctx, comms, *slab, label, "a fresh comm after a copy-engine call failed half-way");
+}
+
+// Part 8: a peer's call released by its abort or its timeout does not let another rank's call end
+// without an error. allgather_ce forced. Rank 0 alone calls; its call is released either by its
+// yaliCommAbort 300 ms later (YALI_TIMEOUT_MS=60 s), or by its own timeout (YALI_TIMEOUT_MS=2 s or
+// 4 s; there only rank 0's watch tells the peers, at the timeout and before the release; no
+// yaliCommAbort does). The released stream
+// goes on to copy the peers' inputs and to write its done words into their windows. Rank 0 then
+// overwrites its own input (0xA5), as a program may once its call has come back, and only then do
+// the others call: their ready and done waits pass on rank 0's words, and their copies read rank
+// 0's overwritten input. Each must come back within 2 s with rank 0's failure: yaliRemoteError
+// naming its abort, or yaliTimeout naming rank 0 (handshake step 4, the gate). Before the gate they
+// ended without any error, rank 0's piece of their output holding the 0xA5 bytes.
+void copyEngineReleasedPeer(Ctx& ctx, bool byAbort) {
+  const int kTimeoutMs = byAbort ? 60000 : ctx.nranks <= 4 ? 2000 : 4000;
+  const double kReleaseMs = byAbort ? 1500 : kTimeoutMs + 1500;
+  const double kPromptMs = 2000;
+  const std::string label = std::string("allgather_ce, rank 0's call released by its ") +
+                            (byAbort ? "abort" : "timeout (YALI_TIMEOUT_MS=" + std::to_string(kTimeoutMs) + ")") +
+                            " before the others call";
+  std::vector<yaliComm_t> comms = allgatherCeComms(ctx, kTimeoutMs, label);
+  const CSpec spec = cspec(kAllGather, 65537, yaliFloat32);
+  std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, slabBytesFor(spec, ctx.nranks));
+  CollRun run(ctx, spec, *slab);
+  expectAlgo(ctx, comms, run, "allgather_ce", label);
+  run.prepare(ctx.nextSeed());
   syncAll(ctx);
-  ctx.world->barrier();  // no peer maps our memory any more
+  auto call = [&](size_t i) {
+    const CollRun::Plan& P = run.plans[i];
+    return callColl(spec.coll, P.send, P.recv, spec.count, spec.dt, spec.op, spec.root, comms[i], ctx.local[i].stream);
+  };
+  const size_t pieceBytes = spec.count * sizeof(float);
+  ctx.world->barrier();
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    if (ctx.local[i].rank != 0) continue;
+    watchdogStep("%s: rank 0's call", label.c_str());
+    const Clock::time_point issued = Clock::now();
+    checkIssued(ctx, call(i), 0, comms[i], label + ": rank 0's call");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    if (cudaStreamQuery(ctx.local[i].stream) != cudaErrorNotReady)
+      ctx.fail("%s: rank 0's stream is idle 300 ms after its call: did the call wait for the others at all?",
+               label.c_str());
+    Clock::time_point t0 = issued;
+    if (byAbort) {
+      t0 = Clock::now();
+      const yaliResult_t r = yaliCommAbort(comms[i]);
+      comms[i] = nullptr;
+      if (r != yaliSuccess)
+        ctx.fail("%s: yaliCommAbort (rank 0) returned %d (%s)", label.c_str(), (int)r, yaliGetErrorString(r));
+    }
+    const std::vector<Clock::time_point> idle =
+        waitStreamsIdle(ctx, {i}, t0, kTimeoutMs + 60000, label + ": waiting for rank 0's stream");
+    const double ms = std::chrono::duration<double, std::milli>(idle[0] - t0).count();
+    ctx.note("%s: rank 0's stream came back %.0f ms after its %s", label.c_str(), ms, byAbort ? "abort" : "call");
+    if (ms > kReleaseMs)
+      ctx.fail("%s: rank 0's stream came back %.0f ms after its %s, more than %.0f ms", label.c_str(), ms,
+               byAbort ? "abort" : "call", kReleaseMs);
+    if (!byAbort) {
+      yaliResult_t async = yaliSuccess;
+      if (yaliCommGetAsyncError(comms[i], &async) != yaliSuccess || async != yaliTimeout)
+        ctx.fail("%s: rank 0: yaliCommGetAsyncError gives %d (%s); expected yaliTimeout", label.c_str(), (int)async,
+                 yaliGetErrorString(async));
+    }
+    CUDA_OK(ctx, cudaMemset(const_cast<void*>(run.plans[i].send), 0xA5, pieceBytes));  // the program reuses its input
+    CUDA_OK(ctx, cudaDeviceSynchronize());
+  }
+  ctx.world->barrier();  // the others call only now
+  std::vector<size_t> others;
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    if (ctx.local[i].rank != 0) others.push_back(i);
+  issueAndWaitPrompt(ctx, others, call, comms, kTimeoutMs + 60000, kPromptMs, "", label + ", the others' call");
+  for (size_t i : others) {
+    const int rank = ctx.local[i].rank;
+    yaliResult_t async = yaliSuccess;
+    if (yaliCommGetAsyncError(comms[i], &async) == yaliSuccess && async == yaliSuccess) {
+      std::vector<unsigned char> host(pieceBytes);
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaMemcpy(host.data(), run.plans[i].recv, pieceBytes, cudaMemcpyDeviceToHost));
+      size_t overwritten = 0;
+      for (unsigned char b : host) overwritten += b == 0xA5;
+      ctx.fail("%s: rank %d: the call ended without an error, %zu of the %zu bytes of rank 0's piece in its output "
+               "being rank 0's overwritten input; expected rank 0's failure",
+               label.c_str(), rank, overwritten, pieceBytes);
+      continue;
+    }
+    if (byAbort) {
+      expectPeerFailure(ctx, comms[i], rank, 0, "it called yaliCommAbort", label);
+    } else {
+      const std::string msg = str(yaliGetLastError(comms[i]));
+      if (async != yaliTimeout || msg.find("rank 0 failed and told this rank") == std::string::npos)
+        ctx.fail("%s: rank %d: yaliCommGetAsyncError gives %d (%s), \"%s\"; expected yaliTimeout, \"rank 0 failed and "
+                 "told this rank\"",
+                 label.c_str(), rank, (int)async, yaliGetErrorString(async), msg.c_str());
+    }
+  }
+  abortEveryCommAndFree(ctx, comms, *slab, label, "a fresh comm after a peer's released copy-engine call");
+}
+
+// Part 9: an IPC close posted while a copy-engine call waits. While cudaIpcCloseMemHandle waits
+// for the device the driver holds up the process's other CUDA calls: a close started while a call
+// waited for a peer held up the watch that would time the call out, and the close waited for the
+// call (a hang; the library starts no close while a copy-engine call is in flight, CloseGate). The
+// second comm's slab is freed only after the calls ended: cudaFree waits for the device too.
+// Only in multi mode: in single mode no peer memory is mapped by IPC.
+void copyEngineCloseWhileWaiting(Ctx& ctx) {
+  if (!ctx.allTrue(ctx.local.size() == 1)) return;
+  const int kTimeoutMs = ctx.nranks <= 4 ? 6000 : 12000;  // room for the second comm's set-up
+  const double kSlackMs = 10000;
+  const std::string label = "allgather_ce, the last rank never calling, another comm's registration closed meanwhile";
+  WaitingForLastRank w(ctx, kTimeoutMs, label);
+  const Clock::time_point first = *std::min_element(w.issuedAt.begin(), w.issuedAt.end());
+  const std::string other = label + ": the second comm";
+  watchdogStep("%s", other.c_str());
+  std::vector<yaliComm_t> comms = ctx.createComms(other.c_str());
+  std::unique_ptr<Slab> slab = makeRegisteredSlab(ctx, comms, 1 << 20);
+  deregisterPart(ctx, comms, slab->regA, "A");  // the peers' mappings go: their closes are posted
+  deregisterPart(ctx, comms, slab->regB, "B");
+  ctx.destroyComms(comms, other.c_str());
+  const double postedMs = msSince(first);
+  ctx.note("%s: the closes were posted %.0f ms after the calls", label.c_str(), postedMs);
+  if (!ctx.allTrue(postedMs < 0.9 * kTimeoutMs))
+    ctx.fail("%s: the second comm's set-up and deregistration took %.0f ms here, too close to YALI_TIMEOUT_MS=%d "
+             "ms: the closes may not have been posted while the calls waited (raise the case's timeout)",
+             label.c_str(), postedMs, kTimeoutMs);
+  const std::vector<Clock::time_point> idleAt =
+      waitStreamsIdle(ctx, w.callers, first, kTimeoutMs + 60000, label + ": waiting for the streams");
+  for (size_t c = 0; c < w.callers.size(); ++c) {
+    const size_t i = w.callers[c];
+    const int rank = ctx.local[i].rank;
+    const double ms = std::chrono::duration<double, std::milli>(idleAt[c] - w.issuedAt[i]).count();
+    ctx.note("%s: rank %d's stream came back after %.0f ms", label.c_str(), rank, ms);
+    if (ms > kTimeoutMs + kSlackMs || ms < 0.9 * kTimeoutMs)
+      ctx.fail("%s: rank %d's stream came back after %.0f ms, outside 0.9 x YALI_TIMEOUT_MS to YALI_TIMEOUT_MS + "
+               "%.0f ms (T = %d ms)",
+               label.c_str(), rank, ms, kSlackMs, kTimeoutMs);
+    yaliResult_t async = yaliSuccess;
+    const yaliResult_t r = yaliCommGetAsyncError(w.comms[i], &async);
+    if (r != yaliSuccess || async != yaliTimeout)
+      ctx.fail("%s: rank %d: yaliCommGetAsyncError returned %d with asyncError %d (%s); expected yaliTimeout",
+               label.c_str(), rank, (int)r, (int)async, yaliGetErrorString(async));
+  }
+  ctx.world->barrier();  // the calls have ended everywhere: the slab's memory may go
   freeSlab(ctx, *slab);
-  copyEngineFreshComms(ctx, "a fresh comm after a copy-engine call failed half-way");
+  w.finish();
 }
 
 void caseCopyEngine(Ctx& ctx) {
@@ -3550,6 +3758,9 @@ void caseCopyEngine(Ctx& ctx) {
   copyEngineAbort(ctx);
   copyEngineHostFailure(ctx);
   copyEnginePeerAbort(ctx);
+  copyEngineReleasedPeer(ctx, true);
+  copyEngineReleasedPeer(ctx, false);
+  copyEngineCloseWhileWaiting(ctx);
 }
 
 // ==== trust_epoch_wrap: the exchange families ========================================================

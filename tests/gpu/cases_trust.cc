@@ -2340,7 +2340,9 @@ void caseSoakCalls(Ctx& ctx) {
 // Y before X there and X before Y on odd ranks: the ranks disagree about which call is which (a
 // timeout after YALI_TIMEOUT_MS = 5 s, or wrong sums). Three rounds on the same comms (the first
 // change of stream and the later ones take different paths in the library), then the same inside
-// one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; outputs
+// one CUDA graph capture per rank (A and B forked from the main stream), replayed twice; then eager
+// calls around a capture, and a graph's replay between eager calls on other streams; then X and Y
+// from two host threads, each on its own cudaStreamPerThread (one handle, two streams); outputs
 // checked exactly. Written 2026-11-25 with the fix, after torch's FSDP2 under libyali-nccl timed
 // out (120 s); the next device run must show it failing without the fix.
 
@@ -2354,11 +2356,12 @@ void caseStreamsOrder(Ctx& ctx) {
   const std::string name = "trust_streams_order";
   std::vector<yaliComm_t> comms = ctx.createComms(name.c_str());
   const size_t nl = ctx.local.size();
-  std::vector<cudaStream_t> A(nl), B(nl);
+  std::vector<cudaStream_t> A(nl), B(nl), C(nl);
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&A[i], cudaStreamNonBlocking));
     CUDA_OK(ctx, cudaStreamCreateWithFlags(&B[i], cudaStreamNonBlocking));
+    CUDA_OK(ctx, cudaStreamCreateWithFlags(&C[i], cudaStreamNonBlocking));
   }
   // Fresh inputs for both calls, on their streams, done everywhere before anything is issued.
   auto prepareBoth = [&](Run& x, Run& y) {
@@ -2381,6 +2384,20 @@ void caseStreamsOrder(Ctx& ctx) {
       launchOk(ctx, "sleepKernel");
     }
   };
+  // Run r's AllReduce on local rank i, captured alone on the rank's main stream into *graph.
+  auto captureAlone = [&](Run& r, size_t i, cudaGraph_t* graph) {
+    const cudaStream_t st = ctx.local[i].stream;
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    const yaliResult_t result = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
+                                              comms[i], st);
+    const cudaError_t e = cudaStreamEndCapture(st, graph);
+    if (e != cudaSuccess) {
+      ctx.fail("rank %d: ending a capture: %s", ctx.local[i].rank, cudaGetErrorString(e));
+      (void)cudaGetLastError();
+    }
+    return result;
+  };
   auto verifyBoth = [&](Run& x, Run& y, const std::string& label) {
     x.verify(comms, label + " (X)");
     y.verify(comms, label + " (Y)");
@@ -2398,12 +2415,18 @@ void caseStreamsOrder(Ctx& ctx) {
     verifyBoth(x, y, label);
   }
   // The same inside one capture per rank: A and B fork from the rank's main stream and join it
-  // again; the even ranks' sleep is captured too. Each graph replayed twice with fresh inputs.
+  // again; the even ranks' sleep is captured too, on A before X and on B before Y. Each graph
+  // replayed twice with fresh inputs, each replay followed by Z eager on a third stream C: Z must
+  // wait for the graph's last call (Y), so the graph's cross-context records must form a chain whose
+  // last is Y's (were it X's, Z would run beside the even ranks' sleep before Y there, and after Y on
+  // the odd ranks).
   {
-    const std::string label = name + ": one capture per rank, X on A then Y on B (even ranks sleep on A first)";
+    const std::string label = name + ": one capture per rank, X on A then Y on B (even ranks sleep before each), "
+                                     "then Z eager on C after each replay";
     const size_t cx = 1024, cy = 262147;
     Run x(ctx, spec(cx, yaliFloat32, yaliSum), A);
     Run y(ctx, spec(cy, yaliFloat32, yaliSum), B);
+    Run z(ctx, spec(4093, yaliFloat32, yaliSum), C);
     std::vector<cudaGraph_t> graphs(nl, nullptr);
     std::vector<cudaGraphExec_t> execs(nl, nullptr);
     std::vector<cudaEvent_t> fork(nl, nullptr), joinA(nl, nullptr), joinB(nl, nullptr);
@@ -2425,6 +2448,10 @@ void caseStreamsOrder(Ctx& ctx) {
       }
       const yaliResult_t rx =
           yaliAllReduce(x.ranks[i].send, x.ranks[i].recv, cx, yaliFloat32, yaliSum, comms[i], A[i]);
+      if (k % 2 == 0) {
+        sleepKernel<<<1, 1, 0, B[i]>>>(50ull * 1000 * 1000);
+        launchOk(ctx, "sleepKernel (captured, on B)");
+      }
       const yaliResult_t ry =
           yaliAllReduce(y.ranks[i].send, y.ranks[i].recv, cy, yaliFloat32, yaliSum, comms[i], B[i]);
       if (rx != yaliSuccess || ry != yaliSuccess) {
@@ -2448,16 +2475,24 @@ void caseStreamsOrder(Ctx& ctx) {
       ctx.fail("%s: the capture failed on some rank; replays not run", label.c_str());
     } else {
       for (int rep = 0; rep < 2; ++rep) {
+        z.prepare(ctx.nextSeed());
         prepareBoth(x, y);
+        for (size_t i = 0; i < nl; ++i) {
+          CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+          CUDA_OK(ctx, cudaStreamSynchronize(C[i]));
+        }
+        ctx.world->barrier();
         watchdogStep("%s: replay %d", label.c_str(), rep + 1);
         for (size_t i = 0; i < nl; ++i) {
           CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
           CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
         }
+        z.issue(comms);
         syncAll(ctx);
         const std::string r = label + ", replay " + std::to_string(rep + 1);
         x.verify(comms, r + " (X)");
         y.verify(comms, r + " (Y)");
+        z.verify(comms, r + " (Z)");
         for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, r);
       }
     }
@@ -2469,6 +2504,75 @@ void caseStreamsOrder(Ctx& ctx) {
       for (cudaEvent_t e : {fork[i], joinA[i], joinB[i]})
         if (e) CUDA_OK(ctx, cudaEventDestroy(e));
     }
+  }
+  // cudaStreamPerThread is one handle for a different stream in each host thread. X from one thread
+  // on its cudaStreamPerThread (the even ranks sleep there first), then Y from a second thread on
+  // its own: were the two taken for one stream (equal handles), nothing would order them. Twice:
+  // with the first thread alive until the second has issued, and with it joined before the second
+  // starts (glibc may give the second the first's std::thread::id: a check by that id would take
+  // their streams for one). Each thread waits for its stream before leaving, the first one only in
+  // the first variant (in the second, Y waits for X and the second thread for Y). After the
+  // captures above, so that these eager calls also take the order across contexts.
+  // Not where this thread drives two ranks on one GPU (single mode, ranks sharing GPUs): there the
+  // two ranks' cudaStreamPerThread is one stream, and a collective's two halves queued one behind
+  // the other on it can never meet (seen 2026-11-29, 4 ranks on 2 H200s: a timeout on every rank).
+  bool ranksShareDevice = false;
+  for (size_t i = 0; i < nl; ++i)
+    for (size_t j = i + 1; j < nl; ++j) ranksShareDevice |= ctx.local[i].dev == ctx.local[j].dev;
+  if (ranksShareDevice)
+    ctx.note("%s: the cudaStreamPerThread parts skipped: this thread drives two ranks on one GPU, whose "
+             "per-thread stream is one stream", name.c_str());
+  for (const bool joinedFirst : {false, true}) {
+    if (ranksShareDevice) break;
+    const std::string label =
+        name + ": X from thread 1 on its cudaStreamPerThread (even ranks sleep there first), then Y from thread 2 "
+               "on its own cudaStreamPerThread" + (joinedFirst ? ", thread 1 joined before thread 2 starts" : "");
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    prepareBoth(x, y);
+    std::vector<std::string> errors[2];
+    std::atomic<int> issued{0};
+    auto issueFromThisThread = [&](Run& r, int t) {
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess && t == 0 && ctx.local[i].rank % 2 == 0) {
+          sleepKernel<<<1, 1, 0, cudaStreamPerThread>>>(50ull * 1000 * 1000);
+          e = cudaGetLastError();
+        }
+        if (e != cudaSuccess) errors[t].push_back(std::string("CUDA: ") + cudaGetErrorString(e));
+        const yaliResult_t res = yaliAllReduce(r.ranks[i].send, r.ranks[i].recv, r.spec.count, yaliFloat32, yaliSum,
+                                               comms[i], cudaStreamPerThread);
+        if (res != yaliSuccess)
+          errors[t].push_back("rank " + std::to_string(ctx.local[i].rank) + ": yaliAllReduce returned " +
+                              std::to_string(res) + ": " + str(yaliGetLastError(comms[i])));
+      }
+      ++issued;
+      if (joinedFirst && t == 0) return;
+      while (issued.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      for (size_t i = 0; i < nl; ++i) {
+        cudaError_t e = cudaSetDevice(ctx.local[i].dev);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(cudaStreamPerThread);
+        if (e != cudaSuccess) errors[t].push_back(std::string("waiting for the stream: ") + cudaGetErrorString(e));
+      }
+    };
+    watchdogStep("%s", label.c_str());
+    std::thread first([&] { issueFromThisThread(x, 0); });
+    while (issued.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (joinedFirst) first.join();
+    std::thread second([&] { issueFromThisThread(y, 1); });
+    if (!joinedFirst) first.join();
+    second.join();
+    if (joinedFirst) {
+      // X's stream went with its thread; its work did not. Y, ordered after it, has ended; X too,
+      // unless the library left them unordered: wait for it before the checks either way.
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaDeviceSynchronize());
+      }
+    }
+    for (int t = 0; t < 2; ++t)
+      for (const std::string& e : errors[t]) ctx.fail("%s: thread %d: %s", label.c_str(), t + 1, e.c_str());
+    verifyBoth(x, y, label);
   }
   ctx.destroyComms(comms, name.c_str());
   // Eager calls stay ordered across a capture made between them, on fresh comms (so that the
@@ -2487,13 +2591,8 @@ void caseStreamsOrder(Ctx& ctx) {
     sleepOnEvenRanks();
     x.issue(comms);
     for (size_t i = 0; i < nl; ++i) {
-      const cudaStream_t st = ctx.local[i].stream;
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-      const yaliResult_t rz =
-          yaliAllReduce(z.ranks[i].send, z.ranks[i].recv, 4093, yaliFloat32, yaliSum, comms[i], st);
       cudaGraph_t g = nullptr;
-      CUDA_OK(ctx, cudaStreamEndCapture(st, &g));
+      const yaliResult_t rz = captureAlone(z, i, &g);
       if (rz != yaliSuccess)
         ctx.fail("%s: rank %d: the captured call returned %d: %s", label.c_str(), ctx.local[i].rank, (int)rz,
                  str(yaliGetLastError(comms[i])).c_str());
@@ -2503,12 +2602,177 @@ void caseStreamsOrder(Ctx& ctx) {
     verifyBoth(x, y, label);
     ctx.destroyComms(comms, label.c_str());
   }
+  // A graph's replay between eager calls on other streams, none of them ordered by the program (NCCL
+  // orders them itself: its graph mixing support): a call G captured on the main stream, then X
+  // eager on A (even ranks sleep there first), G's replay on the main stream, Y eager on B. They
+  // must run X, G, Y on every rank. Before, the replay ran beside X on the odd ranks and before it
+  // on the even ones (found by a review of libyali-nccl against NCCL's documented semantics).
+  {
+    const std::string label = name + ": X eager on A, a graph's replay on the main stream, Y eager on B";
+    comms = ctx.createComms(label.c_str());
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run g(ctx, spec(4093, yaliFloat32, yaliSum));
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    std::vector<cudaGraph_t> graphs(nl, nullptr);
+    std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    bool ok = true;
+    watchdogStep("%s: capturing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const yaliResult_t rg = captureAlone(g, i, &graphs[i]);
+      const cudaError_t e = graphs[i] != nullptr ? cudaGraphInstantiate(&execs[i], graphs[i], 0) : cudaErrorInvalidValue;
+      if (rg != yaliSuccess || e != cudaSuccess) {
+        ctx.fail("%s: rank %d: the captured call returned %d (%s), the capture %s", label.c_str(), ctx.local[i].rank,
+                 (int)rg, str(yaliGetLastError(comms[i])).c_str(), cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+      }
+    }
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
+    } else {
+      g.prepare(ctx.nextSeed());
+      prepareBoth(x, y);
+      syncAll(ctx);
+      ctx.world->barrier();
+      sleepOnEvenRanks();
+      x.issue(comms);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      y.issue(comms);
+      g.verify(comms, label + " (G)");
+      verifyBoth(x, y, label);
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
+  // The same with three calls captured back to back on the main stream (G1 4 KB, G2 256 KB, G3 4 MB:
+  // the last is the longest), the usual shape of a training step's graph. The graph must keep the
+  // shape that costs nothing against no order at all: the comm's kernels chained with their
+  // programmatic edges (Hopper and newer, YALI_PDL on) and a single record of the comm's serial event
+  // behind the last (enqueue.cc: moveSerialRecord). An in-stream record after each call took the
+  // edges away (+0.8 to 2.3 us a call on 2 H200s, PERF.md Session 25), a record node beside each
+  // call cost 4 us a call (Session 26); this part fails on both. Y, eager on B after the replay,
+  // must wait for G3: a record left behind G1 would let it start while G2 and G3 run.
+  {
+    const std::string label = name + ": three calls captured back to back, X eager on A, the replay, Y eager on B";
+    comms = ctx.createComms(label.c_str());
+    Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
+    Run g1(ctx, spec(1024, yaliFloat32, yaliSum));
+    Run g2(ctx, spec(65537, yaliFloat32, yaliSum));
+    Run g3(ctx, spec(1048579, yaliFloat32, yaliSum));
+    Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
+    std::vector<cudaGraph_t> graphs(nl, nullptr);
+    std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    const char* pdl = std::getenv("YALI_PDL");
+    const char* mixing = std::getenv("YALI_GRAPH_MIXING");
+    const bool ordered = mixing == nullptr || std::string(mixing) != "0";
+    bool ok = true;
+    watchdogStep("%s: capturing", label.c_str());
+    for (size_t i = 0; i < nl; ++i) {
+      const int k = ctx.local[i].rank;
+      const cudaStream_t st = ctx.local[i].stream;
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      int major = 0;
+      CUDA_OK(ctx, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, ctx.local[i].dev));
+      const bool programmatic = major >= 9 && (pdl == nullptr || std::string(pdl) != "0");
+      CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+      yaliResult_t r = yaliSuccess;
+      for (Run* run : {&g1, &g2, &g3})
+        if (r == yaliSuccess)
+          r = yaliAllReduce(run->ranks[i].send, run->ranks[i].recv, run->spec.count, yaliFloat32, yaliSum, comms[i], st);
+      cudaError_t e = cudaStreamEndCapture(st, &graphs[i]);
+      if (r != yaliSuccess || e != cudaSuccess) {
+        ctx.fail("%s: rank %d: the captured calls returned %d (%s), the capture %s", label.c_str(), k, (int)r,
+                 str(yaliGetLastError(comms[i])).c_str(), cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+        continue;
+      }
+      // The shape: kernel, event-record and event-wait nodes, and the programmatic edges.
+      size_t nodes = 0, edges = 0;
+      CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], nullptr, &nodes));
+      std::vector<cudaGraphNode_t> list(nodes);
+      CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], list.data(), &nodes));
+      int kernels = 0, records = 0, waits = 0, other = 0;
+      for (cudaGraphNode_t n : list) {
+        cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
+        CUDA_OK(ctx, cudaGraphNodeGetType(n, &t));
+        if (t == cudaGraphNodeTypeKernel) ++kernels;
+        else if (t == cudaGraphNodeTypeEventRecord) ++records;
+        else if (t == cudaGraphNodeTypeWaitEvent) ++waits;
+        else ++other;
+      }
+#if CUDART_VERSION >= 13000
+      CUDA_OK(ctx, cudaGraphGetEdges(graphs[i], nullptr, nullptr, nullptr, &edges));
+#else
+      CUDA_OK(ctx, cudaGraphGetEdges_v2(graphs[i], nullptr, nullptr, nullptr, &edges));
+#endif
+      std::vector<cudaGraphNode_t> from(edges), to(edges);
+      std::vector<cudaGraphEdgeData> data(edges);
+#if CUDART_VERSION >= 13000
+      CUDA_OK(ctx, cudaGraphGetEdges(graphs[i], from.data(), to.data(), data.data(), &edges));
+#else
+      CUDA_OK(ctx, cudaGraphGetEdges_v2(graphs[i], from.data(), to.data(), data.data(), &edges));
+#endif
+      int programmaticEdges = 0;
+      for (size_t j = 0; j < edges; ++j) programmaticEdges += data[j].type == cudaGraphDependencyTypeProgrammatic;
+      const int wantRecords = ordered ? 1 : 0, wantWaits = ordered ? 1 : 0, wantProgrammatic = programmatic ? 2 : 0;
+      if (kernels != 3 || records != wantRecords || waits != wantWaits || other != 0 ||
+          programmaticEdges != wantProgrammatic) {
+        ctx.fail("%s: rank %d: the graph holds %d kernel, %d event-record, %d event-wait and %d other nodes, and %d "
+                 "programmatic edges of %zu; expected 3, %d, %d, 0 and %d (YALI_GRAPH_MIXING %s, YALI_PDL %s, sm_%d)",
+                 label.c_str(), k, kernels, records, waits, other, programmaticEdges, edges, wantRecords, wantWaits,
+                 wantProgrammatic, mixing ? mixing : "unset", pdl ? pdl : "unset", major);
+      }
+      e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
+      if (e != cudaSuccess) {
+        ctx.fail("%s: rank %d: instantiating: %s", label.c_str(), k, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        ok = false;
+      }
+    }
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
+    } else {
+      for (Run* run : {&g1, &g2, &g3}) run->prepare(ctx.nextSeed());
+      prepareBoth(x, y);
+      syncAll(ctx);
+      ctx.world->barrier();
+      sleepOnEvenRanks();
+      x.issue(comms);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      y.issue(comms);
+      g1.verify(comms, label + " (G1)");
+      g2.verify(comms, label + " (G2)");
+      g3.verify(comms, label + " (G3)");
+      verifyBoth(x, y, label);
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    }
+    ctx.destroyComms(comms, label.c_str());
+  }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
     CUDA_OK(ctx, cudaStreamSynchronize(A[i]));
     CUDA_OK(ctx, cudaStreamSynchronize(B[i]));
+    CUDA_OK(ctx, cudaStreamSynchronize(C[i]));
     CUDA_OK(ctx, cudaStreamDestroy(A[i]));
     CUDA_OK(ctx, cudaStreamDestroy(B[i]));
+    CUDA_OK(ctx, cudaStreamDestroy(C[i]));
   }
 }
 

@@ -527,6 +527,11 @@ FAKE_EXPORT cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+FAKE_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t stream, unsigned int) {
+  fakeRecord("cudaEventRecordWithFlags", stream);
+  return cudaSuccess;
+}
+
 FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<char*>(event);
   return cudaSuccess;

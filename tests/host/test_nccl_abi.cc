@@ -30,6 +30,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nccl.h>
@@ -468,6 +469,14 @@ TEST(disable_list) {
   CHECK_EQ(parseDisableList("gather,bogus,scatter,alltoallv", &unknown),
            (1u << yaliCollGather) | (1u << yaliCollScatter));
   CHECK_MSG(unknown == "bogus,alltoallv", "unknown = %s", unknown.c_str());  // AlltoAllv has no NCCL call
+}
+
+// YALI's registration is opt-in: unset, empty and "0" leave ncclCommRegister NCCL's alone.
+TEST(register_setting_is_off_unless_asked_for) {
+  CHECK(!parseRegisterSetting(nullptr));
+  CHECK(!parseRegisterSetting(""));
+  CHECK(!parseRegisterSetting("0"));
+  CHECK(parseRegisterSetting("1"));
   CHECK_EQ(kAllNcclCollectives, 0xff);  // AllReduce .. AlltoAll
 }
 
@@ -959,6 +968,49 @@ TEST(scratch_stream_order) {
   CHECK(!d.after(nullptr, 0));
   x = d.before(B, 0);
   CHECK(x.record && x.recordOn == nullptr && x.wait);
+}
+
+// cudaStreamPerThread is one handle for another stream in each host thread: a user on it is on the
+// last user's stream only when the same thread made both, and it is marked at once (a user on
+// another thread cannot mark it later: its record would land on its own thread's stream). Before,
+// thread 2's user compared equal to thread 1's and waited for nothing.
+TEST(scratch_stream_order_per_thread_stream) {
+  const void* P = static_cast<const void*>(cudaStreamPerThread);
+  CHECK(StreamOrder::perThread(P));
+  // Two threads, the second started after the first was joined: std::thread::id may repeat then
+  // (glibc reuses it), the token never does.
+  uint64_t t1 = 0, t2 = 0;
+  std::thread([&] { t1 = yali::threadToken(); }).join();
+  std::thread([&] { t2 = yali::threadToken(); }).join();
+  CHECK(t1 != 0 && t2 != 0 && t1 != t2 && yali::threadToken() != t1 && yali::threadToken() == yali::threadToken());
+  StreamOrder o;
+  StreamOrder::Before x = o.before(P, 0, t1);
+  CHECK(!x.record && !x.wait);
+  CHECK(o.after(P, 0, nullptr, t1));  // marked at once
+  x = o.before(P, 0, t1);             // the same thread: its own stream, stream order suffices
+  CHECK(!x.record && !x.wait);
+  CHECK(o.after(P, 0, nullptr, t1));
+  x = o.before(P, 0, t2);  // another thread's stream: waits for thread 1's mark, records nothing there
+  CHECK(!x.record && x.wait && x.slot == 0);
+  CHECK(o.after(P, 0, nullptr, t2));
+  const void* eager = nullptr;
+  uint64_t who = 0;
+  CHECK(o.lastEager(&eager, &who) && eager == P && who == t2);
+  int a = 0, b = 0;
+  const void* A = &a;
+  const void* B = &b;
+  x = o.before(A, 0, t1);  // a named stream after thread 2's: waits for its mark
+  CHECK(!x.record && x.wait);
+  CHECK(!o.after(A, 0, nullptr, t1));  // not marked: its stream is marked if and when it changes
+  x = o.before(B, 0, t2);
+  CHECK(x.record && x.recordOn == A && x.wait);
+  CHECK(o.after(B, 0, nullptr, t2));
+  // Inside a capture (its own slot) alike.
+  x = o.before(P, 3, t1);
+  CHECK(!x.wait && x.slot == 1);
+  CHECK(o.after(P, 3, nullptr, t1));
+  x = o.before(P, 3, t2);
+  CHECK(!x.record && x.wait && x.slot == 1);
 }
 
 TEST(results_and_size_classes) {

@@ -644,37 +644,65 @@ TEST(staging_that_cannot_work_runs_nccl_in_a_group_and_is_an_error_elsewhere) {
   destroyAll(ranks);
 }
 
-// The staging scratch is the comm's, shared by its calls on every stream: a staged call on another
-// stream than the scratch's last user waits for it (an event, as the hierarchical scratch's users:
-// StreamOrder), so that its copy in cannot overwrite what the earlier call still reads. On one
-// stream no event.
-TEST(the_staging_scratch_is_ordered_across_streams) {
+// A staged AllReduce on a clique of two (rank 0's input refused, so staged through the scratch),
+// traced: the calls named in `calls`, the streams A, B and G, the scratch S and the output labelled.
+struct StagedTrace {
   const std::vector<Rank> ranks = clique(2);
-  static float send[16], recv[16];
-  const RefusedBuffer refused(send);
-  int a = 0, b = 0;
+  static inline float send[16], recv[16];
+  const RefusedBuffer refused{send};
+  int a = 0, b = 0, g = 0;
   const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
   const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
+  const cudaStream_t G = reinterpret_cast<cudaStream_t>(&g);
+  std::initializer_list<const char*> calls;
   Labels labels = labelsOf(ranks);
-  labels[A] = "A";
-  labels[B] = "B";
-  labels[recv] = "recv";
-  const std::initializer_list<const char*> calls = {"yaliAllReduce", "cudaMemcpyAsync", "cudaEventRecord",
-                                                    "cudaStreamWaitEvent"};
-  auto allReduce = [&](cudaStream_t s, const char* want) {
+  explicit StagedTrace(std::initializer_list<const char*> traced) : calls(traced) {
+    labels[A] = "A";
+    labels[B] = "B";
+    labels[G] = "G";
+    labels[recv] = "recv";
+  }
+  ~StagedTrace() { destroyAll(ranks); }
+  void allReduce(cudaStream_t s, const char* want) {
     const int since = eventCount();
     CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, s) == ncclSuccess);
     labels[buffersOf(since, "yaliAllReduce", 1).send] = "S";
     const std::string t = trace(since, calls, labels);
     CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
-  };
-  allReduce(A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
-  allReduce(A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
-  allReduce(B, "yaliAllReduce(y0) cudaEventRecord(A) cudaStreamWaitEvent(B) cudaMemcpyAsync(S) yaliAllReduce(y0) "
-               "cudaMemcpyAsync(recv) cudaEventRecord(B)");
-  allReduce(A, "yaliAllReduce(y0) cudaStreamWaitEvent(A) cudaMemcpyAsync(S) yaliAllReduce(y0) "
-               "cudaMemcpyAsync(recv) cudaEventRecord(A)");
-  destroyAll(ranks);
+  }
+};
+
+// The staging scratch is the comm's, shared by its calls on every stream: a staged call on another
+// stream than the scratch's last user waits for it (an event, as the hierarchical scratch's users:
+// StreamOrder), so that its copy in cannot overwrite what the earlier call still reads. On one
+// stream no event.
+TEST(the_staging_scratch_is_ordered_across_streams) {
+  StagedTrace t({"yaliAllReduce", "cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent"});
+  t.allReduce(t.A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
+  t.allReduce(t.A, "yaliAllReduce(y0) cudaMemcpyAsync(S) yaliAllReduce(y0) cudaMemcpyAsync(recv)");
+  t.allReduce(t.B, "yaliAllReduce(y0) cudaEventRecord(A) cudaStreamWaitEvent(B) cudaMemcpyAsync(S) yaliAllReduce(y0) "
+                   "cudaMemcpyAsync(recv) cudaEventRecord(B)");
+  t.allReduce(t.A, "yaliAllReduce(y0) cudaStreamWaitEvent(A) cudaMemcpyAsync(S) yaliAllReduce(y0) "
+                   "cudaMemcpyAsync(recv) cudaEventRecord(A)");
+}
+
+// Across contexts: once a staged call was captured, every user of the staging scratch waits for the
+// last user of any context and records after itself (Scratch::serial), inside the capture as external
+// event nodes (each replay waits for the record current at its launch), so that a replay's copy in
+// cannot overwrite what an eager call on another stream still reads (NCCL orders these itself).
+// Eager users before the first capture record nothing for it; the first capture marks the last
+// eager user's stream once.
+TEST(the_staging_scratch_is_ordered_across_graph_replays_and_eager_calls) {
+  StagedTrace t({"cudaMemcpyAsync", "cudaEventRecord", "cudaEventRecordWithFlags", "cudaStreamWaitEvent"});
+  t.allReduce(t.A, "cudaMemcpyAsync(S) cudaMemcpyAsync(recv)");
+  {
+    const CapturedStream captured(t.G);
+    // The eager user on A marked, then the captured one waits for it and records after itself.
+    t.allReduce(t.G, "cudaEventRecord(A) cudaStreamWaitEvent(G) cudaMemcpyAsync(S) cudaMemcpyAsync(recv) "
+                     "cudaEventRecordWithFlags(G)");
+  }
+  // Eager again, on A: waits for the last user of any context (a replay of G launched before it).
+  t.allReduce(t.A, "cudaStreamWaitEvent(A) cudaMemcpyAsync(S) cudaMemcpyAsync(recv) cudaEventRecord(A)");
 }
 
 // ---- Asynchronous errors ------------------------------------------------------------------------------------
@@ -2373,7 +2401,7 @@ int main(int argc, char** argv) {
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
   unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // the tests set it where they need it
-  unsetenv("YALI_NCCL_REGISTER");
+  setenv("YALI_NCCL_REGISTER", "1", 1);  // the registration cases check YALI's half too
   if (fakeYali() == nullptr || fakeNccl() == nullptr || shimLibrary() == nullptr) return 1;
   return yali_test::runAllTests(argc, argv);
 }

@@ -321,7 +321,8 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 
 // The end of every collective kernel, by thread 0 of each block after the block's barrier
 // (exitLaunch), on every path (also after a failed wait or a refused admission): counts the block
-// out of the launch; the last block advances
+// out of the launch (a one-block launch is its own last block and counts nothing); the last block
+// advances
 // the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
 // here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
 // tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
@@ -338,12 +339,22 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
                                             OnFailure&& onFailure = OnFailure()) {
   LocalState* local = args.local;
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
+  // A launch of one block is its own last block: no count (an atomic's round trip on the launch's
+  // critical path, now that the block barrier comes first), and no fence where nothing outside the
+  // launch's stream order reads what follows: the epoch is read by the comm's next launch only, in
+  // enterLaunch after waitForPriorGrids (griddepcontrol.wait: this grid has completed and its
+  // memory is visible; keep that load after the wait, also under programmatic launch, where the
+  // next grid may be scheduled before this one ends). eagerDone is read by the host, by a copy
+  // from outside the stream order: it keeps its fence.
+  const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
-  else __threadfence();
-  const unsigned left = atomicAdd(&local->exits, 1u);
-  if (left != gridDim.x - 1) return;
-  __threadfence();
-  local->exits = 0;
+  else if (!alone || args.eagerSeq != 0) __threadfence();
+  if (!alone) {
+    const unsigned left = atomicAdd(&local->exits, 1u);
+    if (left != gridDim.x - 1) return;
+    __threadfence();
+    local->exits = 0;
+  }
   // The failed word is read only where there is an epilogue to run: that load lengthens the exit
   // of every kernel (about 0.35 us at 4 ranks sharing an H100, session 9), and a volatile load is
   // made even when its result goes unused.
@@ -355,14 +366,15 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   } else if (admission == kAdmitted) {
     *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
-  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&args.host->eagerDone) = args.eagerSeq;
+  // Device memory, read by the host only when it waits (LocalState::eagerDone).
+  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&local->eagerDone) = args.eagerSeq;
 }
 
 // The frame's exit, by every thread of the block: a block barrier, then thread 0 counts the block
 // out (leaveLaunch). Without the barrier thread 0 would leave when its own part of the body ended,
 // while other warps may still run theirs (a two-shot block's second team runs a pipeline of its
 // own; the LL and pull bodies end without a barrier). Then the last block's epoch advance, the
-// host's eagerDone (after which yaliCommDeregister unmaps peer memory) and, at kEpochLimit, the
+// eagerDone (after which yaliCommDeregister unmaps peer memory) and, at kEpochLimit, the
 // rebase (which clears the flags) could all come before the launch's last loads and stores, and
 // thread 0's fence would not cover them.
 template <typename OnFailure = NoEpilogue>

@@ -167,6 +167,11 @@ struct LocalState {
   int closed;       // set by the host (yaliCommDestroy, yaliCommAbort): later launches touch nothing
   uint64_t rebases; // epoch rebases this comm has completed
   int propagated;   // this rank has told its peers of its failure (recordFailure, once)
+  // DeviceArgs::eagerSeq of the last eager launch that has ended (its last block stores it). In
+  // device memory: a store to host memory at every eager launch's end cost about 1 us per call on
+  // 2 H200s (PERF.md Session 25). The host reads it by a copy when it must wait for the launches
+  // (comm.cc: eagerLaunchesEnded), never at a call.
+  uint64_t eagerDone;
 };
 static_assert(offsetof(LocalState, failed) % 8 == 0 && offsetof(LocalState, closed) == offsetof(LocalState, failed) + 4,
               "failed and closed form one aligned 8-byte word");
@@ -185,10 +190,12 @@ struct HostStatus {
   uint64_t failureEpoch;  // the host's launch count of the failing launch
   int failureOrigin;      // kFailRemote: the peer that failed first, as far as we know
   int failureRemoteCode;  // kFailRemote: that peer's own DeviceFailure
-  // DeviceArgs::eagerSeq of the last eager launch that has ended. In a cache line of its own: every
-  // eager launch's last block writes it, and the host reads `failure` (above) at every call, which
-  // would then miss in the CPU's cache each time.
+  // The last eager launch that has ended as the copy engines' watch saw it (copy_engine.cc:
+  // advanceEagerDone; the kernels' own count is LocalState::eagerDone), and where the host's copy
+  // of that device word lands (eagerLaunchesEnded). In a cache line of their own: the host reads `failure`
+  // (above) at every call.
   alignas(64) uint64_t eagerDone;
+  uint64_t eagerDoneRead;
   // Sources of the host's stream-ordered writes into device memory (comm.cc: writeDeviceWords):
   // pinned, so a copy never waits for a staging buffer.
   int closedWords[2];     // {failed, closed} = {1, 1}: LocalState's gate after destroy or abort

@@ -29,6 +29,15 @@
 //   3. done: write t into done[r] of every peer's window; wait until our done[p] == t for every
 //      peer; set our done[p] = 0. When the call ends, every peer has read our input: the caller
 //      may overwrite it.
+//   4. gate: wait until our window's remoteFailure word is 0. A released call (below) still sends
+//      its done words, but the release comes only after the host saw the writes of its failure word
+//      into the peers' windows complete. So a call whose done wait passed on a word that a peer sent after its release
+//      stops here, and so does one that read data the peer wrote after the released call ended:
+//      either ends with that peer's failure instead of without an error on an input the peer's
+//      program may since have overwritten. A call that passed before the failure word arrived read
+//      the peer's input as it was. This relies on the GPUs making a completed write into a peer's
+//      memory visible there before later work that the writer's host orders after it, which CUDA
+//      does not document.
 // Why the resets lose nothing: peer p writes ready[p] of its next call only after its done wait of
 // this call, which needs our done write, which follows our reset of ready[p] on S; likewise p's next
 // done write follows its next ready wait, which needs our next ready write, after our done reset.
@@ -37,21 +46,29 @@
 // Bounded waits. A stream memory wait cannot time out; the host watches instead. Each call records
 // three events (started, ready passed, ended); one job per comm on the reaper thread (reaper.h)
 // polls the oldest call in flight every few milliseconds:
-//   - ended: the call is over (HostStatus::eagerDone advances, as a kernel's exit would);
+//   - ended: the call is over (HostStatus::eagerDone advances, as a kernel's exit advances LocalState's);
 //   - started more than YALI_TIMEOUT_MS ago and not ended: a timeout (the phase says which wait),
 //     recorded as a kernel would record it (HostStatus, LocalState::failed, and every peer's
-//     WindowHeader::remoteFailure, so their kernels refuse to run);
-//   - the comm failed, was aborted or closed: nothing to wait for;
+//     WindowHeader::remoteFailure at once, so their kernels refuse to run);
+//   - the comm failed, was aborted, or was destroyed with the call unfinished (yaliCommDestroy gave
+//     up waiting for it and told the peers before returning: recorded as the destroy's code,
+//     closeCopyEngine);
 //   - a peer failed or aborted (it wrote our window's remoteFailure word, which the watch reads by a
 //     4-byte copy at each poll while the call waits): recorded as kFailRemote, as a kernel waiting
 //     for that peer would record it.
-// In the last three cases the job releases the call: it writes t into all of our ready and done
-// words, again every 10 ms until the call has ended (pull: the rest of the call copies into our
-// own output only). Only the oldest call is released, so a release cannot race another call's resets.
+// In the last three cases the job releases the call. First it writes the failure into the peers'
+// remoteFailure words again (ours; for kFailRemote the origin's code and rank, into every peer but
+// the origin) and records an event after those writes; at a later poll, once the event is
+// complete (should a write or the record fail, it tries again at the next poll), it writes t into all of
+// our ready and done words and 0 into our remoteFailure word (step 4's gate), again every 10 ms
+// until the call has ended (pull: the rest of the call copies into our own output only). Only the
+// oldest call is released, so a release cannot race another call's resets.
 // A CUDA call failing while the host queues a call (half-way: some of its steps queued) fails the
-// comm (kFailHost; its peers learn it from their remoteFailure words) and leaves the call in flight, so that the
-// watch releases it in turn; a failed comm's calls are refused, also those queued in a group
-// before the failure (a release leaves the tag in our words: an identical call would pass them).
+// comm (kFailHost; its peers' remoteFailure words are written at once) and leaves the call in
+// flight, so that the watch releases it in turn if it has not ended by itself (its end: `ended`
+// recorded after what was queued, or, if that record fails too, its stream going idle); a failed comm's calls
+// are refused, also those queued in a group before the failure (a release leaves the tag in our
+// words: an identical call would pass them).
 #pragma once
 
 #include "yali/yali.h"
@@ -72,6 +89,8 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan);
 
 // yaliCommDestroy and yaliCommAbort: the comm's calls in flight are released at the watch's next
 // poll.
-void closeCopyEngine(yaliComm* comm);
+// `code`: what a call still unfinished is recorded as failing with, unless the comm already failed
+// (kFailAborted; a destroy that gave up: kFailTimeout, or kFailAborted when an abort cut it short).
+void closeCopyEngine(yaliComm* comm, int code);
 
 }  // namespace yali

@@ -288,15 +288,25 @@ __device__ __forceinline__ void leaveRegistered(const DeviceArgs& args, const La
   waitPeers(wholeBlock(), args, leaveFlags, flagValue(info.epoch, 0), kPhaseDirectLeave);
 }
 
+// Block b's run of a piece of `bytes` in the registered-buffer exchanges: one run per block, a
+// multiple of 16 bytes long (the last runs short or empty), so that the runs of an aligned piece
+// stay aligned.
+struct BlockRun {
+  size_t begin, len;
+};
+__device__ __forceinline__ BlockRun blockRunOf(size_t bytes) {
+  const size_t per = ((bytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
+  const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, bytes);
+  return {begin, min(begin + per, bytes) - begin};
+}
+
 __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const LaunchInfo& info) {
   const int n = args.nranks;
   const int me = args.rank;
   const Team block = wholeBlock();
   __shared__ size_t peerOffset[kMaxRanks];
   if (!enterRegistered(args, info, peerOffset)) return;
-  const size_t per = ((args.pieceBytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-  const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, args.pieceBytes);
-  const size_t len = min(begin + per, args.pieceBytes) - begin;
+  const auto [begin, len] = blockRunOf(args.pieceBytes);
   const char* send = static_cast<const char*>(args.send);
   for (int i = 0; i < n; ++i) {
     const int d = (me + i) % n;  // ours first, then the next ranks: the links share the load
@@ -335,9 +345,7 @@ __device__ __forceinline__ void exchangePull(const DeviceArgs& args, const Launc
   __shared__ size_t peerOffset[kMaxRanks];
   if (!enterRegistered(args, info, peerOffset)) return;
   if (args.recvFrom != 0) {
-    const size_t per = ((args.pieceBytes + gridDim.x - 1) / gridDim.x + 15) / 16 * 16;
-    const size_t begin = min(static_cast<size_t>(blockIdx.x) * per, args.pieceBytes);
-    const size_t len = min(begin + per, args.pieceBytes) - begin;  // bytes, whole elements
+    const auto [begin, len] = blockRunOf(args.pieceBytes);  // bytes, whole elements
     const size_t ours = static_cast<size_t>(me) * args.pieceBytes;
     const T* src[kMaxRanks];
     bool vectors = len % 16 == 0;
