@@ -199,19 +199,6 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
   return yaliSuccess;
 }
 
-// Inside a capture: the record of `serial` as a node of the graph that depends on the launch just
-// captured (the stream's current dependencies) and on the capture's previous such node, so that the
-// records form a chain and the last one ends after every launch of the graph. A record made in the
-// stream would stand between two captured launches and take away their programmatic edge (an H200
-// probe, 2026-11-29: back-to-back programmatic kernels in a graph took 0.66 us a call, 1.45 us with
-// an event wait and record between each pair, and the graph kept none of its programmatic edges).
-// So the node is added to the stream's dependencies beside the launch instead of after it: whatever
-// the capture holds later (another library's work, a child graph or captured replay holding calls
-// of this comm, the capture's end) comes after the record, as after an in-stream one, and only the
-// comm's own next launch on this stream is taken back to the launch alone (trimSerialRecord). The
-// graph is changed directly here, outside the stream's API: a capture of this stream from another
-// thread at the same time is not supported (CUDA's graphs are not thread-safe), as yali.h says of
-// two captures of one comm. False when the node cannot be added.
 // The capture's record node `record` moves from behind `from` (the comm's previous kernel) to behind
 // `to` (the kernel just launched, which the trim made depend on `from` alone): one record node per
 // capture instead of one per call. A record node beside every kernel kept the programmatic edges in
@@ -253,6 +240,21 @@ bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, cudaGraphNode_t
   return true;
 }
 
+// Inside a capture: the record of `serial` as a node of the graph beside the stream, behind the
+// launch just captured, so that it ends after every launch of the comm in the graph. A record made
+// in the stream would stand between two captured launches and take away their programmatic edge (an
+// H200 probe, 2026-11-29: back-to-back programmatic kernels in a graph took 0.66 us a call, 1.45 us
+// with an event wait and record between each pair, and the graph kept none of its programmatic
+// edges). Where the launch was trimmed back to the comm's previous one (trimSerialRecord), the
+// capture's record node moves behind it (moveSerialRecord); otherwise a new node follows the launch
+// and the capture's previous record node, so that the records form a chain. Either way the node joins
+// the stream's capture dependencies beside the launch: whatever the capture holds later (another
+// library's work, a child graph or captured replay holding calls of this comm, the capture's end)
+// comes after the record, as after an in-stream one, and only the comm's own next launch on this
+// stream is taken back to the launch alone. The graph is changed directly here, outside the
+// stream's API: a capture of this stream from another thread at the same time is not supported
+// (CUDA's graphs are not thread-safe), as yali.h says of two captures of one comm. False when no
+// node could be placed.
 bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = nullptr;
@@ -316,7 +318,8 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
 
 // Before the comm's next launch inside the capture: where the stream's dependencies are still just
 // the comm's previous launch and its record (addSerialRecordNode), the launch depends on the launch
-// alone, so that its programmatic edge stays (the record is chained to the next one instead).
+// alone, so that its programmatic edge stays (the record then moves behind the new launch, or a
+// new one follows it: addSerialRecordNode).
 // Anything else queued in between keeps the record in its place. Never fails the call: on any error
 // the dependencies stay (ordered, at the cost of the edge).
 void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
