@@ -199,6 +199,43 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
   return yaliSuccess;
 }
 
+// The capture calls that carry edge data: CUDA 13 names them plainly, CUDA 12 with a suffix.
+cudaError_t captureInfo(cudaStream_t stream, cudaStreamCaptureStatus* status, cudaGraph_t* graph,
+                        const cudaGraphNode_t** deps, const cudaGraphEdgeData** edges, size_t* count) {
+#if CUDART_VERSION >= 13000
+  return cudaStreamGetCaptureInfo(stream, status, nullptr, graph, deps, edges, count);
+#else
+  return cudaStreamGetCaptureInfo_v3(stream, status, nullptr, graph, deps, edges, count);
+#endif
+}
+
+cudaError_t updateCaptureDependencies(cudaStream_t stream, cudaGraphNode_t* nodes, size_t count, unsigned flags) {
+#if CUDART_VERSION >= 13000
+  return cudaStreamUpdateCaptureDependencies(stream, nodes, nullptr, count, flags);
+#else
+  return cudaStreamUpdateCaptureDependencies_v2(stream, nodes, nullptr, count, flags);
+#endif
+}
+
+// One plain edge from -> to added to `graph` (add) or taken out of it.
+cudaError_t changeEdge(cudaGraph_t graph, cudaGraphNode_t from, cudaGraphNode_t to, bool add) {
+#if CUDART_VERSION >= 13000
+  return add ? cudaGraphAddDependencies(graph, &from, &to, nullptr, 1)
+             : cudaGraphRemoveDependencies(graph, &from, &to, nullptr, 1);
+#else
+  return add ? cudaGraphAddDependencies_v2(graph, &from, &to, nullptr, 1)
+             : cudaGraphRemoveDependencies_v2(graph, &from, &to, nullptr, 1);
+#endif
+}
+
+cudaError_t dependentCount(cudaGraphNode_t node, size_t* count) {
+#if CUDART_VERSION >= 13000
+  return cudaGraphNodeGetDependentNodes(node, nullptr, nullptr, count);
+#else
+  return cudaGraphNodeGetDependentNodes_v2(node, nullptr, nullptr, count);
+#endif
+}
+
 // The capture's record node `record` moves from behind `from` (the comm's previous kernel) to behind
 // `to` (the kernel just launched, which the trim made depend on `from` alone): one record node per
 // capture instead of one per call. A record node beside every kernel kept the programmatic edges in
@@ -212,32 +249,38 @@ yaliResult_t waitAcrossContexts(yaliComm* comm, cudaStream_t stream, unsigned lo
 // stay. False, with the graph as it was, when it cannot move; the caller then adds a new node.
 bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, cudaGraphNode_t from, cudaGraphNode_t to) {
   size_t dependents = 0;
-#if CUDART_VERSION >= 13000
-  cudaError_t e = cudaGraphNodeGetDependentNodes(record, nullptr, nullptr, &dependents);
-#else
-  cudaError_t e = cudaGraphNodeGetDependentNodes_v2(record, nullptr, nullptr, &dependents);
-#endif
+  cudaError_t e = dependentCount(record, &dependents);
   if (e != cudaSuccess || dependents != 0) {
     cudaGetLastError();
     return false;
   }
-#if CUDART_VERSION >= 13000
-  e = cudaGraphAddDependencies(graph, &to, &record, nullptr, 1);
-#else
-  e = cudaGraphAddDependencies_v2(graph, &to, &record, nullptr, 1);
-#endif
+  e = changeEdge(graph, to, record, true);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return false;
   }
   // Added first, then the old edge taken out: on a failure here the record follows both (ordered).
-#if CUDART_VERSION >= 13000
-  e = cudaGraphRemoveDependencies(graph, &from, &record, nullptr, 1);
-#else
-  e = cudaGraphRemoveDependencies_v2(graph, &from, &record, nullptr, 1);
-#endif
+  e = changeEdge(graph, from, record, false);
   if (e != cudaSuccess) cudaGetLastError();
   return true;
+}
+
+// The capture's record node joins the stream's capture dependencies beside `launch` (null: the
+// launch is not alone there, and the comm's next launch is not taken back to it: trimSerialRecord
+// sets dependencies only from exactly {launch, record}). If it cannot, the record stays where it is
+// in the graph, but later work of the capture that is not this comm's may run beside it (logged).
+void joinFrontier(yaliComm* comm, cudaStream_t stream, cudaGraphNode_t launch) {
+  yaliComm::LaunchOrder& o = comm->captureOrder;
+  const cudaError_t e = updateCaptureDependencies(stream, &o.serialRecord, 1, cudaStreamAddCaptureDependencies);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
+            cudaGetErrorString(e));
+    o.frontierKernel = nullptr;
+    return;
+  }
+  o.frontierKernel = launch;
+  o.frontierStream = stream;
 }
 
 // Inside a capture: the record of `serial` as a node of the graph beside the stream, behind the
@@ -261,11 +304,7 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
   const cudaGraphNode_t* deps = nullptr;
   const cudaGraphEdgeData* edges = nullptr;  // asked for: without it a programmatic edge makes the query fail
   size_t count = 0;
-#if CUDART_VERSION >= 13000
-  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, &graph, &deps, &edges, &count);
-#else
-  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, &graph, &deps, &edges, &count);
-#endif
+  cudaError_t e = captureInfo(stream, &status, &graph, &deps, &edges, &count);
   if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
   yaliComm::LaunchOrder& o = comm->captureOrder;
   const cudaGraphNode_t trimmedTo = o.trimmed;
@@ -274,21 +313,7 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
       moveSerialRecord(graph, o.serialRecord, trimmedTo, deps[0])) {
     // The common case, one call after another on one stream: the graph stays a chain of the comm's
     // kernels, each with its programmatic edge, and one record node behind the last.
-    const cudaGraphNode_t launch = deps[0];
-#if CUDART_VERSION >= 13000
-    e = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
-#else
-    e = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
-#endif
-    if (e != cudaSuccess) {
-      cudaGetLastError();
-      logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
-              cudaGetErrorString(e));
-      o.frontierKernel = nullptr;
-      return true;
-    }
-    o.frontierKernel = launch;
-    o.frontierStream = stream;
+    joinFrontier(comm, stream, deps[0]);
     return true;
   }
   std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
@@ -297,22 +322,7 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
   e = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), serial);
   if (e != cudaSuccess) return false;
   o.serialRecord = node;
-#if CUDART_VERSION >= 13000
-  e = cudaStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
-#else
-  e = cudaStreamUpdateCaptureDependencies_v2(stream, &node, nullptr, 1, cudaStreamAddCaptureDependencies);
-#endif
-  if (e != cudaSuccess) {
-    // The record stays chained, but later work of the capture that is not this comm's may run
-    // beside it.
-    cudaGetLastError();
-    logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
-            cudaGetErrorString(e));
-    o.frontierKernel = nullptr;
-    return true;
-  }
-  o.frontierKernel = count == 1 ? after[0] : nullptr;  // taken out again only from exactly {launch, record}
-  o.frontierStream = stream;
+  joinFrontier(comm, stream, count == 1 ? after[0] : nullptr);
   return true;
 }
 
@@ -332,11 +342,7 @@ void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
   const cudaGraphNode_t* deps = nullptr;
   const cudaGraphEdgeData* edges = nullptr;
   size_t count = 0;
-#if CUDART_VERSION >= 13000
-  cudaError_t e = cudaStreamGetCaptureInfo(stream, &status, nullptr, nullptr, &deps, &edges, &count);
-#else
-  cudaError_t e = cudaStreamGetCaptureInfo_v3(stream, &status, nullptr, nullptr, &deps, &edges, &count);
-#endif
+  cudaError_t e = captureInfo(stream, &status, nullptr, &deps, &edges, &count);
   if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || count != 2) {
     cudaGetLastError();
     return;
@@ -347,11 +353,7 @@ void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
     plain &= edges[i].type == cudaGraphDependencyTypeDefault && edges[i].from_port == 0 && edges[i].to_port == 0;
   if (!exactly || !plain) return;
   cudaGraphNode_t only = kernel;
-#if CUDART_VERSION >= 13000
-  e = cudaStreamUpdateCaptureDependencies(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
-#else
-  e = cudaStreamUpdateCaptureDependencies_v2(stream, &only, nullptr, 1, cudaStreamSetCaptureDependencies);
-#endif
+  e = updateCaptureDependencies(stream, &only, 1, cudaStreamSetCaptureDependencies);
   if (e != cudaSuccess) {
     cudaGetLastError();
     return;
@@ -375,11 +377,7 @@ void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
   if (captured && o.serialRecord != nullptr) {
     // The fallback stays in the chain: the stream's record comes after the previous record node
     // too, and later records follow it through the stream.
-#if CUDART_VERSION >= 13000
-    cudaError_t c = cudaStreamUpdateCaptureDependencies(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
-#else
-    cudaError_t c = cudaStreamUpdateCaptureDependencies_v2(stream, &o.serialRecord, nullptr, 1, cudaStreamAddCaptureDependencies);
-#endif
+    cudaError_t c = updateCaptureDependencies(stream, &o.serialRecord, 1, cudaStreamAddCaptureDependencies);
     if (c != cudaSuccess) {
       cudaGetLastError();
       logInfo("rank %d: chaining the comm's in-stream record after its last record node failed (%s)", comm->rank,
