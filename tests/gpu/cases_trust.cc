@@ -2403,6 +2403,38 @@ void caseStreamsOrder(Ctx& ctx) {
     y.verify(comms, label + " (Y)");
     for (size_t i = 0; i < nl; ++i) expectAsync(ctx, comms[i], ctx.local[i].rank, yaliSuccess, label);
   };
+  // The replay between eager calls: X eager on A (even ranks sleep there first), every rank's graph
+  // (holding the calls of `captured`) replayed on its main stream, Y eager on B; every output
+  // checked. Then the graphs and the comms go. Run where `ok` (every rank's capture) held everywhere.
+  auto replayBetweenEagerCalls = [&](bool ok, std::vector<Run*> captured, Run& x, Run& y,
+                                     std::vector<cudaGraph_t>& graphs, std::vector<cudaGraphExec_t>& execs,
+                                     const std::string& label) {
+    if (!ctx.allTrue(ok)) {
+      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
+    } else {
+      for (Run* run : captured) run->prepare(ctx.nextSeed());
+      prepareBoth(x, y);
+      syncAll(ctx);
+      ctx.world->barrier();
+      sleepOnEvenRanks();
+      x.issue(comms);
+      for (size_t i = 0; i < nl; ++i) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
+      }
+      y.issue(comms);
+      for (size_t j = 0; j < captured.size(); ++j)
+        captured[j]->verify(comms, label + " (G" + std::to_string(j + 1) + ")");
+      verifyBoth(x, y, label);
+    }
+    syncAll(ctx);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
+      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
+    }
+    ctx.destroyComms(comms, label.c_str());
+  };
   for (int round = 0; round < 3; ++round) {
     const std::string label = name + ": round " + std::to_string(round + 1) +
                               ", X on stream A (even ranks sleep there first), then Y on stream B";
@@ -2627,30 +2659,7 @@ void caseStreamsOrder(Ctx& ctx) {
         ok = false;
       }
     }
-    if (!ctx.allTrue(ok)) {
-      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
-    } else {
-      g.prepare(ctx.nextSeed());
-      prepareBoth(x, y);
-      syncAll(ctx);
-      ctx.world->barrier();
-      sleepOnEvenRanks();
-      x.issue(comms);
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
-      }
-      y.issue(comms);
-      g.verify(comms, label + " (G)");
-      verifyBoth(x, y, label);
-    }
-    syncAll(ctx);
-    for (size_t i = 0; i < nl; ++i) {
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
-      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
-    }
-    ctx.destroyComms(comms, label.c_str());
+    replayBetweenEagerCalls(ok, {&g}, x, y, graphs, execs, label);
   }
   // The same with three calls captured back to back on the main stream (G1 4 KB, G2 256 KB, G3 4 MB:
   // the last is the longest), the usual shape of a training step's graph. The graph must keep the
@@ -2738,32 +2747,7 @@ void caseStreamsOrder(Ctx& ctx) {
         ok = false;
       }
     }
-    if (!ctx.allTrue(ok)) {
-      ctx.fail("%s: the capture failed on some rank; not run", label.c_str());
-    } else {
-      for (Run* run : {&g1, &g2, &g3}) run->prepare(ctx.nextSeed());
-      prepareBoth(x, y);
-      syncAll(ctx);
-      ctx.world->barrier();
-      sleepOnEvenRanks();
-      x.issue(comms);
-      for (size_t i = 0; i < nl; ++i) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        CUDA_OK(ctx, cudaGraphLaunch(execs[i], ctx.local[i].stream));
-      }
-      y.issue(comms);
-      g1.verify(comms, label + " (G1)");
-      g2.verify(comms, label + " (G2)");
-      g3.verify(comms, label + " (G3)");
-      verifyBoth(x, y, label);
-    }
-    syncAll(ctx);
-    for (size_t i = 0; i < nl; ++i) {
-      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-      if (execs[i]) CUDA_OK(ctx, cudaGraphExecDestroy(execs[i]));
-      if (graphs[i]) CUDA_OK(ctx, cudaGraphDestroy(graphs[i]));
-    }
-    ctx.destroyComms(comms, label.c_str());
+    replayBetweenEagerCalls(ok, {&g1, &g2, &g3}, x, y, graphs, execs, label);
   }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
