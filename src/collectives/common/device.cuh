@@ -340,7 +340,7 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   LocalState* local = args.local;
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
   // A launch of one block is its own last block: no count (an atomic's round trip on the launch's
-  // critical path, now that the block barrier comes first), and no fence where nothing outside the
+  // critical path where the block barrier comes first), and no fence where nothing outside the
   // launch's stream order reads what follows: the epoch is read by the comm's next launch only, in
   // enterLaunch after waitForPriorGrids (griddepcontrol.wait: this grid has completed and its
   // memory is visible; keep that load after the wait, also under programmatic launch, where the
