@@ -128,7 +128,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # family by its name alone (ll, staged, direct, rooted: a caller's "$ALL_LL" would reach us unexpanded).
 ALL_LL=oneshot_ll,reducescatter_ll,allgather_ll,broadcast_ll,reduce_ll,gather_ll,scatter_ll,alltoall_ll
 ALL_STAGED=twoshot_push,reducescatter_staged,allgather_staged,broadcast_staged,reduce_staged,gather_staged,scatter_staged,alltoall_staged
-ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct,reducescatter_pull
+ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct,reducescatter_pull,reduce_pull
 # The rooted collectives on two-shot's pipeline (off by default until measured), with AllReduce's
 # twoshot_push, whose protocol they share.
 ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
