@@ -128,7 +128,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 # family by its name alone (ll, staged, direct, rooted: a caller's "$ALL_LL" would reach us unexpanded).
 ALL_LL=oneshot_ll,reducescatter_ll,allgather_ll,broadcast_ll,reduce_ll,gather_ll,scatter_ll,alltoall_ll
 ALL_STAGED=twoshot_push,reducescatter_staged,allgather_staged,broadcast_staged,reduce_staged,gather_staged,scatter_staged,alltoall_staged
-ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct,reducescatter_pull
+ALL_DIRECT=twoshot_direct,allgather_direct,broadcast_direct,scatter_direct,alltoall_direct,reducescatter_pull,reduce_pull
 # The rooted collectives on two-shot's pipeline (off by default until measured), with AllReduce's
 # twoshot_push, whose protocol they share.
 ALL_ROOTED=twoshot_push,broadcast_twoshot,reduce_twoshot
@@ -394,7 +394,7 @@ if has ncclabi; then
       -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
       "$wrapper" python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
-    note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (8 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
+    note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (9 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
   fi
   # Errors and aborts on the hierarchical path (NCCLABI_HIER_FAULTS=1): tests/gpu/ncclabi_hier_faults.py
   # (its docstring lists what each case checks), per layout KxL (K simulated nodes of L), through the shim

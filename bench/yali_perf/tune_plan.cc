@@ -393,8 +393,9 @@ std::vector<std::string> TuneEnvOverrides() {
     if (!CollReduces(exchange.coll)) names.push_back("YALI_" + name + "_CE_MIN_BYTES");
     if (exchange.coll == CollId::kBroadcast || exchange.coll == CollId::kReduce)
       names.push_back("YALI_" + name + "_TWOSHOT_MIN_BYTES");
-    // The pull exchange on registered inputs (ReduceScatter's).
-    if (exchange.coll == CollId::kReduceScatter) names.push_back("YALI_" + name + "_PULL_MIN_BYTES");
+    // The pull exchange on registered inputs (ReduceScatter's and Reduce's).
+    if (exchange.coll == CollId::kReduceScatter || exchange.coll == CollId::kReduce)
+      names.push_back("YALI_" + name + "_PULL_MIN_BYTES");
   }
   return names;
 }

@@ -19,8 +19,9 @@
 //      between `<coll>_direct` and what the selector runs without it (LL up to step 5's value,
 //      staged above), at pieces of 4K, 8K, ... up to what the buffers hold, by the mirror rule:
 //      direct from the first size of the run of wins that reaches the largest size.
-// Left to the built-in table (not written): the copy-engine rows (*_ce_min) and the rooted
-// two-shot rows (broadcast_twoshot_min, reduce_twoshot_min), all 0 (never) by default.
+// Left to the built-in table (not written): the copy-engine rows (*_ce_min), the rooted
+// two-shot rows (broadcast_twoshot_min, reduce_twoshot_min) and the pull rows
+// (reducescatter_pull_min, reduce_pull_min), all 0 (never) by default.
 #ifndef YALI_PERF_TUNE_PLAN_H_
 #define YALI_PERF_TUNE_PLAN_H_
 

@@ -234,9 +234,11 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
  * shard straight into every rank's output; AllGather, Broadcast, Scatter and AlltoAll outputs take
  * their *_direct algorithm (from 1 MB per piece), which writes every piece straight into its
  * receiver's output. ReduceScatter inputs in registered memory may take reducescatter_pull, which
- * reduces every rank's block straight from every rank's input (off by default:
- * YALI_REDUCESCATTER_PULL_MIN_BYTES or YALI_ALGO; inputs registered on every rank, each rank
- * telling its peers its offset; it runs in CUDA graphs too). Collective: every rank calls it, in the same order
+ * reduces every rank's block straight from every rank's input, and Reduce inputs reduce_pull, whose
+ * root reduces the whole message straight from every rank's input (non-roots write nothing; their
+ * recvbuff may be NULL). Both are off by default (YALI_REDUCESCATTER_PULL_MIN_BYTES,
+ * YALI_REDUCE_PULL_MIN_BYTES or YALI_ALGO); inputs registered on every rank, each rank telling its
+ * peers its offset; they run in CUDA graphs too. Collective: every rank calls it, in the same order
  * relative to its other registrations, with the same size (bounded by YALI_TIMEOUT_MS); in
  * single-process mode (yaliCommInitAll) call it on every comm before a collective uses the buffer.
  * *handle names the registration for yaliCommDeregister. The memory must stay allocated until then.
@@ -250,9 +252,9 @@ YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);
  * registrations or AllReduce offsets, counts, types, ops or roots) make
  * the call fail on the device without writing into any peer's buffer: yaliInvalidUsage from the
  * next call. If some ranks pass registered buffers and others do not, the call times out
- * (yaliTimeout): with reducescatter_pull turned on, that is also what a rank whose input is not
- * registered (a copy into staging, say) makes of a ReduceScatter the others run on registered
- * inputs. Memory freed without yaliCommDeregister is recognized (CUDA's buffer id): a call
+ * (yaliTimeout): with reducescatter_pull or reduce_pull turned on, that is also what a rank whose
+ * input is not registered (a copy into staging, say) makes of a ReduceScatter or Reduce the others
+ * run on registered inputs. Memory freed without yaliCommDeregister is recognized (CUDA's buffer id): a call
  * on a new allocation at its address fails on every rank (yaliInvalidUsage) rather than let a
  * peer write into it. */
 YALI_API yaliResult_t yaliCommRegister(const yaliComm_t comm, void* buff, size_t size, void** handle);

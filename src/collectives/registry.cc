@@ -118,6 +118,10 @@ constexpr AlgorithmDesc kAlgorithms[] = {
      "the root's input pipelined through every receiver's staging",
      0, kArrivalPhase},
     // ---- Reduce ----
+    {Algo::kReducePull, "reduce_pull", Collective::kReduce, Family::kExchangePull, Bound::kFrom, "reduce_pull_min",
+     false, true, exchangePullReduceKernelFor,
+     "the root reduces the whole message straight from every rank's registered input (NVLink reads, no "
+     "staging); off by default until measured on several GPUs"},
     {Algo::kReduceLL, "reduce_ll", Collective::kReduce, Family::kExchangeLL, Bound::kUpTo, "reduce_ll_max", false, false,
      exchangeLLReduceKernelFor, "every rank's input to the root as LL packets, reduced there in rank order"},
     {Algo::kReduceTwoshot, "reduce_twoshot", Collective::kReduce, Family::kTwoshot, Bound::kFrom,

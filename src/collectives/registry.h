@@ -43,6 +43,7 @@ enum class Algo : int {
   kBroadcastTwoshot,
   kBroadcastStaged,
   // Reduce
+  kReducePull,
   kReduceLL,
   kReduceTwoshot,
   kReduceStaged,
@@ -63,7 +64,7 @@ enum class Algo : int {
   // AlltoAllv
   kAlltoAllvStaged,
 };
-constexpr int kNumAlgos = 32;
+constexpr int kNumAlgos = 33;
 
 // How an algorithm is shaped: its geometry rule (selector.cc) and the invariants its kernels rely
 // on (choiceFits).
@@ -75,8 +76,8 @@ enum class Family : int {
   kExchangeLL,      // a pattern of pieces as LL packets (exchange/ll.cuh)
   kExchangeStaged,  // a pattern of pieces, pipelined through staging (exchange/staged.cuh)
   kExchangeDirect,  // a pattern of pieces written into registered outputs (exchange/direct.cuh)
-  kExchangePull,    // a reducing pattern read straight from registered inputs (exchange.cuh:
-                    // exchangePull)
+  kExchangePull,    // a reducing pattern read straight from registered inputs: ReduceScatter,
+                    // Reduce (exchange.cuh: exchangePull)
   kCopyEngine,      // a pattern of pieces pulled by the copy engines from registered inputs, no
                     // kernel (copy_engine/copy_engine.h)
 };

@@ -251,14 +251,14 @@ yaliResult_t submitCall(yaliComm_t handle, const CollCall& c) {
     // Every rank's input as mapped here, and which inputs hold one block per receiver. The copy
     // engines read every input at the shared offset; the pull exchange at the offset each rank
     // tells its peers (exchange.cuh: enterRegistered), so its tag leaves the offset out.
+    // (The pull exchange's Reduce, reduce_pull: no input holds pieces per receiver, so the root
+    // reads every input from its offset on, and the pattern's recvFrom, 0 on the other ranks, says
+    // that only the root reduces.)
     const bool copyEngine = algorithm(algo).family == Family::kCopyEngine;
-    const size_t n = static_cast<size_t>(comm->nranks);
-    args.peerSrcByRank = 0;
-    for (int p = 0; p < comm->nranks; ++p) {
+    args.peerSrcByRank = peerSrcByRankOf(c.collective, c.root, comm->nranks);
+    for (int p = 0; p < comm->nranks; ++p)
       args.peerRecv[p] = in.span.registration->peerBase[p] +
                          (copyEngine ? in.ref + (in.inPlaceSlot ? p * s.piece : 0) : 0);
-      if (extentsOf(c.collective, p, c.root, comm->nranks).sendPieces == n && n > 1) args.peerSrcByRank |= 1u << p;
-    }
     args.registeredOffset = in.span.offset;
     args.callTag = copyEngine ? copyEngineTag(algo, c, in) : registeredTag(algo, c, in.span);
     plan.registrations[0] = in.span.registration;

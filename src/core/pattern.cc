@@ -107,6 +107,13 @@ void fillPattern(Collective c, int me, int n, int root, size_t piece, const char
   a->arrive = collectiveShape(c).rooted ? 1u : 0u;
 }
 
+uint32_t peerSrcByRankOf(Collective c, int root, int n) {
+  uint32_t mask = 0;
+  for (int p = 0; p < n; ++p)
+    if (extentsOf(c, p, root, n).sendPieces == static_cast<size_t>(n) && n > 1) mask |= 1u << p;
+  return mask;
+}
+
 void fillTwoshot(Collective c, int me, int root, size_t count, size_t elemSize, DeviceArgs* a) {
   a->root = root;
   a->count = c == Collective::kBroadcast ? count * elemSize : count;

@@ -29,6 +29,12 @@ const char* inPlaceRule(Collective c);
 void fillPattern(Collective c, int me, int n, int root, size_t piece, const char* send, const char* recv,
                  DeviceArgs* a);
 
+// DeviceArgs::peerSrcByRank for the algorithms that read their peers' inputs (the copy engines,
+// the pull exchange): bit p when rank p's input holds one piece per receiver (the receiver's at
+// receiver * piece: ReduceScatter, Scatter's root, AlltoAll), clear when it holds one piece, read
+// at 0 (Reduce: every rank's whole input, which the root alone reads). The same on every rank.
+uint32_t peerSrcByRankOf(Collective c, int root, int n);
+
 // This rank's arguments for the two-shot kernel's rooted shapes (allreduce/twoshot.cuh, "Rooted
 // shapes"; Broadcast: broadcast_twoshot, Reduce: reduce_twoshot), on top of the call's send and
 // recv: `count` in the kernel's elements (Broadcast's kernel is byte-wise: count * elemSize bytes;

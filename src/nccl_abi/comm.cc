@@ -126,6 +126,7 @@ struct GroupState {
   std::vector<std::vector<Comm*>> cliques;  // ncclCommInitAll's, each set up as one
   std::vector<Registration*> registrations;  // YALI registrations made in the group
   std::vector<Deregistration> deregistrations;  // YALI deregistrations made in the group
+  std::vector<StagedCall> staged;               // calls staged in the group (stageUntilGroupEnd)
 };
 thread_local GroupState tlsGroup;
 
@@ -795,18 +796,90 @@ void enterGroup() { ++tlsGroup.depth; }
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
-void leaveGroup(bool realGroupSucceeded) {
-  if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return;
+void stageUntilGroupEnd(const StagedCall& s) { tlsGroup.staged.push_back(s); }
+
+namespace {
+
+// The staged calls of a group at its outermost end (comm.h, StagedCall; intercept.cc,
+// stageInGroup), after yaliGroupEnd (or yaliGroupSimulateEnd) and NCCL's end returned. Each one's
+// output is copied back into the program's recvbuff, then its memory freed, both on the call's
+// stream: yaliGroupEnd enqueued the group's YALI calls on their streams before it returned, so
+// stream order puts the copy back after the staged call's kernel, and the free after the copy back
+// (and after whatever of the group's launch used the memory, launched or not). No host wait.
+//  - Nothing is copied back where nothing was launched, or it failed (`launched` false: a simulated
+//    end, or an end that failed in either library: the program learns that the group failed), nor
+//    for a comm whose YALI side ended inside the group (an abort: libyali dropped or refused its
+//    queued call) or that was freed there. The memory is freed all the same: in stream order after
+//    anything on the stream, that is safe.
+//  - A stream that is being captured now began a capture after the call (stageInGroup stages no
+//    call made in a capture): yaliGroupEnd launched the staged kernel into that capture, so the
+//    graph reads the staging memory whenever it is replayed, and a copy back would be captured, not
+//    run. Nothing is copied back, the memory is never freed (a deliberate leak), and the end returns
+//    ncclInvalidUsage. A stream whose capture status cannot be read counts as captured.
+// Where nothing was staged (always, without libyali: no comm has YALI then) no CUDA call is made at
+// all: there is no runtime to call (yali_lib.h). Returns the first failure, else ncclSuccess.
+ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launched) {
+  if (staged.empty()) return ncclSuccess;
+  ncclResult_t result = ncclSuccess;
+  auto note = [&result](ncclResult_t r) {
+    if (result == ncclSuccess) result = r;
+  };
+  for (const StagedCall& s : staged) {
+    DeviceGuard onCommDevice(s.device);  // stream 0 is the current device's legacy stream
+    const int rank = s.comm != nullptr ? s.comm->rank : -1;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const cudaError_t captureErr = lib().cudaStreamIsCapturing(s.stream, &capture);
+    if (captureErr != cudaSuccess) lib().cudaGetLastError();  // not left for the program to find
+    if (captureErr != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      note(shimFail(ncclInvalidUsage,
+                    "%s: stream=%p began a CUDA graph capture between this call, staged inside "
+                    "ncclGroupStart/End (YALI refused this rank's buffers), and the group's end%s: its output was "
+                    "not copied back, and its %p (staging memory) is kept for the capture; make the call inside "
+                    "the capture, or end the group before the capture begins",
+                    s.function, static_cast<void*>(s.stream),
+                    captureErr != cudaSuccess ? " (its capture status could not be read)" : "", s.memory));
+      warn(rank, "%s", shimLastError());
+      continue;
+    }
+    const bool copyBack = launched && s.comm != nullptr && s.comm->yali == s.yali && s.yali != nullptr;
+    if (copyBack && s.recvBytes > 0) {
+      const cudaError_t err =
+          lib().cudaMemcpyAsync(s.recv, s.output, s.recvBytes, cudaMemcpyDefault, s.stream);
+      if (err != cudaSuccess)
+        note(shimFail(ncclInvalidArgument,
+                      "%s: staged inside ncclGroupStart/End, and copying its output from the staging memory into "
+                      "recvbuff at the group's end failed (%zu bytes, from %p to %p): %s",
+                      s.function, s.recvBytes, s.output, s.recv, lib().cudaGetErrorString(err)));
+    } else if (!copyBack) {
+      info(rank, "%s: staged inside ncclGroupStart/End: nothing copied back (%s)", s.function,
+           !launched ? "the group was simulated or failed" : "the comm's YALI side ended inside the group");
+    }
+    const cudaError_t freed = lib().cudaFreeAsync(s.memory, s.stream);
+    if (freed != cudaSuccess)
+      info(rank, "%s: freeing the staging memory at the group's end failed (%s): %p is leaked", s.function,
+           lib().cudaGetErrorString(freed), s.memory);
+  }
+  return result;
+}
+
+}  // namespace
+
+ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched) {
+  if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return ncclSuccess;
   std::vector<Child> children;
   std::vector<Comm*> setUps;
   std::vector<std::vector<Comm*>> cliques;
   std::vector<Registration*> registrations;
   std::vector<Deregistration> deregistrations;
+  std::vector<StagedCall> staged;
   std::swap(children, tlsGroup.children);
   std::swap(setUps, tlsGroup.setUps);
   std::swap(cliques, tlsGroup.cliques);
   std::swap(registrations, tlsGroup.registrations);
   std::swap(deregistrations, tlsGroup.deregistrations);
+  std::swap(staged, tlsGroup.staged);
+  // First, right behind the group's launches on the calls' streams.
+  const ncclResult_t result = finishStagedCalls(staged, launched);
   // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
@@ -836,6 +909,7 @@ void leaveGroup(bool realGroupSucceeded) {
   for (const Deregistration& d : deregistrations)
     if (lib().yaliCommDeregister(d.yali, d.handle) != yaliSuccess)
       info(d.rank, "yaliCommDeregister at the group's end failed: %s", lib().yaliGetLastError(d.yali));
+  return result;
 }
 
 // ---- Registration -----------------------------------------------------------------------------------
@@ -1206,6 +1280,9 @@ void freeComm(Comm* c) {
   drop(tlsGroup.setUps, [c](Comm* x) { return x == c; });
   for (auto& clique : tlsGroup.cliques) drop(clique, [c](Comm* x) { return x == c; });
   drop(tlsGroup.registrations, [c](Registration* r) { return r->comm == c; });
+  // A call of it staged in the group: its memory is still freed at the group's end, nothing copied back.
+  for (StagedCall& s : tlsGroup.staged)
+    if (s.comm == c) s.comm = nullptr;
   for (Registration* reg : c->registrations) {
     reg->magic = 0;
     delete reg;

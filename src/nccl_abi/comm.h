@@ -213,11 +213,34 @@ void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 // ---- Groups ----------------------------------------------------------------------------------------
 
 void enterGroup();
-// Leaves one group level; at the outermost, does what waited for it: the handles of the splits and
-// shrinks made in the group (NCCL has filled their real comms by now), the YALI set-up of comms made
-// in the group (when the real ncclGroupEnd succeeded) and YALI registrations made in it.
-void leaveGroup(bool realGroupSucceeded);
+// Leaves one group level; at the outermost, does what waited for it: the staged calls' copies back
+// (below), the handles of the splits and shrinks made in the group (NCCL has filled their real
+// comms by now), the YALI set-up of comms made in the group (when the real ncclGroupEnd succeeded)
+// and YALI registrations made in it. `launched`: YALI's part of the group was launched
+// (yaliGroupEnd, not yaliGroupSimulateEnd, and neither library's end failed), so the staged calls'
+// outputs are there to copy back. Returns ncclSuccess, or the staged calls' failure
+// (finishStagedCalls); an inner level always ncclSuccess.
+ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched);
 bool inGroup();
+
+// A call YALI refused for this rank's buffers, made inside a group and staged there
+// (intercept.cc, stageInGroup): YALI's call on its copies launches at the outermost yaliGroupEnd,
+// so its output is copied back, and its memory freed, only after that, at the outermost
+// ncclGroupEnd (leaveGroup). The memory is the call's own, from cudaMallocAsync on its stream.
+struct StagedCall {
+  Comm* comm;       // null once freed (freeComm): nothing is copied back then
+  yaliComm_t yali;  // comm->yali at the call: a comm whose YALI side ended since (an abort inside
+                    // the group) launched nothing of it, and gets nothing copied back
+  int device;       // the comm's
+  cudaStream_t stream;
+  void* memory;        // cudaMallocAsync'd on `stream`
+  const void* output;  // in memory: what YALI writes on this rank
+  void* recv;          // the program's recvbuff
+  size_t recvBytes;    // 0: nothing to copy back
+  const char* function;
+};
+// Keeps `s` for the outermost end of this thread's open group.
+void stageUntilGroupEnd(const StagedCall& s);
 
 // ---- Registration -----------------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@
 //                  Abort, Revoke: YALI's side first, then NCCL's
 //   collectives    AllReduce, ReduceScatter, AllGather, Broadcast, Bcast, Reduce, AlltoAll, Gather,
 //                  Scatter: YALI where routing.h says so, else NCCL
-//   groups         both libraries' group calls, YALI's end first (a simulated end: YALI's drops its part)
+//   groups         both libraries' group calls, YALI's end first (a simulated end: YALI's drops its part),
+//                  then the copies back of the calls staged in the group (stageInGroup)
 //   errors         ncclCommGetAsyncError: NCCL's, else YALI's, else the hierarchical path's cross-node
 //                  status; ncclGetLastError: whoever failed last
 //   registration   ncclCommRegister/Deregister: NCCL's and YALI's
@@ -136,25 +137,107 @@ char* stagingScratch(Comm* c, const Call& call, const StagingLayout& l, unsigned
   return nullptr;
 }
 
+// Whether the comm's device has memory pools (cudaMallocAsync); false where it cannot be told.
+// Asked at each call staged in a group (a host-side attribute read, on a path that copies anyway).
+bool hasMemoryPools(const Comm* c) {
+  int supported = 0;
+  if (lib().cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, c->device) == cudaSuccess)
+    return supported != 0;
+  lib().cudaGetLastError();
+  return false;
+}
+
+// stage() inside ncclGroupStart/End (issue 20). YALI launches the group's calls at its outermost
+// end, so the shared staging scratch, whose copy back follows the call at once, cannot serve: the
+// copy back would run before YALI's kernel, and the next staged call of the group would overwrite
+// the scratch before the first one's kernel read it. So the call gets memory of its own,
+// cudaMallocAsync'd on its stream (stream-ordered: no host wait, no device-wide synchronization),
+// the input this rank reads is copied in now (on the stream, so before the group's launch), `run`
+// queues the YALI call on the copies in YALI's group like any other call, and the output's copy
+// back and the free wait for the outermost ncclGroupEnd, after yaliGroupEnd launched the group
+// (comm.h, StagedCall; comm.cc, finishStagedCalls: what is skipped, and when). Every rank so runs
+// the same library, as outside a group; the peers' calls and this one launch in the same group.
+// Where this cannot work the call goes to NCCL, as every such refusal in a group did before
+// (kRunFlat: right where every rank refuses alike, and the ranks apart where one rank alone does):
+//  - the call's stream is being captured (or its capture status cannot be read): the allocation and
+//    the copy in would be captured now, while YALI's launch, the copy back and the free at the
+//    group's end land in that capture only if it is still going on then (it may have ended, and
+//    the graph would then replay a copy in that no launch follows). Not staged;
+//  - the device has no memory pools (cudaDevAttrMemoryPoolsSupported): no cudaMallocAsync, and a
+//    cudaMalloc/cudaFree per call would synchronize the device.
+// Failures after that are this rank's errors, as outside a group: the allocation
+// (ncclUnhandledCudaError), the copy in (ncclInvalidArgument), the YALI call (its error); memory
+// already allocated is then freed on the stream (nothing of the call was queued).
+// The input is copied at the call, not at the group's end, so that a copy that fails is this
+// rank's error before anything of the call is queued (at the end, the queued call would run on
+// whatever the memory held: a wrong result on every rank, silently). The cost: what the program
+// enqueues on the stream between the call and ncclGroupEnd, and writes into sendbuff, is not seen
+// by the staged call (NCCL's kernel, launched at the end, would see it). NCCL_ABI.md says so.
+template <typename Run>
+ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run run, bool* ran) {
+  const StagingLayout l =
+      stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
+  DeviceGuard onCommDevice(c->device);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (lib().cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) {
+    lib().cudaGetLastError();
+    capture = cudaStreamCaptureStatusInvalidated;  // unknown: as if captured
+  }
+  if (capture != cudaStreamCaptureStatusNone || !hasMemoryPools(c)) return kRunFlat;
+  char* memory = nullptr;
+  if (l.totalBytes > 0) {
+    void* p = nullptr;
+    const cudaError_t err = lib().cudaMallocAsync(&p, l.totalBytes, call.stream);
+    if (err != cudaSuccess) {
+      lib().cudaGetLastError();
+      return shimFail(ncclUnhandledCudaError,
+                      "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, and allocating %zu bytes "
+                      "of staging memory for them failed: %s",
+                      call.function, why.c_str(), l.totalBytes, lib().cudaGetErrorString(err));
+    }
+    memory = static_cast<char*>(p);
+  }
+  char* in = memory;
+  char* out = memory != nullptr ? memory + l.recvOffset : nullptr;
+  ncclResult_t r = stagingCopy(call, in, call.send, l.sendBytes, "sendbuff into the staging memory");
+  if (r == ncclSuccess) {
+    *ran = true;
+    r = run(l.sendBytes > 0 ? in : nullptr, l.recvBytes > 0 ? out : nullptr);
+  }
+  if (r != ncclSuccess) {
+    // Nothing of the call was queued: the memory goes now, after the copy in, in stream order.
+    if (memory != nullptr) lib().cudaFreeAsync(memory, call.stream);
+    return r;
+  }
+  if (memory != nullptr)
+    stageUntilGroupEnd({c, c->yali, c->device, call.stream, memory, out, call.recv, l.recvBytes, call.function});
+  if (debugEnabled())
+    logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
+             ("YALI refused this rank's buffers, in a group: " + why).c_str());
+  return ncclSuccess;
+}
+
 // Runs a call YALI refused for this rank's buffers (sortRefusal: kStage) on YALI anyway, on copies
 // of them in the comm's staging scratch (routing.h, stagingLayout), so that this rank meets its
 // peers in YALI: the input this rank reads is copied in, `run(send, recv)` calls YALI (or the
 // hierarchical steps) on the copies, and the output this rank writes is copied back, all on the
 // call's stream, after the scratch's last user on another stream (Scratch, StreamOrder), with the
-// comm's device current (stream 0 is that device's legacy stream). Where staging cannot work:
-//  - in a group (YALI launches its part at the group's end, after the copy back would run) and in a
-//    capture whose scratch would have to grow, it returns kRunFlat when `flatFallback` (the flat
+// comm's device current (stream 0 is that device's legacy stream). Inside a group, on memory of
+// the call's own, copied back at the group's end (stageInGroup). Where staging cannot work:
+//  - in a capture whose scratch would have to grow, and in a group where stageInGroup cannot work
+//    (a captured stream, no memory pools), it returns kRunFlat when `flatFallback` (the flat
 //    path): the call runs on NCCL, as every refusal did before staging existed. That is right when
 //    every rank refuses alike (an in-place AlltoAll, host buffers everywhere) and leaves the ranks
 //    apart when one rank alone does (NCCL_ABI.md, "What runs where"); an error there would fail the
-//    first case for sure. The hierarchical path passes false: its other ranks run hierarchical.
+//    first case for sure. The hierarchical path passes false: its other ranks run hierarchical
+//    (and it never stages in a group: a hierarchical comm's calls in a group run flat).
 //  - otherwise (a copy that fails, the staged call failing) an error, never NCCL; the peers' YALI
 //    calls end with YALI's bounded timeout.
 // *ran: run was called (false: nothing of YALI's was enqueued).
 template <typename Run>
 ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatFallback, Run run, bool* ran) {
   *ran = false;
-  if (inGroup() && flatFallback) return kRunFlat;
+  if (inGroup() && flatFallback) return stageInGroup(c, call, why, run, ran);
   if (inGroup())
     return shimFail(ncclInvalidArgument,
                     "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, where libyali-nccl cannot "
@@ -235,7 +318,8 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
   if (debugEnabled())
     logRoute(c, call.function, bytes, false,
              ("YALI refused this rank's buffers (" + why +
-              ") where libyali-nccl cannot stage them (a group, or a capture before its scratch exists)")
+              ") where libyali-nccl cannot stage them (a capture before its scratch exists; in a group, a "
+              "captured stream or a device without memory pools)")
                  .c_str());
   return viaNccl(c->real);
 }
@@ -853,19 +937,28 @@ namespace {
 // tasks of a simulated group, so that the program may issue the same group for real afterwards
 // (launched at the simulation too, an in-place sum came out doubled). YALI's part is left out of
 // NCCL's estimate. Only the outermost end decides, in both libraries.
+//
+// The calls staged in the group (stageInGroup) are finished by leaveGroup, after both ends: their
+// copies back go on their streams behind yaliGroupEnd's launches there. They are copied back only
+// where YALI's part was launched (not simulated) and neither end failed (ncclInProgress, a
+// non-blocking comm's group still running in NCCL's background, is not a failure: YALI's part was
+// launched). A staged call's failure at the end (a capture begun meanwhile: ncclInvalidUsage) is
+// returned where both ends succeeded.
 template <typename EndReal>
 ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const YaliLib* lib = yaliLib();
   const yaliResult_t y =
       lib == nullptr ? yaliSuccess : simulate ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
-  leaveGroup(r == ncclSuccess);
+  const bool launched = !simulate && y == yaliSuccess && (r == ncclSuccess || r == ncclInProgress);
+  const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));
     return toNcclResult(y);
   }
-  return r;
+  if (r != ncclSuccess && r != ncclInProgress) return r;
+  return staged != ncclSuccess ? staged : r;
 }
 
 }  // namespace

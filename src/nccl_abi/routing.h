@@ -139,7 +139,8 @@ const char* routeReason(Route route);  // "YALI_NCCL_DISABLE", ...
 // everywhere. A reason in this rank's buffers (NULL, not aligned, not device memory of this GPU,
 // too small, overlapping out of place) holds here alone: on NCCL this rank would wait for peers
 // that wait in YALI. Such a call runs on YALI anyway, on copies of its buffers in a scratch of the
-// comm's (intercept.cc: sortRefusal, stage).
+// comm's (intercept.cc: sortRefusal, stage), or inside a group on memory of the call's own, copied
+// back at the group's end (stageInGroup).
 //
 // Where a staged call's copies of this rank's buffers lie in the staging scratch: the input the
 // collective reads on this rank at offset 0, the output it writes here at recvOffset (disjoint, so

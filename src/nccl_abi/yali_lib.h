@@ -34,8 +34,8 @@ namespace yali::nccl_abi {
   X(yaliAlgoInfo)
 
 // The CUDA runtime's (the set-up's scratch memory and streams; the comm's scratch buffers, the
-// copies into and out of them and the order of their users across streams; the hierarchical path's
-// cross-node status words), with their types written
+// copies into and out of them and the order of their users across streams; the staging memory of
+// calls staged inside a group; the hierarchical path's cross-node status words), with their types written
 // out: cuda_runtime.h overloads some of them (cudaMalloc) with templates, so decltype cannot name
 // them. cudaStreamGetCaptureInfo changed its parameters between CUDA releases; decltype takes this
 // build's, which is also the runtime libyali links (the two are built together).
@@ -48,6 +48,7 @@ namespace yali::nccl_abi {
   X(cudaStreamCreateWithFlags, cudaError_t(cudaStream_t*, unsigned int))      \
   X(cudaStreamSynchronize, cudaError_t(cudaStream_t))                         \
   X(cudaStreamDestroy, cudaError_t(cudaStream_t))                             \
+  X(cudaDeviceGetAttribute, cudaError_t(int*, cudaDeviceAttr, int))           \
   X(cudaMallocAsync, cudaError_t(void**, size_t, cudaStream_t))               \
   X(cudaFreeAsync, cudaError_t(void*, cudaStream_t))                          \
   X(cudaMalloc, cudaError_t(void**, size_t))                                  \

@@ -93,12 +93,13 @@ const char* const kBuiltinTable[] = {
 // against 64.4 us; reduce_staged 1 GB 8908 us against NCCL's 2947. Their sweep sets the thresholds.
 // The copy-engine rows (*_ce_min) are 0, never by default: they trade speed for SMs left free,
 // which only the caller can weigh (YALI_<NAME>_MIN_BYTES or YALI_ALGO opt in; yali.h).
-// reducescatter_pull (registered inputs, no staging) is 0 too until it has run on several GPUs:
-// what it should beat (nvidia-h200-x4, fp32, n = 4, Session 15): reducescatter_staged 1 GB at
-// 276 GB/s busBW against NCCL's best 326.
+// reducescatter_pull and reduce_pull (registered inputs, no staging) are 0 too until they have run
+// on several GPUs: what reducescatter_pull should beat (nvidia-h200-x4, fp32, n = 4, Session 15):
+// reducescatter_staged 1 GB at 276 GB/s busBW against NCCL's best 326; reduce_pull, reduce_staged
+// (1 GB 8908 us against NCCL's 2947, above).
 const char* const kBuiltinExchanges =
     " allgather_ce_min=0 broadcast_ce_min=0 gather_ce_min=0 scatter_ce_min=0 alltoall_ce_min=0"
-    " reducescatter_pull_min=0"
+    " reducescatter_pull_min=0 reduce_pull_min=0"
     " reducescatter_ll_max=262144 allgather_direct_min=1048576 allgather_ll_max=262144"
     " broadcast_direct_min=1048576 broadcast_ll_max=262144 reduce_ll_max=262144 gather_ll_max=262144"
     " scatter_direct_min=1048576 scatter_ll_max=262144 alltoall_direct_min=1048576 alltoall_ll_max=262144"

@@ -104,7 +104,7 @@ class Selector {
   // collective: one piece, the bytes one rank sends to one receiver). recvRegistered: the output lies
   // in memory registered on every rank (yaliCommRegister), which the *_direct algorithms need.
   // sendRegistered: the inputs do (the *_ce algorithms, which need them at the same offset, and
-  // reducescatter_pull read them). copyEngines: the *_ce algorithms may run (the caller clears it
+  // reducescatter_pull and reduce_pull read them). copyEngines: the *_ce algorithms may run (the caller clears it
   // inside a stream capture, or where the driver lacks the memory operations). Any bytes from 0 to
   // SIZE_MAX; the choice meets choiceFits(choice, bytes, limits()).
   AlgoChoice choose(Collective collective, size_t bytes, bool recvRegistered, bool sendRegistered = false,

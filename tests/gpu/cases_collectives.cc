@@ -208,7 +208,7 @@ const std::vector<std::string>& algoNames(Coll c) {
       {"allgather_ll", "allgather_staged", "allgather_direct", "allgather_ce"},
       {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
       {"broadcast_ll", "broadcast_staged", "broadcast_direct", "broadcast_ce", "broadcast_twoshot"},
-      {"reduce_ll", "reduce_staged", "reduce_twoshot"},
+      {"reduce_ll", "reduce_staged", "reduce_twoshot", "reduce_pull"},
       {"gather_ll", "gather_staged", "gather_ce"},
       {"scatter_ll", "scatter_staged", "scatter_direct", "scatter_ce"},
       {"alltoall_ll", "alltoall_staged", "alltoall_direct", "alltoall_ce"},
@@ -271,8 +271,8 @@ struct CLayout {
   size_t sendOff = 0, recvOff = 0;
   // The first region (the input; in place, the outer buffer) a further rank * sendOffPerRank
   // elements on: each rank's input at its own offset within the corresponding registration, which
-  // the algorithms that read their peers' registered inputs (reducescatter_pull) learn from each
-  // other.
+  // the algorithms that read their peers' registered inputs (reducescatter_pull, reduce_pull) learn
+  // from each other.
   size_t sendOffPerRank = 0;
   bool inplace = false;     // the collective's in-place form (Bcast always)
   bool oneAlloc = false;    // out of place: send and recv in one allocation, a guard gap between
@@ -1650,14 +1650,25 @@ void caseAlgos(Ctx& ctx) {
     ctx.destroyComms(comms, label.c_str());
   }
 
-  // reducescatter_pull: the inputs registered (off by default): every type x op, counts that leave
-  // blocks short and runs unaligned, in place and not, several blocks; inputs at rank-different
-  // offsets within their registrations; with only sendbuff
-  // registered too (which is what it needs), never with only recvbuff or neither; and in a graph
-  // (coll_graphs covers captures in general; this one the pull's own handshake across replays).
-  {
-    const std::string label = "YALI_ALGO=reducescatter_pull";
-    SelectorScope env(Vars{{"YALI_ALGO", "reducescatter_pull"}});
+  // The pull exchange (reducescatter_pull, reduce_pull: one kernel, exchange.cuh: exchangePull), the
+  // inputs registered (off by default), each row forced on comms of its own: every type x op,
+  // counts that leave blocks short and runs unaligned, in place and not (alternating independently
+  // of the root), several blocks; Reduce: the root rotating over every rank (and then every root
+  // in place and not at several blocks), NULL recvbuff on the non-roots every third call (which
+  // must write nothing); inputs at rank-different offsets within their registrations; with only
+  // sendbuff registered too (which is what it needs), never with only recvbuff or neither; and in a
+  // graph (coll_graphs covers captures in general; this one the pull's own handshake across
+  // replays).
+  struct PullRow {
+    Coll coll;
+    const char* algo;
+  };
+  for (const PullRow& row : {PullRow{kReduceScatter, "reducescatter_pull"}, PullRow{kReduce, "reduce_pull"}}) {
+    const Coll c = row.coll;
+    const bool rooted = kColl[c].rooted;
+    const std::string want = row.algo;
+    const std::string label = "YALI_ALGO=" + want;
+    SelectorScope env(Vars{{"YALI_ALGO", want}});
     std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
     {
       SlabPool reg(ctx, Alloc::Malloc, &comms);
@@ -1671,10 +1682,23 @@ void caseAlgos(Ctx& ctx) {
         for (yaliRedOp_t op : ops) {
           for (size_t count : counts) {
             CLayout L;
-            L.inplace = combo % 2 == 1;
-            runCollAlgo(ctx, comms, reg, v, cspec(kReduceScatter, count, dt, op, 0, L), "reducescatter_pull",
-                        label + ", registered");
+            L.inplace = (combo / n) % 2 == 1;  // independent of the root
+            L.nullUnused = rooted && combo % 3 == 0;
+            runCollAlgo(ctx, comms, reg, v, cspec(c, count, dt, op, combo % n, L), want, label + ", registered");
             ++combo;
+          }
+        }
+      }
+      if (rooted) {
+        // Every root, in place and out of place (NULL recvbuff on the non-roots then), several
+        // blocks and a short last run.
+        for (int root = 0; root < n; ++root) {
+          for (bool inplace : {false, true}) {
+            CLayout L;
+            L.inplace = inplace;
+            L.nullUnused = !inplace;
+            runCollAlgo(ctx, comms, reg, v, cspec(c, 65537, yaliFloat32, yaliSum, root, L), want,
+                        label + ", registered, every root");
           }
         }
       }
@@ -1685,26 +1709,35 @@ void caseAlgos(Ctx& ctx) {
           CLayout L;
           L.sendOffPerRank = 1;
           L.inplace = inplace;
-          runCollAlgo(ctx, comms, reg, v, cspec(kReduceScatter, 4093, dt, yaliSum, 0, L), "reducescatter_pull",
+          runCollAlgo(ctx, comms, reg, v, cspec(c, 4093, dt, yaliSum, combo % n, L), want,
                       label + ", registered, inputs at rank-different offsets");
+          ++combo;
         }
       }
       for (yaliDataType_t dt : {yaliFloat32, yaliBfloat16}) {
-        const CSpec s = cspec(kReduceScatter, 65537, dt, yaliSum);
-        runCollAlgo(ctx, comms, unreg, v, s, "reducescatter_pull", label + ", not registered", true);
-        runWithOneBufferRegistered(ctx, comms, reg, unreg, v, s, "reducescatter_pull", label, true, false);
+        const CSpec s = cspec(c, 65537, dt, yaliSum, (combo + 1) % n);
+        runCollAlgo(ctx, comms, unreg, v, s, want, label + ", not registered", true);
+        runWithOneBufferRegistered(ctx, comms, reg, unreg, v, s, want, label, true, false);
+        ++combo;
       }
       {
-        // Two calls in one graph, each in a registered slab of its own.
+        // Two calls in one graph, each in a registered slab of its own (Reduce: a non-root's
+        // recvbuff NULL in the first, in place in the second, two different roots).
+        CLayout nullUnused, inplace;
+        nullUnused.nullUnused = true;
+        inplace.inplace = true;
+        const std::vector<CSpec> specs =
+            rooted ? std::vector<CSpec>{cspec(c, 4093, yaliFloat32, yaliSum, n - 1, nullUnused),
+                                        cspec(c, 65537, yaliBfloat16, yaliMax, 0, inplace)}
+                   : std::vector<CSpec>{cspec(c, 4093, yaliFloat32, yaliSum), cspec(c, 65537, yaliBfloat16, yaliMax)};
         std::vector<std::unique_ptr<Slab>> slabs;
         std::vector<std::unique_ptr<CollRun>> runs;
-        for (const CSpec& s : {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum),
-                               cspec(kReduceScatter, 65537, yaliBfloat16, yaliMax)}) {
+        for (const CSpec& s : specs) {
           slabs.push_back(makeSlab(ctx, slabBytesFor(s, n), Alloc::Malloc));
           registerPart(ctx, comms, slabs.back()->A, slabs.back()->regA, "A");
           registerPart(ctx, comms, slabs.back()->B, slabs.back()->regB, "B");
           runs.emplace_back(new CollRun(ctx, s, *slabs.back()));
-          expectAlgo(ctx, comms, *runs.back(), "reducescatter_pull", label + ", captured");
+          expectAlgo(ctx, comms, *runs.back(), want, label + ", captured");
         }
         syncAll(ctx);
         captureAndReplay(ctx, comms, runs, v, ctx.quick() ? 3 : 8, label + ", captured");
@@ -3775,8 +3808,8 @@ void caseCopyEngine(Ctx& ctx) {
 // (device.cuh: rebaseEpochs), is
 //   LL exchange:       the second call of the second replay (mid-graph);
 //   staged exchange:   the first eager call (the rebase in an eager launch);
-//   direct exchange:   the last call of the second replay, outputs registered (twoshot_direct and
-//                      every *_direct);
+//   direct and pull:   the fourth of the five calls of the second replay (reduce_pull), buffers
+//                      registered (twoshot_direct, every *_direct, reducescatter_pull, reduce_pull);
 //   copy engines:      a graph call, with *_ce calls (which launch no kernel, so do not advance the
 //                      epoch) before and after it, interleaved with eager kernel calls of the
 //                      collectives that have no *_ce; inputs registered. Only where no process has
@@ -3918,20 +3951,23 @@ void epochWrapExchange(Ctx& ctx) {
   {
     EpochFamily f;
     f.name = "direct and pull exchanges, buffers registered";
-    f.algoList = "twoshot_direct,reducescatter_pull";
+    f.algoList = "twoshot_direct,reducescatter_pull,reduce_pull";
     for (Coll c : kDirectColls) f.algoList += "," + algoName(c, "direct");
     f.registered = true;
     f.graph = {{cspec(kAllGather, 16411, yaliFloat32), "allgather_direct"},
                {cspec(kScatter, 4093, yaliBfloat16, yaliSum, 1 % n), "scatter_direct"},
                {cspec(kReduceScatter, 4093, yaliBfloat16, yaliSum), "reducescatter_pull"},
+               {cspec(kReduce, 16411, yaliFloat32, yaliSum, n - 1), "reduce_pull"},
                {cspec(kAllReduce, 65537, yaliFloat32, yaliSum), "twoshot_direct"}};
     // Gather has no registered-buffer algorithm: the selector's choice among the rest.
     f.eager = {{cspec(kBroadcast, 65537, yaliFloat32, yaliSum, n - 1), "broadcast_direct"},
                {cspec(kAlltoAll, 4093, yaliInt64), "alltoall_direct"},
                {cspec(kReduceScatter, 4093, yaliFloat32, yaliSum), "reducescatter_pull"},
+               {cspec(kReduce, 4093, yaliBfloat16, yaliMax, 1 % n), "reduce_pull"},
                {cspec(kAllGather, 1031, yaliFloat16), "allgather_direct"},
                {cspec(kGather, 4093, yaliFloat32, yaliSum, 0), ""}};
-    f.wrapAt = 7;
+    // Launches 0-4 the first replay, 5-6 eager, 7-11 the second replay: the wrap is its reduce_pull.
+    f.wrapAt = 10;
     families.push_back(f);
   }
   if (copyEnginesAllowed(ctx)) {

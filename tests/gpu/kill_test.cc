@@ -29,19 +29,20 @@
 // unusable), so that one failure does not hide the others.
 //
 // Runs: every algorithm of every collective (the registry's rows, kAlgos below: AllReduce's five,
-// ReduceScatter's LL and staged, Reduce's LL, two-shot and staged, AllGather's, Scatter's and
-// AlltoAll's LL, staged, direct and copy-engine, Broadcast's those and two-shot, Gather's LL, staged
-// and copy-engine, AlltoAllv's staged through yaliAlltoAllv with uneven host counts: 31
-// algorithms), each forced with YALI_ALGO, x every
+// ReduceScatter's pull, LL and staged, Reduce's pull, LL, two-shot and staged, AllGather's,
+// Scatter's and AlltoAll's LL, staged, direct and copy-engine, Broadcast's those and two-shot,
+// Gather's LL, staged and copy-engine, AlltoAllv's staged through yaliAlltoAllv with uneven host
+// counts: 33 algorithms), each forced with YALI_ALGO, x every
 // mode (eager, graph) x every victim; --coll and --algo narrow the set. Every run checks with
 // yaliAlgoInfo, for each of its calls and buffers, that the forced algorithm is the one that runs.
 // The algorithms for registered outputs (twoshot_direct, *_direct) run with every rank's outputs
-// registered with yaliCommRegister, the copy-engine ones (*_ce) with every rank's inputs registered
+// registered with yaliCommRegister, the copy-engine ones (*_ce) and the pull ones
+// (reducescatter_pull, reduce_pull) with every rank's inputs registered
 // (every rank allocates and registers the same sizes, in the same order: the root's layout). The
 // copy-engine algorithms run eager only: a stream capture never chooses them (yali.h), so their
 // graph runs are listed as SKIP with that reason. The rooted collectives' root rotates over the
 // calls of an iteration (call s: root s % nranks), so a kill hits calls whose root is the victim and
-// calls whose root survives. 31 eager + 26 graph runs per victim; about 4 s each where one H100
+// calls whose root survives. 33 eager + 27 graph runs per victim; about 4 s each where one H100
 // ran the AllReduce ones (YALI_TIMEOUT_MS=3000 and set-up).
 //
 //   yali-kill-test [--ranks N] [--victim R[,R...]] [--coll NAME[,NAME...]|all] [--algo NAME[,NAME...]]
@@ -165,7 +166,8 @@ struct AlgoDesc {
   bool registeredOutput;  // only for outputs registered on every rank (twoshot_direct, *_direct)
   bool copyEngine;        // *_ce: only for inputs registered on every rank, never chosen inside a
                           // stream capture (yali.h): eager runs only
-  bool registeredInput = false;  // reducescatter_pull: only for inputs registered on every rank
+  bool registeredInput = false;  // reducescatter_pull, reduce_pull: only for inputs registered on
+                                 // every rank
 };
 const AlgoDesc kAlgos[] = {
     {"twoshot_direct", Coll::kAllReduce, true, false},
@@ -185,6 +187,7 @@ const AlgoDesc kAlgos[] = {
     {"broadcast_ll", Coll::kBroadcast, false, false},
     {"broadcast_twoshot", Coll::kBroadcast, false, false},
     {"broadcast_staged", Coll::kBroadcast, false, false},
+    {"reduce_pull", Coll::kReduce, false, false, true},
     {"reduce_ll", Coll::kReduce, false, false},
     {"reduce_twoshot", Coll::kReduce, false, false},
     {"reduce_staged", Coll::kReduce, false, false},

@@ -4,7 +4,8 @@ Run under mpirun with libyali-nccl.so preloaded, every rank on GPU 0 with its ow
 (scripts/gpu_check.sh, stage ncclabi). NCCL calls go through ctypes to the preloaded library, so
 buffers torch.distributed would refuse (pinned host memory, overlaps) reach it as a C program's
 would. In each case (one per collective: cases 1-3 ran on 2026-11-28, 4-8 were added after that
-session's device time was spent) one rank passes a buffer libyali refuses for that rank alone and
+session's device time was spent; 9, the same inside ncclGroupStart/End, has not run on a GPU yet)
+one rank passes a buffer libyali refuses for that rank alone and
 its peers plain device buffers: every rank must still run the same library and get NCCL's answer, exactly
 (integer-valued floats). Before the rule that stages such buffers, the refusing rank ran the call on
 NCCL while its peer waited in YALI: the peer timed out and the refusing rank hung (this script's
@@ -12,7 +13,7 @@ outer `timeout` turns that into a failure).
 
 Prints one line per case and rank, "ok" or "WRONG", and exits 1 on any wrong or failed call. Passing
 values alone would not show that YALI ran (NCCL also gets them right): gpu_check.sh counts the
-shim's "[staged through libyali-nccl's scratch]" lines (YALI_NCCL_DEBUG=1), one per case (8) from its
+shim's "[staged through libyali-nccl's scratch]" lines (YALI_NCCL_DEBUG=1), one per case (9) from its
 refusing rank, and the YALI lines of its peers.
 """
 
@@ -150,6 +151,26 @@ def main():
         recv = torch.full((n * count,), -1.0, device="cuda")
     r = nccl.ncclAlltoAll(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, comm, stream)
     check("AlltoAll, rank 1 in place", r, recv, torch.cat([values(q * n + rank, count) for q in range(n)]))
+
+    # 9. Inside ncclGroupStart/End: an AllReduce with rank 1's input and output in pinned host
+    #    memory, grouped with an AllReduce every rank makes on device buffers. Rank 1's call is staged
+    #    on memory of its own (cudaMallocAsync on the stream), its output copied back at the group's
+    #    end after YALI's launch. Before, it went to NCCL alone inside a group while its peers waited
+    #    in YALI. (Its own size class, so that its staged line is logged apart from case 1's.)
+    count, other = 12289, 3001
+    send = on(rank == 1, values(rank, count))
+    recv = on(rank == 1, torch.full((count,), -1.0))
+    other_send = values(rank + 3, other).cuda()
+    other_recv = torch.full((other,), -1.0, device="cuda")
+    assert nccl.ncclGroupStart() == 0
+    r = nccl.ncclAllReduce(ptr(send), ptr(recv), ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, comm, stream)
+    r2 = nccl.ncclAllReduce(ptr(other_send), ptr(other_recv), ctypes.c_size_t(other), NCCL_FLOAT32, NCCL_SUM, comm,
+                            stream)
+    end = nccl.ncclGroupEnd()
+    check("AllReduce in a group, rank 1 on pinned host memory", r or end, recv,
+          sum(values(q, count) for q in range(n)))
+    check("AllReduce in the same group, on device buffers", r2 or end, other_recv,
+          sum(values(q + 3, other) for q in range(n)))
 
     torch.cuda.synchronize()
     nccl.ncclCommDestroy(comm)

@@ -23,7 +23,8 @@
 // memcpy at once (noted, with their source, destination and size), streams are tokens, and no
 // stream is captured but fakeCudaCapturedStream. Stream-ordered memory (cudaMallocAsync) comes from
 // a pool, as CUDA's does: a block freed with cudaFreeAsync is handed out again, unzeroed, to the
-// next cudaMallocAsync of its size, so a scratch holds what its last user left there, as on a GPU.
+// next cudaMallocAsync of its size, so a scratch holds what its last user left there, as on a GPU;
+// both are noted in the log. The device has memory pools unless fakeCudaMemoryPoolsSupported is 0.
 // fakeCudaFailNth makes one later call of a CUDA function fail.
 //
 // Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
@@ -191,6 +192,8 @@ __attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
 __attribute__((visibility("default"))) void* fakeYaliRefusedBuffer = nullptr;
 // This stream is being captured (capture id 1); null: none is.
 __attribute__((visibility("default"))) void* fakeCudaCapturedStream = nullptr;
+// What cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) says (1: the device has memory pools).
+__attribute__((visibility("default"))) int fakeCudaMemoryPoolsSupported = 1;
 }
 
 namespace {
@@ -421,25 +424,41 @@ std::map<size_t, std::vector<void*>> asyncPool;  // freed blocks by size, the la
 std::map<void*, size_t> asyncBytes;              // every block's size
 }  // namespace
 
-FAKE_EXPORT cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+// Both noted with their stream (the event's handle) and memory (fakeEventBuffers: an allocation's
+// as recv, with its bytes; a free's as send), so that a test sees on which stream, and when, a
+// staged call's own memory comes and goes.
+FAKE_EXPORT cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t stream) {
   *p = nullptr;
-  if (cudaFailsNow("cudaMallocAsync")) return cudaErrorMemoryAllocation;
-  std::lock_guard<std::mutex> lock(mutex);
-  std::vector<void*>& freed = asyncPool[bytes];
-  if (!freed.empty()) {
-    *p = freed.back();
-    freed.pop_back();
-    return cudaSuccess;
+  if (cudaFailsNow("cudaMallocAsync")) {
+    fakeRecordBuffers("cudaMallocAsync", stream, nullptr, nullptr, bytes);
+    return cudaErrorMemoryAllocation;
   }
-  *p = calloc(1, bytes);
-  if (*p == nullptr) return cudaErrorMemoryAllocation;
-  asyncBytes[*p] = bytes;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    std::vector<void*>& freed = asyncPool[bytes];
+    if (!freed.empty()) {
+      *p = freed.back();
+      freed.pop_back();
+    } else {
+      *p = calloc(1, bytes);
+      if (*p != nullptr) asyncBytes[*p] = bytes;
+    }
+  }
+  fakeRecordBuffers("cudaMallocAsync", stream, nullptr, *p, bytes);
+  return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t stream) {
+  fakeRecordBuffers("cudaFreeAsync", stream, p, nullptr, 0);
+  std::lock_guard<std::mutex> lock(mutex);
+  asyncPool[asyncBytes.at(p)].push_back(p);
   return cudaSuccess;
 }
 
-FAKE_EXPORT cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
-  std::lock_guard<std::mutex> lock(mutex);
-  asyncPool[asyncBytes.at(p)].push_back(p);
+// cudaDevAttrMemoryPoolsSupported is fakeCudaMemoryPoolsSupported (1 unless a test says not);
+// every other attribute 0.
+FAKE_EXPORT cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+  *value = attr == cudaDevAttrMemoryPoolsSupported ? fakeCudaMemoryPoolsSupported : 0;
   return cudaSuccess;
 }
 

@@ -160,8 +160,9 @@ bool passesInChild(Body body) {
 // that libyali-nccl's once-per-process readings (NCCL_COMM_BLOCKING, isBlocking) are still to be
 // made, as in a program whose first communicator this is. True when its checks passed. In that
 // process (YALI_TESTS_FRESH_PROCESS names the test) the body runs directly.
+// `variable`, when given, is set to 1 in the fresh process before it starts (main reads it).
 template <typename Body>
-bool passesInFreshProcess(Body body) {
+bool passesInFreshProcess(Body body, const char* variable = nullptr) {
   const char* name = yali_test::currentTestName();
   const char* fresh = getenv("YALI_TESTS_FRESH_PROCESS");
   if (fresh != nullptr && strcmp(fresh, name) == 0) {
@@ -173,6 +174,7 @@ bool passesInFreshProcess(Body body) {
   if (pid < 0) return false;
   if (pid == 0) {
     setenv("YALI_TESTS_FRESH_PROCESS", name, 1);
+    if (variable != nullptr) setenv(variable, "1", 1);
     execl("/proc/self/exe", "/proc/self/exe", name, static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -598,30 +600,22 @@ TEST(a_buffer_refusal_in_a_capture_before_the_staging_scratch_exists_runs_on_ncc
   destroyAll(ranks);
 }
 
-// Where staging cannot work: inside a group (YALI launches the group's calls at its end, after the
-// copy back would run) the call runs on NCCL, as every refusal did before staging (right when every
-// rank refuses alike); a copy that fails and the staged YALI call failing are this rank's errors,
-// never NCCL.
-TEST(staging_that_cannot_work_runs_nccl_in_a_group_and_is_an_error_elsewhere) {
+// A staging that fails is this rank's error, never NCCL: a copy that fails (the copy back, the copy
+// in) and the staged YALI call failing. (Inside a group such a call is staged too, on memory of its
+// own: the tests below.)
+TEST(staging_that_fails_is_an_error_not_nccl) {
   const std::vector<Rank> ranks = clique(2);
   static float send[16], recv[16];
   const RefusedBuffer refused(send);
   ncclComm_t c = ranks[0].comm;
   const std::initializer_list<const char*> calls = {"yaliAllReduce", "ncclAllReduce"};
   const Labels labels = labelsOf(ranks);
-  int since = eventCount();
-  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
-  CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
-  std::string t = trace(since, {"yaliAllReduce", "ncclAllReduce", "cudaMemcpyAsync"}, labels);
-  CHECK_MSG(t == "yaliAllReduce(y0) ncclAllReduce(r0)", "group: %s", t.c_str());
-
   void*& failDst = yaliVariable<void*>("fakeCudaMemcpyFailDst");
   failDst = recv;  // the copy back
-  since = eventCount();
+  int since = eventCount();
   CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr) == ncclInvalidArgument);
   failDst = nullptr;
-  t = trace(since, calls, labels);
+  std::string t = trace(since, calls, labels);
   CHECK_MSG(t == "yaliAllReduce(y0) yaliAllReduce(y0)", "copy back: %s", t.c_str());
   const void* scratch = buffersOf(since, "yaliAllReduce", 1).send;
   failDst = const_cast<void*>(scratch);  // the copy in
@@ -703,6 +697,286 @@ TEST(the_staging_scratch_is_ordered_across_graph_replays_and_eager_calls) {
   }
   // Eager again, on A: waits for the last user of any context (a replay of G launched before it).
   t.allReduce(t.A, "cudaStreamWaitEvent(A) cudaMemcpyAsync(S) cudaMemcpyAsync(recv) cudaEventRecord(A)");
+}
+
+// ---- A refusal of this rank's buffers inside a group: staged too (issue 20) ----------------------------------
+
+// A staged call inside a group, traced: rank 0's call refuses `send` (say it is host memory), on
+// stream A, while rank 1 makes the same call on device buffers YALI takes. The staging memory is
+// the call's own (cudaMallocAsync): "S" in the traces.
+struct GroupStaging {
+  const std::vector<Rank> ranks = clique(2);
+  static inline float send[16], recv[16], peerSend[16], peerRecv[16];
+  const RefusedBuffer refused{send};
+  int a = 0, b = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
+  const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
+  Labels labels = labelsOf(ranks);
+  const Labels buffers = {{send, "send"}, {recv, "recv"}, {peerSend, "p"}, {peerRecv, "q"}};
+  int since = eventCount();
+  GroupStaging() {
+    labels[A] = "A";
+    labels[B] = "B";
+    labels[recv] = "recv";  // a copy's handle is its destination
+    for (int i = 0; i < 16; ++i) recv[i] = -1.0f;
+  }
+  ~GroupStaging() { destroyAll(ranks); }
+  // Rank 0's refused call and rank 1's, in the open group.
+  void allReduce() {
+    CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, A) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(peerSend, peerRecv, 4, ncclFloat32, ncclSum, ranks[1].comm, A) == ncclSuccess);
+  }
+  // The staging memory of the nth call staged since `since` (null: none was allocated), and 42 put
+  // where YALI writes its output (S+256), so that a copy back shows in recv.
+  Staging staging(int nth = 0) {
+    const Buffers alloc = buffersOf(since, "cudaMallocAsync", nth);
+    if (alloc.recv != nullptr && alloc.count >= 256 + 16)
+      static_cast<float*>(const_cast<void*>(alloc.recv))[64] = 42.0f;
+    return Staging{alloc.recv, alloc.count};
+  }
+  std::string buffersTraced(const Staging& s) {
+    return bufferTrace(since,
+                       {"yaliAllReduce", "yaliBroadcast", "cudaMallocAsync", "cudaMemcpyAsync", "yaliLaunch",
+                        "cudaFreeAsync", "ncclAllReduce", "ncclBroadcast"},
+                       buffers, s);
+  }
+  std::string traced() {
+    return trace(since,
+                 {"yaliAllReduce", "ncclAllReduce", "cudaMallocAsync", "cudaFreeAsync", "yaliGroupEnd",
+                  "yaliGroupSimulateEnd", "yaliLaunch", "ncclGroupEnd", "ncclGroupSimulateEnd", "yaliCommAbort",
+                  "ncclCommAbort"},
+                 labels);
+  }
+};
+
+// Inside ncclGroupStart/End, a call YALI refuses for this rank's buffers (yaliAlgoInfo takes its
+// scalars) is staged as it is outside a group, never sent to NCCL alone while its peers run YALI
+// (issue 20: before, this rank waited in NCCL for peers that waited in YALI). At the call: its own
+// staging memory, allocated on the call's stream (cudaMallocAsync), the input copied in, and the
+// YALI call on the copies queued in the group as any other. At the outermost ncclGroupEnd, after
+// yaliGroupEnd launched the group: the output copied back and the memory freed (cudaFreeAsync), on
+// the call's stream, so stream order puts both after the launch. An inner end copies nothing back.
+// A Broadcast's non-root (its output refused) copies nothing in and its output back.
+TEST(a_refusal_in_a_group_is_staged_and_copied_back_after_the_groups_launch) {
+  GroupStaging g;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);  // inner: nothing launched, nothing copied back
+  const Staging staging = g.staging();
+  std::string t = g.buffersTraced(staging);
+  const char* want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) "
+                     "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4)";
+  CHECK_MSG(t == want, "before the outermost end: %s, expected %s", t.c_str(), want);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = g.buffersTraced(staging);
+  want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) yaliAllReduce(S>S+256,4) "
+         "yaliAllReduce(p>q,4) yaliLaunch(S>S+256,4) yaliLaunch(p>q,4) cudaMemcpyAsync(S+256>recv,16) "
+         "cudaFreeAsync(S>0,0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  t = g.traced();
+  want = "yaliAllReduce(y0) cudaMallocAsync(A) yaliAllReduce(y0) yaliAllReduce(y1) yaliGroupEnd() ncclGroupEnd() "
+         "yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y1) ncclGroupEnd() cudaFreeAsync(A)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(g.recv[0], 42.0f);  // the copy back moved YALI's output
+  CHECK_EQ(waitingCalls(g.ranks[0].real), 0);  // no NCCL call of rank 0 waits for rank 1
+
+  // A Broadcast from rank 0 whose non-root, rank 1, has its output refused, on stream B.
+  static float out[16];
+  const RefusedBuffer refusedOut(out);
+  Labels buffers = g.buffers;
+  buffers[out] = "out";
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclBroadcast)(g.peerSend, g.peerRecv, 4, ncclFloat32, 0, g.ranks[0].comm, g.B) == ncclSuccess);
+  CHECK(SHIM(ncclBroadcast)(g.send, out, 4, ncclFloat32, 0, g.ranks[1].comm, g.B) == ncclSuccess);
+  const Staging broadcast = g.staging();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = bufferTrace(g.since, {"yaliBroadcast", "cudaMallocAsync", "cudaMemcpyAsync", "yaliLaunch", "cudaFreeAsync",
+                            "ncclBroadcast"},
+                  buffers, broadcast);
+  want = "yaliBroadcast(p>q,4) yaliBroadcast(send>out,4) cudaMallocAsync(0>S,16) yaliBroadcast(0>S,4) "
+         "yaliLaunch(p>q,4) yaliLaunch(0>S,4) cudaMemcpyAsync(S>out,16) cudaFreeAsync(S>0,0)";
+  CHECK_MSG(t == want, "broadcast: %s, expected %s", t.c_str(), want);
+  t = trace(g.since, {"cudaMallocAsync", "cudaFreeAsync"}, g.labels);
+  CHECK_MSG(t == "cudaMallocAsync(B) cudaFreeAsync(B)", "broadcast: %s", t.c_str());
+}
+
+// Where staging inside a group cannot work, the call goes to NCCL, as every such refusal in a
+// group did before: the call's stream being captured at the call (the copy back and the free would
+// have to land in the same capture at the group's end, which may have ended by then), or a device
+// without memory pools (no cudaMallocAsync). Nothing is allocated. Where it can work and fails (the
+// allocation, the copy in, the YALI call), the call returns this rank's error, as outside a group,
+// and what it allocated is freed on its stream (nothing of it was queued).
+TEST(a_refusal_in_a_group_goes_to_nccl_where_staging_it_cannot_work) {
+  GroupStaging g;
+  {
+    const CapturedStream captured(g.A);
+    CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(g.send, g.recv, 4, ncclFloat32, ncclSum, g.ranks[0].comm, g.A) == ncclSuccess);
+    CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  }
+  std::string t = g.traced();
+  CHECK_MSG(t == "yaliAllReduce(y0) ncclAllReduce(r0) yaliGroupEnd() ncclGroupEnd()", "captured: %s", t.c_str());
+
+  int& pools = yaliVariable<int>("fakeCudaMemoryPoolsSupported");
+  pools = 0;
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(g.send, g.recv, 4, ncclFloat32, ncclSum, g.ranks[0].comm, g.A) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  pools = 1;
+  t = g.traced();
+  CHECK_MSG(t == "yaliAllReduce(y0) ncclAllReduce(r0) yaliGroupEnd() ncclGroupEnd()", "no pools: %s", t.c_str());
+
+  // The allocation fails: an error, nothing else.
+  failCudaNth("cudaMallocAsync", 1);
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(g.send, g.recv, 4, ncclFloat32, ncclSum, g.ranks[0].comm, g.A) ==
+        ncclUnhandledCudaError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = g.traced();
+  CHECK_MSG(t == "yaliAllReduce(y0) cudaMallocAsync(A) yaliGroupEnd() ncclGroupEnd()", "allocation: %s", t.c_str());
+  // The copy in fails: an error, the memory freed.
+  failCudaNth("cudaMemcpyAsync", 1);
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(g.send, g.recv, 4, ncclFloat32, ncclSum, g.ranks[0].comm, g.A) == ncclInvalidArgument);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = g.traced();
+  CHECK_MSG(t == "yaliAllReduce(y0) cudaMallocAsync(A) cudaFreeAsync(A) yaliGroupEnd() ncclGroupEnd()", "copy in: %s",
+            t.c_str());
+  // The staged YALI call fails: its error, the memory freed, nothing launched.
+  failYaliNext("yaliAllReduce", yaliInvalidArgument, "yaliAllReduce: sendbuff is host memory");  // the call
+  failYaliNext("yaliAllReduce", yaliRemoteError, "yaliAllReduce: a peer aborted");               // staged
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(g.send, g.recv, 4, ncclFloat32, ncclSum, g.ranks[0].comm, g.A) == ncclRemoteError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = g.traced();
+  CHECK_MSG(t == "yaliAllReduce(y0) cudaMallocAsync(A) yaliAllReduce(y0) cudaFreeAsync(A) yaliGroupEnd() "
+                 "ncclGroupEnd()",
+            "staged call: %s", t.c_str());
+  CHECK_EQ(g.recv[0], -1.0f);  // nothing was ever copied back
+}
+
+// A comm aborted inside the group after a call of it was staged: YALI's part of it ended (libyali
+// drops or refuses its queued call), so its staging memory holds no output: nothing is copied back
+// into the program's buffer. The memory is freed on the call's stream (after anything of the
+// group's launch there, in stream order).
+TEST(a_staged_call_of_a_comm_aborted_inside_the_group_copies_nothing_back) {
+  GroupStaging g;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  const Staging staging = g.staging();
+  CHECK(SHIM(ncclCommAbort)(g.ranks[0].comm) == ncclSuccess);
+  SHIM(ncclGroupEnd)();  // whatever the libraries make of the aborted comm's queued call
+  const std::string t = bufferTrace(g.since, {"cudaMallocAsync", "cudaMemcpyAsync", "cudaFreeAsync"}, g.buffers, staging);
+  const char* want = "cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) cudaFreeAsync(S>0,0)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(g.recv[0], -1.0f);
+}
+
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+// A group that launched nothing of a staged call, or whose end failed, copies nothing back: a
+// simulated end (yaliGroupSimulateEnd dropped the call) or an end that failed in either library
+// (the program learns the group failed; its output is not defined). The memory is freed on the
+// call's stream, as always outside a capture.
+TEST(a_staged_call_copies_nothing_back_after_a_simulated_or_failed_group_end) {
+  GroupStaging g;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  Staging staging = g.staging();
+  CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  std::string t = g.buffersTraced(staging);
+  const char* want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) "
+                     "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4) cudaFreeAsync(S>0,0)";
+  CHECK_MSG(t == want, "simulated: %s, expected %s", t.c_str(), want);
+
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliRemoteError;
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  staging = g.staging();
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliSuccess;
+  t = trace(g.since, {"cudaMemcpyAsync", "cudaFreeAsync"}, g.labels);
+  CHECK_MSG(t == "cudaMemcpyAsync(?) cudaFreeAsync(A)", "YALI's end failed: %s", t.c_str());  // the copy in only
+
+  failNcclNext("ncclGroupEnd", ncclSystemError);
+  g.since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  staging = g.staging();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSystemError);
+  t = trace(g.since, {"cudaMemcpyAsync", "cudaFreeAsync"}, g.labels);
+  CHECK_MSG(t == "cudaMemcpyAsync(?) cudaFreeAsync(A)", "NCCL's end failed: %s", t.c_str());
+  CHECK_EQ(g.recv[0], -1.0f);
+}
+#endif
+
+// The call's stream began a CUDA graph capture between a staged call and its group's end: YALI's
+// launch went into the capture, which now reads the staging memory whenever the graph is replayed,
+// and the copy back would be captured too, not run. ncclGroupEnd returns ncclInvalidUsage (make the
+// call inside the capture, or end the group before it), copies nothing back, and never frees the
+// memory (a graph may reference it: a deliberate leak).
+TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_and_keeps_the_memory) {
+  GroupStaging g;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  const Staging staging = g.staging();
+  {
+    const CapturedStream captured(g.A);
+    CHECK(SHIM(ncclGroupEnd)() == ncclInvalidUsage);
+  }
+  const char* last = SHIM(ncclGetLastError)(nullptr);
+  CHECK_MSG(contains(last, "capture"), "%s", last);
+  const std::string t = g.buffersTraced(staging);
+  const char* want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) "
+                     "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4) yaliLaunch(S>S+256,4) yaliLaunch(p>q,4)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(g.recv[0], -1.0f);
+}
+
+// Without libyali (none at YALI_LIBRARY: every comm NCCL only, and no CUDA runtime to call), a
+// group, nested or simulated, with collectives and a comm made in it, ends cleanly and makes no
+// CUDA call: the staged calls' work at the group's end needs none where nothing was staged. (A
+// first version of the staging in groups asked CUDA at every group's end.) In a fresh process,
+// since libyali is looked for once per process.
+TEST(a_group_without_libyali_ends_cleanly) {
+  CHECK(passesInFreshProcess(
+      [] {
+        const int since = eventCount();
+        std::vector<ncclComm_t> comms(2, nullptr);
+        REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
+        static float buffer[2][4];
+        for (int round = 0; round < 2; ++round) {
+          CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+          CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+          for (int r = 0; r < 2; ++r)
+            CHECK(SHIM(ncclAllReduce)(buffer[r], buffer[r], 4, ncclFloat32, ncclSum, comms[r], nullptr) ==
+                  ncclSuccess);
+          CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+          ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+          if (round == 1) {
+            CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+            continue;
+          }
+#endif
+          CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+        }
+        // A comm made inside a group (its set-up waits for the group's end).
+        const std::vector<ncclComm_t> more = initInGroup(2);
+        for (int i = since, n = eventCount(); i < n; ++i)
+          CHECK_MSG(eventCall(i).compare(0, 4, "cuda") != 0 && eventCall(i).compare(0, 4, "yali") != 0,
+                    "event %d: %s", i, eventCall(i).c_str());
+        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+        for (ncclComm_t c : more) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+      },
+      "YALI_TESTS_NO_LIBYALI"));
 }
 
 // ---- Asynchronous errors ------------------------------------------------------------------------------------
@@ -2394,6 +2668,10 @@ int main(int argc, char** argv) {
   // Before libyali-nccl is first used: it reads its settings and finds both libraries once.
   setenv("YALI_NCCL_LIBRARY", YALI_FAKE_NCCL_PATH, 1);
   setenv("YALI_LIBRARY", YALI_FAKE_YALI_PATH, 1);
+  // A process without libyali (passesInFreshProcess's variable): libyali-nccl finds none at that
+  // path, so every communicator is NCCL only and it has no CUDA runtime to call (yali_lib.h). The
+  // fake is still opened below (for the event log's controls), by its own path.
+  if (getenv("YALI_TESTS_NO_LIBYALI") != nullptr) setenv("YALI_LIBRARY", "/nonexistent/libyali.so", 1);
   // AllGather off, but in the run for the allgather_on_ cases (ctest host_nccl_abi_errors_allgather).
   if (getenv("YALI_TESTS_ALLGATHER_ON") == nullptr) setenv("YALI_NCCL_DISABLE", "allgather", 1);
   else unsetenv("YALI_NCCL_DISABLE");

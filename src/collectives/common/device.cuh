@@ -326,8 +326,9 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 // the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
 // here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
 // tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
-// follow waits a grace period longer, comm.cc: makeDeviceResources). The fence orders this block's
-// work before its count.
+// follow waits a grace period longer, comm.cc: makeDeviceResources). Fences order the blocks' work
+// before the count only where something reads across them (below): not in a graph launch's plain
+// exit, where they cost 0.4-0.5 us per call at 16 KB-4 MB on 2 H200s (PERF.md Session 28).
 // `onFailure`: what the last block runs (thread 0 alone) when an admitted launch failed, after every
 // block has left, so nothing of the launch can overwrite it (AlltoAllv: -1 into the count outputs).
 struct NoEpilogue {
@@ -346,13 +347,22 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   // memory is visible; keep that load after the wait, also under programmatic launch, where the
   // next grid may be scheduled before this one ends). eagerDone is read by the host, by a copy
   // from outside the stream order: it keeps its fence.
+  // The fences order the blocks' work before what the last block does after the count, where
+  // anything reads it outside the grid's completion: eagerDone (the host), an epilogue (its stores
+  // must land after every block's), the rebase (it clears the flags; system scope: the peers read
+  // them). A graph launch's count orders nothing else: only the comm's next launch reads the epoch
+  // and `exits`, after griddepcontrol.wait (or plain stream order), when this grid has completed
+  // and all its memory operations are visible. There the fences would only hold every block's
+  // thread 0 until its stores over NVLink are acknowledged, at the end of the launch.
+  constexpr bool kEpilogue = !std::is_same<std::decay_t<OnFailure>, NoEpilogue>::value;
+  const bool ordered = rebase || kEpilogue || args.eagerSeq != 0;
   const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
-  else if (!alone || args.eagerSeq != 0) __threadfence();
+  else if (args.eagerSeq != 0 || (ordered && !alone)) __threadfence();
   if (!alone) {
     const unsigned left = atomicAdd(&local->exits, 1u);
     if (left != gridDim.x - 1) return;
-    __threadfence();
+    if (ordered) __threadfence();  // acquire: the other blocks' work (their fences) before ours
     local->exits = 0;
   }
   // The failed word is read only where there is an epilogue to run: that load lengthens the exit

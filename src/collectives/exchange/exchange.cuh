@@ -320,20 +320,34 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
 // ---- exchangePull -----------------------------------------------------------------------------------
 //
 // For inputs registered on every rank (DeviceArgs::peerRecv: every rank's input registration base as
-// mapped here; registeredOffset: our input's offset within ours), a reducing pattern (ReduceScatter):
+// mapped here; registeredOffset: our input's offset within ours), a reducing pattern: ReduceScatter
+// (reducescatter_pull) or Reduce (reduce_pull). The pattern's data (core/pattern.cc, core/call.cc)
+// says which piece a rank reduces, and whether it reduces at all; the kernel is the same:
+//   ReduceScatter - every rank reduces (recvFrom: everyone), its piece `rank` of every input
+//                   (peerSrcByRank: every rank's input holds one piece per receiver, ours at
+//                   rank * pieceBytes);
+//   Reduce        - only the root reduces (recvFrom: everyone on the root, 0 elsewhere), the one
+//                   piece of every input, at 0 (peerSrcByRank 0; pieceBytes: the whole count). The
+//                   other ranks write nothing (their recv may be null) but take part in both
+//                   handshakes: enter publishes their input's offset, and leave keeps their input
+//                   unchanged until the root has read it.
+// Per block b:
 //   enter - enterRegistered: the offsets of the inputs, then the tagged handshake. Once every
 //           peer's block b has entered, its input holds this call's data (stream order: the peer
 //           entered after its earlier work on the stream) and keeps it until the peer leaves;
-//   pull  - block b reduces its run of our piece, in rank order 0..n-1, reading every rank's piece
-//           for us straight from its input (NVLink reads; ours locally) at the rank's offset plus
-//           rank * pieceBytes (peerSrcByRank), into our output at 0, so all ranks' reductions of
-//           the same piece have the same bits;
-//   leave - leaveRegistered: our launch ends, and with it our program's right to overwrite our
-//           input, only after every peer's block b has read its run of it.
-// In place (recvbuff == sendbuff + rank * pieceBytes), our piece of our input is our output: each
-// element is read (with every source of that element) before the same thread writes it, and the
-// peers read only the other pieces of our input. Both handshakes involve every peer: the launch
-// covenant holds without arrival flags.
+//   pull  - (the ranks that reduce) block b reduces its run of our piece, in rank order 0..n-1,
+//           reading every rank's piece for us straight from its input (NVLink reads; ours locally)
+//           at the rank's offset plus rank * pieceBytes where peerSrcByRank says so (else plus 0),
+//           into our output at 0, so all ranks' reductions of the same piece have the same bits;
+//   leave - leaveRegistered, on every rank whether it reduced or not: our launch ends, and with it
+//           our program's right to overwrite our input, only after every peer's block b has read
+//           its run of it (a peer publishes its leave flag after its reads: the block barrier's
+//           release in leaveRegistered orders them before it).
+// In place, each element of our output is read (with every source of that element) before the same
+// thread writes it, and no peer reads what we write: ReduceScatter (recvbuff == sendbuff + rank *
+// pieceBytes) writes our piece of our input, which the peers do not read (they read the other
+// pieces); Reduce (recvbuff == sendbuff, on the root) writes the root's input, which only the root
+// reads. Both handshakes involve every peer: the launch covenant holds without arrival flags.
 // Vectors each thread loads from every source before its first store (one memory latency per run,
 // as oneshot_pull's reads, allreduce/oneshot_pull.cuh).
 constexpr int kExchangePullUnroll = 4;

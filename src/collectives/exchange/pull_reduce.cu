@@ -1,4 +1,5 @@
-// The pull exchange (ReduceScatter on registered inputs): every (type, op) instantiation.
+// The pull exchange (ReduceScatter and Reduce on registered inputs: reducescatter_pull, reduce_pull,
+// one kernel for both): every (type, op) instantiation.
 #include "collectives/common/kernel_table.cuh"
 #include "collectives/exchange/exchange.cuh"
 #include "collectives/kernels.h"

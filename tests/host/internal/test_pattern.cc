@@ -5,7 +5,8 @@
 // kernels themselves are tested on the GPU (tests/gpu/cases_collectives.cc); this catches a wrong
 // pattern in CI, where no GPU runs. Also checks the buffer extents and the in-place layouts, and runs
 // the rooted two-shot algorithms (broadcast_twoshot, reduce_twoshot: fillTwoshot's arguments) through
-// a model of the two-shot kernel's data movement.
+// a model of the two-shot kernel's data movement, and the pull exchange (reducescatter_pull,
+// reduce_pull: peerSrcByRankOf) through a model of its reads.
 #include <stdint.h>
 #include <string.h>
 
@@ -144,6 +145,77 @@ std::string simulate(const Case& k, size_t elems) {
   return "";
 }
 
+// The pull exchange (exchange.cuh: exchangePull; reducescatter_pull, reduce_pull) on the same
+// memory: every rank whose recvFrom is not 0 reduces, element by element, every rank's input read
+// at its own start plus (peerSrcByRankOf says so) our rank * piece, into its output at 0; the
+// others write nothing. The ranks run one after the other (in rank order, or backwards), each
+// element read from every source just before it is written (as a kernel thread does): an output
+// that overlapped what a peer still reads would show as a wrong element.
+std::string simulatePull(const Case& k, size_t elems, bool backwards) {
+  const size_t piece = elems * 4;
+  struct Rank {
+    std::vector<uint32_t> mem;
+    size_t send = 0, recv = 0;
+    Extents e{};
+  };
+  std::vector<Rank> ranks(k.n);
+  for (int r = 0; r < k.n; ++r) {
+    Rank& R = ranks[r];
+    R.e = extentsOf(k.c, r, k.root, k.n);
+    const size_t in = R.e.sendPieces * elems, out = R.e.recvPieces * elems;
+    // Each rank's input at an offset of its own (the kernel learns the peers' at entry).
+    R.mem.assign(r + in + out + 16, 0xDEADBEEFu);
+    R.send = r;
+    R.recv = R.send + in + 8;
+    if (k.inPlace && out > 0)
+      R.recv = k.c == Collective::kReduceScatter ? R.send + r * elems : R.send;  // NCCL's layouts
+    for (size_t i = 0; i < in; ++i) R.mem[R.send + i] = input(r, i);
+  }
+  const std::vector<std::vector<uint32_t>> before = [&] {
+    std::vector<std::vector<uint32_t>> m;
+    for (const Rank& R : ranks) m.push_back(R.mem);
+    return m;
+  }();
+  const uint32_t bySrc = peerSrcByRankOf(k.c, k.root, k.n);
+  std::vector<DeviceArgs> args(k.n);
+  for (int r = 0; r < k.n; ++r)
+    fillPattern(k.c, r, k.n, k.root, piece, reinterpret_cast<const char*>(ranks[r].mem.data() + ranks[r].send),
+                reinterpret_cast<const char*>(ranks[r].mem.data() + ranks[r].recv), &args[r]);
+  for (int i = 0; i < k.n; ++i) {
+    const int d = backwards ? k.n - 1 - i : i;
+    if (args[d].recvFrom == 0) continue;
+    if (ranks[d].e.recvPieces != 1) return "rank " + std::to_string(d) + " reduces without an output of one piece";
+    for (size_t j = 0; j < elems; ++j) {
+      uint32_t sum = 0;
+      for (int s = 0; s < k.n; ++s) {
+        const size_t at = ranks[s].send + (bit(bySrc, s) ? d * elems : 0) + j;
+        if (at >= ranks[s].send + ranks[s].e.sendPieces * elems)
+          return "rank " + std::to_string(d) + " reads past rank " + std::to_string(s) + "'s input";
+        sum += ranks[s].mem[at];
+      }
+      ranks[d].mem[ranks[d].recv + j] = sum;
+    }
+  }
+  for (int r = 0; r < k.n; ++r) {
+    const Rank& R = ranks[r];
+    const bool reduces = k.c == Collective::kReduceScatter || r == k.root;
+    if ((args[r].recvFrom != 0) != reduces) return "rank " + std::to_string(r) + ": recvFrom";
+    for (size_t i = 0; i < R.mem.size(); ++i) {
+      const bool isOut = reduces && i >= R.recv && i < R.recv + elems;
+      uint32_t want = before[r][i];
+      if (isOut) {
+        want = 0;
+        for (int s = 0; s < k.n; ++s)
+          want += input(s, (k.c == Collective::kReduceScatter ? r * elems : 0) + (i - R.recv));
+      }
+      if (R.mem[i] != want)
+        return "rank " + std::to_string(r) + " word " + std::to_string(i) + ": got " + std::to_string(R.mem[i]) +
+               ", want " + std::to_string(want) + (isOut ? " (its output)" : " (not its output: must not change)");
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 TEST(pattern_every_collective_gives_nccls_output) {
@@ -165,6 +237,36 @@ TEST(pattern_every_collective_gives_nccls_output) {
     }
   }
   CHECK(cases > 500);
+}
+
+// The pull exchange's two collectives (reducescatter_pull, reduce_pull), every world size and root,
+// in place and not, the ranks in either order: NCCL's output on the ranks that have one, nothing
+// written anywhere else (Reduce's non-roots, the inputs ReduceScatter keeps in place).
+TEST(pattern_pull_exchange_gives_nccls_output) {
+  int cases = 0;
+  for (Collective coll : {Collective::kReduceScatter, Collective::kReduce}) {
+    for (int n = 1; n <= kMaxRanks; ++n) {
+      for (int root = 0; root < (coll == Collective::kReduce ? n : 1); ++root) {
+        for (int inPlace = 0; inPlace < 2; ++inPlace) {
+          for (size_t elems : {size_t(1), size_t(3), size_t(8)}) {
+            for (bool backwards : {false, true}) {
+              const std::string problem = simulatePull({coll, n, root, inPlace == 1}, elems, backwards);
+              CHECK_MSG(problem.empty(), "%s n=%d root=%d %s elems=%zu%s: %s", collectiveName(coll), n, root,
+                        inPlace ? "in place" : "out of place", elems, backwards ? " backwards" : "",
+                        problem.c_str());
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases > 100);
+  // Reduce reads every input from its start (one piece each); ReduceScatter's piece `rank` of each.
+  CHECK(peerSrcByRankOf(Collective::kReduce, 2, 4) == 0);
+  CHECK(peerSrcByRankOf(Collective::kReduceScatter, 0, 4) == 0xFu);
+  CHECK(peerSrcByRankOf(Collective::kReduceScatter, 0, 1) == 0);
+  CHECK(peerSrcByRankOf(Collective::kScatter, 2, 4) == 0x4u);
 }
 
 // The direct exchanges write our piece at peerDstOffset in the receiver's output: it must be where

@@ -329,6 +329,49 @@ TEST(selector_registered_inputs_copy_engines_and_pull) {
   CHECK(byDefault.choose(Collective::kAllGather, bytes, true, true, true).algo != Algo::kAllGatherCopyEngine);
 }
 
+// reduce_pull, Reduce's row of the pull exchange (the kernel and its rules are reducescatter_pull's):
+// forced, it is chosen for a Reduce on registered inputs, at any size and world size, in a graph
+// too (copyEngines false), with the pull geometry (blocks within the cap, no slots, one team);
+// never on unregistered inputs (a registered output does not make up for it), and never for
+// another collective. By default (reduce_pull_min=0) it is not chosen, registered or not; its
+// threshold takes it from its value up (on registered inputs only).
+TEST(selector_reduce_pull) {
+  for (int n : {2, 4, 8}) {
+    const Settings f = forced("reduce_pull");
+    const Selector pull = makeSelector(f, n);
+    CHECK(pull.mayChoose(Algo::kReducePull));
+    for (size_t bytes : {size_t(1), size_t(4093), size_t(1) << 20, size_t(1) << 30}) {
+      for (bool copyEngines : {false, true}) {
+        for (bool recvRegistered : {false, true}) {
+          const AlgoChoice ch = pull.choose(Collective::kReduce, bytes, recvRegistered, true, copyEngines);
+          CHECK_MSG(ch.algo == Algo::kReducePull, "n=%d bytes=%zu: %s", n, bytes, algoName(ch.algo));
+          CHECK_MSG(ch.ctas >= 1 && ch.ctas <= kMaxCtas && ch.slotBytes == 0 && ch.teams == 1,
+                    "n=%d bytes=%zu: %d blocks, %zu-byte slots, %d teams", n, bytes, ch.ctas, ch.slotBytes, ch.teams);
+          std::string why;
+          CHECK_MSG(choiceFits(ch, bytes, limitsFor(f, n), &why), "%s", why.c_str());
+          CHECK(pull.choose(Collective::kReduce, bytes, recvRegistered, false, copyEngines).algo != Algo::kReducePull);
+        }
+      }
+      CHECK(algorithm(pull.choose(Collective::kReduceScatter, bytes, false, true).algo).collective ==
+            Collective::kReduceScatter);
+      CHECK(pull.choose(Collective::kReduceScatter, bytes, false, true).algo != Algo::kReduceScatterPull);
+    }
+  }
+  const Selector byDefault = makeSelector(defaultSettings(), 4);
+  CHECK(!byDefault.mayChoose(Algo::kReducePull));
+  for (size_t bytes : {size_t(1), size_t(1) << 20, size_t(1) << 30})
+    for (bool registered : {false, true})
+      CHECK(byDefault.choose(Collective::kReduce, bytes, registered, registered, true).algo != Algo::kReducePull);
+  Settings s = defaultSettings();
+  s.thresholds[static_cast<int>(Algo::kReducePull)] = int64_t(1) << 20;
+  const Selector from1M = makeSelector(s, 4);
+  CHECK(from1M.mayChoose(Algo::kReducePull));
+  CHECK(from1M.choose(Collective::kReduce, size_t(1) << 20, false, true).algo == Algo::kReducePull);
+  CHECK(from1M.choose(Collective::kReduce, size_t(1) << 30, false, true).algo == Algo::kReducePull);
+  CHECK(from1M.choose(Collective::kReduce, (size_t(1) << 20) - 16, false, true).algo != Algo::kReducePull);
+  CHECK(from1M.choose(Collective::kReduce, size_t(1) << 30, false, false).algo != Algo::kReducePull);
+}
+
 // broadcast_twoshot and reduce_twoshot (the rooted collectives on two-shot's pipeline) have not run
 // on a GPU: the default table never chooses them, at any size or world size; YALI_ALGO or their
 // threshold does, with two-shot's geometry (it fits the staging, as choiceFits checks), and their
