@@ -36,21 +36,23 @@ struct Case {
   bool inPlace;
 };
 
+// One simulated rank's memory: one buffer that holds the input and the output where the in-place
+// layout puts them, or two buffers.
+struct SimRank {
+  std::vector<uint32_t> mem;
+  size_t send = 0, recv = 0;  // element offsets into mem
+  Extents e{};
+};
+
 // Runs `k` through the patterns; returns the first problem, or "" when every rank's output is
 // NCCL's.
+
 std::string simulate(const Case& k, size_t elems) {
   const size_t piece = elems * 4;
   const bool reduces = collectiveShape(k.c).reduces;
-  // Each rank's memory: one buffer that holds the input and the output where the in-place layout
-  // puts them, or two buffers.
-  struct Rank {
-    std::vector<uint32_t> mem;
-    size_t send = 0, recv = 0;  // element offsets into mem
-    Extents e{};
-  };
-  std::vector<Rank> ranks(k.n);
+  std::vector<SimRank> ranks(k.n);
   for (int r = 0; r < k.n; ++r) {
-    Rank& R = ranks[r];
+    SimRank& R = ranks[r];
     R.e = extentsOf(k.c, r, k.root, k.n);
     const size_t in = R.e.sendPieces * elems, out = R.e.recvPieces * elems;
     R.mem.assign(in + out + 4 * elems * k.n + 16, 0xDEADBEEFu);
@@ -97,7 +99,7 @@ std::string simulate(const Case& k, size_t elems) {
   // Each rank's pattern, as call.cc fills it for the kernels.
   std::vector<DeviceArgs> args(k.n);
   for (int r = 0; r < k.n; ++r) {
-    Rank& R = ranks[r];
+    SimRank& R = ranks[r];
     fillPattern(k.c, r, k.n, k.root, piece, reinterpret_cast<const char*>(R.mem.data() + R.send),
                 reinterpret_cast<const char*>(R.mem.data() + R.recv), &args[r]);
     if (args[r].pieceBytes != piece) return "pieceBytes";
@@ -153,14 +155,9 @@ std::string simulate(const Case& k, size_t elems) {
 // that overlapped what a peer still reads would show as a wrong element.
 std::string simulatePull(const Case& k, size_t elems, bool backwards) {
   const size_t piece = elems * 4;
-  struct Rank {
-    std::vector<uint32_t> mem;
-    size_t send = 0, recv = 0;
-    Extents e{};
-  };
-  std::vector<Rank> ranks(k.n);
+  std::vector<SimRank> ranks(k.n);
   for (int r = 0; r < k.n; ++r) {
-    Rank& R = ranks[r];
+    SimRank& R = ranks[r];
     R.e = extentsOf(k.c, r, k.root, k.n);
     const size_t in = R.e.sendPieces * elems, out = R.e.recvPieces * elems;
     // Each rank's input at an offset of its own (the kernel learns the peers' at entry).
@@ -173,7 +170,7 @@ std::string simulatePull(const Case& k, size_t elems, bool backwards) {
   }
   const std::vector<std::vector<uint32_t>> before = [&] {
     std::vector<std::vector<uint32_t>> m;
-    for (const Rank& R : ranks) m.push_back(R.mem);
+    for (const SimRank& R : ranks) m.push_back(R.mem);
     return m;
   }();
   const uint32_t bySrc = peerSrcByRankOf(k.c, k.root, k.n);
@@ -197,7 +194,7 @@ std::string simulatePull(const Case& k, size_t elems, bool backwards) {
     }
   }
   for (int r = 0; r < k.n; ++r) {
-    const Rank& R = ranks[r];
+    const SimRank& R = ranks[r];
     const bool reduces = k.c == Collective::kReduceScatter || r == k.root;
     if ((args[r].recvFrom != 0) != reduces) return "rank " + std::to_string(r) + ": recvFrom";
     for (size_t i = 0; i < R.mem.size(); ++i) {
