@@ -939,10 +939,11 @@ namespace {
 // NCCL's estimate. Only the outermost end decides, in both libraries.
 //
 // The calls staged in the group (stageInGroup) are finished by leaveGroup, after both ends: their
-// copies back go on their streams behind yaliGroupEnd's launches there. They are copied back only
-// where YALI's part was launched (not simulated) and neither end failed (ncclInProgress, a
-// non-blocking comm's group still running in NCCL's background, is not a failure: YALI's part was
-// launched). A staged call's failure at the end (a capture begun meanwhile: ncclInvalidUsage) is
+// copies back go on their streams behind yaliGroupEnd's launches there. They are copied back
+// wherever YALI's part was launched (not simulated, yaliGroupEnd succeeded), whatever NCCL's end
+// returned: the staged kernels then run, their peers get their results, and so must this rank's
+// output (an NCCL failure on another comm of the group left it stale before: a review's finding,
+// Session 28). A staged call's failure at the end (a capture begun meanwhile: ncclInvalidUsage) is
 // returned where both ends succeeded.
 template <typename EndReal>
 ncclResult_t endGroup(bool simulate, EndReal endReal) {
@@ -950,7 +951,7 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const yaliResult_t y =
       lib == nullptr ? yaliSuccess : simulate ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
-  const bool launched = !simulate && y == yaliSuccess && (r == ncclSuccess || r == ncclInProgress);
+  const bool launched = !simulate && y == yaliSuccess;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);

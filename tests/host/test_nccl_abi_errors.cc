@@ -879,9 +879,11 @@ TEST(a_staged_call_of_a_comm_aborted_inside_the_group_copies_nothing_back) {
 }
 
 #ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
-// A group that launched nothing of a staged call, or whose end failed, copies nothing back: a
-// simulated end (yaliGroupSimulateEnd dropped the call) or an end that failed in either library
-// (the program learns the group failed; its output is not defined). The memory is freed on the
+// A group that launched nothing of a staged call copies nothing back: a simulated end
+// (yaliGroupSimulateEnd dropped the call) or YALI's end failing (the program learns the group
+// failed; its output is not defined). Where YALI's end launched the call and NCCL's end failed,
+// the staged kernel runs and its peers get their results: its output is copied back (before a
+// review in Session 28 it was not, and this rank's output stayed stale). The memory is freed on the
 // call's stream, as always outside a capture.
 TEST(a_staged_call_copies_nothing_back_after_a_simulated_or_failed_group_end) {
   GroupStaging g;
@@ -911,9 +913,9 @@ TEST(a_staged_call_copies_nothing_back_after_a_simulated_or_failed_group_end) {
   g.allReduce();
   staging = g.staging();
   CHECK(SHIM(ncclGroupEnd)() == ncclSystemError);
+  // NCCL's end failed after YALI's launched: the staged kernel runs, so its output is copied back.
   t = trace(g.since, {"cudaMemcpyAsync", "cudaFreeAsync"}, g.labels);
-  CHECK_MSG(t == "cudaMemcpyAsync(?) cudaFreeAsync(A)", "NCCL's end failed: %s", t.c_str());
-  CHECK_EQ(g.recv[0], -1.0f);
+  CHECK_MSG(t == "cudaMemcpyAsync(?) cudaMemcpyAsync(recv) cudaFreeAsync(A)", "NCCL's end failed: %s", t.c_str());
 }
 #endif
 
