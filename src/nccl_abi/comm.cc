@@ -1283,6 +1283,7 @@ void freeComm(Comm* c) {
   // A call of it staged in the group: its memory is still freed at the group's end, nothing copied back.
   for (StagedCall& s : tlsGroup.staged)
     if (s.comm == c) s.comm = nullptr;
+  dropDeferredCalls(c);  // a hierarchical call of it deferred to the group's end: not run
   for (Registration* reg : c->registrations) {
     reg->magic = 0;
     delete reg;

@@ -241,6 +241,9 @@ struct StagedCall {
 };
 // Keeps `s` for the outermost end of this thread's open group.
 void stageUntilGroupEnd(const StagedCall& s);
+// Forgets the hierarchical calls of `c` deferred to the outermost end of this thread's open group
+// (intercept.cc, routeHier): `c` is being freed inside the group. Called by freeComm.
+void dropDeferredCalls(Comm* c);
 
 // ---- Registration -----------------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@
 // NCCL's handles, go straight back to NCCL.
 #include <stdio.h>
 
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include <nccl.h>
 
 #include "nccl_abi/comm.h"
@@ -230,7 +235,7 @@ ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run
 //    every rank refuses alike (an in-place AlltoAll, host buffers everywhere) and leaves the ranks
 //    apart when one rank alone does (NCCL_ABI.md, "What runs where"); an error there would fail the
 //    first case for sure. The hierarchical path passes false: its other ranks run hierarchical
-//    (and it never stages in a group: a hierarchical comm's calls in a group run flat).
+//    (and it never stages in a group: its calls made in a group run after the group's end).
 //  - otherwise (a copy that fails, the staged call failing) an error, never NCCL; the peers' YALI
 //    calls end with YALI's bounded timeout.
 // *ran: run was called (false: nothing of YALI's was enqueued).
@@ -324,6 +329,39 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
   return viaNccl(c->real);
 }
 
+// ---- Calls deferred to the outermost ncclGroupEnd (routeHier) --------------------------------------
+
+struct DeferredCall {
+  Comm* comm;  // dropped from the list when the comm is freed inside the group (dropDeferredCalls)
+  const char* function;
+  std::function<ncclResult_t()> run;  // the call as made, routed again at the group's end
+};
+thread_local std::vector<DeferredCall> tlsDeferred;  // NCCL's and YALI's groups are per thread too
+
+void deferUntilGroupEnd(Comm* c, const char* function, std::function<ncclResult_t()> run) {
+  tlsDeferred.push_back({c, function, std::move(run)});
+}
+
+// At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
+// each deferred call runs, in call order, where the group was launched (`launched`: not simulated,
+// and neither library's end failed), as outside a group; otherwise none runs (a simulated group's
+// calls do not run, and a failed one's did not launch). Returns the first call's failure.
+ncclResult_t runDeferredCalls(bool launched) {
+  std::vector<DeferredCall> calls;
+  std::swap(calls, tlsDeferred);
+  ncclResult_t result = ncclSuccess;
+  for (DeferredCall& d : calls) {
+    if (!launched) {
+      info(d.comm->rank, "%s: hierarchical, deferred to the group's end: not run (the group was simulated or failed)",
+           d.function);
+      continue;
+    }
+    const ncclResult_t r = d.run();
+    if (result == ncclSuccess) result = r;
+  }
+  return result;
+}
+
 // ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
 //
 // Three steps per call, all on the caller's stream: stream order is the only synchronization
@@ -358,27 +396,33 @@ const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across node
 // alone could not have (cudaMalloc failed, now or at an earlier growth) keeps the hierarchical path,
 // with *scratch null and *noScratch the error, so that the call's NCCL steps, which the ranks of
 // other nodes wait for, still go (hierAllGather, hierReduceScatter).
-ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch, ncclResult_t* noScratch) {
+// The call's route (decideHierRoute, on what every rank has alike; never on this thread's group
+// depth) into *hc; logged when it is not the hierarchical path.
+HierRoute hierRouteOf(Comm* c, const Call& call, HierCall* hc) {
   Hierarchy* h = c->hier;
-  *hier = false;
   const Route route = decideRoute(h->yali != nullptr, c->disabled, call.shape);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   // A stream whose state cannot be read (the legacy stream while another is captured) counts as
   // captured: nothing is allocated then.
   if (route == Route::kYali && lib().cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess)
     capture = cudaStreamCaptureStatusActive;
-  HierCall hc{call.shape.collective, call.count, bytesOf(1, call.shape.type), inGroup(),
-              capture != cudaStreamCaptureStatusNone, 0};
-  hc.scratchBytes = scratchBytes(&h->scratch);
-  const HierRoute hr = decideHierRoute(h->layout, route, hc);
-  if (hr != HierRoute::kHierarchical) {
-    if (debugEnabled())
-      logRoute(c, call.function, call.count * hc.elementSize, false,
-               (std::string("several nodes, flat NCCL: ") +
-                (hr == HierRoute::kRefused ? routeReason(route) : hierRouteReason(hr)))
-                   .c_str());
-    return ncclSuccess;
-  }
+  *hc = HierCall{call.shape.collective, call.count, bytesOf(1, call.shape.type),
+                 capture != cudaStreamCaptureStatusNone, 0};
+  hc->scratchBytes = scratchBytes(&h->scratch);
+  const HierRoute hr = decideHierRoute(h->layout, route, *hc);
+  if (hr != HierRoute::kHierarchical && debugEnabled())
+    logRoute(c, call.function, call.count * hc->elementSize, false,
+             (std::string("several nodes, flat NCCL: ") +
+              (hr == HierRoute::kRefused ? routeReason(route) : hierRouteReason(hr)))
+                 .c_str());
+  return hr;
+}
+
+ncclResult_t planHier(Comm* c, const Call& call, bool* hier, char** scratch, ncclResult_t* noScratch) {
+  Hierarchy* h = c->hier;
+  *hier = false;
+  HierCall hc{};
+  if (hierRouteOf(c, call, &hc) != HierRoute::kHierarchical) return ncclSuccess;
   const size_t need = hierScratchBytes(h->layout, hc);
   if (need > 0) {
     cudaError_t err = cudaSuccess;
@@ -615,9 +659,35 @@ ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, Hi
 }
 
 // A collective of a hierarchical comm: `steps(send, recv, scratch, attempt)` when planHier says so,
-// else `flat()`.
+// else `flat()`. Both capture the call's arguments by value: inside a group they outlive the call.
+// Inside ncclGroupStart/End (issue: the route depended on the group depth, which NCCL lets differ
+// between ranks). The route is decided as outside a group (hierRouteOf: the call's arguments, the
+// comm, its capture and agreed scratch), so every rank takes the same one wherever it made the call:
+//  - flat: the NCCL call joins NCCL's part of the group now, as any flat call;
+//  - hierarchical: the whole call waits for the outermost ncclGroupEnd (deferUntilGroupEnd) and
+//    runs there, as outside a group, after both libraries launched the group (runDeferredCalls).
+//    Its steps cannot join the groups: each reads the previous one's output, and YALI's group
+//    launches before NCCL's, so YALI's AllGather would run before the NCCL step it gathers.
+// Why not flat for every call in a group (the other way to make the route rank-independent): that
+// needs a property every rank shares, and there is none for "in a group"; turning the hierarchical
+// path off for a whole comm would cost every ungrouped call (torch's DDP AllReduce) its speed.
+// NCCL itself launches a grouped collective only at the outermost ncclGroupEnd, so a program
+// cannot expect it to have started before; what it can observe is the order on a stream: the
+// deferred call runs after the group's other calls (NCCL_ABI.md, "Several nodes": a rank that makes
+// a hierarchical call and then, in the same group, a call of the same comm on the same stream,
+// while a peer makes both outside a group, orders them differently from that peer).
 template <typename Steps, typename Flat>
 ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
+  if (inGroup()) {
+    HierCall hc{};
+    if (hierRouteOf(c, call, &hc) != HierRoute::kHierarchical) return flat();
+    // At the end the comm may have been aborted inside the group (its hierarchy kept, its YALI
+    // side gone: flat, where NCCL reports the aborted comm's NULL) or freed (dropDeferredCalls).
+    deferUntilGroupEnd(c, call.function, [c, call, steps, flat] {
+      return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat();
+    });
+    return ncclSuccess;
+  }
   bool hier = false;
   char* scratch = nullptr;
   ncclResult_t noScratch = ncclSuccess;
@@ -651,6 +721,19 @@ ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
 }
 
 }  // namespace
+
+void dropDeferredCalls(Comm* c) {
+  for (auto it = tlsDeferred.begin(); it != tlsDeferred.end();) {
+    if (it->comm != c) {
+      ++it;
+      continue;
+    }
+    info(c->rank, "%s: hierarchical, deferred to the group's end: not run (its comm ended inside the group)",
+         it->function);
+    it = tlsDeferred.erase(it);
+  }
+}
+
 }  // namespace yali::nccl_abi
 
 using namespace yali::nccl_abi;  // NOLINT: the definitions below are the C API, at global scope
@@ -953,13 +1036,16 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const ncclResult_t r = endReal();
   const bool launched = !simulate && y == yaliSuccess;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
+  // The hierarchical calls of the group (routeHier), at the outermost end, behind its launches.
+  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(launched);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));
     return toNcclResult(y);
   }
   if (r != ncclSuccess && r != ncclInProgress) return r;
-  return staged != ncclSuccess ? staged : r;
+  if (staged != ncclSuccess) return staged;
+  return deferred != ncclSuccess ? deferred : r;
 }
 
 }  // namespace
@@ -1008,10 +1094,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [&](const void* send, void* recv, char*, HierAttempt* attempt) {
+        [=](const void* send, void* recv, char*, HierAttempt* attempt) {
           return hierAllReduce(c, send, recv, count, datatype, op, stream, attempt);
         },
-        [&] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
+        [=] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
   return routeCall(
       call, comm,
       [&](yaliComm_t y, const void* send, void* recv) {
@@ -1030,10 +1116,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [&](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
+        [=](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
           return hierReduceScatter(c, send, recv, recvcount, datatype, op, scratch, stream, attempt);
         },
-        [&] {
+        [=] {
           return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, c->real, stream);
         });
   return routeCall(
@@ -1054,10 +1140,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [&](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
+        [=](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
           return hierAllGather(c, send, recv, sendcount, datatype, scratch, stream, attempt);
         },
-        [&] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
+        [=] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
   return routeCall(
       call, comm,
       [&](yaliComm_t y, const void* send, void* recv) {

@@ -266,7 +266,7 @@ HierRoute decideHierRoute(const NodeLayout& layout, Route route, const HierCall&
       call.collective != yaliCollReduceScatter)
     return HierRoute::kNotHierarchical;
   if (route != Route::kYali) return HierRoute::kRefused;
-  if (call.inGroup) return HierRoute::kInGroup;
+  // No group test here (routing.h): a call inside ncclGroupStart/End is routed as outside one.
   if (call.count == 0 ||
       (call.collective == yaliCollAllReduce && allReduceSplit(call.count, layout.localSize).shard == 0))
     return HierRoute::kTooSmall;
@@ -279,7 +279,6 @@ const char* hierRouteReason(HierRoute route) {
     case HierRoute::kHierarchical: return "hierarchical";
     case HierRoute::kNotHierarchical: return "no hierarchical form of this collective";
     case HierRoute::kRefused: return "refused";
-    case HierRoute::kInGroup: return "inside a group (the hierarchical steps depend on each other)";
     case HierRoute::kTooSmall: return "no elements, or (AllReduce) fewer than ranks per node";
     case HierRoute::kCaptureNoScratch: return "CUDA graph capture, and no scratch buffer large enough yet";
   }

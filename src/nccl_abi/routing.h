@@ -161,14 +161,17 @@ StagingLayout stagingLayout(yaliCollective_t collective, int rank, int root, int
 // ---- The hierarchical path: YALI inside each node, NCCL across nodes --------------------------------
 
 // Which path a collective of a hierarchical communicator takes. Every input is the same on every
-// rank of the comm (the call's arguments, whether it is in a group or a capture, and the scratch
-// size, which grows at the same calls everywhere), so the ranks never split between the paths.
+// rank of the comm (the call's arguments, whether it is in a capture, and the scratch size, which
+// grows at the same calls everywhere), so the ranks never split between the paths. Whether the
+// calling thread is inside ncclGroupStart/End is deliberately NOT an input: NCCL lets one rank make
+// a call inside a group and another the same call outside one, and a route that depended on it sent
+// the first rank flat while the second ran the hierarchical steps (both wait for ever). A
+// hierarchical call made inside a group is instead issued, steps in order, at the outermost
+// ncclGroupEnd (intercept.cc, routeHier: why that and not flat).
 enum class HierRoute {
   kHierarchical,
   kNotHierarchical,  // a collective without a hierarchical form here (broadcast, alltoall, ...)
   kRefused,          // decideRoute said no (YALI_NCCL_DISABLE, op, type): its reason applies
-  kInGroup,          // inside ncclGroupStart/End: the three steps depend on each other, and the two
-                     // libraries' groups would launch them out of order
   kTooSmall,         // nothing to move, or an AllReduce of fewer elements than localSize (no shard)
   kCaptureNoScratch, // in CUDA graph capture, and the scratch buffer it needs is not there yet
 };
@@ -176,7 +179,6 @@ struct HierCall {
   yaliCollective_t collective;
   size_t count;        // the call's count argument
   size_t elementSize;
-  bool inGroup;
   bool capturing;
   size_t scratchBytes; // the scratch the comm has now
 };

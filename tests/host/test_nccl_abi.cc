@@ -746,26 +746,26 @@ TEST(set_up_verdict_across_nodes) {
 
 TEST(hierarchical_route_per_call) {
   const NodeLayout l = describeNodes(onNodes(blockNodes(2, 4)));  // 8 ranks, L = 4
-  const auto route = [&](yaliCollective_t coll, size_t count, bool group, bool capture, size_t scratch,
-                         Route r = Route::kYali) {
-    return decideHierRoute(l, r, {coll, count, 4, group, capture, scratch});
+  const auto route = [&](yaliCollective_t coll, size_t count, bool capture, size_t scratch, Route r = Route::kYali) {
+    return decideHierRoute(l, r, {coll, count, 4, capture, scratch});
   };
-  CHECK(route(yaliCollAllReduce, 1000, false, false, 0) == HierRoute::kHierarchical);
-  CHECK(route(yaliCollAllReduce, 4, false, false, 0) == HierRoute::kHierarchical);
-  CHECK(route(yaliCollAllReduce, 3, false, false, 0) == HierRoute::kTooSmall);  // fewer than L
-  CHECK(route(yaliCollAllReduce, 1000, false, true, 0) == HierRoute::kHierarchical);  // needs no scratch
-  CHECK(route(yaliCollAllReduce, 1000, true, false, 0) == HierRoute::kInGroup);
-  CHECK(route(yaliCollAllReduce, 1000, false, false, 0, Route::kCustomOp) == HierRoute::kRefused);
-  CHECK(route(yaliCollAllReduce, 1000, false, false, 0, Route::kDisabled) == HierRoute::kRefused);
-  CHECK(route(yaliCollBroadcast, 1000, false, false, 0) == HierRoute::kNotHierarchical);
-  CHECK(route(yaliCollAlltoAll, 1000, false, false, 0) == HierRoute::kNotHierarchical);
-  CHECK(route(yaliCollAllGather, 0, false, false, 0) == HierRoute::kTooSmall);
-  CHECK(route(yaliCollAllGather, 1, false, false, 0) == HierRoute::kHierarchical);  // 1 element: fine
+  CHECK(route(yaliCollAllReduce, 1000, false, 0) == HierRoute::kHierarchical);
+  CHECK(route(yaliCollAllReduce, 4, false, 0) == HierRoute::kHierarchical);
+  CHECK(route(yaliCollAllReduce, 3, false, 0) == HierRoute::kTooSmall);  // fewer than L
+  CHECK(route(yaliCollAllReduce, 1000, true, 0) == HierRoute::kHierarchical);  // needs no scratch
+  // Whether the caller is inside ncclGroupStart/End is no input (routing.h): NCCL lets it differ
+  // between ranks. A call in a group runs hierarchical at the group's end (intercept.cc, routeHier).
+  CHECK(route(yaliCollAllReduce, 1000, false, 0, Route::kCustomOp) == HierRoute::kRefused);
+  CHECK(route(yaliCollAllReduce, 1000, false, 0, Route::kDisabled) == HierRoute::kRefused);
+  CHECK(route(yaliCollBroadcast, 1000, false, 0) == HierRoute::kNotHierarchical);
+  CHECK(route(yaliCollAlltoAll, 1000, false, 0) == HierRoute::kNotHierarchical);
+  CHECK(route(yaliCollAllGather, 0, false, 0) == HierRoute::kTooSmall);
+  CHECK(route(yaliCollAllGather, 1, false, 0) == HierRoute::kHierarchical);  // 1 element: fine
   // In a capture: only with the scratch already there (8 ranks * 100 elements * 4 bytes).
-  CHECK(route(yaliCollAllGather, 100, false, true, 3199) == HierRoute::kCaptureNoScratch);
-  CHECK(route(yaliCollReduceScatter, 100, false, true, 3200) == HierRoute::kHierarchical);
-  CHECK_EQ(hierScratchBytes(l, {yaliCollReduceScatter, 100, 4, false, false, 0}), 3200u);
-  CHECK_EQ(hierScratchBytes(l, {yaliCollAllReduce, 100, 4, false, false, 0}), 0u);
+  CHECK(route(yaliCollAllGather, 100, true, 3199) == HierRoute::kCaptureNoScratch);
+  CHECK(route(yaliCollReduceScatter, 100, true, 3200) == HierRoute::kHierarchical);
+  CHECK_EQ(hierScratchBytes(l, {yaliCollReduceScatter, 100, 4, false, 0}), 3200u);
+  CHECK_EQ(hierScratchBytes(l, {yaliCollAllReduce, 100, 4, false, 0}), 0u);
 }
 
 // A call YALI refused for this rank's buffers is staged (routing.h, stagingLayout): the bytes this

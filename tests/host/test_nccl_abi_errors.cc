@@ -2078,6 +2078,140 @@ TEST(hierarchical_steps_carry_the_cross_node_status) {
   destroyAll(h.ranks);
 }
 
+// What rank `rank` of h enqueued since event `since` (crossTrace: the steps, NCCL's collectives,
+// the copies into its status words), with its own number in the labels written R ("h0" -> "hR"), so
+// that two ranks' sequences compare: where a call took the same route on both, they are equal.
+std::string rankRoute(int since, const Hierarchical& h, int rank) {
+  const std::string all = crossTrace(since, h.labels);
+  const char digit = static_cast<char>('0' + rank);
+  std::string out;
+  size_t start = 0;
+  while (start < all.size()) {
+    size_t end = all.find(' ', start);
+    if (end == std::string::npos) end = all.size();
+    std::string token = all.substr(start, end - start);
+    start = end + 1;
+    const size_t open = token.find('(');
+    const size_t bar = token.find_first_of("|)", open);
+    if (open == std::string::npos || bar == std::string::npos || bar == open + 1 || token[bar - 1] != digit) continue;
+    for (size_t i = 1; i < token.size(); ++i)
+      if (token[i] == digit && isalpha(static_cast<unsigned char>(token[i - 1])) &&
+          (i + 1 == token.size() || !isdigit(static_cast<unsigned char>(token[i + 1]))))
+        token[i] = 'R';
+    out += (out.empty() ? "" : " ") + token;
+  }
+  return out;
+}
+
+// The route of a hierarchical comm's collective is a function of what every rank has alike (the
+// call's arguments, the comm), never of whether this thread is inside ncclGroupStart/End, which NCCL
+// lets differ between ranks: one rank makes the call in a group, its peers outside one, and every
+// rank enqueues the same steps (before, the grouped rank went flat NCCL while its peers ran the
+// hierarchical steps: both sides waited for ever). The grouped call runs at the group's end.
+TEST(a_hierarchical_call_takes_the_same_route_inside_a_group_and_outside) {
+  const Hierarchical h = hierarchical();
+  const char* const hierAllReduce =
+      "yaliReduceScatter(hR) cudaMemcpyAsync(sR) cudaMemcpyAsync(tR) ncclAllReduce(xR) "
+      "ncclAllReduce(xR|sR,2,int32,max) cudaMemcpyAsync(wR) yaliAllGather(hR)";
+  for (int grouped = 0; grouped < 4; ++grouped) {
+    std::vector<int> since(4);
+    for (int r = 0; r < 4; ++r) {
+      since[r] = eventCount();
+      ncclComm_t c = h.ranks[r].comm;
+      if (r == grouped) CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+      CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+      CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+      if (r == grouped) CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+    }
+    const std::string want = rankRoute(since[grouped == 0 ? 1 : 0], h, grouped == 0 ? 1 : 0);
+    CHECK_MSG(want.rfind(hierAllReduce, 0) == 0, "outside a group: %s", want.c_str());
+    for (int r = 0; r < 4; ++r) {
+      const std::string got = rankRoute(since[r], h, r);
+      CHECK_MSG(got == want, "rank %d (rank %d in a group): %s, expected %s", r, grouped, got.c_str(), want.c_str());
+    }
+  }
+  destroyAll(h.ranks);
+}
+
+// Nested groups: the hierarchical call runs at the outermost end only (an inner end runs nothing
+// yet), behind the group's launches; a simulated outermost end runs none of it (as NCCL drops a
+// simulated group's calls), and a deferred call's failure is returned by the ncclGroupEnd that ran it.
+TEST(a_hierarchical_call_in_nested_groups_runs_at_the_outermost_end) {
+  const Hierarchical h = hierarchical();
+  ncclComm_t c = h.ranks[0].comm;
+  auto allReduce = [&](ncclComm_t comm) {
+    return SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, comm, nullptr);
+  };
+  int since = eventCount();
+  CHECK(allReduce(c) == ncclSuccess);  // outside any group: what every rank enqueues
+  const std::string want = rankRoute(since, h, 0);
+  CHECK_MSG(contains(want.c_str(), "yaliReduceScatter(hR)"), "%s", want.c_str());
+
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce(c) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::string t = rankRoute(since, h, 0);
+  CHECK_MSG(t.empty(), "enqueued before the outermost end: %s", t.c_str());
+  const int outer = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = rankRoute(outer, h, 0);
+  CHECK_MSG(t == want, "at the outermost end: %s, expected %s", t.c_str(), want.c_str());
+  const std::string ends = trace(outer, {"yaliGroupEnd", "ncclGroupEnd", "yaliReduceScatter"}, h.labels);
+  CHECK_MSG(ends.rfind("yaliGroupEnd() ncclGroupEnd() yaliReduceScatter(h0)", 0) == 0,
+            "not behind the group's launches: %s", ends.c_str());
+
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce(c) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  t = rankRoute(since, h, 0);
+  CHECK_MSG(t.empty(), "a simulated group ran: %s", t.c_str());
+#endif
+
+  // The cross step fails at the group's end: ncclGroupEnd returns its error.
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce(c) == ncclSuccess);
+  failNcclNext("ncclAllReduce", ncclRemoteError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
+  CHECK(variable<int>(fakeNccl(), "fakeGroupDepth") == 0 && yaliVariable<int>("fakeYaliGroupDepth") == 0);
+  destroyAll(h.ranks);
+}
+
+// A group holding a hierarchical call beside flat ones (an AllReduce of fewer elements than ranks
+// per node, a Broadcast): the flat ones join NCCL's part of the group at the call, the hierarchical
+// one runs at the group's end; every rank enqueues the same per-comm sequences as a rank that makes
+// the same calls outside a group.
+TEST(a_group_holding_a_hierarchical_call_and_flat_ones_matches_ranks_outside_groups) {
+  const Hierarchical h = hierarchical();
+  std::vector<int> since(4);
+  for (int r = 0; r < 4; ++r) {
+    since[r] = eventCount();
+    ncclComm_t c = h.ranks[r].comm;
+    if (r == 0) CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 1, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclBroadcast)(hostBuffer, hostBuffer, 4, ncclFloat32, 0, c, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+    if (r == 0) CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  }
+  const std::string want = rankRoute(since[1], h, 1);
+  CHECK_MSG(want.rfind("ncclAllReduce(rR) yaliReduceScatter(hR)", 0) == 0, "outside a group: %s", want.c_str());
+  for (int r = 0; r < 4; ++r) {
+    const std::string got = rankRoute(since[r], h, r);
+    CHECK_MSG(got == want, "rank %d: %s, expected %s", r, got.c_str(), want.c_str());
+    // The Broadcast: flat NCCL on every rank (the trace runs on to the later ranks' calls).
+    const std::string bcast = trace(since[r], {"ncclBroadcast", "yaliBroadcast"}, h.labels);
+    CHECK_MSG(bcast.rfind("ncclBroadcast(r" + std::to_string(r) + ")", 0) == 0 && !contains(bcast.c_str(), "yali"),
+              "rank %d: %s", r, bcast.c_str());
+  }
+  destroyAll(h.ranks);
+}
+
 // A YALI step that fails at the call (an error, not a refusal) still lets the rank enqueue the call's
 // NCCL steps, so that its peers on other nodes never wait for a step that does not come: the cross
 // step with status 1, and AllReduce's flat tail; the remaining YALI steps are skipped and YALI's
