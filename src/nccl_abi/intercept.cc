@@ -343,9 +343,10 @@ void deferUntilGroupEnd(Comm* c, const char* function, std::function<ncclResult_
 }
 
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
-// each deferred call runs, in call order, where the group was launched (`launched`: not simulated,
-// and neither library's end failed), as outside a group; otherwise none runs (a simulated group's
-// calls do not run, and a failed one's did not launch). Returns the first call's failure.
+// each deferred call runs, in call order, where YALI's part of the group was launched (`launched`:
+// not simulated, yaliGroupEnd succeeded; as for the staged calls, also where NCCL's end failed,
+// since the peers run the call), as outside a group; otherwise none runs (a simulated group's calls
+// do not run, and a failed one's did not launch). Returns the first call's failure.
 ncclResult_t runDeferredCalls(bool launched) {
   std::vector<DeferredCall> calls;
   std::swap(calls, tlsDeferred);
