@@ -334,29 +334,55 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
 struct DeferredCall {
   Comm* comm;  // dropped from the list when the comm is freed inside the group (dropDeferredCalls)
   const char* function;
-  std::function<ncclResult_t()> run;  // the call as made, routed again at the group's end
+  std::function<ncclResult_t()> run;   // the call as made, routed again at the group's end
+  std::function<ncclResult_t()> flat;  // the call as one flat NCCL call (runDeferredCalls)
 };
 thread_local std::vector<DeferredCall> tlsDeferred;  // NCCL's and YALI's groups are per thread too
 
-void deferUntilGroupEnd(Comm* c, const char* function, std::function<ncclResult_t()> run) {
-  tlsDeferred.push_back({c, function, std::move(run)});
+void deferUntilGroupEnd(Comm* c, const char* function, std::function<ncclResult_t()> run,
+                        std::function<ncclResult_t()> flat) {
+  tlsDeferred.push_back({c, function, std::move(run), std::move(flat)});
 }
 
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
-// each deferred call runs, in call order, where YALI's part of the group was launched (`launched`:
-// not simulated, yaliGroupEnd succeeded; as for the staged calls, also where NCCL's end failed,
-// since the peers run the call), as outside a group; otherwise none runs (a simulated group's calls
-// do not run, and a failed one's did not launch). Returns the first call's failure.
-ncclResult_t runDeferredCalls(bool launched) {
+// each deferred call runs, in call order, unless the group was simulated (`run` false: a simulated
+// group's calls do not run, as in NCCL). They run also where an end failed (on another comm of the
+// group, say): the call's peers on other nodes wait in NCCL for its cross step, without a bound,
+// and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
+// One thread driving the ranks of several GPUs in the group (deferred calls on more than one
+// device: nccl-tests -g N, one process per node): the calls must be issued inside one group, as
+// NCCL requires of such a thread and as YALI does (yali.h: a kernel launch or NCCL's connection on
+// first use can wait for a rank this thread has not reached yet). Their steps depend on each other
+// and cannot share one group, so such calls run flat, all in one NCCL group: the route that every
+// rank of such a program takes (its other nodes drive their GPUs the same way), and the one they
+// took inside groups before Session 28. A program whose nodes differ in that (one thread driving
+// several GPUs on one node, a process per GPU on another) is not covered. Returns the first
+// failure.
+ncclResult_t runDeferredCalls(bool run) {
   std::vector<DeferredCall> calls;
   std::swap(calls, tlsDeferred);
+  if (calls.empty()) return ncclSuccess;
   ncclResult_t result = ncclSuccess;
-  for (DeferredCall& d : calls) {
-    if (!launched) {
-      info(d.comm->rank, "%s: hierarchical, deferred to the group's end: not run (the group was simulated or failed)",
+  if (!run) {
+    for (DeferredCall& d : calls)
+      info(d.comm->rank, "%s: hierarchical, deferred to the group's end: not run (the group was simulated)",
            d.function);
-      continue;
+    return result;
+  }
+  bool severalDevices = false;
+  for (const DeferredCall& d : calls) severalDevices |= d.comm->device != calls.front().comm->device;
+  if (severalDevices) {
+    result = callReal<Api::ncclGroupStart>();
+    if (result != ncclSuccess) return result;
+    for (DeferredCall& d : calls) {
+      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
+      const ncclResult_t r = d.flat();
+      if (result == ncclSuccess) result = r;
     }
+    const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
+    return result != ncclSuccess ? result : ended;
+  }
+  for (DeferredCall& d : calls) {
     const ncclResult_t r = d.run();
     if (result == ncclSuccess) result = r;
   }
@@ -684,9 +710,9 @@ ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
     if (hierRouteOf(c, call, &hc) != HierRoute::kHierarchical) return flat();
     // At the end the comm may have been aborted inside the group (its hierarchy kept, its YALI
     // side gone: flat, where NCCL reports the aborted comm's NULL) or freed (dropDeferredCalls).
-    deferUntilGroupEnd(c, call.function, [c, call, steps, flat] {
-      return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat();
-    });
+    deferUntilGroupEnd(
+        c, call.function, [c, call, steps, flat] { return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat(); },
+        flat);
     return ncclSuccess;
   }
   bool hier = false;
@@ -1038,7 +1064,7 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const bool launched = !simulate && y == yaliSuccess;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
   // The hierarchical calls of the group (routeHier), at the outermost end, behind its launches.
-  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(launched);
+  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!simulate);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));

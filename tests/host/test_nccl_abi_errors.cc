@@ -2212,6 +2212,36 @@ TEST(a_group_holding_a_hierarchical_call_and_flat_ones_matches_ranks_outside_gro
   destroyAll(h.ranks);
 }
 
+// One thread driving several GPUs' ranks in one group (nccl-tests -g N, one process per node):
+// its hierarchical calls cannot run one after another at the group's end (a rank's NCCL step or
+// kernel can wait for a rank this thread has not reached yet), so they run flat, all in one real
+// NCCL group (review finding F1, Session 28: the first version ran each call's steps in turn).
+// And a group whose yaliGroupEnd failed (another comm of the group) still runs its deferred call:
+// the call's peers on other nodes wait in NCCL for its cross step (finding F2).
+TEST(hierarchical_calls_of_one_thread_on_several_gpus_run_flat_in_one_group) {
+  const Hierarchical h = hierarchical();
+  const Labels& labels = h.labels;
+  int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::string t = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclAllReduce", "yaliReduceScatter"}, labels);
+  const char* want = "ncclGroupStart() ncclGroupEnd() ncclGroupStart() ncclAllReduce(r0) ncclAllReduce(r1) ncclGroupEnd()";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliRemoteError;
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
+  yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliSuccess;
+  t = rankRoute(since, h, 0);
+  CHECK_MSG(contains(t.c_str(), "yaliReduceScatter(hR)") && contains(t.c_str(), "ncclAllReduce(xR)"),
+            "after a failed yaliGroupEnd: %s", t.c_str());
+  destroyAll(h.ranks);
+}
+
 // A YALI step that fails at the call (an error, not a refusal) still lets the rank enqueue the call's
 // NCCL steps, so that its peers on other nodes never wait for a step that does not come: the cross
 // step with status 1, and AllReduce's flat tail; the remaining YALI steps are skipped and YALI's
