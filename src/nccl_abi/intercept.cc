@@ -369,22 +369,18 @@ ncclResult_t runDeferredCalls(bool run) {
            d.function);
     return result;
   }
-  bool severalDevices = false;
-  for (const DeferredCall& d : calls) severalDevices |= d.comm->device != calls.front().comm->device;
-  if (severalDevices) {
-    result = callReal<Api::ncclGroupStart>();
-    if (result != ncclSuccess) return result;
-    for (DeferredCall& d : calls) {
-      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
-      const ncclResult_t r = d.flat();
-      if (result == ncclSuccess) result = r;
-    }
-    const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
-    return result != ncclSuccess ? result : ended;
-  }
+  bool flat = false;  // several devices
+  for (const DeferredCall& d : calls) flat |= d.comm->device != calls.front().comm->device;
+  if (flat && (result = callReal<Api::ncclGroupStart>()) != ncclSuccess) return result;
   for (DeferredCall& d : calls) {
-    const ncclResult_t r = d.run();
+    if (flat)
+      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
+    const ncclResult_t r = flat ? d.flat() : d.run();
     if (result == ncclSuccess) result = r;
+  }
+  if (flat) {
+    const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
+    if (result == ncclSuccess) result = ended;
   }
   return result;
 }
