@@ -290,11 +290,11 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
 std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
   // called: the release always happens on the reaper, once the comm's eager launches have ended
-  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last block of a launch
-  // writes eagerDone without a system-wide fence (it would lengthen every eager launch by about a
-  // microsecond), so stores of the launch's blocks may still be on their way then; they drain
-  // within microseconds (memory queues and NVLink, no host round trip), and unmapping the window
-  // never waits for the device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
+  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last warp of a launch
+  // writes eagerDone without a fence (device.cuh: exitLaunch; a fence would lengthen every eager
+  // launch by about 0.5 us), so stores of the launch's warps may still be on their way then; they
+  // drain within microseconds (memory queues and NVLink, no host round trip), and unmapping the
+  // window never waits for the device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
   // waits for this release, so the grace is paid by every destroy (it was 50 ms until session 18:
   // 1000 init/destroy cycles of two comms took 106 s on an H200, against 0.7 s with the fence).
   constexpr int64_t kReleaseGraceMs = 2;
@@ -496,6 +496,12 @@ bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs)
     if (nowMs() > deadlineMs || comm->cancel.load()) return false;
     usleep(static_cast<useconds_t>(sleepUs));
   }
+  // eagerDone says that every warp of the launches has ended, not that their last stores have
+  // landed (device.cuh: exitLaunch stores it without a fence): those drain within microseconds.
+  // The caller may free the buffers (yaliCommDeregister) or the window (the release, after its
+  // own longer grace) once this returns.
+  constexpr useconds_t kStoreDrainUs = 100;
+  if (launches > 0) usleep(kStoreDrainUs);
   return true;
 }
 

@@ -192,8 +192,8 @@ yaliResult_t commAsyncError(const yaliComm* comm);
 std::string commAsyncErrorText(yaliComm* comm);
 
 // Waits until the comm's first `launches` eager launches have ended on the device
-// (eagerLaunchesEnded), or until `deadlineMs` (nowMs()) passes, or until the comm is cancelled.
-// True when they have ended. Needs no lock. While an IPC close waits for the device no read is
+// (eagerLaunchesEnded) and their stores have had kStoreDrainUs to land, or until `deadlineMs`
+// (nowMs()) passes, or until the comm is cancelled. True when they have ended. Needs no lock. While an IPC close waits for the device no read is
 // issued (CloseGate), so such a wait lasts at least as long as that close, up to the deadline.
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
 

@@ -215,9 +215,10 @@ __device__ __forceinline__ void allowNextGrid() {
 // What a launch learns when it starts. Every launch on a comm gets the next epoch without the host
 // passing it in (a captured graph replays the same arguments each time): thread 0 of each block
 // reads LocalState::epoch when the block starts; the last block of the grid to leave advances it
-// (leaveLaunch). Each block's read precedes its leaving in thread 0's program order, and the
-// advance follows the last leaving, so no block of this launch can read the advanced value; the
-// next launch on the stream starts after this one ends.
+// (leaveLaunch). Each block's read precedes its leaving (the block barrier at the end of
+// enterLaunch comes between them, whichever thread counts the block out), and the advance follows
+// the last leaving, so no block of this launch can read the advanced value; the next launch on
+// the stream starts after this one ends.
 struct LaunchInfo {
   uint64_t epoch;
   uint32_t tag;  // registered buffers: DeviceArgs::callTag, or poisonedTag(callTag) when a
@@ -285,6 +286,13 @@ static __device__ __noinline__ void rebaseEpochs(const DeviceArgs& args) {
   *reinterpret_cast<volatile uint64_t*>(&args.local->epoch) = 1;
 }
 
+// The warps of this block that have left an eager launch (exitLaunch), in shared memory: set to 0
+// by thread 0 in enterLaunch, before the block barrier there, so before any warp can count.
+__device__ __forceinline__ unsigned& warpsLeftOfBlock() {
+  __shared__ unsigned warpsLeft;
+  return warpsLeft;
+}
+
 // The start of every collective kernel, by all threads: waits for the previous grid on the stream,
 // then decides whether this launch may run (a failed or closed comm, or a peer's failure, refuse
 // it) and reads its epoch and tag. The gate and the epoch share a cache line: one round trip.
@@ -311,6 +319,7 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
     } else {
       admission = kAdmitted;
     }
+    warpsLeftOfBlock() = 0;
     shared.epoch = epoch;
     shared.tag = regEpoch == args.regEpoch ? args.callTag : poisonedTag(args.callTag, args.rank);
   }
@@ -319,16 +328,16 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
   return static_cast<Admission>(admission);
 }
 
-// The end of every collective kernel, by thread 0 of each block (after the block's barrier where
-// exitLaunch needs one), on every path (also after a failed wait or a refused admission): counts the block
-// out of the launch (a one-block launch is its own last block and counts nothing); the last block
-// advances
-// the epoch (a failed comm admits no launch again, so its epoch no longer matters and is not read
-// here: that load would lengthen every kernel), rebases at the limit, and for an eager launch
-// tells the host that the launch has ended (yaliCommDestroy waits for that; the release that may
-// follow waits a grace period longer, comm.cc: makeDeviceResources). Fences order the blocks' work
-// before the count only where something reads across them (below): not in a graph launch's plain
-// exit, where they cost 0.4-0.5 us per call at 16 KB-4 MB on 2 H200s (PERF.md Session 28).
+// The end of every collective kernel, by one thread of each block (exitLaunch says which), on every
+// path (also after a failed wait or a refused admission): counts the block out of the launch (a
+// one-block launch is its own last block and counts nothing); the last block advances the epoch (a
+// failed comm admits no launch again, so its epoch no longer matters and is not read here: that
+// load would lengthen every kernel), rebases at the limit, and for an eager launch tells the host
+// that every warp of the launch has ended (LocalState::eagerDone; yaliCommDestroy and
+// yaliCommDeregister wait for that, then for the launch's stores to drain: comm.cc,
+// kStoreDrainUs and kReleaseGraceMs). Fences order the blocks' work before the count only where
+// something reads across them (below): not in a graph launch's or an eager launch's plain exit,
+// where they cost 0.4-0.5 us per call at 16 KB-4 MB on 2 H200s (PERF.md Sessions 28-29).
 // `onFailure`: what the last block runs (thread 0 alone) when an admitted launch failed, after every
 // block has left, so nothing of the launch can overwrite it (AlltoAllv: -1 into the count outputs).
 struct NoEpilogue {
@@ -345,20 +354,21 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   // launch's stream order reads what follows: the epoch is read by the comm's next launch only, in
   // enterLaunch after waitForPriorGrids (griddepcontrol.wait: this grid has completed and its
   // memory is visible; keep that load after the wait, also under programmatic launch, where the
-  // next grid may be scheduled before this one ends). eagerDone is read by the host, by a copy
-  // from outside the stream order: it keeps its fence.
+  // next grid may be scheduled before this one ends).
   // The fences order the blocks' work before what the last block does after the count, where
-  // anything reads it outside the grid's completion: eagerDone (the host), an epilogue (its stores
-  // must land after every block's), the rebase (it clears the flags; system scope: the peers read
-  // them). A graph launch's count orders nothing else: only the comm's next launch reads the epoch
-  // and `exits`, after griddepcontrol.wait (or plain stream order), when this grid has completed
-  // and all its memory operations are visible. There the fences would only hold every block's
-  // thread 0 until its stores over NVLink are acknowledged, at the end of the launch.
+  // anything reads it as data outside the grid's completion: an epilogue (its stores must land
+  // after every block's), the rebase (it clears the flags; system scope: the peers read them).
+  // Elsewhere the count orders nothing: only the comm's next launch reads the epoch and `exits`,
+  // after griddepcontrol.wait (or plain stream order), when this grid has completed and all its
+  // memory operations are visible; and eagerDone is a statement about time, not data (exitLaunch:
+  // every warp has ended; its stores may still drain, and the host waits for that before it frees
+  // or unmaps anything). The fences would only hold every block until its stores over NVLink are
+  // acknowledged, at the end of the launch.
   constexpr bool kEpilogue = !std::is_same<std::decay_t<OnFailure>, NoEpilogue>::value;
-  const bool ordered = rebase || kEpilogue || args.eagerSeq != 0;
+  const bool ordered = rebase || kEpilogue;
   const bool alone = gridDim.x == 1;
   if (rebase) __threadfence_system();  // the rebase's peers must see our stores
-  else if (args.eagerSeq != 0 || (ordered && !alone)) __threadfence();
+  else if (ordered && !alone) __threadfence();
   if (!alone) {
     const unsigned left = atomicAdd(&local->exits, 1u);
     if (left != gridDim.x - 1) return;
@@ -376,32 +386,52 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   } else if (admission == kAdmitted) {
     *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
-  // Device memory, read by the host only when it waits (LocalState::eagerDone).
+  // Device memory, read by the host only when it waits (LocalState::eagerDone). Every warp of the
+  // launch has ended by now (exitLaunch); no fence: see above.
   if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&local->eagerDone) = args.eagerSeq;
 }
 
-// The frame's exit, by every thread of the block: a block barrier where one is needed, then
-// thread 0 counts the block out (leaveLaunch). Without the barrier thread 0 leaves when its own
-// part of the body ended, while other warps may still run theirs (a two-shot block's second team
-// runs a pipeline of its own; the LL and pull bodies end without a barrier). What follows the last
-// count must then not depend on those warps being done:
-//   - the epoch advance does not: only the comm's next launch reads the epoch, in enterLaunch after
-//     griddepcontrol.wait, i.e. after every thread of this grid has ended and its memory is visible;
-//   - eagerDone does (an eager launch: after it yaliCommDeregister and the release unmap peer
-//     memory), and so do the rebase at kEpochLimit (it clears the flags) and an epilogue (it must
-//     come after every block's stores): those keep the barrier, so that thread 0's fence and count
-//     follow the whole block's loads and stores.
-// A graph launch's exit is thus off the critical path, as before the exit count existed: the
-// barrier there cost 0.13-0.37 us per call from 16 KB to 256 KB on 2 H200s (PERF.md Session 27).
-// The condition is the same for every thread of the block (kernel arguments and the launch's
-// shared LaunchInfo), so the barrier is never reached by part of a block.
+// The frame's exit, by every thread of the block: one thread counts the block out (leaveLaunch),
+// when what follows the launch's last count needs it. Three cases:
+//   - a graph launch: thread 0, when its own part of the body ended, while other warps may still
+//     run theirs (a two-shot block's second team runs a pipeline of its own; the LL and pull bodies
+//     end without a barrier). What follows the last count is the epoch advance, read only by the
+//     comm's next launch in enterLaunch after griddepcontrol.wait, i.e. after every thread of this
+//     grid has ended and its memory is visible. The exit is off the critical path: a block
+//     barrier there cost 0.13-0.37 us per call from 16 KB to 256 KB on 2 H200s (PERF.md
+//     Session 27).
+//   - an eager launch: the last warp of the block to end. eagerDone must mean that no warp of the
+//     launch still runs (after it yaliCommDestroy frees the window and yaliCommDeregister lets the
+//     caller free its buffer), but not that the launch's stores have landed: the host waits for
+//     those by time (comm.cc: kStoreDrainUs, kReleaseGraceMs), as it did for their arrival over
+//     NVLink when a fence came first (a GPU-scope fence does not cover that). Each warp, once all
+//     its lanes are here (__syncwarp), counts itself in shared memory; no warp waits for another,
+//     and the block's count is made by the warp that ends last. Against the block barrier and the
+//     fence before the count this saved 0.5 us per call at 256 KB-1 MB and 4 MB on 2 H200s
+//     (PERF.md Session 29).
+//   - a rebase at kEpochLimit (it clears the flags) and an epilogue (it must come after every
+//     block's stores): a block barrier, then thread 0's fence and count follow the whole block's
+//     loads and stores.
+// The case is the same for every thread of the block (kernel arguments and the launch's shared
+// LaunchInfo), so the barrier is never reached by part of a block.
 template <typename OnFailure = NoEpilogue>
 __device__ __forceinline__ void exitLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission,
                                            OnFailure&& onFailure = OnFailure()) {
   constexpr bool kEpilogue = !std::is_same<std::decay_t<OnFailure>, NoEpilogue>::value;
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
-  if (kEpilogue || args.eagerSeq != 0 || rebase) __syncthreads();
-  if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
+  if (kEpilogue || rebase) {
+    __syncthreads();
+    if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
+  } else if (args.eagerSeq != 0) {
+    // This warp's lanes (the block's last warp may be partial).
+    const unsigned first = threadIdx.x & ~31u;
+    const unsigned lanes = blockDim.x - first < 32 ? blockDim.x - first : 32;
+    __syncwarp(lanes == 32 ? ~0u : (1u << lanes) - 1);
+    if (threadIdx.x == first && atomicAdd_block(&warpsLeftOfBlock(), 1u) == (blockDim.x + 31) / 32 - 1)
+      leaveLaunch(args, info, admission, onFailure);
+  } else if (threadIdx.x == 0) {
+    leaveLaunch(args, info, admission, onFailure);
+  }
 }
 
 // Runs one collective kernel's body inside the launch frame. `body(info)` may return early on a
