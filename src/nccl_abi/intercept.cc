@@ -7,7 +7,9 @@
 //   collectives    AllReduce, ReduceScatter, AllGather, Broadcast, Bcast, Reduce, AlltoAll, Gather,
 //                  Scatter: YALI where routing.h says so, else NCCL
 //   groups         both libraries' group calls, YALI's end first (a simulated end: YALI's drops its part),
-//                  then the copies back of the calls staged in the group (stageInGroup)
+//                  then the copies back of the calls staged in the group (stageInGroup), then the
+//                  calls deferred to the group's end (a hierarchical call and every later one)
+//   point-to-point ncclSend, ncclRecv: NCCL's, placed or refused in a group that defers calls
 //   errors         ncclCommGetAsyncError: NCCL's, else YALI's, else the hierarchical path's cross-node
 //                  status; ncclGetLastError: whoever failed last
 //   registration   ncclCommRegister/Deregister: NCCL's and YALI's
@@ -17,6 +19,7 @@
 // NCCL's handles, go straight back to NCCL.
 #include <stdio.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <utility>
@@ -272,6 +275,198 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatF
   return noted;
 }
 
+// ---- Calls deferred to the outermost ncclGroupEnd -------------------------------------------------
+//
+// A hierarchical collective made inside ncclGroupStart/End cannot join the group (routeHier says
+// why): it waits, whole, for the outermost ncclGroupEnd, and runs there after the group's launches.
+// From that call on, every later collective of the group waits too, whichever library runs it, and
+// at the end they run in call order. Left in the group, a later call would run before the
+// hierarchical one on this rank, while a peer that makes both calls outside a group runs them in
+// program order: on the same comm NCCL matches the collectives by issue order (a hierarchical
+// AllReduce's tail of count % L elements runs on the comm itself), on the same stream each waits
+// for what was issued before it, and on a GPU the two ranks then wait for each other for ever.
+// Every later collective waits, not only those that share a comm or a stream with a deferred one:
+// that needs no rule for which streams order which (the legacy stream, a comm's own streams), and
+// costs only those calls' grouping (they still run inside the program's ncclGroupEnd).
+// A group without a hierarchical call (torch's coalescing) is untouched, and so are the calls made
+// before the group's first hierarchical call.
+//
+// Point-to-point calls (ncclSend, ncclRecv: routePointToPoint) depend on their group: a rank's
+// sends and receives to its peers must be issued in one group, or a large transfer can wait for a
+// receive issued behind it. So the deferred calls run one by one, as made outside a group, except
+// that a stretch of them between two hierarchical calls that holds a point-to-point call runs as one
+// group (both libraries', so YALI's part of it launches first, as in any group). A point-to-point
+// call made after the group's first hierarchical call goes:
+//  - into NCCL's part of the group, at the call, where it shares neither its comm nor its stream
+//    with a deferred call, and the group's other point-to-point calls are there too: nothing of its
+//    comm or stream can see that it runs before the deferred calls;
+//  - into the deferred calls, where its comm or stream is a deferred call's, or where the group's
+//    other point-to-point calls went: to the stretch they are in (the latest one, when it shares);
+//  - nowhere, refused with ncclInvalidUsage, where it must run after a deferred call while the
+//    group's other point-to-point calls run before that call: its group would be split. Such a
+//    program makes its point-to-point calls before the group's first hierarchical collective, or
+//    in a group of their own.
+
+struct DeferredCall {
+  Comm* comm;          // ours, or null: NCCL's own handle (a non-blocking parent's split)
+  ncclComm_t handle;   // the program's: the comm the call is ordered on
+  cudaStream_t stream;
+  const char* function;
+  bool hierarchical;   // runs alone, between the stretches of deferred calls around it
+  bool pointToPoint;   // its stretch runs as one group
+  bool dropped;        // its comm was freed inside the group (dropDeferredCalls): not run
+  std::function<ncclResult_t()> run;   // the call as made, routed at the group's end
+  std::function<ncclResult_t()> flat;  // hierarchical: the call as one flat NCCL call
+};
+
+// The deferred calls of this thread's open group (NCCL's and YALI's groups are per thread too).
+struct DeferredGroup {
+  std::vector<DeferredCall> calls;
+  int hierarchical = 0;   // hierarchical calls deferred so far: a deferred call joins stretch `hierarchical`
+  int pointToPoint = -1;  // where the group's point-to-point calls are: -1 none yet, 0 NCCL's part,
+                          // k > 0 the stretch after the k-th hierarchical call
+};
+thread_local DeferredGroup tlsDeferred;
+
+// Whether this thread's open group defers a collective made now: one after a hierarchical one.
+bool deferringLaterCalls() { return inGroup() && tlsDeferred.hierarchical > 0; }
+
+void deferUntilGroupEnd(DeferredCall d) {
+  if (d.hierarchical) ++tlsDeferred.hierarchical;
+  tlsDeferred.calls.push_back(std::move(d));
+}
+
+// Whether work on streams a and b is ordered: the same stream, or the legacy default stream (0),
+// which waits for, and holds up, the device's other blocking streams.
+bool sameStreamOrder(cudaStream_t a, cudaStream_t b) {
+  return a == b || a == nullptr || b == nullptr || a == cudaStreamLegacy || b == cudaStreamLegacy;
+}
+
+// A point-to-point call (ncclSend, ncclRecv): `run` issues it to NCCL with the real comm. Where it
+// goes inside a group that holds deferred calls: see above. It must run after every deferred call
+// that shares its comm or its stream, and with the group's other point-to-point calls: in NCCL's
+// part of the group (before every deferred call), or at the end of the stretch they are in.
+template <typename Run>
+ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
+  if (!inGroup()) return run();
+  DeferredGroup& g = tlsDeferred;
+  std::vector<DeferredCall>& calls = g.calls;
+  size_t after = 0;  // it must come after calls[0, after)
+  const char* firstHier = nullptr;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (calls[i].dropped) continue;
+    if (calls[i].handle == handle || sameStreamOrder(calls[i].stream, stream)) after = i + 1;
+    if (firstHier == nullptr && calls[i].hierarchical) firstHier = calls[i].function;
+  }
+  int stretch = g.pointToPoint;
+  if (stretch < 0) stretch = after == 0 ? 0 : g.hierarchical;
+  if (stretch == 0 && after == 0) {
+    g.pointToPoint = 0;
+    return run();
+  }
+  // The end of the stretch: where the next hierarchical call begins, or the end of the list.
+  size_t end = 0;
+  for (int seen = 0; end < calls.size(); ++end)
+    if (calls[end].hierarchical && ++seen > stretch) break;
+  if (stretch > 0 && after <= end) {
+    g.pointToPoint = stretch;
+    calls.insert(calls.begin() + static_cast<std::ptrdiff_t>(end),
+                 DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr});
+    return ncclSuccess;
+  }
+  return shimFail(ncclInvalidUsage,
+                  "%s: inside ncclGroupStart/End after %s on a communicator spanning several nodes, which "
+                  "libyali-nccl runs at the group's end, with every later collective of the group, in call "
+                  "order; this call shares its communicator or stream with %s, deferred so, and must run after "
+                  "it, while the group's earlier point-to-point calls run before it%s: a point-to-point call "
+                  "cannot leave its group. Make the group's point-to-point calls before its first hierarchical "
+                  "collective, or in a group of their own",
+                  function, firstHier != nullptr ? firstHier : "a collective", calls[after - 1].function,
+                  stretch == 0 ? " (in NCCL's part of the group)" : "");
+}
+
+// The earlier of two results: a failure over ncclInProgress (a non-blocking comm's call under way)
+// over ncclSuccess.
+ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
+  if (a != ncclSuccess && a != ncclInProgress) return a;
+  if (b != ncclSuccess && b != ncclInProgress) return b;
+  return a == ncclInProgress ? a : b;
+}
+
+// At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
+// the deferred calls run, in call order, unless the group was simulated (`run` false: a simulated
+// group's calls do not run, as in NCCL). They run also where an end failed (on another comm of the
+// group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
+// a bound, and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
+// Each hierarchical call runs alone, as made outside a group; the calls between two of them run
+// one by one too, or as one group where they hold a point-to-point call (see above).
+// One thread driving the ranks of several GPUs in the group (deferred calls on more than one
+// device: nccl-tests -g N, one process per node): the calls must be issued inside one group, as
+// NCCL requires of such a thread and as YALI does (yali.h: a kernel launch or NCCL's connection on
+// first use can wait for a rank this thread has not reached yet). The hierarchical steps depend on
+// each other and cannot share one group, so all the deferred calls run in one group, the
+// hierarchical ones flat: the route that every rank of such a program takes (its other nodes drive
+// their GPUs the same way), and the one grouped hierarchical calls took before Session 28. A
+// program whose nodes differ in that (one thread driving several GPUs on one node, a process per
+// GPU on another) is not covered. A call on NCCL's own handle counts on no device.
+// Returns the first failure, else ncclInProgress where a run said so (a non-blocking comm's call),
+// else ncclSuccess.
+ncclResult_t runDeferredCalls(bool run) {
+  DeferredGroup group;
+  std::swap(group, tlsDeferred);
+  std::vector<DeferredCall>& calls = group.calls;
+  calls.erase(std::remove_if(calls.begin(), calls.end(), [](const DeferredCall& d) { return d.dropped; }),
+              calls.end());
+  if (calls.empty()) return ncclSuccess;
+  if (!run) {
+    for (const DeferredCall& d : calls)
+      info(d.comm != nullptr ? d.comm->rank : -1, "%s: deferred to the group's end: not run (the group was simulated)",
+           d.function);
+    return ncclSuccess;
+  }
+  int device = -1;
+  bool several = false;
+  for (const DeferredCall& d : calls) {
+    if (d.comm == nullptr) continue;
+    if (device < 0) device = d.comm->device;
+    several |= d.comm->device != device;
+  }
+  ncclResult_t result = ncclSuccess;
+  auto runOne = [&](DeferredCall& d, bool flat) {
+    if (flat)
+      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
+    result = firstOf(result, flat ? d.flat() : d.run());
+  };
+  // Calls [begin, end) as one group of both libraries (ours: a YALI call joins YALI's part, a call
+  // YALI refuses for this rank's buffers is staged as in any group).
+  auto runAsOneGroup = [&](size_t begin, size_t end) {
+    const ncclResult_t started = ncclGroupStart();
+    result = firstOf(result, started);
+    for (size_t i = begin; i < end; ++i) runOne(calls[i], several && calls[i].hierarchical);
+    if (started == ncclSuccess) result = firstOf(result, ncclGroupEnd());
+  };
+  if (several) {
+    runAsOneGroup(0, calls.size());
+    return result;
+  }
+  for (size_t i = 0; i < calls.size();) {
+    if (calls[i].hierarchical) {
+      runOne(calls[i++], false);
+      continue;
+    }
+    size_t end = i;
+    bool pointToPoint = false;
+    for (; end < calls.size() && !calls[end].hierarchical; ++end) pointToPoint |= calls[end].pointToPoint;
+    if (pointToPoint) {
+      runAsOneGroup(i, end);
+    } else {
+      for (; i < end; ++i) runOne(calls[i], false);
+    }
+    i = end;
+  }
+  return result;
+}
+
 // YALI's error for a call (not a refusal), as the matching ncclResult_t.
 ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
   noteFailure(Failure::kYali);
@@ -283,10 +478,18 @@ ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
 // (routing.h): `viaYali(y, send, recv)` with the call's buffers. A call YALI refuses
 // (yaliInvalidArgument) runs on NCCL instead when the reason is in its scalars, which every rank
 // shares, else on YALI through the staging scratch (sortRefusal, stage); YALI's other errors are
-// returned, as the matching ncclResult_t.
+// returned, as the matching ncclResult_t. Made in a group after a hierarchical call, it waits for
+// the group's end and is routed there (deferringLaterCalls): `viaYali` and `viaNccl` hold the
+// call's arguments by value.
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
+  if (deferringLaterCalls()) {
+    deferUntilGroupEnd({c, handle, call.stream, call.function, false, false, false,
+                        [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
+                        nullptr});
+    return ncclSuccess;
+  }
   if (c == nullptr) return viaNccl(handle);
   const yaliComm_t y = c->yali;
   const size_t bytes = bytesOf(call.count, call.shape.type);
@@ -327,62 +530,6 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
               "captured stream or a device without memory pools)")
                  .c_str());
   return viaNccl(c->real);
-}
-
-// ---- Calls deferred to the outermost ncclGroupEnd (routeHier) --------------------------------------
-
-struct DeferredCall {
-  Comm* comm;  // dropped from the list when the comm is freed inside the group (dropDeferredCalls)
-  const char* function;
-  std::function<ncclResult_t()> run;   // the call as made, routed again at the group's end
-  std::function<ncclResult_t()> flat;  // the call as one flat NCCL call (runDeferredCalls)
-};
-thread_local std::vector<DeferredCall> tlsDeferred;  // NCCL's and YALI's groups are per thread too
-
-void deferUntilGroupEnd(Comm* c, const char* function, std::function<ncclResult_t()> run,
-                        std::function<ncclResult_t()> flat) {
-  tlsDeferred.push_back({c, function, std::move(run), std::move(flat)});
-}
-
-// At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
-// each deferred call runs, in call order, unless the group was simulated (`run` false: a simulated
-// group's calls do not run, as in NCCL). They run also where an end failed (on another comm of the
-// group, say): the call's peers on other nodes wait in NCCL for its cross step, without a bound,
-// and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
-// One thread driving the ranks of several GPUs in the group (deferred calls on more than one
-// device: nccl-tests -g N, one process per node): the calls must be issued inside one group, as
-// NCCL requires of such a thread and as YALI does (yali.h: a kernel launch or NCCL's connection on
-// first use can wait for a rank this thread has not reached yet). Their steps depend on each other
-// and cannot share one group, so such calls run flat, all in one NCCL group: the route that every
-// rank of such a program takes (its other nodes drive their GPUs the same way), and the one they
-// took inside groups before Session 28. A program whose nodes differ in that (one thread driving
-// several GPUs on one node, a process per GPU on another) is not covered. Returns the first
-// failure.
-ncclResult_t runDeferredCalls(bool run) {
-  std::vector<DeferredCall> calls;
-  std::swap(calls, tlsDeferred);
-  if (calls.empty()) return ncclSuccess;
-  ncclResult_t result = ncclSuccess;
-  if (!run) {
-    for (DeferredCall& d : calls)
-      info(d.comm->rank, "%s: hierarchical, deferred to the group's end: not run (the group was simulated)",
-           d.function);
-    return result;
-  }
-  bool flat = false;  // several devices
-  for (const DeferredCall& d : calls) flat |= d.comm->device != calls.front().comm->device;
-  if (flat && (result = callReal<Api::ncclGroupStart>()) != ncclSuccess) return result;
-  for (DeferredCall& d : calls) {
-    if (flat)
-      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
-    const ncclResult_t r = flat ? d.flat() : d.run();
-    if (result == ncclSuccess) result = r;
-  }
-  if (flat) {
-    const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
-    if (result == ncclSuccess) result = ended;
-  }
-  return result;
 }
 
 // ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
@@ -695,20 +842,23 @@ ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, Hi
 // needs a property every rank shares, and there is none for "in a group"; turning the hierarchical
 // path off for a whole comm would cost every ungrouped call (torch's DDP AllReduce) its speed.
 // NCCL itself launches a grouped collective only at the outermost ncclGroupEnd, so a program
-// cannot expect it to have started before; what it can observe is the order on a stream: the
-// deferred call runs after the group's other calls (NCCL_ABI.md, "Several nodes": a rank that makes
-// a hierarchical call and then, in the same group, a call of the same comm on the same stream,
-// while a peer makes both outside a group, orders them differently from that peer).
+// cannot expect it to have started before. What it could observe is the order: the deferred call
+// runs after the group's launches, so a later call of the group on the same comm or stream would
+// run before it, unlike on a peer that makes both outside a group; hence every later collective of
+// the group waits too (deferringLaterCalls, and the section on deferred calls above).
 template <typename Steps, typename Flat>
 ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
   if (inGroup()) {
     HierCall hc{};
-    if (hierRouteOf(c, call, &hc) != HierRoute::kHierarchical) return flat();
-    // At the end the comm may have been aborted inside the group (its hierarchy kept, its YALI
-    // side gone: flat, where NCCL reports the aborted comm's NULL) or freed (dropDeferredCalls).
-    deferUntilGroupEnd(
-        c, call.function, [c, call, steps, flat] { return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat(); },
-        flat);
+    const bool hier = hierRouteOf(c, call, &hc) == HierRoute::kHierarchical;
+    if (!hier && !deferringLaterCalls()) return flat();
+    // A flat call after a hierarchical one waits too (deferringLaterCalls), flat at the end as
+    // decided now. At the end the comm may have been aborted inside the group (its hierarchy kept,
+    // its YALI side gone: flat, where NCCL reports the aborted comm's NULL) or freed
+    // (dropDeferredCalls).
+    std::function<ncclResult_t()> run = flat;
+    if (hier) run = [c, call, steps, flat] { return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat(); };
+    deferUntilGroupEnd({c, handleOf(c), call.stream, call.function, hier, false, false, std::move(run), flat});
     return ncclSuccess;
   }
   bool hier = false;
@@ -745,15 +895,14 @@ ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
 
 }  // namespace
 
+// Marked, not erased: a dropped hierarchical call still separates the stretches around it, which
+// routePointToPoint counts.
 void dropDeferredCalls(Comm* c) {
-  for (auto it = tlsDeferred.begin(); it != tlsDeferred.end();) {
-    if (it->comm != c) {
-      ++it;
-      continue;
-    }
-    info(c->rank, "%s: hierarchical, deferred to the group's end: not run (its comm ended inside the group)",
-         it->function);
-    it = tlsDeferred.erase(it);
+  for (DeferredCall& d : tlsDeferred.calls) {
+    if (d.comm != c || d.dropped) continue;
+    info(c->rank, "%s: deferred to the group's end: not run (its comm ended inside the group)", d.function);
+    d.dropped = true;
+    d.comm = nullptr;
   }
 }
 
@@ -1059,7 +1208,8 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const ncclResult_t r = endReal();
   const bool launched = !simulate && y == yaliSuccess;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
-  // The hierarchical calls of the group (routeHier), at the outermost end, behind its launches.
+  // The group's hierarchical calls and the calls made after the first of them (routeHier,
+  // deferringLaterCalls), at the outermost end, behind its launches.
   const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!simulate);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
@@ -1123,10 +1273,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
         [=] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
   return routeCall(
       call, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliAllReduce(send, recv, count, toYaliType(datatype), toYaliOp(op), y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, real, stream);
       });
 }
@@ -1147,10 +1297,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
         });
   return routeCall(
       call, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliReduceScatter(send, recv, recvcount, toYaliType(datatype), toYaliOp(op), y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, real, stream);
       });
 }
@@ -1169,10 +1319,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
         [=] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
   return routeCall(
       call, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliAllGather(send, recv, sendcount, toYaliType(datatype), y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, real, stream);
       });
 }
@@ -1182,10 +1332,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBroadcast(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   return routeCall(
       {"ncclBroadcast", {yaliCollBroadcast, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliBroadcast(send, recv, count, toYaliType(datatype), root, y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclBroadcast>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
 }
@@ -1196,10 +1346,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclBcast(void* buff, size_t count, ncc
                                                     ncclComm_t comm, cudaStream_t stream) {
   return routeCall(
       {"ncclBcast", {yaliCollBroadcast, datatype, ncclSum}, count, root, buff, buff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliBroadcast(send, recv, count, toYaliType(datatype), root, y, stream);
       },
-      [&](ncclComm_t real) { return callReal<Api::ncclBcast>(buff, count, datatype, root, real, stream); });
+      [=](ncclComm_t real) { return callReal<Api::ncclBcast>(buff, count, datatype, root, real, stream); });
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count,
@@ -1207,10 +1357,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduce(const void* sendbuff, void* 
                                                      ncclComm_t comm, cudaStream_t stream) {
   return routeCall(
       {"ncclReduce", {yaliCollReduce, datatype, op}, count, root, sendbuff, recvbuff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliReduce(send, recv, count, toYaliType(datatype), toYaliOp(op), root, y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclReduce>(sendbuff, recvbuff, count, datatype, op, root, real, stream);
       });
 }
@@ -1221,10 +1371,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAlltoAll(const void* sendbuff, void
                                                        cudaStream_t stream) {
   return routeCall(
       {"ncclAlltoAll", {yaliCollAlltoAll, datatype, ncclSum}, count, 0, sendbuff, recvbuff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliAlltoAll(send, recv, count, toYaliType(datatype), y, stream);
       },
-      [&](ncclComm_t real) { return callReal<Api::ncclAlltoAll>(sendbuff, recvbuff, count, datatype, real, stream); });
+      [=](ncclComm_t real) { return callReal<Api::ncclAlltoAll>(sendbuff, recvbuff, count, datatype, real, stream); });
 }
 #endif
 
@@ -1234,10 +1384,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGather(const void* sendbuff, void* 
                                                      cudaStream_t stream) {
   return routeCall(
       {"ncclGather", {yaliCollGather, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliGather(send, recv, count, toYaliType(datatype), root, y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclGather>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
 }
@@ -1249,11 +1399,29 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void*
                                                       cudaStream_t stream) {
   return routeCall(
       {"ncclScatter", {yaliCollScatter, datatype, ncclSum}, count, root, sendbuff, recvbuff, stream}, comm,
-      [&](yaliComm_t y, const void* send, void* recv) {
+      [=](yaliComm_t y, const void* send, void* recv) {
         return lib().yaliScatter(send, recv, count, toYaliType(datatype), root, y, stream);
       },
-      [&](ncclComm_t real) {
+      [=](ncclComm_t real) {
         return callReal<Api::ncclScatter>(sendbuff, recvbuff, count, datatype, root, real, stream);
       });
 }
 #endif
+
+// ---- Point-to-point -----------------------------------------------------------------------------------
+
+// NCCL's, with the real comm; inside a group that holds a hierarchical call, placed where its group
+// and its order both hold, or refused (routePointToPoint).
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                                                   ncclComm_t comm, cudaStream_t stream) {
+  return routePointToPoint("ncclSend", comm, stream, [=] {
+    return callReal<Api::ncclSend>(sendbuff, count, datatype, peer, realComm(comm), stream);
+  });
+}
+
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                                   ncclComm_t comm, cudaStream_t stream) {
+  return routePointToPoint("ncclRecv", comm, stream, [=] {
+    return callReal<Api::ncclRecv>(recvbuff, count, datatype, peer, realComm(comm), stream);
+  });
+}

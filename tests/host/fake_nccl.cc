@@ -2,7 +2,8 @@
 // test_nccl_abi_errors.cc), which point YALI_NCCL_LIBRARY at it: some of NCCL's functions, each
 // noting what it received, so that a test can see what libyali-nccl forwarded. It lacks most of
 // NCCL on purpose (ncclSend, for one), to exercise the forward of a function the loaded NCCL does
-// not have.
+// not have. Its ncclRecv is noted only, never matched with a peer's call (a test sees where
+// libyali-nccl issued it: in which group, before or after which call).
 //
 // Communicators of one rank (test_nccl_abi.cc's) never start libyali-nccl's YALI set-up, which
 // needs libyali. Communicators of several ranks (test_nccl_abi_errors.cc's, with fake_yali.cc
@@ -826,6 +827,12 @@ FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void* recv, size_t count
 FAKE_EXPORT ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
                                        ncclComm_t comm, cudaStream_t) {
   return collective({"ncclBroadcast", nullptr, send, recv, count, type, ncclSum, root, 0, 0, nullptr}, comm);
+}
+
+FAKE_EXPORT ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                                  cudaStream_t) {
+  const Op o{"ncclRecv", nullptr, nullptr, recv, count, type, ncclSum, peer, 0, 0, nullptr};
+  return note("ncclRecv", comm, &o);
 }
 
 FAKE_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void*, size_t, void** handle) {

@@ -2242,6 +2242,186 @@ TEST(hierarchical_calls_of_one_thread_on_several_gpus_run_flat_in_one_group) {
   destroyAll(h.ranks);
 }
 
+// The labels of rank `rank`'s handles in `all` ("h0", "x0", "g0" for rank 0), written with R
+// ("hR", "xR", "gR"), so that two ranks' traces compare; the other ranks' handles left out.
+Labels rankLabels(const Labels& all, int rank) {
+  Labels mine;
+  const std::string digits = std::to_string(rank);
+  for (const auto& [handle, name] : all) {
+    const size_t at = name.find_first_of("0123456789");
+    if (at != std::string::npos && name.substr(at) == digits) mine[handle] = name.substr(0, at) + "R";
+  }
+  return mine;
+}
+
+// What was launched since event `since` on the handles in `labels`, in launch order: YALI's kernels
+// when YALI launches them (yaliLaunch: at once outside a group, at the outermost yaliGroupEnd inside
+// one), NCCL's calls when NCCL does (at once outside a group, at the outermost ncclGroupEnd inside
+// one; those of a simulated group never), and the copies into labelled memory (the status words).
+// Two ranks that launch the same calls in the same order on their comms and streams get the same
+// trace; on a GPU, ranks whose traces differ can wait for each other for ever.
+std::string launchOrder(int since, const Labels& labels) {
+  std::string out;
+  std::vector<std::string> held;  // NCCL's calls in the open group
+  int depth = 0;
+  auto add = [&out](const std::string& s) { out += (out.empty() ? "" : " ") + s; };
+  for (int i = since, n = eventCount(); i < n; ++i) {
+    const std::string call = eventCall(i);
+    if (call == "ncclGroupStart") {
+      ++depth;
+      continue;
+    }
+    if (call == "ncclGroupEnd" || call == "ncclGroupSimulateEnd") {
+      if (--depth == 0 && call == "ncclGroupEnd")
+        for (const std::string& s : held) add(s);
+      if (depth == 0) held.clear();
+      continue;
+    }
+    const auto it = labels.find(eventHandle(i));
+    if (it == labels.end()) continue;
+    const std::string token = call + "(" + it->second + ")";
+    if (call == "yaliLaunch" || call == "cudaMemcpyAsync") {
+      add(token);
+    } else if (call == "ncclAllReduce" || call == "ncclReduceScatter" || call == "ncclAllGather" ||
+               call == "ncclBroadcast" || call == "ncclRecv") {
+      if (depth > 0)
+        held.push_back(token);
+      else
+        add(token);
+    }
+  }
+  return out;
+}
+
+// A group holding a hierarchical call and, after it, more calls (the order issue of NCCL_ABI.md,
+// "Several nodes"): every later collective of the group waits for the group's end too and runs
+// there in call order, so the grouped rank launches the calls in the same order as its peers that
+// make them outside a group: after the hierarchical call on the same comm (an AllReduce of fewer
+// elements than ranks per node and a Broadcast, both flat NCCL: NCCL matches a comm's calls by
+// issue order), and on the same stream (another comm of the same ranks, an AllReduce YALI runs and
+// an integer average NCCL runs). Before, the later calls joined the group at the call and launched
+// at its end, before the hierarchical call, which then ran last on the grouped rank alone.
+TEST(a_grouped_hierarchical_calls_later_calls_keep_their_order) {
+  const Hierarchical h = hierarchical();
+  const std::vector<Rank> other = clique(4);  // the same four ranks, one node: YALI's
+  Labels labels = h.labels;
+  for (int r = 0; r < 4; ++r) {
+    labels[other[r].real] = "g" + std::to_string(r);
+    labels[other[r].yali] = "f" + std::to_string(r);
+  }
+  int s = 0;
+  const cudaStream_t S = reinterpret_cast<cudaStream_t>(&s);
+  static int32_t ints[16];
+  const char* const hierSteps = "yaliLaunch(hR) cudaMemcpyAsync(sR) cudaMemcpyAsync(tR) ncclAllReduce(xR) "
+                                "ncclAllReduce(xR) cudaMemcpyAsync(wR) yaliLaunch(hR)";
+  for (int round = 0; round < 2; ++round) {
+    std::vector<int> since(4);
+    for (int r = 0; r < 4; ++r) {
+      since[r] = eventCount();
+      ncclComm_t c = h.ranks[r].comm;
+      if (r == 0) CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+      CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, S) == ncclSuccess);
+      if (round == 0) {  // the same comm
+        CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 1, ncclFloat32, ncclSum, c, S) == ncclSuccess);
+        CHECK(SHIM(ncclBroadcast)(hostBuffer, hostBuffer, 4, ncclFloat32, 0, c, S) == ncclSuccess);
+      } else {  // another comm, the same stream
+        CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, other[r].comm, S) == ncclSuccess);
+        CHECK(SHIM(ncclAllReduce)(ints, ints, 4, ncclInt32, ncclAvg, other[r].comm, S) == ncclSuccess);
+      }
+      if (r == 0) CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+    }
+    const std::string want = launchOrder(since[1], rankLabels(labels, 1));
+    const std::string later = round == 0 ? " ncclAllReduce(rR) ncclBroadcast(rR)" : " yaliLaunch(fR) ncclAllReduce(gR)";
+    CHECK_MSG(want == hierSteps + later, "round %d, outside a group: %s", round, want.c_str());
+    for (int r = 0; r < 4; ++r) {
+      const std::string got = launchOrder(since[r], rankLabels(labels, r));
+      CHECK_MSG(got == want, "round %d, rank %d (rank 0 in a group): %s, expected %s", round, r, got.c_str(),
+                want.c_str());
+    }
+  }
+  destroyAll(other);
+  destroyAll(h.ranks);
+}
+
+// Point-to-point calls cannot leave their group (a rank's sends and receives must be issued in one
+// group), so one made after a grouped hierarchical call goes where both its group and its order
+// hold: NCCL's part of the group where it shares neither comm nor stream with a deferred call (it
+// launches at the group's end, before them, which nothing of its comm or stream sees); the
+// deferred calls where it shares one, their stretch then running as one group after the
+// hierarchical call; the stretch of the group's other point-to-point calls where those were
+// deferred; and where neither holds (it must run after a deferred call, while the group's earlier
+// point-to-point calls run before that call), it is refused with ncclInvalidUsage, naming the call,
+// and the rest of the group runs.
+TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_are_refused) {
+  const Hierarchical h = hierarchical();
+  const std::vector<Rank> other = clique(4);
+  Labels labels = h.labels;
+  for (int r = 0; r < 4; ++r) labels[other[r].real] = "g" + std::to_string(r);
+  const Labels mine = rankLabels(labels, 0);
+  int s = 0, t = 0;
+  const cudaStream_t S = reinterpret_cast<cudaStream_t>(&s);
+  const cudaStream_t T = reinterpret_cast<cudaStream_t>(&t);
+  ncclComm_t c = h.ranks[0].comm;
+  static float p2p[16];
+  auto allReduce = [&] { return SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, S); };
+  auto recv = [&](ncclComm_t comm, cudaStream_t stream) {
+    return SHIM(ncclRecv)(p2p, 4, ncclFloat32, 1, comm, stream);
+  };
+  const std::string hierSteps = "yaliLaunch(hR) cudaMemcpyAsync(sR) cudaMemcpyAsync(tR) ncclAllReduce(xR) "
+                                "ncclAllReduce(xR) cudaMemcpyAsync(wR) yaliLaunch(hR)";
+
+  // Another comm, another stream: in NCCL's part of the group.
+  int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce() == ncclSuccess);
+  CHECK(recv(other[0].comm, T) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::string got = launchOrder(since, mine);
+  CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "unrelated: %s", got.c_str());
+
+  // The hierarchical call's comm: after it, in a group of its own.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce() == ncclSuccess);
+  CHECK(recv(c, T) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  got = launchOrder(since, mine);
+  CHECK_MSG(got == hierSteps + " ncclRecv(rR)", "its comm: %s", got.c_str());
+  const std::string groups = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
+  const std::string ownGroup = "ncclGroupStart() ncclRecv(rR) ncclGroupEnd()";
+  const bool ownGroupLast =
+      groups.size() > ownGroup.size() && groups.compare(groups.size() - ownGroup.size(), ownGroup.size(), ownGroup) == 0;
+  CHECK_MSG(ownGroupLast, "its comm, not in a group of its own at the end: %s", groups.c_str());
+
+  // Two hierarchical calls; a receive sharing the first's stream joins the stretch after it, and a
+  // later unrelated receive joins that stretch too, before the second hierarchical call.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(allReduce() == ncclSuccess);
+  CHECK(recv(other[0].comm, S) == ncclSuccess);
+  CHECK(allReduce() == ncclSuccess);
+  CHECK(recv(other[0].comm, T) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  got = launchOrder(since, mine);
+  CHECK_MSG(got == hierSteps + " ncclRecv(gR) ncclRecv(gR) " + hierSteps, "two stretches: %s", got.c_str());
+
+  // A receive in NCCL's part of the group, then a send that shares the hierarchical call's comm:
+  // refused, the group otherwise as made.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(recv(other[0].comm, T) == ncclSuccess);
+  CHECK(allReduce() == ncclSuccess);
+  CHECK(SHIM(ncclSend)(p2p, 4, ncclFloat32, 1, c, S) == ncclInvalidUsage);
+  const std::string last = SHIM(ncclGetLastError)(c);
+  CHECK_MSG(contains(last.c_str(), "ncclSend") && contains(last.c_str(), "cannot leave its group"), "%s",
+            last.c_str());
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  got = launchOrder(since, mine);
+  CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "refused: %s", got.c_str());
+  destroyAll(other);
+  destroyAll(h.ranks);
+}
+
 // A YALI step that fails at the call (an error, not a refusal) still lets the rank enqueue the call's
 // NCCL steps, so that its peers on other nodes never wait for a step that does not come: the cross
 // step with status 1, and AllReduce's flat tail; the remaining YALI steps are skipped and YALI's
