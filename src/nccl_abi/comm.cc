@@ -798,6 +798,21 @@ bool inGroup() { return tlsGroup.depth > 0; }
 
 void stageUntilGroupEnd(const StagedCall& s) { tlsGroup.staged.push_back(s); }
 
+void noteAsyncFailure(Comm* c, ncclResult_t r, const char* message) {
+  const char* const prefix = "libyali-nccl: ";  // shimFail's, which the report adds again
+  if (message != nullptr && strncmp(message, prefix, strlen(prefix)) == 0) message += strlen(prefix);
+  std::lock_guard<std::mutex> lock(c->mutex);
+  if (c->asyncFailure != ncclSuccess) return;
+  c->asyncFailure = r;
+  c->asyncFailureMessage = message != nullptr ? message : "";
+}
+
+ncclResult_t asyncFailureOf(Comm* c, std::string* message) {
+  std::lock_guard<std::mutex> lock(c->mutex);
+  *message = c->asyncFailureMessage;
+  return c->asyncFailure;
+}
+
 namespace {
 
 // The staged calls of a group at its outermost end (comm.h, StagedCall; intercept.cc,
@@ -818,13 +833,18 @@ namespace {
 //    ncclInvalidUsage. A stream whose capture status cannot be read counts as captured.
 // Where nothing was staged (always, without libyali: no comm has YALI then) no CUDA call is made at
 // all: there is no runtime to call (yali_lib.h). Returns the first failure, else ncclSuccess.
-ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launched) {
+ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launched, bool inProgress) {
   if (staged.empty()) return ncclSuccess;
   ncclResult_t result = ncclSuccess;
-  auto note = [&result](ncclResult_t r) {
+  const StagedCall* current = nullptr;
+  // A failure of the current call: the group's result, and, where NCCL ended the group in the
+  // background, its comm's asynchronous error too (leaveGroup, noteAsyncFailure).
+  auto note = [&](ncclResult_t r) {
     if (result == ncclSuccess) result = r;
+    if (inProgress && current->comm != nullptr) noteAsyncFailure(current->comm, r, shimLastError());
   };
   for (const StagedCall& s : staged) {
+    current = &s;
     DeviceGuard onCommDevice(s.device);  // stream 0 is the current device's legacy stream
     const int rank = s.comm != nullptr ? s.comm->rank : -1;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -864,7 +884,7 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
 
 }  // namespace
 
-ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched) {
+ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress) {
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return ncclSuccess;
   std::vector<Child> children;
   std::vector<Comm*> setUps;
@@ -879,7 +899,7 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched) {
   std::swap(deregistrations, tlsGroup.deregistrations);
   std::swap(staged, tlsGroup.staged);
   // First, right behind the group's launches on the calls' streams.
-  const ncclResult_t result = finishStagedCalls(staged, launched);
+  const ncclResult_t result = finishStagedCalls(staged, launched, inProgress);
   // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
   // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
   // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,

@@ -133,8 +133,12 @@ struct Comm {
   // stay the same on every rank (decideHierRoute reads it).
   Scratch staging{"staging scratch"};
 
-  std::mutex mutex;                           // guards registrations
+  std::mutex mutex;                           // guards registrations and asyncFailure
   std::vector<Registration*> registrations;  // live ones; freed by ncclCommDestroy
+  // A failure of one of this comm's calls at the end of a group that NCCL ended in the background
+  // (noteAsyncFailure): ncclSuccess, or the first one, for good, with its message.
+  ncclResult_t asyncFailure = ncclSuccess;
+  std::string asyncFailureMessage;
 };
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
@@ -220,8 +224,20 @@ void enterGroup();
 // (yaliGroupEnd, not yaliGroupSimulateEnd, and neither library's end failed), so the staged calls'
 // outputs are there to copy back. Returns ncclSuccess, or the staged calls' failure
 // (finishStagedCalls); an inner level always ncclSuccess.
-ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched);
+// `inProgress`: NCCL's end returned ncclInProgress (a non-blocking comm in the group): a staged
+// call's failure then also goes to its comm (noteAsyncFailure).
+ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress);
 bool inGroup();
+
+// A call of `c` failed at the end of a group whose NCCL part returned ncclInProgress (a
+// non-blocking comm in the group). ncclGroupEnd then returns ncclInProgress, as NCCL's did: a
+// program polls the group's comms (ncclCommGetAsyncError) until they leave that state, and may stop
+// at an error, so the failure goes where that poll finds it: ncclCommGetAsyncError on `c` returns it
+// from then on (asyncFailureOf), as NCCL's asynchronous errors stay, and ncclGetLastError says
+// `message` (libyali-nccl's, YALI's or NCCL's text of the failure). The first failure is kept.
+void noteAsyncFailure(Comm* c, ncclResult_t r, const char* message);
+// The failure noteAsyncFailure kept for `c` (ncclSuccess: none), and its message.
+ncclResult_t asyncFailureOf(Comm* c, std::string* message);
 
 // A call YALI refused for this rank's buffers, made inside a group and staged there
 // (intercept.cc, stageInGroup): YALI's call on its copies launches at the outermost yaliGroupEnd,

@@ -10,8 +10,9 @@
 //                  then the copies back of the calls staged in the group (stageInGroup), then the
 //                  calls deferred to the group's end (a hierarchical call and every later one)
 //   point-to-point ncclSend, ncclRecv: NCCL's, placed or refused in a group that defers calls
-//   errors         ncclCommGetAsyncError: NCCL's, else YALI's, else the hierarchical path's cross-node
-//                  status; ncclGetLastError: whoever failed last
+//   errors         ncclCommGetAsyncError: NCCL's, else a call's failure at the end of a group NCCL ended
+//                  in the background, else YALI's, else the hierarchical path's cross-node status;
+//                  ncclGetLastError: whoever failed last
 //   registration   ncclCommRegister/Deregister: NCCL's and YALI's
 //
 // Every one of them first asks whether the communicator is ours (comm.h: ours): NCCL calls some of
@@ -409,9 +410,10 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // their GPUs the same way), and the one grouped hierarchical calls took before Session 28. A
 // program whose nodes differ in that (one thread driving several GPUs on one node, a process per
 // GPU on another) is not covered. A call on NCCL's own handle counts on no device.
-// Returns the first failure, else ncclInProgress where a run said so (a non-blocking comm's call),
-// else ncclSuccess.
-ncclResult_t runDeferredCalls(bool run) {
+// `inProgress`: NCCL's end of the group returned ncclInProgress (endGroup): a call's failure then
+// also goes to its comm (noteAsyncFailure), where the program's poll finds it. Returns the first
+// failure, else ncclInProgress where a run said so (a non-blocking comm's call), else ncclSuccess.
+ncclResult_t runDeferredCalls(bool run, bool inProgress) {
   DeferredGroup group;
   std::swap(group, tlsDeferred);
   std::vector<DeferredCall>& calls = group.calls;
@@ -435,7 +437,10 @@ ncclResult_t runDeferredCalls(bool run) {
   auto runOne = [&](DeferredCall& d, bool flat) {
     if (flat)
       info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
-    result = firstOf(result, flat ? d.flat() : d.run());
+    const ncclResult_t r = flat ? d.flat() : d.run();
+    if (r != ncclSuccess && r != ncclInProgress && inProgress && d.comm != nullptr)
+      noteAsyncFailure(d.comm, r, ncclGetLastError(d.handle));
+    result = firstOf(result, r);
   };
   // Calls [begin, end) as one group of both libraries (ours: a YALI call joins YALI's part, a call
   // YALI refuses for this rank's buffers is staged as in any group).
@@ -1109,6 +1114,15 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
   if (r != ncclSuccess || asyncError == nullptr || ncclReported(*asyncError)) return r;
+  // A call of this comm that failed at the end of a group NCCL ended in the background.
+  std::string failedAtGroupEnd;
+  const ncclResult_t groupEnd = asyncFailureOf(c, &failedAtGroupEnd);
+  if (groupEnd != ncclSuccess) {
+    *asyncError = shimFail(groupEnd, "at the end of a group that NCCL ended in the background (ncclGroupEnd returned "
+                                     "ncclInProgress): %s",
+                           failedAtGroupEnd.c_str());
+    return r;
+  }
   // A hierarchical comm: its two NCCL splits, then its node's YALI comm.
   Hierarchy* h = c->hier;
   for (ncclComm_t split : {h != nullptr ? h->nodeComm : nullptr, h != nullptr ? h->crossComm : nullptr}) {
@@ -1200,6 +1214,11 @@ namespace {
 // output (an NCCL failure on another comm of the group left it stale before: a review's finding,
 // Session 28). A staged call's failure at the end (a capture begun meanwhile: ncclInvalidUsage) is
 // returned where both ends succeeded.
+// NCCL's end returning ncclInProgress (a non-blocking comm in the group: NCCL ends the group in the
+// background) is returned as it is: the program then polls the group's comms until they leave that
+// state, and may stop at an error. A staged or deferred call's failure at the end goes to its comm
+// instead (noteAsyncFailure), where that poll finds it. (A review's finding B, Session 28: the
+// staged call's failure was returned in place of ncclInProgress.)
 template <typename EndReal>
 ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const YaliLib* lib = yaliLib();
@@ -1207,18 +1226,19 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
       lib == nullptr ? yaliSuccess : simulate ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
   const bool launched = !simulate && y == yaliSuccess;
-  const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched);
+  const bool inProgress = r == ncclInProgress;
+  const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched, inProgress);
   // The group's hierarchical calls and the calls made after the first of them (routeHier,
   // deferringLaterCalls), at the outermost end, behind its launches.
-  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!simulate);
+  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!simulate, inProgress);
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));
     return toNcclResult(y);
   }
-  if (r != ncclSuccess && r != ncclInProgress) return r;
+  if (r != ncclSuccess) return r;  // ncclInProgress included: the failures went to their comms
   if (staged != ncclSuccess) return staged;
-  return deferred != ncclSuccess ? deferred : r;
+  return deferred;
 }
 
 }  // namespace

@@ -534,7 +534,9 @@ FAKE_EXPORT int fakeWaitingCalls(const void* comm) {
 
 namespace {
 
-// A collective: noted (with its arguments), and queued when inside a group.
+// A collective: noted (with its arguments), and queued when inside a group. A non-blocking comm's
+// makes the group's end return ncclInProgress, as NCCL's group of a non-blocking comm does
+// (group.cc: the group takes its comms' blocking, and a non-blocking group ends in the background).
 ncclResult_t collective(const Op& o, ncclComm_t comm) {
   const ncclResult_t r = note(o.call, comm, &o);
   if (r != ncclSuccess) return r;
@@ -542,6 +544,7 @@ ncclResult_t collective(const Op& o, ncclComm_t comm) {
     Op queued = o;
     queued.comm = fakeMutable(comm);
     pending.push_back(queued);
+    if (!fake(comm)->blocking) groupHasNonBlocking = true;
   }
   return ncclSuccess;
 }

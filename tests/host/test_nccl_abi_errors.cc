@@ -442,6 +442,30 @@ void refuseForScalars(const char* call) {
   failYaliNext("yaliAlgoInfo", yaliInvalidArgument, "yaliAlgoInfo: count overflows the byte size");
 }
 
+// Polls ncclCommGetAsyncError (up to 5 s) until the comm's init is no longer ncclInProgress, as a
+// program that made it non-blocking must before using it (PyTorch's waitReady); its last state.
+ncclResult_t pollReady(ncclComm_t comm) {
+  ncclResult_t state = ncclInProgress;
+  for (int waited = 0; waited < 5000; ++waited) {
+    if (SHIM(ncclCommGetAsyncError)(comm, &state) != ncclSuccess) return ncclInternalError;
+    if (state != ncclInProgress) return state;
+    usleep(1000);
+  }
+  return state;
+}
+
+// A non-blocking communicator of one rank, ready (its init polled to the end), NCCL only.
+ncclComm_t nonBlockingComm() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comm = nullptr;
+  REQUIRE(SHIM(ncclCommInitRankConfig)(&comm, 1, id, 0, &config) == ncclInProgress);
+  REQUIRE(pollReady(comm) == ncclSuccess);
+  return comm;
+}
+
 // fake_yali.cc's controls of a refused buffer and a captured stream, reset when it goes.
 struct RefusedBuffer {
   explicit RefusedBuffer(const void* p) { yaliVariable<const void*>("fakeYaliRefusedBuffer") = p; }
@@ -942,6 +966,45 @@ TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_an
   CHECK_EQ(g.recv[0], -1.0f);
 }
 
+// A group that also holds a call of a non-blocking comm: NCCL's end returns ncclInProgress (the
+// program polls that comm until its work is done). A staged call's failure at the group's end (its
+// copy back, here) must not replace ncclInProgress, after which a program may stop polling, nor be
+// lost: ncclGroupEnd returns ncclInProgress, and the failure reaches the program through
+// ncclCommGetAsyncError on the staged call's comm (sticky, as NCCL's asynchronous errors are), its
+// message through ncclGetLastError. In a blocking group the failure is ncclGroupEnd's result, and
+// the comm's asynchronous state stays clean (a watchdog polling it would abort the comm for an
+// error the program was already given). (Review finding B, Session 28: ncclGroupEnd returned the
+// staged call's error in place of ncclInProgress.)
+TEST(a_staged_calls_failure_at_a_non_blocking_groups_end_reaches_its_comms_async_error) {
+  GroupStaging g;
+  ncclComm_t nb = nonBlockingComm();
+  static float nbBuffer[4];
+  ncclResult_t async = ncclSuccess;
+
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  failCudaNth("cudaMemcpyAsync", 1);  // the next copy: the staged call's copy back, at the group's end
+  CHECK(SHIM(ncclGroupEnd)() == ncclInvalidArgument);
+  CHECK(SHIM(ncclCommGetAsyncError)(g.ranks[0].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);
+
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  CHECK(SHIM(ncclAllReduce)(nbBuffer, nbBuffer, 4, ncclFloat32, ncclSum, nb, g.A) == ncclSuccess);
+  failCudaNth("cudaMemcpyAsync", 1);
+  CHECK(SHIM(ncclGroupEnd)() == ncclInProgress);
+  for (int poll = 0; poll < 2; ++poll) {
+    CHECK(SHIM(ncclCommGetAsyncError)(g.ranks[0].comm, &async) == ncclSuccess);
+    CHECK_MSG(async == ncclInvalidArgument, "poll %d: %d", poll, static_cast<int>(async));
+  }
+  const char* last = SHIM(ncclGetLastError)(g.ranks[0].comm);
+  CHECK_MSG(contains(last, "ncclAllReduce") && contains(last, "copying its output"), "%s", last);
+  CHECK(SHIM(ncclCommGetAsyncError)(g.ranks[1].comm, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclSuccess);  // rank 1's call was not staged
+  CHECK(pollReady(nb) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(nb) == ncclSuccess);
+}
+
 // Without libyali (none at YALI_LIBRARY: every comm NCCL only, and no CUDA runtime to call), a
 // group, nested or simulated, with collectives and a comm made in it, ends cleanly and makes no
 // CUDA call: the staged calls' work at the group's end needs none where nothing was staged. (A
@@ -1387,18 +1450,6 @@ TEST(a_shrink_in_a_group_hands_the_program_its_child_at_the_groups_end) {
 #endif
 
 namespace {
-
-// Polls ncclCommGetAsyncError (up to 5 s) until the comm's init is no longer ncclInProgress, as a
-// program that made it non-blocking must before using it (PyTorch's waitReady); its last state.
-ncclResult_t pollReady(ncclComm_t comm) {
-  ncclResult_t state = ncclInProgress;
-  for (int waited = 0; waited < 5000; ++waited) {
-    if (SHIM(ncclCommGetAsyncError)(comm, &state) != ncclSuccess) return ncclInternalError;
-    if (state != ncclInProgress) return state;
-    usleep(1000);
-  }
-  return state;
-}
 
 // Waits (up to 5 s) until every one of `comms` is set, as a program that made them non-blocking
 // polls them; true when they all are.
@@ -2419,6 +2470,27 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   got = launchOrder(since, mine);
   CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "refused: %s", got.c_str());
   destroyAll(other);
+  destroyAll(h.ranks);
+}
+
+// The same for a deferred hierarchical call: a failure of it at the end of a group whose NCCL part
+// returned ncclInProgress (a non-blocking comm's call, made before it) goes to its comm's
+// asynchronous error, and ncclGroupEnd returns ncclInProgress.
+TEST(a_deferred_calls_failure_at_a_non_blocking_groups_end_reaches_its_comms_async_error) {
+  const Hierarchical h = hierarchical();
+  ncclComm_t nb = nonBlockingComm();
+  static float nbBuffer[4];
+  ncclComm_t c = h.ranks[0].comm;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(nbBuffer, nbBuffer, 4, ncclFloat32, ncclSum, nb, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  failNcclNext("ncclAllReduce", ncclRemoteError);  // the deferred call's cross step, at the group's end
+  CHECK(SHIM(ncclGroupEnd)() == ncclInProgress);
+  ncclResult_t async = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(c, &async) == ncclSuccess);
+  CHECK_EQ(async, ncclRemoteError);
+  CHECK(pollReady(nb) == ncclSuccess);
+  CHECK(SHIM(ncclCommDestroy)(nb) == ncclSuccess);
   destroyAll(h.ranks);
 }
 
