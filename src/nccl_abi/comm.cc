@@ -815,22 +815,40 @@ ncclResult_t asyncFailureOf(Comm* c, std::string* message) {
 
 namespace {
 
+// Frees a staged call's memory now, without a stream: once the event behind its copy in has
+// completed (cudaFree does not wait for work on memory from cudaMallocAsync). For memory that no
+// launch of the call uses: nothing of it was launched, or the launch's users (a captured graph) are
+// gone with the comm.
+void freeStagingAfterCopyIn(int device, void* memory, cudaEvent_t copiedIn) {
+  DeviceGuard onDevice(device);
+  if (copiedIn != nullptr) {
+    lib().cudaEventSynchronize(copiedIn);
+    lib().cudaEventDestroy(copiedIn);
+  }
+  if (memory != nullptr) lib().cudaFree(memory);
+}
+
 // The staged calls of a group at its outermost end (comm.h, StagedCall; intercept.cc,
 // stageInGroup), after yaliGroupEnd (or yaliGroupSimulateEnd) and NCCL's end returned. Each one's
 // output is copied back into the program's recvbuff, then its memory freed, both on the call's
 // stream: yaliGroupEnd enqueued the group's YALI calls on their streams before it returned, so
 // stream order puts the copy back after the staged call's kernel, and the free after the copy back
 // (and after whatever of the group's launch used the memory, launched or not). No host wait.
-//  - Nothing is copied back where nothing was launched, or it failed (`launched` false: a simulated
-//    end, or an end that failed in either library: the program learns that the group failed), nor
-//    for a comm whose YALI side ended inside the group (an abort: libyali dropped or refused its
-//    queued call) or that was freed there. The memory is freed all the same: in stream order after
-//    anything on the stream, that is safe.
+//  - Nothing is copied back where nothing was launched (`launched` false: a simulated end, or
+//    yaliGroupEnd failed: the program learns that the group failed), nor for a comm whose YALI side
+//    ended inside the group (an abort: libyali dropped or refused its queued call). The memory is
+//    freed all the same: in stream order after anything on the stream, that is safe. A comm freed
+//    inside the group freed its calls' memory then (freeComm).
 //  - A stream that is being captured now began a capture after the call (stageInGroup stages no
-//    call made in a capture): yaliGroupEnd launched the staged kernel into that capture, so the
-//    graph reads the staging memory whenever it is replayed, and a copy back would be captured, not
-//    run. Nothing is copied back, the memory is never freed (a deliberate leak), and the end returns
-//    ncclInvalidUsage. A stream whose capture status cannot be read counts as captured.
+//    call made in a capture; one whose capture status cannot be read counts as captured). A free on
+//    it would be captured, not run (and CUDA frees only a graph's own allocations in a capture), so
+//    the memory is kept with the comm and freed by its destroy (releaseMemory), after the event
+//    behind its copy in. Nothing is copied back either (that copy too would be captured). Where
+//    yaliGroupEnd launched the call, its kernel went into that capture, whose graph reads the
+//    memory at every replay and whose output this rank never gets: ncclInvalidUsage (make the call
+//    inside the capture, or end the group before the capture begins). Where nothing of it was
+//    launched (a simulated end, say), nothing is wrong: no error. (Before a review's finding C,
+//    Session 28, the memory was never freed, and a simulated end returned ncclInvalidUsage too.)
 // Where nothing was staged (always, without libyali: no comm has YALI then) no CUDA call is made at
 // all: there is no runtime to call (yali_lib.h). Returns the first failure, else ncclSuccess.
 ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launched, bool inProgress) {
@@ -844,25 +862,39 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
     if (inProgress && current->comm != nullptr) noteAsyncFailure(current->comm, r, shimLastError());
   };
   for (const StagedCall& s : staged) {
+    if (s.memory == nullptr) continue;  // its comm was freed inside the group, and its memory then
     current = &s;
     DeviceGuard onCommDevice(s.device);  // stream 0 is the current device's legacy stream
     const int rank = s.comm != nullptr ? s.comm->rank : -1;
+    const bool ran = launched && s.comm != nullptr && s.comm->yali == s.yali && s.yali != nullptr;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     const cudaError_t captureErr = lib().cudaStreamIsCapturing(s.stream, &capture);
     if (captureErr != cudaSuccess) lib().cudaGetLastError();  // not left for the program to find
     if (captureErr != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-      note(shimFail(ncclInvalidUsage,
-                    "%s: stream=%p began a CUDA graph capture between this call, staged inside "
-                    "ncclGroupStart/End (YALI refused this rank's buffers), and the group's end%s: its output was "
-                    "not copied back, and its %p (staging memory) is kept for the capture; make the call inside "
-                    "the capture, or end the group before the capture begins",
-                    s.function, static_cast<void*>(s.stream),
-                    captureErr != cudaSuccess ? " (its capture status could not be read)" : "", s.memory));
-      warn(rank, "%s", shimLastError());
+      {
+        std::lock_guard<std::mutex> lock(s.comm->mutex);
+        s.comm->keptStaging.push_back({s.memory, s.copiedIn});
+      }
+      const char* unread = captureErr != cudaSuccess ? " (its capture status could not be read)" : "";
+      if (ran) {
+        note(shimFail(ncclInvalidUsage,
+                      "%s: stream=%p began a CUDA graph capture between this call, staged inside "
+                      "ncclGroupStart/End (YALI refused this rank's buffers), and the group's end%s: YALI's launch "
+                      "of it went into the capture and its output was not copied back; its staging memory %p is "
+                      "kept for the capture until the communicator's destroy. Make the call inside the capture, "
+                      "or end the group before the capture begins",
+                      s.function, static_cast<void*>(s.stream), unread, s.memory));
+        warn(rank, "%s", shimLastError());
+      } else {
+        info(rank,
+             "%s: staged inside ncclGroupStart/End, nothing of it launched (%s); stream=%p began a capture since "
+             "the call%s, so its staging memory %p cannot be freed there: freed by the communicator's destroy",
+             s.function, !launched ? "the group was simulated or failed" : "the comm's YALI side ended inside the group",
+             static_cast<void*>(s.stream), unread, s.memory);
+      }
       continue;
     }
-    const bool copyBack = launched && s.comm != nullptr && s.comm->yali == s.yali && s.yali != nullptr;
-    if (copyBack && s.recvBytes > 0) {
+    if (ran && s.recvBytes > 0) {
       const cudaError_t err =
           lib().cudaMemcpyAsync(s.recv, s.output, s.recvBytes, cudaMemcpyDefault, s.stream);
       if (err != cudaSuccess)
@@ -870,7 +902,7 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
                       "%s: staged inside ncclGroupStart/End, and copying its output from the staging memory into "
                       "recvbuff at the group's end failed (%zu bytes, from %p to %p): %s",
                       s.function, s.recvBytes, s.output, s.recv, lib().cudaGetErrorString(err)));
-    } else if (!copyBack) {
+    } else if (!ran) {
       info(rank, "%s: staged inside ncclGroupStart/End: nothing copied back (%s)", s.function,
            !launched ? "the group was simulated or failed" : "the comm's YALI side ended inside the group");
     }
@@ -878,6 +910,7 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
     if (freed != cudaSuccess)
       info(rank, "%s: freeing the staging memory at the group's end failed (%s): %p is leaked", s.function,
            lib().cudaGetErrorString(freed), s.memory);
+    if (s.copiedIn != nullptr) lib().cudaEventDestroy(s.copiedIn);
   }
   return result;
 }
@@ -1045,6 +1078,12 @@ void releaseScratch(Comm* c, Scratch* s) {
 //  - a thread racing with the abort (a call in flight, ncclCommGetAsyncError reading the host
 //    word) may still be using them, which is why the Comm is kept too.
 void releaseMemory(Comm* c) {
+  std::vector<Comm::KeptStaging> kept;
+  {
+    std::lock_guard<std::mutex> lock(c->mutex);
+    std::swap(kept, c->keptStaging);
+  }
+  for (const Comm::KeptStaging& k : kept) freeStagingAfterCopyIn(c->device, k.memory, k.copiedIn);
   releaseScratch(c, &c->staging);
   Hierarchy* h = c->hier;
   if (h == nullptr) return;
@@ -1300,9 +1339,16 @@ void freeComm(Comm* c) {
   drop(tlsGroup.setUps, [c](Comm* x) { return x == c; });
   for (auto& clique : tlsGroup.cliques) drop(clique, [c](Comm* x) { return x == c; });
   drop(tlsGroup.registrations, [c](Registration* r) { return r->comm == c; });
-  // A call of it staged in the group: its memory is still freed at the group's end, nothing copied back.
-  for (StagedCall& s : tlsGroup.staged)
-    if (s.comm == c) s.comm = nullptr;
+  // A call of it staged in the group: nothing of it launches (its YALI side ended first), so its
+  // memory goes now, after its copy in, rather than at the group's end, where its stream may be
+  // captured by then and the comm gone to keep it (finishStagedCalls).
+  for (StagedCall& s : tlsGroup.staged) {
+    if (s.comm != c) continue;
+    freeStagingAfterCopyIn(s.device, s.memory, s.copiedIn);
+    s.comm = nullptr;
+    s.memory = nullptr;
+    s.copiedIn = nullptr;
+  }
   dropDeferredCalls(c);  // a hierarchical call of it deferred to the group's end: not run
   for (Registration* reg : c->registrations) {
     reg->magic = 0;

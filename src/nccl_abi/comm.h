@@ -133,12 +133,20 @@ struct Comm {
   // stay the same on every rank (decideHierRoute reads it).
   Scratch staging{"staging scratch"};
 
-  std::mutex mutex;                           // guards registrations and asyncFailure
+  std::mutex mutex;                           // guards registrations, asyncFailure, keptStaging
   std::vector<Registration*> registrations;  // live ones; freed by ncclCommDestroy
   // A failure of one of this comm's calls at the end of a group that NCCL ended in the background
   // (noteAsyncFailure): ncclSuccess, or the first one, for good, with its message.
   ncclResult_t asyncFailure = ncclSuccess;
   std::string asyncFailureMessage;
+  // The memory of calls staged in a group (StagedCall) whose stream was being captured at the
+  // group's end, so that it could not be freed there (comm.cc, finishStagedCalls): freed by the
+  // destroy (releaseMemory), once the event behind its copy in has completed. Guarded by mutex.
+  struct KeptStaging {
+    void* memory;
+    cudaEvent_t copiedIn;
+  };
+  std::vector<KeptStaging> keptStaging;
 };
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
@@ -243,6 +251,10 @@ ncclResult_t asyncFailureOf(Comm* c, std::string* message);
 // (intercept.cc, stageInGroup): YALI's call on its copies launches at the outermost yaliGroupEnd,
 // so its output is copied back, and its memory freed, only after that, at the outermost
 // ncclGroupEnd (leaveGroup). The memory is the call's own, from cudaMallocAsync on its stream.
+// Where it cannot be freed on that stream at the end (a capture begun there since the call), or
+// its comm is freed inside the group, it is freed with cudaFree once `copiedIn` has completed:
+// cudaFree does not wait for the work on memory from cudaMallocAsync, and the copy in is the last
+// use of it that is not a launch of the call.
 struct StagedCall {
   Comm* comm;       // null once freed (freeComm): nothing is copied back then
   yaliComm_t yali;  // comm->yali at the call: a comm whose YALI side ended since (an abort inside
@@ -254,6 +266,7 @@ struct StagedCall {
   void* recv;          // the program's recvbuff
   size_t recvBytes;    // 0: nothing to copy back
   const char* function;
+  cudaEvent_t copiedIn;  // recorded on `stream` behind the copy into `memory`
 };
 // Keeps `s` for the outermost end of this thread's open group.
 void stageUntilGroupEnd(const StagedCall& s);

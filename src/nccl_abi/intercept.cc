@@ -209,6 +209,20 @@ ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run
   char* in = memory;
   char* out = memory != nullptr ? memory + l.recvOffset : nullptr;
   ncclResult_t r = stagingCopy(call, in, call.send, l.sendBytes, "sendbuff into the staging memory");
+  // An event behind the copy in, for the memory's free where its stream cannot take it at the
+  // group's end (comm.h, StagedCall).
+  cudaEvent_t copiedIn = nullptr;
+  if (r == ncclSuccess && memory != nullptr) {
+    cudaError_t err = lib().cudaEventCreateWithFlags(&copiedIn, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = lib().cudaEventRecord(copiedIn, call.stream);
+    if (err != cudaSuccess) {
+      lib().cudaGetLastError();
+      r = shimFail(ncclUnhandledCudaError,
+                   "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, and recording an event "
+                   "behind their copy into the staging memory failed: %s",
+                   call.function, why.c_str(), lib().cudaGetErrorString(err));
+    }
+  }
   if (r == ncclSuccess) {
     *ran = true;
     r = run(l.sendBytes > 0 ? in : nullptr, l.recvBytes > 0 ? out : nullptr);
@@ -216,10 +230,12 @@ ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run
   if (r != ncclSuccess) {
     // Nothing of the call was queued: the memory goes now, after the copy in, in stream order.
     if (memory != nullptr) lib().cudaFreeAsync(memory, call.stream);
+    if (copiedIn != nullptr) lib().cudaEventDestroy(copiedIn);
     return r;
   }
   if (memory != nullptr)
-    stageUntilGroupEnd({c, c->yali, c->device, call.stream, memory, out, call.recv, l.recvBytes, call.function});
+    stageUntilGroupEnd(
+        {c, c->yali, c->device, call.stream, memory, out, call.recv, l.recvBytes, call.function, copiedIn});
   if (debugEnabled())
     logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
              ("YALI refused this rank's buffers, in a group: " + why).c_str());

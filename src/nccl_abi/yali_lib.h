@@ -62,6 +62,7 @@ namespace yali::nccl_abi {
   X(cudaEventRecord, cudaError_t(cudaEvent_t, cudaStream_t))                                \
   X(cudaEventRecordWithFlags, cudaError_t(cudaEvent_t, cudaStream_t, unsigned int))         \
   X(cudaEventDestroy, cudaError_t(cudaEvent_t))                                             \
+  X(cudaEventSynchronize, cudaError_t(cudaEvent_t))                                         \
   X(cudaStreamWaitEvent, cudaError_t(cudaStream_t, cudaEvent_t, unsigned int))
 
 struct YaliLib {

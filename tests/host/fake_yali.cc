@@ -551,6 +551,12 @@ FAKE_EXPORT cudaError_t cudaEventRecordWithFlags(cudaEvent_t, cudaStream_t strea
   return cudaSuccess;
 }
 
+// Noted with the event (nothing to wait for: copies are made at once here).
+FAKE_EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  fakeRecord("cudaEventSynchronize", event);
+  return cudaSuccess;
+}
+
 FAKE_EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete reinterpret_cast<char*>(event);
   return cudaSuccess;

@@ -744,7 +744,16 @@ struct GroupStaging {
     labels[recv] = "recv";  // a copy's handle is its destination
     for (int i = 0; i < 16; ++i) recv[i] = -1.0f;
   }
-  ~GroupStaging() { destroyAll(ranks); }
+  ~GroupStaging() {
+    for (int r = 0; r < 2; ++r) destroy(r);
+  }
+  // Destroys rank r's comm (once: the destructor skips it then).
+  void destroy(int r) {
+    if (destroyed[r]) return;
+    destroyed[r] = true;
+    SHIM(ncclCommDestroy)(ranks[r].comm);
+  }
+  bool destroyed[2] = {false, false};
   // Rank 0's refused call and rank 1's, in the open group.
   void allReduce() {
     CHECK(SHIM(ncclAllReduce)(send, recv, 4, ncclFloat32, ncclSum, ranks[0].comm, A) == ncclSuccess);
@@ -946,9 +955,12 @@ TEST(a_staged_call_copies_nothing_back_after_a_simulated_or_failed_group_end) {
 // The call's stream began a CUDA graph capture between a staged call and its group's end: YALI's
 // launch went into the capture, which now reads the staging memory whenever the graph is replayed,
 // and the copy back would be captured too, not run. ncclGroupEnd returns ncclInvalidUsage (make the
-// call inside the capture, or end the group before it), copies nothing back, and never frees the
-// memory (a graph may reference it: a deliberate leak).
-TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_and_keeps_the_memory) {
+// call inside the capture, or end the group before it) and copies nothing back. The memory cannot
+// be freed on the captured stream (the free would be captured, and CUDA frees only a graph's own
+// allocations in a capture): the comm keeps it, and its destroy frees it once the event behind
+// the copy in has completed (cudaFree does not wait for work on memory from cudaMallocAsync).
+// (Before a review's finding C, Session 28, it was never freed.)
+TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_and_the_comm_frees_the_memory) {
   GroupStaging g;
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   g.allReduce();
@@ -959,10 +971,67 @@ TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_an
   }
   const char* last = SHIM(ncclGetLastError)(nullptr);
   CHECK_MSG(contains(last, "capture"), "%s", last);
-  const std::string t = g.buffersTraced(staging);
+  std::string t = g.buffersTraced(staging);
   const char* want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) "
                      "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4) yaliLaunch(S>S+256,4) yaliLaunch(p>q,4)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK_EQ(g.recv[0], -1.0f);
+  const int destroyed = eventCount();
+  g.destroy(0);
+  t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
+}
+
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+// The same capture, ended by ncclGroupSimulateEnd: nothing of the staged call was launched (YALI's
+// part of the group was dropped), so nothing went into the capture and nothing is wrong: the
+// simulated end returns ncclSuccess, as NCCL's does. Its memory still cannot be freed on the
+// captured stream: the comm's destroy frees it, after the copy in. (Before, the end returned
+// ncclInvalidUsage and the memory was never freed: review finding C, Session 28.)
+TEST(a_simulated_group_end_after_a_capture_began_succeeds_and_the_comm_frees_the_staged_memory) {
+  GroupStaging g;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  const Staging staging = g.staging();
+  {
+    const CapturedStream captured(g.A);
+    CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+  }
+  std::string t = g.buffersTraced(staging);
+  const char* want = "yaliAllReduce(send>recv,4) cudaMallocAsync(0>S,272) cudaMemcpyAsync(send>S,16) "
+                     "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4)";
+  CHECK_MSG(t == want, "nothing launched, copied or freed on the captured stream: %s, expected %s", t.c_str(), want);
+  CHECK_EQ(g.recv[0], -1.0f);
+  const int destroyed = eventCount();
+  g.destroy(0);
+  t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
+}
+#endif
+
+// A comm destroyed inside the group after a call of it was staged: nothing of the call launches
+// (the destroy ended its YALI side first), so its memory is freed by the destroy, after the event
+// behind its copy in, and the group's end has nothing left to do for it, even where its stream
+// began a capture meanwhile (the end could neither free the memory there nor keep it with a comm
+// that is gone: before, it returned ncclInvalidUsage for the call and never freed the memory).
+TEST(a_comm_destroyed_inside_the_group_frees_its_staged_calls_memory) {
+  GroupStaging g;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  g.allReduce();
+  const Staging staging = g.staging();
+  const int destroyed = eventCount();
+  g.destroy(0);
+  std::string t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
+  const int ended = eventCount();
+  {
+    const CapturedStream captured(g.A);
+    CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);  // rank 1's call, launched into the capture, is fine
+  }
+  t = bufferTrace(ended, {"cudaMemcpyAsync", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  CHECK_MSG(t.find("(S") == std::string::npos && t.find(">S") == std::string::npos, "at the group's end: %s",
+            t.c_str());
   CHECK_EQ(g.recv[0], -1.0f);
 }
 
