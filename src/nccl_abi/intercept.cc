@@ -174,9 +174,10 @@ bool hasMemoryPools(const Comm* c) {
 //    the graph would then replay a copy in that no launch follows). Not staged;
 //  - the device has no memory pools (cudaDevAttrMemoryPoolsSupported): no cudaMallocAsync, and a
 //    cudaMalloc/cudaFree per call would synchronize the device.
-// Failures after that are this rank's errors, as outside a group: the allocation
-// (ncclUnhandledCudaError), the copy in (ncclInvalidArgument), the YALI call (its error); memory
-// already allocated is then freed on the stream (nothing of the call was queued).
+// Failures after that are this rank's errors, as outside a group: the allocation or the event
+// behind the copy in (ncclUnhandledCudaError), the copy in (ncclInvalidArgument), the YALI call
+// (its error); memory already allocated is then freed on the stream (nothing of the call was
+// queued).
 // The input is copied at the call, not at the group's end, so that a copy that fails is this
 // rank's error before anything of the call is queued (at the end, the queued call would run on
 // whatever the memory held: a wrong result on every rank, silently). The cost: what the program
