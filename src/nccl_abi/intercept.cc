@@ -312,8 +312,9 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatF
 // Point-to-point calls (ncclSend, ncclRecv: routePointToPoint) depend on their group: a rank's
 // sends and receives to its peers must be issued in one group, or a large transfer can wait for a
 // receive issued behind it. So the deferred calls run one by one, as made outside a group, except
-// that a stretch of them between two hierarchical calls that holds a point-to-point call runs as one
-// group (both libraries', so YALI's part of it launches first, as in any group). A point-to-point
+// that a stretch of them between two hierarchical calls that holds a point-to-point call (or calls
+// on several GPUs: runDeferredCalls) runs as one group (both libraries', so YALI's part of it
+// launches first, as in any group). A point-to-point
 // call made after the group's first hierarchical call goes:
 //  - into NCCL's part of the group, at the call, where it shares neither its comm nor its stream
 //    with a deferred call, and the group's other point-to-point calls are there too: nothing of its
@@ -417,16 +418,19 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
 // a bound, and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
 // Each hierarchical call runs alone, as made outside a group; the calls between two of them run
-// one by one too, or as one group where they hold a point-to-point call (see above).
-// One thread driving the ranks of several GPUs in the group (deferred calls on more than one
-// device: nccl-tests -g N, one process per node): the calls must be issued inside one group, as
-// NCCL requires of such a thread and as YALI does (yali.h: a kernel launch or NCCL's connection on
-// first use can wait for a rank this thread has not reached yet). The hierarchical steps depend on
-// each other and cannot share one group, so all the deferred calls run in one group, the
-// hierarchical ones flat: the route that every rank of such a program takes (its other nodes drive
-// their GPUs the same way), and the one grouped hierarchical calls took before Session 28. A
-// program whose nodes differ in that (one thread driving several GPUs on one node, a process per
-// GPU on another) is not covered. A call on NCCL's own handle counts on no device.
+// one by one too, or as one group where they hold a point-to-point call (see above) or calls on
+// several devices (below).
+// One thread driving the ranks of several GPUs in the group (nccl-tests -g N, one process per
+// node): their calls must be issued inside one group, as NCCL requires of such a thread and as
+// YALI does (yali.h: a kernel launch or NCCL's connection on first use can wait for a rank this
+// thread has not reached yet). Where the hierarchical calls are on more than one device, their
+// steps, which depend on each other, cannot share one group, so all the deferred calls run in one
+// group, the hierarchical ones flat: the route that every rank of such a program takes (its other
+// nodes drive their GPUs the same way), and the one grouped hierarchical calls took before Session
+// 28. A program whose nodes differ in that (one thread driving several GPUs on one node, a process
+// per GPU on another) is not covered. The devices of the other deferred calls do not change the
+// hierarchical calls' route (the comm's peers on other nodes cannot see them); a stretch of them on
+// several devices runs as one group. A call on NCCL's own handle counts on no device.
 // `inProgress`: NCCL's end of the group returned ncclInProgress (endGroup): a call's failure then
 // also goes to its comm (noteAsyncFailure), where the program's poll finds it. Returns the first
 // failure, else ncclInProgress where a run said so (a non-blocking comm's call), else ncclSuccess.
@@ -443,13 +447,18 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
            d.function);
     return ncclSuccess;
   }
-  int device = -1;
-  bool several = false;
-  for (const DeferredCall& d : calls) {
-    if (d.comm == nullptr) continue;
-    if (device < 0) device = d.comm->device;
-    several |= d.comm->device != device;
-  }
+  // Whether the calls [begin, end) that pass `counted` are on more than one device.
+  auto onSeveralDevices = [&calls](size_t begin, size_t end, bool (*counted)(const DeferredCall&)) {
+    int device = -1;
+    for (size_t i = begin; i < end; ++i) {
+      if (calls[i].comm == nullptr || !counted(calls[i])) continue;
+      if (device >= 0 && calls[i].comm->device != device) return true;
+      device = calls[i].comm->device;
+    }
+    return false;
+  };
+  const bool several =
+      onSeveralDevices(0, calls.size(), [](const DeferredCall& d) { return d.hierarchical; });
   ncclResult_t result = ncclSuccess;
   auto runOne = [&](DeferredCall& d, bool flat) {
     if (flat)
@@ -479,7 +488,7 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
     size_t end = i;
     bool pointToPoint = false;
     for (; end < calls.size() && !calls[end].hierarchical; ++end) pointToPoint |= calls[end].pointToPoint;
-    if (pointToPoint) {
+    if (pointToPoint || onSeveralDevices(i, end, [](const DeferredCall&) { return true; })) {
       runAsOneGroup(i, end);
     } else {
       for (; i < end; ++i) runOne(calls[i], false);

@@ -2463,6 +2463,32 @@ TEST(a_grouped_hierarchical_calls_later_calls_keep_their_order) {
   destroyAll(h.ranks);
 }
 
+// One thread whose deferred calls span several GPUs (the ranks of another comm it drives, made after
+// a grouped hierarchical call on one GPU): those calls must be issued in one group (a launch can wait
+// for a rank the thread has not reached yet), so their stretch runs as one group at the end; the
+// hierarchical call, alone on its GPU, keeps its steps, as on its peers of other nodes, which cannot
+// see this thread's other comm.
+TEST(a_grouped_hierarchical_calls_later_calls_on_several_gpus_run_as_one_group) {
+  const Hierarchical h = hierarchical();
+  const std::vector<Rank> other = clique(2);  // ranks on GPUs 0 and 1, driven by this thread
+  Labels labels = h.labels;
+  for (int r = 0; r < 2; ++r) labels[other[r].yali] = "f" + std::to_string(r);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, other[r].comm, nullptr) == ncclSuccess);
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t =
+      trace(since, {"yaliGroupStart", "yaliGroupEnd", "yaliReduceScatter", "yaliAllGather", "yaliAllReduce", "yaliLaunch"},
+            labels);
+  const char* want = "yaliGroupEnd() yaliReduceScatter(h0) yaliLaunch(h0) yaliAllGather(h0) yaliLaunch(h0) "
+                     "yaliGroupStart() yaliAllReduce(f0) yaliAllReduce(f1) yaliGroupEnd() yaliLaunch(f0) yaliLaunch(f1)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  destroyAll(other);
+  destroyAll(h.ranks);
+}
+
 // Point-to-point calls cannot leave their group (a rank's sends and receives must be issued in one
 // group), so one made after a grouped hierarchical call goes where both its group and its order
 // hold: NCCL's part of the group where it shares neither comm nor stream with a deferred call (it
