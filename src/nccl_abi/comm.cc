@@ -1059,8 +1059,9 @@ void releaseScratch(Comm* c, Scratch* s) {
   s->everCaptured = false;
 }
 
-// The comm's device memory: the staging scratch, and a hierarchy's scratch and cross-node status
-// words. Freed by freeComm alone, the last step of ncclCommDestroy: by then NCCL's destroy of
+// The comm's device memory: the staging scratch, the staging memory of grouped calls kept because
+// their stream was captured at the group's end (Comm::keptStaging), and a hierarchy's scratch and
+// cross-node status words. Freed by freeComm alone, the last step of ncclCommDestroy: by then NCCL's destroy of
 // every comm that touched them has returned (the real comm, whose flat tail of a staged
 // hierarchical AllReduce uses the staging scratch, and the splits), YALI's comm is destroyed (its
 // calls waited for) or aborted (its launches touch nothing), and what is left, our copies queued
