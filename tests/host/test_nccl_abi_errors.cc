@@ -2564,6 +2564,21 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
   got = launchOrder(since, mine);
   CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "refused: %s", got.c_str());
+
+  // Then a group without a hierarchical call (torch's all_to_all, batch_isend_irecv): its
+  // point-to-point calls go to NCCL's group at the call, with the real comms, whatever the refused
+  // group before it left; outside a group, straight through.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(recv(other[0].comm, T) == ncclSuccess);
+  CHECK(recv(c, S) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  got = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
+  CHECK_MSG(got == "ncclGroupStart() ncclRecv(gR) ncclRecv(rR) ncclGroupEnd()", "plain group: %s", got.c_str());
+  since = eventCount();
+  CHECK(recv(c, S) == ncclSuccess);
+  got = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
+  CHECK_MSG(got == "ncclRecv(rR)", "ungrouped: %s", got.c_str());
   destroyAll(other);
   destroyAll(h.ranks);
 }
