@@ -291,10 +291,11 @@ std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
   // called: the release always happens on the reaper, once the comm's eager launches have ended
   // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last warp of a launch
-  // writes eagerDone without a fence (device.cuh: exitLaunch; a fence would lengthen every eager
-  // launch by about 0.5 us), so stores of the launch's warps may still be on their way then; they
-  // drain within microseconds (memory queues and NVLink, no host round trip), and unmapping the
-  // window never waits for the device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
+  // writes eagerDone without a fence (device.cuh: exitLaunch; a block barrier and a fence before
+  // the count lengthened every eager launch by about 0.5 us), so stores of the launch's warps may
+  // still be on their way then (waitForEagerLaunches says which); they drain within microseconds
+  // (memory queues and NVLink, no host round trip), and unmapping the window never waits for the
+  // device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
   // waits for this release, so the grace is paid by every destroy (it was 50 ms until session 18:
   // 1000 init/destroy cycles of two comms took 106 s on an H200, against 0.7 s with the fence).
   constexpr int64_t kReleaseGraceMs = 2;
@@ -497,11 +498,22 @@ bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs)
     usleep(static_cast<useconds_t>(sleepUs));
   }
   // eagerDone says that every warp of the launches has ended, not that their last stores have
-  // landed (device.cuh: exitLaunch stores it without a fence): those drain within microseconds.
-  // The caller may free the buffers (yaliCommDeregister) or the window (the release, after its
-  // own longer grace) once this returns.
+  // landed (device.cuh: exitLaunch stores it without a fence). What may still be on its way then:
+  // stores into this GPU's memory (the output, the window), which land within nanoseconds, and
+  // the last flags published into peers' windows, which stay mapped until the release (after its
+  // own longer grace). Data a launch writes into a peer's buffer is not among them: every block
+  // that writes it then passes a block barrier and a system-scope fence before the flag that tells
+  // the peer (block_ops.cuh: signalPeers, publish), so it has landed before the launch ends. The
+  // caller may free its buffers (yaliCommDeregister) once this returns. Paid once per launch
+  // waited for: a second wait for the same launches (deregistering many buffers) does not sleep.
   constexpr useconds_t kStoreDrainUs = 100;
-  if (launches > 0) usleep(kStoreDrainUs);
+  std::atomic<uint64_t>& drained = comm->res->eagerDrained;
+  if (launches > drained.load()) {
+    usleep(kStoreDrainUs);
+    uint64_t seen = drained.load();
+    while (seen < launches && !drained.compare_exchange_weak(seen, launches)) {
+    }
+  }
   return true;
 }
 

@@ -61,6 +61,9 @@ struct DeviceResources {
   std::mutex probeMutex;
   cudaStream_t probe = nullptr;
   bool probeInFlight = false;
+  // The eager launches whose stores have had kStoreDrainUs to land (waitForEagerLaunches): a later
+  // wait for no more launches than these does not sleep again.
+  std::atomic<uint64_t> eagerDrained{0};
 };
 
 std::shared_ptr<DeviceResources> makeDeviceResources();
@@ -193,8 +196,9 @@ std::string commAsyncErrorText(yaliComm* comm);
 
 // Waits until the comm's first `launches` eager launches have ended on the device
 // (eagerLaunchesEnded) and their stores have had kStoreDrainUs to land, or until `deadlineMs`
-// (nowMs()) passes, or until the comm is cancelled. True when they have ended. Needs no lock. While an IPC close waits for the device no read is
-// issued (CloseGate), so such a wait lasts at least as long as that close, up to the deadline.
+// (nowMs()) passes, or until the comm is cancelled. True when they have ended. Needs no lock.
+// While an IPC close waits for the device no read is issued (CloseGate), so such a wait lasts at
+// least as long as that close, up to the deadline.
 bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
 
 // Writes `bytes` from pinned `src` to device address `dst` on the comm's control stream and waits

@@ -362,8 +362,9 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   // after griddepcontrol.wait (or plain stream order), when this grid has completed and all its
   // memory operations are visible; and eagerDone is a statement about time, not data (exitLaunch:
   // every warp has ended; its stores may still drain, and the host waits for that before it frees
-  // or unmaps anything). The fences would only hold every block until its stores over NVLink are
-  // acknowledged, at the end of the launch.
+  // or unmaps anything). The fences would only hold every block until its stores are performed (a
+  // round trip over NVLink), at the end of the launch. A one-block launch's epilogue needs none
+  // either: the block barrier before it (exitLaunch) orders the block's stores first.
   constexpr bool kEpilogue = !std::is_same<std::decay_t<OnFailure>, NoEpilogue>::value;
   const bool ordered = rebase || kEpilogue;
   const bool alone = gridDim.x == 1;
@@ -403,8 +404,8 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
 //   - an eager launch: the last warp of the block to end. eagerDone must mean that no warp of the
 //     launch still runs (after it yaliCommDestroy frees the window and yaliCommDeregister lets the
 //     caller free its buffer), but not that the launch's stores have landed: the host waits for
-//     those by time (comm.cc: kStoreDrainUs, kReleaseGraceMs), as it did for their arrival over
-//     NVLink when a fence came first (a GPU-scope fence does not cover that). Each warp, once all
+//     those by time (comm.cc: waitForEagerLaunches says which may still be on their way;
+//     kStoreDrainUs, kReleaseGraceMs). Each warp, once all
 //     its lanes are here (__syncwarp), counts itself in shared memory; no warp waits for another,
 //     and the block's count is made by the warp that ends last. Against the block barrier and the
 //     fence before the count this saved 0.5 us per call at 256 KB-1 MB and 4 MB on 2 H200s
