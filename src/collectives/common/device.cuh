@@ -405,9 +405,9 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
 //     launch still runs (after it yaliCommDestroy frees the window and yaliCommDeregister lets the
 //     caller free its buffer), but not that the launch's stores have landed: the host waits for
 //     those by time (comm.cc: waitForEagerLaunches says which may still be on their way;
-//     kStoreDrainUs, kReleaseGraceMs). Each warp, once all
-//     its lanes are here (__syncwarp), counts itself in shared memory; no warp waits for another,
-//     and the block's count is made by the warp that ends last. Against the block barrier and the
+//     kStoreDrainUs, kReleaseGraceMs). Each warp, once all its lanes are here (__syncwarp),
+//     counts itself in shared memory; no warp waits for another, and the block's count is made by
+//     the warp that ends last. Against the block barrier and the
 //     fence before the count this saved 0.5 us per call at 256 KB-1 MB and 4 MB on 2 H200s
 //     (PERF.md Session 29).
 //   - a rebase at kEpochLimit (it clears the flags) and an epilogue (it must come after every
