@@ -502,9 +502,12 @@ bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs)
   // stores into this GPU's memory (the output, the window), which land within nanoseconds, and
   // the last flags published into peers' windows, which stay mapped until the release (after its
   // own longer grace). Data a launch writes into a peer's buffer is not among them: every block
-  // that writes it then passes a block barrier and a system-scope fence before the flag that tells
-  // the peer (block_ops.cuh: signalPeers, publish), so it has landed before the launch ends. The
-  // caller may free its buffers (yaliCommDeregister) once this returns. Paid once per launch
+  // that writes it then passes a block barrier and a system-scope release, the flag that tells
+  // the peer (block_ops.cuh: signalPeers; device.cuh: publish, st.release.sys): PTX promises that
+  // a peer that sees the flag sees the data, and the peer's own launch waits for the flag; a
+  // release store waits for the earlier stores to be performed before it goes out, and it went
+  // out before this launch ended. The caller may free its buffers (yaliCommDeregister) once this
+  // returns. Paid once per launch
   // waited for: a second wait for the same launches (deregistering many buffers) does not sleep.
   constexpr useconds_t kStoreDrainUs = 100;
   std::atomic<uint64_t>& drained = comm->res->eagerDrained;
