@@ -89,6 +89,8 @@
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
+#   NCCLABI_NODES_AGG="1 4"                  the same with nccl-tests -m each value (>1: that many calls
+#                                            per ncclGroupStart/End: grouped hierarchical calls)
 #   NCCLABI_HIER_FAULTS=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_hier_faults.py, errors and
 #   NCCLABI_HIER_FAULTS_LAYOUTS="2x2"        aborts on the hierarchical path, K simulated nodes of L
 #                                            ranks per KxL entry ("2x2 2x4 4x2") on GPU 0,
@@ -372,16 +374,18 @@ if has ncclabi; then
     if [ -n "$nodes" ] && [ "$nodes" -ge 2 ]; then
       np=${NCCLABI_NODES_NP:-4}
       nodes_wrapper=$(mpi_hostid_wrapper $((np / nodes)))
+      for agg in ${NCCLABI_NODES_AGG:-1}; do
       for t in all_reduce all_gather reduce_scatter; do
-        lg="$LOG/ncclabi_nodes${nodes}_np${np}_$t.log"
+        lg="$LOG/ncclabi_nodes${nodes}_np${np}_m${agg}_$t.log"
         timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" \
           -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
           -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
-          "$nodes_wrapper" /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
-          > "$lg" 2>&1
+          "$nodes_wrapper" /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -m "$agg" -c 1 \
+          -n 5 -w 2 > "$lg" 2>&1
         rc=$?
-        note "ncclabi nodes=$nodes np=$np $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c 'class): NCCL' "$lg")"
+        note "ncclabi nodes=$nodes np=$np -m $agg $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg"), hierarchical calls: $(grep -c '\[hierarchical:' "$lg"), flat NCCL lines: $(grep -c 'class): NCCL' "$lg")"
         while IFS= read -r line; do note "  $line"; done < <(grep -m2 -E 'hierarchical \(YALI in the node|\[hierarchical:' "$lg")
+      done
       done
     fi
   fi
