@@ -141,6 +141,14 @@ DeviceGuard::~DeviceGuard() {
   if (ok_) lib().cudaSetDevice(device_);
 }
 
+bool mayBeCaptured(cudaStream_t stream, bool* unread) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const bool failed = lib().cudaStreamIsCapturing(stream, &capture) != cudaSuccess;
+  if (failed) lib().cudaGetLastError();
+  if (unread != nullptr) *unread = failed;
+  return failed || capture != cudaStreamCaptureStatusNone;
+}
+
 namespace {
 
 // fn(i) for every i: in this thread for one, else one thread each. For YALI calls that are
@@ -867,15 +875,13 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
     DeviceGuard onCommDevice(s.device);  // stream 0 is the current device's legacy stream
     const int rank = s.comm != nullptr ? s.comm->rank : -1;
     const bool ran = launched && s.comm != nullptr && s.comm->yali == s.yali && s.yali != nullptr;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const cudaError_t captureErr = lib().cudaStreamIsCapturing(s.stream, &capture);
-    if (captureErr != cudaSuccess) lib().cudaGetLastError();  // not left for the program to find
-    if (captureErr != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+    bool unreadable = false;
+    if (mayBeCaptured(s.stream, &unreadable)) {
       {
         std::lock_guard<std::mutex> lock(s.comm->mutex);
         s.comm->keptStaging.push_back({s.memory, s.copiedIn});
       }
-      const char* unread = captureErr != cudaSuccess ? " (its capture status could not be read)" : "";
+      const char* unread = unreadable ? " (its capture status could not be read)" : "";
       if (ran) {
         note(shimFail(ncclInvalidUsage,
                       "%s: stream=%p began a CUDA graph capture between this call, staged inside "

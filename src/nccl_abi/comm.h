@@ -105,6 +105,12 @@ class DeviceGuard {
   bool ok_ = false;
 };
 
+// Whether `stream` is being captured into a CUDA graph. A status that cannot be read (the legacy
+// stream while another stream is captured) counts as captured (*unread true), so that nothing is
+// allocated, freed or copied on it outside the capture's order; the failed read's CUDA error is
+// cleared, not left for the program to find.
+bool mayBeCaptured(cudaStream_t stream, bool* unread = nullptr);
+
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
 // ncclCommSplit and ncclCommShrink return points at one of these, but a non-blocking parent's
 // splits and shrinks, which are NCCL's own handles (intercept.cc, ncclCommSplit, says why).

@@ -188,12 +188,7 @@ ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run
   const StagingLayout l =
       stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
   DeviceGuard onCommDevice(c->device);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (lib().cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) {
-    lib().cudaGetLastError();
-    capture = cudaStreamCaptureStatusInvalidated;  // unknown: as if captured
-  }
-  if (capture != cudaStreamCaptureStatusNone || !hasMemoryPools(c)) return kRunFlat;
+  if (mayBeCaptured(call.stream) || !hasMemoryPools(c)) return kRunFlat;
   char* memory = nullptr;
   if (l.totalBytes > 0) {
     void* p = nullptr;
@@ -602,13 +597,9 @@ const char* const kHierLog = " [hierarchical: YALI in the node, NCCL across node
 HierRoute hierRouteOf(Comm* c, const Call& call, HierCall* hc) {
   Hierarchy* h = c->hier;
   const Route route = decideRoute(h->yali != nullptr, c->disabled, call.shape);
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  // A stream whose state cannot be read (the legacy stream while another is captured) counts as
-  // captured: nothing is allocated then.
-  if (route == Route::kYali && lib().cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess)
-    capture = cudaStreamCaptureStatusActive;
+  // A stream whose state cannot be read counts as captured: nothing is allocated then.
   *hc = HierCall{call.shape.collective, call.count, bytesOf(1, call.shape.type),
-                 capture != cudaStreamCaptureStatusNone, 0};
+                 route == Route::kYali && mayBeCaptured(call.stream), 0};
   hc->scratchBytes = scratchBytes(&h->scratch);
   const HierRoute hr = decideHierRoute(h->layout, route, *hc);
   if (hr != HierRoute::kHierarchical && debugEnabled())
