@@ -767,6 +767,13 @@ struct GroupStaging {
       static_cast<float*>(const_cast<void*>(alloc.recv))[64] = 42.0f;
     return Staging{alloc.recv, alloc.count};
   }
+  // Destroys rank 0's comm, and traces how that freed the staging memory `s`: after the event
+  // behind its copy in, with cudaFree (comm.cc, freeStagingAfterCopyIn).
+  std::string destroyTraced(const Staging& s) {
+    const int destroyed = eventCount();
+    destroy(0);
+    return bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, buffers, s);
+  }
   std::string buffersTraced(const Staging& s) {
     return bufferTrace(since,
                        {"yaliAllReduce", "yaliBroadcast", "cudaMallocAsync", "cudaMemcpyAsync", "yaliLaunch",
@@ -976,9 +983,7 @@ TEST(a_capture_begun_between_a_staged_call_and_its_group_end_is_invalid_usage_an
                      "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4) yaliLaunch(S>S+256,4) yaliLaunch(p>q,4)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK_EQ(g.recv[0], -1.0f);
-  const int destroyed = eventCount();
-  g.destroy(0);
-  t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  t = g.destroyTraced(staging);
   CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
 }
 
@@ -1003,9 +1008,7 @@ TEST(a_simulated_group_end_after_a_capture_began_succeeds_and_the_comm_frees_the
                      "yaliAllReduce(S>S+256,4) yaliAllReduce(p>q,4)";
   CHECK_MSG(t == want, "nothing launched, copied or freed on the captured stream: %s, expected %s", t.c_str(), want);
   CHECK_EQ(g.recv[0], -1.0f);
-  const int destroyed = eventCount();
-  g.destroy(0);
-  t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  t = g.destroyTraced(staging);
   CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
 }
 #endif
@@ -1020,9 +1023,7 @@ TEST(a_comm_destroyed_inside_the_group_frees_its_staged_calls_memory) {
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   g.allReduce();
   const Staging staging = g.staging();
-  const int destroyed = eventCount();
-  g.destroy(0);
-  std::string t = bufferTrace(destroyed, {"cudaEventSynchronize", "cudaFree", "cudaFreeAsync"}, g.buffers, staging);
+  std::string t = g.destroyTraced(staging);
   CHECK_MSG(t.rfind("cudaEventSynchronize cudaFree(S>0,0)", 0) == 0, "at the destroy: %s", t.c_str());
   const int ended = eventCount();
   {
