@@ -243,7 +243,7 @@ bool closeOnDevice(yaliComm* comm, int64_t deadlineMs, std::string* error) {
 void retire(yaliComm* comm, yaliComm_t handle, HandleState how) {
   releaseRegistrations(comm);
   if (comm->res) {
-    comm->res->eagerIssued = comm->eagerLaunches;
+    comm->res->eagerIssued = comm->eagerIssued;
     // Never waits. Not recorded (an error): the event reads as complete, as before it was waited for.
     if (comm->res->controlDone != nullptr && comm->control != nullptr)
       cudaEventRecord(comm->res->controlDone, comm->control);
@@ -290,12 +290,12 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
 std::shared_ptr<DeviceResources> makeDeviceResources() {
   // The last holder may be a CUDA callback thread (a graph's user object), where CUDA must not be
   // called: the release always happens on the reaper, once the comm's eager launches have ended
-  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: the last warp of a launch
-  // writes eagerDone without a fence (device.cuh: exitLaunch; a block barrier and a fence before
-  // the count lengthened every eager launch by about 0.5 us), so stores of the launch's warps may
-  // still be on their way then (waitForEagerLaunches says which); they drain within microseconds
-  // (memory queues and NVLink, no host round trip), and unmapping the window never waits for the
-  // device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
+  // (eagerLaunchesEnded), and kReleaseGraceMs after that. The grace: each block of a launch
+  // counts itself into eagerBlocksEnded without a fence (device.cuh: exitLaunch; a block barrier
+  // and a fence before the count lengthened every eager launch by about 0.5 us), so stores of the
+  // launch's warps may still be on their way then (waitForEagerLaunches says which); they drain
+  // within microseconds (memory queues and NVLink, no host round trip), and unmapping the window
+  // never waits for the device. 2 ms is a margin of over a hundred times that; yaliCommDestroy
   // waits for this release, so the grace is paid by every destroy (it was 50 ms until session 18:
   // 1000 init/destroy cycles of two comms took 106 s on an H200, against 0.7 s with the fence).
   constexpr int64_t kReleaseGraceMs = 2;
@@ -442,10 +442,11 @@ bool contextIsDead(cudaError_t e) {
   }
 }
 
-// The read of LocalState::eagerDone (eagerLaunchesEnded), under r->probeMutex, on the comm's
-// device: 1 the launches have ended, 0 not yet (or no read has landed yet), -1 the context is dead.
-// The probe stream carries nothing but these copies, so its being idle is the read having landed.
-int probeEagerDone(DeviceResources* r, uint64_t launches) {
+// The read of LocalState::eagerBlocksEnded (eagerLaunchesEnded), under r->probeMutex, on the
+// comm's device: 1 the kernels' blocks up to `blocks` have ended, 0 not yet (or no read has landed
+// yet), -1 the context is dead. The probe stream carries nothing but these copies, so its being
+// idle is the read having landed; the value is used only then.
+int probeEagerBlocks(DeviceResources* r, uint64_t blocks) {
   HostStatus* s = r->hostStatus.get();
   if (r->probeInFlight) {
     const cudaError_t q = cudaStreamQuery(r->probe);
@@ -453,12 +454,12 @@ int probeEagerDone(DeviceResources* r, uint64_t launches) {
     cudaGetLastError();
     r->probeInFlight = false;
     if (q != cudaSuccess) return contextIsDead(q) ? -1 : 0;
-    if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDoneRead) >= launches) return 1;
+    if (*reinterpret_cast<volatile uint64_t*>(&s->eagerBlocksEndedRead) >= blocks) return 1;
   }
   // A new read. The driver holds a copy's issue up while an IPC close waits for the device
   // (CloseGate), which may be for as long as another library's kernel runs: none is issued then.
   if (!CloseGate::tryEnterCall()) return 0;
-  const cudaError_t e = cudaMemcpyAsync(&s->eagerDoneRead, &r->local->eagerDone, sizeof(uint64_t),
+  const cudaError_t e = cudaMemcpyAsync(&s->eagerBlocksEndedRead, &r->local->eagerBlocksEnded, sizeof(uint64_t),
                                         cudaMemcpyDeviceToHost, r->probe);
   CloseGate::leaveCall();
   if (e != cudaSuccess) {
@@ -471,10 +472,19 @@ int probeEagerDone(DeviceResources* r, uint64_t launches) {
 
 }  // namespace
 
-bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
+bool eagerLaunchesEnded(DeviceResources* r, const EagerMark& mark) {
   HostStatus* s = r->hostStatus.get();
-  if (s == nullptr || launches == 0) return true;
-  if (*reinterpret_cast<volatile uint64_t*>(&s->eagerDone) >= launches) return true;  // the copy engines' watch
+  if (s == nullptr || mark.lastSeq == 0) return true;
+  // The copy engines' watch (advanceEagerDone: acquire-release on the host). Their last call ended
+  // is the last launch: every launch before it has ended too (the comm's launches run in order).
+  const uint64_t copyEngineEnded = __atomic_load_n(&s->eagerDone, __ATOMIC_ACQUIRE);
+  if (copyEngineEnded >= mark.lastSeq) return true;
+  // Else both counts: the kernels' blocks (the probe) and the copy engines' calls. A kernel launch
+  // that ended after a copy-engine call shows that call ended too, but the watch catches up anyway;
+  // while it has not, the probe still runs, to see a dead context (as before, when the last launch
+  // was a copy-engine call).
+  const bool copyEnginesEnded = copyEngineEnded >= mark.copyEngineSeq;
+  if (copyEnginesEnded && mark.kernelBlocks == 0) return true;  // no kernel was launched eagerly
   std::lock_guard<std::mutex> lock(r->probeMutex);
   if (r->probe == nullptr || r->local == nullptr) return false;
   ScopedDevice onDevice(r->device);
@@ -484,21 +494,22 @@ bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   const bool exchanged = cudaThreadExchangeStreamCaptureMode(&mode) == cudaSuccess;
   cudaGetLastError();
-  const int ended = probeEagerDone(r, launches);
+  const int ended = probeEagerBlocks(r, mark.kernelBlocks);
   if (exchanged) cudaThreadExchangeStreamCaptureMode(&mode);
   cudaGetLastError();
-  return ended != 0;  // a dead context: every launch has ended
+  if (ended < 0) return true;  // a dead context: every launch has ended
+  return ended > 0 && copyEnginesEnded;
 }
 
-bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs) {
+bool waitForEagerLaunches(yaliComm* comm, const EagerMark& mark, int64_t deadlineMs) {
   if (!comm->res) return true;
-  for (int64_t sleepUs = 5; !eagerLaunchesEnded(comm->res.get(), launches);
+  for (int64_t sleepUs = 5; !eagerLaunchesEnded(comm->res.get(), mark);
        sleepUs = std::min<int64_t>(sleepUs * 2, 1000)) {
     if (nowMs() > deadlineMs || comm->cancel.load()) return false;
     usleep(static_cast<useconds_t>(sleepUs));
   }
-  // eagerDone says that every warp of the launches has ended, not that their last stores have
-  // landed (device.cuh: exitLaunch stores it without a fence). What may still be on its way then:
+  // The count says that no warp of the launches still runs, not that their last stores have
+  // landed (device.cuh: countEagerBlockEnded, without a fence). What may still be on its way then:
   // stores into this GPU's memory (the output, the window), which land within nanoseconds, and
   // the last flags published into peers' windows, which stay mapped until the release (after its
   // own longer grace). Data a launch writes into a peer's buffer is not among them: every block
@@ -511,10 +522,10 @@ bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs)
   // waited for: a second wait for the same launches (deregistering many buffers) does not sleep.
   constexpr useconds_t kStoreDrainUs = 100;
   std::atomic<uint64_t>& drained = comm->res->eagerDrained;
-  if (launches > drained.load()) {
+  if (mark.lastSeq > drained.load()) {
     usleep(kStoreDrainUs);
     uint64_t seen = drained.load();
-    while (seen < launches && !drained.compare_exchange_weak(seen, launches)) {
+    while (seen < mark.lastSeq && !drained.compare_exchange_weak(seen, mark.lastSeq)) {
     }
   }
   return true;
@@ -726,7 +737,7 @@ yaliResult_t commDestroy(yaliComm* comm, yaliComm_t handle) {
   yaliResult_t result = yaliSuccess;
   ScopedDevice onDevice(comm->device);
   // The calls made before destroy run to their end; only then is the comm closed.
-  if (!waitForEagerLaunches(comm, comm->eagerLaunches, deadline))
+  if (!waitForEagerLaunches(comm, comm->eagerIssued, deadline))
     result = fail(comm->cancel ? yaliRemoteError : yaliTimeout, comm,
                   "%s: rank %d: the comm's calls had not finished after YALI_TIMEOUT_MS=%lld ms (they "
                   "may wait behind other work on their streams); they will do nothing when they run "

@@ -33,8 +33,26 @@ namespace yali {
 
 struct CopyEngineState;  // collectives/copy_engine/copy_engine.cc
 
+// What a comm's eager launches (outside CUDA graphs) have issued so far, as the host counts it at
+// each launch (enqueue.cc: launchNow), and thus what eagerLaunchesEnded must see ended:
+//   kernelBlocks   every block of every eager kernel launch (gridDim.x each): each counts itself
+//                  into LocalState::eagerBlocksEnded as it ends (device.cuh: exitLaunch), whatever
+//                  its admission, so the launches have ended once that count reaches this;
+//   copyEngineSeq  the eagerSeq of the last eager copy-engine call (0: none), which ends when
+//                  HostStatus::eagerDone (the copy engines' watch) reaches it;
+//   lastSeq        the last eager launch's number (DeviceArgs::eagerSeq), kernel or copy engines:
+//                  HostStatus::eagerDone >= lastSeq means that the last launch was a copy-engine
+//                  call and has ended, and with it (the comm's launches run in order) every one.
+// A launch that fails to be issued (an error from the launch, a copy-engine call that fails while
+// being queued) counts in none of them.
+struct EagerMark {
+  uint64_t kernelBlocks = 0;
+  uint64_t copyEngineSeq = 0;
+  uint64_t lastSeq = 0;
+};
+
 // Everything a kernel of one comm may touch, and the raw pointers DeviceArgs carries. Released on
-// the reaper once the comm's last eager launch has ended (eagerLaunchesEnded reaches eagerIssued:
+// the reaper once the comm's last eager launch has ended (eagerLaunchesEnded of eagerIssued:
 // a launch still queued when the comm closed reads its state words before it finds the comm
 // closed); makeDeviceResources' deleter sees to that.
 struct DeviceResources {
@@ -47,7 +65,7 @@ struct DeviceResources {
   HostStatus* hostStatusDev = nullptr;         // the device's alias of it
   LocalState* local = nullptr;                 // in our window
   char* peerWindows[kMaxRanks] = {};           // every rank's window as mapped here; [rank] == ours
-  uint64_t eagerIssued = 0;                    // the comm's eager launches when it ended
+  EagerMark eagerIssued;                       // the comm's eager launches when it ended
   // Recorded on the comm's control stream when it ends: its copies into our window
   // (writeDeviceWords) may still be queued there, left by a timeout; the release waits for it.
   cudaEvent_t controlDone = nullptr;
@@ -55,9 +73,10 @@ struct DeviceResources {
   // graphs that captured its calls wait for it and record it at every replay, also after the comm
   // was destroyed; they hold these resources (enqueue.cc: holdForGraph).
   cudaEvent_t serial = nullptr;
-  // How the host reads LocalState::eagerDone (eagerLaunchesEnded): a copy of it into
-  // HostStatus::eagerDoneRead on a stream of its own, which carries nothing else (idle: the read has
-  // landed). One read in flight at a time (probeMutex: a deregistration's wait and the release may ask).
+  // How the host reads LocalState::eagerBlocksEnded (eagerLaunchesEnded): a copy of it into
+  // HostStatus::eagerBlocksEndedRead on a stream of its own, which carries nothing else (idle: the
+  // read has landed). One read in flight at a time (probeMutex: a deregistration's wait and the
+  // release may ask).
   std::mutex probeMutex;
   cudaStream_t probe = nullptr;
   bool probeInFlight = false;
@@ -68,10 +87,12 @@ struct DeviceResources {
 
 std::shared_ptr<DeviceResources> makeDeviceResources();
 
-// Whether the comm's eager launches up to number `launches` have ended: the copy engines' count
-// (HostStatus::eagerDone, the host's own) or the kernels' (LocalState::eagerDone, read by a copy:
-// issued if none is in flight, false until it lands). Never blocks on the device.
-bool eagerLaunchesEnded(DeviceResources* r, uint64_t launches);
+// Whether the comm's eager launches up to `mark` have ended: the copy engines' count
+// (HostStatus::eagerDone, the host's own) has reached mark.lastSeq, or the kernels' count of ended
+// blocks (LocalState::eagerBlocksEnded, read by a copy: issued if none is in flight, false until it
+// lands) has reached mark.kernelBlocks and the copy engines' count mark.copyEngineSeq; or the
+// context is dead. Never blocks on the device.
+bool eagerLaunchesEnded(DeviceResources* r, const EagerMark& mark);
 
 // Comms created together by yaliCommInitAll: they collect their registrations here.
 struct ProcessGroup {
@@ -112,7 +133,8 @@ struct yaliComm {
                                       // and waits; taken before `mutex`, also by destroy and abort
   std::atomic<bool> cancel{false};    // yaliCommAbort: blocked bootstrap exchanges give up now
   uint64_t launches = 0;              // every launch (for error reports)
-  uint64_t eagerLaunches = 0;         // launches outside CUDA graphs (DeviceArgs::eagerSeq)
+  yali::EagerMark eagerIssued;        // launches outside CUDA graphs (DeviceArgs::eagerSeq), and
+                                      // their blocks (what destroy and deregister wait for)
   unsigned long long capturedBy = 0;  // the stream capture whose graph holds a reference to res
   uint32_t regEpoch = 0;              // the host's copy of LocalState::regEpoch
 
@@ -194,12 +216,12 @@ yaliResult_t commAsyncError(const yaliComm* comm);
 // The same, as the message yaliGetLastError gives for it.
 std::string commAsyncErrorText(yaliComm* comm);
 
-// Waits until the comm's first `launches` eager launches have ended on the device
-// (eagerLaunchesEnded) and their stores have had kStoreDrainUs to land, or until `deadlineMs`
-// (nowMs()) passes, or until the comm is cancelled. True when they have ended. Needs no lock.
-// While an IPC close waits for the device no read is issued (CloseGate), so such a wait lasts at
-// least as long as that close, up to the deadline.
-bool waitForEagerLaunches(yaliComm* comm, uint64_t launches, int64_t deadlineMs);
+// Waits until the comm's eager launches up to `mark` (a copy of yaliComm::eagerIssued) have ended
+// on the device (eagerLaunchesEnded) and their stores have had kStoreDrainUs to land, or until
+// `deadlineMs` (nowMs()) passes, or until the comm is cancelled. True when they have ended. Needs
+// no lock. While an IPC close waits for the device no read is issued (CloseGate), so such a wait
+// lasts at least as long as that close, up to the deadline.
+bool waitForEagerLaunches(yaliComm* comm, const EagerMark& mark, int64_t deadlineMs);
 
 // Writes `bytes` from pinned `src` to device address `dst` on the comm's control stream and waits
 // for the copy, at most until `deadlineMs`. False (with *error) if it failed or did not finish.

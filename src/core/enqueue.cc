@@ -447,9 +447,10 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   if (plan.hostNote != nullptr) comm->setHostNote(plan.hostNote);
   DeviceArgs& args = plan.args;
   args.epochHint = ++comm->launches;
-  args.eagerSeq = captured ? 0 : comm->eagerLaunches + 1;
+  args.eagerSeq = captured ? 0 : comm->eagerIssued.lastSeq + 1;
   args.regEpoch = comm->regEpoch;
-  if (algorithm(plan.choice.algo).family == Family::kCopyEngine) {
+  const bool copyEngines = algorithm(plan.choice.algo).family == Family::kCopyEngine;
+  if (copyEngines) {
     // No kernel (copy_engine.h); a capture was refused above.
     yaliResult_t issued = issueCopyEngine(comm, plan);
     if (issued != yaliSuccess) return issued;
@@ -464,7 +465,15 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
                   algoName(plan.choice.algo), plan.choice.ctas, cudaGetErrorString(e));
     }
   }
-  if (!captured) comm->eagerLaunches = args.eagerSeq;
+  // Issued: what destroy, deregister and the release wait for (comm.h: EagerMark). Every block of
+  // an eager kernel launch counts itself out on the device (device.cuh: exitLaunch), admitted or
+  // not, so the launch's share is its grid (launchAlgorithm: ctas blocks, one dimension).
+  if (!captured) {
+    EagerMark& issued = comm->eagerIssued;
+    issued.lastSeq = args.eagerSeq;
+    if (copyEngines) issued.copyEngineSeq = args.eagerSeq;
+    else issued.kernelBlocks += static_cast<uint64_t>(plan.choice.ctas);
+  }
   recordAcrossContexts(comm, plan.stream, captured);
   noteLaunch(comm, plan.stream, context);
   return yaliSuccess;

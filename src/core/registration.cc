@@ -391,7 +391,7 @@ yaliResult_t deregisterBuffer(yaliComm* comm, void* handle, const char* call) {
                 "launch through its peer mappings at yaliGroupEnd; end the group first",
                 call, handle, uses);
   reg->usable = false;  // later calls on this comm take the staged path
-  const uint64_t launches = comm->eagerLaunches;
+  const EagerMark launches = comm->eagerIssued;
   lock.unlock();
   ScopedDevice onDevice(comm->device);
   yaliResult_t result = yaliSuccess;

@@ -229,7 +229,7 @@ struct LaunchInfo {
 enum Admission : int {
   kAdmitted = 0,
   kRefusedFailed = 1,  // the comm failed earlier (here or on a peer): poison the output
-  kRefusedClosed = 2,  // the comm was destroyed or aborted: touch nothing but the exit count
+  kRefusedClosed = 2,  // the comm was destroyed or aborted: touch nothing but the exit counts
 };
 
 // Fills the output with all-ones bytes (NaN in fp16, bf16 and fp32), grid-wide: what a launch on a
@@ -332,12 +332,11 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
 // path (also after a failed wait or a refused admission): counts the block out of the launch (a
 // one-block launch is its own last block and counts nothing); the last block advances the epoch (a
 // failed comm admits no launch again, so its epoch no longer matters and is not read here: that
-// load would lengthen every kernel), rebases at the limit, and for an eager launch tells the host
-// that every warp of the launch has ended (LocalState::eagerDone; yaliCommDestroy and
-// yaliCommDeregister wait for that, then for the launch's stores to drain: comm.cc,
-// kStoreDrainUs and kReleaseGraceMs). Fences order the blocks' work before the count only where
-// something reads across them (below): not in a graph launch's or an eager launch's plain exit,
-// where they cost 0.4-0.5 us per call at 16 KB-4 MB on 2 H200s (PERF.md Sessions 28-29).
+// load would lengthen every kernel) and rebases at the limit; the same for eager and graph
+// launches (the host's watch of eager launches is exitLaunch's: countEagerBlockEnded). Fences
+// order the blocks' work before the count only where something reads across them (below): not in
+// a plain exit, where they cost 0.4-0.5 us per call at 16 KB-4 MB on 2 H200s (PERF.md Sessions
+// 28-29).
 // `onFailure`: what the last block runs (thread 0 alone) when an admitted launch failed, after every
 // block has left, so nothing of the launch can overwrite it (AlltoAllv: -1 into the count outputs).
 struct NoEpilogue {
@@ -360,11 +359,9 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   // after every block's), the rebase (it clears the flags; system scope: the peers read them).
   // Elsewhere the count orders nothing: only the comm's next launch reads the epoch and `exits`,
   // after griddepcontrol.wait (or plain stream order), when this grid has completed and all its
-  // memory operations are visible; and eagerDone is a statement about time, not data (exitLaunch:
-  // every warp has ended; its stores may still drain, and the host waits for that before it frees
-  // or unmaps anything). The fences would only hold every block until its stores are performed (a
-  // round trip over NVLink), at the end of the launch. A one-block launch's epilogue needs none
-  // either: the block barrier before it (exitLaunch) orders the block's stores first.
+  // memory operations are visible. The fences would only hold every block until its stores are
+  // performed (a round trip over NVLink), at the end of the launch. A one-block launch's epilogue
+  // needs none either: the block barrier before it (exitLaunch) orders the block's stores first.
   constexpr bool kEpilogue = !std::is_same<std::decay_t<OnFailure>, NoEpilogue>::value;
   const bool ordered = rebase || kEpilogue;
   const bool alone = gridDim.x == 1;
@@ -387,34 +384,43 @@ __device__ __forceinline__ void leaveLaunch(const DeviceArgs& args, const Launch
   } else if (admission == kAdmitted) {
     *reinterpret_cast<volatile uint64_t*>(&local->epoch) = info.epoch + 1;
   }
-  // Device memory, read by the host only when it waits (LocalState::eagerDone). Every warp of the
-  // launch has ended by now (exitLaunch); no fence: see above.
-  if (args.eagerSeq != 0) *reinterpret_cast<volatile uint64_t*>(&local->eagerDone) = args.eagerSeq;
 }
 
-// The frame's exit, by every thread of the block: one thread counts the block out (leaveLaunch),
-// when what follows the launch's last count needs it. Three cases:
-//   - a graph launch: thread 0, when its own part of the body ended, while other warps may still
-//     run theirs (a two-shot block's second team runs a pipeline of its own; the LL and pull bodies
-//     end without a barrier). What follows the last count is the epoch advance, read only by the
-//     comm's next launch in enterLaunch after griddepcontrol.wait, i.e. after every thread of this
-//     grid has ended and its memory is visible. The exit is off the critical path: a block
+// An eager launch's block tells the host that every warp of it has ended
+// (LocalState::eagerBlocksEnded): a relaxed red.add, fire and forget (no round trip; nothing on
+// the device reads the word), by the block's last warp to end (exitLaunch). The host reads the
+// word with a copy on a stream of its own and compares it with the blocks it launched eagerly
+// (comm.cc: eagerLaunchesEnded). No fence: the count is a statement about time, not data (no warp
+// of the block still runs; its stores may still drain, locally or over NVLink), and the host waits
+// for those by time before it frees or unmaps anything (comm.cc: kStoreDrainUs, kReleaseGraceMs).
+__device__ __forceinline__ void countEagerBlockEnded(LocalState* local) {
+  asm volatile("red.relaxed.gpu.global.add.u64 [%0], 1;" ::"l"(__cvta_generic_to_global(&local->eagerBlocksEnded))
+               : "memory");
+}
+
+// The frame's exit, by every thread of the block. Two counts, each made where what follows it
+// needs it:
+//   - the epoch's (leaveLaunch), by thread 0 when its own part of the body ended, while other warps
+//     may still run theirs (a two-shot block's second team runs a pipeline of its own; the LL and
+//     pull bodies end without a barrier): what follows the last count is the epoch advance, read
+//     only by the comm's next launch in enterLaunch after griddepcontrol.wait, i.e. after every
+//     thread of this grid has ended and its memory is visible. Off the critical path: a block
 //     barrier there cost 0.13-0.37 us per call from 16 KB to 256 KB on 2 H200s (PERF.md
-//     Session 27).
-//   - an eager launch: the last warp of the block to end. eagerDone must mean that no warp of the
-//     launch still runs (after it yaliCommDestroy frees the window and yaliCommDeregister lets the
-//     caller free its buffer), but not that the launch's stores have landed: the host waits for
-//     those by time (comm.cc: waitForEagerLaunches says which may still be on their way;
-//     kStoreDrainUs, kReleaseGraceMs). Each warp, once all its lanes are here (__syncwarp),
-//     counts itself in shared memory; no warp waits for another, and the block's count is made by
-//     the warp that ends last. Against the block barrier and the
-//     fence before the count this saved 0.5 us per call at 256 KB-1 MB and 4 MB on 2 H200s
-//     (PERF.md Session 29).
-//   - a rebase at kEpochLimit (it clears the flags) and an epilogue (it must come after every
-//     block's stores): a block barrier, then thread 0's fence and count follow the whole block's
-//     loads and stores.
-// The case is the same for every thread of the block (kernel arguments and the launch's shared
-// LaunchInfo), so the barrier is never reached by part of a block.
+//     Session 27). Except before a rebase at kEpochLimit (it clears the flags) and an epilogue
+//     (it must come after every block's stores): a block barrier first, so that thread 0's fence
+//     and count follow the whole block's loads and stores.
+//   - an eager launch's count into the host's watch (countEagerBlockEnded), by the block's last
+//     warp to end: it must mean that no warp of the block still runs (after it yaliCommDestroy
+//     frees the window and yaliCommDeregister lets the caller free its buffer). Each warp, once all
+//     its lanes are here (__syncwarp), counts itself in shared memory; no warp waits for another.
+//     After a barrier (rebase, epilogue), thread 0 counts, after its leaveLaunch. Against a block
+//     barrier and a fence before one count of both this saved 0.5 us per call at 256 KB-4 MB on 2
+//     H200s (PERF.md Session 29).
+// Every block of every launch reaches this, whatever its admission (the body returns here after a
+// failed wait; a refused launch runs no body), so an eager launch always counts gridDim.x blocks,
+// which the host adds up (enqueue.cc: launchNow). The case is the same for every thread of the
+// block (kernel arguments and the launch's shared LaunchInfo), so the barrier is never reached by
+// part of a block.
 template <typename OnFailure = NoEpilogue>
 __device__ __forceinline__ void exitLaunch(const DeviceArgs& args, const LaunchInfo& info, Admission admission,
                                            OnFailure&& onFailure = OnFailure()) {
@@ -422,16 +428,20 @@ __device__ __forceinline__ void exitLaunch(const DeviceArgs& args, const LaunchI
   const bool rebase = admission == kAdmitted && info.epoch >= kEpochLimit;
   if (kEpilogue || rebase) {
     __syncthreads();
-    if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
-  } else if (args.eagerSeq != 0) {
+    if (threadIdx.x == 0) {
+      leaveLaunch(args, info, admission, onFailure);
+      if (args.eagerSeq != 0) countEagerBlockEnded(args.local);
+    }
+    return;
+  }
+  if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
+  if (args.eagerSeq != 0) {
     // This warp's lanes (the block's last warp may be partial).
     const unsigned first = threadIdx.x & ~31u;
     const unsigned lanes = blockDim.x - first < 32 ? blockDim.x - first : 32;
     __syncwarp(lanes == 32 ? ~0u : (1u << lanes) - 1);
     if (threadIdx.x == first && atomicAdd_block(&warpsLeftOfBlock(), 1u) == (blockDim.x + 31) / 32 - 1)
-      leaveLaunch(args, info, admission, onFailure);
-  } else if (threadIdx.x == 0) {
-    leaveLaunch(args, info, admission, onFailure);
+      countEagerBlockEnded(args.local);
   }
 }
 

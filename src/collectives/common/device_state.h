@@ -167,11 +167,19 @@ struct LocalState {
   int closed;       // set by the host (yaliCommDestroy, yaliCommAbort): later launches touch nothing
   uint64_t rebases; // epoch rebases this comm has completed
   int propagated;   // this rank has told its peers of its failure (recordFailure, once)
-  // DeviceArgs::eagerSeq of the last eager launch that has ended (its last block stores it). In
-  // device memory: a store to host memory at every eager launch's end cost about 1 us per call on
-  // 2 H200s (PERF.md Session 25). The host reads it by a copy when it must wait for the launches
-  // (comm.cc: eagerLaunchesEnded), never at a call.
-  uint64_t eagerDone;
+  // Blocks of eager launches (DeviceArgs::eagerSeq != 0) that have ended: every block of every
+  // eager launch adds 1 once no warp of it still runs (device.cuh: exitLaunch, countEagerBlockEnded:
+  // a relaxed red.add, which nothing on the device waits for); graph launches never touch it.
+  // Contract: when the host reads a value >= the blocks of the comm's first k eager kernel
+  // launches (yaliComm::eagerIssued.kernelBlocks), no warp of those launches still runs; their
+  // last stores may still drain, and the host waits for that by time (comm.cc: kStoreDrainUs,
+  // kReleaseGraceMs). A count that high cannot be made of later launches' blocks while an earlier
+  // one's is missing: the comm's launches run one after another (each block counts only after
+  // griddepcontrol.wait, i.e. after every earlier launch has completed). In device memory: a store
+  // to host memory at every eager launch's end cost about 1 us per call on 2 H200s (PERF.md Session
+  // 25). The host reads it by a copy when it must wait for the launches (comm.cc:
+  // eagerLaunchesEnded), never at a call. 2^64 blocks never wrap.
+  uint64_t eagerBlocksEnded;
 };
 static_assert(offsetof(LocalState, failed) % 8 == 0 && offsetof(LocalState, closed) == offsetof(LocalState, failed) + 4,
               "failed and closed form one aligned 8-byte word");
@@ -191,11 +199,11 @@ struct HostStatus {
   int failureOrigin;      // kFailRemote: the peer that failed first, as far as we know
   int failureRemoteCode;  // kFailRemote: that peer's own DeviceFailure
   // The last eager launch that has ended as the copy engines' watch saw it (copy_engine.cc:
-  // advanceEagerDone; the kernels' own count is LocalState::eagerDone), and where the host's copy
-  // of that device word lands (eagerLaunchesEnded). In a cache line of their own: the host reads `failure`
-  // (above) at every call.
+  // advanceEagerDone; the kernels count their ended blocks in LocalState::eagerBlocksEnded), and
+  // where the host's copy of that device word lands (eagerLaunchesEnded). In a cache line of their
+  // own: the host reads `failure` (above) at every call.
   alignas(64) uint64_t eagerDone;
-  uint64_t eagerDoneRead;
+  uint64_t eagerBlocksEndedRead;
   // Sources of the host's stream-ordered writes into device memory (comm.cc: writeDeviceWords):
   // pinned, so a copy never waits for a staging buffer.
   int closedWords[2];     // {failed, closed} = {1, 1}: LocalState's gate after destroy or abort
@@ -257,7 +265,9 @@ struct DeviceArgs {
   HostStatus* host;  // device alias of the host-mapped status
   uint64_t timeoutNs;
   uint64_t epochHint;  // host-side launch count, for error reports only
-  uint64_t eagerSeq;   // > 0: this eager launch's number (HostStatus::eagerDone); 0 in a graph
+  uint64_t eagerSeq;   // > 0: this eager launch's number (yaliComm::eagerIssued.lastSeq; a
+                       // copy-engine call's: HostStatus::eagerDone); 0 in a graph. A kernel uses
+                       // it only as != 0: its blocks then count into LocalState::eagerBlocksEnded
   size_t slotBytes;    // two-shot: bytes per (pipeline, sender) slot and per step;
                        // oneshot_pull: bytes of the message per block
   int teamsPerBlock;   // two-shot: pipelines per block (Team); 1 for every other kernel

@@ -217,8 +217,9 @@ void release(CopyEngineState& ce, const Watch& w) {
 }
 
 // HostStatus::eagerDone = max(eagerDone, seq): the copy engines' count of ended eager launches (the
-// kernels keep theirs in LocalState::eagerDone; eagerLaunchesEnded takes either); another watch pass
-// may have stored a later number.
+// kernels count their ended blocks in LocalState::eagerBlocksEnded; eagerLaunchesEnded takes this
+// alone when it has reached the comm's last launch, else both); another watch pass may have stored
+// a later number.
 void advanceEagerDone(CopyEngineState& ce, uint64_t seq) {
   uint64_t* p = &ce.res->hostStatus->eagerDone;
   uint64_t seen = __atomic_load_n(p, __ATOMIC_ACQUIRE);
@@ -443,7 +444,8 @@ yaliResult_t issueCopyEngine(yaliComm* comm, PlannedLaunch& plan) {
   // call end when their watches read our failure word), and
   // what was queued stays in flight in issue order, `ended` recorded after it: the watch releases
   // it when it is the oldest call (a release never overwrites an older call's tag) and the comm's
-  // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it. When
+  // resources, which the watch holds, outlive it. Not a launch: eagerDone does not move for it (nor
+  // yaliComm::eagerIssued: enqueue.cc counts only calls issued whole). When
   // `ended` cannot be recorded either, the call has ended once its stream is idle (Watch::endedByStream):
   // the watch releases it meanwhile, as any failed call.
   int k = 0;                          // side streams with work queued on them

@@ -46,7 +46,8 @@
 // Bounded waits. A stream memory wait cannot time out; the host watches instead. Each call records
 // three events (started, ready passed, ended); one job per comm on the reaper thread (reaper.h)
 // polls the oldest call in flight every few milliseconds:
-//   - ended: the call is over (HostStatus::eagerDone advances, as a kernel's exit advances LocalState's);
+//   - ended: the call is over (HostStatus::eagerDone advances, as a kernel's blocks count themselves
+//     into LocalState::eagerBlocksEnded as they end);
 //   - started more than YALI_TIMEOUT_MS ago and not ended: a timeout (the phase says which wait),
 //     recorded as a kernel would record it (HostStatus, LocalState::failed, and every peer's
 //     WindowHeader::remoteFailure at once, so their kernels refuse to run);
