@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <utility>
@@ -20,6 +21,13 @@
 #include "nccl_abi/yali_lib.h"
 
 namespace yali::nccl_abi {
+
+namespace {
+// The CUDA runtime's functions (yali_lib.h, cudaRuntime): libyali's wherever it loaded. Set-up code
+// that may run without libyali (answerNo) checks cudaRuntime() first; everything else runs only
+// where a YALI comm exists, so libyali loaded.
+const YaliLib& rt() { return *cudaRuntime(); }
+}  // namespace
 
 Comm* ours(ncclComm_t handle) {
   if (handle == nullptr) return nullptr;
@@ -127,24 +135,25 @@ struct GroupState {
   std::vector<Registration*> registrations;  // YALI registrations made in the group
   std::vector<Deregistration> deregistrations;  // YALI deregistrations made in the group
   std::vector<StagedCall> staged;               // calls staged in the group (stageUntilGroupEnd)
+  std::vector<Comm*> answers;  // comms made in the group that answer their peers' set-up with "no"
 };
 thread_local GroupState tlsGroup;
 
 }  // namespace
 
 DeviceGuard::DeviceGuard(int device) {
-  ok_ = lib().cudaGetDevice(&device_) == cudaSuccess;
-  if (device >= 0 && (!ok_ || device != device_)) lib().cudaSetDevice(device);
+  ok_ = rt().cudaGetDevice(&device_) == cudaSuccess;
+  if (device >= 0 && (!ok_ || device != device_)) rt().cudaSetDevice(device);
 }
 
 DeviceGuard::~DeviceGuard() {
-  if (ok_) lib().cudaSetDevice(device_);
+  if (ok_) rt().cudaSetDevice(device_);
 }
 
 bool mayBeCaptured(cudaStream_t stream, bool* unread) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  const bool failed = lib().cudaStreamIsCapturing(stream, &capture) != cudaSuccess;
-  if (failed) lib().cudaGetLastError();
+  const bool failed = rt().cudaStreamIsCapturing(stream, &capture) != cudaSuccess;
+  if (failed) rt().cudaGetLastError();
   if (unread != nullptr) *unread = failed;
   return failed || capture != cudaStreamCaptureStatusNone;
 }
@@ -216,6 +225,15 @@ struct SetUp {
   // later rounds: it cannot know them (see setUpYali).
   bool alive = true;
   bool roundFailed = false;  // the last realRound failed on this rank: its results are not to be read
+  // A round's wait for its collective reached YALI_TIMEOUT_MS (realRound): the collective stays
+  // queued on `stream`, unmatched, so nothing on that stream is waited for again (freeScratch) and
+  // the comm reports ncclRemoteError (Comm::setUpError).
+  bool timedOut = false;
+  // The agreement's result: pinned host memory NCCL writes through its device address, read with a
+  // plain load once the round's collective completed, so that no copy back, which could fail on
+  // this rank alone after its peers had read "yes", can split the decision (review: the agreement
+  // left a rank NCCL only after a failed copy back while its peers kept YALI).
+  int32_t* agreeResult = nullptr;
   std::string why;    // when !alive, or the verdict's reason
   SetUpVerdict verdict;
   IdMessage id{};
@@ -241,20 +259,36 @@ struct SetUp {
 };
 
 std::string cudaText(const char* what, cudaError_t err) {
-  return std::string(what) + " failed: " + lib().cudaGetErrorString(err);
+  return std::string(what) + " failed: " + rt().cudaGetErrorString(err);
 }
 
 // One real collective on every comm of the set-up, issued in one real group (this thread may stand
 // for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
 // Sets roundFailed where it failed.
+// Waits for s's round on s.stream, polling it (cudaStreamQuery) until `deadline`: a peer that does
+// not take part in a round (its NCCL call failed, it cannot reach the round at all) ends the wait
+// at YALI_TIMEOUT_MS instead of leaving this rank in cudaStreamSynchronize for ever.
+// cudaErrorNotReady: the deadline passed.
+cudaError_t waitForRound(SetUp& s, std::chrono::steady_clock::time_point deadline) {
+  for (int polls = 0;; ++polls) {
+    const cudaError_t err = rt().cudaStreamQuery(s.stream);
+    if (err != cudaErrorNotReady) return err;
+    if (std::chrono::steady_clock::now() >= deadline) return cudaErrorNotReady;
+    if (polls < 100) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 template <typename Issue>
 void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue) {
   if (setUps.empty()) return;
+  // One deadline for the round: this thread may stand for several ranks, each waited for in turn.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
   for (SetUp* s : setUps) s->roundFailed = false;
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) break;
-    lib().cudaSetDevice(s->comm->device);
+    rt().cudaSetDevice(s->comm->device);
     r = issue(*s);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
@@ -265,9 +299,18 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
       s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(r));
       continue;
     }
-    lib().cudaSetDevice(s->comm->device);
-    const cudaError_t err = lib().cudaStreamSynchronize(s->stream);
-    if (err != cudaSuccess) {
+    rt().cudaSetDevice(s->comm->device);
+    const cudaError_t err = waitForRound(*s, deadline);
+    if (err == cudaErrorNotReady) {
+      s->roundFailed = true;
+      s->timedOut = true;
+      s->comm->setUpError.store(ncclRemoteError);
+      s->fail(std::string(what) + " over NCCL waited " + std::to_string(settings().timeoutMs) +
+              " ms (YALI_TIMEOUT_MS) for a peer that did not take part");
+      warn(s->comm->rank, "communicator %p: %s; the communicator is NCCL only, but the set-up's collective stays "
+           "queued on it, unmatched: its creating call and ncclCommGetAsyncError report ncclRemoteError (abort it)",
+           static_cast<void*>(s->comm), s->why.c_str());
+    } else if (err != cudaSuccess) {
       s->roundFailed = true;
       s->fail(cudaText(what, err));
     }
@@ -278,9 +321,9 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
 // default stream, and so wait for whatever the program has queued on its blocking streams.
 // Whether the copy worked (else s failed).
 bool copyOnStream(SetUp& s, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
-  lib().cudaSetDevice(s.comm->device);
-  cudaError_t err = lib().cudaMemcpyAsync(dst, src, bytes, kind, s.stream);
-  if (err == cudaSuccess) err = lib().cudaStreamSynchronize(s.stream);
+  rt().cudaSetDevice(s.comm->device);
+  cudaError_t err = rt().cudaMemcpyAsync(dst, src, bytes, kind, s.stream);
+  if (err == cudaSuccess) err = rt().cudaStreamSynchronize(s.stream);
   if (err != cudaSuccess) s.fail(cudaText("cudaMemcpyAsync", err));
   return err == cudaSuccess;
 }
@@ -303,7 +346,7 @@ bool copyFromDevice(SetUp& s, void* dst, size_t offset, size_t bytes) {
 const char* sendFrom(SetUp& s, size_t offset, const void* words, const void* notOk, size_t bytes) {
   if (copyToDevice(s, offset, words, bytes)) return s.scratch + offset;
   if (s.notOk == nullptr &&
-      lib().cudaHostAlloc(&s.notOk, sizeof(IdMessage), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
+      rt().cudaHostAlloc(&s.notOk, sizeof(IdMessage), cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) {
     s.notOk = nullptr;
     warn(s.comm->rank, "communicator %p: %s, and no pinned host memory to say \"not ok\" from: the set-up sends "
          "what its scratch held", static_cast<void*>(s.comm), s.why.c_str());
@@ -318,11 +361,11 @@ const char* sendFrom(SetUp& s, size_t offset, const void* words, const void* not
 // plain cudaMalloc.
 cudaError_t allocScratch(SetUp& s, size_t bytes) {
   void* p = nullptr;
-  cudaError_t err = lib().cudaMallocAsync(&p, bytes, s.stream);
-  if (err == cudaSuccess) err = lib().cudaStreamSynchronize(s.stream);
+  cudaError_t err = rt().cudaMallocAsync(&p, bytes, s.stream);
+  if (err == cudaSuccess) err = rt().cudaStreamSynchronize(s.stream);
   if (err != cudaSuccess) {
     s.pooled = false;
-    err = lib().cudaMalloc(&p, bytes);
+    err = rt().cudaMalloc(&p, bytes);
   }
   s.scratch = err == cudaSuccess ? static_cast<char*>(p) : nullptr;
   return err;
@@ -337,7 +380,7 @@ cudaError_t allocScratch(SetUp& s, size_t bytes) {
 // and every peer waited for it in the records round. False when even this cannot be had.
 bool allocNotOkScratch(SetUp& s, size_t bytes) {
   void* p = nullptr;
-  if (lib().cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) return false;
+  if (rt().cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable) != cudaSuccess) return false;
   memset(p, 0, bytes);
   s.scratch = static_cast<char*>(p);
   s.hostScratch = true;
@@ -353,7 +396,7 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) break;
-    lib().cudaSetDevice(s->comm->device);
+    rt().cudaSetDevice(s->comm->device);
     const std::pair<int, int> ck = keys(splitKeys(s->verdict.layout, s->comm->rank));
     // The comm's config (NULL: NCCL copies the parent's: its network, CTA and traffic settings),
     // which also decides whether the splits share its resources (Comm::sharesResources).
@@ -375,20 +418,38 @@ void splitRound(const std::vector<SetUp*>& setUps, const char* what, Keys keys, 
 }
 
 void freeScratch(SetUp& s) {
+  if (s.timedOut) {
+    // The stream holds a collective that never completes until the comm is aborted: nothing here
+    // may wait for it (cudaStreamSynchronize, cudaFree and cudaFreeHost would), and the memory it
+    // reads and writes must outlive it. Device memory from the pool goes in stream order (after
+    // the abort ended the collective); the rest is kept, never freed (a deliberate, logged leak).
+    if (s.scratch != nullptr && !s.hostScratch && s.pooled) rt().cudaFreeAsync(s.scratch, s.stream);
+    warn(s.comm->rank, "communicator %p: the set-up's memory behind its timed-out round is kept, never freed",
+         static_cast<void*>(s.comm));
+    s.scratch = nullptr;
+    s.notOk = nullptr;
+    s.agreeResult = nullptr;
+    return;
+  }
+  if (s.agreeResult != nullptr) {
+    rt().cudaStreamSynchronize(s.stream);
+    rt().cudaFreeHost(s.agreeResult);
+    s.agreeResult = nullptr;
+  }
   // Pinned host memory that NCCL read or wrote on the stream goes once the stream has drained.
-  if (s.notOk != nullptr || (s.scratch != nullptr && s.hostScratch)) lib().cudaStreamSynchronize(s.stream);
+  if (s.notOk != nullptr || (s.scratch != nullptr && s.hostScratch)) rt().cudaStreamSynchronize(s.stream);
   if (s.notOk != nullptr) {
-    lib().cudaFreeHost(s.notOk);
+    rt().cudaFreeHost(s.notOk);
     s.notOk = nullptr;
   }
   if (s.scratch == nullptr) return;
   if (s.hostScratch) {
-    lib().cudaFreeHost(s.scratch);
+    rt().cudaFreeHost(s.scratch);
   } else if (s.pooled) {
-    lib().cudaFreeAsync(s.scratch, s.stream);
-    lib().cudaStreamSynchronize(s.stream);
+    rt().cudaFreeAsync(s.scratch, s.stream);
+    rt().cudaStreamSynchronize(s.stream);
   } else {
-    lib().cudaFree(s.scratch);
+    rt().cudaFree(s.scratch);
   }
   s.scratch = nullptr;
 }
@@ -397,16 +458,16 @@ void freeScratch(SetUp& s) {
 // comm's device. Made before the agreement: a rank that cannot have them ends its YALI comm there
 // and says "not ok", so no rank keeps a hierarchy without them.
 void makeCrossStatus(SetUp& s) {
-  lib().cudaSetDevice(s.comm->device);
+  rt().cudaSetDevice(s.comm->device);
   if (lib().yaliCommGetFailureFlag(s.yali, &s.yaliFailure) != yaliSuccess) {
     s.fail(std::string("yaliCommGetFailureFlag failed: ") + lib().yaliGetLastError(nullptr));
   } else {
     void* device = nullptr;
     void* host = nullptr;
-    cudaError_t err = lib().cudaMalloc(&device, Hierarchy::kStatusWords * sizeof(int32_t));
+    cudaError_t err = rt().cudaMalloc(&device, Hierarchy::kStatusWords * sizeof(int32_t));
     if (err == cudaSuccess) s.statusDevice = static_cast<int32_t*>(device);
     if (err == cudaSuccess)
-      err = lib().cudaHostAlloc(&host, Hierarchy::kHostWords * sizeof(int32_t),
+      err = rt().cudaHostAlloc(&host, Hierarchy::kHostWords * sizeof(int32_t),
                                 cudaHostAllocMapped | cudaHostAllocPortable);
     if (err == cudaSuccess) {
       s.statusHost = static_cast<int32_t*>(host);
@@ -423,9 +484,9 @@ void makeCrossStatus(SetUp& s) {
 // the comm runs any more). cudaFree and cudaFreeHost wait for the device, as the scratch's does.
 void freeCrossStatus(int device, int32_t** statusDevice, int32_t** statusHost) {
   if (*statusDevice == nullptr && *statusHost == nullptr) return;
-  lib().cudaSetDevice(device);
-  if (*statusDevice != nullptr) lib().cudaFree(*statusDevice);
-  if (*statusHost != nullptr) lib().cudaFreeHost(*statusHost);
+  rt().cudaSetDevice(device);
+  if (*statusDevice != nullptr) rt().cudaFree(*statusDevice);
+  if (*statusHost != nullptr) rt().cudaFreeHost(*statusHost);
   *statusDevice = nullptr;
   *statusHost = nullptr;
 }
@@ -451,6 +512,105 @@ void announce(const Comm* c) {
          c->disabled != 0 ? " (YALI_NCCL_DISABLE keeps some on NCCL)" : "");
   else
     info(c->rank, "communicator of %d rank(s) on device %d: NCCL only (%s)", c->nranks, c->device, c->noYali.c_str());
+}
+
+// A rank that will not run YALI on these comms (its config is non-blocking, NCCL reads an
+// environment plugin, its creating group returned ncclInProgress, it has no libyali) answers the
+// set-up's first round, which its peers enter (setUpYali), with a zeroed record (allocNotOkScratch),
+// from pinned host memory: a zeroed record decides "no YALI" on every rank (decideSetUp), so no rank
+// takes a later round, and this one needs none. Before, such a rank skipped the round and its peers
+// waited for it for ever (review 2026-11-29, "Per-rank conditions in the set-up rounds"). The real
+// comms must be ready (a blocking comm once its init returned; else answerNoWhenReady). Where this
+// rank cannot take part at all (no CUDA runtime, no pinned memory, NCCL refuses the call), its peers'
+// round ends at YALI_TIMEOUT_MS with ncclRemoteError (realRound). The comm's noYali is kept.
+void answerNo(const std::vector<Comm*>& comms) {
+  std::vector<SetUp> setUps;
+  for (Comm* c : comms) {
+    const std::string why = c->noYali;
+    if (!describe(c) || c->nranks < 2) {  // one rank: no peers, no round (the same on every rank)
+      announce(c);
+      continue;
+    }
+    c->noYali = why;
+    if (cudaRuntime() == nullptr) {
+      warn(c->rank, "communicator %p: NCCL only (%s), and no CUDA runtime to answer its peers' set-up with: they "
+           "wait for this rank until YALI_TIMEOUT_MS", static_cast<void*>(c), why.c_str());
+      continue;
+    }
+    SetUp s;
+    s.comm = c;
+    setUps.push_back(s);
+  }
+  if (setUps.empty()) return;
+  DeviceGuard restoreDevice;
+  std::vector<SetUp*> all;
+  for (SetUp& s : setUps) {
+    rt().cudaSetDevice(s.comm->device);
+    if (rt().cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking) != cudaSuccess) s.stream = nullptr;
+    if (!allocNotOkScratch(s, static_cast<size_t>(s.comm->nranks) * sizeof(RankRecord))) {
+      warn(s.comm->rank, "communicator %p: NCCL only (%s), and no pinned host memory to answer its peers' set-up "
+           "with: they wait for this rank until YALI_TIMEOUT_MS", static_cast<void*>(s.comm), s.comm->noYali.c_str());
+      continue;
+    }
+    all.push_back(&s);
+  }
+  realRound(all, "the set-up's allgather (this rank's record says no)", [](SetUp& s) {
+    return callReal<Api::ncclAllGather>(s.scratch + s.comm->rank * sizeof(RankRecord), s.scratch,
+                                        sizeof(RankRecord), ncclUint8, s.comm->real, s.stream);
+  });
+  for (SetUp& s : setUps) {
+    Comm* c = s.comm;
+    if (s.roundFailed && !s.timedOut) warn(c->rank, "communicator %p: %s", static_cast<void*>(c), s.why.c_str());
+    info(c->rank, "communicator %p: answered its peers' set-up with \"no YALI\"", static_cast<void*>(c));
+    announce(c);
+    rt().cudaSetDevice(c->device);
+    freeScratch(s);
+    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);
+  }
+}
+
+}  // namespace
+
+// The background answer of comms whose real comms may not be ready yet (Comm::background).
+struct BackgroundAnswer {
+  std::thread thread;
+  std::once_flag joined;
+};
+
+namespace {
+
+// answerNo, from a thread of its own, once NCCL says each comm's init completed (ncclCommGetAsyncError
+// no longer ncclInProgress; polled up to YALI_TIMEOUT_MS): a non-blocking comm's init goes on in
+// NCCL's background after its creating call returned, and blocking here could deadlock a program
+// that makes several ranks' non-blocking comms one after the other on one thread. A comm whose init
+// failed, or did not complete in time, answers nothing (its NCCL comm is not there to carry it).
+// Until the answer is done the program's ncclCommGetAsyncError says ncclInProgress (Comm::setUpPending).
+void answerNoWhenReady(const std::vector<Comm*>& comms) {
+  if (comms.empty()) return;
+  auto background = std::make_shared<BackgroundAnswer>();
+  for (Comm* c : comms) {
+    c->setUpPending.store(true);
+    c->background = background;
+  }
+  background->thread = std::thread([comms] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
+    std::vector<Comm*> ready;
+    for (Comm* c : comms) {
+      ncclResult_t state = ncclInProgress;
+      while (true) {
+        if (callReal<Api::ncclCommGetAsyncError>(c->real, &state) != ncclSuccess) state = ncclInternalError;
+        if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (state == ncclSuccess)
+        ready.push_back(c);
+      else
+        info(-1, "communicator %p: NCCL's init did not complete (%s): no answer to the set-up",
+             static_cast<void*>(c), callReal<Api::ncclGetErrorString>(state));
+    }
+    answerNo(ready);
+    for (Comm* c : comms) c->setUpPending.store(false);
+  });
 }
 
 // The set-up of comms whose real communicators are ready, on every rank of each (collective over
@@ -483,11 +643,15 @@ void setUpYali(const std::vector<Comm*>& comms) {
     setUps.push_back(s);
   }
   if (setUps.empty()) return;  // before any CUDA call: a comm of one rank needs none
-  if (yaliLib() == nullptr) {  // the same on every rank of one installation
+  if (yaliLib() == nullptr) {
+    // Not necessarily the same on every rank (one node's installation, a libyali that fails to load
+    // there): the rank still answers its peers' rounds, with a record that says no (answerNo).
+    std::vector<Comm*> answering;
     for (SetUp& s : setUps) {
       s.comm->noYali = std::string("no libyali: ") + yaliLibError();
-      announce(s.comm);
+      answering.push_back(s.comm);
     }
+    answerNo(answering);
     return;
   }
 
@@ -500,8 +664,8 @@ void setUpYali(const std::vector<Comm*>& comms) {
     s.idOffset = n * sizeof(RankRecord);
     s.agreeOffset = s.idOffset + sizeof(IdMessage);
     const size_t bytes = s.agreeOffset + sizeof(int32_t);
-    lib().cudaSetDevice(s.comm->device);
-    cudaError_t err = lib().cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
+    rt().cudaSetDevice(s.comm->device);
+    cudaError_t err = rt().cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) s.stream = nullptr;  // the legacy stream, for the records round below
     if (err == cudaSuccess) err = allocScratch(s, bytes);
     if (err == cudaSuccess) {
@@ -561,7 +725,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     const bool root = s->yaliRank() == 0;
     bool made = false;
     if (root && s->alive) {
-      lib().cudaSetDevice(s->comm->device);
+      rt().cudaSetDevice(s->comm->device);
       made = lib().yaliGetUniqueId(&id) == yaliSuccess;
       if (!made) s->fail(std::string("yaliGetUniqueId failed: ") + lib().yaliGetLastError(nullptr));
     }
@@ -586,7 +750,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // 3. The YALI comms, concurrently (each blocks until its peers have joined).
   forEachRank(joining.size(), [&](size_t i) {
     SetUp& s = *joining[i];
-    lib().cudaSetDevice(s.comm->device);
+    rt().cudaSetDevice(s.comm->device);
     if (lib().yaliCommInitRank(&s.yali, s.yaliRanks(), s.id.id, s.yaliRank()) != yaliSuccess) {
       s.yali = nullptr;
       s.fail(std::string("yaliCommInitRank failed: ") + lib().yaliGetLastError(nullptr));
@@ -599,17 +763,32 @@ void setUpYali(const std::vector<Comm*>& comms) {
 
   // 4. Agreement: every rank whose records said yes, with or without a YALI comm (the id round does
   // not tell a rank that could not read it whether its peers went on to YALI's init).
+  // The result lands in pinned host memory (SetUp::agreeResult): after the round nothing is left
+  // that could fail on this rank alone, so every rank reads the same word. A rank that cannot have
+  // that memory says "no" here (a local failure before the round, which every rank then sees).
   for (SetUp* s : yes) {
-    const int32_t have = s->yali != nullptr ? 1 : 0;
+    void* word = nullptr;
+    rt().cudaSetDevice(s->comm->device);
+    if (rt().cudaHostAlloc(&word, sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+      s->agreeResult = static_cast<int32_t*>(word);
+      *s->agreeResult = 0;
+    } else {
+      s->fail("no pinned host memory for the set-up's agreement");
+    }
+    const int32_t have = s->yali != nullptr && s->agreeResult != nullptr ? 1 : 0;
     const int32_t none = 0;
     s->agreeSend = sendFrom(*s, s->agreeOffset, &have, &none, sizeof(have));
   }
   realRound(yes, "the set-up's agreement", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.agreeSend, s.scratch + s.agreeOffset, 1, ncclInt32, ncclMin,
-                                        s.comm->real, s.stream);
+    return callReal<Api::ncclAllReduce>(s.agreeSend,
+                                        s.agreeResult != nullptr ? static_cast<void*>(s.agreeResult)
+                                                                 : static_cast<void*>(s.scratch + s.agreeOffset),
+                                        1, ncclInt32, ncclMin, s.comm->real, s.stream);
   });
   for (SetUp* s : yes) {
-    if (s->alive) copyFromDevice(*s, &s->agreed, s->agreeOffset, sizeof(s->agreed));
+    // A plain load: only where the round completed on this rank (its stream drained; realRound).
+    if (!s->roundFailed && s->agreeResult != nullptr) s->agreed = __atomic_load_n(s->agreeResult, __ATOMIC_ACQUIRE);
+    else s->agreed = 0;
     if (s->alive && s->agreed != 1) s->fail("YALI's set-up failed on another rank (its log says why)");
     if (!s->alive && s->yali != nullptr) {
       lib().yaliCommDestroy(s->yali);
@@ -645,9 +824,9 @@ void setUpYali(const std::vector<Comm*>& comms) {
     c->registerYali = s.yali != nullptr && s.verdict.registerYali;
     c->noYali = s.yali != nullptr || c->hier != nullptr ? "" : s.why;
     announce(c);
-    lib().cudaSetDevice(c->device);
+    rt().cudaSetDevice(c->device);
     freeScratch(s);
-    if (s.stream != nullptr) lib().cudaStreamDestroy(s.stream);
+    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);
   }
 }
 
@@ -758,6 +937,12 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
     *out = nullptr;
     return;
   }
+  // Each gate below is this rank's own (a config, a process's environment): its peers may well
+  // run the set-up, whose first round is collective over the real comm. So a gated comm still
+  // answers that round, with a record that says no (answerNo; Comm::background): every rank then
+  // decides NCCL only for it. Where the real comm may not be ready yet, from a thread of its own
+  // once it is (answerNoWhenReady); inside a group, after the group's end.
+  bool gated = true;  // a gate of this rank's: it answers with "no"
   if (!c->blocking) {
     // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
     // step. Phase 1 leaves such comms to NCCL.
@@ -766,13 +951,25 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   } else if (ncclEnvPluginInUse()) {
     c->noYali = "NCCL reads its settings through an environment plugin: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+  } else if (result == ncclInProgress) {
+    // NCCL took it for non-blocking where we did not (a verdict of ours that differs from NCCL's).
+    c->noYali = "NCCL's init returned ncclInProgress for a communicator taken for blocking";
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
   } else if (result != ncclSuccess) {
+    // No NCCL comm to answer on: its peers' rounds, if their inits succeeded, end at YALI_TIMEOUT_MS.
     c->noYali = "NCCL's init failed";
+    gated = false;
   } else if (tlsGroup.depth > 0) {
+    gated = false;
     tlsGroup.setUps.push_back(c);  // with the group's other comms: one thread may make several ranks
   } else {
+    gated = false;
     setUpYali({c});
   }
+  if (gated && tlsGroup.depth > 0)
+    tlsGroup.answers.push_back(c);  // answered once the group's end made its real comm (leaveGroup)
+  else if (gated && c->real != nullptr)
+    answerNoWhenReady({c});
   if (atGroupEnd) {
     tlsGroup.children.push_back({c, out, childExpected});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
@@ -830,10 +1027,10 @@ namespace {
 void freeStagingAfterCopyIn(int device, void* memory, cudaEvent_t copiedIn) {
   DeviceGuard onDevice(device);
   if (copiedIn != nullptr) {
-    lib().cudaEventSynchronize(copiedIn);
-    lib().cudaEventDestroy(copiedIn);
+    rt().cudaEventSynchronize(copiedIn);
+    rt().cudaEventDestroy(copiedIn);
   }
-  if (memory != nullptr) lib().cudaFree(memory);
+  if (memory != nullptr) rt().cudaFree(memory);
 }
 
 // The staged calls of a group at its outermost end (comm.h, StagedCall; intercept.cc,
@@ -902,26 +1099,34 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
     }
     if (ran && s.recvBytes > 0) {
       const cudaError_t err =
-          lib().cudaMemcpyAsync(s.recv, s.output, s.recvBytes, cudaMemcpyDefault, s.stream);
+          rt().cudaMemcpyAsync(s.recv, s.output, s.recvBytes, cudaMemcpyDefault, s.stream);
       if (err != cudaSuccess)
         note(shimFail(ncclInvalidArgument,
                       "%s: staged inside ncclGroupStart/End, and copying its output from the staging memory into "
                       "recvbuff at the group's end failed (%zu bytes, from %p to %p): %s",
-                      s.function, s.recvBytes, s.output, s.recv, lib().cudaGetErrorString(err)));
+                      s.function, s.recvBytes, s.output, s.recv, rt().cudaGetErrorString(err)));
     } else if (!ran) {
       info(rank, "%s: staged inside ncclGroupStart/End: nothing copied back (%s)", s.function,
            !launched ? "the group was simulated or failed" : "the comm's YALI side ended inside the group");
     }
-    const cudaError_t freed = lib().cudaFreeAsync(s.memory, s.stream);
+    const cudaError_t freed = rt().cudaFreeAsync(s.memory, s.stream);
     if (freed != cudaSuccess)
       info(rank, "%s: freeing the staging memory at the group's end failed (%s): %p is leaked", s.function,
-           lib().cudaGetErrorString(freed), s.memory);
-    if (s.copiedIn != nullptr) lib().cudaEventDestroy(s.copiedIn);
+           rt().cudaGetErrorString(freed), s.memory);
+    if (s.copiedIn != nullptr) rt().cudaEventDestroy(s.copiedIn);
   }
   return result;
 }
 
 }  // namespace
+
+void waitForSetUp(Comm* c) {
+  std::shared_ptr<BackgroundAnswer> b = c->background;
+  if (b == nullptr) return;
+  std::call_once(b->joined, [&b] {
+    if (b->thread.joinable()) b->thread.join();
+  });
+}
 
 ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress) {
   if (tlsGroup.depth == 0 || --tlsGroup.depth > 0) return ncclSuccess;
@@ -931,6 +1136,8 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   std::vector<Registration*> registrations;
   std::vector<Deregistration> deregistrations;
   std::vector<StagedCall> staged;
+  std::vector<Comm*> answers;
+  std::swap(answers, tlsGroup.answers);
   std::swap(children, tlsGroup.children);
   std::swap(setUps, tlsGroup.setUps);
   std::swap(cliques, tlsGroup.cliques);
@@ -950,25 +1157,42 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
       continue;
     }
     setUps.erase(std::remove(setUps.begin(), setUps.end(), k.comm), setUps.end());
+    answers.erase(std::remove(answers.begin(), answers.end(), k.comm), answers.end());
     dropChildless(k.comm, k.childExpected);
   }
+  ncclResult_t setUpResult = ncclSuccess;
   if (!realGroupSucceeded) {
     // The comms made in the group may not exist on every rank: none of them gets YALI.
     for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
     for (Comm* c : setUps) {
-      c->noYali = "the group that made it failed";
+      c->noYali = inProgress ? "the group that made it returned ncclInProgress (non-blocking)"
+                             : "the group that made it failed";
       info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+    }
+    // A group that returned ncclInProgress made its comms, in NCCL's background: their peers (whose
+    // groups may have returned ncclSuccess) run the set-up, so each answers it once NCCL is done
+    // (a clique's ranks are all in this process: nobody waits for them).
+    if (inProgress) {
+      for (Comm* c : setUps)
+        if (!c->clique && std::find(answers.begin(), answers.end(), c) == answers.end()) answers.push_back(c);
+    } else {
+      answers.clear();  // a failed group: no NCCL comm to answer on (peers: YALI_TIMEOUT_MS)
     }
   } else {
     if (!setUps.empty()) setUpYali(setUps);
     for (auto& clique : cliques) setUpClique(clique);
+    for (Comm* c : setUps)
+      if (setUpResult == ncclSuccess) setUpResult = static_cast<ncclResult_t>(c->setUpError.load());
   }
+  answers.erase(std::remove_if(answers.begin(), answers.end(), [](Comm* c) { return c->real == nullptr; }),
+                answers.end());
+  answerNoWhenReady(answers);
   if (!registrations.empty()) registerDeferred(registrations);
   // After YALI's group end (endGroup ran it before this): its calls that used the buffers launched.
   for (const Deregistration& d : deregistrations)
     if (lib().yaliCommDeregister(d.yali, d.handle) != yaliSuccess)
       info(d.rank, "yaliCommDeregister at the group's end failed: %s", lib().yaliGetLastError(d.yali));
-  return result;
+  return result != ncclSuccess ? result : setUpResult;
 }
 
 // ---- Registration -----------------------------------------------------------------------------------
@@ -1052,10 +1276,10 @@ void releaseScratch(Comm* c, Scratch* s) {
   if (s->buffer != nullptr) s->outgrown.push_back(s->buffer);
   if (!s->outgrown.empty() || s->events[0] != nullptr || s->events[1] != nullptr || s->serial != nullptr) {
     DeviceGuard restore(c->device);
-    for (void* p : s->outgrown) lib().cudaFree(p);
+    for (void* p : s->outgrown) rt().cudaFree(p);
     for (cudaEvent_t& e : s->events)
-      if (e != nullptr) lib().cudaEventDestroy(e);
-    if (s->serial != nullptr) lib().cudaEventDestroy(s->serial);
+      if (e != nullptr) rt().cudaEventDestroy(e);
+    if (s->serial != nullptr) rt().cudaEventDestroy(s->serial);
   }
   s->outgrown.clear();
   s->buffer = nullptr;
@@ -1198,14 +1422,14 @@ void* scratchOf(Comm* c, Scratch* s, size_t bytes, bool mayGrow, cudaError_t* er
   }
   void* p = nullptr;
   DeviceGuard restore(c->device);
-  const bool clean = lib().cudaPeekAtLastError() == cudaSuccess;  // the program's last error, before ours
-  *err = lib().cudaMalloc(&p, grown);
+  const bool clean = rt().cudaPeekAtLastError() == cudaSuccess;  // the program's last error, before ours
+  *err = rt().cudaMalloc(&p, grown);
   if (*err != cudaSuccess && grown > bytes) {
     grown = bytes;
-    *err = lib().cudaMalloc(&p, grown);
+    *err = rt().cudaMalloc(&p, grown);
     // The first try's error is ours and came to nothing: the program's next cudaGetLastError must
     // not report it (PyTorch checks it after its kernels).
-    if (*err == cudaSuccess && clean) lib().cudaGetLastError();
+    if (*err == cudaSuccess && clean) rt().cudaGetLastError();
   }
   if (*err != cudaSuccess) return nullptr;
   info(c->rank, "%s: %zu bytes", s->name, grown);
@@ -1235,10 +1459,10 @@ cudaError_t captureInfo(cudaError_t (*get)(cudaStream_t, cudaStreamCaptureStatus
 ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
-  const cudaError_t err = captureInfo(lib().cudaStreamGetCaptureInfo, stream, &status, &id);
+  const cudaError_t err = captureInfo(rt().cudaStreamGetCaptureInfo, stream, &status, &id);
   if (err != cudaSuccess)
     return shimFail(ncclInvalidArgument, "%s: stream=%p: cudaStreamGetCaptureInfo failed: %s", function,
-                    static_cast<void*>(stream), lib().cudaGetErrorString(err));
+                    static_cast<void*>(stream), rt().cudaGetErrorString(err));
   *context = status == cudaStreamCaptureStatusNone ? 0 : id;
   return ncclSuccess;
 }
@@ -1254,26 +1478,26 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   // which scratchUsed marks at once (StreamOrder::after).
   if ((b.record || StreamOrder::perThread(stream)) && event == nullptr) {
     DeviceGuard restore(c->device);
-    const cudaError_t err = lib().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    const cudaError_t err = rt().cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (err != cudaSuccess) {
       event = nullptr;
       return shimFail(ncclUnhandledCudaError, "%s: the %s's event: cudaEventCreateWithFlags: %s", function, s->name,
-                      lib().cudaGetErrorString(err));
+                      rt().cudaGetErrorString(err));
     }
   }
   if (b.record) {
-    const cudaError_t err = lib().cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
+    const cudaError_t err = rt().cudaEventRecord(event, static_cast<cudaStream_t>(const_cast<void*>(b.recordOn)));
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError,
                       "%s: ordering after the %s's last user, on stream %p: cudaEventRecord: %s "
                       "(was that stream destroyed?)",
-                      function, s->name, b.recordOn, lib().cudaGetErrorString(err));
+                      function, s->name, b.recordOn, rt().cudaGetErrorString(err));
   }
   if (b.wait) {
-    const cudaError_t err = lib().cudaStreamWaitEvent(stream, event, 0);
+    const cudaError_t err = rt().cudaStreamWaitEvent(stream, event, 0);
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user: %s", function,
-                      static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+                      static_cast<void*>(stream), s->name, rt().cudaGetErrorString(err));
   }
   // Across contexts (Scratch::serial). At the first captured user, the eager users so far are marked
   // on the last one's stream (unless that stream is the one capturing: its work is then before the
@@ -1283,11 +1507,11 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
   if (context != 0 && !s->everCaptured) {
     if (s->serial == nullptr) {
       DeviceGuard restore(c->device);
-      const cudaError_t err = lib().cudaEventCreateWithFlags(&s->serial, cudaEventDisableTiming);
+      const cudaError_t err = rt().cudaEventCreateWithFlags(&s->serial, cudaEventDisableTiming);
       if (err != cudaSuccess) {
         s->serial = nullptr;
         return shimFail(ncclUnhandledCudaError, "%s: the %s's order across graphs: cudaEventCreateWithFlags: %s",
-                        function, s->name, lib().cudaGetErrorString(err));
+                        function, s->name, rt().cudaGetErrorString(err));
       }
     }
     // Not sticky: a mark that cannot be made (the last eager user's stream destroyed, or the legacy
@@ -1304,19 +1528,19 @@ ncclResult_t scratchBefore(Comm* c, Scratch* s, const char* function, cudaStream
            "and cannot be marked from this thread: the first replay is not ordered after them", function, s->name);
     } else if (s->order.lastEager(&eager)) {
       cudaStream_t es = static_cast<cudaStream_t>(const_cast<void*>(eager));
-      cudaError_t err = lib().cudaStreamIsCapturing(es, &status);
-      if (err == cudaSuccess && status == cudaStreamCaptureStatusNone) err = lib().cudaEventRecord(s->serial, es);
+      cudaError_t err = rt().cudaStreamIsCapturing(es, &status);
+      if (err == cudaSuccess && status == cudaStreamCaptureStatusNone) err = rt().cudaEventRecord(s->serial, es);
       if (err != cudaSuccess)
         warn(c->rank, "%s: marking the %s's eager users before its first capture failed: %s", function, s->name,
-             lib().cudaGetErrorString(err));
-      lib().cudaGetLastError();
+             rt().cudaGetErrorString(err));
+      rt().cudaGetLastError();
     }
   }
   if (!s->everCaptured) return ncclSuccess;
-  const cudaError_t err = lib().cudaStreamWaitEvent(stream, s->serial, context != 0 ? cudaEventWaitExternal : 0);
+  const cudaError_t err = rt().cudaStreamWaitEvent(stream, s->serial, context != 0 ? cudaEventWaitExternal : 0);
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: waiting for the %s's last user in another context: %s",
-                    function, static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+                    function, static_cast<void*>(stream), s->name, rt().cudaGetErrorString(err));
   return ncclSuccess;
 }
 
@@ -1325,18 +1549,18 @@ ncclResult_t scratchUsed(Scratch* s, const char* function, cudaStream_t stream, 
   // The cross-context record first, so that inside a capture the next user on another stream
   // depends on this record node too (a graph's records then form a chain).
   if (s->everCaptured) {
-    const cudaError_t err = context != 0 ? lib().cudaEventRecordWithFlags(s->serial, stream, cudaEventRecordExternal)
-                                         : lib().cudaEventRecord(s->serial, stream);
+    const cudaError_t err = context != 0 ? rt().cudaEventRecordWithFlags(s->serial, stream, cudaEventRecordExternal)
+                                         : rt().cudaEventRecord(s->serial, stream);
     if (err != cudaSuccess)
       return shimFail(ncclUnhandledCudaError, "%s: stream=%p: recording the %s's use for other contexts: %s",
-                      function, static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+                      function, static_cast<void*>(stream), s->name, rt().cudaGetErrorString(err));
   }
   int slot = 0;
   if (!s->order.after(stream, context, &slot)) return ncclSuccess;
-  const cudaError_t err = lib().cudaEventRecord(s->events[slot], stream);  // made by scratchBefore
+  const cudaError_t err = rt().cudaEventRecord(s->events[slot], stream);  // made by scratchBefore
   if (err != cudaSuccess)
     return shimFail(ncclUnhandledCudaError, "%s: stream=%p: cudaEventRecord after the %s's use: %s", function,
-                    static_cast<void*>(stream), s->name, lib().cudaGetErrorString(err));
+                    static_cast<void*>(stream), s->name, rt().cudaGetErrorString(err));
   return ncclSuccess;
 }
 
@@ -1344,6 +1568,8 @@ void freeComm(Comm* c) {
   // Destroyed inside the group that made it or registered with it: nothing may wait for it there.
   auto drop = [](auto& v, auto pred) { v.erase(std::remove_if(v.begin(), v.end(), pred), v.end()); };
   drop(tlsGroup.setUps, [c](Comm* x) { return x == c; });
+  drop(tlsGroup.answers, [c](Comm* x) { return x == c; });
+  waitForSetUp(c);
   for (auto& clique : tlsGroup.cliques) drop(clique, [c](Comm* x) { return x == c; });
   drop(tlsGroup.registrations, [c](Registration* r) { return r->comm == c; });
   // A call of it staged in the group: nothing of it launches (its YALI side ended first), so its

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 namespace yali::nccl_abi {
 
 struct Registration;
+struct BackgroundAnswer;
 
 // A device buffer of one comm that its calls on every stream share, grown on demand: the
 // hierarchical path's (Hierarchy::scratch) and the staging of calls YALI refused for this rank's
@@ -153,7 +155,23 @@ struct Comm {
     cudaEvent_t copiedIn;
   };
   std::vector<KeptStaging> keptStaging;
+
+  // A rank that will not run YALI on this comm still answers its peers' set-up rounds ("no"):
+  // where its real comm may not be ready yet (non-blocking, or its creating group returned
+  // ncclInProgress), from a thread of its own once NCCL says it is (comm.cc, answerNoWhenReady).
+  // While that runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must
+  // wait for ncclSuccess before using a non-blocking comm, issues nothing on it meanwhile; the
+  // comm's tear-down waits for it first (waitForSetUp; bounded by YALI_TIMEOUT_MS twice).
+  std::atomic<bool> setUpPending{false};
+  std::shared_ptr<BackgroundAnswer> background;
+  // A set-up round of this rank waited for a peer until YALI_TIMEOUT_MS: the comm is NCCL only, but
+  // its real comm has the round's collective queued, unmatched: ncclRemoteError, returned by the
+  // creating call (or the group's end) and by ncclCommGetAsyncError from then on (comm.cc, realRound).
+  std::atomic<int> setUpError{ncclSuccess};
 };
+
+// Waits for c's background answer to its peers' set-up (Comm::background), if any.
+void waitForSetUp(Comm* c);
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
 struct Registration {
@@ -239,7 +257,9 @@ void enterGroup();
 // outputs are there to copy back. Returns ncclSuccess, or the staged calls' failure
 // (finishStagedCalls); an inner level always ncclSuccess.
 // `inProgress`: NCCL's end returned ncclInProgress (a non-blocking comm in the group): a staged
-// call's failure then also goes to its comm (noteAsyncFailure).
+// call's failure then also goes to its comm (noteAsyncFailure), and the comms made in the group
+// answer their peers' set-up with "no" once NCCL has made them (comm.cc, answerNoWhenReady).
+// Returns a set-up round's timeout (Comm::setUpError) too.
 ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress);
 bool inGroup();
 

@@ -20,6 +20,13 @@ Settings readSettings() {
   char* end = nullptr;
   const long long value = mixing != nullptr && mixing[0] != '\0' ? strtoll(mixing, &end, 0) : 1;
   s.graphMixing = end == mixing || value != 0;
+  // As libyali reads it (src/core/env.cc: default 120000, 1..86400000; out of range or unparsable
+  // keeps the default here).
+  if (const char* t = getenv("YALI_TIMEOUT_MS"); t != nullptr && t[0] != '\0') {
+    char* tend = nullptr;
+    const long long ms = strtoll(t, &tend, 0);
+    if (tend != t && *tend == '\0' && ms >= 1 && ms <= 86400000LL) s.timeoutMs = ms;
+  }
   // libyali reads its settings when a communicator is made, after this (the first call of ours).
   if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);
   return s;

@@ -24,6 +24,10 @@ struct Settings {
   // YALI's launches (YALI_GRAPH_MIXING=0, set for libyali unless the program set it) order a comm's
   // graph replays against its other calls; the program does. Default 1, as NCCL's.
   bool graphMixing = true;
+  // YALI_TIMEOUT_MS (libyali's setting, read here with its default and range): the bound on each
+  // wait of libyali-nccl's set-up rounds for its peers (comm.cc, realRound), so that a peer that
+  // cannot take part in a round ends the set-up with an error instead of a hang.
+  long long timeoutMs = 120000;
 };
 
 const Settings& settings();

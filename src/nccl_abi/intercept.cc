@@ -66,6 +66,11 @@ ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* par
   if (r == ncclSuccess || r == ncclInProgress)
     c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
   adopt(c, r, out, childExpected);
+  // A set-up round that waited for a peer until YALI_TIMEOUT_MS (comm.h, Comm::setUpError).
+  if (r == ncclSuccess && *out != nullptr) {
+    const ncclResult_t setUp = static_cast<ncclResult_t>(c->setUpError.load());
+    if (setUp != ncclSuccess) return setUp;
+  }
   return r;
 }
 
@@ -1001,6 +1006,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
   Comm* parent = ours(comm);
   if (parent == nullptr)
     return callReal<Api::ncclCommShrink>(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+  waitForSetUp(parent);  // its background answer to the set-up, if any (bounded)
 #ifdef NCCL_SHRINK_ABORT
   // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
   // broken when a program shrinks it).
@@ -1055,6 +1061,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
+  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
   ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
@@ -1067,6 +1074,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
+  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
   ncclResult_t ended = endHierarchy(c, false, false, "destroyed");
   const ncclResult_t yali = endYali(c, false, "destroyed");
   if (ended == ncclSuccess) ended = yali;
@@ -1086,6 +1094,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommAbort>(comm);
+  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
   std::vector<ncclComm_t> splits;
   endHierarchy(c, true, false, "aborted", &splits);
   endYali(c, true, "aborted");
@@ -1103,6 +1112,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
+  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
   // serves only tear-down, split and shrink afterwards.
   std::vector<ncclComm_t> splits;
@@ -1131,6 +1141,13 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
   if (r != ncclSuccess || asyncError == nullptr || ncclReported(*asyncError)) return r;
+  // The set-up: a round that timed out (the comm has an unmatched collective queued: to be
+  // aborted). Before a group-end failure: it came first, and NCCL too reports its first error.
+  if (const int e = c->setUpError.load(); e != ncclSuccess) {
+    noteFailure(Failure::kNccl);
+    *asyncError = static_cast<ncclResult_t>(e);
+    return r;
+  }
   // A call of this comm that failed at the end of a group NCCL ended in the background.
   std::string failedAtGroupEnd;
   const ncclResult_t groupEnd = asyncFailureOf(c, &failedAtGroupEnd);
@@ -1138,6 +1155,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
     *asyncError = shimFail(groupEnd, "at the end of a group that NCCL ended in the background (ncclGroupEnd returned "
                                      "ncclInProgress): %s",
                            failedAtGroupEnd.c_str());
+    return r;
+  }
+  // A background answer to the peers' set-up still running (comm.h, Comm::background), during
+  // which the program must not use the comm yet.
+  if (c->setUpPending.load()) {
+    *asyncError = ncclInProgress;
     return r;
   }
   // A hierarchical comm: its two NCCL splits, then its node's YALI comm.

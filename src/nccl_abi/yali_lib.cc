@@ -13,6 +13,8 @@ namespace {
 
 struct Loaded {
   YaliLib lib;
+  YaliLib runtime;       // CUDA functions only (cudaRuntime)
+  bool runtimeOk = false;
   bool ok = false;
   std::string error;
 };
@@ -42,6 +44,28 @@ Loaded load() {
 #undef YALI_NCCL_FIND_CUDA
   if (handle != nullptr && !missing.empty()) l.error = path + " lacks " + missing + " (an older libyali?)";
   l.ok = l.error.empty();
+  // The CUDA functions alone, for a rank that must still answer its peers' set-up rounds.
+  auto findAll = [&](void* h) {
+    bool all = h != nullptr;
+#define YALI_NCCL_FIND_RT(name, type)                                                         \
+  l.runtime.name = h != nullptr ? reinterpret_cast<std::add_pointer_t<type>>(dlsym(h, #name)) : nullptr; \
+  all = all && l.runtime.name != nullptr;
+    YALI_NCCL_CUDA_FUNCTIONS(YALI_NCCL_FIND_RT)
+#undef YALI_NCCL_FIND_RT
+    return all;
+  };
+  l.runtimeOk = findAll(handle);
+  if (!l.runtimeOk) {
+    // $YALI_NCCL_CUDA_RUNTIME first (a path: the runtime to answer with; the host tests name their
+    // fake's), then the program's libcudart of this build's major release, then any.
+    const char* named = getenv("YALI_NCCL_CUDA_RUNTIME");
+    const std::string major = "libcudart.so." + std::to_string(CUDART_VERSION / 1000);
+    for (const char* name : {named != nullptr && named[0] != '\0' ? named : major.c_str(), major.c_str(), "libcudart.so"}) {
+      void* h = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);  // the program's, if loaded
+      if (h == nullptr) h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      if ((l.runtimeOk = findAll(h))) break;
+    }
+  }
   if (l.ok)
     info(-1, "YALI from %s", path.c_str());
   else
@@ -58,6 +82,11 @@ const Loaded& loaded() {
 }  // namespace
 
 const YaliLib* yaliLib() { return loaded().ok ? &loaded().lib : nullptr; }
+
+const YaliLib* cudaRuntime() {
+  if (loaded().ok) return &loaded().lib;
+  return loaded().runtimeOk ? &loaded().runtime : nullptr;
+}
 
 const char* yaliLibError() { return loaded().error.c_str(); }
 

@@ -47,6 +47,7 @@ namespace yali::nccl_abi {
   X(cudaPeekAtLastError, cudaError_t())                                       \
   X(cudaStreamCreateWithFlags, cudaError_t(cudaStream_t*, unsigned int))      \
   X(cudaStreamSynchronize, cudaError_t(cudaStream_t))                         \
+  X(cudaStreamQuery, cudaError_t(cudaStream_t))                               \
   X(cudaStreamDestroy, cudaError_t(cudaStream_t))                             \
   X(cudaDeviceGetAttribute, cudaError_t(int*, cudaDeviceAttr, int))           \
   X(cudaMallocAsync, cudaError_t(void**, size_t, cudaStream_t))               \
@@ -78,6 +79,13 @@ struct YaliLib {
 // gets YALI. Opened once, on the first call; the outcome is logged (a failure always).
 const YaliLib* yaliLib();
 const char* yaliLibError();  // why yaliLib() is null
+
+// The CUDA functions alone (the YALI ones may be null): yaliLib()'s where libyali loaded; else those
+// of the libyali that was opened but lacks a YALI function (an older one), or of the CUDA runtime
+// the program loaded (libcudart.so.<this build's major>), so that a rank without libyali still takes
+// part in its peers' set-up rounds, saying "no" (comm.cc, answerNo). Null when none can be found:
+// such a rank cannot take part, and its peers' rounds end at YALI_TIMEOUT_MS (comm.cc, realRound).
+const YaliLib* cudaRuntime();
 
 // yaliLib(), where it cannot be null: wherever a YALI comm exists (one was made through it).
 inline const YaliLib& lib() { return *yaliLib(); }

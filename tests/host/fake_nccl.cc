@@ -359,6 +359,7 @@ struct Op {
   int color, key;
   ncclComm_t* newcomm;
   bool childBlocking = true;  // a split's child: blockingOf its config
+  const void* stream = nullptr;  // AllGather's and AllReduce's: fakeStreamBusy
 };
 void recordCollective(const char* call, const void* comm, const Op* args) {
   std::lock_guard<std::mutex> lock(mutex);
@@ -383,6 +384,7 @@ std::vector<FakeComm*> initsInGroup;
 // Calls of ended groups that wait for their peers' (made in a later group), per communicator and
 // rank, in issue order.
 std::map<World*, std::vector<std::deque<Op>>> backlog;
+std::mutex backlogMutex;  // guards backlog: libyali-nccl's background set-up polls it (fakeStreamBusy)
 
 size_t typeSize(ncclDataType_t t) {
   switch (t) {
@@ -524,7 +526,19 @@ ncclResult_t carryOutGroup(std::vector<Op> ops) {
 
 }  // namespace
 
+// Whether a call issued on this stream waits for a peer's (fake_yali.cc's cudaStreamQuery then says
+// cudaErrorNotReady, as CUDA would while NCCL's kernel waits on the device).
+FAKE_EXPORT bool fakeStreamBusy(const void* stream) {
+  std::lock_guard<std::mutex> lock(backlogMutex);
+  for (const auto& world : backlog)
+    for (const std::deque<Op>& mine : world.second)
+      for (const Op& o : mine)
+        if (o.stream != nullptr && o.stream == stream) return true;
+  return false;
+}
+
 FAKE_EXPORT int fakeWaitingCalls(const void* comm) {
+  std::lock_guard<std::mutex> lock(backlogMutex);
   const auto it = backlog.find(static_cast<const FakeComm*>(comm)->world);
   int n = 0;
   if (it != backlog.end())
@@ -812,13 +826,17 @@ FAKE_EXPORT ncclTeam_t ncclTeamWorld(ncclComm_t comm) {
 #endif
 
 FAKE_EXPORT ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
-                                       ncclComm_t comm, cudaStream_t) {
-  return collective({"ncclAllReduce", nullptr, send, recv, count, type, op, 0, 0, 0, nullptr}, comm);
+                                       ncclComm_t comm, cudaStream_t stream) {
+  Op o{"ncclAllReduce", nullptr, send, recv, count, type, op, 0, 0, 0, nullptr};
+  o.stream = stream;
+  return collective(o, comm);
 }
 
 FAKE_EXPORT ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t type,
-                                       ncclComm_t comm, cudaStream_t) {
-  return collective({"ncclAllGather", nullptr, send, recv, count, type, ncclSum, 0, 0, 0, nullptr}, comm);
+                                       ncclComm_t comm, cudaStream_t stream) {
+  Op o{"ncclAllGather", nullptr, send, recv, count, type, ncclSum, 0, 0, 0, nullptr};
+  o.stream = stream;
+  return collective(o, comm);
 }
 
 FAKE_EXPORT ncclResult_t ncclReduceScatter(const void*, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
@@ -875,7 +893,10 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
     std::swap(ops, pending);
     bool splits = !deliveries.empty();
     for (const Op& op : ops) splits = splits || strcmp(op.call, "ncclCommSplit") == 0;
-    r = carryOutGroup(std::move(ops));
+    {
+      std::lock_guard<std::mutex> lock(backlogMutex);
+      r = carryOutGroup(std::move(ops));
+    }
     if (splits && splitGroupFailure != ncclSuccess) {
       if (r == ncclSuccess) r = splitGroupFailure;
       splitGroupFailure = ncclSuccess;

@@ -413,11 +413,16 @@ FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned
 }
 
 FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-
-FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
-  delete reinterpret_cast<char*>(stream);
-  return cudaSuccess;
+extern "C" bool fakeStreamBusy(const void* stream);  // fake_nccl.cc
+// Not ready while an NCCL call issued on the stream waits for a peer's (fake_nccl.cc).
+FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (cudaFailsNow("cudaStreamQuery")) return cudaErrorLaunchFailure;
+  return stream != nullptr && fakeStreamBusy(stream) ? cudaErrorNotReady : cudaSuccess;
 }
+
+// Never freed (its address never names another stream): an NCCL call left waiting on it for a peer
+// that never came (a set-up round that timed out) keeps it busy (fakeStreamBusy).
+FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 
 namespace {
 std::map<size_t, std::vector<void*>> asyncPool;  // freed blocks by size, the last freed last

@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <initializer_list>
 #include <map>
 #include <set>
@@ -1621,9 +1622,11 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
     unlink(path);
     CHECK(contains(getenv("NCCL_COMM_BLOCKING"), "0"));  // loaded by NCCL's first call
-    // Non-blocking on both ranks: NCCL only, no set-up (whose first step is an allgather on the comm).
-    const std::string t = trace(since, {"ncclAllGather", "yaliCommInitRank"}, {});
-    CHECK_MSG(t.empty(), "a set-up began on a non-blocking comm: %s", t.c_str());
+    // Non-blocking on both ranks: NCCL only. Each still answers the set-up's first round (the records'
+    // allgather) with a record that says no, from a thread of its own once NCCL's init completed
+    // (comm.cc, answerNoWhenReady), since a blocking peer would be waiting in it; nothing after it.
+    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
+    CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "a non-blocking comm's set-up: %s", t.c_str());
     for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
     for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
@@ -1990,6 +1993,143 @@ TEST(a_rank_whose_id_or_agreement_copy_fails_says_not_ok_not_the_scratchs_leftov
     CHECK_EQ(waitingCalls(ranks[0].real), 0);
     destroyAll(ranks);
   }
+}
+
+// ---- Per-rank gates and bounded rounds (review 2026-11-29, "Per-rank conditions in the set-up rounds",
+// "The agreement round") --------------------------------------------------------------------------------------
+
+namespace {
+
+// The real comm the i-th creating call since `since` made (its event's handle), without asking the
+// shim (fakeLastComm is shared with the background thread that answers a gated rank's set-up).
+const void* madeSince(int since, const char* call) { return handleOf(since, call); }
+
+// Waits (up to 2 s) until `real`'s ranks have a call waiting for a peer: a gated rank's answer,
+// carried out in its own thread, reached the fake's backlog.
+bool waitUntilWaiting(const void* real) {
+  for (int i = 0; i < 2000; ++i) {
+    if (waitingCalls(real) > 0) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+// Rank 1 made by `makeRank1` (gated: it will not run YALI), then rank 0 blocking and outside a group,
+// whose set-up begins with the records' allgather: every rank must end NCCL only, no call waiting.
+template <typename MakeRank1>
+void gatedRank1(MakeRank1 makeRank1, const char* call1) {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  const int since = eventCount();
+  makeRank1(&comms[1], id);
+  const void* real1 = madeSince(since, call1);
+  REQUIRE(real1 != nullptr);
+  CHECK_MSG(waitUntilWaiting(real1), "rank 1 never answered the set-up's records round");
+  REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+  CHECK(pollReady(comms[1]) == ncclSuccess);
+  const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
+  CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "%s", t.c_str());
+  CHECK_EQ(waitingCalls(real1), 0);
+  CHECK(yaliOf(comms[0]) == nullptr);
+  CHECK(yaliOf(comms[1]) == nullptr);
+  for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+}
+
+}  // namespace
+
+// Rank 1's config is non-blocking, rank 0's blocking: rank 1 answers the records round with "no"
+// once NCCL's init completed (from a thread of its own), so rank 0 does not wait for it for ever,
+// and both end NCCL only. (Before: rank 1 skipped the set-up; rank 0 waited in its allgather.)
+TEST(a_non_blocking_config_on_one_rank_answers_the_set_up_with_no) {
+  CHECK(passesInChild([] {
+    gatedRank1(
+        [](ncclComm_t* comm, const ncclUniqueId& id) {
+          ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+          nonBlocking.blocking = 0;
+          REQUIRE(SHIM(ncclCommInitRankConfig)(comm, 2, id, 1, &nonBlocking) == ncclInProgress);
+        },
+        "ncclCommInitRankConfig");
+  }));
+}
+
+// Rank 1's creating group returned ncclInProgress (NCCL took the group for non-blocking): it answers
+// the records round with "no" once NCCL says the comm is ready. (Before: "the group that made it
+// failed", no set-up, and rank 0 waited in its allgather.)
+TEST(a_creating_group_in_progress_on_one_rank_answers_the_set_up_with_no) {
+  CHECK(passesInChild([] {
+    gatedRank1(
+        [](ncclComm_t* comm, const ncclUniqueId& id) {
+          REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+          REQUIRE(SHIM(ncclCommInitRank)(comm, 2, id, 1) == ncclSuccess);
+          failNcclNext("ncclGroupEnd", ncclInProgress);
+          REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+        },
+        "ncclCommInitRank");
+  }));
+}
+
+// A process without libyali (YALI_LIBRARY names nothing) still answers its peers' records round,
+// with the CUDA runtime alone (here the fake's, named by YALI_NCCL_CUDA_RUNTIME): a record that says
+// no, so a peer whose libyali loaded decides NCCL only too. (Before: no round at all on this rank.)
+TEST(a_rank_without_libyali_answers_the_set_up_with_no) {
+  CHECK(passesInFreshProcess(
+      [] {
+        setenv("YALI_NCCL_CUDA_RUNTIME", YALI_FAKE_YALI_PATH, 1);
+        const int since = eventCount();
+        const std::vector<ncclComm_t> comms = initInGroup(2);
+        const void* real0 = madeSince(since, "ncclCommInitRank");
+        const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
+        CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "%s", t.c_str());
+        CHECK_EQ(waitingCalls(real0), 0);
+        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+      },
+      "YALI_TESTS_NO_LIBYALI"));
+}
+
+// A CUDA failure on one rank after the agreement's collective (before: the copy of its result back
+// from the scratch) must not split the decision: the result now lands in pinned host memory, read
+// with a plain load. The set-up's copies, two ranks driven by one thread: records (1, 2) and back
+// (3, 4), id messages (5, 6) and back (7, 8), agreement words (9, 10), and before the fix the
+// agreement's results back (11, 12). (Before: rank 1 dropped YALI, rank 0 kept it.)
+TEST(a_cuda_failure_on_one_rank_at_the_agreement_does_not_split_the_decision) {
+  destroyAll(ranksOf(initInGroup(2)));
+  failCudaNth("cudaMemcpyAsync", 12);
+  const std::vector<Rank> ranks = ranksOf(initInGroup(2));
+  failCudaNth("cudaMemcpyAsync", 1 << 30);  // not reached now: cleared for the later tests
+  CHECK_MSG((ranks[0].yali == nullptr) == (ranks[1].yali == nullptr), "YALI on rank 0 %p, rank 1 %p", ranks[0].yali,
+            ranks[1].yali);
+  CHECK_EQ(waitingCalls(ranks[0].real), 0);
+  destroyAll(ranks);
+}
+
+// A round whose NCCL call fails on one rank (here rank 1's records allgather, in a group of its
+// own): that rank leaves the set-up, NCCL only; its peer's wait ends at YALI_TIMEOUT_MS (3 s here)
+// with ncclRemoteError from the creating call (here the group's end) and from ncclCommGetAsyncError,
+// NCCL only. (Before: the peer waited without a deadline; the fake's synchronization did not wait,
+// so it returned ncclSuccess.)
+TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others) {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  REQUIRE(SHIM(ncclCommInitRank)(&comms[1], 2, id, 1) == ncclSuccess);
+  failNcclNext("ncclAllGather", ncclSystemError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+  const ncclResult_t end = SHIM(ncclGroupEnd)();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  CHECK_MSG(end == ncclRemoteError, "the group's end returned %d", static_cast<int>(end));
+  CHECK_MSG(ms >= 2900 && ms < 8000, "the wait took %lld ms", static_cast<long long>(ms));
+  ncclResult_t state = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess);
+  CHECK(state == ncclRemoteError);
+  CHECK(yaliOf(comms[0]) == nullptr);
+  CHECK(yaliOf(comms[1]) == nullptr);
+  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
 }
 
 // ---- The hierarchical path ------------------------------------------------------------------------------------
@@ -3066,7 +3206,12 @@ TEST(a_hierarchys_nccl_comms_are_aborted_together) {
   splitsWait(2);
   int excluded = 3;
   ncclComm_t shrunk = nullptr;
-  CHECK(SHIM(ncclCommShrink)(h.ranks[2].comm, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT) == ncclSuccess);
+  // Only rank 2 shrinks: the child's set-up waits for its peers' records until YALI_TIMEOUT_MS (3 s
+  // in this binary) and then reports ncclRemoteError (comm.cc, realRound); before, the fake's
+  // stream synchronization did not wait at all.
+  const ncclResult_t shrinkResult =
+      SHIM(ncclCommShrink)(h.ranks[2].comm, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_ABORT);
+  CHECK(shrinkResult == ncclSuccess || shrinkResult == ncclRemoteError);
   CHECK_MSG(deadlocks == 0, "ncclCommShrink(NCCL_SHRINK_ABORT): %d split aborts waited for the shrink", deadlocks);
   if (shrunk != nullptr) CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
 #endif
@@ -3205,6 +3350,7 @@ int main(int argc, char** argv) {
   if (getenv("YALI_TESTS_ALLGATHER_ON") == nullptr) setenv("YALI_NCCL_DISABLE", "allgather", 1);
   else unsetenv("YALI_NCCL_DISABLE");
   setenv("YALI_NCCL_DEBUG", "1", 1);
+  setenv("YALI_TIMEOUT_MS", "3000", 1);  // the set-up rounds' bound (a test waits for it once)
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
   unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // the tests set it where they need it
