@@ -628,7 +628,10 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
 // know or has no comm for: a rank on which the records round failed, or the copy of its result,
 // leaves the rounds after it, and one whose node split failed, its node's id round. Each means NCCL
 // or CUDA failing on that rank (a copy from its own device memory fails when its CUDA context is
-// broken), when its peers would wait for its NCCL calls anyway, as for a rank lost to NCCL.
+// broken), when its peers would wait for its NCCL calls anyway, as for a rank lost to NCCL. Each
+// such wait ends at YALI_TIMEOUT_MS (realRound) with ncclRemoteError on the waiting ranks. A rank
+// that will not run YALI for a reason of its own (non-blocking, no libyali, ...) answers step 1
+// with "no" instead of skipping it (answerNo).
 void setUpYali(const std::vector<Comm*>& comms) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
@@ -966,6 +969,8 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
     gated = false;
     setUpYali({c});
   }
+  // ncclCommInitAll's ranks are all in this process, none of them runs a set-up: nobody to answer.
+  if (c->clique) gated = false;
   if (gated && tlsGroup.depth > 0)
     tlsGroup.answers.push_back(c);  // answered once the group's end made its real comm (leaveGroup)
   else if (gated && c->real != nullptr)

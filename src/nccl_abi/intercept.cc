@@ -973,6 +973,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int n
   for (int i = 0; i < ndev; ++i) {  // NCCL only (adopt)
     Comm* c = new Comm;
     c->real = comm[i];
+    c->clique = true;  // every rank is here: none answers a set-up (comm.cc, adopt)
     c->blocking = blocking;
     c->sharesResources = sharesResources(nullptr, false);
     adopt(c, r, &comm[i]);

@@ -18,6 +18,9 @@
 //    NCCL's would on the device; calls that differ fail the group end (ncclInvalidUsage), where
 //    NCCL would hang;
 //  - outside a group a collective is noted and moves no data (the peers' calls never come);
+//  - an AllGather or AllReduce waiting for its peers keeps its stream busy (fakeStreamBusy, which
+//    fake_yali.cc's cudaStreamQuery asks), as NCCL's kernel would, so that libyali-nccl's bounded
+//    wait for a set-up round (YALI_TIMEOUT_MS) can be seen to end;
 //  - fakeRanksPerNode > 0 simulates nodes: the set-up's AllGather of its records (routing.h,
 //    RankRecord) reports rank r on node "fake-node-<r / fakeRanksPerNode>", as YALI_NODE_ID does
 //    per process on a GPU machine.
