@@ -262,9 +262,6 @@ std::string cudaText(const char* what, cudaError_t err) {
   return std::string(what) + " failed: " + rt().cudaGetErrorString(err);
 }
 
-// One real collective on every comm of the set-up, issued in one real group (this thread may stand
-// for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
-// Sets roundFailed where it failed.
 // Waits for s's round on s.stream, polling it (cudaStreamQuery) until `deadline`: a peer that does
 // not take part in a round (its NCCL call failed, it cannot reach the round at all) ends the wait
 // at YALI_TIMEOUT_MS instead of leaving this rank in cudaStreamSynchronize for ever.
@@ -279,6 +276,25 @@ cudaError_t waitForRound(SetUp& s, std::chrono::steady_clock::time_point deadlin
   }
 }
 
+// Waits until NCCL has ended, in its background, a round's group that returned ncclInProgress: a
+// group of a non-blocking comm (a gated rank's answer on its non-blocking comm, answerNo) does, as
+// NCCL's group.cc ends such a group asynchronously, and its collective is on s.stream only once
+// ncclCommGetAsyncError of the real comm has left ncclInProgress. Before that, a wait on the stream
+// would find it empty, and freeing the round's memory would free memory NCCL is yet to use. Polls
+// until `deadline`; the comm's state then (ncclInProgress: the deadline passed).
+ncclResult_t waitForGroup(const SetUp& s, std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    ncclResult_t state = ncclInProgress;
+    const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(s.comm->real, &state);
+    if (r != ncclSuccess) return r;
+    if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return state;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+// One real collective on every comm of the set-up, issued in one real group (this thread may stand
+// for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
+// Sets roundFailed where it failed; timedOut where a wait reached `deadline` (YALI_TIMEOUT_MS).
 template <typename Issue>
 void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue) {
   if (setUps.empty()) return;
@@ -292,24 +308,36 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
     r = issue(*s);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
+  // Every call issued, and the group ends in NCCL's background (waitForGroup).
+  const bool inBackground = r == ncclSuccess && end == ncclInProgress;
   if (r == ncclSuccess) r = end;
+  // The round's collective may stay queued on the real comm (NCCL's background end of the group, or
+  // the stream, did not finish in time): the comm is to be aborted, and its memory kept (freeScratch).
+  auto giveUp = [what](SetUp* s, const char* waitedFor) {
+    s->roundFailed = true;
+    s->timedOut = true;
+    s->comm->setUpError.store(ncclRemoteError);
+    s->fail(std::string(what) + " over NCCL waited " + std::to_string(settings().timeoutMs) +
+            " ms (YALI_TIMEOUT_MS) for " + waitedFor);
+    warn(s->comm->rank, "communicator %p: %s; the communicator is NCCL only, but the set-up's collective stays "
+         "queued on it, unmatched: its creating call and ncclCommGetAsyncError report ncclRemoteError (abort it)",
+         static_cast<void*>(s->comm), s->why.c_str());
+  };
   for (SetUp* s : setUps) {
-    if (r != ncclSuccess) {
+    const ncclResult_t mine = inBackground ? waitForGroup(*s, deadline) : r;
+    if (inBackground && mine == ncclInProgress) {
+      giveUp(s, "NCCL to end the round's group (ncclGroupEnd returned ncclInProgress)");
+      continue;
+    }
+    if (mine != ncclSuccess) {
       s->roundFailed = true;
-      s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(r));
+      s->fail(std::string(what) + " over NCCL failed: " + callReal<Api::ncclGetErrorString>(mine));
       continue;
     }
     rt().cudaSetDevice(s->comm->device);
     const cudaError_t err = waitForRound(*s, deadline);
     if (err == cudaErrorNotReady) {
-      s->roundFailed = true;
-      s->timedOut = true;
-      s->comm->setUpError.store(ncclRemoteError);
-      s->fail(std::string(what) + " over NCCL waited " + std::to_string(settings().timeoutMs) +
-              " ms (YALI_TIMEOUT_MS) for a peer that did not take part");
-      warn(s->comm->rank, "communicator %p: %s; the communicator is NCCL only, but the set-up's collective stays "
-           "queued on it, unmatched: its creating call and ncclCommGetAsyncError report ncclRemoteError (abort it)",
-           static_cast<void*>(s->comm), s->why.c_str());
+      giveUp(s, "a peer that did not take part");
     } else if (err != cudaSuccess) {
       s->roundFailed = true;
       s->fail(cudaText(what, err));

@@ -2016,18 +2016,25 @@ bool waitUntilWaiting(const void* real) {
 
 // Rank 1 made by `makeRank1` (gated: it will not run YALI), then rank 0 blocking and outside a group,
 // whose set-up begins with the records' allgather: every rank must end NCCL only, no call waiting.
+// Rank 1's answer must not be a failed round: a non-blocking comm's group ends with ncclInProgress
+// (fake_nccl.cc, as NCCL's group.cc), and its round is on the stream only once NCCL says the comm is
+// done (comm.cc, realRound). Runs in a child process (stderrOf stays redirected past a REQUIRE).
 template <typename MakeRank1>
 void gatedRank1(MakeRank1 makeRank1, const char* call1) {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
   const int since = eventCount();
-  makeRank1(&comms[1], id);
-  const void* real1 = madeSince(since, call1);
-  REQUIRE(real1 != nullptr);
-  CHECK_MSG(waitUntilWaiting(real1), "rank 1 never answered the set-up's records round");
-  REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
-  CHECK(pollReady(comms[1]) == ncclSuccess);
+  const void* real1 = nullptr;
+  const std::string log = stderrOf([&] {
+    makeRank1(&comms[1], id);
+    real1 = madeSince(since, call1);
+    REQUIRE(real1 != nullptr);
+    CHECK_MSG(waitUntilWaiting(real1), "rank 1 never answered the set-up's records round");
+    REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+    CHECK(pollReady(comms[1]) == ncclSuccess);  // rank 1's answer is done (Comm::setUpPending)
+  });
+  CHECK_MSG(!contains(log.c_str(), "over NCCL failed"), "rank 1's answer failed: %s", log.c_str());
   const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
   CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "%s", t.c_str());
   CHECK_EQ(waitingCalls(real1), 0);
