@@ -22,6 +22,8 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -260,6 +262,46 @@ ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run
 //  - otherwise (a copy that fails, the staged call failing) an error, never NCCL; the peers' YALI
 //    calls end with YALI's bounded timeout.
 // *ran: run was called (false: nothing of YALI's was enqueued).
+// Out of a group it is stageIn, run, stageOut: the hierarchical path run leg by leg (HierRun)
+// calls the two halves itself, around legs that other calls' legs separate.
+struct Staging {
+  StagingLayout layout;
+  unsigned long long context = 0;  // scratchContext's, for scratchUsed
+  char* in = nullptr;              // the copies the call runs on
+  char* out = nullptr;
+};
+
+// The scratch ordered after its last user and this rank's input copied in. An error where that
+// fails, with nothing left to undo (a failed copy in: the scratch's use already noted).
+ncclResult_t stageIn(Comm* c, const Call& call, const std::string& why, bool flatFallback, Staging* st) {
+  st->layout =
+      stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
+  DeviceGuard onCommDevice(c->device);
+  ncclResult_t r = scratchContext(call.function, call.stream, &st->context);
+  char* scratch = r == ncclSuccess ? stagingScratch(c, call, st->layout, st->context, why, flatFallback, &r) : nullptr;
+  if (r == ncclSuccess) r = scratchBefore(c, &c->staging, call.function, call.stream, st->context);
+  if (r != ncclSuccess) return r;
+  st->in = scratch;
+  st->out = scratch + st->layout.recvOffset;
+  r = stagingCopy(call, st->in, call.send, st->layout.sendBytes, "sendbuff into the staging scratch");
+  if (r != ncclSuccess) scratchUsed(&c->staging, call.function, call.stream, st->context);
+  return r;
+}
+
+// After the staged run, which returned r: the output copied back where it succeeded, the
+// scratch's use noted (whatever r: what the run enqueued stays).
+ncclResult_t stageOut(Comm* c, const Call& call, const Staging& st, ncclResult_t r, const std::string& why) {
+  DeviceGuard onCommDevice(c->device);
+  if (r == ncclSuccess)
+    r = stagingCopy(call, call.recv, st.out, st.layout.recvBytes, "the staging scratch into recvbuff");
+  const ncclResult_t noted = scratchUsed(&c->staging, call.function, call.stream, st.context);
+  if (r != ncclSuccess) return r;
+  if (debugEnabled())
+    logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
+             ("YALI refused this rank's buffers: " + why).c_str());
+  return noted;
+}
+
 template <typename Run>
 ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatFallback, Run run, bool* ran) {
   *ran = false;
@@ -269,28 +311,13 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatF
                     "%s: YALI refused this rank's buffers (%s) inside ncclGroupStart/End, where libyali-nccl cannot "
                     "stage them (YALI runs the group's calls at its end)",
                     call.function, why.c_str());
-  const StagingLayout l =
-      stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
   DeviceGuard onCommDevice(c->device);
-  unsigned long long context = 0;
-  ncclResult_t r = scratchContext(call.function, call.stream, &context);
-  char* scratch = r == ncclSuccess ? stagingScratch(c, call, l, context, why, flatFallback, &r) : nullptr;
-  if (r == ncclSuccess) r = scratchBefore(c, &c->staging, call.function, call.stream, context);
+  Staging st;
+  ncclResult_t r = stageIn(c, call, why, flatFallback, &st);
   if (r != ncclSuccess) return r;
-  char* in = scratch;
-  char* out = scratch + l.recvOffset;
-  r = stagingCopy(call, in, call.send, l.sendBytes, "sendbuff into the staging scratch");
-  if (r == ncclSuccess) {
-    *ran = true;
-    r = run(l.sendBytes > 0 ? in : nullptr, l.recvBytes > 0 ? out : nullptr);
-  }
-  if (r == ncclSuccess) r = stagingCopy(call, call.recv, out, l.recvBytes, "the staging scratch into recvbuff");
-  const ncclResult_t noted = scratchUsed(&c->staging, call.function, call.stream, context);
-  if (r != ncclSuccess) return r;
-  if (debugEnabled())
-    logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
-             ("YALI refused this rank's buffers: " + why).c_str());
-  return noted;
+  *ran = true;
+  r = run(st.layout.sendBytes > 0 ? st.in : nullptr, st.layout.recvBytes > 0 ? st.out : nullptr);
+  return stageOut(c, call, st, r, why);
 }
 
 // ---- Calls deferred to the outermost ncclGroupEnd -------------------------------------------------
@@ -326,6 +353,9 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatF
 //    program makes its point-to-point calls before the group's first hierarchical collective, or
 //    in a group of their own.
 
+class HierRun;
+std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round);
+
 struct DeferredCall {
   Comm* comm;          // ours, or null: NCCL's own handle (a non-blocking parent's split)
   ncclComm_t handle;   // the program's: the comm the call is ordered on
@@ -336,6 +366,7 @@ struct DeferredCall {
   bool dropped;        // its comm was freed inside the group (dropDeferredCalls): not run
   std::function<ncclResult_t()> run;   // the call as made, routed at the group's end
   std::function<ncclResult_t()> flat;  // hierarchical: the call as one flat NCCL call
+  std::shared_ptr<HierRun> legWise;    // hierarchical: the call, to run leg by leg (runLegWise)
 };
 
 // The deferred calls of this thread's open group (NCCL's and YALI's groups are per thread too).
@@ -390,7 +421,7 @@ ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStre
   if (stretch > 0 && after <= end) {
     g.pointToPoint = stretch;
     calls.insert(calls.begin() + static_cast<std::ptrdiff_t>(end),
-                 DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr});
+                 DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr, nullptr});
     return ncclSuccess;
   }
   return shimFail(ncclInvalidUsage,
@@ -424,13 +455,23 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // node): their calls must be issued inside one group, as NCCL requires of such a thread and as
 // YALI does (yali.h: a kernel launch or NCCL's connection on first use can wait for a rank this
 // thread has not reached yet). Where the hierarchical calls are on more than one device, their
-// steps, which depend on each other, cannot share one group, so all the deferred calls run in one
-// group, the hierarchical ones flat: the route that every rank of such a program takes (its other
-// nodes drive their GPUs the same way), and the one grouped hierarchical calls took before Session
-// 28. A program whose nodes differ in that (one thread driving several GPUs on one node, a process
-// per GPU on another) is not covered. The devices of the other deferred calls do not change the
-// hierarchical calls' route (the comm's peers on other nodes cannot see them); a stretch of them on
-// several devices runs as one group. A call on NCCL's own handle counts on no device.
+// steps depend on each other across the GPUs (each GPU's YALI step waits for the node's other
+// GPUs' steps), so one call cannot run whole before the next; they run leg by leg (runLegWise), in
+// rounds: round k holds each device's k-th hierarchical call, the calls of each device keep their
+// order, and a round's legs end before the next round starts. Every rank so issues the steps a
+// process driving its GPU alone issues, in the same order: the same NCCL calls across nodes on the
+// same comms, so such a node and a node of one process per GPU meet (before, this case ran the
+// hierarchical calls flat, which a node of the other kind does not: both waited for ever). One
+// call per device per round, because a rank's calls share its comm's scratch and status words,
+// and because NCCL matches a comm's calls by issue order: two calls of one GPU in one round would
+// issue both cross steps before the first call's tail, unlike a rank driving its GPU alone.
+// The other deferred calls run between the rounds, where their device's order puts them: stretch
+// k (after the device's k-th hierarchical call, before its next) runs after round k, as one group
+// where it spans several devices or holds a point-to-point call. A call on NCCL's own handle
+// counts on no device; it runs after every hierarchical call made before it. Where the group's
+// point-to-point calls would so fall into different stretches (a device's hierarchical calls
+// between them on one GPU and not on another), which would split their group, every deferred call
+// runs in one group instead, the hierarchical ones flat, as before (NCCL_ABI.md says this is open).
 // `inProgress`: NCCL's end of the group returned ncclInProgress (endGroup): a call's failure then
 // also goes to its comm (noteAsyncFailure), where the program's poll finds it. Returns the first
 // failure, else ncclInProgress where a run said so (a non-blocking comm's call), else ncclSuccess.
@@ -447,53 +488,104 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
            d.function);
     return ncclSuccess;
   }
-  // Whether the calls [begin, end) that pass `counted` are on more than one device.
-  auto onSeveralDevices = [&calls](size_t begin, size_t end, bool (*counted)(const DeferredCall&)) {
+  // Whether the calls `at` that pass `counted` are on more than one device.
+  auto onSeveralDevices = [&calls](const std::vector<size_t>& at, bool (*counted)(const DeferredCall&)) {
     int device = -1;
-    for (size_t i = begin; i < end; ++i) {
+    for (size_t i : at) {
       if (calls[i].comm == nullptr || !counted(calls[i])) continue;
       if (device >= 0 && calls[i].comm->device != device) return true;
       device = calls[i].comm->device;
     }
     return false;
   };
-  const bool several =
-      onSeveralDevices(0, calls.size(), [](const DeferredCall& d) { return d.hierarchical; });
+  std::vector<size_t> all(calls.size());
+  for (size_t i = 0; i < calls.size(); ++i) all[i] = i;
+  const bool several = onSeveralDevices(all, [](const DeferredCall& d) { return d.hierarchical; });
   ncclResult_t result = ncclSuccess;
-  auto runOne = [&](DeferredCall& d, bool flat) {
-    if (flat)
-      info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group", d.function);
-    const ncclResult_t r = flat ? d.flat() : d.run();
+  auto account = [&](const DeferredCall& d, ncclResult_t r) {
     if (r != ncclSuccess && r != ncclInProgress && inProgress && d.comm != nullptr)
       noteAsyncFailure(d.comm, r, ncclGetLastError(d.handle));
     result = firstOf(result, r);
   };
-  // Calls [begin, end) as one group of both libraries (ours: a YALI call joins YALI's part, a call
-  // YALI refuses for this rank's buffers is staged as in any group).
-  auto runAsOneGroup = [&](size_t begin, size_t end) {
+  // The calls `at` as one group of both libraries (ours: a YALI call joins YALI's part, a call YALI
+  // refuses for this rank's buffers is staged as in any group); `flat`: the hierarchical ones flat.
+  auto runAsOneGroup = [&](const std::vector<size_t>& at, bool flat) {
     const ncclResult_t started = ncclGroupStart();
     result = firstOf(result, started);
-    for (size_t i = begin; i < end; ++i) runOne(calls[i], several && calls[i].hierarchical);
+    for (size_t i : at) {
+      DeferredCall& d = calls[i];
+      if (flat && d.hierarchical)
+        info(d.comm->rank, "%s: in a group of this thread's calls on several GPUs: flat NCCL, in one group",
+             d.function);
+      account(d, flat && d.hierarchical ? d.flat() : d.run());
+    }
     if (started == ncclSuccess) result = firstOf(result, ncclGroupEnd());
   };
-  if (several) {
-    runAsOneGroup(0, calls.size());
+  // A stretch of calls between hierarchical ones: as one group where it holds a point-to-point
+  // call or calls on several devices, else one by one.
+  auto runStretch = [&](const std::vector<size_t>& at) {
+    bool pointToPoint = false;
+    for (size_t i : at) pointToPoint |= calls[i].pointToPoint;
+    if (pointToPoint || onSeveralDevices(at, [](const DeferredCall&) { return true; })) {
+      runAsOneGroup(at, false);
+    } else {
+      for (size_t i : at) account(calls[i], calls[i].run());
+    }
+  };
+  if (!several) {
+    for (size_t i = 0; i < calls.size();) {
+      if (calls[i].hierarchical) {
+        account(calls[i], calls[i].run());
+        ++i;
+        continue;
+      }
+      std::vector<size_t> stretch;
+      for (; i < calls.size() && !calls[i].hierarchical; ++i) stretch.push_back(i);
+      runStretch(stretch);
+    }
     return result;
   }
-  for (size_t i = 0; i < calls.size();) {
-    if (calls[i].hierarchical) {
-      runOne(calls[i++], false);
-      continue;
-    }
-    size_t end = i;
-    bool pointToPoint = false;
-    for (; end < calls.size() && !calls[end].hierarchical; ++end) pointToPoint |= calls[end].pointToPoint;
-    if (pointToPoint || onSeveralDevices(i, end, [](const DeferredCall&) { return true; })) {
-      runAsOneGroup(i, end);
+  // Several devices: a hierarchical call's round (1, 2, ...: its device's count of them so far),
+  // another call's stretch (0, 1, ...: the hierarchical calls of its device before it; for one on
+  // NCCL's own handle, the most of any device).
+  std::vector<int> index(calls.size());
+  std::map<int, int> hierOnDevice;
+  int rounds = 0;
+  int pointToPointStretch = -1;
+  bool splitsPointToPoint = false;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const DeferredCall& d = calls[i];
+    if (d.comm == nullptr) {
+      index[i] = rounds;
+    } else if (d.hierarchical) {
+      index[i] = ++hierOnDevice[d.comm->device];
+      rounds = std::max(rounds, index[i]);
     } else {
-      for (; i < end; ++i) runOne(calls[i], false);
+      index[i] = hierOnDevice[d.comm->device];
     }
-    i = end;
+    if (!d.pointToPoint) continue;
+    splitsPointToPoint |= pointToPointStretch >= 0 && pointToPointStretch != index[i];
+    pointToPointStretch = index[i];
+  }
+  if (splitsPointToPoint) {
+    runAsOneGroup(all, true);
+    return result;
+  }
+  for (int k = 0; k <= rounds; ++k) {
+    std::vector<size_t> stretch;
+    for (size_t i = 0; i < calls.size(); ++i)
+      if (!calls[i].hierarchical && index[i] == k) stretch.push_back(i);
+    if (!stretch.empty()) runStretch(stretch);
+    if (k == rounds) break;
+    std::vector<size_t> at;
+    std::vector<HierRun*> round;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (!calls[i].hierarchical || index[i] != k + 1) continue;
+      at.push_back(i);
+      round.push_back(calls[i].legWise.get());
+    }
+    const std::vector<ncclResult_t> results = runLegWise(round);
+    for (size_t j = 0; j < at.size(); ++j) account(calls[at[j]], results[j]);
   }
   return result;
 }
@@ -518,7 +610,7 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
   if (deferringLaterCalls()) {
     deferUntilGroupEnd({c, handle, call.stream, call.function, false, false, false,
                         [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
-                        nullptr});
+                        nullptr, nullptr});
     return ncclSuccess;
   }
   if (c == nullptr) return viaNccl(handle);
@@ -575,7 +667,8 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
 // Refusals. YALI's first step refusing the call for its scalars (sortRefusal: kRunFlat; nothing
 // the program sees written yet) sends it to flat NCCL, on every rank alike. Refusing it for this
 // rank's buffers, which only AllReduce's YALI steps read (AllGather's and ReduceScatter's read the
-// scratch), stages the whole call (stageHier). Any other refusal is this rank's error, as below.
+// scratch), stages the whole call (HierRun::stageFirstStep). Any other refusal is this rank's
+// error, as below.
 //
 // Failures across nodes (ARCHITECTURE.md, "Errors"). The ranks of other nodes wait in NCCL for
 // this rank's NCCL steps and consume the data they carry, so in AllReduce and ReduceScatter:
@@ -638,6 +731,56 @@ ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
   return toNcclResult(r);
 }
 
+// The legs of a hierarchical call, in order. Each kind's steps fall into them:
+//   kFirstYali  YALI's ReduceScatter in the node: AllReduce's; ReduceScatter's, with its copies
+//               into the scratch before it
+//   kCross      NCCL's step across nodes (crossStep; AllGather's AllGather, without a status)
+//   kLastYali   YALI's AllGather in the node: AllReduce's; AllGather's, with its copies out of the
+//               scratch after it
+//   kTail       AllReduce's tail of count % L elements, one flat NCCL AllReduce on the comm
+// Outside a group a call runs its legs in turn, which is its steps in the order the comments on
+// hierAllReduce, hierAllGather and hierReduceScatter give. One thread driving several GPUs runs
+// each leg of several calls in one group of the leg's library (runLegWise). So each leg has a part
+// inside that group and one after it (`afterGroup`): what must follow the group's launches on the
+// stream (the cross-node status' copy to the host, AllGather's copies out of the scratch), or read
+// what the group's end returned (whether the cross step was enqueued).
+enum class Leg { kFirstYali, kCross, kLastYali, kTail };
+constexpr Leg kLegs[] = {Leg::kFirstYali, Leg::kCross, Leg::kLastYali, Leg::kTail};
+bool isYaliLeg(Leg leg) { return leg == Leg::kFirstYali || leg == Leg::kLastYali; }
+
+// How a hierarchical call's YALI steps met a refusal: `staged`, its steps run on staged copies of
+// this rank's buffers (HierRun::stageFirstStep: a refusal is then this rank's error); `refusal`,
+// YALI's message, when a step was sorted into kRunFlat or kStage.
+struct HierAttempt {
+  bool staged = false;
+  std::string refusal;
+};
+
+// One hierarchical call's state between its legs (HierRun keeps it; the collective's legs read and
+// write it).
+struct HierState {
+  const void* send = nullptr;  // the program's buffers, or their staged copies (only AllReduce's)
+  void* recv = nullptr;
+  char* scratch = nullptr;  // null: none needed, or this rank could not have it (planHier)
+  HierAttempt attempt;
+  // This rank's YALI steps failed at the call (an error, a refusal that may not go flat, a copy
+  // standing for a step, a staging or a scratch that failed): its error. The remaining YALI steps
+  // are skipped; the NCCL steps still go, since the ranks of other nodes wait for them.
+  ncclResult_t failed = ncclSuccess;
+  ncclResult_t cross = ncclSuccess;      // the cross step's result (crossStep, crossStatus)
+  bool enqueued = false;                 // the cross step's NCCL group was enqueued
+  cudaError_t statusCopy = cudaSuccess;  // the copies into the status words (crossStep)
+  ncclResult_t tail = ncclSuccess;       // AllReduce's tail
+  bool queued = false;                   // the current leg queued work in its group (HierRun::legFailed)
+  // The steps are over: `result` is the call's (kRunFlat: it runs flat; kStage: it is staged).
+  bool over = false;
+  ncclResult_t result = ncclSuccess;
+  void end(ncclResult_t r) {
+    over = true;
+    result = r;
+  }
+};
+
 // The NCCL step across nodes, with this rank's status beside it:
 //   1. the status words <- [0] YALI's failure flag (stream-ordered after this rank's YALI
 //      launches), [1] the failed-at-the-call word (Hierarchy::kAtCall: 1 once a YALI step of this
@@ -651,33 +794,44 @@ ncclResult_t yaliStepFailed(Comm* c, const char* function, yaliResult_t r) {
 // earlier failure. Cost per call: three small copies and one 8-byte AllReduce in the data step's
 // group. A status copy that fails is returned after the NCCL steps were enqueued anyway (with
 // whatever the status words held: the previous reduced values), and this rank sends 1 from then on.
-// *enqueued: the NCCL group was enqueued (whatever crossStep returns), so the caller goes on with
-// the call's other steps, which its peers wait for; false when NCCL failed at the call.
+// crossStep makes 1 and 2 (kCross inside its group), crossStatus 3 (after it: in an open group,
+// NCCL launches 2 at the group's end, and 3 must follow that on the stream). s->enqueued: the NCCL
+// group was enqueued (whatever the cross step returns), so the call's other steps, which its
+// peers wait for, go on; false when NCCL failed at the call.
 template <typename Data>
-ncclResult_t crossStep(Comm* c, const char* function, cudaStream_t stream, bool* enqueued, Data data) {
+void crossStep(Comm* c, cudaStream_t stream, HierState* s, Data data) {
   Hierarchy* h = c->hier;
-  *enqueued = false;
-  cudaError_t copied = lib().cudaMemcpyAsync(h->statusDevice, h->yaliFailure, sizeof(int32_t), cudaMemcpyDefault, stream);
+  s->enqueued = false;
+  s->statusCopy = lib().cudaMemcpyAsync(h->statusDevice, h->yaliFailure, sizeof(int32_t), cudaMemcpyDefault, stream);
   const cudaError_t atCall = lib().cudaMemcpyAsync(h->statusDevice + 1, h->statusHost + Hierarchy::kAtCall,
                                                    sizeof(int32_t), cudaMemcpyDefault, stream);
-  if (copied == cudaSuccess) copied = atCall;
+  if (s->statusCopy == cudaSuccess) s->statusCopy = atCall;
   ncclResult_t r = callReal<Api::ncclGroupStart>();
-  if (r != ncclSuccess) return r;  // nothing enqueued: NCCL failed at the call
+  if (r != ncclSuccess) {
+    s->cross = r;  // nothing enqueued: NCCL failed at the call
+    return;
+  }
   r = data();
   if (r == ncclSuccess)
     r = callReal<Api::ncclAllReduce>(h->statusDevice, h->statusDevice, Hierarchy::kStatusWords, ncclInt32, ncclMax,
                                      h->crossComm, stream);
   const ncclResult_t ended = callReal<Api::ncclGroupEnd>();
   if (r == ncclSuccess) r = ended;
-  if (r != ncclSuccess) return r;
-  *enqueued = true;
+  s->cross = r;
+  s->enqueued = s->queued = r == ncclSuccess;
+}
+
+void crossStatus(Comm* c, const char* function, cudaStream_t stream, HierState* s) {
+  if (!s->enqueued) return;
+  Hierarchy* h = c->hier;
+  cudaError_t copied = s->statusCopy;
   if (copied == cudaSuccess)
     copied = lib().cudaMemcpyAsync(h->statusHost + Hierarchy::kCrossStatus, h->statusDevice,
                                    Hierarchy::kStatusWords * sizeof(int32_t), cudaMemcpyDefault, stream);
-  if (copied == cudaSuccess) return ncclSuccess;
+  if (copied == cudaSuccess) return;
   h->markFailedAtCall();
-  return shimFail(ncclUnhandledCudaError, "%s: hierarchical path: copying the cross-node status: %s", function,
-                  lib().cudaGetErrorString(copied));
+  s->cross = shimFail(ncclUnhandledCudaError, "%s: hierarchical path: copying the cross-node status: %s", function,
+                      lib().cudaGetErrorString(copied));
 }
 
 // Copies every run of blocks between the program's buffer and the scratch layout, on the stream.
@@ -694,17 +848,6 @@ ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes
   }
   return ncclSuccess;
 }
-
-// How a hierarchical call runs its steps: on the program's buffers; on staged copies of them
-// (stageHier: a refusal is then this rank's error); or, when the staging failed before the steps
-// (`failed`, its error), without YALI's steps: only the NCCL steps, with status 1, which the ranks
-// of other nodes wait for. Only AllReduce is ever staged. `refusal` (out): YALI's message, when a
-// step returned kRunFlat or kStage.
-struct HierAttempt {
-  bool staged = false;
-  ncclResult_t failed = ncclSuccess;
-  std::string refusal;
-};
 
 // What a hierarchical call does after its first YALI step (`step`, as YALI was called) returned yr:
 // ncclSuccess: goes on; kRunFlat: YALI refused the call's scalars, the same on every rank (the call
@@ -724,147 +867,399 @@ ncclResult_t firstYaliStep(Comm* c, const Call& step, yaliResult_t yr, bool prog
 
 // AllReduce: YALI ReduceScatter of the first L * shard elements into this local rank's shard (in
 // the program's recvbuff), NCCL AllReduce of the shard across nodes (in place), YALI AllGather of
-// the shards (in place); the tail of count % L elements is one flat NCCL AllReduce.
-ncclResult_t hierAllReduce(Comm* c, const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t type,
-                           ncclRedOp_t op, cudaStream_t stream, HierAttempt* attempt) {
+// the shards (in place); the tail of count % L elements is one flat NCCL AllReduce. Its part of
+// `leg` (Leg says which steps each leg holds).
+void hierAllReduce(Comm* c, size_t count, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream, Leg leg,
+                   bool afterGroup, HierState* s) {
   Hierarchy* h = c->hier;
   const yaliComm_t y = h->yali;
   const size_t es = bytesOf(1, type);
   const AllReduceSplit split = allReduceSplit(count, h->layout.localSize);
-  const char* send = static_cast<const char*>(sendbuff);
-  char* recv = static_cast<char*>(recvbuff);
+  const char* send = static_cast<const char*>(s->send);
+  char* recv = static_cast<char*>(s->recv);
   char* mine = recv + h->localRank * split.shard * es;  // in place for YALI when send == recv
-  ncclResult_t failed = attempt->failed;  // this rank's YALI steps failed at the call: its error
-  if (failed == ncclSuccess) {
-    const Call step{"ncclAllReduce", {yaliCollReduceScatter, type, op}, split.shard, 0, send, mine, stream};
-    failed = firstYaliStep(
-        c, step, lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream), true,
-        attempt);
-    if (failed == kRunFlat || failed == kStage) return failed;  // nothing of the call enqueued
-  }
-  if (failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
-  bool enqueued = false;
-  ncclResult_t r = crossStep(c, "ncclAllReduce", stream, &enqueued, [&] {
-    return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
-  });
-  // NCCL failed at the call: its error, as before. A status copy that failed after the group was
-  // enqueued is returned at the end: the call's other steps go on (the node peers wait for the
-  // AllGather, every rank for the tail).
-  if (!enqueued && failed == ncclSuccess) return r;
-  // YALI's AllGather only when its ReduceScatter was enqueued (its node peers then wait for it).
-  if (failed == ncclSuccess) {
-    const yaliResult_t yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
-    if (yr != yaliSuccess) {
-      h->markFailedAtCall();
-      failed = yaliStepFailed(c, "ncclAllReduce", yr);
+  switch (leg) {
+    case Leg::kFirstYali: {
+      if (afterGroup || s->failed != ncclSuccess) return;
+      const Call step{"ncclAllReduce", {yaliCollReduceScatter, type, op}, split.shard, 0, send, mine, stream};
+      const yaliResult_t yr =
+          lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
+      s->queued = yr == yaliSuccess;
+      s->failed = firstYaliStep(c, step, yr, true, &s->attempt);
+      if (s->failed == kRunFlat || s->failed == kStage) s->end(s->failed);  // nothing of the call enqueued
+      return;
+    }
+    case Leg::kCross:
+      if (!afterGroup) {
+        if (s->failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
+        crossStep(c, stream, s, [&] {
+          return callReal<Api::ncclAllReduce>(mine, mine, split.shard, type, op, h->crossComm, stream);
+        });
+        return;
+      }
+      crossStatus(c, "ncclAllReduce", stream, s);
+      // NCCL failed at the call: its error, as before. A status copy that failed after the group was
+      // enqueued is returned at the end: the call's other steps go on (the node peers wait for the
+      // AllGather, every rank for the tail).
+      if (!s->enqueued && s->failed == ncclSuccess) s->end(s->cross);
+      return;
+    case Leg::kLastYali:
+      // YALI's AllGather only when its ReduceScatter was enqueued (its node peers then wait for it).
+      if (!afterGroup && s->failed == ncclSuccess) {
+        const yaliResult_t yr = lib().yaliAllGather(mine, recv, split.shard, toYaliType(type), y, stream);
+        s->queued = yr == yaliSuccess;
+        if (yr != yaliSuccess) s->failed = yaliStepFailed(c, "ncclAllReduce", yr);
+      }
+      if (afterGroup && s->failed != ncclSuccess) h->markFailedAtCall();  // sticky: once is enough
+      return;
+    case Leg::kTail: {
+      if (afterGroup) {
+        s->end(s->failed != ncclSuccess ? s->failed : s->cross != ncclSuccess ? s->cross : s->tail);
+        return;
+      }
+      // The tail is a flat NCCL AllReduce that every rank of every node waits for: enqueued whatever
+      // YALI returned.
+      if (split.tail == 0) return;
+      const size_t head = split.shard * h->layout.localSize * es;
+      s->tail = callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
+      s->queued = s->tail == ncclSuccess;
+      return;
     }
   }
-  // The tail is a flat NCCL AllReduce that every rank of every node waits for: enqueued whatever
-  // YALI returned.
-  const size_t head = split.shard * h->layout.localSize * es;
-  const ncclResult_t tail =
-      split.tail == 0 ? ncclSuccess
-                      : callReal<Api::ncclAllReduce>(send + head, recv + head, split.tail, type, op, c->real, stream);
-  if (failed != ncclSuccess) return failed;
-  return r != ncclSuccess ? r : tail;
 }
 
 // AllGather: NCCL AllGather across nodes into this local rank's part of the scratch (cross rank =
 // node index), YALI AllGather of the parts (in place): the scratch then holds every rank's block at
-// scratchSlot; copies put them in rank order.
-ncclResult_t hierAllGather(Comm* c, const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t type,
-                           char* scratch, cudaStream_t stream, HierAttempt* attempt) {
+// scratchSlot; copies put them in rank order. Its part of `leg`.
+void hierAllGather(Comm* c, size_t sendcount, ncclDataType_t type, cudaStream_t stream, Leg leg, bool afterGroup,
+                   HierState* s) {
   Hierarchy* h = c->hier;
   const size_t block = sendcount * bytesOf(1, type);
   const size_t part = block * h->layout.nodes;
-  if (scratch == nullptr) {
-    // This rank has no scratch (planHier): only the NCCL step, whose cross peers wait for our block,
-    // into the program's recvbuff: at its start, where NCCL writes `part` bytes without touching
-    // sendbuff, or in place (the cross comm's rank is our node index) where sendbuff lies inside
-    // them. The node's YALI step is skipped, so this node's other ranks fail within
-    // YALI_TIMEOUT_MS. (Buffers that overlap otherwise, which NCCL does not allow either, still get
-    // the step at recvbuff's start: what it writes there is this rank's failed output.)
-    const char* send = static_cast<const char*>(sendbuff);
-    char* recv = static_cast<char*>(recvbuff);
-    const size_t whole = block * h->layout.nodeOf.size();
-    char* into = recv;
-    const bool overlaps = !(send + block <= recv || send >= recv + part);
-    if (overlaps && send >= recv + h->node * block && send - h->node * block + part <= recv + whole)
-      into = const_cast<char*>(send) - h->node * block;
-    callReal<Api::ncclAllGather>(sendbuff, into, sendcount, type, h->crossComm, stream);
-    return attempt->failed;
-  }
+  char* const scratch = s->scratch;
   char* mine = scratch + h->localRank * part;
-  ncclResult_t r = callReal<Api::ncclAllGather>(sendbuff, mine, sendcount, type, h->crossComm, stream);
-  if (r != ncclSuccess) return r;
-  const size_t count = sendcount * h->layout.nodes;
-  const Call step{"ncclAllGather", {yaliCollAllGather, type, ncclSum}, count, 0, mine, scratch, stream};
-  r = firstYaliStep(c, step, lib().yaliAllGather(mine, scratch, count, toYaliType(type), h->yali, stream), false,
-                    attempt);
-  if (r != ncclSuccess) return r;  // kRunFlat: only the scratch was written
-  return copyBlocks(c, static_cast<char*>(recvbuff), scratch, block, false, stream);
+  switch (leg) {
+    case Leg::kFirstYali:
+    case Leg::kTail: return;
+    case Leg::kCross:
+      if (afterGroup) {
+        if (s->cross != ncclSuccess) s->end(s->cross);
+        return;
+      }
+      if (scratch == nullptr) {
+        // This rank has no scratch (planHier): only the NCCL step, whose cross peers wait for our
+        // block, into the program's recvbuff: at its start, where NCCL writes `part` bytes without
+        // touching sendbuff, or in place (the cross comm's rank is our node index) where sendbuff
+        // lies inside them. The node's YALI step is skipped, so this node's other ranks fail within
+        // YALI_TIMEOUT_MS. (Buffers that overlap otherwise, which NCCL does not allow either, still
+        // get the step at recvbuff's start: what it writes there is this rank's failed output.)
+        const char* send = static_cast<const char*>(s->send);
+        char* recv = static_cast<char*>(s->recv);
+        const size_t whole = block * h->layout.nodeOf.size();
+        char* into = recv;
+        const bool overlaps = !(send + block <= recv || send >= recv + part);
+        if (overlaps && send >= recv + h->node * block && send - h->node * block + part <= recv + whole)
+          into = const_cast<char*>(send) - h->node * block;
+        callReal<Api::ncclAllGather>(s->send, into, sendcount, type, h->crossComm, stream);
+        s->end(s->failed);
+        return;
+      }
+      s->cross = callReal<Api::ncclAllGather>(s->send, mine, sendcount, type, h->crossComm, stream);
+      s->queued = s->cross == ncclSuccess;
+      return;
+    case Leg::kLastYali: {
+      if (afterGroup) {
+        // A failure here (or of the group's end) touches only this node's outputs.
+        s->end(s->failed != ncclSuccess ? s->failed
+                                        : copyBlocks(c, static_cast<char*>(s->recv), scratch, block, false, stream));
+        return;
+      }
+      const size_t count = sendcount * h->layout.nodes;
+      const Call step{"ncclAllGather", {yaliCollAllGather, type, ncclSum}, count, 0, mine, scratch, stream};
+      const yaliResult_t yr = lib().yaliAllGather(mine, scratch, count, toYaliType(type), h->yali, stream);
+      s->queued = yr == yaliSuccess;
+      s->failed = firstYaliStep(c, step, yr, false, &s->attempt);
+      if (s->failed == kRunFlat) s->end(kRunFlat);  // only the scratch was written
+      return;
+    }
+  }
 }
 
 // ReduceScatter: copies put the program's blocks in the scratch layout, YALI ReduceScatter inside
 // the node (in place: this local rank's part gets the node's sum of the blocks of its local index,
-// in node order), NCCL ReduceScatter of that part across nodes into recvbuff.
-ncclResult_t hierReduceScatter(Comm* c, const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t type,
-                               ncclRedOp_t op, char* scratch, cudaStream_t stream, HierAttempt* attempt) {
+// in node order), NCCL ReduceScatter of that part across nodes into recvbuff. Its part of `leg`.
+void hierReduceScatter(Comm* c, size_t recvcount, ncclDataType_t type, ncclRedOp_t op, cudaStream_t stream, Leg leg,
+                       bool afterGroup, HierState* s) {
   Hierarchy* h = c->hier;
   const size_t block = recvcount * bytesOf(1, type);
+  char* const send = const_cast<char*>(static_cast<const char*>(s->send));
+  char* const scratch = s->scratch;
   // Without a scratch (planHier: this rank could not have it), the cross step reads the program's
   // sendbuff, whose first nodes blocks stand in for the node's sums: what it sends means nothing,
   // and its status 1 says so.
-  char* mine = scratch != nullptr ? scratch + h->localRank * block * h->layout.nodes
-                                  : const_cast<char*>(static_cast<const char*>(sendbuff));
-  // A copy into the scratch that fails at the call counts as a YALI step failing at the call: this
-  // rank skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and their flags
-  // reach their cross peers) and still sends the cross step.
-  ncclResult_t failed = attempt->failed;
-  if (failed == ncclSuccess)
-    failed = copyBlocks(c, const_cast<char*>(static_cast<const char*>(sendbuff)), scratch, block, true, stream);
-  if (failed == ncclSuccess) {
-    const size_t count = recvcount * h->layout.nodes;
-    const Call step{"ncclReduceScatter", {yaliCollReduceScatter, type, op}, count, 0, scratch, mine, stream};
-    failed = firstYaliStep(
-        c, step, lib().yaliReduceScatter(scratch, mine, count, toYaliType(type), toYaliOp(op), h->yali, stream),
-        false, attempt);
-    if (failed == kRunFlat) return kRunFlat;
+  char* mine = scratch != nullptr ? scratch + h->localRank * block * h->layout.nodes : send;
+  switch (leg) {
+    case Leg::kFirstYali: {
+      if (afterGroup || s->failed != ncclSuccess) return;
+      // A copy into the scratch that fails at the call counts as a YALI step failing at the call:
+      // this rank skips YALI's step (its node peers' step then fails within YALI_TIMEOUT_MS, and
+      // their flags reach their cross peers) and still sends the cross step.
+      s->failed = copyBlocks(c, send, scratch, block, true, stream);
+      if (s->failed != ncclSuccess) return;
+      const size_t count = recvcount * h->layout.nodes;
+      const Call step{"ncclReduceScatter", {yaliCollReduceScatter, type, op}, count, 0, scratch, mine, stream};
+      const yaliResult_t yr =
+          lib().yaliReduceScatter(scratch, mine, count, toYaliType(type), toYaliOp(op), h->yali, stream);
+      s->queued = yr == yaliSuccess;
+      s->failed = firstYaliStep(c, step, yr, false, &s->attempt);
+      if (s->failed == kRunFlat) s->end(kRunFlat);
+      return;
+    }
+    case Leg::kCross:
+      if (!afterGroup) {
+        if (s->failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
+        crossStep(c, stream, s, [&] {
+          return callReal<Api::ncclReduceScatter>(mine, s->recv, recvcount, type, op, h->crossComm, stream);
+        });
+        return;
+      }
+      crossStatus(c, "ncclReduceScatter", stream, s);
+      s->end(s->failed != ncclSuccess ? s->failed : s->cross);
+      return;
+    case Leg::kLastYali:
+    case Leg::kTail: return;
   }
-  if (failed != ncclSuccess) h->markFailedAtCall();  // this call's cross step sends 1 already
-  bool enqueued = false;
-  const ncclResult_t r = crossStep(c, "ncclReduceScatter", stream, &enqueued, [&] {
-    return callReal<Api::ncclReduceScatter>(mine, recvbuff, recvcount, type, op, h->crossComm, stream);
-  });
-  return failed != ncclSuccess ? failed : r;
 }
 
-// A hierarchical call whose first YALI step refused this rank's buffers (kStage): its steps run on
-// staged copies of them (stage). Where the staging fails before the steps, they still run, without
-// YALI's, so that the ranks of other nodes, waiting in NCCL, get the call's NCCL steps (status 1).
-template <typename Steps>
-ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, HierAttempt* attempt) {
-  const std::string why = attempt->refusal;
-  attempt->staged = true;
-  bool ran = false;
-  const ncclResult_t r = stage(
-      c, call, why, /*flatFallback=*/false,
-      [&](const void* send, void* recv) { return steps(send, recv, scratch, attempt); }, &ran);
-  if (ran) return r;
-  attempt->failed = r;
-  return steps(call.send, call.recv, scratch, attempt);
+// A collective's part of a leg: hierAllReduce, ... with the call's arguments bound.
+using HierLegs = std::function<void(Leg, bool, HierState*)>;
+
+// One hierarchical call, leg by leg: begin, then each leg's part inside its group and after it,
+// then finish. Outside a group (routeHier) the legs run in turn, without groups (run): the steps in
+// the order of the comments above, nothing of another call between them. At the end of a group in
+// which one thread drives several GPUs (runLegWise), each leg runs for several calls at once, in
+// one group of the leg's library.
+// A call that goes flat (planHier decided so, its comm was aborted inside the group, or YALI
+// refused its first step for its scalars: kRunFlat) runs `flat` in its next NCCL leg: kCross, or
+// kTail for AllGather, whose refusal comes after its cross step; on every rank alike.
+// A call whose first step YALI refused for this rank's buffers (kStage, AllReduce only) is staged
+// there and then (stageIn; the first step made again on the copies), and copied back at finish
+// (stageOut); where the staging fails, its steps go on without YALI's (s.failed), so that the
+// ranks of other nodes, waiting in NCCL, get the call's NCCL steps (status 1).
+class HierRun {
+ public:
+  HierRun(Comm* c, const Call& call, HierLegs legs, std::function<ncclResult_t()> flat)
+      : c_(c), call_(call), legs_(std::move(legs)), flat_(std::move(flat)) {}
+
+  Comm* comm() const { return c_; }
+
+  // Decides the route (planHier) and orders the call after the scratch's last user; nothing of
+  // the call is enqueued yet. An error here (the ordering failed) ends the call, as before.
+  void begin() {
+    if (c_->hier == nullptr) {  // aborted inside the group: NCCL reports the aborted comm's NULL
+      flat_state_ = Flat::kPending;
+      return;
+    }
+    bool hier = false;
+    char* scratch = nullptr;
+    ncclResult_t noScratch = ncclSuccess;
+    const ncclResult_t planned = planHier(c_, call_, &hier, &scratch, &noScratch);
+    if (planned != ncclSuccess) return s_.end(planned);
+    if (!hier) {
+      flat_state_ = Flat::kPending;
+      return;
+    }
+    // The steps' own copies and events go to the comm's device (stream 0 is the current device's).
+    DeviceGuard onCommDevice(c_->device);
+    // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls
+    // on every stream: each call is ordered after their last user. Without it, on two streams
+    // (FSDP2), one call's copy of its local status into the status word could land between
+    // another's NCCL AllReduce of that word and its copy to the host word, which would then read 0
+    // after a failure.
+    ncclResult_t ordered = scratchContext(call_.function, call_.stream, &context_);
+    if (ordered == ncclSuccess)
+      ordered = scratchBefore(c_, &c_->hier->scratch, call_.function, call_.stream, context_);
+    if (ordered != ncclSuccess) return s_.end(ordered);
+    hier_ = true;
+    s_.send = call_.send;
+    s_.recv = call_.recv;
+    s_.scratch = scratch;
+    s_.failed = noScratch;  // the steps then send only what the ranks of other nodes wait for
+  }
+
+  void leg(Leg leg, bool afterGroup) {
+    if (!afterGroup) s_.queued = false;
+    if (flat_state_ == Flat::kPending) {
+      if (afterGroup || isYaliLeg(leg)) return;
+      flatResult_ = flat_();  // every rank runs it (the refusal holds on every rank)
+      flat_state_ = Flat::kRan;
+      s_.queued = true;
+      return;
+    }
+    if (s_.over || flat_state_ == Flat::kRan) return;
+    DeviceGuard onCommDevice(c_->device);
+    legs_(leg, afterGroup, &s_);
+    if (s_.over && s_.result == kStage) stageFirstStep();
+    if (s_.over && s_.result == kRunFlat) {
+      if (debugEnabled())
+        logRoute(c_, call_.function, bytesOf(call_.count, call_.shape.type), false,
+                 ("YALI refused its step: " + s_.attempt.refusal).c_str());
+      flat_state_ = Flat::kPending;
+    }
+  }
+
+  // The group around `leg` failed with r: at its start (`atStart`: nothing of the leg ran, the
+  // part after the group still runs), or at its end (what the leg had queued there). Either way,
+  // as if that work had failed at the call: a YALI step's failure skips the later YALI steps and
+  // sends status 1 in the cross step; the cross step counts as not enqueued; the tail's and a flat
+  // call's failure is the call's.
+  void legFailed(Leg leg, ncclResult_t r, bool atStart) {
+    if (atStart && flat_state_ == Flat::kPending && !isYaliLeg(leg)) {
+      flat_state_ = Flat::kRan;
+      flatResult_ = r;
+      return;
+    }
+    if (atStart ? s_.over || flat_state_ != Flat::kNone : !s_.queued) return;
+    if (flat_state_ == Flat::kRan) {
+      flatResult_ = r;
+    } else if (isYaliLeg(leg)) {
+      if (s_.failed == ncclSuccess) s_.failed = r;
+    } else if (leg == Leg::kCross) {
+      s_.enqueued = false;
+      s_.cross = r;
+    } else {
+      s_.tail = r;
+    }
+  }
+
+  // After the last leg: the staged output copied back, the scratch's use noted (whatever the steps
+  // returned: what they enqueued stays), the route logged. The call's result.
+  ncclResult_t finish() {
+    if (flat_state_ == Flat::kPending) {  // no NCCL leg came after the refusal (none does: defensive)
+      flatResult_ = flat_();
+      flat_state_ = Flat::kRan;
+    }
+    if (!hier_) return flat_state_ == Flat::kRan ? flatResult_ : s_.result;
+    DeviceGuard onCommDevice(c_->device);
+    ncclResult_t r = flat_state_ == Flat::kRan ? kRunFlat : s_.result;
+    if (staged_) r = stageOut(c_, call_, staging_, r, stagedWhy_);
+    const ncclResult_t noted = scratchUsed(&c_->hier->scratch, call_.function, call_.stream, context_);
+    if (flat_state_ == Flat::kRan) return flatResult_;  // even if the note failed
+    if (r == ncclSuccess)
+      logRoute(c_, (std::string(call_.function) + kHierLog).c_str(), bytesOf(call_.count, call_.shape.type), true,
+               "");
+    return r == ncclSuccess ? noted : r;
+  }
+
+  // Outside a group: every leg in turn, no group around any.
+  ncclResult_t run() {
+    begin();
+    for (Leg leg : kLegs) {
+      this->leg(leg, false);
+      this->leg(leg, true);
+    }
+    return finish();
+  }
+
+ private:
+  enum class Flat { kNone, kPending, kRan };
+
+  // YALI refused the first step for this rank's buffers (kStage): the call is staged now and the
+  // step made again, on the copies, inside the first leg's group (the copy in goes on the stream at
+  // once, before the group launches the step). Where the staging fails before the step, the call
+  // goes on without YALI's steps.
+  void stageFirstStep() {
+    s_.over = false;
+    s_.result = ncclSuccess;
+    s_.attempt.staged = true;
+    stagedWhy_ = s_.attempt.refusal;
+    const ncclResult_t r = stageIn(c_, call_, stagedWhy_, /*flatFallback=*/false, &staging_);
+    s_.failed = r;
+    if (r == ncclSuccess) {
+      staged_ = true;
+      s_.send = staging_.layout.sendBytes > 0 ? staging_.in : nullptr;
+      s_.recv = staging_.layout.recvBytes > 0 ? staging_.out : nullptr;
+    }
+    s_.queued = false;
+    legs_(Leg::kFirstYali, false, &s_);
+  }
+
+  Comm* const c_;
+  const Call call_;
+  const HierLegs legs_;
+  const std::function<ncclResult_t()> flat_;
+  HierState s_;
+  bool hier_ = false;  // begin took the hierarchical path: finish notes the scratch's use
+  unsigned long long context_ = 0;
+  Flat flat_state_ = Flat::kNone;
+  ncclResult_t flatResult_ = ncclSuccess;
+  bool staged_ = false;  // stageIn succeeded: finish copies back (stageOut)
+  Staging staging_;
+  std::string stagedWhy_;
+};
+
+// One round of hierarchical calls of one thread on several GPUs (runDeferredCalls: at most one per
+// device), leg by leg: each leg's part of every call inside one group of the leg's library (YALI's
+// for kFirstYali and kLastYali, NCCL's own for kCross and kTail), in call order, then each call's
+// part after the group. Every rank so issues its call's steps in the order a rank driving its GPU
+// alone does (the same NCCL calls on the same comms, one call after another), and each GPU's YALI
+// step launches with the other GPUs' steps of the node that it waits for. A group that fails at
+// its start or end fails that leg's work of every call in it (HierRun::legFailed). The calls'
+// results, in order.
+std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round) {
+  for (HierRun* run : round) {
+    info(run->comm()->rank, "hierarchical call in a group of this thread's calls on several GPUs: leg by leg, "
+                            "each leg of the GPUs' calls in one group");
+    run->begin();
+  }
+  for (Leg leg : kLegs) {
+    ncclResult_t started = ncclSuccess;
+    if (isYaliLeg(leg)) {
+      const yaliResult_t y = lib().yaliGroupStart();
+      if (y != yaliSuccess) {
+        noteFailure(Failure::kYali);
+        info(-1, "yaliGroupStart for a leg of hierarchical calls failed: %s", lib().yaliGetLastError(nullptr));
+        started = toNcclResult(y);
+      }
+    } else {
+      started = callReal<Api::ncclGroupStart>();
+    }
+    if (started != ncclSuccess) {
+      for (HierRun* run : round) run->legFailed(leg, started, /*atStart=*/true);
+    } else {
+      for (HierRun* run : round) run->leg(leg, false);
+      ncclResult_t ended = ncclSuccess;
+      if (isYaliLeg(leg)) {
+        const yaliResult_t y = lib().yaliGroupEnd();
+        if (y != yaliSuccess) {
+          noteFailure(Failure::kYali);
+          info(-1, "yaliGroupEnd for a leg of hierarchical calls failed: %s", lib().yaliGetLastError(nullptr));
+          ended = toNcclResult(y);
+        }
+      } else {
+        ended = callReal<Api::ncclGroupEnd>();
+      }
+      if (ended != ncclSuccess)
+        for (HierRun* run : round) run->legFailed(leg, ended, /*atStart=*/false);
+    }
+    for (HierRun* run : round) run->leg(leg, true);
+  }
+  std::vector<ncclResult_t> results;
+  for (HierRun* run : round) results.push_back(run->finish());
+  return results;
 }
 
-// A collective of a hierarchical comm: `steps(send, recv, scratch, attempt)` when planHier says so,
-// else `flat()`. Both capture the call's arguments by value: inside a group they outlive the call.
+// A collective of a hierarchical comm: `legs(leg, afterGroup, state)` when planHier says so, else
+// `flat()`. Both capture the call's arguments by value: inside a group they outlive the call.
 // Inside ncclGroupStart/End (issue: the route depended on the group depth, which NCCL lets differ
 // between ranks). The route is decided as outside a group (hierRouteOf: the call's arguments, the
 // comm, its capture and agreed scratch), so every rank takes the same one wherever it made the call:
 //  - flat: the NCCL call joins NCCL's part of the group now, as any flat call;
 //  - hierarchical: the whole call waits for the outermost ncclGroupEnd (deferUntilGroupEnd) and
-//    runs there, as outside a group, after both libraries launched the group (runDeferredCalls).
-//    Its steps cannot join the groups: each reads the previous one's output, and YALI's group
-//    launches before NCCL's, so YALI's AllGather would run before the NCCL step it gathers.
+//    runs there, as outside a group, after both libraries launched the group (runDeferredCalls;
+//    leg by leg with the calls on the thread's other GPUs, runLegWise).
+//    Its steps cannot join the program's group: each reads the previous one's output, and YALI's
+//    group launches before NCCL's, so YALI's AllGather would run before the NCCL step it gathers.
 // Why not flat for every call in a group (the other way to make the route rank-independent): that
 // needs a property every rank shares, and there is none for "in a group"; turning the hierarchical
 // path off for a whole comm would cost every ungrouped call (torch's DDP AllReduce) its speed.
@@ -873,51 +1268,27 @@ ncclResult_t stageHier(Comm* c, const Call& call, char* scratch, Steps steps, Hi
 // runs after the group's launches, so a later call of the group on the same comm or stream would
 // run before it, unlike on a peer that makes both outside a group; hence every later collective of
 // the group waits too (deferringLaterCalls, and the section on deferred calls above).
-template <typename Steps, typename Flat>
-ncclResult_t routeHier(Comm* c, const Call& call, Steps steps, Flat flat) {
+template <typename Flat>
+ncclResult_t routeHier(Comm* c, const Call& call, HierLegs legs, Flat flat) {
   if (inGroup()) {
     HierCall hc{};
     const bool hier = hierRouteOf(c, call, &hc) == HierRoute::kHierarchical;
     if (!hier && !deferringLaterCalls()) return flat();
     // A flat call after a hierarchical one waits too (deferringLaterCalls), flat at the end as
     // decided now. At the end the comm may have been aborted inside the group (its hierarchy kept,
-    // its YALI side gone: flat, where NCCL reports the aborted comm's NULL) or freed
-    // (dropDeferredCalls).
+    // its YALI side gone: flat, where NCCL reports the aborted comm's NULL; HierRun::begin) or
+    // freed (dropDeferredCalls).
     std::function<ncclResult_t()> run = flat;
-    if (hier) run = [c, call, steps, flat] { return c->hier != nullptr ? routeHier(c, call, steps, flat) : flat(); };
-    deferUntilGroupEnd({c, handleOf(c), call.stream, call.function, hier, false, false, std::move(run), flat});
+    std::shared_ptr<HierRun> legWise;
+    if (hier) {
+      legWise = std::make_shared<HierRun>(c, call, std::move(legs), flat);
+      run = [legWise] { return legWise->run(); };
+    }
+    deferUntilGroupEnd({c, handleOf(c), call.stream, call.function, hier, false, false, std::move(run), flat, legWise});
     return ncclSuccess;
   }
-  bool hier = false;
-  char* scratch = nullptr;
-  ncclResult_t noScratch = ncclSuccess;
-  const ncclResult_t planned = planHier(c, call, &hier, &scratch, &noScratch);
-  if (planned != ncclSuccess) return planned;
-  if (!hier) return flat();
-  // The steps' own copies and events go to the comm's device (stream 0 is the current device's).
-  DeviceGuard onCommDevice(c->device);
-  // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls on
-  // every stream: each call is ordered after their last user. Without it, on two streams (FSDP2),
-  // one call's copy of its local status into the status word could land between another's NCCL
-  // AllReduce of that word and its copy to the host word, which would then read 0 after a failure.
-  unsigned long long context = 0;
-  ncclResult_t ordered = scratchContext(call.function, call.stream, &context);
-  if (ordered == ncclSuccess) ordered = scratchBefore(c, &c->hier->scratch, call.function, call.stream, context);
-  if (ordered != ncclSuccess) return ordered;
-  HierAttempt attempt;
-  attempt.failed = noScratch;  // the steps then send only what the ranks of other nodes wait for
-  ncclResult_t r = steps(call.send, call.recv, scratch, &attempt);
-  if (r == kStage) r = stageHier(c, call, scratch, steps, &attempt);
-  // Noted whatever the steps returned: what they enqueued stays (a refusal's copies included).
-  const ncclResult_t noted = scratchUsed(&c->hier->scratch, call.function, call.stream, context);
-  const size_t bytes = bytesOf(call.count, call.shape.type);
-  if (r == kRunFlat) {
-    if (debugEnabled()) logRoute(c, call.function, bytes, false, ("YALI refused its step: " + attempt.refusal).c_str());
-    r = flat();  // every rank runs it (the refusal holds on every rank), even if the note failed
-  } else if (r == ncclSuccess) {
-    logRoute(c, (std::string(call.function) + kHierLog).c_str(), bytes, true, "");
-  }
-  return r == ncclSuccess ? noted : r;
+  HierRun run(c, call, std::move(legs), flat);
+  return run.run();
 }
 
 }  // namespace
@@ -1328,8 +1699,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [=](const void* send, void* recv, char*, HierAttempt* attempt) {
-          return hierAllReduce(c, send, recv, count, datatype, op, stream, attempt);
+        [=](Leg leg, bool afterGroup, HierState* s) {
+          hierAllReduce(c, count, datatype, op, stream, leg, afterGroup, s);
         },
         [=] { return callReal<Api::ncclAllReduce>(sendbuff, recvbuff, count, datatype, op, c->real, stream); });
   return routeCall(
@@ -1350,8 +1721,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [=](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
-          return hierReduceScatter(c, send, recv, recvcount, datatype, op, scratch, stream, attempt);
+        [=](Leg leg, bool afterGroup, HierState* s) {
+          hierReduceScatter(c, recvcount, datatype, op, stream, leg, afterGroup, s);
         },
         [=] {
           return callReal<Api::ncclReduceScatter>(sendbuff, recvbuff, recvcount, datatype, op, c->real, stream);
@@ -1374,8 +1745,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
-        [=](const void* send, void* recv, char* scratch, HierAttempt* attempt) {
-          return hierAllGather(c, send, recv, sendcount, datatype, scratch, stream, attempt);
+        [=](Leg leg, bool afterGroup, HierState* s) {
+          hierAllGather(c, sendcount, datatype, stream, leg, afterGroup, s);
         },
         [=] { return callReal<Api::ncclAllGather>(sendbuff, recvbuff, sendcount, datatype, c->real, stream); });
   return routeCall(

@@ -2481,21 +2481,37 @@ TEST(a_group_holding_a_hierarchical_call_and_flat_ones_matches_ranks_outside_gro
 }
 
 // One thread driving several GPUs' ranks in one group (nccl-tests -g N, one process per node):
-// its hierarchical calls cannot run one after another at the group's end (a rank's NCCL step or
-// kernel can wait for a rank this thread has not reached yet), so they run flat, all in one real
-// NCCL group (review finding F1, Session 28: the first version ran each call's steps in turn).
+// its hierarchical calls cannot run one after another at the group's end (a GPU's YALI step waits
+// for the node's other GPUs' steps; a rank's NCCL step or kernel can wait for a rank this thread
+// has not reached yet), so they run leg by leg: each leg of both GPUs' calls in one group of its
+// library, in call order (YALI's ReduceScatters, NCCL's cross steps, YALI's AllGathers, NCCL's
+// tails of count % L elements: 5 elements on nodes of 2 leave a tail of 1). Each launches after the
+// leg before it, and YALI's steps launch with their node peer's. Before, these calls ran flat, in
+// one NCCL group (review finding F1, Session 28: the first version ran each call's steps in turn),
+// which a node of one process per GPU does not: the nodes then waited for each other for ever.
 // And a group whose yaliGroupEnd failed (another comm of the group) still runs its deferred call:
 // the call's peers on other nodes wait in NCCL for its cross step (finding F2).
-TEST(hierarchical_calls_of_one_thread_on_several_gpus_run_flat_in_one_group) {
+TEST(hierarchical_calls_of_one_thread_on_several_gpus_run_leg_by_leg) {
   const Hierarchical h = hierarchical();
   const Labels& labels = h.labels;
   int since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   for (int r = 0; r < 2; ++r)
-    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 5, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) ==
+          ncclSuccess);
+  const int end = eventCount();
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
-  std::string t = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclAllReduce", "yaliReduceScatter"}, labels);
-  const char* want = "ncclGroupStart() ncclGroupEnd() ncclGroupStart() ncclAllReduce(r0) ncclAllReduce(r1) ncclGroupEnd()";
+  std::string t = trace(end,
+                        {"yaliGroupStart", "yaliGroupEnd", "ncclGroupStart", "ncclGroupEnd", "ncclAllReduce",
+                         "yaliReduceScatter", "yaliAllGather", "yaliLaunch"},
+                        labels);
+  const char* want =
+      "yaliGroupEnd() ncclGroupEnd() "  // the program's group: nothing in it
+      "yaliGroupStart() yaliReduceScatter(h0) yaliReduceScatter(h1) yaliGroupEnd() yaliLaunch(h0) yaliLaunch(h1) "
+      "ncclGroupStart() ncclGroupStart() ncclAllReduce(x0) ncclAllReduce(x0) ncclGroupEnd() "
+      "ncclGroupStart() ncclAllReduce(x1) ncclAllReduce(x1) ncclGroupEnd() ncclGroupEnd() "
+      "yaliGroupStart() yaliAllGather(h0) yaliAllGather(h1) yaliGroupEnd() yaliLaunch(h0) yaliLaunch(h1) "
+      "ncclGroupStart() ncclAllReduce(r0) ncclAllReduce(r1) ncclGroupEnd()";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
 
   yaliVariable<yaliResult_t>("fakeYaliGroupEndResult") = yaliRemoteError;
@@ -2559,6 +2575,143 @@ std::string launchOrder(int since, const Labels& labels) {
     }
   }
   return out;
+}
+
+// The issue of NCCL_ABI.md, "nodes that drive their GPUs differently": node 0's ranks (0, 1) driven
+// by one thread, in one group, against ranks driven by a process each, outside any group. Every
+// hierarchical kind (AllReduce with a tail, ReduceScatter, AllGather), twice each (two rounds), and
+// a flat Broadcast between them, which waits for the group's end too. Each rank of node 0 must
+// launch what a rank of the same local index driven alone launches (launchOrder: NCCL's calls on
+// the cross comm and the comm, YALI's launches, the status copies), in the same order: on a GPU,
+// NCCL matches the calls of a comm by issue order, and a rank whose sequence differs from its
+// peer's waits for ever. Before, node 0 ran its hierarchical calls flat (ncclAllReduce on the comm)
+// while a node of one process per GPU ran the cross steps.
+// The ranks driven alone: node 1's (2, 3), after node 0, as its cross peers. AllGather is
+// hierarchical only in the allgather_on_ run (YALI_NCCL_DISABLE=allgather otherwise: flat on both
+// nodes); there the reference is node 0's own ranks driven alone first, because the fake NCCL
+// matches only calls made in a group (fake_nccl.cc): AllGather's cross step, made alone outside a
+// group on node 1 but in the cross leg's group on node 0, would leave node 0's at the head of the
+// fake's queue, where node 1's next grouped call would meet it: a mismatch of the fake only.
+void checkOneThreadNodeMatchesProcessPerGpuNode(bool allGatherOn) {
+  const Hierarchical h = hierarchical();
+  static float send[64], recv[64];
+  auto call = [&](int r, int kind) {
+    ncclComm_t c = h.ranks[r].comm;
+    switch (kind) {
+      case 0: return SHIM(ncclAllReduce)(send, recv, 5, ncclFloat32, ncclSum, c, nullptr);
+      case 1: return SHIM(ncclReduceScatter)(send, recv, 4, ncclFloat32, ncclSum, c, nullptr);
+      case 2: return SHIM(ncclBroadcast)(send, recv, 4, ncclFloat32, 0, c, nullptr);
+      default: return SHIM(ncclAllGather)(send, recv, 4, ncclFloat32, c, nullptr);
+    }
+  };
+  constexpr int kKinds = 4, kRepeats = 2;
+  std::vector<std::string> alone(2);  // the ranks driven alone, by local rank
+  auto driveAlone = [&](int first) {
+    for (int r = first; r < first + 2; ++r) {
+      const int since = eventCount();
+      for (int repeat = 0; repeat < kRepeats; ++repeat)
+        for (int kind = 0; kind < kKinds; ++kind) CHECK(call(r, kind) == ncclSuccess);
+      alone[r - first] = launchOrder(since, rankLabels(h.labels, r));
+    }
+  };
+  if (allGatherOn) driveAlone(0);
+  // Node 0 as nccl-tests -g 2 makes the calls: each collective on both GPUs in turn.
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int repeat = 0; repeat < kRepeats; ++repeat)
+    for (int kind = 0; kind < kKinds; ++kind)
+      for (int r = 0; r < 2; ++r) CHECK(call(r, kind) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  std::vector<std::string> grouped(2);
+  for (int r = 0; r < 2; ++r) grouped[r] = launchOrder(since, rankLabels(h.labels, r));
+  if (!allGatherOn) driveAlone(2);
+  for (int r = 0; r < 2; ++r) {
+    CHECK_MSG(contains(alone[r].c_str(), "ncclAllReduce(xR)") && contains(alone[r].c_str(), "ncclReduceScatter(xR)") &&
+                  contains(alone[r].c_str(), allGatherOn ? "ncclAllGather(xR)" : "ncclAllGather(rR)") &&
+                  contains(alone[r].c_str(), "ncclBroadcast(rR)"),
+              "local rank %d driven alone: %s", r, alone[r].c_str());
+    CHECK_MSG(grouped[r] == alone[r], "rank %d (one thread, two GPUs): %s, expected (driven alone) %s", r,
+              grouped[r].c_str(), alone[r].c_str());
+  }
+  destroyAll(h.ranks);
+}
+
+TEST(one_thread_driving_a_nodes_gpus_issues_the_nccl_calls_of_a_process_per_gpu_node) {
+  checkOneThreadNodeMatchesProcessPerGpuNode(false);
+}
+
+TEST(allgather_on_one_thread_driving_a_nodes_gpus_issues_the_nccl_calls_of_a_process_per_gpu_node) {
+  if (getenv("YALI_TESTS_ALLGATHER_ON") == nullptr) return;
+  checkOneThreadNodeMatchesProcessPerGpuNode(true);
+}
+
+// A leg that fails, on a node whose GPUs one thread drives. Each rank then does what a rank that
+// drives its GPU alone does on the same failure (process-per-GPU ranks, made outside a group, give
+// the reference), and the failure reaches the program:
+//  - YALI's first step fails at the call on GPU 0: rank 0 skips its remaining YALI step and still
+//    sends its cross step, with status 1 (the failed-at-the-call word), and its tail; rank 1 runs
+//    its steps; ncclGroupEnd returns rank 0's error;
+//  - NCCL's end of the cross leg's group fails: both calls' cross steps count as not enqueued, so,
+//    as for a cross step that fails alone, neither call goes on to YALI's AllGather or its tail;
+//    ncclGroupEnd returns NCCL's error.
+TEST(a_failing_leg_of_one_threads_calls_on_several_gpus_fails_as_it_does_for_one_gpu) {
+  const Hierarchical h = hierarchical();
+  static float buffer[64];
+  // The reference: rank 2 and rank 3 outside a group, rank 2's ReduceScatter failing at the call.
+  int since = eventCount();
+  failYaliNext("yaliReduceScatter", yaliTimeout, "a node peer never arrived (for the test)");
+  const ncclResult_t error = SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, h.ranks[2].comm, nullptr);
+  CHECK(error != ncclSuccess);
+  const std::string failed = rankRoute(since, h, 2);
+  CHECK_EQ(h.status[2][1], 1);
+  CHECK_MSG(!contains(failed.c_str(), "yaliAllGather") && contains(failed.c_str(), "ncclAllReduce(xR)") &&
+                contains(failed.c_str(), "ncclAllReduce(rR)"),
+            "rank 2, its YALI step failing: %s", failed.c_str());
+  since = eventCount();
+  CHECK(SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, h.ranks[3].comm, nullptr) == ncclSuccess);
+  const std::string ok = rankRoute(since, h, 3);
+
+  // Node 0, one thread: rank 0's ReduceScatter (the first of the leg) fails at the call.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) == ncclSuccess);
+  failYaliNext("yaliReduceScatter", yaliTimeout, "a node peer never arrived (for the test)");
+  CHECK(SHIM(ncclGroupEnd)() == error);
+  CHECK_EQ(h.status[0][1], 1);
+  CHECK_EQ(h.status[1][1], 0);
+  std::string t = rankRoute(since, h, 0);
+  CHECK_MSG(t == failed, "rank 0: %s, expected %s (rank 2's)", t.c_str(), failed.c_str());
+  t = rankRoute(since, h, 1);
+  CHECK_MSG(t == ok, "rank 1: %s, expected %s (rank 3's)", t.c_str(), ok.c_str());
+  // A route that made no YALI step (flat) left the YALI failure queued: it must not reach later tests.
+  using ReduceScatter = yaliResult_t (*)(const void*, void*, size_t, yaliDataType_t, yaliRedOp_t, yaliComm_t,
+                                         cudaStream_t);
+  function<ReduceScatter>(fakeYali(), "yaliReduceScatter")(buffer, buffer, 0, yaliFloat32, yaliSum,
+                                                          static_cast<yaliComm_t>(const_cast<void*>(h.ranks[0].yali)),
+                                                          nullptr);
+
+  // The cross leg's NCCL group fails at its end (NCCL's group ends before it: the program's, and
+  // the two cross steps' own groups, nested in the leg's).
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) == ncclSuccess);
+  for (int skip = 0; skip < 3; ++skip) failNcclNext("ncclGroupEnd", ncclSuccess);
+  failNcclNext("ncclGroupEnd", ncclRemoteError);
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
+  // Results a route with fewer group ends left queued must not reach later tests: empty groups of
+  // the fake's own take them.
+  for (int i = 0; i < 4; ++i) {
+    function<ncclResult_t (*)()>(fakeNccl(), "ncclGroupStart")();
+    function<ncclResult_t (*)()>(fakeNccl(), "ncclGroupEnd")();
+  }
+  t = trace(since, {"yaliReduceScatter", "ncclAllReduce", "yaliAllGather"}, h.labels);
+  const char* want = "yaliReduceScatter(h0) yaliReduceScatter(h1) ncclAllReduce(x0) ncclAllReduce(x0) "
+                     "ncclAllReduce(x1) ncclAllReduce(x1)";
+  CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
+  CHECK(variable<int>(fakeNccl(), "fakeGroupDepth") == 0 && yaliVariable<int>("fakeYaliGroupDepth") == 0);
+  destroyAll(h.ranks);
 }
 
 // A group holding a hierarchical call and, after it, more calls (the order issue of NCCL_ABI.md,
