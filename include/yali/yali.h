@@ -26,7 +26,11 @@
  * cudaGraphLaunch made from another thread while a call of the comm is being issued is ordered by
  * the host's race between them: order such launches against the comm's calls on the host. Two
  * captures of one comm in progress at once are not ordered against each other (the comm follows one
- * capture at a time): capture a comm's calls in one graph at a time. The first call
+ * capture at a time): capture a comm's calls in one graph at a time. A stream must not begin or
+ * end a capture on another thread while a call of the comm is being issued on it (CUDA makes that
+ * a race of the program): the call decides at its start whether it is captured, and a launch that
+ * lands in a graph uncounted, or counted as eager, breaks the destroy's and deregister's wait for
+ * the comm's eager launches. The first call
  * on a second stream orders itself after everything queued so far on the previous call's stream:
  * if that stream has been destroyed by then, the call fails (yaliUnhandledCudaError) rather than
  * run unordered.

@@ -512,14 +512,18 @@ bool waitForEagerLaunches(yaliComm* comm, const EagerMark& mark, int64_t deadlin
   // landed (device.cuh: countEagerBlockEnded, without a fence). What may still be on its way then:
   // stores into this GPU's memory (the output, the window), which land within nanoseconds, and
   // the last flags published into peers' windows, which stay mapped until the release (after its
-  // own longer grace). Data a launch writes into a peer's buffer is not among them: every block
-  // that writes it then passes a block barrier and a system-scope release, the flag that tells
-  // the peer (block_ops.cuh: signalPeers; device.cuh: publish, st.release.sys): PTX promises that
-  // a peer that sees the flag sees the data, and the peer's own launch waits for the flag; a
-  // release store waits for the earlier stores to be performed before it goes out, and it went
-  // out before this launch ended. The caller may free its buffers (yaliCommDeregister) once this
-  // returns. Paid once per launch
-  // waited for: a second wait for the same launches (deregistering many buffers) does not sleep.
+  // own longer grace; the LL protocols' unfenced packets go only there). Data a launch writes into
+  // a peer's registered buffer is not among them: every block (two-shot: every team) that writes
+  // it then passes a barrier and a system-scope release, the flag that tells the peer
+  // (block_ops.cuh: signalPeers; device.cuh: publish, st.release.sys): PTX promises that a peer
+  // that sees the flag sees the data, and the peer's own launch waits for the flag; a release
+  // store waits for the earlier stores to be performed before it goes out, and it went out before
+  // this launch ended. The caller may free its buffers (yaliCommDeregister) once this returns.
+  // Not covered: a failed call whose wait for a peer's flag timed out while that peer, slow but
+  // alive, still writes into this rank's registered output (twoshot_direct) — the timeout made
+  // the call fail, and the peer's late writes rest on the IPC mapping's lifetime
+  // (registration.cc). Slept once per wait that covers a launch no earlier wait covered: a second
+  // wait for the same launches (deregistering many buffers) does not sleep.
   constexpr useconds_t kStoreDrainUs = 100;
   std::atomic<uint64_t>& drained = comm->res->eagerDrained;
   if (mark.lastSeq > drained.load()) {

@@ -174,8 +174,10 @@ struct LocalState {
   // launches (yaliComm::eagerIssued.kernelBlocks), no warp of those launches still runs; their
   // last stores may still drain, and the host waits for that by time (comm.cc: kStoreDrainUs,
   // kReleaseGraceMs). A count that high cannot be made of later launches' blocks while an earlier
-  // one's is missing: the comm's launches run one after another (each block counts only after
-  // griddepcontrol.wait, i.e. after every earlier launch has completed). In device memory: a store
+  // one's is missing: the comm's launches run one after another, as the host orders them (stream
+  // order with griddepcontrol.wait before any block counts, and the order events of enqueue.cc
+  // across streams); where the host cannot (enqueue.cc: the last launch's stream has begun a
+  // capture since) the program must, and the count relies on that as the epochs do. In device memory: a store
   // to host memory at every eager launch's end cost about 1 us per call on 2 H200s (PERF.md Session
   // 25). The host reads it by a copy when it must wait for the launches (comm.cc:
   // eagerLaunchesEnded), never at a call. 2^64 blocks never wrap.
