@@ -1951,8 +1951,8 @@ class Communicator(yali._ClosingContext):
         return t
 
     def deregister(self, tensor_or_registration):
-        """yaliCommDeregister (collective) of a Registration, or of the registration holding a
-        tensor's storage (from ``empty_registered`` or ``register``)."""
+        """yaliCommDeregister (this rank only, not collective) of a Registration, or of the
+        registration holding a tensor's storage (from ``empty_registered`` or ``register``)."""
         comm = self._comm_or_raise()
         _find_registration(comm.registrations, tensor_or_registration,
                            "Communicator.deregister").deregister()
