@@ -214,7 +214,8 @@ struct SetUp {
   bool hostScratch = false;
   size_t idOffset = 0, agreeOffset = 0;
   // What this rank sends in the id round and the agreement: its words in scratch, or, where their
-  // copy there failed, "not ok" from notOk (sendNotOk).
+  // copy there failed, "not ok" from notOk (sendFrom). The agreement's is agreeResult, where the
+  // rank has it (step 4 of setUpYali: the round runs in place there).
   const char* idSend = nullptr;
   const char* agreeSend = nullptr;
   void* notOk = nullptr;  // pinned host memory, sizeof(IdMessage); null until needed
@@ -226,10 +227,11 @@ struct SetUp {
   bool alive = true;
   bool roundFailed = false;  // the last realRound failed on this rank: its results are not to be read
   // A round's wait for its collective reached YALI_TIMEOUT_MS (realRound): the collective stays
-  // queued on `stream`, unmatched, so nothing on that stream is waited for again (freeScratch) and
-  // the comm reports ncclRemoteError (Comm::setUpError).
+  // queued on `stream`, unmatched, so nothing on that stream is waited for again (the agreement,
+  // freeScratch) and the comm reports ncclRemoteError (Comm::setUpError).
   bool timedOut = false;
-  // The agreement's result: pinned host memory NCCL writes through its device address, read with a
+  // The agreement's word and result: pinned host memory NCCL reads and writes through its device
+  // address (written with a plain store before the round, which reduces it in place), read with a
   // plain load once the round's collective completed, so that no copy back, which could fail on
   // this rank alone after its peers had read "yes", can split the decision (review: the agreement
   // left a rank NCCL only after a failed copy back while its peers kept YALI).
@@ -797,20 +799,41 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // The result lands in pinned host memory (SetUp::agreeResult): after the round nothing is left
   // that could fail on this rank alone, so every rank reads the same word. A rank that cannot have
   // that memory says "no" here (a local failure before the round, which every rank then sees).
+  // The word is also what the rank sends: `have` goes in with a plain store (NCCL reads it through
+  // its device address once the collective runs) and the allreduce runs in place, so nothing is put
+  // on s.stream before the collective and nothing waits on it: after a round that timed out the
+  // stream holds that round's collective, which never completes until the comm is aborted, and a
+  // copy into the scratch with its cudaStreamSynchronize (copyOnStream) would wait behind it for
+  // ever (review: a rank whose id round timed out would hang here). Nor can a word left in a reused
+  // scratch block (a pool block's last set-up: 1) be sent for this rank's.
+  std::vector<SetUp*> agreeing;
   for (SetUp* s : yes) {
     void* word = nullptr;
     rt().cudaSetDevice(s->comm->device);
     if (rt().cudaHostAlloc(&word, sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
       s->agreeResult = static_cast<int32_t*>(word);
-      *s->agreeResult = 0;
     } else {
       s->fail("no pinned host memory for the set-up's agreement");
     }
+    // 0 on a rank whose earlier round timed out (it never reached YALI's init: no YALI comm).
     const int32_t have = s->yali != nullptr && s->agreeResult != nullptr ? 1 : 0;
-    const int32_t none = 0;
-    s->agreeSend = sendFrom(*s, s->agreeOffset, &have, &none, sizeof(have));
+    if (s->agreeResult != nullptr) {
+      __atomic_store_n(s->agreeResult, have, __ATOMIC_RELEASE);
+      s->agreeSend = reinterpret_cast<const char*>(s->agreeResult);
+    } else if (!s->timedOut) {
+      // Without the word: "no" through the scratch (its stream holds no collective left waiting).
+      const int32_t none = 0;
+      s->agreeSend = sendFrom(*s, s->agreeOffset, &have, &none, sizeof(have));
+    } else {
+      // Without the word, after a timed-out round: nothing to send "no" from without waiting behind
+      // that round's collective. The rank leaves the agreement, whose peers' wait ends at
+      // YALI_TIMEOUT_MS (ncclRemoteError); on a GPU they would wait for it anyway, as its agreement
+      // could only run after the stuck collective on its stream.
+      continue;
+    }
+    agreeing.push_back(s);
   }
-  realRound(yes, "the set-up's agreement", [](SetUp& s) {
+  realRound(agreeing, "the set-up's agreement", [](SetUp& s) {
     return callReal<Api::ncclAllReduce>(s.agreeSend,
                                         s.agreeResult != nullptr ? static_cast<void*>(s.agreeResult)
                                                                  : static_cast<void*>(s.scratch + s.agreeOffset),

@@ -25,7 +25,9 @@
 // a pool, as CUDA's does: a block freed with cudaFreeAsync is handed out again, unzeroed, to the
 // next cudaMallocAsync of its size, so a scratch holds what its last user left there, as on a GPU;
 // both are noted in the log. The device has memory pools unless fakeCudaMemoryPoolsSupported is 0.
-// fakeCudaFailNth makes one later call of a CUDA function fail.
+// fakeCudaFailNth makes one later call of a CUDA function fail. fakeCudaCallsBehindWaitingNccl
+// counts the synchronizations and copies that, on a GPU, would wait behind an NCCL call left waiting
+// for a peer.
 //
 // Every call is appended to fake_nccl.cc's event log (fakeRecord), which this library links, so
 // that a test sees both libraries' calls in one order.
@@ -412,8 +414,27 @@ FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned
   return cudaSuccess;
 }
 
-FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 extern "C" bool fakeStreamBusy(const void* stream);  // fake_nccl.cc
+
+// Calls that on a GPU would never return, or queue work that never runs: a cudaStreamSynchronize or
+// a cudaMemcpyAsync on a stream where an NCCL call waits for a peer's that never came
+// (fakeStreamBusy: say a set-up round that timed out, whose collective stays queued until the comm
+// is aborted). This fake's synchronization returns at once and its copies are made at once, so a
+// test reads this count instead (what libyali-nccl must never do after a timed-out round).
+extern "C" {
+__attribute__((visibility("default"))) int fakeCudaCallsBehindWaitingNccl = 0;
+}
+namespace {
+void countIfBehindWaitingNccl(cudaStream_t stream) {
+  if (stream != nullptr && fakeStreamBusy(stream))
+    __atomic_add_fetch(&fakeCudaCallsBehindWaitingNccl, 1, __ATOMIC_RELAXED);
+}
+}  // namespace
+
+FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  countIfBehindWaitingNccl(stream);
+  return cudaSuccess;
+}
 // Not ready while an NCCL call issued on the stream waits for a peer's (fake_nccl.cc).
 FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaFailsNow("cudaStreamQuery")) return cudaErrorLaunchFailure;
@@ -510,8 +531,10 @@ FAKE_EXPORT cudaError_t cudaFreeHost(void* p) {
 
 // Noted with its destination (the event's handle), so that a test can tell which word a copy
 // wrote, and its source and size (fakeEventBuffers: send, recv, count).
-FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                                         cudaStream_t stream) {
   fakeRecordBuffers("cudaMemcpyAsync", dst, src, dst, bytes);
+  countIfBehindWaitingNccl(stream);
   if (dst == nullptr || src == nullptr || dst == fakeCudaMemcpyFailDst || cudaFailsNow("cudaMemcpyAsync"))
     return cudaErrorInvalidValue;  // as CUDA
   memmove(dst, src, bytes);

@@ -1972,27 +1972,44 @@ TEST(a_rank_without_set_up_scratch_still_sends_a_record_that_says_no) {
 // says ok = 1 and whose agreement word says 1. (Review: the allreduce sent those leftover words, so
 // rank 0 went on to YALI's init after rank 1's id copy failed, and kept its YALI comm after rank 1's
 // agreement copy failed while rank 1 had none.) The set-up's copies, two ranks driven by one thread:
-// the records to the device (1, 2) and back (3, 4), the id messages (5, 6) and back (7, 8), the
-// agreement words (9, 10).
+// the records to the device (1, 2) and back (3, 4), the id messages (5, 6) and back (7, 8). The
+// agreement word has no copy any more (it was 9, 10): each rank writes it into its pinned result
+// word, and the agreement reduces that word in place (comm.cc, step 4), so no scratch word, left
+// over or not, is sent for it.
 TEST(a_rank_whose_id_or_agreement_copy_fails_says_not_ok_not_the_scratchs_leftovers) {
-  for (int failing : {6, 10}) {
-    destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's words
-    const int since = eventCount();
-    failCudaNth("cudaMemcpyAsync", failing);  // rank 1's id message, or agreement word
-    const std::vector<ncclComm_t> comms = initInGroup(2);
-    const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
-    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, labels);
-    const char* want = failing == 6 ? "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
-                                      "ncclAllReduce(r0) ncclAllReduce(r1)"
-                                    : "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) "
-                                      "yaliCommInitRank() yaliCommInitRank() ncclAllReduce(r0) ncclAllReduce(r1)";
-    CHECK_MSG(t == want, "copy %d failing: %s", failing, t.c_str());
-    const std::vector<Rank> ranks = ranksOf(comms);
-    CHECK_MSG(ranks[0].yali == nullptr && ranks[1].yali == nullptr, "copy %d failing: YALI on rank 0 %p, rank 1 %p",
-              failing, ranks[0].yali, ranks[1].yali);
-    CHECK_EQ(waitingCalls(ranks[0].real), 0);
-    destroyAll(ranks);
+  destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's words
+  int since = eventCount();
+  failCudaNth("cudaMemcpyAsync", 6);  // rank 1's id message
+  std::vector<ncclComm_t> comms = initInGroup(2);
+  Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+  std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, labels);
+  CHECK_MSG(t == "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r1) ncclAllReduce(r0) "
+                 "ncclAllReduce(r1)",
+            "%s", t.c_str());
+  std::vector<Rank> ranks = ranksOf(comms);
+  CHECK_MSG(ranks[0].yali == nullptr && ranks[1].yali == nullptr, "YALI on rank 0 %p, rank 1 %p", ranks[0].yali,
+            ranks[1].yali);
+  CHECK_EQ(waitingCalls(ranks[0].real), 0);
+  destroyAll(ranks);
+
+  destroyAll(ranksOf(initInGroup(2)));  // the pool holds the last set-up's words
+  since = eventCount();
+  comms = initInGroup(2);
+  labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+  t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank", "cudaMemcpyAsync"}, labels);
+  CHECK_MSG(t == "cudaMemcpyAsync(?) cudaMemcpyAsync(?) ncclAllGather(r0) ncclAllGather(r1) cudaMemcpyAsync(?) "
+                 "cudaMemcpyAsync(?) cudaMemcpyAsync(?) cudaMemcpyAsync(?) ncclAllReduce(r0) ncclAllReduce(r1) "
+                 "cudaMemcpyAsync(?) cudaMemcpyAsync(?) yaliCommInitRank() yaliCommInitRank() ncclAllReduce(r0) "
+                 "ncclAllReduce(r1)",
+            "%s", t.c_str());
+  for (int rank : {0, 1}) {
+    const Buffers agreement = buffersOf(since, "ncclAllReduce", 2 + rank);
+    CHECK_MSG(agreement.send == agreement.recv, "rank %d's agreement sent from %p into %p", rank, agreement.send,
+              agreement.recv);
   }
+  ranks = ranksOf(comms);
+  CHECK(ranks[0].yali != nullptr && ranks[1].yali != nullptr);
+  destroyAll(ranks);
 }
 
 // ---- Per-rank gates and bounded rounds (review 2026-11-29, "Per-rank conditions in the set-up rounds",
@@ -2097,8 +2114,9 @@ TEST(a_rank_without_libyali_answers_the_set_up_with_no) {
 // A CUDA failure on one rank after the agreement's collective (before: the copy of its result back
 // from the scratch) must not split the decision: the result now lands in pinned host memory, read
 // with a plain load. The set-up's copies, two ranks driven by one thread: records (1, 2) and back
-// (3, 4), id messages (5, 6) and back (7, 8), agreement words (9, 10), and before the fix the
-// agreement's results back (11, 12). (Before: rank 1 dropped YALI, rank 0 kept it.)
+// (3, 4), id messages (5, 6) and back (7, 8), agreement words (9, 10; none since the agreement
+// reduces each rank's pinned word in place), and before the fix the agreement's results back (11,
+// 12). (Before: rank 1 dropped YALI, rank 0 kept it.)
 TEST(a_cuda_failure_on_one_rank_at_the_agreement_does_not_split_the_decision) {
   destroyAll(ranksOf(initInGroup(2)));
   failCudaNth("cudaMemcpyAsync", 12);
@@ -2137,6 +2155,63 @@ TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others
   CHECK(yaliOf(comms[0]) == nullptr);
   CHECK(yaliOf(comms[1]) == nullptr);
   for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+}
+
+namespace {
+
+// YALI_TIMEOUT_MS in a fresh process started with YALI_TESTS_SHORT_TIMEOUT (main), for a test that
+// waits for more than one timeout.
+constexpr int kShortTimeoutMs = 500;
+
+// Rank 1's copy of the records back fails (the set-up's copies, two ranks driven by one thread:
+// records to the device 1, 2, back 3, 4): rank 1 cannot read them and leaves the later rounds, and
+// rank 0's id round waits for it until YALI_TIMEOUT_MS. Returns the comms (the group's end returned
+// ncclRemoteError, rank 0's), and in *ms how long the group's end took.
+std::vector<ncclComm_t> rank1LeavesAfterTheRecords(long long* ms) {
+  failCudaNth("cudaMemcpyAsync", 4);
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<ncclComm_t> comms = initInGroup(2, ncclRemoteError);
+  *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  return comms;
+}
+
+}  // namespace
+
+// A rank whose id round timed out (rank1LeavesAfterTheRecords: rank 0) still takes the agreement,
+// saying "no" (0), but puts nothing on its set-up stream before the agreement's collective and
+// waits for nothing there: that stream holds the id round's collective, which on a GPU never
+// completes until the comm is aborted, so the copy of its word into the scratch and the
+// cudaStreamSynchronize behind it (copyOnStream, before) waited for ever. Its word is now written
+// into the pinned result word with a plain store and reduced there, in place; its wait ends at the
+// round's deadline (a second timeout). In a fresh process with YALI_TIMEOUT_MS = kShortTimeoutMs.
+TEST(a_rank_whose_id_round_timed_out_takes_the_agreement_without_waiting_on_its_stream) {
+  CHECK(passesInFreshProcess(
+      [] {
+        const int behindBefore = yaliVariable<int>("fakeCudaCallsBehindWaitingNccl");
+        const int since = eventCount();
+        long long ms = 0;
+        const std::vector<ncclComm_t> comms = rank1LeavesAfterTheRecords(&ms);
+        const int behind = yaliVariable<int>("fakeCudaCallsBehindWaitingNccl") - behindBefore;
+        CHECK_MSG(behind == 0, "%d CUDA calls on a stream behind the timed-out round's collective", behind);
+        const Labels labels = {{realOf(comms[0]), "r0"}, {realOf(comms[1]), "r1"}};
+        const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, labels);
+        // The records; rank 0's id round and agreement.
+        CHECK_MSG(t == "ncclAllGather(r0) ncclAllGather(r1) ncclAllReduce(r0) ncclAllReduce(r0)", "%s", t.c_str());
+        const Buffers agreement = buffersOf(since, "ncclAllReduce", 1);
+        REQUIRE(agreement.send != nullptr);
+        CHECK_MSG(agreement.send == agreement.recv, "the agreement sent from %p into %p", agreement.send,
+                  agreement.recv);
+        // Kept, never freed, behind the timed-out round (freeScratch): still readable here.
+        CHECK_EQ(*static_cast<const int32_t*>(agreement.send), 0);
+        CHECK_MSG(ms >= 2 * kShortTimeoutMs - 50 && ms < 2 * kShortTimeoutMs + 3000, "the set-up took %lld ms",
+                  ms);
+        ncclResult_t state = ncclSuccess;
+        CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess);
+        CHECK(state == ncclRemoteError);
+        CHECK(yaliOf(comms[0]) == nullptr && yaliOf(comms[1]) == nullptr);
+        for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
 }
 
 // ---- The hierarchical path ------------------------------------------------------------------------------------
@@ -3511,6 +3586,9 @@ int main(int argc, char** argv) {
   else unsetenv("YALI_NCCL_DISABLE");
   setenv("YALI_NCCL_DEBUG", "1", 1);
   setenv("YALI_TIMEOUT_MS", "3000", 1);  // the set-up rounds' bound (a test waits for it once)
+  // A fresh process whose test waits for several timeouts (passesInFreshProcess's variable).
+  if (getenv("YALI_TESTS_SHORT_TIMEOUT") != nullptr)
+    setenv("YALI_TIMEOUT_MS", std::to_string(kShortTimeoutMs).c_str(), 1);
   unsetenv("YALI_NODE_ID");
   unsetenv("NCCL_COMM_BLOCKING");
   unsetenv("NCCL_COMM_SPLIT_SHARE_RESOURCES");  // the tests set it where they need it
