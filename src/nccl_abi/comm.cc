@@ -230,6 +230,9 @@ struct SetUp {
   // queued on `stream`, unmatched, so nothing on that stream is waited for again (the agreement,
   // freeScratch) and the comm reports ncclRemoteError (Comm::setUpError).
   bool timedOut = false;
+  // The timed-out round's group was still in NCCL's background at the deadline (waitForGroup): its
+  // collective may yet be put on `stream`, after anything put there now (freeScratch).
+  bool leftInBackground = false;
   // The agreement's word and result: pinned host memory NCCL reads and writes through its device
   // address (written with a plain store before the round, which reduces it in place), read with a
   // plain load once the round's collective completed, so that no copy back, which could fail on
@@ -328,6 +331,7 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
   for (SetUp* s : setUps) {
     const ncclResult_t mine = inBackground ? waitForGroup(*s, deadline) : r;
     if (inBackground && mine == ncclInProgress) {
+      s->leftInBackground = true;
       giveUp(s, "NCCL to end the round's group (ncclGroupEnd returned ncclInProgress)");
       continue;
     }
@@ -452,13 +456,20 @@ void freeScratch(SetUp& s) {
     // The stream holds a collective that never completes until the comm is aborted: nothing here
     // may wait for it (cudaStreamSynchronize, cudaFree and cudaFreeHost would), and the memory it
     // reads and writes must outlive it. Device memory from the pool goes in stream order (after
-    // the abort ended the collective); the rest is kept, never freed (a deliberate, logged leak).
-    if (s.scratch != nullptr && !s.hostScratch && s.pooled) rt().cudaFreeAsync(s.scratch, s.stream);
-    warn(s.comm->rank, "communicator %p: the set-up's memory behind its timed-out round is kept, never freed",
-         static_cast<void*>(s.comm));
+    // the abort ended the collective), but not where the round's group was left in NCCL's
+    // background (leftInBackground): NCCL may launch the collective later, behind the free. The
+    // rest is kept, never freed (a deliberate, logged leak).
+    if (s.scratch != nullptr && !s.hostScratch && s.pooled && !s.leftInBackground)
+      rt().cudaFreeAsync(s.scratch, s.stream);
+    // The stream is kept too, never destroyed (the callers destroy it only where it is still set):
+    // a group left in NCCL's background may yet launch the round's collective onto it, and a
+    // destroyed stream's handle may by then name nothing, or another stream.
+    warn(s.comm->rank, "communicator %p: the set-up's memory and stream behind its timed-out round are kept, "
+         "never freed", static_cast<void*>(s.comm));
     s.scratch = nullptr;
     s.notOk = nullptr;
     s.agreeResult = nullptr;
+    s.stream = nullptr;
     return;
   }
   if (s.agreeResult != nullptr) {
@@ -595,7 +606,7 @@ void answerNo(const std::vector<Comm*>& comms) {
     announce(c);
     rt().cudaSetDevice(c->device);
     freeScratch(s);
-    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);
+    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);  // null: kept (freeScratch)
   }
 }
 
@@ -880,7 +891,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     announce(c);
     rt().cudaSetDevice(c->device);
     freeScratch(s);
-    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);
+    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);  // null: kept (freeScratch)
   }
 }
 

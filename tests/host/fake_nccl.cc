@@ -38,7 +38,9 @@
 // A non-blocking comm's init, as NCCL's (init.cc, group.cc): ncclCommInitRankConfig outside a group,
 // and the end of a group that made one, return ncclInProgress; ncclCommGetAsyncError says
 // ncclInProgress until the init completes (20 ms later, from a thread), and a split of a comm still
-// in progress fails with ncclInvalidArgument (ncclCommEnsureReady).
+// in progress fails with ncclInvalidArgument (ncclCommEnsureReady). A group of a non-blocking comm's
+// calls ends with ncclInProgress too; fakeNextBackgroundGroupStays leaves a group's comms in
+// ncclInProgress for good, as a group whose end NCCL's background never finishes.
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
 // with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
 //
@@ -52,6 +54,7 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -886,14 +889,26 @@ ncclResult_t splitGroupFailure = ncclSuccess;
 // child, a failed one too, and the group's end returns the first error).
 FAKE_EXPORT void fakeFailNextSplitGroup(ncclResult_t result) { splitGroupFailure = result; }
 
+// fakeNextBackgroundGroupStays: the next outermost ncclGroupEnd that ends its group in the
+// background (returns ncclInProgress: a non-blocking comm's calls in it, or fakeFailNext asked for
+// it) never ends it there: the comms of its calls say ncclInProgress from then on
+// (ncclCommGetAsyncError), as NCCL's would while its background thread stays stuck on the group (a
+// peer that never connects, say). Its calls are matched as any group's.
+namespace {
+std::atomic<bool> backgroundGroupStays{false};
+}  // namespace
+FAKE_EXPORT void fakeNextBackgroundGroupStays() { backgroundGroupStays.store(true); }
+
 FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   fakeRecord("ncclGroupEnd", nullptr);
   fakeLastCall = "ncclGroupEnd";
   --fakeGroupDepth;
   ncclResult_t r = ncclSuccess;
+  std::set<FakeComm*> inGroup;  // the comms of the group's calls (fakeNextBackgroundGroupStays)
   if (fakeGroupDepth == 0) {
     std::vector<Op> ops;
     std::swap(ops, pending);
+    for (const Op& op : ops) inGroup.insert(op.comm);
     bool splits = !deliveries.empty();
     for (const Op& op : ops) splits = splits || strcmp(op.call, "ncclCommSplit") == 0;
     {
@@ -912,7 +927,10 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
     groupHasNonBlocking = false;
   }
   const ncclResult_t asked = failureOf("ncclGroupEnd");  // after the group ended, as NCCL's does
-  return asked != ncclSuccess ? asked : r;
+  if (asked != ncclSuccess) r = asked;
+  if (fakeGroupDepth == 0 && r == ncclInProgress && backgroundGroupStays.exchange(false))
+    for (FakeComm* c : inGroup) __atomic_store_n(&c->asyncError, ncclInProgress, __ATOMIC_RELEASE);
+  return r;
 }
 
 // The group ends as ncclGroupEnd's does, but the outermost end carries out nothing: its calls are

@@ -409,8 +409,11 @@ FAKE_EXPORT const char* cudaGetErrorString(cudaError_t err) {
   return err == cudaSuccess ? "fake CUDA: no error" : "fake CUDA: error";
 }
 
+// Noted with the stream made (the event's handle), as cudaStreamDestroy with the stream it ends, so
+// that a test can tell whether a stream was destroyed.
 FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   *stream = reinterpret_cast<cudaStream_t>(new char);
+  fakeRecord("cudaStreamCreateWithFlags", *stream);
   return cudaSuccess;
 }
 
@@ -443,7 +446,10 @@ FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
 
 // Never freed (its address never names another stream): an NCCL call left waiting on it for a peer
 // that never came (a set-up round that timed out) keeps it busy (fakeStreamBusy).
-FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+FAKE_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  fakeRecord("cudaStreamDestroy", stream);
+  return cudaSuccess;
+}
 
 namespace {
 std::map<size_t, std::vector<void*>> asyncPool;  // freed blocks by size, the last freed last

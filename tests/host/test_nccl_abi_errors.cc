@@ -2214,6 +2214,62 @@ TEST(a_rank_whose_id_round_timed_out_takes_the_agreement_without_waiting_on_its_
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
 
+namespace {
+
+// Rank 1 of 2 alone, non-blocking (its peer never comes): it answers the set-up's records round with
+// "no" from a thread of its own (comm.cc, answerNoWhenReady), and that round's group ends in NCCL's
+// background (ncclInProgress), which never finishes it (fakeNextBackgroundGroupStays): the answer
+// gives up at YALI_TIMEOUT_MS (waitForGroup), a timed-out round, with ncclRemoteError.
+ncclComm_t answerWhoseGroupStaysInTheBackground() {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
+  ncclComm_t comm = nullptr;
+  REQUIRE(SHIM(ncclCommInitRankConfig)(&comm, 2, id, 1, &nonBlocking) == ncclInProgress);
+  return comm;
+}
+
+}  // namespace
+
+// A set-up round that gives up while its group is still in NCCL's background, which may yet launch
+// the round's collective onto the set-up's stream, after anything put there now: the stream is kept
+// (never destroyed), and so is the round's memory, even the scratch from the pool, which a
+// cudaFreeAsync now would free before that collective ran. Two cases: a non-blocking rank's answer
+// (answerWhoseGroupStaysInTheBackground: pinned scratch) and a blocking rank alone, whose records
+// round's group end returned ncclInProgress (scratch from the pool). (Before: freeScratch kept the
+// memory, but for the pool's in stream order, and the stream was destroyed.)
+TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_memory) {
+  CHECK(passesInFreshProcess(
+      [] {
+        int since = eventCount();
+        const ncclComm_t answering = answerWhoseGroupStaysInTheBackground();
+        SHIM(ncclCommAbort)(answering);  // waits for the answer first (waitForSetUp)
+        const void* stream = handleOf(since, "cudaStreamCreateWithFlags");
+        REQUIRE(stream != nullptr);
+        std::string t = trace(since, {"cudaStreamCreateWithFlags", "cudaStreamDestroy"}, {{stream, "s"}});
+        CHECK_MSG(t == "cudaStreamCreateWithFlags(s)", "the answer: %s", t.c_str());
+
+        since = eventCount();
+        ncclUniqueId id;
+        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+        failNcclNext("ncclGroupEnd", ncclInProgress);  // the records round's: the first group here
+        function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
+        ncclComm_t comm = nullptr;
+        CHECK(SHIM(ncclCommInitRank)(&comm, 2, id, 0) == ncclRemoteError);
+        stream = handleOf(since, "cudaStreamCreateWithFlags");
+        const void* scratch = buffersOf(since, "cudaMallocAsync", 0).recv;
+        REQUIRE(stream != nullptr && scratch != nullptr);
+        t = trace(since, {"cudaStreamCreateWithFlags", "cudaStreamDestroy"}, {{stream, "s"}});
+        CHECK_MSG(t == "cudaStreamCreateWithFlags(s)", "the set-up: %s", t.c_str());
+        for (int i = since, n = eventCount(); i < n; ++i)
+          CHECK_MSG(eventCall(i) != "cudaFreeAsync" || buffersOf(i).send != scratch, "the scratch was freed");
+        SHIM(ncclCommAbort)(comm);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // ---- The hierarchical path ------------------------------------------------------------------------------------
 
 // A node split that fails (here on the first rank's call, which fails the round for every rank this
