@@ -1512,14 +1512,22 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
-  if (r != ncclSuccess || asyncError == nullptr || ncclReported(*asyncError)) return r;
+  if (r != ncclSuccess || asyncError == nullptr) return r;
   // The set-up: a round that timed out (the comm has an unmatched collective queued: to be
   // aborted). Before a group-end failure: it came first, and NCCL too reports its first error.
-  if (const int e = c->setUpError.load(); e != ncclSuccess) {
+  // Also over NCCL's ncclInProgress (NCCL's own errors still come first): the set-up runs only once
+  // NCCL's init completed (a blocking comm's creating call returned; answerNoWhenReady waits for
+  // it), so NCCL's ncclInProgress after it is a group left in NCCL's background, the set-up's own
+  // one that timed out among them (waitForGroup), which may never end: a program polling for the
+  // end of ncclInProgress would poll for ever. Before the set-up gave up (setUpError unset: NCCL's
+  // init still running, or the set-up still waiting) ncclInProgress is returned, as NCCL says.
+  const int setUp = c->setUpError.load();
+  if (setUp != ncclSuccess && (*asyncError == ncclSuccess || *asyncError == ncclInProgress)) {
     noteFailure(Failure::kNccl);
-    *asyncError = static_cast<ncclResult_t>(e);
+    *asyncError = static_cast<ncclResult_t>(setUp);
     return r;
   }
+  if (ncclReported(*asyncError)) return r;
   // A call of this comm that failed at the end of a group NCCL ended in the background.
   std::string failedAtGroupEnd;
   const ncclResult_t groupEnd = asyncFailureOf(c, &failedAtGroupEnd);

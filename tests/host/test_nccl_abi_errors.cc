@@ -2270,6 +2270,37 @@ TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_m
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
 
+// A comm whose set-up gave up (ncclRemoteError) while NCCL still says ncclInProgress (the round's
+// group stays in its background) reports ncclRemoteError from ncclCommGetAsyncError, so that a
+// program polling it (as it must a non-blocking comm) sees the error and aborts; before the set-up
+// gave up (the init still running, then the answer) it said ncclInProgress. Both cases of
+// a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_memory. (Before: NCCL's
+// ncclInProgress was returned first, for ever.)
+TEST(a_set_up_that_gave_up_while_nccl_says_in_progress_reports_ncclRemoteError) {
+  CHECK(passesInFreshProcess(
+      [] {
+        const ncclComm_t answering = answerWhoseGroupStaysInTheBackground();
+        ncclResult_t state = ncclSuccess;
+        CHECK(SHIM(ncclCommGetAsyncError)(answering, &state) == ncclSuccess);
+        CHECK_MSG(state == ncclInProgress, "at first: %d", static_cast<int>(state));
+        state = pollReady(answering);  // up to 5 s; the answer gives up after kShortTimeoutMs
+        CHECK_MSG(state == ncclRemoteError, "the answer: %d", static_cast<int>(state));
+        SHIM(ncclCommAbort)(answering);
+
+        ncclUniqueId id;
+        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+        failNcclNext("ncclGroupEnd", ncclInProgress);  // the records round's: the first group here
+        function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
+        ncclComm_t comm = nullptr;
+        CHECK(SHIM(ncclCommInitRank)(&comm, 2, id, 0) == ncclRemoteError);
+        state = ncclSuccess;
+        CHECK(SHIM(ncclCommGetAsyncError)(comm, &state) == ncclSuccess);
+        CHECK_MSG(state == ncclRemoteError, "the set-up: %d", static_cast<int>(state));
+        SHIM(ncclCommAbort)(comm);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // ---- The hierarchical path ------------------------------------------------------------------------------------
 
 // A node split that fails (here on the first rank's call, which fails the round for every rank this
