@@ -351,6 +351,23 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue)
   }
 }
 
+// A rank out of a set-up round its peers may take, or of the rounds after it (its own call of the
+// round failed, it cannot read the records, it has no node comm for its node's id round): their
+// collectives may then stay queued on the real comm, unmatched (their wait ends at YALI_TIMEOUT_MS,
+// realRound), or behind such a one on their streams, and this rank's first collective on the comm
+// would be matched against one of them (garbage, or a hang). As a rank whose round timed out, the
+// comm is NCCL only and reports ncclRemoteError (Comm::setUpError): the program is to abort it. A
+// rank cannot tell whether its peers took the rounds, so it reports the error even where none did.
+// (Review: such a rank was told ncclSuccess.)
+void leaveRounds(SetUp& s, const char* rounds) {
+  s.comm->setUpError.store(ncclRemoteError);
+  if (s.timedOut) return;  // realRound's giveUp said so
+  warn(s.comm->rank, "communicator %p: %s; this rank is out of %s, which its peers may take: the communicator is "
+       "NCCL only, but a set-up collective of theirs may stay queued on it, unmatched: its creating call and "
+       "ncclCommGetAsyncError report ncclRemoteError (abort it)",
+       static_cast<void*>(s.comm), s.why.c_str(), rounds);
+}
+
 // The set-up's copies go through its own non-blocking stream: a cudaMemcpy would run on the legacy
 // default stream, and so wait for whatever the program has queued on its blocking streams.
 // Whether the copy worked (else s failed).
@@ -601,7 +618,8 @@ void answerNo(const std::vector<Comm*>& comms) {
   });
   for (SetUp& s : setUps) {
     Comm* c = s.comm;
-    if (s.roundFailed && !s.timedOut) warn(c->rank, "communicator %p: %s", static_cast<void*>(c), s.why.c_str());
+    // Its record may not have gone out: its peers' records round may wait for it.
+    if (s.roundFailed) leaveRounds(s, "the set-up's records round");
     info(c->rank, "communicator %p: answered its peers' set-up with \"no YALI\"", static_cast<void*>(c));
     announce(c);
     rt().cudaSetDevice(c->device);
@@ -670,9 +688,10 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
 // leaves the rounds after it, and one whose node split failed, its node's id round. Each means NCCL
 // or CUDA failing on that rank (a copy from its own device memory fails when its CUDA context is
 // broken), when its peers would wait for its NCCL calls anyway, as for a rank lost to NCCL. Each
-// such wait ends at YALI_TIMEOUT_MS (realRound) with ncclRemoteError on the waiting ranks. A rank
-// that will not run YALI for a reason of its own (non-blocking, no libyali, ...) answers step 1
-// with "no" instead of skipping it (answerNo).
+// such wait ends at YALI_TIMEOUT_MS (realRound) with ncclRemoteError on the waiting ranks, and the
+// rank that left reports ncclRemoteError too (leaveRounds). A rank that will not run YALI for a
+// reason of its own (non-blocking, no libyali, ...) answers step 1 with "no" instead of skipping it
+// (answerNo).
 void setUpYali(const std::vector<Comm*>& comms) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
@@ -737,10 +756,17 @@ void setUpYali(const std::vector<Comm*>& comms) {
   });
   std::vector<SetUp*> yes;  // from here on, only the comms whose records said yes
   for (SetUp* s : all) {
-    if (s->hostScratch) continue;  // its zeroed record said no on every rank (allocNotOkScratch)
     std::vector<RankRecord> records(s->comm->nranks);
-    // Cannot read them: leaves the later rounds (setUpYali's comment says why nothing else is left).
-    if (s->roundFailed || !copyFromDevice(*s, records.data(), 0, records.size() * sizeof(RankRecord))) continue;
+    // Cannot read them: leaves the later rounds (setUpYali's comment says why nothing else is left),
+    // which its peers may take (leaveRounds). So does a rank whose round failed though its zeroed
+    // record said no (hostScratch): that record may not have gone out, and its peers' records round
+    // then waits for it.
+    if (s->roundFailed ||
+        (!s->hostScratch && !copyFromDevice(*s, records.data(), 0, records.size() * sizeof(RankRecord)))) {
+      leaveRounds(*s, "the set-up's rounds after its records");
+      continue;
+    }
+    if (s->hostScratch) continue;  // its zeroed record said no on every rank (allocNotOkScratch)
     s->verdict = decideSetUp(records);
     if (s->verdict.yali)
       yes.push_back(s);
@@ -761,9 +787,15 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // 2. The id round (per node on a hierarchical comm). A rank whose node split failed (splitRound
   // failed it) has no node comm: it leaves its node's round, since an AllReduce on a null comm fails
   // NCCL's whole group (its CommCheck error is the group's), every other comm's round with it.
+  // Its node's peers may take their round without it (leaveRounds): their wait ends at
+  // YALI_TIMEOUT_MS, and their agreement then comes behind that stuck collective on their streams.
   std::vector<SetUp*> idRound;
-  for (SetUp* s : yes)
-    if (s->idComm() != nullptr) idRound.push_back(s);
+  for (SetUp* s : yes) {
+    if (s->idComm() != nullptr)
+      idRound.push_back(s);
+    else
+      leaveRounds(*s, "its node's id round");
+  }
   for (SetUp* s : idRound) {
     yaliUniqueId id;
     const bool root = s->yaliRank() == 0;

@@ -2132,7 +2132,8 @@ TEST(a_cuda_failure_on_one_rank_at_the_agreement_does_not_split_the_decision) {
 // own): that rank leaves the set-up, NCCL only; its peer's wait ends at YALI_TIMEOUT_MS (3 s here)
 // with ncclRemoteError from the creating call (here the group's end) and from ncclCommGetAsyncError,
 // NCCL only. (Before: the peer waited without a deadline; the fake's synchronization did not wait,
-// so it returned ncclSuccess.)
+// so it returned ncclSuccess.) Rank 1 reports ncclRemoteError too (comm.cc, leaveRounds): its
+// peer's allgather stays queued on the comm, unmatched. (Before: ncclSuccess.)
 TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others) {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
@@ -2140,7 +2141,7 @@ TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others
   REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
   REQUIRE(SHIM(ncclCommInitRank)(&comms[1], 2, id, 1) == ncclSuccess);
   failNcclNext("ncclAllGather", ncclSystemError);
-  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
   const auto start = std::chrono::steady_clock::now();
   REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
   REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
@@ -2149,9 +2150,11 @@ TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
   CHECK_MSG(end == ncclRemoteError, "the group's end returned %d", static_cast<int>(end));
   CHECK_MSG(ms >= 2900 && ms < 8000, "the wait took %lld ms", static_cast<long long>(ms));
-  ncclResult_t state = ncclSuccess;
-  CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess);
-  CHECK(state == ncclRemoteError);
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+    CHECK(state == ncclRemoteError);
+  }
   CHECK(yaliOf(comms[0]) == nullptr);
   CHECK(yaliOf(comms[1]) == nullptr);
   for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
@@ -2301,17 +2304,53 @@ TEST(a_set_up_that_gave_up_while_nccl_says_in_progress_reports_ncclRemoteError) 
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
 
+// A rank out of set-up rounds its peers take reports ncclRemoteError, as a rank whose round timed
+// out: its peers' set-up collectives stay queued on the comm, unmatched, and its first collective
+// would be matched against one of them. Two cases: rank 1 of rank1LeavesAfterTheRecords (out of
+// the id round and the agreement, which rank 0 takes: both wait on the comm, unmatched), and a
+// non-blocking rank alone whose answer's allgather NCCL refuses (its peer's records round would
+// wait for it). (Before: each was told ncclSuccess.) In a fresh process with YALI_TIMEOUT_MS =
+// kShortTimeoutMs.
+TEST(a_rank_out_of_set_up_rounds_its_peers_take_reports_ncclRemoteError) {
+  CHECK(passesInFreshProcess(
+      [] {
+        long long ms = 0;
+        const std::vector<ncclComm_t> comms = rank1LeavesAfterTheRecords(&ms);
+        CHECK_EQ(waitingCalls(realOf(comms[0])), 2);
+        for (int r : {0, 1}) {
+          ncclResult_t state = ncclSuccess;
+          CHECK(SHIM(ncclCommGetAsyncError)(comms[r], &state) == ncclSuccess);
+          CHECK_MSG(state == ncclRemoteError, "rank %d: %d", r, static_cast<int>(state));
+        }
+        for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+
+        ncclUniqueId id;
+        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+        ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+        nonBlocking.blocking = 0;
+        failNcclNext("ncclAllGather", ncclSystemError);  // the answer's (from its own thread)
+        ncclComm_t answering = nullptr;
+        REQUIRE(SHIM(ncclCommInitRankConfig)(&answering, 2, id, 1, &nonBlocking) == ncclInProgress);
+        const ncclResult_t state = pollReady(answering);
+        CHECK_MSG(state == ncclRemoteError, "the answer: %d", static_cast<int>(state));
+        SHIM(ncclCommAbort)(answering);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // ---- The hierarchical path ------------------------------------------------------------------------------------
 
 // A node split that fails (here on the first rank's call, which fails the round for every rank this
 // thread drives) leaves those ranks without a node comm: they must leave their node's id round, not
 // issue its AllReduce on a null comm, which NCCL refuses by failing the whole group (a CommCheck
 // failure inside a group is the group's error), so that every other comm in the round failed too.
+// Each reports ncclRemoteError (comm.cc, leaveRounds): it cannot tell whether its node's peers took
+// their id round without it. (Before: ncclSuccess.)
 TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
   ranksPerNode() = 2;
   failNcclNext("ncclCommSplit", ncclSystemError);
   const int since = eventCount();
-  const std::vector<ncclComm_t> comms = initInGroup(4);
+  const std::vector<ncclComm_t> comms = initInGroup(4, ncclRemoteError);
   ranksPerNode() = 0;
   int onNull = 0, yaliInits = 0;
   for (int i = since; i < eventCount(); ++i) {
@@ -2321,6 +2360,10 @@ TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
   CHECK_MSG(onNull == 0, "%d AllReduces issued on a null comm", onNull);
   CHECK_MSG(yaliInits == 0, "%d YALI comms made after a failed node split", yaliInits);
   for (ncclComm_t c : comms) CHECK(waitingCalls(realOf(c)) == 0);
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess && state == ncclRemoteError);
+  }
   for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
 }
 
@@ -2328,12 +2371,13 @@ TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
 // the group's end returns the error: the set-up's node split round failed with a (failed) node comm
 // on every rank. Each is aborted and forgotten, so that its rank leaves the id round rather than
 // issuing it on a failed comm. (Before: the failed children stayed, were never aborted, and the
-// ranks took the id round on them.)
+// ranks took the id round on them.) Each reports ncclRemoteError, as in
+// a_rank_whose_node_split_failed_leaves_the_id_round.
 TEST(a_node_split_round_that_failed_aborts_the_children_nccl_wrote) {
   ranksPerNode() = 2;
   function<void (*)(ncclResult_t)>(fakeNccl(), "fakeFailNextSplitGroup")(ncclSystemError);
   const int since = eventCount();
-  const std::vector<ncclComm_t> comms = initInGroup(4);
+  const std::vector<ncclComm_t> comms = initInGroup(4, ncclRemoteError);
   ranksPerNode() = 0;
   std::set<const void*> nodeComms;
   for (ncclComm_t c : comms) {
