@@ -233,6 +233,10 @@ struct SetUp {
   // The timed-out round's group was still in NCCL's background at the deadline (waitForGroup): its
   // collective may yet be put on `stream`, after anything put there now (freeScratch).
   bool leftInBackground = false;
+  // A background answer's (answerNoWhenReady) flag, set by the comm's abort or revoke
+  // (cancelSetUp): its waits end at once, as at their deadline. Null in the creating call.
+  const std::atomic<bool>* cancel = nullptr;
+  bool cancelled() const { return cancel != nullptr && cancel->load(std::memory_order_acquire); }
   // The agreement's word and result: pinned host memory NCCL reads and writes through its device
   // address (written with a plain store before the round, which reduces it in place), read with a
   // plain load once the round's collective completed, so that no copy back, which could fail on
@@ -275,7 +279,7 @@ cudaError_t waitForRound(SetUp& s, std::chrono::steady_clock::time_point deadlin
   for (int polls = 0;; ++polls) {
     const cudaError_t err = rt().cudaStreamQuery(s.stream);
     if (err != cudaErrorNotReady) return err;
-    if (std::chrono::steady_clock::now() >= deadline) return cudaErrorNotReady;
+    if (std::chrono::steady_clock::now() >= deadline || s.cancelled()) return cudaErrorNotReady;
     if (polls < 100) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
@@ -292,7 +296,7 @@ ncclResult_t waitForGroup(const SetUp& s, std::chrono::steady_clock::time_point 
     ncclResult_t state = ncclInProgress;
     const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(s.comm->real, &state);
     if (r != ncclSuccess) return r;
-    if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) return state;
+    if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline || s.cancelled()) return state;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -581,7 +585,7 @@ void announce(const Comm* c) {
 // comms must be ready (a blocking comm once its init returned; else answerNoWhenReady). Where this
 // rank cannot take part at all (no CUDA runtime, no pinned memory, NCCL refuses the call), its peers'
 // round ends at YALI_TIMEOUT_MS with ncclRemoteError (realRound). The comm's noYali is kept.
-void answerNo(const std::vector<Comm*>& comms) {
+void answerNo(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel = nullptr) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
     const std::string why = c->noYali;
@@ -597,6 +601,7 @@ void answerNo(const std::vector<Comm*>& comms) {
     }
     SetUp s;
     s.comm = c;
+    s.cancel = cancel;
     setUps.push_back(s);
   }
   if (setUps.empty()) return;
@@ -634,6 +639,11 @@ void answerNo(const std::vector<Comm*>& comms) {
 struct BackgroundAnswer {
   std::thread thread;
   std::once_flag joined;
+  // Set by the comm's abort or revoke (cancelSetUp): the answer stops waiting (for NCCL's init, for
+  // its round) at once, as at YALI_TIMEOUT_MS, so that an abort is not held up by it (before: up to
+  // twice YALI_TIMEOUT_MS; review of 8f3bfe3, Session 30). Its memory is then kept, as after a
+  // timeout: the abort of the real comm follows.
+  std::atomic<bool> cancel{false};
 };
 
 namespace {
@@ -651,14 +661,19 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
     c->setUpPending.store(true);
     c->background = background;
   }
-  background->thread = std::thread([comms] {
+  // The flag outlives the thread: every comm answered holds `background` until its tear-down, which
+  // joins the thread first (waitForSetUp).
+  const std::atomic<bool>* cancel = &background->cancel;
+  background->thread = std::thread([comms, cancel] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
     std::vector<Comm*> ready;
     for (Comm* c : comms) {
       ncclResult_t state = ncclInProgress;
       while (true) {
         if (callReal<Api::ncclCommGetAsyncError>(c->real, &state) != ncclSuccess) state = ncclInternalError;
-        if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline) break;
+        if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline ||
+            cancel->load(std::memory_order_acquire))
+          break;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
       if (state == ncclSuccess)
@@ -667,7 +682,7 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
         info(-1, "communicator %p: NCCL's init did not complete (%s): no answer to the set-up",
              static_cast<void*>(c), callReal<Api::ncclGetErrorString>(state));
     }
-    answerNo(ready);
+    answerNo(ready, cancel);
     for (Comm* c : comms) c->setUpPending.store(false);
   });
 }
@@ -1218,6 +1233,11 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
 }
 
 }  // namespace
+
+void cancelSetUp(Comm* c) {
+  std::shared_ptr<BackgroundAnswer> b = c->background;
+  if (b != nullptr) b->cancel.store(true, std::memory_order_release);
+}
 
 void waitForSetUp(Comm* c) {
   std::shared_ptr<BackgroundAnswer> b = c->background;

@@ -172,6 +172,9 @@ struct Comm {
 
 // Waits for c's background answer to its peers' set-up (Comm::background), if any.
 void waitForSetUp(Comm* c);
+// Tells c's background answer, if any, to stop waiting at once (abort, revoke: cancelSetUp, then
+// waitForSetUp returns within a poll).
+void cancelSetUp(Comm* c);
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
 struct Registration {

@@ -1466,7 +1466,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommAbort>(comm);
-  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
+  // Its background answer to the set-up, if any, stops waiting (a watchdog's abort of a comm whose
+  // init never completed must not wait for YALI_TIMEOUT_MS first), then is joined.
+  cancelSetUp(c);
+  waitForSetUp(c);
   std::vector<ncclComm_t> splits;
   endHierarchy(c, true, false, "aborted", &splits);
   endYali(c, true, "aborted");
@@ -1484,7 +1487,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
-  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
+  cancelSetUp(c);  // as abort
+  waitForSetUp(c);
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
   // serves only tear-down, split and shrink afterwards.
   std::vector<ncclComm_t> splits;

@@ -2236,6 +2236,31 @@ ncclComm_t answerWhoseGroupStaysInTheBackground() {
 
 }  // namespace
 
+// An abort (a watchdog's) of a non-blocking comm whose background answer to the set-up waits in its
+// round for a peer that never comes returns at once: the answer stops waiting (cancelSetUp), as at
+// its deadline, and the real comm is aborted. Before (review of 8f3bfe3, Session 30), the abort
+// joined the answer first, which waited for YALI_TIMEOUT_MS (3000 ms here; up to twice that with
+// the wait for NCCL's init).
+TEST(an_abort_stops_the_background_answer_instead_of_waiting_for_its_timeout) {
+  CHECK(passesInFreshProcess([] {
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    const int since = eventCount();
+    ncclComm_t comm = nullptr;
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&comm, 2, id, 1, &nonBlocking) == ncclInProgress);
+    const void* real = madeSince(since, "ncclCommInitRankConfig");
+    REQUIRE(real != nullptr);
+    CHECK_MSG(waitUntilWaiting(real), "the answer never reached its round");
+    const auto start = std::chrono::steady_clock::now();
+    SHIM(ncclCommAbort)(comm);
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    CHECK_MSG(ms < 1000, "the abort took %lld ms (YALI_TIMEOUT_MS is 3000)", ms);
+  }));
+}
+
 // A set-up round that gives up while its group is still in NCCL's background, which may yet launch
 // the round's collective onto the set-up's stream, after anything put there now: the stream is kept
 // (never destroyed), and so is the round's memory, even the scratch from the pool, which a
@@ -2248,7 +2273,10 @@ TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_m
       [] {
         int since = eventCount();
         const ncclComm_t answering = answerWhoseGroupStaysInTheBackground();
-        SHIM(ncclCommAbort)(answering);  // waits for the answer first (waitForSetUp)
+        // Once the answer has reached its round (its stream made), the abort stops it there
+        // (cancelSetUp) and joins it (waitForSetUp).
+        for (int i = 0; i < 2000 && handleOf(since, "cudaStreamCreateWithFlags") == nullptr; ++i) usleep(1000);
+        SHIM(ncclCommAbort)(answering);
         const void* stream = handleOf(since, "cudaStreamCreateWithFlags");
         REQUIRE(stream != nullptr);
         std::string t = trace(since, {"cudaStreamCreateWithFlags", "cudaStreamDestroy"}, {{stream, "s"}});
