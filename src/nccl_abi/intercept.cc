@@ -24,6 +24,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -468,10 +469,12 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // The other deferred calls run between the rounds, where their device's order puts them: stretch
 // k (after the device's k-th hierarchical call, before its next) runs after round k, as one group
 // where it spans several devices or holds a point-to-point call. A call on NCCL's own handle
-// counts on no device; it runs after every hierarchical call made before it. Where the group's
-// point-to-point calls would so fall into different stretches (a device's hierarchical calls
-// between them on one GPU and not on another), which would split their group, every deferred call
-// runs in one group instead, the hierarchical ones flat, as before (NCCL_ABI.md says this is open).
+// counts on no device; it runs after every hierarchical call made before it. The group's
+// point-to-point calls run in the latest of their stretches: an earlier one joins it with its whole
+// stretch where no call of that stretch has a hierarchical call after it on its device (a GPU
+// without hierarchical calls left). Where a device's hierarchical call lies between them on one
+// GPU and not on another, their group would be split: every deferred call then runs in one group
+// instead, the hierarchical ones flat, as before (NCCL_ABI.md says this is open).
 // `inProgress`: NCCL's end of the group returned ncclInProgress (endGroup): a call's failure then
 // also goes to its comm (noteAsyncFailure), where the program's poll finds it. Returns the first
 // failure, else ncclInProgress where a run said so (a non-blocking comm's call), else ncclSuccess.
@@ -551,8 +554,6 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
   std::vector<int> index(calls.size());
   std::map<int, int> hierOnDevice;
   int rounds = 0;
-  int pointToPointStretch = -1;
-  bool splitsPointToPoint = false;
   for (size_t i = 0; i < calls.size(); ++i) {
     const DeferredCall& d = calls[i];
     if (d.comm == nullptr) {
@@ -563,14 +564,31 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
     } else {
       index[i] = hierOnDevice[d.comm->device];
     }
-    if (!d.pointToPoint) continue;
-    splitsPointToPoint |= pointToPointStretch >= 0 && pointToPointStretch != index[i];
-    pointToPointStretch = index[i];
+  }
+  // The group's point-to-point calls must run in one stretch: the latest of theirs, `last`. One in
+  // an earlier stretch k moves there with all of stretch k where no call of stretch k has a
+  // hierarchical call after it on its device (its device's calls keep their order, and stretch k's
+  // calls their group; GPU 2 receiving in a group where GPUs 0 and 1 make a hierarchical call
+  // each and GPU 0 then sends: review of 633a7a7, F1). Otherwise the group would be split: every
+  // deferred call then runs in one group, the hierarchical ones flat, as before.
+  int last = -1;
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (calls[i].pointToPoint) last = std::max(last, index[i]);
+  std::set<int> moved;  // earlier stretches that join stretch `last`
+  bool splitsPointToPoint = false;
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (calls[i].pointToPoint && index[i] < last) moved.insert(index[i]);
+  for (size_t i = 0; i < calls.size() && !splitsPointToPoint; ++i) {
+    const DeferredCall& d = calls[i];
+    if (d.hierarchical || moved.count(index[i]) == 0) continue;
+    splitsPointToPoint = d.comm == nullptr || hierOnDevice[d.comm->device] > index[i];
   }
   if (splitsPointToPoint) {
     runAsOneGroup(all, true);
     return result;
   }
+  for (size_t i = 0; i < calls.size(); ++i)
+    if (!calls[i].hierarchical && moved.count(index[i]) != 0) index[i] = last;
   for (int k = 0; k <= rounds; ++k) {
     std::vector<size_t> stretch;
     for (size_t i = 0; i < calls.size(); ++i)
@@ -1060,6 +1078,11 @@ class HierRun {
       flat_state_ = Flat::kPending;
       return;
     }
+    // The route's capture check (stream 0 is the current device's legacy stream) and the steps' own
+    // copies and events go to the comm's device. At a group's end one thread plans every GPU's
+    // deferred calls, the current device being whichever the program set last: without this, GPU
+    // 0's call on stream 0 read GPU 1's legacy stream's capture status (review of 633a7a7, F5).
+    DeviceGuard onCommDevice(c_->device);
     bool hier = false;
     char* scratch = nullptr;
     ncclResult_t noScratch = ncclSuccess;
@@ -1069,8 +1092,6 @@ class HierRun {
       flat_state_ = Flat::kPending;
       return;
     }
-    // The steps' own copies and events go to the comm's device (stream 0 is the current device's).
-    DeviceGuard onCommDevice(c_->device);
     // The scratch and the cross-node status words (crossStep) are the comm's, shared by its calls
     // on every stream: each call is ordered after their last user. Without it, on two streams
     // (FSDP2), one call's copy of its local status into the status word could land between

@@ -194,6 +194,9 @@ __attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
 __attribute__((visibility("default"))) void* fakeYaliRefusedBuffer = nullptr;
 // This stream is being captured (capture id 1); null: none is.
 __attribute__((visibility("default"))) void* fakeCudaCapturedStream = nullptr;
+// The legacy default stream (0, cudaStreamLegacy) of this device is being captured: asked about
+// stream 0 while this device is current, the capture queries say so; -1: none is.
+__attribute__((visibility("default"))) int fakeCudaCapturedLegacyDevice = -1;
 // What cudaDeviceGetAttribute(cudaDevAttrMemoryPoolsSupported) says (1: the device has memory pools).
 __attribute__((visibility("default"))) int fakeCudaMemoryPoolsSupported = 1;
 }
@@ -547,8 +550,15 @@ FAKE_EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes
   return cudaSuccess;
 }
 
+// Whether the capture queries report `stream` as captured now (fakeCudaCapturedStream,
+// fakeCudaCapturedLegacyDevice with the current device).
+static bool capturedNow(cudaStream_t stream) {
+  if (stream != nullptr && stream == fakeCudaCapturedStream) return true;
+  return (stream == nullptr || stream == cudaStreamLegacy) && tlsDevice == fakeCudaCapturedLegacyDevice;
+}
+
 FAKE_EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
-  const bool captured = stream != nullptr && stream == fakeCudaCapturedStream;
+  const bool captured = capturedNow(stream);
   *status = captured ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   return cudaSuccess;
 }
@@ -558,7 +568,7 @@ FAKE_EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream, cudaStream
                                                  unsigned long long* id, cudaGraph_t* graph,
                                                  const cudaGraphNode_t** dependencies,
                                                  const cudaGraphEdgeData** edges, size_t* count) {
-  const bool captured = stream != nullptr && stream == fakeCudaCapturedStream;
+  const bool captured = capturedNow(stream);
   *status = captured ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
   if (id != nullptr) *id = captured ? 1 : 0;
   if (graph != nullptr) *graph = nullptr;

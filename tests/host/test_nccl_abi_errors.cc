@@ -3024,6 +3024,74 @@ TEST(a_grouped_hierarchical_calls_later_calls_on_several_gpus_run_as_one_group) 
   destroyAll(h.ranks);
 }
 
+// One thread driving GPUs 0 and 1 (a hierarchical comm's node 0) and GPU 2 (a comm of its own)
+// in one group: both GPUs' AllReduces are hierarchical, GPU 0 then receives on its comm (deferred:
+// it shares the comm) and GPU 2 receives on its own. GPU 2's receive is in GPU 2's first stretch
+// (it has made no hierarchical call), GPU 0's in GPU 0's second; GPU 2 has no hierarchical call
+// left, so both receives run in one group after the round, and the AllReduces keep their legs
+// (the fake NCCL has no ncclSend: two receives stand for a send and a receive).
+// Before (review of 633a7a7, F1), any two stretches counted as a split: every call ran flat, in
+// one NCCL group, while a node of one process per GPU ran the hierarchical steps: both waited.
+TEST(a_point_to_point_call_on_a_gpu_without_hierarchical_calls_left_joins_the_groups_last_stretch) {
+  const Hierarchical h = hierarchical();
+  const std::vector<Rank> other = clique(3);  // ranks on GPUs 0, 1 and 2
+  Labels labels = h.labels;
+  for (int r = 0; r < 3; ++r) labels[other[r].real] = "g" + std::to_string(r);
+  int s[3] = {};
+  cudaStream_t stream[3];
+  for (int r = 0; r < 3; ++r) stream[r] = reinterpret_cast<cudaStream_t>(&s[r]);
+  static float p2p[16];
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[r].comm, stream[r]) ==
+          ncclSuccess);
+  CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, 2, h.ranks[0].comm, stream[0]) == ncclSuccess);
+  CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, 0, other[2].comm, stream[2]) == ncclSuccess);
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since,
+                              {"yaliReduceScatter", "yaliAllGather", "ncclAllReduce", "ncclSend", "ncclRecv",
+                               "ncclGroupStart", "ncclGroupEnd"},
+                              labels);
+  CHECK_MSG(contains(t.c_str(), "yaliReduceScatter(h0) yaliReduceScatter(h1)") &&
+                contains(t.c_str(), "yaliAllGather(h0) yaliAllGather(h1)") && !contains(t.c_str(), "ncclAllReduce(r0)"),
+            "the AllReduces, not leg by leg: %s", t.c_str());
+  const std::string pair = "ncclGroupStart() ncclRecv(r0) ncclRecv(g2) ncclGroupEnd()";
+  const bool pairLast = t.size() > pair.size() && t.compare(t.size() - pair.size(), pair.size(), pair) == 0;
+  CHECK_MSG(pairLast, "the two receives, not in one group after the round: %s", t.c_str());
+  destroyAll(other);
+  destroyAll(h.ranks);
+}
+
+// A deferred hierarchical call's route is decided again at the group's end, where one thread plans
+// every GPU's calls with whichever device the program set last: a call on stream 0 must ask about
+// its own device's legacy stream. Here GPU 1's legacy stream is being captured (not GPU 0's) and
+// GPU 1 is current at the end: GPU 0's ReduceScatter, made on stream 0, stays hierarchical. Before
+// (review of 633a7a7, F5) it read GPU 1's capture, found no scratch it could grow in a capture,
+// and went flat while its peers of node 1 ran the hierarchical steps.
+TEST(a_deferred_calls_route_reads_the_capture_of_its_own_devices_legacy_stream) {
+  const Hierarchical h = hierarchical();
+  auto setDevice = function<cudaError_t (*)(int)>(fakeYali(), "cudaSetDevice");
+  int& capturedLegacy = yaliVariable<int>("fakeCudaCapturedLegacyDevice");
+  static float send[64], recv[64];
+  int s1 = 0;
+  const cudaStream_t S1 = reinterpret_cast<cudaStream_t>(&s1);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  setDevice(0);
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 15, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
+  setDevice(1);
+  CHECK(SHIM(ncclReduceScatter)(send, recv, 15, ncclFloat32, ncclSum, h.ranks[1].comm, S1) == ncclSuccess);
+  capturedLegacy = 1;
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  capturedLegacy = -1;
+  setDevice(0);
+  const std::string t = trace(since, {"yaliReduceScatter", "ncclReduceScatter"}, h.labels);
+  CHECK_MSG(contains(t.c_str(), "yaliReduceScatter(h0)") && !contains(t.c_str(), "ncclReduceScatter(r0)"),
+            "GPU 0's call, not hierarchical: %s", t.c_str());
+  destroyAll(h.ranks);
+}
+
 // Point-to-point calls cannot leave their group (a rank's sends and receives must be issued in one
 // group), so one made after a grouped hierarchical call goes where both its group and its order
 // hold: NCCL's part of the group where it shares neither comm nor stream with a deferred call (it
