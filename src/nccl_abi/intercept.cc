@@ -1233,33 +1233,24 @@ std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round) {
                             "each leg of the GPUs' calls in one group");
     run->begin();
   }
+  // Opens (`start`) or closes the group of the leg's library: YALI's for its steps, NCCL's own
+  // for the cross steps and tails. A failure as an ncclResult_t.
+  auto legGroup = [](Leg leg, bool start) {
+    if (!isYaliLeg(leg)) return start ? callReal<Api::ncclGroupStart>() : callReal<Api::ncclGroupEnd>();
+    const yaliResult_t y = start ? lib().yaliGroupStart() : lib().yaliGroupEnd();
+    if (y == yaliSuccess) return ncclSuccess;
+    noteFailure(Failure::kYali);
+    info(-1, "%s for a leg of hierarchical calls failed: %s", start ? "yaliGroupStart" : "yaliGroupEnd",
+         lib().yaliGetLastError(nullptr));
+    return toNcclResult(y);
+  };
   for (Leg leg : kLegs) {
-    ncclResult_t started = ncclSuccess;
-    if (isYaliLeg(leg)) {
-      const yaliResult_t y = lib().yaliGroupStart();
-      if (y != yaliSuccess) {
-        noteFailure(Failure::kYali);
-        info(-1, "yaliGroupStart for a leg of hierarchical calls failed: %s", lib().yaliGetLastError(nullptr));
-        started = toNcclResult(y);
-      }
-    } else {
-      started = callReal<Api::ncclGroupStart>();
-    }
+    const ncclResult_t started = legGroup(leg, true);
     if (started != ncclSuccess) {
       for (HierRun* run : round) run->legFailed(leg, started, /*atStart=*/true);
     } else {
       for (HierRun* run : round) run->leg(leg, false);
-      ncclResult_t ended = ncclSuccess;
-      if (isYaliLeg(leg)) {
-        const yaliResult_t y = lib().yaliGroupEnd();
-        if (y != yaliSuccess) {
-          noteFailure(Failure::kYali);
-          info(-1, "yaliGroupEnd for a leg of hierarchical calls failed: %s", lib().yaliGetLastError(nullptr));
-          ended = toNcclResult(y);
-        }
-      } else {
-        ended = callReal<Api::ncclGroupEnd>();
-      }
+      const ncclResult_t ended = legGroup(leg, false);
       if (ended != ncclSuccess)
         for (HierRun* run : round) run->legFailed(leg, ended, /*atStart=*/false);
     }
