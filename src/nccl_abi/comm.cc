@@ -1080,10 +1080,18 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   }
   // ncclCommInitAll's ranks are all in this process, none of them runs a set-up: nobody to answer.
   if (c->clique) gated = false;
-  if (gated && tlsGroup.depth > 0)
+  if (gated && tlsGroup.depth > 0) {
     tlsGroup.answers.push_back(c);  // answered once the group's end made its real comm (leaveGroup)
-  else if (gated && c->real != nullptr)
+  } else if (gated && c->real != nullptr && c->blocking && result == ncclSuccess) {
+    // NCCL's blocking init returned: its comm is ready, so the answer is made here, before the
+    // program gets the handle. From a thread of its own (below) it would run beside the program,
+    // which need not poll a blocking comm before its first collective: two threads on one NCCL
+    // comm, in an order that can differ between ranks, one rank's collective meeting another's
+    // set-up round (review of 8f3bfe3, Session 30: an environment plugin's blocking comms).
+    answerNo({c});
+  } else if (gated && c->real != nullptr) {
     answerNoWhenReady({c});
+  }
   if (atGroupEnd) {
     tlsGroup.children.push_back({c, out, childExpected});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
@@ -1305,7 +1313,12 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   }
   answers.erase(std::remove_if(answers.begin(), answers.end(), [](Comm* c) { return c->real == nullptr; }),
                 answers.end());
-  answerNoWhenReady(answers);
+  // Where the group's end succeeded, its blocking comms are ready: answered here, before the group's
+  // end returns (adopt says why not from a thread); the rest once NCCL says they are.
+  std::vector<Comm*> readyNow, later;
+  for (Comm* c : answers) (realGroupSucceeded && c->blocking ? readyNow : later).push_back(c);
+  answerNo(readyNow);
+  answerNoWhenReady(later);
   if (!registrations.empty()) registerDeferred(registrations);
   // After YALI's group end (endGroup ran it before this): its calls that used the buffers launched.
   for (const Deregistration& d : deregistrations)

@@ -156,7 +156,8 @@ struct Comm {
   };
   std::vector<KeptStaging> keptStaging;
 
-  // A rank that will not run YALI on this comm still answers its peers' set-up rounds ("no"):
+  // A rank that will not run YALI on this comm still answers its peers' set-up rounds ("no"): a
+  // blocking comm whose creating call returned ncclSuccess in that call (comm.cc, adopt, leaveGroup);
   // where its real comm may not be ready yet (non-blocking, or its creating group returned
   // ncclInProgress), from a thread of its own once NCCL says it is (comm.cc, answerNoWhenReady).
   // While that runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -802,10 +803,15 @@ FAKE_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
   return r;
 }
 
+// Each ncclCommGetAsyncError first sleeps this long (ms): a thread that polls it (libyali-nccl's
+// background answer) cannot have moved on within that time; 0: no sleep.
+__attribute__((visibility("default"))) int fakeAsyncErrorDelayMs = 0;
 FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   const ncclResult_t r = note("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess) return r;
   if (asyncError == nullptr) return ncclInvalidArgument;
+  const int delayMs = __atomic_load_n(&fakeAsyncErrorDelayMs, __ATOMIC_ACQUIRE);
+  if (delayMs > 0) usleep(static_cast<useconds_t>(delayMs) * 1000);
   *asyncError = __atomic_load_n(&fake(comm)->asyncError, __ATOMIC_ACQUIRE);
   return ncclSuccess;
 }

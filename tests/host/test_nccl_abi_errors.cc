@@ -1760,6 +1760,35 @@ TEST(an_nccl_env_plugin_leaves_every_comm_to_nccl_and_splits_pass_through) {
   CHECK(passed);
 }
 
+// With an environment plugin the comms are NCCL only, and each still answers its peers' set-up with
+// "no". A blocking comm's answer is made before its creating call (here the group's end) returns:
+// NCCL's blocking init has returned, so its comm is ready, and the program need not poll a blocking
+// comm before its first collective. Before (review of 8f3bfe3, Session 30), the answer came from a
+// thread of the shim's own, which could run its round beside the program's first collective on the
+// same NCCL comm, in an order that can differ between ranks. The fake's ncclCommGetAsyncError sleeps
+// 300 ms here, so such a thread, which polls it first, could not have answered by then.
+TEST(an_env_plugins_blocking_comms_answer_the_set_up_before_their_creating_group_returns) {
+  const bool passed = passesInFreshProcess([] {
+    unsetenv("NCCL_COMM_BLOCKING");
+    unsetenv("YALI_FAKE_ENV_PLUGIN_COMM_BLOCKING");
+    setenv("NCCL_ENV_PLUGIN", YALI_FAKE_NCCL_ENV_PATH, 1);
+    int& delayMs = variable<int>(fakeNccl(), "fakeAsyncErrorDelayMs");
+    delayMs = 300;
+    const int since = eventCount();
+    const std::vector<ncclComm_t> comms = initInGroup(2);
+    const std::string t = trace(since, {"ncclAllGather", "yaliCommInitRank"}, {});
+    delayMs = 0;
+    CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "the answers, not made when the group's end returned: '%s'",
+              t.c_str());
+    for (ncclComm_t c : comms) {
+      CHECK(yaliOf(c) == nullptr);
+      CHECK(pollReady(c) == ncclSuccess);
+      CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+    }
+  });
+  CHECK(passed);
+}
+
 // ---- Groups ---------------------------------------------------------------------------------------------------
 
 TEST(a_mixed_group_sends_each_call_to_its_library) {
