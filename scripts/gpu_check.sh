@@ -98,6 +98,11 @@
 #                                            every rank aborting; a rank late by 1.5 x the timeout:
 #                                            ncclRemoteError everywhere), one ok/FAIL line per case
 #                                            and rank
+#   NCCLABI_SETUP_FAULTS=1 (default 0)       ncclabi, also: tests/gpu/ncclabi_setup_faults.py, 2 ranks on GPU 0,
+#   NCCLABI_SETUP_FAULTS_ROUNDS="records id agreement"   rank 1 late for one set-up round by 3 s
+#                                            (YALI_NCCL_TEST_SETUP_DELAY) with YALI_TIMEOUT_MS=2000: every
+#                                            creating call returns, the ranks agree, abort returns; one
+#                                            ok/FAIL line per round and rank
 #   EVERY_SIZES="-b 4K -e 1G -f 4"  EVERY_REG="0 1 2 2:2"  EVERY_TOKENS=128,1K,4K   everycoll:
 #                                            issue 21's table: every collective, YALI and NCCL, one
 #                                            process per GPU at PERF_NP (GPUs only, never shared),
@@ -416,6 +421,22 @@ if has ncclabi; then
       rc=$?
       note "ncclabi hierarchical faults ($np ranks as $k nodes x $l): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok ($((3 * np)) expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") ($((4 * np)) expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") ($np expected: one per rank and size class)"
       grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
+    done
+  fi
+  # A peer late for a set-up round (NCCLABI_SETUP_FAULTS=1): tests/gpu/ncclabi_setup_faults.py, once
+  # per round, rank 1 sleeping 3 s before it (the testing hook YALI_NCCL_TEST_SETUP_DELAY) against a
+  # YALI_TIMEOUT_MS of 2 s; its docstring says what each run checks.
+  if [ -f "$shim" ] && [ "${NCCLABI_SETUP_FAULTS:-0}" = 1 ]; then
+    wrapper=$(mpi_hostid_wrapper)
+    for round in ${NCCLABI_SETUP_FAULTS_ROUNDS:-records id agreement}; do
+      lg="$LOG/ncclabi_setup_faults_$round.log"
+      timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 \
+        -x LD_PRELOAD="$PWD/$shim" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=2000 \
+        -x YALI_NCCL_TEST_SETUP_DELAY="1:$round:3000" "$wrapper" python3 tests/gpu/ncclabi_setup_faults.py "$round" \
+        > "$lg" 2>&1
+      note "ncclabi set-up faults, rank 1 late for the $round round: rc=$? (0 expected), $(grep -cE '\] round .*: ok' "$lg") ok, $(grep -cE '\] round .*: FAIL' "$lg") FAIL (2 ok expected)"
+      grep -E '\] round .*: (ok|FAIL)' "$lg" | sed 's/^/   /'
     done
   fi
 fi

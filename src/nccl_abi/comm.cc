@@ -304,9 +304,25 @@ ncclResult_t waitForGroup(const SetUp& s, std::chrono::steady_clock::time_point 
 // One real collective on every comm of the set-up, issued in one real group (this thread may stand
 // for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
 // Sets roundFailed where it failed; timedOut where a wait reached `deadline` (YALI_TIMEOUT_MS).
+// Testing only (Settings::testDelayRank, YALI_NCCL_TEST_SETUP_DELAY): the named rank sleeps before
+// it issues `round` (records, id, agreement, answer), as a peer late for it would.
+void testDelayBefore(const char* round, const std::vector<SetUp*>& setUps) {
+  const Settings& t = settings();
+  if (t.testDelayRank < 0 || t.testDelayRound != round) return;
+  for (const SetUp* s : setUps) {
+    if (s->comm->rank != t.testDelayRank) continue;
+    warn(s->comm->rank, "testing: %lld ms before the set-up's %s round (YALI_NCCL_TEST_SETUP_DELAY)", t.testDelayMs,
+         round);
+    std::this_thread::sleep_for(std::chrono::milliseconds(t.testDelayMs));
+    return;
+  }
+}
+
+// `round`: the round's name for YALI_NCCL_TEST_SETUP_DELAY (testDelayBefore).
 template <typename Issue>
-void realRound(const std::vector<SetUp*>& setUps, const char* what, Issue issue) {
+void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* round, Issue issue) {
   if (setUps.empty()) return;
+  testDelayBefore(round, setUps);
   // One deadline for the round: this thread may stand for several ranks, each waited for in turn.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
   for (SetUp* s : setUps) s->roundFailed = false;
@@ -617,7 +633,7 @@ void answerNo(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel =
     }
     all.push_back(&s);
   }
-  realRound(all, "the set-up's allgather (this rank's record says no)", [](SetUp& s) {
+  realRound(all, "the set-up's allgather (this rank's record says no)", "answer", [](SetUp& s) {
     return callReal<Api::ncclAllGather>(s.scratch + s.comm->rank * sizeof(RankRecord), s.scratch,
                                         sizeof(RankRecord), ncclUint8, s.comm->real, s.stream);
   });
@@ -765,7 +781,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
 
   // 1. Records. Every rank that can read them decides from them, whatever failed here before: the
   // verdict, and with it the rounds that follow, are then its peers'.
-  realRound(all, "the set-up's allgather", [](SetUp& s) {
+  realRound(all, "the set-up's allgather", "records", [](SetUp& s) {
     return callReal<Api::ncclAllGather>(s.scratch + s.comm->rank * sizeof(RankRecord), s.scratch,
                                         sizeof(RankRecord), ncclUint8, s.comm->real, s.stream);
   });
@@ -824,7 +840,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     const IdMessage notOk = idContribution(false, nullptr);
     s->idSend = sendFrom(*s, s->idOffset, &sent, &notOk, sizeof(sent));
   }
-  realRound(idRound, "the set-up's id round", [](SetUp& s) {
+  realRound(idRound, "the set-up's id round", "id", [](SetUp& s) {
     return callReal<Api::ncclAllReduce>(s.idSend, s.scratch + s.idOffset,
                                         sizeof(IdMessage) / sizeof(int32_t), ncclInt32, ncclMin, s.idComm(),
                                         s.stream);
@@ -891,7 +907,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     }
     agreeing.push_back(s);
   }
-  realRound(agreeing, "the set-up's agreement", [](SetUp& s) {
+  realRound(agreeing, "the set-up's agreement", "agreement", [](SetUp& s) {
     return callReal<Api::ncclAllReduce>(s.agreeSend,
                                         s.agreeResult != nullptr ? static_cast<void*>(s.agreeResult)
                                                                  : static_cast<void*>(s.scratch + s.agreeOffset),

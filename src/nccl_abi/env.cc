@@ -1,5 +1,6 @@
 #include "nccl_abi/env.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,16 @@ Settings readSettings() {
     char* tend = nullptr;
     const long long ms = strtoll(t, &tend, 0);
     if (tend != t && *tend == '\0' && ms >= 1 && ms <= 86400000LL) s.timeoutMs = ms;
+  }
+  if (const char* d = getenv("YALI_NCCL_TEST_SETUP_DELAY"); d != nullptr && d[0] != '\0') {
+    int rank = -1;
+    char round[16] = {};
+    long long ms = 0;
+    if (sscanf(d, "%d:%15[a-z]:%lld", &rank, round, &ms) == 3 && rank >= 0 && ms > 0) {
+      s.testDelayRank = rank;
+      s.testDelayRound = round;
+      s.testDelayMs = ms;
+    }
   }
   // libyali reads its settings when a communicator is made, after this (the first call of ours).
   if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);

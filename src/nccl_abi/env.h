@@ -28,6 +28,13 @@ struct Settings {
   // wait of libyali-nccl's set-up rounds for its peers (comm.cc, realRound), so that a peer that
   // cannot take part in a round ends the set-up with an error instead of a hang.
   long long timeoutMs = 120000;
+  // YALI_NCCL_TEST_SETUP_DELAY=<rank>:<round>:<ms> (testing only; round: records, id, agreement or
+  // answer): that rank sleeps ms before it issues that set-up round (comm.cc, realRound), so that a
+  // GPU test can make a peer late past YALI_TIMEOUT_MS (tests/gpu/ncclabi_setup_faults.py). Unset,
+  // or unparsable: -1, nothing.
+  int testDelayRank = -1;
+  std::string testDelayRound;
+  long long testDelayMs = 0;
 };
 
 const Settings& settings();

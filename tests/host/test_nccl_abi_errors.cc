@@ -1789,6 +1789,28 @@ TEST(an_env_plugins_blocking_comms_answer_the_set_up_before_their_creating_group
   CHECK(passed);
 }
 
+// The testing hook YALI_NCCL_TEST_SETUP_DELAY=<rank>:<round>:<ms> (env.h; tests/gpu/
+// ncclabi_setup_faults.py makes a peer late with it): rank 1 sleeps 300 ms before it issues the
+// records round, and the set-up still completes (one thread drives both ranks here, so both wait).
+TEST(the_set_up_delay_hook_sleeps_before_its_round) {
+  CHECK(passesInFreshProcess([] {
+    setenv("YALI_NCCL_TEST_SETUP_DELAY", "1:records:300", 1);
+    const auto start = std::chrono::steady_clock::now();
+    std::string log;
+    std::vector<ncclComm_t> comms;
+    log = stderrOf([&] { comms = initInGroup(2); });
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    CHECK_MSG(ms >= 300, "the set-up took %lld ms", ms);
+    CHECK_MSG(contains(log.c_str(), "300 ms before the set-up's records round"), "no word of the delay: '%s'",
+              log.c_str());
+    for (ncclComm_t c : comms) {
+      CHECK(yaliOf(c) != nullptr);
+      CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+    }
+  }));
+}
+
 // ---- Groups ---------------------------------------------------------------------------------------------------
 
 TEST(a_mixed_group_sends_each_call_to_its_library) {
