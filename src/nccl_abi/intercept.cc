@@ -368,6 +368,9 @@ struct DeferredCall {
   std::function<ncclResult_t()> run;   // the call as made, routed at the group's end
   std::function<ncclResult_t()> flat;  // hierarchical: the call as one flat NCCL call
   std::shared_ptr<HierRun> legWise;    // hierarchical: the call, to run leg by leg (runLegWise)
+  // The call's reduction op (ignored where it does not reduce): a custom one (ncclRedOpCreate*,
+  // >= ncclNumOps) must live until the call is made at the group's end (ncclRedOpDestroy).
+  ncclRedOp_t op = ncclSum;
 };
 
 // The deferred calls of this thread's open group (NCCL's and YALI's groups are per thread too).
@@ -376,6 +379,10 @@ struct DeferredGroup {
   int hierarchical = 0;   // hierarchical calls deferred so far: a deferred call joins stretch `hierarchical`
   int pointToPoint = -1;  // where the group's point-to-point calls are: -1 none yet, 0 NCCL's part,
                           // k > 0 the stretch after the k-th hierarchical call
+  // ncclRedOpDestroy calls held until the deferred calls that use the op have been made: NCCL lets
+  // a program destroy an op as soon as the last call given it returns (nccl.h), and copies the
+  // op's state at that call; a deferred call reaches NCCL only at the group's end. (Handle, op.)
+  std::vector<std::pair<ncclComm_t, ncclRedOp_t>> heldOpDestroys;
 };
 thread_local DeferredGroup tlsDeferred;
 
@@ -478,9 +485,7 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // `inProgress`: NCCL's end of the group returned ncclInProgress (endGroup): a call's failure then
 // also goes to its comm (noteAsyncFailure), where the program's poll finds it. Returns the first
 // failure, else ncclInProgress where a run said so (a non-blocking comm's call), else ncclSuccess.
-ncclResult_t runDeferredCalls(bool run, bool inProgress) {
-  DeferredGroup group;
-  std::swap(group, tlsDeferred);
+ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress) {
   std::vector<DeferredCall>& calls = group.calls;
   calls.erase(std::remove_if(calls.begin(), calls.end(), [](const DeferredCall& d) { return d.dropped; }),
               calls.end());
@@ -608,6 +613,19 @@ ncclResult_t runDeferredCalls(bool run, bool inProgress) {
   return result;
 }
 
+// The open group's deferred calls (runDeferredCallsOf), then the op destroys held for them
+// (DeferredGroup::heldOpDestroys), whatever became of the calls (a simulated group's too).
+ncclResult_t runDeferredCalls(bool run, bool inProgress) {
+  DeferredGroup group;
+  std::swap(group, tlsDeferred);
+  const ncclResult_t result = runDeferredCallsOf(group, run, inProgress);
+  for (const auto& [handle, op] : group.heldOpDestroys) {
+    const ncclResult_t r = callReal<Api::ncclRedOpDestroy>(op, realArg(handle));
+    if (r != ncclSuccess) info(-1, "ncclRedOpDestroy held until the group's end failed: %d", static_cast<int>(r));
+  }
+  return result;
+}
+
 // YALI's error for a call (not a refusal), as the matching ncclResult_t.
 ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
   noteFailure(Failure::kYali);
@@ -626,9 +644,11 @@ template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
   if (deferringLaterCalls()) {
-    deferUntilGroupEnd({c, handle, call.stream, call.function, false, false, false,
-                        [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
-                        nullptr, nullptr});
+    DeferredCall d{c, handle, call.stream, call.function, false, false, false,
+                   [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
+                   nullptr, nullptr};
+    d.op = call.shape.op;
+    deferUntilGroupEnd(std::move(d));
     return ncclSuccess;
   }
   if (c == nullptr) return viaNccl(handle);
@@ -1296,7 +1316,9 @@ ncclResult_t routeHier(Comm* c, const Call& call, HierLegs legs, Flat flat) {
       legWise = std::make_shared<HierRun>(c, call, std::move(legs), flat);
       run = [legWise] { return legWise->run(); };
     }
-    deferUntilGroupEnd({c, handleOf(c), call.stream, call.function, hier, false, false, std::move(run), flat, legWise});
+    DeferredCall d{c, handleOf(c), call.stream, call.function, hier, false, false, std::move(run), flat, legWise};
+    d.op = call.shape.op;
+    deferUntilGroupEnd(std::move(d));
     return ncclSuccess;
   }
   HierRun run(c, call, std::move(legs), flat);
@@ -1314,6 +1336,11 @@ void dropDeferredCalls(Comm* c) {
     d.dropped = true;
     d.comm = nullptr;
   }
+  // The comm's ops went with it (NCCL frees a comm's ops at its destroy): no destroy is left to make.
+  auto& held = tlsDeferred.heldOpDestroys;
+  const ncclComm_t handle = handleOf(c);
+  held.erase(std::remove_if(held.begin(), held.end(), [handle](const auto& h) { return h.first == handle; }),
+             held.end());
 }
 
 }  // namespace yali::nccl_abi
@@ -1510,6 +1537,25 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
                        !c->sharesResources);
 }
 #endif
+
+// ---- Reduction ops -----------------------------------------------------------------------------------
+
+// NCCL lets a program destroy an op as soon as the last call given it returns (nccl.h), and torch
+// does so right after each call, inside its coalescing groups too. A call this thread's open group
+// deferred to its end (runDeferredCalls) is made there, so the destroy of its op waits for it
+// (DeferredGroup::heldOpDestroys): made now, NCCL would refuse the op at the end (this rank skips the
+// call, its peers wait), or, its freed handle handed out again by a later ncclRedOpCreate* in the
+// group, run the call with that op's scalar (review of eadc0e9-2d80420, Session 30).
+extern "C" YALI_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  if (inGroup()) {
+    for (const DeferredCall& d : tlsDeferred.calls) {
+      if (d.dropped || d.handle != comm || d.op != op) continue;
+      tlsDeferred.heldOpDestroys.push_back({comm, op});
+      return ncclSuccess;
+    }
+  }
+  return callReal<Api::ncclRedOpDestroy>(op, realArg(comm));
+}
 
 // ---- Errors -----------------------------------------------------------------------------------------
 

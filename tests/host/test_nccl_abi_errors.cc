@@ -3143,6 +3143,37 @@ TEST(a_deferred_calls_route_reads_the_capture_of_its_own_devices_legacy_stream) 
   destroyAll(h.ranks);
 }
 
+// A custom op (ncclRedOpCreatePreMulSum) given to a call the group defers to its end (made after a
+// grouped hierarchical call) may be destroyed by the program right after the call returns, as NCCL
+// allows and torch does: libyali-nccl holds that destroy until the deferred call has been made at
+// the group's end. Before (review of eadc0e9-2d80420, Session 30), NCCL got the destroy first and
+// the call at the end named a freed op (refused: this rank's peers wait), or a new op that a later
+// ncclRedOpCreate* in the group was given the same handle.
+TEST(a_deferred_calls_custom_op_is_destroyed_after_the_call_is_made) {
+  const Hierarchical h = hierarchical();
+  ncclComm_t c = h.ranks[0].comm;
+  const ncclRedOp_t custom = preMulSum(c);
+  static float data[8];
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(data, data, 4, ncclFloat32, custom, c, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclRedOpDestroy)(custom, c) == ncclSuccess);
+  const std::string atCall = trace(since, {"ncclRedOpDestroy"}, h.labels);
+  CHECK_MSG(atCall.empty(), "the op destroyed before the group's end: %s", atCall.c_str());
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since, {"ncclAllReduce", "ncclRedOpDestroy"}, rankLabels(h.labels, 0));
+  const std::string last = "ncclAllReduce(rR) ncclRedOpDestroy(rR)";
+  const bool destroyLast = t.size() >= last.size() && t.compare(t.size() - last.size(), last.size(), last) == 0;
+  CHECK_MSG(destroyLast, "not the custom-op call, then the destroy: %s", t.c_str());
+  // Outside a group, or for an op no deferred call uses, the destroy goes to NCCL at once.
+  const ncclRedOp_t other = preMulSum(c);
+  const int now = eventCount();
+  CHECK(SHIM(ncclRedOpDestroy)(other, c) == ncclSuccess);
+  CHECK(trace(now, {"ncclRedOpDestroy"}, rankLabels(h.labels, 0)) == "ncclRedOpDestroy(rR)");
+  destroyAll(h.ranks);
+}
+
 // Point-to-point calls cannot leave their group (a rank's sends and receives must be issued in one
 // group), so one made after a grouped hierarchical call goes where both its group and its order
 // hold: NCCL's part of the group where it shares neither comm nor stream with a deferred call (it
