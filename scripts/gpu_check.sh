@@ -341,7 +341,11 @@ if has ncclabi; then
   if [ -z "$src" ] || [ ! -f "$shim" ]; then
     note "ncclabi: skipped (nccl-tests source: '${src:-none}', shim: $shim)"
   else
-    bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
+    # The build script takes the first mpi.h a search of / finds; on some images that is a Fortran
+    # module folder's (gfortran-mod-*/openmpi/mpi.h, Session 31), whose folder the compiler is then
+    # given. Open MPI's own include folder, from mpicc, goes in CPATH behind it.
+    mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | tr ' ' ':')
+    CPATH="${mpi_inc}${CPATH:+:$CPATH}" bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
     note "ncclabi: nccl-tests build rc=$?"
     wrapper=$(mpi_hostid_wrapper)
     # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
