@@ -2285,6 +2285,19 @@ ncclComm_t answerWhoseGroupStaysInTheBackground() {
   return comm;
 }
 
+// Rank 0 of 2 alone, blocking: its records round's group end returns ncclInProgress (the first group
+// of its set-up) and NCCL's background never finishes it (fakeNextBackgroundGroupStays): the round
+// gives up at YALI_TIMEOUT_MS, and the init returns ncclRemoteError.
+ncclComm_t blockingInitWhoseRecordsGroupStaysInTheBackground() {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  failNcclNext("ncclGroupEnd", ncclInProgress);
+  function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
+  ncclComm_t comm = nullptr;
+  CHECK(SHIM(ncclCommInitRank)(&comm, 2, id, 0) == ncclRemoteError);
+  return comm;
+}
+
 }  // namespace
 
 // An abort (a watchdog's) of a non-blocking comm whose background answer to the set-up waits in its
@@ -2334,12 +2347,7 @@ TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_m
         CHECK_MSG(t == "cudaStreamCreateWithFlags(s)", "the answer: %s", t.c_str());
 
         since = eventCount();
-        ncclUniqueId id;
-        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-        failNcclNext("ncclGroupEnd", ncclInProgress);  // the records round's: the first group here
-        function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
-        ncclComm_t comm = nullptr;
-        CHECK(SHIM(ncclCommInitRank)(&comm, 2, id, 0) == ncclRemoteError);
+        const ncclComm_t comm = blockingInitWhoseRecordsGroupStaysInTheBackground();
         stream = handleOf(since, "cudaStreamCreateWithFlags");
         const void* scratch = buffersOf(since, "cudaMallocAsync", 0).recv;
         REQUIRE(stream != nullptr && scratch != nullptr);
@@ -2369,12 +2377,7 @@ TEST(a_set_up_that_gave_up_while_nccl_says_in_progress_reports_ncclRemoteError) 
         CHECK_MSG(state == ncclRemoteError, "the answer: %d", static_cast<int>(state));
         SHIM(ncclCommAbort)(answering);
 
-        ncclUniqueId id;
-        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-        failNcclNext("ncclGroupEnd", ncclInProgress);  // the records round's: the first group here
-        function<void (*)()>(fakeNccl(), "fakeNextBackgroundGroupStays")();
-        ncclComm_t comm = nullptr;
-        CHECK(SHIM(ncclCommInitRank)(&comm, 2, id, 0) == ncclRemoteError);
+        const ncclComm_t comm = blockingInitWhoseRecordsGroupStaysInTheBackground();
         state = ncclSuccess;
         CHECK(SHIM(ncclCommGetAsyncError)(comm, &state) == ncclSuccess);
         CHECK_MSG(state == ncclRemoteError, "the set-up: %d", static_cast<int>(state));
