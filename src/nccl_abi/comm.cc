@@ -230,6 +230,8 @@ struct SetUp {
   // queued on `stream`, unmatched, so nothing on that stream is waited for again (the agreement,
   // freeScratch) and the comm reports ncclRemoteError (Comm::setUpError).
   bool timedOut = false;
+  // This rank left rounds its peers may take (leaveRounds): its error stands whatever completes later.
+  bool leftRounds = false;
   // The timed-out round's group was still in NCCL's background at the deadline (waitForGroup): its
   // collective may yet be put on `stream`, after anything put there now (freeScratch).
   bool leftInBackground = false;
@@ -318,13 +320,17 @@ void testDelayBefore(const char* round, const std::vector<SetUp*>& setUps) {
   }
 }
 
-// `round`: the round's name for YALI_NCCL_TEST_SETUP_DELAY (testDelayBefore).
+// `round`: the round's name for YALI_NCCL_TEST_SETUP_DELAY (testDelayBefore). `timeouts`: how many
+// YALI_TIMEOUT_MS the round waits for its peers (the agreement's peers may come one YALI_TIMEOUT_MS
+// late: setUpYali, step 4).
 template <typename Issue>
-void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* round, Issue issue) {
+void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* round, Issue issue,
+               int timeouts = 1) {
   if (setUps.empty()) return;
   testDelayBefore(round, setUps);
   // One deadline for the round: this thread may stand for several ranks, each waited for in turn.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
+  const long long waitMs = static_cast<long long>(settings().timeoutMs) * timeouts;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(waitMs);
   for (SetUp* s : setUps) s->roundFailed = false;
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
@@ -338,12 +344,13 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* 
   if (r == ncclSuccess) r = end;
   // The round's collective may stay queued on the real comm (NCCL's background end of the group, or
   // the stream, did not finish in time): the comm is to be aborted, and its memory kept (freeScratch).
-  auto giveUp = [what](SetUp* s, const char* waitedFor) {
+  auto giveUp = [what, waitMs, timeouts](SetUp* s, const char* waitedFor) {
     s->roundFailed = true;
     s->timedOut = true;
     s->comm->setUpError.store(ncclRemoteError);
-    s->fail(std::string(what) + " over NCCL waited " + std::to_string(settings().timeoutMs) +
-            " ms (YALI_TIMEOUT_MS) for " + waitedFor);
+    s->fail(std::string(what) + " over NCCL waited " + std::to_string(waitMs) + " ms (" +
+            (timeouts == 1 ? std::string("YALI_TIMEOUT_MS") : std::to_string(timeouts) + " x YALI_TIMEOUT_MS") +
+            ") for " + waitedFor);
     warn(s->comm->rank, "communicator %p: %s; the communicator is NCCL only, but the set-up's collective stays "
          "queued on it, unmatched: its creating call and ncclCommGetAsyncError report ncclRemoteError (abort it)",
          static_cast<void*>(s->comm), s->why.c_str());
@@ -380,6 +387,7 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* 
 // rank cannot tell whether its peers took the rounds, so it reports the error even where none did.
 // (Review: such a rank was told ncclSuccess.)
 void leaveRounds(SetUp& s, const char* rounds) {
+  s.leftRounds = true;
   s.comm->setUpError.store(ncclRemoteError);
   if (s.timedOut) return;  // realRound's giveUp said so
   warn(s.comm->rank, "communicator %p: %s; this rank is out of %s, which its peers may take: the communicator is "
@@ -907,12 +915,37 @@ void setUpYali(const std::vector<Comm*>& comms) {
     }
     agreeing.push_back(s);
   }
-  realRound(agreeing, "the set-up's agreement", "agreement", [](SetUp& s) {
-    return callReal<Api::ncclAllReduce>(s.agreeSend,
-                                        s.agreeResult != nullptr ? static_cast<void*>(s.agreeResult)
-                                                                 : static_cast<void*>(s.scratch + s.agreeOffset),
-                                        1, ncclInt32, ncclMin, s.comm->real, s.stream);
-  });
+  // The round waits twice YALI_TIMEOUT_MS: a peer may come one YALI_TIMEOUT_MS late, from a
+  // yaliCommInitRank that waited that long for a rank that did not join (this one, if its id round
+  // timed out, or a third). With one timeout, a peer late for the id round, or for the agreement
+  // itself, by less than a timeout split the ranks (Session 31, tests/gpu/ncclabi_setup_faults.py on
+  // an H200: the late rank told ncclSuccess, its peer ncclRemoteError, and after a late agreement
+  // the late rank kept YALI while its peer had dropped it).
+  realRound(
+      agreeing, "the set-up's agreement", "agreement",
+      [](SetUp& s) {
+        return callReal<Api::ncclAllReduce>(s.agreeSend,
+                                            s.agreeResult != nullptr ? static_cast<void*>(s.agreeResult)
+                                                                     : static_cast<void*>(s.scratch + s.agreeOffset),
+                                            1, ncclInt32, ncclMin, s.comm->real, s.stream);
+      },
+      2);
+  for (SetUp* s : agreeing) {
+    // The agreement completed on a rank whose id round had timed out: its stream has drained
+    // (waitForRound: cudaStreamQuery found nothing left on it), so the id round's collective, queued
+    // on the same stream before the agreement's, completed too: the late peer made it. Nothing of
+    // the set-up is left queued on the comm, and the rank's "no" (it has no YALI comm) decided
+    // NCCL only for every rank: the comm is as a failed YALI init leaves it, without an error, as
+    // its peers' (the late rank's init timed out waiting for this one, and it is told ncclSuccess).
+    // Not where this rank left rounds (leaveRounds: its peers' collectives may still wait on the
+    // comm), nor where a round's group was left in NCCL's background (it may still launch).
+    if (!s->timedOut || s->roundFailed || s->leftRounds || s->leftInBackground) continue;
+    s->timedOut = false;
+    s->comm->setUpError.store(ncclSuccess);
+    warn(s->comm->rank, "communicator %p: the set-up's agreement completed after its earlier round had timed out "
+         "(a late peer): nothing of the set-up is left queued on the communicator, which is NCCL only, without an "
+         "error", static_cast<void*>(s->comm));
+  }
   for (SetUp* s : yes) {
     // A plain load: only where the round completed on this rank (its stream drained; realRound).
     if (!s->roundFailed && s->agreeResult != nullptr) s->agreed = __atomic_load_n(s->agreeResult, __ATOMIC_ACQUIRE);

@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include <map>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -414,11 +415,58 @@ FAKE_EXPORT const char* cudaGetErrorString(cudaError_t err) {
 
 // Noted with the stream made (the event's handle), as cudaStreamDestroy with the stream it ends, so
 // that a test can tell whether a stream was destroyed.
+// A late peer's collective, as a rank whose stream waits for it sees it (fakeStreamLate): the stream
+// made by the `ordinal`-th cudaStreamCreateWithFlags from the call on (1: the next) answers its first
+// `answered` queries as usual, then cudaErrorNotReady for `ms` from the next one on, and then as
+// usual again: a round on it that completes `ms` late (its peer issues the collective then). On a
+// GPU, NCCL's kernel waits on the stream for the late peer; here the set-up's collectives are
+// carried out at their group's end, and only the wait for them is late.
+namespace {
+struct LateStream {
+  int ordinal = 0;  // streams still to be made before the late one; 0: none armed
+  const void* stream = nullptr;
+  int answered = 0;
+  long long ms = 0;
+  bool started = false;
+  std::chrono::steady_clock::time_point from;
+};
+std::mutex lateMutex;
+LateStream late;
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) void fakeStreamLate(int ordinal, int answered, long long ms) {
+  std::lock_guard<std::mutex> lock(lateMutex);
+  late = LateStream();
+  late.ordinal = ordinal;
+  late.answered = answered;
+  late.ms = ms;
+}
+
 FAKE_EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   *stream = reinterpret_cast<cudaStream_t>(new char);
   fakeRecord("cudaStreamCreateWithFlags", *stream);
+  std::lock_guard<std::mutex> lock(lateMutex);
+  if (late.ordinal > 0 && --late.ordinal == 0) late.stream = *stream;
   return cudaSuccess;
 }
+
+namespace {
+// Whether the late stream's query is to say not ready (fakeStreamLate).
+bool lateNow(const void* stream) {
+  std::lock_guard<std::mutex> lock(lateMutex);
+  if (stream == nullptr || stream != late.stream) return false;
+  if (late.answered > 0) {
+    --late.answered;
+    return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!late.started) {
+    late.started = true;
+    late.from = now;
+  }
+  return now < late.from + std::chrono::milliseconds(late.ms);
+}
+}  // namespace
 
 extern "C" bool fakeStreamBusy(const void* stream);  // fake_nccl.cc
 
@@ -444,7 +492,8 @@ FAKE_EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
 // Not ready while an NCCL call issued on the stream waits for a peer's (fake_nccl.cc).
 FAKE_EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaFailsNow("cudaStreamQuery")) return cudaErrorLaunchFailure;
-  return stream != nullptr && fakeStreamBusy(stream) ? cudaErrorNotReady : cudaSuccess;
+  if (stream != nullptr && fakeStreamBusy(stream)) return cudaErrorNotReady;
+  return lateNow(stream) ? cudaErrorNotReady : cudaSuccess;
 }
 
 // Never freed (its address never names another stream): an NCCL call left waiting on it for a peer

@@ -2237,7 +2237,8 @@ std::vector<ncclComm_t> rank1LeavesAfterTheRecords(long long* ms) {
 // completes until the comm is aborted, so the copy of its word into the scratch and the
 // cudaStreamSynchronize behind it (copyOnStream, before) waited for ever. Its word is now written
 // into the pinned result word with a plain store and reduced there, in place; its wait ends at the
-// round's deadline (a second timeout). In a fresh process with YALI_TIMEOUT_MS = kShortTimeoutMs.
+// round's deadline, twice YALI_TIMEOUT_MS (a peer may come one timeout late from YALI's init): the
+// set-up takes three timeouts. In a fresh process with YALI_TIMEOUT_MS = kShortTimeoutMs.
 TEST(a_rank_whose_id_round_timed_out_takes_the_agreement_without_waiting_on_its_stream) {
   CHECK(passesInFreshProcess(
       [] {
@@ -2257,13 +2258,94 @@ TEST(a_rank_whose_id_round_timed_out_takes_the_agreement_without_waiting_on_its_
                   agreement.recv);
         // Kept, never freed, behind the timed-out round (freeScratch): still readable here.
         CHECK_EQ(*static_cast<const int32_t*>(agreement.send), 0);
-        CHECK_MSG(ms >= 2 * kShortTimeoutMs - 50 && ms < 2 * kShortTimeoutMs + 3000, "the set-up took %lld ms",
+        CHECK_MSG(ms >= 3 * kShortTimeoutMs - 50 && ms < 3 * kShortTimeoutMs + 3000, "the set-up took %lld ms",
                   ms);
         ncclResult_t state = ncclSuccess;
         CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess);
         CHECK(state == ncclRemoteError);
         CHECK(yaliOf(comms[0]) == nullptr && yaliOf(comms[1]) == nullptr);
         for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
+namespace {
+
+// Two ranks made by one group (initInGroup) whose set-up rounds on rank 0's stream (the first the
+// set-up makes) complete `lateMs` late from the round after the first `onTime` (fakeStreamLate): a
+// peer late for that round, as rank 0 sees it. Returns the comms; *ms: how long the group's end took;
+// *end: what it returned.
+std::vector<ncclComm_t> initWithRank0sRoundLate(int onTime, long long lateMs, long long* ms, ncclResult_t* end) {
+  function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(1, onTime, lateMs);
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  std::vector<ncclComm_t> comms(2, nullptr);
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommInitRank)(&comms[r], 2, id, r) == ncclSuccess);
+  *end = SHIM(ncclGroupEnd)();
+  *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(0, 0, 0);
+  return comms;
+}
+
+}  // namespace
+
+// A peer late for the id round by more than YALI_TIMEOUT_MS, less than two (on an H200, Session 31,
+// tests/gpu/ncclabi_setup_faults.py: rank 1 3 s late, YALI_TIMEOUT_MS 2000): rank 0's id round times
+// out; the late peer's collective then completes it, its YALI init times out (here: rank 0, which
+// has no id, does not join; the fake's init needs no peer, so rank 1 gets a YALI comm), and both take
+// the agreement, rank 0 saying "no". Rank 0's agreement waits two timeouts, completes, and its
+// stream has drained, the id round's collective with it: nothing is left queued, the comm is NCCL
+// only without an error, as its peer's. Before: rank 0 reported ncclRemoteError and the late rank
+// ncclSuccess (the ranks disagreed), and rank 0's set-up stream and memory were kept for ever.
+TEST(a_peer_late_for_the_id_round_leaves_both_ranks_nccl_only_and_without_an_error) {
+  CHECK(passesInFreshProcess(
+      [] {
+        const int since = eventCount();
+        long long ms = 0;
+        ncclResult_t end = ncclSuccess;
+        const std::vector<ncclComm_t> comms = initWithRank0sRoundLate(1, kShortTimeoutMs * 8 / 5, &ms, &end);
+        CHECK_MSG(end == ncclSuccess, "the group's end returned %d", static_cast<int>(end));
+        CHECK_MSG(ms >= kShortTimeoutMs * 8 / 5 - 50 && ms < 3 * kShortTimeoutMs + 3000, "the set-up took %lld ms", ms);
+        for (ncclComm_t c : comms) {
+          ncclResult_t state = ncclInternalError;
+          CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+          CHECK_MSG(state == ncclSuccess, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+          CHECK(yaliOf(c) == nullptr);
+        }
+        // Rank 0 took no YALI init (no id); rank 1's YALI comm went at the agreement's "no".
+        const std::string t = trace(since, {"yaliCommInitRank", "yaliCommDestroy"}, {});
+        CHECK_MSG(t == "yaliCommInitRank() yaliCommDestroy(?)", "%s", t.c_str());
+        // Both set-up streams are destroyed: nothing was left queued on rank 0's.
+        int destroyed = 0;
+        for (int i = since, n = eventCount(); i < n; ++i) destroyed += eventCall(i) == "cudaStreamDestroy";
+        CHECK_EQ(destroyed, 2);
+        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
+// A peer late for the agreement by more than YALI_TIMEOUT_MS, less than two (as above, the
+// agreement round): both ranks made their YALI comm and say "yes". Rank 0's agreement waits two
+// timeouts and completes: both keep YALI, without an error. Before (one timeout): rank 0 gave up,
+// dropped YALI and reported ncclRemoteError, while the late rank's "yes" met its queued "yes" and
+// kept YALI (on an H200: rank 0 ncclRemoteError, rank 1 ncclSuccess).
+TEST(a_peer_late_for_the_agreement_by_less_than_two_timeouts_leaves_both_ranks_on_yali) {
+  CHECK(passesInFreshProcess(
+      [] {
+        long long ms = 0;
+        ncclResult_t end = ncclSuccess;
+        const std::vector<ncclComm_t> comms = initWithRank0sRoundLate(2, kShortTimeoutMs * 3 / 2, &ms, &end);
+        CHECK_MSG(end == ncclSuccess, "the group's end returned %d", static_cast<int>(end));
+        CHECK_MSG(ms >= kShortTimeoutMs * 3 / 2 - 50 && ms < 2 * kShortTimeoutMs + 3000, "the set-up took %lld ms", ms);
+        for (ncclComm_t c : comms) {
+          ncclResult_t state = ncclInternalError;
+          CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+          CHECK_MSG(state == ncclSuccess, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+          CHECK(yaliOf(c) != nullptr);
+        }
+        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
       },
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
