@@ -974,6 +974,20 @@ void setUpYali(const std::vector<Comm*>& comms) {
       s.statusHost = nullptr;
       c->hier = h;
       s.yali = nullptr;  // c->yali stays null: every other collective is flat NCCL
+    } else if (s.timedOut) {
+      // No hierarchy, after a round that timed out here: the set-up's stream holds that round's
+      // collective until the comm is aborted, and NCCL's destroy of a split synchronizes its streams
+      // (init.cc, commDestroySync: behind the id round's collective on the node comm, or the
+      // parent's where the splits share its resources), as cudaFree and cudaFreeHost synchronize the
+      // device: each would wait for ever. The splits are aborted (abort waits for nothing) and the
+      // status words kept, never freed (two and three words; nothing reads them: no hierarchy).
+      if (s.crossComm != nullptr) callReal<Api::ncclCommAbort>(s.crossComm);
+      if (s.nodeComm != nullptr) callReal<Api::ncclCommAbort>(s.nodeComm);
+      if (s.statusDevice != nullptr || s.statusHost != nullptr)
+        warn(c->rank, "communicator %p: the cross-node status words behind its timed-out set-up round are kept, never "
+             "freed", static_cast<void*>(c));
+      s.statusDevice = nullptr;
+      s.statusHost = nullptr;
     } else {
       // No hierarchy after all (another rank failed): the splits go (made on every rank alike).
       if (s.crossComm != nullptr) callReal<Api::ncclCommDestroy>(s.crossComm);

@@ -569,8 +569,13 @@ FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
   return *p != nullptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+extern "C" bool fakeDeviceBusy(int device);  // fake_nccl.cc
+
+// cudaFree synchronizes the device: behind an NCCL call waiting for a peer's that never came, on a GPU
+// it never returns (counted in fakeCudaCallsBehindWaitingNccl).
 FAKE_EXPORT cudaError_t cudaFree(void* p) {
   fakeRecordBuffers("cudaFree", nullptr, p, nullptr, 0);
+  if (p != nullptr && fakeDeviceBusy(tlsDevice)) __atomic_add_fetch(&fakeCudaCallsBehindWaitingNccl, 1, __ATOMIC_RELAXED);
   free(p);
   return cudaSuccess;
 }

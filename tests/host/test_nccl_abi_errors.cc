@@ -2531,6 +2531,57 @@ TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
   for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
 }
 
+// A set-up that timed out on a hierarchical comm cleans up without waiting for the device: 4 ranks as
+// 2 nodes of 2, rank 0's agreement never completes within the set-up (fakeStreamLate: its records and
+// id rounds on time, so it made its YALI comm, its node and cross splits and its cross-node status
+// words). On a GPU its stream then holds the agreement's collective until the comm is aborted:
+// NCCL's destroy of a split synchronizes the split's streams (init.cc, commDestroySync; a split that
+// shares the parent's resources shares its streams) and cudaFree and cudaFreeHost synchronize the
+// device, each behind that collective. Rank 0's splits are aborted instead of destroyed and its
+// status words kept (logged). Before: both splits destroyed and both words freed, hangs on a GPU.
+// In a fresh process with YALI_TIMEOUT_MS = kShortTimeoutMs.
+TEST(a_timed_out_hierarchical_set_up_cleans_up_without_waiting_for_the_device) {
+  CHECK(passesInFreshProcess(
+      [] {
+        ranksPerNode() = 2;
+        function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(1, 2, 60000);
+        const int since = eventCount();
+        const std::vector<ncclComm_t> comms = initInGroup(4, ncclRemoteError);
+        function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(0, 0, 0);
+        ranksPerNode() = 0;
+        // Rank 0's status words: the set-up's first device allocation of two words, host one of three.
+        const void* device = nullptr;
+        const void* host = nullptr;
+        for (int i = since; i < eventCount(); ++i) {
+          const Buffers b = buffersOf(i);
+          if (device == nullptr && eventCall(i) == "cudaMalloc" && b.count == 2 * sizeof(int32_t)) device = b.recv;
+          if (host == nullptr && eventCall(i) == "cudaHostAlloc" && b.count == 3 * sizeof(int32_t)) host = b.recv;
+        }
+        REQUIRE(device != nullptr && host != nullptr);
+        const void* node = child(const_cast<void*>(realOf(comms[0])), 0);
+        const void* cross = child(const_cast<void*>(realOf(comms[0])), 1);
+        REQUIRE(node != nullptr && cross != nullptr);
+        int freed = 0, destroyed = 0, aborted = 0;
+        for (int i = since; i < eventCount(); ++i) {
+          const std::string call = eventCall(i);
+          const void* h = eventHandle(i);
+          const Buffers b = buffersOf(i);
+          if ((call == "cudaFree" && b.send == device) || (call == "cudaFreeHost" && b.send == host)) ++freed;
+          if (h == node || h == cross) {
+            if (call == "ncclCommDestroy" || call == "ncclCommFinalize") ++destroyed;
+            if (call == "ncclCommAbort") ++aborted;
+          }
+        }
+        CHECK_MSG(freed == 0, "rank 0's status words freed %d times behind its timed-out agreement", freed);
+        CHECK_MSG(destroyed == 0 && aborted == 2, "rank 0's splits: %d destroyed, %d aborted", destroyed, aborted);
+        ncclResult_t state = ncclSuccess;
+        CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess && state == ncclRemoteError);
+        CHECK(yaliOf(comms[0]) == nullptr);
+        for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // NCCL writes a split's child even where its init failed (init.cc, ncclCommInitRankFunc's exit), and
 // the group's end returns the error: the set-up's node split round failed with a (failed) node comm
 // on every rank. Each is aborted and forgotten, so that its rank leaves the id round rather than
