@@ -827,7 +827,8 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // failed it) has no node comm: it leaves its node's round, since an AllReduce on a null comm fails
   // NCCL's whole group (its CommCheck error is the group's), every other comm's round with it.
   // Its node's peers may take their round without it (leaveRounds): their wait ends at
-  // YALI_TIMEOUT_MS, and their agreement then comes behind that stuck collective on their streams.
+  // YALI_TIMEOUT_MS, and their agreement then comes behind that stuck collective on their streams;
+  // it takes no agreement either (step 4).
   std::vector<SetUp*> idRound;
   for (SetUp* s : yes) {
     if (s->idComm() != nullptr)
@@ -855,6 +856,14 @@ void setUpYali(const std::vector<Comm*>& comms) {
   });
   std::vector<SetUp*> joining;  // every rank of the node was fine, and rank 0 made an id: YALI's init
   for (SetUp* s : idRound) {
+    // Its own id round failed (NCCL refused its call or its group, or its stream reported an error):
+    // its collective may not be queued while its peers' are, so it leaves the agreement too (on a
+    // flat comm that round is the next on the same NCCL comm, where its agreement would meet a
+    // peer's id round), and reports ncclRemoteError, as a rank out of any round its peers take.
+    // (Review, Session 30: such a rank was told ncclSuccess, NCCL only.)
+    if (s->roundFailed && !s->timedOut) leaveRounds(*s, "the set-up's agreement");
+  }
+  for (SetUp* s : idRound) {
     const bool read = !s->roundFailed && copyFromDevice(*s, &s->id, s->idOffset, sizeof(s->id));
     if (read && s->id.ok != 1)
       s->fail("rank 0 (of the node) could not make a YALI unique id, or the set-up failed on another rank "
@@ -876,8 +885,9 @@ void setUpYali(const std::vector<Comm*>& comms) {
   for (SetUp* s : joining)
     if (s->hierarchical() && s->yali != nullptr) makeCrossStatus(*s);
 
-  // 4. Agreement: every rank whose records said yes, with or without a YALI comm (the id round does
-  // not tell a rank that could not read it whether its peers went on to YALI's init).
+  // 4. Agreement: every rank whose records said yes and that left no round (leaveRounds), with or
+  // without a YALI comm (the id round does not tell a rank that could not read it whether its peers
+  // went on to YALI's init).
   // The result lands in pinned host memory (SetUp::agreeResult): after the round nothing is left
   // that could fail on this rank alone, so every rank reads the same word. A rank that cannot have
   // that memory says "no" here (a local failure before the round, which every rank then sees).
@@ -890,6 +900,10 @@ void setUpYali(const std::vector<Comm*>& comms) {
   // scratch block (a pool block's last set-up: 1) be sent for this rank's.
   std::vector<SetUp*> agreeing;
   for (SetUp* s : yes) {
+    // A rank out of an earlier round takes no later one (leaveRounds): its collectives on the comm
+    // may be one short of its peers'. Its peers' agreement then ends at its deadline, with the error
+    // this rank reports too.
+    if (s->leftRounds) continue;
     void* word = nullptr;
     rt().cudaSetDevice(s->comm->device);
     if (rt().cudaHostAlloc(&word, sizeof(int32_t), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
@@ -945,6 +959,11 @@ void setUpYali(const std::vector<Comm*>& comms) {
     warn(s->comm->rank, "communicator %p: the set-up's agreement completed after its earlier round had timed out "
          "(a late peer): nothing of the set-up is left queued on the communicator, which is NCCL only, without an "
          "error", static_cast<void*>(s->comm));
+  }
+  for (SetUp* s : agreeing) {
+    // Its own agreement failed (as its id round above): its "no" may never reach its peers, whose
+    // round then ends at its deadline with ncclRemoteError; so does this rank's creating call.
+    if (s->roundFailed && !s->timedOut) leaveRounds(*s, "the set-up's agreement");
   }
   for (SetUp* s : yes) {
     // A plain load: only where the round completed on this rank (its stream drained; realRound).

@@ -2211,6 +2211,48 @@ TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others
   for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
 }
 
+// A rank whose own call of the id round fails (NCCL refuses it: here the first rank's, which fails
+// the group and so the round of every rank this thread drives) may have no collective queued where
+// its peers have theirs: it leaves the agreement (on a flat comm the next round on the same NCCL
+// comm, where its agreement would meet a peer's id round) and reports ncclRemoteError, as a rank
+// out of any round its peers take. (Review, Session 30: told ncclSuccess, NCCL only, after an
+// agreement issued one collective short of its peers'.)
+TEST(a_rank_whose_own_id_round_call_fails_leaves_the_agreement_and_reports_the_error) {
+  const int since = eventCount();
+  failNcclNext("ncclAllReduce", ncclSystemError);
+  const std::vector<ncclComm_t> comms = initInGroup(2, ncclRemoteError);
+  int allReduces = 0;
+  for (int i = since; i < eventCount(); ++i) allReduces += eventCall(i) == "ncclAllReduce";
+  CHECK_MSG(allReduces == 1, "%d AllReduces (the failed id call alone expected: no agreement)", allReduces);
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+    CHECK_MSG(state == ncclRemoteError, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+    CHECK(yaliOf(c) == nullptr);
+    CHECK_EQ(waitingCalls(realOf(c)), 0);
+  }
+  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+}
+
+// A rank whose own agreement call fails: its "no" may never reach its peers, whose agreement then
+// ends at its deadline with ncclRemoteError; it reports that error too, and drops the YALI comm it
+// made. (Before: told ncclSuccess, NCCL only.) The two ranks' id calls go through
+// (fakeFailNext's ncclSuccess entries), the first agreement call fails.
+TEST(a_rank_whose_own_agreement_call_fails_reports_the_error) {
+  failNcclNext("ncclAllReduce", ncclSuccess);
+  failNcclNext("ncclAllReduce", ncclSuccess);
+  failNcclNext("ncclAllReduce", ncclSystemError);
+  const std::vector<ncclComm_t> comms = initInGroup(2, ncclRemoteError);
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+    CHECK_MSG(state == ncclRemoteError, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+    CHECK(yaliOf(c) == nullptr);
+    CHECK_EQ(waitingCalls(realOf(c)), 0);
+  }
+  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+}
+
 namespace {
 
 // YALI_TIMEOUT_MS in a fresh process started with YALI_TESTS_SHORT_TIMEOUT (main), for a test that
