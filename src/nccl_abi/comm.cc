@@ -929,12 +929,18 @@ void setUpYali(const std::vector<Comm*>& comms) {
     }
     agreeing.push_back(s);
   }
-  // The round waits twice YALI_TIMEOUT_MS: a peer may come one YALI_TIMEOUT_MS late, from a
-  // yaliCommInitRank that waited that long for a rank that did not join (this one, if its id round
-  // timed out, or a third). With one timeout, a peer late for the id round, or for the agreement
-  // itself, by less than a timeout split the ranks (Session 31, tests/gpu/ncclabi_setup_faults.py on
-  // an H200: the late rank told ncclSuccess, its peer ncclRemoteError, and after a late agreement
-  // the late rank kept YALI while its peer had dropped it).
+  // The round waits twice YALI_TIMEOUT_MS, three times on a comm spanning several nodes: a peer may
+  // come one YALI_TIMEOUT_MS late from a yaliCommInitRank that waited that long for a rank that did
+  // not join (this one, if its id round timed out, or a third), after an id round it was itself up
+  // to two late for. On a flat comm every rank waited in that id round with it (one round for all);
+  // across nodes the id rounds are per node, so the other nodes' ranks reach the agreement at once
+  // and wait the whole span. With one timeout, a peer late for the id round, or for the agreement
+  // itself, split the ranks (Session 31, tests/gpu/ncclabi_setup_faults.py on an H200: the late rank
+  // told ncclSuccess, its peer ncclRemoteError; after a late agreement the late rank kept YALI while
+  // its peer had dropped it); with two on a multi-node comm, the other nodes' ranks gave up before a
+  // late node peer came (review, Session 31).
+  const bool acrossNodes =
+      std::any_of(agreeing.begin(), agreeing.end(), [](const SetUp* s) { return s->hierarchical(); });
   realRound(
       agreeing, "the set-up's agreement", "agreement",
       [](SetUp& s) {
@@ -943,7 +949,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
                                                                      : static_cast<void*>(s.scratch + s.agreeOffset),
                                             1, ncclInt32, ncclMin, s.comm->real, s.stream);
       },
-      2);
+      acrossNodes ? 3 : 2);
   for (SetUp* s : agreeing) {
     // The agreement completed on a rank whose id round had timed out: its stream has drained
     // (waitForRound: cudaStreamQuery found nothing left on it), so the id round's collective, queued
@@ -998,13 +1004,20 @@ void setUpYali(const std::vector<Comm*>& comms) {
       // collective until the comm is aborted, and NCCL's destroy of a split synchronizes its streams
       // (init.cc, commDestroySync: behind the id round's collective on the node comm, or the
       // parent's where the splits share its resources), as cudaFree and cudaFreeHost synchronize the
-      // device: each would wait for ever. The splits are aborted (abort waits for nothing) and the
-      // status words kept, never freed (two and three words; nothing reads them: no hierarchy).
-      if (s.crossComm != nullptr) callReal<Api::ncclCommAbort>(s.crossComm);
-      if (s.nodeComm != nullptr) callReal<Api::ncclCommAbort>(s.nodeComm);
-      if (s.statusDevice != nullptr || s.statusHost != nullptr)
-        warn(c->rank, "communicator %p: the cross-node status words behind its timed-out set-up round are kept, never "
-             "freed", static_cast<void*>(c));
+      // device: each would wait for ever. The splits are aborted (abort waits for nothing), except
+      // where they share the comm's resources (Comm::sharesResources): they then share its abort
+      // flag too, and with it that of the comm it was split from, if it shares that one's, so an
+      // abort here would end the program's other, healthy comms' kernels (review, Session 31); they
+      // are kept, never destroyed, and the program's abort of this comm, which its ncclRemoteError
+      // asks for, ends their kernels through that flag. The status words are kept, never freed (two
+      // and three words; nothing reads them: no hierarchy).
+      if (!c->sharesResources) {
+        if (s.crossComm != nullptr) callReal<Api::ncclCommAbort>(s.crossComm);
+        if (s.nodeComm != nullptr) callReal<Api::ncclCommAbort>(s.nodeComm);
+      }
+      warn(c->rank, "communicator %p: the set-up's splits%s and cross-node status words behind its timed-out round "
+           "are %s", static_cast<void*>(c), c->sharesResources ? " (sharing its resources)" : "",
+           c->sharesResources ? "kept, never destroyed or freed" : "aborted, and the words kept, never freed");
       s.statusDevice = nullptr;
       s.statusHost = nullptr;
     } else {

@@ -13,7 +13,8 @@ decides part of it: its connection at a comm's first collective, NCCL_RUNTIME_CO
 round's group end until the late peer comes). Checked:
   1. every rank's ncclCommInitRank returns within LIMIT_S (no hang: the bound the docs claim for
      waits on the set-up's stream, plus the late rank's delay and one more round's timeout);
-  2. the ranks agree: both ncclSuccess, or both an error (a rank told success while its peer was
+  2. the ranks agree: both ncclSuccess, or both an error, as the second argument expects ("success",
+     "error"; "any": either) (a rank told success while its peer was
      told an error is the split Session 31 saw for the id round and the agreement, fixed since for a
      peer late by less than twice YALI_TIMEOUT_MS: with the 3 s delay against 2 s both rounds
      should now end ncclSuccess on both ranks, NCCL only after the id round, YALI after the
@@ -40,6 +41,8 @@ ABORT_LIMIT_S = 5.0
 
 def main():
     round_name = sys.argv[1] if len(sys.argv) > 1 else "?"
+    # What both ranks are to return besides agreeing: "success", "error" or "any" (agreement only).
+    expect = sys.argv[2] if len(sys.argv) > 2 else "any"
     timeout_s = int(os.environ.get("YALI_TIMEOUT_MS", "0") or 0) / 1000.0
     delay = os.environ.get("YALI_NCCL_TEST_SETUP_DELAY", "")
     parts = delay.split(":")
@@ -81,6 +84,11 @@ def main():
     codes = world.allgather(code)
     if (codes[0] == 0) != (codes[1] == 0):
         problems.append(f"the ranks disagree: init returned {codes[0]} on rank 0, {codes[1]} on rank 1")
+    elif expect == "success" and codes[0] != 0:
+        problems.append(f"both ranks failed (init returned {codes[0]} and {codes[1]}): a peer late by less than "
+                        f"twice YALI_TIMEOUT_MS is to end in ncclSuccess on both")
+    elif expect == "error" and codes[0] == 0:
+        problems.append("both ranks returned ncclSuccess where the late round leaves the peer out (an error expected)")
     if comm.value:
         finished, aborted, _, secs = timed(lambda: nccl.ncclCommAbort(comm), ABORT_LIMIT_S)
         if not finished:

@@ -544,16 +544,6 @@ FAKE_EXPORT bool fakeStreamBusy(const void* stream) {
   return false;
 }
 
-// Whether a call of `comm` still waits for its peers' (backlog).
-static bool waitsOnComm(const FakeComm* comm) {
-  std::lock_guard<std::mutex> lock(backlogMutex);
-  for (const auto& world : backlog)
-    for (const std::deque<Op>& mine : world.second)
-      for (const Op& o : mine)
-        if (o.comm == comm) return true;
-  return false;
-}
-
 // Whether a call waiting for its peers' (backlog) holds a stream of `device`: on a GPU its kernel
 // keeps running there, and whatever synchronizes that device (cudaFree) waits for it for ever.
 FAKE_EXPORT bool fakeDeviceBusy(int device) {
@@ -781,17 +771,7 @@ FAKE_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int exclu
   return ncclSuccess;
 }
 
-// Destroys and finalizes of a comm one of whose calls still waits for its peers' (waitsOnComm): NCCL's
-// synchronize the comm's streams (init.cc, commDestroySync) and so wait for it for ever on a GPU.
-// libyali-nccl must abort such a comm instead. Counted, never reset (a test reads the change).
-extern "C" {
-__attribute__((visibility("default"))) int fakeDestroysBehindWaitingCalls = 0;
-}
-
-FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
-  if (comm != nullptr && waitsOnComm(fake(comm))) ++fakeDestroysBehindWaitingCalls;
-  return note("ncclCommFinalize", comm);
-}
+FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return note("ncclCommFinalize", comm); }
 
 FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
   const TearingDown during;
@@ -801,7 +781,6 @@ FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
 
 // NCCL returns ncclSuccess for a NULL comm in these two (init.cc).
 FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (comm != nullptr && waitsOnComm(fake(comm))) ++fakeDestroysBehindWaitingCalls;
   const ncclResult_t r = note("ncclCommDestroy", comm);
   if (comm == nullptr) return ncclSuccess;
   if (r == ncclSuccess) fakeMutable(comm)->ended = true;  // a destroy that fails leaves the comm

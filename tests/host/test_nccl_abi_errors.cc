@@ -2573,52 +2573,103 @@ TEST(a_rank_whose_node_split_failed_leaves_the_id_round) {
   for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
 }
 
-// A set-up that timed out on a hierarchical comm cleans up without waiting for the device: 4 ranks as
-// 2 nodes of 2, rank 0's agreement never completes within the set-up (fakeStreamLate: its records and
-// id rounds on time, so it made its YALI comm, its node and cross splits and its cross-node status
-// words). On a GPU its stream then holds the agreement's collective until the comm is aborted:
-// NCCL's destroy of a split synchronizes the split's streams (init.cc, commDestroySync; a split that
-// shares the parent's resources shares its streams) and cudaFree and cudaFreeHost synchronize the
-// device, each behind that collective. Rank 0's splits are aborted instead of destroyed and its
-// status words kept (logged). Before: both splits destroyed and both words freed, hangs on a GPU.
-// In a fresh process with YALI_TIMEOUT_MS = kShortTimeoutMs.
+namespace {
+
+// 4 ranks as 2 nodes of 2 (`config`: their creation's), rank 0's agreement never completing within
+// the set-up (fakeStreamLate: its records and id rounds on time, so it made its YALI comm, its node
+// and cross splits and its cross-node status words). Checks the clean-up of rank 0's timed-out
+// set-up: its status words are never freed; its splits are never destroyed, and aborted exactly
+// where they do not share the comm's resources (`aborts`: 2 or 0).
+void checkTimedOutHierarchicalCleanUp(ncclConfig_t* config, int aborts) {
+  ranksPerNode() = 2;
+  function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(1, 2, 60000);
+  const int since = eventCount();
+  const std::vector<ncclComm_t> comms = initInGroup(4, ncclRemoteError, config);
+  function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(0, 0, 0);
+  ranksPerNode() = 0;
+  // Rank 0's status words: the set-up's first device allocation of two words, host one of three.
+  const void* device = nullptr;
+  const void* host = nullptr;
+  for (int i = since; i < eventCount(); ++i) {
+    const Buffers b = buffersOf(i);
+    if (device == nullptr && eventCall(i) == "cudaMalloc" && b.count == 2 * sizeof(int32_t)) device = b.recv;
+    if (host == nullptr && eventCall(i) == "cudaHostAlloc" && b.count == 3 * sizeof(int32_t)) host = b.recv;
+  }
+  REQUIRE(device != nullptr && host != nullptr);
+  const void* node = child(const_cast<void*>(realOf(comms[0])), 0);
+  const void* cross = child(const_cast<void*>(realOf(comms[0])), 1);
+  REQUIRE(node != nullptr && cross != nullptr);
+  int freed = 0, destroyed = 0, aborted = 0;
+  for (int i = since; i < eventCount(); ++i) {
+    const std::string call = eventCall(i);
+    const void* h = eventHandle(i);
+    const Buffers b = buffersOf(i);
+    if ((call == "cudaFree" && b.send == device) || (call == "cudaFreeHost" && b.send == host)) ++freed;
+    if (h == node || h == cross) {
+      if (call == "ncclCommDestroy" || call == "ncclCommFinalize") ++destroyed;
+      if (call == "ncclCommAbort") ++aborted;
+    }
+  }
+  CHECK_MSG(freed == 0, "rank 0's status words freed %d times behind its timed-out agreement", freed);
+  CHECK_MSG(destroyed == 0 && aborted == aborts, "rank 0's splits: %d destroyed, %d aborted (%d expected)", destroyed,
+            aborted, aborts);
+  ncclResult_t state = ncclSuccess;
+  CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess && state == ncclRemoteError);
+  CHECK(yaliOf(comms[0]) == nullptr);
+  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+}
+
+}  // namespace
+
+// A set-up that timed out on a hierarchical comm cleans up without waiting for the device
+// (checkTimedOutHierarchicalCleanUp): on a GPU rank 0's stream then holds the agreement's collective
+// until the comm is aborted, and NCCL's destroy of a split synchronizes the split's streams (init.cc,
+// commDestroySync) and cudaFree and cudaFreeHost synchronize the device, each behind that
+// collective. Rank 0's splits are aborted instead of destroyed and its status words kept (logged).
+// Before: both splits destroyed and both words freed, hangs on a GPU. In a fresh process with
+// YALI_TIMEOUT_MS = kShortTimeoutMs.
 TEST(a_timed_out_hierarchical_set_up_cleans_up_without_waiting_for_the_device) {
+  CHECK(passesInFreshProcess([] { checkTimedOutHierarchicalCleanUp(nullptr, 2); }, "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
+// As above, the comm made with splitShare = 1: its splits share its resources and its abort flag,
+// and with it the flag of the comm it was split from where that one shares too, so an abort of a
+// split would end the program's other, healthy comms' kernels. They are neither aborted nor
+// destroyed (the program's abort of this comm ends their kernels through the shared flag). Before
+// (review, Session 31): aborted in the creating call.
+TEST(a_timed_out_hierarchical_set_up_sharing_its_resources_leaves_its_splits_to_the_programs_abort) {
+  CHECK(passesInFreshProcess(
+      [] {
+        ncclConfig_t sharing = NCCL_CONFIG_INITIALIZER;
+        sharing.splitShare = 1;
+        checkTimedOutHierarchicalCleanUp(&sharing, 0);
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
+// A node peer late for the agreement of a multi-node comm: here rank 2 (node 1) comes 2.5 timeouts
+// late (fakeStreamLate on its set-up stream), as a rank late for its node's id round by 1.5
+// timeouts comes, after a yaliCommInitRank that waited one timeout for the node peer whose id round
+// had given up. The other nodes' ranks reach the agreement at once (the id rounds are per node), so
+// the round waits three timeouts on such a comm: every rank ends hierarchical, without an error.
+// Before (two timeouts, review of Session 31's late-peer fix): the ranks on time gave up and
+// reported ncclRemoteError, while the late ones went on.
+TEST(a_node_peer_late_for_a_multi_node_agreement_by_less_than_three_timeouts_leaves_every_rank_hierarchical) {
   CHECK(passesInFreshProcess(
       [] {
         ranksPerNode() = 2;
-        function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(1, 2, 60000);
-        const int since = eventCount();
-        const std::vector<ncclComm_t> comms = initInGroup(4, ncclRemoteError);
+        function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(3, 2, kShortTimeoutMs * 5 / 2);
+        const std::vector<ncclComm_t> comms = initInGroup(4, ncclSuccess);
         function<void (*)(int, int, long long)>(fakeYali(), "fakeStreamLate")(0, 0, 0);
         ranksPerNode() = 0;
-        // Rank 0's status words: the set-up's first device allocation of two words, host one of three.
-        const void* device = nullptr;
-        const void* host = nullptr;
-        for (int i = since; i < eventCount(); ++i) {
-          const Buffers b = buffersOf(i);
-          if (device == nullptr && eventCall(i) == "cudaMalloc" && b.count == 2 * sizeof(int32_t)) device = b.recv;
-          if (host == nullptr && eventCall(i) == "cudaHostAlloc" && b.count == 3 * sizeof(int32_t)) host = b.recv;
+        for (ncclComm_t c : comms) {
+          ncclResult_t state = ncclInternalError;
+          CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess && state == ncclSuccess);
+          // A hierarchical AllReduce's first step is YALI's ReduceScatter on the node comm.
+          const int since = eventCount();
+          CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+          CHECK(handleOf(since, "yaliReduceScatter") != nullptr);
         }
-        REQUIRE(device != nullptr && host != nullptr);
-        const void* node = child(const_cast<void*>(realOf(comms[0])), 0);
-        const void* cross = child(const_cast<void*>(realOf(comms[0])), 1);
-        REQUIRE(node != nullptr && cross != nullptr);
-        int freed = 0, destroyed = 0, aborted = 0;
-        for (int i = since; i < eventCount(); ++i) {
-          const std::string call = eventCall(i);
-          const void* h = eventHandle(i);
-          const Buffers b = buffersOf(i);
-          if ((call == "cudaFree" && b.send == device) || (call == "cudaFreeHost" && b.send == host)) ++freed;
-          if (h == node || h == cross) {
-            if (call == "ncclCommDestroy" || call == "ncclCommFinalize") ++destroyed;
-            if (call == "ncclCommAbort") ++aborted;
-          }
-        }
-        CHECK_MSG(freed == 0, "rank 0's status words freed %d times behind its timed-out agreement", freed);
-        CHECK_MSG(destroyed == 0 && aborted == 2, "rank 0's splits: %d destroyed, %d aborted", destroyed, aborted);
-        ncclResult_t state = ncclSuccess;
-        CHECK(SHIM(ncclCommGetAsyncError)(comms[0], &state) == ncclSuccess && state == ncclRemoteError);
-        CHECK(yaliOf(comms[0]) == nullptr);
         for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
       },
       "YALI_TESTS_SHORT_TIMEOUT"));
