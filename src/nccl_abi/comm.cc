@@ -232,8 +232,9 @@ struct SetUp {
   bool timedOut = false;
   // This rank left rounds its peers may take (leaveRounds): its error stands whatever completes later.
   bool leftRounds = false;
-  // The timed-out round's group was still in NCCL's background at the deadline (waitForGroup): its
-  // collective may yet be put on `stream`, after anything put there now (freeScratch).
+  // The timed-out round's group was still in NCCL's background at the deadline
+  // (waitWhileInProgress): its collective may yet be put on `stream`, after anything put there now
+  // (freeScratch).
   bool leftInBackground = false;
   // A background answer's (answerNoWhenReady) flag, set by the comm's abort or revoke
   // (cancelSetUp): its waits end at once, as at their deadline. Null in the creating call.
@@ -287,18 +288,23 @@ cudaError_t waitForRound(SetUp& s, std::chrono::steady_clock::time_point deadlin
   }
 }
 
-// Waits until NCCL has ended, in its background, a round's group that returned ncclInProgress: a
-// group of a non-blocking comm (a gated rank's answer on its non-blocking comm, answerNo) does, as
-// NCCL's group.cc ends such a group asynchronously, and its collective is on s.stream only once
-// ncclCommGetAsyncError of the real comm has left ncclInProgress. Before that, a wait on the stream
-// would find it empty, and freeing the round's memory would free memory NCCL is yet to use. Polls
-// until `deadline`; the comm's state then (ncclInProgress: the deadline passed).
-ncclResult_t waitForGroup(const SetUp& s, std::chrono::steady_clock::time_point deadline) {
+// Polls the real comm's ncclCommGetAsyncError until NCCL has left ncclInProgress there, `deadline`
+// has passed or `cancel` (may be null) is set; returns the comm's state then (ncclInProgress: not
+// done in time), or the poll's own failure. NCCL says ncclInProgress while it makes a non-blocking
+// comm in its background (answerNoWhenReady waits for that), and while it ends in its background a
+// round's group that returned ncclInProgress (group.cc: a group of a non-blocking comm, as a gated
+// rank's answer on its non-blocking comm is, answerNo): the round's collective is on its stream
+// only once that is done. Before, a wait on the stream would find it empty, and freeing the round's
+// memory would free memory NCCL is yet to use.
+ncclResult_t waitWhileInProgress(ncclComm_t real, std::chrono::steady_clock::time_point deadline,
+                                 const std::atomic<bool>* cancel) {
   while (true) {
     ncclResult_t state = ncclInProgress;
-    const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(s.comm->real, &state);
+    const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(real, &state);
     if (r != ncclSuccess) return r;
-    if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline || s.cancelled()) return state;
+    if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline ||
+        (cancel != nullptr && cancel->load(std::memory_order_acquire)))
+      return state;
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
@@ -339,7 +345,7 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* 
     r = issue(*s);
   }
   const ncclResult_t end = callReal<Api::ncclGroupEnd>();
-  // Every call issued, and the group ends in NCCL's background (waitForGroup).
+  // Every call issued, and the group ends in NCCL's background (waitWhileInProgress).
   const bool inBackground = r == ncclSuccess && end == ncclInProgress;
   if (r == ncclSuccess) r = end;
   // The round's collective may stay queued on the real comm (NCCL's background end of the group, or
@@ -356,7 +362,7 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* 
          static_cast<void*>(s->comm), s->why.c_str());
   };
   for (SetUp* s : setUps) {
-    const ncclResult_t mine = inBackground ? waitForGroup(*s, deadline) : r;
+    const ncclResult_t mine = inBackground ? waitWhileInProgress(s->comm->real, deadline, s->cancel) : r;
     if (inBackground && mine == ncclInProgress) {
       s->leftInBackground = true;
       giveUp(s, "NCCL to end the round's group (ncclGroupEnd returned ncclInProgress)");
@@ -540,6 +546,15 @@ void freeScratch(SetUp& s) {
   s.scratch = nullptr;
 }
 
+// The set-up's memory and stream at its end, on its comm's device: freed, or kept where a round
+// timed out (freeScratch: it then leaves s.stream null).
+void releaseSetUp(SetUp& s) {
+  rt().cudaSetDevice(s.comm->device);
+  freeScratch(s);
+  if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);
+  s.stream = nullptr;
+}
+
 // The hierarchical path's cross-node status words (comm.h, Hierarchy) for s's YALI comm, on the
 // comm's device. Made before the agreement: a rank that cannot have them ends its YALI comm there
 // and says "not ok", so no rank keeps a hierarchy without them.
@@ -651,9 +666,7 @@ void answerNo(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel =
     if (s.roundFailed) leaveRounds(s, "the set-up's records round");
     info(c->rank, "communicator %p: answered its peers' set-up with \"no YALI\"", static_cast<void*>(c));
     announce(c);
-    rt().cudaSetDevice(c->device);
-    freeScratch(s);
-    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);  // null: kept (freeScratch)
+    releaseSetUp(s);
   }
 }
 
@@ -692,14 +705,7 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
     std::vector<Comm*> ready;
     for (Comm* c : comms) {
-      ncclResult_t state = ncclInProgress;
-      while (true) {
-        if (callReal<Api::ncclCommGetAsyncError>(c->real, &state) != ncclSuccess) state = ncclInternalError;
-        if (state != ncclInProgress || std::chrono::steady_clock::now() >= deadline ||
-            cancel->load(std::memory_order_acquire))
-          break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
+      const ncclResult_t state = waitWhileInProgress(c->real, deadline, cancel);
       if (state == ncclSuccess)
         ready.push_back(c);
       else
@@ -1031,9 +1037,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     c->registerYali = s.yali != nullptr && s.verdict.registerYali;
     c->noYali = s.yali != nullptr || c->hier != nullptr ? "" : s.why;
     announce(c);
-    rt().cudaSetDevice(c->device);
-    freeScratch(s);
-    if (s.stream != nullptr) rt().cudaStreamDestroy(s.stream);  // null: kept (freeScratch)
+    releaseSetUp(s);
   }
 }
 

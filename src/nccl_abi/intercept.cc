@@ -1580,8 +1580,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
   // Also over NCCL's ncclInProgress (NCCL's own errors still come first): the set-up runs only once
   // NCCL's init completed (a blocking comm's creating call returned; answerNoWhenReady waits for
   // it), so NCCL's ncclInProgress after it is a group left in NCCL's background, the set-up's own
-  // one that timed out among them (waitForGroup), which may never end: a program polling for the
-  // end of ncclInProgress would poll for ever. Before the set-up gave up (setUpError unset: NCCL's
+  // one that timed out among them (waitWhileInProgress), which may never end: a program polling for
+  // the end of ncclInProgress would poll for ever. Before the set-up gave up (setUpError unset: NCCL's
   // init still running, or the set-up still waiting) ncclInProgress is returned, as NCCL says.
   const int setUp = c->setUpError.load();
   if (setUp != ncclSuccess && (*asyncError == ncclSuccess || *asyncError == ncclInProgress)) {

@@ -2397,7 +2397,7 @@ namespace {
 // Rank 1 of 2 alone, non-blocking (its peer never comes): it answers the set-up's records round with
 // "no" from a thread of its own (comm.cc, answerNoWhenReady), and that round's group ends in NCCL's
 // background (ncclInProgress), which never finishes it (fakeNextBackgroundGroupStays): the answer
-// gives up at YALI_TIMEOUT_MS (waitForGroup), a timed-out round, with ncclRemoteError.
+// gives up at YALI_TIMEOUT_MS (waitWhileInProgress), a timed-out round, with ncclRemoteError.
 ncclComm_t answerWhoseGroupStaysInTheBackground() {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
