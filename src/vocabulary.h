@@ -22,6 +22,12 @@ constexpr int kMaxCtas = 64;
 constexpr int kMaxTeamsPerBlock = 2;
 constexpr int kMaxPipelines = kMaxCtas * kMaxTeamsPerBlock;
 
+// YALI_TIMEOUT_MS, the bound on every wait for a peer, in milliseconds: its default and its largest
+// value, for libyali's settings table (core/env.cc) and for libyali-nccl, which reads the same
+// setting for its set-up rounds (nccl_abi/env.cc).
+constexpr long long kDefaultTimeoutMs = 120000;
+constexpr long long kMaxTimeoutMs = 86400000;
+
 // Launch epochs run 1, 2, ..., kEpochLimit, then start again at 1 (device.cuh: rebaseEpochs). The
 // limit keeps every epoch-stamped value unique over a round: an LL packet's 32-bit flag is the
 // epoch itself, and flagValue(epoch, step) keeps the epoch in its upper 32 bits.

@@ -37,7 +37,7 @@ struct IntSetting {
 // threshold per bounded algorithm from the registry). README.md's table is generated from it
 // (settingsMarkdownTable) and checked by a host test.
 const IntSetting kIntSettings[] = {
-    {"YALI_TIMEOUT_MS", 120000, 1, INT64_C(86400000), &Settings::timeoutMs, false, false,
+    {"YALI_TIMEOUT_MS", kDefaultTimeoutMs, 1, kMaxTimeoutMs, &Settings::timeoutMs, false, false,
      "Bound on every device-side wait for a peer and on communicator set-up, in milliseconds. A "
      "peer that does not arrive in time turns into yaliTimeout instead of a hang."},
     {"YALI_MAX_CTAS", 0, 0, kMaxCtas, &Settings::maxCtas, true, false,

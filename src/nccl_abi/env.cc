@@ -21,12 +21,12 @@ Settings readSettings() {
   char* end = nullptr;
   const long long value = mixing != nullptr && mixing[0] != '\0' ? strtoll(mixing, &end, 0) : 1;
   s.graphMixing = end == mixing || value != 0;
-  // As libyali reads it (src/core/env.cc: default 120000, 1..86400000; out of range or unparsable
+  // As libyali reads it (vocabulary.h: its default, 1 to kMaxTimeoutMs; out of range or unparsable
   // keeps the default here).
   if (const char* t = getenv("YALI_TIMEOUT_MS"); t != nullptr && t[0] != '\0') {
     char* tend = nullptr;
     const long long ms = strtoll(t, &tend, 0);
-    if (tend != t && *tend == '\0' && ms >= 1 && ms <= 86400000LL) s.timeoutMs = ms;
+    if (tend != t && *tend == '\0' && ms >= 1 && ms <= kMaxTimeoutMs) s.timeoutMs = ms;
   }
   if (const char* d = getenv("YALI_NCCL_TEST_SETUP_DELAY"); d != nullptr && d[0] != '\0') {
     int rank = -1;

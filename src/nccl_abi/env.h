@@ -5,6 +5,7 @@
 #include <string>
 
 #include "nccl_abi/routing.h"
+#include "vocabulary.h"
 
 namespace yali::nccl_abi {
 
@@ -27,7 +28,7 @@ struct Settings {
   // YALI_TIMEOUT_MS (libyali's setting, read here with its default and range): the bound on each
   // wait of libyali-nccl's set-up rounds for its peers (comm.cc, realRound), so that a peer that
   // cannot take part in a round ends the set-up with an error instead of a hang.
-  long long timeoutMs = 120000;
+  long long timeoutMs = kDefaultTimeoutMs;
   // YALI_NCCL_TEST_SETUP_DELAY=<rank>:<round>:<ms> (testing only; round: records, id, agreement or
   // answer): that rank sleeps ms before it issues that set-up round (comm.cc, realRound), so that a
   // GPU test can make a peer late past YALI_TIMEOUT_MS (tests/gpu/ncclabi_setup_faults.py). Unset,
