@@ -1222,6 +1222,8 @@ void enterGroup() { ++tlsGroup.depth; }
 
 bool inGroup() { return tlsGroup.depth > 0; }
 
+bool atOutermostGroupEnd() { return tlsGroup.depth == 1; }
+
 void stageUntilGroupEnd(const StagedCall& s) { tlsGroup.staged.push_back(s); }
 
 void noteAsyncFailure(Comm* c, ncclResult_t r, const char* message) {

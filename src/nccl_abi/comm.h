@@ -266,6 +266,8 @@ void enterGroup();
 // Returns a set-up round's timeout (Comm::setUpError) too.
 ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress);
 bool inGroup();
+// Whether the group end being made now is the outermost one (this thread's group depth is 1).
+bool atOutermostGroupEnd();
 
 // A call of `c` failed at the end of a group whose NCCL part returned ncclInProgress (a
 // non-blocking comm in the group). ncclGroupEnd then returns ncclInProgress, as NCCL's did: a

@@ -383,6 +383,9 @@ struct DeferredGroup {
   // a program destroy an op as soon as the last call given it returns (nccl.h), and copies the
   // op's state at that call; a deferred call reaches NCCL only at the group's end. (Handle, op.)
   std::vector<std::pair<ncclComm_t, ncclRedOp_t>> heldOpDestroys;
+  // A call of the group refused at the call (routePointToPoint): the whole group fails at its
+  // outermost end (endGroup), as NCCL's does after an error of one of its calls.
+  ncclResult_t refusal = ncclSuccess;
 };
 thread_local DeferredGroup tlsDeferred;
 
@@ -432,12 +435,14 @@ ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStre
                  DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr, nullptr});
     return ncclSuccess;
   }
+  g.refusal = ncclInvalidUsage;  // the group fails at its end (endGroup)
   return shimFail(ncclInvalidUsage,
                   "%s: inside ncclGroupStart/End after %s on a communicator spanning several nodes, which "
                   "libyali-nccl runs at the group's end, with every later collective of the group, in call "
                   "order; this call shares its communicator or stream with %s, deferred so, and must run after "
                   "it, while the group's earlier point-to-point calls run before it%s: a point-to-point call "
-                  "cannot leave its group. Make the group's point-to-point calls before its first hierarchical "
+                  "cannot leave its group, and the whole group fails at its end, as NCCL's does after one of its "
+                  "calls failed. Make the group's point-to-point calls before its first hierarchical "
                   "collective, or in a group of their own",
                   function, firstHier != nullptr ? firstHier : "a collective", calls[after - 1].function,
                   stretch == 0 ? " (in NCCL's part of the group)" : "");
@@ -1701,18 +1706,32 @@ namespace {
 // state, and may stop at an error. A staged or deferred call's failure at the end goes to its comm
 // instead (noteAsyncFailure), where that poll finds it. (A review's finding B, Session 28: the
 // staged call's failure was returned in place of ncclInProgress.)
+//
+// A call refused at the call inside the group (routePointToPoint: ncclInvalidUsage) fails the whole
+// group at its outermost end, as NCCL's group does when one of its calls failed (group.cc: the
+// thread's ncclGroupError ends the group with that error, its tasks dropped, nothing launched):
+// YALI's part is dropped (yaliGroupSimulateEnd), NCCL's is made to fail as it would have (one call
+// NCCL refuses in it, on a NULL comm: enqueue.cc's CommCheck sets the group's error), the staged
+// and deferred calls are not made, and the end returns the refusal. (Review, Session 30: the
+// group's other calls launched and its end returned ncclSuccess, where NCCL fails it whole.)
 template <typename EndReal>
 ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const YaliLib* lib = yaliLib();
-  const yaliResult_t y =
-      lib == nullptr ? yaliSuccess : simulate ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
+  const ncclResult_t refusal = atOutermostGroupEnd() ? tlsDeferred.refusal : ncclSuccess;
+  const bool drop = simulate || refusal != ncclSuccess;
+  if (refusal != ncclSuccess) {
+    info(-1, "the group fails at its end: a call in it was refused (its error was returned at the call)");
+    callReal<Api::ncclAllReduce>(nullptr, nullptr, 0, ncclInt8, ncclSum, nullptr, nullptr);
+  }
+  const yaliResult_t y = lib == nullptr ? yaliSuccess : drop ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
-  const bool launched = !simulate && y == yaliSuccess;
+  const bool launched = !drop && y == yaliSuccess;
   const bool inProgress = r == ncclInProgress;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched, inProgress);
   // The group's hierarchical calls and the calls made after the first of them (routeHier,
   // deferringLaterCalls), at the outermost end, behind its launches.
-  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!simulate, inProgress);
+  const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!drop, inProgress);
+  if (refusal != ncclSuccess) return refusal;
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);
     info(-1, "%s failed: %s", simulate ? "yaliGroupSimulateEnd" : "yaliGroupEnd", lib->yaliGetLastError(nullptr));

@@ -111,6 +111,8 @@ struct Event {
 std::vector<Event> events;
 std::vector<std::pair<std::string, ncclResult_t>> failures;  // fakeFailNext, in order
 std::string lastError = "fake: no error yet";
+// The open group's error (fakeFailedGroupEnds): set by a call NCCL would refuse in CommCheck.
+ncclResult_t groupError = ncclSuccess;
 
 FakeComm* makeComm(World* world, int nranks, int rank, int device) {
   FakeComm* c = new FakeComm;
@@ -229,6 +231,10 @@ __attribute__((visibility("default"))) const char* fakeLastCall = "";
 __attribute__((visibility("default"))) void* fakeLastComm = nullptr;
 __attribute__((visibility("default"))) void* fakeLastHandle = nullptr;
 __attribute__((visibility("default"))) int fakeGroupDepth = 0;
+// Outermost group ends that failed because a call inside the group had failed as NCCL's CommCheck
+// fails one (a NULL comm): NCCL sets the thread's group error (group.h, ncclGroupErrCheck), and its
+// outermost end returns it and drops the group's tasks (group.cc). Counted, never reset.
+__attribute__((visibility("default"))) int fakeFailedGroupEnds = 0;
 __attribute__((visibility("default"))) int fakeVersion = NCCL_VERSION_CODE;
 // The handle ncclCommRegister gives out.
 __attribute__((visibility("default"))) char fakeRegistrationToken = 0;
@@ -339,6 +345,7 @@ ncclResult_t note(const char* call, const void* comm, const Op* args) {
   std::lock_guard<std::mutex> lock(mutex);
   if (comm == nullptr) {
     lastError = std::string("fake NCCL: ") + call + ": comm is NULL";
+    if (fakeGroupDepth > 0) groupError = ncclInvalidArgument;  // enqueue.cc: CommCheck, ncclGroupErrCheck
     return ncclInvalidArgument;
   }
   if (static_cast<const FakeComm*>(comm)->ended) {
@@ -922,7 +929,13 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
   --fakeGroupDepth;
   ncclResult_t r = ncclSuccess;
   std::set<FakeComm*> inGroup;  // the comms of the group's calls (fakeNextBackgroundGroupStays)
-  if (fakeGroupDepth == 0) {
+  if (fakeGroupDepth == 0 && groupError != ncclSuccess) {
+    // group.cc: the group's error ends it, its tasks dropped, nothing carried out.
+    r = groupError;
+    groupError = ncclSuccess;
+    pending.clear();
+    ++fakeFailedGroupEnds;
+  } else if (fakeGroupDepth == 0) {
     std::vector<Op> ops;
     std::swap(ops, pending);
     for (const Op& op : ops) inGroup.insert(op.comm);
@@ -955,9 +968,14 @@ FAKE_EXPORT ncclResult_t ncclGroupEnd() {
 FAKE_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
   fakeRecord("ncclGroupSimulateEnd", nullptr);
   fakeLastCall = "ncclGroupSimulateEnd";
+  ncclResult_t failed = ncclSuccess;
   if (--fakeGroupDepth == 0) {
     pending.clear();
     if (simInfo != nullptr) simInfo->estimatedTime = 0;
+    failed = groupError;  // as ncclGroupEnd's
+    groupError = ncclSuccess;
+    if (failed != ncclSuccess) ++fakeFailedGroupEnds;
   }
-  return failureOf("ncclGroupSimulateEnd");
+  const ncclResult_t asked = failureOf("ncclGroupSimulateEnd");
+  return failed != ncclSuccess ? failed : asked;
 }

@@ -3466,8 +3466,12 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   CHECK_MSG(got == hierSteps + " ncclRecv(gR) ncclRecv(gR) " + hierSteps, "two stretches: %s", got.c_str());
 
   // A receive in NCCL's part of the group, then a send that shares the hierarchical call's comm:
-  // refused, the group otherwise as made.
+  // refused, and the whole group fails at its end, as NCCL's does after one of its calls failed:
+  // NCCL's part ends with its group error (the receive, noted at the call, is dropped there: the
+  // fake's failed group end), YALI launches nothing, the hierarchical call is not made, and the end
+  // returns the refusal. (Before: the group's other calls ran and its end returned ncclSuccess.)
   since = eventCount();
+  const int failedEnds = variable<int>(fakeNccl(), "fakeFailedGroupEnds");
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(recv(other[0].comm, T) == ncclSuccess);
   CHECK(allReduce() == ncclSuccess);
@@ -3475,9 +3479,10 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   const std::string last = SHIM(ncclGetLastError)(c);
   CHECK_MSG(contains(last.c_str(), "ncclSend") && contains(last.c_str(), "cannot leave its group"), "%s",
             last.c_str());
-  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclInvalidUsage);
+  CHECK_EQ(variable<int>(fakeNccl(), "fakeFailedGroupEnds"), failedEnds + 1);
   got = launchOrder(since, mine);
-  CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "refused: %s", got.c_str());
+  CHECK_MSG(got == "ncclRecv(gR)", "refused: %s", got.c_str());
 
   // Then a group without a hierarchical call (torch's all_to_all, batch_isend_irecv): its
   // point-to-point calls go to NCCL's group at the call, with the real comms, whatever the refused
