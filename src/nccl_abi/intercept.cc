@@ -457,8 +457,8 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 }
 
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
-// the deferred calls run, in call order, unless the group was simulated (`run` false: a simulated
-// group's calls do not run, as in NCCL). They run also where an end failed (on another comm of the
+// the deferred calls run, in call order, unless the group was simulated or failed (`run` false: a
+// simulated group's calls do not run, as in NCCL, nor do those of a group a refusal failed). They run also where an end failed (on another comm of the
 // group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
 // a bound, and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
 // Each hierarchical call runs alone, as made outside a group; the calls between two of them run
@@ -497,8 +497,8 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
   if (calls.empty()) return ncclSuccess;
   if (!run) {
     for (const DeferredCall& d : calls)
-      info(d.comm != nullptr ? d.comm->rank : -1, "%s: deferred to the group's end: not run (the group was simulated)",
-           d.function);
+      info(d.comm != nullptr ? d.comm->rank : -1, "%s: deferred to the group's end: not run (%s)", d.function,
+           group.refusal != ncclSuccess ? "the group failed: a call in it was refused" : "the group was simulated");
     return ncclSuccess;
   }
   // Whether the calls `at` that pass `counted` are on more than one device.
