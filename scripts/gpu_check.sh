@@ -344,9 +344,15 @@ if has ncclabi; then
     # The build script takes the first mpi.h a search of / finds; on some images that is a Fortran
     # module folder's (gfortran-mod-*/openmpi/mpi.h, Session 31), whose folder the compiler is then
     # given. Open MPI's own include folder, from mpicc, goes in CPATH behind it.
+    # A build already in /tmp/nccl-tests (an earlier stage or a parallel check on the same machine,
+    # which may be running its binaries now) is kept: rebuilding would replace them under it.
     mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | tr ' ' ':')
-    CPATH="${mpi_inc}${CPATH:+:$CPATH}" bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
-    note "ncclabi: nccl-tests build rc=$?"
+    if [ -x /tmp/nccl-tests/nccl-tests-2.19.6/build/alltoallv_perf ]; then
+      note "ncclabi: nccl-tests already built in /tmp/nccl-tests, kept"
+    else
+      CPATH="${mpi_inc}${CPATH:+:$CPATH}" bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
+      note "ncclabi: nccl-tests build rc=$?"
+    fi
     wrapper=$(mpi_hostid_wrapper)
     # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
     tag=$(echo "${NCCLABI_ARGS:-}" | tr -cd 'a-zA-Z0-9')
