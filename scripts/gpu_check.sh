@@ -159,6 +159,15 @@ mpi_hostid_wrapper() {
   chmod +x "$file"
   echo "$file"
 }
+# An nccl-tests log's result rows (LOG), or with "wrong" those whose out-of-place or in-place #wrong
+# is neither 0 nor N/A. Counted from the line's end (#wrong is the 5th field from it, and the last):
+# a row of hypercube_perf has no redop field, 12 fields where the others have 13, and a count by
+# field number skipped its rows (Session 32).
+nccl_tests_rows() {
+  awk -v wrong="${2:-}" '$1 ~ /^[0-9]+$/ && NF >= 12 && $NF ~ /^([0-9]+|N\/A)$/ {
+      w = $(NF - 4); if (wrong == "" || (w != "N/A" && w != 0) || ($NF != "N/A" && $NF != 0)) n++ }
+    END { print n + 0 }' "$1"
+}
 # A settings list "VAR=v,VAR2=a,b" as words: a comma splits only before the next NAME=, so a value
 # may itself be a list (YALI_ALGO=broadcast_twoshot,reduce_twoshot).
 settings_words() { sed -E 's/,([A-Za-z_][A-Za-z0-9_]*=)/ \1/g' <<< "$1"; }
@@ -379,7 +388,7 @@ if has ncclabi; then
           "$wrapper" /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 1 -c 1 -n 5 -w 2 \
           ${NCCLABI_ARGS:-} > "$lg" 2>&1
         rc=$?
-        note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), lines with #wrong > 0: $(awk '$1 ~ /^[0-9]+$/ && NF >= 13 { if (($9 != "N/A" && $9 != 0) || ($NF != "N/A" && $NF != 0)) bad++ } END { print bad + 0 }' "$lg"), YALI lines: $(grep -c 'class): YALI' "$lg"), NCCL lines: $(grep -c 'class): NCCL' "$lg") (expected: $expect)"
+        note "ncclabi np=$np ${NCCLABI_ARGS:-} $t: rc=$rc, $(grep -m1 'Out of bounds' "$lg"), rows: $(nccl_tests_rows "$lg"), lines with #wrong > 0: $(nccl_tests_rows "$lg" wrong), YALI lines: $(grep -c 'class): YALI' "$lg"), NCCL lines: $(grep -c 'class): NCCL' "$lg") (expected: $expect)"
       done
     done
     # Simulated nodes (NCCLABI_NODES >= 2): rank r is on node r / (NP / NODES) through YALI_NODE_ID,
