@@ -1,0 +1,2 @@
+# sentinels of the tree under test (the device's .git is stale)
+echo "sentinel waitWhileInProgress=$(grep -c waitWhileInProgress src/nccl_abi/comm.cc) leftRounds=$(grep -c leftRounds src/nccl_abi/comm.cc) kMaxTimeoutMs=$(grep -c kMaxTimeoutMs src/vocabulary.h) atOutermostGroupEnd=$(cat src/nccl_abi/*.cc | grep -c atOutermostGroupEnd) ntkept=$(grep -c 'already built in /tmp/nccl-tests' scripts/gpu_check.sh)"
