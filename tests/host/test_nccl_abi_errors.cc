@@ -2211,6 +2211,23 @@ TEST(a_round_whose_nccl_call_fails_on_one_rank_ends_at_the_timeout_on_the_others
   for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
 }
 
+namespace {
+
+// After a set-up that failed on a rank's own call: every rank's ncclCommGetAsyncError says
+// ncclRemoteError, none is on YALI, nothing is left waiting on its NCCL comm; then each is aborted.
+void everyRankReportsTheSetUpsErrorAndIsAborted(const std::vector<ncclComm_t>& comms) {
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+    CHECK_MSG(state == ncclRemoteError, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+    CHECK(yaliOf(c) == nullptr);
+    CHECK_EQ(waitingCalls(realOf(c)), 0);
+  }
+  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+}
+
+}  // namespace
+
 // A rank whose own call of the id round fails (NCCL refuses it: here the first rank's, which fails
 // the group and so the round of every rank this thread drives) may have no collective queued where
 // its peers have theirs: it leaves the agreement (on a flat comm the next round on the same NCCL
@@ -2224,14 +2241,7 @@ TEST(a_rank_whose_own_id_round_call_fails_leaves_the_agreement_and_reports_the_e
   int allReduces = 0;
   for (int i = since; i < eventCount(); ++i) allReduces += eventCall(i) == "ncclAllReduce";
   CHECK_MSG(allReduces == 1, "%d AllReduces (the failed id call alone expected: no agreement)", allReduces);
-  for (ncclComm_t c : comms) {
-    ncclResult_t state = ncclSuccess;
-    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
-    CHECK_MSG(state == ncclRemoteError, "ncclCommGetAsyncError said %d", static_cast<int>(state));
-    CHECK(yaliOf(c) == nullptr);
-    CHECK_EQ(waitingCalls(realOf(c)), 0);
-  }
-  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+  everyRankReportsTheSetUpsErrorAndIsAborted(comms);
 }
 
 // A rank whose own agreement call fails: its "no" may never reach its peers, whose agreement then
@@ -2243,14 +2253,7 @@ TEST(a_rank_whose_own_agreement_call_fails_reports_the_error) {
   failNcclNext("ncclAllReduce", ncclSuccess);
   failNcclNext("ncclAllReduce", ncclSystemError);
   const std::vector<ncclComm_t> comms = initInGroup(2, ncclRemoteError);
-  for (ncclComm_t c : comms) {
-    ncclResult_t state = ncclSuccess;
-    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
-    CHECK_MSG(state == ncclRemoteError, "ncclCommGetAsyncError said %d", static_cast<int>(state));
-    CHECK(yaliOf(c) == nullptr);
-    CHECK_EQ(waitingCalls(realOf(c)), 0);
-  }
-  for (ncclComm_t c : comms) SHIM(ncclCommAbort)(c);
+  everyRankReportsTheSetUpsErrorAndIsAborted(comms);
 }
 
 namespace {
@@ -2333,6 +2336,28 @@ std::vector<ncclComm_t> initWithRank0sRoundLate(int onTime, long long lateMs, lo
 
 }  // namespace
 
+namespace {
+
+// initWithRank0sRoundLate(onTime, lateMs), checked for a set-up that ends without an error: the group's
+// end returns ncclSuccess after at least lateMs and less than upperMs (plus 3 s of slack), and every
+// rank's ncclCommGetAsyncError says ncclSuccess, on YALI or not (`onYali`).
+std::vector<ncclComm_t> lateRoundWithoutAnError(int onTime, long long lateMs, long long upperMs, bool onYali) {
+  long long ms = 0;
+  ncclResult_t end = ncclSuccess;
+  const std::vector<ncclComm_t> comms = initWithRank0sRoundLate(onTime, lateMs, &ms, &end);
+  CHECK_MSG(end == ncclSuccess, "the group's end returned %d", static_cast<int>(end));
+  CHECK_MSG(ms >= lateMs - 50 && ms < upperMs + 3000, "the set-up took %lld ms", ms);
+  for (ncclComm_t c : comms) {
+    ncclResult_t state = ncclInternalError;
+    CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
+    CHECK_MSG(state == ncclSuccess, "ncclCommGetAsyncError said %d", static_cast<int>(state));
+    CHECK((yaliOf(c) != nullptr) == onYali);
+  }
+  return comms;
+}
+
+}  // namespace
+
 // A peer late for the id round by more than YALI_TIMEOUT_MS, less than two (on an H200, Session 31,
 // tests/gpu/ncclabi_setup_faults.py: rank 1 3 s late, YALI_TIMEOUT_MS 2000): rank 0's id round times
 // out; the late peer's collective then completes it, its YALI init times out (here: rank 0, which
@@ -2345,17 +2370,8 @@ TEST(a_peer_late_for_the_id_round_leaves_both_ranks_nccl_only_and_without_an_err
   CHECK(passesInFreshProcess(
       [] {
         const int since = eventCount();
-        long long ms = 0;
-        ncclResult_t end = ncclSuccess;
-        const std::vector<ncclComm_t> comms = initWithRank0sRoundLate(1, kShortTimeoutMs * 8 / 5, &ms, &end);
-        CHECK_MSG(end == ncclSuccess, "the group's end returned %d", static_cast<int>(end));
-        CHECK_MSG(ms >= kShortTimeoutMs * 8 / 5 - 50 && ms < 3 * kShortTimeoutMs + 3000, "the set-up took %lld ms", ms);
-        for (ncclComm_t c : comms) {
-          ncclResult_t state = ncclInternalError;
-          CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
-          CHECK_MSG(state == ncclSuccess, "ncclCommGetAsyncError said %d", static_cast<int>(state));
-          CHECK(yaliOf(c) == nullptr);
-        }
+        const std::vector<ncclComm_t> comms =
+            lateRoundWithoutAnError(1, kShortTimeoutMs * 8 / 5, 3 * kShortTimeoutMs, /*onYali=*/false);
         // Rank 0 took no YALI init (no id); rank 1's YALI comm went at the agreement's "no".
         const std::string t = trace(since, {"yaliCommInitRank", "yaliCommDestroy"}, {});
         CHECK_MSG(t == "yaliCommInitRank() yaliCommDestroy(?)", "%s", t.c_str());
@@ -2376,17 +2392,8 @@ TEST(a_peer_late_for_the_id_round_leaves_both_ranks_nccl_only_and_without_an_err
 TEST(a_peer_late_for_the_agreement_by_less_than_two_timeouts_leaves_both_ranks_on_yali) {
   CHECK(passesInFreshProcess(
       [] {
-        long long ms = 0;
-        ncclResult_t end = ncclSuccess;
-        const std::vector<ncclComm_t> comms = initWithRank0sRoundLate(2, kShortTimeoutMs * 3 / 2, &ms, &end);
-        CHECK_MSG(end == ncclSuccess, "the group's end returned %d", static_cast<int>(end));
-        CHECK_MSG(ms >= kShortTimeoutMs * 3 / 2 - 50 && ms < 2 * kShortTimeoutMs + 3000, "the set-up took %lld ms", ms);
-        for (ncclComm_t c : comms) {
-          ncclResult_t state = ncclInternalError;
-          CHECK(SHIM(ncclCommGetAsyncError)(c, &state) == ncclSuccess);
-          CHECK_MSG(state == ncclSuccess, "ncclCommGetAsyncError said %d", static_cast<int>(state));
-          CHECK(yaliOf(c) != nullptr);
-        }
+        const std::vector<ncclComm_t> comms =
+            lateRoundWithoutAnError(2, kShortTimeoutMs * 3 / 2, 2 * kShortTimeoutMs, /*onYali=*/true);
         for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
       },
       "YALI_TESTS_SHORT_TIMEOUT"));
