@@ -309,9 +309,6 @@ ncclResult_t waitWhileInProgress(ncclComm_t real, std::chrono::steady_clock::tim
   }
 }
 
-// One real collective on every comm of the set-up, issued in one real group (this thread may stand
-// for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
-// Sets roundFailed where it failed; timedOut where a wait reached `deadline` (YALI_TIMEOUT_MS).
 // Testing only (Settings::testDelayRank, YALI_NCCL_TEST_SETUP_DELAY): the named rank sleeps before
 // it issues `round` (records, id, agreement, answer), as a peer late for it would.
 void testDelayBefore(const char* round, const std::vector<SetUp*>& setUps) {
@@ -326,6 +323,9 @@ void testDelayBefore(const char* round, const std::vector<SetUp*>& setUps) {
   }
 }
 
+// One real collective on every comm of the set-up, issued in one real group (this thread may stand
+// for several ranks of one communicator), then waited for. `issue` enqueues s's call on s.stream.
+// Sets roundFailed where it failed; timedOut where a wait reached `deadline` (YALI_TIMEOUT_MS).
 // `round`: the round's name for YALI_NCCL_TEST_SETUP_DELAY (testDelayBefore). `timeouts`: how many
 // YALI_TIMEOUT_MS the round waits for its peers (the agreement's peers may come one YALI_TIMEOUT_MS
 // late: setUpYali, step 4).

@@ -458,8 +458,8 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
 // the deferred calls run, in call order, unless the group was simulated or failed (`run` false: a
-// simulated group's calls do not run, as in NCCL, nor do those of a group a refusal failed). They run also where an end failed (on another comm of the
-// group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
+// simulated group's calls do not run, as in NCCL, nor do those of a group a refusal failed). They
+// run also where an end failed (on another comm of the group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
 // a bound, and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
 // Each hierarchical call runs alone, as made outside a group; the calls between two of them run
 // one by one too, or as one group where they hold a point-to-point call (see above) or calls on
