@@ -67,6 +67,7 @@
 #   PYTEST_TIMEOUT=420  PYTEST_ARGS=tests/python  pytests: pip install, then pytest (-rs: skip reasons)
 #   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
 #   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
+#   DROPIN_NONBLOCKING=1 (default 0)         dropin with torch's non-blocking comms (both runs)
 #   CE_MULTI="2 3"  CE_SINGLE=2  CE_NP="2 3"   copyengine: the coll_copy_engine case in multi mode (one
 #                                            process per rank; single mode with ranks sharing a GPU
 #                                            checks only that *_ce is off there), then yali-perf with
@@ -291,21 +292,27 @@ if has dropin && need_build dropin; then
   # a graph-captured all_reduce) on NCCL, then under yali-run, compared (examples/05_dropin).
   printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$LOCAL_RANK\nexec "$@"\n' > /tmp/hostid_torch.sh
   chmod +x /tmp/hostid_torch.sh
+  # DROPIN_NONBLOCKING=1: torch makes non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1,
+  # in both runs), which libyali-nccl sets up in the background once NCCL made them (NCCL_ABI.md,
+  # "Non-blocking communicators"): the YALI lines should then be as many as in a blocking run.
+  nb=; [ "${DROPIN_NONBLOCKING:-0}" = 1 ] && nb=_nb
   for np in ${DROPIN_NP:-2 4}; do
+    tag=$np$nb
     # Bounded: YALI's waits end after DROPIN_YALI_TIMEOUT_MS, each run after DROPIN_TIMEOUT s (a
     # hang of either library costs minutes otherwise: seen 2026-11-25); NCCL_DEBUG=WARN and the
     # script's per-section lines show where a run stopped.
     ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
         YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
+      [ -n "$nb" ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
       cd examples/05_dropin
       timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
-        --out "$LOG/dropin_plain$np.json" > "$LOG/dropin_plain$np.log" 2>&1 || echo "plain run rc=$?"
+        --out "$LOG/dropin_plain$tag.json" > "$LOG/dropin_plain$tag.log" 2>&1 || echo "plain run rc=$?"
       timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
-        python3 check_torch.py --out "$LOG/dropin_yali$np.json" > "$LOG/dropin_yali$np.log" 2>&1 || echo "yali-run rc=$?"
-      python3 check_torch.py --compare "$LOG/dropin_plain$np.json" "$LOG/dropin_yali$np.json" 2>&1
-      echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$np.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$np.log")"
-    ) > "$LOG/dropin_$np.txt" 2>&1
-    note "dropin np=$np: $(tail -2 "$LOG/dropin_$np.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$np.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$np.log" | tail -1)"
+        python3 check_torch.py --out "$LOG/dropin_yali$tag.json" > "$LOG/dropin_yali$tag.log" 2>&1 || echo "yali-run rc=$?"
+      python3 check_torch.py --compare "$LOG/dropin_plain$tag.json" "$LOG/dropin_yali$tag.json" 2>&1
+      echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$tag.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$tag.log"), set up in the background: $(grep -c 'non-blocking\|in the background' "$LOG/dropin_yali$tag.log")"
+    ) > "$LOG/dropin_$tag.txt" 2>&1
+    note "dropin np=$np${nb:+ non-blocking}: $(tail -2 "$LOG/dropin_$tag.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$tag.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$tag.log" | tail -1)"
   done
 fi
 

@@ -35,6 +35,12 @@ Comm* ours(ncclComm_t handle) {
   return c->magic == Comm::kMagic ? c : nullptr;
 }
 
+Comm* oursWhenSetUp(ncclComm_t handle) {
+  Comm* c = ours(handle);
+  if (c != nullptr && c->setUpPending.load(std::memory_order_acquire)) waitForSetUp(c);
+  return c;
+}
+
 Registration* ourRegistration(void* handle) {
   if (handle == nullptr) return nullptr;
   auto* r = static_cast<Registration*>(handle);
@@ -672,49 +678,63 @@ void answerNo(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel =
 
 }  // namespace
 
-// The background answer of comms whose real comms may not be ready yet (Comm::background).
-struct BackgroundAnswer {
+// The set-up, or the answer to it, of comms whose real comms may not be ready yet (Comm::background).
+struct BackgroundSetUp {
   std::thread thread;
   std::once_flag joined;
-  // Set by the comm's abort or revoke (cancelSetUp): the answer stops waiting (for NCCL's init, for
-  // its round) at once, as at YALI_TIMEOUT_MS, so that an abort is not held up by it (before: up to
+  // Set by the comm's abort or revoke (cancelSetUp): the set-up stops waiting (for NCCL's init, for
+  // its rounds) at once, as at YALI_TIMEOUT_MS, so that an abort is not held up by it (before: up to
   // twice YALI_TIMEOUT_MS; review of 8f3bfe3, Session 30). Its memory is then kept, as after a
-  // timeout: the abort of the real comm follows.
+  // timeout: the abort of the real comm follows. A yaliCommInitRank under way is not stopped: it
+  // ends at its own YALI_TIMEOUT_MS, or when its peers join.
   std::atomic<bool> cancel{false};
 };
 
 namespace {
 
-// answerNo, from a thread of its own, once NCCL says each comm's init completed (ncclCommGetAsyncError
-// no longer ncclInProgress; polled up to YALI_TIMEOUT_MS): a non-blocking comm's init goes on in
-// NCCL's background after its creating call returned, and blocking here could deadlock a program
-// that makes several ranks' non-blocking comms one after the other on one thread. A comm whose init
-// failed, or did not complete in time, answers nothing (its NCCL comm is not there to carry it).
-// Until the answer is done the program's ncclCommGetAsyncError says ncclInProgress (Comm::setUpPending).
-void answerNoWhenReady(const std::vector<Comm*>& comms) {
+// `run(ready, cancel)` (answerNo or setUpYali), from a thread of its own, once NCCL says each comm's
+// init completed (ncclCommGetAsyncError no longer ncclInProgress; polled up to YALI_TIMEOUT_MS): a
+// non-blocking comm's init goes on in NCCL's background after its creating call returned, and
+// blocking here could deadlock a program that makes several ranks' non-blocking comms one after the
+// other on one thread. A comm whose init failed, or did not complete in time, takes no part (its
+// NCCL comm is not there to carry the rounds; NCCL reports its error). Until `run` is done the
+// program's ncclCommGetAsyncError says ncclInProgress (Comm::setUpPending), and a call on the comm
+// waits for it (oursWhenSetUp).
+template <typename Run>
+void whenReady(const std::vector<Comm*>& comms, Run run) {
   if (comms.empty()) return;
-  auto background = std::make_shared<BackgroundAnswer>();
+  auto background = std::make_shared<BackgroundSetUp>();
   for (Comm* c : comms) {
     c->setUpPending.store(true);
     c->background = background;
   }
-  // The flag outlives the thread: every comm answered holds `background` until its tear-down, which
+  // The flag outlives the thread: every comm here holds `background` until its tear-down, which
   // joins the thread first (waitForSetUp).
   const std::atomic<bool>* cancel = &background->cancel;
-  background->thread = std::thread([comms, cancel] {
+  background->thread = std::thread([comms, cancel, run] {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
     std::vector<Comm*> ready;
     for (Comm* c : comms) {
       const ncclResult_t state = waitWhileInProgress(c->real, deadline, cancel);
-      if (state == ncclSuccess)
+      if (state == ncclSuccess) {
         ready.push_back(c);
-      else
-        info(-1, "communicator %p: NCCL's init did not complete (%s): no answer to the set-up",
+      } else {
+        if (c->noYali.empty()) c->noYali = std::string("NCCL's init did not complete (") +
+                                           callReal<Api::ncclGetErrorString>(state) + ")";
+        info(-1, "communicator %p: NCCL's init did not complete (%s): no part in the set-up",
              static_cast<void*>(c), callReal<Api::ncclGetErrorString>(state));
+      }
     }
-    answerNo(ready, cancel);
-    for (Comm* c : comms) c->setUpPending.store(false);
+    run(ready, cancel);
+    // Release: the program's thread that sees the set-up done (ncclCommGetAsyncError, oursWhenSetUp)
+    // sees everything it wrote into the comms.
+    for (Comm* c : comms) c->setUpPending.store(false, std::memory_order_release);
   });
+}
+
+// A rank that will not run YALI (a gate of its own) answers its peers' set-up from the background.
+void answerNoWhenReady(const std::vector<Comm*>& comms) {
+  whenReady(comms, [](const std::vector<Comm*>& ready, const std::atomic<bool>* cancel) { answerNo(ready, cancel); });
 }
 
 // The set-up of comms whose real communicators are ready, on every rank of each (collective over
@@ -737,7 +757,7 @@ void answerNoWhenReady(const std::vector<Comm*>& comms) {
 // rank that left reports ncclRemoteError too (leaveRounds). A rank that will not run YALI for a
 // reason of its own (non-blocking, no libyali, ...) answers step 1 with "no" instead of skipping it
 // (answerNo).
-void setUpYali(const std::vector<Comm*>& comms) {
+void setUpYali(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel = nullptr) {
   std::vector<SetUp> setUps;
   for (Comm* c : comms) {
     // A comm of one rank has nothing to share; any other may be one node of 2 to 8 ranks, or
@@ -748,6 +768,7 @@ void setUpYali(const std::vector<Comm*>& comms) {
     }
     SetUp s;
     s.comm = c;
+    s.cancel = cancel;
     setUps.push_back(s);
   }
   if (setUps.empty()) return;  // before any CUDA call: a comm of one rank needs none
@@ -759,13 +780,16 @@ void setUpYali(const std::vector<Comm*>& comms) {
       s.comm->noYali = std::string("no libyali: ") + yaliLibError();
       answering.push_back(s.comm);
     }
-    answerNo(answering);
+    answerNo(answering, cancel);
     return;
   }
 
   DeviceGuard restoreDevice;
   const Settings& env = settings();
-  const RankRecord mine = makeRecord(thisNodeIdentity(), env.disabled, env.registerYali);
+  // A set-up in the background (non-blocking comms: setUpYaliWhenReady, the only caller that gives a
+  // cancel flag) says so in its record: the hierarchical path is not made for such comms (routing.h,
+  // RankRecord::nonBlocking).
+  const RankRecord mine = makeRecord(thisNodeIdentity(), env.disabled, env.registerYali, cancel != nullptr);
   std::vector<SetUp*> all;
   for (SetUp& s : setUps) {
     const size_t n = static_cast<size_t>(s.comm->nranks);
@@ -1041,6 +1065,26 @@ void setUpYali(const std::vector<Comm*>& comms) {
   }
 }
 
+// The set-up of non-blocking comms (or of comms whose creating group returned ncclInProgress), from a
+// thread of its own once NCCL made them (whenReady): NCCL requires the program to wait for
+// ncclCommGetAsyncError to leave ncclInProgress before it uses such a comm, and it says so until this
+// set-up is done (Comm::setUpPending), so the set-up's rounds meet no call of the program's on the
+// comm. The comms made in one creating call or group go together, in one thread: one thread may
+// make several ranks' comms (one process driving several GPUs), whose rounds meet each other.
+// Peers set up in their creating calls (blocking) meet these rounds as they meet any other. A
+// failure is reported through ncclCommGetAsyncError (Comm::setUpError), where NCCL reports an init
+// that failed in its background. Before (Session 32), such comms were NCCL only (answerNoWhenReady).
+void setUpYaliWhenReady(const std::vector<Comm*>& comms) {
+  for (Comm* c : comms)
+    info(-1, "communicator %p: non-blocking: set up in the background once NCCL made it (ncclCommGetAsyncError "
+         "says ncclInProgress until then)", static_cast<void*>(c));
+  whenReady(comms, [](const std::vector<Comm*>& ready, const std::atomic<bool>* cancel) {
+    // A comm whose init did not complete leaves its peers waiting in their records round: they end
+    // it at YALI_TIMEOUT_MS with ncclRemoteError, as for a rank lost to NCCL.
+    setUpYali(ready, cancel);
+  });
+}
+
 // ncclCommInitAll's ranks all live here: no exchange is needed, and yaliCommInitAll makes all of
 // them or none.
 void setUpClique(const std::vector<Comm*>& comms) {
@@ -1154,25 +1198,26 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   // decides NCCL only for it. Where the real comm may not be ready yet, from a thread of its own
   // once it is (answerNoWhenReady); inside a group, after the group's end.
   bool gated = true;  // a gate of this rank's: it answers with "no"
-  if (!c->blocking) {
-    // Its init goes on in NCCL's background; a set-up would have to wait for it on every rank in
-    // step. Phase 1 leaves such comms to NCCL.
-    c->noYali = "a non-blocking communicator (config.blocking = 0): NCCL only in this phase";
-    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
-  } else if (ncclEnvPluginInUse()) {
+  bool inBackground = false;  // a non-blocking comm, set up once NCCL made it (setUpYaliWhenReady)
+  if (ncclEnvPluginInUse()) {
     c->noYali = "NCCL reads its settings through an environment plugin: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
-  } else if (result == ncclInProgress) {
+  } else if (c->blocking && result == ncclInProgress) {
     // NCCL took it for non-blocking where we did not (a verdict of ours that differs from NCCL's).
     c->noYali = "NCCL's init returned ncclInProgress for a communicator taken for blocking";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
-  } else if (result != ncclSuccess) {
+  } else if (result != ncclSuccess && result != ncclInProgress) {
     // No NCCL comm to answer on: its peers' rounds, if their inits succeeded, end at YALI_TIMEOUT_MS.
     c->noYali = "NCCL's init failed";
     gated = false;
   } else if (tlsGroup.depth > 0) {
     gated = false;
     tlsGroup.setUps.push_back(c);  // with the group's other comms: one thread may make several ranks
+  } else if (!c->blocking) {
+    // Its init goes on in NCCL's background (its creating call returned ncclInProgress, or
+    // ncclSuccess where NCCL finished it at once): set up once NCCL is done.
+    gated = false;
+    inBackground = true;
   } else {
     gated = false;
     setUpYali({c});
@@ -1191,6 +1236,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   } else if (gated && c->real != nullptr) {
     answerNoWhenReady({c});
   }
+  if (inBackground && !c->clique && c->real != nullptr) setUpYaliWhenReady({c});
   if (atGroupEnd) {
     tlsGroup.children.push_back({c, out, childExpected});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
@@ -1344,12 +1390,12 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
 }  // namespace
 
 void cancelSetUp(Comm* c) {
-  std::shared_ptr<BackgroundAnswer> b = c->background;
+  std::shared_ptr<BackgroundSetUp> b = c->background;
   if (b != nullptr) b->cancel.store(true, std::memory_order_release);
 }
 
 void waitForSetUp(Comm* c) {
-  std::shared_ptr<BackgroundAnswer> b = c->background;
+  std::shared_ptr<BackgroundSetUp> b = c->background;
   if (b == nullptr) return;
   std::call_once(b->joined, [&b] {
     if (b->thread.joinable()) b->thread.join();
@@ -1389,29 +1435,38 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
     dropChildless(k.comm, k.childExpected);
   }
   ncclResult_t setUpResult = ncclSuccess;
+  std::vector<Comm*> inBackground;  // set up once NCCL made them (setUpYaliWhenReady)
   if (!realGroupSucceeded) {
-    // The comms made in the group may not exist on every rank: none of them gets YALI.
-    for (auto& clique : cliques) setUps.insert(setUps.end(), clique.begin(), clique.end());
-    for (Comm* c : setUps) {
+    // The comms made in a failed group may not exist on every rank: none of them gets YALI, nor
+    // does a clique whose group returned ncclInProgress.
+    std::vector<Comm*> nccl = inProgress ? std::vector<Comm*>() : setUps;
+    for (auto& clique : cliques) nccl.insert(nccl.end(), clique.begin(), clique.end());
+    for (Comm* c : nccl) {
       c->noYali = inProgress ? "the group that made it returned ncclInProgress (non-blocking)"
                              : "the group that made it failed";
       info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
     }
-    // A group that returned ncclInProgress made its comms, in NCCL's background: their peers (whose
-    // groups may have returned ncclSuccess) run the set-up, so each answers it once NCCL is done
-    // (a clique's ranks are all in this process: nobody waits for them).
-    if (inProgress) {
-      for (Comm* c : setUps)
-        if (!c->clique && std::find(answers.begin(), answers.end(), c) == answers.end()) answers.push_back(c);
-    } else {
+    // A group that returned ncclInProgress made its comms in NCCL's background: they are set up
+    // once NCCL is done, together (one thread may have made several ranks), as their peers, whose
+    // groups may have returned ncclSuccess, set up theirs in the group's end. Before (Session 32),
+    // each answered the set-up with "no" then.
+    if (inProgress)
+      inBackground = setUps;
+    else
       answers.clear();  // a failed group: no NCCL comm to answer on (peers: YALI_TIMEOUT_MS)
-    }
   } else {
-    if (!setUps.empty()) setUpYali(setUps);
+    // A non-blocking comm's init may still be under way where the group returned ncclSuccess: it is
+    // set up once NCCL says it is done; the group's blocking comms here.
+    std::vector<Comm*> now;
+    for (Comm* c : setUps) (c->blocking ? now : inBackground).push_back(c);
+    if (!now.empty()) setUpYali(now);
     for (auto& clique : cliques) setUpClique(clique);
-    for (Comm* c : setUps)
+    for (Comm* c : now)
       if (setUpResult == ncclSuccess) setUpResult = static_cast<ncclResult_t>(c->setUpError.load());
   }
+  inBackground.erase(std::remove_if(inBackground.begin(), inBackground.end(), [](Comm* c) { return c->real == nullptr; }),
+                     inBackground.end());
+  setUpYaliWhenReady(inBackground);
   answers.erase(std::remove_if(answers.begin(), answers.end(), [](Comm* c) { return c->real == nullptr; }),
                 answers.end());
   // Where the group's end succeeded, its blocking comms are ready: answered here, before the group's

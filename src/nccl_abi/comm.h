@@ -20,7 +20,7 @@
 namespace yali::nccl_abi {
 
 struct Registration;
-struct BackgroundAnswer;
+struct BackgroundSetUp;
 
 // A device buffer of one comm that its calls on every stream share, grown on demand: the
 // hierarchical path's (Hierarchy::scratch) and the staging of calls YALI refused for this rank's
@@ -156,25 +156,27 @@ struct Comm {
   };
   std::vector<KeptStaging> keptStaging;
 
-  // A rank that will not run YALI on this comm still answers its peers' set-up rounds ("no"): a
-  // blocking comm whose creating call returned ncclSuccess in that call (comm.cc, adopt, leaveGroup);
-  // where its real comm may not be ready yet (non-blocking, or its creating group returned
-  // ncclInProgress), from a thread of its own once NCCL says it is (comm.cc, answerNoWhenReady).
-  // While that runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must
-  // wait for ncclSuccess before using a non-blocking comm, issues nothing on it meanwhile; the
-  // comm's tear-down waits for it first (waitForSetUp; bounded by YALI_TIMEOUT_MS twice).
+  // Where its real comm may not be ready when its creating call (or group) returns (non-blocking, or
+  // its creating group returned ncclInProgress), the comm's set-up runs from a thread of its own once
+  // NCCL says it is (comm.cc, setUpYaliWhenReady), and so does the answer ("no") of a rank that will
+  // not run YALI on it (answerNoWhenReady; a blocking comm answers in its creating call). While that
+  // runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must wait for
+  // ncclSuccess before using a non-blocking comm, issues nothing on it meanwhile; a call that comes
+  // sooner waits for it (oursWhenSetUp), and so does the comm's tear-down (waitForSetUp; abort and
+  // revoke stop it first: cancelSetUp). Written by that thread before it clears the flag (release),
+  // read after (acquire): the comm's YALI state (yali, hier, noYali, disabled, registerYali).
   std::atomic<bool> setUpPending{false};
-  std::shared_ptr<BackgroundAnswer> background;
+  std::shared_ptr<BackgroundSetUp> background;
   // A set-up round of this rank waited for a peer until YALI_TIMEOUT_MS: the comm is NCCL only, but
   // its real comm has the round's collective queued, unmatched: ncclRemoteError, returned by the
   // creating call (or the group's end) and by ncclCommGetAsyncError from then on (comm.cc, realRound).
   std::atomic<int> setUpError{ncclSuccess};
 };
 
-// Waits for c's background answer to its peers' set-up (Comm::background), if any.
+// Waits for c's background set-up, or answer to its peers' set-up (Comm::background), if any.
 void waitForSetUp(Comm* c);
-// Tells c's background answer, if any, to stop waiting at once (abort, revoke: cancelSetUp, then
-// waitForSetUp returns within a poll).
+// Tells c's background set-up or answer, if any, to stop waiting at once (abort, revoke: cancelSetUp,
+// then waitForSetUp returns within a poll, or once a yaliCommInitRank under way has returned).
 void cancelSetUp(Comm* c);
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
@@ -194,6 +196,12 @@ struct Registration {
 // handle point at readable memory that starts with 8 bytes (NCCL's comm starts with its own magic),
 // so the first word tells them apart. A null handle is not ours either (NCCL reports it).
 Comm* ours(ncclComm_t handle);
+// ours(handle) for a call that uses the comm (a collective, a send or receive, a registration), once
+// the comm's background set-up, if any, has ended (Comm::setUpPending). NCCL requires a program to
+// wait for ncclCommGetAsyncError to leave ncclInProgress before it uses a non-blocking comm; a call
+// made sooner waits here (as long as the set-up may take) instead of reading the comm's YALI state
+// while the set-up writes it, or issuing NCCL calls on it beside the set-up's rounds.
+Comm* oursWhenSetUp(ncclComm_t handle);
 inline ncclComm_t handleOf(Comm* c) { return reinterpret_cast<ncclComm_t>(c); }
 // The real communicator behind any handle: ours unwrapped, NCCL's as it is.
 inline ncclComm_t realComm(ncclComm_t handle) {

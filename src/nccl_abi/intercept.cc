@@ -409,6 +409,7 @@ bool sameStreamOrder(cudaStream_t a, cudaStream_t b) {
 // part of the group (before every deferred call), or at the end of the stretch they are in.
 template <typename Run>
 ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
+  oursWhenSetUp(handle);  // not beside the comm's background set-up (comm.h)
   if (!inGroup()) return run();
   DeferredGroup& g = tlsDeferred;
   std::vector<DeferredCall>& calls = g.calls;
@@ -647,7 +648,7 @@ ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
 // call's arguments by value.
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
-  Comm* c = ours(handle);
+  Comm* c = oursWhenSetUp(handle);
   if (deferringLaterCalls()) {
     DeferredCall d{c, handle, call.stream, call.function, false, false, false,
                    [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
@@ -1652,6 +1653,7 @@ extern "C" YALI_NCCL_EXPORT const char* ncclGetLastError(ncclComm_t comm) {
     case Failure::kYali: {
       // The comm's own YALI comm first (its node's on a hierarchical comm), else this thread's.
       Comm* c = ours(comm);
+      if (c != nullptr && c->setUpPending.load(std::memory_order_acquire)) c = nullptr;  // still being set up
       const yaliComm_t y = c == nullptr ? nullptr : c->hier != nullptr ? c->hier->yali : c->yali;
       const char* m = y != nullptr ? lib().yaliGetLastError(y) : "";
       if (m == nullptr || m[0] == '\0') m = lib().yaliGetLastError(nullptr);
@@ -1758,7 +1760,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                                            void** handle) {
-  Comm* c = ours(comm);
+  Comm* c = oursWhenSetUp(comm);
   if (c == nullptr) return callReal<Api::ncclCommRegister>(comm, buff, size, handle);
   return registerBuffer(c, buff, size, handle);
 }
@@ -1784,7 +1786,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
                                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                                         cudaStream_t stream) {
   const Call call{"ncclAllReduce", {yaliCollAllReduce, datatype, op}, count, 0, sendbuff, recvbuff, stream};
-  Comm* c = ours(comm);
+  Comm* c = oursWhenSetUp(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1806,7 +1808,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
                                                             ncclDataType_t datatype, ncclRedOp_t op,
                                                             ncclComm_t comm, cudaStream_t stream) {
   const Call call{"ncclReduceScatter", {yaliCollReduceScatter, datatype, op}, recvcount, 0, sendbuff, recvbuff, stream};
-  Comm* c = ours(comm);
+  Comm* c = oursWhenSetUp(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1830,7 +1832,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
                                                         ncclDataType_t datatype, ncclComm_t comm,
                                                         cudaStream_t stream) {
   const Call call{"ncclAllGather", {yaliCollAllGather, datatype, ncclSum}, sendcount, 0, sendbuff, recvbuff, stream};
-  Comm* c = ours(comm);
+  Comm* c = oursWhenSetUp(comm);
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,

@@ -154,12 +154,13 @@ bool yaliTakes(int nranks, std::string* why) {
   return false;
 }
 
-RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool registerYali) {
+RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool registerYali, bool nonBlocking) {
   RankRecord r;
   memset(&r, 0, sizeof(r));
   r.layout = RankRecord::kLayout;
   r.disabled = disabled;
   r.registerYali = registerYali ? 1 : 0;
+  r.nonBlocking = nonBlocking ? 1 : 0;
   strncpy(r.node, node.c_str(), sizeof(r.node) - 1);
   return r;
 }
@@ -223,6 +224,13 @@ SetUpVerdict decideSetUp(const std::vector<RankRecord>& records) {
   if (!yaliTakes(v.layout.localSize, &why)) {
     v.why = nodes + " of " + why + " each: flat NCCL";
     return v;
+  }
+  for (int r = 0; r < n; ++r) {
+    if (records[r].nonBlocking != 0) {  // RankRecord::nonBlocking says why
+      v.why = nodes + ", and rank " + std::to_string(r) +
+              "'s communicator is non-blocking: flat NCCL (the hierarchical path takes blocking communicators only)";
+      return v;
+    }
   }
   // YALI registration is left out: the hierarchical steps run YALI on the program's buffers only
   // for AllReduce, at offsets that differ between its steps.

@@ -68,7 +68,12 @@ struct RankRecord {
   uint32_t layout;
   CollectiveMask disabled;  // this rank's YALI_NCCL_DISABLE
   uint32_t registerYali;    // this rank's YALI_NCCL_REGISTER (0 or 1)
-  uint32_t reserved;
+  // 1: this rank's comm is non-blocking, set up in the background (comm.cc, setUpYaliWhenReady).
+  // The hierarchical path's NCCL splits and legs assume a blocking comm (a split of a non-blocking
+  // parent, and its legs' group ends, may return ncclInProgress), so a comm spanning several nodes
+  // with such a rank is NCCL only on every rank (decideSetUp). 0 in the records of libyali-nccl
+  // before this field (then "reserved", always 0), whose non-blocking ranks answered "no" anyway.
+  uint32_t nonBlocking;
   char node[112];  // node identity (node_id.h), NUL-terminated, truncated to fit
 };
 static_assert(sizeof(RankRecord) == 128, "RankRecord is exchanged as 128 bytes");
@@ -77,7 +82,7 @@ static_assert(sizeof(RankRecord) == 128, "RankRecord is exchanged as 128 bytes")
 // every rank, so a comm it refuses skips the set-up's exchanges everywhere.
 bool yaliTakes(int nranks, std::string* why);
 
-RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool registerYali);
+RankRecord makeRecord(const std::string& node, CollectiveMask disabled, bool registerYali, bool nonBlocking = false);
 
 // Where the ranks of a communicator live, from the records (the same on every rank). Nodes are
 // numbered in the order of their lowest rank; a rank's local rank is its position among its node's

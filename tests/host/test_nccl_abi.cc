@@ -738,6 +738,18 @@ TEST(set_up_verdict_across_nodes) {
             "%s", v.why.c_str());
   v = decideSetUp(onNodes({"a", "b", "b", "a"}));  // any placement
   CHECK(v.yali && v.hierarchical);
+  // A rank whose comm is non-blocking (set up in the background): NCCL only across nodes (the
+  // hierarchical path takes blocking comms), YALI on one node.
+  std::vector<RankRecord> records = onNodes(blockNodes(2, 2));
+  records[3].nonBlocking = 1;
+  v = decideSetUp(records);
+  CHECK_MSG(!v.yali && !v.hierarchical && v.why.find("rank 3's communicator is non-blocking") != std::string::npos,
+            "%s", v.why.c_str());
+  records = onNodes(blockNodes(1, 4));
+  records[1].nonBlocking = 1;
+  CHECK(decideSetUp(records).yali);
+  CHECK_EQ(makeRecord("a", 0, true, true).nonBlocking, 1u);
+  CHECK_EQ(makeRecord("a", 0, true).nonBlocking, 0u);
   CHECK(!decideSetUp(onNodes(blockNodes(1, 9))).yali);  // one node of 9: as before
   std::vector<RankRecord> r = onNodes(blockNodes(2, 2));
   r[3].disabled = 1u << yaliCollAllReduce;

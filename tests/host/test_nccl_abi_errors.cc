@@ -32,6 +32,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -211,6 +212,22 @@ const void* handleOf(int since, const char* call) {
     if (eventCall(i) == call) return eventHandle(i);
   return nullptr;
 }
+
+// How many of each of `calls` were made since event `since`, as "call:n ..." in the order of `calls`
+// (where the order of calls on two threads is not fixed).
+std::string callCounts(int since, std::initializer_list<const char*> calls) {
+  std::string out;
+  for (const char* c : calls) {
+    int n = 0;
+    for (int i = since, end = eventCount(); i < end; ++i) n += eventCall(i) == c ? 1 : 0;
+    out += (out.empty() ? "" : " ") + std::string(c) + ":" + std::to_string(n);
+  }
+  return out;
+}
+
+// The set-up's calls on 2 ranks that both take YALI: the records' allgather, the id round's
+// allreduce, YALI's init and the agreement's allreduce, on each rank.
+const char* const kSetUpOfTwo = "ncclAllGather:2 ncclAllReduce:4 yaliCommInitRank:2";
 
 const std::initializer_list<const char*> kTearDown = {"yaliCommAbort",   "yaliCommDestroy",  "ncclCommAbort",
                                                       "ncclCommDestroy", "ncclCommFinalize", "ncclCommRevoke",
@@ -1622,12 +1639,12 @@ TEST(blocking_set_in_nccls_conf_file_is_read_after_nccl_loaded_it) {
     for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
     unlink(path);
     CHECK(contains(getenv("NCCL_COMM_BLOCKING"), "0"));  // loaded by NCCL's first call
-    // Non-blocking on both ranks: NCCL only. Each still answers the set-up's first round (the records'
-    // allgather) with a record that says no, from a thread of its own once NCCL's init completed
-    // (comm.cc, answerNoWhenReady), since a blocking peer would be waiting in it; nothing after it.
-    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
-    CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "a non-blocking comm's set-up: %s", t.c_str());
-    for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
+    // Non-blocking on both ranks (read alike): both set up once NCCL's init completed, from a thread
+    // of their own (comm.cc, setUpYaliWhenReady), both on YALI. (Before Session 32: each answered the
+    // set-up's records round with "no", NCCL only.)
+    const std::string counts = callCounts(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"});
+    CHECK_MSG(counts == kSetUpOfTwo, "a non-blocking comm's set-up: %s", counts.c_str());
+    for (ncclComm_t c : comms) CHECK(yaliOf(c) != nullptr);
     for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
   CHECK(passed);
@@ -2082,13 +2099,17 @@ bool waitUntilWaiting(const void* real) {
   return false;
 }
 
-// Rank 1 made by `makeRank1` (gated: it will not run YALI), then rank 0 blocking and outside a group,
-// whose set-up begins with the records' allgather: every rank must end NCCL only, no call waiting.
-// Rank 1's answer must not be a failed round: a non-blocking comm's group ends with ncclInProgress
-// (fake_nccl.cc, as NCCL's group.cc), and its round is on the stream only once NCCL says the comm is
-// done (comm.cc, realRound). Runs in a child process (stderrOf stays redirected past a REQUIRE).
+// Rank 1 made by `makeRank1`, whose real comm NCCL makes in its background (a non-blocking config, or
+// a creating group that returned ncclInProgress), then rank 0 blocking and outside a group, whose
+// set-up begins with the records' allgather. Rank 1 is set up once NCCL says its comm is ready, from
+// a thread of its own (comm.cc, setUpYaliWhenReady), and meets rank 0's rounds: both end on YALI,
+// no call left waiting, rank 1's ncclCommGetAsyncError ncclInProgress until its set-up is done.
+// Rank 1's rounds must not fail: a non-blocking comm's group ends with ncclInProgress (fake_nccl.cc,
+// as NCCL's group.cc), and its round is on the stream only once NCCL says the comm is done
+// (comm.cc, realRound). Runs in a child process (stderrOf stays redirected past a REQUIRE).
+// Before (Session 32), rank 1 answered the set-up with "no", and both ended NCCL only.
 template <typename MakeRank1>
-void gatedRank1(MakeRank1 makeRank1, const char* call1) {
+void setUpInTheBackgroundOnRank1(MakeRank1 makeRank1, const char* call1) {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
   ncclComm_t comms[2] = {nullptr, nullptr};
@@ -2098,27 +2119,29 @@ void gatedRank1(MakeRank1 makeRank1, const char* call1) {
     makeRank1(&comms[1], id);
     real1 = madeSince(since, call1);
     REQUIRE(real1 != nullptr);
-    CHECK_MSG(waitUntilWaiting(real1), "rank 1 never answered the set-up's records round");
+    CHECK_MSG(waitUntilWaiting(real1), "rank 1 never reached the set-up's records round");
+    ncclResult_t state = ncclSuccess;
+    REQUIRE(SHIM(ncclCommGetAsyncError)(comms[1], &state) == ncclSuccess);
+    CHECK_MSG(state == ncclInProgress, "rank 1 said %d while its set-up waits for rank 0", static_cast<int>(state));
     REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
-    CHECK(pollReady(comms[1]) == ncclSuccess);  // rank 1's answer is done (Comm::setUpPending)
+    CHECK(pollReady(comms[1]) == ncclSuccess);  // rank 1's set-up is done (Comm::setUpPending)
   });
-  CHECK_MSG(!contains(log.c_str(), "over NCCL failed"), "rank 1's answer failed: %s", log.c_str());
-  const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
-  CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "%s", t.c_str());
+  CHECK_MSG(!contains(log.c_str(), "over NCCL failed"), "rank 1's set-up failed: %s", log.c_str());
+  const std::string counts = callCounts(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"});
+  CHECK_MSG(counts == kSetUpOfTwo, "%s", counts.c_str());
   CHECK_EQ(waitingCalls(real1), 0);
-  CHECK(yaliOf(comms[0]) == nullptr);
-  CHECK(yaliOf(comms[1]) == nullptr);
+  CHECK(yaliOf(comms[0]) != nullptr);
+  CHECK(yaliOf(comms[1]) != nullptr);
   for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
 }
 
 }  // namespace
 
-// Rank 1's config is non-blocking, rank 0's blocking: rank 1 answers the records round with "no"
-// once NCCL's init completed (from a thread of its own), so rank 0 does not wait for it for ever,
-// and both end NCCL only. (Before: rank 1 skipped the set-up; rank 0 waited in its allgather.)
-TEST(a_non_blocking_config_on_one_rank_answers_the_set_up_with_no) {
+// Rank 1's config is non-blocking, rank 0's blocking: rank 1's set-up runs once NCCL's init
+// completed, from a thread of its own, and meets rank 0's: both on YALI.
+TEST(a_non_blocking_config_on_one_rank_is_set_up_in_the_background_with_its_blocking_peer) {
   CHECK(passesInChild([] {
-    gatedRank1(
+    setUpInTheBackgroundOnRank1(
         [](ncclComm_t* comm, const ncclUniqueId& id) {
           ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
           nonBlocking.blocking = 0;
@@ -2128,12 +2151,12 @@ TEST(a_non_blocking_config_on_one_rank_answers_the_set_up_with_no) {
   }));
 }
 
-// Rank 1's creating group returned ncclInProgress (NCCL took the group for non-blocking): it answers
-// the records round with "no" once NCCL says the comm is ready. (Before: "the group that made it
-// failed", no set-up, and rank 0 waited in its allgather.)
-TEST(a_creating_group_in_progress_on_one_rank_answers_the_set_up_with_no) {
+// Rank 1's creating group returned ncclInProgress (NCCL took the group for non-blocking): it is set
+// up once NCCL says the comm is ready. (Before Session 32: it answered the set-up with "no"; before
+// that, "the group that made it failed", no set-up, and rank 0 waited in its allgather.)
+TEST(a_creating_group_in_progress_on_one_rank_is_set_up_in_the_background) {
   CHECK(passesInChild([] {
-    gatedRank1(
+    setUpInTheBackgroundOnRank1(
         [](ncclComm_t* comm, const ncclUniqueId& id) {
           REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
           REQUIRE(SHIM(ncclCommInitRank)(comm, 2, id, 1) == ncclSuccess);
@@ -2141,6 +2164,83 @@ TEST(a_creating_group_in_progress_on_one_rank_answers_the_set_up_with_no) {
           REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
         },
         "ncclCommInitRank");
+  }));
+}
+
+// A collective on a non-blocking comm made before its set-up is done (the program did not wait for
+// ncclCommGetAsyncError to leave ncclInProgress, as NCCL requires) waits for the set-up, then runs on
+// YALI like its peer's. Rank 0 comes 300 ms later, from another thread. Before (oursWhenSetUp), the
+// call read the comm while the set-up wrote it: NCCL ran it (no YALI comm yet) while the peer's went
+// to YALI, or NCCL's calls met the set-up's rounds on the same comm.
+TEST(a_call_on_a_non_blocking_comm_before_its_set_up_is_done_waits_for_it) {
+  CHECK(passesInChild([] {
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[1], 2, id, 1, &nonBlocking) == ncclInProgress);
+    std::thread rank0([&] {
+      usleep(300 * 1000);
+      CHECK(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const void* y1 = yaliOf(comms[1]);  // a zero-byte broadcast, made at once
+    const long long ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    rank0.join();
+    CHECK_MSG(y1 != nullptr, "rank 1's call went to NCCL after %lld ms", ms);
+    CHECK_MSG(ms >= 200, "rank 1's call returned after %lld ms, before rank 0 existed", ms);
+    CHECK(yaliOf(comms[0]) != nullptr);
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
+namespace {
+
+// n non-blocking comms made by this thread in one group (its end returns ncclInProgress), on
+// simulated nodes of `perNode` ranks (0: one node), each polled until its background set-up is done.
+std::vector<ncclComm_t> nonBlockingInGroup(int n, int perNode = 0) {
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  ranksPerNode() = perNode;  // read by the fake's allgather of the records, in the set-up's thread
+  const std::vector<ncclComm_t> comms = initInGroup(n, ncclInProgress, &nonBlocking);
+  for (ncclComm_t c : comms) CHECK(pollReady(c) == ncclSuccess);
+  ranksPerNode() = 0;
+  return comms;
+}
+
+}  // namespace
+
+// Non-blocking comms on 2 simulated nodes of 2: every rank is set up in the background, and the
+// records tell that a rank is non-blocking (RankRecord::nonBlocking): NCCL only on every rank (the
+// hierarchical path's splits and legs take blocking comms), no split made, nothing left waiting.
+TEST(non_blocking_comms_spanning_several_nodes_are_nccl_only_on_every_rank) {
+  CHECK(passesInChild([] {
+    const int since = eventCount();
+    const std::vector<ncclComm_t> comms = nonBlockingInGroup(4, 2);
+    const std::string counts = callCounts(since, {"ncclAllGather", "ncclCommSplit", "yaliCommInitRank"});
+    CHECK_MSG(counts == "ncclAllGather:4 ncclCommSplit:0 yaliCommInitRank:0", "%s", counts.c_str());
+    for (ncclComm_t c : comms) {
+      const int before = eventCount();
+      REQUIRE(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+      CHECK(handleOf(before, "yaliReduceScatter") == nullptr);
+      CHECK(handleOf(before, "ncclAllReduce") != nullptr);
+    }
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
+// The same comms on one node: set up in the background together (one thread made all 4 ranks in one
+// group, so their rounds are issued together), all on YALI.
+TEST(non_blocking_comms_made_in_one_group_are_set_up_together_in_the_background) {
+  CHECK(passesInChild([] {
+    const int since = eventCount();
+    const std::vector<ncclComm_t> comms = nonBlockingInGroup(4);
+    const std::string counts = callCounts(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"});
+    CHECK_MSG(counts == "ncclAllGather:4 ncclAllReduce:8 yaliCommInitRank:4", "%s", counts.c_str());
+    for (ncclComm_t c : comms) CHECK(yaliOf(c) != nullptr);
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   }));
 }
 
