@@ -693,13 +693,16 @@ struct BackgroundSetUp {
 namespace {
 
 // `run(ready, cancel)` (answerNo or setUpYali), from a thread of its own, once NCCL says each comm's
-// init completed (ncclCommGetAsyncError no longer ncclInProgress; polled up to YALI_TIMEOUT_MS): a
-// non-blocking comm's init goes on in NCCL's background after its creating call returned, and
-// blocking here could deadlock a program that makes several ranks' non-blocking comms one after the
-// other on one thread. A comm whose init failed, or did not complete in time, takes no part (its
-// NCCL comm is not there to carry the rounds; NCCL reports its error). Until `run` is done the
-// program's ncclCommGetAsyncError says ncclInProgress (Comm::setUpPending), and a call on the comm
-// waits for it (oursWhenSetUp).
+// init completed (ncclCommGetAsyncError no longer ncclInProgress): a non-blocking comm's init goes on
+// in NCCL's background after its creating call returned, and blocking here could deadlock a program
+// that makes several ranks' non-blocking comms one after the other on one thread. That wait is
+// NCCL's own (its init completes when every rank has joined, however late: torch makes a comm at its
+// first collective on it), so it has no deadline here; abort and revoke end it (cancel), and so do
+// a destroy or finalize made before it ended. A deadline would leave a rank whose peer came later
+// out of the set-up without an error, while that peer's rounds went on (review, Session 32). A comm
+// whose init failed takes no part (its NCCL comm is not there to carry the rounds; NCCL reports its
+// error). Until `run` is done the program's ncclCommGetAsyncError says ncclInProgress
+// (Comm::setUpPending) without asking NCCL, and a call on the comm waits for it (oursWhenSetUp).
 template <typename Run>
 void whenReady(const std::vector<Comm*>& comms, Run run) {
   if (comms.empty()) return;
@@ -712,10 +715,9 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
   // joins the thread first (waitForSetUp).
   const std::atomic<bool>* cancel = &background->cancel;
   background->thread = std::thread([comms, cancel, run] {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings().timeoutMs);
     std::vector<Comm*> ready;
     for (Comm* c : comms) {
-      const ncclResult_t state = waitWhileInProgress(c->real, deadline, cancel);
+      const ncclResult_t state = waitWhileInProgress(c->real, std::chrono::steady_clock::time_point::max(), cancel);
       if (state == ncclSuccess) {
         ready.push_back(c);
       } else {
@@ -725,6 +727,13 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
              static_cast<void*>(c), callReal<Api::ncclGetErrorString>(state));
       }
     }
+    // This thread's device is the first comm's before anything restores "the current device"
+    // (DeviceGuard): a new thread's is 0, and setting 0 back would make a CUDA context on GPU 0 in
+    // every process, hundreds of MB of it (review, Session 32).
+    int device = -1;
+    if (!ready.empty() && cudaRuntime() != nullptr &&
+        callReal<Api::ncclCommCuDevice>(ready.front()->real, &device) == ncclSuccess)
+      rt().cudaSetDevice(device);
     run(ready, cancel);
     // Release: the program's thread that sees the set-up done (ncclCommGetAsyncError, oursWhenSetUp)
     // sees everything it wrote into the comms.
@@ -786,10 +795,7 @@ void setUpYali(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel 
 
   DeviceGuard restoreDevice;
   const Settings& env = settings();
-  // A set-up in the background (non-blocking comms: setUpYaliWhenReady, the only caller that gives a
-  // cancel flag) says so in its record: the hierarchical path is not made for such comms (routing.h,
-  // RankRecord::nonBlocking).
-  const RankRecord mine = makeRecord(thisNodeIdentity(), env.disabled, env.registerYali, cancel != nullptr);
+  const RankRecord mine = makeRecord(thisNodeIdentity(), env.disabled, env.registerYali);
   std::vector<SetUp*> all;
   for (SetUp& s : setUps) {
     const size_t n = static_cast<size_t>(s.comm->nranks);
@@ -801,7 +807,12 @@ void setUpYali(const std::vector<Comm*>& comms, const std::atomic<bool>* cancel 
     if (err != cudaSuccess) s.stream = nullptr;  // the legacy stream, for the records round below
     if (err == cudaSuccess) err = allocScratch(s, bytes);
     if (err == cudaSuccess) {
-      copyToDevice(s, s.comm->rank * sizeof(RankRecord), &mine, sizeof(mine));
+      // A non-blocking comm, or one set up in the background (setUpYaliWhenReady, the only caller
+      // that gives a cancel flag: NCCL made it in its background), says so: the hierarchical path
+      // is not made for such comms (routing.h, RankRecord::nonBlocking).
+      RankRecord record = mine;
+      record.nonBlocking = !s.comm->blocking || cancel != nullptr ? 1 : 0;
+      copyToDevice(s, s.comm->rank * sizeof(RankRecord), &record, sizeof(record));
     } else {
       s.scratch = nullptr;
       s.fail(cudaText("allocating the set-up's stream and scratch", err));
@@ -1213,9 +1224,10 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   } else if (tlsGroup.depth > 0) {
     gated = false;
     tlsGroup.setUps.push_back(c);  // with the group's other comms: one thread may make several ranks
-  } else if (!c->blocking) {
-    // Its init goes on in NCCL's background (its creating call returned ncclInProgress, or
-    // ncclSuccess where NCCL finished it at once): set up once NCCL is done.
+  } else if (!c->blocking && result == ncclInProgress) {
+    // Its init goes on in NCCL's background: set up once NCCL is done. (A non-blocking comm that
+    // NCCL returned with ncclSuccess is ready, and the program need not poll it, as a blocking
+    // parent's split with a non-blocking child's config: set up here, below.)
     gated = false;
     inBackground = true;
   } else {
@@ -1394,6 +1406,11 @@ void cancelSetUp(Comm* c) {
   if (b != nullptr) b->cancel.store(true, std::memory_order_release);
 }
 
+void stopSetUpOnTearDown(Comm* c) {
+  if (c->setUpPending.load(std::memory_order_acquire)) cancelSetUp(c);
+  waitForSetUp(c);
+}
+
 void waitForSetUp(Comm* c) {
   std::shared_ptr<BackgroundSetUp> b = c->background;
   if (b == nullptr) return;
@@ -1455,13 +1472,11 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
     else
       answers.clear();  // a failed group: no NCCL comm to answer on (peers: YALI_TIMEOUT_MS)
   } else {
-    // A non-blocking comm's init may still be under way where the group returned ncclSuccess: it is
-    // set up once NCCL says it is done; the group's blocking comms here.
-    std::vector<Comm*> now;
-    for (Comm* c : setUps) (c->blocking ? now : inBackground).push_back(c);
-    if (!now.empty()) setUpYali(now);
+    // The group's end returned ncclSuccess: NCCL made its comms, non-blocking ones too (NCCL returns
+    // ncclInProgress while any is under way), and the program need not poll them: set up here.
+    if (!setUps.empty()) setUpYali(setUps);
     for (auto& clique : cliques) setUpClique(clique);
-    for (Comm* c : now)
+    for (Comm* c : setUps)
       if (setUpResult == ncclSuccess) setUpResult = static_cast<ncclResult_t>(c->setUpError.load());
   }
   inBackground.erase(std::remove_if(inBackground.begin(), inBackground.end(), [](Comm* c) { return c->real == nullptr; }),

@@ -178,6 +178,10 @@ void waitForSetUp(Comm* c);
 // Tells c's background set-up or answer, if any, to stop waiting at once (abort, revoke: cancelSetUp,
 // then waitForSetUp returns within a poll, or once a yaliCommInitRank under way has returned).
 void cancelSetUp(Comm* c);
+// Destroy and finalize: a background set-up still running (the program did not wait for
+// ncclCommGetAsyncError to leave ncclInProgress, as NCCL requires) is stopped, then joined, so that
+// the tear-down does not wait for NCCL's init without a bound; one that has ended is only joined.
+void stopSetUpOnTearDown(Comm* c);
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
 struct Registration {
@@ -218,7 +222,13 @@ template <typename T>
 T realArg(T value) {
   return value;
 }
-inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
+// A forwarded call on one of our comms waits for its background set-up (oursWhenSetUp): NCCL's calls
+// on the real comm are not to run beside the set-up's (an NCCL function that checks the comm is
+// ready polls its asynchronous state, as ncclCommGetAsyncError does).
+inline ncclComm_t realArg(ncclComm_t handle) {
+  Comm* c = oursWhenSetUp(handle);
+  return c != nullptr ? c->real : handle;
+}
 
 // ---- Creation --------------------------------------------------------------------------------------
 

@@ -1410,6 +1410,15 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
   // of the program's tells us about. So too wherever NCCL reads its settings through an environment
   // plugin (ncclEnvPluginInUse): NCCL may take the parent for non-blocking where we could not see it.
+  // A parent still being set up in the background is "in progress" to the program (its
+  // ncclCommGetAsyncError says so), and NCCL refuses a split of a comm in progress
+  // (ncclCommEnsureReady: ncclInvalidArgument); so do we, rather than run NCCL's split on the real
+  // comm beside the set-up's rounds (review, Session 32).
+  if (parent->setUpPending.load(std::memory_order_acquire))
+    return shimFail(ncclInvalidArgument,
+                    "ncclCommSplit: comm=%p is still being set up (its ncclCommGetAsyncError says ncclInProgress): "
+                    "poll it until ncclSuccess first, as NCCL requires of a non-blocking communicator",
+                    static_cast<void*>(parent));
   if (!parent->blocking || ncclEnvPluginInUse()) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
@@ -1423,7 +1432,11 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
   Comm* parent = ours(comm);
   if (parent == nullptr)
     return callReal<Api::ncclCommShrink>(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
-  waitForSetUp(parent);  // its background answer to the set-up, if any (bounded)
+#ifdef NCCL_SHRINK_ABORT
+  // A shrink that aborts the parent's operations stops its background set-up first, as an abort does.
+  if (shrinkFlags & NCCL_SHRINK_ABORT) cancelSetUp(parent);
+#endif
+  waitForSetUp(parent);  // its background set-up or answer, if any
 #ifdef NCCL_SHRINK_ABORT
   // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
   // broken when a program shrinks it).
@@ -1478,7 +1491,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
-  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
+  stopSetUpOnTearDown(c);
   ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
@@ -1491,7 +1504,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
-  waitForSetUp(c);  // its background answer to the set-up, if any (bounded)
+  stopSetUpOnTearDown(c);
   ncclResult_t ended = endHierarchy(c, false, false, "destroyed");
   const ncclResult_t yali = endYali(c, false, "destroyed");
   if (ended == ncclSuccess) ended = yali;
@@ -1579,6 +1592,17 @@ bool ncclReported(ncclResult_t async) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommGetAsyncError>(comm, asyncError);
+  // The comm's set-up (or answer to its peers') still running in the background (comm.h,
+  // Comm::background: NCCL's init under way, or the set-up's rounds), during which the program must
+  // not use the comm yet. NCCL's comm is not asked meanwhile: that thread polls it, and NCCL's
+  // ncclCommGetAsyncError must not run on two threads at once (init.cc: the call that finds the
+  // comm's init or group done completes its group job, which frees it; review, Session 32); nor is
+  // the set-up's error final before it ends (a timed-out id round's is withdrawn once its agreement
+  // completes).
+  if (asyncError != nullptr && c->setUpPending.load(std::memory_order_acquire)) {
+    *asyncError = ncclInProgress;
+    return ncclSuccess;
+  }
   const ncclResult_t r = callReal<Api::ncclCommGetAsyncError>(c->real, asyncError);
   if (r != ncclSuccess || asyncError == nullptr) return r;
   // The set-up: a round that timed out (the comm has an unmatched collective queued: to be
@@ -1603,12 +1627,6 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, 
     *asyncError = shimFail(groupEnd, "at the end of a group that NCCL ended in the background (ncclGroupEnd returned "
                                      "ncclInProgress): %s",
                            failedAtGroupEnd.c_str());
-    return r;
-  }
-  // A background answer to the peers' set-up still running (comm.h, Comm::background), during
-  // which the program must not use the comm yet.
-  if (c->setUpPending.load()) {
-    *asyncError = ncclInProgress;
     return r;
   }
   // A hierarchical comm: its two NCCL splits, then its node's YALI comm.

@@ -64,15 +64,16 @@ struct RankRecord {
   // Changes whenever this struct or the set-up's rounds do, so that ranks running different
   // libyali-nccl set-ups decide "no YALI" here instead of taking different rounds (2: the id round
   // is an allreduce, comm.cc: IdMessage).
-  static constexpr uint32_t kLayout = 2;
+  // 3: RankRecord::nonBlocking (Session 32), which a rank of layout 2 would ignore, deciding the
+  // hierarchical path where its peers decide NCCL only.
+  static constexpr uint32_t kLayout = 3;
   uint32_t layout;
   CollectiveMask disabled;  // this rank's YALI_NCCL_DISABLE
   uint32_t registerYali;    // this rank's YALI_NCCL_REGISTER (0 or 1)
-  // 1: this rank's comm is non-blocking, set up in the background (comm.cc, setUpYaliWhenReady).
-  // The hierarchical path's NCCL splits and legs assume a blocking comm (a split of a non-blocking
-  // parent, and its legs' group ends, may return ncclInProgress), so a comm spanning several nodes
-  // with such a rank is NCCL only on every rank (decideSetUp). 0 in the records of libyali-nccl
-  // before this field (then "reserved", always 0), whose non-blocking ranks answered "no" anyway.
+  // 1: this rank's comm is non-blocking, or NCCL made it in its background (comm.cc,
+  // setUpYaliWhenReady). The hierarchical path's NCCL splits and legs assume a blocking comm (a
+  // split of a non-blocking parent, and its legs' group ends, may return ncclInProgress), so a comm
+  // spanning several nodes with such a rank is NCCL only on every rank (decideSetUp).
   uint32_t nonBlocking;
   char node[112];  // node identity (node_id.h), NUL-terminated, truncated to fit
 };

@@ -89,6 +89,7 @@ struct FakeComm {
   bool blocking = true;                   // config.blocking as NCCL takes it (blockingOf)
   bool ended = false;                     // destroyed or aborted
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
+  int asyncErrorCalls = 0;                // ncclCommGetAsyncError calls under way (atomic)
 };
 
 // One communicator: its ranks' FakeComms point at the same World.
@@ -824,13 +825,22 @@ FAKE_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
 // Each ncclCommGetAsyncError first sleeps this long (ms): a thread that polls it (libyali-nccl's
 // background answer) cannot have moved on within that time; 0: no sleep.
 __attribute__((visibility("default"))) int fakeAsyncErrorDelayMs = 0;
+// Calls of ncclCommGetAsyncError that overlapped another on the same comm. NCCL's is not safe on two
+// threads at once: the call that finds the comm's init or group done completes its group job, which
+// frees it (init.cc, group.cc), so a second call at the same moment frees it again.
+__attribute__((visibility("default"))) int fakeAsyncErrorOverlaps = 0;
+
 FAKE_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   const ncclResult_t r = note("ncclCommGetAsyncError", comm);
   if (r != ncclSuccess) return r;
   if (asyncError == nullptr) return ncclInvalidArgument;
+  FakeComm* c = const_cast<FakeComm*>(fake(comm));
+  if (__atomic_fetch_add(&c->asyncErrorCalls, 1, __ATOMIC_ACQ_REL) > 0)
+    __atomic_fetch_add(&fakeAsyncErrorOverlaps, 1, __ATOMIC_ACQ_REL);
   const int delayMs = __atomic_load_n(&fakeAsyncErrorDelayMs, __ATOMIC_ACQUIRE);
   if (delayMs > 0) usleep(static_cast<useconds_t>(delayMs) * 1000);
-  *asyncError = __atomic_load_n(&fake(comm)->asyncError, __ATOMIC_ACQUIRE);
+  *asyncError = __atomic_load_n(&c->asyncError, __ATOMIC_ACQUIRE);
+  __atomic_fetch_sub(&c->asyncErrorCalls, 1, __ATOMIC_ACQ_REL);
   return ncclSuccess;
 }
 

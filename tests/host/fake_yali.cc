@@ -39,6 +39,7 @@
 #include <map>
 #include <chrono>
 #include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -404,8 +405,31 @@ FAKE_EXPORT cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
+// The devices that a thread other than the one that called fakeWatchOtherThreadsDevices set current
+// since (a bit per device below 32): on a real GPU, setting a device makes a CUDA context there
+// (hundreds of MB), so a thread of libyali-nccl's that sets a device its comms are not on costs
+// every process that much.
+__attribute__((visibility("default"))) unsigned fakeDevicesSetByOtherThreads = 0;
+std::mutex watchMutex;  // guards the two below
+std::thread::id watchingThread;
+bool watching = false;
+
+extern "C" __attribute__((visibility("default"))) void fakeWatchOtherThreadsDevices() {
+  std::lock_guard<std::mutex> lock(watchMutex);
+  watchingThread = std::this_thread::get_id();
+  watching = true;
+  __atomic_store_n(&fakeDevicesSetByOtherThreads, 0u, __ATOMIC_RELEASE);
+}
+
 FAKE_EXPORT cudaError_t cudaSetDevice(int device) {
   tlsDevice = device;
+  bool other = false;
+  {
+    std::lock_guard<std::mutex> lock(watchMutex);
+    other = watching && std::this_thread::get_id() != watchingThread;
+  }
+  if (other && device >= 0 && device < 32)
+    __atomic_fetch_or(&fakeDevicesSetByOtherThreads, 1u << device, __ATOMIC_ACQ_REL);
   return cudaSuccess;
 }
 

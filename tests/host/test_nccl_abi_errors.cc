@@ -1806,6 +1806,29 @@ TEST(an_env_plugins_blocking_comms_answer_the_set_up_before_their_creating_group
   CHECK(passed);
 }
 
+// With an environment plugin that makes NCCL's comms non-blocking (where the shim, which does not read
+// the plugin, takes them for blocking: NCCL's creating group returns ncclInProgress), 2 ranks made by
+// one thread in a group: both stay NCCL only and answer each other's records round with "no" from one
+// thread of the shim's own once NCCL made them (answerNoWhenReady), nothing after that round, nothing
+// left waiting. The background answer of 2 ranks, which non-blocking comms took until Session 32.
+TEST(an_env_plugins_non_blocking_comms_answer_the_set_up_from_the_background) {
+  const bool passed = passesInFreshProcess([] {
+    unsetenv("NCCL_COMM_BLOCKING");
+    setenv("NCCL_ENV_PLUGIN", YALI_FAKE_NCCL_ENV_PATH, 1);
+    setenv("YALI_FAKE_ENV_PLUGIN_COMM_BLOCKING", "0", 1);
+    const int since = eventCount();
+    const std::vector<ncclComm_t> comms = initInGroup(2, ncclInProgress);
+    for (ncclComm_t c : comms) CHECK(pollReady(c) == ncclSuccess);
+    const std::string t = trace(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"}, {});
+    CHECK_MSG(t == "ncclAllGather(?) ncclAllGather(?)", "%s", t.c_str());
+    CHECK_EQ(waitingCalls(realOf(comms[0])), 0);
+    for (ncclComm_t c : comms) CHECK(yaliOf(c) == nullptr);
+    unsetenv("YALI_FAKE_ENV_PLUGIN_COMM_BLOCKING");
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
 // The testing hook YALI_NCCL_TEST_SETUP_DELAY=<rank>:<round>:<ms> (env.h; tests/gpu/
 // ncclabi_setup_faults.py makes a peer late with it): rank 1 sleeps 300 ms before it issues the
 // records round, and the set-up still completes (one thread drives both ranks here, so both wait).
@@ -2212,13 +2235,104 @@ std::vector<ncclComm_t> nonBlockingInGroup(int n, int perNode = 0) {
 
 }  // namespace
 
+namespace {
+
+// Rank 1 non-blocking (its set-up in the background), then `meanwhile()`, then rank 0 blocking from
+// this thread; both must end on YALI, rank 1 once polled. The caller destroys comms.
+template <typename Meanwhile>
+void rank1NonBlockingThenRank0(ncclComm_t comms[2], Meanwhile meanwhile) {
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[1], 2, id, 1, &nonBlocking) == ncclInProgress);
+  meanwhile();
+  REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+  CHECK(pollReady(comms[1]) == ncclSuccess);
+  for (int r = 0; r < 2; ++r) CHECK(yaliOf(comms[r]) != nullptr);
+}
+
+}  // namespace
+
+// While a non-blocking comm's set-up runs in the background, that thread alone asks NCCL for the
+// comm's asynchronous state: the program's ncclCommGetAsyncError says ncclInProgress without asking.
+// NCCL's is not safe on two threads at once (the call that finds the init done completes and frees
+// its group job). The fake counts overlapping calls, each made 3 ms long here; the program polls
+// while the set-up waits for NCCL's init (20 ms) and then for rank 0. Before (review, Session 32),
+// both threads polled NCCL.
+TEST(a_background_set_up_is_the_only_poller_of_nccls_async_state_while_it_runs) {
+  CHECK(passesInChild([] {
+    variable<int>(fakeNccl(), "fakeAsyncErrorDelayMs") = 3;
+    variable<int>(fakeNccl(), "fakeAsyncErrorOverlaps") = 0;
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    rank1NonBlockingThenRank0(comms, [&] {
+      for (int i = 0; i < 30; ++i) {
+        ncclResult_t state = ncclSuccess;
+        REQUIRE(SHIM(ncclCommGetAsyncError)(comms[1], &state) == ncclSuccess);
+        CHECK(state == ncclInProgress);
+        usleep(1000);
+      }
+    });
+    variable<int>(fakeNccl(), "fakeAsyncErrorDelayMs") = 0;
+    CHECK_EQ(variable<int>(fakeNccl(), "fakeAsyncErrorOverlaps"), 0);
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
+// A non-blocking comm that NCCL returns ready (ncclSuccess: here the split of a blocking parent with
+// a non-blocking child's config, which NCCL runs as the parent's, blocking) is set up in its
+// creating call (the group's end), as a blocking one: the program need not poll it, and may use it
+// at once. Before (review, Session 32), it was set up in the background, its errors unreported and
+// its rounds beside the program's first calls.
+TEST(a_non_blocking_child_that_nccl_returns_ready_is_set_up_in_its_creating_group) {
+  CHECK(passesInChild([] {
+    const std::vector<ncclComm_t> parents = initInGroup(2);
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclComm_t kids[2] = {nullptr, nullptr};
+    const int since = eventCount();
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &nonBlocking) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclSuccess);  // the parents' blocking
+    const std::string counts = callCounts(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"});
+    CHECK_MSG(counts == kSetUpOfTwo, "the children's set-up by the group's end: %s", counts.c_str());
+    for (ncclComm_t k : kids) {
+      REQUIRE(k != nullptr);
+      ncclResult_t state = ncclInProgress;
+      REQUIRE(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess);
+      CHECK(state == ncclSuccess);
+      CHECK(yaliOf(k) != nullptr);
+    }
+    for (ncclComm_t c : {kids[0], kids[1], parents[0], parents[1]}) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
+// A background set-up makes the device of its comms current on its thread before anything there
+// restores "the current device": a new thread's is device 0, and setting it back would make a CUDA
+// context on GPU 0 in every process. Rank 1 (device 1 in the fake) non-blocking, rank 0 (device 0)
+// blocking from this thread: no other thread sets device 0. Before (review, Session 32), the set-up's
+// DeviceGuard set device 0 on its thread.
+TEST(a_background_set_up_makes_no_cuda_context_on_another_device) {
+  CHECK(passesInChild([] {
+    function<void (*)()>(fakeYali(), "fakeWatchOtherThreadsDevices")();
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    rank1NonBlockingThenRank0(comms, [] {});
+    const unsigned devices = variable<unsigned>(fakeYali(), "fakeDevicesSetByOtherThreads");
+    CHECK_MSG(devices == 2u, "devices set by other threads: 0x%x (device 1 only expected)", devices);
+    for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
 // Non-blocking comms on 2 simulated nodes of 2: every rank is set up in the background, and the
 // records tell that a rank is non-blocking (RankRecord::nonBlocking): NCCL only on every rank (the
 // hierarchical path's splits and legs take blocking comms), no split made, nothing left waiting.
 TEST(non_blocking_comms_spanning_several_nodes_are_nccl_only_on_every_rank) {
   CHECK(passesInChild([] {
     const int since = eventCount();
-    const std::vector<ncclComm_t> comms = nonBlockingInGroup(4, 2);
+    std::vector<ncclComm_t> comms;
+    const std::string log = stderrOf([&] { comms = nonBlockingInGroup(4, 2); });
+    CHECK_MSG(contains(log.c_str(), "2 nodes, and rank 0's communicator is non-blocking: flat NCCL"), "%s",
+              log.c_str());
     const std::string counts = callCounts(since, {"ncclAllGather", "ncclCommSplit", "yaliCommInitRank"});
     CHECK_MSG(counts == "ncclAllGather:4 ncclCommSplit:0 yaliCommInitRank:0", "%s", counts.c_str());
     for (ncclComm_t c : comms) {
@@ -2239,6 +2353,11 @@ TEST(non_blocking_comms_made_in_one_group_are_set_up_together_in_the_background)
     const std::vector<ncclComm_t> comms = nonBlockingInGroup(4);
     const std::string counts = callCounts(since, {"ncclAllGather", "ncclAllReduce", "yaliCommInitRank"});
     CHECK_MSG(counts == "ncclAllGather:4 ncclAllReduce:8 yaliCommInitRank:4", "%s", counts.c_str());
+    // One thread for the 4: their records round is one group of 4 allgathers.
+    const std::string t = trace(since, {"ncclGroupStart", "ncclAllGather", "ncclGroupEnd"}, {});
+    CHECK_MSG(contains(t.c_str(), "ncclGroupStart() ncclAllGather(?) ncclAllGather(?) ncclAllGather(?) "
+                                  "ncclAllGather(?) ncclGroupEnd()"),
+              "%s", t.c_str());
     for (ncclComm_t c : comms) CHECK(yaliOf(c) != nullptr);
     for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   }));
@@ -2501,11 +2620,13 @@ TEST(a_peer_late_for_the_agreement_by_less_than_two_timeouts_leaves_both_ranks_o
 
 namespace {
 
-// Rank 1 of 2 alone, non-blocking (its peer never comes): it answers the set-up's records round with
-// "no" from a thread of its own (comm.cc, answerNoWhenReady), and that round's group ends in NCCL's
-// background (ncclInProgress), which never finishes it (fakeNextBackgroundGroupStays): the answer
-// gives up at YALI_TIMEOUT_MS (waitWhileInProgress), a timed-out round, with ncclRemoteError.
-ncclComm_t answerWhoseGroupStaysInTheBackground() {
+// Rank 1 of 2 alone, non-blocking (its peer never comes): its set-up runs from a thread of its own
+// once NCCL made the comm (comm.cc, setUpYaliWhenReady), and its records round's group ends in
+// NCCL's background (ncclInProgress), which never finishes it (fakeNextBackgroundGroupStays): the
+// set-up gives up at YALI_TIMEOUT_MS (waitWhileInProgress), a timed-out round, with ncclRemoteError.
+// (Until Session 32 the same rank answered the set-up with "no" from that thread, answerNoWhenReady,
+// through the same round.)
+ncclComm_t backgroundSetUpWhoseGroupStaysInTheBackground() {
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
   ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
@@ -2531,12 +2652,11 @@ ncclComm_t blockingInitWhoseRecordsGroupStaysInTheBackground() {
 
 }  // namespace
 
-// An abort (a watchdog's) of a non-blocking comm whose background answer to the set-up waits in its
-// round for a peer that never comes returns at once: the answer stops waiting (cancelSetUp), as at
-// its deadline, and the real comm is aborted. Before (review of 8f3bfe3, Session 30), the abort
-// joined the answer first, which waited for YALI_TIMEOUT_MS (3000 ms here; up to twice that with
-// the wait for NCCL's init).
-TEST(an_abort_stops_the_background_answer_instead_of_waiting_for_its_timeout) {
+// An abort (a watchdog's) of a non-blocking comm whose background set-up waits in its round for a
+// peer that never comes returns at once: the set-up stops waiting (cancelSetUp), as at its deadline,
+// and the real comm is aborted. Before (review of 8f3bfe3, Session 30), the abort joined the
+// background answer (as the set-up was then) first, which waited for YALI_TIMEOUT_MS (3000 ms here).
+TEST(an_abort_stops_the_background_set_up_instead_of_waiting_for_its_timeout) {
   CHECK(passesInFreshProcess([] {
     ncclUniqueId id;
     REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
@@ -2547,7 +2667,7 @@ TEST(an_abort_stops_the_background_answer_instead_of_waiting_for_its_timeout) {
     REQUIRE(SHIM(ncclCommInitRankConfig)(&comm, 2, id, 1, &nonBlocking) == ncclInProgress);
     const void* real = madeSince(since, "ncclCommInitRankConfig");
     REQUIRE(real != nullptr);
-    CHECK_MSG(waitUntilWaiting(real), "the answer never reached its round");
+    CHECK_MSG(waitUntilWaiting(real), "the set-up never reached its round");
     const auto start = std::chrono::steady_clock::now();
     SHIM(ncclCommAbort)(comm);
     const long long ms =
@@ -2559,23 +2679,29 @@ TEST(an_abort_stops_the_background_answer_instead_of_waiting_for_its_timeout) {
 // A set-up round that gives up while its group is still in NCCL's background, which may yet launch
 // the round's collective onto the set-up's stream, after anything put there now: the stream is kept
 // (never destroyed), and so is the round's memory, even the scratch from the pool, which a
-// cudaFreeAsync now would free before that collective ran. Two cases: a non-blocking rank's answer
-// (answerWhoseGroupStaysInTheBackground: pinned scratch) and a blocking rank alone, whose records
-// round's group end returned ncclInProgress (scratch from the pool). (Before: freeScratch kept the
-// memory, but for the pool's in stream order, and the stream was destroyed.)
+// cudaFreeAsync now would free before that collective ran. Two cases, each with its scratch from the
+// pool: a non-blocking rank's background set-up (backgroundSetUpWhoseGroupStaysInTheBackground,
+// stopped by an abort) and a blocking rank alone, whose records round's group end returned
+// ncclInProgress. (Before: freeScratch kept the memory, but for the pool's in stream order, and the
+// stream was destroyed.)
 TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_memory) {
   CHECK(passesInFreshProcess(
       [] {
         int since = eventCount();
-        const ncclComm_t answering = answerWhoseGroupStaysInTheBackground();
-        // Once the answer has reached its round (its stream made), the abort stops it there
+        const ncclComm_t setUp = backgroundSetUpWhoseGroupStaysInTheBackground();
+        // Once the set-up has reached its round (its stream made), the abort stops it there
         // (cancelSetUp) and joins it (waitForSetUp).
         for (int i = 0; i < 2000 && handleOf(since, "cudaStreamCreateWithFlags") == nullptr; ++i) usleep(1000);
-        SHIM(ncclCommAbort)(answering);
+        for (int i = 0; i < 2000 && waitingCalls(realOf(setUp)) == 0; ++i) usleep(1000);
+        SHIM(ncclCommAbort)(setUp);
         const void* stream = handleOf(since, "cudaStreamCreateWithFlags");
-        REQUIRE(stream != nullptr);
+        const void* backgroundScratch = buffersOf(since, "cudaMallocAsync", 0).recv;
+        REQUIRE(stream != nullptr && backgroundScratch != nullptr);
         std::string t = trace(since, {"cudaStreamCreateWithFlags", "cudaStreamDestroy"}, {{stream, "s"}});
-        CHECK_MSG(t == "cudaStreamCreateWithFlags(s)", "the answer: %s", t.c_str());
+        CHECK_MSG(t == "cudaStreamCreateWithFlags(s)", "the background set-up: %s", t.c_str());
+        for (int i = since, n = eventCount(); i < n; ++i)
+          CHECK_MSG(eventCall(i) != "cudaFreeAsync" || buffersOf(i).send != backgroundScratch,
+                    "the background set-up's scratch was freed");
 
         since = eventCount();
         const ncclComm_t comm = blockingInitWhoseRecordsGroupStaysInTheBackground();
@@ -2594,19 +2720,19 @@ TEST(a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_m
 // A comm whose set-up gave up (ncclRemoteError) while NCCL still says ncclInProgress (the round's
 // group stays in its background) reports ncclRemoteError from ncclCommGetAsyncError, so that a
 // program polling it (as it must a non-blocking comm) sees the error and aborts; before the set-up
-// gave up (the init still running, then the answer) it said ncclInProgress. Both cases of
+// gave up (the init still running, then the set-up) it said ncclInProgress. Both cases of
 // a_set_up_round_whose_group_stays_in_nccls_background_keeps_its_stream_and_memory. (Before: NCCL's
 // ncclInProgress was returned first, for ever.)
 TEST(a_set_up_that_gave_up_while_nccl_says_in_progress_reports_ncclRemoteError) {
   CHECK(passesInFreshProcess(
       [] {
-        const ncclComm_t answering = answerWhoseGroupStaysInTheBackground();
+        const ncclComm_t setUp = backgroundSetUpWhoseGroupStaysInTheBackground();
         ncclResult_t state = ncclSuccess;
-        CHECK(SHIM(ncclCommGetAsyncError)(answering, &state) == ncclSuccess);
+        CHECK(SHIM(ncclCommGetAsyncError)(setUp, &state) == ncclSuccess);
         CHECK_MSG(state == ncclInProgress, "at first: %d", static_cast<int>(state));
-        state = pollReady(answering);  // up to 5 s; the answer gives up after kShortTimeoutMs
-        CHECK_MSG(state == ncclRemoteError, "the answer: %d", static_cast<int>(state));
-        SHIM(ncclCommAbort)(answering);
+        state = pollReady(setUp);  // up to 5 s; the set-up gives up after kShortTimeoutMs
+        CHECK_MSG(state == ncclRemoteError, "the background set-up: %d", static_cast<int>(state));
+        SHIM(ncclCommAbort)(setUp);
 
         const ncclComm_t comm = blockingInitWhoseRecordsGroupStaysInTheBackground();
         state = ncclSuccess;
@@ -2621,9 +2747,9 @@ TEST(a_set_up_that_gave_up_while_nccl_says_in_progress_reports_ncclRemoteError) 
 // out: its peers' set-up collectives stay queued on the comm, unmatched, and its first collective
 // would be matched against one of them. Two cases: rank 1 of rank1LeavesAfterTheRecords (out of
 // the id round and the agreement, which rank 0 takes: both wait on the comm, unmatched), and a
-// non-blocking rank alone whose answer's allgather NCCL refuses (its peer's records round would
-// wait for it). (Before: each was told ncclSuccess.) In a fresh process with YALI_TIMEOUT_MS =
-// kShortTimeoutMs.
+// non-blocking rank alone whose background set-up's allgather NCCL refuses (its peer's records
+// round would wait for it). (Before: each was told ncclSuccess.) In a fresh process with
+// YALI_TIMEOUT_MS = kShortTimeoutMs.
 TEST(a_rank_out_of_set_up_rounds_its_peers_take_reports_ncclRemoteError) {
   CHECK(passesInFreshProcess(
       [] {
@@ -2641,12 +2767,12 @@ TEST(a_rank_out_of_set_up_rounds_its_peers_take_reports_ncclRemoteError) {
         REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
         ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
         nonBlocking.blocking = 0;
-        failNcclNext("ncclAllGather", ncclSystemError);  // the answer's (from its own thread)
-        ncclComm_t answering = nullptr;
-        REQUIRE(SHIM(ncclCommInitRankConfig)(&answering, 2, id, 1, &nonBlocking) == ncclInProgress);
-        const ncclResult_t state = pollReady(answering);
-        CHECK_MSG(state == ncclRemoteError, "the answer: %d", static_cast<int>(state));
-        SHIM(ncclCommAbort)(answering);
+        failNcclNext("ncclAllGather", ncclSystemError);  // the set-up's records round (its own thread)
+        ncclComm_t setUp = nullptr;
+        REQUIRE(SHIM(ncclCommInitRankConfig)(&setUp, 2, id, 1, &nonBlocking) == ncclInProgress);
+        const ncclResult_t state = pollReady(setUp);
+        CHECK_MSG(state == ncclRemoteError, "the background set-up: %d", static_cast<int>(state));
+        SHIM(ncclCommAbort)(setUp);
       },
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
