@@ -35,10 +35,12 @@ Comm* ours(ncclComm_t handle) {
   return c->magic == Comm::kMagic ? c : nullptr;
 }
 
-Comm* oursWhenSetUp(ncclComm_t handle) {
-  Comm* c = ours(handle);
-  if (c != nullptr && c->setUpPending.load(std::memory_order_acquire)) waitForSetUp(c);
-  return c;
+ncclResult_t refuseWhileSetUp(const Comm* c, const char* function) {
+  if (c == nullptr || !c->setUpPending.load(std::memory_order_acquire)) return ncclSuccess;
+  return shimFail(ncclInvalidArgument,
+                  "%s: comm=%p is still being set up (its ncclCommGetAsyncError says ncclInProgress): poll it "
+                  "until ncclSuccess first, as NCCL requires of a non-blocking communicator",
+                  function, static_cast<const void*>(c));
 }
 
 Registration* ourRegistration(void* handle) {
@@ -702,7 +704,9 @@ namespace {
 // out of the set-up without an error, while that peer's rounds went on (review, Session 32). A comm
 // whose init failed takes no part (its NCCL comm is not there to carry the rounds; NCCL reports its
 // error). Until `run` is done the program's ncclCommGetAsyncError says ncclInProgress
-// (Comm::setUpPending) without asking NCCL, and a call on the comm waits for it (oursWhenSetUp).
+// (Comm::setUpPending) without asking NCCL, and a call on the comm is refused (refuseWhileSetUp).
+// Stopped (cancel) before `run` began, a comm whose init was under way, or every comm once it was
+// over, reports ncclRemoteError: its peers may be in their set-up's rounds, which it will not take.
 template <typename Run>
 void whenReady(const std::vector<Comm*>& comms, Run run) {
   if (comms.empty()) return;
@@ -718,7 +722,10 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
     std::vector<Comm*> ready;
     for (Comm* c : comms) {
       const ncclResult_t state = waitWhileInProgress(c->real, std::chrono::steady_clock::time_point::max(), cancel);
-      if (state == ncclSuccess) {
+      if (state == ncclInProgress) {  // stopped before NCCL's init completed (cancel)
+        c->noYali = "stopped (abort or revoke) before NCCL's init completed";
+        c->setUpError.store(ncclRemoteError);
+      } else if (state == ncclSuccess) {
         ready.push_back(c);
       } else {
         if (c->noYali.empty()) c->noYali = std::string("NCCL's init did not complete (") +
@@ -727,16 +734,25 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
              static_cast<void*>(c), callReal<Api::ncclGetErrorString>(state));
       }
     }
-    // This thread's device is the first comm's before anything restores "the current device"
+    if (cancel->load(std::memory_order_acquire)) {  // stopped before the rounds: none is issued
+      for (Comm* c : ready) {
+        c->noYali = "stopped (abort or revoke) before its set-up";
+        c->setUpError.store(ncclRemoteError);
+      }
+      ready.clear();
+    }
+    // This thread's device is its comms' before anything restores "the current device"
     // (DeviceGuard): a new thread's is 0, and setting 0 back would make a CUDA context on GPU 0 in
     // every process, hundreds of MB of it (review, Session 32).
-    int device = -1;
-    if (!ready.empty() && cudaRuntime() != nullptr &&
-        callReal<Api::ncclCommCuDevice>(ready.front()->real, &device) == ncclSuccess)
+    for (Comm* c : ready) {
+      int device = -1;
+      if (cudaRuntime() == nullptr || callReal<Api::ncclCommCuDevice>(c->real, &device) != ncclSuccess) continue;
       rt().cudaSetDevice(device);
+      break;
+    }
     run(ready, cancel);
-    // Release: the program's thread that sees the set-up done (ncclCommGetAsyncError, oursWhenSetUp)
-    // sees everything it wrote into the comms.
+    // Release: the program's thread that sees the set-up done (ncclCommGetAsyncError,
+    // refuseWhileSetUp) sees everything it wrote into the comms.
     for (Comm* c : comms) c->setUpPending.store(false, std::memory_order_release);
   });
 }
@@ -1213,6 +1229,11 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   if (ncclEnvPluginInUse()) {
     c->noYali = "NCCL reads its settings through an environment plugin: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
+  } else if (c->clique) {
+    // ncclCommInitAll's comms that are not set up together (adoptClique): here non-blocking ones.
+    // Every rank is in this process, none answers a set-up (below): NCCL only.
+    c->noYali = "a non-blocking ncclCommInitAll: NCCL only";
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
   } else if (c->blocking && result == ncclInProgress) {
     // NCCL took it for non-blocking where we did not (a verdict of ours that differs from NCCL's).
     c->noYali = "NCCL's init returned ncclInProgress for a communicator taken for blocking";
@@ -1238,9 +1259,9 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   if (c->clique) gated = false;
   if (gated && tlsGroup.depth > 0) {
     tlsGroup.answers.push_back(c);  // answered once the group's end made its real comm (leaveGroup)
-  } else if (gated && c->real != nullptr && c->blocking && result == ncclSuccess) {
-    // NCCL's blocking init returned: its comm is ready, so the answer is made here, before the
-    // program gets the handle. From a thread of its own (below) it would run beside the program,
+  } else if (gated && c->real != nullptr && result == ncclSuccess) {
+    // NCCL's init returned ncclSuccess (a blocking one, or a non-blocking one NCCL finished): its
+    // comm is ready, so the answer is made here, before the program gets the handle. From a thread of its own (below) it would run beside the program,
     // which need not poll a blocking comm before its first collective: two threads on one NCCL
     // comm, in an order that can differ between ranks, one rank's collective meeting another's
     // set-up round (review of 8f3bfe3, Session 30: an environment plugin's blocking comms).
@@ -1406,11 +1427,6 @@ void cancelSetUp(Comm* c) {
   if (b != nullptr) b->cancel.store(true, std::memory_order_release);
 }
 
-void stopSetUpOnTearDown(Comm* c) {
-  if (c->setUpPending.load(std::memory_order_acquire)) cancelSetUp(c);
-  waitForSetUp(c);
-}
-
 void waitForSetUp(Comm* c) {
   std::shared_ptr<BackgroundSetUp> b = c->background;
   if (b == nullptr) return;
@@ -1484,10 +1500,11 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   setUpYaliWhenReady(inBackground);
   answers.erase(std::remove_if(answers.begin(), answers.end(), [](Comm* c) { return c->real == nullptr; }),
                 answers.end());
-  // Where the group's end succeeded, its blocking comms are ready: answered here, before the group's
-  // end returns (adopt says why not from a thread); the rest once NCCL says they are.
+  // Where the group's end succeeded (ncclSuccess), NCCL made its comms, non-blocking ones too: they
+  // are answered here, before the group's end returns (adopt says why not from a thread); where it
+  // returned ncclInProgress, once NCCL says they are made.
   std::vector<Comm*> readyNow, later;
-  for (Comm* c : answers) (realGroupSucceeded && c->blocking ? readyNow : later).push_back(c);
+  for (Comm* c : answers) (realGroupSucceeded ? readyNow : later).push_back(c);
   answerNo(readyNow);
   answerNoWhenReady(later);
   if (!registrations.empty()) registerDeferred(registrations);

@@ -162,8 +162,8 @@ struct Comm {
   // not run YALI on it (answerNoWhenReady; a blocking comm answers in its creating call). While that
   // runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must wait for
   // ncclSuccess before using a non-blocking comm, issues nothing on it meanwhile; a call that comes
-  // sooner waits for it (oursWhenSetUp), and so does the comm's tear-down (waitForSetUp; abort and
-  // revoke stop it first: cancelSetUp). Written by that thread before it clears the flag (release),
+  // sooner is refused as NCCL refuses a call on a comm in progress (refuseWhileSetUp); abort and
+  // revoke stop it (cancelSetUp), then join it (waitForSetUp). Written by that thread before it clears the flag (release),
   // read after (acquire): the comm's YALI state (yali, hier, noYali, disabled, registerYali).
   std::atomic<bool> setUpPending{false};
   std::shared_ptr<BackgroundSetUp> background;
@@ -178,10 +178,13 @@ void waitForSetUp(Comm* c);
 // Tells c's background set-up or answer, if any, to stop waiting at once (abort, revoke: cancelSetUp,
 // then waitForSetUp returns within a poll, or once a yaliCommInitRank under way has returned).
 void cancelSetUp(Comm* c);
-// Destroy and finalize: a background set-up still running (the program did not wait for
-// ncclCommGetAsyncError to leave ncclInProgress, as NCCL requires) is stopped, then joined, so that
-// the tear-down does not wait for NCCL's init without a bound; one that has ended is only joined.
-void stopSetUpOnTearDown(Comm* c);
+// ncclSuccess, or, while c's background set-up still runs (Comm::setUpPending: the program's
+// ncclCommGetAsyncError says ncclInProgress), ncclInvalidArgument with a message naming `function`:
+// NCCL refuses any call but abort, revoke and ncclCommGetAsyncError on a comm in progress
+// (init.cc, ncclCommEnsureReady), and so do we, rather than run NCCL's calls on the real comm beside
+// the set-up's rounds, read the comm's YALI state while the set-up writes it, or wait without a
+// bound where NCCL would not (review, Session 32). c may be null (not ours: nothing to refuse).
+ncclResult_t refuseWhileSetUp(const Comm* c, const char* function);
 
 // What our ncclCommRegister hands out for a comm of ours: both libraries' handles.
 struct Registration {
@@ -200,12 +203,6 @@ struct Registration {
 // handle point at readable memory that starts with 8 bytes (NCCL's comm starts with its own magic),
 // so the first word tells them apart. A null handle is not ours either (NCCL reports it).
 Comm* ours(ncclComm_t handle);
-// ours(handle) for a call that uses the comm (a collective, a send or receive, a registration), once
-// the comm's background set-up, if any, has ended (Comm::setUpPending). NCCL requires a program to
-// wait for ncclCommGetAsyncError to leave ncclInProgress before it uses a non-blocking comm; a call
-// made sooner waits here (as long as the set-up may take) instead of reading the comm's YALI state
-// while the set-up writes it, or issuing NCCL calls on it beside the set-up's rounds.
-Comm* oursWhenSetUp(ncclComm_t handle);
 inline ncclComm_t handleOf(Comm* c) { return reinterpret_cast<ncclComm_t>(c); }
 // The real communicator behind any handle: ours unwrapped, NCCL's as it is.
 inline ncclComm_t realComm(ncclComm_t handle) {
@@ -222,12 +219,16 @@ template <typename T>
 T realArg(T value) {
   return value;
 }
-// A forwarded call on one of our comms waits for its background set-up (oursWhenSetUp): NCCL's calls
-// on the real comm are not to run beside the set-up's (an NCCL function that checks the comm is
-// ready polls its asynchronous state, as ncclCommGetAsyncError does).
-inline ncclComm_t realArg(ncclComm_t handle) {
-  Comm* c = oursWhenSetUp(handle);
-  return c != nullptr ? c->real : handle;
+inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
+// Whether `value` is one of our comms whose background set-up still runs (the generic forwards refuse
+// the call then: refuseWhileSetUp).
+template <typename T>
+bool setUpPendingArg(T) {
+  return false;
+}
+inline bool setUpPendingArg(ncclComm_t handle) {
+  const Comm* c = ours(handle);
+  return c != nullptr && c->setUpPending.load(std::memory_order_acquire);
 }
 
 // ---- Creation --------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #include <nccl.h>
 
 #include "nccl_abi/comm.h"
+#include "nccl_abi/diag.h"
 #include "nccl_abi/nccl_api.h"
 
 #define YALI_NCCL_EXPORT __attribute__((visibility("default")))
@@ -23,6 +24,17 @@ namespace {
 
 template <Api f, typename... A>
 auto forwardToReal(A... args) {
+  // A call on one of our comms whose background set-up still runs is refused, as NCCL refuses a call
+  // on a comm in progress (refuseWhileSetUp, comm.h). Every forwarded function that takes a comm
+  // returns ncclResult_t.
+  using Result = decltype(callReal<f>(realArg(args)...));
+  if constexpr (std::is_same_v<Result, ncclResult_t>) {
+    if ((setUpPendingArg(args) || ...))
+      return shimFail(ncclInvalidArgument,
+                      "%s: a communicator still being set up (its ncclCommGetAsyncError says ncclInProgress): "
+                      "poll it until ncclSuccess first, as NCCL requires of a non-blocking communicator",
+                      apiName(f));
+  }
   return callReal<f>(realArg(args)...);
 }
 

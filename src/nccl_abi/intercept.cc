@@ -409,7 +409,7 @@ bool sameStreamOrder(cudaStream_t a, cudaStream_t b) {
 // part of the group (before every deferred call), or at the end of the stretch they are in.
 template <typename Run>
 ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
-  oursWhenSetUp(handle);  // not beside the comm's background set-up (comm.h)
+  if (const ncclResult_t refused = refuseWhileSetUp(ours(handle), function); refused != ncclSuccess) return refused;
   if (!inGroup()) return run();
   DeferredGroup& g = tlsDeferred;
   std::vector<DeferredCall>& calls = g.calls;
@@ -648,7 +648,8 @@ ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
 // call's arguments by value.
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
-  Comm* c = oursWhenSetUp(handle);
+  Comm* c = ours(handle);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (deferringLaterCalls()) {
     DeferredCall d{c, handle, call.stream, call.function, false, false, false,
                    [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
@@ -1414,11 +1415,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // ncclCommGetAsyncError says so), and NCCL refuses a split of a comm in progress
   // (ncclCommEnsureReady: ncclInvalidArgument); so do we, rather than run NCCL's split on the real
   // comm beside the set-up's rounds (review, Session 32).
-  if (parent->setUpPending.load(std::memory_order_acquire))
-    return shimFail(ncclInvalidArgument,
-                    "ncclCommSplit: comm=%p is still being set up (its ncclCommGetAsyncError says ncclInProgress): "
-                    "poll it until ncclSuccess first, as NCCL requires of a non-blocking communicator",
-                    static_cast<void*>(parent));
+  if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess) return refused;
   if (!parent->blocking || ncclEnvPluginInUse()) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
@@ -1432,11 +1429,17 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
   Comm* parent = ours(comm);
   if (parent == nullptr)
     return callReal<Api::ncclCommShrink>(comm, excludeRanksList, excludeRanksCount, newcomm, config, shrinkFlags);
+  // A parent still being set up: a shrink that aborts its operations stops the set-up first, as an
+  // abort does; any other is refused, as NCCL refuses a shrink of a comm in progress (refuseWhileSetUp).
+  bool aborting = false;
 #ifdef NCCL_SHRINK_ABORT
-  // A shrink that aborts the parent's operations stops its background set-up first, as an abort does.
-  if (shrinkFlags & NCCL_SHRINK_ABORT) cancelSetUp(parent);
+  aborting = (shrinkFlags & NCCL_SHRINK_ABORT) != 0;
 #endif
-  waitForSetUp(parent);  // its background set-up or answer, if any
+  if (aborting)
+    cancelSetUp(parent);
+  else if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommShrink"); refused != ncclSuccess)
+    return refused;
+  waitForSetUp(parent);  // its background set-up or answer, if any (ended, or stopped)
 #ifdef NCCL_SHRINK_ABORT
   // NCCL aborts the parent's operations first; so does YALI with its own (the parent is usually
   // broken when a program shrinks it).
@@ -1478,6 +1481,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
   Comm* parent = ours(comm);
   if (comm != nullptr && parent == nullptr)
     return callReal<Api::ncclCommGrow>(comm, nRanks, uniqueId, rank, newcomm, config);
+  if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommGrow"); refused != ncclSuccess) return refused;
   return create(newcomm, config, parent, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommGrow>(parent != nullptr ? parent->real : nullptr, nRanks, uniqueId, rank, real,
                                        config);
@@ -1491,7 +1495,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
-  stopSetUpOnTearDown(c);
+  // NCCL refuses to tear down a comm in progress (abort is the way out of one): so do we while its
+  // background set-up runs, which is not stopped (refuseWhileSetUp).
+  if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommFinalize"); refused != ncclSuccess) return refused;
+  waitForSetUp(c);  // joins an ended background set-up or answer
   ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
@@ -1504,7 +1511,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommDestroy>(comm);
-  stopSetUpOnTearDown(c);
+  // NCCL refuses to tear down a comm in progress (abort is the way out of one): so do we while its
+  // background set-up runs, which is not stopped (refuseWhileSetUp).
+  if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommDestroy"); refused != ncclSuccess) return refused;
+  waitForSetUp(c);  // joins an ended background set-up or answer
   ncclResult_t ended = endHierarchy(c, false, false, "destroyed");
   const ncclResult_t yali = endYali(c, false, "destroyed");
   if (ended == ncclSuccess) ended = yali;
@@ -1573,6 +1583,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclCo
       return ncclSuccess;
     }
   }
+  if (const ncclResult_t refused = refuseWhileSetUp(ours(comm), "ncclRedOpDestroy"); refused != ncclSuccess)
+    return refused;
   return callReal<Api::ncclRedOpDestroy>(op, realArg(comm));
 }
 
@@ -1778,8 +1790,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
                                                            void** handle) {
-  Comm* c = oursWhenSetUp(comm);
+  Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommRegister>(comm, buff, size, handle);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommRegister"); refused != ncclSuccess) return refused;
   return registerBuffer(c, buff, size, handle);
 }
 
@@ -1804,7 +1817,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
                                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                                         cudaStream_t stream) {
   const Call call{"ncclAllReduce", {yaliCollAllReduce, datatype, op}, count, 0, sendbuff, recvbuff, stream};
-  Comm* c = oursWhenSetUp(comm);
+  Comm* c = ours(comm);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1826,7 +1840,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
                                                             ncclDataType_t datatype, ncclRedOp_t op,
                                                             ncclComm_t comm, cudaStream_t stream) {
   const Call call{"ncclReduceScatter", {yaliCollReduceScatter, datatype, op}, recvcount, 0, sendbuff, recvbuff, stream};
-  Comm* c = oursWhenSetUp(comm);
+  Comm* c = ours(comm);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1850,7 +1865,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
                                                         ncclDataType_t datatype, ncclComm_t comm,
                                                         cudaStream_t stream) {
   const Call call{"ncclAllGather", {yaliCollAllGather, datatype, ncclSum}, sendcount, 0, sendbuff, recvbuff, stream};
-  Comm* c = oursWhenSetUp(comm);
+  Comm* c = ours(comm);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
