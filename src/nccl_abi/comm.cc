@@ -346,6 +346,16 @@ void realRound(const std::vector<SetUp*>& setUps, const char* what, const char* 
   const long long waitMs = static_cast<long long>(settings().timeoutMs) * timeouts;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(waitMs);
   for (SetUp* s : setUps) s->roundFailed = false;
+  // Stopped (abort, revoke: the cancel flag the set-up's comms share): the round is not issued, and
+  // each comm reports ncclRemoteError, as after a round it left (its peers may take it).
+  if (std::any_of(setUps.begin(), setUps.end(), [](const SetUp* s) { return s->cancelled(); })) {
+    for (SetUp* s : setUps) {
+      s->roundFailed = true;
+      s->comm->setUpError.store(ncclRemoteError);
+      s->fail(std::string(what) + ": not issued, the set-up was stopped (abort or revoke)");
+    }
+    return;
+  }
   ncclResult_t r = callReal<Api::ncclGroupStart>();
   for (SetUp* s : setUps) {
     if (r != ncclSuccess) break;

@@ -25,8 +25,10 @@ namespace {
 template <Api f, typename... A>
 auto forwardToReal(A... args) {
   // A call on one of our comms whose background set-up still runs is refused, as NCCL refuses a call
-  // on a comm in progress (refuseWhileSetUp, comm.h). Every forwarded function that takes a comm
-  // returns ncclResult_t.
+  // on a comm in progress (refuseWhileSetUp, comm.h). The device API's team functions (ncclTeamWorld,
+  // ...), which return a value and only read the comm's fields, as NCCL does without a check, pass.
+  // A refused call inside a group does not fail the group here (NCCL fails it for
+  // ncclCommWindowRegister and ncclDevCommCreate; the intercepted calls do: refuseInGroupWhileSetUp).
   using Result = decltype(callReal<f>(realArg(args)...));
   if constexpr (std::is_same_v<Result, ncclResult_t>) {
     if ((setUpPendingArg(args) || ...))

@@ -383,11 +383,21 @@ struct DeferredGroup {
   // a program destroy an op as soon as the last call given it returns (nccl.h), and copies the
   // op's state at that call; a deferred call reaches NCCL only at the group's end. (Handle, op.)
   std::vector<std::pair<ncclComm_t, ncclRedOp_t>> heldOpDestroys;
-  // A call of the group refused at the call (routePointToPoint): the whole group fails at its
-  // outermost end (endGroup), as NCCL's does after an error of one of its calls.
+  // A call of the group refused at the call (routePointToPoint, refuseInGroupWhileSetUp): the whole
+  // group fails at its outermost end (endGroup), as NCCL's does after an error of one of its calls.
   ncclResult_t refusal = ncclSuccess;
 };
 thread_local DeferredGroup tlsDeferred;
+
+// refuseWhileSetUp (comm.h) for a call that NCCL, refusing it on a comm in progress, counts as its
+// group's error (ncclGroupErrCheck: collectives, sends and receives, split, shrink, finalize): made
+// inside ncclGroupStart/End, the refusal fails the whole group at its end (endGroup), whose other
+// calls then do not run, as in NCCL (third review, Session 32).
+ncclResult_t refuseInGroupWhileSetUp(const Comm* c, const char* function) {
+  const ncclResult_t refused = refuseWhileSetUp(c, function);
+  if (refused != ncclSuccess && inGroup() && tlsDeferred.refusal == ncclSuccess) tlsDeferred.refusal = refused;
+  return refused;
+}
 
 // Whether this thread's open group defers a collective made now: one after a hierarchical one.
 bool deferringLaterCalls() { return inGroup() && tlsDeferred.hierarchical > 0; }
@@ -409,7 +419,8 @@ bool sameStreamOrder(cudaStream_t a, cudaStream_t b) {
 // part of the group (before every deferred call), or at the end of the stretch they are in.
 template <typename Run>
 ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
-  if (const ncclResult_t refused = refuseWhileSetUp(ours(handle), function); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(ours(handle), function); refused != ncclSuccess)
+    return refused;
   if (!inGroup()) return run();
   DeferredGroup& g = tlsDeferred;
   std::vector<DeferredCall>& calls = g.calls;
@@ -649,7 +660,7 @@ ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
-  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (deferringLaterCalls()) {
     DeferredCall d{c, handle, call.stream, call.function, false, false, false,
                    [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
@@ -1415,7 +1426,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // ncclCommGetAsyncError says so), and NCCL refuses a split of a comm in progress
   // (ncclCommEnsureReady: ncclInvalidArgument); so do we, rather than run NCCL's split on the real
   // comm beside the set-up's rounds (review, Session 32).
-  if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess)
+    return refused;
   if (!parent->blocking || ncclEnvPluginInUse()) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
@@ -1437,7 +1449,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
 #endif
   if (aborting)
     cancelSetUp(parent);
-  else if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommShrink"); refused != ncclSuccess)
+  else if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommShrink"); refused != ncclSuccess)
     return refused;
   waitForSetUp(parent);  // its background set-up or answer, if any (ended, or stopped)
 #ifdef NCCL_SHRINK_ABORT
@@ -1497,7 +1509,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (c == nullptr) return callReal<Api::ncclCommFinalize>(comm);
   // NCCL refuses to tear down a comm in progress (abort is the way out of one): so do we while its
   // background set-up runs, which is not stopped (refuseWhileSetUp).
-  if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommFinalize"); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, "ncclCommFinalize"); refused != ncclSuccess)
+    return refused;
   waitForSetUp(c);  // joins an ended background set-up or answer
   ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
@@ -1555,6 +1568,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   Comm* c = ours(comm);
   if (c == nullptr) return callReal<Api::ncclCommRevoke>(comm, revokeFlags);
+  // Flags NCCL refuses (NCCL_REVOKE_DEFAULT, 0, is the only one) stop nothing: on a comm still being
+  // set up, refused here, before the set-up that its siblings share is stopped.
+  if (revokeFlags != 0)
+    if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommRevoke"); refused != ncclSuccess) return refused;
   cancelSetUp(c);  // as abort
   waitForSetUp(c);
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
@@ -1798,6 +1815,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm,
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   Comm* c = ours(comm);
+  if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommDeregister"); refused != ncclSuccess) return refused;
   Registration* reg = c != nullptr ? ourRegistration(handle) : nullptr;
   if (reg == nullptr) return callReal<Api::ncclCommDeregister>(realComm(comm), handle);
   // A handle of another comm: NCCL refuses a handle it cannot find among the comm's registrations
@@ -1818,7 +1836,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   const Call call{"ncclAllReduce", {yaliCollAllReduce, datatype, op}, count, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
-  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1841,7 +1859,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclReduceScatter(const void* sendbuff,
                                                             ncclComm_t comm, cudaStream_t stream) {
   const Call call{"ncclReduceScatter", {yaliCollReduceScatter, datatype, op}, recvcount, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
-  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,
@@ -1866,7 +1884,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclAllGather(const void* sendbuff, voi
                                                         cudaStream_t stream) {
   const Call call{"ncclAllGather", {yaliCollAllGather, datatype, ncclSum}, sendcount, 0, sendbuff, recvbuff, stream};
   Comm* c = ours(comm);
-  if (const ncclResult_t refused = refuseWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   if (c != nullptr && c->hier != nullptr)
     return routeHier(
         c, call,

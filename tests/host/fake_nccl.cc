@@ -213,11 +213,18 @@ void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
   }).detach();
 }
 
-// A non-blocking comm's init: in progress now, complete 20 ms later.
+}  // namespace
+// How long a non-blocking comm's init takes (ms): a test that must act while it is under way makes
+// it longer.
+extern "C" __attribute__((visibility("default"))) int fakeInitDelayMs = 20;
+namespace {
+
+// A non-blocking comm's init: in progress now, complete fakeInitDelayMs later.
 void initInBackground(FakeComm* c) {
   __atomic_store_n(&c->asyncError, ncclInProgress, __ATOMIC_RELEASE);
-  std::thread([c] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int delayMs = __atomic_load_n(&fakeInitDelayMs, __ATOMIC_ACQUIRE);
+  std::thread([c, delayMs] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     ncclResult_t expected = ncclInProgress;
     __atomic_compare_exchange_n(&c->asyncError, &expected, ncclSuccess, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }).detach();

@@ -2225,20 +2225,73 @@ TEST(a_call_on_a_non_blocking_comm_before_its_set_up_is_done_is_refused_as_nccl_
   }));
 }
 
+// A collective refused inside a group because its comm is still being set up fails the whole group,
+// as NCCL's refusal of a comm in progress does (ncclGroupErrCheck): the group's end returns
+// ncclInvalidArgument and NCCL's part of the group fails (the fake counts it), so the other comm's
+// call in it does not run. Before (third review, Session 32), the end returned ncclSuccess and
+// launched the other call.
+TEST(a_call_refused_inside_a_group_while_its_comm_is_set_up_fails_the_group) {
+  CHECK(passesInChild([] {
+    const ncclComm_t ready = initInGroup(1)[0];  // one rank, blocking: NCCL only
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclComm_t comms[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[1], 2, id, 1, &nonBlocking) == ncclInProgress);
+    const int failedEnds = variable<int>(fakeNccl(), "fakeFailedGroupEnds");
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, ready, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, comms[1], nullptr) ==
+          ncclInvalidArgument);
+    CHECK(SHIM(ncclGroupEnd)() == ncclInvalidArgument);
+    CHECK_EQ(variable<int>(fakeNccl(), "fakeFailedGroupEnds"), failedEnds + 1);
+    REQUIRE(SHIM(ncclCommInitRank)(&comms[0], 2, id, 0) == ncclSuccess);
+    REQUIRE(pollReady(comms[1]) == ncclSuccess);
+    for (ncclComm_t c : {comms[0], comms[1], ready}) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  }));
+}
+
+// ncclCommInitAll's comms under NCCL_COMM_BLOCKING=0 (every rank in this process; the fake's
+// returns ncclSuccess, as NCCL's does inside a group) are NCCL only: no set-up round, no answer.
+// Before the clique guard (second review, Session 32), each one ran a set-up of its own, alone, whose
+// records round waited for peers that never came.
+TEST(a_non_blocking_init_all_is_nccl_only_without_a_set_up) {
+  CHECK(passesInFreshProcess(
+      [] {
+        setenv("NCCL_COMM_BLOCKING", "0", 1);
+        const int since = eventCount();
+        std::vector<ncclComm_t> comms(2, nullptr);
+        REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
+        const std::string t = trace(since, {"ncclAllGather", "yaliCommInitAll", "yaliCommInitRank"}, {});
+        CHECK_MSG(t.empty(), "a set-up of a non-blocking ncclCommInitAll: %s", t.c_str());
+        for (ncclComm_t c : comms) {
+          REQUIRE(pollReady(c) == ncclSuccess);
+          CHECK(yaliOf(c) == nullptr);
+        }
+        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+        unsetenv("NCCL_COMM_BLOCKING");
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // An abort of one of the non-blocking comms one thread made in one group stops their shared
 // background set-up (one flag), and the others then report ncclRemoteError from
 // ncclCommGetAsyncError, not ncclSuccess: their peers may be in the set-up's rounds, which they will
-// not take. Here the abort comes while NCCL's init (20 ms in the fake) is still under way. Before
-// (a second review, Session 32), a comm stopped there was left NCCL only, told ncclSuccess.
+// not take. Here the abort comes while NCCL's init (made 500 ms long in the fake) is still under
+// way. Before (a second review, Session 32), a comm stopped there was left NCCL only, told
+// ncclSuccess.
 TEST(a_background_set_up_stopped_by_a_siblings_abort_reports_ncclRemoteError) {
   CHECK(passesInChild([] {
     ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
     nonBlocking.blocking = 0;
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 500;
     const std::vector<ncclComm_t> comms = initInGroup(2, ncclInProgress, &nonBlocking);
     SHIM(ncclCommAbort)(comms[0]);
     const ncclResult_t state = pollReady(comms[1]);
     CHECK_MSG(state == ncclRemoteError, "the sibling: %d", static_cast<int>(state));
     SHIM(ncclCommAbort)(comms[1]);
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 20;
   }));
 }
 
