@@ -67,7 +67,8 @@
 #   PYTEST_TIMEOUT=420  PYTEST_ARGS=tests/python  pytests: pip install, then pytest (-rs: skip reasons)
 #   DROPIN_NP="2 4"                          dropin: examples/05_dropin/check_torch.py, plain NCCL
 #   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
-#   DROPIN_NONBLOCKING=1 (default 0)         dropin with torch's non-blocking comms (both runs)
+#   DROPIN_NONBLOCKING=1 (default 0)         dropin with torch's non-blocking comms under yali-run (the plain
+#   DROPIN_NONBLOCKING_PLAIN=1               reference stays blocking unless DROPIN_NONBLOCKING_PLAIN=1)
 #   CE_MULTI="2 3"  CE_SINGLE=2  CE_NP="2 3"   copyengine: the coll_copy_engine case in multi mode (one
 #                                            process per rank; single mode with ranks sharing a GPU
 #                                            checks only that *_ce is off there), then yali-perf with
@@ -292,9 +293,13 @@ if has dropin && need_build dropin; then
   # a graph-captured all_reduce) on NCCL, then under yali-run, compared (examples/05_dropin).
   printf '#!/bin/sh\nexport NCCL_HOSTID=yali-rank-$LOCAL_RANK\nexec "$@"\n' > /tmp/hostid_torch.sh
   chmod +x /tmp/hostid_torch.sh
-  # DROPIN_NONBLOCKING=1: torch makes non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1,
-  # in both runs), which libyali-nccl sets up in the background once NCCL made them (NCCL_ABI.md,
-  # "Non-blocking communicators"): the YALI lines should then be as many as in a blocking run.
+  # DROPIN_NONBLOCKING=1: torch makes non-blocking communicators (TORCH_NCCL_USE_COMM_NONBLOCKING=1)
+  # in the yali-run run, which libyali-nccl sets up in the background once NCCL made them
+  # (NCCL_ABI.md, "Non-blocking communicators"): the YALI lines should then be as many as in a
+  # blocking run. The plain reference stays blocking: torch 2.11 on NCCL 2.28.9 alone stops in
+  # all_to_all_single with non-blocking comms ("NCCL Error 7: NCCL operation in progress", ncclAlltoAll
+  # answering ncclInProgress; Session 33, 2 and 4 ranks). DROPIN_NONBLOCKING_PLAIN=1 makes it
+  # non-blocking too, to see that again.
   nb=; [ "${DROPIN_NONBLOCKING:-0}" = 1 ] && nb=_nb
   for np in ${DROPIN_NP:-2 4}; do
     tag=$np$nb
@@ -303,10 +308,11 @@ if has dropin && need_build dropin; then
     # script's per-section lines show where a run stopped.
     ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
         YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
-      [ -n "$nb" ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
       cd examples/05_dropin
+      [ -n "$nb" ] && [ "${DROPIN_NONBLOCKING_PLAIN:-0}" = 1 ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
       timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
         --out "$LOG/dropin_plain$tag.json" > "$LOG/dropin_plain$tag.log" 2>&1 || echo "plain run rc=$?"
+      [ -n "$nb" ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
       timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
         python3 check_torch.py --out "$LOG/dropin_yali$tag.json" > "$LOG/dropin_yali$tag.log" 2>&1 || echo "yali-run rc=$?"
       python3 check_torch.py --compare "$LOG/dropin_plain$tag.json" "$LOG/dropin_yali$tag.json" 2>&1

@@ -1,0 +1,2 @@
+# sentinels of the tree under test (the device's .git is stale)
+echo "sentinel setUpYaliWhenReady=$(grep -c setUpYaliWhenReady src/nccl_abi/comm.cc) refuseInGroupWhileSetUp=$(cat src/nccl_abi/*.cc | grep -c refuseInGroupWhileSetUp) nonBlocking=$(cat src/nccl_abi/*.h src/nccl_abi/*.cc | grep -c 'nonBlocking') dropinNB=$(grep -c DROPIN_NONBLOCKING scripts/gpu_check.sh) ntkept=$(grep -c 'already built in /tmp/nccl-tests' scripts/gpu_check.sh)"
