@@ -3,7 +3,7 @@
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
 #   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,emax,
-#          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm   (default: build,tests,perf)
+#          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm,dropin,dropinperf,ncclabi   (default: build,tests,perf)
 #   (every stage that runs the GPU suite passes --share-gpus: ranks share GPUs where GPUs are fewer)
 #   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
 #                                            GPUs (--share-gpus, single mode), once with the
@@ -76,6 +76,12 @@
 #                                            and the algorithms that ran
 #   MOE_NP="2 4"                             moe: examples/04_moe/moe.py under graph capture, then
 #                                            yali-perf -C alltoallv (every distribution): #wrong
+#   DROPINPERF_NP=<GPUs>  DROPINPERF_TESTS="all_reduce all_gather reduce_scatter broadcast alltoall"
+#   DROPINPERF_MODES="eager graph" DROPINPERF_REPS=2   dropinperf: nccl-tests one rank per GPU, plain
+#   DROPINPERF_ARGS="-b 8 -e 128M -f 4 -n 20 -w 5"     NCCL and through libyali-nccl alternately
+#   DROPINPERF_GRAPH_ITERS=20 (graph: -G)    (scripts/dropin_table.py: time per call, both busBW);
+#   DROPINPERF_DEVICE="1 2" (default none)   also nccl-tests -D <impl> -R 2 (NCCL's device API) under
+#                                            the preload, all_reduce and alltoall: #wrong
 #   NCCLABI_NP=2  NCCLABI_TESTS="all_reduce ..."  ncclabi: nccl-tests (built from NCCL_TESTS_SRC, default
 #                                            ../shared/third_party or scratch/third_party) under
 #                                            mpirun with LD_PRELOAD=libyali-nccl.so, -c 1, ranks on
@@ -353,28 +359,34 @@ if has moe; then
   done
 fi
 
+# nccl-tests 2.19.6 built into /tmp/nccl-tests from NCCL_TESTS_SRC (default ../shared/third_party or
+# scratch/third_party) for STAGE (its name in the notes); fails where the source or the shim is missing.
+nccl_tests_ready() {
+  local src=${NCCL_TESTS_SRC:-} d mpi_inc
+  for d in ../shared/third_party scratch/third_party; do [ -z "$src" ] && [ -f "$d/build-nccl-tests.sh" ] && src=$d; done
+  if [ -z "$src" ] || [ ! -f "$BUILD/src/nccl_abi/libyali-nccl.so" ]; then
+    note "$1: skipped (nccl-tests source: '${src:-none}', shim: $BUILD/src/nccl_abi/libyali-nccl.so)"; return 1
+  fi
+  # The build script takes the first mpi.h a search of / finds; on some images that is a Fortran
+  # module folder's (gfortran-mod-*/openmpi/mpi.h, Session 31), whose folder the compiler is then
+  # given. Open MPI's own include folder, from mpicc, goes in CPATH behind it.
+  # A build already in /tmp/nccl-tests (an earlier stage or a parallel check on the same machine,
+  # which may be running its binaries now) is kept: rebuilding would replace them under it.
+  mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | tr ' ' ':')
+  if [ -x /tmp/nccl-tests/nccl-tests-2.19.6/build/alltoallv_perf ]; then
+    note "$1: nccl-tests already built in /tmp/nccl-tests, kept"
+  else
+    CPATH="${mpi_inc}${CPATH:+:$CPATH}" bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/nccl_tests_build.log" 2>&1
+    note "$1: nccl-tests build rc=$?"
+  fi
+}
+
 if has ncclabi; then
   # nccl-tests through libyali-nccl.so, every rank on GPU 0 (its own NCCL_HOSTID: NCCL then lets two
   # ranks share a GPU). Correctness (#wrong) and routing; the times are processes taking turns.
-  src=${NCCL_TESTS_SRC:-}
-  for d in ../shared/third_party scratch/third_party; do [ -z "$src" ] && [ -f "$d/build-nccl-tests.sh" ] && src=$d; done
   shim=$BUILD/src/nccl_abi/libyali-nccl.so
   nccl_lib=$(nccl_lib_dir)
-  if [ -z "$src" ] || [ ! -f "$shim" ]; then
-    note "ncclabi: skipped (nccl-tests source: '${src:-none}', shim: $shim)"
-  else
-    # The build script takes the first mpi.h a search of / finds; on some images that is a Fortran
-    # module folder's (gfortran-mod-*/openmpi/mpi.h, Session 31), whose folder the compiler is then
-    # given. Open MPI's own include folder, from mpicc, goes in CPATH behind it.
-    # A build already in /tmp/nccl-tests (an earlier stage or a parallel check on the same machine,
-    # which may be running its binaries now) is kept: rebuilding would replace them under it.
-    mpi_inc=$(mpicc --showme:incdirs 2>/dev/null | tr ' ' ':')
-    if [ -x /tmp/nccl-tests/nccl-tests-2.19.6/build/alltoallv_perf ]; then
-      note "ncclabi: nccl-tests already built in /tmp/nccl-tests, kept"
-    else
-      CPATH="${mpi_inc}${CPATH:+:$CPATH}" bash "$src/build-nccl-tests.sh" /tmp/nccl-tests > "$LOG/ncclabi_build.log" 2>&1
-      note "ncclabi: nccl-tests build rc=$?"
-    fi
+  if nccl_tests_ready ncclabi; then
     wrapper=$(mpi_hostid_wrapper)
     # NCCLABI_NP: one or more world sizes; NCCLABI_ARGS: more nccl-tests flags (-d all -o all, -G 5).
     tag=$(echo "${NCCLABI_ARGS:-}" | tr -cd 'a-zA-Z0-9')
@@ -472,6 +484,52 @@ if has ncclabi; then
         > "$lg" 2>&1
       note "ncclabi set-up faults, rank 1 late for the $round round: rc=$? (0 expected), $(grep -cE '\] round .*: ok' "$lg") ok, $(grep -cE '\] round .*: FAIL' "$lg") FAIL (2 ok expected)"
       grep -E '\] round .*: (ok|FAIL)' "$lg" | sed 's/^/   /'
+    done
+  fi
+fi
+
+if has dropinperf; then
+  # The drop-in's own speed against NCCL's over NVLink (issue 20): nccl-tests with one rank per GPU
+  # (no sharing: needs DROPINPERF_NP GPUs), on plain NCCL and under libyali-nccl, alternately per
+  # test and repetition so that drift hits both; scripts/dropin_table.py prints the table. Then,
+  # with DROPINPERF_DEVICE, NCCL's device API through the preload (nccl-tests -D, -R 2: NCCL's
+  # kernels on NCCL's device comm and windows; implementations 1 and 2 are load/store over NVLink,
+  # never multimem): #wrong only.
+  np=${DROPINPERF_NP:-$ngpus}
+  shim=$BUILD/src/nccl_abi/libyali-nccl.so
+  nccl_lib=$(nccl_lib_dir)
+  if [ "$np" -lt 2 ] || [ "$np" -gt "$ngpus" ]; then
+    note "dropinperf: skipped ($np ranks, $ngpus GPUs: one rank per GPU, 2 at least)"
+  elif nccl_tests_ready dropinperf; then
+    bin=/tmp/nccl-tests/nccl-tests-2.19.6/build
+    # run LOG PRELOAD(0|1) BINARY ARGS...: one nccl-tests run, bounded; NCCL_NVLS_ENABLE=0 for both.
+    dropin_run() {
+      local lg=$1 pre=$2; shift 2
+      local with=(); [ "$pre" = 1 ] && with=(-x LD_PRELOAD="$PWD/$shim" -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x YALI_NCCL_DEBUG=1)
+      timeout ${DROPINPERF_TIMEOUT:-120} mpirun --allow-run-as-root -np "$np" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" \
+        -x NCCL_NVLS_ENABLE=0 "${with[@]}" "$@" > "$lg" 2>&1
+    }
+    for mode in ${DROPINPERF_MODES:-eager graph}; do
+      extra=; [ "$mode" = graph ] && extra="-G ${DROPINPERF_GRAPH_ITERS:-20}"
+      for rep in $(seq 1 "${DROPINPERF_REPS:-2}"); do
+        for t in ${DROPINPERF_TESTS:-all_reduce all_gather reduce_scatter broadcast alltoall}; do
+          for lib in plain yali; do
+            lg="$LOG/dropinperf_${lib}_${mode}_${t}_r$rep.log"
+            dropin_run "$lg" "$([ $lib = yali ] && echo 1 || echo 0)" "$bin/${t}_perf" -g 1 -c 1 \
+              ${DROPINPERF_ARGS:--b 8 -e 128M -f 4 -n 20 -w 5} $extra
+            note "dropinperf $mode $t r$rep $lib: rc=$?, rows: $(nccl_tests_rows "$lg"), #wrong rows: $(nccl_tests_rows "$lg" wrong)$([ $lib = yali ] && echo ", YALI lines: $(grep -c 'class): YALI' "$lg"), NCCL lines: $(grep -c 'class): NCCL' "$lg")")"
+          done
+        done
+      done
+    done
+    python3 scripts/dropin_table.py "$LOG" > "$LOG/dropinperf_table.md" 2>&1
+    note "dropinperf: table in dropinperf_table.md ($(tail -1 "$LOG/dropinperf_table.md"))"
+    for impl in ${DROPINPERF_DEVICE:-}; do
+      for t in all_reduce alltoall; do
+        lg="$LOG/dropinperf_device${impl}_$t.log"
+        dropin_run "$lg" 1 "$bin/${t}_perf" -g 1 -c 1 -b 8 -e 64M -f 8 -n 5 -w 2 -R 2 -D "$impl"
+        note "dropinperf device API -D $impl -R 2 $t under the preload: rc=$?, $(grep -m1 'Out of bounds' "$lg"), rows: $(nccl_tests_rows "$lg"), #wrong rows: $(nccl_tests_rows "$lg" wrong)"
+      done
     done
   fi
 fi
