@@ -69,6 +69,7 @@
 #   DROPIN_TIMEOUT=120 DROPIN_YALI_TIMEOUT_MS=20000  then under yali-run, compared
 #   DROPIN_NONBLOCKING=1 (default 0)         dropin with torch's non-blocking comms under yali-run (the plain
 #   DROPIN_NONBLOCKING_PLAIN=1               reference stays blocking unless DROPIN_NONBLOCKING_PLAIN=1)
+#   DROPIN_DEVICE_ID=1 (default 0)           dropin with device_id (eager comm, subgroups by split)
 #   CE_MULTI="2 3"  CE_SINGLE=2  CE_NP="2 3"   copyengine: the coll_copy_engine case in multi mode (one
 #                                            process per rank; single mode with ranks sharing a GPU
 #                                            checks only that *_ce is off there), then yali-perf with
@@ -307,8 +308,11 @@ if has dropin && need_build dropin; then
   # answering ncclInProgress; Session 33, 2 and 4 ranks). DROPIN_NONBLOCKING_PLAIN=1 makes it
   # non-blocking too, to see that again.
   nb=; [ "${DROPIN_NONBLOCKING:-0}" = 1 ] && nb=_nb
+  # DROPIN_DEVICE_ID=1: both runs pass device_id (check_torch.py --device-id): an eager comm, and
+  # subgroups made by ncclCommSplit of it, checked too.
+  devid=; devflag=; [ "${DROPIN_DEVICE_ID:-0}" = 1 ] && devid=_dev devflag=--device-id
   for np in ${DROPIN_NP:-2 4}; do
-    tag=$np$nb
+    tag=$np$nb$devid
     # Bounded: YALI's waits end after DROPIN_YALI_TIMEOUT_MS, each run after DROPIN_TIMEOUT s (a
     # hang of either library costs minutes otherwise: seen 2026-11-25); NCCL_DEBUG=WARN and the
     # script's per-section lines show where a run stopped.
@@ -316,15 +320,15 @@ if has dropin && need_build dropin; then
         YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
       cd examples/05_dropin
       [ -n "$nb" ] && [ "${DROPIN_NONBLOCKING_PLAIN:-0}" = 1 ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
-      timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py \
+      timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py $devflag \
         --out "$LOG/dropin_plain$tag.json" > "$LOG/dropin_plain$tag.log" 2>&1 || echo "plain run rc=$?"
       [ -n "$nb" ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
       timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
-        python3 check_torch.py --out "$LOG/dropin_yali$tag.json" > "$LOG/dropin_yali$tag.log" 2>&1 || echo "yali-run rc=$?"
+        python3 check_torch.py $devflag --out "$LOG/dropin_yali$tag.json" > "$LOG/dropin_yali$tag.log" 2>&1 || echo "yali-run rc=$?"
       python3 check_torch.py --compare "$LOG/dropin_plain$tag.json" "$LOG/dropin_yali$tag.json" 2>&1
-      echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$tag.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$tag.log"), set up in the background: $(grep -c 'non-blocking\|in the background' "$LOG/dropin_yali$tag.log")"
+      echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$tag.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$tag.log"), set up in the background: $(grep -c 'non-blocking\|in the background' "$LOG/dropin_yali$tag.log"), comms on YALI: $(grep -c 'ranks on device .*: YALI for its collectives' "$LOG/dropin_yali$tag.log"), comms NCCL only: $(grep -c 'communicator .*NCCL only' "$LOG/dropin_yali$tag.log")"
     ) > "$LOG/dropin_$tag.txt" 2>&1
-    note "dropin np=$np${nb:+ non-blocking}: $(tail -2 "$LOG/dropin_$tag.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$tag.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$tag.log" | tail -1)"
+    note "dropin np=$np${nb:+ non-blocking}${devid:+ device_id}: $(tail -2 "$LOG/dropin_$tag.txt" | tr '\n' ' ') | plain reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_plain$tag.log" | tail -1), yali-run reached: $(grep -o 'rank 0\] [a-zA-Z_ 2-]* done' "$LOG/dropin_yali$tag.log" | tail -1)"
   done
 fi
 

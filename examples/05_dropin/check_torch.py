@@ -13,9 +13,11 @@ results where a collective promises it (all_reduce, all_gather, DDP's parameters
     python check_torch.py --compare plain.json yali.json
 
 Ranks may share one GPU: YALI_ALLOW_SHARED_GPU=1, NCCL_HOSTID per rank, NCCL_NVLS_ENABLE=0
-(README.md). The process group is made with dist.init_process_group("nccl") and no device_id:
-with device_id, torch creates its communicator eagerly and, where it asks for a non-blocking one,
-libyali-nccl leaves it to NCCL (phase 1), so the second run would test NCCL twice.
+(README.md). By default the process group is made with dist.init_process_group("nccl") and no
+device_id: torch makes its communicator lazily, at the first collective, with ncclCommInitRank.
+`--device-id` passes device_id instead: torch makes the communicator eagerly and makes every later
+group by ncclCommSplit of it; the run then adds subgroups (one of every rank, and at 4 ranks or
+more, pairs from dist.new_subgroups), so the splits' collectives are checked too.
 """
 import argparse
 import hashlib
@@ -48,19 +50,23 @@ def library_lines():
     return "libyali-nccl (LD_PRELOAD=%s)" % pre if "yali-nccl" in pre else "NCCL (no preload)"
 
 
-def run_checks(steps):
+def run_checks(steps, device_id=False):
     import torch
     import torch.distributed as dist
     import torch.distributed._functional_collectives as funcol
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    # No device_id: the communicator is made lazily, blocking (module docstring says why).
-    dist.init_process_group("nccl")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    local = int(os.environ.get("LOCAL_RANK", rank))
+    # Without device_id the communicator is made lazily; with it eagerly, and later groups are
+    # splits of it (module docstring).
+    local = int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0)))
     dev = torch.device("cuda", local % torch.cuda.device_count())
     torch.cuda.set_device(dev)
+    if device_id:
+        dist.init_process_group("nccl", device_id=dev)
+    else:
+        dist.init_process_group("nccl")
+    rank, world = dist.get_rank(), dist.get_world_size()
     print("[rank %d] collectives through %s" % (rank, library_lines()), file=sys.stderr, flush=True)
     out = {}
 
@@ -219,6 +225,26 @@ def run_checks(steps):
                torch.cat([p.detach().flatten() for p in params]).sum().reshape(1), True)
 
     progress("graph-captured training step")
+
+    if device_id:
+        # Subgroups, made by ncclCommSplit of the eager communicator: one of every rank, and at 4
+        # ranks or more pairs (every rank takes part in every pair's split, outside it with
+        # NCCL_SPLIT_NOCOLOR). Each runs an all_reduce and an all_gather.
+        groups = [("all", dist.new_group(list(range(world))), True)]
+        if world >= 4 and world % 2 == 0:
+            pair, _ = dist.new_subgroups(group_size=2)
+            groups.append(("pair", pair, False))
+        for name, g, everywhere in groups:
+            for step in range(steps):
+                x = torch.arange(1000, dtype=torch.float32, device=dev) * (rank + 1) + step
+                dist.all_reduce(x, group=g)
+                record(out, "subgroup.%s.all_reduce.%d%s" % (name, step, "" if everywhere else ".rank%d" % rank),
+                       x, everywhere)
+                parts = [torch.empty(16, dtype=torch.float32, device=dev) for _ in range(dist.get_world_size(g))]
+                dist.all_gather(parts, x[:16].contiguous(), group=g)
+                record(out, "subgroup.%s.all_gather.%d%s" % (name, step, "" if everywhere else ".rank%d" % rank),
+                       torch.cat(parts), everywhere)
+        progress("subgroups")
     return rank, world, out
 
 
@@ -297,6 +323,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))
     p.add_argument("--self-test", action="store_true")
+    p.add_argument("--device-id", action="store_true",
+                   help="init_process_group with device_id (eager communicator; subgroups by split)")
     args = p.parse_args(argv)
     if args.self_test:
         return self_test()
@@ -312,7 +340,7 @@ def main(argv=None):
         return 1 if errors else 0
     if not args.out:
         p.error("--out, --compare or --self-test")
-    rank, world, out = run_checks(args.steps)
+    rank, world, out = run_checks(args.steps, args.device_id)
     mine = "%s.rank%d.json" % (args.out, rank)
     with open(mine + ".tmp", "w") as f:
         json.dump(out, f)
