@@ -144,6 +144,7 @@ struct GroupState {
   std::vector<Deregistration> deregistrations;  // YALI deregistrations made in the group
   std::vector<StagedCall> staged;               // calls staged in the group (stageUntilGroupEnd)
   std::vector<Comm*> answers;  // comms made in the group that answer their peers' set-up with "no"
+  std::vector<Child> written;  // non-blocking parents' children, handed over once NCCL wrote them
 };
 thread_local GroupState tlsGroup;
 
@@ -1288,6 +1289,39 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   }
 }
 
+namespace {
+
+// adoptWhenWritten's hand-over of `kids` (made by one call, or in one group: one thread may make
+// several ranks' children, whose set-up rounds meet each other, so they are set up together), from
+// a thread of its own. Detached: the thread ends with its writes into the program's pointers, and
+// until then nothing of the program's holds these Comms (it has no handle for them), so nothing
+// frees them under it.
+void handOverWhenWritten(std::vector<Child> kids) {
+  std::thread([kids] {
+    // NCCL's store into `real` is atomic (release); so is this load. A 1 ms sleep between loads:
+    // NCCL's child init takes milliseconds at least (its bootstrap and connections).
+    for (const Child& k : kids)
+      while (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::vector<Comm*> comms;
+    for (const Child& k : kids) comms.push_back(k.comm);
+    setUpYaliWhenReady(comms);  // Comm::setUpPending set before the program can see a handle
+    for (const Child& k : kids) __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
+  }).detach();
+}
+
+}  // namespace
+
+void adoptWhenWritten(Comm* c, ncclComm_t* out) {
+  *out = nullptr;
+  info(-1, "communicator %p: a non-blocking parent's child: set up in the background once NCCL wrote it",
+       static_cast<void*>(c));
+  if (tlsGroup.depth > 0)
+    tlsGroup.written.push_back({c, out, true});  // its job runs at the outermost ncclGroupEnd
+  else
+    handOverWhenWritten({{c, out, true}});
+}
+
 void adoptClique(ncclComm_t* comms, int n, const int* devlist) {
   (void)devlist;  // the devices are read back from NCCL's comms
   std::vector<Comm*> clique;
@@ -1454,7 +1488,9 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   std::vector<Deregistration> deregistrations;
   std::vector<StagedCall> staged;
   std::vector<Comm*> answers;
+  std::vector<Child> written;
   std::swap(answers, tlsGroup.answers);
+  std::swap(written, tlsGroup.written);
   std::swap(children, tlsGroup.children);
   std::swap(setUps, tlsGroup.setUps);
   std::swap(cliques, tlsGroup.cliques);
@@ -1508,6 +1544,16 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   inBackground.erase(std::remove_if(inBackground.begin(), inBackground.end(), [](Comm* c) { return c->real == nullptr; }),
                      inBackground.end());
   setUpYaliWhenReady(inBackground);
+  // Non-blocking parents' children (adoptWhenWritten): NCCL ends such a group in its background
+  // (ncclInProgress) and writes each child at the end of its init job. A group that failed before
+  // its jobs ran writes none: those Comms are kept, never freed (dropChildless), and the program
+  // keeps its NULL, as with NCCL alone.
+  if (!written.empty()) {
+    if (realGroupSucceeded || inProgress)
+      handOverWhenWritten(written);
+    else
+      for (const Child& k : written) dropChildless(k.comm, true);
+  }
   answers.erase(std::remove_if(answers.begin(), answers.end(), [](Comm* c) { return c->real == nullptr; }),
                 answers.end());
   // Where the group's end succeeded (ncclSuccess), NCCL made its comms, non-blocking ones too: they

@@ -114,8 +114,10 @@ class DeviceGuard {
 bool mayBeCaptured(cudaStream_t stream, bool* unread = nullptr);
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
-// ncclCommSplit and ncclCommShrink return points at one of these, but a non-blocking parent's
-// splits and shrinks, which are NCCL's own handles (intercept.cc, ncclCommSplit, says why).
+// ncclCommSplit and ncclCommShrink return points at one of these, but the splits and shrinks made
+// where NCCL reads its settings through an environment plugin, which are NCCL's own handles
+// (intercept.cc, ncclCommSplit, says why). A non-blocking parent's child reaches the program only
+// once NCCL wrote it (adoptWhenWritten).
 // Made before NCCL's call that creates `real`, which NCCL may fill after that call returned.
 struct Comm {
   // "YALICOMM": first, so that ours() can tell our handles from NCCL's own (see there).
@@ -266,6 +268,17 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // null then is never freed (a deliberate, logged leak): NCCL could still write it from its background
 // where its verdict on the parent (non-blocking) differs from ours (comm.cc, dropChildless).
 void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = false);
+// A non-blocking parent's split with a color, or shrink, whose NCCL call (given c->real) did not
+// fail: NCCL makes the child in its background whatever the child's config says, and writes it into
+// c->real at the end of the child's init job, which it always reaches once the job runs, failed or
+// not (init.cc, ncclCommInitRankFunc), NULL until then. *out is NULL now, as NCCL leaves the
+// program's; a thread of ours waits for NCCL's write, starts the child's set-up in the background
+// (setUpYaliWhenReady: ncclCommGetAsyncError says ncclInProgress until it is done) and only then
+// writes our handle into *out, as NCCL would have written its own (release): the program that polls
+// *out, then the child's ncclCommGetAsyncError, as torch does, gets a child that runs YALI. *out must
+// stay valid until then, as it must for NCCL's write. A child NCCL never writes (a group whose end
+// failed before its jobs ran) leaves that thread waiting until the process ends.
+void adoptWhenWritten(Comm* c, ncclComm_t* out);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 

@@ -68,6 +68,13 @@ ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* par
   // and a comm that was not made shares nothing.
   if (r == ncclSuccess || r == ncclInProgress)
     c->sharesResources = sharesResources(config, parent != nullptr && parent->sharesResources);
+  // A non-blocking parent's child (a split with a color, a shrink): NCCL writes it from its
+  // background whatever the child's config says (the split's group takes the parent's blocking:
+  // init.cc, ncclCommInitChildComm; group.cc, ncclAsyncLaunch), and the program polls for it.
+  if (childExpected && parent != nullptr && !parent->blocking && (r == ncclSuccess || r == ncclInProgress)) {
+    adoptWhenWritten(c, out);
+    return r;
+  }
   adopt(c, r, out, childExpected);
   // A set-up round that waited for a peer until YALI_TIMEOUT_MS (comm.h, Comm::setUpError).
   if (r == ncclSuccess && *out != nullptr) {
@@ -358,7 +365,7 @@ class HierRun;
 std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round);
 
 struct DeferredCall {
-  Comm* comm;          // ours, or null: NCCL's own handle (a non-blocking parent's split)
+  Comm* comm;          // ours, or null: NCCL's own handle (a split under an NCCL environment plugin)
   ncclComm_t handle;   // the program's: the comm the call is ordered on
   cudaStream_t stream;
   const char* function;
@@ -1413,22 +1420,24 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
                                                         ncclConfig_t* config) {
   Comm* parent = ours(comm);
   if (parent == nullptr) return callReal<Api::ncclCommSplit>(comm, color, key, newcomm, config);
-  // A non-blocking parent's split completes in NCCL's background whatever the child's config says
-  // (the split's group takes the parent's blocking: init.cc, ncclCommInitChildComm; group.cc,
-  // ncclAsyncLaunch): the call returns ncclSuccess with *newcomm NULL, and NCCL's thread writes it
-  // later, while the program polls it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1). So NCCL gets
-  // the program's own pointer, and the program NCCL's own handle: an NCCL-only communicator, which
-  // every function here passes through untouched (ours() is null for it), as a non-blocking comm
-  // is NCCL only anyway. A Comm of ours could not be handed out before NCCL's write, which no call
-  // of the program's tells us about. So too wherever NCCL reads its settings through an environment
-  // plugin (ncclEnvPluginInUse): NCCL may take the parent for non-blocking where we could not see it.
+  // A non-blocking parent's split completes in NCCL's background whatever the child's config says:
+  // the call returns ncclSuccess with *newcomm NULL, and NCCL's thread writes the child later, while
+  // the program polls for it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it). Its child
+  // goes to a Comm of ours, which a thread of ours hands the program once NCCL wrote it and its
+  // set-up began (create, adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL
+  // only). A split without a color makes no child: NCCL gets the program's own pointer, into which
+  // it writes NULL. Wherever NCCL reads its settings through an environment plugin
+  // (ncclEnvPluginInUse), NCCL may take the parent for non-blocking where we could not see it: NCCL
+  // gets the program's pointer, and the program NCCL's own handle, which every function here passes
+  // through untouched (ours() is null for it), as every comm is NCCL only then anyway.
   // A parent still being set up in the background is "in progress" to the program (its
   // ncclCommGetAsyncError says so), and NCCL refuses a split of a comm in progress
   // (ncclCommEnsureReady: ncclInvalidArgument); so do we, rather than run NCCL's split on the real
   // comm beside the set-up's rounds (review, Session 32).
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess)
     return refused;
-  if (!parent->blocking || ncclEnvPluginInUse()) return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
+  if (ncclEnvPluginInUse() || (!parent->blocking && color == NCCL_SPLIT_NOCOLOR))
+    return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
       [&](ncclComm_t* real) { return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config); },
@@ -1468,9 +1477,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
   return abortTogether(
       splits,
       [&] {
-        // A non-blocking parent's shrink completes in NCCL's background: NCCL's own handle, as for
-        // ncclCommSplit (see there).
-        if (!parent->blocking || ncclEnvPluginInUse())
+        // A non-blocking parent's shrink completes in NCCL's background: its child is handed over
+        // once NCCL wrote it, as a split's (see there); under an environment plugin, NCCL's own handle.
+        if (ncclEnvPluginInUse())
           return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, newcomm, config,
                                                shrinkFlags);
         return create(

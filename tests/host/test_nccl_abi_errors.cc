@@ -16,8 +16,7 @@
 //
 // Not reached here: anything inside libyali or NCCL (what a YALI kernel does when a peer dies, how
 // long abort takes on a GPU, whether a peer learns of it), ranks in several processes, non-blocking
-// communicators beyond the hand-over of a non-blocking parent's split (libyali-nccl leaves them to
-// NCCL) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
+// communicators' waits on a real NCCL (the fake's non-blocking init completes without its peers) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
 // captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
 #include <malloc.h>
@@ -1556,11 +1555,14 @@ bool pollUntilSet(ncclComm_t* comms, int n) {
 // A non-blocking parent's split completes in NCCL's background, whatever the child's config says
 // (the split's group takes the parent's blocking: init.cc, ncclCommInitChildComm; group.cc,
 // ncclAsyncLaunch), so ncclCommSplit returns ncclSuccess with *newcomm NULL and NCCL's thread writes
-// it later; the program polls (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it).
-// libyali-nccl passes the program's own pointer to NCCL: the program gets NCCL's handle, an NCCL-only
-// communicator that every function passes through (a non-blocking comm is NCCL only anyway).
-// (Review F1: NCCL's thread wrote into a dead stack frame and the program's pointer stayed NULL.)
-TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes_it) {
+// it later; the program polls (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it). libyali-nccl
+// gives NCCL a Comm of its own to write into and hands the program that Comm once NCCL wrote it,
+// with the child's set-up under way (adoptWhenWritten): its ncclCommGetAsyncError says ncclInProgress
+// until the set-up is done, and then the child runs YALI. The children made in one group by one
+// thread (two ranks here) are set up together. (Until Session 33 the program got NCCL's own handle,
+// NCCL only: this test then failed at yaliOf. Review F1, before that: NCCL's thread wrote into a
+// dead stack frame and the program's pointer stayed NULL.)
+TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_nccl_wrote_it) {
   const bool passed = passesInChild([] {
     ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
     nonBlocking.blocking = 0;
@@ -1578,18 +1580,33 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     ncclComm_t kids[2] = {nullptr, nullptr};
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &blocking) == ncclSuccess);
+    CHECK(kids[0] == nullptr && kids[1] == nullptr);  // NULL until NCCL wrote them, as with NCCL alone
     REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
     CHECK_MSG(pollUntilSet(kids, 2), "the children never reached the program: %p, %p",
               static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
     for (int r = 0; r < 2; ++r) {
       REQUIRE(kids[r] != nullptr);
-      CHECK(kids[r] == child(const_cast<void*>(realOf(parents[r])), 0));  // NCCL's own handle
+      CHECK(kids[r] != child(const_cast<void*>(realOf(parents[r])), 0));  // ours, not NCCL's handle
+      REQUIRE(pollReady(kids[r]) == ncclSuccess);  // the set-up, then NCCL's own state
       int n = 0;
       CHECK(SHIM(ncclCommCount)(kids[r], &n) == ncclSuccess && n == 2);
-      CHECK(variable<void*>(fakeNccl(), "fakeLastComm") == static_cast<void*>(kids[r]));
-      CHECK(yaliOf(kids[r]) == nullptr);
+      CHECK(realOf(kids[r]) == child(const_cast<void*>(realOf(parents[r])), 0));  // NCCL's child behind it
     }
-    // One rank, outside a group: the same.
+    const std::vector<Rank> ranks = ranksOf({kids[0], kids[1]});
+    for (const Rank& k : ranks) CHECK_MSG(k.yali != nullptr, "a child of a non-blocking parent is NCCL only");
+#ifdef YALI_NCCL_HAS_ncclCommShrink
+    // A shrink of a non-blocking parent (rank 0 alone, rank 1 excluded): handed over the same way.
+    int excluded = 1;
+    ncclComm_t shrunk = nullptr;
+    CHECK(SHIM(ncclCommShrink)(parents[0], &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess);
+    CHECK_MSG(pollUntilSet(&shrunk, 1), "the shrunk comm never reached the program");
+    REQUIRE(shrunk != nullptr);
+    CHECK(shrunk != child(const_cast<void*>(realOf(parents[0])), 1));
+    REQUIRE(pollReady(shrunk) == ncclSuccess);
+    CHECK(realOf(shrunk) == child(const_cast<void*>(realOf(parents[0])), 1));
+    CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
+#endif
+    // One rank, outside a group: handed over the same way (a comm of one rank is NCCL only).
     ncclComm_t alone = nullptr;
     REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
     // NCCL's non-blocking init returns ncclInProgress outside a group (init.cc), and a split of a
@@ -1600,7 +1617,14 @@ TEST(a_non_blocking_parents_split_hands_the_program_nccls_child_when_nccl_writes
     REQUIRE(pollReady(alone) == ncclSuccess);
     CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclSuccess);
     CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
-    CHECK(kid != nullptr && kid == child(const_cast<void*>(realOf(alone)), 0));
+    REQUIRE(kid != nullptr);
+    REQUIRE(pollReady(kid) == ncclSuccess);
+    CHECK(realOf(kid) == child(const_cast<void*>(realOf(alone)), 0));
+    // A split without a color makes no child: the program's pointer stays NULL.
+    ncclComm_t none = reinterpret_cast<ncclComm_t>(0x1);
+    CHECK(SHIM(ncclCommSplit)(alone, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
+    usleep(50000);  // past the fake's delivery (20 ms)
+    CHECK(__atomic_load_n(&none, __ATOMIC_ACQUIRE) == nullptr);
     for (ncclComm_t c : {kids[0], kids[1], kid, parents[0], parents[1], alone})
       if (c != nullptr) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
