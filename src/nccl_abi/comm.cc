@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <set>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <tuple>
@@ -123,7 +124,8 @@ namespace {
 struct Child {
   Comm* comm;
   ncclComm_t* out;
-  bool childExpected;  // a split with a color, or a shrink: dropChildless
+  bool childExpected;     // a split with a color, or a shrink: dropChildless
+  Comm* parent = nullptr;  // a non-blocking parent's child (adoptWhenWritten): its parent
 };
 
 // A YALI deregistration a group deferred (deregisterBuffer): the comm's YALI handle, the
@@ -701,6 +703,11 @@ struct BackgroundSetUp {
   // timeout: the abort of the real comm follows. A yaliCommInitRank under way is not stopped: it
   // ends at its own YALI_TIMEOUT_MS, or when its peers join.
   std::atomic<bool> cancel{false};
+  // A hand-over of non-blocking parents' children (handOverWhenWritten), held by those parents: the
+  // children, and whether the thread handed them to the program. Read by others only once the
+  // thread was joined (finishHandOver).
+  std::vector<Child> kids;
+  bool handedOver = false;
 };
 
 namespace {
@@ -718,6 +725,18 @@ namespace {
 // (Comm::setUpPending) without asking NCCL, and a call on the comm is refused (refuseWhileSetUp).
 // Stopped (cancel) before `run` began, a comm whose init was under way, or every comm once it was
 // over, reports ncclRemoteError: its peers may be in their set-up's rounds, which it will not take.
+// A new thread's device is 0; before anything there restores "the current device" (DeviceGuard),
+// it takes its comms' (the first whose device NCCL reports): setting 0 back would make a CUDA context
+// on GPU 0 in every process, hundreds of MB of it (review, Session 32).
+void useDeviceOf(const std::vector<Comm*>& comms) {
+  for (Comm* c : comms) {
+    int device = -1;
+    if (cudaRuntime() == nullptr || callReal<Api::ncclCommCuDevice>(c->real, &device) != ncclSuccess) continue;
+    rt().cudaSetDevice(device);
+    return;
+  }
+}
+
 template <typename Run>
 void whenReady(const std::vector<Comm*>& comms, Run run) {
   if (comms.empty()) return;
@@ -752,15 +771,7 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
       }
       ready.clear();
     }
-    // This thread's device is its comms' before anything restores "the current device"
-    // (DeviceGuard): a new thread's is 0, and setting 0 back would make a CUDA context on GPU 0 in
-    // every process, hundreds of MB of it (review, Session 32).
-    for (Comm* c : ready) {
-      int device = -1;
-      if (cudaRuntime() == nullptr || callReal<Api::ncclCommCuDevice>(c->real, &device) != ncclSuccess) continue;
-      rt().cudaSetDevice(device);
-      break;
-    }
+    useDeviceOf(ready);
     run(ready, cancel);
     // Release: the program's thread that sees the set-up done (ncclCommGetAsyncError,
     // refuseWhileSetUp) sees everything it wrote into the comms.
@@ -1291,35 +1302,122 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
 
 namespace {
 
+// The hand-over's thread (handOverWhenWritten): NCCL's writes of the children, NCCL's verdict on
+// them, their set-up, then the program's pointers. Stopped (cancel: an abort or revoke of a parent)
+// before it wrote them, it leaves them to finishHandOver.
+void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents, const std::atomic<bool>* cancel,
+              bool* handedOver) {
+  const auto cancelled = [cancel] { return cancel->load(std::memory_order_acquire); };
+  // NCCL's store into `real` is atomic (release); so is this load. A 1 ms sleep between loads:
+  // NCCL's child init takes milliseconds at least (its bootstrap and connections).
+  for (const Child& k : kids)
+    while (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
+      if (cancelled()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  // NCCL's verdict on a child is its parent's asynchronous state, which NCCL sets once the child's
+  // job ended (group.cc): NCCL never sets a split's child's own (init.cc leaves it ncclSuccess from
+  // its allocation, a failure only in its initState). The parents are this thread's alone meanwhile
+  // (the program's ncclCommGetAsyncError says ncclInProgress without asking NCCL, its other calls
+  // are refused): this is the one thread that asks NCCL, and its call that finds the group done
+  // completes NCCL's group job.
+  std::vector<std::pair<Comm*, ncclResult_t>> verdicts;
+  for (Comm* p : parents) {
+    const ncclResult_t state = waitWhileInProgress(p->real, std::chrono::steady_clock::time_point::max(), cancel);
+    if (state == ncclInProgress) return;  // stopped (cancel)
+    verdicts.push_back({p, state});
+  }
+  std::vector<Comm*> ready;
+  for (const Child& k : kids) {
+    ncclResult_t state = ncclSuccess;
+    for (const auto& v : verdicts)
+      if (v.first == k.parent) state = v.second;
+    if (state == ncclSuccess) {
+      ready.push_back(k.comm);
+      continue;
+    }
+    // No NCCL comm to take part in the rounds: its peers' rounds, if their children were made, end
+    // at YALI_TIMEOUT_MS with ncclRemoteError. The program learns of the failure from the parent.
+    k.comm->noYali = std::string("NCCL's init of the child failed (its parent reports ") +
+                     callReal<Api::ncclGetErrorString>(state) + ")";
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
+  }
+  if (cancelled()) return;
+  useDeviceOf(ready);
+  // Bounded as any set-up's rounds (YALI_TIMEOUT_MS), and stopped at once by a cancel, after which
+  // the children are still handed over (finishHandOver's work, done here): their comms are made.
+  setUpYali(ready, cancel);
+  for (const Child& k : kids) __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
+  *handedOver = true;
+}
+
 // adoptWhenWritten's hand-over of `kids` (made by one call, or in one group: one thread may make
 // several ranks' children, whose set-up rounds meet each other, so they are set up together), from
-// a thread of its own. Detached: the thread ends with its writes into the program's pointers, and
-// until then nothing of the program's holds these Comms (it has no handle for them), so nothing
-// frees them under it.
-void handOverWhenWritten(std::vector<Child> kids) {
-  std::thread([kids] {
-    // NCCL's store into `real` is atomic (release); so is this load. A 1 ms sleep between loads:
-    // NCCL's child init takes milliseconds at least (its bootstrap and connections).
-    for (const Child& k : kids)
-      while (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr)
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    std::vector<Comm*> comms;
-    for (const Child& k : kids) comms.push_back(k.comm);
-    setUpYaliWhenReady(comms);  // Comm::setUpPending set before the program can see a handle
-    for (const Child& k : kids) __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
-  }).detach();
+// a thread of its own that their parents hold (Comm::background: their abort or revoke stops it,
+// their tear-down joins it), and during which their parents are in progress to the program.
+void handOverWhenWritten(const std::vector<Child>& kids) {
+  auto background = std::make_shared<BackgroundSetUp>();
+  background->kids = kids;
+  std::vector<Comm*> parents;
+  for (const Child& k : kids)
+    if (std::find(parents.begin(), parents.end(), k.parent) == parents.end()) parents.push_back(k.parent);
+  for (Comm* p : parents) {
+    // Its own set-up's thread, or an earlier hand-over's, is over: a split or shrink of a comm in
+    // progress is refused, but a shrink with NCCL_SHRINK_ABORT, which stopped it; what that one had
+    // not handed over is handed over first (the shrink's NCCL call, made, aborted its jobs).
+    waitForSetUp(p);
+    finishHandOver(p);
+    p->setUpPending.store(true);
+    p->background = background;
+  }
+  const std::atomic<bool>* cancel = &background->cancel;
+  bool* handedOver = &background->handedOver;
+  try {
+    background->thread = std::thread([kids, parents, cancel, handedOver] {
+      handOver(kids, parents, cancel, handedOver);
+      // Release: the program's thread that sees a parent ready sees the children written.
+      for (Comm* p : parents) p->setUpPending.store(false, std::memory_order_release);
+    });
+  } catch (const std::system_error& e) {
+    // No thread: the children stay NCCL's to write into Comms never freed; the program keeps NULL.
+    warn(-1, "a non-blocking parent's split or shrink: no thread to hand its child over (%s): the program's "
+         "pointer stays NULL", e.what());
+    for (const Child& k : kids) dropChildless(k.comm, true);
+    background->kids.clear();
+    for (Comm* p : parents) p->setUpPending.store(false, std::memory_order_release);
+  }
 }
 
 }  // namespace
 
-void adoptWhenWritten(Comm* c, ncclComm_t* out) {
+void adoptWhenWritten(Comm* c, ncclComm_t* out, Comm* parent) {
   *out = nullptr;
-  info(-1, "communicator %p: a non-blocking parent's child: set up in the background once NCCL wrote it",
-       static_cast<void*>(c));
+  info(-1, "communicator %p: a non-blocking parent's child: handed over once NCCL wrote it and its set-up "
+       "ended (the parent says ncclInProgress until then)", static_cast<void*>(c));
+  Child k{c, out, true, parent};
   if (tlsGroup.depth > 0)
-    tlsGroup.written.push_back({c, out, true});  // its job runs at the outermost ncclGroupEnd
+    tlsGroup.written.push_back(k);  // its job runs at the outermost ncclGroupEnd
   else
-    handOverWhenWritten({{c, out, true}});
+    handOverWhenWritten({k});
+}
+
+void finishHandOver(Comm* parent) {
+  std::shared_ptr<BackgroundSetUp> b = parent->background;
+  if (b == nullptr || b->kids.empty() || b->handedOver) return;
+  waitForSetUp(parent);  // joined already by the caller; the fields are read after the join
+  b->handedOver = true;
+  for (const Child& k : b->kids) {
+    if (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
+      dropChildless(k.comm, true);  // NCCL may still write it: kept; the program keeps NULL
+      continue;
+    }
+    // NCCL made the child (whose job the parent's abort joined): the program gets it, NCCL only,
+    // with the error a comm whose set-up was stopped reports (its peers may be in their rounds).
+    k.comm->noYali = "its parent was aborted or revoked before the child's set-up";
+    k.comm->setUpError.store(ncclRemoteError);
+    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
+    __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
+  }
 }
 
 void adoptClique(ncclComm_t* comms, int n, const int* devlist) {

@@ -269,16 +269,23 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // where its verdict on the parent (non-blocking) differs from ours (comm.cc, dropChildless).
 void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = false);
 // A non-blocking parent's split with a color, or shrink, whose NCCL call (given c->real) did not
-// fail: NCCL makes the child in its background whatever the child's config says, and writes it into
-// c->real at the end of the child's init job, which it always reaches once the job runs, failed or
-// not (init.cc, ncclCommInitRankFunc), NULL until then. *out is NULL now, as NCCL leaves the
-// program's; a thread of ours waits for NCCL's write, starts the child's set-up in the background
-// (setUpYaliWhenReady: ncclCommGetAsyncError says ncclInProgress until it is done) and only then
-// writes our handle into *out, as NCCL would have written its own (release): the program that polls
-// *out, then the child's ncclCommGetAsyncError, as torch does, gets a child that runs YALI. *out must
-// stay valid until then, as it must for NCCL's write. A child NCCL never writes (a group whose end
-// failed before its jobs ran) leaves that thread waiting until the process ends.
-void adoptWhenWritten(Comm* c, ncclComm_t* out);
+// fail: NCCL makes the child in its background whatever the child's config says, writes it into
+// c->real at the end of the child's init job, failed or not (init.cc, ncclCommInitRankFunc), and
+// only then sets the parent's asynchronous state, ncclInProgress until then, to the job's result
+// (group.cc). *out is NULL now, as NCCL leaves the program's. Once the call (outside a group) or the
+// outermost group's end (inside one) returns, a thread of ours, held by the parent, waits for
+// NCCL's write and the parent's state, sets the child up (a child whose init failed is NCCL only),
+// and then writes our handle into *out; until it did, the parent is in progress to the program (its
+// ncclCommGetAsyncError says ncclInProgress, its other calls are refused but abort and revoke), so
+// that, as with NCCL alone, a parent that says ncclSuccess has its child written, and the child is
+// ready to use when the program sees it. *out must stay valid until then, as it must for NCCL's
+// write. An abort or revoke of the parent stops the thread; finishHandOver then hands over what NCCL
+// made. A child NCCL never writes (a group whose end failed before its jobs ran) is kept, never freed.
+void adoptWhenWritten(Comm* c, ncclComm_t* out, Comm* parent);
+// After an abort or revoke of `parent` (NCCL's call returned: its abort joined the children's jobs),
+// the children its stopped hand-over had not handed over: written by NCCL, to the program, NCCL only,
+// reporting ncclRemoteError; not written, kept, the program's pointer NULL.
+void finishHandOver(Comm* parent);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 

@@ -58,7 +58,7 @@ namespace {
 // on this rank loads NCCL's configuration file into the environment (isBlocking says why).
 // `childExpected`: a split with a color, or a shrink (adopt).
 template <typename Make>
-ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* parent, Make make,
+ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, Comm* parent, Make make,
                     bool childExpected = false) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   Comm* c = new Comm;
@@ -72,7 +72,7 @@ ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, const Comm* par
   // background whatever the child's config says (the split's group takes the parent's blocking:
   // init.cc, ncclCommInitChildComm; group.cc, ncclAsyncLaunch), and the program polls for it.
   if (childExpected && parent != nullptr && !parent->blocking && (r == ncclSuccess || r == ncclInProgress)) {
-    adoptWhenWritten(c, out);
+    adoptWhenWritten(c, out, parent);
     return r;
   }
   adopt(c, r, out, childExpected);
@@ -1422,10 +1422,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   if (parent == nullptr) return callReal<Api::ncclCommSplit>(comm, color, key, newcomm, config);
   // A non-blocking parent's split completes in NCCL's background whatever the child's config says:
   // the call returns ncclSuccess with *newcomm NULL, and NCCL's thread writes the child later, while
-  // the program polls for it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it). Its child
-  // goes to a Comm of ours, which a thread of ours hands the program once NCCL wrote it and its
-  // set-up began (create, adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL
-  // only). A split without a color makes no child: NCCL gets the program's own pointer, into which
+  // the program polls for it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 polls the parent, then
+  // spins on it). Its child goes to a Comm of ours, which a thread of ours hands the program once
+  // NCCL wrote it and its set-up ended, the parent in progress until then (create,
+  // adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL only). A split without a color makes no child: NCCL gets the program's own pointer, into which
   // it writes NULL. Wherever NCCL reads its settings through an environment plugin
   // (ncclEnvPluginInUse), NCCL may take the parent for non-blocking where we could not see it: NCCL
   // gets the program's pointer, and the program NCCL's own handle, which every function here passes
@@ -1570,7 +1570,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   // its scratch buffers and status words, which an abort cannot free safely (comm.cc,
   // releaseMemory); a destroy of the handle frees them all.
   c->real = nullptr;
-  return abortTogether(splits, [real] { return callReal<Api::ncclCommAbort>(real); }, !c->sharesResources);
+  const ncclResult_t r = abortTogether(splits, [real] { return callReal<Api::ncclCommAbort>(real); }, !c->sharesResources);
+  finishHandOver(c);  // children whose hand-over the abort stopped (NCCL's abort joined their jobs)
+  return r;
 }
 
 #ifdef YALI_NCCL_HAS_ncclCommRevoke
@@ -1588,8 +1590,10 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   std::vector<ncclComm_t> splits;
   endHierarchy(c, true, false, "revoked", &splits);
   endYali(c, true, "revoked");
-  return abortTogether(splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); },
-                       !c->sharesResources);
+  const ncclResult_t r = abortTogether(
+      splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); }, !c->sharesResources);
+  finishHandOver(c);  // children whose hand-over the revoke stopped
+  return r;
 }
 #endif
 

@@ -193,30 +193,39 @@ bool blockingOf(const ncclConfig_t* config, bool inherited) {
   return blocking;
 }
 
+}  // namespace
+// How long a non-blocking comm's init takes (ms), a non-blocking parent's child's too: a test that
+// must act while it is under way makes it longer.
+extern "C" __attribute__((visibility("default"))) int fakeInitDelayMs = 20;
+// The next this many non-blocking parents' children fail their init: NCCL still writes each (init.cc,
+// the job's exit), and reports the failure on the parent (group.cc), never on the child.
+extern "C" __attribute__((visibility("default"))) int fakeFailChildInits = 0;
+namespace {
+
 // Hands a child comm to the program's *newcomm: now, or for a non-blocking parent's child from a
-// thread of its own a little later, as NCCL's background init job does (the program sees NULL
-// until then, and must poll).
-// The parent's ncclCommGetAsyncError says ncclInProgress until then (NCCL clears it once the group's
-// jobs, which write the children, ended).
+// thread of its own fakeInitDelayMs later, as NCCL's background init job does (the program sees
+// NULL until then, and must poll).
+// The parent's ncclCommGetAsyncError says ncclInProgress until then (NCCL sets it to the jobs' result
+// once the group's jobs, which write the children, ended).
 void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
   if (parent->blocking) {
     *newcomm = child;
     return;
   }
   __atomic_store_n(&parent->asyncError, ncclInProgress, __ATOMIC_RELEASE);
-  std::thread([newcomm, child, parent] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int delayMs = __atomic_load_n(&fakeInitDelayMs, __ATOMIC_ACQUIRE);
+  const bool fails = __atomic_fetch_sub(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL) > 0;
+  if (!fails) __atomic_fetch_add(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL);  // none was asked for
+  std::thread([newcomm, child, parent, delayMs, fails] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
     ncclResult_t expected = ncclInProgress;
-    __atomic_compare_exchange_n(&parent->asyncError, &expected, ncclSuccess, false, __ATOMIC_ACQ_REL,
-                                __ATOMIC_ACQUIRE);
+    __atomic_compare_exchange_n(&parent->asyncError, &expected, fails ? ncclSystemError : ncclSuccess, false,
+                                __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
   }).detach();
 }
 
 }  // namespace
-// How long a non-blocking comm's init takes (ms): a test that must act while it is under way makes
-// it longer.
-extern "C" __attribute__((visibility("default"))) int fakeInitDelayMs = 20;
 namespace {
 
 // A non-blocking comm's init: in progress now, complete fakeInitDelayMs later.

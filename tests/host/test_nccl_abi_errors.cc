@@ -101,6 +101,12 @@ int& ranksPerNode() { return variable<int>(fakeNccl(), "fakeRanksPerNode"); }
 int waitingCalls(const void* real) { return function<int (*)(const void*)>(fakeNccl(), "fakeWaitingCalls")(real); }
 int eventCount() { return function<int (*)()>(fakeNccl(), "fakeEventCount")(); }
 std::string eventCall(int i) { return function<const char* (*)(int)>(fakeNccl(), "fakeEventCall")(i); }
+// How many of the events since `since` are calls of `call`.
+int countSince(int since, const char* call) {
+  int n = 0;
+  for (int i = since; i < eventCount(); ++i) n += eventCall(i) == call;
+  return n;
+}
 const void* eventHandle(int i) { return function<const void* (*)(int)>(fakeNccl(), "fakeEventHandle")(i); }
 // The i-th event's collective arguments, as "recvbuff-label,count,type,op" (NCCL's numbers but for
 // int32 and max, which the status exchange uses); "" when its recvbuff is not in `labels`.
@@ -1554,14 +1560,18 @@ bool pollUntilSet(ncclComm_t* comms, int n) {
 
 // A non-blocking parent's split completes in NCCL's background, whatever the child's config says
 // (the split's group takes the parent's blocking: init.cc, ncclCommInitChildComm; group.cc,
-// ncclAsyncLaunch), so ncclCommSplit returns ncclSuccess with *newcomm NULL and NCCL's thread writes
-// it later; the program polls (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 spins on it). libyali-nccl
-// gives NCCL a Comm of its own to write into and hands the program that Comm once NCCL wrote it,
-// with the child's set-up under way (adoptWhenWritten): its ncclCommGetAsyncError says ncclInProgress
-// until the set-up is done, and then the child runs YALI. The children made in one group by one
-// thread (two ranks here) are set up together. (Until Session 33 the program got NCCL's own handle,
-// NCCL only: this test then failed at yaliOf. Review F1, before that: NCCL's thread wrote into a
-// dead stack frame and the program's pointer stayed NULL.)
+// ncclAsyncLaunch), so ncclCommSplit returns ncclSuccess with *newcomm NULL; NCCL's thread writes the
+// child at the end of its init job and then sets the parent's state (ncclInProgress until then). The
+// program polls (torch polls the parent, then spins on the pointer, then polls the child).
+// libyali-nccl gives NCCL a Comm of its own to write into and hands it to the program once NCCL
+// wrote it and its set-up ended, the parent in progress until then (adoptWhenWritten): as with NCCL
+// alone, a parent that says ncclSuccess has its child written, and the child is ready (no poll
+// needed); and it runs YALI. The children made in one group by one thread (two ranks here) are set
+// up together. (Until Session 33 the program got NCCL's own handle, NCCL only: this test then failed
+// at the handle and yaliOf checks. A first form of the change, in that session, handed the child over
+// before its set-up and after the parent said ncclSuccess: the checks on `kids` right after the
+// parents' poll failed with it. Review F1, before all that: NCCL's thread wrote into a dead stack
+// frame and the program's pointer stayed NULL.)
 TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_nccl_wrote_it) {
   const bool passed = passesInChild([] {
     ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
@@ -1582,15 +1592,18 @@ TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_
     for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], &blocking) == ncclSuccess);
     CHECK(kids[0] == nullptr && kids[1] == nullptr);  // NULL until NCCL wrote them, as with NCCL alone
     REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
-    CHECK_MSG(pollUntilSet(kids, 2), "the children never reached the program: %p, %p",
-              static_cast<void*>(kids[0]), static_cast<void*>(kids[1]));
+    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
     for (int r = 0; r < 2; ++r) {
-      REQUIRE(kids[r] != nullptr);
-      CHECK(kids[r] != child(const_cast<void*>(realOf(parents[r])), 0));  // ours, not NCCL's handle
-      REQUIRE(pollReady(kids[r]) == ncclSuccess);  // the set-up, then NCCL's own state
+      // Written once the parent says ncclSuccess; ready without a poll of its own.
+      const ncclComm_t k = __atomic_load_n(&kids[r], __ATOMIC_ACQUIRE);
+      CHECK_MSG(k != nullptr, "rank %d's child is still NULL after its parent said ncclSuccess", r);
+      REQUIRE(k != nullptr);
+      CHECK(k != child(const_cast<void*>(realOf(parents[r])), 0));  // ours, not NCCL's handle
+      ncclResult_t state = ncclInProgress;
+      CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclSuccess);
       int n = 0;
-      CHECK(SHIM(ncclCommCount)(kids[r], &n) == ncclSuccess && n == 2);
-      CHECK(realOf(kids[r]) == child(const_cast<void*>(realOf(parents[r])), 0));  // NCCL's child behind it
+      CHECK(SHIM(ncclCommCount)(k, &n) == ncclSuccess && n == 2);
+      CHECK(realOf(k) == child(const_cast<void*>(realOf(parents[r])), 0));  // NCCL's child behind it
     }
     const std::vector<Rank> ranks = ranksOf({kids[0], kids[1]});
     for (const Rank& k : ranks) CHECK_MSG(k.yali != nullptr, "a child of a non-blocking parent is NCCL only");
@@ -1599,10 +1612,9 @@ TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_
     int excluded = 1;
     ncclComm_t shrunk = nullptr;
     CHECK(SHIM(ncclCommShrink)(parents[0], &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT) == ncclSuccess);
-    CHECK_MSG(pollUntilSet(&shrunk, 1), "the shrunk comm never reached the program");
-    REQUIRE(shrunk != nullptr);
+    REQUIRE(pollReady(parents[0]) == ncclSuccess);
+    REQUIRE(__atomic_load_n(&shrunk, __ATOMIC_ACQUIRE) != nullptr);
     CHECK(shrunk != child(const_cast<void*>(realOf(parents[0])), 1));
-    REQUIRE(pollReady(shrunk) == ncclSuccess);
     CHECK(realOf(shrunk) == child(const_cast<void*>(realOf(parents[0])), 1));
     CHECK(SHIM(ncclCommDestroy)(shrunk) == ncclSuccess);
 #endif
@@ -1616,17 +1628,93 @@ TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_
     CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclInvalidArgument);
     REQUIRE(pollReady(alone) == ncclSuccess);
     CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &kid, nullptr) == ncclSuccess);
-    CHECK_MSG(pollUntilSet(&kid, 1), "the child never reached the program");
-    REQUIRE(kid != nullptr);
-    REQUIRE(pollReady(kid) == ncclSuccess);
+    // While the child is handed over, the parent is in progress: a second split is refused, as NCCL
+    // refuses a split of a comm in progress.
+    ncclComm_t early = nullptr;
+    CHECK(SHIM(ncclCommSplit)(alone, 0, 0, &early, nullptr) == ncclInvalidArgument);
+    REQUIRE(pollReady(alone) == ncclSuccess);
+    REQUIRE(__atomic_load_n(&kid, __ATOMIC_ACQUIRE) != nullptr);
     CHECK(realOf(kid) == child(const_cast<void*>(realOf(alone)), 0));
     // A split without a color makes no child: the program's pointer stays NULL.
     ncclComm_t none = reinterpret_cast<ncclComm_t>(0x1);
     CHECK(SHIM(ncclCommSplit)(alone, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess);
     usleep(50000);  // past the fake's delivery (20 ms)
     CHECK(__atomic_load_n(&none, __ATOMIC_ACQUIRE) == nullptr);
+    REQUIRE(pollReady(alone) == ncclSuccess);
     for (ncclComm_t c : {kids[0], kids[1], kid, parents[0], parents[1], alone})
       if (c != nullptr) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
+  });
+  CHECK(passed);
+}
+
+// A non-blocking parent's child whose init failed: NCCL writes it all the same and reports the
+// failure on the parent, never on the child (init.cc, group.cc). The program gets the child (NCCL
+// only: it takes no part in a set-up) and the parent's error. (The first form of Session 33's change
+// judged the child by its own state, ncclSuccess, and would run the set-up's rounds on it; this test
+// failed with it earlier, at the hand-over: the child was not written when the parent reported.)
+TEST(a_non_blocking_parents_child_whose_init_failed_is_handed_over_nccl_only) {
+  const bool passed = passesInChild([] {
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parents[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
+    variable<int>(fakeNccl(), "fakeFailChildInits") = 2;
+    const int since = eventCount();
+    ncclComm_t kids[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], nullptr) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+    for (int r = 0; r < 2; ++r) CHECK(pollReady(parents[r]) == ncclSystemError);  // NCCL's verdict, on the parent
+    for (int r = 0; r < 2; ++r) {
+      const ncclComm_t k = __atomic_load_n(&kids[r], __ATOMIC_ACQUIRE);
+      CHECK_MSG(k != nullptr, "rank %d's failed child was not handed over", r);
+      REQUIRE(k != nullptr);
+      CHECK(realOf(k) == child(const_cast<void*>(realOf(parents[r])), 0));
+    }
+    // No set-up round was issued on the failed children (an AllGather would be the records round).
+    CHECK_MSG(countSince(since, "ncclAllGather") == 0, "%d set-up rounds on failed children",
+              countSince(since, "ncclAllGather"));
+    for (ncclComm_t k : kids) CHECK(yaliOf(k) == nullptr);
+    variable<int>(fakeNccl(), "fakeFailChildInits") = 0;
+    for (ncclComm_t c : {kids[0], kids[1], parents[0], parents[1]})
+      if (c != nullptr) SHIM(ncclCommAbort)(c);
+  });
+  CHECK(passed);
+}
+
+// An abort of a non-blocking parent while its child's hand-over waits for NCCL (a watchdog's abort
+// of a stuck split) stops the hand-over at once, and nothing is written into the program's pointer
+// after the abort returned (NCCL's abort joins the child's job, so with NCCL alone the pointer is
+// final by then). (The first form of Session 33's change wrote it later: this test failed with it.) The fake's child is written 500 ms later, after the abort: the Comm it lands in
+// is kept, and the program's pointer stays NULL.
+TEST(an_abort_of_a_non_blocking_parent_stops_its_childs_hand_over_and_writes_nothing_later) {
+  const bool passed = passesInChild([] {
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parent = nullptr;
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&parent, 1, id, 0, &nonBlocking) == ncclInProgress);
+    REQUIRE(pollReady(parent) == ncclSuccess);
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 500;
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
+    ncclResult_t state = ncclSuccess;
+    CHECK(SHIM(ncclCommGetAsyncError)(parent, &state) == ncclSuccess && state == ncclInProgress);
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(SHIM(ncclCommAbort)(parent) == ncclSuccess);
+    const long ms = static_cast<long>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count());
+    CHECK_MSG(ms < 300, "the abort waited %ld ms for the child's hand-over", ms);
+    usleep(700000);  // past the fake's write of the child
+    CHECK(__atomic_load_n(&kid, __ATOMIC_ACQUIRE) == nullptr);
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 20;
   });
   CHECK(passed);
 }
