@@ -704,10 +704,12 @@ struct BackgroundSetUp {
   // ends at its own YALI_TIMEOUT_MS, or when its peers join.
   std::atomic<bool> cancel{false};
   // A hand-over of non-blocking parents' children (handOverWhenWritten), held by those parents: the
-  // children, and whether the thread handed them to the program. Read by others only once the
-  // thread was joined (finishHandOver).
+  // children, their parents, and whether the thread handed them to the program. Read by others only
+  // once the thread was joined, once (finishHandOver: the abort or revoke of any of the parents).
   std::vector<Child> kids;
+  std::vector<Comm*> parents;
   bool handedOver = false;
+  std::once_flag finished;
 };
 
 namespace {
@@ -1345,10 +1347,18 @@ void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents,
   if (cancelled()) return;
   useDeviceOf(ready);
   // Bounded as any set-up's rounds (YALI_TIMEOUT_MS), and stopped at once by a cancel, after which
-  // the children are still handed over (finishHandOver's work, done here): their comms are made.
+  // the children are still handed over here: their comms are made. (A child whose config is
+  // blocking may wait in NCCL's own calls of the rounds without a bound, as any blocking comm's
+  // set-up can: NCCL_ABI.md, "What the bound does not cover".)
   setUpYali(ready, cancel);
   for (const Child& k : kids) __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
   *handedOver = true;
+}
+
+// The parents of a hand-over are ready again to the program (release: it then sees the children
+// written).
+void parentsReady(const std::vector<Comm*>& parents) {
+  for (Comm* p : parents) p->setUpPending.store(false, std::memory_order_release);
 }
 
 // adoptWhenWritten's hand-over of `kids` (made by one call, or in one group: one thread may make
@@ -1358,15 +1368,13 @@ void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents,
 void handOverWhenWritten(const std::vector<Child>& kids) {
   auto background = std::make_shared<BackgroundSetUp>();
   background->kids = kids;
-  std::vector<Comm*> parents;
+  std::vector<Comm*>& parents = background->parents;
   for (const Child& k : kids)
     if (std::find(parents.begin(), parents.end(), k.parent) == parents.end()) parents.push_back(k.parent);
   for (Comm* p : parents) {
     // Its own set-up's thread, or an earlier hand-over's, is over: a split or shrink of a comm in
-    // progress is refused, but a shrink with NCCL_SHRINK_ABORT, which stopped it; what that one had
-    // not handed over is handed over first (the shrink's NCCL call, made, aborted its jobs).
+    // progress is refused (a shrink with NCCL_SHRINK_ABORT too, while a hand-over runs).
     waitForSetUp(p);
-    finishHandOver(p);
     p->setUpPending.store(true);
     p->background = background;
   }
@@ -1375,16 +1383,18 @@ void handOverWhenWritten(const std::vector<Child>& kids) {
   try {
     background->thread = std::thread([kids, parents, cancel, handedOver] {
       handOver(kids, parents, cancel, handedOver);
-      // Release: the program's thread that sees a parent ready sees the children written.
-      for (Comm* p : parents) p->setUpPending.store(false, std::memory_order_release);
+      // Stopped before it handed them over, the parents stay in progress until the abort or revoke
+      // that stopped it hands the children over (finishHandOver): a parent says ncclSuccess only
+      // with its child written, as NCCL's does.
+      if (*handedOver) parentsReady(parents);
     });
-  } catch (const std::system_error& e) {
+  } catch (...) {  // std::system_error, std::bad_alloc: nothing may leave an NCCL call
     // No thread: the children stay NCCL's to write into Comms never freed; the program keeps NULL.
-    warn(-1, "a non-blocking parent's split or shrink: no thread to hand its child over (%s): the program's "
-         "pointer stays NULL", e.what());
+    warn(-1, "a non-blocking parent's split or shrink: no thread to hand its child over: the program's "
+         "pointer stays NULL");
     for (const Child& k : kids) dropChildless(k.comm, true);
     background->kids.clear();
-    for (Comm* p : parents) p->setUpPending.store(false, std::memory_order_release);
+    parentsReady(parents);
   }
 }
 
@@ -1403,21 +1413,34 @@ void adoptWhenWritten(Comm* c, ncclComm_t* out, Comm* parent) {
 
 void finishHandOver(Comm* parent) {
   std::shared_ptr<BackgroundSetUp> b = parent->background;
-  if (b == nullptr || b->kids.empty() || b->handedOver) return;
-  waitForSetUp(parent);  // joined already by the caller; the fields are read after the join
-  b->handedOver = true;
-  for (const Child& k : b->kids) {
-    if (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
-      dropChildless(k.comm, true);  // NCCL may still write it: kept; the program keeps NULL
-      continue;
+  if (b == nullptr || b->kids.empty()) return;
+  // Once, whichever of its parents' aborts or revokes comes first (they may run on several threads).
+  std::call_once(b->finished, [&] {
+    waitForSetUp(parent);  // joined already by the caller; the fields are read after the join
+    if (b->handedOver) return;
+    b->handedOver = true;
+    for (const Child& k : b->kids) {
+      if (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
+        // NCCL's abort and revoke join the child's job, so this is a child NCCL never wrote (or a
+        // revoke NCCL refused, which joined nothing: refused here first where we know NCCL will):
+        // kept, since NCCL may still write it; the program keeps NULL.
+        dropChildless(k.comm, true);
+        continue;
+      }
+      // NCCL made the child: the program gets it, NCCL only, with the error a comm whose set-up was
+      // stopped reports (its peers may be in their rounds).
+      k.comm->noYali = "its parent was aborted or revoked before the child's set-up";
+      k.comm->setUpError.store(ncclRemoteError);
+      info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
+      __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
     }
-    // NCCL made the child (whose job the parent's abort joined): the program gets it, NCCL only,
-    // with the error a comm whose set-up was stopped reports (its peers may be in their rounds).
-    k.comm->noYali = "its parent was aborted or revoked before the child's set-up";
-    k.comm->setUpError.store(ncclRemoteError);
-    info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
-    __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
-  }
+    parentsReady(b->parents);
+  });
+}
+
+bool handOverPending(const Comm* c) {
+  std::shared_ptr<BackgroundSetUp> b = c->background;
+  return b != nullptr && !b->kids.empty() && c->setUpPending.load(std::memory_order_acquire);
 }
 
 void adoptClique(ncclComm_t* comms, int n, const int* devlist) {

@@ -129,6 +129,9 @@ struct Comm {
   int nranks = 0;
   int device = -1;
   bool blocking = true;  // config.blocking; a non-blocking communicator stays NCCL only (phase 1)
+  // ncclCommRevoke succeeded, or ncclCommFinalize was called: NCCL refuses a revoke then (init.cc),
+  // and so does ncclCommRevoke here, before it stops anything (a child's hand-over among them).
+  bool revokedOrFinalized = false;
   // config.splitShare as NCCL takes it (sharesResources): the hierarchy's splits, made with the
   // comm's config, then share its resources and its abort flag (abortTogether).
   bool sharesResources = false;
@@ -286,6 +289,10 @@ void adoptWhenWritten(Comm* c, ncclComm_t* out, Comm* parent);
 // the children its stopped hand-over had not handed over: written by NCCL, to the program, NCCL only,
 // reporting ncclRemoteError; not written, kept, the program's pointer NULL.
 void finishHandOver(Comm* parent);
+// Whether c is the parent of a child still being handed over (a shrink of it is refused then, even
+// with NCCL_SHRINK_ABORT: NCCL refuses one of a comm in progress, and stopping the hand-over for a
+// shrink NCCL then refused would leave the child unwritten).
+bool handOverPending(const Comm* c);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
 void adoptClique(ncclComm_t* comms, int n, const int* devlist);
 

@@ -1456,7 +1456,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
 #ifdef NCCL_SHRINK_ABORT
   aborting = (shrinkFlags & NCCL_SHRINK_ABORT) != 0;
 #endif
-  if (aborting)
+  if (aborting && !handOverPending(parent))
     cancelSetUp(parent);
   else if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommShrink"); refused != ncclSuccess)
     return refused;
@@ -1521,6 +1521,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, "ncclCommFinalize"); refused != ncclSuccess)
     return refused;
   waitForSetUp(c);  // joins an ended background set-up or answer
+  c->revokedOrFinalized = true;
   ncclResult_t ended = endHierarchy(c, false, true, "finalized");
   // Finalize flushes the comm's operations; yaliCommDestroy waits for YALI's (this rank's, bounded),
   // and no collective may follow a finalize.
@@ -1583,6 +1584,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   // set up, refused here, before the set-up that its siblings share is stopped.
   if (revokeFlags != 0)
     if (const ncclResult_t refused = refuseWhileSetUp(c, "ncclCommRevoke"); refused != ncclSuccess) return refused;
+  // A second revoke, or one after a finalize, NCCL refuses without joining anything: refused here
+  // before it stops a child's hand-over that NCCL would have let finish.
+  if (c->revokedOrFinalized) return callReal<Api::ncclCommRevoke>(c->real, revokeFlags);
   cancelSetUp(c);  // as abort
   waitForSetUp(c);
   // Revoke stops the operations in flight; YALI's abort does (peers learn of it), and the comm
@@ -1592,6 +1596,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   endYali(c, true, "revoked");
   const ncclResult_t r = abortTogether(
       splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); }, !c->sharesResources);
+  if (r == ncclSuccess || r == ncclInProgress) c->revokedOrFinalized = true;
   finishHandOver(c);  // children whose hand-over the revoke stopped
   return r;
 }

@@ -90,6 +90,7 @@ struct FakeComm {
   bool ended = false;                     // destroyed or aborted
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
   int asyncErrorCalls = 0;                // ncclCommGetAsyncError calls under way (atomic)
+  int pendingChildren = 0;                // children not yet written (deliver; atomic): abort joins them
 };
 
 // One communicator: its ranks' FakeComms point at the same World.
@@ -196,10 +197,14 @@ bool blockingOf(const ncclConfig_t* config, bool inherited) {
 }  // namespace
 // How long a non-blocking comm's init takes (ms), a non-blocking parent's child's too: a test that
 // must act while it is under way makes it longer.
-extern "C" __attribute__((visibility("default"))) int fakeInitDelayMs = 20;
+extern "C" {
+__attribute__((visibility("default"))) int fakeInitDelayMs = 20;
+}
 // The next this many non-blocking parents' children fail their init: NCCL still writes each (init.cc,
 // the job's exit), and reports the failure on the parent (group.cc), never on the child.
-extern "C" __attribute__((visibility("default"))) int fakeFailChildInits = 0;
+extern "C" {
+__attribute__((visibility("default"))) int fakeFailChildInits = 0;
+}
 namespace {
 
 // Hands a child comm to the program's *newcomm: now, or for a non-blocking parent's child from a
@@ -216,12 +221,14 @@ void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
   const int delayMs = __atomic_load_n(&fakeInitDelayMs, __ATOMIC_ACQUIRE);
   const bool fails = __atomic_fetch_sub(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL) > 0;
   if (!fails) __atomic_fetch_add(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL);  // none was asked for
+  __atomic_fetch_add(&parent->pendingChildren, 1, __ATOMIC_ACQ_REL);
   std::thread([newcomm, child, parent, delayMs, fails] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
     ncclResult_t expected = ncclInProgress;
     __atomic_compare_exchange_n(&parent->asyncError, &expected, fails ? ncclSystemError : ncclSuccess, false,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+    __atomic_fetch_sub(&parent->pendingChildren, 1, __ATOMIC_ACQ_REL);
   }).detach();
 }
 
@@ -813,6 +820,10 @@ FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   const TearingDown during;
+  // NCCL's abort joins the comm's group job (ncclCommEnsureReady), whose jobs write its children.
+  if (comm != nullptr)
+    while (__atomic_load_n(&fakeMutable(comm)->pendingChildren, __ATOMIC_ACQUIRE) > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
   tearDown(comm);
   const ncclResult_t r = note("ncclCommAbort", comm);
   if (comm == nullptr) return ncclSuccess;
