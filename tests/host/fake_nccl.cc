@@ -91,7 +91,12 @@ struct FakeComm {
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
   int asyncErrorCalls = 0;                // ncclCommGetAsyncError calls under way (atomic)
   int pendingChildren = 0;                // children not yet written (deliver; atomic): abort joins them
+  bool revoked = false;                   // ncclCommRevoke succeeded: NCCL refuses another (init.cc)
 };
+
+// NCCL's abort and revoke join the comm's group job (ncclCommEnsureReady), whose jobs write its
+// children.
+void joinChildren(ncclComm_t comm);
 
 // One communicator: its ranks' FakeComms point at the same World.
 struct World {};
@@ -382,6 +387,12 @@ ncclResult_t note(const char* call, const void* comm, const Op* args) {
 
 const FakeComm* fake(ncclComm_t comm) { return reinterpret_cast<const FakeComm*>(comm); }
 FakeComm* fakeMutable(ncclComm_t comm) { return reinterpret_cast<FakeComm*>(comm); }
+
+void joinChildren(ncclComm_t comm) {
+  if (comm == nullptr) return;
+  while (__atomic_load_n(&fakeMutable(comm)->pendingChildren, __ATOMIC_ACQUIRE) > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 // ---- Groups: what a group carries out at its end ------------------------------------------------------
 
@@ -806,8 +817,12 @@ FAKE_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm) { return note("ncclCo
 
 FAKE_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
   const TearingDown during;
+  if (comm != nullptr && fake(comm)->revoked) return ncclInvalidArgument;  // as NCCL: a revoke in progress
+  joinChildren(comm);
   tearDown(comm);
-  return note("ncclCommRevoke", comm);
+  const ncclResult_t r = note("ncclCommRevoke", comm);
+  if (comm != nullptr && r == ncclSuccess) fakeMutable(comm)->revoked = true;
+  return r;
 }
 
 // NCCL returns ncclSuccess for a NULL comm in these two (init.cc).
@@ -820,10 +835,7 @@ FAKE_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 FAKE_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm) {
   const TearingDown during;
-  // NCCL's abort joins the comm's group job (ncclCommEnsureReady), whose jobs write its children.
-  if (comm != nullptr)
-    while (__atomic_load_n(&fakeMutable(comm)->pendingChildren, __ATOMIC_ACQUIRE) > 0)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  joinChildren(comm);
   tearDown(comm);
   const ncclResult_t r = note("ncclCommAbort", comm);
   if (comm == nullptr) return ncclSuccess;

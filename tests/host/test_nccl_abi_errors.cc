@@ -19,6 +19,7 @@
 // communicators' waits on a real NCCL (the fake's non-blocking init completes without its peers) and CUDA graph capture itself (the fake CUDA runtime reports one stream the test names as
 // captured, fakeCudaCapturedStream, and records no graph).
 #include <dlfcn.h>
+#include <atomic>
 #include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1726,6 +1727,111 @@ TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
       state = ncclSuccess;
       CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclRemoteError);
       CHECK(SHIM(ncclCommAbort)(k) == ncclSuccess);
+    }
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 20;
+  });
+  CHECK(passed);
+}
+
+#ifdef YALI_NCCL_HAS_ncclCommRevoke
+// A revoke of a non-blocking parent during its child's hand-over stops it as an abort does: NCCL's
+// revoke joins the child's job (ncclCommEnsureReady; the fake's does too), and the child is in the
+// program's pointer when the revoke returns, NCCL only, reporting ncclRemoteError; the parent is
+// ready again. A second revoke, which NCCL refuses without joining anything, is refused before it
+// stops anything (this part failed with 9587b43).
+TEST(a_revoke_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_child_over_nccl_only) {
+  const bool passed = passesInChild([] {
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parent = nullptr;
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&parent, 1, id, 0, &nonBlocking) == ncclInProgress);
+    REQUIRE(pollReady(parent) == ncclSuccess);
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclCommRevoke)(parent, NCCL_REVOKE_DEFAULT) == ncclSuccess);
+    const ncclComm_t k = __atomic_load_n(&kid, __ATOMIC_ACQUIRE);
+    CHECK_MSG(k != nullptr, "the child NCCL wrote was not in the program's pointer when the revoke returned");
+    ncclResult_t state = ncclInProgress;
+    CHECK(SHIM(ncclCommGetAsyncError)(parent, &state) == ncclSuccess && state != ncclInProgress);
+    if (k != nullptr) {
+      state = ncclSuccess;
+      CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclRemoteError);
+    }
+    // A revoked comm may still be split (or shrunk). A second revoke during that child's hand-over is
+    // refused by NCCL without joining anything, and stops nothing here: the child still arrives.
+    // (Before a5d1ad9 that revoke stopped the hand-over, and the child never reached the program.)
+    ncclComm_t later = nullptr;
+    CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &later, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclCommRevoke)(parent, NCCL_REVOKE_DEFAULT) == ncclInvalidArgument);
+    CHECK(pollReady(parent) != ncclInProgress);
+    CHECK_MSG(__atomic_load_n(&later, __ATOMIC_ACQUIRE) != nullptr,
+              "a refused revoke stopped the hand-over: the child never reached the program");
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 20;
+    for (ncclComm_t c : {k, later, parent})
+      if (c != nullptr) SHIM(ncclCommAbort)(c);
+  });
+  CHECK(passed);
+}
+#endif
+
+// Two ranks' non-blocking parents, split in one group by one thread (one hand-over for both), then
+// aborted at once from two threads (a watchdog per rank): the hand-over is finished once, both
+// children are in the program's pointers when the aborts return, NCCL only, reporting
+// ncclRemoteError, and neither parent says ncclSuccess with its child still NULL meanwhile. (It
+// passed with 9587b43 too, whose race between the two aborts is a window this test may not hit.)
+TEST(two_parents_of_one_hand_over_aborted_from_two_threads_both_hand_their_children_over) {
+  const bool passed = passesInChild([] {
+    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+    nonBlocking.blocking = 0;
+    ncclUniqueId id;
+    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+    ncclComm_t parents[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r)
+      REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
+    variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
+    ncclComm_t kids[2] = {nullptr, nullptr};
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], nullptr) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+    std::atomic<int> readyWithoutChild{0};
+    std::atomic<bool> aborting{true};
+    // A poller per parent, as a program polling while a watchdog aborts: ncclSuccess with the
+    // child still NULL is the breach.
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        while (aborting.load()) {
+          ncclResult_t state = ncclInProgress;
+          if (SHIM(ncclCommGetAsyncError)(parents[r], &state) != ncclSuccess) break;
+          if (state == ncclSuccess && __atomic_load_n(&kids[r], __ATOMIC_ACQUIRE) == nullptr) ++readyWithoutChild;
+          if (state != ncclInProgress) break;
+          usleep(500);
+        }
+      });
+    usleep(20000);
+    std::vector<std::thread> aborts;
+    std::atomic<int> aborted{0};
+    for (int r = 0; r < 2; ++r)
+      aborts.emplace_back([&, r] { aborted += SHIM(ncclCommAbort)(parents[r]) == ncclSuccess; });
+    for (std::thread& t : aborts) t.join();
+    aborting = false;
+    for (std::thread& t : threads) t.join();
+    CHECK_EQ(aborted.load(), 2);
+    CHECK_MSG(readyWithoutChild.load() == 0, "a parent said ncclSuccess with its child NULL %d times",
+              readyWithoutChild.load());
+    for (int r = 0; r < 2; ++r) {
+      const ncclComm_t k = __atomic_load_n(&kids[r], __ATOMIC_ACQUIRE);
+      CHECK_MSG(k != nullptr, "rank %d's child was not handed over by the aborts", r);
+      if (k == nullptr) continue;
+      ncclResult_t state = ncclSuccess;
+      CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclRemoteError);
+      SHIM(ncclCommAbort)(k);
     }
     variable<int>(fakeNccl(), "fakeInitDelayMs") = 20;
   });
