@@ -478,7 +478,7 @@ ncclResult_t pollReady(ncclComm_t comm) {
   return state;
 }
 
-// A non-blocking communicator of one rank, ready (its init polled to the end), NCCL only.
+// A non-blocking communicator of one rank, ready (its init polled to the end), NCCL only (one rank).
 ncclComm_t nonBlockingComm() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
@@ -1547,6 +1547,20 @@ namespace {
 
 // Waits (up to 5 s) until every one of `comms` is set, as a program that made them non-blocking
 // polls them; true when they all are.
+// Two ranks' non-blocking comms, made by this thread in one group and polled ready (NCCL's
+// non-blocking group ends in ncclInProgress: group.cc).
+void twoNonBlockingParents(ncclComm_t parents[2]) {
+  ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
+  nonBlocking.blocking = 0;
+  ncclUniqueId id;
+  REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
+  REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
+  REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+  for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
+}
+
 bool pollUntilSet(ncclComm_t* comms, int n) {
   for (int waited = 0; waited < 5000; ++waited) {
     bool all = true;
@@ -1655,16 +1669,8 @@ TEST(a_non_blocking_parents_split_hands_the_program_a_child_that_runs_yali_once_
 // failed with it earlier, at the hand-over: the child was not written when the parent reported.)
 TEST(a_non_blocking_parents_child_whose_init_failed_is_handed_over_nccl_only) {
   const bool passed = passesInChild([] {
-    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-    nonBlocking.blocking = 0;
-    ncclUniqueId id;
-    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
     ncclComm_t parents[2] = {nullptr, nullptr};
-    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-    for (int r = 0; r < 2; ++r)
-      REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
-    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
+    twoNonBlockingParents(parents);
     variable<int>(fakeNccl(), "fakeFailChildInits") = 2;
     const int since = eventCount();
     ncclComm_t kids[2] = {nullptr, nullptr};
@@ -1697,13 +1703,7 @@ TEST(a_non_blocking_parents_child_whose_init_failed_is_handed_over_nccl_only) {
 // join only, not for a set-up.
 TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_child_over_nccl_only) {
   const bool passed = passesInChild([] {
-    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-    nonBlocking.blocking = 0;
-    ncclUniqueId id;
-    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-    ncclComm_t parent = nullptr;
-    REQUIRE(SHIM(ncclCommInitRankConfig)(&parent, 1, id, 0, &nonBlocking) == ncclInProgress);
-    REQUIRE(pollReady(parent) == ncclSuccess);
+    const ncclComm_t parent = nonBlockingComm();
     variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
     ncclComm_t kid = nullptr;
     CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
@@ -1741,13 +1741,7 @@ TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
 // stops anything (this part failed with 9587b43).
 TEST(a_revoke_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_child_over_nccl_only) {
   const bool passed = passesInChild([] {
-    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-    nonBlocking.blocking = 0;
-    ncclUniqueId id;
-    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
-    ncclComm_t parent = nullptr;
-    REQUIRE(SHIM(ncclCommInitRankConfig)(&parent, 1, id, 0, &nonBlocking) == ncclInProgress);
-    REQUIRE(pollReady(parent) == ncclSuccess);
+    const ncclComm_t parent = nonBlockingComm();
     variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
     ncclComm_t kid = nullptr;
     CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
@@ -1784,16 +1778,8 @@ TEST(a_revoke_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
 // passed with 9587b43 too, whose race between the two aborts is a window this test may not hit.)
 TEST(two_parents_of_one_hand_over_aborted_from_two_threads_both_hand_their_children_over) {
   const bool passed = passesInChild([] {
-    ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-    nonBlocking.blocking = 0;
-    ncclUniqueId id;
-    REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
     ncclComm_t parents[2] = {nullptr, nullptr};
-    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-    for (int r = 0; r < 2; ++r)
-      REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
-    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
-    for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
+    twoNonBlockingParents(parents);
     variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
     ncclComm_t kids[2] = {nullptr, nullptr};
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
