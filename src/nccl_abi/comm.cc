@@ -714,6 +714,18 @@ struct BackgroundSetUp {
 
 namespace {
 
+// A new thread's device is 0; before anything there restores "the current device" (DeviceGuard),
+// it takes its comms' (the first whose device NCCL reports): setting 0 back would make a CUDA context
+// on GPU 0 in every process, hundreds of MB of it (review, Session 32).
+void useDeviceOf(const std::vector<Comm*>& comms) {
+  for (Comm* c : comms) {
+    int device = -1;
+    if (cudaRuntime() == nullptr || callReal<Api::ncclCommCuDevice>(c->real, &device) != ncclSuccess) continue;
+    rt().cudaSetDevice(device);
+    return;
+  }
+}
+
 // `run(ready, cancel)` (answerNo or setUpYali), from a thread of its own, once NCCL says each comm's
 // init completed (ncclCommGetAsyncError no longer ncclInProgress): a non-blocking comm's init goes on
 // in NCCL's background after its creating call returned, and blocking here could deadlock a program
@@ -727,18 +739,6 @@ namespace {
 // (Comm::setUpPending) without asking NCCL, and a call on the comm is refused (refuseWhileSetUp).
 // Stopped (cancel) before `run` began, a comm whose init was under way, or every comm once it was
 // over, reports ncclRemoteError: its peers may be in their set-up's rounds, which it will not take.
-// A new thread's device is 0; before anything there restores "the current device" (DeviceGuard),
-// it takes its comms' (the first whose device NCCL reports): setting 0 back would make a CUDA context
-// on GPU 0 in every process, hundreds of MB of it (review, Session 32).
-void useDeviceOf(const std::vector<Comm*>& comms) {
-  for (Comm* c : comms) {
-    int device = -1;
-    if (cudaRuntime() == nullptr || callReal<Api::ncclCommCuDevice>(c->real, &device) != ncclSuccess) continue;
-    rt().cudaSetDevice(device);
-    return;
-  }
-}
-
 template <typename Run>
 void whenReady(const std::vector<Comm*>& comms, Run run) {
   if (comms.empty()) return;
