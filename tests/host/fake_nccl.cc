@@ -90,13 +90,14 @@ struct FakeComm {
   bool ended = false;                     // destroyed or aborted
   std::vector<FakeComm*> children;        // made by ncclCommSplit / ncclCommShrink, in order
   int asyncErrorCalls = 0;                // ncclCommGetAsyncError calls under way (atomic)
-  int pendingChildren = 0;                // children not yet written (deliver; atomic): abort joins them
   bool revoked = false;                   // ncclCommRevoke succeeded: NCCL refuses another (init.cc)
 };
 
-// NCCL's abort and revoke join the comm's group job (ncclCommEnsureReady), whose jobs write its
-// children.
+// NCCL's abort and revoke join the comm's group job (ncclCommEnsureReady), whose jobs write the
+// children of every parent split in that group (one thread driving several ranks): here every
+// child still to be written, of any parent (pendingChildren counts them all).
 void joinChildren(ncclComm_t comm);
+int pendingChildren = 0;  // non-blocking parents' children not yet written (deliver; atomic)
 
 // One communicator: its ranks' FakeComms point at the same World.
 struct World {};
@@ -226,14 +227,14 @@ void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
   const int delayMs = __atomic_load_n(&fakeInitDelayMs, __ATOMIC_ACQUIRE);
   const bool fails = __atomic_fetch_sub(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL) > 0;
   if (!fails) __atomic_fetch_add(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL);  // none was asked for
-  __atomic_fetch_add(&parent->pendingChildren, 1, __ATOMIC_ACQ_REL);
+  __atomic_fetch_add(&pendingChildren, 1, __ATOMIC_ACQ_REL);
   std::thread([newcomm, child, parent, delayMs, fails] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
     __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
     ncclResult_t expected = ncclInProgress;
     __atomic_compare_exchange_n(&parent->asyncError, &expected, fails ? ncclSystemError : ncclSuccess, false,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-    __atomic_fetch_sub(&parent->pendingChildren, 1, __ATOMIC_ACQ_REL);
+    __atomic_fetch_sub(&pendingChildren, 1, __ATOMIC_ACQ_REL);
   }).detach();
 }
 
@@ -390,7 +391,7 @@ FakeComm* fakeMutable(ncclComm_t comm) { return reinterpret_cast<FakeComm*>(comm
 
 void joinChildren(ncclComm_t comm) {
   if (comm == nullptr) return;
-  while (__atomic_load_n(&fakeMutable(comm)->pendingChildren, __ATOMIC_ACQUIRE) > 0)
+  while (__atomic_load_n(&pendingChildren, __ATOMIC_ACQUIRE) > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
