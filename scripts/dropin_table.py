@@ -10,9 +10,13 @@ nccl-tests' result row, counted from its end (hypercube's rows lack the redop fi
 """
 import collections
 import glob
+import os
 import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from perf_tables import human  # noqa: E402  (sizes as perf_tables.py writes them: 8K, 2M, ...)
 
 
 def rows_of(path):
@@ -29,13 +33,6 @@ def rows_of(path):
         wrong = sum(1 for w in (f[-5], f[-1]) if w not in ("0", "N/A"))
         out[int(f[0])] = (t, bus, wrong)
     return out
-
-
-def human(n):
-    for unit, k in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
-        if n >= k and n % k == 0:
-            return f"{n // k}{unit}"
-    return str(n)
 
 
 def main(out):
