@@ -225,15 +225,14 @@ T realArg(T value) {
   return value;
 }
 inline ncclComm_t realArg(ncclComm_t handle) { return realComm(handle); }
-// Whether `value` is one of our comms whose background set-up still runs (the generic forwards refuse
-// the call then: refuseWhileSetUp).
+// refuseWhileSetUp for one argument of a generic forward: only an argument that is one of our comms
+// can be refused.
 template <typename T>
-bool setUpPendingArg(T) {
-  return false;
+ncclResult_t refuseWhileSetUpArg(T, const char*) {
+  return ncclSuccess;
 }
-inline bool setUpPendingArg(ncclComm_t handle) {
-  const Comm* c = ours(handle);
-  return c != nullptr && c->setUpPending.load(std::memory_order_acquire);
+inline ncclResult_t refuseWhileSetUpArg(ncclComm_t handle, const char* function) {
+  return refuseWhileSetUp(ours(handle), function);
 }
 
 // ---- Creation --------------------------------------------------------------------------------------

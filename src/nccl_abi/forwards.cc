@@ -14,7 +14,6 @@
 #include <nccl.h>
 
 #include "nccl_abi/comm.h"
-#include "nccl_abi/diag.h"
 #include "nccl_abi/nccl_api.h"
 
 #define YALI_NCCL_EXPORT __attribute__((visibility("default")))
@@ -31,11 +30,9 @@ auto forwardToReal(A... args) {
   // ncclCommWindowRegister and ncclDevCommCreate; the intercepted calls do: refuseInGroupWhileSetUp).
   using Result = decltype(callReal<f>(realArg(args)...));
   if constexpr (std::is_same_v<Result, ncclResult_t>) {
-    if ((setUpPendingArg(args) || ...))
-      return shimFail(ncclInvalidArgument,
-                      "%s: a communicator still being set up (its ncclCommGetAsyncError says ncclInProgress): "
-                      "poll it until ncclSuccess first, as NCCL requires of a non-blocking communicator",
-                      apiName(f));
+    ncclResult_t refused = ncclSuccess;
+    ((refused = refused != ncclSuccess ? refused : refuseWhileSetUpArg(args, apiName(f))), ...);
+    if (refused != ncclSuccess) return refused;
   }
   return callReal<f>(realArg(args)...);
 }
