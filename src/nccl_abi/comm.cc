@@ -1285,10 +1285,11 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
     tlsGroup.answers.push_back(c);  // answered once the group's end made its real comm (leaveGroup)
   } else if (gated && c->real != nullptr && result == ncclSuccess) {
     // NCCL's init returned ncclSuccess (a blocking one, or a non-blocking one NCCL finished): its
-    // comm is ready, so the answer is made here, before the program gets the handle. From a thread of its own (below) it would run beside the program,
-    // which need not poll a blocking comm before its first collective: two threads on one NCCL
-    // comm, in an order that can differ between ranks, one rank's collective meeting another's
-    // set-up round (review of 8f3bfe3, Session 30: an environment plugin's blocking comms).
+    // comm is ready, so the answer is made here, before the program gets the handle. From a thread
+    // of its own (below) it would run beside the program, which need not poll a blocking comm
+    // before its first collective: two threads on one NCCL comm, in an order that can differ
+    // between ranks, one rank's collective meeting another's set-up round (review of 8f3bfe3,
+    // Session 30: an environment plugin's blocking comms).
     answerNo({c});
   } else if (gated && c->real != nullptr) {
     answerNoWhenReady({c});

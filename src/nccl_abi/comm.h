@@ -128,7 +128,7 @@ struct Comm {
   int rank = -1;
   int nranks = 0;
   int device = -1;
-  bool blocking = true;  // config.blocking; a non-blocking communicator stays NCCL only (phase 1)
+  bool blocking = true;  // config.blocking as NCCL takes it (isBlocking); non-blocking: set up in the background
   // ncclCommRevoke succeeded, or ncclCommFinalize was called: NCCL refuses a revoke then (init.cc),
   // and so does ncclCommRevoke here, before it stops anything (a child's hand-over among them).
   bool revokedOrFinalized = false;
@@ -168,8 +168,9 @@ struct Comm {
   // runs, ncclCommGetAsyncError says ncclInProgress, so that the program, which must wait for
   // ncclSuccess before using a non-blocking comm, issues nothing on it meanwhile; a call that comes
   // sooner is refused as NCCL refuses a call on a comm in progress (refuseWhileSetUp); abort and
-  // revoke stop it (cancelSetUp), then join it (waitForSetUp). Written by that thread before it clears the flag (release),
-  // read after (acquire): the comm's YALI state (yali, hier, noYali, disabled, registerYali).
+  // revoke stop it (cancelSetUp), then join it (waitForSetUp). Written by that thread before it
+  // clears the flag (release), read after (acquire): the comm's YALI state (yali, hier, noYali,
+  // disabled, registerYali).
   std::atomic<bool> setUpPending{false};
   std::shared_ptr<BackgroundSetUp> background;
   // A set-up round of this rank waited for a peer until YALI_TIMEOUT_MS: the comm is NCCL only, but

@@ -478,8 +478,9 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
 // the deferred calls run, in call order, unless the group was simulated or failed (`run` false: a
 // simulated group's calls do not run, as in NCCL, nor do those of a group a refusal failed). They
-// run also where an end failed (on another comm of the group, say): a hierarchical call's peers on other nodes wait in NCCL for its cross step, without
-// a bound, and the hierarchical steps send it even after a failed YALI step (markFailedAtCall).
+// run also where an end failed (on another comm of the group, say): a hierarchical call's peers on
+// other nodes wait in NCCL for its cross step, without a bound, and the hierarchical steps send it
+// even after a failed YALI step (markFailedAtCall).
 // Each hierarchical call runs alone, as made outside a group; the calls between two of them run
 // one by one too, or as one group where they hold a point-to-point call (see above) or calls on
 // several devices (below).
@@ -1425,8 +1426,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // the program polls for it (torch with TORCH_NCCL_USE_COMM_NONBLOCKING=1 polls the parent, then
   // spins on it). Its child goes to a Comm of ours, which a thread of ours hands the program once
   // NCCL wrote it and its set-up ended, the parent in progress until then (create,
-  // adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL only). A split without a color makes no child: NCCL gets the program's own pointer, into which
-  // it writes NULL. Wherever NCCL reads its settings through an environment plugin
+  // adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL only). A split
+  // without a color makes no child: NCCL gets the program's own pointer, into which it writes
+  // NULL. Wherever NCCL reads its settings through an environment plugin
   // (ncclEnvPluginInUse), NCCL may take the parent for non-blocking where we could not see it: NCCL
   // gets the program's pointer, and the program NCCL's own handle, which every function here passes
   // through untouched (ours() is null for it), as every comm is NCCL only then anyway.
