@@ -714,6 +714,11 @@ struct BackgroundSetUp {
 
 namespace {
 
+// Comm::background is assigned by the thread that creates a comm or splits a parent while another
+// may read it (a watchdog's abort or revoke of that parent): both through std::atomic_load/store.
+std::shared_ptr<BackgroundSetUp> backgroundOf(const Comm* c) { return std::atomic_load(&c->background); }
+void setBackground(Comm* c, std::shared_ptr<BackgroundSetUp> b) { std::atomic_store(&c->background, std::move(b)); }
+
 // A new thread's device is 0; before anything there restores "the current device" (DeviceGuard),
 // it takes its comms' (the first whose device NCCL reports): setting 0 back would make a CUDA context
 // on GPU 0 in every process, hundreds of MB of it (review, Session 32).
@@ -745,7 +750,7 @@ void whenReady(const std::vector<Comm*>& comms, Run run) {
   auto background = std::make_shared<BackgroundSetUp>();
   for (Comm* c : comms) {
     c->setUpPending.store(true);
-    c->background = background;
+    setBackground(c, background);
   }
   // The flag outlives the thread: every comm here holds `background` until its tear-down, which
   // joins the thread first (waitForSetUp).
@@ -1305,25 +1310,22 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
 
 namespace {
 
-// The hand-over's thread (handOverWhenWritten): NCCL's writes of the children, NCCL's verdict on
-// them, their set-up, then the program's pointers. Stopped (cancel: an abort or revoke of a parent)
-// before it wrote them, it leaves them to finishHandOver.
+// The hand-over's thread (handOverWhenWritten): NCCL's verdict on the children, their set-up,
+// then the program's pointers. Stopped (cancel: an abort or revoke of a parent) before it wrote
+// them, it leaves them to finishHandOver.
 void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents, const std::atomic<bool>* cancel,
               bool* handedOver) {
   const auto cancelled = [cancel] { return cancel->load(std::memory_order_acquire); };
-  // NCCL's store into `real` is atomic (release); so is this load. A 1 ms sleep between loads:
-  // NCCL's child init takes milliseconds at least (its bootstrap and connections).
-  for (const Child& k : kids)
-    while (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
-      if (cancelled()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
   // NCCL's verdict on a child is its parent's asynchronous state, which NCCL sets once the child's
   // job ended (group.cc): NCCL never sets a split's child's own (init.cc leaves it ncclSuccess from
   // its allocation, a failure only in its initState). The parents are this thread's alone meanwhile
   // (the program's ncclCommGetAsyncError says ncclInProgress without asking NCCL, its other calls
   // are refused): this is the one thread that asks NCCL, and its call that finds the group done
-  // completes NCCL's group job.
+  // completes NCCL's group job. The parents first, then the children: NCCL writes a child (at its
+  // job's end) before it sets the parent's state, so a child still unwritten then is one NCCL will
+  // not write (a job that returned early, or never ran: init.cc, ncclInitKernelsForDevice; group.cc,
+  // a failed allocation or thread), whose parent reports NCCL's error. (Waiting for the children
+  // first, as before, left such a parent in progress for good: a review of a5d1ad9.)
   std::vector<std::pair<Comm*, ncclResult_t>> verdicts;
   for (Comm* p : parents) {
     const ncclResult_t state = waitWhileInProgress(p->real, std::chrono::steady_clock::time_point::max(), cancel);
@@ -1335,6 +1337,11 @@ void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents,
     ncclResult_t state = ncclSuccess;
     for (const auto& v : verdicts)
       if (v.first == k.parent) state = v.second;
+    // NCCL's store into `real` is atomic (release); so is this load.
+    if (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) == nullptr) {
+      dropChildless(k.comm, true);  // kept, never freed; the program keeps NULL, as with NCCL alone
+      continue;
+    }
     if (state == ncclSuccess) {
       ready.push_back(k.comm);
       continue;
@@ -1352,7 +1359,9 @@ void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents,
   // blocking may wait in NCCL's own calls of the rounds without a bound, as any blocking comm's
   // set-up can: NCCL_ABI.md, "What the bound does not cover".)
   setUpYali(ready, cancel);
-  for (const Child& k : kids) __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
+  for (const Child& k : kids)
+    if (__atomic_load_n(&k.comm->real, __ATOMIC_ACQUIRE) != nullptr)
+      __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
   *handedOver = true;
 }
 
@@ -1367,21 +1376,22 @@ void parentsReady(const std::vector<Comm*>& parents) {
 // a thread of its own that their parents hold (Comm::background: their abort or revoke stops it,
 // their tear-down joins it), and during which their parents are in progress to the program.
 void handOverWhenWritten(const std::vector<Child>& kids) {
-  auto background = std::make_shared<BackgroundSetUp>();
-  background->kids = kids;
-  std::vector<Comm*>& parents = background->parents;
-  for (const Child& k : kids)
-    if (std::find(parents.begin(), parents.end(), k.parent) == parents.end()) parents.push_back(k.parent);
-  for (Comm* p : parents) {
-    // Its own set-up's thread, or an earlier hand-over's, is over: a split or shrink of a comm in
-    // progress is refused (a shrink with NCCL_SHRINK_ABORT too, while a hand-over runs).
-    waitForSetUp(p);
-    p->setUpPending.store(true);
-    p->background = background;
-  }
-  const std::atomic<bool>* cancel = &background->cancel;
-  bool* handedOver = &background->handedOver;
-  try {
+  std::vector<Comm*> parents;
+  try {  // nothing may leave an NCCL call: std::bad_alloc, std::system_error from the thread
+    auto background = std::make_shared<BackgroundSetUp>();
+    background->kids = kids;
+    for (const Child& k : kids)
+      if (std::find(parents.begin(), parents.end(), k.parent) == parents.end()) parents.push_back(k.parent);
+    background->parents = parents;
+    for (Comm* p : parents) {
+      // Its own set-up's thread, or an earlier hand-over's, is over: a split or shrink of a comm in
+      // progress is refused (a shrink with NCCL_SHRINK_ABORT too, while a hand-over runs).
+      waitForSetUp(p);
+      p->setUpPending.store(true);
+      setBackground(p, background);
+    }
+    const std::atomic<bool>* cancel = &background->cancel;
+    bool* handedOver = &background->handedOver;
     background->thread = std::thread([kids, parents, cancel, handedOver] {
       handOver(kids, parents, cancel, handedOver);
       // Stopped before it handed them over, the parents stay in progress until the abort or revoke
@@ -1389,12 +1399,16 @@ void handOverWhenWritten(const std::vector<Child>& kids) {
       // with its child written, as NCCL's does.
       if (*handedOver) parentsReady(parents);
     });
-  } catch (...) {  // std::system_error, std::bad_alloc: nothing may leave an NCCL call
-    // No thread: the children stay NCCL's to write into Comms never freed; the program keeps NULL.
+  } catch (...) {
+    // No thread: the children stay NCCL's to write into Comms never freed; the program keeps NULL
+    // (a program polling the parent to ncclSuccess, then its pointer, sees no child: logged).
     warn(-1, "a non-blocking parent's split or shrink: no thread to hand its child over: the program's "
          "pointer stays NULL");
     for (const Child& k : kids) dropChildless(k.comm, true);
-    background->kids.clear();
+    for (Comm* p : parents) {
+      std::shared_ptr<BackgroundSetUp> b = backgroundOf(p);
+      if (b != nullptr && !b->thread.joinable()) b->kids.clear();  // the one made here, without a thread
+    }
     parentsReady(parents);
   }
 }
@@ -1413,7 +1427,7 @@ void adoptWhenWritten(Comm* c, ncclComm_t* out, Comm* parent) {
 }
 
 void finishHandOver(Comm* parent) {
-  std::shared_ptr<BackgroundSetUp> b = parent->background;
+  std::shared_ptr<BackgroundSetUp> b = backgroundOf(parent);
   if (b == nullptr || b->kids.empty()) return;
   // Once, whichever of its parents' aborts or revokes comes first (they may run on several threads).
   std::call_once(b->finished, [&] {
@@ -1430,9 +1444,12 @@ void finishHandOver(Comm* parent) {
       }
       // NCCL made the child: the program gets it, NCCL only, with the error a comm whose set-up was
       // stopped reports (its peers may be in their rounds).
-      k.comm->noYali = "its parent was aborted or revoked before the child's set-up";
       k.comm->setUpError.store(ncclRemoteError);
-      info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
+      try {  // nothing may leave ncclCommAbort or ncclCommRevoke (std::bad_alloc)
+        k.comm->noYali = "its parent was aborted or revoked before the child's set-up";
+        info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());
+      } catch (...) {
+      }
       __atomic_store_n(k.out, handleOf(k.comm), __ATOMIC_RELEASE);
     }
     parentsReady(b->parents);
@@ -1440,7 +1457,7 @@ void finishHandOver(Comm* parent) {
 }
 
 bool handOverPending(const Comm* c) {
-  std::shared_ptr<BackgroundSetUp> b = c->background;
+  std::shared_ptr<BackgroundSetUp> b = backgroundOf(c);
   return b != nullptr && !b->kids.empty() && c->setUpPending.load(std::memory_order_acquire);
 }
 
@@ -1589,12 +1606,12 @@ ncclResult_t finishStagedCalls(const std::vector<StagedCall>& staged, bool launc
 }  // namespace
 
 void cancelSetUp(Comm* c) {
-  std::shared_ptr<BackgroundSetUp> b = c->background;
+  std::shared_ptr<BackgroundSetUp> b = backgroundOf(c);
   if (b != nullptr) b->cancel.store(true, std::memory_order_release);
 }
 
 void waitForSetUp(Comm* c) {
-  std::shared_ptr<BackgroundSetUp> b = c->background;
+  std::shared_ptr<BackgroundSetUp> b = backgroundOf(c);
   if (b == nullptr) return;
   std::call_once(b->joined, [&b] {
     if (b->thread.joinable()) b->thread.join();

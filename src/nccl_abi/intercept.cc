@@ -1598,7 +1598,9 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int rev
   endYali(c, true, "revoked");
   const ncclResult_t r = abortTogether(
       splits, [&] { return callReal<Api::ncclCommRevoke>(c->real, revokeFlags); }, !c->sharesResources);
-  if (r == ncclSuccess || r == ncclInProgress) c->revokedOrFinalized = true;
+  // NCCL marks the comm revoked before any step of its revoke that can fail (init.cc), and refuses
+  // another revoke from then on, whatever this one returned (a review of a5d1ad9).
+  c->revokedOrFinalized = true;
   finishHandOver(c);  // children whose hand-over the revoke stopped
   return r;
 }

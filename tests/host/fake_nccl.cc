@@ -211,6 +211,11 @@ __attribute__((visibility("default"))) int fakeInitDelayMs = 20;
 extern "C" {
 __attribute__((visibility("default"))) int fakeFailChildInits = 0;
 }
+// The next this many non-blocking parents' children are never written: their job returns early
+// (init.cc, ncclInitKernelsForDevice) or never runs (group.cc), and the parent reports the error.
+extern "C" {
+__attribute__((visibility("default"))) int fakeUnwrittenChildren = 0;
+}
 namespace {
 
 // Hands a child comm to the program's *newcomm: now, or for a non-blocking parent's child from a
@@ -225,12 +230,18 @@ void deliver(ncclComm_t* newcomm, ncclComm_t child, FakeComm* parent) {
   }
   __atomic_store_n(&parent->asyncError, ncclInProgress, __ATOMIC_RELEASE);
   const int delayMs = __atomic_load_n(&fakeInitDelayMs, __ATOMIC_ACQUIRE);
-  const bool fails = __atomic_fetch_sub(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL) > 0;
-  if (!fails) __atomic_fetch_add(&fakeFailChildInits, 1, __ATOMIC_ACQ_REL);  // none was asked for
+  // Takes one of `*count` (the fake's knobs above), if any is left.
+  const auto takeOne = [](int* count) {
+    if (__atomic_fetch_sub(count, 1, __ATOMIC_ACQ_REL) > 0) return true;
+    __atomic_fetch_add(count, 1, __ATOMIC_ACQ_REL);  // none was asked for
+    return false;
+  };
+  const bool unwritten = takeOne(&fakeUnwrittenChildren);
+  const bool fails = unwritten || takeOne(&fakeFailChildInits);
   __atomic_fetch_add(&pendingChildren, 1, __ATOMIC_ACQ_REL);
-  std::thread([newcomm, child, parent, delayMs, fails] {
+  std::thread([newcomm, child, parent, delayMs, fails, unwritten] {
     std::this_thread::sleep_for(std::chrono::milliseconds(delayMs));
-    __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
+    if (!unwritten) __atomic_store_n(newcomm, child, __ATOMIC_RELEASE);
     ncclResult_t expected = ncclInProgress;
     __atomic_compare_exchange_n(&parent->asyncError, &expected, fails ? ncclSystemError : ncclSuccess, false,
                                 __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);

@@ -1733,6 +1733,24 @@ TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
   CHECK(passed);
 }
 
+// A non-blocking parent's child that NCCL never writes (its job returned early, or never ran): NCCL
+// reports the error on the parent, which must then leave ncclInProgress, as with NCCL alone, and the
+// program's pointer stays NULL. (a5d1ad9 waited for the child's write before it looked at the
+// parent, and the parent said ncclInProgress for good: this test failed with it.)
+TEST(a_non_blocking_parents_child_nccl_never_writes_leaves_the_parent_with_nccls_error) {
+  const bool passed = passesInChild([] {
+    const ncclComm_t parent = nonBlockingComm();
+    variable<int>(fakeNccl(), "fakeUnwrittenChildren") = 1;
+    ncclComm_t kid = nullptr;
+    CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
+    CHECK(pollReady(parent) == ncclSystemError);  // within pollReady's 5 s
+    CHECK(__atomic_load_n(&kid, __ATOMIC_ACQUIRE) == nullptr);
+    variable<int>(fakeNccl(), "fakeUnwrittenChildren") = 0;
+    SHIM(ncclCommAbort)(parent);
+  });
+  CHECK(passed);
+}
+
 #ifdef YALI_NCCL_HAS_ncclCommRevoke
 // A revoke of a non-blocking parent during its child's hand-over stops it as an abort does: NCCL's
 // revoke joins the child's job (ncclCommEnsureReady; the fake's does too), and the child is in the
