@@ -1180,6 +1180,29 @@ void setUpClique(const std::vector<Comm*>& comms) {
   }
 }
 
+// A non-blocking ncclCommInitAll's clique (or one made in a group that NCCL ended in its
+// background), from a thread of its own once NCCL made every comm of it (whenReady): yaliCommInitAll
+// makes all of them or none, so a clique of which a comm's init failed, or that was stopped by an
+// abort or revoke, is NCCL only. Until the set-up is done each comm's ncclCommGetAsyncError says
+// ncclInProgress, and calls on them are refused, as for any background set-up. (Before Session 33's
+// change, such a clique was NCCL only.)
+void setUpCliqueWhenReady(const std::vector<Comm*>& clique) {
+  for (Comm* c : clique)
+    info(-1, "communicator %p: a non-blocking ncclCommInitAll: set up in the background once NCCL made it "
+         "(ncclCommGetAsyncError says ncclInProgress until then)", static_cast<void*>(c));
+  const size_t n = clique.size();
+  whenReady(clique, [n](const std::vector<Comm*>& ready, const std::atomic<bool>*) {
+    if (ready.size() == n) {
+      setUpClique(ready);
+      return;
+    }
+    for (Comm* c : ready) {
+      if (c->noYali.empty()) c->noYali = "a non-blocking ncclCommInitAll not made on every device";
+      announce(c);
+    }
+  });
+}
+
 void registerWithYali(Registration* reg) {
   Comm* c = reg->comm;
   if (c->yali == nullptr) return;
@@ -1461,19 +1484,22 @@ bool handOverPending(const Comm* c) {
   return b != nullptr && !b->kids.empty() && c->setUpPending.load(std::memory_order_acquire);
 }
 
-void adoptClique(ncclComm_t* comms, int n, const int* devlist) {
+void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result) {
   (void)devlist;  // the devices are read back from NCCL's comms
   std::vector<Comm*> clique;
   for (int i = 0; i < n; ++i) {
     Comm* c = new Comm;
     c->real = comms[i];
     c->clique = true;
+    c->blocking = result != ncclInProgress;
     c->sharesResources = sharesResources(nullptr, false);  // no config: NCCL's default, or the variable
     comms[i] = handleOf(c);
     clique.push_back(c);
   }
   if (tlsGroup.depth > 0)
     tlsGroup.cliques.push_back(clique);
+  else if (result == ncclInProgress)
+    setUpCliqueWhenReady(clique);
   else
     setUpClique(clique);
 }
@@ -1658,7 +1684,8 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
     // The comms made in a failed group may not exist on every rank: none of them gets YALI, nor
     // does a clique whose group returned ncclInProgress.
     std::vector<Comm*> nccl = inProgress ? std::vector<Comm*>() : setUps;
-    for (auto& clique : cliques) nccl.insert(nccl.end(), clique.begin(), clique.end());
+    if (!inProgress)
+      for (auto& clique : cliques) nccl.insert(nccl.end(), clique.begin(), clique.end());
     for (Comm* c : nccl) {
       c->noYali = inProgress ? "the group that made it returned ncclInProgress (non-blocking)"
                              : "the group that made it failed";
@@ -1668,10 +1695,12 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
     // once NCCL is done, together (one thread may have made several ranks), as their peers, whose
     // groups may have returned ncclSuccess, set up theirs in the group's end. Before (Session 32),
     // each answered the set-up with "no" then.
-    if (inProgress)
+    if (inProgress) {
       inBackground = setUps;
-    else
+      for (auto& clique : cliques) setUpCliqueWhenReady(clique);  // (NCCL only before Session 33)
+    } else {
       answers.clear();  // a failed group: no NCCL comm to answer on (peers: YALI_TIMEOUT_MS)
+    }
   } else {
     // The group's end returned ncclSuccess: NCCL made its comms, non-blocking ones too (NCCL returns
     // ncclInProgress while any is under way), and the program need not poll them: set up here.

@@ -293,8 +293,11 @@ void finishHandOver(Comm* parent);
 // with NCCL_SHRINK_ABORT: NCCL refuses one of a comm in progress, and stopping the hand-over for a
 // shrink NCCL then refused would leave the child unwritten).
 bool handOverPending(const Comm* c);
-// ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll.
-void adoptClique(ncclComm_t* comms, int n, const int* devlist);
+// ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll. `result` is what
+// NCCL's call returned: ncclInProgress for a non-blocking one (NCCL_COMM_BLOCKING=0), whose inits go
+// on in NCCL's background: its clique is set up once NCCL made every comm of it (in the background,
+// each comm's ncclCommGetAsyncError saying ncclInProgress until then).
+void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result = ncclSuccess);
 
 // ---- Groups ----------------------------------------------------------------------------------------
 

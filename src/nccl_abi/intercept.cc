@@ -1400,10 +1400,14 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* ne
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int ndev, const int* devlist) {
   const ncclResult_t r = callReal<Api::ncclCommInitAll>(comm, ndev, devlist);
-  if (r != ncclSuccess || comm == nullptr || ndev <= 0) return r;
+  if ((r != ncclSuccess && r != ncclInProgress) || comm == nullptr || ndev <= 0) return r;
   const bool blocking = isBlocking(nullptr, true);
-  if (blocking && !ncclEnvPluginInUse()) {
-    adoptClique(comm, ndev, devlist);
+  // A non-blocking one (NCCL_COMM_BLOCKING=0: NCCL's ncclCommInitAll takes no config) returns
+  // ncclInProgress from its group's end (init.cc): set up in the background once NCCL made it
+  // (adoptClique). Before Session 33's change it was NCCL only, and its ncclInProgress left the
+  // program with NCCL's own handles.
+  if (!ncclEnvPluginInUse() && (r == ncclSuccess || !blocking)) {
+    adoptClique(comm, ndev, devlist, r);
     return r;
   }
   for (int i = 0; i < ndev; ++i) {  // NCCL only (adopt)

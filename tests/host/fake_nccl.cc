@@ -705,12 +705,21 @@ FAKE_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, nc
   return initRank("ncclCommInitRankConfig", comm, nranks, id, rank, config);
 }
 
+// NCCL's takes no config: NCCL_COMM_BLOCKING=0 makes its comms non-blocking, and then its group's
+// end returns ncclInProgress (outside a group), the inits going on in the background (init.cc).
 FAKE_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   loadConfFile();  // NCCL's calls ncclGetUniqueId first (init.cc)
   World* world = new World;
-  for (int i = 0; i < ndev; ++i)
-    comms[i] = reinterpret_cast<ncclComm_t>(makeComm(world, ndev, i, devlist != nullptr ? devlist[i] : i));
-  return note("ncclCommInitAll", ndev > 0 ? comms[0] : nullptr);
+  const bool blocking = blockingOf(nullptr, true);
+  for (int i = 0; i < ndev; ++i) {
+    FakeComm* c = makeComm(world, ndev, i, devlist != nullptr ? devlist[i] : i);
+    c->blocking = blocking;
+    if (!blocking) initInBackground(c);
+    comms[i] = reinterpret_cast<ncclComm_t>(c);
+  }
+  const ncclResult_t r = note("ncclCommInitAll", ndev > 0 ? comms[0] : nullptr);
+  if (!blocking && fakeGroupDepth > 0) groupHasNonBlocking = true;  // the outer group's end says so
+  return r == ncclSuccess && !blocking && fakeGroupDepth == 0 ? ncclInProgress : r;
 }
 
 // The splitShare of the last ncclCommSplit's config (-1: no config).

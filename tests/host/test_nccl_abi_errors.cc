@@ -2487,24 +2487,35 @@ TEST(a_call_refused_inside_a_group_while_its_comm_is_set_up_fails_the_group) {
   }));
 }
 
-// ncclCommInitAll's comms under NCCL_COMM_BLOCKING=0 (every rank in this process; the fake's
-// returns ncclSuccess, as NCCL's does inside a group) are NCCL only: no set-up round, no answer.
-// Before the clique guard (second review, Session 32), each one ran a set-up of its own, alone, whose
-// records round waited for peers that never came.
-TEST(a_non_blocking_init_all_is_nccl_only_without_a_set_up) {
+// ncclCommInitAll's comms under NCCL_COMM_BLOCKING=0 (every rank in this process): NCCL's call
+// returns ncclInProgress (its group's end, init.cc; inside a group, the group's end does), and the
+// clique is set up in the background once NCCL made every comm of it, by one yaliCommInitAll: no
+// set-up round and no lone set-up. (Before Session 33's change such a clique was NCCL only: this
+// test then failed at its yaliOf checks. Before the clique guard, second review of Session 32, each
+// comm ran a set-up of its own, alone, whose records round waited for peers that never came.)
+TEST(a_non_blocking_init_all_is_set_up_in_the_background_as_one_clique) {
   CHECK(passesInFreshProcess(
       [] {
         setenv("NCCL_COMM_BLOCKING", "0", 1);
-        const int since = eventCount();
-        std::vector<ncclComm_t> comms(2, nullptr);
-        REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
-        const std::string t = trace(since, {"ncclAllGather", "yaliCommInitAll", "yaliCommInitRank"}, {});
-        CHECK_MSG(t.empty(), "a set-up of a non-blocking ncclCommInitAll: %s", t.c_str());
-        for (ncclComm_t c : comms) {
-          REQUIRE(pollReady(c) == ncclSuccess);
-          CHECK(yaliOf(c) == nullptr);
+        for (const bool inGroup : {false, true}) {
+          const int since = eventCount();
+          std::vector<ncclComm_t> comms(2, nullptr);
+          if (inGroup) {
+            REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
+            REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+          } else {
+            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclInProgress);
+          }
+          for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
+          const std::string lone = trace(since, {"ncclAllGather", "yaliCommInitRank"}, {});
+          CHECK_MSG(lone.empty(), "a lone set-up of a non-blocking ncclCommInitAll: %s", lone.c_str());
+          CHECK_MSG(countSince(since, "yaliCommInitAll") == 1, "%s: %d yaliCommInitAll",
+                    inGroup ? "in a group" : "alone", countSince(since, "yaliCommInitAll"));
+          for (ncclComm_t c : comms)
+            CHECK_MSG(yaliOf(c) != nullptr, "%s: a non-blocking ncclCommInitAll is NCCL only", inGroup ? "in a group" : "alone");
+          for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
         }
-        for (ncclComm_t c : comms) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
         unsetenv("NCCL_COMM_BLOCKING");
       },
       "YALI_TESTS_SHORT_TIMEOUT"));
