@@ -100,6 +100,8 @@
 #                                            hierarchical path; #wrong and its debug lines
 #   NCCLABI_NODES_AGG="1 4"                  the same with nccl-tests -m each value (>1: that many calls
 #                                            per ncclGroupStart/End: grouped hierarchical calls)
+#   NCCLABI_INIT_ALL=1 (default 0; _NDEV=2)  ncclabi, also: tests/gpu/ncclabi_init_all.py, ncclCommInitAll
+#                                            blocking and non-blocking (2 GPUs or more), exact AllReduce
 #   NCCLABI_HIER_FAULTS=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_hier_faults.py, errors and
 #   NCCLABI_HIER_FAULTS_LAYOUTS="2x2"        aborts on the hierarchical path, K simulated nodes of L
 #                                            ranks per KxL entry ("2x2 2x4 4x2") on GPU 0,
@@ -452,6 +454,18 @@ if has ncclabi; then
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
       "$wrapper" python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
     note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (9 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
+  fi
+  # ncclCommInitAll through the shim (NCCLABI_INIT_ALL=1, 2 GPUs or more: NCCL refuses two ranks of one
+  # GPU in one process): tests/gpu/ncclabi_init_all.py, blocking then non-blocking (NCCL_COMM_BLOCKING),
+  # an exact AllReduce per device; the log says whether YALI ran and, non-blocking, the background set-up.
+  if [ -f "$shim" ] && [ "${NCCLABI_INIT_ALL:-0}" = 1 ]; then
+    for blocking in 1 0; do
+      lg="$LOG/ncclabi_init_all_blocking$blocking.log"
+      NCCL_COMM_BLOCKING=$blocking LD_PRELOAD="$PWD/$shim" LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" \
+        YALI_NCCL_DEBUG=1 YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" NCCL_NVLS_ENABLE=0 \
+        timeout 150 python3 tests/gpu/ncclabi_init_all.py "${NCCLABI_INIT_ALL_NDEV:-2}" > "$lg" 2>&1
+      note "ncclabi ncclCommInitAll, NCCL_COMM_BLOCKING=$blocking: rc=$? $(grep -c ': ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'AllReduce .*: YALI' "$lg") YALI AllReduce lines, $(grep -c 'set up in the background' "$lg") background set-ups, $(grep -m1 'skipped' "$lg")"
+    done
   fi
   # Errors and aborts on the hierarchical path (NCCLABI_HIER_FAULTS=1): tests/gpu/ncclabi_hier_faults.py
   # (its docstring lists what each case checks), per layout KxL (K simulated nodes of L), through the shim
