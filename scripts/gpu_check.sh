@@ -102,6 +102,10 @@
 #                                            per ncclGroupStart/End: grouped hierarchical calls)
 #   NCCLABI_INIT_ALL=1 (default 0; _NDEV=2)  ncclabi, also: tests/gpu/ncclabi_init_all.py, ncclCommInitAll
 #                                            blocking and non-blocking (2 GPUs or more), exact AllReduce
+#   NCCLABI_HANDOVER_FAULTS=1 (default 0)    ncclabi, also: tests/gpu/ncclabi_handover_faults.py, aborts and
+#                                            revokes of a non-blocking parent while its split child is handed
+#                                            over: 2 ranks on GPU 0, then (2 GPUs or more) one process
+#                                            driving 2 GPUs; ok and FAIL lines per case
 #   NCCLABI_HIER_FAULTS=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_hier_faults.py, errors and
 #   NCCLABI_HIER_FAULTS_LAYOUTS="2x2"        aborts on the hierarchical path, K simulated nodes of L
 #                                            ranks per KxL entry ("2x2 2x4 4x2") on GPU 0,
@@ -483,6 +487,38 @@ if has ncclabi; then
       rc=$?
       note "ncclabi hierarchical faults ($np ranks as $k nodes x $l): rc=$rc (0 expected), $(grep -c '\] case [0-9].*: ok' "$lg") ok ($((3 * np)) expected), $(grep -c '\] case [0-9].*: FAIL' "$lg") FAIL, hierarchical comms: $(grep -c 'hierarchical (YALI in the node' "$lg") ($((4 * np)) expected), hierarchical call lines: $(grep -c '\[hierarchical:' "$lg") ($np expected: one per rank and size class)"
       grep -E '\] case [0-9].*: FAIL' "$lg" | head -12 | sed 's/^/   /'
+    done
+  fi
+  # Aborts and revokes of a non-blocking parent during its split child's hand-over
+  # (NCCLABI_HANDOVER_FAULTS=1): tests/gpu/ncclabi_handover_faults.py, its docstring says what each case
+  # checks. Mode "ranks": 2 ranks on GPU 0; mode "threads": one process, both GPUs. In both, rank 1 is
+  # 2 s late for each set-up's first round (the testing hook), so that the stops land inside the hand-over.
+  if [ -f "$shim" ] && [ "${NCCLABI_HANDOVER_FAULTS:-0}" = 1 ]; then
+    wrapper=$(mpi_hostid_wrapper)
+    # NCCLABI_HANDOVER_POINTS: when the stops come after the split (default "0.5": inside the set-up's
+    # rounds; "0", at once, inside NCCL's own making of the child: see the test's docstring);
+    # NCCLABI_HANDOVER_CASES: which cases (default all). Mode "plain" (NCCLABI_HANDOVER_PLAIN=1): the
+    # same calls on NCCL alone (its own library preloaded), cases NCCLABI_HANDOVER_PLAIN_CASES (default
+    # "3 4": case 2 at once crashed NCCL 2.28.9 itself, Session 34) at once, printed, not judged.
+    for mode in ranks threads $([ "${NCCLABI_HANDOVER_PLAIN:-0}" = 1 ] && echo plain); do
+      lg="$LOG/ncclabi_handover_faults_$mode.log"
+      points=${NCCLABI_HANDOVER_POINTS:-0.5} cases=${NCCLABI_HANDOVER_CASES:-1 2 3 4 5 6 7}
+      np=2 delay="1:records:2000" preload="$PWD/$shim" arg=$mode plain=0
+      [ "$mode" = threads ] && np=1
+      [ "$mode" = plain ] && { preload="$nccl_lib/libnccl.so.2" arg=ranks plain=1 points=0 cases=${NCCLABI_HANDOVER_PLAIN_CASES:-3 4}; }
+      # ok lines expected: 2 ranks x (cases 1 and 5, and 2-4 once per stop point); threads: case 6 per point, 7
+      n=$(echo $points | wc -w) expect=0
+      for k in $cases; do case "$mode:$k" in ranks:1|ranks:5) expect=$((expect + 2));; ranks:[234]) expect=$((expect + 2 * n));;
+        threads:6) expect=$((expect + n));; threads:7) expect=$((expect + 1));; esac; done
+      timeout 240 mpirun --allow-run-as-root --oversubscribe -np $np \
+        -x LD_PRELOAD="$preload" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=3000 \
+        -x NCCL_COMM_BLOCKING=0 -x YALI_NCCL_TEST_SETUP_DELAY="$delay" -x HANDOVER_PLAIN_NCCL=$plain \
+        -x HANDOVER_STOP_POINTS="$points" -x HANDOVER_CASES="$cases" \
+        "$([ "$mode" = threads ] && echo env || echo "$wrapper")" python3 tests/gpu/ncclabi_handover_faults.py "$arg" \
+        > "$lg" 2>&1
+      note "ncclabi hand-over faults ($mode): rc=$? (0 expected), $(grep -cE '\] case [0-9].*: ok' "$lg") ok ($expect expected), $(grep -cE '\] case [0-9].*: FAIL' "$lg") FAIL, $(grep -cE '\] case [0-9].*: observed' "$lg") observed $(grep -m1 -o 'skipped.*' "$lg")"
+      grep -E '\] case [0-9]' "$lg" | sed 's/^/   /'
     done
   fi
   # A peer late for a set-up round (NCCLABI_SETUP_FAULTS=1): tests/gpu/ncclabi_setup_faults.py, once
