@@ -70,7 +70,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ncclabi_hier_faults import UniqueId, nccl, rank, nranks, say, timed, world  # noqa: E402
+from ncclabi_hier_faults import UniqueId, must_end, nccl, rank, nranks, say, world  # noqa: E402
 
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 NCCL_SUCCESS, NCCL_REMOTE_ERROR, NCCL_IN_PROGRESS = 0, 6, 7
@@ -90,16 +90,6 @@ POLL_LIMIT_S = 25.0      # a parent or comm leaving ncclInProgress (a set-up wit
                          # rounds that time out: about 11 s)
 POLL_AT_ONCE_S = 8.0     # the same for the peer of a rank that stopped its parent at once (see below)
 DRAIN_LIMIT_S = 30.0     # torch.cuda.synchronize
-
-
-def must(case, what, fn, limit):
-    """fn()'s (value, seconds); the process ends (FAIL) when it does not return within limit s."""
-    finished, value, error, secs = timed(fn, limit)
-    if not finished or error is not None:
-        say(f"case {case}: FAIL {what} " + (f"did not return within {limit:.0f} s" if not finished else
-                                             f"raised {error!r}") + " (the process cannot go on: ending it)")
-        os._exit(1)
-    return value, secs
 
 
 def state_of(comm):
@@ -178,13 +168,14 @@ class Sums:
                                    ctypes.c_void_p(self.streams[i].cuda_stream))
             return nccl.ncclGroupEnd()
 
-        r, _ = must(case, "the AllReduce group", group, DRAIN_LIMIT_S)
+        r, _ = must_end(case, "the AllReduce group", group, DRAIN_LIMIT_S)
         problems = [] if r in (NCCL_SUCCESS, NCCL_IN_PROGRESS) else [f"the AllReduce group returned {r}"]
         for i, c in enumerate(comms):
             s, _ = poll(c, DRAIN_LIMIT_S)
             if s != NCCL_SUCCESS:
                 problems.append(f"comm {i} says {s} after its AllReduce")
-            must(case, "torch.cuda.synchronize", lambda: torch.cuda.synchronize(self.streams[i].device), DRAIN_LIMIT_S)
+            must_end(case, "torch.cuda.synchronize", lambda: torch.cuda.synchronize(self.streams[i].device),
+                     DRAIN_LIMIT_S)
             wrong = int((self.recvs[i].cpu() != self.want).sum())
             if wrong:
                 problems.append(f"comm {i}: {wrong} of {COUNT} elements wrong")
@@ -194,9 +185,9 @@ class Sums:
 def stop(case, how, comm):
     """Aborts or revokes comm, bounded: its details (a string)."""
     if how == "abort":
-        r, secs = must(case, "ncclCommAbort of the parent", lambda: nccl.ncclCommAbort(comm), ABORT_LIMIT_S)
+        r, secs = must_end(case, "ncclCommAbort of the parent", lambda: nccl.ncclCommAbort(comm), ABORT_LIMIT_S)
         return f"abort {r} in {secs:.2f} s"
-    r, secs = must(case, "ncclCommRevoke of the parent", lambda: nccl.ncclCommRevoke(comm, 0), ABORT_LIMIT_S)
+    r, secs = must_end(case, "ncclCommRevoke of the parent", lambda: nccl.ncclCommRevoke(comm, 0), ABORT_LIMIT_S)
     s, quiet = poll(comm, ABORT_LIMIT_S)
     return f"revoke {r} in {secs:.2f} s, then the parent said {s} after {quiet:.2f} s"
 
@@ -252,13 +243,13 @@ def stop_during_hand_over(case, title, devices, uid_bytes, ntotal, first, stoppe
         details.append(f"mixed: children {everywhere} across the job")
     for i, c in enumerate(children):
         if c.value:
-            must(case, f"ncclCommAbort of child {i}", lambda: nccl.ncclCommAbort(c), ABORT_LIMIT_S)
+            must_end(case, f"ncclCommAbort of child {i}", lambda: nccl.ncclCommAbort(c), ABORT_LIMIT_S)
     for i, p in enumerate(parents):
         if not (how == "abort" and i in stoppers):
-            must(case, f"ncclCommAbort of parent {i}", lambda: nccl.ncclCommAbort(p), ABORT_LIMIT_S)
+            must_end(case, f"ncclCommAbort of parent {i}", lambda: nccl.ncclCommAbort(p), ABORT_LIMIT_S)
     for d in devices:
-        _, secs = must(case, "torch.cuda.synchronize after the aborts", lambda: torch.cuda.synchronize(d),
-                       DRAIN_LIMIT_S)
+        _, secs = must_end(case, "torch.cuda.synchronize after the aborts", lambda: torch.cuda.synchronize(d),
+                           DRAIN_LIMIT_S)
         details.append(f"device {d} drained {secs:.2f} s after them")
     if PLAIN:
         say(f"case {case} ({title}, {after_s:.1f} s after the split), NCCL alone: observed " +
@@ -286,7 +277,7 @@ def sanity(case, title, devices, uid_bytes, ntotal, first):
         problems += sums.run(case, children)
     for c in children + parents:
         if c.value:
-            r, _ = must(case, "ncclCommDestroy", lambda: nccl.ncclCommDestroy(c), DRAIN_LIMIT_S)
+            r, _ = must_end(case, "ncclCommDestroy", lambda: nccl.ncclCommDestroy(c), DRAIN_LIMIT_S)
             if r not in (NCCL_SUCCESS, NCCL_IN_PROGRESS):
                 problems.append(f"ncclCommDestroy returned {r}")
     say(f"case {case} ({title}): " + ("ok" if not problems else "FAIL " + "; ".join(problems)))
