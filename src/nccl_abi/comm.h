@@ -276,9 +276,10 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = f
 // c->real at the end of the child's init job, failed or not (init.cc, ncclCommInitRankFunc), and
 // only then sets the parent's asynchronous state, ncclInProgress until then, to the job's result
 // (group.cc). *out is NULL now, as NCCL leaves the program's. Once the call (outside a group) or the
-// outermost group's end (inside one) returns, a thread of ours, held by the parent, waits for
-// NCCL's write and the parent's state, sets the child up (a child whose init failed is NCCL only),
-// and then writes our handle into *out; until it did, the parent is in progress to the program (its
+// outermost group's end (inside one) returns, a thread of ours, held by the parent, waits for the
+// parent's state, then reads the child NCCL wrote (NCCL writes it first; one still unwritten then is
+// never written: kept, *out NULL), sets the child up (a child whose init failed is NCCL only), and
+// then writes our handle into *out; until it did, the parent is in progress to the program (its
 // ncclCommGetAsyncError says ncclInProgress, its other calls are refused but abort and revoke), so
 // that, as with NCCL alone, a parent that says ncclSuccess has its child written, and the child is
 // ready to use when the program sees it. *out must stay valid until then, as it must for NCCL's
