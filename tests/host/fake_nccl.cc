@@ -37,8 +37,8 @@
 // once, as NCCL), as an NCCL environment plugin could.
 // A non-blocking comm's init, as NCCL's (init.cc, group.cc): ncclCommInitRankConfig outside a group,
 // and the end of a group that made one, return ncclInProgress; ncclCommGetAsyncError says
-// ncclInProgress until the init completes (20 ms later, from a thread), and a split of a comm still
-// in progress fails with ncclInvalidArgument (ncclCommEnsureReady). A group of a non-blocking comm's
+// ncclInProgress until the init completes (fakeInitDelayMs later, from a thread), and a split of a
+// comm still in progress fails with ncclInvalidArgument (ncclCommEnsureReady). A group of a non-blocking comm's
 // calls ends with ncclInProgress too; fakeNextBackgroundGroupStays leaves a group's comms in
 // ncclInProgress for good, as a group whose end NCCL's background never finishes.
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
@@ -119,8 +119,8 @@ struct Event {
 std::vector<Event> events;
 std::vector<std::pair<std::string, ncclResult_t>> failures;  // fakeFailNext, in order
 std::string lastError = "fake: no error yet";
-// The open group's error (fakeFailedGroupEnds): set by a call NCCL would refuse in CommCheck.
-ncclResult_t groupError = ncclSuccess;
+// This thread's open group's error (fakeFailedGroupEnds): set by a call NCCL would refuse in CommCheck.
+thread_local ncclResult_t groupError = ncclSuccess;
 
 FakeComm* makeComm(World* world, int nranks, int rank, int device) {
   FakeComm* c = new FakeComm;
@@ -202,9 +202,11 @@ bool blockingOf(const ncclConfig_t* config, bool inherited) {
 
 }  // namespace
 // How long a non-blocking comm's init takes (ms), a non-blocking parent's child's too: a test that
-// must act while it is under way makes it longer.
+// must act while it is under way makes it longer. 100 ms, not less: a test that checks what is
+// refused while an init is under way must get there first, and on a loaded 2-core CI machine a
+// thread can be held off the CPU for tens of milliseconds (20 ms was too close).
 extern "C" {
-__attribute__((visibility("default"))) int fakeInitDelayMs = 20;
+__attribute__((visibility("default"))) int fakeInitDelayMs = 100;
 }
 // The next this many non-blocking parents' children fail their init: NCCL still writes each (init.cc,
 // the job's exit), and reports the failure on the parent (group.cc), never on the child.
@@ -265,13 +267,17 @@ void initInBackground(FakeComm* c) {
 
 }  // namespace
 
-// What the last call received: its name, its communicator, the handle it was given (for
-// deregistration) and the group depth. Read by the tests through dlsym.
+// What the last call of this thread received: its name, its communicator, the handle it was given
+// (for deregistration), and this thread's group depth. Read by the tests through dlsym, which gives
+// the calling thread's copy. Per thread, as NCCL's group state is (group.cc: ncclGroupDepth and the
+// group's tasks are __thread): the shim's background set-ups run their rounds' groups on threads of
+// their own while the test's thread makes calls and groups, and one shared copy let them mix (a
+// round's group end taken for an inner one; realOf reading a background poll's comm).
 extern "C" {
-__attribute__((visibility("default"))) const char* fakeLastCall = "";
-__attribute__((visibility("default"))) void* fakeLastComm = nullptr;
-__attribute__((visibility("default"))) void* fakeLastHandle = nullptr;
-__attribute__((visibility("default"))) int fakeGroupDepth = 0;
+__attribute__((visibility("default"))) thread_local const char* fakeLastCall = "";
+__attribute__((visibility("default"))) thread_local void* fakeLastComm = nullptr;
+__attribute__((visibility("default"))) thread_local void* fakeLastHandle = nullptr;
+__attribute__((visibility("default"))) thread_local int fakeGroupDepth = 0;
 // Outermost group ends that failed because a call inside the group had failed as NCCL's CommCheck
 // fails one (a NULL comm): NCCL sets the thread's group error (group.h, ncclGroupErrCheck), and its
 // outermost end returns it and drops the group's tasks (group.cc). Counted, never reset.
@@ -430,18 +436,18 @@ void recordCollective(const char* call, const void* comm, const Op* args) {
     events.push_back({call, comm, args->send, args->recv, args->count, args->type, args->op, true});
 }
 
-std::vector<Op> pending;  // issued inside the open group (by the one thread that drives the ranks)
-// Children made inside the open group whose *newcomm waits for its end (this fake's shrink).
+thread_local std::vector<Op> pending;  // issued inside this thread's open group
+// Children made inside this thread's open group whose *newcomm waits for its end (this fake's shrink).
 struct Delivery {
   ncclComm_t* newcomm;
   FakeComm* child;
   FakeComm* parent;
 };
-std::vector<Delivery> deliveries;
-// Non-blocking work made inside the open group: its end returns ncclInProgress (group.cc), and the
+thread_local std::vector<Delivery> deliveries;
+// Non-blocking work made inside this thread's open group: its end returns ncclInProgress (group.cc), and the
 // inits made in it complete in the background.
-bool groupHasNonBlocking = false;
-std::vector<FakeComm*> initsInGroup;
+thread_local bool groupHasNonBlocking = false;
+thread_local std::vector<FakeComm*> initsInGroup;
 // Calls of ended groups that wait for their peers' (made in a later group), per communicator and
 // rank, in issue order.
 std::map<World*, std::vector<std::deque<Op>>> backlog;

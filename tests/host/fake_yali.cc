@@ -53,7 +53,7 @@ extern "C" void fakeRecord(const char* call, const void* handle);  // fake_nccl.
 extern "C" void fakeRecordBuffers(const char* call, const void* handle, const void* send, const void* recv,
                                   size_t count);
 extern "C" void* fakeYaliRefusedBuffer;  // below
-extern "C" int fakeYaliGroupDepth;       // below
+extern "C" thread_local int fakeYaliGroupDepth;  // below
 
 struct yaliComm {
   int rank = 0;
@@ -84,7 +84,7 @@ struct Queued {
   const void* recv;
   size_t count;
 };
-std::vector<Queued> queued;
+thread_local std::vector<Queued> queued;  // this thread's open group (libyali's group state is per thread)
 thread_local int tlsDevice = 0;
 
 yaliResult_t fail(yaliResult_t code, yaliComm* comm, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -183,7 +183,7 @@ __attribute__((visibility("default"))) yaliResult_t fakeYaliDestroyResult = yali
 // What yaliGroupStart and yaliGroupEnd return (yaliGroupEnd ends the group first).
 __attribute__((visibility("default"))) yaliResult_t fakeYaliGroupStartResult = yaliSuccess;
 __attribute__((visibility("default"))) yaliResult_t fakeYaliGroupEndResult = yaliSuccess;
-__attribute__((visibility("default"))) int fakeYaliGroupDepth = 0;
+__attribute__((visibility("default"))) thread_local int fakeYaliGroupDepth = 0;  // this thread's, as libyali's
 // What cudaMalloc returns (cudaSuccess: it allocates).
 __attribute__((visibility("default"))) cudaError_t fakeCudaMallocResult = cudaSuccess;
 // A cudaMalloc of more bytes than this fails (cudaErrorMemoryAllocation); 0: no limit.
