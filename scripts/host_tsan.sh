@@ -18,11 +18,12 @@ set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-tsan}"
 if [ ! -f "$BUILD/build.ninja" ]; then
+  mkdir -p "$BUILD"
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS=-fsanitize=thread -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
     -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DYALI_BUILD_BENCH=OFF -DYALI_BUILD_EXAMPLES=OFF > "$BUILD.configure.log" 2>&1 ||
-    { echo "host_tsan: configure failed (see $BUILD.configure.log)"; exit 2; }
+    -DYALI_BUILD_BENCH=OFF -DYALI_BUILD_EXAMPLES=OFF > "$BUILD/tsan-configure.log" 2>&1 ||
+    { echo "host_tsan: configure failed (see $BUILD/tsan-configure.log)"; exit 2; }
 fi
 ninja -C "$BUILD" yali-nccl-abi-error-tests yali-nccl yali-fake-nccl yali-fake-yali yali-fake-nccl-env \
   > "$BUILD/tsan-build.log" 2>&1 || { echo "host_tsan: build failed (see $BUILD/tsan-build.log)"; exit 2; }
