@@ -14,6 +14,8 @@
 #     adopt (comm.cc) with the fake's delivery thread: the test makes NCCL write a child from its
 #     background into a Comm the shim took for blocking, the case the shim keeps that Comm for, and
 #     the shim's read of the child pointer there is a plain read (NCCL's write is a plain write too).
+#     Behind it, once that read is atomic, a heap-use-after-free of the Comm a NCCL_SPLIT_NOCOLOR
+#     split was given: both fixed in docs/wip/nocolor-split (NCCL_ABI.md, "Limits").
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build-tsan}"
