@@ -198,7 +198,7 @@ using Labels = std::map<const void*, std::string>;
 
 // The calls named in `calls` since event `since`, as "call(label) ...": a handle's label, "" for
 // none, "?" for one not in `labels`.
-std::string trace(int since, std::initializer_list<const char*> calls, const Labels& labels) {
+std::string trace(int since, const std::vector<const char*>& calls, const Labels& labels) {
   std::string out;
   for (int i = since, n = eventCount(); i < n; ++i) {
     const std::string call = eventCall(i);
@@ -696,7 +696,9 @@ struct StagedTrace {
   const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a);
   const cudaStream_t B = reinterpret_cast<cudaStream_t>(&b);
   const cudaStream_t G = reinterpret_cast<cudaStream_t>(&g);
-  std::initializer_list<const char*> calls;
+  // A copy: an initializer_list member would outlive the array behind the constructor's argument
+  // (AddressSanitizer: stack-use-after-scope in trace).
+  const std::vector<const char*> calls;
   Labels labels = labelsOf(ranks);
   explicit StagedTrace(std::initializer_list<const char*> traced) : calls(traced) {
     labels[A] = "A";
