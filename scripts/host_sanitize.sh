@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# libyali-nccl's host tests under a sanitizer: the shim, the fake NCCL and the fake YALI built with
+# The host tests of libyali-nccl (against the fake NCCL, with the fake YALI or libyali) and of libyali's host code
+# (yali-internal-tests, yali-host-tests: no GPU needed) under a sanitizer: the C++ built with
 # -fsanitize=thread (ThreadSanitizer, the default) or -fsanitize=address (AddressSanitizer; leak
-# checks off: the shim keeps some memory on purpose, e.g. an aborted comm's), no GPU and no libyali,
-# then yali-nccl-abi-error-tests run with every report logged. Not part of CI (each build takes
-# about 2.5 minutes on 2 cores); run both after a change to the shim's threads (background set-ups,
-# hand-overs, aborts), its memory, or the fakes.
+# checks off: the shim keeps some memory on purpose, e.g. an aborted comm's). libyali's kernels are
+# compiled by nvcc, not instrumented. Every report is logged. Not part of CI (each build takes
+# about 3 minutes on 2 cores); run both after a change to threads (the shim's background set-ups,
+# hand-overs and aborts; libyali's reaper and bootstrap), to memory handling, or to the fakes.
 #
 #   bash scripts/host_sanitize.sh [thread|address] [BUILD_DIR]
 #        (default: thread, in build-tsan or build-asan; test-name filter: TESTS=prefix)
@@ -35,6 +36,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     { echo "host_sanitize: configure failed (see $BUILD/$short-configure.log)"; exit 2; }
 fi
 ninja -C "$BUILD" yali-nccl-abi-error-tests yali-nccl yali-fake-nccl yali-fake-yali yali-fake-nccl-env \
+  yali-nccl-abi-tests yali-internal-tests yali-host-tests \
   > "$BUILD/$short-build.log" 2>&1 || { echo "host_sanitize: build failed (see $BUILD/$short-build.log)"; exit 2; }
 reports="$BUILD/$short-reports"
 rm -rf "$reports" && mkdir -p "$reports"
@@ -43,9 +45,16 @@ if [ "$SANITIZER" = thread ]; then
 else
   export ASAN_OPTIONS="$ASAN_OPTIONS log_path=$reports/report"
 fi
-"$BUILD/tests/yali-nccl-abi-error-tests" ${TESTS:-} > "$BUILD/$short-tests.log" 2>&1
-echo "host_sanitize ($SANITIZER): $(tail -n 1 "$BUILD/$short-tests.log") (log: $BUILD/$short-tests.log)"
-grep '^FAIL' "$BUILD/$short-tests.log"
+# libyali-nccl's (the fakes; yali-nccl-abi-tests loads the real libyali too, named by
+# YALI_LIBRARY: the sanitizers' dlopen interceptor hides libyali-nccl's RUNPATH from dlopen), then
+# libyali's host logic and its API without a GPU (its kernels are compiled by nvcc, not instrumented).
+export YALI_LIBRARY="$BUILD/src/libyali.so.0"
+for t in yali-nccl-abi-error-tests yali-nccl-abi-tests host/internal/yali-internal-tests yali-host-tests; do
+  log="$BUILD/$short-$(basename "$t").log"
+  "$BUILD/tests/$t" ${TESTS:-} > "$log" 2>&1
+  echo "host_sanitize ($SANITIZER): $(basename "$t"): $(tail -n 1 "$log") (log: $log)"
+  grep '^FAIL' "$log"
+done
 n=0
 for f in "$reports"/report*; do
   [ -e "$f" ] || continue
