@@ -1547,17 +1547,21 @@ TEST(a_shrink_in_a_group_hands_the_program_its_child_at_the_groups_end) {
 
 namespace {
 
-// Two ranks' non-blocking comms, made by this thread in one group and polled ready (NCCL's
-// non-blocking group ends in ncclInProgress: group.cc).
-void twoNonBlockingParents(ncclComm_t parents[2]) {
+// Two ranks' non-blocking comms, made by this thread in one group (NCCL's non-blocking group ends
+// in ncclInProgress: group.cc), their set-up under way in the background.
+void startTwoNonBlocking(ncclComm_t comms[2]) {
   ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
   nonBlocking.blocking = 0;
   ncclUniqueId id;
   REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
   REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-  for (int r = 0; r < 2; ++r)
-    REQUIRE(SHIM(ncclCommInitRankConfig)(&parents[r], 2, id, r, &nonBlocking) == ncclSuccess);
+  for (int r = 0; r < 2; ++r) REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[r], 2, id, r, &nonBlocking) == ncclSuccess);
   REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+}
+
+// The same, polled ready.
+void twoNonBlockingParents(ncclComm_t parents[2]) {
+  startTwoNonBlocking(parents);
   for (int r = 0; r < 2; ++r) REQUIRE(pollReady(parents[r]) == ncclSuccess);
 }
 
@@ -2533,15 +2537,8 @@ TEST(a_non_blocking_init_all_is_set_up_in_the_background_as_one_clique) {
 TEST(a_background_set_up_runs_its_rounds_while_the_programs_thread_holds_a_group_open) {
   CHECK(passesInFreshProcess(
       [] {
-        ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
-        nonBlocking.blocking = 0;
-        ncclUniqueId id;
-        REQUIRE(SHIM(ncclGetUniqueId)(&id) == ncclSuccess);
         ncclComm_t comms[2] = {nullptr, nullptr};
-        REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-        for (int r = 0; r < 2; ++r)
-          REQUIRE(SHIM(ncclCommInitRankConfig)(&comms[r], 2, id, r, &nonBlocking) == ncclSuccess);
-        REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+        startTwoNonBlocking(comms);
         // The program's thread opens a group and keeps it open while the set-up runs its rounds.
         REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
         ncclResult_t states[2] = {ncclInternalError, ncclInternalError};
