@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The host tests of libyali-nccl (against the fake NCCL, with the fake YALI or libyali) and of libyali's host code
-# (yali-internal-tests, yali-host-tests: no GPU needed) under a sanitizer: the C++ built with
+# The host tests of libyali-nccl (against the fake NCCL, with the fake YALI or libyali) and of
+# libyali's host code (yali-internal-tests, yali-host-tests: no GPU needed) under a sanitizer: the C++ built with
 # -fsanitize=thread (ThreadSanitizer, the default) or -fsanitize=address (AddressSanitizer; leak
 # checks off: the shim keeps some memory on purpose, e.g. an aborted comm's). libyali's kernels are
 # compiled by nvcc, not instrumented. Every report is logged. Not part of CI (each build takes

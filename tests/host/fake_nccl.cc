@@ -38,9 +38,9 @@
 // A non-blocking comm's init, as NCCL's (init.cc, group.cc): ncclCommInitRankConfig outside a group,
 // and the end of a group that made one, return ncclInProgress; ncclCommGetAsyncError says
 // ncclInProgress until the init completes (fakeInitDelayMs later, from a thread), and a split of a
-// comm still in progress fails with ncclInvalidArgument (ncclCommEnsureReady). A group of a non-blocking comm's
-// calls ends with ncclInProgress too; fakeNextBackgroundGroupStays leaves a group's comms in
-// ncclInProgress for good, as a group whose end NCCL's background never finishes.
+// comm still in progress fails with ncclInvalidArgument (ncclCommEnsureReady). A group of a
+// non-blocking comm's calls ends with ncclInProgress too; fakeNextBackgroundGroupStays leaves a
+// group's comms in ncclInProgress for good, as a group whose end NCCL's background never finishes.
 // Communicators are never freed: one that was destroyed or aborted is marked, and any later call
 // with it counts in fakeCallsOnEndedComms (NCCL would read freed memory).
 //
