@@ -1,18 +1,28 @@
 #!/usr/bin/env bash
 # The host tests of libyali-nccl (against the fake NCCL, with the fake YALI or libyali) and of
-# libyali's host code (yali-internal-tests, yali-host-tests: no GPU needed) under a sanitizer: the C++ built with
-# -fsanitize=thread (ThreadSanitizer, the default) or -fsanitize=address (AddressSanitizer; leak
-# checks off: the shim keeps some memory on purpose, e.g. an aborted comm's). libyali's kernels are
-# compiled by nvcc, not instrumented. Every report is logged. Not part of CI (each build takes
-# about 3 minutes on 2 cores); run both after a change to threads (the shim's background set-ups,
-# hand-overs and aborts; libyali's reaper and bootstrap), to memory handling, or to the fakes.
+# libyali's host code (yali-internal-tests, yali-host-tests: no GPU needed) under a sanitizer, the
+# C++ built with one of:
+#   thread     ThreadSanitizer (the default);
+#   address    AddressSanitizer, leak checks off: the shim keeps some memory on purpose, e.g. an
+#              aborted comm's;
+#   undefined  UndefinedBehaviorSanitizer, reports logged and the run going on.
+# libyali's kernels are compiled by nvcc, not instrumented. Every report is logged. Not part of CI
+# (each build takes about 3 minutes on 2 cores). Run them after a change to threads (the shim's
+# background set-ups, hand-overs and aborts; libyali's reaper and bootstrap), to memory handling or
+# size arithmetic, or to the fakes.
 #
-#   bash scripts/host_sanitize.sh [thread|address] [BUILD_DIR]
-#        (default: thread, in build-tsan or build-asan; test-name filter: TESTS=prefix)
+#   bash scripts/host_sanitize.sh [thread|address|undefined] [BUILD_DIR]
+#        (default: thread, in build-tsan, build-asan or build-ubsan; test-name filter: TESTS=prefix)
 #
 # Prints one line per test that failed and per report (its first frames).
-# Known, not a finding: deregistering_after_an_abort_frees_the_handle fails under both, since it
-# counts freed bytes with mallinfo2, which the sanitizers' allocators do not feed.
+# Known, not a finding: deregistering_after_an_abort_frees_the_handle fails under thread and
+# address, since it counts freed bytes with mallinfo2, which their allocators do not feed.
+# Known under undefined, in libyali-nccl, not yet changed (each works as meant with GCC, which gives
+# these enums an unsigned int underlying type and, without -fstrict-enums, keeps any value):
+#   - intercept.cc: the route sentinels kRunFlat and kStage are ncclResult_t values -1 and -2, outside
+#     the enum's range ("load of value 4294967295");
+#   - routing.cc, decideRoute: a data type outside ncclDataType_t's range (the routing table's test
+#     passes -1, as a program may) is loaded as that enum before validDataType refuses it.
 # Known on main (fixed in docs/wip/nocolor-split; NCCL_ABI.md, "Limits"):
 #   a_split_nccl_makes_in_its_background_against_our_verdict_is_never_freed reports, under thread,
 #   a race in adopt (comm.cc) with the fake NCCL's delivery thread (a plain read of the child
@@ -24,7 +34,8 @@ SANITIZER="${1:-thread}"
 case "$SANITIZER" in
   thread) short=tsan; flags="-fsanitize=thread"; export TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0" ;;
   address) short=asan; flags="-fsanitize=address -fno-omit-frame-pointer"; export ASAN_OPTIONS="detect_leaks=0" ;;
-  *) echo "host_sanitize: thread or address, not '$SANITIZER'"; exit 2 ;;
+  undefined) short=ubsan; flags="-fsanitize=undefined"; export UBSAN_OPTIONS="print_stacktrace=1" ;;
+  *) echo "host_sanitize: thread, address or undefined, not '$SANITIZER'"; exit 2 ;;
 esac
 BUILD="${2:-$ROOT/build-$short}"
 if [ ! -f "$BUILD/build.ninja" ]; then
@@ -40,11 +51,11 @@ ninja -C "$BUILD" yali-nccl-abi-error-tests yali-nccl yali-fake-nccl yali-fake-y
   > "$BUILD/$short-build.log" 2>&1 || { echo "host_sanitize: build failed (see $BUILD/$short-build.log)"; exit 2; }
 reports="$BUILD/$short-reports"
 rm -rf "$reports" && mkdir -p "$reports"
-if [ "$SANITIZER" = thread ]; then
-  export TSAN_OPTIONS="$TSAN_OPTIONS log_path=$reports/report"
-else
-  export ASAN_OPTIONS="$ASAN_OPTIONS log_path=$reports/report"
-fi
+case "$SANITIZER" in
+  thread) export TSAN_OPTIONS="$TSAN_OPTIONS log_path=$reports/report" ;;
+  address) export ASAN_OPTIONS="$ASAN_OPTIONS log_path=$reports/report" ;;
+  undefined) export UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$reports/report" ;;
+esac
 # libyali-nccl's (the fakes; yali-nccl-abi-tests loads the real libyali too, named by
 # YALI_LIBRARY: the sanitizers' dlopen interceptor hides libyali-nccl's RUNPATH from dlopen), then
 # libyali's host logic and its API without a GPU (its kernels are compiled by nvcc, not instrumented).
@@ -60,6 +71,7 @@ for f in "$reports"/report*; do
   [ -e "$f" ] || continue
   n=$((n + 1))
   echo "report $f:"
-  grep -E '^(WARNING|==[0-9]+==ERROR)|^ +#[01] |^(freed|previously allocated) by' "$f" | head -n 8 | sed 's/^/  /'
+  grep -E '^(WARNING|==[0-9]+==ERROR)|runtime error|^ +#[01] |^(freed|previously allocated) by' "$f" | head -n 8 |
+    sed 's/^/  /'
 done
 echo "host_sanitize ($SANITIZER): $n report(s) in $reports"

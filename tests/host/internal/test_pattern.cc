@@ -387,7 +387,8 @@ std::string simulateTwoshot(ShapeModel shape, int n, int root, bool inPlace, siz
   auto outputAt = [&](int r, size_t e, const std::vector<uint8_t>& v) -> std::string {
     Rank& R = ranks[r];
     if (R.a.recv == nullptr) return "rank " + std::to_string(r) + " writes an output it does not have";
-    memcpy(static_cast<uint8_t*>(R.a.recv) + e * kes, v.data(), v.size());
+    // An empty tile's data() may be null, which memcpy must not be given even for 0 bytes (UBSan).
+    if (!v.empty()) memcpy(static_cast<uint8_t*>(R.a.recv) + e * kes, v.data(), v.size());
     return "";
   };
   for (size_t t = 0; t < tiles; ++t) {
