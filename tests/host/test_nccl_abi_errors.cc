@@ -466,6 +466,22 @@ void refuseForScalars(const char* call) {
   failYaliNext("yaliAlgoInfo", yaliInvalidArgument, "yaliAlgoInfo: count overflows the byte size");
 }
 
+// The fake NCCL's non-blocking inits (a non-blocking parent's children's too) take `ms` while this
+// lives, for a test that must act while one is under way; its value before comes back after.
+class SlowFakeInits {
+ public:
+  explicit SlowFakeInits(int ms) : delay_(variable<int>(fakeNccl(), "fakeInitDelayMs")), before_(delay_) {
+    delay_ = ms;
+  }
+  ~SlowFakeInits() { delay_ = before_; }
+  SlowFakeInits(const SlowFakeInits&) = delete;
+  SlowFakeInits& operator=(const SlowFakeInits&) = delete;
+
+ private:
+  int& delay_;
+  const int before_;
+};
+
 // Polls ncclCommGetAsyncError (up to 5 s) until the comm's init is no longer ncclInProgress, as a
 // program that made it non-blocking must before using it (PyTorch's waitReady); its last state.
 ncclResult_t pollReady(ncclComm_t comm) {
@@ -1710,7 +1726,7 @@ TEST(a_non_blocking_parents_child_whose_init_failed_is_handed_over_nccl_only) {
 TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_child_over_nccl_only) {
   const bool passed = passesInChild([] {
     const ncclComm_t parent = nonBlockingComm();
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
+    const SlowFakeInits slow(300);
     ncclComm_t kid = nullptr;
     CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
     ncclResult_t state = ncclSuccess;
@@ -1734,7 +1750,6 @@ TEST(an_abort_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
       CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclRemoteError);
       CHECK(SHIM(ncclCommAbort)(k) == ncclSuccess);
     }
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 100;
   });
   CHECK(passed);
 }
@@ -1766,7 +1781,7 @@ TEST(a_non_blocking_parents_child_nccl_never_writes_leaves_the_parent_with_nccls
 TEST(a_revoke_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_child_over_nccl_only) {
   const bool passed = passesInChild([] {
     const ncclComm_t parent = nonBlockingComm();
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
+    const SlowFakeInits slow(300);
     ncclComm_t kid = nullptr;
     CHECK(SHIM(ncclCommSplit)(parent, 0, 0, &kid, nullptr) == ncclSuccess);
     CHECK(SHIM(ncclCommRevoke)(parent, NCCL_REVOKE_DEFAULT) == ncclSuccess);
@@ -1787,7 +1802,6 @@ TEST(a_revoke_of_a_non_blocking_parent_during_its_childs_hand_over_hands_the_chi
     CHECK(pollReady(parent) != ncclInProgress);
     CHECK_MSG(__atomic_load_n(&later, __ATOMIC_ACQUIRE) != nullptr,
               "a refused revoke stopped the hand-over: the child never reached the program");
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 100;
     for (ncclComm_t c : {k, later, parent})
       if (c != nullptr) SHIM(ncclCommAbort)(c);
   });
@@ -1804,7 +1818,7 @@ TEST(two_parents_of_one_hand_over_aborted_from_two_threads_both_hand_their_child
   const bool passed = passesInChild([] {
     ncclComm_t parents[2] = {nullptr, nullptr};
     twoNonBlockingParents(parents);
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 300;
+    const SlowFakeInits slow(300);
     ncclComm_t kids[2] = {nullptr, nullptr};
     REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
     for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(parents[r], 0, r, &kids[r], nullptr) == ncclSuccess);
@@ -1843,7 +1857,6 @@ TEST(two_parents_of_one_hand_over_aborted_from_two_threads_both_hand_their_child
       CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess && state == ncclRemoteError);
       SHIM(ncclCommAbort)(k);
     }
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 100;
   });
   CHECK(passed);
 }
@@ -2563,13 +2576,12 @@ TEST(a_background_set_up_stopped_by_a_siblings_abort_reports_ncclRemoteError) {
   CHECK(passesInChild([] {
     ncclConfig_t nonBlocking = NCCL_CONFIG_INITIALIZER;
     nonBlocking.blocking = 0;
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 500;
+    const SlowFakeInits slow(500);
     const std::vector<ncclComm_t> comms = initInGroup(2, ncclInProgress, &nonBlocking);
     SHIM(ncclCommAbort)(comms[0]);
     const ncclResult_t state = pollReady(comms[1]);
     CHECK_MSG(state == ncclRemoteError, "the sibling: %d", static_cast<int>(state));
     SHIM(ncclCommAbort)(comms[1]);
-    variable<int>(fakeNccl(), "fakeInitDelayMs") = 100;
   }));
 }
 
