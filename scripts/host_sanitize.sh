@@ -32,9 +32,10 @@ set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SANITIZER="${1:-thread}"
 case "$SANITIZER" in
-  thread) short=tsan; flags="-fsanitize=thread"; export TSAN_OPTIONS="halt_on_error=0 report_signal_unsafe=0" ;;
-  address) short=asan; flags="-fsanitize=address -fno-omit-frame-pointer"; export ASAN_OPTIONS="detect_leaks=0" ;;
-  undefined) short=ubsan; flags="-fsanitize=undefined"; export UBSAN_OPTIONS="print_stacktrace=1" ;;
+  # short name, compiler flags, the runtime's options variable and its options (log_path added below)
+  thread) short=tsan; flags="-fsanitize=thread"; optvar=TSAN_OPTIONS; opts="halt_on_error=0 report_signal_unsafe=0" ;;
+  address) short=asan; flags="-fsanitize=address -fno-omit-frame-pointer"; optvar=ASAN_OPTIONS; opts="detect_leaks=0" ;;
+  undefined) short=ubsan; flags="-fsanitize=undefined"; optvar=UBSAN_OPTIONS; opts="print_stacktrace=1" ;;
   *) echo "host_sanitize: thread, address or undefined, not '$SANITIZER'"; exit 2 ;;
 esac
 BUILD="${2:-$ROOT/build-$short}"
@@ -51,11 +52,7 @@ ninja -C "$BUILD" yali-nccl-abi-error-tests yali-nccl yali-fake-nccl yali-fake-y
   > "$BUILD/$short-build.log" 2>&1 || { echo "host_sanitize: build failed (see $BUILD/$short-build.log)"; exit 2; }
 reports="$BUILD/$short-reports"
 rm -rf "$reports" && mkdir -p "$reports"
-case "$SANITIZER" in
-  thread) export TSAN_OPTIONS="$TSAN_OPTIONS log_path=$reports/report" ;;
-  address) export ASAN_OPTIONS="$ASAN_OPTIONS log_path=$reports/report" ;;
-  undefined) export UBSAN_OPTIONS="$UBSAN_OPTIONS log_path=$reports/report" ;;
-esac
+export "$optvar=$opts log_path=$reports/report"
 # libyali-nccl's (the fakes; yali-nccl-abi-tests loads the real libyali too, named by
 # YALI_LIBRARY: the sanitizers' dlopen interceptor hides libyali-nccl's RUNPATH from dlopen), then
 # libyali's host logic and its API without a GPU (its kernels are compiled by nvcc, not instrumented).
