@@ -1370,7 +1370,12 @@ void handOver(const std::vector<Child>& kids, const std::vector<Comm*>& parents,
       continue;
     }
     // No NCCL comm to take part in the rounds: its peers' rounds, if their children were made, end
-    // at YALI_TIMEOUT_MS with ncclRemoteError. The program learns of the failure from the parent.
+    // at YALI_TIMEOUT_MS with ncclRemoteError. The program learns of the failure from the parent,
+    // and from the child too (setUpError): NCCL never sets a split child's own state, so NCCL alone
+    // says ncclSuccess for it while its calls fail (NCCL 2.28.9 on 2 H200s, Session 34: an
+    // AllReduce returned ncclInvalidArgument, then NCCL's thread died), and a program that polls the
+    // child, not the parent, would use it.
+    k.comm->setUpError.store(state);
     k.comm->noYali = std::string("NCCL's init of the child failed (its parent reports ") +
                      callReal<Api::ncclGetErrorString>(state) + ")";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(k.comm), k.comm->noYali.c_str());

@@ -176,6 +176,8 @@ struct Comm {
   // A set-up round of this rank waited for a peer until YALI_TIMEOUT_MS: the comm is NCCL only, but
   // its real comm has the round's collective queued, unmatched: ncclRemoteError, returned by the
   // creating call (or the group's end) and by ncclCommGetAsyncError from then on (comm.cc, realRound).
+  // Also a non-blocking parent's child whose NCCL init failed: its parent's error (comm.cc, handOver),
+  // or one whose hand-over an abort or revoke stopped: ncclRemoteError (finishHandOver).
   std::atomic<int> setUpError{ncclSuccess};
 };
 

@@ -1705,6 +1705,14 @@ TEST(a_non_blocking_parents_child_whose_init_failed_is_handed_over_nccl_only) {
       CHECK_MSG(k != nullptr, "rank %d's failed child was not handed over", r);
       REQUIRE(k != nullptr);
       CHECK(realOf(k) == child(const_cast<void*>(realOf(parents[r])), 0));
+      // The child says NCCL's verdict too, not ncclSuccess: NCCL never sets a split child's own
+      // state, so NCCL alone says ncclSuccess for it, and its calls then fail or crash NCCL (2.28.9
+      // on 2 H200s, Session 34: ncclInvalidArgument, then an integer division by zero in NCCL's
+      // thread); a program (torch) that polls the child instead of the parent must learn of it.
+      ncclResult_t state = ncclSuccess;
+      CHECK(SHIM(ncclCommGetAsyncError)(k, &state) == ncclSuccess);
+      CHECK_MSG(state == ncclSystemError, "rank %d's failed child says %d (ncclSystemError, its parent's, expected)",
+                r, static_cast<int>(state));
     }
     // No set-up round was issued on the failed children (an AllGather would be the records round).
     CHECK_MSG(countSince(since, "ncclAllGather") == 0, "%d set-up rounds on failed children",
