@@ -1489,14 +1489,17 @@ bool handOverPending(const Comm* c) {
   return b != nullptr && !b->kids.empty() && c->setUpPending.load(std::memory_order_acquire);
 }
 
-void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result) {
+void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result, bool blocking) {
   (void)devlist;  // the devices are read back from NCCL's comms
   std::vector<Comm*> clique;
   for (int i = 0; i < n; ++i) {
     Comm* c = new Comm;
     c->real = comms[i];
     c->clique = true;
-    c->blocking = result != ncclInProgress;
+    // Not `result != ncclInProgress`: a non-blocking clique made inside a group was then marked
+    // blocking, and its splits (NULL config: non-blocking, as NCCL makes them) lost their children,
+    // NCCL writing them after the split returned (a review of 991b179).
+    c->blocking = blocking;
     c->sharesResources = sharesResources(nullptr, false);  // no config: NCCL's default, or the variable
     comms[i] = handleOf(c);
     clique.push_back(c);

@@ -299,8 +299,10 @@ bool handOverPending(const Comm* c);
 // ncclCommInitAll's comms (in place in `comms`), YALI's made by yaliCommInitAll. `result` is what
 // NCCL's call returned: ncclInProgress for a non-blocking one (NCCL_COMM_BLOCKING=0), whose inits go
 // on in NCCL's background: its clique is set up once NCCL made every comm of it (in the background,
-// each comm's ncclCommGetAsyncError saying ncclInProgress until then).
-void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result = ncclSuccess);
+// each comm's ncclCommGetAsyncError saying ncclInProgress until then). `blocking`: NCCL's verdict on
+// the comms (isBlocking, no config), which `result` does not tell inside a group: there NCCL's call
+// returns ncclSuccess for a non-blocking clique too, and only the group's end ncclInProgress.
+void adoptClique(ncclComm_t* comms, int n, const int* devlist, ncclResult_t result, bool blocking);
 
 // ---- Groups ----------------------------------------------------------------------------------------
 

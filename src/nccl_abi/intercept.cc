@@ -1407,7 +1407,7 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t* comm, int n
   // (adoptClique). Before Session 33's change it was NCCL only, and its ncclInProgress left the
   // program with NCCL's own handles.
   if (!ncclEnvPluginInUse() && (r == ncclSuccess || !blocking)) {
-    adoptClique(comm, ndev, devlist, r);
+    adoptClique(comm, ndev, devlist, r, blocking);
     return r;
   }
   for (int i = 0; i < ndev; ++i) {  // NCCL only (adopt)

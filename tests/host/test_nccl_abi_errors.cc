@@ -2574,6 +2574,71 @@ TEST(a_background_set_up_runs_its_rounds_while_the_programs_thread_holds_a_group
       "YALI_TESTS_SHORT_TIMEOUT"));
 }
 
+// The splits of a non-blocking ncclCommInitAll's clique (NULL config: non-blocking, as NCCL makes
+// them) hand the program their children, the clique made alone or inside a group. Inside a group
+// NCCL's ncclCommInitAll returns ncclSuccess and only the group's end ncclInProgress, and 991b179
+// took the clique for blocking from that: its children were dropped as never written, the program's
+// pointers NULL for good (a review; this test failed in the group case).
+TEST(a_non_blocking_init_all_cliques_splits_hand_over_their_children_alone_and_in_a_group) {
+  CHECK(passesInFreshProcess(
+      [] {
+        setenv("NCCL_COMM_BLOCKING", "0", 1);
+        for (const bool inGroup : {false, true}) {
+          std::vector<ncclComm_t> comms(2, nullptr);
+          if (inGroup) {
+            REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
+            REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+          } else {
+            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclInProgress);
+          }
+          for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
+          ncclComm_t kids[2] = {nullptr, nullptr};
+          REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+          for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(comms[r], 0, r, &kids[r], nullptr) == ncclSuccess);
+          const ncclResult_t end = SHIM(ncclGroupEnd)();
+          CHECK_MSG(end == ncclInProgress, "%s: the split group's end returned %d (ncclInProgress expected)",
+                    inGroup ? "in a group" : "alone", static_cast<int>(end));
+          // A parent that says ncclSuccess has its child written (as NCCL's does).
+          for (ncclComm_t c : comms) CHECK(pollReady(c) == ncclSuccess);
+          for (int r = 0; r < 2; ++r)
+            CHECK_MSG(__atomic_load_n(&kids[r], __ATOMIC_ACQUIRE) != nullptr,
+                      "%s: rank %d's child is NULL after its parent said ncclSuccess", inGroup ? "in a group" : "alone",
+                      r);
+          for (ncclComm_t c : {kids[0], kids[1], comms[0], comms[1]})
+            if (c != nullptr) SHIM(ncclCommAbort)(c);
+        }
+        unsetenv("NCCL_COMM_BLOCKING");
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
+// An abort of one comm of a non-blocking clique while NCCL still makes it stops the clique's
+// background set-up: its siblings leave ncclInProgress (an error) and no yaliCommInitAll runs.
+// (A review of 991b179; it passed there.)
+TEST(an_abort_of_one_comm_of_a_non_blocking_clique_during_nccls_init_stops_the_cliques_set_up) {
+  CHECK(passesInFreshProcess(
+      [] {
+        setenv("NCCL_COMM_BLOCKING", "0", 1);
+        variable<int>(fakeNccl(), "fakeInitDelayMs") = 500;
+        std::vector<ncclComm_t> comms(3, nullptr);
+        REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 3, nullptr) == ncclInProgress);
+        const int since = eventCount();
+        CHECK(SHIM(ncclCommAbort)(comms[1]) == ncclSuccess);
+        for (int i : {0, 2}) {
+          const ncclResult_t s = pollReady(comms[i]);
+          CHECK_MSG(s != ncclInProgress && s != ncclSuccess, "comm %d says %d after its sibling's abort", i,
+                    static_cast<int>(s));
+          CHECK(yaliOf(comms[i]) == nullptr);
+        }
+        CHECK(countSince(since, "yaliCommInitAll") == 0);
+        variable<int>(fakeNccl(), "fakeInitDelayMs") = 0;
+        for (int i : {0, 2}) SHIM(ncclCommAbort)(comms[i]);
+        unsetenv("NCCL_COMM_BLOCKING");
+      },
+      "YALI_TESTS_SHORT_TIMEOUT"));
+}
+
 // An abort of one of the non-blocking comms one thread made in one group stops their shared
 // background set-up (one flag), and the others then report ncclRemoteError from
 // ncclCommGetAsyncError, not ncclSuccess: their peers may be in the set-up's rounds, which they will
