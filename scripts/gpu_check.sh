@@ -101,7 +101,8 @@
 #   NCCLABI_NODES_AGG="1 4"                  the same with nccl-tests -m each value (>1: that many calls
 #                                            per ncclGroupStart/End: grouped hierarchical calls)
 #   NCCLABI_INIT_ALL=1 (default 0; _NDEV=2)  ncclabi, also: tests/gpu/ncclabi_init_all.py, ncclCommInitAll
-#                                            blocking and non-blocking (2 GPUs or more), exact AllReduce
+#                                            blocking, non-blocking, non-blocking in a group (2 GPUs or
+#                                            more), exact AllReduce on the clique and on its split children
 #   NCCLABI_HANDOVER_FAULTS=1 (default 0)    ncclabi, also: tests/gpu/ncclabi_handover_faults.py, aborts and
 #                                            revokes of a non-blocking parent while its split child is handed
 #                                            over: 2 ranks on GPU 0, then (2 GPUs or more) one process
@@ -462,13 +463,16 @@ if has ncclabi; then
   # ncclCommInitAll through the shim (NCCLABI_INIT_ALL=1, 2 GPUs or more: NCCL refuses two ranks of one
   # GPU in one process): tests/gpu/ncclabi_init_all.py, blocking then non-blocking (NCCL_COMM_BLOCKING),
   # an exact AllReduce per device; the log says whether YALI ran and, non-blocking, the background set-up.
+  # Each run also splits every comm of the clique and checks the children (written once their parent
+  # says ncclSuccess, an exact AllReduce): 2 x NDEV ok lines. "group": the call inside a group.
   if [ -f "$shim" ] && [ "${NCCLABI_INIT_ALL:-0}" = 1 ]; then
-    for blocking in 1 0; do
-      lg="$LOG/ncclabi_init_all_blocking$blocking.log"
+    for run in "1 alone" "0 alone" "0 group"; do
+      read -r blocking how <<< "$run"
+      lg="$LOG/ncclabi_init_all_blocking${blocking}_$how.log"
       NCCL_COMM_BLOCKING=$blocking LD_PRELOAD="$PWD/$shim" LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" \
         YALI_NCCL_DEBUG=1 YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" NCCL_NVLS_ENABLE=0 \
-        timeout 150 python3 tests/gpu/ncclabi_init_all.py "${NCCLABI_INIT_ALL_NDEV:-2}" > "$lg" 2>&1
-      note "ncclabi ncclCommInitAll, NCCL_COMM_BLOCKING=$blocking: rc=$? $(grep -c ': ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'AllReduce .*: YALI' "$lg") YALI AllReduce lines, $(grep -c 'set up in the background' "$lg") background set-ups, $(grep -m1 'skipped' "$lg")"
+        timeout 150 python3 tests/gpu/ncclabi_init_all.py "${NCCLABI_INIT_ALL_NDEV:-2}" "$how" > "$lg" 2>&1
+      note "ncclabi ncclCommInitAll, NCCL_COMM_BLOCKING=$blocking, $how: rc=$? $(grep -c ': ok' "$lg") ok ($((2 * ${NCCLABI_INIT_ALL_NDEV:-2})) expected), $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'AllReduce .*: YALI' "$lg") YALI AllReduce lines, $(grep -c 'set up in the background' "$lg") background set-ups, $(grep -c 'handed over once NCCL wrote it' "$lg") children handed over, $(grep -m1 'skipped' "$lg")"
     done
   fi
   # Errors and aborts on the hierarchical path (NCCLABI_HIER_FAULTS=1): tests/gpu/ncclabi_hier_faults.py
