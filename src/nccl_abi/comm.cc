@@ -1282,9 +1282,10 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
     c->noYali = "NCCL reads its settings through an environment plugin: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
   } else if (c->clique) {
-    // ncclCommInitAll's comms that are not set up together (adoptClique): here non-blocking ones.
+    // ncclCommInitAll's comms that are not set up together (adoptClique): since 991b179, those NCCL
+    // returned with ncclInProgress where we took them for blocking (intercept.cc, ncclCommInitAll).
     // Every rank is in this process, none answers a set-up (below): NCCL only.
-    c->noYali = "a non-blocking ncclCommInitAll: NCCL only";
+    c->noYali = "NCCL's ncclCommInitAll returned ncclInProgress for communicators taken for blocking: NCCL only";
     info(-1, "communicator %p: NCCL only (%s)", static_cast<void*>(c), c->noYali.c_str());
   } else if (c->blocking && result == ncclInProgress) {
     // NCCL took it for non-blocking where we did not (a verdict of ours that differs from NCCL's).
@@ -1322,7 +1323,7 @@ void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
   } else if (gated && c->real != nullptr) {
     answerNoWhenReady({c});
   }
-  if (inBackground && !c->clique && c->real != nullptr) setUpYaliWhenReady({c});
+  if (inBackground && c->real != nullptr) setUpYaliWhenReady({c});  // never a clique's (above)
   if (atGroupEnd) {
     tlsGroup.children.push_back({c, out, childExpected});
     *out = nullptr;  // as NCCL left it: NULL until the split completes
