@@ -23,11 +23,6 @@
 #     the enum's range ("load of value 4294967295");
 #   - routing.cc, decideRoute: a data type outside ncclDataType_t's range (the routing table's test
 #     passes -1, as a program may) is loaded as that enum before validDataType refuses it.
-# Known on main (fixed in docs/wip/nocolor-split; NCCL_ABI.md, "Limits"):
-#   a_split_nccl_makes_in_its_background_against_our_verdict_is_never_freed reports, under thread,
-#   a race in adopt (comm.cc) with the fake NCCL's delivery thread (a plain read of the child
-#   pointer NCCL writes from its background), and under address a heap-use-after-free by that
-#   thread: the Comm a NCCL_SPLIT_NOCOLOR split was given, freed, then written by NCCL's job.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SANITIZER="${1:-thread}"

@@ -1261,9 +1261,14 @@ void dropChildless(Comm* c, bool childMayStillCome) {
 }  // namespace
 
 void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected) {
+  // Read once, atomically: where NCCL runs a split in its background against our verdict on the
+  // parent (dropChildless), its thread may write the child into c->real at any moment (a plain read
+  // here was a data race: ThreadSanitizer, Session 35). What it sees decides below; a child written
+  // after it is the case dropChildless keeps the Comm for.
+  const bool made = __atomic_load_n(&c->real, __ATOMIC_ACQUIRE) != nullptr;
   // A split's or shrink's child made inside a group: NCCL writes it at the outermost ncclGroupEnd.
-  const bool atGroupEnd = c->real == nullptr && result == ncclSuccess && tlsGroup.depth > 0;
-  if (c->real == nullptr && !atGroupEnd) {  // NCCL_SPLIT_NOCOLOR, or NCCL failed and made nothing
+  const bool atGroupEnd = !made && result == ncclSuccess && tlsGroup.depth > 0;
+  if (!made && !atGroupEnd) {  // NCCL failed and made nothing, or makes it in its background
     // NCCL can write a child later only after a call that did not fail (ncclSuccess, which a split
     // that NCCL finishes in its background returns, or ncclInProgress): a refused call (the parent
     // in error, a bad argument) made no job, so its Comm is freed, not kept.
@@ -1674,8 +1679,8 @@ ncclResult_t leaveGroup(bool realGroupSucceeded, bool launched, bool inProgress)
   // First, right behind the group's launches on the calls' streams.
   const ncclResult_t result = finishStagedCalls(staged, launched, inProgress);
   // The real group has ended, and with it the init jobs of the splits and shrinks made in it: NCCL
-  // wrote each child into its Comm (even one whose init failed), or nothing (NCCL_SPLIT_NOCOLOR; a
-  // group that failed before their jobs ran). The program gets our handle where NCCL made a comm,
+  // wrote each child into its Comm (even one whose init failed), or nothing (a group that failed
+  // before their jobs ran). The program gets our handle where NCCL made a comm,
   // and keeps the NULL it was given otherwise, as with NCCL alone. A Comm that expected a child
   // and got none is kept, never freed (dropChildless; adopt says why).
   for (const Child& k : children) {

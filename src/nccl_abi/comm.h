@@ -267,9 +267,10 @@ bool sharesResources(const ncclConfig_t* config, bool inherited);
 // only then). NCCL fills a split's or shrink's child only when the child's init job ends, NULL until
 // then (init.cc, ncclCommInitChildComm): inside a group that is the outermost ncclGroupEnd, so a
 // `real` still null after a call that succeeded in a group waits for it (*out stays NULL until then,
-// as NCCL's would: leaveGroup). A `real` null otherwise (NCCL_SPLIT_NOCOLOR, or NCCL made nothing)
-// frees the Comm and sets *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only.
-// `childExpected` (a split with a color other than NCCL_SPLIT_NOCOLOR, or a shrink): a `real` still
+// as NCCL's would: leaveGroup). A `real` null otherwise (NCCL made nothing) frees the Comm and sets
+// *out to NULL. Never fails: where YALI cannot be had, the comm is NCCL only. (A split with
+// NCCL_SPLIT_NOCOLOR never comes here: NCCL gets the program's pointer, ncclCommSplit.)
+// `childExpected` (a split or a shrink): a `real` still
 // null then is never freed (a deliberate, logged leak): NCCL could still write it from its background
 // where its verdict on the parent (non-blocking) differs from ours (comm.cc, dropChildless).
 void adopt(Comm* c, ncclResult_t result, ncclComm_t* out, bool childExpected = false);

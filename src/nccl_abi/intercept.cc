@@ -1431,8 +1431,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // spins on it). Its child goes to a Comm of ours, which a thread of ours hands the program once
   // NCCL wrote it and its set-up ended, the parent in progress until then (create,
   // adoptWhenWritten; until Session 33 the program got NCCL's own handle, NCCL only). A split
-  // without a color makes no child: NCCL gets the program's own pointer, into which it writes
-  // NULL. Wherever NCCL reads its settings through an environment plugin
+  // without a color makes no child: NCCL gets the program's own pointer, blocking parent or not,
+  // into which it writes NULL, at once and again when the split's job ends (init.cc,
+  // ncclCommInitRankFunc stores the child, NULL here, into *newcomm), which NCCL may run in its
+  // background against our verdict on the parent (dropChildless). Never a Comm of ours: one freed
+  // because no child came took that late write in freed memory (a ThreadSanitizer run of the host
+  // tests, Session 35: heap-use-after-free by the fake NCCL's thread). Wherever NCCL reads its settings through an environment plugin
   // (ncclEnvPluginInUse), NCCL may take the parent for non-blocking where we could not see it: NCCL
   // gets the program's pointer, and the program NCCL's own handle, which every function here passes
   // through untouched (ours() is null for it), as every comm is NCCL only then anyway.
@@ -1442,12 +1446,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // comm beside the set-up's rounds (review, Session 32).
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess)
     return refused;
-  if (ncclEnvPluginInUse() || (!parent->blocking && color == NCCL_SPLIT_NOCOLOR))
+  if (ncclEnvPluginInUse() || color == NCCL_SPLIT_NOCOLOR)
     return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
       newcomm, config, parent,
       [&](ncclComm_t* real) { return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config); },
-      color != NCCL_SPLIT_NOCOLOR);
+      /*childExpected=*/true);
 }
 
 #ifdef YALI_NCCL_HAS_ncclCommShrink

@@ -278,6 +278,9 @@ __attribute__((visibility("default"))) thread_local const char* fakeLastCall = "
 __attribute__((visibility("default"))) thread_local void* fakeLastComm = nullptr;
 __attribute__((visibility("default"))) thread_local void* fakeLastHandle = nullptr;
 __attribute__((visibility("default"))) thread_local int fakeGroupDepth = 0;
+// The newcomm pointer this thread's last ncclCommSplit was given (the program's own, or a field of
+// libyali-nccl's Comm).
+__attribute__((visibility("default"))) thread_local void* fakeLastSplitNewcomm = nullptr;
 // Outermost group ends that failed because a call inside the group had failed as NCCL's CommCheck
 // fails one (a NULL comm): NCCL sets the thread's group error (group.h, ncclGroupErrCheck), and its
 // outermost end returns it and drops the group's tasks (group.cc). Counted, never reset.
@@ -733,6 +736,7 @@ __attribute__((visibility("default"))) int fakeLastSplitShare = -2;
 FAKE_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   fakeLastSplitShare = config != nullptr ? config->splitShare : -1;
+  fakeLastSplitNewcomm = newcomm;
   loadConfFile();
   const ncclResult_t r = note("ncclCommSplit", comm);
   if (r != ncclSuccess) return r;

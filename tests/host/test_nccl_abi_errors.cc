@@ -1967,17 +1967,41 @@ TEST(a_split_nccl_makes_in_its_background_against_our_verdict_is_never_freed) {
     CHECK(child(const_cast<void*>(midReal), 0) != nullptr);
     REQUIRE(pollReady(mid) == ncclSuccess);
     CHECK(kid == nullptr);
-    // NCCL_SPLIT_NOCOLOR expects no child: its Comm is freed, without a warning.
+    // NCCL_SPLIT_NOCOLOR makes no child: NCCL gets the program's own pointer (its job writes NULL
+    // there when it ends, here 100 ms later from its background), no Comm of ours, and no warning.
     ncclComm_t none = reinterpret_cast<ncclComm_t>(&id);
     const std::string quiet =
         stderrOf([&] { CHECK(SHIM(ncclCommSplit)(mid, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr) == ncclSuccess); });
-    CHECK(none == nullptr);
+    CHECK(variable<void*>(fakeNccl(), "fakeLastSplitNewcomm") == static_cast<void*>(&none));
+    CHECK(__atomic_load_n(&none, __ATOMIC_ACQUIRE) == nullptr);  // NCCL's thread writes it again
     CHECK_MSG(!contains(quiet.c_str(), "never freed"), "a warning for NCCL_SPLIT_NOCOLOR: '%s'", quiet.c_str());
     REQUIRE(pollReady(mid) == ncclSuccess);
+    CHECK(none == nullptr);
     unsetenv("NCCL_COMM_BLOCKING");
     for (ncclComm_t c : {mid, parent}) CHECK(SHIM(ncclCommDestroy)(c) == ncclSuccess);
   });
   CHECK(passed);
+}
+
+// A split with NCCL_SPLIT_NOCOLOR makes no child, and NCCL writes NULL into the pointer it was given
+// at the call and again when the split's job ends (init.cc, ncclCommInitRankFunc), from its
+// background where it takes the parent for non-blocking: so NCCL gets the program's own pointer,
+// for a blocking parent too, in a group and outside one. (Until Session 35 a blocking parent's
+// went through a Comm of ours, freed when no child came, into which such a late write then landed:
+// a ThreadSanitizer run saw it in the test above; this test failed then.)
+TEST(a_split_without_a_color_gives_nccl_the_programs_own_pointer) {
+  const std::vector<Rank> ranks = clique(2);
+  void*& given = variable<void*>(fakeNccl(), "fakeLastSplitNewcomm");
+  ncclComm_t none[2] = {reinterpret_cast<ncclComm_t>(0x1), reinterpret_cast<ncclComm_t>(0x1)};
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(SHIM(ncclCommSplit)(ranks[r].comm, NCCL_SPLIT_NOCOLOR, 0, &none[r], nullptr) == ncclSuccess);
+    CHECK_MSG(given == static_cast<void*>(&none[r]), "rank %d: NCCL was given %p, not the program's %p", r, given,
+              static_cast<void*>(&none[r]));
+  }
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  CHECK(none[0] == nullptr && none[1] == nullptr);
+  destroyAll(ranks);
 }
 
 // A split NCCL refuses (its parent in error, a bad argument: NCCL made no job, so nothing can write
