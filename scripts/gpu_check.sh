@@ -95,6 +95,10 @@
 #   NCCLABI_ARGS="-d all -o all"  (or -G 5)  more nccl-tests flags; NCCLABI_NP may list world sizes
 #   NCCLABI_RANK_LOCAL=1 (_NP=2)             ncclabi, also: tests/gpu/ncclabi_rank_local.py (a refusal one
 #                                            rank alone has: pinned host memory, a bad overlap), 0 skips
+#   NCCLABI_GROUP_STREAMS=1 (_NP=2)          ncclabi, also: tests/gpu/ncclabi_group_streams.py (a group on two
+#                                            streams: YALI's AllReduce on one, NCCL's send/recv on the
+#                                            other), through the shim, on NCCL alone, and through the
+#                                            shim without its join (must go WRONG); 0 skips
 #   NCCLABI_NODES=2 NCCLABI_NODES_NP=4       ncclabi, also: simulated nodes (YALI_NODE_ID=node<r/(NP/NODES)>),
 #                                            all_reduce/all_gather/reduce_scatter on the
 #                                            hierarchical path; #wrong and its debug lines
@@ -459,6 +463,23 @@ if has ncclabi; then
       -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 -x YALI_TIMEOUT_MS=10000 \
       "$wrapper" python3 tests/gpu/ncclabi_rank_local.py > "$lg" 2>&1
     note "ncclabi rank-local refusals: rc=$? $(grep -c '\] .*: ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG, $(grep -c 'staged through' "$lg") staged (9 expected), $(grep -c 'class): YALI' "$lg") YALI lines, $(grep -c 'class): NCCL' "$lg") NCCL lines (0 expected)"
+  fi
+  # A group whose calls use two streams (tests/gpu/ncclabi_group_streams.py): through the shim (every
+  # round ok, the AllReduce on YALI), on NCCL alone (the reference: ok), and through the shim with its
+  # join turned off (YALI_NCCL_TEST_NO_STREAM_JOIN=1: the check must fail there, or it proves nothing).
+  if [ -f "$shim" ] && [ "${NCCLABI_GROUP_STREAMS:-1}" != 0 ]; then
+    wrapper=$(mpi_hostid_wrapper)
+    for how in shim plain nojoin; do
+      lg="$LOG/ncclabi_group_streams_$how.log"
+      preload="$PWD/$shim" nojoin=0
+      [ "$how" = plain ] && preload="$nccl_lib/libnccl.so.2"
+      [ "$how" = nojoin ] && nojoin=1
+      timeout 120 mpirun --allow-run-as-root --oversubscribe -np "${NCCLABI_GROUP_STREAMS_NP:-2}" \
+        -x LD_PRELOAD="$preload" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
+        -x YALI_NCCL_TEST_NO_STREAM_JOIN=$nojoin "$wrapper" python3 tests/gpu/ncclabi_group_streams.py > "$lg" 2>&1
+      note "ncclabi group on two streams ($how): rc=$? $(grep -c ': ok' "$lg") ok, $(grep -c 'WRONG' "$lg") WRONG ($([ "$how" = nojoin ] && echo 'WRONG expected' || echo '0 expected')), $(grep -c 'ncclAllReduce.*class): YALI' "$lg") YALI AllReduce lines"
+    done
   fi
   # ncclCommInitAll through the shim (NCCLABI_INIT_ALL=1, 2 GPUs or more: NCCL refuses two ranks of one
   # GPU in one process): tests/gpu/ncclabi_init_all.py, blocking then non-blocking (NCCL_COMM_BLOCKING),

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "nccl_abi/diag.h"
+#include "nccl_abi/group_streams.h"
 #include "nccl_abi/env.h"
 #include "nccl_abi/nccl_api.h"
 #include "nccl_abi/node_id.h"
@@ -2014,6 +2015,17 @@ cudaError_t captureInfo(cudaError_t (*get)(cudaStream_t, cudaStreamCaptureStatus
 
 }  // namespace
 
+bool captureIdOf(cudaStream_t stream, unsigned long long* id) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  *id = 0;
+  if (captureInfo(rt().cudaStreamGetCaptureInfo, stream, &status, id) != cudaSuccess) {
+    rt().cudaGetLastError();
+    return false;
+  }
+  if (status == cudaStreamCaptureStatusNone) *id = 0;
+  return status != cudaStreamCaptureStatusInvalidated;
+}
+
 ncclResult_t scratchContext(const char* function, cudaStream_t stream, unsigned long long* context) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   unsigned long long id = 0;
@@ -2141,6 +2153,7 @@ void freeComm(Comm* c) {
     s.copiedIn = nullptr;
   }
   dropDeferredCalls(c);  // a hierarchical call of it deferred to the group's end: not run
+  forgetGroupStreams(c);  // its streams of the group are not joined
   for (Registration* reg : c->registrations) {
     reg->magic = 0;
     delete reg;

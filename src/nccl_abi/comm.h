@@ -112,6 +112,9 @@ class DeviceGuard {
 // allocated, freed or copied on it outside the capture's order; the failed read's CUDA error is
 // cleared, not left for the program to find.
 bool mayBeCaptured(cudaStream_t stream, bool* unread = nullptr);
+// The capture `stream` is in (*id; 0: none). False where its state cannot be read (the legacy
+// stream while another stream is captured; the error cleared) or its capture was invalidated.
+bool captureIdOf(cudaStream_t stream, unsigned long long* id);
 
 // One rank's communicator as the program holds it. Every ncclComm_t that our ncclCommInit*,
 // ncclCommSplit and ncclCommShrink return points at one of these, but the splits and shrinks made

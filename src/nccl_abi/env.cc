@@ -38,6 +38,8 @@ Settings readSettings() {
       s.testDelayMs = ms;
     }
   }
+  const char* noJoin = getenv("YALI_NCCL_TEST_NO_STREAM_JOIN");
+  s.testNoStreamJoin = noJoin != nullptr && strcmp(noJoin, "1") == 0;
   // libyali reads its settings when a communicator is made, after this (the first call of ours).
   if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);
   return s;

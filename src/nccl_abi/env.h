@@ -36,6 +36,10 @@ struct Settings {
   int testDelayRank = -1;
   std::string testDelayRound;
   long long testDelayMs = 0;
+  // YALI_NCCL_TEST_NO_STREAM_JOIN=1 (testing only): a group's streams are not joined
+  // (group_streams.cc), so that a GPU test can show what the join prevents
+  // (tests/gpu/ncclabi_group_streams.py).
+  bool testNoStreamJoin = false;
 };
 
 const Settings& settings();

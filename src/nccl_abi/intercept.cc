@@ -33,6 +33,7 @@
 
 #include "nccl_abi/comm.h"
 #include "nccl_abi/diag.h"
+#include "nccl_abi/group_streams.h"
 #include "nccl_abi/nccl_api.h"
 #include "nccl_abi/routing.h"
 #include "nccl_abi/yali_lib.h"
@@ -429,6 +430,7 @@ ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStre
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(ours(handle), function); refused != ncclSuccess)
     return refused;
   if (!inGroup()) return run();
+  noteGroupStream(ours(handle), stream);  // joined with the comm's other streams of the group at its end
   DeferredGroup& g = tlsDeferred;
   std::vector<DeferredCall>& calls = g.calls;
   size_t after = 0;  // it must come after calls[0, after)
@@ -669,6 +671,7 @@ template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
+  noteGroupStream(c, call.stream);  // joined with the comm's other streams of the group at its end
   if (deferringLaterCalls()) {
     DeferredCall d{c, handle, call.stream, call.function, false, false, false,
                    [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
@@ -1329,6 +1332,7 @@ std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round) {
 template <typename Flat>
 ncclResult_t routeHier(Comm* c, const Call& call, HierLegs legs, Flat flat) {
   if (inGroup()) {
+    noteGroupStream(c, call.stream);  // joined with the comm's other streams of the group at its end
     HierCall hc{};
     const bool hier = hierRouteOf(c, call, &hc) == HierRoute::kHierarchical;
     if (!hier && !deferringLaterCalls()) return flat();
@@ -1802,6 +1806,10 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
     info(-1, "the group fails at its end: a call in it was refused (its error was returned at the call)");
     callReal<Api::ncclAllReduce>(nullptr, nullptr, 0, ncclInt8, ncclSum, nullptr, nullptr);
   }
+  // Each comm's streams of the group, joined before and after its work as NCCL joins them
+  // (group_streams.cc); taken here, since the deferred calls below may make groups of their own.
+  const std::vector<GroupStream> streams = atOutermostGroupEnd() ? takeGroupStreams() : std::vector<GroupStream>{};
+  if (!drop) joinGroupStreams(streams);
   const yaliResult_t y = lib == nullptr ? yaliSuccess : drop ? lib->yaliGroupSimulateEnd() : lib->yaliGroupEnd();
   const ncclResult_t r = endReal();
   const bool launched = !drop && y == yaliSuccess;
@@ -1810,6 +1818,7 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   // The group's hierarchical calls and the calls made after the first of them (routeHier,
   // deferringLaterCalls), at the outermost end, behind its launches.
   const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!drop, inProgress);
+  if (!drop) joinGroupStreams(streams);
   if (refusal != ncclSuccess) return refusal;
   if (y != yaliSuccess) {
     noteFailure(Failure::kYali);

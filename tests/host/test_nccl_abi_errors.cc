@@ -884,6 +884,57 @@ TEST(a_refusal_in_a_group_is_staged_and_copied_back_after_the_groups_launch) {
   CHECK_MSG(t == "cudaMallocAsync(B) cudaFreeAsync(B)", "broadcast: %s", t.c_str());
 }
 
+// NCCL treats a group whose calls use several streams as if it were posted on every one of them
+// (its guide, "Mixing multiple streams within the same ncclGroupStart/End() group"): the group's work
+// waits for what each stream held, and each stream waits for the group's work. On a comm of ours
+// the group's calls go to YALI and NCCL, each of which orders only its own, so the shim joins each
+// comm's streams of the group itself, at the outermost end: before both libraries' ends and once
+// everything was issued (group_streams.cc). Before, a YALI AllReduce on A did not wait for an input
+// the program had filled on B, and B did not wait for it. A comm with one stream in the group
+// (torch's coalescing), a simulated group, and streams not all in one capture get no join.
+TEST(a_groups_streams_are_joined_per_comm_before_and_after_its_work) {
+  const std::vector<Rank> ranks = clique(2);
+  int a = 0, b = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a), B = reinterpret_cast<cudaStream_t>(&b);
+  Labels labels = labelsOf(ranks);
+  labels[A] = "A";
+  labels[B] = "B";
+  // Each rank: a YALI AllReduce on A, an AllReduce NCCL takes (an average of integers) on `second`.
+  auto group = [&](cudaStream_t second, bool simulate) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+    for (const Rank& r : ranks) {
+      CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclFloat32, ncclSum, r.comm, A) == ncclSuccess);
+      CHECK(SHIM(ncclAllReduce)(nullptr, nullptr, 0, ncclInt32, ncclAvg, r.comm, second) == ncclSuccess);
+    }
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    if (simulate) CHECK(SHIM(ncclGroupSimulateEnd)(&sim) == ncclSuccess);
+#endif
+    if (!simulate) CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+    return trace(since, {"cudaEventRecord", "cudaStreamWaitEvent", "yaliGroupEnd", "yaliLaunch", "ncclGroupEnd"},
+                 labels);
+  };
+  const std::string join = "cudaEventRecord(B) cudaStreamWaitEvent(A) cudaEventRecord(A) cudaStreamWaitEvent(B) ";
+  std::string want = join + join + "yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y1) ncclGroupEnd() " + join + join;
+  want.pop_back();
+  std::string t = group(B, false);
+  CHECK_MSG(t == want, "two streams: %s, expected %s", t.c_str(), want.c_str());
+  t = group(A, false);
+  CHECK_MSG(t == "yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y1) ncclGroupEnd()", "one stream: %s", t.c_str());
+#ifdef YALI_NCCL_HAS_ncclGroupSimulateEnd
+  t = group(B, true);
+  CHECK_MSG(t.find("cudaEvent") == std::string::npos && t.find("cudaStreamWait") == std::string::npos,
+            "simulated: %s", t.c_str());
+#endif
+  {
+    const CapturedStream captured(A);  // A in a capture, B not: NCCL refuses such a group for its part
+    t = group(B, false);
+    CHECK_MSG(t == "yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y1) ncclGroupEnd()", "A captured: %s", t.c_str());
+  }
+  destroyAll(ranks);
+}
+
 // Where staging inside a group cannot work, the call goes to NCCL, as every such refusal in a
 // group did before: the call's stream being captured at the call (the copy back and the free would
 // have to land in the same capture at the group's end, which may have ended by then), or a device
@@ -4551,6 +4602,40 @@ TEST(hierarchical_scratch_is_ordered_across_streams) {
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, B) == ncclSuccess);
   const std::string t = trace(since, {"cudaEventRecord", "cudaStreamWaitEvent"}, labels);
   CHECK_MSG(t == "cudaStreamWaitEvent(B) cudaEventRecord(B)", "%s", t.c_str());
+  destroyAll(h.ranks);
+}
+
+// A group's streams are joined on a hierarchical comm too (group_streams.cc): its hierarchical calls
+// run at the outermost end, after both libraries' ends (runDeferredCalls), and the second join comes
+// after them, so every stream of the comm in the group waits for their steps.
+TEST(a_groups_streams_on_a_hierarchical_comm_are_joined_after_its_deferred_calls) {
+  const Hierarchical h = hierarchical();
+  int a = 0, b = 0;
+  const cudaStream_t A = reinterpret_cast<cudaStream_t>(&a), B = reinterpret_cast<cudaStream_t>(&b);
+  Labels labels = h.labels;
+  labels[A] = "A";
+  labels[B] = "B";
+  static float send[256], recv[256];
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  for (const Rank& r : h.ranks) {
+    CHECK(SHIM(ncclBroadcast)(send, recv, 4, ncclFloat32, 0, r.comm, B) == ncclSuccess);  // flat: NCCL's part
+    CHECK(SHIM(ncclAllReduce)(send, recv, 8, ncclFloat32, ncclSum, r.comm, A) == ncclSuccess);  // deferred
+  }
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since, {"cudaEventRecord", "cudaStreamWaitEvent", "ncclGroupEnd", "yaliReduceScatter",
+                                      "yaliAllGather"},
+                              labels);
+  std::string joins;
+  for (size_t r = 0; r < h.ranks.size(); ++r)
+    joins += " cudaEventRecord(A) cudaStreamWaitEvent(B) cudaEventRecord(B) cudaStreamWaitEvent(A)";  // B first
+  joins.erase(0, 1);
+  CHECK_MSG(t.rfind(joins, 0) == 0, "no join before the ends: %s", t.c_str());
+  const size_t lastStep = t.rfind("yaliAllGather");
+  CHECK_MSG(lastStep != std::string::npos && t.size() >= joins.size() &&
+                t.compare(t.size() - joins.size(), joins.size(), joins) == 0 &&
+                lastStep < t.size() - joins.size(),
+            "no join after the deferred calls: %s", t.c_str());
   destroyAll(h.ranks);
 }
 
