@@ -105,22 +105,38 @@ struct Call {
   cudaStream_t stream;
 };
 
-// What a refusal is sorted into (sortRefusal); never one of NCCL's results.
-constexpr ncclResult_t kRunFlat = static_cast<ncclResult_t>(-1);  // NCCL takes the call, on every rank
-constexpr ncclResult_t kStage = static_cast<ncclResult_t>(-2);    // YALI takes it on copies (stage)
+// Where a call YALI refused goes, when the refusal is not this rank's error (sortRefusal):
+enum class Detour {
+  kNone,
+  kRunFlat,  // NCCL takes the call, on every rank
+  kStage,    // YALI takes it on copies (stage)
+};
+
+// What a call or step came to where a refusal may send it elsewhere: a detour, or else `result`
+// (NCCL's, YALI's as NCCL's, or this rank's error). The detour is kept beside the ncclResult_t, not
+// in it: a value outside NCCL's results (these were -1 and -2) is outside the enum's range, which
+// is undefined behaviour (scripts/host_sanitize.sh undefined reported its loads).
+struct Outcome {
+  Outcome(ncclResult_t r) : result(r) {}  // implicit: every result is an outcome
+  Outcome(Detour d) : detour(d) {}
+  bool succeeded() const { return detour == Detour::kNone && result == ncclSuccess; }
+
+  Detour detour = Detour::kNone;
+  ncclResult_t result = ncclSuccess;  // ncclSuccess with a detour
+};
 
 // YALI refused `call` on y (yaliInvalidArgument): kRunFlat when yaliAlgoInfo, which checks the
 // call's scalars and never its buffers, refuses it too (the reason holds on every rank, routing.h
 // says why that matters); kStage when it accepts it (the reason is this rank's buffers); YALI's
 // error when it fails otherwise (the comm ended meanwhile). *why: YALI's refusal, for the log.
-ncclResult_t sortRefusal(yaliComm_t y, const Call& call, std::string* why) {
+Outcome sortRefusal(yaliComm_t y, const Call& call, std::string* why) {
   *why = lib().yaliGetLastError(nullptr);  // before yaliAlgoInfo writes its own
   yaliAlgoInfo_t algo;
   // NULL buffers: only the scalar checks are wanted, not a look-up of the buffers' registrations.
   const yaliResult_t r = lib().yaliAlgoInfo(y, call.shape.collective, nullptr, nullptr, call.count,
                                             toYaliType(call.shape.type), toYaliOp(call.shape.op), call.root, &algo);
-  if (r == yaliSuccess) return kStage;
-  if (r == yaliInvalidArgument) return kRunFlat;
+  if (r == yaliSuccess) return Detour::kStage;
+  if (r == yaliInvalidArgument) return Detour::kRunFlat;
   noteFailure(Failure::kYali);
   info(-1, "%s: sorting YALI's refusal (%s): yaliAlgoInfo failed: %s", call.function, why->c_str(),
        lib().yaliGetLastError(nullptr));
@@ -144,12 +160,12 @@ ncclResult_t stagingCopy(const Call& call, void* dst, const void* src, size_t by
 // capture that would need it to grow, *r is kRunFlat where the caller may run the call on NCCL
 // (`flatFallback`), else an error.
 char* stagingScratch(Comm* c, const Call& call, const StagingLayout& l, unsigned long long context,
-                     const std::string& why, bool flatFallback, ncclResult_t* r) {
+                     const std::string& why, bool flatFallback, Outcome* r) {
   cudaError_t err = cudaSuccess;
   char* scratch = static_cast<char*>(scratchOf(c, &c->staging, l.totalBytes, context == 0, &err));
   if (scratch != nullptr || l.totalBytes == 0) return scratch;  // 0: nothing to copy (count 0)
   if (err == cudaErrorStreamCaptureUnsupported && flatFallback)
-    *r = kRunFlat;
+    *r = Detour::kRunFlat;
   else if (err == cudaErrorStreamCaptureUnsupported)
     *r = shimFail(ncclInvalidArgument,
                   "%s: YALI refused this rank's buffers (%s), and staging them needs %zu bytes of scratch, which "
@@ -200,11 +216,11 @@ bool hasMemoryPools(const Comm* c) {
 // enqueues on the stream between the call and ncclGroupEnd, and writes into sendbuff, is not seen
 // by the staged call (NCCL's kernel, launched at the end, would see it). NCCL_ABI.md says so.
 template <typename Run>
-ncclResult_t stageInGroup(Comm* c, const Call& call, const std::string& why, Run run, bool* ran) {
+Outcome stageInGroup(Comm* c, const Call& call, const std::string& why, Run run, bool* ran) {
   const StagingLayout l =
       stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
   DeviceGuard onCommDevice(c->device);
-  if (mayBeCaptured(call.stream) || !hasMemoryPools(c)) return kRunFlat;
+  if (mayBeCaptured(call.stream) || !hasMemoryPools(c)) return Detour::kRunFlat;
   char* memory = nullptr;
   if (l.totalBytes > 0) {
     void* p = nullptr;
@@ -282,29 +298,30 @@ struct Staging {
 
 // The scratch ordered after its last user and this rank's input copied in. An error where that
 // fails, with nothing left to undo (a failed copy in: the scratch's use already noted).
-ncclResult_t stageIn(Comm* c, const Call& call, const std::string& why, bool flatFallback, Staging* st) {
+Outcome stageIn(Comm* c, const Call& call, const std::string& why, bool flatFallback, Staging* st) {
   st->layout =
       stagingLayout(call.shape.collective, c->rank, call.root, c->nranks, call.count, bytesOf(1, call.shape.type));
   DeviceGuard onCommDevice(c->device);
-  ncclResult_t r = scratchContext(call.function, call.stream, &st->context);
-  char* scratch = r == ncclSuccess ? stagingScratch(c, call, st->layout, st->context, why, flatFallback, &r) : nullptr;
-  if (r == ncclSuccess) r = scratchBefore(c, &c->staging, call.function, call.stream, st->context);
-  if (r != ncclSuccess) return r;
+  Outcome r = scratchContext(call.function, call.stream, &st->context);
+  char* scratch = r.succeeded() ? stagingScratch(c, call, st->layout, st->context, why, flatFallback, &r) : nullptr;
+  if (r.succeeded()) r = scratchBefore(c, &c->staging, call.function, call.stream, st->context);
+  if (!r.succeeded()) return r;
   st->in = scratch;
   st->out = scratch + st->layout.recvOffset;
   r = stagingCopy(call, st->in, call.send, st->layout.sendBytes, "sendbuff into the staging scratch");
-  if (r != ncclSuccess) scratchUsed(&c->staging, call.function, call.stream, st->context);
+  if (!r.succeeded()) scratchUsed(&c->staging, call.function, call.stream, st->context);
   return r;
 }
 
-// After the staged run, which returned r: the output copied back where it succeeded, the
-// scratch's use noted (whatever r: what the run enqueued stays).
-ncclResult_t stageOut(Comm* c, const Call& call, const Staging& st, ncclResult_t r, const std::string& why) {
+// After the staged run, which came to r: the output copied back where it succeeded (a staged
+// hierarchical call that went flat comes with kRunFlat: HierRun::finish), the scratch's use noted
+// (whatever r: what the run enqueued stays).
+Outcome stageOut(Comm* c, const Call& call, const Staging& st, Outcome r, const std::string& why) {
   DeviceGuard onCommDevice(c->device);
-  if (r == ncclSuccess)
+  if (r.succeeded())
     r = stagingCopy(call, call.recv, st.out, st.layout.recvBytes, "the staging scratch into recvbuff");
   const ncclResult_t noted = scratchUsed(&c->staging, call.function, call.stream, st.context);
-  if (r != ncclSuccess) return r;
+  if (!r.succeeded()) return r;
   if (debugEnabled())
     logRoute(c, (std::string(call.function) + kStagedLog).c_str(), bytesOf(call.count, call.shape.type), true,
              ("YALI refused this rank's buffers: " + why).c_str());
@@ -312,7 +329,7 @@ ncclResult_t stageOut(Comm* c, const Call& call, const Staging& st, ncclResult_t
 }
 
 template <typename Run>
-ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatFallback, Run run, bool* ran) {
+Outcome stage(Comm* c, const Call& call, const std::string& why, bool flatFallback, Run run, bool* ran) {
   *ran = false;
   if (inGroup() && flatFallback) return stageInGroup(c, call, why, run, ran);
   if (inGroup())
@@ -322,10 +339,10 @@ ncclResult_t stage(Comm* c, const Call& call, const std::string& why, bool flatF
                     call.function, why.c_str());
   DeviceGuard onCommDevice(c->device);
   Staging st;
-  ncclResult_t r = stageIn(c, call, why, flatFallback, &st);
-  if (r != ncclSuccess) return r;
+  const Outcome in = stageIn(c, call, why, flatFallback, &st);
+  if (!in.succeeded()) return in;
   *ran = true;
-  r = run(st.layout.sendBytes > 0 ? st.in : nullptr, st.layout.recvBytes > 0 ? st.out : nullptr);
+  const ncclResult_t r = run(st.layout.sendBytes > 0 ? st.in : nullptr, st.layout.recvBytes > 0 ? st.out : nullptr);
   return stageOut(c, call, st, r, why);
 }
 
@@ -700,19 +717,19 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
   }
   if (r != yaliInvalidArgument) return yaliFailed(c, call.function, r);
   std::string why;
-  const ncclResult_t sorted = sortRefusal(y, call, &why);
-  if (sorted == kRunFlat) {
+  const Outcome sorted = sortRefusal(y, call, &why);
+  if (sorted.detour == Detour::kRunFlat) {
     if (debugEnabled()) logRoute(c, call.function, bytes, false, ("YALI refused it: " + why).c_str());
     return viaNccl(c->real);
   }
-  if (sorted != kStage) return sorted;
+  if (sorted.detour != Detour::kStage) return sorted.result;
   bool ran = false;
   auto runStaged = [&](const void* send, void* recv) {
     const yaliResult_t staged = viaYali(y, send, recv);  // a refusal here too: this rank's error
     return staged == yaliSuccess ? ncclSuccess : yaliFailed(c, call.function, staged);
   };
-  const ncclResult_t result = stage(c, call, why, /*flatFallback=*/true, runStaged, &ran);
-  if (result != kRunFlat) return result;
+  const Outcome staged = stage(c, call, why, /*flatFallback=*/true, runStaged, &ran);
+  if (staged.detour != Detour::kRunFlat) return staged.result;
   if (debugEnabled())
     logRoute(c, call.function, bytes, false,
              ("YALI refused this rank's buffers (" + why +
@@ -839,12 +856,12 @@ struct HierState {
   cudaError_t statusCopy = cudaSuccess;  // the copies into the status words (crossStep)
   ncclResult_t tail = ncclSuccess;       // AllReduce's tail
   bool queued = false;                   // the current leg queued work in its group (HierRun::legFailed)
-  // The steps are over: `result` is the call's (kRunFlat: it runs flat; kStage: it is staged).
+  // The steps are over: `outcome` is the call's (kRunFlat: it runs flat; kStage: it is staged).
   bool over = false;
-  ncclResult_t result = ncclSuccess;
-  void end(ncclResult_t r) {
+  Outcome outcome = ncclSuccess;
+  void end(Outcome o) {
     over = true;
-    result = r;
+    outcome = o;
   }
 };
 
@@ -922,11 +939,11 @@ ncclResult_t copyBlocks(Comm* c, char* program, char* scratch, size_t blockBytes
 // (`programBuffers`, and the call is not staged yet): the call is staged. Anything else is this
 // rank's error, returned after the call's NCCL steps: YALI's, or a refusal of buffers that staging
 // would not change (libyali-nccl's scratch, or the staged copies).
-ncclResult_t firstYaliStep(Comm* c, const Call& step, yaliResult_t yr, bool programBuffers, HierAttempt* attempt) {
+Outcome firstYaliStep(Comm* c, const Call& step, yaliResult_t yr, bool programBuffers, HierAttempt* attempt) {
   if (yr == yaliSuccess) return ncclSuccess;
   if (yr != yaliInvalidArgument) return yaliStepFailed(c, step.function, yr);
-  const ncclResult_t sorted = sortRefusal(c->hier->yali, step, &attempt->refusal);
-  if (sorted != kStage || (programBuffers && !attempt->staged)) return sorted;
+  const Outcome sorted = sortRefusal(c->hier->yali, step, &attempt->refusal);
+  if (sorted.detour != Detour::kStage || (programBuffers && !attempt->staged)) return sorted;
   return shimFail(ncclInvalidArgument, "%s: hierarchical path: YALI refused its step on %s: %s", step.function,
                   attempt->staged ? "the staged copies of this rank's buffers" : "libyali-nccl's scratch",
                   attempt->refusal.c_str());
@@ -952,8 +969,9 @@ void hierAllReduce(Comm* c, size_t count, ncclDataType_t type, ncclRedOp_t op, c
       const yaliResult_t yr =
           lib().yaliReduceScatter(send, mine, split.shard, toYaliType(type), toYaliOp(op), y, stream);
       s->queued = yr == yaliSuccess;
-      s->failed = firstYaliStep(c, step, yr, true, &s->attempt);
-      if (s->failed == kRunFlat || s->failed == kStage) s->end(s->failed);  // nothing of the call enqueued
+      const Outcome first = firstYaliStep(c, step, yr, true, &s->attempt);
+      if (first.detour != Detour::kNone) return s->end(first);  // nothing of the call enqueued
+      s->failed = first.result;
       return;
     }
     case Leg::kCross:
@@ -1045,8 +1063,10 @@ void hierAllGather(Comm* c, size_t sendcount, ncclDataType_t type, cudaStream_t 
       const Call step{"ncclAllGather", {yaliCollAllGather, type, ncclSum}, count, 0, mine, scratch, stream};
       const yaliResult_t yr = lib().yaliAllGather(mine, scratch, count, toYaliType(type), h->yali, stream);
       s->queued = yr == yaliSuccess;
-      s->failed = firstYaliStep(c, step, yr, false, &s->attempt);
-      if (s->failed == kRunFlat) s->end(kRunFlat);  // only the scratch was written
+      const Outcome first = firstYaliStep(c, step, yr, false, &s->attempt);
+      // A detour off the scratch is kRunFlat (firstYaliStep): only the scratch was written.
+      if (first.detour != Detour::kNone) return s->end(first);
+      s->failed = first.result;
       return;
     }
   }
@@ -1078,8 +1098,9 @@ void hierReduceScatter(Comm* c, size_t recvcount, ncclDataType_t type, ncclRedOp
       const yaliResult_t yr =
           lib().yaliReduceScatter(scratch, mine, count, toYaliType(type), toYaliOp(op), h->yali, stream);
       s->queued = yr == yaliSuccess;
-      s->failed = firstYaliStep(c, step, yr, false, &s->attempt);
-      if (s->failed == kRunFlat) s->end(kRunFlat);
+      const Outcome first = firstYaliStep(c, step, yr, false, &s->attempt);
+      if (first.detour != Detour::kNone) return s->end(first);  // kRunFlat, off the scratch
+      s->failed = first.result;
       return;
     }
     case Leg::kCross:
@@ -1169,8 +1190,8 @@ class HierRun {
     if (s_.over || flat_state_ == Flat::kRan) return;
     DeviceGuard onCommDevice(c_->device);
     legs_(leg, afterGroup, &s_);
-    if (s_.over && s_.result == kStage) stageFirstStep();
-    if (s_.over && s_.result == kRunFlat) {
+    if (s_.over && s_.outcome.detour == Detour::kStage) stageFirstStep();
+    if (s_.over && s_.outcome.detour == Detour::kRunFlat) {
       if (debugEnabled())
         logRoute(c_, call_.function, bytesOf(call_.count, call_.shape.type), false,
                  ("YALI refused its step: " + s_.attempt.refusal).c_str());
@@ -1209,16 +1230,17 @@ class HierRun {
       flatResult_ = flat_();
       flat_state_ = Flat::kRan;
     }
-    if (!hier_) return flat_state_ == Flat::kRan ? flatResult_ : s_.result;
+    if (!hier_) return flat_state_ == Flat::kRan ? flatResult_ : s_.outcome.result;
     DeviceGuard onCommDevice(c_->device);
-    ncclResult_t r = flat_state_ == Flat::kRan ? kRunFlat : s_.result;
+    Outcome r = flat_state_ == Flat::kRan ? Outcome(Detour::kRunFlat) : s_.outcome;
     if (staged_) r = stageOut(c_, call_, staging_, r, stagedWhy_);
     const ncclResult_t noted = scratchUsed(&c_->hier->scratch, call_.function, call_.stream, context_);
     if (flat_state_ == Flat::kRan) return flatResult_;  // even if the note failed
-    if (r == ncclSuccess)
+    // No detour is left here: leg() stages a kStage at once, and a kRunFlat call returned above.
+    if (r.succeeded())
       logRoute(c_, (std::string(call_.function) + kHierLog).c_str(), bytesOf(call_.count, call_.shape.type), true,
                "");
-    return r == ncclSuccess ? noted : r;
+    return r.succeeded() ? noted : r.result;
   }
 
   // Outside a group: every leg in turn, no group around any.
@@ -1240,12 +1262,12 @@ class HierRun {
   // goes on without YALI's steps.
   void stageFirstStep() {
     s_.over = false;
-    s_.result = ncclSuccess;
+    s_.outcome = ncclSuccess;
     s_.attempt.staged = true;
     stagedWhy_ = s_.attempt.refusal;
-    const ncclResult_t r = stageIn(c_, call_, stagedWhy_, /*flatFallback=*/false, &staging_);
-    s_.failed = r;
-    if (r == ncclSuccess) {
+    // Without flatFallback, stageIn has no detour to take: its outcome is a result.
+    s_.failed = stageIn(c_, call_, stagedWhy_, /*flatFallback=*/false, &staging_).result;
+    if (s_.failed == ncclSuccess) {
       staged_ = true;
       s_.send = staging_.layout.sendBytes > 0 ? staging_.in : nullptr;
       s_.recv = staging_.layout.recvBytes > 0 ? staging_.out : nullptr;
