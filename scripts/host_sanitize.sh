@@ -17,10 +17,12 @@
 # Prints one line per test that failed and per report (its first frames).
 # Known, not a finding: deregistering_after_an_abort_frees_the_handle fails under thread and
 # address, since it counts freed bytes with mallinfo2, which their allocators do not feed.
-# Known under undefined, in libyali-nccl, not yet changed (it works as meant with GCC, which gives
-# the enum an unsigned int underlying type and, without -fstrict-enums, keeps any value): routing.cc,
-# decideRoute: a data type outside ncclDataType_t's range (the routing table's test passes -1, as a
-# program may) is loaded as that enum before validDataType refuses it.
+# Known under undefined, in libyali-nccl, and not exercised by these tests: a data type or op outside
+# its NCCL enum's range (a program may pass -1), which libyali-nccl checks as an integer (routing.h,
+# CallShape), goes on to NCCL as the exported function received it, and the flat path's lambdas load
+# it as that enum from their captures on the way (nccl_api.h, callReal: "load of value 4294967295").
+# It works as meant with GCC, which gives these enums an unsigned int underlying type and, without
+# -fstrict-enums, keeps any value; NCCL refuses the value.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SANITIZER="${1:-thread}"

@@ -87,12 +87,14 @@ ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, Comm* parent, M
 
 // ---- Collectives ------------------------------------------------------------------------------------
 
-size_t bytesOf(size_t count, ncclDataType_t type) {
+// `count` elements of `type` (an int, as CallShape holds it), in bytes; 0 for a type not valid.
+size_t bytesOf(size_t count, int type) {
   return validDataType(type) ? count * dataTypeSize(static_cast<DataType>(type)) : 0;
 }
 
-yaliDataType_t toYaliType(ncclDataType_t t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
-yaliRedOp_t toYaliOp(ncclRedOp_t op) { return static_cast<yaliRedOp_t>(op); }
+// YALI's type and op for a call decideRoute accepted (ints, as CallShape holds them).
+yaliDataType_t toYaliType(int t) { return static_cast<yaliDataType_t>(t); }  // routing.cc: same values
+yaliRedOp_t toYaliOp(int op) { return static_cast<yaliRedOp_t>(op); }
 
 // One collective call as the program made it (a step of the hierarchical path: as YALI was called).
 struct Call {
@@ -393,9 +395,10 @@ struct DeferredCall {
   std::function<ncclResult_t()> run;   // the call as made, routed at the group's end
   std::function<ncclResult_t()> flat;  // hierarchical: the call as one flat NCCL call
   std::shared_ptr<HierRun> legWise;    // hierarchical: the call, to run leg by leg (runLegWise)
-  // The call's reduction op (ignored where it does not reduce): a custom one (ncclRedOpCreate*,
-  // >= ncclNumOps) must live until the call is made at the group's end (ncclRedOpDestroy).
-  ncclRedOp_t op = ncclSum;
+  // The call's reduction op, as CallShape holds it (ignored where it does not reduce): a custom one
+  // (ncclRedOpCreate*, >= ncclNumOps) must live until the call is made at the group's end
+  // (ncclRedOpDestroy).
+  int op = ncclSum;
 };
 
 // The deferred calls of this thread's open group (NCCL's and YALI's groups are per thread too).

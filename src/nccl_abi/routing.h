@@ -129,10 +129,13 @@ enum class Route {
   kOpForType,    // an op YALI does not take for this type (avg of integers)
 };
 
+// The data type and op as the integers the program passed (an ncclDataType_t, an ncclRedOp_t). A
+// program may pass any value, and one outside the enum's range, loaded as that enum, is undefined
+// behaviour: decideRoute checks them as integers, before anything reads them as NCCL's enums.
 struct CallShape {
   yaliCollective_t collective;
-  ncclDataType_t type;
-  ncclRedOp_t op;  // ignored by collectives that do not reduce
+  int type;
+  int op;  // ignored by collectives that do not reduce
 };
 
 Route decideRoute(bool hasYali, CollectiveMask disabled, const CallShape& call);

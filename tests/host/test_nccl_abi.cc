@@ -557,8 +557,10 @@ TEST(routing_decision_table) {
       {true, 0, {yaliCollReduce, ncclInt32, ncclAvg}, Route::kOpForType},  // avg of integers
       {true, 0, {yaliCollAllReduce, ncclInt64, ncclMax}, Route::kYali},
       {true, 0, {yaliCollAllReduce, ncclFloat8e5m2, ncclProd}, Route::kYali},
-      {true, 0, {yaliCollAllReduce, static_cast<ncclDataType_t>(ncclNumTypes), ncclSum}, Route::kUnknownType},
-      {true, 0, {yaliCollAllGather, static_cast<ncclDataType_t>(-1), ncclSum}, Route::kUnknownType},
+      // A program may pass any int (CallShape holds it as one).
+      {true, 0, {yaliCollAllReduce, ncclNumTypes, ncclSum}, Route::kUnknownType},
+      {true, 0, {yaliCollAllGather, -1, ncclSum}, Route::kUnknownType},
+      {true, 0, {yaliCollAllReduce, ncclFloat32, -1}, Route::kCustomOp},
       // Collectives that do not reduce ignore the op, whatever it holds.
       {true, 0, {yaliCollAllGather, ncclInt32, custom}, Route::kYali},
       {true, 0, {yaliCollBroadcast, ncclUint8, ncclAvg}, Route::kYali},
