@@ -308,7 +308,12 @@ YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
 
 /* NCCL's meaning: between yaliGroupStart and yaliGroupEnd (which nest), collectives are checked
  * when called (argument errors are returned there) and launched at the outermost yaliGroupEnd, in
- * call order, on every GPU, before it returns; a launch error is returned by yaliGroupEnd. When a
+ * call order, on every GPU, before it returns; a launch error is returned by yaliGroupEnd. A group
+ * whose calls on one comm use several streams is treated as NCCL treats one, as if it were posted
+ * on every one of them: its work on that comm waits for what each of those streams held, and each
+ * of them waits for that work (an event record and wait per extra stream, before and after; none
+ * where a comm's calls keep to one stream, nor where its streams are not all in one capture or all
+ * outside one). When a
  * call of the group fails its comm at its launch, the comm's later calls in the group are not to
  * be trusted: a copy-engine call is refused at its launch (yaliGroupEnd returns the first error),
  * and yaliCommGetAsyncError reports the failure.

@@ -498,6 +498,76 @@ yaliResult_t groupStart() {
 
 namespace {
 
+// A group whose calls on one comm use several streams, joined as NCCL joins such a group: as if it
+// were posted on every one of them, its work waits for what each of them held, and each of them
+// waits for its work (NCCL's guide, "Mixing multiple streams within the same ncclGroupStart/End()
+// group"; per communicator). The launch order alone (orderAfterLastLaunch) gives less: a call waits
+// for the comm's previous call only, so the group's first call does not wait for what another
+// stream of the group held, and a stream whose call came early does not wait for the later ones.
+// So the outermost end joins each such comm's streams twice, before its first launch and after its
+// last: a star on the comm's device (the first stream waits for an event recorded on each other
+// one, then each other one for an event recorded on the first), one event per device and thread,
+// reused at once (a wait takes the event's state when it is issued). Nothing for a comm whose calls
+// keep to one stream. Not joined: streams not all in one capture or all outside one (launchNow
+// refuses nothing for it; their calls still run in call order), and streams whose capture state
+// cannot be read.
+struct StreamsOfComm {
+  yaliComm* comm;
+  std::vector<cudaStream_t> streams;  // distinct, in the order of the comm's calls
+};
+
+std::vector<StreamsOfComm> streamsOfComms(const std::vector<PlannedLaunch>& pending) {
+  std::vector<StreamsOfComm> out;
+  for (const PlannedLaunch& plan : pending) {
+    const cudaStream_t s = plan.stream == cudaStreamLegacy ? nullptr : plan.stream;  // one stream, two names
+    auto it = std::find_if(out.begin(), out.end(), [&](const StreamsOfComm& c) { return c.comm == plan.comm.get(); });
+    if (it == out.end()) it = out.insert(out.end(), StreamsOfComm{plan.comm.get(), {}});
+    if (std::find(it->streams.begin(), it->streams.end(), s) == it->streams.end()) it->streams.push_back(s);
+  }
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const StreamsOfComm& c) {
+                             return c.streams.size() < 2 || c.comm->settings.testNoGroupJoin != 0;
+                           }),
+            out.end());
+  return out;
+}
+
+void joinStreams(const StreamsOfComm& c) {
+  ScopedDevice onDevice(c.comm->device);  // stream 0 is the current device's; the event is the streams'
+  if (onDevice.status() != cudaSuccess) return;
+  unsigned long long first = 0;
+  for (size_t i = 0; i < c.streams.size(); ++i) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    unsigned long long id = 0;
+    if (cudaStreamGetCaptureInfo(c.streams[i], &status, &id, nullptr) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    if (status == cudaStreamCaptureStatusNone) id = 0;
+    if (status == cudaStreamCaptureStatusInvalidated || (i > 0 && id != first)) return;
+    first = id;
+  }
+  thread_local std::vector<std::pair<int, cudaEvent_t>> events;  // this thread's, per device
+  auto it = std::find_if(events.begin(), events.end(), [&](const auto& e) { return e.first == c.comm->device; });
+  if (it == events.end()) {
+    cudaEvent_t e = nullptr;
+    if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
+      cudaGetLastError();
+      return;
+    }
+    it = events.insert(events.end(), {c.comm->device, e});
+  }
+  const cudaEvent_t e = it->second;
+  cudaError_t err = cudaSuccess;
+  for (size_t i = 1; i < c.streams.size() && err == cudaSuccess; ++i) {
+    err = cudaEventRecord(e, c.streams[i]);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(c.streams[0], e, 0);
+  }
+  if (err == cudaSuccess) err = cudaEventRecord(e, c.streams[0]);
+  for (size_t i = 1; i < c.streams.size() && err == cudaSuccess; ++i) err = cudaStreamWaitEvent(c.streams[i], e, 0);
+  if (err != cudaSuccess) cudaGetLastError();  // the calls still run in call order (orderAfterLastLaunch)
+}
+
 // The end of a group level (`call`: the public function, for its message); the outermost end
 // launches the queued calls in call order (`launch`), or drops them (yaliGroupSimulateEnd:
 // enqueue.h says why that undoes them), and returns the first launch error. The queue is emptied
@@ -511,11 +581,14 @@ yaliResult_t endGroupLevel(const char* call, bool launch) {
   pending.swap(group.pending);
   yaliResult_t first = yaliSuccess;
   if (launch) {
+    const std::vector<StreamsOfComm> joined = streamsOfComms(pending);  // the plans hold their comms
+    for (const StreamsOfComm& c : joined) joinStreams(c);
     for (PlannedLaunch& plan : pending) {
       std::lock_guard<std::mutex> lock(plan.comm->mutex);
       yaliResult_t r = launchNow(plan);
       if (r != yaliSuccess && first == yaliSuccess) first = r;
     }
+    for (const StreamsOfComm& c : joined) joinStreams(c);
   }
   pending.clear();
   if (group.pending.empty()) group.pending.swap(pending);

@@ -82,6 +82,10 @@ const IntSetting kIntSettings[] = {
      "communicator) fails half-way, after its first handshake and its copies are queued, as a failing "
      "CUDA call would, and its end is not recorded either: the call returns yaliUnhandledCudaError and "
      "the communicator fails (0: never)."},
+    {"YALI_TEST_NO_GROUP_JOIN", 0, 0, 1, &Settings::testNoGroupJoin, false, false,
+     "Testing only: 1: the outermost yaliGroupEnd does not join the streams of a communicator whose "
+     "calls in the group use several (its calls still run in call order), so that a test can show "
+     "what the join, which NCCL's groups have too, prevents."},
 };
 
 const char* const kAlgoMeaning =

@@ -38,6 +38,7 @@ struct Settings {
                               // steers its choice, not a path that may name different files
   int64_t testEpochStart;     // YALI_TEST_EPOCH_START: a new communicator's first launch epoch
   int64_t testCopyEngineFail; // YALI_TEST_COPY_ENGINE_FAIL: which *_ce call fails half-way (0: none)
+  int64_t testNoGroupJoin;    // YALI_TEST_NO_GROUP_JOIN (0 or 1): yaliGroupEnd leaves a group's streams unjoined
   int64_t programmaticLaunch; // YALI_PDL (0 or 1)
   int64_t graphMixing;        // YALI_GRAPH_MIXING (0 or 1): order a comm's calls across contexts
   int64_t allowSharedGpu;     // YALI_ALLOW_SHARED_GPU (0 or 1): ranks may share a GPU (testing)
@@ -53,7 +54,7 @@ bool loadSettings(Settings* out, std::string* error);
 // YALI_MAX_CTAS, every buffer size, YALI_ALLOW_SHARED_GPU, the tuning file's content, and
 // YALI_TEST_EPOCH_START, the epochs in the flags ranks exchange). Ranks compare it at set-up: a
 // difference would make them run different algorithms, geometries or epochs in the same call. Not
-// covered: the timeout, YALI_PDL, YALI_DEBUG and YALI_TEST_COPY_ENGINE_FAIL, which each rank may
+// covered: the timeout, YALI_PDL, YALI_DEBUG, YALI_TEST_COPY_ENGINE_FAIL and YALI_TEST_NO_GROUP_JOIN, which each rank may
 // set for itself.
 uint64_t settingsDigest(const Settings& s);
 

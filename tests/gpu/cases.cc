@@ -477,6 +477,55 @@ void caseMultiComm(Ctx& ctx) {
   }
 }
 
+// ---- a group on two streams -----------------------------------------------------------------------
+
+// NCCL treats a group whose calls on one comm use several streams as posted on every one of them
+// (its guide, "Mixing multiple streams within the same ncclGroupStart/End() group"), and so does
+// yaliGroupEnd (enqueue.cc, joinStreams). Per rank: stream A (the main one) and a second stream B.
+// Every input is generated on B behind a 100 ms delay, A is busy for 20 ms, and both outputs are
+// checked on B after the group. Order 1, the group's AllReduce on A first and one on B after it:
+// A's call must wait for B's input (the launch order alone made it wait for nothing on B). Order 2,
+// the call on B first: B's check must wait for A's call, which came later (the launch order alone
+// made A's call wait for B's, not B for A's).
+void caseGroupStreams(Ctx& ctx) {
+  std::vector<yaliComm_t> comms = ctx.createComms("group_streams");
+  const size_t nl = ctx.local.size();
+  std::vector<cudaStream_t> a(nl), b(nl);
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamCreateWithFlags(&b[i], cudaStreamNonBlocking));
+    a[i] = ctx.local[i].stream;
+  }
+  for (int order = 1; order <= 2; ++order) {
+    Run onA(ctx, spec(4194301, yaliFloat32, yaliSum), b);  // prepared and checked on B, issued on A
+    Run onB(ctx, spec(65537, yaliBfloat16, yaliSum), b);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, launchDelay(100, b[i]));
+      CUDA_OK(ctx, launchDelay(20, a[i]));
+    }
+    onA.prepare(ctx.nextSeed());
+    onB.prepare(ctx.nextSeed());
+    for (size_t i = 0; i < nl; ++i) onA.ranks[i].stream = a[i];
+    const yaliResult_t gs = yaliGroupStart();
+    if (gs != yaliSuccess) ctx.fail("yaliGroupStart returned %d", (int)gs);
+    Run& first = order == 1 ? onA : onB;
+    Run& second = order == 1 ? onB : onA;
+    first.issue(comms);
+    second.issue(comms);
+    const yaliResult_t ge = yaliGroupEnd();
+    if (ge != yaliSuccess) ctx.fail("yaliGroupEnd returned %d: %s", (int)ge, yaliGetLastError(nullptr));
+    for (size_t i = 0; i < nl; ++i) onA.ranks[i].stream = b[i];
+    onA.verify(comms, order == 1 ? "order 1: the call on A, after B's input" : "order 2: the call on A, checked on B");
+    onB.verify(comms, order == 1 ? "order 1: the call on B" : "order 2: the call on B");
+  }
+  ctx.destroyComms(comms, "group_streams");
+  for (size_t i = 0; i < nl; ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaStreamDestroy(b[i]));
+  }
+}
+
 // ---- CUDA graphs ---------------------------------------------------------------------------------
 
 void caseGraphs(Ctx& ctx) {
@@ -741,6 +790,7 @@ const std::vector<CaseDef>& allCases() {
       {"inplace", "sendbuff == recvbuff", 120, caseInPlace},
       {"back_to_back", "50 allreduces without a host sync, one output each", 120, caseBackToBack},
       {"multi_comm", "two comm sets, different and same streams", 120, caseMultiComm},
+      {"group_streams", "a group on two streams of one comm: joined as NCCL joins it", 120, caseGroupStreams},
       {"graphs", "3 captured allreduces, 20 replays with new data", 180, caseGraphs},
       {"timeout", "YALI_TIMEOUT_MS=2000, rank 0 alone: yaliTimeout, no hang", 60, caseTimeout},
       {"bad_args", "invalid arguments with a real comm; destroyed and aborted comms", 120, caseBadArgs},

@@ -181,6 +181,22 @@ cudaError_t launchGenerate(void* buf, size_t count, yaliDataType_t dt, yaliRedOp
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void delayKernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+}  // namespace
+
+cudaError_t launchDelay(double ms, cudaStream_t stream) {
+  delayKernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(ms * 1e6));
+  return cudaGetLastError();
+}
+
 cudaError_t enqueueReset(VerifyResult* scratch, cudaStream_t stream) {
   resetKernel<<<1, 1, 0, stream>>>(scratch);
   return cudaGetLastError();

@@ -97,6 +97,10 @@ YT_HD inline uint64_t combineSeed(uint64_t base, uint64_t salt) {
 cudaError_t launchGenerate(void* buf, size_t count, yaliDataType_t dt, yaliRedOp_t op, int rank,
                            uint64_t seed, const uint64_t* seedDev, cudaStream_t stream);
 
+// One thread that keeps `stream` busy for `ms` milliseconds of the GPU's global timer (a stand-in
+// for a producer still running when a later call is issued). Asynchronous.
+cudaError_t launchDelay(double ms, cudaStream_t stream);
+
 // What a checker found. Lives in device memory while the checker runs.
 struct VerifyResult {
   static constexpr int kRecords = 8;
