@@ -6,10 +6,10 @@
 // ncclGroupStart/End() group"; enqueue.cc, ncclLaunchPrepare and ncclLaunchFinish, per comm). A
 // program may rely on it: it fills an input on one stream and gives a call of the group another.
 // On a comm of ours the group's calls go to two libraries, YALI's part and NCCL's part (and calls
-// staged or deferred to the group's end), each of which orders only its own calls: NCCL joins the
-// streams of its part, libyali runs a comm's calls one after another (yali.h, "Threading"), never
-// a group as one. So the shim joins them itself, at the outermost end, for each comm whose calls
-// in the group used two streams or more:
+// staged or deferred to the group's end, which run outside both), and each library joins only the
+// streams of its own part (NCCL's launch; libyali's yaliGroupEnd since Session 36, yali.h). So the
+// shim joins them itself, at the outermost end, for each comm whose calls in the group used two
+// streams or more:
 //   1. before both libraries' ends: every stream of the comm waits for what every other one held;
 //   2. once everything of the group was issued: the same again, which now covers the group's work.
 // Each join is a star on the comm's device: the first stream waits for an event recorded on each of
