@@ -1626,6 +1626,22 @@ void startTwoNonBlocking(ncclComm_t comms[2]) {
   REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
 }
 
+// A non-blocking ncclCommInitAll of 2 ranks (NCCL_COMM_BLOCKING=0 set by the caller), alone or
+// inside a group (where NCCL's call returns ncclSuccess and only the group's end ncclInProgress),
+// every comm polled ready.
+std::vector<ncclComm_t> nonBlockingInitAll(bool inGroup) {
+  std::vector<ncclComm_t> comms(2, nullptr);
+  if (inGroup) {
+    REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
+    REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
+    REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
+  } else {
+    REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclInProgress);
+  }
+  for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
+  return comms;
+}
+
 // The same, polled ready.
 void twoNonBlockingParents(ncclComm_t parents[2]) {
   startTwoNonBlocking(parents);
@@ -2601,15 +2617,7 @@ TEST(a_non_blocking_init_all_is_set_up_in_the_background_as_one_clique) {
         setenv("NCCL_COMM_BLOCKING", "0", 1);
         for (const bool inGroup : {false, true}) {
           const int since = eventCount();
-          std::vector<ncclComm_t> comms(2, nullptr);
-          if (inGroup) {
-            REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
-            REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
-          } else {
-            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclInProgress);
-          }
-          for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
+          const std::vector<ncclComm_t> comms = nonBlockingInitAll(inGroup);
           const std::string lone = trace(since, {"ncclAllGather", "yaliCommInitRank"}, {});
           CHECK_MSG(lone.empty(), "a lone set-up of a non-blocking ncclCommInitAll: %s", lone.c_str());
           CHECK_MSG(countSince(since, "yaliCommInitAll") == 1, "%s: %d yaliCommInitAll",
@@ -2659,15 +2667,7 @@ TEST(a_non_blocking_init_all_cliques_splits_hand_over_their_children_alone_and_i
       [] {
         setenv("NCCL_COMM_BLOCKING", "0", 1);
         for (const bool inGroup : {false, true}) {
-          std::vector<ncclComm_t> comms(2, nullptr);
-          if (inGroup) {
-            REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
-            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclSuccess);
-            REQUIRE(SHIM(ncclGroupEnd)() == ncclInProgress);
-          } else {
-            REQUIRE(SHIM(ncclCommInitAll)(comms.data(), 2, nullptr) == ncclInProgress);
-          }
-          for (ncclComm_t c : comms) REQUIRE(pollReady(c) == ncclSuccess);
+          const std::vector<ncclComm_t> comms = nonBlockingInitAll(inGroup);
           ncclComm_t kids[2] = {nullptr, nullptr};
           REQUIRE(SHIM(ncclGroupStart)() == ncclSuccess);
           for (int r = 0; r < 2; ++r) CHECK(SHIM(ncclCommSplit)(comms[r], 0, r, &kids[r], nullptr) == ncclSuccess);
