@@ -150,15 +150,20 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 //                window; copy each sender's slot to recv + dstOffset(s) + g*S (our own from our
 //                input), or reduce all of them in rank order into recv + g*S; then publish our
 //                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
-// Order: push(0), then for j >= 1: push(j), consume(j - 1); then consume(last) and the drain: wait
-// for every receiver's credit of our last step. A receiver's credits come in step order, so the
-// last one covers all: when the launch ends, every receiver has consumed everything we pushed
-// (the rule above), and across launches staging needs nothing more. Progress: our push(j) waits
-// for a credit the receiver gives in its consume(j - 2), which it reaches after its push(j - 1),
-// which waited for our credit of j - 3, given in our consume(j - 3) before our push(j - 1).
-// In place: a step reads input slot g of each piece and writes output slot g, both by this block,
-// input before output (ReduceScatter's output is our own piece of the input; AllGather's input is
-// our piece of the output, which the own-piece copy skips).
+// Order: push(0); then for j >= 1 one round of push(j) and consume(j - 1) together (both waits
+// first, then their copies or reduction interleaved by copyJobs, so that the NVLink stores of the
+// push overlap the consume's local copies; then the push flags, then the credits); then
+// consume(last) and the drain: wait for every receiver's credit of our last step. A receiver's
+// credits come in step order, so the last one covers all: when the launch ends, every receiver has
+// consumed everything we pushed (the rule above), and across launches staging needs nothing more.
+// Progress: our round j waits for each receiver's credit of j - 2, given in its round j - 1, and for
+// each sender's push of j - 1, published in its round j - 1; a rank's round j - 1 waits only on its
+// peers' rounds j - 2 (round 0 waits on nothing), so every rank reaches every round.
+// In place: a round reads input slot g of each piece and writes output slot g of the consumed step,
+// both by this block, each element's input before its output (the reduction loads every source of
+// a vector before it stores it); the push of the same round reads other input (ReduceScatter's
+// output is our own piece of the input, which no push reads; AllGather's input is our piece of the
+// output, which the own-piece copy skips and no consume writes).
 template <typename T, RedOp kOp, bool kReduce>
 __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
@@ -181,44 +186,88 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
   auto staging = [&](char* window, uint32_t j, int sender) {
     return window + L.staging + (static_cast<size_t>(j & 1) * n + sender) * L.stagingBytes + id * slot;
   };
-  auto push = [&](uint32_t j) {
-    if (j >= 2 && !waitPeers(block, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
+  // A round's copies, listed by thread 0 in shared memory (a list per thread would sit in local
+  // memory, 2 * kMaxRanks jobs for each of 512 threads); jobsVectors: every job's ends are 16-byte
+  // aligned.
+  __shared__ CopyJob jobs[2 * kMaxRanks];
+  __shared__ int jobCount;
+  __shared__ bool jobsVectors;
+  // One round: push(jp) when `pushing`, consume(jc) when `consuming`.
+  auto round = [&](bool pushing, uint32_t jp, bool consuming, uint32_t jc) {
+    if (pushing && jp >= 2 &&
+        !waitPeers(block, args, L.resultFlags, flagValue(epoch, jp - 2), kPhaseExchangeCredit, receivers))
       return false;
-    const size_t off = offsetOf(j), len = lengthOf(j);
-    for (int i = 1; i < n; ++i) {
-      const int d = (me + i) % n;
-      if (hasBit(receivers, d))
-        copyBytes(block, staging(args.peerWindows[d], j, me), send + srcOffset(args, d) + off, len);
+    if (consuming && !waitPeers(block, args, L.pushFlags, flagValue(epoch, jc), kPhaseExchangePieces, senders))
+      return false;
+    const size_t off = offsetOf(jc), len = consuming ? lengthOf(jc) : 0;
+    block.sync();  // every thread has left the previous round's list
+    if (block.thread == 0) {
+      int count = 0;
+      bool vectors = true;
+      auto add = [&](char* dst, const char* src, size_t bytes) {
+        jobs[count++] = {dst, src, bytes};
+        vectors = vectors && aligned16(dst) && aligned16(src);
+      };
+      if (pushing) {
+        const size_t pushOff = offsetOf(jp), pushLen = lengthOf(jp);
+        for (int i = 1; i < n; ++i) {
+          const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
+          if (hasBit(receivers, d)) add(staging(args.peerWindows[d], jp, me), send + srcOffset(args, d) + pushOff, pushLen);
+        }
+      }
+      if (!kReduce && consuming) {
+        for (int s = 0; s < n; ++s) {
+          if (hasBit(args.recvFrom, s))
+            add(recv + dstOffset(args, s) + off, s == me ? send + srcOffset(args, me) + off : staging(args.window, jc, s), len);
+        }
+      }
+      jobCount = count;
+      jobsVectors = vectors;
     }
-    signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
-    return true;
-  };
-  auto consume = [&](uint32_t j) {
-    if (!waitPeers(block, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders)) return false;
-    const size_t off = offsetOf(j), len = lengthOf(j);
+    block.sync();
+    const int count = jobCount;
+    bool vectors = jobsVectors;
     if constexpr (kReduce) {
-      if (hasBit(args.recvFrom, me)) {  // every rank's piece, ours from the input
-        const T* src[kMaxRanks];
+      // every rank's piece, ours from the input, reduced in rank order (reduceSources)
+      const bool reducing = consuming && hasBit(args.recvFrom, me);
+      const T* src[kMaxRanks];
 #pragma unroll
-        for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
-          src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
-        T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
-        reduceElems<T, kOp>(block, dst, 1, src, n, len / sizeof(T));
+      for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
+        src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, jc, s));
+        vectors = vectors && (!reducing || s >= n || aligned16(src[s]));
+      }
+      T* out = reinterpret_cast<T*>(recv + 0 + off);
+      vectors = vectors && (!reducing || aligned16(out));
+      const size_t elems = reducing ? len / sizeof(T) : 0;
+      if (vectors) {
+        constexpr size_t kE = 16 / sizeof(T);
+        const size_t vecs = elems / kE;
+        const uint4* const* vsrc = reinterpret_cast<const uint4* const*>(src);
+        copyJobs(block, jobs, count, vecs, [&](size_t base) {
+          reducePass<T, kOp>(reinterpret_cast<uint4*>(out), vsrc, n, vecs, base, block.size);
+        });
+        for (size_t i = vecs * kE + block.thread; i < elems; i += block.size) out[i] = reduceSources<T, kOp, T>(src, i, n);
+      } else {
+        for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
+        T* dst[1] = {out};
+        if (reducing) reduceElems<T, kOp>(block, dst, 1, src, n, elems);
       }
     } else {
-      for (int s = 0; s < n; ++s) {
-        if (!hasBit(args.recvFrom, s)) continue;
-        const char* from = s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s);
-        copyBytes(block, recv + dstOffset(args, s) + off, from, len);
+      if (vectors) {
+        copyJobs(block, jobs, count);
+      } else {
+        for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
       }
     }
-    signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
+    if (pushing) signalPeers(block, args, L.pushFlags, flagValue(epoch, jp), receivers);
+    if (consuming) signalPeers(block, args, L.resultFlags, flagValue(epoch, jc), senders);
     return true;
   };
 
-  bool ok = mine == 0 || push(0);
-  for (uint32_t j = 1; ok && j < mine; ++j) ok = push(j) && consume(j - 1);
-  if (ok && mine > 0) ok = consume(mine - 1);
+  // Round j pushes step j (j < mine) and consumes step j - 1 (j >= 1); one call site, so that the
+  // round is inlined once (each (type, op) of the reducing kernel compiles it).
+  bool ok = true;
+  for (uint32_t j = 0; ok && mine > 0 && j <= mine; ++j) ok = round(j < mine, j, j >= 1, j >= 1 ? j - 1 : 0);
   if (ok && mine > 0) waitPeers(block, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
   allowNextGrid();
   awaitArrivals(args, epoch);
@@ -235,7 +284,8 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
 //            order), it made the same call (collective, counts, type, root, registration), and its
 //            offset is in our window; otherwise the block returns before writing anything.
 //   write  - block b copies its run of each of our pieces straight into the receiver's output, at
-//            the receiver's offset plus peerDstOffset[d] (NVLink writes; our own piece locally).
+//            the receiver's offset plus peerDstOffset[d] (NVLink writes; our own piece locally),
+//            all pieces interleaved (copyJobs).
 //   leave  - publishes directFlags[leave][b][our rank] = flagValue(epoch, 0) on every peer after a
 //            block barrier (the release covers the block's writes) and waits for every peer's
 //            block b: when our launch ends, every write into our output has landed.
@@ -308,11 +358,31 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
   if (!enterRegistered(args, info, peerOffset)) return;
   const auto [begin, len] = blockRunOf(args.pieceBytes);
   const char* send = static_cast<const char*>(args.send);
-  for (int i = 0; i < n; ++i) {
-    const int d = (me + i) % n;  // ours first, then the next ranks: the links share the load
-    if (!hasBit(args.sendTo, d)) continue;
-    copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
-              send + srcOffset(args, d) + begin, len);
+  // Our pieces, listed by thread 0 in shared memory (exchangeStaged says why), then copied
+  // interleaved (copyJobs): the stores into peers' outputs stay in flight while the local copy runs.
+  __shared__ CopyJob jobs[kMaxRanks];
+  __shared__ int jobCount;
+  __shared__ bool jobsVectors;
+  if (threadIdx.x == 0) {
+    int count = 0;
+    bool vectors = true;
+    for (int i = 1; i <= n; ++i) {
+      const int d = (me + i) % n;  // the next ranks first (the links share the load), ours last
+      if (!hasBit(args.sendTo, d)) continue;
+      jobs[count] = {static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
+                     send + srcOffset(args, d) + begin, len};
+      vectors = vectors && aligned16(jobs[count].dst) && aligned16(jobs[count].src);
+      ++count;
+    }
+    jobCount = count;
+    jobsVectors = vectors;
+  }
+  __syncthreads();
+  const int count = jobCount;
+  if (jobsVectors) {
+    copyJobs(block, jobs, count);
+  } else {
+    for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
   }
   leaveRegistered(args, info);
 }
