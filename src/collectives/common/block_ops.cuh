@@ -120,29 +120,22 @@ __device__ __forceinline__ void copyJobPass(const CopyJob& job, size_t base, siz
 }
 
 // Copies every job with the team's threads, the jobs interleaved: pass after pass, each thread
-// moves kCopyJobUnroll vectors of every job in turn, and then calls pass(base) (the caller's share
-// of the same pass, e.g. a reduction over the same vector indices; no-op by default). Jobs that
-// write into peers' memory then keep NVLink stores in flight while the same threads make the local
-// copies: made one after the other, the links idle during each local copy (out of place, AllGather,
-// Broadcast and Scatter ran 20 % slower than in place at 1 GB on 2 H200s, where the own piece's
-// local copy is dropped; docs/PERF.md, Session 37). `vecs`: how many vector indices pass() covers.
-// Every job's ends must be 16-byte aligned (callers check with aligned16 and otherwise copy job by
-// job with copyBytes); each job's last len % 16 bytes are copied after the passes.
-template <typename Pass>
-__device__ __forceinline__ void copyJobs(const Team& team, const CopyJob* jobs, int count, size_t vecs, Pass&& pass) {
+// moves kCopyJobUnroll vectors of every job in turn. Jobs that write into peers' memory then keep
+// NVLink stores in flight while the same threads make the local copies: made one after the other,
+// the links idle during each local copy (the direct exchange's own piece: out of place, AllGather,
+// Broadcast and Scatter ran 20 % slower than in place at 1 GB on 2 H200s, where that copy is
+// dropped; docs/PERF.md, Session 37). Every job's ends must be 16-byte aligned (callers check with
+// aligned16 and otherwise copy job by job with copyBytes); each job's last len % 16 bytes are copied
+// after the passes.
+__device__ __forceinline__ void copyJobs(const Team& team, const CopyJob* jobs, int count) {
+  size_t vecs = 0;
   for (int p = 0; p < count; ++p) vecs = max(vecs, jobs[p].len / 16);
   const size_t stride = team.size;
-  for (size_t base = team.thread; base < vecs; base += kCopyJobUnroll * stride) {
+  for (size_t base = team.thread; base < vecs; base += kCopyJobUnroll * stride)
     for (int p = 0; p < count; ++p) copyJobPass(jobs[p], base, stride);
-    pass(base);
-  }
   for (int p = 0; p < count; ++p)
     for (size_t i = jobs[p].len / 16 * 16 + team.thread; i < jobs[p].len; i += team.size)
       jobs[p].dst[i] = ldcg(jobs[p].src + i);
-}
-
-__device__ __forceinline__ void copyJobs(const Team& team, const CopyJob* jobs, int count) {
-  copyJobs(team, jobs, count, 0, [](size_t) {});
 }
 
 // out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory),
@@ -197,26 +190,6 @@ __device__ __forceinline__ void reduceVectorsInFlight(const Team& team, uint4* c
       for (int d = 0; d < kMaxRanks; ++d)
         if (d < ndst && base + u * stride < vecs) dst[d][base + u * stride] = v[u];
     }
-  }
-}
-
-// A reduction's share of one copyJobs pass: dst[i] = the reduction of src[0..nsrc-1][i] in rank
-// order, for this thread's vectors base, base + stride, ... (kCopyJobUnroll of them, those below
-// vecs), two at a time, each two's loads of every source before their stores (as in
-// reduceVectorsInFlight: the stores cannot be taken for writes to the sources). Two, not more:
-// registers hold 2 x nsrc vectors. Not unrolled: each (type, op) instantiation inlines two
-// reduceSources, not eight (the reducing staged kernel then compiles as fast as before the interleaving).
-template <typename T, RedOp kOp>
-__device__ __forceinline__ void reducePass(uint4* dst, const uint4* const* src, int nsrc, size_t vecs, size_t base,
-                                           size_t stride) {
-#pragma unroll 1
-  for (int u = 0; u < kCopyJobUnroll; u += 2) {
-    const size_t i0 = base + u * stride, i1 = i0 + stride;
-    uint4 v0{}, v1{};
-    if (i0 < vecs) v0 = reduceSources<T, kOp, uint4>(src, i0, nsrc);
-    if (i1 < vecs) v1 = reduceSources<T, kOp, uint4>(src, i1, nsrc);
-    if (i0 < vecs) dst[i0] = v0;
-    if (i1 < vecs) dst[i1] = v1;
   }
 }
 

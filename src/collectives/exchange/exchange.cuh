@@ -150,26 +150,29 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 //                window; copy each sender's slot to recv + dstOffset(s) + g*S (our own from our
 //                input), or reduce all of them in rank order into recv + g*S; then publish our
 //                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
-// Order: push(0); then for j >= 1 one round of push(j) and consume(j - 1) together (both waits
-// first, then their copies or reduction interleaved by copyJobs, so that the NVLink stores of the
-// push overlap the consume's local copies; then the push flags, then the credits); then
-// consume(last) and the drain: wait for every receiver's credit of our last step. A receiver's
-// credits come in step order, so the last one covers all: when the launch ends, every receiver has
-// consumed everything we pushed (the rule above), and across launches staging needs nothing more.
-// Progress: our round j waits for each receiver's credit of j - 2, given in its round j - 1, and for
-// each sender's push of j - 1, published in its round j - 1; a rank's round j - 1 waits only on its
-// peers' rounds j - 2 (round 0 waits on nothing), so every rank reaches every round.
-// In place: a round reads input slot g of each piece and writes output slot g of the consumed step,
-// both by this block, each element's input before its output (the reduction loads every source of
-// a vector before it stores it); the push of the same round reads other input (ReduceScatter's
-// output is our own piece of the input, which no push reads; AllGather's input is our piece of the
-// output, which the own-piece copy skips and no consume writes).
+// Who runs them: a rank that both pushes and consumes splits each block into two teams of whole
+// warps (block_ops.cuh: Team), the first running push(0), push(1), ... and then the drain (wait
+// for every receiver's credit of our last step), the second consume(0), consume(1), ...; the
+// pushes' NVLink stores then stay in flight while the other warps make the local copies (made one
+// after the other in one block, the links idled during every local copy: AllGather, Broadcast and
+// Scatter out of place ran 20 % slower than in place at 1 GB on 2 H200s, docs/PERF.md Session 37).
+// Otherwise (a rank that only pushes or only consumes, or a block too small to split) the whole
+// block runs push(0), then for j >= 1 push(j) and consume(j - 1), then consume(last) and the drain.
+// A receiver's credits come in step order, so the last one covers all: when the launch ends (both
+// teams have ended), every receiver has consumed everything we pushed (the rule above), and across
+// launches staging needs nothing more. Progress: push(j) waits for a credit the receiver gives in
+// its consume(j - 2), which waits only for our push(j - 2); consume(j) waits for the senders'
+// push(j); neither depends on a later step of anyone, whether the ranks split or not.
+// In place: consume(j) reads input slot g and writes output slot g, each element's input before its
+// output, by one team; a push reads other input (ReduceScatter's output is our own piece of the
+// input, which no push reads; AllGather's input is our piece of the output, which the own-piece
+// copy skips and no consume writes; in the rooted collectives the root's own copy is skipped and no
+// other input is written).
 template <typename T, RedOp kOp, bool kReduce>
 __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
   const int me = args.rank;
   const WindowLayout& L = args.layout;
-  const Team block = wholeBlock();
   const size_t slot = args.slotBytes;
   const size_t steps = (args.pieceBytes + slot - 1) / slot;
   const size_t pipelines = gridDim.x;
@@ -181,94 +184,68 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
   const uint32_t senders = args.recvFrom & ~(1u << me);
   publishArrival(args, epoch);
 
+  // The teams: pipeline b's flags rows are the block's (id b) in both; barrier and shared words by
+  // index (0: pushes, 1: consumes).
+  const int half = static_cast<int>(blockDim.x) / 2;
+  const bool split = receivers != 0 && args.recvFrom != 0 && half >= 64 && half % 32 == 0;
+  const int index = split && static_cast<int>(threadIdx.x) >= half ? 1 : 0;
+  const Team team = split ? Team{static_cast<int>(id), static_cast<int>(pipelines), index, half,
+                                 static_cast<int>(threadIdx.x) - index * half}
+                          : wholeBlock();
+  const bool pushes = receivers != 0 && (!split || index == 0);
+  const bool consumes = !split || index == 1;
+
   auto offsetOf = [&](uint32_t j) { return (id + static_cast<size_t>(j) * pipelines) * slot; };
   auto lengthOf = [&](uint32_t j) { return min(slot, args.pieceBytes - offsetOf(j)); };
   auto staging = [&](char* window, uint32_t j, int sender) {
     return window + L.staging + (static_cast<size_t>(j & 1) * n + sender) * L.stagingBytes + id * slot;
   };
-  // A round's copies, listed by thread 0 in shared memory (a list per thread would sit in local
-  // memory, 2 * kMaxRanks jobs for each of 512 threads); jobsVectors: every job's ends are 16-byte
-  // aligned.
-  __shared__ CopyJob jobs[2 * kMaxRanks];
-  __shared__ int jobCount;
-  __shared__ bool jobsVectors;
-  // One round: push(jp) when `pushing`, consume(jc) when `consuming`.
-  auto round = [&](bool pushing, uint32_t jp, bool consuming, uint32_t jc) {
-    if (pushing && jp >= 2 &&
-        !waitPeers(block, args, L.resultFlags, flagValue(epoch, jp - 2), kPhaseExchangeCredit, receivers))
+  auto push = [&](uint32_t j) {
+    if (j >= 2 && !waitPeers(team, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
       return false;
-    if (consuming && !waitPeers(block, args, L.pushFlags, flagValue(epoch, jc), kPhaseExchangePieces, senders))
-      return false;
-    const size_t off = offsetOf(jc), len = consuming ? lengthOf(jc) : 0;
-    block.sync();  // every thread has left the previous round's list
-    if (block.thread == 0) {
-      int count = 0;
-      bool vectors = true;
-      auto add = [&](char* dst, const char* src, size_t bytes) {
-        jobs[count++] = {dst, src, bytes};
-        vectors = vectors && aligned16(dst) && aligned16(src);
-      };
-      if (pushing) {
-        const size_t pushOff = offsetOf(jp), pushLen = lengthOf(jp);
-        for (int i = 1; i < n; ++i) {
-          const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
-          if (hasBit(receivers, d)) add(staging(args.peerWindows[d], jp, me), send + srcOffset(args, d) + pushOff, pushLen);
-        }
-      }
-      if (!kReduce && consuming) {
-        for (int s = 0; s < n; ++s) {
-          if (hasBit(args.recvFrom, s))
-            add(recv + dstOffset(args, s) + off, s == me ? send + srcOffset(args, me) + off : staging(args.window, jc, s), len);
-        }
-      }
-      jobCount = count;
-      jobsVectors = vectors;
+    const size_t off = offsetOf(j), len = lengthOf(j);
+    for (int i = 1; i < n; ++i) {
+      const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
+      if (hasBit(receivers, d)) copyBytes(team, staging(args.peerWindows[d], j, me), send + srcOffset(args, d) + off, len);
     }
-    block.sync();
-    const int count = jobCount;
-    bool vectors = jobsVectors;
+    signalPeers(team, args, L.pushFlags, flagValue(epoch, j), receivers);
+    return true;
+  };
+  auto consume = [&](uint32_t j) {
+    if (!waitPeers(team, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders)) return false;
+    const size_t off = offsetOf(j), len = lengthOf(j);
     if constexpr (kReduce) {
-      // every rank's piece, ours from the input, reduced in rank order (reduceSources)
-      const bool reducing = consuming && hasBit(args.recvFrom, me);
-      const T* src[kMaxRanks];
+      if (hasBit(args.recvFrom, me)) {  // every rank's piece, ours from the input
+        const T* src[kMaxRanks];
 #pragma unroll
-      for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
-        src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, jc, s));
-        vectors = vectors && (!reducing || s >= n || aligned16(src[s]));
-      }
-      T* out = reinterpret_cast<T*>(recv + 0 + off);
-      vectors = vectors && (!reducing || aligned16(out));
-      const size_t elems = reducing ? len / sizeof(T) : 0;
-      if (vectors) {
-        constexpr size_t kE = 16 / sizeof(T);
-        const size_t vecs = elems / kE;
-        const uint4* const* vsrc = reinterpret_cast<const uint4* const*>(src);
-        copyJobs(block, jobs, count, vecs, [&](size_t base) {
-          reducePass<T, kOp>(reinterpret_cast<uint4*>(out), vsrc, n, vecs, base, block.size);
-        });
-        for (size_t i = vecs * kE + block.thread; i < elems; i += block.size) out[i] = reduceSources<T, kOp, T>(src, i, n);
-      } else {
-        for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
-        T* dst[1] = {out};
-        if (reducing) reduceElems<T, kOp>(block, dst, 1, src, n, elems);
+        for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
+          src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
+        T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
+        reduceElems<T, kOp>(team, dst, 1, src, n, len / sizeof(T));
       }
     } else {
-      if (vectors) {
-        copyJobs(block, jobs, count);
-      } else {
-        for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
+      for (int s = 0; s < n; ++s) {
+        if (!hasBit(args.recvFrom, s)) continue;
+        const char* from = s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s);
+        copyBytes(team, recv + dstOffset(args, s) + off, from, len);
       }
     }
-    if (pushing) signalPeers(block, args, L.pushFlags, flagValue(epoch, jp), receivers);
-    if (consuming) signalPeers(block, args, L.resultFlags, flagValue(epoch, jc), senders);
+    signalPeers(team, args, L.resultFlags, flagValue(epoch, j), senders);
     return true;
   };
 
-  // Round j pushes step j (j < mine) and consumes step j - 1 (j >= 1); one call site, so that the
-  // round is inlined once (each (type, op) of the reducing kernel compiles it).
+  // Iteration k: push(k) (k < mine), and consume(k) when split, consume(k - 1) when not (k >= 1).
+  // One call site each, so that each is inlined once (every (type, op) of the reducing kernel
+  // compiles them).
   bool ok = true;
-  for (uint32_t j = 0; ok && mine > 0 && j <= mine; ++j) ok = round(j < mine, j, j >= 1, j >= 1 ? j - 1 : 0);
-  if (ok && mine > 0) waitPeers(block, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
+  for (uint32_t k = 0; ok && mine > 0 && k <= mine; ++k) {
+    if (pushes && k < mine) ok = push(k);
+    const bool consumeNow = consumes && (split ? k < mine : k >= 1);
+    if (ok && consumeNow) ok = consume(split ? k : k - 1);
+  }
+  if (ok && pushes && mine > 0)
+    waitPeers(team, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
+  if (split) __syncthreads();  // both teams have ended: the drain above covers the launch
   allowNextGrid();
   awaitArrivals(args, epoch);
 }
@@ -358,8 +335,9 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
   if (!enterRegistered(args, info, peerOffset)) return;
   const auto [begin, len] = blockRunOf(args.pieceBytes);
   const char* send = static_cast<const char*>(args.send);
-  // Our pieces, listed by thread 0 in shared memory (exchangeStaged says why), then copied
-  // interleaved (copyJobs): the stores into peers' outputs stay in flight while the local copy runs.
+  // Our pieces, listed by thread 0 in shared memory (a list per thread would sit in local memory),
+  // then copied interleaved (copyJobs): the stores into peers' outputs stay in flight while the
+  // local copy runs.
   __shared__ CopyJob jobs[kMaxRanks];
   __shared__ int jobCount;
   __shared__ bool jobsVectors;
