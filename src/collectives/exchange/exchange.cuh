@@ -168,6 +168,9 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 // input, which no push reads; AllGather's input is our piece of the output, which the own-piece
 // copy skips and no consume writes; in the rooted collectives the root's own copy is skipped and no
 // other input is written).
+// Vectors of every source each consuming thread loads before its stores (reduceVectorsInFlight).
+constexpr int kStagedReduceUnroll = 4;
+
 template <typename T, RedOp kOp, bool kReduce>
 __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
@@ -221,7 +224,14 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
         for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
           src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
         T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
-        reduceElems<T, kOp>(team, dst, 1, src, n, len / sizeof(T));
+        bool vectors = aligned16(dst[0]) && len % 16 == 0;
+#pragma unroll
+        for (int s = 0; s < kMaxRanks; ++s) vectors = vectors && (s >= n || aligned16(src[s]));
+        if (vectors)  // several vectors of every source in flight: the consume team has half the block
+          reduceVectorsInFlight<T, kOp, kStagedReduceUnroll>(team, reinterpret_cast<uint4* const*>(dst), 1,
+                                                             reinterpret_cast<const uint4* const*>(src), n, len / 16);
+        else
+          reduceElems<T, kOp>(team, dst, 1, src, n, len / sizeof(T));
       }
     } else {
       for (int s = 0; s < n; ++s) {
