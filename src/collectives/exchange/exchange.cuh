@@ -150,14 +150,17 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 //                window; copy each sender's slot to recv + dstOffset(s) + g*S (our own from our
 //                input), or reduce all of them in rank order into recv + g*S; then publish our
 //                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
-// Who runs them: a rank that both pushes and consumes splits each block into two teams of whole
-// warps (block_ops.cuh: Team), the first running push(0), push(1), ... and then the drain (wait
-// for every receiver's credit of our last step), the second consume(0), consume(1), ...; the
-// pushes' NVLink stores then stay in flight while the other warps make the local copies (made one
-// after the other in one block, the links idled during every local copy: AllGather, Broadcast and
-// Scatter out of place ran 20 % slower than in place at 1 GB on 2 H200s, docs/PERF.md Session 37).
-// Otherwise (a rank that only pushes or only consumes, or a block too small to split) the whole
-// block runs push(0), then for j >= 1 push(j) and consume(j - 1), then consume(last) and the drain.
+// Who runs them: in the copying collectives a rank that both pushes and consumes splits each block
+// into two teams of whole warps (block_ops.cuh: Team), the first running push(0), push(1), ... and
+// then the drain (wait for every receiver's credit of our last step), the second consume(0),
+// consume(1), ...; the pushes' NVLink stores then stay in flight while the other warps make the
+// local copies (made one after the other in one block, the links idled during every local copy:
+// AllGather, Broadcast and Scatter out of place ran 20 % slower than in place at 1 GB on 2 H200s;
+// split, AllGather 1 GB went from 235 to 320 GB/s busBW, docs/PERF.md Session 37). ReduceScatter
+// lost by the split (206 to 178 GB/s, with the consume team's loads four vectors deep or one), so
+// the reducing collectives do not split; nor does a rank that only pushes or only consumes, or a
+// block too small to split: there the whole block runs push(0), then for j >= 1 push(j) and
+// consume(j - 1), then consume(last) and the drain.
 // A receiver's credits come in step order, so the last one covers all: when the launch ends (both
 // teams have ended), every receiver has consumed everything we pushed (the rule above), and across
 // launches staging needs nothing more. Progress: push(j) waits for a credit the receiver gives in
@@ -190,7 +193,7 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
   // The teams: pipeline b's flags rows are the block's (id b) in both; barrier and shared words by
   // index (0: pushes, 1: consumes).
   const int half = static_cast<int>(blockDim.x) / 2;
-  const bool split = receivers != 0 && args.recvFrom != 0 && half >= 64 && half % 32 == 0;
+  const bool split = !kReduce && receivers != 0 && args.recvFrom != 0 && half >= 64 && half % 32 == 0;
   const int index = split && static_cast<int>(threadIdx.x) >= half ? 1 : 0;
   const Team team = split ? Team{static_cast<int>(id), static_cast<int>(pipelines), index, half,
                                  static_cast<int>(threadIdx.x) - index * half}
