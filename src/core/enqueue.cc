@@ -14,9 +14,18 @@
 namespace yali {
 namespace {
 
+// One stream a comm's calls use in the group being launched.
+struct CommStream {
+  yaliComm* comm;
+  cudaStream_t stream;  // the legacy stream as 0 (it has two names)
+};
+
 struct GroupState {
   int depth = 0;
   std::vector<PlannedLaunch> pending;  // in call order
+  // The (comm, stream) pairs of the group being launched (joinGroupStreams, below): kept for its
+  // storage, so that a loop of groups allocates nothing for them either.
+  std::vector<CommStream> streams;
 };
 thread_local GroupState group;
 
@@ -511,61 +520,69 @@ namespace {
 // keep to one stream. Not joined: streams not all in one capture or all outside one (launchNow
 // refuses nothing for it; their calls still run in call order), and streams whose capture state
 // cannot be read.
-struct StreamsOfComm {
-  yaliComm* comm;
-  std::vector<cudaStream_t> streams;  // distinct, in the order of the comm's calls
-};
-
-std::vector<StreamsOfComm> streamsOfComms(const std::vector<PlannedLaunch>& pending) {
-  std::vector<StreamsOfComm> out;
+// The distinct (comm, stream) pairs of `pending`, in call order, into *out (cleared first; its
+// storage is the thread's GroupState::streams, reused by every group end).
+void noteStreams(const std::vector<PlannedLaunch>& pending, std::vector<CommStream>* out) {
+  out->clear();
   for (const PlannedLaunch& plan : pending) {
-    const cudaStream_t s = plan.stream == cudaStreamLegacy ? nullptr : plan.stream;  // one stream, two names
-    auto it = std::find_if(out.begin(), out.end(), [&](const StreamsOfComm& c) { return c.comm == plan.comm.get(); });
-    if (it == out.end()) it = out.insert(out.end(), StreamsOfComm{plan.comm.get(), {}});
-    if (std::find(it->streams.begin(), it->streams.end(), s) == it->streams.end()) it->streams.push_back(s);
+    const cudaStream_t s = plan.stream == cudaStreamLegacy ? nullptr : plan.stream;
+    const auto same = [&](const CommStream& c) { return c.comm == plan.comm.get() && c.stream == s; };
+    if (std::none_of(out->begin(), out->end(), same)) out->push_back(CommStream{plan.comm.get(), s});
   }
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [](const StreamsOfComm& c) {
-                             return c.streams.size() < 2 || c.comm->settings.testNoGroupJoin != 0;
-                           }),
-            out.end());
-  return out;
 }
 
-void joinStreams(const StreamsOfComm& c) {
-  ScopedDevice onDevice(c.comm->device);  // stream 0 is the current device's; the event is the streams'
+// Joins the streams of `comm` among `pairs` (two or more, from `first` on: the first of them is
+// the star's centre), as above.
+void joinStreamsOf(yaliComm* comm, const std::vector<CommStream>& pairs, size_t first) {
+  ScopedDevice onDevice(comm->device);  // stream 0 is the current device's; the event is the streams'
   if (onDevice.status() != cudaSuccess) return;
-  unsigned long long first = 0;
-  for (size_t i = 0; i < c.streams.size(); ++i) {
+  unsigned long long capture = 0;
+  for (size_t i = first; i < pairs.size(); ++i) {
+    if (pairs[i].comm != comm) continue;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     unsigned long long id = 0;
-    if (cudaStreamGetCaptureInfo(c.streams[i], &status, &id, nullptr) != cudaSuccess) {
+    if (cudaStreamGetCaptureInfo(pairs[i].stream, &status, &id, nullptr) != cudaSuccess) {
       cudaGetLastError();
       return;
     }
     if (status == cudaStreamCaptureStatusNone) id = 0;
-    if (status == cudaStreamCaptureStatusInvalidated || (i > 0 && id != first)) return;
-    first = id;
+    if (status == cudaStreamCaptureStatusInvalidated || (i > first && id != capture)) return;
+    capture = id;
   }
   thread_local std::vector<std::pair<int, cudaEvent_t>> events;  // this thread's, per device
-  auto it = std::find_if(events.begin(), events.end(), [&](const auto& e) { return e.first == c.comm->device; });
+  auto it = std::find_if(events.begin(), events.end(), [&](const auto& e) { return e.first == comm->device; });
   if (it == events.end()) {
     cudaEvent_t e = nullptr;
     if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
       cudaGetLastError();
       return;
     }
-    it = events.insert(events.end(), {c.comm->device, e});
+    it = events.insert(events.end(), {comm->device, e});
   }
   const cudaEvent_t e = it->second;
+  const cudaStream_t centre = pairs[first].stream;
   cudaError_t err = cudaSuccess;
-  for (size_t i = 1; i < c.streams.size() && err == cudaSuccess; ++i) {
-    err = cudaEventRecord(e, c.streams[i]);
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(c.streams[0], e, 0);
+  for (size_t i = first + 1; i < pairs.size() && err == cudaSuccess; ++i) {
+    if (pairs[i].comm != comm) continue;
+    err = cudaEventRecord(e, pairs[i].stream);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(centre, e, 0);
   }
-  if (err == cudaSuccess) err = cudaEventRecord(e, c.streams[0]);
-  for (size_t i = 1; i < c.streams.size() && err == cudaSuccess; ++i) err = cudaStreamWaitEvent(c.streams[i], e, 0);
+  if (err == cudaSuccess) err = cudaEventRecord(e, centre);
+  for (size_t i = first + 1; i < pairs.size() && err == cudaSuccess; ++i)
+    if (pairs[i].comm == comm) err = cudaStreamWaitEvent(pairs[i].stream, e, 0);
   if (err != cudaSuccess) cudaGetLastError();  // the calls still run in call order (orderAfterLastLaunch)
+}
+
+// Every comm of `pairs` with two streams or more, joined once (from its first pair).
+void joinGroupStreams(const std::vector<CommStream>& pairs) {
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    yaliComm* comm = pairs[i].comm;
+    const auto ofComm = [&](const CommStream& c) { return c.comm == comm; };
+    if (std::any_of(pairs.begin(), pairs.begin() + static_cast<std::ptrdiff_t>(i), ofComm)) continue;  // done
+    if (std::count_if(pairs.begin() + static_cast<std::ptrdiff_t>(i), pairs.end(), ofComm) < 2) continue;
+    if (comm->settings.testNoGroupJoin != 0) continue;
+    joinStreamsOf(comm, pairs, i);
+  }
 }
 
 // The end of a group level (`call`: the public function, for its message); the outermost end
@@ -581,14 +598,14 @@ yaliResult_t endGroupLevel(const char* call, bool launch) {
   pending.swap(group.pending);
   yaliResult_t first = yaliSuccess;
   if (launch) {
-    const std::vector<StreamsOfComm> joined = streamsOfComms(pending);  // the plans hold their comms
-    for (const StreamsOfComm& c : joined) joinStreams(c);
+    noteStreams(pending, &group.streams);  // the plans hold their comms until the end
+    joinGroupStreams(group.streams);
     for (PlannedLaunch& plan : pending) {
       std::lock_guard<std::mutex> lock(plan.comm->mutex);
       yaliResult_t r = launchNow(plan);
       if (r != yaliSuccess && first == yaliSuccess) first = r;
     }
-    for (const StreamsOfComm& c : joined) joinStreams(c);
+    joinGroupStreams(group.streams);
   }
   pending.clear();
   if (group.pending.empty()) group.pending.swap(pending);

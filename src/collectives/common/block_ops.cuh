@@ -91,6 +91,53 @@ __device__ __forceinline__ void copyBytes(const Team& team, char* dst, const cha
   for (size_t i = words * width + team.thread; i < n; i += team.size) dst[i] = ldcg(src + i);
 }
 
+// One copy among several that a team makes together (copyJobs): `len` bytes from src to dst.
+struct CopyJob {
+  char* dst;
+  const char* src;
+  size_t len;
+};
+
+// Vectors each thread moves of every job in one pass of copyJobs, as copyElems' eight loads in flight.
+constexpr int kCopyJobUnroll = 8;
+
+__device__ __forceinline__ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// One pass of copyJobs over one job: this thread's vectors base, base + stride, ... (kCopyJobUnroll of
+// them, those below the job's whole vectors), loaded before any is stored. Both ends 16-byte aligned.
+__device__ __forceinline__ void copyJobPass(const CopyJob& job, size_t base, size_t stride) {
+  const size_t vecs = job.len / 16;
+  if (base >= vecs) return;
+  const uint4* s = reinterpret_cast<const uint4*>(job.src);
+  uint4* d = reinterpret_cast<uint4*>(job.dst);
+  uint4 v[kCopyJobUnroll];
+#pragma unroll
+  for (int u = 0; u < kCopyJobUnroll; ++u)
+    if (base + u * stride < vecs) v[u] = __ldcg(s + base + u * stride);
+#pragma unroll
+  for (int u = 0; u < kCopyJobUnroll; ++u)
+    if (base + u * stride < vecs) d[base + u * stride] = v[u];
+}
+
+// Copies every job with the team's threads, the jobs interleaved: pass after pass, each thread
+// moves kCopyJobUnroll vectors of every job in turn. Jobs that write into peers' memory then keep
+// NVLink stores in flight while the same threads make the local copies: made one after the other,
+// the links idle during each local copy (the direct exchange's own piece: out of place, AllGather,
+// Broadcast and Scatter ran 20 % slower than in place at 1 GB on 2 H200s, where that copy is
+// dropped; docs/PERF.md, Session 37). Every job's ends must be 16-byte aligned (callers check with
+// aligned16 and otherwise copy job by job with copyBytes); each job's last len % 16 bytes are copied
+// after the passes.
+__device__ __forceinline__ void copyJobs(const Team& team, const CopyJob* jobs, int count) {
+  size_t vecs = 0;
+  for (int p = 0; p < count; ++p) vecs = max(vecs, jobs[p].len / 16);
+  const size_t stride = team.size;
+  for (size_t base = team.thread; base < vecs; base += kCopyJobUnroll * stride)
+    for (int p = 0; p < count; ++p) copyJobPass(jobs[p], base, stride);
+  for (int p = 0; p < count; ++p)
+    for (size_t i = jobs[p].len / 16 * 16 + team.thread; i < jobs[p].len; i += team.size)
+      jobs[p].dst[i] = ldcg(jobs[p].src + i);
+}
+
 // out = reduce(src[0..nsrc-1]) in rank order, written to dst[0..ndst-1] (local or peer memory),
 // by the team's threads.
 template <typename T, RedOp kOp>

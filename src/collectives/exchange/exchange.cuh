@@ -150,21 +150,35 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 //                window; copy each sender's slot to recv + dstOffset(s) + g*S (our own from our
 //                input), or reduce all of them in rank order into recv + g*S; then publish our
 //                credit resultFlags[b][our rank] = flagValue(epoch, j) on every sender.
-// Order: push(0), then for j >= 1: push(j), consume(j - 1); then consume(last) and the drain: wait
-// for every receiver's credit of our last step. A receiver's credits come in step order, so the
-// last one covers all: when the launch ends, every receiver has consumed everything we pushed
-// (the rule above), and across launches staging needs nothing more. Progress: our push(j) waits
-// for a credit the receiver gives in its consume(j - 2), which it reaches after its push(j - 1),
-// which waited for our credit of j - 3, given in our consume(j - 3) before our push(j - 1).
-// In place: a step reads input slot g of each piece and writes output slot g, both by this block,
-// input before output (ReduceScatter's output is our own piece of the input; AllGather's input is
-// our piece of the output, which the own-piece copy skips).
+// Who runs them: in the copying collectives a rank that both pushes and consumes splits each block
+// into two teams of whole warps (block_ops.cuh: Team), the first running push(0), push(1), ... and
+// then the drain (wait for every receiver's credit of our last step), the second consume(0),
+// consume(1), ...; the pushes' NVLink stores then stay in flight while the other warps make the
+// local copies (made one after the other in one block, the links idled during every local copy:
+// AllGather, Broadcast and Scatter out of place ran 20 % slower than in place at 1 GB on 2 H200s;
+// split, AllGather 1 GB went from 235 to 320 GB/s busBW, docs/PERF.md Session 37). ReduceScatter
+// lost by the split (206 to 178 GB/s, with the consume team's loads four vectors deep or one), so
+// the reducing collectives do not split; nor does a rank that only pushes or only consumes, or a
+// block too small to split: there the whole block runs push(0), then for j >= 1 push(j) and
+// consume(j - 1), then consume(last) and the drain.
+// A receiver's credits come in step order, so the last one covers all: when the launch ends (both
+// teams have ended), every receiver has consumed everything we pushed (the rule above), and across
+// launches staging needs nothing more. Progress: push(j) waits for a credit the receiver gives in
+// its consume(j - 2), which waits only for our push(j - 2); consume(j) waits for the senders'
+// push(j); neither depends on a later step of anyone, whether the ranks split or not.
+// In place: consume(j) reads input slot g and writes output slot g, each element's input before its
+// output, by one team; a push reads other input (ReduceScatter's output is our own piece of the
+// input, which no push reads; AllGather's input is our piece of the output, which the own-piece
+// copy skips and no consume writes; in the rooted collectives the root's own copy is skipped and no
+// other input is written).
+// Vectors of every source each consuming thread loads before its stores (reduceVectorsInFlight).
+constexpr int kStagedReduceUnroll = 4;
+
 template <typename T, RedOp kOp, bool kReduce>
 __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
   const int me = args.rank;
   const WindowLayout& L = args.layout;
-  const Team block = wholeBlock();
   const size_t slot = args.slotBytes;
   const size_t steps = (args.pieceBytes + slot - 1) / slot;
   const size_t pipelines = gridDim.x;
@@ -176,25 +190,35 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
   const uint32_t senders = args.recvFrom & ~(1u << me);
   publishArrival(args, epoch);
 
+  // The teams: pipeline b's flags rows are the block's (id b) in both; barrier and shared words by
+  // index (0: pushes, 1: consumes).
+  const int half = static_cast<int>(blockDim.x) / 2;
+  const bool split = !kReduce && receivers != 0 && args.recvFrom != 0 && half >= 64 && half % 32 == 0;
+  const int index = split && static_cast<int>(threadIdx.x) >= half ? 1 : 0;
+  const Team team = split ? Team{static_cast<int>(id), static_cast<int>(pipelines), index, half,
+                                 static_cast<int>(threadIdx.x) - index * half}
+                          : wholeBlock();
+  const bool pushes = receivers != 0 && (!split || index == 0);
+  const bool consumes = !split || index == 1;
+
   auto offsetOf = [&](uint32_t j) { return (id + static_cast<size_t>(j) * pipelines) * slot; };
   auto lengthOf = [&](uint32_t j) { return min(slot, args.pieceBytes - offsetOf(j)); };
   auto staging = [&](char* window, uint32_t j, int sender) {
     return window + L.staging + (static_cast<size_t>(j & 1) * n + sender) * L.stagingBytes + id * slot;
   };
   auto push = [&](uint32_t j) {
-    if (j >= 2 && !waitPeers(block, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
+    if (j >= 2 && !waitPeers(team, args, L.resultFlags, flagValue(epoch, j - 2), kPhaseExchangeCredit, receivers))
       return false;
     const size_t off = offsetOf(j), len = lengthOf(j);
     for (int i = 1; i < n; ++i) {
-      const int d = (me + i) % n;
-      if (hasBit(receivers, d))
-        copyBytes(block, staging(args.peerWindows[d], j, me), send + srcOffset(args, d) + off, len);
+      const int d = (me + i) % n;  // from the next rank on: spreads the stores over the links
+      if (hasBit(receivers, d)) copyBytes(team, staging(args.peerWindows[d], j, me), send + srcOffset(args, d) + off, len);
     }
-    signalPeers(block, args, L.pushFlags, flagValue(epoch, j), receivers);
+    signalPeers(team, args, L.pushFlags, flagValue(epoch, j), receivers);
     return true;
   };
   auto consume = [&](uint32_t j) {
-    if (!waitPeers(block, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders)) return false;
+    if (!waitPeers(team, args, L.pushFlags, flagValue(epoch, j), kPhaseExchangePieces, senders)) return false;
     const size_t off = offsetOf(j), len = lengthOf(j);
     if constexpr (kReduce) {
       if (hasBit(args.recvFrom, me)) {  // every rank's piece, ours from the input
@@ -203,23 +227,38 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
         for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
           src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
         T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
-        reduceElems<T, kOp>(block, dst, 1, src, n, len / sizeof(T));
+        bool vectors = aligned16(dst[0]) && len % 16 == 0;
+#pragma unroll
+        for (int s = 0; s < kMaxRanks; ++s) vectors = vectors && (s >= n || aligned16(src[s]));
+        if (vectors)  // several vectors of every source in flight: the consume team has half the block
+          reduceVectorsInFlight<T, kOp, kStagedReduceUnroll>(team, reinterpret_cast<uint4* const*>(dst), 1,
+                                                             reinterpret_cast<const uint4* const*>(src), n, len / 16);
+        else
+          reduceElems<T, kOp>(team, dst, 1, src, n, len / sizeof(T));
       }
     } else {
       for (int s = 0; s < n; ++s) {
         if (!hasBit(args.recvFrom, s)) continue;
         const char* from = s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s);
-        copyBytes(block, recv + dstOffset(args, s) + off, from, len);
+        copyBytes(team, recv + dstOffset(args, s) + off, from, len);
       }
     }
-    signalPeers(block, args, L.resultFlags, flagValue(epoch, j), senders);
+    signalPeers(team, args, L.resultFlags, flagValue(epoch, j), senders);
     return true;
   };
 
-  bool ok = mine == 0 || push(0);
-  for (uint32_t j = 1; ok && j < mine; ++j) ok = push(j) && consume(j - 1);
-  if (ok && mine > 0) ok = consume(mine - 1);
-  if (ok && mine > 0) waitPeers(block, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
+  // Iteration k: push(k) (k < mine), and consume(k) when split, consume(k - 1) when not (k >= 1).
+  // One call site each, so that each is inlined once (every (type, op) of the reducing kernel
+  // compiles them).
+  bool ok = true;
+  for (uint32_t k = 0; ok && mine > 0 && k <= mine; ++k) {
+    if (pushes && k < mine) ok = push(k);
+    const bool consumeNow = consumes && (split ? k < mine : k >= 1);
+    if (ok && consumeNow) ok = consume(split ? k : k - 1);
+  }
+  if (ok && pushes && mine > 0)
+    waitPeers(team, args, L.resultFlags, flagValue(epoch, mine - 1), kPhaseExchangeCredit, receivers);
+  if (split) __syncthreads();  // both teams have ended: the drain above covers the launch
   allowNextGrid();
   awaitArrivals(args, epoch);
 }
@@ -235,7 +274,8 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
 //            order), it made the same call (collective, counts, type, root, registration), and its
 //            offset is in our window; otherwise the block returns before writing anything.
 //   write  - block b copies its run of each of our pieces straight into the receiver's output, at
-//            the receiver's offset plus peerDstOffset[d] (NVLink writes; our own piece locally).
+//            the receiver's offset plus peerDstOffset[d] (NVLink writes; our own piece locally),
+//            all pieces interleaved (copyJobs).
 //   leave  - publishes directFlags[leave][b][our rank] = flagValue(epoch, 0) on every peer after a
 //            block barrier (the release covers the block's writes) and waits for every peer's
 //            block b: when our launch ends, every write into our output has landed.
@@ -308,11 +348,32 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
   if (!enterRegistered(args, info, peerOffset)) return;
   const auto [begin, len] = blockRunOf(args.pieceBytes);
   const char* send = static_cast<const char*>(args.send);
-  for (int i = 0; i < n; ++i) {
-    const int d = (me + i) % n;  // ours first, then the next ranks: the links share the load
-    if (!hasBit(args.sendTo, d)) continue;
-    copyBytes(block, static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
-              send + srcOffset(args, d) + begin, len);
+  // Our pieces, listed by thread 0 in shared memory (a list per thread would sit in local memory),
+  // then copied interleaved (copyJobs): the stores into peers' outputs stay in flight while the
+  // local copy runs.
+  __shared__ CopyJob jobs[kMaxRanks];
+  __shared__ int jobCount;
+  __shared__ bool jobsVectors;
+  if (threadIdx.x == 0) {
+    int count = 0;
+    bool vectors = true;
+    for (int i = 1; i <= n; ++i) {
+      const int d = (me + i) % n;  // the next ranks first (the links share the load), ours last
+      if (!hasBit(args.sendTo, d)) continue;
+      jobs[count] = {static_cast<char*>(args.peerRecv[d]) + peerOffset[d] + peerDstOffset(args, d) + begin,
+                     send + srcOffset(args, d) + begin, len};
+      vectors = vectors && aligned16(jobs[count].dst) && aligned16(jobs[count].src);
+      ++count;
+    }
+    jobCount = count;
+    jobsVectors = vectors;
+  }
+  __syncthreads();
+  const int count = jobCount;
+  if (jobsVectors) {
+    copyJobs(block, jobs, count);
+  } else {
+    for (int p = 0; p < count; ++p) copyBytes(block, jobs[p].dst, jobs[p].src, jobs[p].len);
   }
   leaveRegistered(args, info);
 }
