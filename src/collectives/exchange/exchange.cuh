@@ -156,11 +156,11 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 // consume(1), ...; the pushes' NVLink stores then stay in flight while the other warps make the
 // local copies (made one after the other in one block, the links idled during every local copy:
 // AllGather, Broadcast and Scatter out of place ran 20 % slower than in place at 1 GB on 2 H200s;
-// split, AllGather 1 GB went from 235 to 320 GB/s busBW, docs/PERF.md Session 37). ReduceScatter
-// lost by the split (206 to 178 GB/s, with the consume team's loads four vectors deep or one), so
-// the reducing collectives do not split; nor does a rank that only pushes or only consumes, or a
-// block too small to split: there the whole block runs push(0), then for j >= 1 push(j) and
-// consume(j - 1), then consume(last) and the drain.
+// split, AllGather 1 GB out of place went from 235 to 273 GB/s busBW, docs/PERF.md Session 37).
+// ReduceScatter lost by the split (206 to 178 GB/s, with the consume team's loads four vectors
+// deep or one), so the reducing collectives do not split; nor does a rank that only pushes or only
+// consumes, or a block too small to split: there the whole block runs push(0), then for j >= 1
+// push(j) and consume(j - 1), then consume(last) and the drain.
 // A receiver's credits come in step order, so the last one covers all: when the launch ends (both
 // teams have ended), every receiver has consumed everything we pushed (the rule above), and across
 // launches staging needs nothing more. Progress: push(j) waits for a credit the receiver gives in
