@@ -226,6 +226,24 @@ YALI_API yaliResult_t yaliCommGetAsyncError(yaliComm_t comm, yaliResult_t* async
  * synchronize. yaliInvalidArgument when comm or deviceFlag is NULL. */
 YALI_API yaliResult_t yaliCommGetFailureFlag(yaliComm_t comm, const int** deviceFlag);
 
+/* The other direction: makes the comm's launches depend on a 64-bit word in device memory that
+ * another library writes in stream order. From this call on, every kernel the comm launches (its
+ * calls made after this one, and the replays of graphs that capture them) reads *deviceWord when the
+ * stream reaches it; when it is nonzero the launch touches nothing of the call but fills its output
+ * with all-ones bytes, and the comm fails as if a peer had failed: yaliCommGetAsyncError says
+ * yaliRemoteError, naming the watched word, and every peer's waits for this rank end at once with
+ * yaliRemoteError too, in the same call (no YALI_TIMEOUT_MS passes). For a library whose own steps
+ * feed YALI's, where data that another part of the job flagged must not be spread as if valid
+ * (libyali-nccl's hierarchical AllReduce: a shard that another node flagged must not reach the node
+ * through YALI's AllGather; docs/ARCHITECTURE.md, "Errors"). deviceWord: 8-byte aligned device memory
+ * of the comm's GPU (or managed memory), valid while the comm's launches and the graphs that
+ * captured them may run; NULL stops watching (for calls made from then on). Every rank of the comm
+ * must watch a word (each its own) or none, from the same call on: the copy-engine algorithms (*_ce),
+ * which launch no kernel to read the word, are not chosen on a comm that watches one, and every rank
+ * must choose alike. Costs one 8-byte load per block's start. Does not synchronize.
+ * yaliInvalidArgument (naming the argument) for a NULL comm or a word that is not such memory. */
+YALI_API yaliResult_t yaliCommWatchFailureWord(yaliComm_t comm, const uint64_t* deviceWord);
+
 YALI_API yaliResult_t yaliCommCount(const yaliComm_t comm, int* count);
 YALI_API yaliResult_t yaliCommCuDevice(const yaliComm_t comm, int* device);
 YALI_API yaliResult_t yaliCommUserRank(const yaliComm_t comm, int* rank);

@@ -349,6 +349,7 @@ _PROTOTYPES = {
     "yaliCommGetAsyncError": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     # For a library that runs its own steps after YALI's (libyali-nccl): no Python wrapper.
     "yaliCommGetFailureFlag": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)]),
+    "yaliCommWatchFailureWord": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
     "yaliCommCount": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     "yaliCommCuDevice": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),
     "yaliCommUserRank": (ctypes.c_int, [ctypes.c_void_p, _c_int_p]),

@@ -156,6 +156,21 @@ YALI_API yaliResult_t yaliCommGetFailureFlag(yaliComm_t handle, const int** devi
   return yaliSuccess;
 }
 
+YALI_API yaliResult_t yaliCommWatchFailureWord(yaliComm_t handle, const uint64_t* deviceWord) {
+  const char* call = "yaliCommWatchFailureWord";
+  // Locked: every call's plan copies the word into its launch's arguments under the same lock.
+  LockedComm comm(handle, call);
+  if (!comm) return comm.error();
+  if (!comm->res) return fail(yaliInvalidUsage, comm.get(), "%s: comm was destroyed or aborted", call);
+  if (deviceWord != nullptr) {
+    AllocationInfo info;
+    const yaliResult_t r = checkBuffer(comm.get(), deviceWord, "deviceWord", sizeof(uint64_t), sizeof(uint64_t), call, &info);
+    if (r != yaliSuccess) return r;
+  }
+  comm->failureWatch = deviceWord;
+  return yaliSuccess;
+}
+
 YALI_API yaliResult_t yaliCommCount(const yaliComm_t handle, int* count) {
   UnlockedComm comm(handle, "yaliCommCount");
   if (!comm) return comm.error();

@@ -139,7 +139,8 @@ SendRegistration registeredInput(yaliComm* comm, const CollCall& c, const Sizes&
     if (!queryAllocation(c.send, &info, &ignored)) return out;
     sendId = info.bufferId;
   }
-  out.copyEngines = comm->copyEngineOk;
+  // A watched failure word needs a kernel to read it (yaliCommWatchFailureWord): no copy engines.
+  out.copyEngines = comm->copyEngineOk && comm->failureWatch == nullptr;
   if (c.stream != nullptr && out.copyEngines) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     if (cudaStreamIsCapturing(c.stream, &capture) != cudaSuccess) {

@@ -284,6 +284,7 @@ DeviceArgs baseDeviceArgs(const yaliComm* comm) {
   a.timeoutNs = static_cast<uint64_t>(comm->settings.timeoutMs) * 1000000ull;
   a.teamsPerBlock = 1;
   a.regEpoch = comm->regEpoch;
+  a.failureWatch = comm->failureWatch;
   return a;
 }
 
@@ -350,6 +351,7 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
     case kFailMismatch: return yaliInvalidUsage;
     case kFailCounts: return yaliInvalidUsage;
     case kFailHost: return yaliUnhandledCudaError;
+    case kFailWatched: return yaliRemoteError;
     case kFailRemote:
       // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
       // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
@@ -384,6 +386,10 @@ std::string commAsyncErrorText(yaliComm* comm) {
       case kFailHost:
         return "a CUDA call failed half-way through queuing a copy-engine call (the call returned the "
                "error); the comm refuses every later call";
+      case kFailWatched:
+        return "the comm's watched failure word (yaliCommWatchFailureWord) was set when a launch "
+               "started: another library's step before it failed (libyali-nccl: a node of the "
+               "hierarchical communicator failed); that launch wrote all-ones into its output";
       default: return "unknown failure " + std::to_string(code);
     }
   };
@@ -391,6 +397,8 @@ std::string commAsyncErrorText(yaliComm* comm) {
   if (s->failure == kFailHost)  // no wait failed: the step being queued
     snprintf(where, sizeof where, " (queuing the step before the wait for %s, launch %llu)",
              waitPhaseName(s->failurePhase), static_cast<unsigned long long>(s->failureEpoch));
+  else if (s->failure == kFailWatched)  // no wait: the launch's start
+    snprintf(where, sizeof where, " (at the start of launch %llu)", static_cast<unsigned long long>(s->failureEpoch));
   else
     snprintf(where, sizeof where, " (timeout %lld ms, wait phase %d: %s, block %d, launch %llu)",
              static_cast<long long>(comm->settings.timeoutMs), s->failurePhase, waitPhaseName(s->failurePhase),

@@ -176,6 +176,9 @@ struct yaliComm {
   // their streams, events and watch, made at the comm's first *_ce call.
   bool copyEngineOk = false;
   std::shared_ptr<yali::CopyEngineState> copyEngine;
+  // yaliCommWatchFailureWord's word, or null: passed to every launch (DeviceArgs::failureWatch);
+  // while set, no copy-engine algorithm is chosen (they launch no kernel that could read it).
+  const uint64_t* failureWatch = nullptr;
 
   void setLastError(const std::string& msg) {
     std::lock_guard<std::mutex> lock(errorMutex);

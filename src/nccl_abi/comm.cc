@@ -578,9 +578,16 @@ void releaseSetUp(SetUp& s) {
 }
 
 // The hierarchical path's cross-node status words (comm.h, Hierarchy) for s's YALI comm, on the
-// comm's device. Made before the agreement: a rank that cannot have them ends its YALI comm there
-// and says "not ok", so no rank keeps a hierarchy without them.
+// comm's device, zeroed, and watched by the YALI comm (yaliCommWatchFailureWord): a launch of it
+// that starts after a cross step brought a nonzero status fails, and tells its node peers, so that
+// a shard another node flagged is never spread through this node's AllGather as if valid (without
+// the watch, the node peers that share no cross comm with the failed rank learnt of it one call
+// late; ARCHITECTURE.md, "Errors"). Made before the agreement: a rank that cannot have them ends its
+// YALI comm there and says "not ok", so no rank keeps a hierarchy without them, and every rank
+// that keeps one watches its words (libyali requires that of every rank or none).
 void makeCrossStatus(SetUp& s) {
+  static_assert(Hierarchy::kStatusWords * sizeof(int32_t) == sizeof(uint64_t),
+                "the status words are the one 64-bit word the YALI comm watches");
   rt().cudaSetDevice(s.comm->device);
   if (lib().yaliCommGetFailureFlag(s.yali, &s.yaliFailure) != yaliSuccess) {
     s.fail(std::string("yaliCommGetFailureFlag failed: ") + lib().yaliGetLastError(nullptr));
@@ -592,12 +599,20 @@ void makeCrossStatus(SetUp& s) {
     if (err == cudaSuccess)
       err = rt().cudaHostAlloc(&host, Hierarchy::kHostWords * sizeof(int32_t),
                                 cudaHostAllocMapped | cudaHostAllocPortable);
-    if (err == cudaSuccess) {
+    if (err != cudaSuccess) {
+      s.fail(cudaText("allocating the hierarchical path's status words", err));
+    } else {
       s.statusHost = static_cast<int32_t*>(host);
       for (int i = 0; i < Hierarchy::kHostWords; ++i) s.statusHost[i] = 0;
-      return;
+      // The device words start at 0 (cudaMalloc leaves them undefined), before anything watches
+      // them: the first YALI launch comes before the first cross step writes them.
+      if (copyOnStream(s, s.statusDevice, s.statusHost, Hierarchy::kStatusWords * sizeof(int32_t),
+                       cudaMemcpyHostToDevice)) {
+        if (lib().yaliCommWatchFailureWord(s.yali, reinterpret_cast<const uint64_t*>(s.statusDevice)) == yaliSuccess)
+          return;
+        s.fail(std::string("yaliCommWatchFailureWord failed: ") + lib().yaliGetLastError(s.yali));
+      }
     }
-    s.fail(cudaText("allocating the hierarchical path's status words", err));
   }
   lib().yaliCommDestroy(s.yali);
   s.yali = nullptr;

@@ -880,6 +880,90 @@ void caseFailurePropagates(Ctx& ctx) {
   }
 }
 
+// ==== trust_watched_word ============================================================================
+//
+// yaliCommWatchFailureWord: every rank watches a zeroed 64-bit word of its own; calls run and verify.
+// Then rank 0's word is set on its stream (cudaMemsetAsync) just before its next call, and every rank
+// makes the call: rank 0's launch must refuse itself when it starts (its output all 0xFF, its input
+// intact) and fail its comm (yaliRemoteError, naming the watched word), and every other rank's call,
+// which waits for rank 0's data, must end at once (within kPeerFailureMs, not YALI_TIMEOUT_MS) with
+// yaliRemoteError naming rank 0. This is what libyali-nccl's hierarchical AllReduce rests on: a
+// node's AllGather must not spread a shard that another node flagged. First the argument checks:
+// NULL comm, host memory and a misaligned word are refused naming the argument, and NULL (stop
+// watching) is accepted. Catches: a kernel that does not read the word (rank 0 writes a valid
+// result; the others succeed), a refusal that does not tell the peers (they end at their timeout).
+
+void caseWatchedWord(Ctx& ctx) {
+  EnvScope env("YALI_TIMEOUT_MS", "10000");  // the peers must end long before it
+  const std::string label = "watched failure word";
+  const size_t count = 65537;
+  ctx.world->barrier();
+  std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
+  std::vector<uint64_t*> words(ctx.local.size(), nullptr);
+  uint64_t hostWord = 0;
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const LocalRank& lr = ctx.local[i];
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx, cudaMalloc(&words[i], 2 * sizeof(uint64_t)));
+    CUDA_OK(ctx, cudaMemset(words[i], 0, 2 * sizeof(uint64_t)));
+    const std::string what = label + ": rank " + std::to_string(lr.rank);
+    expectFailure(ctx, what + ", NULL comm", yaliCommWatchFailureWord(nullptr, words[i]), yaliInvalidArgument,
+                  "yaliCommWatchFailureWord", "comm");
+    expectFailure(ctx, what + ", a host word", yaliCommWatchFailureWord(comms[i], &hostWord), yaliInvalidArgument,
+                  "yaliCommWatchFailureWord", "deviceWord");
+    const uint64_t* misaligned =
+        reinterpret_cast<const uint64_t*>(reinterpret_cast<const char*>(words[i]) + 4);
+    expectFailure(ctx, what + ", a misaligned word", yaliCommWatchFailureWord(comms[i], misaligned),
+                  yaliInvalidArgument, "yaliCommWatchFailureWord", "deviceWord");
+    if (yaliCommWatchFailureWord(comms[i], nullptr) != yaliSuccess ||
+        yaliCommWatchFailureWord(comms[i], words[i]) != yaliSuccess)
+      ctx.fail("%s: yaliCommWatchFailureWord refused NULL or a valid word: %s", what.c_str(), errorsOf(comms[i]).c_str());
+  }
+  allreduceAndVerify(ctx, comms, spec(count, yaliFloat32, yaliSum), label + " (words 0)");
+  allreduceAndVerify(ctx, comms, spec(1023, yaliBfloat16, yaliSum), label + " (words 0, LL)");
+
+  Run run(ctx, spec(count, yaliFloat32, yaliSum));
+  const uint64_t seed = ctx.nextSeed();
+  run.prepare(seed);
+  syncAll(ctx);
+  ctx.world->barrier();
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const LocalRank& lr = ctx.local[i];
+    if (lr.rank != 0) continue;
+    CUDA_OK(ctx, cudaSetDevice(lr.dev));
+    CUDA_OK(ctx, cudaMemsetAsync(reinterpret_cast<char*>(words[i]) + 5, 0x40, 1, lr.stream));  // one bit, high half
+  }
+  std::vector<Outcome> out = issueSome(ctx, comms, run, [](int, int) { return true; }, label);
+  for (size_t i = 0; i < ctx.local.size(); ++i)
+    if (ctx.local[i].rank == 0) checkIssued(ctx, out[i].ret, 0, comms[i], label + ": rank 0's call");
+  expectPromptFailure(ctx, comms, out, pickNot0, kPeerFailureMs, yaliRemoteError, label + ", the peers");
+  syncAll(ctx);
+  const size_t bytes = count * dtypeSize(yaliFloat32);
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    const LocalRank& lr = ctx.local[i];
+    const std::string msg = str(yaliGetLastError(comms[i]));
+    expectAsync(ctx, comms[i], lr.rank, yaliRemoteError, label + " (every rank)");
+    if (lr.rank == 0) {
+      if (msg.find("yaliCommWatchFailureWord") == std::string::npos)
+        ctx.fail("%s: rank 0: yaliGetLastError(comm) does not name the watched word: \"%s\"", label.c_str(),
+                 msg.c_str());
+      Run::Rank& R = run.ranks[i];
+      bytesAre(ctx, lr.dev, lr.stream, R.recv, bytes, kPoisonByte,
+               label + ": rank 0's output, refused at its start, must be all 0xFF");
+      inputIntact(ctx, i, R.send, R.recv, run.spec, seed, label + ": rank 0's input");
+    } else if (!namesRank(msg, 0)) {
+      ctx.fail("%s: rank %d: yaliGetLastError(comm) does not name rank 0: \"%s\"", label.c_str(), lr.rank,
+               msg.c_str());
+    }
+  }
+  ctx.world->barrier();
+  abortAll(ctx, comms, label);
+  for (size_t i = 0; i < ctx.local.size(); ++i) {
+    CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+    CUDA_OK(ctx, cudaFree(words[i]));
+  }
+}
+
 // ==== trust_poison_after_failure ===================================================================
 //
 // C2. A graph replayed after its comm failed must write 0xFF (NaN) into every output instead of
@@ -2830,6 +2914,8 @@ const std::vector<CaseDef>& trustCases() {
        600, caseEpochWrap},
       {"trust_failure_propagates", "a timeout or abort on rank 0 fails the others at once, naming rank 0",
        120, caseFailurePropagates},
+      {"trust_watched_word", "a watched failure word set on rank 0 refuses its launch and fails every peer at once",
+       120, caseWatchedWord},
       {"trust_poison_after_failure", "graph replayed on a failed comm writes 0xFF; eager calls write nothing",
        120, casePoisonAfterFailure},
       {"trust_graph_after_destroy", "graphs replayed after destroy / abort touch nothing", 120,

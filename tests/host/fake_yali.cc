@@ -61,6 +61,7 @@ struct yaliComm {
   bool ended = false;
   yaliResult_t asyncError = yaliSuccess;
   int failureFlag = 0;  // yaliCommGetFailureFlag's word ("device" memory is host memory here)
+  const uint64_t* watch = nullptr;  // yaliCommWatchFailureWord's word, read at every launch
   std::string asyncText;
   std::string lastError;
 };
@@ -129,7 +130,20 @@ yaliResult_t check(const char* call, yaliComm* comm) {
   return checkNoted(call, comm);
 }
 
-void launch(const Queued& q) { fakeRecordBuffers("yaliLaunch", q.comm, q.send, q.recv, q.count); }
+// A launch reads the comm's watched word when it starts, as libyali's kernels do (the fake's copies
+// happen at the call, so the word holds what the stream would have left there): nonzero fails the
+// comm asynchronously (yaliRemoteError, its failure flag set). Peers are not modelled: on a GPU they
+// learn it from this rank's kernel.
+void launch(const Queued& q) {
+  fakeRecordBuffers("yaliLaunch", q.comm, q.send, q.recv, q.count);
+  if (q.comm->watch != nullptr && *q.comm->watch != 0 && q.comm->asyncError == yaliSuccess) {
+    q.comm->asyncError = yaliRemoteError;
+    q.comm->asyncText =
+        "the comm's watched failure word (yaliCommWatchFailureWord) was set when a launch started: another "
+        "library's step before it failed (libyali-nccl: a node of the hierarchical communicator failed)";
+    q.comm->failureFlag = 1;
+  }
+}
 
 // A collective: noted with its buffers; a refused buffer (fakeYaliRefusedBuffer) is refused after
 // the comm's own checks, as libyali checks its buffers after the scalars. Accepted, it is launched,
@@ -308,6 +322,14 @@ FAKE_EXPORT yaliResult_t yaliCommGetFailureFlag(yaliComm_t comm, const int** dev
   if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommGetFailureFlag: comm was destroyed or aborted");
   if (deviceFlag == nullptr) return fail(yaliInvalidArgument, comm, "yaliCommGetFailureFlag: deviceFlag is NULL");
   *deviceFlag = &comm->failureFlag;
+  return yaliSuccess;
+}
+
+FAKE_EXPORT yaliResult_t yaliCommWatchFailureWord(yaliComm_t comm, const uint64_t* deviceWord) {
+  fakeRecordBuffers("yaliCommWatchFailureWord", comm, deviceWord, nullptr, 0);
+  if (comm == nullptr) return fail(yaliInvalidArgument, nullptr, "yaliCommWatchFailureWord: comm is NULL");
+  if (comm->ended) return fail(yaliInvalidUsage, nullptr, "yaliCommWatchFailureWord: comm was destroyed or aborted");
+  comm->watch = deviceWord;
   return yaliSuccess;
 }
 
@@ -586,7 +608,10 @@ FAKE_EXPORT cudaError_t cudaPeekAtLastError() { return fakeLastCudaError; }
 
 FAKE_EXPORT cudaError_t cudaMalloc(void** p, size_t bytes) {
   const bool tooBig = (fakeCudaMallocLimit != 0 && bytes > fakeCudaMallocLimit) || cudaFailsNow("cudaMalloc");
-  *p = fakeCudaMallocResult == cudaSuccess && !tooBig ? calloc(1, bytes) : nullptr;
+  *p = fakeCudaMallocResult == cudaSuccess && !tooBig ? malloc(bytes) : nullptr;
+  // What cudaMalloc promises of the contents: nothing. A pattern that no flag or count takes for 0
+  // catches a caller that reads memory it never wrote.
+  if (*p != nullptr) memset(*p, 0xA5, bytes);
   fakeRecordBuffers("cudaMalloc", nullptr, nullptr, *p, bytes);
   if (fakeCudaMallocResult != cudaSuccess) return fakeLastCudaError = fakeCudaMallocResult;
   if (tooBig) return fakeLastCudaError = cudaErrorMemoryAllocation;

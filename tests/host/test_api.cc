@@ -300,6 +300,8 @@ TEST(null_comm_queries) {
   const int* flag = &v;
   EXPECT_ERROR(yaliCommGetFailureFlag(nullptr, &flag), yaliInvalidArgument, "yaliCommGetFailureFlag", "comm");
   CHECK_MSG(flag == &v, "a failed yaliCommGetFailureFlag wrote its output");
+  static const uint64_t word = 0;
+  EXPECT_ERROR(yaliCommWatchFailureWord(nullptr, &word), yaliInvalidArgument, "yaliCommWatchFailureWord", "comm");
 }
 
 TEST(null_comm_destroy_abort) {

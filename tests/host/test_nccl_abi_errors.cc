@@ -137,6 +137,12 @@ void failYaliAfterLaunch(const char* call) {
 void setYaliAsyncError(void* comm, yaliResult_t r, const char* text) {
   function<void (*)(void*, yaliResult_t, const char*)>(fakeYali(), "fakeYaliSetAsyncError")(comm, r, text);
 }
+// The YALI comm's asynchronous error, as libyali-nccl reads it (yaliCommGetAsyncError).
+yaliResult_t yaliAsyncError(const void* comm) {
+  yaliResult_t async = yaliSuccess;
+  function<yaliResult_t (*)(const void*, yaliResult_t*)>(fakeYali(), "yaliCommGetAsyncError")(comm, &async);
+  return async;
+}
 template <typename T>
 T& yaliVariable(const char* name) {
   return variable<T>(fakeYali(), name);
@@ -3954,12 +3960,16 @@ TEST(a_failing_leg_of_one_threads_calls_on_several_gpus_fails_as_it_does_for_one
                                                           static_cast<yaliComm_t>(const_cast<void*>(h.ranks[0].yali)),
                                                           nullptr);
 
+  destroyAll(h.ranks);
+
   // The cross leg's NCCL group fails at its end (NCCL's group ends before it: the program's, and
-  // the two cross steps' own groups, nested in the leg's).
+  // the two cross steps' own groups, nested in the leg's). On a fresh hierarchy: rank 0's YALI comm
+  // above has failed for good (its status words, which it watches, hold its own failure).
+  const Hierarchical g = hierarchical();
   since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   for (int r = 0; r < 2; ++r)
-    CHECK(SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(buffer, buffer, 5, ncclFloat32, ncclSum, g.ranks[r].comm, nullptr) == ncclSuccess);
   for (int skip = 0; skip < 3; ++skip) failNcclNext("ncclGroupEnd", ncclSuccess);
   failNcclNext("ncclGroupEnd", ncclRemoteError);
   CHECK(SHIM(ncclGroupEnd)() == ncclRemoteError);
@@ -3969,12 +3979,12 @@ TEST(a_failing_leg_of_one_threads_calls_on_several_gpus_fails_as_it_does_for_one
     function<ncclResult_t (*)()>(fakeNccl(), "ncclGroupStart")();
     function<ncclResult_t (*)()>(fakeNccl(), "ncclGroupEnd")();
   }
-  t = trace(since, {"yaliReduceScatter", "ncclAllReduce", "yaliAllGather"}, h.labels);
+  t = trace(since, {"yaliReduceScatter", "ncclAllReduce", "yaliAllGather"}, g.labels);
   const char* want = "yaliReduceScatter(h0) yaliReduceScatter(h1) ncclAllReduce(x0) ncclAllReduce(x0) "
                      "ncclAllReduce(x1) ncclAllReduce(x1)";
   CHECK_MSG(t == want, "%s, expected %s", t.c_str(), want);
   CHECK(variable<int>(fakeNccl(), "fakeGroupDepth") == 0 && yaliVariable<int>("fakeYaliGroupDepth") == 0);
-  destroyAll(h.ranks);
+  destroyAll(g.ranks);
 }
 
 // A group holding a hierarchical call and, after it, more calls (the order issue of NCCL_ABI.md,
@@ -4275,15 +4285,17 @@ TEST(a_deferred_calls_failure_at_a_non_blocking_groups_end_reaches_its_comms_asy
 // A YALI step that fails at the call (an error, not a refusal) still lets the rank enqueue the call's
 // NCCL steps, so that its peers on other nodes never wait for a step that does not come: the cross
 // step with status 1, and AllReduce's flat tail; the remaining YALI steps are skipped and YALI's
-// error is returned. Later calls keep sending 1 (sticky).
+// error is returned. Later calls keep sending 1 (sticky), and the YALI comm, which watches the
+// status words (yaliCommWatchFailureWord), fails at its next launch.
 TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
   const Hierarchical h = hierarchical();
   REQUIRE(h.status[0] != nullptr && h.host[0] != nullptr);
   ncclComm_t c = h.ranks[0].comm;
   Labels labels = h.labels;
   labels[h.ranks[0].real] = "r0";
+  // (The status words are not poked before a call, as the tests below whose YALI steps fail at the
+  // call do: the YALI comm watches them, and a launch would read the poke.)
   auto allReduce = [&](size_t count, ncclResult_t expected, const char* want) {
-    *h.status[0] = -1;
     const int since = eventCount();
     CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, count, ncclFloat32, ncclSum, c, nullptr) == expected);
     CHECK_CROSS_TRACE(since, labels, want);
@@ -4295,10 +4307,13 @@ TEST(a_yali_step_failing_at_the_call_still_sends_the_nccl_steps_with_status_1) {
             "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) ncclAllReduce(r0)");
   CHECK_EQ(h.status[0][1], 1);
   CHECK_MSG(contains(SHIM(ncclGetLastError)(c), "broken for the test"), "%s", SHIM(ncclGetLastError)(c));
-  // The next call succeeds, and still says 1.
-  allReduce(4, ncclSuccess,
+  // The next call: its ReduceScatter's launch finds the status words nonzero (the 1 this rank sent)
+  // and fails the YALI comm; its AllGather then fails at the call. It still says 1.
+  CHECK_EQ(yaliAsyncError(h.ranks[0].yali), yaliSuccess);
+  allReduce(4, ncclRemoteError,
             "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
             "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
+  CHECK_EQ(yaliAsyncError(h.ranks[0].yali), yaliRemoteError);
   CHECK_EQ(h.status[0][1], 1);
 
   // ReduceScatter, on another rank of the comm (its own status): the same.
@@ -4360,11 +4375,11 @@ TEST(a_failing_status_copy_still_sends_the_rest_of_the_call) {
   failDst = nullptr;
   CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
                                    "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0) ncclAllReduce(r0)");
-  // From then on this rank sends 1.
-  h.status[0][0] = -1;
-  h.status[0][1] = -1;
-  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  // From then on this rank sends 1, and its YALI comm, which watches the words, fails at its next
+  // launch (the words are not poked here: that launch would read the poke).
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclRemoteError);
   CHECK_EQ(h.status[0][1], 1);
+  CHECK_EQ(yaliAsyncError(h.ranks[0].yali), yaliRemoteError);
   destroyAll(h.ranks);
 }
 
@@ -4426,19 +4441,49 @@ TEST(a_yali_failure_reaches_the_other_nodes_through_the_cross_status) {
   failYaliAfterLaunch("yaliReduceScatter");
   CHECK(allReduce(0) == ncclRemoteError);  // its YALI AllGather then fails at the call
   CHECK_EQ(h.status[0][0], 1);  // YALI's flag
+  CHECK_EQ(yaliAsyncError(h.ranks[2].yali), yaliSuccess);
   CHECK(allReduce(2) == ncclSuccess);
   CHECK_EQ(*h.host[2], 1);
   CHECK_EQ(asyncError(2), ncclRemoteError);
-  CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[2].comm), "hierarchical path"), "%s",
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(h.ranks[2].comm), "hierarchical"), "%s",
             SHIM(ncclGetLastError)(h.ranks[2].comm));
-  // Rank 3 shares no cross comm with rank 0: nothing yet (a later call of rank 1 would tell it).
+  // Rank 2's YALI comm watches the status words (yaliCommWatchFailureWord): its AllGather, which
+  // would spread rank 0's flagged shard through node 1, found the reduced status nonzero when it
+  // started, and failed (on a GPU it tells rank 3, whose AllGather waits for rank 2's, in this same
+  // call; the fake models no peers). Without the watch rank 3 learnt it one call late.
+  CHECK_EQ(yaliAsyncError(h.ranks[2].yali), yaliRemoteError);
   CHECK(allReduce(1) == ncclSuccess);
   CHECK(allReduce(3) == ncclSuccess);
-  CHECK_EQ(asyncError(3), ncclSuccess);
-  // A later call of rank 2 still says so: the status is sticky.
+  CHECK_EQ(yaliAsyncError(h.ranks[1].yali), yaliSuccess);  // node 0's rank 1 got status 0
+  // A later call of rank 2 still says so: the status is sticky, and node 1's YALI comm has failed,
+  // so its first YALI step fails at the call.
   CHECK(allReduce(0) == ncclRemoteError);
-  CHECK(allReduce(2) == ncclSuccess);
+  CHECK(allReduce(2) == ncclRemoteError);
   CHECK_EQ(*h.host[2], 1);
+  destroyAll(h.ranks);
+}
+
+// Every YALI comm of a hierarchy watches its own cross-node status words, zeroed before the watch
+// starts (the first YALI launch comes before the first cross step writes them).
+TEST(every_hierarchical_yali_comm_watches_its_zeroed_status_words) {
+  const int since = eventCount();
+  const Hierarchical h = hierarchical();
+  int watches = 0;
+  for (int i = since, n = eventCount(); i < n; ++i) {
+    if (eventCall(i) != "yaliCommWatchFailureWord") continue;
+    const Buffers b = buffersOf(i);
+    bool known = false;
+    for (size_t r = 0; r < h.ranks.size(); ++r) {
+      if (eventHandle(i) != h.ranks[r].yali) continue;
+      known = true;
+      CHECK_MSG(b.send == h.status[r], "rank %zu watches %p, its status words are %p", r, b.send,
+                static_cast<const void*>(h.status[r]));
+    }
+    CHECK(known);
+    ++watches;
+  }
+  CHECK_EQ(watches, 4);
+  for (size_t r = 0; r < h.ranks.size(); ++r) CHECK_EQ(yaliAsyncError(h.ranks[r].yali), yaliSuccess);
   destroyAll(h.ranks);
 }
 
@@ -4488,9 +4533,14 @@ TEST(a_refusal_for_the_calls_scalars_runs_flat_without_the_status_exchange) {
   since = eventCount();
   CHECK(SHIM(ncclReduceScatter)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
   CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) ncclReduceScatter(r0)");
-  *h.status[0] = -1;
+  // (Not poked first: the YALI comm watches the words, and its launch would read the poke.)
+  since = eventCount();
   CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
-  CHECK_EQ(*h.status[0], 0);
+  CHECK_CROSS_TRACE(since, labels, "yaliReduceScatter(h0) cudaMemcpyAsync(s0) cudaMemcpyAsync(t0) ncclGroupStart() ncclAllReduce(x0) "
+                                   "ncclAllReduce(x0|s0,2,int32,max) ncclGroupEnd() cudaMemcpyAsync(w0) yaliAllGather(h0)");
+  CHECK_EQ(h.status[0][0], 0);
+  CHECK_EQ(h.status[0][1], 0);
+  CHECK_EQ(yaliAsyncError(h.ranks[0].yali), yaliSuccess);
   destroyAll(h.ranks);
 }
 

@@ -301,12 +301,16 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
   __shared__ int admission;
   waitForPriorGrids();
   if (threadIdx.x == 0) {
-    // All four loads are issued before the first result is used.
+    // All five loads are issued before the first result is used.
     const LocalState* local = args.local;
     const uint64_t gate = *reinterpret_cast<const volatile unsigned long long*>(&local->failed);
     const uint64_t epoch = *reinterpret_cast<const volatile uint64_t*>(&local->epoch);
     const uint32_t regEpoch = *reinterpret_cast<const volatile uint32_t*>(&local->regEpoch);
     const uint32_t remote = *reinterpret_cast<volatile uint32_t*>(&headerOf(args.window)->remoteFailure);
+    // Another library's word (yaliCommWatchFailureWord), written by its work earlier on this stream:
+    // waitForPriorGrids above made that work's stores visible, so this load sees what it left.
+    const uint64_t watched =
+        args.failureWatch != nullptr ? *reinterpret_cast<const volatile uint64_t*>(args.failureWatch) : 0;
     const bool closed = (gate >> 32) != 0;
     const bool failed = (gate & 0xFFFFFFFFu) != 0;
     if (closed) {
@@ -315,6 +319,10 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
       admission = kRefusedFailed;
     } else if (remote != 0) {  // a peer failed since our last launch
       recordFailure(args, kFailRemote, kPhaseAdmission, remoteFailureRank(remote), remoteFailureCode(remote));
+      admission = kRefusedFailed;
+    } else if (watched != 0) {  // the other library flagged what this launch would spread: fail, and
+                                // tell the peers (recordFailure), whose waits for us end at once
+      recordFailure(args, kFailWatched, kPhaseAdmission);
       admission = kRefusedFailed;
     } else {
       admission = kAdmitted;

@@ -20,6 +20,7 @@ enum DeviceFailure : int {
   kFailCounts = 5,    // AlltoAllv: this rank's counts failed a check (failurePhase says which)
   kFailHost = 6,      // a CUDA call failed half-way through queuing a call (copy engines: the host
                       // queues the whole call; copy_engine.cc, issueCopyEngine)
+  kFailWatched = 7,   // the word the comm watches (DeviceArgs::failureWatch) was nonzero at a launch
 };
 
 // Which wait a failure happened in (HostStatus::failurePhase), named in error messages
@@ -315,6 +316,10 @@ struct DeviceArgs {
   // The rooted two-shot shapes (broadcast_twoshot, reduce_twoshot; allreduce/twoshot.cuh): the
   // root. Last, so that the other fields keep their offsets in the kernels' parameter space.
   int root;
+  // yaliCommWatchFailureWord's word (another library's, in device memory), or null: read by every
+  // block's admission (device.cuh: enterLaunch), in stream order; nonzero refuses the launch as a
+  // failure (kFailWatched) that the peers are told of.
+  const uint64_t* failureWatch;
 };
 
 }  // namespace yali
