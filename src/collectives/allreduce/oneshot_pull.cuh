@@ -58,7 +58,7 @@ __device__ __forceinline__ void oneshotPull(const DeviceArgs& args, uint64_t epo
   constexpr size_t kE = 16 / sizeof(T);
   T* mine = reinterpret_cast<T*>(args.window + parityOffset) + begin;  // 16-byte aligned
   const T* in = static_cast<const T*>(args.send) + begin;
-  if ((reinterpret_cast<uintptr_t>(in) & 15) == 0 && len % kE == 0) {
+  if (aligned16(in) && len % kE == 0) {
     copyVectorsAllInFlight(reinterpret_cast<uint4*>(mine), reinterpret_cast<const uint4*>(in), len / kE);
   } else {
     copyElems(wholeBlock(), mine, in, len);
@@ -73,7 +73,7 @@ __device__ __forceinline__ void oneshotPull(const DeviceArgs& args, uint64_t epo
   for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
     src[s] = s < n ? reinterpret_cast<const T*>(args.peerWindows[s] + parityOffset) + begin : nullptr;
   T* out = static_cast<T*>(args.recv) + begin;
-  if ((reinterpret_cast<uintptr_t>(out) & 15) == 0 && len % kE == 0) {
+  if (aligned16(out) && len % kE == 0) {
     uint4* dst[1] = {reinterpret_cast<uint4*>(out)};
     reduceVectorsInFlight<T, kOp, kPullUnroll>(wholeBlock(), dst, 1,
                                                reinterpret_cast<const uint4* const*>(src), n, len / kE);

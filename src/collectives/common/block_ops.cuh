@@ -193,6 +193,31 @@ __device__ __forceinline__ void reduceVectorsInFlight(const Team& team, uint4* c
   }
 }
 
+// Vectors of every source each thread of reduceRun loads before its first store
+// (reduceVectorsInFlight): kReduceRunUnroll x nsrc x 16 bytes in flight per thread.
+constexpr int kReduceRunUnroll = 4;
+
+// out = reduce(src[0..nsrc-1]) in rank order over `bytes` bytes (whole elements), by the team's
+// threads: the exchanges' reductions of a piece's slot or run (the staged exchange's consume, the
+// pull), whose sources are peers' memory or staging that peers wrote. When out, every source and
+// `bytes` are 16-byte multiples, each thread keeps kReduceRunUnroll vectors of every source in
+// flight (one memory latency per kReduceRunUnroll vectors, not one per vector); otherwise the run
+// goes element by element (reduceElems). Either way each element is the same reduction in the same
+// order, so every rank that reduces the same sources gets the same bits.
+template <typename T, RedOp kOp>
+__device__ __forceinline__ void reduceRun(const Team& team, T* out, const T* const* src, int nsrc,
+                                          size_t bytes) {
+  bool vectors = aligned16(out) && bytes % 16 == 0;
+#pragma unroll
+  for (int s = 0; s < kMaxRanks; ++s) vectors = vectors && (s >= nsrc || aligned16(src[s]));
+  T* dst[1] = {out};
+  if (vectors)
+    reduceVectorsInFlight<T, kOp, kReduceRunUnroll>(team, reinterpret_cast<uint4* const*>(dst), 1,
+                                                    reinterpret_cast<const uint4* const*>(src), nsrc, bytes / 16);
+  else
+    reduceElems<T, kOp>(team, dst, 1, src, nsrc, bytes / sizeof(T));
+}
+
 // Publishes `value` into flag array `flagsOffset`[team.id][rank] of every other rank (one thread
 // each), after the whole team's preceding writes: the team barrier orders them before the
 // publishing thread, whose st.release.sys is cumulative over what it has observed (device.cuh:

@@ -171,9 +171,6 @@ __device__ __forceinline__ void exchangeLL(const DeviceArgs& args, uint64_t epoc
 // input, which no push reads; AllGather's input is our piece of the output, which the own-piece
 // copy skips and no consume writes; in the rooted collectives the root's own copy is skipped and no
 // other input is written).
-// Vectors of every source each consuming thread loads before its stores (reduceVectorsInFlight).
-constexpr int kStagedReduceUnroll = 4;
-
 template <typename T, RedOp kOp, bool kReduce>
 __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t epoch) {
   const int n = args.nranks;
@@ -226,15 +223,7 @@ __device__ __forceinline__ void exchangeStaged(const DeviceArgs& args, uint64_t 
 #pragma unroll
         for (int s = 0; s < kMaxRanks; ++s)  // unrolled: src stays in registers
           src[s] = reinterpret_cast<const T*>(s == me ? send + srcOffset(args, me) + off : staging(args.window, j, s));
-        T* dst[1] = {reinterpret_cast<T*>(recv + 0 + off)};
-        bool vectors = aligned16(dst[0]) && len % 16 == 0;
-#pragma unroll
-        for (int s = 0; s < kMaxRanks; ++s) vectors = vectors && (s >= n || aligned16(src[s]));
-        if (vectors)  // several vectors of every source in flight: the consume team has half the block
-          reduceVectorsInFlight<T, kOp, kStagedReduceUnroll>(team, reinterpret_cast<uint4* const*>(dst), 1,
-                                                             reinterpret_cast<const uint4* const*>(src), n, len / 16);
-        else
-          reduceElems<T, kOp>(team, dst, 1, src, n, len / sizeof(T));
+        reduceRun<T, kOp>(team, reinterpret_cast<T*>(recv + 0 + off), src, n, len);  // rank order 0..n-1
       }
     } else {
       for (int s = 0; s < n; ++s) {
@@ -409,10 +398,6 @@ __device__ __forceinline__ void exchangeDirect(const DeviceArgs& args, const Lau
 // pieceBytes) writes our piece of our input, which the peers do not read (they read the other
 // pieces); Reduce (recvbuff == sendbuff, on the root) writes the root's input, which only the root
 // reads. Both handshakes involve every peer: the launch covenant holds without arrival flags.
-// Vectors each thread loads from every source before its first store (one memory latency per run,
-// as oneshot_pull's reads, allreduce/oneshot_pull.cuh).
-constexpr int kExchangePullUnroll = 4;
-
 template <typename T, RedOp kOp>
 __device__ __forceinline__ void exchangePull(const DeviceArgs& args, const LaunchInfo& info) {
   const int n = args.nranks;
@@ -423,7 +408,6 @@ __device__ __forceinline__ void exchangePull(const DeviceArgs& args, const Launc
     const auto [begin, len] = blockRunOf(args.pieceBytes);  // bytes, whole elements
     const size_t ours = static_cast<size_t>(me) * args.pieceBytes;
     const T* src[kMaxRanks];
-    bool vectors = len % 16 == 0;
 #pragma unroll
     for (int s = 0; s < kMaxRanks; ++s) {  // unrolled: src stays in registers
       const char* base = nullptr;
@@ -431,18 +415,9 @@ __device__ __forceinline__ void exchangePull(const DeviceArgs& args, const Launc
       else if (s < n) base = static_cast<const char*>(args.peerRecv[s]) + peerOffset[s];
       if (base != nullptr) base += (hasBit(args.peerSrcByRank, s) ? ours : 0) + begin;
       src[s] = reinterpret_cast<const T*>(base);
-      vectors = vectors && (reinterpret_cast<uintptr_t>(base) & 15) == 0;
     }
-    char* out = static_cast<char*>(args.recv) + begin;
-    vectors = vectors && (reinterpret_cast<uintptr_t>(out) & 15) == 0;
-    if (vectors) {
-      uint4* dst[1] = {reinterpret_cast<uint4*>(out)};
-      reduceVectorsInFlight<T, kOp, kExchangePullUnroll>(wholeBlock(), dst, 1,
-                                                         reinterpret_cast<const uint4* const*>(src), n, len / 16);
-    } else {
-      T* dst[1] = {reinterpret_cast<T*>(out)};
-      reduceElems<T, kOp>(wholeBlock(), dst, 1, src, n, len / sizeof(T));
-    }
+    // The same choice and order as the staged consume (block_ops.cuh: reduceRun): rank order 0..n-1.
+    reduceRun<T, kOp>(wholeBlock(), reinterpret_cast<T*>(static_cast<char*>(args.recv) + begin), src, n, len);
   }
   leaveRegistered(args, info);
   // The leave round passes on every peer's leave flag, but a peer publishes its flag before it
