@@ -17,33 +17,21 @@ ctypes, as a C program's would. argv[1]: rounds (default 3). Prints one line per
 """
 
 import ctypes
+import os
 import sys
 
 import torch
-from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncclabi_mpi import world_comm  # noqa: E402
 
 NCCL_FLOAT32, NCCL_INT32, NCCL_SUM = 7, 2, 0
 SLEEP_CYCLES = 100_000_000  # about 50 ms at the H200's clock
 
 
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_byte * 128)]
-
-
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    world = MPI.COMM_WORLD
-    rank, n = world.Get_rank(), world.Get_size()
-    torch.cuda.set_device(0)
-    nccl = ctypes.CDLL(None)  # the process's symbols: the preloaded library's first
-    uid = UniqueId()
-    if rank == 0:
-        assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
-    raw = world.bcast(bytes(uid.internal) if rank == 0 else None, root=0)
-    ctypes.memmove(ctypes.byref(uid), raw, 128)
-    comm = ctypes.c_void_p()
-    r = nccl.ncclCommInitRank(ctypes.byref(comm), n, uid, rank)
-    assert r == 0, f"ncclCommInitRank returned {r}"
+    nccl, comm, world, rank, n = world_comm()
     a, b = torch.cuda.Stream(), torch.cuda.Stream()
     count = 4 * 1024 * 1024 + 3
 

@@ -18,31 +18,19 @@ refusing rank, and the YALI lines of its peers.
 """
 
 import ctypes
+import os
 import sys
 
 import torch
-from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncclabi_mpi import world_comm  # noqa: E402
 
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 
 
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_byte * 128)]
-
-
 def main():
-    world = MPI.COMM_WORLD
-    rank, n = world.Get_rank(), world.Get_size()
-    torch.cuda.set_device(0)
-    nccl = ctypes.CDLL(None)  # the process's symbols: the preloaded libyali-nccl's first
-    uid = UniqueId()
-    if rank == 0:
-        assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
-    raw = world.bcast(bytes(uid.internal) if rank == 0 else None, root=0)
-    ctypes.memmove(ctypes.byref(uid), raw, 128)
-    comm = ctypes.c_void_p()
-    r = nccl.ncclCommInitRank(ctypes.byref(comm), n, uid, rank)
-    assert r == 0, f"ncclCommInitRank returned {r}"
+    nccl, comm, world, rank, n = world_comm()
     stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
     failures = 0
 
