@@ -2,7 +2,7 @@
 # One call on a GPU machine: build, run the GPU suite, then a quick YALI-vs-NCCL table.
 # Logs and JSON go under $OUT (packed into logs.tar.gz); the short table is printed last.
 #
-#   STAGES=build,extrabuilds,tests,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,emax,
+#   STAGES=build,extrabuilds,tests,p2p,algotests,shared,sanitize,trust,soak,fuzz,pytests,perf,mpiperf,copyengine,emax,
 #          graphperf,tune,algocmp,variants,ncu,backends,sweep,symm,dropin,dropinperf,ncclabi   (default: build,tests,perf)
 #   (every stage that runs the GPU suite passes --share-gpus: ranks share GPUs where GPUs are fewer)
 #   SHARED_RANKS="2 4 8"  SHARED_ALGOS="oneshot_ll ..."   shared: the suite with ranks sharing the
@@ -62,6 +62,7 @@
 #                                            type, ranks sharing GPUs: #wrong must be 0
 #   QUICK_RANKS="2 4"  QUICK_MULTI_RANKS=""  quick: the whole suite --quick, single mode (and multi
 #                                            mode at QUICK_MULTI_RANKS), ranks sharing GPUs
+#   P2P_SINGLE="2 3 4 8"  P2P_MULTI="2"     p2p: the point-to-point cases (--filter p2p_; P2P_ARGS=--quick)
 #   A2AV_SINGLE="2 3 4 8"  A2AV_MULTI="2"   a2av: the AlltoAllv cases (--filter a2av_ --quick)
 #   A2AV_ARGS=--quick                        (A2AV_ARGS= : the full cases)
 #   PYTEST_TIMEOUT=420  PYTEST_ARGS=tests/python  pytests: pip install, then pytest (-rs: skip reasons)
@@ -286,6 +287,16 @@ if has quick; then
     timeout ${QUICK_TIMEOUT:-300} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode multi --quick \
       > "$LOG/quick_multi_$n.log" 2>&1
     note "gpu suite --quick --share-gpus multi $n: rc=$? $(tail -1 "$LOG/quick_multi_$n.log")"
+  done
+fi
+
+if has p2p; then
+  for spec in $(for n in ${P2P_SINGLE:-2 3 4 8}; do echo "single:$n"; done) \
+              $(for n in ${P2P_MULTI:-2}; do echo "multi:$n"; done); do
+    mode=${spec%%:*}; n=${spec#*:}
+    timeout ${P2P_TIMEOUT:-200} "$BUILD/tests/yali-gpu-tests" --share-gpus --ranks "$n" --mode "$mode" ${P2P_ARGS-} \
+      --filter p2p_ > "$LOG/p2p_${mode}_$n.log" 2>&1
+    note "p2p cases $mode $n ${P2P_ARGS-}: rc=$? $(tail -1 "$LOG/p2p_${mode}_$n.log")"
   done
 fi
 

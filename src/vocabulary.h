@@ -43,6 +43,14 @@ constexpr int kMaxExperts = 1024;  // nranks * local experts
 // alltoallv.cu); rows are at least a byte, and no GPU holds a terabyte.
 constexpr long long kMaxVarRows = (1LL << 40) - 2;
 
+// Point-to-point (yali.h: yaliSend, yaliRecv; collectives/p2p/p2p.cu): each ordered pair of ranks
+// has up to kMaxP2PChannels rings (YALI_P2P_CHANNELS) of kP2PSlots slots in the receiver's window;
+// a group's point-to-point calls on one comm run as one launch of at most kMaxP2POps calls
+// (YALI_MAX_P2P_OPS).
+constexpr int kMaxP2PChannels = 16;
+constexpr int kP2PSlots = 4;
+constexpr int kMaxP2POps = 256;
+
 // ---- Data types: NCCL's values (yali.h's yaliDataType_t), so a cast is the conversion ------------
 enum class DataType : int {
   kInt8 = 0,

@@ -502,6 +502,40 @@ YALI_API yaliResult_t yaliExpertCombine(const void* sendbuff, const int64_t* sen
                                         const yaliExpertLayout_t* layout, yaliComm_t comm,
                                         cudaStream_t stream);
 
+/* ---- Point-to-point: NCCL's ncclSend and ncclRecv -------------------------------------------
+ *
+ * NCCL's semantics: the k-th yaliSend from rank a to rank b on a comm is matched with the k-th
+ * yaliRecv on rank b from rank a, and both must move the same number of bytes (count times the
+ * type's size; the types may differ). Only the two ranks take part: the comm's other ranks need not
+ * make any call, and collectives of the comm in between are unaffected (point-to-point calls have
+ * their own sequence per pair, outside the collectives' launch count).
+ *  - A rank's sends and receives that must progress together (a ring shift, an all-to-all: each
+ *    rank sends and receives at once) go into one group: inside yaliGroupStart/End, every
+ *    point-to-point call of a comm runs in one launch, after the group's collectives on that comm,
+ *    with every transfer progressing at once. Outside a group each call is a launch of its own,
+ *    which ends only when the peer has received everything (a send of more than the pair's ring,
+ *    YALI_P2P_CHANNELS x 4 slots of YALI_P2P_SLOT_BYTES, waits for the matching receive to run).
+ *  - peer == rank: the send and its receive must be in the same group (the k-th send to self with
+ *    the k-th receive from self; a local copy), with the same bytes; anything else is refused
+ *    (yaliInvalidUsage, at the call outside a group, at yaliGroupEnd inside one).
+ *  - A send ends once its data is in the receiver's ring (eager, as NCCL's small sends): one that
+ *    fits in the ring can end before the receive runs.
+ *  - Checked on the device: the bytes of matched calls. The receiver checks; a difference fails
+ *    the comm on both ranks (yaliInvalidUsage through yaliCommGetAsyncError, naming the other rank),
+ *    as any device-side failure does: on the receiver at once, on the sender at once if its call
+ *    still waits for the receiver, else at its next launch (refused before it touches anything).
+ *    A peer that never makes its call gives yaliTimeout after YALI_TIMEOUT_MS (point-to-point
+ *    calls are bounded like collectives: a pipeline stage that waits longer for its input than
+ *    that needs a larger YALI_TIMEOUT_MS).
+ *  - Buffers: device memory of this comm's GPU (common rules above); count 0 moves nothing and
+ *    matches nothing. At most YALI_MAX_P2P_OPS point-to-point calls per comm in one group.
+ *  - Disabled (yaliInvalidUsage) where YALI_P2P_CHANNELS=0 (then the window holds no rings). */
+#define YALI_MAX_P2P_OPS 256
+YALI_API yaliResult_t yaliSend(const void* sendbuff, size_t count, yaliDataType_t datatype, int peer,
+                               yaliComm_t comm, cudaStream_t stream);
+YALI_API yaliResult_t yaliRecv(void* recvbuff, size_t count, yaliDataType_t datatype, int peer,
+                               yaliComm_t comm, cudaStream_t stream);
+
 /* ---- Introspection (YALI extension, no NCCL equivalent) ------------------------------------ */
 
 /* What a call would run on this comm, as chosen by the selector (tuning table, YALI_* thresholds,

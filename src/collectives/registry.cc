@@ -205,10 +205,11 @@ uint32_t algoPhases(Algo a) {
 
 std::string regionNames(uint32_t regions) {
   static const char* const kNames[] = {"ceFlags", "pushFlags", "resultFlags", "directFlags", "arriveFlags", "ll",
-                                       "counts",  "staging",   "result",      "gather",      "copyIn",      "local"};
-  static_assert(std::size(kNames) == 12 && kAllRegions == (1u << 12) - 1, "a name per Region");
+                                       "counts",  "staging",   "result",      "gather",      "copyIn",      "local",
+                                       "p2p"};
+  static_assert(std::size(kNames) == 13 && kAllRegions == (1u << 13) - 1, "a name per Region");
   std::string out;
-  for (int i = 0; i < 12; ++i)
+  for (int i = 0; i < 13; ++i)
     if (regions & (1u << i)) out += (out.empty() ? "" : ", ") + std::string(kNames[i]);
   return out;
 }
@@ -318,6 +319,9 @@ const char* waitPhaseName(int phase) {
     case kPhaseCountsMismatch: return "alltoallv count check: recvcounts differ from the peers' sendcounts";
     case kPhaseCountsRecvExtent: return "alltoallv count check: rows received past the end of recvbuff";
     case kPhaseCountsVerdict: return "alltoallv: a peer's word that its count checks passed";
+    case kPhaseP2PSlot: return "point-to-point: the sender's next slot";
+    case kPhaseP2PCredit: return "point-to-point: the receiver's credit for a slot";
+    case kPhaseP2PBytes: return "point-to-point check: the matched yaliSend and yaliRecv move different bytes";
     case kPhaseCountsShape:
       return "alltoallv count check: the ranks disagree on the row width (datatype), the experts per rank or the "
              "direction";

@@ -108,8 +108,11 @@ enum Region : uint32_t {
   kRegionGather = 1u << 9,
   kRegionCopyIn = 1u << 10,
   kRegionLocal = 1u << 11,       // LocalState: every launch (its epoch and gate)
+  kRegionP2P = 1u << 12,         // point-to-point rings and their flags (no row: yaliSend and
+                                 // yaliRecv, collectives/p2p/p2p.h), laid out while
+                                 // YALI_P2P_CHANNELS > 0
 };
-constexpr uint32_t kAllRegions = (1u << 12) - 1;
+constexpr uint32_t kAllRegions = (1u << 13) - 1;
 // Laid out whatever the algorithms: every kernel launch reads and writes LocalState (runLaunch).
 constexpr uint32_t kAlwaysRegions = kRegionLocal;
 // A set of wait phases (device_state.h: WaitPhase, every value below 32): bit p is phase p.

@@ -281,6 +281,16 @@ YALI_API yaliResult_t yaliScatter(const void* sendbuff, void* recvbuff, size_t c
   return submitCall(comm, {Collective::kScatter, "yaliScatter", sendbuff, recvbuff, count, datatype, 0, root, stream});
 }
 
+YALI_API yaliResult_t yaliSend(const void* sendbuff, size_t count, yaliDataType_t datatype, int peer,
+                               yaliComm_t comm, cudaStream_t stream) {
+  return submitP2P(comm, {kP2PSend, sendbuff, count, datatype, peer, stream});
+}
+
+YALI_API yaliResult_t yaliRecv(void* recvbuff, size_t count, yaliDataType_t datatype, int peer, yaliComm_t comm,
+                               cudaStream_t stream) {
+  return submitP2P(comm, {kP2PRecv, recvbuff, count, datatype, peer, stream});
+}
+
 YALI_API yaliResult_t yaliAlltoAll(const void* sendbuff, void* recvbuff, size_t count, yaliDataType_t datatype,
                                    yaliComm_t comm, cudaStream_t stream) {
   return submitCall(comm, {Collective::kAlltoAll, "yaliAlltoAll", sendbuff, recvbuff, count, datatype, 0, 0, stream});

@@ -67,6 +67,20 @@ struct VarCall {
 // the extents the kernel checks the device counts against), plans and enqueues `call`.
 yaliResult_t submitAlltoAllv(yaliComm_t handle, const VarCall& call);
 
+// A point-to-point call (yaliSend: kind kP2PSend, yaliRecv: kP2PRecv).
+struct P2PCall {
+  uint32_t kind;       // P2PKind
+  const void* buffer;  // sendbuff or recvbuff
+  size_t count;
+  int datatype;
+  int peer;
+  cudaStream_t stream;
+};
+
+// Checks (the datatype, the peer, the comm, the size, self outside a group, the group's limit, the
+// buffer), plans and enqueues `call` (call_p2p.cc).
+yaliResult_t submitP2P(yaliComm_t handle, const P2PCall& call);
+
 // What submitCall would run (yaliAlgoInfo): checks the type, op, root and sizes, not the buffers
 // (NULL or memory CUDA does not know is "not registered").
 yaliResult_t describeCall(yaliComm_t handle, const CollCall& call, yaliAlgoInfo_t* info);

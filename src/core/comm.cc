@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/copy_engine/copy_engine.h"
+#include "collectives/p2p/p2p.h"
 #include "collectives/registry.h"
 #include "core/error.h"
 #include "core/handles.h"
@@ -143,6 +144,14 @@ yaliResult_t applyGpuSharing(const std::vector<std::string>& gpuOf, int multipro
   const int cap = std::max(1, multiprocessors / (2 * sharing));
   for (yaliComm* comm : comms) comm->selector.limitBlocks(cap);
   logInfo("%s: up to %d ranks share a GPU: at most %d blocks per kernel", call, sharing, cap);
+  // Point-to-point: a launch runs up to 2 x (nranks - 1) x channels lanes, all of which must be
+  // resident at once (p2p.h), kP2PBlocksPerSM per multiprocessor, half of them left as above.
+  for (yaliComm* comm : comms) {
+    if (comm->p2pChannels == 0 || comm->nranks < 2) continue;
+    const int lanes = std::max(1, multiprocessors * kP2PBlocksPerSM / (2 * sharing));
+    comm->p2pChannels = std::clamp(lanes / (2 * (comm->nranks - 1)), 1, comm->p2pChannels);
+    logInfo("%s: point-to-point over %d ring(s) per pair", call, comm->p2pChannels);
+  }
   return yaliSuccess;
 }
 
@@ -174,6 +183,7 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   // same on every rank (core/window_layout.h: computeLayout), which the settings digest below enforces.
   comm->windowRegions = laidOutRegions(windowRegionsFor(comm->settings, comm->nranks));
   comm->layout = computeLayout(comm->nranks, comm->settings, comm->windowRegions);
+  comm->p2pChannels = static_cast<int>(comm->layout.p2pChannels);
   std::shared_ptr<DeviceResources> res = makeDeviceResources();
   res->device = comm->device;
   YALI_CUDA_CHECK(cudaStreamCreateWithFlags(&comm->control, cudaStreamNonBlocking));
@@ -224,6 +234,11 @@ yaliResult_t allocateRankResources(yaliComm* comm, const char* call) {
   limits.stagingBytes = static_cast<int64_t>(comm->layout.stagingBytes);
   limits.pullBufferBytes = static_cast<int64_t>(comm->layout.copyInBytes);
   for (int a = 0; a < kNumAlgos; ++a) limits.maxThreads[a] = maxLaunchableThreads(static_cast<Algo>(a));
+  // The point-to-point kernels too (no registry row: collectives/p2p/p2p.h).
+  if (const cudaError_t e = loadP2PKernels(); e != cudaSuccess) {
+    cudaGetLastError();
+    return fail(yaliUnhandledCudaError, comm, "%s: loading the point-to-point kernels: %s", call, cudaGetErrorString(e));
+  }
   if (!comm->selector.init(comm->settings, limits, &err))
     return fail(yaliInvalidArgument, comm, "%s: %s", call, err.c_str());
   return yaliSuccess;
@@ -352,6 +367,7 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
     case kFailCounts: return yaliInvalidUsage;
     case kFailHost: return yaliUnhandledCudaError;
     case kFailWatched: return yaliRemoteError;
+    case kFailP2PBytes: return yaliInvalidUsage;
     case kFailRemote:
       // A peer's failure reaches every rank as the same code: a peer that timed out (it waited for
       // a rank that died or hung) is a timeout here too, so every survivor reports yaliTimeout; a
@@ -359,7 +375,8 @@ yaliResult_t commAsyncError(const yaliComm* comm) {
       switch (failureCode(s->failureRemoteCode)) {
         case kFailTimeout: return yaliTimeout;
         case kFailMismatch:
-        case kFailCounts: return yaliInvalidUsage;
+        case kFailCounts:
+        case kFailP2PBytes: return yaliInvalidUsage;
         default: return yaliRemoteError;
       }
     default: return yaliInternalError;
@@ -390,6 +407,10 @@ std::string commAsyncErrorText(yaliComm* comm) {
         return "the comm's watched failure word (yaliCommWatchFailureWord) was set when a launch "
                "started: another library's step before it failed (libyali-nccl: a node of the "
                "hierarchical communicator failed); that launch wrote all-ones into its output";
+      case kFailP2PBytes:
+        return "a yaliSend and the yaliRecv it is matched with (the k-th of each between the two ranks) move "
+               "different bytes (count x the type's size); nothing of that send was written into the "
+               "receive's buffer";
       default: return "unknown failure " + std::to_string(code);
     }
   };
@@ -406,6 +427,8 @@ std::string commAsyncErrorText(yaliComm* comm) {
   const std::string hostNote = comm->getHostNote();
   const std::string note = hostNote.empty() ? "" : "; " + hostNote;
   const int failure = s->failure;
+  if (failure == kFailP2PBytes)  // a receiver's check: the sender is its origin (p2p.cu)
+    return what(failure) + " (the sender: rank " + std::to_string(s->failureOrigin) + ")" + where + note;
   if (failure != kFailRemote) return what(failure) + where + note;
   const int code = failureCode(s->failureRemoteCode);
   std::string text = "rank " + std::to_string(s->failureOrigin) + " failed and told this rank: ";

@@ -108,6 +108,10 @@ struct yaliComm {
   int nranks = 0;
   int device = 0;
   int smMajor = 0;
+  // Point-to-point: the rings per ordered pair that transfers use (chunk i on ring i % p2pChannels):
+  // layout.p2pChannels, or fewer where ranks share a GPU (applyGpuSharing: every lane of a launch
+  // must be resident at once). The same on every rank.
+  int p2pChannels = 0;
   yali::Settings settings;
   yali::Selector selector;
   yali::WindowLayout layout{};

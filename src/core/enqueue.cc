@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "collectives/copy_engine/copy_engine.h"
+#include "collectives/p2p/p2p.h"
 #include "collectives/registry.h"
 #include "core/comm.h"
 #include "core/error.h"
@@ -426,19 +427,24 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   // Last guards, before anything of the call is recorded (a graph's hold, captured registrations).
   // The selector's choice must fit the window (a violation would overwrite memory).
   std::string why;
-  if (!choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
+  // Point-to-point launches choose nothing; their rings must be laid out (submitP2P checks it at
+  // the call: this is the last guard).
+  if (plan.p2p && !(comm->windowRegions & kRegionP2P))
+    return fail(yaliInternalError, comm, "%s: the window has no point-to-point rings", plan.call);
+  if (!plan.p2p && !choiceFits(plan.choice, plan.bytes, comm->selector.limits(), &why))
     return fail(yaliInternalError, comm, "%s: the selector chose %s for %zu bytes, which does not fit: %s",
                 plan.call, algoName(plan.choice.algo), plan.bytes, why.c_str());
   // And the window must hold every region it touches (core/window_layout.h: computeLayout lays out
   // only what the comm's settings may choose): a missing region would be a write into the next one.
-  if (!regionsLaidOut(plan.choice.algo, comm->windowRegions, &why))
+  if (!plan.p2p && !regionsLaidOut(plan.choice.algo, comm->windowRegions, &why))
     return fail(yaliInternalError, comm, "%s: the selector chose %s: %s", plan.call, algoName(plan.choice.algo),
                 why.c_str());
   const bool captured = capture == cudaStreamCaptureStatusActive;
+  const bool copyEngines = !plan.p2p && algorithm(plan.choice.algo).family == Family::kCopyEngine;
   // submitCall never plans the copy engines inside a capture, so the stream began one between the
   // call, made inside a group, and the group's end. Refused before anything of the launch is
   // recorded (a graph's hold, a captured registration, the launch count).
-  if (captured && algorithm(plan.choice.algo).family == Family::kCopyEngine)
+  if (captured && copyEngines)
     return fail(yaliInvalidUsage, comm,
                 "%s: stream=%p began a stream capture after the call was made inside the group; its "
                 "plan (%s, the copy engines) cannot be captured: make the call inside the capture",
@@ -458,8 +464,21 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
   args.epochHint = ++comm->launches;
   args.eagerSeq = captured ? 0 : comm->eagerIssued.lastSeq + 1;
   args.regEpoch = comm->regEpoch;
-  const bool copyEngines = algorithm(plan.choice.algo).family == Family::kCopyEngine;
-  if (copyEngines) {
+  if (plan.p2p) {
+    P2PLane lanes[kMaxP2PLanes];
+    uint32_t copyLanes = 0;
+    const int nlanes = planP2PLanes(plan.p2pOps, comm->p2pChannels, comm->layout, lanes, &copyLanes);
+    const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
+    if (captured) trimSerialRecord(comm, plan.stream);
+    e = nlanes == 0 ? cudaSuccess
+                    : launchP2P(args, plan.p2pOps, comm->p2pChannels, lanes, nlanes, copyLanes, programmatic, plan.stream);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return fail(yaliUnhandledCudaError, comm, "%s: kernel launch (point-to-point, %zu calls, %d blocks) failed: %s",
+                  plan.call, plan.p2pOps.size(), nlanes, cudaGetErrorString(e));
+    }
+    plan.choice.ctas = nlanes;  // what the eager count below adds
+  } else if (copyEngines) {
     // No kernel (copy_engine.h); a capture was refused above.
     yaliResult_t issued = issueCopyEngine(comm, plan);
     if (issued != yaliSuccess) return issued;
@@ -585,6 +604,71 @@ void joinGroupStreams(const std::vector<CommStream>& pairs) {
   }
 }
 
+// Every comm's point-to-point calls of the group, fused into one launch per comm, moved behind the
+// group's other launches (yali.h: every transfer of the group progresses at once, after the group's
+// collectives on the comm, whose order on every rank is the same, so that no rank's point-to-point
+// launch waits behind a collective its peer runs only after its own point-to-point launch). The
+// fused launch runs on the stream of the comm's first point-to-point call (the group's streams of a
+// comm are joined around its work: joinGroupStreams). Sends to self are paired with receives from
+// self in call order into copies; where they do not pair (a count that differs, a send or receive
+// left over), the comm's calls to self are dropped and yaliInvalidUsage returned, while its
+// transfers with peers still run (their peers wait for them).
+yaliResult_t fusePointToPoint(std::vector<PlannedLaunch>* pending) {
+  if (std::none_of(pending->begin(), pending->end(), [](const PlannedLaunch& p) { return p.p2p; }))
+    return yaliSuccess;  // no point-to-point call: the group as it is (and no allocation)
+  std::vector<PlannedLaunch> fused;  // one per comm, in the order of the comms' first calls
+  std::vector<PlannedLaunch> rest;
+  rest.reserve(pending->size());
+  for (PlannedLaunch& plan : *pending) {
+    if (!plan.p2p) {
+      rest.push_back(std::move(plan));
+      continue;
+    }
+    auto it = std::find_if(fused.begin(), fused.end(), [&](const PlannedLaunch& f) { return f.comm == plan.comm; });
+    if (it == fused.end()) {
+      fused.push_back(std::move(plan));
+    } else {
+      it->p2pOps.insert(it->p2pOps.end(), plan.p2pOps.begin(), plan.p2pOps.end());
+    }
+  }
+  yaliResult_t first = yaliSuccess;
+  for (PlannedLaunch& plan : fused) {
+    yaliComm* comm = plan.comm.get();
+    std::vector<P2POp> ops;
+    std::vector<const P2POp*> selfSends;
+    size_t selfRecvs = 0;
+    for (const P2POp& op : plan.p2pOps)
+      if (op.peer == comm->rank && op.kind == kP2PSend) selfSends.push_back(&op);
+    bool paired = true;
+    for (const P2POp& op : plan.p2pOps) {
+      if (op.peer != comm->rank) {
+        ops.push_back(op);
+      } else if (op.kind == kP2PRecv) {
+        if (selfRecvs < selfSends.size() && selfSends[selfRecvs]->bytes == op.bytes)
+          ops.push_back(P2POp{selfSends[selfRecvs]->src, op.dst, op.bytes, comm->rank, kP2PCopy});
+        else
+          paired = false;
+        ++selfRecvs;
+      }
+    }
+    if (selfRecvs != selfSends.size()) paired = false;
+    if (!paired) {
+      ops.erase(std::remove_if(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == kP2PCopy; }), ops.end());
+      std::lock_guard<std::mutex> lock(comm->mutex);
+      const yaliResult_t r = fail(yaliInvalidUsage, comm,
+                                  "yaliGroupEnd: rank %d's sends to itself (%zu) and receives from itself (%zu) in "
+                                  "the group do not pair up in call order with equal bytes: none of them ran (its "
+                                  "transfers with peers did)",
+                                  comm->rank, selfSends.size(), selfRecvs);
+      if (first == yaliSuccess) first = r;
+    }
+    plan.p2pOps = std::move(ops);
+    if (!plan.p2pOps.empty()) rest.push_back(std::move(plan));
+  }
+  pending->swap(rest);
+  return first;
+}
+
 // The end of a group level (`call`: the public function, for its message); the outermost end
 // launches the queued calls in call order (`launch`), or drops them (yaliGroupSimulateEnd:
 // enqueue.h says why that undoes them), and returns the first launch error. The queue is emptied
@@ -600,6 +684,7 @@ yaliResult_t endGroupLevel(const char* call, bool launch) {
   if (launch) {
     noteStreams(pending, &group.streams);  // the plans hold their comms until the end
     joinGroupStreams(group.streams);
+    first = fusePointToPoint(&pending);
     for (PlannedLaunch& plan : pending) {
       std::lock_guard<std::mutex> lock(plan.comm->mutex);
       yaliResult_t r = launchNow(plan);
@@ -617,6 +702,15 @@ yaliResult_t endGroupLevel(const char* call, bool launch) {
 yaliResult_t groupEnd() { return endGroupLevel("yaliGroupEnd", true); }
 
 yaliResult_t groupSimulateEnd() { return endGroupLevel("yaliGroupSimulateEnd", false); }
+
+bool inGroup() { return group.depth > 0; }
+
+size_t pendingP2POps(const yaliComm* comm) {
+  size_t ops = 0;
+  for (const PlannedLaunch& p : group.pending)
+    if (p.p2p && p.comm.get() == comm) ops += p.p2pOps.size();
+  return ops;
+}
 
 bool hasPendingLaunches(const yaliComm* comm) {
   return std::any_of(group.pending.begin(), group.pending.end(),

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include "collectives/common/device_state.h"
 #include "core/registration.h"
@@ -72,6 +73,11 @@ struct PlannedLaunch {
   // What the host knows of a device failure the launch will provoke (yaliComm::setHostNote), noted
   // at the launch (a call a simulated group drops provokes none); null when none.
   const char* hostNote = nullptr;
+  // Point-to-point (yaliSend, yaliRecv; collectives/p2p/p2p.h): the calls this launch runs, in call
+  // order (one outside a group; every one of the comm's in a group, fused at its end), instead of
+  // `choice`'s algorithm. A send to self and its receive become one copy at the group's end.
+  bool p2p = false;
+  std::vector<P2POp> p2pOps;
 };
 
 // Launches now, or at the outermost yaliGroupEnd when a group is open on this thread. The caller
@@ -85,6 +91,9 @@ yaliResult_t groupEnd();
 yaliResult_t groupSimulateEnd();
 // Launches of `comm` waiting in this thread's open group.
 bool hasPendingLaunches(const yaliComm* comm);
+// Whether a group is open on this thread, and the point-to-point calls of `comm` waiting in it.
+bool inGroup();
+size_t pendingP2POps(const yaliComm* comm);
 // Forgets them (yaliCommAbort).
 void dropPendingLaunches(const yaliComm* comm);
 

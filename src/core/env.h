@@ -32,6 +32,8 @@ struct Settings {
   int64_t llBufferBytes;      // YALI_LL_BUFFER_BYTES: LL payload per (parity, sender)
   int64_t stagingBytes;       // YALI_STAGING_BYTES: staging per (parity, sender)
   int64_t pullBufferBytes;    // YALI_PULL_BUFFER_BYTES: oneshot_pull copy-in per parity
+  int64_t p2pChannels;        // YALI_P2P_CHANNELS: rings per ordered pair (0: no point-to-point)
+  int64_t p2pSlotBytes;       // YALI_P2P_SLOT_BYTES: bytes per ring slot
   std::string tuningFile;     // YALI_TUNING_FILE: the path, for messages
   std::string tuningText;     // that file's content, read once by loadSettings: the selector parses
                               // it and the digest covers it, so that every rank compares what

@@ -500,6 +500,7 @@ uint32_t windowRegionsFor(const Settings& settings, int nranks) {
   uint32_t regions = kAlwaysRegions;
   for (int i = 0; i < kNumAlgos; ++i)
     if (algos & algoBit(i)) regions |= algoRegions(static_cast<Algo>(i));
+  if (settings.p2pChannels > 0) regions |= kRegionP2P;  // yaliSend and yaliRecv: no row
   return regions;
 }
 

@@ -19,6 +19,7 @@ namespace yt {
 // The cases of every collective (cases_collectives.cc).
 const std::vector<CaseDef>& collectiveCases();
 const std::vector<CaseDef>& alltoallvCases();  // cases_alltoallv.cc
+const std::vector<CaseDef>& p2pCases();        // cases_p2p.cc
 
 namespace {
 
@@ -801,6 +802,8 @@ const std::vector<CaseDef>& allCases() {
     // Every collective x every type ("coll_*"): cases_collectives.cc.
     for (const CaseDef& c : collectiveCases()) v.push_back(c);
     for (const CaseDef& c : alltoallvCases()) v.push_back(c);
+    // yaliSend and yaliRecv ("p2p_*"): cases_p2p.cc.
+    for (const CaseDef& c : p2pCases()) v.push_back(c);
     // Failure propagation, lifetimes, argument checks, threads, soaks: cases_trust.cc.
     for (const CaseDef& c : trustCases()) v.push_back(c);
     return v;

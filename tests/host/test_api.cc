@@ -556,6 +556,12 @@ TEST(null_comm_collectives_bad_arguments_too) {
                "yaliAlltoAll", "");
   EXPECT_ERROR(yaliAllGather(nullptr, nullptr, 16, yaliFloat32, nullptr, nullptr),
                yaliInvalidArgument, "yaliAllGather", "");
+  // Point-to-point: the comm first, whatever else is wrong (a bad peer, a NULL buffer, count 0).
+  EXPECT_ERROR(yaliSend(f, 16, yaliFloat32, 1, nullptr, nullptr), yaliInvalidArgument, "yaliSend", "comm");
+  EXPECT_ERROR(yaliRecv(f, 16, yaliFloat32, 1, nullptr, nullptr), yaliInvalidArgument, "yaliRecv", "comm");
+  EXPECT_ERROR(yaliSend(nullptr, 0, yaliFloat32, -1, nullptr, nullptr), yaliInvalidArgument, "yaliSend", "comm");
+  EXPECT_ERROR(yaliRecv(nullptr, 16, (yaliDataType_t)99, 1 << 20, nullptr, nullptr), yaliInvalidArgument,
+               "yaliRecv", "comm");
 }
 
 TEST(collectives_in_a_group_with_null_comm) {

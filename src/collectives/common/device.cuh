@@ -293,6 +293,29 @@ __device__ __forceinline__ unsigned& warpsLeftOfBlock() {
   return warpsLeft;
 }
 
+// Whether a launch may run, from the words its thread 0 loaded at the start (every kernel's
+// admission: enterLaunch, and the point-to-point launch, p2p.cu): `gate` LocalState's {failed,
+// closed}, `remote` our window's remoteFailure, `watched` the word yaliCommWatchFailureWord names
+// (0 without one). A peer's failure and a set watched word are recorded here (and a watched one
+// told to the peers, whose waits for us end at once).
+__device__ __forceinline__ Admission admissionOf(const DeviceArgs& args, uint64_t gate, uint32_t remote,
+                                                uint64_t watched) {
+  const bool closed = (gate >> 32) != 0;
+  const bool failed = (gate & 0xFFFFFFFFu) != 0;
+  if (closed) return kRefusedClosed;
+  if (failed) return kRefusedFailed;
+  if (remote != 0) {  // a peer failed since our last launch
+    recordFailure(args, kFailRemote, kPhaseAdmission, remoteFailureRank(remote), remoteFailureCode(remote));
+    return kRefusedFailed;
+  }
+  if (watched != 0) {  // the other library flagged what this launch would spread: fail, and tell the
+                       // peers (recordFailure), whose waits for us end at once
+    recordFailure(args, kFailWatched, kPhaseAdmission);
+    return kRefusedFailed;
+  }
+  return kAdmitted;
+}
+
 // The start of every collective kernel, by all threads: waits for the previous grid on the stream,
 // then decides whether this launch may run (a failed or closed comm, or a peer's failure, refuse
 // it) and reads its epoch and tag. The gate and the epoch share a cache line: one round trip.
@@ -311,22 +334,7 @@ __device__ __forceinline__ Admission enterLaunch(const DeviceArgs& args, LaunchI
     // waitForPriorGrids above made that work's stores visible, so this load sees what it left.
     const uint64_t watched =
         args.failureWatch != nullptr ? *reinterpret_cast<const volatile uint64_t*>(args.failureWatch) : 0;
-    const bool closed = (gate >> 32) != 0;
-    const bool failed = (gate & 0xFFFFFFFFu) != 0;
-    if (closed) {
-      admission = kRefusedClosed;
-    } else if (failed) {
-      admission = kRefusedFailed;
-    } else if (remote != 0) {  // a peer failed since our last launch
-      recordFailure(args, kFailRemote, kPhaseAdmission, remoteFailureRank(remote), remoteFailureCode(remote));
-      admission = kRefusedFailed;
-    } else if (watched != 0) {  // the other library flagged what this launch would spread: fail, and
-                                // tell the peers (recordFailure), whose waits for us end at once
-      recordFailure(args, kFailWatched, kPhaseAdmission);
-      admission = kRefusedFailed;
-    } else {
-      admission = kAdmitted;
-    }
+    admission = admissionOf(args, gate, remote, watched);
     warpsLeftOfBlock() = 0;
     shared.epoch = epoch;
     shared.tag = regEpoch == args.regEpoch ? args.callTag : poisonedTag(args.callTag, args.rank);
@@ -406,6 +414,20 @@ __device__ __forceinline__ void countEagerBlockEnded(LocalState* local) {
                : "memory");
 }
 
+// An eager launch's warp has ended (every thread of the block calls it, once, last): each warp,
+// once all its lanes are here (__syncwarp), counts itself in shared memory (warpsLeftOfBlock, zeroed
+// at the admission); the block's last warp counts the block out (countEagerBlockEnded). No warp
+// waits for another. Nothing in a graph launch.
+__device__ __forceinline__ void countEagerWarpEnded(const DeviceArgs& args) {
+  if (args.eagerSeq == 0) return;
+  // This warp's lanes (the block's last warp may be partial).
+  const unsigned first = threadIdx.x & ~31u;
+  const unsigned lanes = blockDim.x - first < 32 ? blockDim.x - first : 32;
+  __syncwarp(lanes == 32 ? ~0u : (1u << lanes) - 1);
+  if (threadIdx.x == first && atomicAdd_block(&warpsLeftOfBlock(), 1u) == (blockDim.x + 31) / 32 - 1)
+    countEagerBlockEnded(args.local);
+}
+
 // The frame's exit, by every thread of the block. Two counts, each made where what follows it
 // needs it:
 //   - the epoch's (leaveLaunch), by thread 0 when its own part of the body ended, while other warps
@@ -443,14 +465,7 @@ __device__ __forceinline__ void exitLaunch(const DeviceArgs& args, const LaunchI
     return;
   }
   if (threadIdx.x == 0) leaveLaunch(args, info, admission, onFailure);
-  if (args.eagerSeq != 0) {
-    // This warp's lanes (the block's last warp may be partial).
-    const unsigned first = threadIdx.x & ~31u;
-    const unsigned lanes = blockDim.x - first < 32 ? blockDim.x - first : 32;
-    __syncwarp(lanes == 32 ? ~0u : (1u << lanes) - 1);
-    if (threadIdx.x == first && atomicAdd_block(&warpsLeftOfBlock(), 1u) == (blockDim.x + 31) / 32 - 1)
-      countEagerBlockEnded(args.local);
-  }
+  countEagerWarpEnded(args);
 }
 
 // Runs one collective kernel's body inside the launch frame. `body(info)` may return early on a

@@ -21,6 +21,7 @@ enum DeviceFailure : int {
   kFailHost = 6,      // a CUDA call failed half-way through queuing a call (copy engines: the host
                       // queues the whole call; copy_engine.cc, issueCopyEngine)
   kFailWatched = 7,   // the word the comm watches (DeviceArgs::failureWatch) was nonzero at a launch
+  kFailP2PBytes = 8,  // point-to-point: a matched yaliSend and yaliRecv move different bytes
 };
 
 // Which wait a failure happened in (HostStatus::failurePhase), named in error messages
@@ -52,6 +53,10 @@ enum WaitPhase : int {
   // The copy-engine algorithms (no kernel: the host's watch reports these, copy_engine.h):
   kPhaseCopyEngineReady = 30, // a peer's word that its input is ready for this call
   kPhaseCopyEngineDone = 31,  // a peer's word that it has read our input
+  // Point-to-point (collectives/p2p/p2p.cu; no registry row, so outside the 32 phase bits):
+  kPhaseP2PSlot = 32,         // a receiver: the sender's next slot of the pair's ring
+  kPhaseP2PCredit = 33,       // a sender: the receiver's credit for a slot we want to reuse
+  kPhaseP2PBytes = 34,        // (a check, kFailP2PBytes) the sender's call moves other bytes than ours
 };
 const char* waitPhaseName(int phase);  // "one-shot LL: a peer's packets", ...; host only
 
@@ -111,10 +116,17 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //               (twoshot_push); same slot rule as staging
 //   copyIn      [parity 2][copyInBytes]: this rank's whole input, copied in for oneshot_pull and
 //               read by every peer; block b's run of elements at the same offset as in the input
+//   p2pFlags    P2PSlotFlag[sender kMaxRanks][channel kMaxP2PChannels][slot kP2PSlots]: sender s's
+//               announcement of what lies in slot k of its ring c for us (point-to-point; p2p.cu)
+//   p2pCredits  uint64[receiver kMaxRanks][channel kMaxP2PChannels]: [r][c]: the slots of our ring c
+//               into rank r's window that r has consumed (r writes it)
+//   p2pRing     [sender nranks][channel p2pChannels][slot kP2PSlots][p2pSlotStride]: the slots sender
+//               s pushed for us; a slot's data starts at its announced skew (0..15)
 //   local       LocalState: this rank's private launch state (in the window only to share its
 //               allocation and lifetime; no peer reads or writes it)
 // Everything from pushFlags to the end of counts is epoch-stamped (WindowLayout::stampedBytes): the
-// epoch rebase clears it.
+// epoch rebase clears it. The point-to-point areas are not: their counters count slots per pair
+// for the comm's life (64 bits: they never wrap) and never go back to 0.
 struct WindowHeader {
   // 0, or encodeRemoteFailure(code, rank) of a peer that failed: written by the peer's device when
   // one of its waits fails (recordFailure), or by its host in yaliCommAbort; our device waits and
@@ -145,6 +157,12 @@ struct WindowLayout {
   size_t gather;
   size_t copyIn;
   size_t copyInBytes;  // bytes per parity: the largest oneshot_pull message
+  size_t p2pFlags;
+  size_t p2pCredits;
+  size_t p2pRing;
+  size_t p2pSlotBytes;   // payload of one slot (YALI_P2P_SLOT_BYTES); 0: no point-to-point areas
+  size_t p2pSlotStride;  // bytes from one slot to the next: the payload, its skew, 256-aligned
+  size_t p2pChannels;    // rings per ordered pair (YALI_P2P_CHANNELS)
   size_t local;        // this rank's LocalState (private: no peer touches it)
   size_t total;
 };
@@ -183,9 +201,24 @@ struct LocalState {
   // 25). The host reads it by a copy when it must wait for the launches (comm.cc:
   // eagerLaunchesEnded), never at a call. 2^64 blocks never wrap.
   uint64_t eagerBlocksEnded;
+  // Point-to-point: the slots this rank has pushed into ring [peer][channel] of `peer`'s window,
+  // and those it has consumed of ring [peer][channel] in its own (peer the sender). Each is read
+  // and written by the one block of a launch that runs that ring (p2p.cu: a lane), the comm's
+  // launches running one after another; a matched pair of calls advances the sender's and the
+  // receiver's counter alike, so they agree at every launch.
+  uint64_t p2pSent[kMaxRanks][kMaxP2PChannels];
+  uint64_t p2pReceived[kMaxRanks][kMaxP2PChannels];
 };
 static_assert(offsetof(LocalState, failed) % 8 == 0 && offsetof(LocalState, closed) == offsetof(LocalState, failed) + 4,
               "failed and closed form one aligned 8-byte word");
+
+// One slot's announcement (WindowLayout::p2pFlags), written by the sender after the slot's data:
+// `shape` first (a plain store), then `ready` (st.release.sys), which the receiver observes.
+struct P2PSlotFlag {
+  uint64_t ready;  // the slot's number in its ring, plus one: the ring's slots are numbered from 0
+                   // for the comm's life, slot g in place g % kP2PSlots
+  uint64_t shape;  // (bytes of the sender's call << 4) | the data's skew within the slot
+};
 
 // ---- Host-mapped status (cudaHostAlloc, mapped) ---------------------------------------------------
 // Written by the device, read by the host at every API call without synchronizing.
@@ -320,6 +353,46 @@ struct DeviceArgs {
   // block's admission (device.cuh: enterLaunch), in stream order; nonzero refuses the launch as a
   // failure (kFailWatched) that the peers are told of.
   const uint64_t* failureWatch;
+};
+
+// ---- Point-to-point launches (collectives/p2p/p2p.cu) ---------------------------------------------
+// A group's point-to-point calls on one comm, as one launch. Each call is an op; each block runs
+// one lane: all the comm's sends to one peer on one channel (ring), all receives from one peer on
+// one channel, or a share of the copies to self. Chunk i (slotBytes each) of a call to or from
+// a peer travels on channel i % p2pChannels: both ranks derive it from the call's bytes alone.
+enum P2PKind : uint32_t {
+  kP2PSend = 0,
+  kP2PRecv = 1,
+  kP2PCopy = 2,  // a send to self with its receive: src -> dst
+};
+
+struct P2POp {
+  const char* src;  // send, copy: the input
+  char* dst;        // recv, copy: the output
+  uint64_t bytes;
+  int32_t peer;     // send: the receiver; recv: the sender; copy: our rank
+  uint32_t kind;    // P2PKind
+};
+
+struct P2PLane {
+  uint8_t peer;     // send: the receiver; recv: the sender; copy: unused
+  uint8_t kind;     // P2PKind
+  uint8_t channel;  // send, recv: the ring; copy: this lane's index among the copy lanes
+  uint8_t pad;
+};
+constexpr int kMaxP2PLanes = 2 * (kMaxRanks - 1) * kMaxP2PChannels + 16;
+
+// The kernel's parameters: the frame (rank, windows, status, timeout), the ops in call order, the
+// lanes (one per block). kCap: the ops it holds (two sizes, so that a small group's launch does not
+// carry kMaxP2POps ops' worth of parameters).
+template <int kCap>
+struct P2PArgs {
+  DeviceArgs frame;
+  uint32_t nops;
+  uint32_t channels;   // rings per pair the transfers use (<= layout.p2pChannels, the rings laid out)
+  uint32_t copyLanes;
+  P2PLane lanes[kMaxP2PLanes];
+  P2POp ops[kCap];
 };
 
 }  // namespace yali

@@ -447,6 +447,16 @@ WindowLayout layoutBeforeRegions(int nranks, const Settings& s) {
   L.copyIn = off;
   L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
   off += 2 * L.copyInBytes;
+  // Point-to-point (laid out while YALI_P2P_CHANNELS > 0, which no algorithm row decides).
+  L.p2pChannels = static_cast<size_t>(s.p2pChannels);
+  L.p2pSlotBytes = L.p2pChannels > 0 ? static_cast<size_t>(s.p2pSlotBytes) : 0;
+  L.p2pSlotStride = L.p2pChannels > 0 ? alignUp(L.p2pSlotBytes + 16) : 0;
+  L.p2pFlags = off;
+  if (L.p2pChannels > 0) off += alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
+  L.p2pCredits = off;
+  if (L.p2pChannels > 0) off += alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels);
+  L.p2pRing = off;
+  off += static_cast<size_t>(nranks) * L.p2pChannels * kP2PSlots * L.p2pSlotStride;
   L.local = off;
   off += alignUp(sizeof(LocalState));
   L.total = off;
@@ -590,7 +600,8 @@ TEST(window_layout_leaves_out_unchoosable_regions) {
     CHECK_MSG(!(regions & kRegionCopyIn), "n=%d", ranks);
     const WindowLayout P = computeLayout(ranks, s, regions);
     const WindowLayout old = layoutBeforeRegions(ranks, s);
-    CHECK(P.copyInBytes == 0 && P.copyIn == old.copyIn && P.local == old.copyIn);
+    CHECK(P.copyInBytes == 0 && P.copyIn == old.copyIn && P.p2pFlags == old.copyIn);
+    CHECK(P.local == old.local - 2 * static_cast<size_t>(s.pullBufferBytes));
     CHECK(P.total == old.total - 2 * static_cast<size_t>(s.pullBufferBytes));
   }
   // No two-shot push, twoshot_direct or rooted two-shot (their thresholds 0): no gather area; the

@@ -1,0 +1,58 @@
+// Point-to-point transfers (yali.h: yaliSend, yaliRecv): the kernel that runs a group's sends and
+// receives on one comm as one launch, and the host's plan of its blocks. No registry row: these
+// are not collectives (no epoch, no pattern of pieces, only two ranks per transfer), and the
+// selector has nothing to choose.
+//
+// The protocol, per ordered pair (s -> d) and channel c (a ring of kP2PSlots slots in d's window,
+// device_state.h: WindowLayout::p2pRing): the slots of the ring are numbered g = 0, 1, ... for the
+// comm's life; slot g lives in place g % kP2PSlots. Sender s, for its next slot g:
+//   1. waits until d's credit for ring (s, c), in s's window, reaches g - kP2PSlots + 1 (d has
+//      consumed the slot that last used this place);
+//   2. pushes the chunk into the place, at the skew of its source address (so both ends of the
+//      copy are equally aligned), with the whole block;
+//   3. block barrier; thread 0 writes the slot's shape (the call's bytes, the skew) and publishes
+//      ready = g + 1 (st.release.sys: cumulative over the block's stores, device.cuh: publish).
+// Receiver d, for its next slot g of (s, c): observes ready >= g + 1 (acquire), checks that the
+// sender's call moves the bytes its own call does (else kFailP2PBytes on both, recordFailure),
+// copies the chunk out with the whole block, block barrier, and publishes credit g + 1 into s's
+// window. ready and credit only grow, so a stale value never satisfies a wait.
+// Which slots belong to which call: both ranks count every pair's slots alike (LocalState::p2pSent
+// and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
+// i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
+// calls in order: two blocks on one ring would give credits out of order.
+// Progress: within a launch every lane runs at once (the host caps the lanes at kMaxP2PLanes, and
+// the blocks are few enough to be resident together: 8 channels x 2 directions x 7 peers = 112 at
+// 8 ranks); a send never waits for anything but its receiver's consumption of the same ring, which
+// the receiver's lane makes as soon as it runs. So a group whose every transfer is matched by a
+// call in the peer's launch completes whatever the sizes, as NCCL's does.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "collectives/common/device_state.h"
+
+namespace yali {
+
+constexpr int kP2PThreads = 512;
+// Blocks of the kernel one multiprocessor holds at once (its __launch_bounds__: at most 64
+// registers per thread), for the lane cap where ranks share a GPU (comm.cc: applyGpuSharing).
+constexpr int kP2PBlocksPerSM = 2;
+
+// The lanes of a launch of `ops` on `rank` (one per block), into lanes[0..return) and *copyLanes:
+// for each peer with sends (receives), min(channels, the most chunks of one of them) lanes, then
+// the copy lanes (a share of every copy to self each). 0 when there is nothing to move.
+// `channels`: the rings per pair that the comm's transfers use (yaliComm::p2pChannels).
+int planP2PLanes(const std::vector<P2POp>& ops, int channels, const WindowLayout& layout, P2PLane* lanes,
+                 uint32_t* copyLanes);
+
+// Launches the kernel for `ops` with the planned lanes, `frame` carrying the comm's rank, windows,
+// state and timeout (DeviceArgs: everything but the collective's fields).
+cudaError_t launchP2P(const DeviceArgs& frame, const std::vector<P2POp>& ops, int channels, const P2PLane* lanes,
+                      int nlanes, uint32_t copyLanes, bool programmatic, cudaStream_t stream);
+
+// Loads the kernels' module now (comm set-up: registry.h, maxLaunchableThreads, says why).
+cudaError_t loadP2PKernels();
+
+}  // namespace yali
