@@ -15,7 +15,9 @@ Low level (plain pointers as ints, any CUDA array library)::
 ``yali.Comm`` has one method per C collective, with the C call's arguments in its order (counts in
 elements, as in yali.h): all_reduce, reduce_scatter, all_gather, broadcast, bcast, reduce, gather,
 scatter, all_to_all, and the uneven exchange (AlltoAllv): all_to_all_v (host counts),
-all_to_all_v_device_counts, expert_dispatch and expert_combine (device counts; ExpertLayout).
+all_to_all_v_device_counts, expert_dispatch and expert_combine (device counts; ExpertLayout); and
+point-to-point ``send``/``recv`` (NCCL's ncclSend/ncclRecv; a rank's sends and receives that must
+progress together go in one ``with yali.group():``).
 ``algo_info`` says what a collective would run. The torch.distributed-shaped
 methods (all_gather_into_tensor, reduce_scatter_tensor, ...) are on ``yali.torch.Communicator``.
 
@@ -40,6 +42,7 @@ from . import _capi
 from ._capi import (
     MAX_EXPERTS,
     MAX_LOCAL_EXPERTS,
+    MAX_P2P_OPS,
     UNIQUE_ID_BYTES,
     Collective,
     DataType,
@@ -63,6 +66,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MAX_EXPERTS",
     "MAX_LOCAL_EXPERTS",
+    "MAX_P2P_OPS",
     "UNIQUE_ID_BYTES",
     "AlgoInfo",
     "Collective",
@@ -837,6 +841,34 @@ class Comm(_ClosingContext):
         dt, _ = self._args(call, dtype)
         _capi.all_to_all(_as_ptr(send_ptr, call, "sendbuff"), _as_ptr(recv_ptr, call, "recvbuff"),
                          count, dt, self.handle, _as_stream(stream_ptr, call))
+
+    # -- point-to-point (yali.h, "Point-to-point": NCCL's ncclSend and ncclRecv)
+    #
+    # Only the two ranks take part. The k-th send from rank a to rank b is matched with b's k-th
+    # recv from a; both move the same bytes (count x the type's size; the types may differ: checked
+    # on the device, where a difference fails the comm on both ranks). Outside a group each call is
+    # a launch of its own that ends only when the peer has received everything, so a rank's sends
+    # and receives that must progress together (a ring shift, a pipeline exchange) go in one
+    # ``with yali.group():``, which runs every point-to-point call of the comm in one launch at its
+    # end (at most MAX_P2P_OPS per comm). A send to this rank needs its recv in the same group (a
+    # local copy); the library refuses it elsewhere (YaliInvalidUsage). count 0 moves nothing.
+
+    def send(self, send_ptr, count, dtype, peer, stream_ptr=None):
+        """yaliSend: ``count`` elements of ``dtype`` from ``send_ptr`` to rank ``peer``, into the
+        buffer of its matching ``recv``. Arguments as the collectives take them; ``peer`` a rank of
+        this comm (the library refuses one out of range, naming it)."""
+        call = "yaliSend"
+        dt, _ = self._args(call, dtype)
+        _capi.send(_as_ptr(send_ptr, call, "sendbuff"), count, dt, peer, self.handle,
+                   _as_stream(stream_ptr, call))
+
+    def recv(self, recv_ptr, count, dtype, peer, stream_ptr=None):
+        """yaliRecv: ``count`` elements of ``dtype`` into ``recv_ptr`` from rank ``peer``'s matching
+        ``send`` (the same bytes). Arguments as for ``send``."""
+        call = "yaliRecv"
+        dt, _ = self._args(call, dtype)
+        _capi.recv(_as_ptr(recv_ptr, call, "recvbuff"), count, dt, peer, self.handle,
+                   _as_stream(stream_ptr, call))
 
     # The uneven exchange (yali.h, "AlltoAllv"): never in place; rows move as bytes. A count check
     # that fails on the device (a capacity exceeded, counts that disagree between ranks, a

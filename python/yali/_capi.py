@@ -35,6 +35,8 @@ UNIQUE_ID_BYTES = 128
 # MAX_LOCAL_EXPERTS and nranks * localExperts <= MAX_EXPERTS.
 MAX_LOCAL_EXPERTS = 512
 MAX_EXPERTS = 1024
+# yali.h, "Point-to-point": at most MAX_P2P_OPS yaliSend/yaliRecv calls per comm in one group.
+MAX_P2P_OPS = 256
 # The C library this package was written for; yaliGetVersion() reports major*10000+minor*100+patch.
 VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 0, 1, 0
 VERSION_CODE = VERSION_MAJOR * 10000 + VERSION_MINOR * 100 + VERSION_PATCH
@@ -525,6 +527,28 @@ _PROTOTYPES = {
             ctypes.c_void_p,  # stream
         ],
     ),
+    "yaliSend": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # sendbuff (count elements)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # peer (a rank of comm; this rank: its recv in the same group)
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
+    "yaliRecv": (
+        ctypes.c_int,
+        [
+            ctypes.c_void_p,  # recvbuff (count elements)
+            ctypes.c_size_t,  # count
+            ctypes.c_int,  # datatype
+            ctypes.c_int,  # peer (a rank of comm; this rank: its send in the same group)
+            ctypes.c_void_p,  # comm
+            ctypes.c_void_p,  # stream
+        ],
+    ),
     "yaliAlgoInfo": (
         ctypes.c_int,
         [
@@ -672,7 +696,9 @@ def check(code, call, comm_handle=None):
 
 def _as_integer(value, call, name):
     """``value`` as a Python int (anything with __index__, not a bool), or YaliInvalidArgument."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool):  # bool has __index__ too: refused here, before it
+        raise python_error(Result.InvalidArgument, call, f"{name} must be an int, got bool")
+    if not isinstance(value, int):
         try:
             value = value.__index__()
         except (AttributeError, TypeError):
@@ -916,8 +942,8 @@ def group_end(dropped_by=None):
 
 
 def _collective(fn):
-    """A collective's binding: any exception it raises inside a group is the group's failure (a
-    YaliError is one already: _make_error)."""
+    """A collective's (or point-to-point call's) binding: any exception it raises inside a group is
+    the group's failure (a YaliError is one already: _make_error)."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
         try:
@@ -928,8 +954,9 @@ def _collective(fn):
     return call
 
 
-# The collectives' wrappers take plain ints (pointers or None, counts, enum values, handle, stream)
-# in the C call's order, and raise the YaliError subclass of a failure with the library's message.
+# The collectives' wrappers (and yaliSend/yaliRecv's) take plain ints (pointers or None, counts,
+# enum values, ranks, handle, stream) in the C call's order, and raise the YaliError subclass of a
+# failure with the library's message.
 # A comm whose asynchronous error is set makes every one of them raise it, launching nothing
 # (yali.h: "Failures").
 
@@ -1024,6 +1051,28 @@ def all_to_all(send_ptr, recv_ptr, count, datatype, handle, stream):
     _check_launch(call, handle, lib().yaliAlltoAll(
         send_ptr, recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
         handle, stream))
+
+
+@_collective
+def send(send_ptr, count, datatype, peer, handle, stream):
+    """yaliSend (NCCL's ncclSend): ``count`` elements from ``send_ptr`` to rank ``peer``, matched
+    with the peer's k-th yaliRecv from this rank (the same bytes). Inside a group, every
+    point-to-point call of a comm runs in one launch at the group's end; a send to this rank needs
+    its recv in the same group."""
+    call = "yaliSend"
+    _check_launch(call, handle, lib().yaliSend(
+        send_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(peer, call, "peer"), handle, stream))
+
+
+@_collective
+def recv(recv_ptr, count, datatype, peer, handle, stream):
+    """yaliRecv (NCCL's ncclRecv): ``count`` elements from rank ``peer`` into ``recv_ptr``, matched
+    with the peer's k-th yaliSend to this rank (the same bytes)."""
+    call = "yaliRecv"
+    _check_launch(call, handle, lib().yaliRecv(
+        recv_ptr, as_size_t(count, call, "count"), as_c_int(datatype, call, "datatype"),
+        as_c_int(peer, call, "peer"), handle, stream))
 
 
 def _int_list(values, call, name):

@@ -14,6 +14,12 @@
         scatter(tensor, scatter_list=None, src=0)
         all_to_all_single(output, input, output_split_sizes=None, input_split_sizes=None)
 
+    point-to-point, NCCL's ncclSend/ncclRecv (only the two ranks take part; ``peer`` a global rank
+    as torch.distributed's dst/src, ``group_peer=`` a rank of the group)::
+
+        send(tensor, peer, stream=None)
+        recv(tensor, peer, stream=None)
+
     the uneven exchange with counts on the device (Mixture-of-Experts layers; no host round trip, so
     a CUDA graph replays with whatever counts each step writes)::
 
@@ -84,6 +90,8 @@ yali.RedOp value, ``root`` a rank of the comm; ``(a!)`` marks the tensor an oper
     yali::scatter(Tensor(a!) output, Tensor input, int comm, int root) -> ()
     yali::all_to_all_single(Tensor(a!) output, Tensor input, int comm) -> ()
     yali::all_to_all(Tensor input, int comm) -> Tensor
+    yali::send(Tensor tensor, int comm, int peer) -> ()
+    yali::recv_(Tensor(a!) tensor, int comm, int peer) -> ()
     yali::all_to_all_v(Tensor(a!) output, Tensor input, int[] output_split_sizes,
                        int[] input_split_sizes, int comm) -> ()
     yali::all_to_all_device_counts(Tensor(a!) output, Tensor input, Tensor input_splits,
@@ -141,17 +149,20 @@ the same exception types), before trusting them (stepping the optimizer, saving 
     optimizer.step()
 
 Groups. Inside ``with yali.group():`` (yaliGroupStart/End) a collective is only queued: it is
-launched at the outermost group end, so its output is not written before then. The forms that do
-work of their own after their collective would do it too early, and are refused inside a group
-(YaliInvalidUsage, naming the call, before anything is queued): gather and scatter with a list
-(pass the one-tensor form), all_to_all_device_counts with output_offsets, and, nested in a group,
-SingleProcessCommunicator calls on ranks that share a GPU. A group in which a call raised a
-YaliError launches none of its calls (NCCL's rule: yali.group_start), so a SingleProcessCommunicator
-call refused on one GPU launches on none; this module's TypeError and ValueError argument checks do
-not fail a group (a `with yali.group()` block they leave still drops it). The group holds every
-tensor of its calls until its outermost end, as ProcessGroupNCCL's coalescing does, so a temporary
-passed to a call and dropped at once (``all_reduce_functional(g.to(torch.bfloat16))``) keeps its
-memory until the launch is queued.
+launched at the outermost group end, so its output is not written before then. So are send and recv:
+a comm's point-to-point calls of one group run in one launch, every transfer progressing at once,
+which is how a rank's sends and receives that must progress together are made (a ring shift, a
+pipeline exchange; outside a group a send waits for its receive to run), and the only way to send to
+this rank itself. The forms that do work of their own after their collective would do it too early,
+and are refused inside a group (YaliInvalidUsage, naming the call, before anything is queued):
+gather and scatter with a list (pass the one-tensor form), all_to_all_device_counts with
+output_offsets, and, nested in a group, SingleProcessCommunicator calls on ranks that share a GPU. A
+group in which a call raised a YaliError launches none of its calls (NCCL's rule: yali.group_start),
+so a SingleProcessCommunicator call refused on one GPU launches on none; this module's TypeError and
+ValueError argument checks do not fail a group (a `with yali.group()` block they leave still drops
+it). The group holds every tensor of its calls until its outermost end, as ProcessGroupNCCL's
+coalescing does, so a temporary passed to a call and dropped at once
+(``all_reduce_functional(g.to(torch.bfloat16))``) keeps its memory until the launch is queued.
 
 Conjugate and negative views (``x.conj()`` of a complex tensor) are refused, as torch.distributed
 refuses them: their memory holds the values before the view's bit is applied; pass
@@ -1085,6 +1096,51 @@ def _(input, comm):
     return torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
+# ---- Custom operators of the point-to-point calls (yaliSend, yaliRecv) ---------------------------
+#
+# ``peer`` is a rank of the comm (the methods translate torch.distributed's global ranks). The
+# tensor moves as its wire type (_WIRE: bool as uint8, complex as its real view); the library
+# matches a send with its receive by bytes.
+
+
+def _launch_send(opname, handle, tensor, peer):
+    comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    peer = _as_rank(opname, "peer", peer, comm.size)
+    _capi.send(tensor.data_ptr(), tensor.numel() * per, code, peer, handle, stream)
+
+
+def _launch_recv(opname, handle, tensor, peer):
+    comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
+    peer = _as_rank(opname, "peer", peer, comm.size)
+    _capi.recv(tensor.data_ptr(), tensor.numel() * per, code, peer, handle, stream)
+
+
+@torch.library.custom_op("yali::send", mutates_args=(), device_types="cuda")
+def _send_op(tensor: torch.Tensor, comm: int, peer: int) -> None:
+    _launch_send("yali::send", comm, tensor, peer)
+
+
+@_send_op.register_fake
+def _(tensor, comm, peer):
+    opname = "yali::send"
+    c = _fake_prep(opname, comm, (("tensor", tensor),))
+    if c is not None:
+        _as_rank(opname, "peer", peer, c.size)
+
+
+@torch.library.custom_op("yali::recv_", mutates_args=("tensor",), device_types="cuda")
+def _recv_op(tensor: torch.Tensor, comm: int, peer: int) -> None:
+    _launch_recv("yali::recv_", comm, tensor, peer)
+
+
+@_recv_op.register_fake
+def _(tensor, comm, peer):
+    opname = "yali::recv_"
+    c = _fake_prep(opname, comm, (("tensor", tensor),))
+    if c is not None:
+        _as_rank(opname, "peer", peer, c.size)
+
+
 # ---- Custom operators of the uneven exchange (AlltoAllv) -----------------------------------------
 #
 # Rows along dim 0, any dtype, moved as bytes; never in place. all_to_all_v takes host split sizes
@@ -1292,6 +1348,8 @@ class _Ops:
     scatter = torch.ops.yali.scatter.default
     all_to_all_single = torch.ops.yali.all_to_all_single.default
     all_to_all = torch.ops.yali.all_to_all.default
+    send = torch.ops.yali.send.default
+    recv_ = torch.ops.yali.recv_.default
     all_to_all_v = torch.ops.yali.all_to_all_v.default
     all_to_all_device_counts = torch.ops.yali.all_to_all_device_counts.default
     expert_dispatch = torch.ops.yali.expert_dispatch.default
@@ -1444,7 +1502,8 @@ class Communicator(yali._ClosingContext):
     Every collective is collective over the group: every rank calls it, in the same order, with
     the same shapes, dtype, op and root. It runs on torch's current stream and returns without
     synchronizing the host (like torch.distributed with async_op=False on NCCL: ordered on the
-    stream). ``rank`` and ``world_size`` are the group's.
+    stream). ``send``/``recv`` are not collective: only the two ranks take part. ``rank`` and
+    ``world_size`` are the group's.
     """
 
     # Global rank -> rank in the group; None when they coincide (the default group, say).
@@ -1551,17 +1610,17 @@ class Communicator(yali._ClosingContext):
         _check_op_dtype(method, code, tensor.dtype)
         return _all_reduce_ops.functional(tensor, handle, code)
 
-    def _root(self, method, name, rank, group_rank, default=None):
-        """The comm rank of a root given the way torch.distributed takes it: ``name`` (src or dst)
-        a global rank, or ``group_<name>`` a rank within the group; ``default`` (a global rank)
-        when neither is given, else both missing is an error."""
+    def _root(self, method, name, rank, group_rank, default=None, role="the root's rank"):
+        """The comm rank of a root (or of a peer) given the way torch.distributed takes it: ``name``
+        (src, dst or peer) a global rank, or ``group_<name>`` a rank within the group; ``default``
+        (a global rank) when neither is given, else both missing is an error (naming ``role``)."""
         if rank is not None and group_rank is not None:
             raise ValueError(f"{method}: pass {name} or group_{name}, not both")
         if group_rank is not None:
             return _as_rank(method, f"group_{name}", group_rank, self.world_size)
         if rank is None:
             if default is None:
-                raise ValueError(f"{method}: {name} (the root's rank) is required")
+                raise ValueError(f"{method}: {name} ({role}) is required")
             rank = default
         if isinstance(rank, bool) or not isinstance(rank, int):
             raise TypeError(f"{method}: {name} must be an int, got {type(rank).__name__}")
@@ -1801,6 +1860,63 @@ class Communicator(yali._ClosingContext):
         in_splits = _as_splits(method, "input_split_sizes", input_split_sizes, input, ws)
         _Ops.all_to_all_v(output, input, out_splits, in_splits, handle)
         return output
+
+    def _p2p_stream(self, method, stream):
+        """``stream`` (a torch.cuda.Stream on this rank's GPU) checked, or None: torch's current
+        stream."""
+        if stream is None or _is_compiling():
+            return stream
+        if not isinstance(stream, torch.cuda.Stream):
+            raise TypeError(f"{method}: stream must be a torch.cuda.Stream or None, got "
+                            f"{type(stream).__name__}")
+        if stream.device != self.device:
+            raise ValueError(f"{method}: stream is on {stream.device}, the comm on {self.device}")
+        return stream
+
+    def send(self, tensor, peer=None, stream=None, *, group_peer=None):
+        """Send ``tensor`` to rank ``peer`` (yaliSend, NCCL's ncclSend; ``peer`` a global rank, as
+        torch.distributed.send's dst, or ``group_peer`` a rank of the group). The peer's matching
+        ``recv`` (its k-th from this rank for this rank's k-th send to it) takes the same number of
+        bytes. Only the two ranks take part. Every dtype in DTYPES, bool and complex.
+
+        Outside a group the call ends only when the peer has received everything (a large send
+        waits for the matching recv to run): sends and receives that must progress together (a
+        ring shift, a pipeline exchange) go in one ``with yali.group():``, which also holds a send
+        to this rank itself and its recv (the library refuses one outside a group:
+        YaliInvalidUsage). On torch's current stream, or on ``stream`` (a torch.cuda.Stream on this
+        rank's GPU; the caller keeps ``tensor`` alive until that stream's work is done, e.g.
+        ``tensor.record_stream(stream)``, as for any tensor used on a side stream). No host
+        synchronization; returns None."""
+        method = "Communicator.send"
+        rank = self._root(method, "peer", peer, group_peer, role="the receiver's rank")
+        handle = self.handle
+        stream = self._p2p_stream(method, stream)
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        if stream is None:
+            _Ops.send(tensor, handle, rank)
+        else:
+            with torch.cuda.stream(stream):
+                _Ops.send(tensor, handle, rank)
+
+    def recv(self, tensor, peer=None, stream=None, *, group_peer=None):
+        """Receive into ``tensor`` from rank ``peer`` (yaliRecv, NCCL's ncclRecv; ``peer`` a global
+        rank, as torch.distributed.recv's src, or ``group_peer`` a rank of the group): the peer's
+        matching ``send``, of the same number of bytes (a difference fails the comm on both ranks,
+        checked on the device). Returns ``tensor``; inside a group it is written only at the
+        outermost group end. Groups, streams and dtypes as for ``send``."""
+        method = "Communicator.recv"
+        rank = self._root(method, "peer", peer, group_peer, role="the sender's rank")
+        handle = self.handle
+        stream = self._p2p_stream(method, stream)
+        if not _is_compiling():
+            _check_tensor(method, "tensor", tensor, self._device_index)
+        if stream is None:
+            _Ops.recv_(tensor, handle, rank)
+        else:
+            with torch.cuda.stream(stream):
+                _Ops.recv_(tensor, handle, rank)
+        return tensor
 
     def all_to_all_device_counts(self, output, input, input_splits, output_splits=None,
                                  output_offsets=None):

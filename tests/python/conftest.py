@@ -36,6 +36,13 @@ COLLECTIVE_PARAMS = {
     "yaliAlltoAll": ("sendbuff", "recvbuff", "count", "datatype", "comm", "stream"),
 }
 
+# The point-to-point calls' parameters in yali.h, in order (test_capi_host.py checks them against
+# the header): FakeLib records them as it records the collectives.
+P2P_PARAMS = {
+    "yaliSend": ("sendbuff", "count", "datatype", "peer", "comm", "stream"),
+    "yaliRecv": ("recvbuff", "count", "datatype", "peer", "comm", "stream"),
+}
+
 
 class FakeLib:
     """Stands in for ``yali._capi.lib()`` on the error paths, no GPU or libyali needed: the messages
@@ -45,14 +52,15 @@ class FakeLib:
     yaliGetLastError(comm) returns for a known comm (the thread's for any other handle, as the
     library does). ``async_errors[handle]``: (code, message) of a comm's asynchronous failure:
     yaliCommGetAsyncError reports the code and records ``"yaliCommGetAsyncError: " + message`` as
-    the last error; a collective (yaliAllReduce, yaliAllGather, ... : COLLECTIVE_PARAMS) on that
-    comm returns the code and records its own message (``"yaliAllGather: " + message``), launching
-    nothing. Where a failure is recorded, as the library does, unless a test says otherwise:
-    ``record_on_thread`` (the thread's last error), ``record_on_comm`` (the comm's, for a handle in
-    ``comm_errors``).
+    the last error; a collective (yaliAllReduce, yaliAllGather, ... : COLLECTIVE_PARAMS) or a
+    point-to-point call (yaliSend, yaliRecv: P2P_PARAMS) on that comm returns the code and records
+    its own message (``"yaliAllGather: " + message``), launching nothing. Where a failure is
+    recorded, as the library does, unless a test says otherwise: ``record_on_thread`` (the thread's
+    last error), ``record_on_comm`` (the comm's, for a handle in ``comm_errors``).
 
-    ``calls``: ("yaliCommGetAsyncError", comm), (collective, comm, {parameter: value}),
-    ("yaliGroupStart",), ("yaliGroupEnd",), ("yaliGroupSimulateEnd",), ("yaliAlgoInfo", comm, {...}).
+    ``calls``: ("yaliCommGetAsyncError", comm), (collective, or yaliSend/yaliRecv, comm,
+    {parameter: value}), ("yaliGroupStart",), ("yaliGroupEnd",), ("yaliGroupSimulateEnd",),
+    ("yaliAlgoInfo", comm, {...}).
     """
 
     path = "<fake libyali>"
@@ -116,7 +124,7 @@ class FakeLib:
     # The recorded calls: their parameter names (None: not one of them), and what is recorded of
     # an argument. A subclass adds calls by extending both (test_capi_host.A2avFakeLib).
     def _call_params(self, name):
-        return COLLECTIVE_PARAMS.get(name)
+        return COLLECTIVE_PARAMS.get(name) or P2P_PARAMS.get(name)
 
     def _recorded(self, name, param, value):
         return value

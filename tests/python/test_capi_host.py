@@ -109,6 +109,7 @@ def test_constants_match_header(header_text):
     assert yali.MAX_EXPERTS == _header_define(header_text, "YALI_MAX_EXPERTS")
     assert (_capi.MAX_LOCAL_EXPERTS, _capi.MAX_EXPERTS) == (yali.MAX_LOCAL_EXPERTS,
                                                             yali.MAX_EXPERTS)
+    assert yali.MAX_P2P_OPS == _capi.MAX_P2P_OPS == _header_define(header_text, "YALI_MAX_P2P_OPS")
 
 
 def _header_struct(text, typedef):
@@ -1041,6 +1042,14 @@ _COMM_CALLS = [
      dict(sendbuff=None, recvbuff=0x200, count=7, datatype=_D.Int8, root=1, stream=None)),
     ("all_to_all", (0x100, 0x200, 8, "uint32", 0x77), {}, "yaliAlltoAll",
      dict(sendbuff=0x100, recvbuff=0x200, count=8, datatype=_D.Uint32, stream=0x77)),
+    ("send", (0x100, 8, "bf16", 1, 0x77), {}, "yaliSend",
+     dict(sendbuff=0x100, count=8, datatype=_D.Bfloat16, peer=1, stream=0x77)),
+    ("send", (0x100, 0, _D.Int64, 0), dict(stream_ptr=_Stream()), "yaliSend",
+     dict(sendbuff=0x100, count=0, datatype=_D.Int64, peer=0, stream=0x5000)),
+    ("recv", (0x200, 8, "float8_e4m3fn", 0), {}, "yaliRecv",
+     dict(recvbuff=0x200, count=8, datatype=_D.Float8e4m3, peer=0, stream=None)),
+    ("recv", (None, 3), dict(dtype="uint8", peer=1, stream_ptr=0x77), "yaliRecv",
+     dict(recvbuff=None, count=3, datatype=_D.Uint8, peer=1, stream=0x77)),
 ]
 
 
@@ -1108,6 +1117,8 @@ def test_comm_argument_errors_name_the_call_and_argument(fake_lib):
     ("gather", (0x100, 0x200, 4), "yaliGather"),
     ("scatter", (0x100, 0x200, 4), "yaliScatter"),
     ("all_to_all", (0x100, 0x200, 4), "yaliAlltoAll"),
+    ("send", (0x100, 4, "float32", 1), "yaliSend"),
+    ("recv", (0x200, 4, "float32", 1), "yaliRecv"),
 ])
 def test_failed_comm_collectives_raise_with_their_own_message(fake_lib, method, args, call):
     """Every collective on a failed comm returns the asynchronous error (yali.h: "every later call
@@ -1140,6 +1151,81 @@ def test_comm_algo_info(fake_lib):
     assert yali.collective_name(42) == "unknown"
 
 
+# ---- Point-to-point (yaliSend, yaliRecv): the prototypes, yali.Comm with the library faked -------
+
+
+def test_p2p_parameters_match_header(header_text):
+    """conftest.FakeLib records yaliSend/yaliRecv by parameter name: its table must be the
+    header's, names and order."""
+    from conftest import P2P_PARAMS
+
+    header = _header_declarations(header_text)
+    assert set(P2P_PARAMS) == {"yaliSend", "yaliRecv"}
+    for name, params in P2P_PARAMS.items():
+        assert tuple(n for _, n in header[name][1]) == params, name
+
+
+def test_p2p_prototypes():
+    want = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+            ctypes.c_void_p]  # buffer, count, datatype, peer, comm, stream
+    for name in ("yaliSend", "yaliRecv"):
+        assert _capi._PROTOTYPES[name] == (ctypes.c_int, want), name
+
+
+@pytest.mark.parametrize("method,call,buffer", [("send", "yaliSend", "sendbuff"),
+                                                ("recv", "yaliRecv", "recvbuff")])
+def test_comm_p2p_argument_errors_name_the_call_and_argument(fake_lib, method, call, buffer):
+    """Refused before the library is called (YaliInvalidArgument, a ValueError too), naming the C
+    call and the argument: a peer that is not an int (a bool neither) or does not fit a C int, a
+    negative count, a type with no yaliDataType_t, a buffer or stream that is not a pointer."""
+    comm = _fake_comm(0, 2)
+    fn = getattr(comm, method)
+    cases = [
+        (lambda: fn(0x100, 4, "float32", "1"), ["peer must be an int", "str"]),
+        (lambda: fn(0x100, 4, "float32", 1.0), ["peer must be an int", "float"]),
+        (lambda: fn(0x100, 4, "float32", None), ["peer must be an int", "NoneType"]),
+        (lambda: fn(0x100, 4, "float32", True), ["peer must be an int", "bool"]),
+        (lambda: fn(0x100, 4, "float32", 2**40), ["peer=1099511627776", "C int"]),
+        (lambda: fn(0x100, -1, "float32", 1), ["count=-1", ">= 0"]),
+        (lambda: fn(0x100, 4, "complex64", 1), ["datatype", "complex64"]),
+        (lambda: fn("not a pointer", 4, "float32", 1), [buffer, "pointer"]),
+        (lambda: fn(0x100, 4, "float32", 1, "stream?"), ["stream"]),
+    ]
+    for bad, words in cases:
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            bad()
+        assert isinstance(info.value, ValueError)
+        assert info.value.call == call, str(info.value)
+        assert str(info.value).startswith(call), str(info.value)
+        missing = [w for w in words if w not in str(info.value)]
+        assert not missing, f"{info.value} lacks {missing}"
+    assert fake_lib.launches() == []
+
+
+def test_p2p_calls_in_a_group(fake_lib):
+    """Inside yali.group() the calls only queue (the library launches them at the end); one refused
+    there fails the group, which then launches none of its calls (NCCL's rule), naming it."""
+    comm = _fake_comm(0, 2)
+    with yali.group():
+        comm.send(0x100, 4, "float32", 1)
+        comm.recv(0x200, 4, "float32", 1)
+        comm.send(0x300, 4, "float32", 0)  # to this rank: its recv in the same group
+        comm.recv(0x400, 4, "float32", 0)
+    assert [c[0] for c in fake_lib.calls] == ["yaliGroupStart", "yaliSend", "yaliRecv", "yaliSend",
+                                              "yaliRecv", "yaliGroupEnd"]
+    assert [(k.get("sendbuff", k.get("recvbuff")), k["peer"]) for k in fake_lib.launches()] == [
+        (0x100, 1), (0x200, 1), (0x300, 0), (0x400, 0)]
+    fake_lib.calls.clear()
+    with pytest.raises(yali.YaliInvalidArgument, match="none of the group's calls") as info:
+        with yali.group():
+            comm.send(0x100, 4, "float32", 1)
+            with pytest.raises(yali.YaliInvalidArgument, match="peer must be an int"):
+                comm.recv(0x200, 4, "float32", "one")
+    assert info.value.call == "yaliGroupEnd" and "yaliRecv failed inside the group" in str(
+        info.value)
+    assert fake_lib.calls[-1] == ("yaliGroupSimulateEnd",)
+
+
 # ---- The collectives against the library (no GPU: NULL comms) ------------------------------------
 
 
@@ -1158,6 +1244,30 @@ def test_null_comm_collectives_are_invalid_argument(name, args):
     code = getattr(_capi.lib(), name)(*args)
     assert code == yali.Result.InvalidArgument, f"{name}(comm=NULL) returned {code}"
     assert name in yali.get_last_error()
+
+
+@pytest.mark.parametrize("wrapper,call", [(_capi.send, "yaliSend"), (_capi.recv, "yaliRecv")])
+def test_null_comm_p2p_calls_are_invalid_argument(wrapper, call):
+    """Against the library (fails on a missing symbol until the library has the calls): a NULL or
+    unknown comm is refused, naming the call, through the ctypes function and the wrapper; a bad
+    peer type is refused by the wrapper before the library is called."""
+    _require_lib()
+    lib = _capi.lib()
+    assert call not in lib.missing, f"{lib.path} lacks {call}"
+    code = getattr(lib, call)(None, 0, int(yali.DataType.Float32), 0, None, None)
+    assert code == yali.Result.InvalidArgument, f"{call}(comm=NULL) returned {code}"
+    assert call in yali.get_last_error() and "comm" in yali.get_last_error()
+    for handle, words in ((None, "comm is NULL"), (0xDEAD000, "not a communicator")):
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            wrapper(0x1000, 4, int(yali.DataType.Float32), 1, handle, None)
+        e = info.value
+        assert e.call == call and e.detail.startswith(call) and words in e.detail, str(e)
+    for peer, words in (("1", "got str"), (1.5, "got float"), (2**31, "does not fit a C int")):
+        with pytest.raises(yali.YaliInvalidArgument) as info:
+            wrapper(0x1000, 4, int(yali.DataType.Float32), peer, None, None)
+        e = info.value
+        assert e.call == call and "peer" in str(e) and words in str(e), str(e)
+        assert e.error_string == yali.get_error_string(yali.Result.InvalidArgument)
 
 
 def test_collective_name_and_algo_info_against_the_library():

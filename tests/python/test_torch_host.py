@@ -310,7 +310,8 @@ def test_operator_schemas():
     functionalization and CUDA-graph trees rely on."""
     mutated = {"all_reduce_": "tensor", "all_reduce_out": "out", "all_gather_into_tensor": "output",
                "reduce_scatter_tensor": "output", "broadcast_": "tensor", "reduce_": "tensor",
-               "gather": "output", "scatter": "output", "all_to_all_single": "output"}
+               "gather": "output", "scatter": "output", "all_to_all_single": "output",
+               "recv_": "tensor"}
     functional = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
     for name, arg in mutated.items():
         schema = getattr(torch.ops.yali, name).default._schema
@@ -321,6 +322,9 @@ def test_operator_schemas():
         schema = getattr(torch.ops.yali, name).default._schema
         assert not any(a.alias_info for a in schema.arguments), str(schema)
         assert len(schema.returns) == 1, str(schema)
+    # yaliSend writes nothing and returns nothing.
+    schema = torch.ops.yali.send.default._schema
+    assert not any(a.alias_info for a in schema.arguments) and len(schema.returns) == 0, str(schema)
     # The uneven exchange: the output, and the optional count outputs (None: not written).
     uneven = {"all_to_all_v": ["output"],
               "all_to_all_device_counts": ["output", "output_splits", "output_offsets"],
@@ -491,7 +495,42 @@ def _bad_calls(c):
          ["all_to_all_functional", "multiple of the world size"]),
         ("algo_info collective", lambda: c.algo_info(x, collective="allgatherv"), ValueError,
          ["collective"]),
+        *_bad_p2p_calls(c),
     ]
+
+
+def _bad_p2p_calls(c):
+    """send and recv of rank 1 of 3: the checks the other methods make, and the peer's."""
+    out = []
+    for name in ("send", "recv"):
+        m = f"Communicator.{name}"
+        fn = getattr(c, name)
+        role = "receiver" if name == "send" else "sender"
+        out += [
+            (f"{name} cpu", lambda fn=fn: fn(torch.empty(4), 0), ValueError,
+             [m, "tensor must be a CUDA tensor"]),
+            (f"{name} strided", lambda fn=fn: fn(_cuda(8)[::2], 0), ValueError,
+             [m, "tensor", "contiguous"]),
+            (f"{name} dtype", lambda fn=fn: fn(_cuda(4, dtype=torch.int16), 0), TypeError,
+             [m, "torch.int16"]),
+            (f"{name} not a tensor", lambda fn=fn: fn([1, 2], 0), TypeError,
+             [m, "tensor must be a torch.Tensor"]),
+            (f"{name} peer type", lambda fn=fn: fn(_cuda(4), "2"), TypeError,
+             [m, "peer must be an int, got str"]),
+            (f"{name} peer bool", lambda fn=fn: fn(_cuda(4), True), TypeError,
+             [m, "peer must be an int, got bool"]),
+            (f"{name} peer range", lambda fn=fn: fn(_cuda(4), 3), ValueError,
+             [m, "peer=3 is not a rank of this communicator (0..2)"]),
+            (f"{name} group_peer range", lambda fn=fn: fn(_cuda(4), group_peer=-1), ValueError,
+             [m, "group_peer=-1"]),
+            (f"{name} no peer", lambda fn=fn: fn(_cuda(4)), ValueError,
+             [m, f"peer (the {role}'s rank) is required"]),
+            (f"{name} both peers", lambda fn=fn: fn(_cuda(4), 0, group_peer=0), ValueError,
+             [m, "pass peer or group_peer, not both"]),
+            (f"{name} stream type", lambda fn=fn: fn(_cuda(4), 0, 0x5000), TypeError,
+             [m, "stream must be a torch.cuda.Stream or None, got int"]),
+        ]
+    return out
 
 
 def _bad_a2av_calls(c):
@@ -592,7 +631,8 @@ def op_calls(monkeypatch):
     calls = []
     for name in ("all_gather_into_tensor", "all_gather", "reduce_scatter_tensor", "reduce_scatter",
                  "broadcast_", "reduce_", "gather", "scatter", "all_to_all_single", "all_to_all",
-                 "all_to_all_v", "all_to_all_device_counts", "expert_dispatch", "expert_combine"):
+                 "all_to_all_v", "all_to_all_device_counts", "expert_dispatch", "expert_combine",
+                 "send", "recv_"):
         monkeypatch.setattr(yt._Ops, name, _Recorder(calls, name))
     return calls
 
@@ -659,6 +699,46 @@ def test_methods_pass_the_operators_their_arguments(fake_mode, comm3, op_calls):
     assert op_calls[-1] == ("expert_dispatch", (b, src, sc, 2, 1, None, None, h))
     assert c.expert_combine(src, b, sc, 2, align=8) is src
     assert op_calls[-1] == ("expert_combine", (src, b, sc, 2, 8, h))
+    # Point-to-point: send returns nothing, recv its tensor; the peer may be this rank (1).
+    assert c.send(x, 2) is None
+    assert op_calls[-1] == ("send", (x, h, 2))
+    assert c.recv(x, peer=0) is x
+    assert op_calls[-1] == ("recv_", (x, h, 0))
+    c.send(x, group_peer=1)
+    assert op_calls[-1] == ("send", (x, h, 1))
+    c.recv(x, 1, None)
+    assert op_calls[-1] == ("recv_", (x, h, 1))
+
+
+def test_send_and_recv_run_on_the_stream_given(fake_mode, comm3, op_calls, monkeypatch):
+    """``stream``: the operator is called with that stream current (torch.cuda.stream), so its
+    launch is queued there; a stream on another GPU is refused. (torch.cuda.Stream and
+    torch.cuda.stream stand-ins: no GPU here.)"""
+    c, x = comm3, _cuda(4)
+
+    class FakeStream:
+        def __init__(self, index):
+            self.device = torch.device("cuda", index)
+
+    @contextlib.contextmanager
+    def current(stream):
+        op_calls.append(("enter", stream))
+        yield
+        op_calls.append(("exit", stream))
+
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "stream", current)
+    s = FakeStream(0)
+    assert c.send(x, 2, s) is None
+    assert op_calls == [("enter", s), ("send", (x, c.handle, 2)), ("exit", s)]
+    op_calls.clear()
+    assert c.recv(x, 0, stream=s) is x
+    assert op_calls == [("enter", s), ("recv_", (x, c.handle, 0)), ("exit", s)]
+    op_calls.clear()
+    for fn in (c.send, c.recv):
+        with pytest.raises(ValueError, match="stream is on cuda:1, the comm on cuda:0"):
+            fn(x, 0, FakeStream(1))
+    assert op_calls == []
 
 
 def test_roots_are_global_ranks_as_in_torch_distributed(fake_mode, comm3, op_calls):
@@ -681,6 +761,13 @@ def test_roots_are_global_ranks_as_in_torch_distributed(fake_mode, comm3, op_cal
         assert "[4, 6, 9]" in str(info.value)
     c.gather(x, None, group_dst=0)
     assert op_calls[-1][1][3] == 0
+    # send/recv's peer: a global rank too (torch.distributed.send's dst, recv's src).
+    c.send(x, 9)
+    assert op_calls[-1] == ("send", (x, c.handle, 2))
+    c.recv(x, group_peer=0)
+    assert op_calls[-1] == ("recv_", (x, c.handle, 0))
+    with pytest.raises(ValueError, match="peer=1 .* is not in this communicator's group"):
+        c.recv(x, 1)
 
 
 def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
@@ -706,6 +793,8 @@ def test_compile_fullgraph_traces_every_method(fake_mode, comm3):
         a = torch.empty_like(out)
         c.all_to_all_single(a, out, [4, 4, 4], [4, 4, 4])
         c.all_reduce(a, "max")
+        c.send(x, 2)
+        c.recv(rs, 0)
         return (c.all_gather_functional(x)[:4] + g[0] + g[2] + s + r + rs + a[:4]
                 + c.reduce_scatter_functional(out) + c.all_to_all_functional(out)[4:8]
                 + c.all_reduce_functional(x, "avg"))
@@ -803,6 +892,8 @@ def test_compile_keeps_collectives_whose_output_this_rank_ignores(fake_mode, com
         c.all_gather_into_tensor(torch.empty(18, 5, device="cuda"), x)  # output never read
         c.all_reduce_functional(x)  # result unused
         c.all_gather_functional(x)  # result unused
+        c.send(x, 2)  # writes nothing
+        c.recv(torch.empty(6, 5, device="cuda"), 0)  # received into a tensor never read
         return x + 1
 
     torch._dynamo.reset()
@@ -812,7 +903,7 @@ def test_compile_keeps_collectives_whose_output_this_rank_ignores(fake_mode, com
         torch._dynamo.reset()
     (code,) = graphs
     for op in ("yali.reduce_.", "yali.gather.", "yali.all_gather_into_tensor.",
-               "yali.all_reduce.", "yali.all_gather."):
+               "yali.all_reduce.", "yali.all_gather.", "yali.send.", "yali.recv_."):
         assert code.count(op) == 1, f"{op} missing from the compiled graph:\n{code}"
     is_impure = getattr(getattr(torch._library, "utils", None), "is_impure", None)
     if is_impure is not None:  # what inductor's FallbackKernel.has_side_effects asks
@@ -890,6 +981,12 @@ def test_launch_functions_make_the_c_calls(fake_lib, monkeypatch, no_stream):
                           _Duck(0x100, 12, torch.float8_e5m2))
     assert last() == ("yaliAlltoAll", dict(sendbuff=0x100, recvbuff=0x200, count=4,
                                            datatype=D.Float8e5m2, comm=h, stream=0x5000))
+    yt._launch_send("op", h, _Duck(0x100, 6, torch.int32), 2)
+    assert last() == ("yaliSend", dict(sendbuff=0x100, count=6, datatype=D.Int32, peer=2, comm=h,
+                                       stream=0x5000))
+    yt._launch_recv("op", h, _Duck(0x200, 6, bf), 1)  # the peer may be this rank
+    assert last() == ("yaliRecv", dict(recvbuff=0x200, count=6, datatype=D.Bfloat16, peer=1,
+                                       comm=h, stream=0x5000))
     n_calls = len(fake_lib.launches())
 
     bad = [
@@ -913,6 +1010,16 @@ def test_launch_functions_make_the_c_calls(fake_lib, monkeypatch, no_stream):
                                        _Duck(0x100, 4)), ValueError, "cuda:1"),
         (lambda: yt._launch_broadcast("yali::broadcast_", 0xBAD, _Duck(0x100, 4), 0),
          yali.YaliInvalidUsage, "not a live"),
+        (lambda: yt._launch_send("yali::send", h, _Duck(0x100, 4), 3), ValueError,
+         "yali::send: peer=3 is not a rank"),
+        (lambda: yt._launch_recv("yali::recv_", h, _Duck(0x100, 4), -1), ValueError,
+         "yali::recv_: peer=-1 is not a rank"),
+        (lambda: yt._launch_send("yali::send", h, _Duck(0x100, 4), "2"), TypeError,
+         "peer must be an int"),
+        (lambda: yt._launch_recv("yali::recv_", h, _Duck(0x100, 4, device=1), 0), ValueError,
+         "tensor is on cuda:1"),
+        (lambda: yt._launch_recv("yali::recv_", 0xBAD, _Duck(0x100, 4), 0),
+         yali.YaliInvalidUsage, "not a live"),
     ]
     for call, exc, words in bad:
         with pytest.raises(exc, match=words):
@@ -933,6 +1040,8 @@ _LAUNCHES = [
                                                  _Duck(0x100, 8), 0)),
     ("yaliAlltoAll", lambda h: yt._launch_all_to_all("yali::all_to_all_single", h, _Duck(0x200, 8),
                                                      _Duck(0x100, 8))),
+    ("yaliSend", lambda h: yt._launch_send("yali::send", h, _Duck(0x100, 8), 1)),
+    ("yaliRecv", lambda h: yt._launch_recv("yali::recv_", h, _Duck(0x200, 8), 1)),
 ]
 
 
@@ -1613,6 +1722,12 @@ def test_bool_and_complex_reach_the_data_moving_c_calls_as_torch_moves_them(
     yt._launch_all_to_all("op", h, _Duck(0x200, 12, dtype), _Duck(0x100, 12, dtype))
     assert last() == ("yaliAlltoAll", dict(sendbuff=0x100, recvbuff=0x200, count=4 * per,
                                            datatype=want, comm=h, stream=0x5000))
+    yt._launch_send("op", h, _Duck(0x100, 5, dtype), 2)
+    assert last() == ("yaliSend", dict(sendbuff=0x100, count=5 * per, datatype=want, peer=2,
+                                       comm=h, stream=0x5000))
+    yt._launch_recv("op", h, _Duck(0x200, 5, dtype), 0)
+    assert last() == ("yaliRecv", dict(recvbuff=0x200, count=5 * per, datatype=want, peer=0,
+                                       comm=h, stream=0x5000))
 
 
 def _reduction_launches(h, dtype, op):
@@ -1886,6 +2001,34 @@ def test_a_group_holds_its_calls_tensors_until_its_end(fake_lib, monkeypatch, no
             yali._capi._note_group_failure(yali.YaliInvalidArgument(
                 yali.Result.InvalidArgument, "op", "a refused call"))
     assert [r() for r in refs] == [None, None]
+
+
+def test_send_and_recv_in_a_group(fake_lib, monkeypatch, no_stream):
+    """Inside yali.group() a rank's sends and receives queue and launch together at the outermost
+    end (the library fuses a comm's point-to-point calls there), their tensors held until then;
+    a call refused inside the group with a YaliError (on a closed comm, say) makes the group launch
+    none of them."""
+    import weakref
+
+    c = _fake_communicator(monkeypatch, rank=1, n=3)
+    h = c.handle
+    with yali.group():
+        out, back = _Duck(0x100, 4), _Duck(0x200, 4)
+        refs = [weakref.ref(out), weakref.ref(back)]
+        yt._launch_send("yali::send", h, out, 2)
+        yt._launch_recv("yali::recv_", h, back, 0)
+        del out, back
+        assert all(r() is not None for r in refs)
+    assert [r() for r in refs] == [None, None]
+    names = [call[0] for call in fake_lib.calls]
+    assert names == ["yaliGroupStart", "yaliSend", "yaliRecv", "yaliGroupEnd"], names
+    fake_lib.calls.clear()
+    with pytest.raises(yali.YaliInvalidUsage, match="none of the group's calls was launched"):
+        with yali.group():
+            yt._launch_send("yali::send", h, _Duck(0x100, 4), 2)
+            with pytest.raises(yali.YaliInvalidUsage, match="not a live"):
+                yt._launch_recv("yali::recv_", 0xBAD, _Duck(0x200, 4), 0)
+    assert fake_lib.calls[-1] == ("yaliGroupSimulateEnd",)
 
 
 def test_a_failed_group_lets_go_of_its_calls_tensors(fake_lib, monkeypatch, no_stream):
