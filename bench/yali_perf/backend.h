@@ -25,8 +25,11 @@ struct AlgoChoice {
 };
 
 // One library call, with NCCL's arguments: `kind` is one of the eight library collectives (not
-// kRsAg, which is two calls, nor kAlltoAllv, which is IssueVar's); `op` is ignored by the
-// collectives that only move data, `root` by those without one.
+// kRsAg, which is two calls, nor kAlltoAllv, which is IssueVar's), or kSendRecv: one group of a
+// send of `count` elements from `send` to `send_peer` and a receive of `count` into `recv` from
+// `recv_peer` (nccl-tests' sendrecv: yaliGroupStart, yaliSend, yaliRecv, yaliGroupEnd, and NCCL's
+// likewise). `op` is ignored by the collectives that only move data, `root` by those without
+// one, the peers by all but kSendRecv.
 struct LibraryCall {
   CollId kind = CollId::kAllReduce;
   const void* send = nullptr;
@@ -35,6 +38,8 @@ struct LibraryCall {
   DType dtype = DType::kFloat;
   RedOp op = RedOp::kSum;
   int root = 0;
+  int send_peer = 0;
+  int recv_peer = 0;
 };
 
 // One AlltoAllv call (-C alltoallv; yali.h, "AlltoAllv: uneven exchange") in one of its forms.

@@ -64,6 +64,11 @@ CollShape ShapeFor(CollId coll, size_t requested_bytes, size_t element_bytes, in
       shape.count = shape.send_count = shape.recv_count = block * n;
       break;
     }
+    case CollId::kSendRecv:
+      // nccl-tests' sendrecv: `count` elements to rank+1, as many from rank-1 into a buffer of its
+      // own (no per-rank blocks, no rounding); out of place only (CollHasInPlace).
+      shape.count = shape.send_count = shape.recv_count = count;
+      break;
     case CollId::kAlltoAllv:
       // Sized by its routing (alltoallv_plan.h), never by a message size: no shape.
       break;
@@ -94,6 +99,9 @@ double BusFactor(CollId coll, int nranks) {
     case CollId::kReduce:
       // The whole message passes through the root's links (nccl-tests' factor 1).
       return 1.0;
+    case CollId::kSendRecv:
+      // Each rank sends the whole message over one link and receives one (nccl-tests' factor 1).
+      return 1.0;
   }
   return 1.0;
 }
@@ -104,6 +112,7 @@ const char* BusFactorText(CollId coll) {
     case CollId::kRsAg: return "2(n-1)/n";
     case CollId::kBroadcast:
     case CollId::kReduce:
+    case CollId::kSendRecv:
     case CollId::kAlltoAllv: return "1";
     default: return "(n-1)/n";
   }
@@ -111,6 +120,7 @@ const char* BusFactorText(CollId coll) {
 
 const char* CollDescription(CollId coll) {
   if (coll == CollId::kRsAg) return "rs_ag (allreduce via reducescatter+allgather)";
+  if (coll == CollId::kSendRecv) return "sendrecv (each rank sends to rank+1, receives from rank-1)";
   return CollName(coll);
 }
 
@@ -130,7 +140,18 @@ bool CollSameOutputEverywhere(CollId coll) {
 }
 
 bool CollHasInPlace(CollId coll) {
-  return coll != CollId::kAlltoAll && coll != CollId::kAlltoAllv;
+  return coll != CollId::kAlltoAll && coll != CollId::kAlltoAllv && coll != CollId::kSendRecv;
+}
+
+std::string CollNoInPlaceReason(CollId coll) {
+  if (coll == CollId::kSendRecv)
+    // nccl-tests (src/sendrecv.cu) runs its in-place half with recvbuff == sendbuff but reports no
+    // errors for it ("We don't support in-place sendrecv"): each rank's receive overwrites the
+    // data its own send reads, so neither the data nor the time means anything.
+    return "NCCL defines no in-place sendrecv (nccl-tests runs it on one buffer, where the "
+           "receive overwrites what the send reads, and leaves it unchecked): out-of-place only";
+  return "NCCL defines no in-place " + std::string(CollName(coll)) +
+         " and YALI refuses overlapping buffers for it: out-of-place only";
 }
 
 size_t OutputCount(CollId coll, const CollShape& shape, int rank, int root, int nranks) {

@@ -10,11 +10,14 @@
 //   - the size column is the larger of a rank's input and output (nccl-tests' max(sendBytes,
 //     recvBytes)), and algBW = size / time for every collective.
 //   - busBW = algBW * factor: 2(n-1)/n for allreduce (and rs_ag), (n-1)/n for reducescatter,
-//     allgather, alltoall, gather and scatter, 1 for broadcast and reduce.
+//     allgather, alltoall, gather and scatter, 1 for broadcast, reduce and sendrecv.
+//   - sendrecv (src/sendrecv.cu): count = size / element size, sent whole to rank+1 while as many
+//     are received from rank-1, so the size column is count * element size.
 #ifndef YALI_PERF_COLL_SHAPE_H_
 #define YALI_PERF_COLL_SHAPE_H_
 
 #include <cstddef>
+#include <string>
 
 #include "perf_args.h"
 
@@ -46,8 +49,12 @@ bool CollReduces(CollId coll);  // takes a reduction op (the others only move da
 bool CollHasRoot(CollId coll);  // broadcast, reduce, gather, scatter
 // Every rank's output is the same (the harness then compares them bitwise with rank 0's).
 bool CollSameOutputEverywhere(CollId coll);
-// NCCL defines an in-place form (alltoall has none; YALI refuses overlapping buffers for it).
+// NCCL defines an in-place form (alltoall has none; YALI refuses overlapping buffers for it.
+// sendrecv has none either: see CollNoInPlaceReason).
 bool CollHasInPlace(CollId coll);
+// Why a collective without an in-place form (CollHasInPlace false) runs out of place only: the
+// note and the JSON's skip reason of its in-place half.
+std::string CollNoInPlaceReason(CollId coll);
 
 // Elements of `rank`'s output that the collective writes (and the check reads), starting at the
 // output pointer: 0 on the ranks of reduce and gather that are not the root.

@@ -116,10 +116,17 @@ LibraryCall ToLibraryCall(CollId kind, const RankCall& call) {
   out.dtype = call.dtype;
   out.op = call.op;
   out.root = call.root;
+  if (kind == CollId::kSendRecv) {
+    // nccl-tests' ring: to the next rank, from the previous one (the check expects the previous
+    // rank's input: data_check.cuh, SourceOf).
+    out.send_peer = (call.rank + 1) % call.nranks;
+    out.recv_peer = (call.rank - 1 + call.nranks) % call.nranks;
+  }
   return out;
 }
 
-// The eight library collectives: one call each.
+// The eight library collectives and sendrecv: one Backend::Issue each (sendrecv's is a group of a
+// send and a receive).
 template <CollId kKind>
 bool IssueOne(Backend& backend, int local, const RankCall& call, int phase, cudaStream_t stream,
               std::string* refusal) {
@@ -181,6 +188,7 @@ const Collective kCollectives[] = {
     YALI_PERF_ONE_CALL(CollId::kReduce),    YALI_PERF_ONE_CALL(CollId::kGather),
     YALI_PERF_ONE_CALL(CollId::kScatter),   YALI_PERF_ONE_CALL(CollId::kAlltoAll),
     {CollId::kRsAg, 2, IssueRsAg, PrecheckRsAg, DescribeRsAg},
+    YALI_PERF_ONE_CALL(CollId::kSendRecv),
 };
 
 #undef YALI_PERF_ONE_CALL

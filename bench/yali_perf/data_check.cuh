@@ -303,6 +303,11 @@ __host__ __device__ inline void SourceOf(const CheckArgs& a, size_t i, int* sour
       *source = static_cast<int>(i / a.block);
       *index = static_cast<size_t>(a.rank) * a.block + i % a.block;
       return;
+    case static_cast<int>(CollId::kSendRecv):
+      // What the previous rank sent: its whole input (nccl-tests' expected buffer is rank-1's).
+      *source = (a.rank - 1 + a.nranks) % a.nranks;
+      *index = i;
+      return;
     default:  // broadcast: the root's input
       *source = a.root;
       *index = i;

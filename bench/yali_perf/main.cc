@@ -874,8 +874,7 @@ int Run(const Options& options) {
       }
       const bool in_place_here = run_in_place && CollHasInPlace(coll);
       if (run_in_place && !CollHasInPlace(coll) && run == 1) {
-        const std::string reason = "NCCL defines no in-place alltoall and YALI refuses overlapping "
-                                   "buffers for it: out-of-place only";
+        const std::string reason = CollNoInPlaceReason(coll);
         note(std::string(CollName(coll)) + " in-place: skipped (" + reason + ")");
         SkipRecord skip;
         skip.every_size = true;

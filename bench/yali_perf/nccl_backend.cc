@@ -69,6 +69,9 @@ std::string CallText(const char* function, const LibraryCall& call, int local) {
                      DTypeName(call.dtype);
   if (CollReduces(call.kind)) text += std::string(", ") + RedOpName(call.op);
   if (CollHasRoot(call.kind)) text += ", root " + std::to_string(call.root);
+  if (call.kind == CollId::kSendRecv)
+    text += ", to rank " + std::to_string(call.send_peer) + ", from rank " +
+            std::to_string(call.recv_peer);
   return text + ", local comm " + std::to_string(local) + ")";
 }
 
@@ -207,6 +210,9 @@ class NcclBackend final : public Backend {
       case CollId::kScatter:
       case CollId::kAlltoAll: break;  // refused by Supported
 #endif
+      case CollId::kSendRecv:
+        result = IssueSendRecv(local, call, type, stream, &function);
+        break;
       case CollId::kRsAg:
         Fatal("internal: rs_ag is not one library call");
       case CollId::kAlltoAllv:
@@ -259,6 +265,27 @@ class NcclBackend final : public Backend {
     }
     Check(ncclGroupEnd(), "ncclGroupEnd", comm);
     return true;
+  }
+
+  // nccl-tests' sendrecv (src/sendrecv.cu, SendRecvRunColl): ncclSend to send_peer and ncclRecv
+  // from recv_peer in one group, nested in the harness's group across the local comms. *function
+  // names the call that failed. A refused ncclSend or ncclRecv makes NCCL launch none of the
+  // group's calls (the outermost ncclGroupEnd returns the refusal: GroupEnd expects it), so either
+  // refusal leaves nothing waiting; any other failure is fatal.
+  ncclResult_t IssueSendRecv(int local, const LibraryCall& call, ncclDataType_t type,
+                             cudaStream_t stream, const char** function) {
+    ncclComm_t comm = comms_[local];
+    GroupStart();
+    *function = "ncclSend";
+    ncclResult_t result = ncclSend(call.send, call.count, type, call.send_peer, comm, stream);
+    if (result == ncclSuccess) {
+      *function = "ncclRecv";
+      result = ncclRecv(call.recv, call.count, type, call.recv_peer, comm, stream);
+    }
+    if (result == ncclInvalidArgument) refused_in_group_ = true;
+    else Check(result, CallText(*function, call, local), comm);
+    GroupEnd();
+    return result;
   }
 
   // NCCL has no dry run; what this build of yali-perf cannot call is refused here.

@@ -592,7 +592,7 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
     } else if (name == "coll") {
       if (!ParseCollList(value, &parsed.collectives))
         return bad("allreduce, reducescatter, allgather, broadcast, reduce, gather, scatter, "
-                   "alltoall, rs_ag, all, or a comma list; or alltoallv");
+                   "alltoall, rs_ag, sendrecv, all, or a comma list; or alltoallv");
     } else if (name == "root") {
       if (Lower(value) == "all" || value == "-1") {
         parsed.root = kEveryRoot;
@@ -897,7 +897,8 @@ const std::vector<CollId>& AllCollectives() {
   static const std::vector<CollId> kAll = {
       CollId::kAllReduce, CollId::kReduceScatter, CollId::kAllGather,
       CollId::kBroadcast, CollId::kReduce,        CollId::kGather,
-      CollId::kScatter,   CollId::kAlltoAll,      CollId::kRsAg};
+      CollId::kScatter,   CollId::kAlltoAll,      CollId::kRsAg,
+      CollId::kSendRecv};
   return kAll;
 }
 
@@ -922,6 +923,7 @@ const char* CollName(CollId coll) {
     case CollId::kScatter: return "scatter";
     case CollId::kAlltoAll: return "alltoall";
     case CollId::kRsAg: return "rs_ag";
+    case CollId::kSendRecv: return "sendrecv";
   }
   return "?";
 }
@@ -974,9 +976,10 @@ std::string PerfUsage(const char* program) {
       << "\n"
       << "  -C, --coll <list>          allreduce (default), reducescatter, allgather, broadcast,\n"
       << "                             reduce, gather, scatter, alltoall, rs_ag (allreduce via\n"
-      << "                             reducescatter+allgather on the same buffer), all, or a\n"
-      << "                             comma list; or alltoallv alone (below: not in all, its\n"
-      << "                             sizes are tokens, not bytes)\n"
+      << "                             reducescatter+allgather on the same buffer), sendrecv\n"
+      << "                             (each rank sends to rank+1 and receives from rank-1, one\n"
+      << "                             group of send/recv), all, or a comma list; or alltoallv\n"
+      << "                             alone (below: not in all, its sizes are tokens, not bytes)\n"
       << "  -r, --root <rank|all>      root of broadcast, reduce, gather, scatter (default 0);\n"
       << "                             all (or -1): every rank in turn, one row each\n"
       << "  -b, --minbytes <size>      smallest message (default 4K; K/M/G suffixes); the size\n"
@@ -1018,7 +1021,7 @@ std::string PerfUsage(const char* program) {
       << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
       << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2); in place\n"
-      << "                             is NCCL's per collective (alltoall has none)\n"
+      << "                             is NCCL's per collective (alltoall and sendrecv have none)\n"
       << "      --percentiles          print a table of per-iteration percentiles at the end\n"
       << "      --repeat <n>           run the whole sweep n times in this process; results are\n"
       << "                             numbered by pass (\"run\" in the JSON; default 1)\n"

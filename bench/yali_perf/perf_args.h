@@ -39,7 +39,9 @@ bool IsFloating(DType dtype);
 // The collectives yali-perf measures. The first nine have yaliCollective_t's values: the first
 // eight are the library calls both backends make (Backend::Issue), kAlltoAllv is YALI's uneven
 // exchange in its four forms (Backend::IssueVar; alltoallv.h runs it); kRsAg is AllReduce composed
-// by hand from a ReduceScatter and an AllGather on the same buffer.
+// by hand from a ReduceScatter and an AllGather on the same buffer; kSendRecv is nccl-tests'
+// sendrecv, point-to-point (no yaliCollective_t): each rank sends to rank+1 and receives from
+// rank-1 in one group (yaliSend/yaliRecv, ncclSend/ncclRecv; Backend::Issue makes the group).
 enum class CollId {
   kAllReduce = 0,
   kReduceScatter = 1,
@@ -51,6 +53,7 @@ enum class CollId {
   kAlltoAll = 7,
   kAlltoAllv = 8,
   kRsAg = 9,
+  kSendRecv = 10,
 };
 
 // Every collective, in the order -C all runs them. Not alltoallv: its cases are sized in tokens
@@ -59,7 +62,8 @@ enum class CollId {
 const std::vector<CollId>& AllCollectives();
 // Every collective -C can name: AllCollectives() and alltoallv.
 const std::vector<CollId>& NamedCollectives();
-// "allreduce", "reducescatter", ..., "rs_ag", "alltoallv": the JSON's "collective" and -C's names.
+// "allreduce", "reducescatter", ..., "rs_ag", "sendrecv", "alltoallv": the JSON's "collective"
+// and -C's names.
 const char* CollName(CollId coll);
 
 // The forms of AlltoAllv (yali.h, "AlltoAllv: uneven exchange"): the columns of -C alltoallv.

@@ -42,7 +42,7 @@ yaliRedOp_t ToYali(RedOp op) {
   return yaliSum;
 }
 
-// CollId's first eight values are yaliCollective_t's (perf_args.h).
+// CollId's first eight values are yaliCollective_t's (perf_args.h); sendrecv has none.
 yaliCollective_t ToYali(CollId coll) { return static_cast<yaliCollective_t>(static_cast<int>(coll)); }
 
 // "yaliReduceScatter(count 1024, float, sum, root 0, local comm 1)": what a refusal or a failure
@@ -52,6 +52,9 @@ std::string CallText(const char* function, const LibraryCall& call, int local) {
                      DTypeName(call.dtype);
   if (CollReduces(call.kind)) text += std::string(", ") + RedOpName(call.op);
   if (CollHasRoot(call.kind)) text += ", root " + std::to_string(call.root);
+  if (call.kind == CollId::kSendRecv)
+    text += ", to rank " + std::to_string(call.send_peer) + ", from rank " +
+            std::to_string(call.recv_peer);
   return text + ", local comm " + std::to_string(local) + ")";
 }
 
@@ -139,6 +142,8 @@ class YaliBackend final : public Backend {
         function = "yaliAlltoAll";
         result = yaliAlltoAll(call.send, call.recv, call.count, type, comm, stream);
         break;
+      case CollId::kSendRecv:
+        return IssueSendRecv(local, call, stream, refusal);
       case CollId::kRsAg:
         Fatal("internal: rs_ag is not one library call");
       case CollId::kAlltoAllv:
@@ -193,6 +198,7 @@ class YaliBackend final : public Backend {
   }
 
   bool Precheck(int local, const LibraryCall& call, std::string* refusal) override {
+    if (call.kind == CollId::kSendRecv) return PrecheckSendRecv(local, call, refusal);
     yaliAlgoInfo_t info;
     std::memset(&info, 0, sizeof(info));
     yaliResult_t result = yaliAlgoInfo(comms_[local], ToYali(call.kind), call.send, call.recv,
@@ -208,6 +214,8 @@ class YaliBackend final : public Backend {
   }
 
   AlgoChoice Describe(int local, const LibraryCall& call) override {
+    // yaliAlgoInfo describes collectives; point-to-point calls choose no algorithm.
+    if (call.kind == CollId::kSendRecv) return AlgoChoice();
     yaliAlgoInfo_t info;
     std::memset(&info, 0, sizeof(info));
     // Only for the report: a call it cannot describe (one that was refused) has no label.
@@ -314,6 +322,57 @@ class YaliBackend final : public Backend {
 
   static void Check(yaliResult_t result, const std::string& call, yaliComm_t comm) {
     if (result != yaliSuccess) Fatal(ErrorText(call, result, comm));
+  }
+
+  // nccl-tests' sendrecv: yaliSend to send_peer and yaliRecv from recv_peer in one group (nested
+  // in the harness's group across the local comms; yali.h: a group's point-to-point calls on a comm
+  // run as one launch, every transfer progressing at once). A refused send has queued nothing: the
+  // receive is not made and the case is a refusal (Outcome). A receive refused after its send was
+  // queued cannot be undone (only the outermost group end could drop the send, and the harness's
+  // group is outside this one; launched, the send would wait for a receive that never comes):
+  // fatal.
+  bool IssueSendRecv(int local, const LibraryCall& call, cudaStream_t stream,
+                     std::string* refusal) {
+    yaliComm_t comm = comms_[local];
+    const yaliDataType_t type = ToYali(call.dtype);
+    Check(yaliGroupStart(), "yaliGroupStart (sendrecv)", comm);
+    yaliResult_t result = yaliSend(call.send, call.count, type, call.send_peer, comm, stream);
+    if (result != yaliSuccess) {
+      const std::string text = CallText("yaliSend", call, local);
+      // Nothing of this call is queued: closing the group launches nothing of it.
+      Check(yaliGroupEnd(), "yaliGroupEnd (sendrecv, after a refused yaliSend)", comm);
+      return Outcome(result, text, comm, refusal);
+    }
+    result = yaliRecv(call.recv, call.count, type, call.recv_peer, comm, stream);
+    if (result != yaliSuccess)
+      Fatal(ErrorText(CallText("yaliRecv", call, local), result, comm) +
+            " (after its yaliSend was queued in the group, which cannot be undone)");
+    Check(yaliGroupEnd(), "yaliGroupEnd (" + CallText("sendrecv", call, local) + ")", comm);
+    return true;
+  }
+
+  // yaliSend and yaliRecv have no dry run: each is made with count 0 instead, which checks the
+  // type, the peer and that point-to-point is on (yali.h: YALI_P2P_CHANNELS=0 refuses every call,
+  // yaliInvalidUsage) and moves nothing and matches nothing. Either refusal is the library saying
+  // it would refuse the case; the buffers are checked by the first real call.
+  bool PrecheckSendRecv(int local, const LibraryCall& call, std::string* refusal) {
+    yaliComm_t comm = comms_[local];
+    const yaliDataType_t type = ToYali(call.dtype);
+    const char* function = "yaliSend";
+    yaliResult_t result = yaliSend(call.send, 0, type, call.send_peer, comm, nullptr);
+    if (result == yaliSuccess) {
+      function = "yaliRecv";
+      result = yaliRecv(call.recv, 0, type, call.recv_peer, comm, nullptr);
+    }
+    if (result == yaliSuccess) return true;
+    const std::string text = std::string(function) + " with count 0 (precheck of " +
+                             CallText("sendrecv", call, local) + ")";
+    if (result == yaliInvalidArgument || result == yaliInvalidUsage) {
+      *refusal = ErrorText(text, result, comm);
+      return false;
+    }
+    Check(result, text, comm);
+    return true;
   }
 
   // An issued call's result: true when enqueued; false, with *refusal, when refused (a refused call

@@ -130,6 +130,8 @@ void CheckCase(CollId coll, DType dtype, int op, int n, int root, size_t request
         case CollId::kBroadcast: out[i] = in[root][i]; break;
         case CollId::kScatter: out[i] = in[root][rank * block + i]; break;
         case CollId::kAlltoAll: out[i] = in[i / block][rank * block + i % block]; break;
+        // nccl-tests' sendrecv: what rank-1 sent, its whole input.
+        case CollId::kSendRecv: out[i] = in[(rank - 1 + n) % n][i]; break;
       }
     }
     DataSpec spec;
@@ -177,6 +179,7 @@ void CheckCase(CollId coll, DType dtype, int op, int n, int root, size_t request
           case CollId::kBroadcast: bad[i] = in[other][i]; break;
           case CollId::kScatter: bad[i] = in[other][rank * block + i]; break;
           case CollId::kAlltoAll: bad[i] = in[(i / block + 1) % n][rank * block + i % block]; break;
+          case CollId::kSendRecv: bad[i] = in[rank][i]; break;  // its own input, not rank-1's
           default: bad[i] = in[(i / block + 1) % n][i % block]; break;
         }
       }
@@ -185,6 +188,14 @@ void CheckCase(CollId coll, DType dtype, int op, int n, int root, size_t request
       Expect(flagged >= elements / 2, label + ": data from the wrong rank flagged in " +
                                           std::to_string(flagged) + " of " +
                                           std::to_string(elements));
+      // The ring reversed (received from rank+1, which is rank-1 only at n = 2).
+      if (coll == CollId::kSendRecv && n > 2) {
+        for (size_t i = 0; i < elements; ++i) bad[i] = in[(rank + 1) % n][i];
+        const size_t reversed = count_wrong(bad);
+        Expect(reversed >= elements / 2, label + ": data from rank+1 flagged in " +
+                                             std::to_string(reversed) + " of " +
+                                             std::to_string(elements));
+      }
     }
 
     // A sum that lost one rank: flagged for most elements, fp8 included (the tolerance is

@@ -9,6 +9,9 @@
 //     freed its proxy state, which its cleanup of IPC registrations still uses (2.28.3,
 //     init.cc commFree: ncclProxyDestroy, then ncclRegCleanup).
 //   - likewise every ncclCommRegister handle (-R 1) is deregistered before the comm goes.
+// And -C sendrecv's calls: nccl-tests' ncclGroupStart, ncclSend to rank+1, ncclRecv from rank-1,
+// ncclGroupEnd, nested in the harness's group; a refused ncclSend or ncclRecv (NCCL then launches
+// none of the group's calls, and the outermost ncclGroupEnd returns the refusal) is a refusal.
 // The fake also stands in for the three CUDA runtime calls the backend makes (cudaSetDevice and
 // the error names), so the test needs no GPU.
 #include <cuda_runtime.h>
@@ -34,6 +37,18 @@ struct ncclComm {
 
 namespace {
 
+// One ncclSend or ncclRecv, as the fake saw it.
+struct P2PCall {
+  bool send;
+  const void* buffer;
+  size_t count;
+  ncclDataType_t type;
+  int peer;
+  ncclComm_t comm;
+  cudaStream_t stream;
+  int group_depth;  // at the call
+};
+
 struct PendingWindow {
   ncclComm_t comm;
   void* buffer;
@@ -53,6 +68,11 @@ struct FakeNccl {
   int registrations_left_at_destroy = 0;
   int freed_while_in_window = 0;        // ncclMemFree of memory a live window still holds
   std::vector<std::unique_ptr<ncclComm>> comms;
+  std::vector<P2PCall> p2p;                    // every ncclSend and ncclRecv, in call order
+  ncclResult_t refuse_send = ncclSuccess;      // what ncclSend returns (and records as the error)
+  ncclResult_t refuse_recv = ncclSuccess;
+  ncclResult_t group_error = ncclSuccess;      // the open group's first error (NCCL's ncclGroupError)
+  int launched_groups = 0;                     // outermost ncclGroupEnd calls that launched
 };
 
 FakeNccl* g_nccl = nullptr;
@@ -116,6 +136,13 @@ ncclResult_t ncclGroupStart() {
 }
 ncclResult_t ncclGroupEnd() {
   if (--g_nccl->group_depth > 0) return ncclSuccess;
+  // As NCCL: a call refused inside the group fails the outermost end, which launches nothing.
+  if (g_nccl->group_error != ncclSuccess) {
+    const ncclResult_t error = g_nccl->group_error;
+    g_nccl->group_error = ncclSuccess;
+    return error;
+  }
+  ++g_nccl->launched_groups;
   // NCCL fills in the handles of the group's window registrations now, through the pointers the
   // calls were given.
   for (const PendingWindow& p : g_nccl->pending) *p.out = NewWindow(p.comm, p.buffer);
@@ -191,10 +218,20 @@ ncclResult_t ncclAlltoAll(const void*, void*, size_t, ncclDataType_t, ncclComm_t
   return ncclInternalError;
 }
 #endif
-ncclResult_t ncclSend(const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) {
-  return ncclInternalError;
+ncclResult_t ncclSend(const void* buffer, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  g_nccl->p2p.push_back({true, buffer, count, type, peer, comm, stream, g_nccl->group_depth});
+  if (g_nccl->refuse_send != ncclSuccess && g_nccl->group_depth > 0)
+    g_nccl->group_error = g_nccl->refuse_send;
+  return g_nccl->refuse_send;
 }
-ncclResult_t ncclRecv(void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) { return ncclInternalError; }
+ncclResult_t ncclRecv(void* buffer, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  g_nccl->p2p.push_back({false, buffer, count, type, peer, comm, stream, g_nccl->group_depth});
+  if (g_nccl->refuse_recv != ncclSuccess && g_nccl->group_depth > 0)
+    g_nccl->group_error = g_nccl->refuse_recv;
+  return g_nccl->refuse_recv;
+}
 
 // The CUDA runtime calls of the backend.
 cudaError_t cudaSetDevice(int) { return cudaSuccess; }
@@ -208,6 +245,7 @@ const char* cudaGetErrorString(cudaError_t) { return "fake"; }
 namespace {
 
 using yali_perf::Backend;
+using yali_perf_test::Expect;
 
 std::unique_ptr<Backend> MakeBackend() {
   std::string reason;
@@ -279,6 +317,86 @@ void RegistrationsAreDeregistered() {
   g_nccl = nullptr;
 }
 
+// -C sendrecv (collectives.cu fills the peers: to rank+1, from rank-1): one group of an ncclSend
+// and an ncclRecv per call, as nccl-tests' SendRecvRunColl, inside the harness's group
+// (IssueGrouped) across the local comms.
+void SendRecvIsOneGroup() {
+  FakeNccl fake;
+  g_nccl = &fake;
+  std::unique_ptr<Backend> backend = MakeBackend();
+  backend->InitAll({0, 1, 2});
+  float storage[3][2][8];
+  auto call_of = [&](int rank) {
+    yali_perf::LibraryCall call;
+    call.kind = yali_perf::CollId::kSendRecv;
+    call.send = storage[rank][0];
+    call.recv = storage[rank][1];
+    call.count = 8;
+    call.dtype = yali_perf::DType::kBfloat16;
+    call.send_peer = (rank + 1) % 3;
+    call.recv_peer = (rank + 2) % 3;
+    return call;
+  };
+  cudaStream_t stream = reinterpret_cast<cudaStream_t>(0x5eed);
+  std::string refusal;
+  backend->GroupStart();
+  for (int rank = 0; rank < 3; ++rank)
+    Expect(backend->Issue(rank, call_of(rank), stream, &refusal),
+           "sendrecv issued on local comm " + std::to_string(rank), __LINE__);
+  EXPECT(fake.group_depth == 1);  // each call's own group closed, the harness's still open
+  backend->GroupEnd();
+  EXPECT(fake.group_depth == 0 && fake.launched_groups == 1);
+  EXPECT(fake.p2p.size() == 6);
+  for (size_t k = 0; k < fake.p2p.size() && fake.p2p.size() == 6; ++k) {
+    const P2PCall& c = fake.p2p[k];
+    const int rank = static_cast<int>(k / 2);
+    const bool send = k % 2 == 0;  // nccl-tests' order: the send, then the receive
+    Expect(c.send == send && c.count == 8 && c.type == ncclBfloat16 && c.stream == stream &&
+               c.comm == fake.comms[rank].get() && c.group_depth == 2 &&
+               c.peer == (send ? (rank + 1) % 3 : (rank + 2) % 3) &&
+               c.buffer == (send ? static_cast<const void*>(storage[rank][0])
+                                 : static_cast<const void*>(storage[rank][1])),
+           "call " + std::to_string(k) + " of the sendrecv group", __LINE__);
+  }
+
+  // Outside the harness's group the call's own group is the outermost and launches.
+  fake.p2p.clear();
+  EXPECT(backend->Issue(1, call_of(1), stream, &refusal));
+  EXPECT(fake.group_depth == 0 && fake.launched_groups == 2 && fake.p2p.size() == 2 &&
+         fake.p2p[0].group_depth == 1);
+
+  // A refused send: a refusal naming ncclSend, the receive not made, the groups closed, nothing
+  // launched (and no fatal error from the harness's ncclGroupEnd, which returns the refusal).
+  fake.p2p.clear();
+  fake.refuse_send = ncclInvalidArgument;
+  refusal.clear();
+  backend->GroupStart();
+  EXPECT(!backend->Issue(0, call_of(0), stream, &refusal));
+  backend->GroupEnd();
+  EXPECT(refusal.find("ncclSend(count 8, bfloat16, to rank 1, from rank 2, local comm 0)") !=
+         std::string::npos);
+  EXPECT(fake.p2p.size() == 1 && fake.p2p[0].send);
+  EXPECT(fake.group_depth == 0 && fake.launched_groups == 2);
+
+  // A refused receive: likewise, naming ncclRecv (NCCL drops the accepted send with the group).
+  fake.p2p.clear();
+  fake.refuse_send = ncclSuccess;
+  fake.refuse_recv = ncclInvalidArgument;
+  refusal.clear();
+  backend->GroupStart();
+  EXPECT(!backend->Issue(2, call_of(2), stream, &refusal));
+  backend->GroupEnd();
+  EXPECT(refusal.find("ncclRecv(count 8, bfloat16, to rank 0, from rank 1, local comm 2)") !=
+         std::string::npos);
+  EXPECT(fake.p2p.size() == 2 && fake.group_depth == 0 && fake.launched_groups == 2);
+
+  // The precheck accepts it (NCCL has no dry run; bfloat16 is in every NCCL this builds against).
+  EXPECT(backend->Precheck(0, call_of(0), &refusal));
+  EXPECT(!backend->Describe(0, call_of(0)).known);
+  backend->DestroyAll();
+  g_nccl = nullptr;
+}
+
 }  // namespace
 
 int main() {
@@ -289,5 +407,6 @@ int main() {
   std::printf("nccl.h %d has no symmetric windows: the -R 2 cases are not built\n", NCCL_VERSION_CODE);
 #endif
   RegistrationsAreDeregistered();
+  SendRecvIsOneGroup();
   return yali_perf_test::Summary();
 }

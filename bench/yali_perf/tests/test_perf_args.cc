@@ -165,10 +165,11 @@ void TestCollectiveArgs() {
   EXPECT(ParseOk({"--collective", "rs_ag"}, &args) &&
          args.collectives == std::vector<CollId>({CollId::kRsAg}));
   EXPECT(ParseOk({"-C", "all"}, &args) && args.collectives == AllCollectives());
-  EXPECT(AllCollectives().size() == 9);
+  EXPECT(AllCollectives().size() == 10);
   const std::vector<std::string> names = {"allreduce", "reducescatter", "allgather",
                                           "broadcast", "reduce",        "gather",
-                                          "scatter",   "alltoall",      "rs_ag"};
+                                          "scatter",   "alltoall",      "rs_ag",
+                                          "sendrecv"};
   for (size_t i = 0; i < names.size(); ++i) {
     Expect(CollName(AllCollectives()[i]) == names[i], "collective " + names[i], __LINE__);
     PerfArgs one;
@@ -181,7 +182,16 @@ void TestCollectiveArgs() {
          static_cast<int>(CollId::kAllGather) == 2 && static_cast<int>(CollId::kBroadcast) == 3 &&
          static_cast<int>(CollId::kReduce) == 4 && static_cast<int>(CollId::kGather) == 5 &&
          static_cast<int>(CollId::kScatter) == 6 && static_cast<int>(CollId::kAlltoAll) == 7);
-  EXPECT(ParseFails({"-C", "sendrecv"}, "-C/--coll"));
+  // sendrecv: nccl-tests' ring of point-to-point calls, in -C all; its spellings like the others'.
+  EXPECT(ParseOk({"-C", "sendrecv"}, &args) &&
+         args.collectives == std::vector<CollId>({CollId::kSendRecv}));
+  EXPECT(ParseOk({"-C", "send_recv,SendRecv,allreduce,send-recv"}, &args) &&
+         args.collectives == std::vector<CollId>({CollId::kSendRecv, CollId::kAllReduce}));
+  EXPECT(std::string(CollName(CollId::kSendRecv)) == "sendrecv");
+  // Not a yaliCollective_t (yaliAlgoInfo describes none): a value past the library's and rs_ag's.
+  EXPECT(static_cast<int>(CollId::kSendRecv) == 10);
+  EXPECT(ParseFails({"-C", "hypercube"}, "-C/--coll"));
+  EXPECT(ParseFails({"-C", "send"}, "-C/--coll"));
   EXPECT(ParseFails({"-C", "allreduce,"}, "-C/--coll"));
   EXPECT(ParseFails({"-C"}, "needs a value"));
 
@@ -201,8 +211,8 @@ void TestCollectiveArgs() {
 
   const std::string usage = PerfUsage("yali-perf");
   for (const char* needle : {"-C, --coll <list>", "-r, --root <rank|all>", "rs_ag", "alltoall",
-                             "-e, --maxbytes <size|max>", "f8e4m3", "YALI_PERF_MEM_HEADROOM",
-                             "skipped"})
+                             "sendrecv", "-e, --maxbytes <size|max>", "f8e4m3",
+                             "YALI_PERF_MEM_HEADROOM", "skipped"})
     Expect(usage.find(needle) != std::string::npos, std::string("usage has ") + needle, __LINE__);
   // Every line of -h fits 100 columns (the table's readers use terminals).
   std::istringstream lines(usage);
@@ -271,6 +281,13 @@ void TestCollShapes() {
   EXPECT(same(ShapeFor(CollId::kRsAg, 4096, 4, 3), 1020, 1020, 1020, 0, 0, 4080));
   // Fewer elements than ranks: count 0, as nccl-tests.
   EXPECT(same(ShapeFor(CollId::kAllGather, 8, 4, 4), 0, 0, 0, 0, 0, 0));
+  // SendRecv: count = size / element size, whole (no per-rank blocks, no 16-byte rounding), the
+  // same count out and in; no in-place offsets (out of place only).
+  EXPECT(same(ShapeFor(CollId::kSendRecv, 4096, 4, 8), 1024, 1024, 1024, 0, 0, 4096));
+  EXPECT(same(ShapeFor(CollId::kSendRecv, 1000, 8, 3), 125, 125, 125, 0, 0, 1000));
+  EXPECT(same(ShapeFor(CollId::kSendRecv, 4097, 4, 3), 1024, 1024, 1024, 0, 0, 4096));
+  EXPECT(same(ShapeFor(CollId::kSendRecv, 6, 4, 2), 1, 1, 1, 0, 0, 4));
+  EXPECT(same(ShapeFor(CollId::kSendRecv, 2, 4, 2), 0, 0, 0, 0, 0, 0));
 
   // busBW factors.
   EXPECT(Near(BusFactor(CollId::kAllReduce, 8), 1.75) && Near(BusFactor(CollId::kRsAg, 4), 1.5));
@@ -278,15 +295,32 @@ void TestCollShapes() {
                       CollId::kGather, CollId::kScatter})
     Expect(Near(BusFactor(coll, 8), 0.875) && std::string(BusFactorText(coll)) == "(n-1)/n",
            std::string(CollName(coll)) + " busbw factor", __LINE__);
-  for (CollId coll : {CollId::kBroadcast, CollId::kReduce})
+  for (CollId coll : {CollId::kBroadcast, CollId::kReduce, CollId::kSendRecv})
     Expect(Near(BusFactor(coll, 8), 1.0) && std::string(BusFactorText(coll)) == "1",
            std::string(CollName(coll)) + " busbw factor", __LINE__);
+  // nccl-tests' SendRecvGetBw: busbw = algbw whatever the world size.
+  for (int n : {1, 2, 3, 8})
+    Expect(Near(BusFactor(CollId::kSendRecv, n), 1.0),
+           "sendrecv busbw factor at n=" + std::to_string(n), __LINE__);
   EXPECT(std::string(BusFactorText(CollId::kAllReduce)) == "2(n-1)/n");
 
   EXPECT(CollReduces(CollId::kReduce) && CollReduces(CollId::kRsAg) &&
          !CollReduces(CollId::kAllGather) && !CollReduces(CollId::kAlltoAll));
   EXPECT(CollHasRoot(CollId::kScatter) && !CollHasRoot(CollId::kAlltoAll));
   EXPECT(!CollHasInPlace(CollId::kAlltoAll) && CollHasInPlace(CollId::kScatter));
+  // SendRecv only moves data, has no root, differs per rank and has no in-place form (nccl-tests
+  // runs one on a single buffer and leaves it unchecked).
+  EXPECT(!CollReduces(CollId::kSendRecv) && !CollHasRoot(CollId::kSendRecv) &&
+         !CollSameOutputEverywhere(CollId::kSendRecv) && !CollHasInPlace(CollId::kSendRecv));
+  EXPECT(CollNoInPlaceReason(CollId::kSendRecv).find("in-place sendrecv") != std::string::npos &&
+         CollNoInPlaceReason(CollId::kSendRecv).find("out-of-place only") != std::string::npos);
+  EXPECT(CollNoInPlaceReason(CollId::kAlltoAll) ==
+         "NCCL defines no in-place alltoall and YALI refuses overlapping buffers for it: "
+         "out-of-place only");
+  for (int rank : {0, 1, 2})
+    Expect(OutputCount(CollId::kSendRecv, ShapeFor(CollId::kSendRecv, 4096, 4, 3), rank, 0, 3) ==
+               1024,
+           "sendrecv output count on rank " + std::to_string(rank), __LINE__);
   EXPECT(CollSameOutputEverywhere(CollId::kBroadcast) && !CollSameOutputEverywhere(CollId::kReduce));
   const CollShape gather = ShapeFor(CollId::kGather, 4096, 4, 4);
   EXPECT(OutputCount(CollId::kGather, gather, 2, 2, 4) == 1024 &&
@@ -485,7 +519,7 @@ void TestTuneArgs() {
                                                  CollId::kBroadcast, CollId::kAlltoAll}));
   EXPECT(ParseOk({"--tune", "--tune-colls", "none,all"}, &args) &&
          args.tune_colls == TunableCollectives());
-  for (const char* bad : {"rs_ag", "alltoallv", "x", ""})
+  for (const char* bad : {"rs_ag", "alltoallv", "sendrecv", "x", ""})
     Expect(ParseFails({"--tune", "--tune-colls", bad}, "for --tune-colls"),
            std::string("--tune-colls rejects '") + bad + "'", __LINE__);
   EXPECT(ParseFails({"--tune-colls", "allgather"}, "--tune-colls needs --tune"));
@@ -787,6 +821,8 @@ void TestReport() {
   EXPECT(BlockHeading(CollId::kRsAg, 0) ==
          "# rs_ag (allreduce via reducescatter+allgather) (busbw = algbw * 2(n-1)/n)\n");
   EXPECT(BlockHeading(CollId::kAlltoAll, 0) == "# alltoall (busbw = algbw * (n-1)/n)\n");
+  EXPECT(BlockHeading(CollId::kSendRecv, 0) ==
+         "# sendrecv (each rank sends to rank+1, receives from rank-1) (busbw = algbw * 1)\n");
 
   JsonWriter writer;
   writer.BeginObject();
@@ -1122,6 +1158,9 @@ void TestTuneExchangeNames() {
   EXPECT(rows_ok);
   EXPECT(cleared("YALI_MAX_CTAS") && cleared("YALI_ONESHOT_LL_MAX_BYTES"));
   EXPECT(TunableCollectives().size() == 8 && TunableCollectives()[0] == CollId::kAllReduce);
+  // Point-to-point has no algorithm to tune: sendrecv is no target.
+  for (CollId coll : TunableCollectives())
+    Expect(coll != CollId::kSendRecv, "sendrecv is not tuned", __LINE__);
 }
 
 // An exchange crossover with the given times (candidate, baseline) at pieces 4K, 8K, ...
