@@ -58,14 +58,18 @@ const IntSetting kIntSettings[] = {
     {"YALI_PULL_BUFFER_BYTES", 4 << 20, 0, INT64_C(1) << 32, &Settings::pullBufferBytes, true, true,
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that, when oneshot_pull may be chosen: not at 8 ranks by default)."},
-    // 8 rings of 4 x 64 KB per ordered pair: 2 MB per peer in the receiver's window (14 MB at 8
-    // ranks), and 8 blocks per peer and direction.
-    {"YALI_P2P_CHANNELS", 8, 0, kMaxP2PChannels, &Settings::p2pChannels, true, false,
+    // Rings of 4 x 128 KB: 16 per pair at 2 ranks (8 MB per peer in the receiver's window), 10 at
+    // 4, 4 at 8 (collectives/p2p/p2p.h: p2pRingsPerPair): 16-20 MB of window per rank.
+    {"YALI_P2P_CHANNELS", 16, 0, kMaxP2PChannels, &Settings::p2pChannels, true, false,
      "Point-to-point (yaliSend, yaliRecv; libyali-nccl's ncclSend and ncclRecv inside a node): the rings "
-     "per ordered pair of ranks, each of 4 slots of YALI_P2P_SLOT_BYTES in the receiver's window, and so "
-     "the blocks that carry one pair's transfer each way. 0: no rings, and the calls are refused."},
-    {"YALI_P2P_SLOT_BYTES", 64 << 10, 4096, 16 << 20, &Settings::p2pSlotBytes, true, true,
-     "Bytes per point-to-point ring slot: the chunk a block moves per handshake."},
+     "per ordered pair of ranks (at most 64 / (2 x (nranks - 1)), so that a launch that talks to every "
+     "peer both ways stays within 64 blocks), each of 4 slots of YALI_P2P_SLOT_BYTES in the receiver's "
+     "window, and so the blocks that carry one pair's transfer each way. 0: no rings, and the calls are "
+     "refused."},
+    {"YALI_P2P_SLOT_BYTES", 128 << 10, 4096, 16 << 20, &Settings::p2pSlotBytes, true, true,
+     "Bytes per point-to-point ring slot: the largest chunk a block moves per handshake (a call's "
+     "chunks spread over every ring, 4 KB at least). Larger slots move large transfers faster, for "
+     "more memory (PERF.md, Session 39)."},
     {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},

@@ -1,5 +1,6 @@
 #include "core/window_layout.h"
 
+#include "collectives/p2p/p2p.h"
 #include "collectives/registry.h"
 
 namespace yali {
@@ -40,11 +41,11 @@ WindowLayout computeLayout(int nranks, const Settings& s, uint32_t regions) {
   // Point-to-point (p2p.cu): the flags and credits at their full shape, the rings for this world.
   // Outside the epoch-stamped areas: the rebase never clears them.
   const bool p2p = (regions & kRegionP2P) != 0;
-  L.p2pChannels = p2p ? static_cast<size_t>(s.p2pChannels) : 0;
+  L.p2pChannels = p2p ? static_cast<size_t>(p2pRingsPerPair(s.p2pChannels, nranks)) : 0;
   L.p2pSlotBytes = p2p ? static_cast<size_t>(s.p2pSlotBytes) : 0;
   L.p2pSlotStride = p2p ? alignUp(L.p2pSlotBytes + 16) : 0;  // room for the skew (0..15)
   place(&L.p2pFlags, kRegionP2P, alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
-  place(&L.p2pCredits, kRegionP2P, alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels));
+  place(&L.p2pCredits, kRegionP2P, alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
   place(&L.p2pRing, kRegionP2P, n * L.p2pChannels * kP2PSlots * L.p2pSlotStride);
   place(&L.local, kRegionLocal, alignUp(sizeof(LocalState)));
   L.total = off;

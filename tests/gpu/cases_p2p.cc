@@ -73,8 +73,9 @@ namespace {
 using Bytes = std::vector<unsigned char>;
 
 constexpr size_t kMiB = (size_t)1 << 20;
-// A pair's ring with the default settings: YALI_P2P_CHANNELS (8) x 4 slots x YALI_P2P_SLOT_BYTES
-// (64 KiB). A transfer larger than this wraps it.
+// A pair's ring at most, on the comms the failure cases make with SmallRings (8 rings x 4 slots x
+// 64 KiB; fewer rings at 8 ranks or where ranks share a GPU): a send larger than this waits for its
+// receiver. (The default ring is larger: 16 x 4 x 128 KiB at 2 ranks.)
 constexpr size_t kRingBytes = (size_t)8 * 4 * 65536;
 
 // A size mismatch must end both ranks' calls well before YALI_TIMEOUT_MS (yali.h: checked on the
@@ -138,6 +139,12 @@ class EnvVar {
  private:
   std::string name_, old_;
   bool had_ = false;
+};
+
+// The settings behind kRingBytes, set around the failure cases' comm creation.
+struct SmallRings {
+  EnvVar channels{"YALI_P2P_CHANNELS", "8"};
+  EnvVar slot{"YALI_P2P_SLOT_BYTES", "65536"};
 };
 
 std::string commErrors(yaliComm_t comm) {
@@ -1877,6 +1884,7 @@ void caseSizeMismatch(Ctx& ctx) {
   for (const Variant& v : vs) {
     const std::string label = v.name;
     EnvVar env("YALI_TIMEOUT_MS", std::to_string(kFailureTimeoutMs));
+    SmallRings rings;  // kRingBytes holds on these comms
     ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
     std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
     {
@@ -2044,6 +2052,7 @@ void casePeerAbsent(Ctx& ctx) {
   for (const Variant& v : vs) {
     const std::string label = v.name;
     EnvVar env("YALI_TIMEOUT_MS", std::to_string(kTimeoutMs));
+    SmallRings rings;  // kRingBytes holds on these comms
     ctx.world->barrier();  // YALI_TIMEOUT_MS also bounds comm creation: start it together
     std::vector<yaliComm_t> comms = ctx.createComms(label.c_str());
     {

@@ -118,8 +118,9 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //               read by every peer; block b's run of elements at the same offset as in the input
 //   p2pFlags    P2PSlotFlag[sender kMaxRanks][channel kMaxP2PChannels][slot kP2PSlots]: sender s's
 //               announcement of what lies in slot k of its ring c for us (point-to-point; p2p.cu)
-//   p2pCredits  uint64[receiver kMaxRanks][channel kMaxP2PChannels]: [r][c]: the slots of our ring c
-//               into rank r's window that r has consumed (r writes it)
+//   p2pCredits  uint64[receiver kMaxRanks][channel kMaxP2PChannels][slot kP2PSlots]: [r][c][k]: the
+//               number plus one of the last slot at place k of our ring c into rank r's window that
+//               r has consumed (r writes it)
 //   p2pRing     [sender nranks][channel p2pChannels][slot kP2PSlots][p2pSlotStride]: the slots sender
 //               s pushed for us; a slot's data starts at its announced skew (0..15)
 //   local       LocalState: this rank's private launch state (in the window only to share its

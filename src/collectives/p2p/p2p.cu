@@ -10,10 +10,6 @@ namespace yali {
 namespace {
 
 constexpr uint64_t kNoFailure = 0;
-
-// Chunks of a call of `bytes`, `slot` bytes each.
-__host__ __device__ __forceinline__ uint64_t chunksOf(uint64_t bytes, uint64_t slot) { return (bytes + slot - 1) / slot; }
-
 // Where slot place k of ring (sender, channel) lies in `window` (the receiver's).
 __device__ __forceinline__ char* slotOf(char* window, const WindowLayout& L, int sender, int channel, uint64_t k) {
   return window + L.p2pRing + ((static_cast<size_t>(sender) * L.p2pChannels + channel) * kP2PSlots + k) * L.p2pSlotStride;
@@ -21,101 +17,121 @@ __device__ __forceinline__ char* slotOf(char* window, const WindowLayout& L, int
 __device__ __forceinline__ P2PSlotFlag* flagOf(char* window, const WindowLayout& L, int sender, int channel, uint64_t k) {
   return reinterpret_cast<P2PSlotFlag*>(window + L.p2pFlags) + (static_cast<size_t>(sender) * kMaxP2PChannels + channel) * kP2PSlots + k;
 }
-__device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& L, int receiver, int channel) {
-  return reinterpret_cast<uint64_t*>(window + L.p2pCredits) + static_cast<size_t>(receiver) * kMaxP2PChannels + channel;
+// The receiver's credit for place k of our ring `channel` into its window, in our window.
+__device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& L, int receiver, int channel, uint64_t k) {
+  return reinterpret_cast<uint64_t*>(window + L.p2pCredits) +
+         (static_cast<size_t>(receiver) * kMaxP2PChannels + channel) * kP2PSlots + k;
+}
+
+// One lane's walk over the launch's calls of its kind and peer: every chunk on its channel, in
+// order, numbered j = 0, 1, ... (its slot is the ring's base + j); the lane's team t takes the
+// chunks with j % kP2PTeams == t. `step(op, off, len, seq)` moves one chunk and returns false when
+// the lane must stop (a failed wait or check). Returns the chunks the lane walked (all of them
+// unless it stopped).
+template <int kCap, typename Step>
+__device__ __forceinline__ bool walkLane(const P2PArgs<kCap>& a, uint32_t kind, int peer, int channel, const Team& team,
+                                        uint64_t base, uint64_t* walked, Step step) {
+  const uint64_t slot = a.frame.layout.p2pSlotBytes;
+  uint64_t j = 0;
+  for (uint32_t o = 0; o < a.nops; ++o) {
+    const P2POp& op = a.ops[o];
+    if (op.kind != kind || op.peer != peer) continue;
+    const uint64_t chunk = p2pChunkBytes(op.bytes, a.channels, slot);
+    const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
+    for (uint64_t i = channel; i < chunks; i += a.channels, ++j) {
+      if (j % kP2PTeams != static_cast<uint64_t>(team.index)) continue;
+      const uint64_t off = i * chunk;
+      if (!step(op, off, op.bytes - off < chunk ? op.bytes - off : chunk, base + j)) return false;
+    }
+  }
+  *walked = j;
+  return true;
 }
 
 // Every send of the launch to `peer`, chunks on `channel`, pushed into the peer's ring (p2p.h: the
-// sender's three steps). Returns with the ring's slot count advanced; stops at a failed wait.
+// sender's three steps), by the block's teams in turn: while one team's thread 0 waits for its
+// release to drain, the other team copies the next chunk.
 template <int kCap>
 __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int channel) {
   const DeviceArgs& args = a.frame;
   const WindowLayout& L = args.layout;
-  const Team block = wholeBlock();
-  __shared__ int stop;
+  const Team team = teamOf(kP2PTeams);
+  __shared__ int stop[kP2PTeams];
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
   uint64_t* seqWord = &args.local->p2pSent[peer][channel];
-  uint64_t seq = *seqWord;  // every thread reads it; thread 0 writes it back after the last barrier
-  const uint64_t* credit = creditOf(args.window, L, peer, channel);
-  bool failed = false;
-  for (uint32_t o = 0; o < a.nops && !failed; ++o) {
-    const P2POp& op = a.ops[o];
-    if (op.kind != kP2PSend || op.peer != peer) continue;
-    const uint64_t chunks = chunksOf(op.bytes, L.p2pSlotBytes);
-    for (uint64_t i = channel; i < chunks; i += a.channels, ++seq) {
-      const uint64_t k = seq % kP2PSlots;
-      if (threadIdx.x == 0) {
-        // The place's previous slot (seq - kP2PSlots) consumed: its credit is seq - kP2PSlots + 1.
-        stop = seq >= kP2PSlots && !waitAtLeast(args, credit, seq - kP2PSlots + 1, kPhaseP2PCredit);
-      }
-      __syncthreads();
-      if (stop) {
-        failed = true;
-        break;
-      }
-      const uint64_t off = i * L.p2pSlotBytes;
-      const uint64_t len = op.bytes - off < L.p2pSlotBytes ? op.bytes - off : L.p2pSlotBytes;
-      const char* src = op.src + off;
-      const uint64_t skew = reinterpret_cast<uintptr_t>(src) & 15;
-      copyBytes(block, slotOf(args.peerWindows[peer], L, args.rank, channel, k) + skew, src, len);
-      __syncthreads();  // the block's stores before thread 0's release
-      if (threadIdx.x == 0) {
-        P2PSlotFlag* flag = flagOf(args.peerWindows[peer], L, args.rank, channel, k);
-        *reinterpret_cast<volatile uint64_t*>(&flag->shape) = op.bytes << 4 | skew;
-        publish(&flag->ready, seq + 1);
-      }
+  const uint64_t base = *seqWord;  // every thread reads it before the barrier; thread 0 writes it after the last
+  __syncthreads();
+  uint64_t walked = 0;
+  const bool ok = walkLane(a, kP2PSend, peer, channel, team, base, &walked,
+                           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
+    const uint64_t k = seq % kP2PSlots;
+    if (team.thread == 0) {
+      // The place's previous slot (seq - kP2PSlots) consumed: its credit is seq - kP2PSlots + 1.
+      stop[team.index] = seq >= kP2PSlots &&
+                         !waitAtLeast(args, creditOf(args.window, L, peer, channel, k), seq - kP2PSlots + 1, kPhaseP2PCredit);
     }
-  }
-  __syncthreads();  // every thread read *seqWord before it changes
-  if (threadIdx.x == 0 && !failed) *seqWord = seq;
+    team.sync();
+    if (stop[team.index]) return false;
+    const char* src = op.src + off;
+    const uint64_t skew = reinterpret_cast<uintptr_t>(src) & 15;
+    copyBytes(team, slotOf(args.peerWindows[peer], L, args.rank, channel, k) + skew, src, len);
+    team.sync();  // the team's stores before thread 0's release
+    if (team.thread == 0) {
+      P2PSlotFlag* flag = flagOf(args.peerWindows[peer], L, args.rank, channel, k);
+      *reinterpret_cast<volatile uint64_t*>(&flag->shape) = op.bytes << 4 | skew;
+      publish(&flag->ready, seq + 1);
+    }
+    return true;
+  });
+  if (!ok) failed = 1;
+  __syncthreads();
+  if (threadIdx.x == 0 && !failed) *seqWord = base + walked;
 }
 
 // Every receive of the launch from `peer`, chunks on `channel`, copied out of our ring and credited
-// (p2p.h: the receiver's steps).
+// place by place (p2p.h: the receiver's steps), by the block's teams in turn.
 template <int kCap>
 __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int channel) {
   const DeviceArgs& args = a.frame;
   const WindowLayout& L = args.layout;
-  const Team block = wholeBlock();
-  __shared__ int stop;
-  __shared__ uint64_t skewOfSlot;
+  const Team team = teamOf(kP2PTeams);
+  __shared__ int stop[kP2PTeams];
+  __shared__ uint64_t skewOfSlot[kP2PTeams];
+  __shared__ int failed;
+  if (threadIdx.x == 0) failed = 0;
   uint64_t* seqWord = &args.local->p2pReceived[peer][channel];
-  uint64_t seq = *seqWord;
-  uint64_t* credit = creditOf(args.peerWindows[peer], L, args.rank, channel);
-  bool failed = false;
-  for (uint32_t o = 0; o < a.nops && !failed; ++o) {
-    const P2POp& op = a.ops[o];
-    if (op.kind != kP2PRecv || op.peer != peer) continue;
-    const uint64_t chunks = chunksOf(op.bytes, L.p2pSlotBytes);
-    for (uint64_t i = channel; i < chunks; i += a.channels, ++seq) {
-      const uint64_t k = seq % kP2PSlots;
-      if (threadIdx.x == 0) {
-        P2PSlotFlag* flag = flagOf(args.window, L, peer, channel, k);
-        stop = !waitAtLeast(args, &flag->ready, seq + 1, kPhaseP2PSlot);
-        if (!stop) {
-          const uint64_t shape = *reinterpret_cast<volatile uint64_t*>(&flag->shape);
-          if (shape >> 4 != op.bytes) {
-            // The sender's call is not ours: nothing of it is copied; both ranks fail (the sender's
-            // waits for our credit end when recordFailure tells it).
-            recordFailure(args, kFailP2PBytes, kPhaseP2PBytes, peer);  // origin: the sender, for the message
-            stop = 1;
-          }
-          skewOfSlot = shape & 15;
-        }
-      }
-      __syncthreads();
-      if (stop) {
-        failed = true;
-        break;
-      }
-      const uint64_t off = i * L.p2pSlotBytes;
-      const uint64_t len = op.bytes - off < L.p2pSlotBytes ? op.bytes - off : L.p2pSlotBytes;
-      copyBytes(block, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot, len);
-      __syncthreads();  // the block's loads of the slot before the credit frees it
-      if (threadIdx.x == 0) publish(credit, seq + 1);
-    }
-  }
+  const uint64_t base = *seqWord;
   __syncthreads();
-  if (threadIdx.x == 0 && !failed) *seqWord = seq;
+  uint64_t walked = 0;
+  const bool ok = walkLane(a, kP2PRecv, peer, channel, team, base, &walked,
+                           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
+    const uint64_t k = seq % kP2PSlots;
+    if (team.thread == 0) {
+      P2PSlotFlag* flag = flagOf(args.window, L, peer, channel, k);
+      int s = !waitAtLeast(args, &flag->ready, seq + 1, kPhaseP2PSlot);
+      if (!s) {
+        const uint64_t shape = *reinterpret_cast<volatile uint64_t*>(&flag->shape);
+        if (shape >> 4 != op.bytes) {
+          // The sender's call is not ours: nothing of it is copied; both ranks fail (the sender's
+          // waits for our credit end when recordFailure tells it; origin: the sender, for the message).
+          recordFailure(args, kFailP2PBytes, kPhaseP2PBytes, peer);
+          s = 1;
+        }
+        skewOfSlot[team.index] = shape & 15;
+      }
+      stop[team.index] = s;
+    }
+    team.sync();
+    if (stop[team.index]) return false;
+    copyBytes(team, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot[team.index], len);
+    team.sync();  // the team's loads of the slot before the credit frees its place
+    if (team.thread == 0) publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);
+    return true;
+  });
+  if (!ok) failed = 1;
+  __syncthreads();
+  if (threadIdx.x == 0 && !failed) *seqWord = base + walked;
 }
 
 // This lane's share of every copy to self: chunks lane, lane + lanes, ...
@@ -126,10 +142,11 @@ __device__ __noinline__ void runCopyLane(const P2PArgs<kCap>& a, int lane) {
   for (uint32_t o = 0; o < a.nops; ++o) {
     const P2POp& op = a.ops[o];
     if (op.kind != kP2PCopy) continue;
-    const uint64_t chunks = chunksOf(op.bytes, L.p2pSlotBytes);
+    const uint64_t chunk = L.p2pSlotBytes;
+    const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
     for (uint64_t i = lane; i < chunks; i += a.copyLanes) {
-      const uint64_t off = i * L.p2pSlotBytes;
-      const uint64_t len = op.bytes - off < L.p2pSlotBytes ? op.bytes - off : L.p2pSlotBytes;
+      const uint64_t off = i * chunk;
+      const uint64_t len = op.bytes - off < chunk ? op.bytes - off : chunk;
       copyBytes(block, op.dst + off, op.src + off, len);
     }
   }
@@ -213,7 +230,8 @@ int planP2PLanes(const std::vector<P2POp>& ops, int channels, const WindowLayout
   uint64_t most[2][kMaxRanks] = {};  // [send, recv][peer]: the most chunks of one call
   uint64_t copyChunks = 0;
   for (const P2POp& op : ops) {
-    const uint64_t chunks = chunksOf(op.bytes, L.p2pSlotBytes);
+    const uint64_t chunk = op.kind == kP2PCopy ? L.p2pSlotBytes : p2pChunkBytes(op.bytes, channels, L.p2pSlotBytes);
+    const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
     if (op.kind == kP2PCopy) copyChunks += chunks;
     else if (chunks > most[op.kind][op.peer]) most[op.kind][op.peer] = chunks;
   }

@@ -5,17 +5,20 @@
 //
 // The protocol, per ordered pair (s -> d) and channel c (a ring of kP2PSlots slots in d's window,
 // device_state.h: WindowLayout::p2pRing): the slots of the ring are numbered g = 0, 1, ... for the
-// comm's life; slot g lives in place g % kP2PSlots. Sender s, for its next slot g:
-//   1. waits until d's credit for ring (s, c), in s's window, reaches g - kP2PSlots + 1 (d has
-//      consumed the slot that last used this place);
+// comm's life; slot g lives in place g % kP2PSlots and holds one chunk (p2pChunkBytes). Sender s,
+// for its next slot g:
+//   1. waits until d's credit for place g % kP2PSlots of ring (s, c), in s's window, reaches
+//      g - kP2PSlots + 1 (d has consumed the slot that last used this place; a credit per place,
+//      so that the two teams of d's lane may finish their slots in either order);
 //   2. pushes the chunk into the place, at the skew of its source address (so both ends of the
-//      copy are equally aligned), with the whole block;
-//   3. block barrier; thread 0 writes the slot's shape (the call's bytes, the skew) and publishes
+//      copy are equally aligned), with its team (a lane's block is kP2PTeams teams that take its
+//      slots in turn);
+//   3. team barrier; thread 0 writes the slot's shape (the call's bytes, the skew) and publishes
 //      ready = g + 1 (st.release.sys: cumulative over the block's stores, device.cuh: publish).
 // Receiver d, for its next slot g of (s, c): observes ready >= g + 1 (acquire), checks that the
 // sender's call moves the bytes its own call does (else kFailP2PBytes on both, recordFailure),
-// copies the chunk out with the whole block, block barrier, and publishes credit g + 1 into s's
-// window. ready and credit only grow, so a stale value never satisfies a wait.
+// copies the chunk out with its team, team barrier, and publishes the place's credit g + 1 into
+// s's window. ready and credit only grow, so a stale value never satisfies a wait.
 // Which slots belong to which call: both ranks count every pair's slots alike (LocalState::p2pSent
 // and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
 // i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
@@ -39,6 +42,32 @@ constexpr int kP2PThreads = 512;
 // Blocks of the kernel one multiprocessor holds at once (its __launch_bounds__: at most 64
 // registers per thread), for the lane cap where ranks share a GPU (comm.cc: applyGpuSharing).
 constexpr int kP2PBlocksPerSM = 2;
+// Teams of a lane's block (block_ops.cuh: Team), taking the lane's chunks in turn: while one team's
+// thread 0 waits for its release to drain over NVLink (the step's fixed cost), the other copies.
+constexpr int kP2PTeams = 2;
+// The rings per ordered pair a comm lays out and uses: YALI_P2P_CHANNELS, but no more than keep a
+// launch that talks to every peer both ways within kMaxCtas blocks (2 x (nranks - 1) x rings):
+// every lane of a launch must be resident at once (above), beside whatever else runs on the GPU.
+// 16 at 2 ranks, 10 at 4, 4 at 8 (with the default 16).
+inline int p2pRingsPerPair(int64_t setting, int nranks) {
+  if (setting <= 0) return 0;
+  const int fit = nranks > 1 ? kMaxCtas / (2 * (nranks - 1)) : static_cast<int>(setting);
+  const int rings = fit < 1 ? 1 : fit;
+  return setting < rings ? static_cast<int>(setting) : rings;
+}
+// The smallest chunk (the last of a call may be shorter).
+constexpr uint64_t kP2PMinChunk = 4096;
+
+// The chunk of a call of `bytes` (every ring's slot holds one): its bytes spread over every team of
+// every ring (channels x kP2PTeams chunks), in 4 KB multiples, at least kP2PMinChunk and at most a
+// slot. From the call's bytes and the comm's agreed settings alone, so sender and receiver cut it
+// alike (chunk i on ring i % channels).
+YALI_HOST_DEVICE inline uint64_t p2pChunkBytes(uint64_t bytes, int channels, uint64_t slotBytes) {
+  const uint64_t parts = static_cast<uint64_t>(channels) * kP2PTeams;
+  uint64_t chunk = ((bytes + parts - 1) / parts + kP2PMinChunk - 1) / kP2PMinChunk * kP2PMinChunk;
+  if (chunk < kP2PMinChunk) chunk = kP2PMinChunk;
+  return chunk < slotBytes ? chunk : slotBytes;
+}
 
 // The lanes of a launch of `ops` on `rank` (one per block), into lanes[0..return) and *copyLanes:
 // for each peer with sends (receives), min(channels, the most chunks of one of them) lanes, then

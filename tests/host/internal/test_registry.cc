@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/kernels.h"
+#include "collectives/p2p/p2p.h"
 #include "core/window_layout.h"
 #include "internal_support.h"
 
@@ -448,13 +449,13 @@ WindowLayout layoutBeforeRegions(int nranks, const Settings& s) {
   L.copyInBytes = static_cast<size_t>(s.pullBufferBytes);
   off += 2 * L.copyInBytes;
   // Point-to-point (laid out while YALI_P2P_CHANNELS > 0, which no algorithm row decides).
-  L.p2pChannels = static_cast<size_t>(s.p2pChannels);
+  L.p2pChannels = static_cast<size_t>(p2pRingsPerPair(s.p2pChannels, nranks));
   L.p2pSlotBytes = L.p2pChannels > 0 ? static_cast<size_t>(s.p2pSlotBytes) : 0;
   L.p2pSlotStride = L.p2pChannels > 0 ? alignUp(L.p2pSlotBytes + 16) : 0;
   L.p2pFlags = off;
   if (L.p2pChannels > 0) off += alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
   L.p2pCredits = off;
-  if (L.p2pChannels > 0) off += alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels);
+  if (L.p2pChannels > 0) off += alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
   L.p2pRing = off;
   off += static_cast<size_t>(nranks) * L.p2pChannels * kP2PSlots * L.p2pSlotStride;
   L.local = off;
