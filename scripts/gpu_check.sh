@@ -419,16 +419,16 @@ if has ncclabi; then
     # The default list is every binary nccl-tests 2.19.6 builds (its src/Makefile, BIN_FILES_LIST).
     # gather and scatter call ncclGather/ncclScatter when built against NCCL 2.28 or newer (before,
     # send/recv in a group); sendrecv, hypercube (power-of-2 world sizes only: it prints "skipping"
-    # otherwise) and alltoallv are ncclSend/ncclRecv in groups, which libyali-nccl forwards to NCCL.
+    # otherwise) and alltoallv are ncclSend/ncclRecv in groups, which libyali-nccl runs on YALI
+    # (yaliSend/yaliRecv) on a communicator of one node.
     for np in ${NCCLABI_NP:-2}; do
       for t in ${NCCLABI_TESTS:-all_reduce all_gather reduce_scatter broadcast reduce gather scatter alltoall sendrecv hypercube alltoallv}; do
         # Which library should have run the test's calls, printed beside the counts. The counts are
         # the debug log's routing lines ("... (2^k class): YALI" or ": NCCL (why)"), one per
         # (function, size class, library) per rank; the communicator's own line is not counted (the
         # counts of docs/PERF.md's session 13 still include it, one line per rank).
-        # ncclSend/ncclRecv are forwarded without a routing line, so a send/recv test shows 0 and 0.
         case $t in
-          sendrecv|hypercube|alltoallv) expect="NCCL only: send/recv, forwarded unlogged, 0 and 0 expected" ;;
+          sendrecv|hypercube|alltoallv) expect="YALI (ncclSend/ncclRecv: yaliSend/yaliRecv), 0 NCCL lines" ;;
           alltoall) expect="YALI; in-place calls staged by the shim (YALI has no in-place AlltoAll), 0 NCCL lines" ;;
           *) expect="YALI; NCCL lines give the reason YALI refused" ;;
         esac

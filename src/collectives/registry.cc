@@ -281,6 +281,11 @@ cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int thre
   if (fn == nullptr) return cudaErrorInvalidValue;
   DeviceArgs copy = args;
   void* params[] = {&copy};
+  return launchKernel(reinterpret_cast<const void*>(fn), params, ctas, threads, programmatic, stream);
+}
+
+cudaError_t launchKernel(const void* fn, void** params, int ctas, int threads, bool programmatic,
+                         cudaStream_t stream) {
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(ctas);
   config.blockDim = dim3(threads);
@@ -291,7 +296,7 @@ cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int thre
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(fn), params);
+  return cudaLaunchKernelExC(&config, fn, params);
 }
 
 const char* waitPhaseName(int phase) {

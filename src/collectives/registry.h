@@ -185,5 +185,9 @@ int maxLaunchableThreads(Algo a);
 // touching memory.
 cudaError_t launchAlgorithm(Algo a, DataType dtype, RedOp op, int ctas, int threads,
                             const DeviceArgs& args, bool programmatic, cudaStream_t stream);
+// The launch behind it (and the point-to-point kernel's, collectives/p2p/p2p.cu): `fn` with
+// `params`, one-dimensional grid and block, programmatic as above.
+cudaError_t launchKernel(const void* fn, void** params, int ctas, int threads, bool programmatic,
+                         cudaStream_t stream);
 
 }  // namespace yali

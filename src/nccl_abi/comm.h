@@ -182,6 +182,10 @@ struct Comm {
   // Also a non-blocking parent's child whose NCCL init failed: its parent's error (comm.cc, handOver),
   // or one whose hand-over an abort or revoke stopped: ncclRemoteError (finishHandOver).
   std::atomic<int> setUpError{ncclSuccess};
+  // Whether the YALI comm takes point-to-point calls (intercept.cc, yaliTakesSendRecv): -1 not asked
+  // yet, 0 no (its YALI_P2P_CHANNELS=0), 1 yes. A setting every rank shares, so the same verdict on
+  // every rank.
+  std::atomic<int> sendRecvOnYali{-1};
 };
 
 // Waits for c's background set-up, or answer to its peers' set-up (Comm::background), if any.

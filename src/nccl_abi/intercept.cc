@@ -9,7 +9,8 @@
 //   groups         both libraries' group calls, YALI's end first (a simulated end: YALI's drops its part),
 //                  then the copies back of the calls staged in the group (stageInGroup), then the
 //                  calls deferred to the group's end (a hierarchical call and every later one)
-//   point-to-point ncclSend, ncclRecv: NCCL's, placed or refused in a group that defers calls
+//   point-to-point ncclSend, ncclRecv: YALI's on a comm of one node (routeSendRecv), else NCCL's; placed or
+//                  refused in a group that defers calls
 //   errors         ncclCommGetAsyncError: NCCL's, else a call's failure at the end of a group NCCL ended
 //                  in the background, else YALI's, else the hierarchical path's cross-node status;
 //                  ncclGetLastError: whoever failed last
@@ -740,6 +741,65 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
               "captured stream or a device without memory pools)")
                  .c_str());
   return viaNccl(c->real);
+}
+
+// A point-to-point call (ncclSend, ncclRecv) that routePointToPoint runs (now, or from the group's
+// deferred calls). YALI runs it where the comm has a YALI communicator of all its ranks (one node:
+// YALI's ranks are NCCL's) and YALI_NCCL_DISABLE leaves "sendrecv" on. The route depends on the
+// comm alone (its set-up's verdict, the same on every rank), never on the call: both calls of a
+// pair meet in the same library, and a pair's calls keep their order, which both libraries match
+// in (the k-th send with the k-th receive). A call whose type YALI lacks or whose peer is out of
+// range goes to NCCL, which reports it (never valid NCCL: no peer waits for it). A buffer YALI
+// refuses (not device memory of the comm's GPU, or shorter than the call) is this rank's error:
+// the peer's matching call is on YALI, where NCCL would never meet it. A group's YALI calls run at
+// its end as one launch per comm (yali.h), its NCCL calls as NCCL's group. Several nodes (a
+// hierarchy): NCCL's, all of them.
+// Whether c's YALI comm y takes point-to-point calls, asked once by a send that moves nothing:
+// libyali refuses every one (yaliInvalidUsage) where YALI_P2P_CHANNELS=0, a setting its ranks agree
+// on, so every rank of the comm reaches the same verdict. Not decided while the comm has failed
+// (its calls then report the failure, whatever the route).
+bool yaliTakesSendRecv(Comm* c, yaliComm_t y) {
+  const int known = c->sendRecvOnYali.load(std::memory_order_acquire);
+  if (known >= 0) return known == 1;
+  yaliResult_t async = yaliSuccess;
+  if (lib().yaliCommGetAsyncError(y, &async) != yaliSuccess || async != yaliSuccess) return true;
+  const yaliResult_t r = lib().yaliSend(nullptr, 0, yaliInt8, 0, y, nullptr);
+  if (r != yaliSuccess && r != yaliInvalidUsage) return true;
+  c->sendRecvOnYali.store(r == yaliSuccess ? 1 : 0, std::memory_order_release);
+  return r == yaliSuccess;
+}
+
+template <typename ViaYali, typename ViaNccl>
+ncclResult_t routeSendRecv(const char* function, ncclComm_t handle, ncclDataType_t type, size_t count, int peer,
+                           ViaYali viaYali, ViaNccl viaNccl) {
+  Comm* c = ours(handle);
+  if (c == nullptr) return viaNccl(handle);
+  const size_t bytes = bytesOf(count, type);
+  const yaliComm_t y = c->hier == nullptr ? c->yali : nullptr;
+  const char* why = nullptr;
+  if (c->hier != nullptr) why = "several nodes: point-to-point stays on NCCL";
+  else if (y == nullptr) why = "no YALI communicator";
+  else if (c->disabled & kSendRecvMask) why = "YALI_NCCL_DISABLE";
+  else if (!yaliTakesSendRecv(c, y)) why = "YALI's point-to-point is off (YALI_P2P_CHANNELS=0)";
+  else if (!validDataType(type)) why = "a data type YALI does not have";
+  else if (peer < 0 || peer >= c->nranks) why = "a peer out of range (NCCL reports it)";
+  if (why != nullptr) {
+    if (debugEnabled()) logRoute(c, function, bytes, false, why);
+    return viaNccl(c->real);
+  }
+  const yaliResult_t r = viaYali(y);
+  if (r == yaliSuccess) {
+    logRoute(c, function, bytes, true, "");
+    return ncclSuccess;
+  }
+  // A refusal inside a group fails the whole group at its end, as NCCL's group fails after one of
+  // its calls failed (endGroup): its other calls, the peers' matching ones included, do not run.
+  if (inGroup() && tlsDeferred.refusal == ncclSuccess) tlsDeferred.refusal = r == yaliInvalidArgument ? ncclInvalidArgument : toNcclResult(r);
+  if (r != yaliInvalidArgument) return yaliFailed(c, function, r);
+  return shimFail(ncclInvalidArgument,
+                  "%s: YALI runs this communicator's point-to-point calls and refused this one (%s); its peer's "
+                  "matching call goes to YALI too, where NCCL would never meet it",
+                  function, lib().yaliGetLastError(nullptr));
 }
 
 // ---- The hierarchical path (several nodes of L ranks: routing.h, decideHierRoute) ------------------
@@ -2054,13 +2114,19 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclScatter(const void* sendbuff, void*
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                                    ncclComm_t comm, cudaStream_t stream) {
   return routePointToPoint("ncclSend", comm, stream, [=] {
-    return callReal<Api::ncclSend>(sendbuff, count, datatype, peer, realComm(comm), stream);
+    return routeSendRecv(
+        "ncclSend", comm, datatype, count, peer,
+        [=](yaliComm_t y) { return lib().yaliSend(sendbuff, count, toYaliType(datatype), peer, y, stream); },
+        [=](ncclComm_t real) { return callReal<Api::ncclSend>(sendbuff, count, datatype, peer, real, stream); });
   });
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                                    ncclComm_t comm, cudaStream_t stream) {
   return routePointToPoint("ncclRecv", comm, stream, [=] {
-    return callReal<Api::ncclRecv>(recvbuff, count, datatype, peer, realComm(comm), stream);
+    return routeSendRecv(
+        "ncclRecv", comm, datatype, count, peer,
+        [=](yaliComm_t y) { return lib().yaliRecv(recvbuff, count, toYaliType(datatype), peer, y, stream); },
+        [=](ncclComm_t real) { return callReal<Api::ncclRecv>(recvbuff, count, datatype, peer, real, stream); });
   });
 }

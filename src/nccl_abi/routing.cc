@@ -72,7 +72,9 @@ CollectiveMask parseDisableList(const char* text, std::string* unknown) {
     size_t comma = rest.find(',');
     std::string word = lowerTrimmed(rest.substr(0, comma));
     if (word == "all") {
-      mask |= kAllNcclCollectives;
+      mask |= kAllNcclCollectives | kSendRecvMask;
+    } else if (word == "sendrecv") {
+      mask |= kSendRecvMask;
     } else if (!word.empty()) {
       bool known = false;
       for (int c = 0; c <= yaliCollAlltoAll; ++c) {

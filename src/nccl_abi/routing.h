@@ -21,10 +21,13 @@ namespace yali::nccl_abi {
 using CollectiveMask = uint32_t;
 // The collectives an NCCL program can reach (AllReduce .. AlltoAll; AlltoAllv has no NCCL call).
 constexpr CollectiveMask kAllNcclCollectives = (1u << (yaliCollAlltoAll + 1)) - 1;
+// ncclSend and ncclRecv ("sendrecv"): no yaliCollective_t, the mask's top bit.
+constexpr CollectiveMask kSendRecvMask = 1u << 31;
 
-// Parses "allgather,reducescatter" (YALI's collective names, vocabulary.h, in any case, with
-// spaces allowed around the commas; "all" for every one; empty for none). Names it does not know
-// are skipped and listed in *unknown (comma separated) for a warning.
+// Parses "allgather,reducescatter" (YALI's collective names, vocabulary.h, and "sendrecv" for
+// ncclSend and ncclRecv, in any case, with spaces allowed around the commas; "all" for every one;
+// empty for none). Names it does not know are skipped and listed in *unknown (comma separated) for
+// a warning.
 CollectiveMask parseDisableList(const char* text, std::string* unknown);
 
 // YALI_NCCL_REGISTER's value: whether ncclCommRegister registers with YALI too. Off unless set to

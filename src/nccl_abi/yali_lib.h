@@ -31,7 +31,7 @@ namespace yali::nccl_abi {
   X(yaliCommAbort) X(yaliCommGetAsyncError) X(yaliCommRegister) X(yaliCommDeregister) X(yaliGroupStart) \
   X(yaliGroupEnd) X(yaliGroupSimulateEnd) X(yaliAllReduce) X(yaliReduceScatter) X(yaliAllGather)         \
   X(yaliBroadcast) X(yaliReduce) X(yaliGather) X(yaliScatter) X(yaliAlltoAll) X(yaliCommGetFailureFlag)  \
-  X(yaliAlgoInfo) X(yaliCommWatchFailureWord)
+  X(yaliAlgoInfo) X(yaliCommWatchFailureWord) X(yaliSend) X(yaliRecv)
 
 // The CUDA runtime's (the set-up's scratch memory and streams; the comm's scratch buffers, the
 // copies into and out of them and the order of their users across streams; the staging memory of

@@ -53,6 +53,7 @@ extern "C" void fakeRecord(const char* call, const void* handle);  // fake_nccl.
 extern "C" void fakeRecordBuffers(const char* call, const void* handle, const void* send, const void* recv,
                                   size_t count);
 extern "C" void* fakeYaliRefusedBuffer;  // below
+extern "C" int fakeYaliP2POff;           // below
 extern "C" thread_local int fakeYaliGroupDepth;  // below
 
 struct yaliComm {
@@ -208,6 +209,9 @@ __attribute__((visibility("default"))) void* fakeCudaMemcpyFailDst = nullptr;
 // A collective given this buffer (send or recv) refuses it, as libyali refuses host memory; null:
 // none.
 __attribute__((visibility("default"))) void* fakeYaliRefusedBuffer = nullptr;
+// 1: point-to-point is off, as libyali's comms with YALI_P2P_CHANNELS=0 (every yaliSend and yaliRecv
+// refused with yaliInvalidUsage, count 0 included); 0: on.
+__attribute__((visibility("default"))) int fakeYaliP2POff = 0;
 // This stream is being captured (capture id 1); null: none is.
 __attribute__((visibility("default"))) void* fakeCudaCapturedStream = nullptr;
 // The legacy default stream (0, cudaStreamLegacy) of this device is being captured: asked about
@@ -407,6 +411,26 @@ FAKE_EXPORT yaliResult_t yaliScatter(const void* send, void* recv, size_t count,
 FAKE_EXPORT yaliResult_t yaliAlltoAll(const void* send, void* recv, size_t count, yaliDataType_t, yaliComm_t comm,
                                       cudaStream_t) {
   return collective("yaliAlltoAll", comm, send, recv, count);
+}
+
+// Point-to-point: as a collective (the comm and the buffer noted, a refused buffer refused, queued
+// in an open group); the peer is not noted.
+// As libyali's: point-to-point off refuses every call; count 0 on a live comm moves and queues
+// nothing, unnoted (libyali-nccl asks a comm so whether it takes point-to-point).
+yaliResult_t pointToPoint(const char* call, yaliComm* comm, const void* send, const void* recv, size_t count) {
+  const bool live = comm != nullptr && !comm->ended && comm->asyncError == yaliSuccess;
+  if (live && fakeYaliP2POff != 0)
+    return fail(yaliInvalidUsage, comm, "%s: point-to-point is off on this comm (YALI_P2P_CHANNELS=0)", call);
+  if (live && count == 0) return yaliSuccess;
+  return collective(call, comm, send, recv, count);
+}
+
+FAKE_EXPORT yaliResult_t yaliSend(const void* send, size_t count, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return pointToPoint("yaliSend", comm, send, nullptr, count);
+}
+
+FAKE_EXPORT yaliResult_t yaliRecv(void* recv, size_t count, yaliDataType_t, int, yaliComm_t comm, cudaStream_t) {
+  return pointToPoint("yaliRecv", comm, nullptr, recv, count);
 }
 
 // Checks the comm and, through fakeYaliFailNext, the scalars; never the buffers (libyali's does not).

@@ -464,8 +464,11 @@ TEST(disable_list) {
   CHECK(unknown.empty());
   CHECK_EQ(parseDisableList(" AllReduce , BROADCAST,", &unknown),
            (1u << yaliCollAllReduce) | (1u << yaliCollBroadcast));
-  CHECK_EQ(parseDisableList("all", &unknown), kAllNcclCollectives);
-  CHECK_EQ(parseDisableList("alltoall,all", &unknown), kAllNcclCollectives);
+  CHECK_EQ(parseDisableList("all", &unknown), kAllNcclCollectives | kSendRecvMask);
+  CHECK_EQ(parseDisableList("alltoall,all", &unknown), kAllNcclCollectives | kSendRecvMask);
+  CHECK_EQ(parseDisableList("SendRecv", &unknown), kSendRecvMask);  // ncclSend and ncclRecv
+  CHECK_EQ(parseDisableList("allreduce,sendrecv", &unknown), (1u << yaliCollAllReduce) | kSendRecvMask);
+  CHECK((kAllNcclCollectives & kSendRecvMask) == 0);
   CHECK_EQ(parseDisableList("gather,bogus,scatter,alltoallv", &unknown),
            (1u << yaliCollGather) | (1u << yaliCollScatter));
   CHECK_MSG(unknown == "bogus,alltoallv", "unknown = %s", unknown.c_str());  // AlltoAllv has no NCCL call

@@ -4068,14 +4068,21 @@ TEST(a_grouped_hierarchical_calls_later_calls_on_several_gpus_run_as_one_group) 
 // it shares the comm) and GPU 2 receives on its own. GPU 2's receive is in GPU 2's first stretch
 // (it has made no hierarchical call), GPU 0's in GPU 0's second; GPU 2 has no hierarchical call
 // left, so both receives run in one group after the round, and the AllReduces keep their legs
-// (the fake NCCL has no ncclSend: two receives stand for a send and a receive).
+// (the fake NCCL has no ncclSend: two receives stand for a send and a receive). GPU 2's comm is of
+// one node, with YALI, which runs its point-to-point calls (routeSendRecv): its receive is
+// yaliRecv, issued in that last group (both libraries' group: YALI's part launches at its end,
+// yaliLaunch(f2)); GPU 0's, on the hierarchical comm, stays NCCL's. (Before YALI ran
+// point-to-point calls, both were ncclRecv in NCCL's group.)
 // Before (review of 633a7a7, F1), any two stretches counted as a split: every call ran flat, in
 // one NCCL group, while a node of one process per GPU ran the hierarchical steps: both waited.
 TEST(a_point_to_point_call_on_a_gpu_without_hierarchical_calls_left_joins_the_groups_last_stretch) {
   const Hierarchical h = hierarchical();
   const std::vector<Rank> other = clique(3);  // ranks on GPUs 0, 1 and 2
   Labels labels = h.labels;
-  for (int r = 0; r < 3; ++r) labels[other[r].real] = "g" + std::to_string(r);
+  for (int r = 0; r < 3; ++r) {
+    labels[other[r].real] = "g" + std::to_string(r);
+    labels[other[r].yali] = "f" + std::to_string(r);
+  }
   int s[3] = {};
   cudaStream_t stream[3];
   for (int r = 0; r < 3; ++r) stream[r] = reinterpret_cast<cudaStream_t>(&s[r]);
@@ -4090,12 +4097,14 @@ TEST(a_point_to_point_call_on_a_gpu_without_hierarchical_calls_left_joins_the_gr
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
   const std::string t = trace(since,
                               {"yaliReduceScatter", "yaliAllGather", "ncclAllReduce", "ncclSend", "ncclRecv",
-                               "ncclGroupStart", "ncclGroupEnd"},
+                               "ncclGroupStart", "ncclGroupEnd", "yaliRecv", "yaliGroupStart", "yaliGroupEnd",
+                               "yaliLaunch"},
                               labels);
   CHECK_MSG(contains(t.c_str(), "yaliReduceScatter(h0) yaliReduceScatter(h1)") &&
                 contains(t.c_str(), "yaliAllGather(h0) yaliAllGather(h1)") && !contains(t.c_str(), "ncclAllReduce(r0)"),
             "the AllReduces, not leg by leg: %s", t.c_str());
-  const std::string pair = "ncclGroupStart() ncclRecv(r0) ncclRecv(g2) ncclGroupEnd()";
+  const std::string pair =
+      "yaliGroupStart() ncclGroupStart() ncclRecv(r0) yaliRecv(f2) yaliGroupEnd() yaliLaunch(f2) ncclGroupEnd()";
   const bool pairLast = t.size() > pair.size() && t.compare(t.size() - pair.size(), pair.size(), pair) == 0;
   CHECK_MSG(pairLast, "the two receives, not in one group after the round: %s", t.c_str());
   destroyAll(other);
@@ -4171,11 +4180,20 @@ TEST(a_deferred_calls_custom_op_is_destroyed_after_the_call_is_made) {
 // deferred; and where neither holds (it must run after a deferred call, while the group's earlier
 // point-to-point calls run before that call), it is refused with ncclInvalidUsage, naming the call,
 // and the rest of the group runs.
+// Where a call goes (routeSendRecv) is apart from when it runs (routePointToPoint): `other` is a comm
+// of one node with YALI, whose point-to-point calls YALI runs, so its receives are yaliRecv, queued
+// in YALI's part of the group and launched at YALI's end of it (yaliLaunch(fR)); the hierarchical
+// comm's stay on NCCL (ncclRecv(rR)). "NCCL's part of the group" above is then YALI's part for
+// `other`'s receives: the group's part made at the call, whose ends come before the deferred calls.
+// (Before libyali-nccl ran point-to-point calls on YALI, every receive here was ncclRecv.)
 TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_are_refused) {
   const Hierarchical h = hierarchical();
   const std::vector<Rank> other = clique(4);
   Labels labels = h.labels;
-  for (int r = 0; r < 4; ++r) labels[other[r].real] = "g" + std::to_string(r);
+  for (int r = 0; r < 4; ++r) {
+    labels[other[r].real] = "g" + std::to_string(r);
+    labels[other[r].yali] = "f" + std::to_string(r);
+  }
   const Labels mine = rankLabels(labels, 0);
   int s = 0, t = 0;
   const cudaStream_t S = reinterpret_cast<cudaStream_t>(&s);
@@ -4189,14 +4207,17 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   const std::string hierSteps = "yaliLaunch(hR) cudaMemcpyAsync(sR) cudaMemcpyAsync(tR) ncclAllReduce(xR) "
                                 "ncclAllReduce(xR) cudaMemcpyAsync(wR) yaliLaunch(hR)";
 
-  // Another comm, another stream: in NCCL's part of the group.
+  // Another comm, another stream: in the group's part made at the call (YALI's, for this comm),
+  // launched at YALI's end of the group, before the deferred hierarchical call.
   int since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(allReduce() == ncclSuccess);
   CHECK(recv(other[0].comm, T) == ncclSuccess);
+  std::string got = trace(since, {"yaliRecv", "ncclRecv", "yaliLaunch"}, mine);
+  CHECK_MSG(got == "yaliRecv(fR)", "unrelated, at the call: %s", got.c_str());
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
-  std::string got = launchOrder(since, mine);
-  CHECK_MSG(got == "ncclRecv(gR) " + hierSteps, "unrelated: %s", got.c_str());
+  got = launchOrder(since, mine);
+  CHECK_MSG(got == "yaliLaunch(fR) " + hierSteps, "unrelated: %s", got.c_str());
 
   // The hierarchical call's comm: after it, in a group of its own.
   since = eventCount();
@@ -4213,7 +4234,8 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   CHECK_MSG(ownGroupLast, "its comm, not in a group of its own at the end: %s", groups.c_str());
 
   // Two hierarchical calls; a receive sharing the first's stream joins the stretch after it, and a
-  // later unrelated receive joins that stretch too, before the second hierarchical call.
+  // later unrelated receive joins that stretch too, before the second hierarchical call: both are
+  // issued to YALI there, in that stretch's group, and launched at its end.
   since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(allReduce() == ncclSuccess);
@@ -4222,13 +4244,14 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   CHECK(recv(other[0].comm, T) == ncclSuccess);
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
   got = launchOrder(since, mine);
-  CHECK_MSG(got == hierSteps + " ncclRecv(gR) ncclRecv(gR) " + hierSteps, "two stretches: %s", got.c_str());
+  CHECK_MSG(got == hierSteps + " yaliLaunch(fR) yaliLaunch(fR) " + hierSteps, "two stretches: %s", got.c_str());
 
-  // A receive in NCCL's part of the group, then a send that shares the hierarchical call's comm:
-  // refused, and the whole group fails at its end, as NCCL's does after one of its calls failed:
-  // NCCL's part ends with its group error (the receive, noted at the call, is dropped there: the
-  // fake's failed group end), YALI launches nothing, the hierarchical call is not made, and the end
-  // returns the refusal. (Before: the group's other calls ran and its end returned ncclSuccess.)
+  // A receive in the group's part made at the call (YALI's, for this comm), then a send that shares
+  // the hierarchical call's comm: refused, and the whole group fails at its end, as NCCL's does after
+  // one of its calls failed: NCCL's part ends with its group error (the fake's failed group end),
+  // YALI launches nothing (the receive, queued in YALI's group at the call, is dropped there), the
+  // hierarchical call is not made, and the end returns the refusal. (Before: the group's other
+  // calls ran and its end returned ncclSuccess.)
   since = eventCount();
   const int failedEnds = variable<int>(fakeNccl(), "fakeFailedGroupEnds");
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
@@ -4240,19 +4263,26 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
             last.c_str());
   CHECK(SHIM(ncclGroupEnd)() == ncclInvalidUsage);
   CHECK_EQ(variable<int>(fakeNccl(), "fakeFailedGroupEnds"), failedEnds + 1);
+  got = trace(since, {"yaliRecv", "ncclRecv"}, mine);
+  CHECK_MSG(got == "yaliRecv(fR)", "refused, the receive: %s", got.c_str());
   got = launchOrder(since, mine);
-  CHECK_MSG(got == "ncclRecv(gR)", "refused: %s", got.c_str());
+  CHECK_MSG(got.empty(), "refused: %s", got.c_str());
 
   // Then a group without a hierarchical call (torch's all_to_all, batch_isend_irecv): its
-  // point-to-point calls go to NCCL's group at the call, with the real comms, whatever the refused
-  // group before it left; outside a group, straight through.
+  // point-to-point calls go to the libraries' group at the call (YALI's for `other`, NCCL's, with
+  // the real comm, for the hierarchical comm), whatever the refused group before it left, and launch
+  // at the group's end; outside a group, straight through.
   since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(recv(other[0].comm, T) == ncclSuccess);
   CHECK(recv(c, S) == ncclSuccess);
   CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
-  got = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
-  CHECK_MSG(got == "ncclGroupStart() ncclRecv(gR) ncclRecv(rR) ncclGroupEnd()", "plain group: %s", got.c_str());
+  got = trace(
+      since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv", "yaliGroupStart", "yaliGroupEnd", "yaliRecv", "yaliLaunch"},
+      mine);
+  CHECK_MSG(got == "yaliGroupStart() ncclGroupStart() yaliRecv(fR) ncclRecv(rR) yaliGroupEnd() yaliLaunch(fR) "
+                   "ncclGroupEnd()",
+            "plain group: %s", got.c_str());
   since = eventCount();
   CHECK(recv(c, S) == ncclSuccess);
   got = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
@@ -4947,6 +4977,253 @@ TEST(a_comms_memory_is_kept_by_an_abort_and_freed_last_by_its_destroy) {
   CHECK(SHIM(ncclCommDestroy)(h.ranks[3].comm) == ncclSuccess);
   freedLast(since, destroyed, h.host[3]);
   for (int r : {1, 2}) CHECK(SHIM(ncclCommDestroy)(h.ranks[r].comm) == ncclSuccess);
+}
+
+// ---- Point-to-point: where ncclSend and ncclRecv run (routeSendRecv) -------------------------------------
+//
+// When a point-to-point call runs inside a group is routePointToPoint's (the tests above); where it
+// runs is routeSendRecv's: YALI (yaliSend, yaliRecv) on a comm of one node with YALI, NCCL
+// otherwise. The fake NCCL has no ncclSend, so an ncclSend that reaches NCCL fails there with
+// ncclInvalidUsage, "ncclSend is not in <the fake>" (a_function_the_nccl_lacks_is_an_error): that
+// is how these tests see an ncclSend go to NCCL, and a success shows it went to YALI.
+
+namespace {
+
+// The fake NCCL's answer to an ncclSend (noted nowhere: it lacks the function).
+bool ncclSendReachedNccl(ncclResult_t r, ncclComm_t comm) {
+  return r == ncclInvalidUsage && contains(SHIM(ncclGetLastError)(comm), "ncclSend is not in");
+}
+
+const std::vector<const char*> kPointToPoint = {"yaliSend", "yaliRecv", "yaliLaunch", "ncclSend", "ncclRecv"};
+
+}  // namespace
+
+// A comm of one node with YALI: ncclSend and ncclRecv are YALI's (yaliSend, yaliRecv, with the
+// program's buffer and count), none reaches NCCL. Outside a group each launches at once; inside one,
+// YALI queues them with the group's collectives and launches them all at the group's end, in call
+// order, as it does a group's collectives. (Before, every point-to-point call was NCCL's.)
+TEST(a_flat_comms_point_to_point_calls_run_on_yali_and_join_its_group) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float send[8], recv[8], data[4];
+  const Labels buffers = {{send, "A"}, {recv, "B"}, {data, "C"}};
+  int since = eventCount();
+  CHECK(SHIM(ncclSend)(send, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclRecv)(recv, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+  std::string t = trace(since, kPointToPoint, labels);
+  CHECK_MSG(t == "yaliSend(y0) yaliLaunch(y0) yaliRecv(y1) yaliLaunch(y1)", "outside a group: %s", t.c_str());
+  t = bufferTrace(since, {"yaliSend", "yaliRecv"}, buffers, Staging());
+  CHECK_MSG(t == "yaliSend(A>0,8) yaliRecv(0>B,8)", "outside a group, the buffers: %s", t.c_str());
+
+  // In a group, with an AllReduce (YALI's) on each rank: queued at the calls, launched at the end.
+  since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(data, data, 4, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclSend)(send, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclRecv)(recv, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(data, data, 4, ncclFloat32, ncclSum, ranks[1].comm, nullptr) == ncclSuccess);
+  t = trace(since, {"yaliAllReduce", "yaliSend", "yaliRecv", "yaliLaunch", "ncclRecv", "ncclAllReduce"}, labels);
+  CHECK_MSG(t == "yaliAllReduce(y0) yaliSend(y0) yaliRecv(y1) yaliAllReduce(y1)", "in a group, at the calls: %s",
+            t.c_str());
+  const int end = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  t = trace(end, {"yaliGroupEnd", "yaliLaunch", "ncclRecv", "ncclAllReduce"}, labels);
+  CHECK_MSG(t == "yaliGroupEnd() yaliLaunch(y0) yaliLaunch(y0) yaliLaunch(y1) yaliLaunch(y1)",
+            "in a group, at its end: %s", t.c_str());
+  t = bufferTrace(end, {"yaliLaunch"}, buffers, Staging());
+  CHECK_MSG(t == "yaliLaunch(C>C,4) yaliLaunch(A>0,8) yaliLaunch(0>B,8) yaliLaunch(C>C,4)",
+            "in a group, the launches: %s", t.c_str());
+  destroyAll(ranks);
+}
+
+// YALI_NCCL_DISABLE=sendrecv keeps a comm's point-to-point calls on NCCL, and only those: its
+// collectives still run on YALI. libyali-nccl reads YALI_NCCL_DISABLE once per process, before its
+// first communicator: a fresh process, which sets it first.
+TEST(yali_nccl_disable_sendrecv_keeps_point_to_point_calls_on_nccl) {
+  CHECK(passesInFreshProcess([] {
+    setenv("YALI_NCCL_DISABLE", "sendrecv", 1);
+    const std::vector<Rank> ranks = clique(2);
+    REQUIRE(ranks[0].yali != nullptr && ranks[1].yali != nullptr);  // the comm has YALI
+    const Labels labels = labelsOf(ranks);
+    static float p2p[8], data[4];
+    int since = eventCount();
+    CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+    CHECK(ncclSendReachedNccl(SHIM(ncclSend)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr), ranks[0].comm));
+    std::string t = trace(since, kPointToPoint, labels);
+    CHECK_MSG(t == "ncclRecv(r1)", "outside a group: %s", t.c_str());
+    // In a group: the receive NCCL's, the AllReduce YALI's.
+    since = eventCount();
+    CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+    CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(data, data, 4, ncclFloat32, ncclSum, ranks[1].comm, nullptr) == ncclSuccess);
+    CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+    t = trace(since, {"yaliSend", "yaliRecv", "yaliAllReduce", "ncclRecv", "ncclAllReduce"}, labels);
+    CHECK_MSG(t == "ncclRecv(r1) yaliAllReduce(y1)", "in a group: %s", t.c_str());
+    destroyAll(ranks);
+  }));
+}
+
+// YALI_NCCL_DISABLE=all: every call NCCL's, point-to-point ones too (the comm gets no YALI).
+TEST(yali_nccl_disable_all_keeps_point_to_point_calls_on_nccl) {
+  CHECK(passesInFreshProcess([] {
+    setenv("YALI_NCCL_DISABLE", "all", 1);
+    const std::vector<Rank> ranks = clique(2);
+    const Labels labels = labelsOf(ranks);
+    static float p2p[8];
+    const int since = eventCount();
+    CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+    CHECK(ncclSendReachedNccl(SHIM(ncclSend)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr), ranks[0].comm));
+    const std::string t = trace(since, kPointToPoint, labels);
+    CHECK_MSG(t == "ncclRecv(r1)", "%s", t.c_str());
+    destroyAll(ranks);
+  }));
+}
+
+// A comm of several nodes (hierarchical): its point-to-point calls are NCCL's, all of them, to a
+// peer on the same node too (YALI's node comm holds the node's ranks only, and a pair's two calls
+// must meet in one library, whichever node the peer is on). The route's reason is in the debug log
+// (YALI_NCCL_DEBUG=1 here), which tells this rule from "no YALI communicator": a count of its own
+// (8 MiB, 2^23 class; the fake NCCL touches no buffer), since libyali-nccl logs a route once per
+// call, size class and library.
+TEST(a_hierarchical_comms_point_to_point_calls_are_nccls) {
+  const Hierarchical h = hierarchical();
+  static float p2p[8];
+  const size_t count = size_t{1} << 21;
+  int since = 0;
+  const std::string log = stderrOf([&] {
+    since = eventCount();
+    for (int peer : {1, 2}) {  // rank 1: the same node; rank 2: the other node
+      CHECK(SHIM(ncclRecv)(p2p, count, ncclFloat32, peer, h.ranks[0].comm, nullptr) == ncclSuccess);
+      CHECK(ncclSendReachedNccl(SHIM(ncclSend)(p2p, count, ncclFloat32, peer, h.ranks[0].comm, nullptr),
+                                h.ranks[0].comm));
+    }
+  });
+  const std::string t = trace(since, kPointToPoint, h.labels);
+  CHECK_MSG(t == "ncclRecv(r0) ncclRecv(r0)", "%s", t.c_str());
+  CHECK_MSG(contains(log.c_str(), "ncclRecv of 8388608 bytes (2^23 class): NCCL (several nodes") &&
+                contains(log.c_str(), "ncclSend of 8388608 bytes (2^23 class): NCCL (several nodes"),
+            "the log: %s", log.c_str());
+  destroyAll(h.ranks);
+}
+
+// A peer out of range (-1, nranks) or a data type YALI does not have: NCCL's, on a comm whose
+// point-to-point calls YALI runs, so that NCCL reports the error as it does (never a valid call: no
+// peer waits for it). The fake NCCL notes any receive (and has no ncclSend).
+TEST(a_point_to_point_call_with_a_bad_peer_or_type_is_nccls) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float p2p[8];
+  const auto noType = static_cast<ncclDataType_t>(ncclNumTypes);
+  struct Case {
+    int peer;
+    ncclDataType_t type;
+  };
+  for (const Case& k : {Case{-1, ncclFloat32}, Case{2, ncclFloat32}, Case{1, noType}}) {
+    const int since = eventCount();
+    CHECK(SHIM(ncclRecv)(p2p, 8, k.type, k.peer, ranks[0].comm, nullptr) == ncclSuccess);
+    CHECK(ncclSendReachedNccl(SHIM(ncclSend)(p2p, 8, k.type, k.peer, ranks[0].comm, nullptr), ranks[0].comm));
+    const std::string t = trace(since, kPointToPoint, labels);
+    CHECK_MSG(t == "ncclRecv(r0)", "peer %d, type %d: %s", k.peer, static_cast<int>(k.type), t.c_str());
+  }
+  // The same comm's valid call: YALI's.
+  const int since = eventCount();
+  CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclSuccess);
+  const std::string t = trace(since, kPointToPoint, labels);
+  CHECK_MSG(t == "yaliRecv(y0) yaliLaunch(y0)", "a valid call: %s", t.c_str());
+  destroyAll(ranks);
+}
+
+// A buffer YALI refuses for this rank (host memory, say) fails the call with ncclInvalidArgument and
+// libyali-nccl's message naming the call and YALI's reason; it never goes to NCCL, nor is it staged,
+// as a refused collective's buffers are: the peer's matching call is on YALI, where NCCL would never
+// meet this one. The comm's later calls are YALI's as before.
+TEST(a_point_to_point_buffer_yali_refuses_is_an_invalid_argument_never_nccls) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float host[8], device[8];
+  int since = eventCount();
+  {
+    const RefusedBuffer refused(host);
+    CHECK(SHIM(ncclSend)(host, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclInvalidArgument);
+    std::string last = SHIM(ncclGetLastError)(ranks[0].comm);
+    CHECK_MSG(last.rfind("libyali-nccl: ncclSend: ", 0) == 0 && contains(last.c_str(), "host memory"), "%s",
+              last.c_str());
+    CHECK(SHIM(ncclRecv)(host, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclInvalidArgument);
+    last = SHIM(ncclGetLastError)(ranks[1].comm);
+    CHECK_MSG(last.rfind("libyali-nccl: ncclRecv: ", 0) == 0 && contains(last.c_str(), "host memory"), "%s",
+              last.c_str());
+  }
+  std::string t = trace(since, {"yaliSend", "yaliRecv", "yaliLaunch", "ncclSend", "ncclRecv", "cudaMalloc",
+                                "cudaMallocAsync", "cudaMemcpyAsync"},
+                        labels);
+  CHECK_MSG(t == "yaliSend(y0) yaliRecv(y1)", "refused: %s", t.c_str());
+  since = eventCount();
+  CHECK(SHIM(ncclSend)(device, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclSuccess);
+  t = trace(since, kPointToPoint, labels);
+  CHECK_MSG(t == "yaliSend(y0) yaliLaunch(y0)", "then: %s", t.c_str());
+  destroyAll(ranks);
+}
+
+// A YALI comm that failed (asynchronously, or the call itself): the point-to-point call returns
+// YALI's error as NCCL's code (yaliTimeout: ncclRemoteError; yaliSystemError: ncclSystemError), and
+// ncclGetLastError is YALI's; no fallback to NCCL (the peer's call is on YALI).
+TEST(a_failed_yali_comms_point_to_point_call_returns_yalis_error) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float p2p[8];
+  int since = eventCount();
+  setYaliAsyncError(const_cast<void*>(ranks[1].yali), yaliTimeout, "rank 0 never arrived");
+  CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclRemoteError);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(ranks[1].comm), "rank 0 never arrived"), "%s",
+            SHIM(ncclGetLastError)(ranks[1].comm));
+  failYaliNext("yaliSend", yaliSystemError, "yaliSend: fails as the test asked");
+  CHECK(SHIM(ncclSend)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclSystemError);
+  CHECK_MSG(contains(SHIM(ncclGetLastError)(ranks[0].comm), "yaliSend: fails as the test asked"), "%s",
+            SHIM(ncclGetLastError)(ranks[0].comm));
+  const std::string t = trace(since, kPointToPoint, labels);
+  CHECK_MSG(t == "yaliRecv(y1) yaliSend(y0)", "%s", t.c_str());
+  destroyAll(ranks);
+}
+
+// A YALI comm that takes no point-to-point (libyali's YALI_P2P_CHANNELS=0, a setting its ranks agree
+// on: fakeYaliP2POff): the comm's sends and receives are NCCL's, every one, without an error; the
+// shim asks once (a send of 0 bytes, unnoted by the fake as by libyali) and keeps the verdict.
+TEST(a_yali_comm_without_point_to_point_leaves_sends_and_receives_to_nccl) {
+  yaliVariable<int>("fakeYaliP2POff") = 1;
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float p2p[8];
+  const int since = eventCount();
+  // The fake NCCL has no ncclSend (reaching it is ncclInvalidUsage, "not in the fake") and notes
+  // ncclRecv.
+  CHECK(SHIM(ncclSend)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclInvalidUsage);
+  CHECK(SHIM(ncclRecv)(p2p, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclSend)(p2p, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclInvalidUsage);
+  const std::string t = trace(since, kPointToPoint, labels);
+  CHECK_MSG(t == "ncclRecv(r1)", "NCCL's, nothing of YALI's: %s", t.c_str());
+  yaliVariable<int>("fakeYaliP2POff") = 0;
+  destroyAll(ranks);
+}
+
+// A point-to-point call YALI refuses inside a group fails the whole group at its outermost end, as
+// NCCL's group fails after one of its calls failed: the group's other calls (here the peer's receive,
+// YALI's, and an AllReduce) are not launched, and the end returns the refusal.
+TEST(a_point_to_point_call_yali_refuses_in_a_group_fails_the_group) {
+  const std::vector<Rank> ranks = clique(2);
+  const Labels labels = labelsOf(ranks);
+  static float host[8], device[8], x[8];
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(x, x, 8, ncclFloat32, ncclSum, ranks[0].comm, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclRecv)(device, 8, ncclFloat32, 0, ranks[1].comm, nullptr) == ncclSuccess);
+  {
+    const RefusedBuffer refused(host);
+    CHECK(SHIM(ncclSend)(host, 8, ncclFloat32, 1, ranks[0].comm, nullptr) == ncclInvalidArgument);
+  }
+  CHECK(SHIM(ncclGroupEnd)() == ncclInvalidArgument);
+  const std::string t = trace(since, {"yaliLaunch"}, labels);
+  CHECK_MSG(t.empty(), "launched after a refusal in the group: %s", t.c_str());
+  destroyAll(ranks);
 }
 
 int main(int argc, char** argv) {

@@ -5,6 +5,7 @@
 
 #include "collectives/common/block_ops.cuh"
 #include "collectives/common/device.cuh"
+#include "collectives/registry.h"
 
 namespace yali {
 namespace {
@@ -207,16 +208,8 @@ cudaError_t launchWith(const DeviceArgs& frame, const std::vector<P2POp>& ops, i
   memcpy(a.lanes, lanes, sizeof(P2PLane) * nlanes);
   memcpy(a.ops, ops.data(), sizeof(P2POp) * ops.size());
   void* params[] = {&a};
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(nlanes);
-  config.blockDim = dim3(kP2PThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = programmatic ? 1 : 0;
-  return cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(&p2pKernel<kCap>), params);
+  return launchKernel(reinterpret_cast<const void*>(&p2pKernel<kCap>), params, nlanes, kP2PThreads, programmatic,
+                      stream);
 }
 
 // The two parameter sizes (P2PArgs: kCap): a group of up to 32 calls, the common case (torch's

@@ -23,10 +23,10 @@
 // and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
 // i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
 // calls in order: two blocks on one ring would give credits out of order.
-// Progress: within a launch every lane runs at once (the host caps the lanes at kMaxP2PLanes, and
-// the blocks are few enough to be resident together: 8 channels x 2 directions x 7 peers = 112 at
-// 8 ranks); a send never waits for anything but its receiver's consumption of the same ring, which
-// the receiver's lane makes as soon as it runs. So a group whose every transfer is matched by a
+// Progress: within a launch every lane runs at once (the rings per pair keep a launch within
+// kMaxCtas blocks, p2pRingsPerPair, so that its blocks are resident together; fewer where ranks
+// share a GPU); a send never waits for anything but its receiver's consumption of the same ring,
+// which the receiver's lane makes as soon as it runs. So a group whose every transfer is matched by a
 // call in the peer's launch completes whatever the sizes, as NCCL's does.
 #pragma once
 
