@@ -38,7 +38,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -47,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_helpers.h"
 #include "runs.h"
 #include "suite.h"
 #include "text_helpers.h"
@@ -55,7 +55,6 @@ namespace yt {
 
 namespace {
 
-using Bytes = std::vector<unsigned char>;
 using Int64s = std::vector<int64_t>;
 // Counts of one exchange: [sender][destination] (a rank, or a global expert d * E + e).
 using Matrix = std::vector<std::vector<size_t>>;
@@ -75,175 +74,17 @@ constexpr int kFailureTimeoutMs = 10000;
 // A stream still busy this long after its call: the case cannot go on (fatal).
 constexpr double kGiveUpMs = 70000;
 
-
-
-
-size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
-
-std::string commErrors(yaliComm_t comm) {
-  std::string s = "yaliGetLastError(NULL)=\"" + str(yaliGetLastError(nullptr)) + "\"";
-  if (comm != nullptr) {
-    yaliResult_t async = yaliSuccess;
-    if (yaliCommGetAsyncError(comm, &async) == yaliSuccess && async != yaliSuccess) {
-      s += std::string(" asyncError=") + yaliGetErrorString(async);
-    }
-    s += " yaliGetLastError(comm)=\"" + str(yaliGetLastError(comm)) + "\"";
-  }
-  return s;
-}
-
-// yaliCommGetAsyncError's answer (yaliInternalError if the query itself failed).
-yaliResult_t asyncOf(yaliComm_t comm) {
-  yaliResult_t a = yaliInProgress;
-  return yaliCommGetAsyncError(comm, &a) == yaliSuccess ? a : yaliInternalError;
-}
-
-
-bool issued(Ctx& ctx, yaliResult_t r, const char* call, int rank, yaliComm_t comm, const std::string& what) {
-  if (r == yaliSuccess) return true;
-  ctx.fail("%s: rank %d: %s returned %d (%s); %s", what.c_str(), rank, call, (int)r, yaliGetErrorString(r),
-           commErrors(comm).c_str());
-  return false;
-}
-
-// Sets one environment variable for the comms created while it lives (settings are read at comm
-// creation) and restores it afterwards (the MPI launcher runs every case in one process).
-class EnvVar {
- public:
-  EnvVar(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-// Random choices from one of the case's seeds: the same sequence on every process.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ += 0x9E3779B97F4A7C15ull;
-    return mix64(state_);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : (size_t)(next() % n); }
-  bool chance(int percent) { return (int)(next() % 100) < percent; }
-
- private:
-  uint64_t state_;
-};
-
-// Rank `rank`'s send bytes for `seed`: random, never 0xFF (the poison), so an output byte still
-// 0xFF where data was due is a byte the call never wrote.
-Bytes sendBytes(uint64_t seed, int rank, size_t bytes) {
-  Bytes b(bytes);
-  const uint64_t base = combineSeed(seed, (uint64_t)rank + 1);
-  for (size_t k = 0; k < bytes; k += 8) {
-    uint64_t w = mix64(base + k / 8);
-    for (size_t j = 0; j < 8 && k + j < bytes; ++j, w >>= 8) {
-      const unsigned char v = (unsigned char)w;
-      b[k + j] = v == kPoisonByte ? (unsigned char)0x7E : v;
-    }
-  }
-  return b;
-}
-
 // The combine's input on rank d: the dispatch's output with every byte moved by d + 1 (mod 255,
 // which keeps data bytes off 0xFF), so that a row returned from the wrong expert's rank shows.
 unsigned char shifted(unsigned char b, int d) { return (unsigned char)(((unsigned)b + 1 + (unsigned)d) % 255); }
 
-// ---- Buffers: each alone in its allocation, between guard regions ------------------------------
-
-struct Region {
-  DevAlloc alloc;
-  char* p = nullptr;  // kGuardBytes (+ lead) into the allocation
-  size_t bytes = 0;
-};
-
-// `lead` more bytes of guard before the region put its start off 16-byte alignment (keep it a
-// multiple of the element size). In cuMem chunks (Alloc::CuMemChunks) the region straddles the
-// first chunk's end (from 32 bytes on), so that CUDA's range for its start holds only part of it.
-Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead = 0, Alloc kind = Alloc::Malloc) {
-  size_t before = kGuardBytes;
-  if (kind == Alloc::CuMemChunks) {
-    // Half the region before the first chunk's end (a region of more than two chunks straddles
-    // chunk ends wherever it starts).
-    const size_t chunk = cuMemChunkBytes(ctx, ctx.local[i].dev), half = roundUp(bytes / 2, 16);
-    if (chunk > half + kGuardBytes) before = chunk - half;
-  }
-  Region r;
-  r.alloc = allocDev(ctx, ctx.local[i].dev, before + lead + bytes + kGuardBytes, kind, ctx.local[i].stream);
-  r.p = r.alloc.p + before + lead;
-  r.bytes = bytes;
-  return r;
-}
-
-// Guard over the allocation, then `fill` over the region: asynchronous on local rank i's stream.
-void armRegion(Ctx& ctx, size_t i, const Region& r, unsigned char fill) {
-  fillGuard(ctx, r.alloc, ctx.local[i].stream);
-  if (r.bytes) CUDA_OK(ctx, cudaMemsetAsync(r.p, fill, r.bytes, ctx.local[i].stream));
-}
-
-// Guard over the allocation, `data` at the start of the region, poison after it. The copy is from
-// pageable memory, which makes the host wait for the stream: call it only while no YALI call is
-// queued there.
-void loadRegion(Ctx& ctx, size_t i, const Region& r, const void* data, size_t bytes) {
-  armRegion(ctx, i, r, kPoisonByte);
-  if (bytes) CUDA_OK(ctx, cudaMemcpyAsync(r.p, data, bytes, cudaMemcpyHostToDevice, ctx.local[i].stream));
-}
-
-// Waits for local rank i's stream (everything queued there must be able to finish: call it only
-// after every rank's calls were issued), then copies the region back.
-Bytes readRegion(Ctx& ctx, size_t i, const Region& r) {
-  CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-  CUDA_OK(ctx, cudaStreamSynchronize(ctx.local[i].stream));
-  Bytes b(r.bytes);
-  if (r.bytes) CUDA_OK(ctx, cudaMemcpy(b.data(), r.p, r.bytes, cudaMemcpyDeviceToHost));
-  return b;
-}
+// ---- Count buffers (Regions of int64 counts; case_helpers.h has the byte ones) -------------------
 
 Int64s readInt64s(Ctx& ctx, size_t i, const Region& r) {
   const Bytes b = readRegion(ctx, i, r);
   Int64s v(b.size() / sizeof(int64_t));
   if (!v.empty()) std::memcpy(v.data(), b.data(), v.size() * sizeof(int64_t));
   return v;
-}
-
-bool guardsIntact(Ctx& ctx, const Region& r, const std::string& what) {
-  return checkGuard(ctx, r.alloc, {{r.p, r.bytes}}, what);
-}
-
-bool sameBytes(Ctx& ctx, int rank, const Bytes& got, const Bytes& want, const std::string& what,
-               yaliComm_t comm = nullptr) {
-  if (got.size() != want.size()) {
-    ctx.fail("%s: rank %d: %zu bytes read, %zu expected (a bug in the test)", what.c_str(), rank, got.size(),
-             want.size());
-    return false;
-  }
-  size_t bad = 0, first = 0, unwritten = 0, stray = 0;
-  for (size_t k = 0; k < want.size(); ++k) {
-    if (got[k] == want[k]) continue;
-    if (bad++ == 0) first = k;
-    if (got[k] == kPoisonByte) ++unwritten;
-    else if (want[k] == kPoisonByte) ++stray;
-  }
-  if (bad == 0) return true;
-  ctx.fail(
-      "%s: rank %d: %zu of %zu bytes wrong (%zu still the poison where data was due, %zu written "
-      "where nothing was due), first at byte %zu: 0x%02x, expected 0x%02x%s%s",
-      what.c_str(), rank, bad, want.size(), unwritten, stray, first, got[first], want[first], comm ? "; " : "",
-      comm ? commErrors(comm).c_str() : "");
-  return false;
 }
 
 bool sameInt64s(Ctx& ctx, int rank, const Int64s& got, const Int64s& want, const std::string& what,
@@ -1519,32 +1360,8 @@ void caseExperts(Ctx& ctx) {
 void expectCountFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, Clock::time_point t0, int failing,
                         const char* checkWord, const std::string& label) {
   const size_t nl = ctx.local.size();
-  std::vector<double> idleMs(nl, -1), toldMs(nl, -1);
-  watchdogStep("%s: waiting for every stream to come back and every comm to report the failure", label.c_str());
-  for (;;) {
-    bool idle = true, told = true;
-    for (size_t i = 0; i < nl; ++i) {
-      if (idleMs[i] < 0) {
-        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-        const cudaError_t e = cudaStreamQuery(ctx.local[i].stream);
-        if (e == cudaSuccess) {
-          idleMs[i] = msSince(t0);
-        } else if (e != cudaErrorNotReady) {
-          ctx.fatal(
-              "%s: rank %d's stream ended with %s: a failed count check must end the kernel cleanly (no "
-              "trap), leaving the CUDA context usable",
-              label.c_str(), ctx.local[i].rank, cudaGetErrorString(e));
-        }
-      }
-      if (toldMs[i] < 0 && asyncOf(comms[i]) != yaliSuccess) toldMs[i] = msSince(t0);
-      idle &= idleMs[i] >= 0;
-      told &= toldMs[i] >= 0;
-    }
-    const double ms = msSince(t0);
-    if (idle && (told || ms > kFailureMs)) break;
-    if (ms > kGiveUpMs) ctx.fatal("%s: a stream is still busy %.0f ms after the call", label.c_str(), ms);
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
+  const std::vector<bool> all(nl, true);
+  const auto [idleMs, toldMs] = waitForFailure(ctx, comms, t0, all, all, kFailureMs, kGiveUpMs, label);
   for (size_t i = 0; i < nl; ++i) {
     const int k = ctx.local[i].rank;
     ctx.note("%s: rank %d's call came back after %.0f ms; its comm reported an error after %.0f ms", label.c_str(),
@@ -1591,27 +1408,6 @@ void expectRefusedAfterFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms,
         ctx, label + ": the next " + name + " on the failed comm (rank " + std::to_string(ctx.local[i].rank) + ")",
         call(i, comms[i]), yaliInvalidUsage, name, nullptr);
   }
-}
-
-// yaliCommAbort on every local comm once every process is done with its checks (a rank that aborts
-// early would turn its peers' failure into yaliRemoteError). Collective.
-void abortAll(Ctx& ctx, std::vector<yaliComm_t>& comms, const std::string& label) {
-  ctx.world->barrier();
-  watchdogStep("%s: yaliCommAbort on every comm", label.c_str());
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    if (r != yaliSuccess) {
-      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
-               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-    }
-    comms[i] = nullptr;
-  }
-  syncAll(ctx);
-  ctx.world->barrier();
-}
-
-bool allPoison(Ctx& ctx, size_t i, const Region& r, const std::string& what) {
-  return sameBytes(ctx, ctx.local[i].rank, readRegion(ctx, i, r), Bytes(r.bytes, kPoisonByte), what);
 }
 
 // How a count check is made to fail on the last rank.
@@ -1896,39 +1692,6 @@ void caseMismatch(Ctx& ctx) {
 // yaliGetLastError(NULL) and yaliGetLastError(comm) naming the call and the argument, and touch
 // nothing: afterwards the outputs still hold the poison (count outputs the sentinel), the inputs
 // their data, the guards are intact, the comm has no async error, and every form still works.
-
-// `got` must be yaliInvalidArgument, and yaliGetLastError(NULL) and (with a comm)
-// yaliGetLastError(comm) must name `call` and one of `args` (whole words).
-bool expectRefused(Ctx& ctx, const std::string& what, yaliResult_t got, const char* call,
-                   const std::vector<std::string>& args, yaliComm_t comm) {
-  const std::string threadMsg = str(yaliGetLastError(nullptr));
-  const std::string commMsg = comm != nullptr ? str(yaliGetLastError(comm)) : "";
-  if (got != yaliInvalidArgument) {
-    ctx.fail("%s: returned %d (%s), expected yaliInvalidArgument; yaliGetLastError(NULL)=\"%s\"", what.c_str(),
-             (int)got, yaliGetErrorString(got), threadMsg.c_str());
-    return false;
-  }
-  bool ok = true;
-  auto names = [&](const std::string& msg, const char* whose) {
-    if (msg.find(call) == std::string::npos) {
-      ctx.fail("%s: %s does not name %s: \"%s\"", what.c_str(), whose, call, msg.c_str());
-      ok = false;
-    }
-    bool named = false;
-    std::string list;
-    for (const std::string& a : args) {
-      named |= containsWord(msg, a);
-      list += (list.empty() ? "'" : " or '") + a + "'";
-    }
-    if (!named) {
-      ctx.fail("%s: %s does not name the argument %s: \"%s\"", what.c_str(), whose, list.c_str(), msg.c_str());
-      ok = false;
-    }
-  };
-  names(threadMsg, "yaliGetLastError(NULL)");
-  if (comm != nullptr) names(commMsg, "yaliGetLastError(comm)");
-  return ok;
-}
 
 void caseBadArgs(Ctx& ctx) {
   std::vector<yaliComm_t> comms = ctx.createComms("a2av_bad_args");

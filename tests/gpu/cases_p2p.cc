@@ -54,7 +54,6 @@
 #include <cctype>
 #include <chrono>
 #include <climits>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -62,6 +61,7 @@
 #include <utility>
 #include <vector>
 
+#include "case_helpers.h"
 #include "runs.h"
 #include "suite.h"
 #include "text_helpers.h"
@@ -69,8 +69,6 @@
 namespace yt {
 
 namespace {
-
-using Bytes = std::vector<unsigned char>;
 
 constexpr size_t kMiB = (size_t)1 << 20;
 // A pair's ring at most, on the comms the failure cases make with SmallRings (8 rings x 4 slots x
@@ -87,90 +85,11 @@ constexpr double kMarginMs = 5000;
 // A stream still busy this long after its call: the case cannot go on (fatal).
 constexpr double kGiveUpMs = 70000;
 
-size_t roundUp(size_t v, size_t m) { return (v + m - 1) / m * m; }
-
-// Random choices from one of the case's seeds: the same sequence on every process.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    state_ += 0x9E3779B97F4A7C15ull;
-    return mix64(state_);
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : (size_t)(next() % n); }
-  bool chance(int percent) { return (int)(next() % 100) < percent; }
-
- private:
-  uint64_t state_;
-};
-
-// Rank `rank`'s bytes for `seed`: random, never 0xFF (the poison), so an output byte still 0xFF
-// where data was due is a byte the call never wrote.
-Bytes sendBytes(uint64_t seed, int rank, size_t bytes) {
-  Bytes b(bytes);
-  const uint64_t base = combineSeed(seed, (uint64_t)rank + 1);
-  for (size_t k = 0; k < bytes; k += 8) {
-    uint64_t w = mix64(base + k / 8);
-    for (size_t j = 0; j < 8 && k + j < bytes; ++j, w >>= 8) {
-      const unsigned char v = (unsigned char)w;
-      b[k + j] = v == kPoisonByte ? (unsigned char)0x7E : v;
-    }
-  }
-  return b;
-}
-
-// Sets one environment variable for the comms created while it lives (settings are read at comm
-// creation) and restores it afterwards (the MPI launcher runs every case in one process).
-class EnvVar {
- public:
-  EnvVar(const char* name, const std::string& value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~EnvVar() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  EnvVar(const EnvVar&) = delete;
-  EnvVar& operator=(const EnvVar&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 // The settings behind kRingBytes, set around the failure cases' comm creation.
 struct SmallRings {
   EnvVar channels{"YALI_P2P_CHANNELS", "8"};
   EnvVar slot{"YALI_P2P_SLOT_BYTES", "65536"};
 };
-
-std::string commErrors(yaliComm_t comm) {
-  std::string s = "yaliGetLastError(NULL)=\"" + str(yaliGetLastError(nullptr)) + "\"";
-  if (comm != nullptr) {
-    yaliResult_t async = yaliSuccess;
-    if (yaliCommGetAsyncError(comm, &async) == yaliSuccess && async != yaliSuccess) {
-      s += std::string(" asyncError=") + yaliGetErrorString(async);
-    }
-    s += " yaliGetLastError(comm)=\"" + str(yaliGetLastError(comm)) + "\"";
-  }
-  return s;
-}
-
-// yaliCommGetAsyncError's answer (yaliInternalError if the query itself failed).
-yaliResult_t asyncOf(yaliComm_t comm) {
-  yaliResult_t a = yaliInProgress;
-  return yaliCommGetAsyncError(comm, &a) == yaliSuccess ? a : yaliInternalError;
-}
-
-bool issued(Ctx& ctx, yaliResult_t r, const char* call, int rank, yaliComm_t comm, const std::string& what) {
-  if (r == yaliSuccess) return true;
-  ctx.fail("%s: rank %d: %s returned %d (%s); %s", what.c_str(), rank, call, (int)r, yaliGetErrorString(r),
-           commErrors(comm).c_str());
-  return false;
-}
 
 // "rank R" or "peer R" (R a whole number) in `msg`.
 bool namesPeer(const std::string& msg, int r) {
@@ -199,105 +118,7 @@ bool groupEnd(Ctx& ctx, const std::string& what) {
   return false;
 }
 
-// ---- Buffers: each alone in its allocation, between guard regions ------------------------------
-
-struct Region {
-  DevAlloc alloc;
-  char* p = nullptr;  // kGuardBytes (+ lead) into the allocation
-  size_t bytes = 0;
-};
-
-// `lead` more bytes of guard before the region put its start off the allocation's alignment (keep
-// it a multiple of the element sizes used in the region). In cuMem chunks (Alloc::CuMemChunks) the
-// region straddles the first chunk's end, so that CUDA's range for its start holds only part of it.
-Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead = 0, Alloc kind = Alloc::Malloc) {
-  size_t before = kGuardBytes;
-  if (kind == Alloc::CuMemChunks) {
-    const size_t chunk = cuMemChunkBytes(ctx, ctx.local[i].dev), half = roundUp(bytes / 2, 16);
-    if (chunk > half + kGuardBytes) before = chunk - half;
-  }
-  Region r;
-  r.alloc = allocDev(ctx, ctx.local[i].dev, before + lead + bytes + kGuardBytes, kind, ctx.local[i].stream);
-  r.p = r.alloc.p + before + lead;
-  r.bytes = bytes;
-  return r;
-}
-
-// Waits for the region's stream, then frees it (a region never made is left alone).
-void freeRegion(Ctx& ctx, size_t i, Region& r) {
-  if (r.alloc.p == nullptr) return;
-  CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-  CUDA_OK(ctx, cudaStreamSynchronize(ctx.local[i].stream));
-  freeDev(ctx, r.alloc);
-  r.p = nullptr;
-}
-
-// Guard over the allocation, then `fill` over the region: asynchronous on local rank i's stream.
-void armRegion(Ctx& ctx, size_t i, const Region& r, unsigned char fill) {
-  fillGuard(ctx, r.alloc, ctx.local[i].stream);
-  if (r.bytes) CUDA_OK(ctx, cudaMemsetAsync(r.p, fill, r.bytes, ctx.local[i].stream));
-}
-
-// Guard over the allocation, `data` in the region. The copy is from pageable memory, which makes
-// the host wait for the stream: call it only while no YALI call is queued there.
-void loadRegion(Ctx& ctx, size_t i, const Region& r, const Bytes& data) {
-  armRegion(ctx, i, r, kPoisonByte);
-  if (!data.empty()) {
-    CUDA_OK(ctx, cudaMemcpyAsync(r.p, data.data(), std::min(data.size(), r.bytes), cudaMemcpyHostToDevice,
-                                 ctx.local[i].stream));
-  }
-}
-
-// Waits for local rank i's stream (everything queued there must be able to finish: call it only
-// after every rank's calls were issued), then copies the region back.
-Bytes readRegion(Ctx& ctx, size_t i, const Region& r) {
-  CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-  CUDA_OK(ctx, cudaStreamSynchronize(ctx.local[i].stream));
-  Bytes b(r.bytes);
-  if (r.bytes) CUDA_OK(ctx, cudaMemcpy(b.data(), r.p, r.bytes, cudaMemcpyDeviceToHost));
-  return b;
-}
-
-bool guardsIntact(Ctx& ctx, const Region& r, const std::string& what) {
-  return checkGuard(ctx, r.alloc, {{r.p, r.bytes}}, what);
-}
-
-bool sameBytes(Ctx& ctx, int rank, const Bytes& got, const Bytes& want, const std::string& what,
-               yaliComm_t comm = nullptr) {
-  if (got.size() != want.size()) {
-    ctx.fail("%s: rank %d: %zu bytes read, %zu expected (a bug in the test)", what.c_str(), rank, got.size(),
-             want.size());
-    return false;
-  }
-  size_t bad = 0, first = 0, unwritten = 0;
-  for (size_t k = 0; k < want.size(); ++k) {
-    if (got[k] == want[k]) continue;
-    if (bad++ == 0) first = k;
-    if (got[k] == kPoisonByte) ++unwritten;
-  }
-  if (bad == 0) return true;
-  ctx.fail("%s: rank %d: %zu of %zu bytes wrong (%zu of them 0xFF), first at byte %zu: 0x%02x, expected 0x%02x%s%s",
-           what.c_str(), rank, bad, want.size(), unwritten, first, got[first], want[first], comm ? "; " : "",
-           comm ? commErrors(comm).c_str() : "");
-  return false;
-}
-
-// yaliCommAbort on every local comm once every process is done with its checks (a rank that aborts
-// early would turn its peers' failure into yaliRemoteError). Collective.
-void abortAll(Ctx& ctx, std::vector<yaliComm_t>& comms, const std::string& label) {
-  ctx.world->barrier();
-  watchdogStep("%s: yaliCommAbort on every comm", label.c_str());
-  for (size_t i = 0; i < comms.size(); ++i) {
-    const yaliResult_t r = yaliCommAbort(comms[i]);
-    if (r != yaliSuccess) {
-      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
-               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
-    }
-    comms[i] = nullptr;
-  }
-  syncAll(ctx);
-  ctx.world->barrier();
-}
+// ---- Streams --------------------------------------------------------------------------------------
 
 // Polls the main streams of the local ranks marked in `which` until each is idle; returns, per local
 // rank, the milliseconds from t0 until it was seen idle (-1: not waited for). A stream that ends
@@ -751,39 +572,6 @@ bool ringRoundTrip(Ctx& ctx, const std::vector<yaliComm_t>& comms, Rng& rng, con
   ex.prepare(ctx.nextSeed());
   bool ok = ex.run(comms);
   ok &= ex.verify(comms);
-  return ok;
-}
-
-// `got` must be yaliInvalidArgument, and yaliGetLastError(NULL) and (with a comm)
-// yaliGetLastError(comm) must name `call` and one of `args` (whole words).
-bool expectRefused(Ctx& ctx, const std::string& what, yaliResult_t got, const char* call,
-                   const std::vector<std::string>& args, yaliComm_t comm) {
-  const std::string threadMsg = str(yaliGetLastError(nullptr));
-  const std::string commMsg = comm != nullptr ? str(yaliGetLastError(comm)) : "";
-  if (got != yaliInvalidArgument) {
-    ctx.fail("%s: returned %d (%s), expected yaliInvalidArgument; yaliGetLastError(NULL)=\"%s\"", what.c_str(),
-             (int)got, yaliGetErrorString(got), threadMsg.c_str());
-    return false;
-  }
-  bool ok = true;
-  auto names = [&](const std::string& msg, const char* whose) {
-    if (msg.find(call) == std::string::npos) {
-      ctx.fail("%s: %s does not name %s: \"%s\"", what.c_str(), whose, call, msg.c_str());
-      ok = false;
-    }
-    bool named = false;
-    std::string list;
-    for (const std::string& a : args) {
-      named |= containsWord(msg, a);
-      list += (list.empty() ? "'" : " or '") + a + "'";
-    }
-    if (!named) {
-      ctx.fail("%s: %s does not name the argument %s: \"%s\"", what.c_str(), whose, list.c_str(), msg.c_str());
-      ok = false;
-    }
-  };
-  names(threadMsg, "yaliGetLastError(NULL)");
-  if (comm != nullptr) names(commMsg, "yaliGetLastError(comm)");
   return ok;
 }
 
@@ -1431,8 +1219,7 @@ void caseSelf(Ctx& ctx) {
     selfRoundTrip(label + ", then a group", bytes);
     for (size_t i = 0; i < nl; ++i) {
       const int k = ctx.local[i].rank;
-      sameBytes(ctx, k, readRegion(ctx, i, B[i]), Bytes(bytes, kPoisonByte),
-                label + ": the refused yaliRecv's buffer (nothing may be written)");
+      allPoison(ctx, i, B[i], label + ": the refused yaliRecv's buffer (nothing may be written)");
       sameBytes(ctx, k, readRegion(ctx, i, A[i]), data[i], label + ": the refused yaliSend's buffer");
       guardsIntact(ctx, A[i], label);
       guardsIntact(ctx, B[i], label);
@@ -1497,8 +1284,7 @@ void caseSelf(Ctx& ctx) {
       }
       for (size_t i = 0; i < nl; ++i) {
         const int k = ctx.local[i].rank;
-        sameBytes(ctx, k, readRegion(ctx, i, R[i]), Bytes(1200, kPoisonByte),
-                  label + ": the receive buffer (nothing of a refused group may run)");
+        allPoison(ctx, i, R[i], label + ": the receive buffer (nothing of a refused group may run)");
         sameBytes(ctx, k, readRegion(ctx, i, S[i]), data[i], label + ": the send buffer");
         guardsIntact(ctx, S[i], label);
         guardsIntact(ctx, R[i], label);
@@ -1671,7 +1457,7 @@ void caseArgs(Ctx& ctx) {
       const int k = ctx.local[i].rank;
       const std::string what = "after the refused calls (rank " + std::to_string(k) + ")";
       watchdogStep("p2p_args: checking rank %d's buffers", k);
-      sameBytes(ctx, k, readRegion(ctx, i, R[i]), Bytes(c * 4, kPoisonByte), what + ": recvbuff of the refused calls");
+      allPoison(ctx, i, R[i], what + ": recvbuff of the refused calls");
       sameBytes(ctx, k, readRegion(ctx, i, S[i]), data[i], what + ": sendbuff of the refused calls");
       guardsIntact(ctx, S[i], what);
       guardsIntact(ctx, R[i], what);
@@ -1694,7 +1480,7 @@ void caseArgs(Ctx& ctx) {
     expectFailure(ctx, "yaliRecv on a destroyed comm" + who,
                   yaliRecv(R[i].p, c, yaliFloat32, peer, dead[i], ctx.local[i].stream), yaliInvalidUsage, "yaliRecv",
                   "comm");
-    sameBytes(ctx, k, readRegion(ctx, i, R[i]), Bytes(c * 4, kPoisonByte), "recvbuff after a call on a destroyed comm");
+    allPoison(ctx, i, R[i], "recvbuff after a call on a destroyed comm");
   }
 
   // YALI_MAX_P2P_OPS, on comms whose waits are short (a library that accepted the extra calls on
@@ -1795,10 +1581,8 @@ void caseArgs(Ctx& ctx) {
       }
       if (ctx.allTrue(launched)) ex.verify(lc, "the group's calls up to the limit");
       for (size_t i = 0; i < nl; ++i) {
-        const int k = ctx.local[i].rank;
         if (rr[i] != yaliSuccess) {
-          sameBytes(ctx, k, readRegion(ctx, i, F[i]), Bytes(16, kPoisonByte),
-                    label + ": the buffer of the refused yaliRecv over the limit");
+          allPoison(ctx, i, F[i], label + ": the buffer of the refused yaliRecv over the limit");
         }
         guardsIntact(ctx, E[i], label);
         guardsIntact(ctx, F[i], label);
@@ -1829,8 +1613,7 @@ void caseArgs(Ctx& ctx) {
                     yaliInvalidUsage, "yaliSend", nullptr);
       expectFailure(ctx, label + ": yaliRecv" + who, yaliRecv(R[i].p, c, yaliFloat32, peer, off[i], st),
                     yaliInvalidUsage, "yaliRecv", nullptr);
-      sameBytes(ctx, k, readRegion(ctx, i, R[i]), Bytes(c * 4, kPoisonByte),
-                label + ": recvbuff of the refused yaliRecv");
+      allPoison(ctx, i, R[i], label + ": recvbuff of the refused yaliRecv");
       if (asyncOf(off[i]) != yaliSuccess) {
         ctx.fail("%s: rank %d: the refused calls set the comm's async error: %s", label.c_str(), k,
                  commErrors(off[i]).c_str());
@@ -1917,33 +1700,14 @@ void caseSizeMismatch(Ctx& ctx) {
       if (v.grouped) groupEnd(ctx, label);
 
       // Ranks 0 and 1: their streams back and their comms failed, well before YALI_TIMEOUT_MS.
-      std::vector<double> idleMs(nl, -1), toldMs(nl, -1);
-      watchdogStep("%s: waiting for ranks 0 and 1 to come back and report the failure", label.c_str());
-      for (;;) {
-        bool idle = true, told = true;
-        for (size_t i = 0; i < nl; ++i) {
-          if (ctx.local[i].rank > 1) continue;
-          if (idleMs[i] < 0) {
-            CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
-            const cudaError_t e = cudaStreamQuery(ctx.local[i].stream);
-            if (e == cudaSuccess) {
-              idleMs[i] = msSince(t0);
-            } else if (e != cudaErrorNotReady) {
-              ctx.fatal("%s: rank %d's stream ended with %s: a failed check must end the kernel cleanly (no trap)",
-                        label.c_str(), ctx.local[i].rank, cudaGetErrorString(e));
-            }
-          }
-          if (toldMs[i] < 0 && asyncOf(comms[i]) != yaliSuccess) toldMs[i] = msSince(t0);
-          idle &= idleMs[i] >= 0;
-          // The receiver checks (yali.h); a sender whose call fit in the ring has ended before the
-          // check and learns at its next launch (below).
-          if (ctx.local[i].rank == 1) told &= toldMs[i] >= 0;
-        }
-        const double ms = msSince(t0);
-        if (idle && (told || ms > kFailureMs)) break;
-        if (ms > kGiveUpMs) ctx.fatal("%s: a stream is still busy %.0f ms after the calls", label.c_str(), ms);
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      // The receiver checks (yali.h); a sender whose call fit in the ring has ended before the check
+      // and learns at its next launch (below): only rank 1's report ends the wait early.
+      std::vector<bool> pair(nl), receiver(nl);
+      for (size_t i = 0; i < nl; ++i) {
+        pair[i] = ctx.local[i].rank <= 1;
+        receiver[i] = ctx.local[i].rank == 1;
       }
+      const auto [idleMs, toldMs] = waitForFailure(ctx, comms, t0, pair, receiver, kFailureMs, kGiveUpMs, label);
       for (size_t i = 0; i < nl; ++i) {
         const int k = ctx.local[i].rank;
         if (k > 1) continue;

@@ -1,4 +1,5 @@
-// Buffers with guards, output checking, identity across ranks (see runs.h).
+// Buffers with guards, output checking, identity across ranks (see runs.h), and the helpers of
+// the point-to-point and AlltoAllv cases (see case_helpers.h).
 #include "runs.h"
 
 #include <cuda.h>  // types only: the driver is reached through the runtime's entry points
@@ -8,6 +9,10 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <thread>
+
+#include "case_helpers.h"
+#include "text_helpers.h"
 
 namespace yt {
 
@@ -557,6 +562,197 @@ void ReplayableGraphs::replay(uint64_t seed) {
     CUDA_OK(ctx_, cudaSetDevice(ctx_.local[i].dev));
     CUDA_OK(ctx_, cudaGraphLaunch(execs_[i], ctx_.local[i].stream));
   }
+}
+
+// ---- case_helpers.h --------------------------------------------------------------------------------
+
+Bytes sendBytes(uint64_t seed, int rank, size_t bytes) {
+  Bytes b(bytes);
+  const uint64_t base = combineSeed(seed, (uint64_t)rank + 1);
+  for (size_t k = 0; k < bytes; k += 8) {
+    uint64_t w = mix64(base + k / 8);
+    for (size_t j = 0; j < 8 && k + j < bytes; ++j, w >>= 8) {
+      const unsigned char v = (unsigned char)w;
+      b[k + j] = v == kPoisonByte ? (unsigned char)0x7E : v;
+    }
+  }
+  return b;
+}
+
+std::string commErrors(yaliComm_t comm) {
+  std::string s = "yaliGetLastError(NULL)=\"" + str(yaliGetLastError(nullptr)) + "\"";
+  if (comm != nullptr) {
+    yaliResult_t async = yaliSuccess;
+    if (yaliCommGetAsyncError(comm, &async) == yaliSuccess && async != yaliSuccess) {
+      s += std::string(" asyncError=") + yaliGetErrorString(async);
+    }
+    s += " yaliGetLastError(comm)=\"" + str(yaliGetLastError(comm)) + "\"";
+  }
+  return s;
+}
+
+yaliResult_t asyncOf(yaliComm_t comm) {
+  yaliResult_t a = yaliInProgress;
+  return yaliCommGetAsyncError(comm, &a) == yaliSuccess ? a : yaliInternalError;
+}
+
+bool issued(Ctx& ctx, yaliResult_t r, const char* call, int rank, yaliComm_t comm, const std::string& what) {
+  if (r == yaliSuccess) return true;
+  ctx.fail("%s: rank %d: %s returned %d (%s); %s", what.c_str(), rank, call, (int)r, yaliGetErrorString(r),
+           commErrors(comm).c_str());
+  return false;
+}
+
+bool expectRefused(Ctx& ctx, const std::string& what, yaliResult_t got, const char* call,
+                   const std::vector<std::string>& args, yaliComm_t comm) {
+  const std::string threadMsg = str(yaliGetLastError(nullptr));
+  const std::string commMsg = comm != nullptr ? str(yaliGetLastError(comm)) : "";
+  if (got != yaliInvalidArgument) {
+    ctx.fail("%s: returned %d (%s), expected yaliInvalidArgument; yaliGetLastError(NULL)=\"%s\"", what.c_str(),
+             (int)got, yaliGetErrorString(got), threadMsg.c_str());
+    return false;
+  }
+  bool ok = true;
+  auto names = [&](const std::string& msg, const char* whose) {
+    if (msg.find(call) == std::string::npos) {
+      ctx.fail("%s: %s does not name %s: \"%s\"", what.c_str(), whose, call, msg.c_str());
+      ok = false;
+    }
+    bool named = false;
+    std::string list;
+    for (const std::string& a : args) {
+      named |= containsWord(msg, a);
+      list += (list.empty() ? "'" : " or '") + a + "'";
+    }
+    if (!named) {
+      ctx.fail("%s: %s does not name the argument %s: \"%s\"", what.c_str(), whose, list.c_str(), msg.c_str());
+      ok = false;
+    }
+  };
+  names(threadMsg, "yaliGetLastError(NULL)");
+  if (comm != nullptr) names(commMsg, "yaliGetLastError(comm)");
+  return ok;
+}
+
+void abortAll(Ctx& ctx, std::vector<yaliComm_t>& comms, const std::string& label) {
+  ctx.world->barrier();
+  watchdogStep("%s: yaliCommAbort on every comm", label.c_str());
+  for (size_t i = 0; i < comms.size(); ++i) {
+    const yaliResult_t r = yaliCommAbort(comms[i]);
+    if (r != yaliSuccess) {
+      ctx.fail("%s: yaliCommAbort (rank %d) returned %d (%s): %s", label.c_str(), ctx.local[i].rank, (int)r,
+               yaliGetErrorString(r), str(yaliGetLastError(nullptr)).c_str());
+    }
+    comms[i] = nullptr;
+  }
+  syncAll(ctx);
+  ctx.world->barrier();
+}
+
+FailureTimes waitForFailure(Ctx& ctx, const std::vector<yaliComm_t>& comms, Clock::time_point t0,
+                            const std::vector<bool>& watch, const std::vector<bool>& mustTell, double failureMs,
+                            double giveUpMs, const std::string& label) {
+  const size_t nl = ctx.local.size();
+  FailureTimes t{std::vector<double>(nl, -1), std::vector<double>(nl, -1)};
+  watchdogStep("%s: waiting for the streams to come back and the comms to report the failure", label.c_str());
+  for (;;) {
+    bool idle = true, told = true;
+    for (size_t i = 0; i < nl; ++i) {
+      if (!watch[i]) continue;
+      if (t.idleMs[i] < 0) {
+        CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+        const cudaError_t e = cudaStreamQuery(ctx.local[i].stream);
+        if (e == cudaSuccess) {
+          t.idleMs[i] = msSince(t0);
+        } else if (e != cudaErrorNotReady) {
+          ctx.fatal(
+              "%s: rank %d's stream ended with %s: a failed check must end the kernel cleanly (no trap), leaving "
+              "the CUDA context usable",
+              label.c_str(), ctx.local[i].rank, cudaGetErrorString(e));
+        }
+      }
+      if (t.toldMs[i] < 0 && asyncOf(comms[i]) != yaliSuccess) t.toldMs[i] = msSince(t0);
+      idle &= t.idleMs[i] >= 0;
+      if (mustTell[i]) told &= t.toldMs[i] >= 0;
+    }
+    const double ms = msSince(t0);
+    if (idle && (told || ms > failureMs)) return t;
+    if (ms > giveUpMs) ctx.fatal("%s: a stream is still busy %.0f ms after the calls", label.c_str(), ms);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
+Region makeRegion(Ctx& ctx, size_t i, size_t bytes, size_t lead, Alloc kind) {
+  size_t before = kGuardBytes;
+  if (kind == Alloc::CuMemChunks) {
+    // Half the region before the first chunk's end (a region of more than two chunks straddles
+    // chunk ends wherever it starts).
+    const size_t chunk = cuMemChunkBytes(ctx, ctx.local[i].dev), half = roundUp(bytes / 2, 16);
+    if (chunk > half + kGuardBytes) before = chunk - half;
+  }
+  Region r;
+  r.alloc = allocDev(ctx, ctx.local[i].dev, before + lead + bytes + kGuardBytes, kind, ctx.local[i].stream);
+  r.p = r.alloc.p + before + lead;
+  r.bytes = bytes;
+  return r;
+}
+
+void freeRegion(Ctx& ctx, size_t i, Region& r) {
+  if (r.alloc.p == nullptr) return;
+  CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+  CUDA_OK(ctx, cudaStreamSynchronize(ctx.local[i].stream));
+  freeDev(ctx, r.alloc);
+  r.p = nullptr;
+}
+
+void armRegion(Ctx& ctx, size_t i, const Region& r, unsigned char fill) {
+  fillGuard(ctx, r.alloc, ctx.local[i].stream);
+  if (r.bytes) CUDA_OK(ctx, cudaMemsetAsync(r.p, fill, r.bytes, ctx.local[i].stream));
+}
+
+void loadRegion(Ctx& ctx, size_t i, const Region& r, const void* data, size_t bytes) {
+  // More would land in the guard after the region and be reported as the library's write.
+  if (bytes > r.bytes) ctx.fatal("loadRegion: %zu bytes into a region of %zu (a bug in the test)", bytes, r.bytes);
+  armRegion(ctx, i, r, kPoisonByte);
+  if (bytes) CUDA_OK(ctx, cudaMemcpyAsync(r.p, data, bytes, cudaMemcpyHostToDevice, ctx.local[i].stream));
+}
+
+Bytes readRegion(Ctx& ctx, size_t i, const Region& r) {
+  CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+  CUDA_OK(ctx, cudaStreamSynchronize(ctx.local[i].stream));
+  Bytes b(r.bytes);
+  if (r.bytes) CUDA_OK(ctx, cudaMemcpy(b.data(), r.p, r.bytes, cudaMemcpyDeviceToHost));
+  return b;
+}
+
+bool guardsIntact(Ctx& ctx, const Region& r, const std::string& what) {
+  return checkGuard(ctx, r.alloc, {{r.p, r.bytes}}, what);
+}
+
+bool sameBytes(Ctx& ctx, int rank, const Bytes& got, const Bytes& want, const std::string& what, yaliComm_t comm) {
+  if (got.size() != want.size()) {
+    ctx.fail("%s: rank %d: %zu bytes read, %zu expected (a bug in the test)", what.c_str(), rank, got.size(),
+             want.size());
+    return false;
+  }
+  size_t bad = 0, first = 0, unwritten = 0, stray = 0;
+  for (size_t k = 0; k < want.size(); ++k) {
+    if (got[k] == want[k]) continue;
+    if (bad++ == 0) first = k;
+    if (got[k] == kPoisonByte) ++unwritten;
+    else if (want[k] == kPoisonByte) ++stray;
+  }
+  if (bad == 0) return true;
+  ctx.fail(
+      "%s: rank %d: %zu of %zu bytes wrong (%zu still the poison where data was due, %zu written "
+      "where nothing was due), first at byte %zu: 0x%02x, expected 0x%02x%s%s",
+      what.c_str(), rank, bad, want.size(), unwritten, stray, first, got[first], want[first], comm ? "; " : "",
+      comm ? commErrors(comm).c_str() : "");
+  return false;
+}
+
+bool allPoison(Ctx& ctx, size_t i, const Region& r, const std::string& what) {
+  return sameBytes(ctx, ctx.local[i].rank, readRegion(ctx, i, r), Bytes(r.bytes, kPoisonByte), what);
 }
 
 }  // namespace yt
