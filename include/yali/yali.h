@@ -512,9 +512,9 @@ YALI_API yaliResult_t yaliExpertCombine(const void* sendbuff, const int64_t* sen
  *  - A rank's sends and receives that must progress together (a ring shift, an all-to-all: each
  *    rank sends and receives at once) go into one group: inside yaliGroupStart/End, every
  *    point-to-point call of a comm runs in one launch, after the group's collectives on that comm,
- *    with every transfer progressing at once. Outside a group each call is a launch of its own,
- *    which ends only when the peer has received everything (a send of more than the pair's ring,
- *    YALI_P2P_CHANNELS x 4 slots of YALI_P2P_SLOT_BYTES, waits for the matching receive to run).
+ *    with every transfer progressing at once. Outside a group each call is a launch of its own: a
+ *    send of more than the pair's rings (YALI_P2P_CHANNELS rings, at most 64 / (2 x (nranks - 1)),
+ *    of 4 slots of YALI_P2P_SLOT_BYTES) waits for the matching receive to run.
  *  - peer == rank: the send and its receive must be in the same group (the k-th send to self with
  *    the k-th receive from self; a local copy), with the same bytes; anything else is refused
  *    (yaliInvalidUsage, at the call outside a group, at yaliGroupEnd inside one).

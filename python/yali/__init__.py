@@ -847,7 +847,8 @@ class Comm(_ClosingContext):
     # Only the two ranks take part. The k-th send from rank a to rank b is matched with b's k-th
     # recv from a; both move the same bytes (count x the type's size; the types may differ: checked
     # on the device, where a difference fails the comm on both ranks). Outside a group each call is
-    # a launch of its own that ends only when the peer has received everything, so a rank's sends
+    # a launch of its own; a send ends once its data is in the peer's rings (one larger than them
+    # waits for the peer's recv), so a rank's sends
     # and receives that must progress together (a ring shift, a pipeline exchange) go in one
     # ``with yali.group():``, which runs every point-to-point call of the comm in one launch at its
     # end (at most MAX_P2P_OPS per comm). A send to this rank needs its recv in the same group (a

@@ -152,7 +152,7 @@ Groups. Inside ``with yali.group():`` (yaliGroupStart/End) a collective is only 
 launched at the outermost group end, so its output is not written before then. So are send and recv:
 a comm's point-to-point calls of one group run in one launch, every transfer progressing at once,
 which is how a rank's sends and receives that must progress together are made (a ring shift, a
-pipeline exchange; outside a group a send waits for its receive to run), and the only way to send to
+pipeline exchange; outside a group a send larger than the rings waits for its receive), and the only way to send to
 this rank itself. The forms that do work of their own after their collective would do it too early,
 and are refused inside a group (YaliInvalidUsage, naming the call, before anything is queued):
 gather and scatter with a list (pass the one-tensor form), all_to_all_device_counts with
@@ -1879,8 +1879,9 @@ class Communicator(yali._ClosingContext):
         ``recv`` (its k-th from this rank for this rank's k-th send to it) takes the same number of
         bytes. Only the two ranks take part. Every dtype in DTYPES, bool and complex.
 
-        Outside a group the call ends only when the peer has received everything (a large send
-        waits for the matching recv to run): sends and receives that must progress together (a
+        A send ends once its data is in the peer's rings (a send larger than them waits for the
+        matching recv to run; a difference in bytes then reaches this rank at its next call):
+        sends and receives that must progress together (a
         ring shift, a pipeline exchange) go in one ``with yali.group():``, which also holds a send
         to this rank itself and its recv (the library refuses one outside a group:
         YaliInvalidUsage). On torch's current stream, or on ``stream`` (a torch.cuda.Stream on this
