@@ -77,7 +77,7 @@ def verdict(records):
 
 # yali-perf -C's order.
 COLLS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather", "scatter",
-         "alltoall", "rs_ag")
+         "alltoall", "rs_ag", "sendrecv")
 
 
 def coll_order(key):

@@ -65,15 +65,15 @@ PLACEMENT_ORDER = ("out-of-place", "in-place")
 # AllReduce. A rooted collective measured at several roots (-r all) is one collective per root,
 # keyed "<name>@root<r>".
 COLL_ORDER = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
-              "scatter", "alltoall", "rs_ag")
+              "scatter", "alltoall", "rs_ag", "sendrecv")
 COLL_LABELS = {"allreduce": "AllReduce", "reducescatter": "ReduceScatter",
                "allgather": "AllGather", "broadcast": "Broadcast", "reduce": "Reduce",
                "gather": "Gather", "scatter": "Scatter", "alltoall": "AllToAll",
-               "rs_ag": "RS+AG AllReduce"}
+               "rs_ag": "RS+AG AllReduce", "sendrecv": "SendRecv (point-to-point ring)"}
 # nccl-tests' busBW factors (busBW = algBW x factor), as yali-perf applies them.
 BUS_FACTORS = {"allreduce": "2(n-1)/n", "rs_ag": "2(n-1)/n", "reducescatter": "(n-1)/n",
                "allgather": "(n-1)/n", "alltoall": "(n-1)/n", "gather": "(n-1)/n",
-               "scatter": "(n-1)/n", "broadcast": "1", "reduce": "1"}
+               "scatter": "(n-1)/n", "broadcast": "1", "reduce": "1", "sendrecv": "1"}
 
 SECTION_TITLES = (
     "1. Executive summary",

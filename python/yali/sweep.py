@@ -74,7 +74,7 @@ DTYPE_ARGS = {"fp32": "float", "float": "float", "float32": "float",
 
 # The sweep's --colls names: yali-perf's -C names ("all": every one of them).
 COLL_NAMES = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "gather",
-              "scatter", "alltoall", "rs_ag")
+              "scatter", "alltoall", "rs_ag", "sendrecv")
 
 # yali-perf --inplace: 0 out-of-place only, 1 in-place only, 2 both.
 PLACEMENT_ARGS = {"out-of-place": 0, "in-place": 1, "both": 2}
