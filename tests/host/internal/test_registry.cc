@@ -558,6 +558,45 @@ TEST(window_layout_with_every_region_unchanged) {
   }
 }
 
+// Point-to-point's rings per pair (p2p.h: p2pRingsPerPair): the setting, but never more than keep a
+// launch that talks to every peer both ways within kMaxCtas blocks (every lane of a launch must be
+// resident at once), and at least one; 0 stays 0 (no rings). The defaults give what yali.h and
+// env.cc say: 16 at 2 ranks, 10 at 4, 4 at 8. And the chunk a call is cut into (p2pChunkBytes):
+// a multiple of 4 KB at least 4 KB, at most a slot, spreading a call over every ring and team.
+TEST(p2p_rings_per_pair_and_chunks) {
+  CHECK_EQ(p2pRingsPerPair(16, 2), 16);
+  CHECK_EQ(p2pRingsPerPair(16, 4), 10);
+  CHECK_EQ(p2pRingsPerPair(16, 8), 4);
+  CHECK_EQ(p2pRingsPerPair(0, 4), 0);
+  for (int n = 2; n <= kMaxRanks; ++n)
+    for (int setting = 1; setting <= kMaxP2PChannels; ++setting) {
+      const int rings = p2pRingsPerPair(setting, n);
+      CHECK_MSG(rings >= 1 && rings <= setting && 2 * (n - 1) * rings <= kMaxCtas, "n=%d setting=%d: %d", n, setting,
+                rings);
+      CHECK(2 * (n - 1) * rings + 16 <= kMaxP2PLanes);
+    }
+  const Settings s = defaultSettings();
+  CHECK_EQ(s.p2pChannels, 16);
+  CHECK_EQ(s.p2pSlotBytes, 128 << 10);
+  for (int n = 2; n <= kMaxRanks; ++n)
+    CHECK_EQ(computeLayout(n, s, kAllRegions).p2pChannels, static_cast<size_t>(p2pRingsPerPair(16, n)));
+  const uint64_t slot = 128 << 10;
+  for (uint64_t bytes : {uint64_t{1}, uint64_t{4096}, uint64_t{4097}, uint64_t{65536}, uint64_t{1} << 20,
+                         (uint64_t{1} << 20) + 3, uint64_t{1} << 30}) {
+    for (int rings : {1, 4, 10, 16}) {
+      const uint64_t chunk = p2pChunkBytes(bytes, rings, slot);
+      CHECK_MSG(chunk >= kP2PMinChunk && chunk <= slot && chunk % 4096 == 0, "bytes=%llu rings=%d: %llu",
+                (unsigned long long)bytes, rings, (unsigned long long)chunk);
+      // Every ring and team gets a chunk where the call is large enough for it, and no call needs
+      // more chunks than that unless its chunks are whole slots.
+      const uint64_t chunks = (bytes + chunk - 1) / chunk;
+      CHECK(chunk == slot || chunk == kP2PMinChunk || chunks <= static_cast<uint64_t>(rings) * kP2PTeams);
+    }
+  }
+  CHECK_EQ(p2pChunkBytes(1 << 20, 16, slot), uint64_t{32768});  // 1 MB: 32 chunks, one per ring and team
+  CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot), slot);
+}
+
 // A comm whose settings exclude every algorithm of a region gets that region at 0 bytes (its offset
 // the next region's), and no other change but the offsets after it; the regions it keeps stay
 // 256-byte aligned and in order. YALI_ALGO brings a region back.
