@@ -11,6 +11,7 @@ namespace yali {
 namespace {
 
 constexpr uint64_t kNoFailure = 0;
+
 // Where slot place k of ring (sender, channel) lies in `window` (the receiver's).
 __device__ __forceinline__ char* slotOf(char* window, const WindowLayout& L, int sender, int channel, uint64_t k) {
   return window + L.p2pRing + ((static_cast<size_t>(sender) * L.p2pChannels + channel) * kP2PSlots + k) * L.p2pSlotStride;
@@ -27,8 +28,8 @@ __device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& 
 // One lane's walk over the launch's calls of its kind and peer: every chunk on its channel, in
 // order, numbered j = 0, 1, ... (its slot is the ring's base + j); the lane's team t takes the
 // chunks with j % kP2PTeams == t. `step(op, off, len, seq)` moves one chunk and returns false when
-// the lane must stop (a failed wait or check). Returns the chunks the lane walked (all of them
-// unless it stopped).
+// the lane must stop (a failed wait or check). Returns false when it stopped; else true, with the
+// lane's chunks (every team's) in *walked.
 template <int kCap, typename Step>
 __device__ __forceinline__ bool walkLane(const P2PArgs<kCap>& a, uint32_t kind, int peer, int channel, const Team& team,
                                         uint64_t base, uint64_t* walked, Step step) {
