@@ -743,17 +743,6 @@ ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, Via
   return viaNccl(c->real);
 }
 
-// A point-to-point call (ncclSend, ncclRecv) that routePointToPoint runs (now, or from the group's
-// deferred calls). YALI runs it where the comm has a YALI communicator of all its ranks (one node:
-// YALI's ranks are NCCL's) and YALI_NCCL_DISABLE leaves "sendrecv" on. The route depends on the
-// comm alone (its set-up's verdict, the same on every rank), never on the call: both calls of a
-// pair meet in the same library, and a pair's calls keep their order, which both libraries match
-// in (the k-th send with the k-th receive). A call whose type YALI lacks or whose peer is out of
-// range goes to NCCL, which reports it (never valid NCCL: no peer waits for it). A buffer YALI
-// refuses (not device memory of the comm's GPU, or shorter than the call) is this rank's error:
-// the peer's matching call is on YALI, where NCCL would never meet it. A group's YALI calls run at
-// its end as one launch per comm (yali.h), its NCCL calls as NCCL's group. Several nodes (a
-// hierarchy): NCCL's, all of them.
 // Whether c's YALI comm y takes point-to-point calls, asked once by a send that moves nothing:
 // libyali refuses every one (yaliInvalidUsage) where YALI_P2P_CHANNELS=0, a setting its ranks agree
 // on, so every rank of the comm reaches the same verdict. Not decided while the comm has failed
@@ -769,6 +758,17 @@ bool yaliTakesSendRecv(Comm* c, yaliComm_t y) {
   return r == yaliSuccess;
 }
 
+// A point-to-point call (ncclSend, ncclRecv) that routePointToPoint runs (now, or from the group's
+// deferred calls). YALI runs it where the comm has a YALI communicator of all its ranks (one node:
+// YALI's ranks are NCCL's) and YALI_NCCL_DISABLE leaves "sendrecv" on. The route depends on the
+// comm alone (its set-up's verdict, the same on every rank), never on the call: both calls of a
+// pair meet in the same library, and a pair's calls keep their order, which both libraries match
+// in (the k-th send with the k-th receive). A call whose type YALI lacks or whose peer is out of
+// range goes to NCCL, which reports it (never valid NCCL: no peer waits for it). A buffer YALI
+// refuses (not device memory of the comm's GPU, or shorter than the call) is this rank's error:
+// the peer's matching call is on YALI, where NCCL would never meet it. A group's YALI calls run at
+// its end as one launch per comm (yali.h), its NCCL calls as NCCL's group. Several nodes (a
+// hierarchy): NCCL's, all of them.
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeSendRecv(const char* function, ncclComm_t handle, ncclDataType_t type, size_t count, int peer,
                            ViaYali viaYali, ViaNccl viaNccl) {
@@ -794,7 +794,8 @@ ncclResult_t routeSendRecv(const char* function, ncclComm_t handle, ncclDataType
   }
   // A refusal inside a group fails the whole group at its end, as NCCL's group fails after one of
   // its calls failed (endGroup): its other calls, the peers' matching ones included, do not run.
-  if (inGroup() && tlsDeferred.refusal == ncclSuccess) tlsDeferred.refusal = r == yaliInvalidArgument ? ncclInvalidArgument : toNcclResult(r);
+  if (inGroup() && tlsDeferred.refusal == ncclSuccess)
+    tlsDeferred.refusal = r == yaliInvalidArgument ? ncclInvalidArgument : toNcclResult(r);
   if (r != yaliInvalidArgument) return yaliFailed(c, function, r);
   return shimFail(ncclInvalidArgument,
                   "%s: YALI runs this communicator's point-to-point calls and refused this one (%s); its peer's "
