@@ -1016,12 +1016,17 @@ def _broadcast_op(tensor: torch.Tensor, comm: int, root: int) -> None:
     _launch_broadcast("yali::broadcast_", comm, tensor, root)
 
 
-@_broadcast_op.register_fake
-def _(tensor, comm, root):
-    opname = "yali::broadcast_"
+def _fake_one_tensor_rank(opname, comm, tensor, name, rank):
+    """The fake of an operator on one tensor and one rank of the comm (``name``: "root", "peer"):
+    the tensor and the rank checked as the real operator checks them."""
     c = _fake_prep(opname, comm, (("tensor", tensor),))
     if c is not None:
-        _as_rank(opname, "root", root, c.size)
+        _as_rank(opname, name, rank, c.size)
+
+
+@_broadcast_op.register_fake
+def _(tensor, comm, root):
+    _fake_one_tensor_rank("yali::broadcast_", comm, tensor, "root", root)
 
 
 @torch.library.custom_op("yali::reduce_", mutates_args=("tensor",), device_types="cuda")
@@ -1103,16 +1108,19 @@ def _(input, comm):
 # matches a send with its receive by bytes.
 
 
-def _launch_send(opname, handle, tensor, peer):
+def _launch_p2p(opname, call, handle, tensor, peer):
+    """yaliSend or yaliRecv (``call``: _capi.send or _capi.recv) of ``tensor`` with ``peer``."""
     comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
     peer = _as_rank(opname, "peer", peer, comm.size)
-    _capi.send(tensor.data_ptr(), tensor.numel() * per, code, peer, handle, stream)
+    call(tensor.data_ptr(), tensor.numel() * per, code, peer, handle, stream)
+
+
+def _launch_send(opname, handle, tensor, peer):
+    _launch_p2p(opname, _capi.send, handle, tensor, peer)
 
 
 def _launch_recv(opname, handle, tensor, peer):
-    comm, (code, per), stream = _launch_prep(opname, handle, (("tensor", tensor),))
-    peer = _as_rank(opname, "peer", peer, comm.size)
-    _capi.recv(tensor.data_ptr(), tensor.numel() * per, code, peer, handle, stream)
+    _launch_p2p(opname, _capi.recv, handle, tensor, peer)
 
 
 @torch.library.custom_op("yali::send", mutates_args=(), device_types="cuda")
@@ -1122,10 +1130,7 @@ def _send_op(tensor: torch.Tensor, comm: int, peer: int) -> None:
 
 @_send_op.register_fake
 def _(tensor, comm, peer):
-    opname = "yali::send"
-    c = _fake_prep(opname, comm, (("tensor", tensor),))
-    if c is not None:
-        _as_rank(opname, "peer", peer, c.size)
+    _fake_one_tensor_rank("yali::send", comm, tensor, "peer", peer)
 
 
 @torch.library.custom_op("yali::recv_", mutates_args=("tensor",), device_types="cuda")
@@ -1135,10 +1140,7 @@ def _recv_op(tensor: torch.Tensor, comm: int, peer: int) -> None:
 
 @_recv_op.register_fake
 def _(tensor, comm, peer):
-    opname = "yali::recv_"
-    c = _fake_prep(opname, comm, (("tensor", tensor),))
-    if c is not None:
-        _as_rank(opname, "peer", peer, c.size)
+    _fake_one_tensor_rank("yali::recv_", comm, tensor, "peer", peer)
 
 
 # ---- Custom operators of the uneven exchange (AlltoAllv) -----------------------------------------
