@@ -46,10 +46,13 @@ constexpr long long kMaxVarRows = (1LL << 40) - 2;
 // Point-to-point (yali.h: yaliSend, yaliRecv; collectives/p2p/p2p.cu): each ordered pair of ranks
 // has up to kMaxP2PChannels rings (YALI_P2P_CHANNELS) of kP2PSlots slots in the receiver's window;
 // a group's point-to-point calls on one comm run as one launch of at most kMaxP2POps calls
-// (YALI_MAX_P2P_OPS).
+// (YALI_MAX_P2P_OPS): the kernel's parameters carry them (32 bytes each), and 960 is what fits
+// beside the frame and the lanes in CUDA's 32,764 bytes of parameters (p2p.cu asserts it). One
+// launch, not several: ranks cut a longer group at different calls, and launches that follow one
+// another on a stream could then wait on each other across ranks.
 constexpr int kMaxP2PChannels = 16;
 constexpr int kP2PSlots = 4;
-constexpr int kMaxP2POps = 256;
+constexpr int kMaxP2POps = 960;
 
 // ---- Data types: NCCL's values (yali.h's yaliDataType_t), so a cast is the conversion ------------
 enum class DataType : int {

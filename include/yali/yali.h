@@ -530,7 +530,7 @@ YALI_API yaliResult_t yaliExpertCombine(const void* sendbuff, const int64_t* sen
  *  - Buffers: device memory of this comm's GPU (common rules above); count 0 moves nothing and
  *    matches nothing. At most YALI_MAX_P2P_OPS point-to-point calls per comm in one group.
  *  - Disabled (yaliInvalidUsage) where YALI_P2P_CHANNELS=0 (then the window holds no rings). */
-#define YALI_MAX_P2P_OPS 256
+#define YALI_MAX_P2P_OPS 960
 YALI_API yaliResult_t yaliSend(const void* sendbuff, size_t count, yaliDataType_t datatype, int peer,
                                yaliComm_t comm, cudaStream_t stream);
 YALI_API yaliResult_t yaliRecv(void* recvbuff, size_t count, yaliDataType_t datatype, int peer,

@@ -36,7 +36,7 @@ UNIQUE_ID_BYTES = 128
 MAX_LOCAL_EXPERTS = 512
 MAX_EXPERTS = 1024
 # yali.h, "Point-to-point": at most MAX_P2P_OPS yaliSend/yaliRecv calls per comm in one group.
-MAX_P2P_OPS = 256
+MAX_P2P_OPS = 960
 # The C library this package was written for; yaliGetVersion() reports major*10000+minor*100+patch.
 VERSION_MAJOR, VERSION_MINOR, VERSION_PATCH = 0, 1, 0
 VERSION_CODE = VERSION_MAJOR * 10000 + VERSION_MINOR * 100 + VERSION_PATCH

@@ -1319,9 +1319,9 @@ void caseSelf(Ctx& ctx) {
 // buffer untouched (outputs still poison, inputs intact, guards intact), no async error, the comm
 // works. Then the comm destroyed: both calls yaliInvalidUsage naming the comm. Then the limits, on
 // comms with YALI_TIMEOUT_MS=10000 (a library that accepted an extra call on one side only would
-// leave the other side waiting): YALI_MAX_P2P_OPS (256) calls on a comm in one group run exactly; a
-// 257th and 258th are refused (at the call, or the whole group at yaliGroupEnd, noted; accepting all
-// 258 fails). Last, YALI_P2P_CHANNELS=0: both calls yaliInvalidUsage, collectives unaffected.
+// leave the other side waiting): YALI_MAX_P2P_OPS calls on a comm in one group run exactly; the
+// two calls beyond are refused (at the call, or the whole group at yaliGroupEnd, noted; accepting
+// them all fails). Last, YALI_P2P_CHANNELS=0: both calls yaliInvalidUsage, collectives unaffected.
 
 void caseArgs(Ctx& ctx) {
   if (!ctx.requireAll(ctx.nranks >= 2, "needs at least 2 ranks")) return;
@@ -1491,7 +1491,8 @@ void caseArgs(Ctx& ctx) {
     ctx.world->barrier();
     std::vector<yaliComm_t> lc = ctx.createComms(label.c_str());
     const int half = YALI_MAX_P2P_OPS / 2;
-    // 128 sends to rank + 1 and 128 receives from rank - 1 per rank (at 2 ranks, both the other).
+    // YALI_MAX_P2P_OPS / 2 sends to rank + 1 and as many receives from rank - 1 per rank (at 2
+    // ranks, both the other).
     auto atLimit = [&](Exchange& ex) {
       std::vector<std::vector<size_t>> x(n);
       for (int r = 0; r < n; ++r) {
@@ -1543,7 +1544,7 @@ void caseArgs(Ctx& ctx) {
       }
       const yaliResult_t ge = yaliGroupEnd();
       const std::string me = str(yaliGetLastError(nullptr));
-      bool launched = true;  // the group's 256 calls ran: check them
+      bool launched = true;  // the group's YALI_MAX_P2P_OPS calls ran: check them
       for (size_t i = 0; i < nl; ++i) {
         const int k = ctx.local[i].rank;
         const bool refusedAtCall = rs[i] != yaliSuccess && rr[i] != yaliSuccess;

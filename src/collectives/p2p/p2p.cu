@@ -26,28 +26,36 @@ __device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& 
 }
 
 // One lane's walk over the launch's calls of its kind and peer: every chunk on its channel, in
-// order, numbered j = 0, 1, ... (its slot is the ring's base + j); the lane's team t takes the
-// chunks with j % kP2PTeams == t. `step(op, off, len, seq)` moves one chunk and returns false when
-// the lane must stop (a failed wait or check). Returns false when it stopped; else true, with the
-// lane's chunks (every team's) in *walked.
+// order, numbered j = 0, 1, ... from the lane's slot counter *seqWord (its slot is *seqWord + j);
+// the lane's team t takes the chunks with j % kP2PTeams == t. `step(op, off, len, seq)` moves one
+// chunk and returns false when the lane must stop (a failed wait or check). The whole block calls
+// it. The counter: every thread reads it before the first barrier; thread 0 advances it past the
+// lane's chunks (every team's) after the last, only if no team stopped (a failed comm's counters
+// are never used again).
 template <int kCap, typename Step>
-__device__ __forceinline__ bool walkLane(const P2PArgs<kCap>& a, uint32_t kind, int peer, int channel, const Team& team,
-                                        uint64_t base, uint64_t* walked, Step step) {
+__device__ __forceinline__ void walkLane(const P2PArgs<kCap>& a, uint32_t kind, int peer, int channel, const Team& team,
+                                         uint64_t* seqWord, Step step) {
+  __shared__ int stopped;
+  if (threadIdx.x == 0) stopped = 0;
+  const uint64_t base = *seqWord;
+  __syncthreads();
   const uint64_t slot = a.frame.layout.p2pSlotBytes;
   uint64_t j = 0;
-  for (uint32_t o = 0; o < a.nops; ++o) {
+  bool ok = true;
+  for (uint32_t o = 0; o < a.nops && ok; ++o) {
     const P2POp& op = a.ops[o];
     if (op.kind != kind || op.peer != peer) continue;
     const uint64_t chunk = p2pChunkBytes(op.bytes, a.channels, slot);
     const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
-    for (uint64_t i = channel; i < chunks; i += a.channels, ++j) {
+    for (uint64_t i = channel; i < chunks && ok; i += a.channels, ++j) {
       if (j % kP2PTeams != static_cast<uint64_t>(team.index)) continue;
       const uint64_t off = i * chunk;
-      if (!step(op, off, op.bytes - off < chunk ? op.bytes - off : chunk, base + j)) return false;
+      ok = step(op, off, op.bytes - off < chunk ? op.bytes - off : chunk, base + j);
     }
   }
-  *walked = j;
-  return true;
+  if (!ok) stopped = 1;
+  __syncthreads();
+  if (threadIdx.x == 0 && !stopped) *seqWord = base + j;
 }
 
 // Every send of the launch to `peer`, chunks on `channel`, pushed into the peer's ring (p2p.h: the
@@ -59,14 +67,8 @@ __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int c
   const WindowLayout& L = args.layout;
   const Team team = teamOf(kP2PTeams);
   __shared__ int stop[kP2PTeams];
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  uint64_t* seqWord = &args.local->p2pSent[peer][channel];
-  const uint64_t base = *seqWord;  // every thread reads it before the barrier; thread 0 writes it after the last
-  __syncthreads();
-  uint64_t walked = 0;
-  const bool ok = walkLane(a, kP2PSend, peer, channel, team, base, &walked,
-                           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
+  walkLane(a, kP2PSend, peer, channel, team, &args.local->p2pSent[peer][channel],
+           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
     const uint64_t k = seq % kP2PSlots;
     if (team.thread == 0) {
       // The place's previous slot (seq - kP2PSlots) consumed: its credit is seq - kP2PSlots + 1.
@@ -86,9 +88,6 @@ __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int c
     }
     return true;
   });
-  if (!ok) failed = 1;
-  __syncthreads();
-  if (threadIdx.x == 0 && !failed) *seqWord = base + walked;
 }
 
 // Every receive of the launch from `peer`, chunks on `channel`, copied out of our ring and credited
@@ -100,14 +99,8 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
   const Team team = teamOf(kP2PTeams);
   __shared__ int stop[kP2PTeams];
   __shared__ uint64_t skewOfSlot[kP2PTeams];
-  __shared__ int failed;
-  if (threadIdx.x == 0) failed = 0;
-  uint64_t* seqWord = &args.local->p2pReceived[peer][channel];
-  const uint64_t base = *seqWord;
-  __syncthreads();
-  uint64_t walked = 0;
-  const bool ok = walkLane(a, kP2PRecv, peer, channel, team, base, &walked,
-                           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
+  walkLane(a, kP2PRecv, peer, channel, team, &args.local->p2pReceived[peer][channel],
+           [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
     const uint64_t k = seq % kP2PSlots;
     if (team.thread == 0) {
       P2PSlotFlag* flag = flagOf(args.window, L, peer, channel, k);
@@ -131,9 +124,6 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
     if (team.thread == 0) publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);
     return true;
   });
-  if (!ok) failed = 1;
-  __syncthreads();
-  if (threadIdx.x == 0 && !failed) *seqWord = base + walked;
 }
 
 // This lane's share of every copy to self: chunks lane, lane + lanes, ...
