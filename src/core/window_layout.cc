@@ -46,6 +46,7 @@ WindowLayout computeLayout(int nranks, const Settings& s, uint32_t regions) {
   L.p2pSlotStride = p2p ? alignUp(L.p2pSlotBytes + 16) : 0;  // room for the skew (0..15)
   place(&L.p2pFlags, kRegionP2P, alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
   place(&L.p2pCredits, kRegionP2P, alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
+  place(&L.p2pLL, kRegionP2P, alignUp(n * L.p2pChannels * kP2PSlots * kP2PLLSlotBytes));
   place(&L.p2pRing, kRegionP2P, n * L.p2pChannels * kP2PSlots * L.p2pSlotStride);
   place(&L.local, kRegionLocal, alignUp(sizeof(LocalState)));
   L.total = off;

@@ -1637,7 +1637,8 @@ void caseArgs(Ctx& ctx) {
 // rank 0 sends 1000 bytes, rank 1 receives 1200 (ungrouped); rank 0 sends 1200 bytes as fp32, rank
 // 1 receives 1000 as bf16 (grouped; its buffer has exactly 1000 bytes between guards: nothing may
 // be written past it); rank 0 sends 3 MiB + 4 bytes (more than the ring), rank 1 receives 3 MiB + 3
-// (not with --quick). Both ranks' streams must come back with cudaSuccess within 5 s (not the
+// (not with --quick); the two routes crossed, a small send (LL packets) against a large receive
+// and the reverse. Both ranks' streams must come back with cudaSuccess within 5 s (not the
 // timeout), both comms report yaliInvalidUsage (not yaliTimeout): the receiver at once, the sender
 // at once where its send exceeds the ring (it waits for the receiver's credit), else after its next
 // launch, which is refused at admission (yali.h: a send that fits in the ring ends eagerly); each
@@ -1659,7 +1660,14 @@ void caseSizeMismatch(Ctx& ctx) {
   std::vector<Variant> vs = {
       {"ungrouped: rank 0 sends 1000 bytes, rank 1 receives 1200", false, 1000, 1200, yaliUint8, yaliUint8},
       {"grouped: rank 0 sends 1200 bytes (fp32), rank 1 receives 1000 (bf16)", true, 1200, 1000, yaliFloat32,
-       yaliBfloat16}};
+       yaliBfloat16},
+      // The two routes crossed (p2p.h: a small call's chunks travel as LL packets, a large call's
+      // through the data slots): the receiver must see the sender's announcement on the route it
+      // did not expect, not wait for one on its own until the timeout.
+      {"grouped: rank 0 sends 1000 bytes (LL packets), rank 1 receives 1 MiB (data slots)", true, 1000, kMiB,
+       yaliUint8, yaliUint8},
+      {"ungrouped: rank 0 sends 1 MiB (data slots), rank 1 receives 1000 bytes (LL packets)", false, kMiB, 1000,
+       yaliUint8, yaliUint8}};
   if (!ctx.quick()) {
     vs.push_back({"ungrouped, more than the ring: rank 0 sends 3 MiB + 4 bytes (fp32), rank 1 receives 3 MiB + 3 "
                   "(int8)",

@@ -121,6 +121,9 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //   p2pCredits  uint64[receiver kMaxRanks][channel kMaxP2PChannels][slot kP2PSlots]: [r][c][k]: the
 //               number plus one of the last slot at place k of our ring c into rank r's window that
 //               r has consumed (r writes it)
+//   p2pLL       [sender nranks][channel p2pChannels][slot kP2PSlots][kP2PLLSlotBytes]: the LL slots
+//               sender s wrote for us (a small call's chunks, p2p.h): a header packet (the shape), then
+//               one packet per 8 bytes; zeros wherever no chunk is in flight (we clear what we read)
 //   p2pRing     [sender nranks][channel p2pChannels][slot kP2PSlots][p2pSlotStride]: the slots sender
 //               s pushed for us; a slot's data starts at its announced skew (0..15)
 //   local       LocalState: this rank's private launch state (in the window only to share its
@@ -160,6 +163,7 @@ struct WindowLayout {
   size_t copyInBytes;  // bytes per parity: the largest oneshot_pull message
   size_t p2pFlags;
   size_t p2pCredits;
+  size_t p2pLL;
   size_t p2pRing;
   size_t p2pSlotBytes;   // payload of one slot (YALI_P2P_SLOT_BYTES); 0: no point-to-point areas
   size_t p2pSlotStride;  // bytes from one slot to the next: the payload, its skew, 256-aligned

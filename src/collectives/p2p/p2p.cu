@@ -5,6 +5,7 @@
 
 #include "collectives/common/block_ops.cuh"
 #include "collectives/common/device.cuh"
+#include "collectives/common/ll_packets.cuh"
 #include "collectives/registry.h"
 
 namespace yali {
@@ -19,6 +20,31 @@ __device__ __forceinline__ char* slotOf(char* window, const WindowLayout& L, int
 __device__ __forceinline__ P2PSlotFlag* flagOf(char* window, const WindowLayout& L, int sender, int channel, uint64_t k) {
   return reinterpret_cast<P2PSlotFlag*>(window + L.p2pFlags) + (static_cast<size_t>(sender) * kMaxP2PChannels + channel) * kP2PSlots + k;
 }
+// LL slot place k of ring (sender, channel) in `window` (the receiver's): its header packet, then
+// the chunk's packets (p2p.h: kP2PLLSlotBytes).
+__device__ __forceinline__ uint4* llSlotOf(char* window, const WindowLayout& L, int sender, int channel, uint64_t k) {
+  return reinterpret_cast<uint4*>(window + L.p2pLL +
+                                  ((static_cast<size_t>(sender) * L.p2pChannels + channel) * kP2PSlots + k) * kP2PLLSlotBytes);
+}
+// Bytes [8i, 8i + 8) of a chunk of `len` bytes at `p` (any alignment), zero past its end.
+__device__ __forceinline__ uint2 chunkWord(const char* p, uint64_t i, uint64_t len) {
+  const char* at = p + 8 * i;
+  if (8 * i + 8 <= len && (reinterpret_cast<uintptr_t>(at) & 7) == 0) return *reinterpret_cast<const uint2*>(at);
+  uint2 v = make_uint2(0, 0);
+  char* b = reinterpret_cast<char*>(&v);
+  for (uint64_t j = 0; j < 8 && 8 * i + j < len; ++j) b[j] = at[j];
+  return v;
+}
+__device__ __forceinline__ void putChunkWord(char* p, uint64_t i, uint64_t len, uint2 v) {
+  char* at = p + 8 * i;
+  if (8 * i + 8 <= len && (reinterpret_cast<uintptr_t>(at) & 7) == 0) {
+    *reinterpret_cast<uint2*>(at) = v;
+    return;
+  }
+  const char* b = reinterpret_cast<const char*>(&v);
+  for (uint64_t j = 0; j < 8 && 8 * i + j < len; ++j) at[j] = b[j];
+}
+
 // The receiver's credit for place k of our ring `channel` into its window, in our window.
 __device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& L, int receiver, int channel, uint64_t k) {
   return reinterpret_cast<uint64_t*>(window + L.p2pCredits) +
@@ -78,6 +104,21 @@ __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int c
     team.sync();
     if (stop[team.index]) return false;
     const char* src = op.src + off;
+    if (p2pTravelsAsLL(op.bytes, p2pChunkBytes(op.bytes, a.channels, L.p2pSlotBytes))) {
+      // LL: the packets and the header carry their own flag; no barrier, no release (p2p.h).
+      uint4* lines = llSlotOf(args.peerWindows[peer], L, args.rank, channel, k);
+      const uint32_t f = p2pLLFlag(seq);
+      const uint64_t words = (len + 7) / 8;
+      for (uint64_t i = team.thread; i < words; i += team.size) storeVolatile16(lines + 1 + i, makePacket(chunkWord(src, i, len), f));
+      if (team.thread == 0) {
+        const uint64_t shape = op.bytes << 4;
+        storeVolatile16(lines, makePacket(make_uint2(static_cast<uint32_t>(shape), static_cast<uint32_t>(shape >> 32)), f));
+      }
+      // Not for the stores (they need no drain): every thread of the team has read stop[] for this
+      // slot before thread 0 writes it for the next.
+      team.sync();
+      return true;
+    }
     const uint64_t skew = reinterpret_cast<uintptr_t>(src) & 15;
     copyBytes(team, slotOf(args.peerWindows[peer], L, args.rank, channel, k) + skew, src, len);
     team.sync();  // the team's stores before thread 0's release
@@ -99,26 +140,75 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
   const Team team = teamOf(kP2PTeams);
   __shared__ int stop[kP2PTeams];
   __shared__ uint64_t skewOfSlot[kP2PTeams];
+  __shared__ int llOfSlot[kP2PTeams];
+  __shared__ int llFailed[kP2PTeams];
   walkLane(a, kP2PRecv, peer, channel, team, &args.local->p2pReceived[peer][channel],
            [&](const P2POp& op, uint64_t off, uint64_t len, uint64_t seq) {
     const uint64_t k = seq % kP2PSlots;
+    uint4* lines = llSlotOf(args.window, L, peer, channel, k);
+    const uint32_t f = p2pLLFlag(seq);
     if (team.thread == 0) {
+      // Either announcement: the data slot's ready (acquire) or the LL slot's header, whichever
+      // the sender chose (p2p.h); the other stays below this slot (ready only grows, the LL slot
+      // is zero until its chunk is written).
       P2PSlotFlag* flag = flagOf(args.window, L, peer, channel, k);
-      int s = !waitAtLeast(args, &flag->ready, seq + 1, kPhaseP2PSlot);
-      if (!s) {
-        const uint64_t shape = *reinterpret_cast<volatile uint64_t*>(&flag->shape);
-        if (shape >> 4 != op.bytes) {
-          // The sender's call is not ours: nothing of it is copied; both ranks fail (the sender's
-          // waits for our credit end when recordFailure tells it; origin: the sender, for the message).
-          recordFailure(args, kFailP2PBytes, kPhaseP2PBytes, peer);
-          s = 1;
+      WaitGuard guard(args);
+      int s = 0;
+      uint64_t shape = 0;
+      int ll = 0;
+      for (;;) {
+        if (observe(&flag->ready) >= seq + 1) {
+          shape = *reinterpret_cast<volatile uint64_t*>(&flag->shape);
+          break;
         }
-        skewOfSlot[team.index] = shape & 15;
+        const uint4 h = loadVolatile16(lines);
+        if (h.y == f && h.w == f) {
+          shape = static_cast<uint64_t>(h.z) << 32 | h.x;
+          ll = 1;
+          break;
+        }
+        if (!guard.keepWaiting(kPhaseP2PSlot)) {
+          s = 1;
+          break;
+        }
       }
+      if (!s && shape >> 4 != op.bytes) {
+        // The sender's call is not ours: nothing of it is copied; both ranks fail (the sender's
+        // waits for our credit end when recordFailure tells it; origin: the sender, for the message).
+        recordFailure(args, kFailP2PBytes, kPhaseP2PBytes, peer);
+        s = 1;
+      }
+      skewOfSlot[team.index] = shape & 15;
+      llOfSlot[team.index] = ll;
+      llFailed[team.index] = 0;
       stop[team.index] = s;
     }
     team.sync();
     if (stop[team.index]) return false;
+    if (llOfSlot[team.index]) {
+      // Each packet polled until it carries this slot's flag, its payload stored, the packet
+      // zeroed (p2pLLFlag says why); the team's clears before thread 0's credit (its release).
+      WaitGuard guard(args);
+      bool good = true;
+      const uint64_t words = (len + 7) / 8;
+      for (uint64_t i = team.thread; i < words && good; i += team.size) {
+        uint2 payload;
+        good = waitPacket(lines + 1 + i, f, guard, kPhaseP2PSlot, &payload);
+        if (good) {
+          putChunkWord(op.dst + off, i, len, payload);
+          storeVolatile16(lines + 1 + i, make_uint4(0, 0, 0, 0));
+        }
+      }
+      // llFailed, not stop: a thread of the team may not have read stop[] yet.
+      if (!good) llFailed[team.index] = 1;
+      team.sync();
+      if (llFailed[team.index]) return false;
+      if (team.thread == 0) {
+        storeVolatile16(lines, make_uint4(0, 0, 0, 0));
+        publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);
+      }
+      return true;
+    }
     copyBytes(team, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot[team.index], len);
     team.sync();  // the team's loads of the slot before the credit frees its place
     if (team.thread == 0) publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);

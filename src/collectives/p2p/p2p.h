@@ -58,6 +58,28 @@ inline int p2pRingsPerPair(int64_t setting, int nranks) {
 // The smallest chunk (the last of a call may be shorter).
 constexpr uint64_t kP2PMinChunk = 4096;
 
+// Small calls travel as LL packets (ll_packets.cuh: {data, flag, data, flag}, 8 payload bytes per
+// 16-byte store) in the ring place's LL slot (WindowLayout::p2pLL) instead of its data slot: the
+// receiver polls the packets themselves, so the sender needs no release (no wait for its NVLink
+// stores to drain) and the receiver no separate announcement. A call of at most kP2PLLMaxBytes
+// whose chunks are at most kP2PLLChunkBytes goes so, every chunk of it; the sender decides and the
+// LL slot's header says so, so the receiver never has to guess (p2p.cu: the receiver waits for
+// either announcement).
+constexpr uint64_t kP2PLLChunkBytes = kP2PMinChunk;
+constexpr uint64_t kP2PLLMaxBytes = 64 * 1024;
+// An LL slot: the header packet (the sender's shape, as P2PSlotFlag::shape) then one packet per 8
+// bytes of the chunk.
+constexpr uint64_t kP2PLLSlotBytes = 16 * (1 + kP2PLLChunkBytes / 8);
+YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t chunk) {
+  return bytes <= kP2PLLMaxBytes && chunk <= kP2PLLChunkBytes;
+}
+// The packets' flag for slot `seq`: never 0. The receiver zeroes every packet it has read (the
+// header too) before it credits the place, and the sender writes a place only after that credit,
+// so an LL slot holds zeros or the chunk in flight, never an older chunk's packets: any nonzero
+// flag would do (a flag of the sequence number alone could repeat after 2^32 slots of one ring and
+// match a stale packet; zeroing leaves none).
+YALI_HOST_DEVICE inline uint32_t p2pLLFlag(uint64_t seq) { return static_cast<uint32_t>(seq % 0x7fffffffu) + 1; }
+
 // The chunk of a call of `bytes` (every ring's slot holds one): its bytes spread over every team of
 // every ring (channels x kP2PTeams chunks), in 4 KB multiples, at least kP2PMinChunk and at most a
 // slot. From the call's bytes and the comm's agreed settings alone, so sender and receiver cut it

@@ -456,6 +456,8 @@ WindowLayout layoutBeforeRegions(int nranks, const Settings& s) {
   if (L.p2pChannels > 0) off += alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
   L.p2pCredits = off;
   if (L.p2pChannels > 0) off += alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
+  L.p2pLL = off;
+  off += alignUp(static_cast<size_t>(nranks) * L.p2pChannels * kP2PSlots * kP2PLLSlotBytes);
   L.p2pRing = off;
   off += static_cast<size_t>(nranks) * L.p2pChannels * kP2PSlots * L.p2pSlotStride;
   L.local = off;
@@ -595,6 +597,30 @@ TEST(p2p_rings_per_pair_and_chunks) {
   }
   CHECK_EQ(p2pChunkBytes(1 << 20, 16, slot), uint64_t{32768});  // 1 MB: 32 chunks, one per ring and team
   CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot), slot);
+}
+
+// Point-to-point's LL route (p2p.h): calls of at most kP2PLLMaxBytes whose chunks are LL-sized; an
+// LL slot holds the header and a chunk's packets; the packets' flag is never 0 (the value of a
+// cleared packet), whatever the slot's number.
+TEST(p2p_small_calls_travel_as_ll_packets) {
+  const uint64_t slot = 128 << 10;
+  CHECK(kP2PLLSlotBytes >= 16 + 2 * kP2PLLChunkBytes && kP2PLLSlotBytes % 16 == 0);
+  CHECK(kP2PLLChunkBytes >= kP2PMinChunk);  // a call's chunks can be LL-sized at all
+  for (int rings : {1, 4, 10, 16}) {
+    // 1 byte to kP2PLLMaxBytes: LL wherever the cut gives LL-sized chunks (every ring count here
+    // up to 4 KB x rings x teams); above kP2PLLMaxBytes never.
+    for (uint64_t bytes : {uint64_t{1}, uint64_t{4095}, uint64_t{4097}, uint64_t{8192}, kP2PLLMaxBytes}) {
+      const uint64_t chunk = p2pChunkBytes(bytes, rings, slot);
+      CHECK_EQ(p2pTravelsAsLL(bytes, chunk), chunk <= kP2PLLChunkBytes);
+      if (bytes <= static_cast<uint64_t>(rings) * kP2PTeams * kP2PLLChunkBytes) CHECK(p2pTravelsAsLL(bytes, chunk));
+    }
+    CHECK(!p2pTravelsAsLL(kP2PLLMaxBytes + 1, p2pChunkBytes(kP2PLLMaxBytes + 1, rings, slot)));
+  }
+  for (uint64_t seq : {uint64_t{0}, uint64_t{1}, uint64_t{0x7ffffffe}, uint64_t{0x7fffffff}, uint64_t{0xffffffff},
+                       uint64_t{1} << 32, (uint64_t{1} << 32) - 1, ~uint64_t{0}}) {
+    CHECK_MSG(p2pLLFlag(seq) != 0, "seq=%llu", (unsigned long long)seq);
+  }
+  CHECK(p2pLLFlag(0) != p2pLLFlag(1));
 }
 
 // A comm whose settings exclude every algorithm of a region gets that region at 0 bytes (its offset
