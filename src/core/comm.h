@@ -156,16 +156,11 @@ struct yaliComm {
     uint64_t thread = 0;            // the thread that made it (threadToken; cudaStreamPerThread: a stream per thread)
     bool marked = false;            // `event` was recorded right after it
     unsigned long long context = 0; // the capture's id (captureOrder); 0 for eagerOrder
-    // captureOrder: the capture's last record of DeviceResources::serial, a node of its graph beside
-    // the comm's kernels (enqueue.cc: addSerialRecordNode); null before one. It is also in its
-    // stream's capture dependencies, next to the launch it follows (frontierKernel, on
-    // frontierStream), until the comm's next launch there takes it out (trimSerialRecord), which
-    // sets `trimmed`: the next launch then follows frontierKernel alone, and the record node,
-    // which nothing depends on yet, moves behind it instead of a new one being added.
+    // captureOrder: the capture's record of DeviceResources::serial, a node of its graph beside the
+    // comm's kernels (enqueue.cc: addSerialRecordNode), null before one; `recordAfter`, the nodes it
+    // follows (the comm's newest launch). A leaf: it moves behind each new launch of the capture.
     cudaGraphNode_t serialRecord = nullptr;
-    cudaGraphNode_t frontierKernel = nullptr;
-    cudaStream_t frontierStream = nullptr;
-    cudaGraphNode_t trimmed = nullptr;  // the kernel the current launch was trimmed back to
+    std::vector<cudaGraphNode_t> recordAfter;
   };
   LaunchOrder eagerOrder;
   LaunchOrder captureOrder;  // started afresh by each new capture

@@ -77,9 +77,7 @@ yaliComm::LaunchOrder& launchOrderOf(yaliComm* comm, unsigned long long context)
     o.eventEveryLaunch = false;
     o.marked = false;
     o.serialRecord = nullptr;
-    o.frontierKernel = nullptr;
-    o.frontierStream = nullptr;
-    o.trimmed = nullptr;
+    o.recordAfter.clear();
   }
   return o;
 }
@@ -246,68 +244,61 @@ cudaError_t dependentCount(cudaGraphNode_t node, size_t* count) {
 #endif
 }
 
-// The capture's record node `record` moves from behind `from` (the comm's previous kernel) to behind
-// `to` (the kernel just launched, which the trim made depend on `from` alone): one record node per
-// capture instead of one per call. A record node beside every kernel kept the programmatic edges in
-// a probe of 200-kernel graphs, but yali-perf's graphs of 2000 AllReduce calls on 2 H200s took
-// 7.4 us a call at 4 KB with it against 3.1 without any record (PERF.md Session 26; why, unmeasured:
-// perhaps the executor runs the leaves as a second chain of 2000 nodes). Moving is sound only while
-// nothing depends on the record (it has been in the stream's dependencies, and anything captured
-// there since would follow it); `to` ends after `from` (every kernel of the comm waits for the
-// grids before it, device.cuh waitForPriorGrids, before it ends), so the record still ends after
-// every launch it followed. The record's other dependencies (an earlier record of the capture)
-// stay. False, with the graph as it was, when it cannot move; the caller then adds a new node.
-bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, cudaGraphNode_t from, cudaGraphNode_t to) {
+// The capture's record node `record` moves from behind `from` (the nodes it follows now: the comm's
+// previous launch) to behind `to` (the stream's capture dependencies right after the comm's newest
+// launch: that launch): one record node per capture instead of one per call. Sound while nothing
+// depends on the record (addSerialRecordNode never puts it in a stream's dependencies, so only an
+// edit of the graph by the program could; checked); `to` ends after `from` (the comm's launches in
+// one capture are ordered: stream order, or orderAfterLastLaunch's edge from another stream, and
+// every kernel waits for the grids before it, device.cuh waitForPriorGrids, before it ends), so the
+// record still ends after every launch it followed. False, with the graph as it was, when it cannot
+// move; the caller then adds a new node.
+bool moveSerialRecord(cudaGraph_t graph, cudaGraphNode_t record, const std::vector<cudaGraphNode_t>& from,
+                      const std::vector<cudaGraphNode_t>& to) {
   size_t dependents = 0;
   cudaError_t e = dependentCount(record, &dependents);
   if (e != cudaSuccess || dependents != 0) {
     cudaGetLastError();
     return false;
   }
-  e = changeEdge(graph, to, record, true);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return false;
+  for (size_t i = 0; i < to.size(); ++i) {
+    if (std::find(from.begin(), from.end(), to[i]) != from.end()) continue;
+    e = changeEdge(graph, to[i], record, true);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      for (size_t j = 0; j < i; ++j)  // the graph as it was
+        if (std::find(from.begin(), from.end(), to[j]) == from.end()) changeEdge(graph, to[j], record, false);
+      cudaGetLastError();
+      return false;
+    }
   }
-  // Added first, then the old edge taken out: on a failure here the record follows both (ordered).
-  e = changeEdge(graph, from, record, false);
-  if (e != cudaSuccess) cudaGetLastError();
+  // Added first, then the old edges taken out: on a failure here the record follows both (ordered).
+  for (cudaGraphNode_t old : from)
+    if (std::find(to.begin(), to.end(), old) == to.end() && changeEdge(graph, old, record, false) != cudaSuccess)
+      cudaGetLastError();
   return true;
 }
 
-// The capture's record node joins the stream's capture dependencies beside `launch` (null: the
-// launch is not alone there, and the comm's next launch is not taken back to it: trimSerialRecord
-// sets dependencies only from exactly {launch, record}). If it cannot, the record stays where it is
-// in the graph, but later work of the capture that is not this comm's may run beside it (logged).
-void joinFrontier(yaliComm* comm, cudaStream_t stream, cudaGraphNode_t launch) {
-  yaliComm::LaunchOrder& o = comm->captureOrder;
-  const cudaError_t e = updateCaptureDependencies(stream, &o.serialRecord, 1, cudaStreamAddCaptureDependencies);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    logInfo("rank %d: adding the comm's record to the capture's dependencies failed (%s)", comm->rank,
-            cudaGetErrorString(e));
-    o.frontierKernel = nullptr;
-    return;
-  }
-  o.frontierKernel = launch;
-  o.frontierStream = stream;
-}
-
-// Inside a capture: the record of `serial` as a node of the graph beside the stream, behind the
-// launch just captured, so that it ends after every launch of the comm in the graph. A record made
-// in the stream would stand between two captured launches and take away their programmatic edge (an
-// H200 probe, 2026-11-29: back-to-back programmatic kernels in a graph took 0.66 us a call, 1.45 us
-// with an event wait and record between each pair, and the graph kept none of its programmatic
-// edges). Where the launch was trimmed back to the comm's previous one (trimSerialRecord), the
-// capture's record node moves behind it (moveSerialRecord); otherwise a new node follows the launch
-// and the capture's previous record node, so that the records form a chain. Either way the node joins
-// the stream's capture dependencies beside the launch: whatever the capture holds later (another
-// library's work, a child graph or captured replay holding calls of this comm, the capture's end)
-// comes after the record, as after an in-stream one, and only the comm's own next launch on this
-// stream is taken back to the launch alone. The graph is changed directly here, outside the
-// stream's API: a capture of this stream from another thread at the same time is not supported
-// (CUDA's graphs are not thread-safe), as yali.h says of two captures of one comm. False when no
-// node could be placed.
+// Inside a capture: the capture's record of `serial`, a node of the graph beside the stream, behind
+// the comm's newest captured launch, so that it ends after every launch of the comm in the graph:
+// added behind the first, then moved behind each later one (moveSerialRecord). It is a leaf: nothing
+// in the capture is made to depend on it. What needs it is outside the graph: the comm's next launch
+// in another context waits for `serial` (waitAcrossContexts), and an event-wait node inside a graph
+// waits for the record current when its replay was launched, never for one of the same replay; the
+// graph's replay ends after its leaves too. So the program's nodes and ours keep the edges the
+// capture gave them:
+//  - consecutive launches of the comm stay a chain of kernels with their programmatic edges (a
+//    record in the stream between two launches took the edge away: +0.8 to 2.3 us a call on 2
+//    H200s, PERF.md Session 25);
+//  - the program's own work between two calls (a torch step's compute, nccl-tests hypercube's copy)
+//    waits for our kernel alone. Until session 40 the record joined the stream's dependencies, so
+//    that work waited for the record as well, and a new record node followed each call: 5 us more a
+//    call than with no order at all on 2 H200s (hypercube -G 20 through the drop-in, 64 B: 13.7 us
+//    against 8.5, PERF.md Session 40); a record node beside every call had cost as much in a graph
+//    of 2000 calls (7.4 us a call at 4 KB against 3.1, Session 26).
+// The graph is changed directly here, outside the stream's API: a capture of this stream from
+// another thread at the same time is not supported (CUDA's graphs are not thread-safe), as yali.h
+// says of two captures of one comm. False when no node could be placed.
 bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   cudaGraph_t graph = nullptr;
@@ -315,60 +306,22 @@ bool addSerialRecordNode(yaliComm* comm, cudaStream_t stream, cudaEvent_t serial
   const cudaGraphEdgeData* edges = nullptr;  // asked for: without it a programmatic edge makes the query fail
   size_t count = 0;
   cudaError_t e = captureInfo(stream, &status, &graph, &deps, &edges, &count);
-  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr) return false;
+  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || graph == nullptr || count == 0) return false;
   yaliComm::LaunchOrder& o = comm->captureOrder;
-  const cudaGraphNode_t trimmedTo = o.trimmed;
-  o.trimmed = nullptr;
-  if (trimmedTo != nullptr && o.serialRecord != nullptr && count == 1 && deps[0] != trimmedTo &&
-      moveSerialRecord(graph, o.serialRecord, trimmedTo, deps[0])) {
-    // The common case, one call after another on one stream: the graph stays a chain of the comm's
-    // kernels, each with its programmatic edge, and one record node behind the last.
-    joinFrontier(comm, stream, deps[0]);
+  std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
+  if (o.serialRecord != nullptr && moveSerialRecord(graph, o.serialRecord, o.recordAfter, after)) {
+    o.recordAfter = std::move(after);
     return true;
   }
-  std::vector<cudaGraphNode_t> after(deps, deps + count);  // copied: deps lives until the next capture call
-  if (o.serialRecord != nullptr) after.push_back(o.serialRecord);
+  // A new node; it follows the previous one too, so that the records form a chain.
+  std::vector<cudaGraphNode_t> behind = after;
+  if (o.serialRecord != nullptr) behind.push_back(o.serialRecord);
   cudaGraphNode_t node = nullptr;
-  e = cudaGraphAddEventRecordNode(&node, graph, after.data(), after.size(), serial);
+  e = cudaGraphAddEventRecordNode(&node, graph, behind.data(), behind.size(), serial);
   if (e != cudaSuccess) return false;
   o.serialRecord = node;
-  joinFrontier(comm, stream, count == 1 ? after[0] : nullptr);
+  o.recordAfter = std::move(after);
   return true;
-}
-
-// Before the comm's next launch inside the capture: where the stream's dependencies are still just
-// the comm's previous launch and its record (addSerialRecordNode), the launch depends on the launch
-// alone, so that its programmatic edge stays (the record then moves behind the new launch, or a
-// new one follows it: addSerialRecordNode).
-// Anything else queued in between keeps the record in its place. Never fails the call: on any error
-// the dependencies stay (ordered, at the cost of the edge).
-void trimSerialRecord(yaliComm* comm, cudaStream_t stream) {
-  yaliComm::LaunchOrder& o = comm->captureOrder;
-  const cudaGraphNode_t kernel = o.frontierKernel;
-  o.trimmed = nullptr;
-  if (kernel == nullptr || o.frontierStream != stream) return;
-  o.frontierKernel = nullptr;
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  const cudaGraphNode_t* deps = nullptr;
-  const cudaGraphEdgeData* edges = nullptr;
-  size_t count = 0;
-  cudaError_t e = captureInfo(stream, &status, nullptr, &deps, &edges, &count);
-  if (e != cudaSuccess || status != cudaStreamCaptureStatusActive || count != 2) {
-    cudaGetLastError();
-    return;
-  }
-  const bool exactly = (deps[0] == kernel && deps[1] == o.serialRecord) || (deps[1] == kernel && deps[0] == o.serialRecord);
-  bool plain = true;
-  for (size_t i = 0; edges != nullptr && i < count; ++i)
-    plain &= edges[i].type == cudaGraphDependencyTypeDefault && edges[i].from_port == 0 && edges[i].to_port == 0;
-  if (!exactly || !plain) return;
-  cudaGraphNode_t only = kernel;
-  e = updateCaptureDependencies(stream, &only, 1, cudaStreamSetCaptureDependencies);
-  if (e != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  o.trimmed = kernel;
 }
 
 // After the launch, before noteLaunch: what the next launch of any context waits for. Eagerly a
@@ -394,7 +347,7 @@ void recordAcrossContexts(yaliComm* comm, cudaStream_t stream, bool captured) {
               cudaGetErrorString(c));
     }
     o.serialRecord = nullptr;
-    o.frontierKernel = nullptr;
+    o.recordAfter.clear();
   }
   const cudaError_t e = captured ? cudaEventRecordWithFlags(serial, stream, cudaEventRecordExternal)
                                  : cudaEventRecord(serial, stream);
@@ -469,7 +422,6 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     uint32_t copyLanes = 0;
     const int nlanes = planP2PLanes(plan.p2pOps, comm->p2pChannels, comm->layout, lanes, &copyLanes);
     const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
-    if (captured) trimSerialRecord(comm, plan.stream);
     e = nlanes == 0 ? cudaSuccess
                     : launchP2P(args, plan.p2pOps, comm->p2pChannels, lanes, nlanes, copyLanes, programmatic, plan.stream);
     if (e != cudaSuccess) {
@@ -484,7 +436,6 @@ yaliResult_t launchNow(PlannedLaunch& plan) {
     if (issued != yaliSuccess) return issued;
   } else {
     const bool programmatic = comm->settings.programmaticLaunch && comm->smMajor >= 9;
-    if (captured) trimSerialRecord(comm, plan.stream);
     e = launchAlgorithm(plan.choice.algo, plan.dtype, plan.op, plan.choice.ctas, plan.choice.threads, args,
                         programmatic, plan.stream);
     if (e != cudaSuccess) {

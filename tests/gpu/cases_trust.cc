@@ -2745,16 +2745,22 @@ void caseStreamsOrder(Ctx& ctx) {
     }
     replayBetweenEagerCalls(ok, {&g}, x, y, graphs, execs, label);
   }
-  // The same with three calls captured back to back on the main stream (G1 4 KB, G2 256 KB, G3 4 MB:
-  // the last is the longest), the usual shape of a training step's graph. The graph must keep the
-  // shape that costs nothing against no order at all: the comm's kernels chained with their
-  // programmatic edges (Hopper and newer, YALI_PDL on) and a single record of the comm's serial event
-  // behind the last (enqueue.cc: moveSerialRecord). An in-stream record after each call took the
-  // edges away (+0.8 to 2.3 us a call on 2 H200s, PERF.md Session 25), a record node beside each
-  // call cost 4 us a call (Session 26); this part fails on both. Y, eager on B after the replay,
-  // must wait for G3: a record left behind G1 would let it start while G2 and G3 run.
-  {
-    const std::string label = name + ": three calls captured back to back, X eager on A, the replay, Y eager on B";
+  // The same with three calls captured on the main stream (G1 4 KB, G2 256 KB, G3 4 MB: the last is
+  // the longest), the usual shape of a training step's graph: back to back, then with the program's
+  // own work between them (a memset after G1 and after G2, as a step's compute). The graph must keep
+  // the shape that costs nothing against no order at all: the comm's kernels with the edges the
+  // capture gave them (back to back: chained with their programmatic edges, Hopper and newer,
+  // YALI_PDL on), one event-wait node before the first and a single record of the comm's serial
+  // event behind the last, a leaf (enqueue.cc: addSerialRecordNode). An in-stream record after each
+  // call took the edges away (+0.8 to 2.3 us a call on 2 H200s, PERF.md Session 25), a record node
+  // beside each call cost 4 us a call (Session 26), and a record the program's next work had to wait
+  // for, with a new one behind each call once such work came between, 5 us a call (Session 40);
+  // this part fails on each. Y, eager on B after the replay, must wait for G3: a record left behind
+  // G1 would let it start while G2 and G3 run.
+  for (const bool between : {false, true}) {
+    const std::string label = name + (between ? ": three calls captured with a memset between each two"
+                                              : ": three calls captured back to back") +
+                              ", X eager on A, the replay, Y eager on B";
     comms = ctx.createComms(label.c_str());
     Run x(ctx, spec(1024, yaliFloat32, yaliSum), A);
     Run g1(ctx, spec(1024, yaliFloat32, yaliSum));
@@ -2763,6 +2769,11 @@ void caseStreamsOrder(Ctx& ctx) {
     Run y(ctx, spec(262147, yaliFloat32, yaliSum), B);
     std::vector<cudaGraph_t> graphs(nl, nullptr);
     std::vector<cudaGraphExec_t> execs(nl, nullptr);
+    std::vector<void*> scratch(nl, nullptr);  // the memsets' target
+    for (size_t i = 0; i < nl && between; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      CUDA_OK(ctx, cudaMalloc(&scratch[i], 4096));
+    }
     const char* pdl = std::getenv("YALI_PDL");
     const char* mixing = std::getenv("YALI_GRAPH_MIXING");
     const bool ordered = mixing == nullptr || std::string(mixing) != "0";
@@ -2777,9 +2788,11 @@ void caseStreamsOrder(Ctx& ctx) {
       const bool programmatic = major >= 9 && (pdl == nullptr || std::string(pdl) != "0");
       CUDA_OK(ctx, cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
       yaliResult_t r = yaliSuccess;
-      for (Run* run : {&g1, &g2, &g3})
+      for (Run* run : {&g1, &g2, &g3}) {
         if (r == yaliSuccess)
           r = yaliAllReduce(run->ranks[i].send, run->ranks[i].recv, run->spec.count, yaliFloat32, yaliSum, comms[i], st);
+        if (r == yaliSuccess && between && run != &g3) CUDA_OK(ctx, cudaMemsetAsync(scratch[i], 0x5A, 4096, st));
+      }
       cudaError_t e = cudaStreamEndCapture(st, &graphs[i]);
       if (r != yaliSuccess || e != cudaSuccess) {
         ctx.fail("%s: rank %d: the captured calls returned %d (%s), the capture %s", label.c_str(), k, (int)r,
@@ -2793,12 +2806,21 @@ void caseStreamsOrder(Ctx& ctx) {
       CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], nullptr, &nodes));
       std::vector<cudaGraphNode_t> list(nodes);
       CUDA_OK(ctx, cudaGraphGetNodes(graphs[i], list.data(), &nodes));
-      int kernels = 0, records = 0, waits = 0, other = 0;
+      int kernels = 0, records = 0, waits = 0, other = 0, recordDependents = 0;
       for (cudaGraphNode_t n : list) {
         cudaGraphNodeType t = cudaGraphNodeTypeEmpty;
         CUDA_OK(ctx, cudaGraphNodeGetType(n, &t));
         if (t == cudaGraphNodeTypeKernel) ++kernels;
-        else if (t == cudaGraphNodeTypeEventRecord) ++records;
+        else if (t == cudaGraphNodeTypeEventRecord) {
+          ++records;
+          size_t dependents = 0;
+#if CUDART_VERSION >= 13000
+          CUDA_OK(ctx, cudaGraphNodeGetDependentNodes(n, nullptr, nullptr, &dependents));
+#else
+          CUDA_OK(ctx, cudaGraphNodeGetDependentNodes_v2(n, nullptr, nullptr, &dependents));
+#endif
+          recordDependents += static_cast<int>(dependents);
+        }
         else if (t == cudaGraphNodeTypeWaitEvent) ++waits;
         else ++other;
       }
@@ -2816,13 +2838,16 @@ void caseStreamsOrder(Ctx& ctx) {
 #endif
       int programmaticEdges = 0;
       for (size_t j = 0; j < edges; ++j) programmaticEdges += data[j].type == cudaGraphDependencyTypeProgrammatic;
-      const int wantRecords = ordered ? 1 : 0, wantWaits = ordered ? 1 : 0, wantProgrammatic = programmatic ? 2 : 0;
-      if (kernels != 3 || records != wantRecords || waits != wantWaits || other != 0 ||
-          programmaticEdges != wantProgrammatic) {
-        ctx.fail("%s: rank %d: the graph holds %d kernel, %d event-record, %d event-wait and %d other nodes, and %d "
-                 "programmatic edges of %zu; expected 3, %d, %d, 0 and %d (YALI_GRAPH_MIXING %s, YALI_PDL %s, sm_%d)",
-                 label.c_str(), k, kernels, records, waits, other, programmaticEdges, edges, wantRecords, wantWaits,
-                 wantProgrammatic, mixing ? mixing : "unset", pdl ? pdl : "unset", major);
+      const int wantRecords = ordered ? 1 : 0, wantWaits = ordered ? 1 : 0, wantOther = between ? 2 : 0;
+      const int wantProgrammatic = programmatic && !between ? 2 : 0;
+      if (kernels != 3 || records != wantRecords || waits != wantWaits || other != wantOther ||
+          programmaticEdges != wantProgrammatic || recordDependents != 0) {
+        ctx.fail("%s: rank %d: the graph holds %d kernel, %d event-record (%d nodes depending on them), %d event-wait "
+                 "and %d other nodes, and %d programmatic edges of %zu; expected 3, %d (a leaf), %d, %d and %d "
+                 "(YALI_GRAPH_MIXING %s, YALI_PDL %s, sm_%d)",
+                 label.c_str(), k, kernels, records, recordDependents, waits, other, programmaticEdges, edges,
+                 wantRecords, wantWaits, wantOther, wantProgrammatic, mixing ? mixing : "unset", pdl ? pdl : "unset",
+                 major);
       }
       e = cudaGraphInstantiate(&execs[i], graphs[i], 0);
       if (e != cudaSuccess) {
@@ -2832,6 +2857,10 @@ void caseStreamsOrder(Ctx& ctx) {
       }
     }
     replayBetweenEagerCalls(ok, {&g1, &g2, &g3}, x, y, graphs, execs, label);
+    for (size_t i = 0; i < nl; ++i) {
+      CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
+      if (scratch[i]) CUDA_OK(ctx, cudaFree(scratch[i]));
+    }
   }
   for (size_t i = 0; i < nl; ++i) {
     CUDA_OK(ctx, cudaSetDevice(ctx.local[i].dev));
