@@ -157,7 +157,9 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
       uint64_t shape = 0;
       int ll = 0;
       for (;;) {
-        if (observe(&flag->ready) >= seq + 1) {
+        // Polled relaxed (an acquire at every spin would slow the LL route's polling too), then
+        // read once more with acquire: the slot's data and shape after the sender's release.
+        if (*reinterpret_cast<volatile uint64_t*>(&flag->ready) >= seq + 1 && observe(&flag->ready) >= seq + 1) {
           shape = *reinterpret_cast<volatile uint64_t*>(&flag->shape);
           break;
         }
