@@ -19,6 +19,9 @@
 // sender's call moves the bytes its own call does (else kFailP2PBytes on both, recordFailure),
 // copies the chunk out with its team, team barrier, and publishes the place's credit g + 1 into
 // s's window. ready and credit only grow, so a stale value never satisfies a wait.
+// A small call's chunks take the LL route instead (kP2PLLMaxBytes, below): step 2 writes LL packets
+// into the place's LL slot, step 3 is its header packet, with no barrier and no release; the
+// receiver waits for either announcement, polls each packet, zeroes what it read, then credits.
 // Which slots belong to which call: both ranks count every pair's slots alike (LocalState::p2pSent
 // and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
 // i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
