@@ -59,7 +59,8 @@ const IntSetting kIntSettings[] = {
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that, when oneshot_pull may be chosen: not at 8 ranks by default)."},
     // Rings of 4 x 128 KB: 16 per pair at 2 ranks (8 MB per peer in the receiver's window), 10 at
-    // 4, 4 at 8 (collectives/p2p/p2p.h: p2pRingsPerPair): 16-20 MB of window per rank.
+    // 4, 4 at 8 (collectives/p2p/p2p.h: p2pRingsPerPair): 16-20 MB of window per rank, and each
+    // ring place's 8 KB LL slot (small calls) 1-1.3 MB more.
     {"YALI_P2P_CHANNELS", 16, 0, kMaxP2PChannels, &Settings::p2pChannels, true, false,
      "Point-to-point (yaliSend, yaliRecv; libyali-nccl's ncclSend and ncclRecv inside a node): the rings "
      "per ordered pair of ranks (at most 64 / (2 x (nranks - 1)), so that a launch that talks to every "
