@@ -267,6 +267,11 @@ __global__ void __launch_bounds__(kP2PThreads, kP2PBlocksPerSM) p2pKernel(const 
     warpsLeftOfBlock() = 0;
   }
   __syncthreads();
+  // Our successor on the stream may be scheduled now (it still waits for this grid's end before it
+  // touches anything: device.cuh, waitForPriorGrids): every block of this launch is resident by
+  // here, so the successor's blocks only take what is left. Without it the next launch was
+  // scheduled only at this one's end (the collectives' kernels call it as early).
+  allowNextGrid();
   if (admission == kAdmitted) {
     const P2PLane lane = a.lanes[blockIdx.x];
     if (lane.kind == kP2PSend) runSendLane(a, lane.peer, lane.channel);
