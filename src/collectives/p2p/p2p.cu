@@ -26,25 +26,6 @@ __device__ __forceinline__ uint4* llSlotOf(char* window, const WindowLayout& L, 
   return reinterpret_cast<uint4*>(window + L.p2pLL +
                                   ((static_cast<size_t>(sender) * L.p2pChannels + channel) * kP2PSlots + k) * kP2PLLSlotBytes);
 }
-// Bytes [8i, 8i + 8) of a chunk of `len` bytes at `p` (any alignment), zero past its end.
-__device__ __forceinline__ uint2 chunkWord(const char* p, uint64_t i, uint64_t len) {
-  const char* at = p + 8 * i;
-  if (8 * i + 8 <= len && (reinterpret_cast<uintptr_t>(at) & 7) == 0) return *reinterpret_cast<const uint2*>(at);
-  uint2 v = make_uint2(0, 0);
-  char* b = reinterpret_cast<char*>(&v);
-  for (uint64_t j = 0; j < 8 && 8 * i + j < len; ++j) b[j] = at[j];
-  return v;
-}
-__device__ __forceinline__ void putChunkWord(char* p, uint64_t i, uint64_t len, uint2 v) {
-  char* at = p + 8 * i;
-  if (8 * i + 8 <= len && (reinterpret_cast<uintptr_t>(at) & 7) == 0) {
-    *reinterpret_cast<uint2*>(at) = v;
-    return;
-  }
-  const char* b = reinterpret_cast<const char*>(&v);
-  for (uint64_t j = 0; j < 8 && 8 * i + j < len; ++j) at[j] = b[j];
-}
-
 // The receiver's credit for place k of our ring `channel` into its window, in our window.
 __device__ __forceinline__ uint64_t* creditOf(char* window, const WindowLayout& L, int receiver, int channel, uint64_t k) {
   return reinterpret_cast<uint64_t*>(window + L.p2pCredits) +
@@ -109,7 +90,7 @@ __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int c
       uint4* lines = llSlotOf(args.peerWindows[peer], L, args.rank, channel, k);
       const uint32_t f = p2pLLFlag(seq);
       const uint64_t words = (len + 7) / 8;
-      for (uint64_t i = team.thread; i < words; i += team.size) storeVolatile16(lines + 1 + i, makePacket(chunkWord(src, i, len), f));
+      for (uint64_t i = team.thread; i < words; i += team.size) storeVolatile16(lines + 1 + i, makePacket(loadPayload8(reinterpret_cast<const uint8_t*>(src), i, len), f));
       if (team.thread == 0) {
         const uint64_t shape = op.bytes << 4;
         storeVolatile16(lines, makePacket(make_uint2(static_cast<uint32_t>(shape), static_cast<uint32_t>(shape >> 32)), f));
@@ -197,7 +178,7 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
         uint2 payload;
         good = waitPacket(lines + 1 + i, f, guard, kPhaseP2PSlot, &payload);
         if (good) {
-          putChunkWord(op.dst + off, i, len, payload);
+          storePayload8(reinterpret_cast<uint8_t*>(op.dst + off), i, len, payload);
           storeVolatile16(lines + 1 + i, make_uint4(0, 0, 0, 0));
         }
       }
