@@ -50,7 +50,7 @@ constexpr long long kMaxVarRows = (1LL << 40) - 2;
 // beside the frame and the lanes in CUDA's 32,764 bytes of parameters (p2p.cu asserts it). One
 // launch, not several: ranks cut a longer group at different calls, and launches that follow one
 // another on a stream could then wait on each other across ranks.
-constexpr int kMaxP2PChannels = 16;
+constexpr int kMaxP2PChannels = 32;
 constexpr int kP2PSlots = 4;
 constexpr int kMaxP2POps = 960;
 

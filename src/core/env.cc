@@ -58,10 +58,11 @@ const IntSetting kIntSettings[] = {
     {"YALI_PULL_BUFFER_BYTES", 4 << 20, 0, INT64_C(1) << 32, &Settings::pullBufferBytes, true, true,
      "oneshot_pull copy-in capacity per parity, the largest message it can take (the window "
      "holds twice that, when oneshot_pull may be chosen: not at 8 ranks by default)."},
-    // Rings of 4 x 128 KB: 16 per pair at 2 ranks (8 MB per peer in the receiver's window), 10 at
-    // 4, 4 at 8 (collectives/p2p/p2p.h: p2pRingsPerPair): 16-20 MB of window per rank, and each
-    // ring place's 8 KB LL slot (small calls) 1-1.3 MB more.
-    {"YALI_P2P_CHANNELS", 16, 0, kMaxP2PChannels, &Settings::p2pChannels, true, false,
+    // Rings of 4 x 128 KB: 32 per pair at 2 ranks (16 MB per peer in the receiver's window), 16 at
+    // 3, 10 at 4, 4 at 8 (collectives/p2p/p2p.h: p2pRingsPerPair): 16-32 MB of window per rank, and
+    // each ring place's 8 KB LL slot (small calls) 1-2 MB more. 32 rings at 2 ranks against 16:
+    // 1.05-1.2x from 1 MB to 1 GB (PERF.md, Session 41).
+    {"YALI_P2P_CHANNELS", 32, 0, kMaxP2PChannels, &Settings::p2pChannels, true, false,
      "Point-to-point (yaliSend, yaliRecv; libyali-nccl's ncclSend and ncclRecv inside a node): the rings "
      "per ordered pair of ranks (at most 64 / (2 x (nranks - 1)), so that a launch that talks to every "
      "peer both ways stays within 64 blocks), each of 4 slots of YALI_P2P_SLOT_BYTES in the receiver's "
@@ -71,6 +72,12 @@ const IntSetting kIntSettings[] = {
      "Bytes per point-to-point ring slot: the largest chunk a block moves per handshake (a call's "
      "chunks spread over every ring, 4 KB at least). Larger slots move large transfers faster, for "
      "more memory (PERF.md, Session 39)."},
+    {"YALI_P2P_LL_BYTES", -1, -1, 16 << 20, &Settings::p2pLLBytes, true, false,
+     "Largest point-to-point call that travels as LL packets (8 payload bytes per 16-byte store, "
+     "polled by the receiver, cut into 4 KB chunks over the rings: no handshake per chunk, half the "
+     "link's bandwidth); larger calls go through the ring slots. -1: the calls that give each of a "
+     "ring's two block teams at most one chunk (rings x 8 KB: 256 KB at 2 ranks, 80 KB at 4, 32 KB at "
+     "8; a team's second LL chunk waits for its first one's credit); 0: never."},
     {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},

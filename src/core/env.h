@@ -34,6 +34,7 @@ struct Settings {
   int64_t pullBufferBytes;    // YALI_PULL_BUFFER_BYTES: oneshot_pull copy-in per parity
   int64_t p2pChannels;        // YALI_P2P_CHANNELS: rings per ordered pair (0: no point-to-point)
   int64_t p2pSlotBytes;       // YALI_P2P_SLOT_BYTES: bytes per ring slot
+  int64_t p2pLLBytes;         // YALI_P2P_LL_BYTES: largest call that travels as LL packets (0: none, -1: p2p.h's rule)
   std::string tuningFile;     // YALI_TUNING_FILE: the path, for messages
   std::string tuningText;     // that file's content, read once by loadSettings: the selector parses
                               // it and the digest covers it, so that every rank compares what

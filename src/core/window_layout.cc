@@ -44,6 +44,7 @@ WindowLayout computeLayout(int nranks, const Settings& s, uint32_t regions) {
   L.p2pChannels = p2p ? static_cast<size_t>(p2pRingsPerPair(s.p2pChannels, nranks)) : 0;
   L.p2pSlotBytes = p2p ? static_cast<size_t>(s.p2pSlotBytes) : 0;
   L.p2pSlotStride = p2p ? alignUp(L.p2pSlotBytes + 16) : 0;  // room for the skew (0..15)
+  L.p2pLLBytes = p2p ? static_cast<size_t>(p2pLLBytesFor(s.p2pLLBytes, static_cast<int>(L.p2pChannels))) : 0;
   place(&L.p2pFlags, kRegionP2P, alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
   place(&L.p2pCredits, kRegionP2P, alignUp(sizeof(uint64_t) * kMaxRanks * kMaxP2PChannels * kP2PSlots));
   place(&L.p2pLL, kRegionP2P, alignUp(n * L.p2pChannels * kP2PSlots * kP2PLLSlotBytes));

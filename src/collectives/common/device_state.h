@@ -168,6 +168,7 @@ struct WindowLayout {
   size_t p2pSlotBytes;   // payload of one slot (YALI_P2P_SLOT_BYTES); 0: no point-to-point areas
   size_t p2pSlotStride;  // bytes from one slot to the next: the payload, its skew, 256-aligned
   size_t p2pChannels;    // rings per ordered pair (YALI_P2P_CHANNELS)
+  size_t p2pLLBytes;     // calls of at most this travel as LL packets (YALI_P2P_LL_BYTES; p2p.h)
   size_t local;        // this rank's LocalState (private: no peer touches it)
   size_t total;
 };
@@ -385,7 +386,9 @@ struct P2PLane {
   uint8_t channel;  // send, recv: the ring; copy: this lane's index among the copy lanes
   uint8_t pad;
 };
-constexpr int kMaxP2PLanes = 2 * (kMaxRanks - 1) * kMaxP2PChannels + 16;
+// A launch's lanes: its rings to and from every peer, at most kMaxCtas (p2p.h: p2pRingsPerPair), and
+// up to 16 copy lanes.
+constexpr int kMaxP2PLanes = kMaxCtas + 16;
 
 // The kernel's parameters: the frame (rank, windows, status, timeout), the ops in call order, the
 // lanes (one per block). kCap: the ops it holds (two sizes, so that a small group's launch does not

@@ -52,7 +52,7 @@ __device__ __forceinline__ void walkLane(const P2PArgs<kCap>& a, uint32_t kind, 
   for (uint32_t o = 0; o < a.nops && ok; ++o) {
     const P2POp& op = a.ops[o];
     if (op.kind != kind || op.peer != peer) continue;
-    const uint64_t chunk = p2pChunkBytes(op.bytes, a.channels, slot);
+    const uint64_t chunk = p2pChunkBytes(op.bytes, a.channels, slot, a.frame.layout.p2pLLBytes);
     const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
     for (uint64_t i = channel; i < chunks && ok; i += a.channels, ++j) {
       if (j % kP2PTeams != static_cast<uint64_t>(team.index)) continue;
@@ -85,7 +85,7 @@ __device__ __noinline__ void runSendLane(const P2PArgs<kCap>& a, int peer, int c
     team.sync();
     if (stop[team.index]) return false;
     const char* src = op.src + off;
-    if (p2pTravelsAsLL(op.bytes, p2pChunkBytes(op.bytes, a.channels, L.p2pSlotBytes))) {
+    if (p2pTravelsAsLL(op.bytes, L.p2pLLBytes)) {
       // LL: the packets and the header carry their own flag; no barrier, no release (p2p.h).
       uint4* lines = llSlotOf(args.peerWindows[peer], L, args.rank, channel, k);
       const uint32_t f = p2pLLFlag(seq);
@@ -292,7 +292,7 @@ int planP2PLanes(const std::vector<P2POp>& ops, int channels, const WindowLayout
   uint64_t most[2][kMaxRanks] = {};  // [send, recv][peer]: the most chunks of one call
   uint64_t copyChunks = 0;
   for (const P2POp& op : ops) {
-    const uint64_t chunk = op.kind == kP2PCopy ? L.p2pSlotBytes : p2pChunkBytes(op.bytes, channels, L.p2pSlotBytes);
+    const uint64_t chunk = op.kind == kP2PCopy ? L.p2pSlotBytes : p2pChunkBytes(op.bytes, channels, L.p2pSlotBytes, L.p2pLLBytes);
     const uint64_t chunks = (op.bytes + chunk - 1) / chunk;
     if (op.kind == kP2PCopy) copyChunks += chunks;
     else if (chunks > most[op.kind][op.peer]) most[op.kind][op.peer] = chunks;

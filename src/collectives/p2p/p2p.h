@@ -19,9 +19,10 @@
 // sender's call moves the bytes its own call does (else kFailP2PBytes on both, recordFailure),
 // copies the chunk out with its team, team barrier, and publishes the place's credit g + 1 into
 // s's window. ready and credit only grow, so a stale value never satisfies a wait.
-// A small call's chunks take the LL route instead (kP2PLLMaxBytes, below): step 2 writes LL packets
-// into the place's LL slot, step 3 is its header packet, with no barrier and no release; the
-// receiver waits for either announcement, polls each packet, zeroes what it read, then credits.
+// A small call's chunks take the LL route instead (YALI_P2P_LL_BYTES: p2pTravelsAsLL, below): step
+// 2 writes LL packets into the place's LL slot, step 3 is its header packet, with no barrier and no
+// release; the receiver waits for either announcement, polls each packet, zeroes what it read, then
+// credits.
 // Which slots belong to which call: both ranks count every pair's slots alike (LocalState::p2pSent
 // and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
 // i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
@@ -51,7 +52,7 @@ constexpr int kP2PTeams = 2;
 // The rings per ordered pair a comm lays out and uses: YALI_P2P_CHANNELS, but no more than keep a
 // launch that talks to every peer both ways within kMaxCtas blocks (2 x (nranks - 1) x rings):
 // every lane of a launch must be resident at once (above), beside whatever else runs on the GPU.
-// 16 at 2 ranks, 10 at 4, 4 at 8 (with the default 16).
+// 32 at 2 ranks, 16 at 3, 10 at 4, 4 at 8 (with the default 32).
 inline int p2pRingsPerPair(int64_t setting, int nranks) {
   if (setting <= 0) return 0;
   const int fit = nranks > 1 ? kMaxCtas / (2 * (nranks - 1)) : static_cast<int>(setting);
@@ -64,17 +65,21 @@ constexpr uint64_t kP2PMinChunk = 4096;
 // Small calls travel as LL packets (ll_packets.cuh: {data, flag, data, flag}, 8 payload bytes per
 // 16-byte store) in the ring place's LL slot (WindowLayout::p2pLL) instead of its data slot: the
 // receiver polls the packets themselves, so the sender needs no release (no wait for its NVLink
-// stores to drain) and the receiver no separate announcement. A call of at most kP2PLLMaxBytes
-// whose chunks are at most kP2PLLChunkBytes goes so, every chunk of it; the sender decides and the
-// LL slot's header says so, so the receiver never has to guess (p2p.cu: the receiver waits for
-// either announcement).
+// stores to drain) and the receiver no separate announcement. A call of at most
+// WindowLayout::p2pLLBytes (YALI_P2P_LL_BYTES, a setting every rank agrees on) goes so, every chunk
+// of it, in chunks of kP2PLLChunkBytes; the sender's LL slot header says so, so the receiver never
+// has to guess (p2p.cu: the receiver waits for either announcement).
 constexpr uint64_t kP2PLLChunkBytes = kP2PMinChunk;
-constexpr uint64_t kP2PLLMaxBytes = 64 * 1024;
 // An LL slot: the header packet (the sender's shape, as P2PSlotFlag::shape) then one packet per 8
 // bytes of the chunk.
 constexpr uint64_t kP2PLLSlotBytes = 16 * (1 + kP2PLLChunkBytes / 8);
-YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t chunk) {
-  return bytes <= kP2PLLMaxBytes && chunk <= kP2PLLChunkBytes;
+YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t llBytes) { return bytes <= llBytes; }
+// The LL route's bound for a comm with `channels` rings per pair: the setting, or where it is -1
+// the calls whose chunks give each team of every ring at most one: a team's next LL chunk waits for
+// the receiver to credit its last one, a release over NVLink, so LL chunks beyond one per team cost
+// more than the data slots' handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s).
+inline int64_t p2pLLBytesFor(int64_t setting, int channels) {
+  return setting >= 0 ? setting : static_cast<int64_t>(channels) * kP2PTeams * static_cast<int64_t>(kP2PLLChunkBytes);
 }
 // The packets' flag for slot `seq`: never 0. The receiver zeroes every packet it has read (the
 // header too) before it credits the place, and the sender writes a place only after that credit,
@@ -83,11 +88,12 @@ YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t chunk) {
 // match a stale packet; zeroing leaves none).
 YALI_HOST_DEVICE inline uint32_t p2pLLFlag(uint64_t seq) { return static_cast<uint32_t>(seq % 0x7fffffffu) + 1; }
 
-// The chunk of a call of `bytes` (every ring's slot holds one): its bytes spread over every team of
-// every ring (channels x kP2PTeams chunks), in 4 KB multiples, at least kP2PMinChunk and at most a
-// slot. From the call's bytes and the comm's agreed settings alone, so sender and receiver cut it
-// alike (chunk i on ring i % channels).
-YALI_HOST_DEVICE inline uint64_t p2pChunkBytes(uint64_t bytes, int channels, uint64_t slotBytes) {
+// The chunk of a call of `bytes` (every ring's slot holds one): an LL call's is kP2PLLChunkBytes;
+// another's spreads its bytes over every team of every ring (channels x kP2PTeams chunks), in 4 KB
+// multiples, at least kP2PMinChunk and at most a slot. From the call's bytes and the comm's agreed
+// settings alone, so sender and receiver cut it alike (chunk i on ring i % channels).
+YALI_HOST_DEVICE inline uint64_t p2pChunkBytes(uint64_t bytes, int channels, uint64_t slotBytes, uint64_t llBytes) {
+  if (p2pTravelsAsLL(bytes, llBytes)) return kP2PLLChunkBytes;
   const uint64_t parts = static_cast<uint64_t>(channels) * kP2PTeams;
   uint64_t chunk = ((bytes + parts - 1) / parts + kP2PMinChunk - 1) / kP2PMinChunk * kP2PMinChunk;
   if (chunk < kP2PMinChunk) chunk = kP2PMinChunk;

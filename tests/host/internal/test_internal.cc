@@ -228,7 +228,7 @@ TEST(settings_digest_covers_what_ranks_share) {
       {"YALI_PDL", "0"},                  {"YALI_ALLOW_SHARED_GPU", "1"},    {"YALI_TEST_EPOCH_START", "4294967295"},
       {"YALI_TUNING_FILE", tuning},       {"YALI_DEBUG", "1"},               {"YALI_TEST_COPY_ENGINE_FAIL", "2"},
       {"YALI_GRAPH_MIXING", "0"},         {"YALI_TEST_NO_GROUP_JOIN", "1"},  {"YALI_P2P_CHANNELS", "2"},
-      {"YALI_P2P_SLOT_BYTES", "4096"},
+      {"YALI_P2P_SLOT_BYTES", "4096"},    {"YALI_P2P_LL_BYTES", "0"},
   };
   const std::set<std::string> perRank = {"YALI_TIMEOUT_MS", "YALI_PDL", "YALI_DEBUG", "YALI_TEST_COPY_ENGINE_FAIL",
                                          "YALI_GRAPH_MIXING", "YALI_TEST_NO_GROUP_JOIN"};

@@ -452,6 +452,7 @@ WindowLayout layoutBeforeRegions(int nranks, const Settings& s) {
   L.p2pChannels = static_cast<size_t>(p2pRingsPerPair(s.p2pChannels, nranks));
   L.p2pSlotBytes = L.p2pChannels > 0 ? static_cast<size_t>(s.p2pSlotBytes) : 0;
   L.p2pSlotStride = L.p2pChannels > 0 ? alignUp(L.p2pSlotBytes + 16) : 0;
+  L.p2pLLBytes = L.p2pChannels > 0 ? static_cast<size_t>(p2pLLBytesFor(s.p2pLLBytes, static_cast<int>(L.p2pChannels))) : 0;
   L.p2pFlags = off;
   if (L.p2pChannels > 0) off += alignUp(sizeof(P2PSlotFlag) * kMaxRanks * kMaxP2PChannels * kP2PSlots);
   L.p2pCredits = off;
@@ -563,12 +564,15 @@ TEST(window_layout_with_every_region_unchanged) {
 // Point-to-point's rings per pair (p2p.h: p2pRingsPerPair): the setting, but never more than keep a
 // launch that talks to every peer both ways within kMaxCtas blocks (every lane of a launch must be
 // resident at once), and at least one; 0 stays 0 (no rings). The defaults give what yali.h and
-// env.cc say: 16 at 2 ranks, 10 at 4, 4 at 8. And the chunk a call is cut into (p2pChunkBytes):
-// a multiple of 4 KB at least 4 KB, at most a slot, spreading a call over every ring and team.
+// env.cc say: 32 at 2 ranks, 16 at 3, 10 at 4, 4 at 8. And the chunk a call is cut into (p2pChunkBytes):
+// a multiple of 4 KB at least 4 KB, at most a slot, spreading a call over every ring and team (a
+// call above the LL route's bound; the LL route's chunks: the next test).
 TEST(p2p_rings_per_pair_and_chunks) {
+  CHECK_EQ(p2pRingsPerPair(32, 2), 32);
+  CHECK_EQ(p2pRingsPerPair(32, 3), 16);
+  CHECK_EQ(p2pRingsPerPair(32, 4), 10);
+  CHECK_EQ(p2pRingsPerPair(32, 8), 4);
   CHECK_EQ(p2pRingsPerPair(16, 2), 16);
-  CHECK_EQ(p2pRingsPerPair(16, 4), 10);
-  CHECK_EQ(p2pRingsPerPair(16, 8), 4);
   CHECK_EQ(p2pRingsPerPair(0, 4), 0);
   for (int n = 2; n <= kMaxRanks; ++n)
     for (int setting = 1; setting <= kMaxP2PChannels; ++setting) {
@@ -578,15 +582,15 @@ TEST(p2p_rings_per_pair_and_chunks) {
       CHECK(2 * (n - 1) * rings + 16 <= kMaxP2PLanes);
     }
   const Settings s = defaultSettings();
-  CHECK_EQ(s.p2pChannels, 16);
+  CHECK_EQ(s.p2pChannels, 32);
   CHECK_EQ(s.p2pSlotBytes, 128 << 10);
   for (int n = 2; n <= kMaxRanks; ++n)
-    CHECK_EQ(computeLayout(n, s, kAllRegions).p2pChannels, static_cast<size_t>(p2pRingsPerPair(16, n)));
+    CHECK_EQ(computeLayout(n, s, kAllRegions).p2pChannels, static_cast<size_t>(p2pRingsPerPair(32, n)));
   const uint64_t slot = 128 << 10;
   for (uint64_t bytes : {uint64_t{1}, uint64_t{4096}, uint64_t{4097}, uint64_t{65536}, uint64_t{1} << 20,
                          (uint64_t{1} << 20) + 3, uint64_t{1} << 30}) {
     for (int rings : {1, 4, 10, 16}) {
-      const uint64_t chunk = p2pChunkBytes(bytes, rings, slot);
+      const uint64_t chunk = p2pChunkBytes(bytes, rings, slot, 0);
       CHECK_MSG(chunk >= kP2PMinChunk && chunk <= slot && chunk % 4096 == 0, "bytes=%llu rings=%d: %llu",
                 (unsigned long long)bytes, rings, (unsigned long long)chunk);
       // Every ring and team gets a chunk where the call is large enough for it, and no call needs
@@ -595,26 +599,40 @@ TEST(p2p_rings_per_pair_and_chunks) {
       CHECK(chunk == slot || chunk == kP2PMinChunk || chunks <= static_cast<uint64_t>(rings) * kP2PTeams);
     }
   }
-  CHECK_EQ(p2pChunkBytes(1 << 20, 16, slot), uint64_t{32768});  // 1 MB: 32 chunks, one per ring and team
-  CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot), slot);
+  CHECK_EQ(p2pChunkBytes(1 << 20, 16, slot, 0), uint64_t{32768});  // 1 MB: 32 chunks, one per ring and team
+  CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot, 0), slot);
+  CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot, p2pLLBytesFor(s.p2pLLBytes, 16)), slot);
 }
 
-// Point-to-point's LL route (p2p.h): calls of at most kP2PLLMaxBytes whose chunks are LL-sized; an
-// LL slot holds the header and a chunk's packets; the packets' flag is never 0 (the value of a
-// cleared packet), whatever the slot's number.
+// Point-to-point's LL route (p2p.h): calls of at most YALI_P2P_LL_BYTES (the layout's p2pLLBytes),
+// every one of them, in LL-sized chunks; larger ones never; 0 turns the route off. An LL slot holds
+// the header and a chunk's packets; the packets' flag is never 0 (the value of a cleared packet),
+// whatever the slot's number.
 TEST(p2p_small_calls_travel_as_ll_packets) {
   const uint64_t slot = 128 << 10;
   CHECK(kP2PLLSlotBytes >= 16 + 2 * kP2PLLChunkBytes && kP2PLLSlotBytes % 16 == 0);
-  CHECK(kP2PLLChunkBytes >= kP2PMinChunk);  // a call's chunks can be LL-sized at all
-  for (int rings : {1, 4, 10, 16}) {
-    // 1 byte to kP2PLLMaxBytes: LL wherever the cut gives LL-sized chunks (every ring count here
-    // up to 4 KB x rings x teams); above kP2PLLMaxBytes never.
-    for (uint64_t bytes : {uint64_t{1}, uint64_t{4095}, uint64_t{4097}, uint64_t{8192}, kP2PLLMaxBytes}) {
-      const uint64_t chunk = p2pChunkBytes(bytes, rings, slot);
-      CHECK_EQ(p2pTravelsAsLL(bytes, chunk), chunk <= kP2PLLChunkBytes);
-      if (bytes <= static_cast<uint64_t>(rings) * kP2PTeams * kP2PLLChunkBytes) CHECK(p2pTravelsAsLL(bytes, chunk));
+  CHECK(kP2PLLChunkBytes >= kP2PMinChunk && kP2PLLChunkBytes <= slot);
+  const Settings s = defaultSettings();
+  // The default (-1): rings x teams x an LL chunk, one chunk per team: 256 KB at 2 ranks, 32 KB at 8.
+  CHECK_EQ(s.p2pLLBytes, -1);
+  CHECK_EQ(computeLayout(2, s, kAllRegions).p2pLLBytes, 256u << 10);
+  CHECK_EQ(computeLayout(8, s, kAllRegions).p2pLLBytes, 32u << 10);
+  for (int n = 2; n <= kMaxRanks; ++n) {
+    const WindowLayout L = computeLayout(n, s, kAllRegions);
+    CHECK_EQ(L.p2pLLBytes, L.p2pChannels * kP2PTeams * kP2PLLChunkBytes);
+    CHECK_EQ(p2pLLBytesFor(12345, static_cast<int>(L.p2pChannels)), 12345);
+    CHECK_EQ(p2pLLBytesFor(0, static_cast<int>(L.p2pChannels)), 0);
+  }
+  for (uint64_t ll : {uint64_t{0}, uint64_t{4096}, uint64_t{64} << 10, uint64_t{1} << 20}) {
+    for (int rings : {1, 4, 10, 16}) {
+      for (uint64_t bytes : {uint64_t{1}, uint64_t{4095}, uint64_t{4097}, uint64_t{8192}, uint64_t{64} << 10,
+                             (uint64_t{64} << 10) + 1, uint64_t{1} << 20, (uint64_t{1} << 20) + 1}) {
+        const uint64_t chunk = p2pChunkBytes(bytes, rings, slot, ll);
+        CHECK_EQ(p2pTravelsAsLL(bytes, ll), bytes <= ll);
+        if (bytes <= ll) CHECK_EQ(chunk, kP2PLLChunkBytes);
+        else CHECK_EQ(chunk, p2pChunkBytes(bytes, rings, slot, 0));
+      }
     }
-    CHECK(!p2pTravelsAsLL(kP2PLLMaxBytes + 1, p2pChunkBytes(kP2PLLMaxBytes + 1, rings, slot)));
   }
   for (uint64_t seq : {uint64_t{0}, uint64_t{1}, uint64_t{0x7ffffffe}, uint64_t{0x7fffffff}, uint64_t{0xffffffff},
                        uint64_t{1} << 32, (uint64_t{1} << 32) - 1, ~uint64_t{0}}) {
