@@ -73,7 +73,7 @@ namespace {
 constexpr size_t kMiB = (size_t)1 << 20;
 // A pair's ring at most, on the comms the failure cases make with SmallRings (8 rings x 4 slots x
 // 64 KiB; fewer rings at 8 ranks or where ranks share a GPU): a send larger than this waits for its
-// receiver. (The default ring is larger: 16 x 4 x 128 KiB at 2 ranks.)
+// receiver. (The default ring is larger: 32 x 4 x 128 KiB at 2 ranks.)
 constexpr size_t kRingBytes = (size_t)8 * 4 * 65536;
 
 // A size mismatch must end both ranks' calls well before YALI_TIMEOUT_MS (yali.h: checked on the
