@@ -75,9 +75,10 @@ constexpr uint64_t kP2PLLChunkBytes = kP2PMinChunk;
 constexpr uint64_t kP2PLLSlotBytes = 16 * (1 + kP2PLLChunkBytes / 8);
 YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t llBytes) { return bytes <= llBytes; }
 // The LL route's bound for a comm with `channels` rings per pair: the setting, or where it is -1
-// the calls whose chunks give each team of every ring at most one: a team's next LL chunk waits for
-// the receiver to credit its last one, a release over NVLink, so LL chunks beyond one per team cost
-// more than the data slots' handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s).
+// the calls whose chunks give each team of every ring at most one: a team takes its LL chunks one
+// after another (the receiver's team polls, stores, clears and credits one, a release over NVLink,
+// before it polls the next), so LL chunks beyond one per team cost more than the data slots'
+// handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s).
 inline int64_t p2pLLBytesFor(int64_t setting, int channels) {
   return setting >= 0 ? setting : static_cast<int64_t>(channels) * kP2PTeams * static_cast<int64_t>(kP2PLLChunkBytes);
 }
