@@ -21,6 +21,12 @@ P="timeout 40 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C sendr
 $P -b 8 -e 64M -f 4 -n 20 -w 5 -G 20 > $V/graph.txt 2>&1; echo "graph rc=$?"
 $P -b 8 -e 1G -f 4 -n 20 -w 5 > $V/eager.txt 2>&1; echo "eager rc=$?"
 [ $SECONDS -lt 440 ] && TAIL=2 bash scratch/call.sh dp $((580-SECONDS)) STAGES=dropinperf DROPINPERF_TESTS="sendrecv alltoallv" DROPINPERF_REPS=1 DROPINPERF_ARGS="-b 8 -e 256M -f 4 -n 20 -w 5"
+# Session 41's guess: NCCL's graphs are faster than its eager calls from 8 MB because it registers the captured
+# buffers (NCCL_GRAPH_REGISTER, on by default). Plain NCCL, -G 20, with it on and off:
+nl=$(python3 -c "import nvidia.nccl,os; print(os.path.join(nvidia.nccl.__path__[0],'lib'))" 2>/dev/null)
+for gr in 1 0; do timeout 40 mpirun --allow-run-as-root -np 2 -x LD_LIBRARY_PATH="$nl:${LD_LIBRARY_PATH:-}" -x NCCL_NVLS_ENABLE=0 \
+  -x NCCL_GRAPH_REGISTER=$gr /tmp/nccl-tests/nccl-tests-2.19.6/build/sendrecv_perf -g 1 -c 1 -b 2M -e 32M -f 4 -n 20 -w 5 -G 20 \
+  > $V/nccl_graph_register$gr.log 2>&1; echo "NCCL_GRAPH_REGISTER=$gr rc=$?"; grep -E "^ +[0-9]+ " $V/nccl_graph_register$gr.log | awk '{print $1, $6}' | paste -s; done
 tar czf $OUT/v.tgz -C /tmp/o v
 for f in /tmp/o/*/stdout.txt; do grep -h "^## " $f; done | cut -c1-200
 python3 - <<'PY'
