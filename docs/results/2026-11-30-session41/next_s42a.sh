@@ -17,6 +17,10 @@ mkdir -p /tmp/o/v; V=/tmp/o/v
 wait; echo "arms t=$SECONDS s"; cat /tmp/gpu0.txt /tmp/gpu1.txt | grep -v "^$" | grep -v "^===="
 TAIL=2 bash scratch/call.sh multi2 40 STAGES=p2p "P2P_SINGLE= " P2P_MULTI=2 P2P_TIMEOUT=35
 for c in coll_multi_comm coll_groups; do timeout 90 build/tests/yali-gpu-tests --ranks 2 --mode multi --filter $c > $V/multi_$c.log 2>&1; echo "$c multi 2 (2 GPUs) rc=$? $(tail -1 $V/multi_$c.log)"; done
+# Session 41's call f: after stages that timed out, the GPUs stayed busy for a while (its perf runs came out 2.5x
+# slow for both libraries). Before timing anything, wait (at most 60 s) until no process holds a GPU context.
+for i in $(seq 60); do [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader 2>/dev/null)" ] && break; sleep 1; done
+echo "GPUs idle after ${i} s: $(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2>/dev/null | paste -s)"
 P="timeout 40 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C sendrecv -d float"
 $P -b 8 -e 64M -f 4 -n 20 -w 5 -G 20 > $V/graph.txt 2>&1; echo "graph rc=$?"
 $P -b 8 -e 1G -f 4 -n 20 -w 5 > $V/eager.txt 2>&1; echo "eager rc=$?"
