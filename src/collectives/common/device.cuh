@@ -9,6 +9,9 @@
 //   * observe(flag)      - ld.acquire.sys: after it returns v, writes published before v are
 //                          visible to this thread and, after a following __syncthreads(), to its
 //                          block.
+//   * postRelaxed(flag, v) - st.relaxed.sys: a counter that publishes no data, only that the
+//                          block's earlier reads are done (p2p.cu: the LL route's credit); no fence,
+//                          so no wait for this thread's earlier writes to drain.
 //   * Data written by another GPU is read with ld.global.cg (L2 only, never a stale L1 line): an
 //     L1 line filled earlier in the same kernel could otherwise hold the previous round's bytes.
 #pragma once
@@ -28,6 +31,10 @@ namespace yali {
 
 __device__ __forceinline__ void publish(uint64_t* flag, uint64_t value) {
   asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(value) : "memory");
+}
+
+__device__ __forceinline__ void postRelaxed(uint64_t* flag, uint64_t value) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(flag), "l"(value) : "memory");
 }
 
 __device__ __forceinline__ uint64_t observe(const uint64_t* flag) {

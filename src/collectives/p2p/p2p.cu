@@ -168,33 +168,38 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
     }
     team.sync();
     if (stop[team.index]) return false;
+    uint64_t* credit = creditOf(args.peerWindows[peer], L, args.rank, channel, k);
     if (llOfSlot[team.index]) {
-      // Each packet polled until it carries this slot's flag, its payload stored, the packet
-      // zeroed (p2pLLFlag says why); the team's clears before thread 0's credit (its release).
+      // Each packet polled until it carries this slot's flag, its payload stored; the packets stay
+      // (p2pLLFlag: stale packets).
       WaitGuard guard(args);
       bool good = true;
       const uint64_t words = (len + 7) / 8;
       for (uint64_t i = team.thread; i < words && good; i += team.size) {
         uint2 payload;
         good = waitPacket(lines + 1 + i, f, guard, kPhaseP2PSlot, &payload);
-        if (good) {
-          storePayload8(reinterpret_cast<uint8_t*>(op.dst + off), i, len, payload);
-          storeVolatile16(lines + 1 + i, make_uint4(0, 0, 0, 0));
-        }
+        if (good) storePayload8(reinterpret_cast<uint8_t*>(op.dst + off), i, len, payload);
       }
       // llFailed, not stop: a thread of the team may not have read stop[] yet.
       if (!good) llFailed[team.index] = 1;
-      team.sync();
       if (llFailed[team.index]) return false;
-      if (team.thread == 0) {
-        storeVolatile16(lines, make_uint4(0, 0, 0, 0));
-        publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);
-      }
-      return true;
+    } else {
+      copyBytes(team, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot[team.index], len);
     }
-    copyBytes(team, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot[team.index], len);
-    team.sync();  // the team's loads of the slot before the credit frees its place
-    if (team.thread == 0) publish(creditOf(args.peerWindows[peer], L, args.rank, channel, k), seq + 1);
+    // The credit frees the place for the sender's next writes. It publishes nothing: the team
+    // barrier orders every thread's reads of the slot (packets or data) before it, and a read whose
+    // value has returned cannot see a later write, so a relaxed store suffices, without a release's
+    // wait for this team's stores to dst to drain (p2p.h). Except at the place's periodic clearing
+    // (p2pLLFlag), on either route: the team's clears must land before the sender's next packets,
+    // so that credit is a release.
+    const bool clears = p2pClearsLLSlot(seq);
+    if (clears)
+      for (uint64_t i = team.thread; i < kP2PLLSlotBytes / 16; i += team.size) storeVolatile16(lines + i, make_uint4(0, 0, 0, 0));
+    team.sync();
+    if (team.thread == 0) {
+      if (clears) publish(credit, seq + 1);
+      else postRelaxed(credit, seq + 1);
+    }
     return true;
   });
 }

@@ -17,12 +17,16 @@
 //      ready = g + 1 (st.release.sys: cumulative over the block's stores, device.cuh: publish).
 // Receiver d, for its next slot g of (s, c): observes ready >= g + 1 (acquire), checks that the
 // sender's call moves the bytes its own call does (else kFailP2PBytes on both, recordFailure),
-// copies the chunk out with its team, team barrier, and publishes the place's credit g + 1 into
-// s's window. ready and credit only grow, so a stale value never satisfies a wait.
+// copies the chunk out with its team, team barrier, and posts the place's credit g + 1 into s's
+// window with a relaxed store: the barrier orders the team's reads of the slot before it, and the
+// credit publishes no data (a release would wait for the team's stores to dst to drain). ready and
+// credit only grow, so a stale value never satisfies a wait.
 // A small call's chunks take the LL route instead (YALI_P2P_LL_BYTES: p2pTravelsAsLL, below): step
 // 2 writes LL packets into the place's LL slot, step 3 is its header packet, with no barrier and no
-// release; the receiver waits for either announcement, polls each packet, zeroes what it read, then
-// credits.
+// release; the receiver waits for either announcement, polls each packet, then credits with a
+// relaxed store (no release: the packets are self-validating and nothing else is published; the
+// team barrier before the store orders every thread's reads of the packets before it, so the sender
+// cannot overwrite a packet still to be read). Stale packets: p2pLLFlag.
 // Which slots belong to which call: both ranks count every pair's slots alike (LocalState::p2pSent
 // and p2pReceived), because matched calls move the same bytes and chunk i of a call goes to channel
 // i % p2pChannels. One block (a lane) runs one (peer, direction, channel) for all of the launch's
@@ -75,19 +79,30 @@ constexpr uint64_t kP2PLLChunkBytes = kP2PMinChunk;
 constexpr uint64_t kP2PLLSlotBytes = 16 * (1 + kP2PLLChunkBytes / 8);
 YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t llBytes) { return bytes <= llBytes; }
 // The LL route's bound for a comm with `channels` rings per pair: the setting, or where it is -1
-// the calls whose chunks give each team of every ring at most one: a team takes its LL chunks one
-// after another (the receiver's team polls, stores, clears and credits one, a release over NVLink,
-// before it polls the next), so LL chunks beyond one per team cost more than the data slots'
-// handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s).
+// the calls whose chunks give each team of every ring at most one: a team's LL chunks follow one
+// another (each polled, stored and credited before the next), so LL chunks beyond one per team cost
+// more than the data slots' handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s, when
+// the credit was still a release).
 inline int64_t p2pLLBytesFor(int64_t setting, int channels) {
   return setting >= 0 ? setting : static_cast<int64_t>(channels) * kP2PTeams * static_cast<int64_t>(kP2PLLChunkBytes);
 }
-// The packets' flag for slot `seq`: never 0. The receiver zeroes every packet it has read (the
-// header too) before it credits the place, and the sender writes a place only after that credit,
-// so an LL slot holds zeros or the chunk in flight, never an older chunk's packets: any nonzero
-// flag would do (a flag of the sequence number alone could repeat after 2^32 slots of one ring and
-// match a stale packet; zeroing leaves none).
+// The packets' flag for slot `seq`: never 0 (a cleared packet's), and different for any two slots
+// less than 2^31 - 1 apart. The receiver does not clear what it read: the LL slot keeps older
+// chunks' packets (a shorter chunk leaves its predecessors' tail), whose flags are those of
+// earlier slots of the same place. So that none of them can carry the flag of the slot being read,
+// the receiver clears the whole LL slot of a place once every kP2PLLCleanPeriod slots of its ring
+// (p2pClearsLLSlot), whichever route that slot took, before it credits the slot with release: a
+// packet is then never more than kP2PLLCleanPeriod slots older than the slot read, well inside the
+// flag's period. Before this, the receiver cleared every packet it read, and needed a release (a
+// fence over NVLink) on every credit to order the clearing before the sender's next packets: 0.5
+// to 1.2 us of every small send in graphs (PERF.md, Session 41).
 YALI_HOST_DEVICE inline uint32_t p2pLLFlag(uint64_t seq) { return static_cast<uint32_t>(seq % 0x7fffffffu) + 1; }
+constexpr uint64_t kP2PLLCleanPeriod = uint64_t{1} << 30;
+static_assert(kP2PLLCleanPeriod % kP2PSlots == 0 && kP2PLLCleanPeriod + kP2PSlots < 0x7fffffffu,
+              "each place cleared once a period; the oldest packet's flag is not the current one");
+// Whether the receiver clears the LL slot of slot `seq`'s place after consuming it: the first slot
+// of each place in every period (slots 0-3 of a new comm, whose window starts zeroed, too).
+YALI_HOST_DEVICE inline bool p2pClearsLLSlot(uint64_t seq) { return seq % kP2PLLCleanPeriod < kP2PSlots; }
 
 // The chunk of a call of `bytes` (every ring's slot holds one): an LL call's is kP2PLLChunkBytes;
 // another's spreads its bytes over every team of every ring (channels x kP2PTeams chunks), in 4 KB

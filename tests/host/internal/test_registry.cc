@@ -607,7 +607,11 @@ TEST(p2p_rings_per_pair_and_chunks) {
 // Point-to-point's LL route (p2p.h): calls of at most YALI_P2P_LL_BYTES (the layout's p2pLLBytes),
 // every one of them, in LL-sized chunks; larger ones never; 0 turns the route off. An LL slot holds
 // the header and a chunk's packets; the packets' flag is never 0 (the value of a cleared packet),
-// whatever the slot's number.
+// whatever the slot's number. The receiver leaves the packets it read and clears a place's LL slot
+// once every kP2PLLCleanPeriod slots (p2pLLFlag): every place is cleared exactly once per period,
+// at slots P apart, so a packet left in it is at most P slots older than the slot read, and no
+// slot within P + 4 of another shares its flag (checked around the flag's own wrap and the
+// counter's).
 TEST(p2p_small_calls_travel_as_ll_packets) {
   const uint64_t slot = 128 << 10;
   CHECK(kP2PLLSlotBytes >= 16 + 2 * kP2PLLChunkBytes && kP2PLLSlotBytes % 16 == 0);
@@ -639,6 +643,31 @@ TEST(p2p_small_calls_travel_as_ll_packets) {
     CHECK_MSG(p2pLLFlag(seq) != 0, "seq=%llu", (unsigned long long)seq);
   }
   CHECK(p2pLLFlag(0) != p2pLLFlag(1));
+  const uint64_t P = kP2PLLCleanPeriod;
+  for (uint64_t k = 0; k < static_cast<uint64_t>(kP2PSlots); ++k) CHECK(p2pClearsLLSlot(k));  // a new comm's first slots
+  for (uint64_t base : {uint64_t{0}, P, 5 * P, uint64_t{0x7fffffff} * 3, ~uint64_t{0} - 3 * P}) {
+    // Clears in [base, base + 2P): one per place per period, P apart.
+    std::vector<uint64_t> last(kP2PSlots, ~uint64_t{0});
+    for (uint64_t seq = base; seq < base + 2 * P;) {
+      if (seq % P >= kP2PSlots) {  // no clear before the next period (checked below at its edges)
+        seq += P - seq % P;
+        continue;
+      }
+      CHECK(p2pClearsLLSlot(seq));
+      if (seq > base) CHECK(!p2pClearsLLSlot(seq - 1) || seq % P != 0);
+      uint64_t& l = last[seq % kP2PSlots];
+      CHECK_MSG(l == ~uint64_t{0} || seq - l == P, "seq=%llu last=%llu", (unsigned long long)seq, (unsigned long long)l);
+      l = seq;
+      ++seq;
+    }
+    // Slots within P + 4 of each other never share a flag: spot checks at every distance class.
+    for (uint64_t d : {uint64_t{1}, uint64_t{4}, uint64_t{kP2PSlots} * 1000, P - 1, P, P + 4}) {
+      CHECK_MSG(p2pLLFlag(base + d) != p2pLLFlag(base), "base=%llu d=%llu", (unsigned long long)base,
+                (unsigned long long)d);
+    }
+  }
+  CHECK(P + kP2PSlots < 0x7fffffffu);  // the flag repeats only after 2^31 - 1 slots
+  CHECK(!p2pClearsLLSlot(kP2PSlots) && !p2pClearsLLSlot(P - 1) && p2pClearsLLSlot(P) && p2pClearsLLSlot(P + 3));
 }
 
 // A comm whose settings exclude every algorithm of a region gets that region at 0 bytes (its offset
