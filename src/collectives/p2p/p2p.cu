@@ -169,7 +169,9 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
     team.sync();
     if (stop[team.index]) return false;
     uint64_t* credit = creditOf(args.peerWindows[peer], L, args.rank, channel, k);
-    if (llOfSlot[team.index]) {
+    // Read once here: thread 0 rewrites llOfSlot for its next slot as soon as it has credited this one.
+    const bool ll = llOfSlot[team.index] != 0;
+    if (ll) {
       // Each packet polled until it carries this slot's flag, its payload stored; the packets stay
       // (p2pLLFlag: stale packets).
       WaitGuard guard(args);
@@ -182,6 +184,9 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
       }
       // llFailed, not stop: a thread of the team may not have read stop[] yet.
       if (!good) llFailed[team.index] = 1;
+      // Every thread's packets read before any thread clears the slot (below) or thread 0 credits
+      // it, and every thread sees whether one of them failed.
+      team.sync();
       if (llFailed[team.index]) return false;
     } else {
       copyBytes(team, op.dst + off, slotOf(args.window, L, peer, channel, k) + skewOfSlot[team.index], len);
@@ -195,7 +200,7 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
     const bool clears = p2pClearsLLSlot(seq);
     if (clears)
       for (uint64_t i = team.thread; i < kP2PLLSlotBytes / 16; i += team.size) storeVolatile16(lines + i, make_uint4(0, 0, 0, 0));
-    team.sync();
+    if (clears || !ll) team.sync();  // the clears before the release; the data route's reads before the credit
     if (team.thread == 0) {
       if (clears) publish(credit, seq + 1);
       else postRelaxed(credit, seq + 1);
