@@ -325,8 +325,11 @@ YALI_API yaliResult_t yaliCommDeregister(const yaliComm_t comm, void* handle);
 /* ---- Groups ---------------------------------------------------------------------------------- */
 
 /* NCCL's meaning: between yaliGroupStart and yaliGroupEnd (which nest), collectives are checked
- * when called (argument errors are returned there) and launched at the outermost yaliGroupEnd, in
- * call order, on every GPU, before it returns; a launch error is returned by yaliGroupEnd. A group
+ * when called (argument errors are returned there) and launched at the outermost yaliGroupEnd, on
+ * every GPU, before it returns: each comm's calls in call order, its point-to-point calls last, and
+ * the comms in an order every rank of each comm shares (as NCCL orders a group's comms by their
+ * hash), so that ranks may make a group's calls on several comms in different orders; a launch
+ * error is returned by yaliGroupEnd. A group
  * whose calls on one comm use several streams is treated as NCCL treats one, as if it were posted
  * on every one of them: its work on that comm waits for what each of those streams held, and each
  * of them waits for that work (an event record and wait per extra stream, before and after; none

@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -573,6 +574,7 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
   yaliComm* comm = owner.get();
   comm->rank = rank;
   comm->nranks = nranks;
+  comm->groupKey = id.token[0] ^ (id.token[1] * UINT64_C(0x9e3779b97f4a7c15));
   comm->settings = settings;
   if (cudaGetDevice(&comm->device) != cudaSuccess)
     return fail(yaliUnhandledCudaError, nullptr, "%s: no usable CUDA device (cudaGetDevice failed)", call);
@@ -675,6 +677,8 @@ yaliResult_t commInitRank(yaliComm_t* out, int nranks, const UniqueIdFields& id,
 yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const Settings& settings) {
   const char* call = "yaliCommInitAll";
   auto group = std::make_shared<ProcessGroup>();
+  std::random_device entropy;
+  const uint64_t groupKey = static_cast<uint64_t>(entropy()) << 32 | entropy();
   std::vector<std::shared_ptr<yaliComm>> made;
   int previous = 0;
   cudaGetDevice(&previous);
@@ -686,6 +690,7 @@ yaliResult_t commInitAll(yaliComm_t* comms, int ndev, const int* devlist, const 
     auto comm = std::make_shared<yaliComm>();
     comm->rank = i;
     comm->nranks = ndev;
+    comm->groupKey = groupKey;
     comm->device = devlist ? devlist[i] : i;
     comm->settings = settings;
     comm->group = group;

@@ -112,6 +112,11 @@ struct yaliComm {
   // layout.p2pChannels, or fewer where ranks share a GPU (applyGpuSharing: every lane of a launch
   // must be resident at once). The same on every rank.
   int p2pChannels = 0;
+  // The comm's place in a group's launch order (enqueue.cc: endGroupLevel): the same on every rank
+  // of the comm, different between comms (the unique id's public token; yaliCommInitAll's comms, all
+  // in one process, draw one at random). NCCL's groups order their comms by their hash likewise, so
+  // ranks that make a group's calls on several comms in different orders still launch them alike.
+  uint64_t groupKey = 0;
   yali::Settings settings;
   yali::Selector selector;
   yali::WindowLayout layout{};

@@ -555,6 +555,17 @@ void joinGroupStreams(const std::vector<CommStream>& pairs) {
   }
 }
 
+// The group's launches in the order every rank shares (endGroupLevel): by comm, the comms by their
+// groupKey (a comm's calls keep their call order: stable). Ranks that make a group's calls on several
+// comms in different orders, as NCCL allows (it orders a group's comms by their hash), then still
+// launch them alike; in call order, two comms' kernels on one stream could wait on each other
+// across ranks until YALI_TIMEOUT_MS.
+void orderByComm(std::vector<PlannedLaunch>* plans) {
+  std::stable_sort(plans->begin(), plans->end(), [](const PlannedLaunch& a, const PlannedLaunch& b) {
+    return a.comm->groupKey < b.comm->groupKey;
+  });
+}
+
 // Every comm's point-to-point calls of the group, fused into one launch per comm, moved behind the
 // group's other launches (yali.h: every transfer of the group progresses at once, after the group's
 // collectives on the comm, whose order on every rank is the same, so that no rank's point-to-point
@@ -567,7 +578,7 @@ void joinGroupStreams(const std::vector<CommStream>& pairs) {
 yaliResult_t fusePointToPoint(std::vector<PlannedLaunch>* pending) {
   if (std::none_of(pending->begin(), pending->end(), [](const PlannedLaunch& p) { return p.p2p; }))
     return yaliSuccess;  // no point-to-point call: the group as it is (and no allocation)
-  std::vector<PlannedLaunch> fused;  // one per comm, in the order of the comms' first calls
+  std::vector<PlannedLaunch> fused;  // one per comm, in the order of the comms' first calls, then orderByComm
   std::vector<PlannedLaunch> rest;
   rest.reserve(pending->size());
   for (PlannedLaunch& plan : *pending) {
@@ -582,6 +593,7 @@ yaliResult_t fusePointToPoint(std::vector<PlannedLaunch>* pending) {
       it->p2pOps.insert(it->p2pOps.end(), plan.p2pOps.begin(), plan.p2pOps.end());
     }
   }
+  orderByComm(&fused);
   yaliResult_t first = yaliSuccess;
   for (PlannedLaunch& plan : fused) {
     yaliComm* comm = plan.comm.get();
@@ -621,7 +633,8 @@ yaliResult_t fusePointToPoint(std::vector<PlannedLaunch>* pending) {
 }
 
 // The end of a group level (`call`: the public function, for its message); the outermost end
-// launches the queued calls in call order (`launch`), or drops them (yaliGroupSimulateEnd:
+// launches the queued calls (`launch`), each comm's in call order, the comms in groupKey order
+// (orderByComm), the point-to-point calls last (fusePointToPoint), or drops them (yaliGroupSimulateEnd:
 // enqueue.h says why that undoes them), and returns the first launch error. The queue is emptied
 // before its plans run or go (destroy and abort look at it; a plan may hold its comm's last
 // reference), and its storage comes back for the next group, so that a loop of groups allocates
@@ -635,6 +648,7 @@ yaliResult_t endGroupLevel(const char* call, bool launch) {
   if (launch) {
     noteStreams(pending, &group.streams);  // the plans hold their comms until the end
     joinGroupStreams(group.streams);
+    orderByComm(&pending);  // the collectives; fusePointToPoint orders the point-to-point launches after them
     first = fusePointToPoint(&pending);
     for (PlannedLaunch& plan : pending) {
       std::lock_guard<std::mutex> lock(plan.comm->mutex);

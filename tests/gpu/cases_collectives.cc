@@ -2077,7 +2077,11 @@ void caseBackToBack(Ctx& ctx) {
 //
 // Two comm sets. Different streams: calls on comm A (main stream) and comm B (a second stream) in
 // flight at once, in an order that alternates. The same stream: A, B, A, B queued back to back with
-// different collectives. Then A is destroyed and B still runs every collective.
+// different collectives. One group on the same stream whose calls on A and B the ranks make in
+// different orders (even ranks A first, odd ranks B first), as NCCL allows: yaliGroupEnd launches a
+// group's comms in an order every rank shares (yali.h); in call order the two kernels on each
+// rank's stream would wait for each other across ranks until YALI_TIMEOUT_MS. Then A is destroyed
+// and B still runs every collective.
 
 void caseMultiComm(Ctx& ctx) {
   std::vector<yaliComm_t> a = ctx.createComms("coll_multi_comm A");
@@ -2132,6 +2136,39 @@ void caseMultiComm(Ctx& ctx) {
       b1.verify(b, v, "same stream, comm B #1");
       a2.verify(a, v, "same stream, comm A #2");
       b2.verify(b, v, "same stream, comm B #2");
+    }
+    for (int it = 0; it < (ctx.quick() ? 2 : 4); ++it) {
+      const CSpec sa = cspec(kEveryColl[(it * 2) % 9], 65537, yaliFloat32, yaliSum, it % n),
+                  sb = cspec(kEveryColl[(it * 2 + 5) % 9], 4093, yaliBfloat16, yaliSum, (it + 1) % n);
+      CollRun ra(ctx, sa, slabFor(sa, {})), rb(ctx, sb, slabFor(sb, {}));
+      ra.prepare(ctx.nextSeed());
+      rb.prepare(ctx.nextSeed());
+      const std::string what = "one group, comms A and B in an order that differs by rank, round " + std::to_string(it + 1);
+      watchdogStep("coll_multi_comm: %s", what.c_str());
+      auto call = [&](CollRun& r, const std::vector<yaliComm_t>& comms, size_t i) {
+        const CollRun::Plan& P = r.plans[i];
+        const yaliResult_t res =
+            callColl(r.spec.coll, P.send, P.recv, r.spec.count, r.spec.dt, r.spec.op, r.spec.root, comms[i], r.streams[i]);
+        if (res != yaliSuccess)
+          ctx.fail("%s: rank %d: %s returned %d (%s); %s", what.c_str(), ctx.local[i].rank, r.label().c_str(), (int)res,
+                   yaliGetErrorString(res), commErrors(comms[i]).c_str());
+      };
+      if (yaliGroupStart() != yaliSuccess) ctx.fail("%s: yaliGroupStart failed", what.c_str());
+      for (size_t i = 0; i < ctx.local.size(); ++i) {
+        if ((ctx.local[i].rank + it) % 2 == 0) {
+          call(ra, a, i);
+          call(rb, b, i);
+        } else {
+          call(rb, b, i);
+          call(ra, a, i);
+        }
+      }
+      const yaliResult_t ended = yaliGroupEnd();
+      if (ended != yaliSuccess)
+        ctx.fail("%s: yaliGroupEnd returned %d (%s): %s", what.c_str(), (int)ended, yaliGetErrorString(ended),
+                 str(yaliGetLastError(nullptr)).c_str());
+      ra.verify(a, v, what + ", comm A");
+      rb.verify(b, v, what + ", comm B");
     }
     ctx.destroyComms(a, "coll_multi_comm A");
     SlabPool pool(ctx);
@@ -4016,7 +4053,8 @@ const std::vector<CaseDef>& collectiveCases() {
        caseRegistered},
       {"coll_back_to_back", "60 calls of changing collectives, no host sync, inputs overwritten", 300,
        caseBackToBack},
-      {"coll_multi_comm", "two comm sets, two streams and one; one destroyed", 300, caseMultiComm},
+      {"coll_multi_comm", "two comm sets, two streams and one; a group ordered differently by rank; one destroyed",
+       300, caseMultiComm},
       {"coll_graphs", "10 collectives in one CUDA graph, replays with new data", 300, caseGraphs},
       {"coll_groups", "yaliGroupStart/End around different collectives, nested", 300, caseGroups},
       {"coll_count0", "count 0: NULL and real buffers, nothing written, algorithm none", 300, caseCount0},
