@@ -1939,6 +1939,57 @@ void casePeerAbsent(Ctx& ctx) {
   ctx.destroyComms(comms, "p2p_peer_absent: fresh comms after the timeouts");
 }
 
+// ==== p2p_group_comm_order =========================================================================
+//
+// One group per rank holding point-to-point calls on two comm sets, A and B, each a ring shift
+// (every rank sends to rank + 1 and receives from rank - 1; 5000 bytes on A, LL packets; 1 MiB + 8
+// on B, the ring slots), made in an order that differs by rank: even ranks A first, odd ranks B
+// first, then the other way round. yaliGroupEnd launches a group's comms in an order every rank
+// shares (yali.h), so each rank's launch on A meets its peers' launches on A. Launched in the order
+// of the comms' first calls, each rank's two launches on its stream would wait for each other
+// across ranks until YALI_TIMEOUT_MS.
+
+void caseGroupCommOrder(Ctx& ctx) {
+  if (!ctx.requireAll(ctx.nranks >= 2, "needs at least 2 ranks")) return;
+  const int n = ctx.nranks;
+  Rng rng(ctx.nextSeed());
+  std::vector<yaliComm_t> a = ctx.createComms("p2p_group_comm_order A");
+  std::vector<yaliComm_t> b = ctx.createComms("p2p_group_comm_order B");
+  for (int round = 0; round < 2; ++round) {
+    const std::string what = std::string("one group, comms A and B ") + (round == 0 ? "A first on even ranks" : "B first on even ranks");
+    Exchange exA(ctx, "p2p_group_comm_order, comm A: " + what), exB(ctx, "p2p_group_comm_order, comm B: " + what);
+    for (Exchange* ex : {&exA, &exB}) {
+      const size_t bytes = ex == &exA ? 5000 : kMiB + 8;
+      Step st = ex->newStep(true, "ring shift");
+      for (int r = 0; r < n; ++r) {
+        const size_t x = ex->add(r, (r + 1) % n, bytes, yaliFloat32, yaliUint8, rng);
+        st.ops[r].push_back(sendOf(x));
+        st.ops[(r + 1) % n].push_back(recvOf(x));
+      }
+      ex->addStep(std::move(st));
+      ex->allocate(rng);
+      ex->prepare(ctx.nextSeed());
+    }
+    syncAll(ctx);
+    watchdogStep("p2p_group_comm_order: %s", what.c_str());
+    groupStart(ctx, what);
+    for (size_t i = 0; i < ctx.local.size(); ++i) {
+      if ((ctx.local[i].rank + round) % 2 == 0) {
+        exA.issueLocal(i, a[i], 0);
+        exB.issueLocal(i, b[i], 0);
+      } else {
+        exB.issueLocal(i, b[i], 0);
+        exA.issueLocal(i, a[i], 0);
+      }
+    }
+    groupEnd(ctx, what);
+    exA.verify(a, what);
+    exB.verify(b, what);
+  }
+  ctx.destroyComms(a, "p2p_group_comm_order A");
+  ctx.destroyComms(b, "p2p_group_comm_order B");
+}
+
 }  // namespace
 
 const std::vector<CaseDef>& p2pCases() {
@@ -1961,6 +2012,8 @@ const std::vector<CaseDef>& p2pCases() {
       {"p2p_size_mismatch", "matched calls of different bytes: yaliInvalidUsage on both ranks at once, no write past",
        300, caseSizeMismatch},
       {"p2p_peer_absent", "a peer that never calls: yaliTimeout on every rank, no hang", 300, casePeerAbsent},
+      {"p2p_group_comm_order", "one group, point-to-point on two comm sets in an order that differs by rank", 180,
+       caseGroupCommOrder},
   };
   return cases;
 }
