@@ -7,8 +7,8 @@
 #include <atomic>
 #include <map>
 #include <mutex>
-#include <set>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
