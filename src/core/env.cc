@@ -76,8 +76,8 @@ const IntSetting kIntSettings[] = {
      "Largest point-to-point call that travels as LL packets (8 payload bytes per 16-byte store, "
      "polled by the receiver, cut into 4 KB chunks over the rings: no handshake per chunk, half the "
      "link's bandwidth); larger calls go through the ring slots. -1: the calls that give each of a "
-     "ring's two block teams at most one chunk (rings x 8 KB: 256 KB at 2 ranks, 80 KB at 4, 32 KB at "
-     "8; a team takes its LL chunks one after another); 0: never."},
+     "ring's two block teams at most two chunks (rings x 16 KB: 512 KB at 2 ranks, 160 KB at 4, 64 KB "
+     "at 8; a team takes its LL chunks one after another); 0: never."},
     {"YALI_PDL", 1, 0, 1, &Settings::programmaticLaunch, false, false,
      "1: launch kernels with programmatic dependent launch on Hopper and newer, so back-to-back "
      "collectives overlap their launch gaps (stream order is kept); 0: plain launches."},

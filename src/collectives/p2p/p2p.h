@@ -79,12 +79,18 @@ constexpr uint64_t kP2PLLChunkBytes = kP2PMinChunk;
 constexpr uint64_t kP2PLLSlotBytes = 16 * (1 + kP2PLLChunkBytes / 8);
 YALI_HOST_DEVICE inline bool p2pTravelsAsLL(uint64_t bytes, uint64_t llBytes) { return bytes <= llBytes; }
 // The LL route's bound for a comm with `channels` rings per pair: the setting, or where it is -1
-// the calls whose chunks give each team of every ring at most one: a team's LL chunks follow one
-// another (each polled, stored and credited before the next), so LL chunks beyond one per team cost
-// more than the data slots' handshake saves (PERF.md, Session 41: 256 KB on 16 rings, 2 H200s, when
-// the credit was still a release).
+// the calls whose chunks give each team of every ring at most kP2PLLChunksPerTeam: a team's LL
+// chunks follow one another (each polled, stored and credited before the next), and two per team
+// fill a ring's kP2PSlots places once, so no place is reused within the call. On 2 H200s in graphs
+// (PERF.md, Session 42, relaxed credits): 512 KB as LL 11.1 us against 12.1 on the data slots; 1 MB
+// (four per team) 16.1 against 14.2. With the credit still a release (Session 41), one per team was
+// the best.
+constexpr int kP2PLLChunksPerTeam = 2;
+static_assert(kP2PTeams * kP2PLLChunksPerTeam <= kP2PSlots, "an LL call's chunks use each place of a ring once");
 inline int64_t p2pLLBytesFor(int64_t setting, int channels) {
-  return setting >= 0 ? setting : static_cast<int64_t>(channels) * kP2PTeams * static_cast<int64_t>(kP2PLLChunkBytes);
+  return setting >= 0 ? setting
+                      : static_cast<int64_t>(channels) * kP2PTeams * kP2PLLChunksPerTeam *
+                            static_cast<int64_t>(kP2PLLChunkBytes);
 }
 // The packets' flag for slot `seq`: never 0 (a cleared packet's), and different for any two slots
 // less than 2^31 - 1 apart. The receiver does not clear what it read: the LL slot keeps older
@@ -106,12 +112,25 @@ YALI_HOST_DEVICE inline bool p2pClearsLLSlot(uint64_t seq) { return seq % kP2PLL
 
 // The chunk of a call of `bytes` (every ring's slot holds one): an LL call's is kP2PLLChunkBytes;
 // another's spreads its bytes over every team of every ring (channels x kP2PTeams chunks), in 4 KB
-// multiples, at least kP2PMinChunk and at most a slot. From the call's bytes and the comm's agreed
-// settings alone, so sender and receiver cut it alike (chunk i on ring i % channels).
+// multiples, at least kP2PMinChunk and at most a slot. Where one chunk per team would exceed
+// kP2PPipelineChunk, the chunks are halved, down to kP2PPipelineChunk, so that each team has two:
+// the receiver copies the first out while the second arrives (a team's one chunk is written, then
+// copied out, nothing overlapping). Smaller chunks cost a handshake each: 16 and 32 KB slots were
+// slower from 2 MB up. On 2 H200s (PERF.md, Session 42): 8 MB in 64 KB chunks 37.6 us in graphs
+// against 38.7 in 128 KB ones, 39.2 against 40.1 eager. From the call's bytes and the comm's
+// agreed settings alone, so sender and receiver cut it alike (chunk i on ring i % channels).
+constexpr uint64_t kP2PPipelineChunk = 64 << 10;
+YALI_HOST_DEVICE inline uint64_t p2pRoundUpChunk(uint64_t bytes, uint64_t parts) {
+  return ((bytes + parts - 1) / parts + kP2PMinChunk - 1) / kP2PMinChunk * kP2PMinChunk;
+}
 YALI_HOST_DEVICE inline uint64_t p2pChunkBytes(uint64_t bytes, int channels, uint64_t slotBytes, uint64_t llBytes) {
   if (p2pTravelsAsLL(bytes, llBytes)) return kP2PLLChunkBytes;
   const uint64_t parts = static_cast<uint64_t>(channels) * kP2PTeams;
-  uint64_t chunk = ((bytes + parts - 1) / parts + kP2PMinChunk - 1) / kP2PMinChunk * kP2PMinChunk;
+  uint64_t chunk = p2pRoundUpChunk(bytes, parts);
+  if (chunk > kP2PPipelineChunk) {
+    const uint64_t two = p2pRoundUpChunk(bytes, 2 * parts);
+    chunk = two > kP2PPipelineChunk ? two : kP2PPipelineChunk;
+  }
   if (chunk < kP2PMinChunk) chunk = kP2PMinChunk;
   return chunk < slotBytes ? chunk : slotBytes;
 }

@@ -593,13 +593,24 @@ TEST(p2p_rings_per_pair_and_chunks) {
       const uint64_t chunk = p2pChunkBytes(bytes, rings, slot, 0);
       CHECK_MSG(chunk >= kP2PMinChunk && chunk <= slot && chunk % 4096 == 0, "bytes=%llu rings=%d: %llu",
                 (unsigned long long)bytes, rings, (unsigned long long)chunk);
-      // Every ring and team gets a chunk where the call is large enough for it, and no call needs
-      // more chunks than that unless its chunks are whole slots.
+      // Every ring and team gets a chunk where the call is large enough for it; a team gets a
+      // second where one chunk each would exceed kP2PPipelineChunk; no call needs more chunks than
+      // that unless its chunks are whole slots, the smallest, or the pipeline's.
       const uint64_t chunks = (bytes + chunk - 1) / chunk;
-      CHECK(chunk == slot || chunk == kP2PMinChunk || chunks <= static_cast<uint64_t>(rings) * kP2PTeams);
+      const uint64_t parts = static_cast<uint64_t>(rings) * kP2PTeams;
+      CHECK(chunk == slot || chunk == kP2PMinChunk || chunk == kP2PPipelineChunk ||
+            chunks <= (chunk < kP2PPipelineChunk ? parts : 2 * parts));
+      CHECK(chunk <= kP2PPipelineChunk || chunks > parts);
     }
   }
   CHECK_EQ(p2pChunkBytes(1 << 20, 16, slot, 0), uint64_t{32768});  // 1 MB: 32 chunks, one per ring and team
+  // 32 rings (2 ranks): 4 MB one 64 KB chunk per team; 5 and 8 MB two (64 KB: the receiver copies
+  // the first out while the second arrives); 16 MB two of 128 KB; 1 GB whole slots.
+  CHECK_EQ(p2pChunkBytes(4 << 20, 32, slot, 0), uint64_t{65536});
+  CHECK_EQ(p2pChunkBytes(5 << 20, 32, slot, 0), uint64_t{65536});
+  CHECK_EQ(p2pChunkBytes(8 << 20, 32, slot, 0), uint64_t{65536});
+  CHECK_EQ(p2pChunkBytes(12 << 20, 32, slot, 0), uint64_t{98304});
+  CHECK_EQ(p2pChunkBytes(16 << 20, 32, slot, 0), slot);
   CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot, 0), slot);
   CHECK_EQ(p2pChunkBytes(uint64_t{1} << 30, 16, slot, p2pLLBytesFor(s.p2pLLBytes, 16)), slot);
 }
@@ -617,13 +628,14 @@ TEST(p2p_small_calls_travel_as_ll_packets) {
   CHECK(kP2PLLSlotBytes >= 16 + 2 * kP2PLLChunkBytes && kP2PLLSlotBytes % 16 == 0);
   CHECK(kP2PLLChunkBytes >= kP2PMinChunk && kP2PLLChunkBytes <= slot);
   const Settings s = defaultSettings();
-  // The default (-1): rings x teams x an LL chunk, one chunk per team: 256 KB at 2 ranks, 32 KB at 8.
+  // The default (-1): rings x teams x two LL chunks, two chunks per team: 512 KB at 2 ranks, 64 KB at 8.
   CHECK_EQ(s.p2pLLBytes, -1);
-  CHECK_EQ(computeLayout(2, s, kAllRegions).p2pLLBytes, 256u << 10);
-  CHECK_EQ(computeLayout(8, s, kAllRegions).p2pLLBytes, 32u << 10);
+  CHECK_EQ(computeLayout(2, s, kAllRegions).p2pLLBytes, 512u << 10);
+  CHECK_EQ(computeLayout(4, s, kAllRegions).p2pLLBytes, 160u << 10);
+  CHECK_EQ(computeLayout(8, s, kAllRegions).p2pLLBytes, 64u << 10);
   for (int n = 2; n <= kMaxRanks; ++n) {
     const WindowLayout L = computeLayout(n, s, kAllRegions);
-    CHECK_EQ(L.p2pLLBytes, L.p2pChannels * kP2PTeams * kP2PLLChunkBytes);
+    CHECK_EQ(L.p2pLLBytes, L.p2pChannels * kP2PTeams * kP2PLLChunksPerTeam * kP2PLLChunkBytes);
     CHECK_EQ(p2pLLBytesFor(12345, static_cast<int>(L.p2pChannels)), 12345);
     CHECK_EQ(p2pLLBytesFor(0, static_cast<int>(L.p2pChannels)), 0);
   }
