@@ -96,6 +96,9 @@
 #   NCCLABI_ARGS="-d all -o all"  (or -G 5)  more nccl-tests flags; NCCLABI_NP may list world sizes
 #   NCCLABI_RANK_LOCAL=1 (_NP=2)             ncclabi, also: tests/gpu/ncclabi_rank_local.py (a refusal one
 #                                            rank alone has: pinned host memory, a bad overlap), 0 skips
+#   NCCLABI_GROUP_ORDER=1 (default 0)        ncclabi, also: tests/gpu/ncclabi_group_order.py (4 ranks as 2
+#                                            simulated nodes: one group's calls on three comms in
+#                                            rank-dependent orders; shim, plain NCCL, and the call-order control)
 #   NCCLABI_GROUP_STREAMS=1 (_NP=2)          ncclabi, also: tests/gpu/ncclabi_group_streams.py (a group on two
 #                                            streams: YALI's AllReduce on one, NCCL's send/recv on the
 #                                            other), through the shim, on NCCL alone, and through the
@@ -574,6 +577,26 @@ if has ncclabi; then
         > "$lg" 2>&1
       note "ncclabi set-up faults, rank 1 late for the $round round: rc=$? (0 expected), $(grep -cE '\] round .*: ok' "$lg") ok, $(grep -cE '\] round .*: FAIL' "$lg") FAIL (2 ok expected)"
       grep -E '\] round .*: (ok|FAIL)' "$lg" | sed 's/^/   /'
+    done
+  fi
+  # A group whose calls on comms spanning simulated nodes every rank makes in its own order
+  # (tests/gpu/ncclabi_group_order.py; NCCLABI_GROUP_ORDER=1, 4 ranks as 2 nodes of 2): through the
+  # shim (every round ok), on NCCL alone (the reference: ok), and through the shim with its deferred
+  # calls in call order (YALI_NCCL_TEST_CALL_ORDER=1: the check must fail there, or it proves nothing;
+  # it ends at its `timeout`, NCCL's cross steps waiting for ever, so it runs last and short).
+  if [ -f "$shim" ] && [ "${NCCLABI_GROUP_ORDER:-0}" = 1 ]; then
+    nodes_wrapper=$(mpi_hostid_wrapper 2)
+    for how in shim plain callorder; do
+      lg="$LOG/ncclabi_group_order_$how.log"
+      preload="$PWD/$shim" callorder=0 limit=150
+      [ "$how" = plain ] && preload="$nccl_lib/libnccl.so.2"
+      [ "$how" = callorder ] && callorder=1 limit=${NCCLABI_GROUP_ORDER_CONTROL_TIMEOUT:-45}
+      timeout -k 5 "$limit" mpirun --allow-run-as-root --oversubscribe -np 4 \
+        -x LD_PRELOAD="$preload" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
+        -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
+        -x YALI_TIMEOUT_MS=10000 -x YALI_NCCL_TEST_CALL_ORDER=$callorder "$nodes_wrapper" \
+        python3 tests/gpu/ncclabi_group_order.py > "$lg" 2>&1
+      note "ncclabi group order across comms ($how): rc=$? $(grep -c ': ok' "$lg") ok of 16, $(grep -c 'WRONG' "$lg") WRONG ($([ "$how" = callorder ] && echo 'fewer than 16 ok expected' || echo '16 ok expected')), $(grep -c 'hierarchical: YALI in the node' "$lg") hierarchical routing lines"
     done
   fi
 fi

@@ -139,6 +139,11 @@ struct Comm {
   // comm's config, then share its resources and its abort flag (abortTogether).
   bool sharesResources = false;
   bool clique = false;   // made by ncclCommInitAll: every rank in this process (yaliCommInitAll)
+  // The order of its deferred calls among a group's comms, the same on every rank of the comm
+  // (routing.h, commKeyOfIds, childCommKey), and the splits and shrinks made of it so far, which
+  // give each child its own key. Written by its creating call, read by calls on the comm.
+  uint64_t groupKey = 0;
+  std::atomic<uint64_t> childrenMade{0};
   // The set-up's verdict, the same on every rank (routing.h, decideSetUp):
   CollectiveMask disabled = 0;
   bool registerYali = false;

@@ -40,6 +40,8 @@ Settings readSettings() {
   }
   const char* noJoin = getenv("YALI_NCCL_TEST_NO_STREAM_JOIN");
   s.testNoStreamJoin = noJoin != nullptr && strcmp(noJoin, "1") == 0;
+  const char* callOrder = getenv("YALI_NCCL_TEST_CALL_ORDER");
+  s.testCallOrder = callOrder != nullptr && strcmp(callOrder, "1") == 0;
   // libyali reads its settings when a communicator is made, after this (the first call of ours).
   if (!s.graphMixing) setenv("YALI_GRAPH_MIXING", "0", /*overwrite=*/0);
   return s;

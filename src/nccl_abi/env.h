@@ -40,6 +40,10 @@ struct Settings {
   // (group_streams.cc), so that a GPU test can show what the join prevents
   // (tests/gpu/ncclabi_group_streams.py).
   bool testNoStreamJoin = false;
+  // YALI_NCCL_TEST_CALL_ORDER=1 (testing only): a group's deferred calls run in call order, not comm
+  // by comm in the comms' key order (intercept.cc, runDeferredCallsOf), so that a GPU test can show
+  // what the order prevents (tests/gpu/ncclabi_group_order.py).
+  bool testCallOrder = false;
 };
 
 const Settings& settings();

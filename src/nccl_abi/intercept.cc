@@ -34,6 +34,7 @@
 
 #include "nccl_abi/comm.h"
 #include "nccl_abi/diag.h"
+#include "nccl_abi/env.h"
 #include "nccl_abi/group_streams.h"
 #include "nccl_abi/nccl_api.h"
 #include "nccl_abi/routing.h"
@@ -59,11 +60,13 @@ namespace {
 // `parent`'s settings for a split, shrink or grow of one) is read after the call, whose first call
 // on this rank loads NCCL's configuration file into the environment (isBlocking says why).
 // `childExpected`: a split with a color, or a shrink (adopt).
+// `groupKey`: the comm's key for the order of a group's deferred calls (Comm::groupKey).
 template <typename Make>
-ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, Comm* parent, Make make,
+ncclResult_t create(ncclComm_t* out, const ncclConfig_t* config, Comm* parent, uint64_t groupKey, Make make,
                     bool childExpected = false) {
   if (out == nullptr) return make(out);  // NCCL reports the NULL
   Comm* c = new Comm;
+  c->groupKey = groupKey;
   const ncclResult_t r = make(&c->real);
   c->blocking = isBlocking(config, parent != nullptr ? parent->blocking : true);
   // Not after a failure: NCCL may have failed before it read its settings (a bad rank or config),
@@ -353,34 +356,36 @@ Outcome stage(Comm* c, const Call& call, const std::string& why, bool flatFallba
 //
 // A hierarchical collective made inside ncclGroupStart/End cannot join the group (routeHier says
 // why): it waits, whole, for the outermost ncclGroupEnd, and runs there after the group's launches.
-// From that call on, every later collective of the group waits too, whichever library runs it, and
-// at the end they run in call order. Left in the group, a later call would run before the
-// hierarchical one on this rank, while a peer that makes both calls outside a group runs them in
-// program order: on the same comm NCCL matches the collectives by issue order (a hierarchical
-// AllReduce's tail of count % L elements runs on the comm itself), on the same stream each waits
-// for what was issued before it, and on a GPU the two ranks then wait for each other for ever.
-// Every later collective waits, not only those that share a comm or a stream with a deferred one:
-// that needs no rule for which streams order which (the legacy stream, a comm's own streams), and
-// costs only those calls' grouping (they still run inside the program's ncclGroupEnd).
-// A group without a hierarchical call (torch's coalescing) is untouched, and so are the calls made
-// before the group's first hierarchical call.
+// From that call on, every later call of the group on the same comm waits too, and at the end each
+// comm's calls run in call order. Left in the group, a later call on that comm would run before the
+// hierarchical one, while NCCL matches a comm's calls by issue order (a hierarchical AllReduce's
+// tail of count % L elements runs on the comm itself, and a peer may make both calls outside a
+// group): the ranks would wait for each other for ever. The comms' deferred calls run comm by comm,
+// in the order of the comms' keys (Comm::groupKey, the same on every rank of a comm: routing.h,
+// commKeyOfIds), not in call order: NCCL launches a group's comms in an order of its own (by a hash
+// of each), so a program may make a group's calls on two comms in a different order on each rank,
+// and where the two share a stream the ranks must still run them in one order. Calls on other comms
+// (one node, or no hierarchical call of theirs in the group) join the libraries' group at the call
+// and launch first, on every rank alike. Until session 42 every later collective of the group
+// waited, whatever its comm, and the deferred calls ran in call order, which matched a peer making
+// the same calls outside a group but not one making them in another order inside one (NCCL_ABI.md,
+// the review finding (2)).
+// A group without a hierarchical call (torch's coalescing) is untouched, and so are a comm's calls
+// made before its first hierarchical call of the group.
 //
 // Point-to-point calls (ncclSend, ncclRecv: routePointToPoint) depend on their group: a rank's
 // sends and receives to its peers must be issued in one group, or a large transfer can wait for a
-// receive issued behind it. So the deferred calls run one by one, as made outside a group, except
-// that a stretch of them between two hierarchical calls that holds a point-to-point call (or calls
-// on several GPUs: runDeferredCalls) runs as one group (both libraries', so YALI's part of it
-// launches first, as in any group). A point-to-point
-// call made after the group's first hierarchical call goes:
-//  - into NCCL's part of the group, at the call, where it shares neither its comm nor its stream
-//    with a deferred call, and the group's other point-to-point calls are there too: nothing of its
-//    comm or stream can see that it runs before the deferred calls;
-//  - into the deferred calls, where its comm or stream is a deferred call's, or where the group's
-//    other point-to-point calls went: to the stretch they are in (the latest one, when it shares);
-//  - nowhere, refused with ncclInvalidUsage, where it must run after a deferred call while the
-//    group's other point-to-point calls run before that call: its group would be split. Such a
-//    program makes its point-to-point calls before the group's first hierarchical collective, or
-//    in a group of their own.
+// receive issued behind it. So the deferred calls between two hierarchical calls (a stretch) run as
+// one group where they hold a point-to-point call (or calls on several GPUs: runDeferredCalls), and
+// they run one by one otherwise, as made outside a group. A point-to-point call on a comm goes:
+//  - into the libraries' group at the call, where no hierarchical call of its comm was deferred in
+//    the group yet;
+//  - into the deferred calls, after its comm's latest deferred hierarchical call, otherwise;
+//  - nowhere, refused with ncclInvalidUsage, where the earlier point-to-point calls of the group on
+//    its comm (or on the same comm's ranks on this thread's other GPUs) went to another place than
+//    that (before its comm's hierarchical call, or between two of them): its group would be split.
+//    Such a program makes its point-to-point calls before the comm's first hierarchical collective
+//    of the group, or in a group of their own.
 
 class HierRun;
 std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round);
@@ -405,9 +410,13 @@ struct DeferredCall {
 // The deferred calls of this thread's open group (NCCL's and YALI's groups are per thread too).
 struct DeferredGroup {
   std::vector<DeferredCall> calls;
-  int hierarchical = 0;   // hierarchical calls deferred so far: a deferred call joins stretch `hierarchical`
-  int pointToPoint = -1;  // where the group's point-to-point calls are: -1 none yet, 0 NCCL's part,
-                          // k > 0 the stretch after the k-th hierarchical call
+  // Per comm (the program's handle): its hierarchical calls deferred so far; a comm in here defers
+  // its later calls (a comm freed inside the group leaves: dropDeferredCalls).
+  std::map<ncclComm_t, int> hierarchicalOf;
+  // Per comm family (Comm::groupKey: the ranks of one comm that this thread drives on several GPUs
+  // share it): where its point-to-point calls went, 0 the libraries' group at the call, k > 0 after
+  // each rank's k-th deferred hierarchical call (the stretch after round k: runDeferredCallsOf).
+  std::map<uint64_t, int> pointToPointOf;
   // ncclRedOpDestroy calls held until the deferred calls that use the op have been made: NCCL lets
   // a program destroy an op as soon as the last call given it returns (nccl.h), and copies the
   // op's state at that call; a deferred call reaches NCCL only at the group's end. (Handle, op.)
@@ -428,24 +437,19 @@ ncclResult_t refuseInGroupWhileSetUp(const Comm* c, const char* function) {
   return refused;
 }
 
-// Whether this thread's open group defers a collective made now: one after a hierarchical one.
-bool deferringLaterCalls() { return inGroup() && tlsDeferred.hierarchical > 0; }
+// Whether this thread's open group defers a call made now on `handle`: one after a hierarchical
+// call of the same comm.
+bool deferringCallsOf(ncclComm_t handle) {
+  return inGroup() && tlsDeferred.hierarchicalOf.count(handle) != 0;
+}
 
 void deferUntilGroupEnd(DeferredCall d) {
-  if (d.hierarchical) ++tlsDeferred.hierarchical;
+  if (d.hierarchical) ++tlsDeferred.hierarchicalOf[d.handle];
   tlsDeferred.calls.push_back(std::move(d));
 }
 
-// Whether work on streams a and b is ordered: the same stream, or the legacy default stream (0),
-// which waits for, and holds up, the device's other blocking streams.
-bool sameStreamOrder(cudaStream_t a, cudaStream_t b) {
-  return a == b || a == nullptr || b == nullptr || a == cudaStreamLegacy || b == cudaStreamLegacy;
-}
-
 // A point-to-point call (ncclSend, ncclRecv): `run` issues it to NCCL with the real comm. Where it
-// goes inside a group that holds deferred calls: see above. It must run after every deferred call
-// that shares its comm or its stream, and with the group's other point-to-point calls: in NCCL's
-// part of the group (before every deferred call), or at the end of the stretch they are in.
+// goes inside a group that holds deferred calls: see above.
 template <typename Run>
 ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(ours(handle), function); refused != ncclSuccess)
@@ -453,41 +457,33 @@ ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStre
   if (!inGroup()) return run();
   noteGroupStream(ours(handle), stream);  // joined with the comm's other streams of the group at its end
   DeferredGroup& g = tlsDeferred;
-  std::vector<DeferredCall>& calls = g.calls;
-  size_t after = 0;  // it must come after calls[0, after)
-  const char* firstHier = nullptr;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    if (calls[i].dropped) continue;
-    if (calls[i].handle == handle || sameStreamOrder(calls[i].stream, stream)) after = i + 1;
-    if (firstHier == nullptr && calls[i].hierarchical) firstHier = calls[i].function;
-  }
-  int stretch = g.pointToPoint;
-  if (stretch < 0) stretch = after == 0 ? 0 : g.hierarchical;
-  if (stretch == 0 && after == 0) {
-    g.pointToPoint = 0;
-    return run();
-  }
-  // The end of the stretch: where the next hierarchical call begins, or the end of the list.
-  size_t end = 0;
-  for (int seen = 0; end < calls.size(); ++end)
-    if (calls[end].hierarchical && ++seen > stretch) break;
-  if (stretch > 0 && after <= end) {
-    g.pointToPoint = stretch;
-    calls.insert(calls.begin() + static_cast<std::ptrdiff_t>(end),
-                 DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr, nullptr});
+  const Comm* c = ours(handle);
+  if (c == nullptr) return run();  // NCCL's own handle: never a hierarchical call
+  const auto hier = g.hierarchicalOf.find(handle);
+  const int place = hier == g.hierarchicalOf.end() ? 0 : hier->second;
+  const auto [earlier, first] = g.pointToPointOf.emplace(c->groupKey, place);
+  if (first || earlier->second == place) {
+    if (place == 0) return run();
+    g.calls.push_back(DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr, nullptr});
     return ncclSuccess;
   }
   g.refusal = ncclInvalidUsage;  // the group fails at its end (endGroup)
+  const char* firstHier = "a collective";
+  for (const DeferredCall& d : g.calls)
+    if (d.handle == handle && d.hierarchical) {
+      firstHier = d.function;
+      break;
+    }
   return shimFail(ncclInvalidUsage,
                   "%s: inside ncclGroupStart/End after %s on a communicator spanning several nodes, which "
-                  "libyali-nccl runs at the group's end, with every later collective of the group, in call "
-                  "order; this call shares its communicator or stream with %s, deferred so, and must run after "
-                  "it, while the group's earlier point-to-point calls run before it%s: a point-to-point call "
-                  "cannot leave its group, and the whole group fails at its end, as NCCL's does after one of its "
-                  "calls failed. Make the group's point-to-point calls before its first hierarchical "
-                  "collective, or in a group of their own",
-                  function, firstHier != nullptr ? firstHier : "a collective", calls[after - 1].function,
-                  stretch == 0 ? " (in NCCL's part of the group)" : "");
+                  "libyali-nccl runs at the group's end, with the comm's later calls of the group, in call "
+                  "order; this call must run after it, while the comm's earlier point-to-point calls of the "
+                  "group run %s: a point-to-point call cannot leave its group, and the whole group fails at "
+                  "its end, as NCCL's does after one of its calls failed. Make the group's point-to-point "
+                  "calls before the comm's first hierarchical collective of the group, or in a group of "
+                  "their own",
+                  function, firstHier,
+                  earlier->second == 0 ? "before it (in the libraries' group)" : "before a later one");
 }
 
 // The earlier of two results: a failure over ncclInProgress (a non-blocking comm's call under way)
@@ -499,7 +495,8 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 }
 
 // At the outermost ncclGroupEnd or ncclGroupSimulateEnd, after both libraries' ends and leaveGroup:
-// the deferred calls run, in call order, unless the group was simulated or failed (`run` false: a
+// the deferred calls run, comm by comm in the order of the comms' keys (each comm's in call order:
+// "call order" below means that order), unless the group was simulated or failed (`run` false: a
 // simulated group's calls do not run, as in NCCL, nor do those of a group a refusal failed). They
 // run also where an end failed (on another comm of the group, say): a hierarchical call's peers on
 // other nodes wait in NCCL for its cross step, without a bound, and the hierarchical steps send it
@@ -538,6 +535,18 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
   calls.erase(std::remove_if(calls.begin(), calls.end(), [](const DeferredCall& d) { return d.dropped; }),
               calls.end());
   if (calls.empty()) return ncclSuccess;
+  // Comm by comm, in the order of their keys (every rank of a comm has the same), each comm's calls
+  // in call order; the comms of one thread's GPUs made from one unique id share a key and keep their
+  // calls' order among them (the legs below rely on it).
+  if (!settings().testCallOrder) {
+    std::stable_sort(calls.begin(), calls.end(), [](const DeferredCall& a, const DeferredCall& b) {
+      return a.comm->groupKey < b.comm->groupKey;
+    });
+  } else {
+    static const bool warned =
+        (warn(-1, "testing: a group's deferred calls run in call order (YALI_NCCL_TEST_CALL_ORDER)"), true);
+    (void)warned;
+  }
   if (!run) {
     for (const DeferredCall& d : calls)
       info(d.comm != nullptr ? d.comm->rank : -1, "%s: deferred to the group's end: not run (%s)", d.function,
@@ -685,15 +694,15 @@ ncclResult_t yaliFailed(const Comm* c, const char* function, yaliResult_t r) {
 // (routing.h): `viaYali(y, send, recv)` with the call's buffers. A call YALI refuses
 // (yaliInvalidArgument) runs on NCCL instead when the reason is in its scalars, which every rank
 // shares, else on YALI through the staging scratch (sortRefusal, stage); YALI's other errors are
-// returned, as the matching ncclResult_t. Made in a group after a hierarchical call, it waits for
-// the group's end and is routed there (deferringLaterCalls): `viaYali` and `viaNccl` hold the
+// returned, as the matching ncclResult_t. Made in a group after a hierarchical call of its comm, it
+// waits for the group's end and is routed there (deferringCallsOf): `viaYali` and `viaNccl` hold the
 // call's arguments by value.
 template <typename ViaYali, typename ViaNccl>
 ncclResult_t routeCall(const Call& call, ncclComm_t handle, ViaYali viaYali, ViaNccl viaNccl) {
   Comm* c = ours(handle);
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, call.function); refused != ncclSuccess) return refused;
   noteGroupStream(c, call.stream);  // joined with the comm's other streams of the group at its end
-  if (deferringLaterCalls()) {
+  if (deferringCallsOf(handle)) {
     DeferredCall d{c, handle, call.stream, call.function, false, false, false,
                    [call, handle, viaYali, viaNccl] { return routeCall(call, handle, viaYali, viaNccl); },
                    nullptr, nullptr};
@@ -1412,17 +1421,17 @@ std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round) {
 // path off for a whole comm would cost every ungrouped call (torch's DDP AllReduce) its speed.
 // NCCL itself launches a grouped collective only at the outermost ncclGroupEnd, so a program
 // cannot expect it to have started before. What it could observe is the order: the deferred call
-// runs after the group's launches, so a later call of the group on the same comm or stream would
-// run before it, unlike on a peer that makes both outside a group; hence every later collective of
-// the group waits too (deferringLaterCalls, and the section on deferred calls above).
+// runs after the group's launches, so a later call of the group on the same comm would run before
+// it, unlike on a peer that makes both outside a group; hence the comm's later calls of the group
+// wait too (deferringCallsOf, and the section on deferred calls above).
 template <typename Flat>
 ncclResult_t routeHier(Comm* c, const Call& call, HierLegs legs, Flat flat) {
   if (inGroup()) {
     noteGroupStream(c, call.stream);  // joined with the comm's other streams of the group at its end
     HierCall hc{};
     const bool hier = hierRouteOf(c, call, &hc) == HierRoute::kHierarchical;
-    if (!hier && !deferringLaterCalls()) return flat();
-    // A flat call after a hierarchical one waits too (deferringLaterCalls), flat at the end as
+    if (!hier && !deferringCallsOf(handleOf(c))) return flat();
+    // A flat call after a hierarchical one of its comm waits too (deferringCallsOf), flat at the end as
     // decided now. At the end the comm may have been aborted inside the group (its hierarchy kept,
     // its YALI side gone: flat, where NCCL reports the aborted comm's NULL; HierRun::begin) or
     // freed (dropDeferredCalls).
@@ -1443,9 +1452,10 @@ ncclResult_t routeHier(Comm* c, const Call& call, HierLegs legs, Flat flat) {
 
 }  // namespace
 
-// Marked, not erased: a dropped hierarchical call still separates the stretches around it, which
-// routePointToPoint counts.
+// Marked, not erased (runDeferredCallsOf erases them); the comm's places in the group go, so that a
+// comm made later in the group at the same address starts afresh.
 void dropDeferredCalls(Comm* c) {
+  tlsDeferred.hierarchicalOf.erase(handleOf(c));
   for (DeferredCall& d : tlsDeferred.calls) {
     if (d.comm != c || d.dropped) continue;
     info(c->rank, "%s: deferred to the group's end: not run (its comm ended inside the group)", d.function);
@@ -1467,14 +1477,14 @@ using namespace yali::nccl_abi;  // NOLINT: the definitions below are the C API,
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                            int rank) {
-  return create(comm, nullptr, nullptr, [&](ncclComm_t* real) {
+  return create(comm, nullptr, nullptr, commKeyOfIds(&commId, sizeof commId), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRank>(real, nranks, commId, rank);
   });
 }
 
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
                                                                  int rank, ncclConfig_t* config) {
-  return create(comm, config, nullptr, [&](ncclComm_t* real) {
+  return create(comm, config, nullptr, commKeyOfIds(&commId, sizeof commId), [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankConfig>(real, nranks, commId, rank, config);
   });
 }
@@ -1482,7 +1492,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm
 #ifdef YALI_NCCL_HAS_ncclCommInitRankScalable
 extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                                                    ncclUniqueId* commIds, ncclConfig_t* config) {
-  return create(newcomm, config, nullptr, [&](ncclComm_t* real) {
+  const uint64_t key = commIds != nullptr && nId > 0 ? commKeyOfIds(commIds, sizeof(ncclUniqueId) * nId) : 0;
+  return create(newcomm, config, nullptr, key, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommInitRankScalable>(real, nranks, myrank, nId, commIds, config);
   });
 }
@@ -1536,10 +1547,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int colo
   // comm beside the set-up's rounds (review, Session 32).
   if (const ncclResult_t refused = refuseInGroupWhileSetUp(parent, "ncclCommSplit"); refused != ncclSuccess)
     return refused;
+  // Counted on every rank of the parent, a color or not, so that the children's keys agree.
+  const uint64_t childKey = childCommKey(parent->groupKey, parent->childrenMade.fetch_add(1), color);
   if (ncclEnvPluginInUse() || color == NCCL_SPLIT_NOCOLOR)
     return callReal<Api::ncclCommSplit>(parent->real, color, key, newcomm, config);
   return create(
-      newcomm, config, parent,
+      newcomm, config, parent, childKey,
       [&](ncclComm_t* real) { return callReal<Api::ncclCommSplit>(parent->real, color, key, real, config); },
       /*childExpected=*/true);
 }
@@ -1579,11 +1592,12 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int* ex
       [&] {
         // A non-blocking parent's shrink completes in NCCL's background: its child is handed over
         // once NCCL wrote it, as a split's (see there); under an environment plugin, NCCL's own handle.
+        const uint64_t childKey = childCommKey(parent->groupKey, parent->childrenMade.fetch_add(1), -2);
         if (ncclEnvPluginInUse())
           return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, newcomm, config,
                                                shrinkFlags);
         return create(
-            newcomm, config, parent,
+            newcomm, config, parent, childKey,
             [&](ncclComm_t* real) {
               return callReal<Api::ncclCommShrink>(parent->real, excludeRanksList, excludeRanksCount, real, config,
                                                    shrinkFlags);
@@ -1603,7 +1617,8 @@ extern "C" YALI_NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRank
   if (comm != nullptr && parent == nullptr)
     return callReal<Api::ncclCommGrow>(comm, nRanks, uniqueId, rank, newcomm, config);
   if (const ncclResult_t refused = refuseWhileSetUp(parent, "ncclCommGrow"); refused != ncclSuccess) return refused;
-  return create(newcomm, config, parent, [&](ncclComm_t* real) {
+  const uint64_t key = uniqueId != nullptr ? commKeyOfIds(uniqueId, sizeof *uniqueId) : 0;
+  return create(newcomm, config, parent, key, [&](ncclComm_t* real) {
     return callReal<Api::ncclCommGrow>(parent != nullptr ? parent->real : nullptr, nRanks, uniqueId, rank, real,
                                        config);
   });
@@ -1902,7 +1917,7 @@ ncclResult_t endGroup(bool simulate, EndReal endReal) {
   const bool inProgress = r == ncclInProgress;
   const ncclResult_t staged = leaveGroup(r == ncclSuccess, launched, inProgress);
   // The group's hierarchical calls and the calls made after the first of them (routeHier,
-  // deferringLaterCalls), at the outermost end, behind its launches.
+  // deferringCallsOf), at the outermost end, behind its launches, comm by comm (runDeferredCalls).
   const ncclResult_t deferred = inGroup() ? ncclSuccess : runDeferredCalls(!drop, inProgress);
   if (!drop) joinGroupStreams(streams);
   if (refusal != ncclSuccess) return refusal;

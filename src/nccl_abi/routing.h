@@ -274,6 +274,21 @@ class StreamOrder {
   Slot slots_[kSlots];
 };
 
+// ---- Group order: a key per communicator that every rank of it shares --------------------------
+
+// A group's calls on comms that span several nodes wait for the group's end (intercept.cc, "Calls
+// deferred to the outermost ncclGroupEnd") and run there comm by comm, in the order of these keys,
+// each comm's calls in call order: NCCL orders a group's comms by a hash of theirs (group.cc,
+// ncclGroupCommJoin, by commHash), so a program may make a group's calls on several comms in a
+// different order on each rank, and every rank must still run them in one order. The key is made
+// from what every rank of the comm passed to create it, so it needs no exchange:
+//  - ncclCommInitRank, InitRankConfig, InitRankScalable, Grow: the unique ids' bytes;
+//  - a split or shrink: the parent's key, the parent's count of splits and shrinks before it (every
+//    rank of the parent makes them in one order, as NCCL requires) and the color (a shrink: -2);
+//  - ncclCommInitAll: 0 (every rank in this process: one node, never a deferred call).
+uint64_t commKeyOfIds(const void* ids, size_t bytes);
+uint64_t childCommKey(uint64_t parentKey, uint64_t childIndex, int color);
+
 // ---- Results ---------------------------------------------------------------------------------------
 
 // YALI's results 0..7 are NCCL's. yaliTimeout (a peer never arrived, reported on every survivor)

@@ -453,6 +453,29 @@ TEST(never_forwards_to_itself) {
             WIFEXITED(status) ? "exit" : "signal", WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
 }
 
+// The key that orders a group's deferred calls comm by comm (routing.h, commKeyOfIds, childCommKey;
+// intercept.cc, runDeferredCallsOf): the same from the same inputs on every rank, different for
+// different unique ids, for a parent's successive children and for different colors (a split's
+// children of one call are different comms of different ranks, and a rank sorts only its own).
+TEST(group_order_keys_agree_across_ranks_and_tell_comms_apart) {
+  ncclUniqueId a, b;
+  memset(&a, 7, sizeof a);
+  memset(&b, 7, sizeof b);
+  b.internal[sizeof b.internal - 1] = 8;  // one byte apart, at the end
+  CHECK_EQ(commKeyOfIds(&a, sizeof a), commKeyOfIds(&a, sizeof a));
+  CHECK(commKeyOfIds(&a, sizeof a) != commKeyOfIds(&b, sizeof b));
+  CHECK(commKeyOfIds(&a, sizeof a) != commKeyOfIds(&a, sizeof a - 1));
+  const uint64_t parent = commKeyOfIds(&a, sizeof a);
+  std::set<uint64_t> seen{parent};
+  for (uint64_t index = 0; index < 4; ++index)
+    for (int color : {-2, 0, 1, 7}) {
+      const uint64_t key = childCommKey(parent, index, color);
+      CHECK_EQ(key, childCommKey(parent, index, color));
+      CHECK_MSG(seen.insert(key).second, "index %llu color %d: a repeated key", (unsigned long long)index, color);
+    }
+  CHECK(childCommKey(parent, 0, 0) != childCommKey(commKeyOfIds(&b, sizeof b), 0, 0));
+}
+
 // ---- The rules ----------------------------------------------------------------------------------------
 
 TEST(disable_list) {
