@@ -1,0 +1,19 @@
+# Session 42 call e (nvidia-h200-x2), branch next/s42-order (same tree as call d): GPU 0: the whole GPU
+# suite without --quick, single 3, ranks sharing the GPU, bounded. GPU 1: the shim on simulated nodes
+# at 8 ranks (2x4, 4x2): nccl-tests all_reduce/all_gather/reduce_scatter -m 4 and the hierarchical faults.
+set -u; bash scratch/sent.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+TAIL=2 bash scratch/call.sh build 150 STAGES=build; echo "built t=$SECONDS s"
+mkdir -p /tmp/o/full; F=/tmp/o/full
+( CUDA_VISIBLE_DEVICES=0 timeout -k 5 $((370-SECONDS)) build/tests/yali-gpu-tests --share-gpus --ranks 3 --mode single > $F/full_single_3.log 2>&1; echo "full single 3 rc=$?" ) > /tmp/gpu0.txt 2>&1 &
+( export CUDA_VISIBLE_DEVICES=1
+  TAIL=30 bash scratch/call.sh abi8 $((360-SECONDS)) STAGES=ncclabi NCCLABI_TESTS=all_reduce NCCLABI_NP=2 NCCLABI_NODES=2 \
+    NCCLABI_NODES_NP=8 "NCCLABI_NODES_AGG=4" NCCLABI_HIER_FAULTS=1 "NCCLABI_HIER_FAULTS_LAYOUTS=2x4 4x2" NCCLABI_RANK_LOCAL=0 \
+    NCCLABI_GROUP_STREAMS=0 ) > /tmp/gpu1.txt 2>&1 &
+wait; echo "arms t=$SECONDS s"
+grep -h "^## \|call abi" /tmp/gpu1.txt | grep -v "^##   " | cut -c1-330
+cat /tmp/gpu0.txt
+f=$F/full_single_3.log; echo "== full single 3: $(grep -c '^PASS' $f) PASS, $(grep -c '^FAIL' $f) FAIL, $(grep -c '^SKIP' $f) SKIP"
+grep -E "^FAIL" $f | cut -c1-200 | head -20; tail -2 $f
+rm -f $OUT/*.tgz; tar czf $OUT/all.tgz -C /tmp/o .
+echo "t=$SECONDS s"
