@@ -1,5 +1,6 @@
 // FNV-1a, for the digests that ranks compare: the unique id's checksum, the settings digest at
-// set-up and a registered call's tag. Not for anything adversarial.
+// set-up and a registered call's tag; and SplitMix64's finaliser, to spread a digest or a count over
+// every bit (libyali-nccl's group-order keys). Not for anything adversarial.
 #pragma once
 
 #include <stddef.h>
@@ -15,6 +16,13 @@ inline uint64_t fnv1a(const void* data, size_t n) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+inline uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 }  // namespace yali

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 
+#include "core/hash.h"
 #include "core/pattern.h"
 #include "vocabulary.h"
 
@@ -412,22 +413,7 @@ int sizeClass(size_t bytes) {
 
 // ---- Group order ---------------------------------------------------------------------------------
 
-namespace {
-// splitmix64's finaliser: every input bit moves every output bit.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
-
-uint64_t commKeyOfIds(const void* ids, size_t bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a over the bytes, then mixed
-  const unsigned char* p = static_cast<const unsigned char*>(ids);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return mix64(h ^ bytes);
-}
+uint64_t commKeyOfIds(const void* ids, size_t bytes) { return mix64(fnv1a(ids, bytes) ^ bytes); }
 
 uint64_t childCommKey(uint64_t parentKey, uint64_t childIndex, int color) {
   return mix64(mix64(parentKey ^ mix64(childIndex)) ^ static_cast<uint64_t>(static_cast<int64_t>(color)));
