@@ -1,0 +1,16 @@
+# Proposed acceptance run for issue 20, call d of 4 (nvidia-h200-x2; ranks share a GPU): nccl-tests
+# -d all -o all in CUDA graphs (-G 1) at 8 ranks (64 B and 4 MB, as Session 32), split over the GPUs.
+set -u; bash scratch/sent.sh
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+[ -x build/tests/yali-gpu-tests ] || TAIL=3 bash scratch/call.sh build 150 STAGES=build
+# nccl-tests built once here (kept if already there), not by both arms at once:
+TAIL=2 bash scratch/call.sh ntb 120 STAGES=ncclabi "NCCLABI_TESTS= " NCCLABI_RANK_LOCAL=0 NCCLABI_GROUP_STREAMS=0
+B="-d all -o all -b 64 -e 4M -f 65536 -n 1 -w 1 -G 1"
+(CUDA_VISIBLE_DEVICES=0 TAIL=14 bash scratch/call.sh g8a $((575-SECONDS)) STAGES=ncclabi NCCLABI_NP=8 NCCLABI_ARGS="$B" \
+   NCCLABI_TESTS="all_reduce reduce_scatter reduce sendrecv" NCCLABI_RANK_LOCAL=0 NCCLABI_GROUP_STREAMS=0 \
+   NCCLABI_TIMEOUT=165 > /tmp/a.txt 2>&1) &
+(CUDA_VISIBLE_DEVICES=1 TAIL=14 bash scratch/call.sh g8b $((575-SECONDS)) STAGES=ncclabi NCCLABI_NP=8 NCCLABI_ARGS="$B" \
+   NCCLABI_TESTS="all_gather broadcast gather scatter alltoall hypercube alltoallv" NCCLABI_RANK_LOCAL=0 \
+   NCCLABI_GROUP_STREAMS=0 NCCLABI_TIMEOUT=90 > /tmp/b.txt 2>&1) &
+wait; grep -h "ncclabi np\|call " /tmp/a.txt /tmp/b.txt | grep -v '^##'
+rm -f $OUT/*.tgz; tar czf $OUT/all.tgz -C /tmp/o .; echo "t=$SECONDS s"
