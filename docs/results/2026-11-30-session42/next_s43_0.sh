@@ -12,8 +12,15 @@ TAIL=2 bash scratch/call.sh ntb 120 STAGES=ncclabi "NCCLABI_TESTS= " NCCLABI_RAN
 (CUDA_VISIBLE_DEVICES=0 TAIL=4 bash scratch/call.sh d2 150 STAGES=dropin DROPIN_NP=2 > /tmp/a.txt 2>&1
  CUDA_VISIBLE_DEVICES=0 TAIL=6 bash scratch/call.sh p2 120 STAGES=ncclabi NCCLABI_NP=2 "NCCLABI_TESTS=sendrecv alltoallv" \
    NCCLABI_RANK_LOCAL=0 NCCLABI_GROUP_STREAMS=0 > /tmp/b.txt 2>&1) &
-(CUDA_VISIBLE_DEVICES=1 TAIL=30 bash scratch/call.sh abi $((560-SECONDS)) STAGES=ncclabi "NCCLABI_TESTS= " NCCLABI_NODES=2 \
+(CUDA_VISIBLE_DEVICES=1 TAIL=30 bash scratch/call.sh abi $((470-SECONDS)) STAGES=ncclabi "NCCLABI_TESTS= " NCCLABI_NODES=2 \
    NCCLABI_NODES_NP=4 "NCCLABI_NODES_AGG=1 4" NCCLABI_HIER_FAULTS=1 NCCLABI_GROUP_ORDER=1 NCCLABI_RANK_LOCAL=0 \
    NCCLABI_GROUP_STREAMS=0 > /tmp/c.txt 2>&1) &
 wait; grep -h "^## \|call " /tmp/a.txt /tmp/b.txt /tmp/c.txt | grep -v '^##   ' | cut -c1-330
+# One thread driving both GPUs per process, 2 processes = 2 simulated nodes (the leg-wise path, whose
+# rounds the branch now numbers per comm family), as Session 30's call c3: nccl-tests -g 2, -m 1 and 4.
+W=/tmp/w_g2.sh; printf '#!/bin/sh\nr=$OMPI_COMM_WORLD_RANK\nexport NCCL_HOSTID=yali-rank-$r NCCL_TESTS_DEVICE=0 YALI_NODE_ID=node$r\nexec "$@"\n' > $W; chmod +x $W
+L=$(python3 -c "import nvidia.nccl,os; print(os.path.join(nvidia.nccl.__path__[0],'lib'))")
+for m in 1 4; do for t in all_reduce all_gather reduce_scatter; do lg=/tmp/o/g2_m${m}_$t.log
+timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_PRELOAD=$PWD/build/src/nccl_abi/libyali-nccl.so -x LD_LIBRARY_PATH=$L:${LD_LIBRARY_PATH:-} -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY=$PWD/build/src/libyali.so -x NCCL_NVLS_ENABLE=0 $W /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 2 -m $m -c 1 -n 5 -w 2 > $lg 2>&1
+echo "g2 -m $m $t rc=$? hier calls: $(grep -c '\[hierarchical:' $lg) flat NCCL: $(grep -c 'class): NCCL' $lg) $(grep -m1 'Out of bounds' $lg)"; done; done
 rm -f $OUT/*.tgz; tar czf $OUT/all.tgz -C /tmp/o .; echo "t=$SECONDS s"
