@@ -23,4 +23,11 @@ L=$(python3 -c "import nvidia.nccl,os; print(os.path.join(nvidia.nccl.__path__[0
 for m in 1 4; do for t in all_reduce all_gather reduce_scatter; do lg=/tmp/o/g2_m${m}_$t.log
 timeout 90 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_PRELOAD=$PWD/build/src/nccl_abi/libyali-nccl.so -x LD_LIBRARY_PATH=$L:${LD_LIBRARY_PATH:-} -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY=$PWD/build/src/libyali.so -x NCCL_NVLS_ENABLE=0 $W /tmp/nccl-tests/nccl-tests-2.19.6/build/${t}_perf -b 8 -e 4M -f 8 -g 2 -m $m -c 1 -n 5 -w 2 > $lg 2>&1
 echo "g2 -m $m $t rc=$? hier calls: $(grep -c '\[hierarchical:' $lg) flat NCCL: $(grep -c 'class): NCCL' $lg) $(grep -m1 'Out of bounds' $lg)"; done; done
+# Session 42's question: yali-perf's NCCL send/recv in graphs took 47.6 us at 8 MB where nccl-tests'
+# took 36.8 with the same NCCL (its graph registration; 52.3 with NCCL_GRAPH_REGISTER=0). Does the
+# registration take effect in yali-perf's capture? If NCCL's time does not move between these two
+# runs, it does not, and yali-perf's graph baseline for send/recv is not NCCL at its best.
+for gr in 1 0; do NCCL_GRAPH_REGISTER=$gr timeout 40 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C sendrecv \
+  -d float -b 2M -e 32M -f 4 -n 20 -w 5 -G 20 > /tmp/o/yp_graph_register$gr.txt 2>&1
+  echo "yali-perf NCCL_GRAPH_REGISTER=$gr: $(awk '$1=="nccl" && $2 ~ /^[0-9]+$/ {printf "%s:%s ", $2, $6}' /tmp/o/yp_graph_register$gr.txt)"; done
 rm -f $OUT/*.tgz; tar czf $OUT/all.tgz -C /tmp/o .; echo "t=$SECONDS s"
