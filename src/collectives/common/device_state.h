@@ -123,7 +123,8 @@ YALI_HOST_DEVICE inline uint32_t poisonedTag(uint32_t tag, int rank) {
 //               r has consumed (r writes it)
 //   p2pLL       [sender nranks][channel p2pChannels][slot kP2PSlots][kP2PLLSlotBytes]: the LL slots
 //               sender s wrote for us (a small call's chunks, p2p.h): a header packet (the shape), then
-//               one packet per 8 bytes; zeros wherever no chunk is in flight (we clear what we read)
+//               one packet per 8 bytes; older chunks' packets stay until we clear the place, once every
+//               kP2PLLCleanPeriod slots of its ring (p2p.h: p2pLLFlag, p2pClearsLLSlot)
 //   p2pRing     [sender nranks][channel p2pChannels][slot kP2PSlots][p2pSlotStride]: the slots sender
 //               s pushed for us; a slot's data starts at its announced skew (0..15)
 //   local       LocalState: this rank's private launch state (in the window only to share its

@@ -130,8 +130,8 @@ __device__ __noinline__ void runRecvLane(const P2PArgs<kCap>& a, int peer, int c
     const uint32_t f = p2pLLFlag(seq);
     if (team.thread == 0) {
       // Either announcement: the data slot's ready (acquire) or the LL slot's header, whichever
-      // the sender chose (p2p.h); the other stays below this slot (ready only grows, the LL slot
-      // is zero until its chunk is written).
+      // the sender chose (p2p.h); the other stays below this slot (ready only grows; the LL slot
+      // holds no header with this slot's flag until its chunk is written: p2pLLFlag).
       P2PSlotFlag* flag = flagOf(args.window, L, peer, channel, k);
       WaitGuard guard(args);
       int s = 0;
