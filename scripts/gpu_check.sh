@@ -580,23 +580,25 @@ if has ncclabi; then
     done
   fi
   # A group whose calls on comms spanning simulated nodes every rank makes in its own order
-  # (tests/gpu/ncclabi_group_order.py; NCCLABI_GROUP_ORDER=1, 4 ranks as 2 nodes of 2): through the
+  # (tests/gpu/ncclabi_group_order.py; NCCLABI_GROUP_ORDER=1, 4 ranks as 2 nodes of 2), and (_p2p) one
+  # whose send/recv on a hierarchical comm ranks place on either side of its AllReduce: through the
   # shim (every round ok), on NCCL alone (the reference: ok), and through the shim with its deferred
   # calls in call order (YALI_NCCL_TEST_CALL_ORDER=1: the check must fail there, or it proves nothing;
   # it ends at its `timeout`, NCCL's cross steps waiting for ever, so it runs last and short).
   if [ -f "$shim" ] && [ "${NCCLABI_GROUP_ORDER:-0}" = 1 ]; then
     nodes_wrapper=$(mpi_hostid_wrapper 2)
-    for how in shim plain callorder; do
+    for how in shim plain shim_p2p plain_p2p callorder callorder_p2p; do
       lg="$LOG/ncclabi_group_order_$how.log"
-      preload="$PWD/$shim" callorder=0 limit=150
-      [ "$how" = plain ] && preload="$nccl_lib/libnccl.so.2"
-      [ "$how" = callorder ] && callorder=1 limit=${NCCLABI_GROUP_ORDER_CONTROL_TIMEOUT:-45}
+      preload="$PWD/$shim" callorder=0 limit=150 mode=${how#*_}
+      [ "$mode" = "$how" ] && mode=
+      case $how in plain*) preload="$nccl_lib/libnccl.so.2" ;; esac
+      case $how in callorder*) callorder=1 limit=${NCCLABI_GROUP_ORDER_CONTROL_TIMEOUT:-45} ;; esac
       timeout -k 5 "$limit" mpirun --allow-run-as-root --oversubscribe -np 4 \
         -x LD_PRELOAD="$preload" -x LD_LIBRARY_PATH="$nccl_lib:${LD_LIBRARY_PATH:-}" -x YALI_ALLOW_SHARED_GPU=1 \
         -x YALI_NCCL_DEBUG=1 -x YALI_LIBRARY="$PWD/$BUILD/src/libyali.so" -x NCCL_NVLS_ENABLE=0 \
         -x YALI_TIMEOUT_MS=10000 -x YALI_NCCL_TEST_CALL_ORDER=$callorder "$nodes_wrapper" \
-        python3 tests/gpu/ncclabi_group_order.py > "$lg" 2>&1
-      note "ncclabi group order across comms ($how): rc=$? $(grep -c ': ok' "$lg") ok of 16, $(grep -c 'WRONG' "$lg") WRONG ($([ "$how" = callorder ] && echo 'fewer than 16 ok expected' || echo '16 ok expected')), $(grep -c 'hierarchical: YALI in the node' "$lg") hierarchical routing lines"
+        python3 tests/gpu/ncclabi_group_order.py 4 $mode > "$lg" 2>&1
+      note "ncclabi group order across comms ($how): rc=$? $(grep -c ': ok' "$lg") ok of 16, $(grep -c 'WRONG' "$lg") WRONG ($(case $how in callorder*) echo 'fewer than 16 ok expected' ;; *) echo '16 ok expected' ;; esac)), $(grep -c 'hierarchical: YALI in the node' "$lg") hierarchical routing lines"
     done
   fi
 fi

@@ -377,15 +377,16 @@ Outcome stage(Comm* c, const Call& call, const std::string& why, bool flatFallba
 // sends and receives to its peers must be issued in one group, or a large transfer can wait for a
 // receive issued behind it. So the deferred calls between two hierarchical calls (a stretch) run as
 // one group where they hold a point-to-point call (or calls on several GPUs: runDeferredCalls), and
-// they run one by one otherwise, as made outside a group. A point-to-point call on a comm goes:
-//  - into the libraries' group at the call, where no hierarchical call of its comm was deferred in
-//    the group yet;
-//  - into the deferred calls, after its comm's latest deferred hierarchical call, otherwise;
-//  - nowhere, refused with ncclInvalidUsage, where the earlier point-to-point calls of the group on
-//    its comm (or on the same comm's ranks on this thread's other GPUs) went to another place than
-//    that (before its comm's hierarchical call, or between two of them): its group would be split.
-//    Such a program makes its point-to-point calls before the comm's first hierarchical collective
-//    of the group, or in a group of their own.
+// they run one by one otherwise, as made outside a group. A point-to-point call on a comm with a
+// hierarchy (NCCL's: point-to-point across nodes stays NCCL's) made in a group is always deferred,
+// and runs after the comm's other deferred calls of the group, whatever its place among them: one
+// rank may send before its hierarchical AllReduce while its peer receives after its own, and NCCL
+// keeps no order between a group's collectives and its point-to-point calls (neither does libyali:
+// yali.h, point-to-point last), so both ranks run the transfer after the AllReduce, in one group.
+// Until session 43 such a call made after the comm's hierarchical call while an earlier one of the
+// group on that comm had gone into the libraries' group was refused (ncclInvalidUsage): its group
+// would have been split. A point-to-point call on another comm joins the libraries' group at the
+// call.
 
 class HierRun;
 std::vector<ncclResult_t> runLegWise(const std::vector<HierRun*>& round);
@@ -411,12 +412,8 @@ struct DeferredCall {
 struct DeferredGroup {
   std::vector<DeferredCall> calls;
   // Per comm (the program's handle): its hierarchical calls deferred so far; a comm in here defers
-  // its later calls (a comm freed inside the group leaves: dropDeferredCalls).
+  // its later collectives (a comm freed inside the group leaves: dropDeferredCalls).
   std::map<ncclComm_t, int> hierarchicalOf;
-  // Per comm family (Comm::groupKey: the ranks of one comm that this thread drives on several GPUs
-  // share it): where its point-to-point calls went, 0 the libraries' group at the call, k > 0 after
-  // each rank's k-th deferred hierarchical call (the stretch after round k: runDeferredCallsOf).
-  std::map<uint64_t, int> pointToPointOf;
   // ncclRedOpDestroy calls held until the deferred calls that use the op have been made: NCCL lets
   // a program destroy an op as soon as the last call given it returns (nccl.h), and copies the
   // op's state at that call; a deferred call reaches NCCL only at the group's end. (Handle, op.)
@@ -448,42 +445,18 @@ void deferUntilGroupEnd(DeferredCall d) {
   tlsDeferred.calls.push_back(std::move(d));
 }
 
-// A point-to-point call (ncclSend, ncclRecv): `run` issues it to NCCL with the real comm. Where it
-// goes inside a group that holds deferred calls: see above.
+// A point-to-point call (ncclSend, ncclRecv): `run` issues it to NCCL with the real comm. Inside a
+// group, on a comm with a hierarchy, it waits for the group's end and runs after the comm's other
+// deferred calls (see above); on any other comm it joins the libraries' group at the call.
 template <typename Run>
 ncclResult_t routePointToPoint(const char* function, ncclComm_t handle, cudaStream_t stream, Run run) {
-  if (const ncclResult_t refused = refuseInGroupWhileSetUp(ours(handle), function); refused != ncclSuccess)
-    return refused;
+  Comm* c = ours(handle);
+  if (const ncclResult_t refused = refuseInGroupWhileSetUp(c, function); refused != ncclSuccess) return refused;
   if (!inGroup()) return run();
-  noteGroupStream(ours(handle), stream);  // joined with the comm's other streams of the group at its end
-  DeferredGroup& g = tlsDeferred;
-  const Comm* c = ours(handle);
-  if (c == nullptr) return run();  // NCCL's own handle: never a hierarchical call
-  const auto hier = g.hierarchicalOf.find(handle);
-  const int place = hier == g.hierarchicalOf.end() ? 0 : hier->second;
-  const auto [earlier, first] = g.pointToPointOf.emplace(c->groupKey, place);
-  if (first || earlier->second == place) {
-    if (place == 0) return run();
-    g.calls.push_back(DeferredCall{ours(handle), handle, stream, function, false, true, false, run, nullptr, nullptr});
-    return ncclSuccess;
-  }
-  g.refusal = ncclInvalidUsage;  // the group fails at its end (endGroup)
-  const char* firstHier = "a collective";
-  for (const DeferredCall& d : g.calls)
-    if (d.handle == handle && d.hierarchical) {
-      firstHier = d.function;
-      break;
-    }
-  return shimFail(ncclInvalidUsage,
-                  "%s: inside ncclGroupStart/End after %s on a communicator spanning several nodes, which "
-                  "libyali-nccl runs at the group's end, with the comm's later calls of the group, in call "
-                  "order; this call must run after it, while the comm's earlier point-to-point calls of the "
-                  "group run %s: a point-to-point call cannot leave its group, and the whole group fails at "
-                  "its end, as NCCL's does after one of its calls failed. Make the group's point-to-point "
-                  "calls before the comm's first hierarchical collective of the group, or in a group of "
-                  "their own",
-                  function, firstHier,
-                  earlier->second == 0 ? "before it (in the libraries' group)" : "before a later one");
+  noteGroupStream(c, stream);  // joined with the comm's other streams of the group at its end
+  if (c == nullptr || c->hier == nullptr) return run();
+  tlsDeferred.calls.push_back(DeferredCall{c, handle, stream, function, false, true, false, run, nullptr, nullptr});
+  return ncclSuccess;
 }
 
 // The earlier of two results: a failure over ncclInProgress (a non-blocking comm's call under way)
@@ -536,11 +509,14 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
               calls.end());
   if (calls.empty()) return ncclSuccess;
   // Comm by comm, in the order of their keys (every rank of a comm has the same), each comm's calls
-  // in call order; the comms of one thread's GPUs made from one unique id share a key and keep their
-  // calls' order among them (the legs below rely on it).
+  // in call order, its point-to-point calls last; the comms of one thread's GPUs made from one
+  // unique id share a key and keep their calls' order among them (the legs below rely on it).
+  // A comm's point-to-point calls after its other calls (see above: NCCL keeps no order between a
+  // group's collectives and its point-to-point calls, and ranks may place them differently).
   if (!settings().testCallOrder) {
     std::stable_sort(calls.begin(), calls.end(), [](const DeferredCall& a, const DeferredCall& b) {
-      return a.comm->groupKey < b.comm->groupKey;
+      if (a.comm->groupKey != b.comm->groupKey) return a.comm->groupKey < b.comm->groupKey;
+      return !a.pointToPoint && b.pointToPoint;
     });
   } else {
     static const bool warned =

@@ -13,6 +13,13 @@ deferred calls in call order (as before session 42): ranks then queue A's and B'
 stream in different orders and wait for each other until YALI_TIMEOUT_MS (the check must fail there,
 or it proves nothing). With NCCL's own library preloaded (the reference) every round is ok.
 
+With argv[2] = "p2p", each rank also sends its AllReduce input to the next rank and receives from
+the previous one on A (NCCL's: point-to-point across nodes stays NCCL's), in the same group, the
+comms in one order on every rank: even ranks before their AllReduce on A, odd ranks after it (NCCL keeps no order between a group's
+collectives and its point-to-point calls). The shim runs a hierarchical comm's point-to-point calls
+of a group after its other calls (since session 43; before, the even ranks' transfer went into
+NCCL's part of the group and launched before the AllReduce, the odd ranks' after it).
+
 Run under mpirun, every rank on GPU 0 with its own NCCL_HOSTID and YALI_NODE_ID=node(rank / 2)
 (scripts/gpu_check.sh, stage ncclabi, NCCLABI_GROUP_ORDER=1). argv[1]: rounds (default 4). Prints
 one line per round and rank, "ok" or "WRONG", and exits 1 on any.
@@ -25,7 +32,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ncclabi_mpi import UniqueId, world_comm  # noqa: E402
+from ncclabi_mpi import new_comm, world_comm  # noqa: E402
 
 NCCL_FLOAT32, NCCL_SUM = 7, 0
 # Each round's order per rank, of the comms A, B, C: rank r takes ORDERS[round][r % 4].
@@ -39,16 +46,10 @@ ORDERS = [
 
 def main():
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+    with_p2p = len(sys.argv) > 2 and sys.argv[2] == "p2p"
     nccl, comm_a, world, rank, n = world_comm()
     assert n == 4, "4 ranks: 2 simulated nodes of 2"
-    # B: a second comm of every rank, from its own unique id.
-    uid = UniqueId()
-    if rank == 0:
-        assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
-    raw = world.bcast(bytes(uid.internal) if rank == 0 else None, root=0)
-    ctypes.memmove(ctypes.byref(uid), raw, 128)
-    comm_b = ctypes.c_void_p()
-    assert nccl.ncclCommInitRank(ctypes.byref(comm_b), n, uid, rank) == 0
+    comm_b = new_comm(nccl, world)  # B: a second comm of every rank, from its own unique id
     # C: A split by node (ranks 0-1 and 2-3).
     node = rank // 2
     comm_c = ctypes.c_void_p()
@@ -62,7 +63,8 @@ def main():
 
     failures = 0
     for i in range(rounds):
-        order = ORDERS[i % len(ORDERS)][rank % 4]
+        # With p2p, the comms in one order on every rank: only the transfer's place differs.
+        order = "ABC" if with_p2p else ORDERS[i % len(ORDERS)][rank % 4]
         bufs = {}
         for k, name in enumerate("ABC"):
             send = values(rank, k)
@@ -72,11 +74,24 @@ def main():
         torch.cuda.synchronize()
         world.Barrier()
         s = ctypes.c_void_p(stream.cuda_stream)
+        ring_in = torch.full((count,), -1.0, device="cuda")
+
+        def ring():  # on A: this rank's A input to the next rank, the previous rank's into ring_in
+            send = bufs["A"][0]
+            returned.append(nccl.ncclSend(ctypes.c_void_p(send.data_ptr()), ctypes.c_size_t(count), NCCL_FLOAT32,
+                                          (rank + 1) % n, comm_a, s))
+            returned.append(nccl.ncclRecv(ctypes.c_void_p(ring_in.data_ptr()), ctypes.c_size_t(count), NCCL_FLOAT32,
+                                          (rank - 1) % n, comm_a, s))
+
         returned = [nccl.ncclGroupStart()]
         for name in order:
             send, recv, _ = bufs[name]
+            if with_p2p and name == "A" and rank % 2 == 0:
+                ring()
             returned.append(nccl.ncclAllReduce(ctypes.c_void_p(send.data_ptr()), ctypes.c_void_p(recv.data_ptr()),
                                                ctypes.c_size_t(count), NCCL_FLOAT32, NCCL_SUM, comms[name][0], s))
+            if with_p2p and name == "A" and rank % 2 == 1:
+                ring()
         returned.append(nccl.ncclGroupEnd())
         stream.synchronize()
         errors = []
@@ -85,9 +100,11 @@ def main():
             nccl.ncclCommGetAsyncError(comms[name][0], ctypes.byref(err))
             errors.append(err.value)
         exact = {name: torch.equal(bufs[name][1], bufs[name][2]) for name in "ABC"}
+        if with_p2p:
+            exact["ring"] = torch.equal(ring_in, values((rank - 1) % n, 0))
         ok = all(v == 0 for v in returned) and all(e == 0 for e in errors) and all(exact.values())
         failures += 0 if ok else 1
-        print(f"[rank {rank}] round {i} order {order}: {'ok' if ok else 'WRONG'} (returned {returned}, async errors "
+        print(f"[rank {rank}] round {i} order {order}{' +p2p' if with_p2p else ''}: {'ok' if ok else 'WRONG'} (returned {returned}, async errors "
               f"{errors}, exact {exact})", flush=True)
         if not ok:
             break  # the comms are in error: a later round proves nothing

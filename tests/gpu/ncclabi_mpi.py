@@ -12,13 +12,9 @@ class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_byte * 128)]
 
 
-def world_comm():
-    """(nccl, comm, world, rank, n): the library handle, an NCCL communicator of every MPI rank (on
-    GPU 0), MPI's world, this rank and the world size."""
-    world = MPI.COMM_WORLD
+def new_comm(nccl, world):
+    """A new NCCL communicator of every MPI rank: a unique id made by rank 0, broadcast by MPI."""
     rank, n = world.Get_rank(), world.Get_size()
-    torch.cuda.set_device(0)
-    nccl = ctypes.CDLL(None)  # the process's symbols: the preloaded library's first
     uid = UniqueId()
     if rank == 0:
         assert nccl.ncclGetUniqueId(ctypes.byref(uid)) == 0
@@ -27,4 +23,13 @@ def world_comm():
     comm = ctypes.c_void_p()
     r = nccl.ncclCommInitRank(ctypes.byref(comm), n, uid, rank)
     assert r == 0, f"ncclCommInitRank returned {r}"
-    return nccl, comm, world, rank, n
+    return comm
+
+
+def world_comm():
+    """(nccl, comm, world, rank, n): the library handle, an NCCL communicator of every MPI rank (on
+    GPU 0), MPI's world, this rank and the world size."""
+    world = MPI.COMM_WORLD
+    torch.cuda.set_device(0)
+    nccl = ctypes.CDLL(None)  # the process's symbols: the preloaded library's first
+    return nccl, new_comm(nccl, world), world, world.Get_rank(), world.Get_size()

@@ -4157,13 +4157,12 @@ TEST(a_point_to_point_call_on_a_gpu_without_hierarchical_calls_left_joins_the_gr
 }
 
 // One thread driving GPUs 0 and 1 (a hierarchical comm's node 0): GPU 0 receives before its
-// hierarchical AllReduce, in the libraries' group at the call, and GPU 1 after its own, which would
-// run after the round: the thread's point-to-point calls on one comm would be split across two
-// groups (a process per GPU making these calls would split nothing of its own). Refused, and the
-// group fails at its end; the places are per comm family (Comm::groupKey), not per GPU's handle,
-// so the second GPU's call is seen against the first's (session 42; before, against every
-// point-to-point call of the group).
-TEST(a_point_to_point_call_split_from_its_comms_others_on_another_gpu_is_refused) {
+// hierarchical AllReduce, GPU 1 after its own. Both receives wait for the group's end and run after
+// the round's legs, in one group, as a process per GPU making these calls runs them (a comm's
+// point-to-point calls run after its other deferred calls: NCCL keeps no order between a group's
+// collectives and its point-to-point calls). Until session 43 the second receive was refused
+// (ncclInvalidUsage): its comm's first one had gone into the libraries' group at the call.
+TEST(point_to_point_calls_around_hierarchical_calls_on_several_gpus_run_after_them_in_one_group) {
   const Hierarchical h = hierarchical();
   static float p2p[16];
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
@@ -4171,13 +4170,51 @@ TEST(a_point_to_point_call_split_from_its_comms_others_on_another_gpu_is_refused
   for (int r = 0; r < 2; ++r)
     CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[r].comm, nullptr) ==
           ncclSuccess);
-  CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, 3, h.ranks[1].comm, nullptr) == ncclInvalidUsage);
-  const std::string last = SHIM(ncclGetLastError)(h.ranks[1].comm);
-  CHECK_MSG(contains(last.c_str(), "cannot leave its group"), "%s", last.c_str());
+  CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, 3, h.ranks[1].comm, nullptr) == ncclSuccess);
   const int since = eventCount();
-  CHECK(SHIM(ncclGroupEnd)() == ncclInvalidUsage);
-  const std::string t = trace(since, {"yaliReduceScatter", "yaliAllGather", "yaliLaunch"}, h.labels);
-  CHECK_MSG(t.empty(), "the refused group's hierarchical calls ran: %s", t.c_str());
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since,
+                              {"yaliReduceScatter", "yaliAllGather", "ncclRecv", "ncclGroupStart", "ncclGroupEnd"},
+                              h.labels);
+  CHECK_MSG(contains(t.c_str(), "yaliReduceScatter(h0) yaliReduceScatter(h1)") &&
+                contains(t.c_str(), "yaliAllGather(h0) yaliAllGather(h1)"),
+            "the AllReduces, not leg by leg: %s", t.c_str());
+  const std::string last = "yaliAllGather(h0) yaliAllGather(h1) ncclGroupStart() ncclGroupEnd() ncclGroupStart() "
+                           "ncclRecv(r0) ncclRecv(r1) ncclGroupEnd()";
+  const bool recvsLast = t.size() > last.size() && t.compare(t.size() - last.size(), last.size(), last) == 0;
+  CHECK_MSG(recvsLast, "the receives, not in one group after the legs: %s", t.c_str());
+  destroyAll(h.ranks);
+}
+
+// Ranks that place a group's point-to-point call on a hierarchical comm differently around their
+// hierarchical AllReduce (even ranks before it, odd ranks after it; NCCL allows either) launch the
+// same steps in the same order: the AllReduce's, then the transfer (the fake NCCL has no ncclSend: a
+// receive stands for each side). Before session 43 the even ranks' receive went into NCCL's part of
+// the group and launched before the AllReduce, the odd ranks' after it: on one stream, a send
+// waiting for a receive behind the peer's AllReduce, which waits for this rank's, behind the send.
+TEST(ranks_placing_a_point_to_point_call_differently_around_a_hierarchical_call_launch_alike) {
+  const Hierarchical h = hierarchical();
+  int s = 0;
+  const cudaStream_t S = reinterpret_cast<cudaStream_t>(&s);
+  static float p2p[16];
+  std::vector<int> since(4);
+  for (int r = 0; r < 4; ++r) {
+    since[r] = eventCount();
+    ncclComm_t c = h.ranks[r].comm;
+    CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+    if (r % 2 == 0) CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, r ^ 1, c, S) == ncclSuccess);
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, S) == ncclSuccess);
+    if (r % 2 == 1) CHECK(SHIM(ncclRecv)(p2p, 4, ncclFloat32, r ^ 1, c, S) == ncclSuccess);
+    CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  }
+  const std::string want = launchOrder(since[0], rankLabels(h.labels, 0));
+  CHECK_MSG(want == "yaliLaunch(hR) cudaMemcpyAsync(sR) cudaMemcpyAsync(tR) ncclAllReduce(xR) ncclAllReduce(xR) "
+                    "cudaMemcpyAsync(wR) yaliLaunch(hR) ncclRecv(rR)",
+            "rank 0: %s", want.c_str());
+  for (int r = 1; r < 4; ++r) {
+    const std::string got = launchOrder(since[r], rankLabels(h.labels, r));
+    CHECK_MSG(got == want, "rank %d: %s, expected %s", r, got.c_str(), want.c_str());
+  }
   destroyAll(h.ranks);
 }
 
@@ -4256,7 +4293,7 @@ TEST(a_deferred_calls_custom_op_is_destroyed_after_the_call_is_made) {
 // comm's stay on NCCL (ncclRecv(rR)). "NCCL's part of the group" above is then YALI's part for
 // `other`'s receives: the group's part made at the call, whose ends come before the deferred calls.
 // (Before libyali-nccl ran point-to-point calls on YALI, every receive here was ncclRecv.)
-TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_are_refused) {
+TEST(point_to_point_calls_of_a_group_with_a_hierarchical_call_run_after_its_comms_collectives) {
   const Hierarchical h = hierarchical();
   const std::vector<Rank> other = clique(4);
   Labels labels = h.labels;
@@ -4317,37 +4354,32 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   got = launchOrder(since, mine);
   CHECK_MSG(got == "yaliLaunch(fR) yaliLaunch(fR) " + hierSteps + " " + hierSteps, "two stretches: %s", got.c_str());
 
-  // A receive on the hierarchical call's comm in the group's part made at the call (NCCL's, before
-  // the hierarchical call), then a send on that comm after it: refused, since it must run after the
-  // hierarchical call while the comm's earlier point-to-point call runs before it, and the whole
-  // group fails at its end, as NCCL's does after one of its calls failed: NCCL's part ends with its
-  // group error (the fake's failed group end), the hierarchical call is not made, and the end returns
-  // the refusal. (Before Session 31: the group's other calls ran and its end returned ncclSuccess.)
-  // A point-to-point call on another comm before the hierarchical call no longer counts (until
-  // session 42 the group's point-to-point calls on every comm had to share one place).
+  // A receive on the hierarchical call's comm before the hierarchical call and one after it (the
+  // fake NCCL has no ncclSend: two receives stand for a send and a receive): both wait for the
+  // group's end and run after the hierarchical call, in one group. Every rank, wherever it made its
+  // point-to-point calls of the group, runs them after the comm's collectives (NCCL keeps no order
+  // between a group's collectives and its point-to-point calls). Until session 43 the second was
+  // refused (ncclInvalidUsage) and the whole group failed: the first had gone into NCCL's part of
+  // the group at the call, and the second could not run before the hierarchical call.
   since = eventCount();
-  const int failedEnds = variable<int>(fakeNccl(), "fakeFailedGroupEnds");
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(recv(other[0].comm, T) == ncclSuccess);
   CHECK(recv(c, T) == ncclSuccess);
   CHECK(allReduce() == ncclSuccess);
-  CHECK(SHIM(ncclSend)(p2p, 4, ncclFloat32, 1, c, S) == ncclInvalidUsage);
-  const std::string last = SHIM(ncclGetLastError)(c);
-  CHECK_MSG(contains(last.c_str(), "ncclSend") && contains(last.c_str(), "cannot leave its group"), "%s",
-            last.c_str());
-  CHECK(SHIM(ncclGroupEnd)() == ncclInvalidUsage);
-  CHECK_EQ(variable<int>(fakeNccl(), "fakeFailedGroupEnds"), failedEnds + 1);
-  got = trace(since, {"yaliRecv", "ncclRecv"}, mine);
-  CHECK_MSG(got == "yaliRecv(fR) ncclRecv(rR)", "refused, the receives: %s", got.c_str());
-  // Nothing of YALI's part nor of the hierarchical call (launchOrder lists NCCL's receive at its
-  // group's end, which failed: nothing ran).
+  CHECK(recv(c, S) == ncclSuccess);
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
   got = launchOrder(since, mine);
-  CHECK_MSG(got == "ncclRecv(rR)", "refused: %s", got.c_str());
+  CHECK_MSG(got == "yaliLaunch(fR) " + hierSteps + " ncclRecv(rR) ncclRecv(rR)", "both sides: %s", got.c_str());
+  const std::string pair = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv"}, mine);
+  const std::string inOneGroup = "ncclGroupStart() ncclRecv(rR) ncclRecv(rR) ncclGroupEnd()";
+  CHECK_MSG(pair.size() > inOneGroup.size() &&
+                pair.compare(pair.size() - inOneGroup.size(), inOneGroup.size(), inOneGroup) == 0,
+            "both sides, not in one group at the end: %s", pair.c_str());
 
   // Then a group without a hierarchical call (torch's all_to_all, batch_isend_irecv): its
-  // point-to-point calls go to the libraries' group at the call (YALI's for `other`, NCCL's, with
-  // the real comm, for the hierarchical comm), whatever the refused group before it left, and launch
-  // at the group's end; outside a group, straight through.
+  // point-to-point calls on `other` go to the libraries' group at the call (YALI's) and launch at
+  // its end; those on the hierarchical comm (NCCL's, with the real comm) wait for the group's end
+  // and run there, in a group of their own; outside a group, straight through.
   since = eventCount();
   CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
   CHECK(recv(other[0].comm, T) == ncclSuccess);
@@ -4356,8 +4388,8 @@ TEST(point_to_point_calls_after_a_grouped_hierarchical_call_keep_their_group_or_
   got = trace(
       since, {"ncclGroupStart", "ncclGroupEnd", "ncclRecv", "yaliGroupStart", "yaliGroupEnd", "yaliRecv", "yaliLaunch"},
       mine);
-  CHECK_MSG(got == "yaliGroupStart() ncclGroupStart() yaliRecv(fR) ncclRecv(rR) yaliGroupEnd() yaliLaunch(fR) "
-                   "ncclGroupEnd()",
+  CHECK_MSG(got == "yaliGroupStart() ncclGroupStart() yaliRecv(fR) yaliGroupEnd() yaliLaunch(fR) ncclGroupEnd() "
+                   "yaliGroupStart() ncclGroupStart() ncclRecv(rR) yaliGroupEnd() ncclGroupEnd()",
             "plain group: %s", got.c_str());
   since = eventCount();
   CHECK(recv(c, S) == ncclSuccess);
