@@ -586,22 +586,33 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
     }
     return result;
   }
-  // Several devices: a hierarchical call's round (1, 2, ...: its device's count of them so far),
-  // another call's stretch (0, 1, ...: the hierarchical calls of its device before it; for one on
-  // NCCL's own handle, the most of any device).
+  // Several devices: rounds numbered comm family by family (a run of calls of one groupKey: the
+  // ranks of one comm on this thread's GPUs), in the order above; within a family, a hierarchical
+  // call's round is its device's count of that family's hierarchical calls so far, after the
+  // earlier families' rounds; another call's stretch is the last round of its device before it
+  // (0: none yet). So a family's k-th calls on every GPU share a round whatever other comms' calls
+  // the GPUs made before them (GPU 0 AllReduce(A) then AllReduce(W), GPU 1 only AllReduce(W): W's
+  // two calls in one round, as a process per GPU issues them; numbered per GPU across families
+  // until session 43, W's calls fell into different rounds, and NCCL's connection on first use,
+  // inside the first round's group, waited for W's step this thread had not issued yet).
   std::vector<int> index(calls.size());
-  std::map<int, int> hierOnDevice;
+  std::map<int, int> lastRoundOf;  // device -> the round of its latest hierarchical call so far
   int rounds = 0;
-  for (size_t i = 0; i < calls.size(); ++i) {
-    const DeferredCall& d = calls[i];
-    if (d.comm == nullptr) {
-      index[i] = rounds;
-    } else if (d.hierarchical) {
-      index[i] = ++hierOnDevice[d.comm->device];
-      rounds = std::max(rounds, index[i]);
-    } else {
-      index[i] = hierOnDevice[d.comm->device];
+  for (size_t i = 0; i < calls.size();) {
+    const uint64_t family = calls[i].comm->groupKey;
+    std::map<int, int> inFamily;  // device -> the family's hierarchical calls on it so far
+    int familyRounds = 0;
+    for (; i < calls.size() && calls[i].comm->groupKey == family; ++i) {
+      const int device = calls[i].comm->device;
+      if (calls[i].hierarchical) {
+        const int k = ++inFamily[device];
+        familyRounds = std::max(familyRounds, k);
+        index[i] = lastRoundOf[device] = rounds + k;
+      } else {
+        index[i] = lastRoundOf[device];
+      }
     }
+    rounds += familyRounds;
   }
   // The group's point-to-point calls must run in one stretch: the latest of theirs, `last`. One in
   // an earlier stretch k moves there with all of stretch k where no call of stretch k has a
@@ -619,7 +630,7 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
   for (size_t i = 0; i < calls.size() && !splitsPointToPoint; ++i) {
     const DeferredCall& d = calls[i];
     if (d.hierarchical || moved.count(index[i]) == 0) continue;
-    splitsPointToPoint = d.comm == nullptr || hierOnDevice[d.comm->device] > index[i];
+    splitsPointToPoint = lastRoundOf[d.comm->device] > index[i];
   }
   if (splitsPointToPoint) {
     runAsOneGroup(all, true);

@@ -4218,6 +4218,34 @@ TEST(ranks_placing_a_point_to_point_call_differently_around_a_hierarchical_call_
   destroyAll(h.ranks);
 }
 
+// One thread driving GPUs 0 and 1 of two hierarchical comms, A (h) and W (h2): GPU 0 makes
+// AllReduce(A) then AllReduce(W), GPU 1 only AllReduce(W). W's two calls run in one round (its legs
+// in one group per library, as a process per GPU issues them), A's alone: rounds are numbered comm
+// family by family. Numbered per GPU across families (before session 43), GPU 1's W call shared
+// round 1 with GPU 0's A call and GPU 0's W call came in round 2: NCCL's connection on first use,
+// inside round 1's group, would wait for a step of W this thread had not issued yet.
+TEST(hierarchical_calls_on_several_gpus_take_rounds_per_comm_family) {
+  const Hierarchical h = hierarchical();
+  const Hierarchical h2 = hierarchical();
+  Labels labels = h.labels;
+  for (int r = 0; r < 2; ++r) labels[h2.ranks[r].yali] = "k" + std::to_string(r);
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h.ranks[0].comm, nullptr) == ncclSuccess);
+  for (int r = 0; r < 2; ++r)
+    CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, h2.ranks[r].comm, nullptr) ==
+          ncclSuccess);
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since, {"yaliGroupStart", "yaliGroupEnd", "yaliReduceScatter", "yaliAllGather"}, labels);
+  CHECK_MSG(contains(t.c_str(), "yaliGroupStart() yaliReduceScatter(k0) yaliReduceScatter(k1) yaliGroupEnd()") &&
+                contains(t.c_str(), "yaliGroupStart() yaliAllGather(k0) yaliAllGather(k1) yaliGroupEnd()"),
+            "W's calls, not in one round: %s", t.c_str());
+  CHECK_MSG(contains(t.c_str(), "yaliGroupStart() yaliReduceScatter(h0) yaliGroupEnd()"), "A's call, not alone: %s",
+            t.c_str());
+  destroyAll(h2.ranks);
+  destroyAll(h.ranks);
+}
+
 // A deferred hierarchical call's route is decided again at the group's end, where one thread plans
 // every GPU's calls with whichever device the program set last: a call on stream 0 must ask about
 // its own device's legacy stream. Here GPU 1's legacy stream is being captured (not GPU 0's) and
