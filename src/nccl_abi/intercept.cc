@@ -376,8 +376,9 @@ Outcome stage(Comm* c, const Call& call, const std::string& why, bool flatFallba
 // Point-to-point calls (ncclSend, ncclRecv: routePointToPoint) depend on their group: a rank's
 // sends and receives to its peers must be issued in one group, or a large transfer can wait for a
 // receive issued behind it. So the deferred calls between two hierarchical calls (a stretch) run as
-// one group where they hold a point-to-point call (or calls on several GPUs: runDeferredCalls), and
-// they run one by one otherwise, as made outside a group. A point-to-point call on a comm with a
+// one group (until session 43 only where they held a point-to-point call or calls on several GPUs,
+// one by one otherwise; NCCL keeps a comm's calls in issue order either way, and launches a
+// group's together). A point-to-point call on a comm with a
 // hierarchy (NCCL's: point-to-point across nodes stays NCCL's) made in a group is always deferred,
 // and runs after the comm's other deferred calls of the group, whatever its place among them: one
 // rank may send before its hierarchical AllReduce while its peer receives after its own, and NCCL
@@ -474,9 +475,8 @@ ncclResult_t firstOf(ncclResult_t a, ncclResult_t b) {
 // run also where an end failed (on another comm of the group, say): a hierarchical call's peers on
 // other nodes wait in NCCL for its cross step, without a bound, and the hierarchical steps send it
 // even after a failed YALI step (markFailedAtCall).
-// Each hierarchical call runs alone, as made outside a group; the calls between two of them run
-// one by one too, or as one group where they hold a point-to-point call (see above) or calls on
-// several devices (below).
+// Each hierarchical call runs alone, as made outside a group; the calls between two of them run as
+// one group (see above; a single collective alone).
 // One thread driving the ranks of several GPUs in the group (nccl-tests -g N, one process per
 // node): their calls must be issued inside one group, as NCCL requires of such a thread and as
 // YALI does (yali.h: a kernel launch or NCCL's connection on first use can wait for a rank this
@@ -562,15 +562,13 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
     }
     if (started == ncclSuccess) result = firstOf(result, ncclGroupEnd());
   };
-  // A stretch of calls between hierarchical ones: as one group where it holds a point-to-point
-  // call or calls on several devices, else one by one.
+  // A stretch of calls between hierarchical ones: as one group (a single collective alone, as made
+  // outside a group).
   auto runStretch = [&](const std::vector<size_t>& at) {
-    bool pointToPoint = false;
-    for (size_t i : at) pointToPoint |= calls[i].pointToPoint;
-    if (pointToPoint || onSeveralDevices(at, [](const DeferredCall&) { return true; })) {
-      runAsOneGroup(at, false);
+    if (at.size() == 1 && !calls[at[0]].pointToPoint) {
+      account(calls[at[0]], calls[at[0]].run());
     } else {
-      for (size_t i : at) account(calls[i], calls[i].run());
+      runAsOneGroup(at, false);
     }
   };
   if (!several) {

@@ -4246,6 +4246,27 @@ TEST(hierarchical_calls_on_several_gpus_take_rounds_per_comm_family) {
   destroyAll(h.ranks);
 }
 
+// A group's flat calls deferred behind a hierarchical call of their comm (an AllReduce of fewer
+// elements than ranks per node and a Broadcast, both flat NCCL) run after it as one group, as NCCL
+// would have launched them: the comm's order holds either way (NCCL keeps a comm's calls in issue
+// order, grouped or not). Until session 43 they ran one by one, each as made outside a group.
+TEST(a_comms_flat_calls_deferred_behind_its_hierarchical_call_run_as_one_group) {
+  const Hierarchical h = hierarchical();
+  const Labels mine = rankLabels(h.labels, 0);
+  ncclComm_t c = h.ranks[0].comm;
+  CHECK(SHIM(ncclGroupStart)() == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 4, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclAllReduce)(hostBuffer, hostBuffer, 1, ncclFloat32, ncclSum, c, nullptr) == ncclSuccess);
+  CHECK(SHIM(ncclBroadcast)(hostBuffer, hostBuffer, 4, ncclFloat32, 0, c, nullptr) == ncclSuccess);
+  const int since = eventCount();
+  CHECK(SHIM(ncclGroupEnd)() == ncclSuccess);
+  const std::string t = trace(since, {"ncclGroupStart", "ncclGroupEnd", "ncclAllReduce", "ncclBroadcast"}, mine);
+  const std::string last = "ncclGroupStart() ncclAllReduce(rR) ncclBroadcast(rR) ncclGroupEnd()";
+  CHECK_MSG(t.size() > last.size() && t.compare(t.size() - last.size(), last.size(), last) == 0,
+            "the flat calls, not one group after the hierarchical call: %s", t.c_str());
+  destroyAll(h.ranks);
+}
+
 // A deferred hierarchical call's route is decided again at the group's end, where one thread plans
 // every GPU's calls with whichever device the program set last: a call on stream 0 must ask about
 // its own device's legacy stream. Here GPU 1's legacy stream is being captured (not GPU 0's) and
