@@ -341,14 +341,18 @@ if has dropin && need_build dropin; then
     # Bounded: YALI's waits end after DROPIN_YALI_TIMEOUT_MS, each run after DROPIN_TIMEOUT s (a
     # hang of either library costs minutes otherwise: seen 2026-11-25); NCCL_DEBUG=WARN and the
     # script's per-section lines show where a run stopped.
+    # A free port for each torchrun, not torchrun's default 29500: two checks side by side on one
+    # machine (one per GPU) otherwise meet there, and the later one's store fails with EADDRINUSE
+    # (Session 43, call 3: the 2-rank plain run, while the 4-rank one ran on the other GPU).
+    free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
     ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
         YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
       cd examples/05_dropin
       [ -n "$nb" ] && [ "${DROPIN_NONBLOCKING_PLAIN:-0}" = 1 ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
-      timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh python3 check_torch.py $devflag \
+      timeout ${DROPIN_TIMEOUT:-120} torchrun --nproc-per-node "$np" --master-port "$(free_port)" --no-python /tmp/hostid_torch.sh python3 check_torch.py $devflag \
         --out "$LOG/dropin_plain$tag.json" > "$LOG/dropin_plain$tag.log" 2>&1 || echo "plain run rc=$?"
       [ -n "$nb" ] && export TORCH_NCCL_USE_COMM_NONBLOCKING=1
-      timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --no-python /tmp/hostid_torch.sh \
+      timeout ${DROPIN_TIMEOUT:-120} python3 -m yali.run torchrun --nproc-per-node "$np" --master-port "$(free_port)" --no-python /tmp/hostid_torch.sh \
         python3 check_torch.py $devflag --out "$LOG/dropin_yali$tag.json" > "$LOG/dropin_yali$tag.log" 2>&1 || echo "yali-run rc=$?"
       python3 check_torch.py --compare "$LOG/dropin_plain$tag.json" "$LOG/dropin_yali$tag.json" 2>&1
       echo "YALI lines: $(grep -c ': YALI' "$LOG/dropin_yali$tag.log"), NCCL lines: $(grep -c ': NCCL' "$LOG/dropin_yali$tag.log"), set up in the background: $(grep -c 'non-blocking\|in the background' "$LOG/dropin_yali$tag.log"), comms on YALI: $(grep -c 'ranks on device .*: YALI for its collectives' "$LOG/dropin_yali$tag.log"), comms NCCL only: $(grep -c 'communicator .*NCCL only' "$LOG/dropin_yali$tag.log")"
