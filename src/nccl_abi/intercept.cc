@@ -529,19 +529,16 @@ ncclResult_t runDeferredCallsOf(DeferredGroup& group, bool run, bool inProgress)
            group.refusal != ncclSuccess ? "the group failed: a call in it was refused" : "the group was simulated");
     return ncclSuccess;
   }
-  // Whether the calls `at` that pass `counted` are on more than one device.
-  auto onSeveralDevices = [&calls](const std::vector<size_t>& at, bool (*counted)(const DeferredCall&)) {
-    int device = -1;
-    for (size_t i : at) {
-      if (calls[i].comm == nullptr || !counted(calls[i])) continue;
-      if (device >= 0 && calls[i].comm->device != device) return true;
-      device = calls[i].comm->device;
-    }
-    return false;
-  };
   std::vector<size_t> all(calls.size());
   for (size_t i = 0; i < calls.size(); ++i) all[i] = i;
-  const bool several = onSeveralDevices(all, [](const DeferredCall& d) { return d.hierarchical; });
+  // Whether the group's hierarchical calls are on more than one device (this thread drives several).
+  bool several = false;
+  const DeferredCall* firstHier = nullptr;
+  for (const DeferredCall& d : calls) {
+    if (!d.hierarchical) continue;
+    if (firstHier == nullptr) firstHier = &d;
+    several = several || d.comm->device != firstHier->comm->device;
+  }
   ncclResult_t result = ncclSuccess;
   auto account = [&](const DeferredCall& d, ncclResult_t r) {
     if (r != ncclSuccess && r != ncclInProgress && inProgress && d.comm != nullptr)
