@@ -1,5 +1,6 @@
 // The communication library under test behind one small interface, so that YALI and NCCL run
-// through the same timing loops, on the same buffers, in the same process.
+// through the same timing loops, on buffers of the same size and layout, in the same process
+// (each on memory of the kind it registers: WantsOwnBuffers).
 #ifndef YALI_PERF_BACKEND_H_
 #define YALI_PERF_BACKEND_H_
 
@@ -125,11 +126,12 @@ class Backend {
   virtual void RegisterBuffers(const std::vector<std::vector<void*>>& buffers, size_t bytes,
                                int mode) = 0;
 
-  // -R 2, each library at its best: true when the library's best registration needs memory of
-  // its own (NCCL's symmetric windows take ncclMemAlloc's, which YALI's registration, CUDA IPC,
-  // cannot share). Such a library runs on a second send and receive buffer per rank, made by
-  // AllocateOwnBuffer (as large as the shared ones) and freed by FreeOwnBuffer after DestroyAll;
-  // the others run on the shared buffers.
+  // True when the library runs on memory of its own under -R `mode`: memory of the kind its own
+  // test suite gives it and its registration takes. NCCL's (captured buffers in graphs,
+  // ncclCommRegister, symmetric windows) takes ncclMemAlloc's cuMem memory, which YALI's, CUDA
+  // IPC, cannot share; so NCCL runs on its own in every mode, YALI on the shared cudaMalloc
+  // buffers. Such a library runs on a second send and receive buffer per rank, made by
+  // AllocateOwnBuffer (as large as the shared ones) and freed by FreeOwnBuffer after DestroyAll.
   virtual bool WantsOwnBuffers(int mode) const { return false; }
   virtual void* AllocateOwnBuffer(int local, size_t bytes) { return nullptr; }
   virtual void FreeOwnBuffer(int local, void* buffer) {}

@@ -269,7 +269,7 @@ struct BufferPlan {
 // less if the GPU lacks the memory (cases that do not fit are then skipped); with `fill` (-e max),
 // as large as every GPU affords. Each GPU's free memory (cudaMemGetInfo), less the headroom, is
 // split among the ranks that share it, two buffers each per set (`buffer_sets`: 2 when a library
-// will run on buffers of its own, -R 2); the smallest share over all ranks sets the size. An
+// will run on buffers of its own: NCCL, Backend::WantsOwnBuffers); the smallest share over all ranks sets the size. An
 // allocation that fails anyway (fragmentation, another process) steps down and retries instead of
 // failing the run.
 BufferPlan AllocateBuffers(World& world, size_t wanted, bool fill, int buffer_sets = 1) {
@@ -393,19 +393,10 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.buffer_bytes = world.buffer_bytes;
   info.environment = options.environment;  // as the user set them (yali-perf's own: nvls_note)
   info.average = static_cast<int>(args.average);
-  // NCCL runs here when it has a version (built, loaded) and the caller says it takes part.
-  if (args.registered == 1 && nccl_runs && nccl_version >= 22400) {
-    // NCCL (2.24 on) registers cudaMalloc memory (ncclCommRegister) only with
-    // NCCL_LEGACY_CUDA_REGISTER=1, and never among the ranks of one process; otherwise the call
-    // succeeds and NCCL stays on its copy path while YALI runs zero-copy.
-    const char* legacy = std::getenv("NCCL_LEGACY_CUDA_REGISTER");
-    const bool effective = world.multi_process && legacy != nullptr && std::string(legacy) == "1";
-    if (!effective)
-      info.nccl_registration_note =
-          std::string("-R 1: NCCL's registration of these cudaMalloc buffers likely does nothing (") +
-          (world.multi_process ? "NCCL_LEGACY_CUDA_REGISTER is not 1" : "one process drives every rank") +
-          "): NCCL runs its copy path while YALI may run zero-copy; -R 2 compares each at its best";
-  }
+  // info.nccl_registration_note stays empty: NCCL runs on its own ncclMemAlloc memory, which
+  // its registration takes (Backend::WantsOwnBuffers). Until Session 43 it ran on the shared
+  // cudaMalloc buffers, where its ncclCommRegister did nothing; the note said so.
+  (void)nccl_runs;
   return info;
 }
 
@@ -459,7 +450,7 @@ struct CollTotals {
 struct ImplRun {
   explicit ImplRun(std::unique_ptr<Backend> library) : backend(std::move(library)) {}
   std::unique_ptr<Backend> backend;
-  // -R 2, a library that wants buffers of its own (Backend::WantsOwnBuffers): its send and
+  // A library that wants buffers of its own (Backend::WantsOwnBuffers: NCCL): its send and
   // receive buffer per local rank; empty for a library that runs on the shared ones.
   std::vector<std::pair<void*, void*>> own_buffers;
   uint64_t total_wrong = 0;
@@ -542,14 +533,14 @@ void SetSlotBuffers(World& world, const std::vector<std::pair<void*, void*>>& bu
   }
 }
 
-// Points every local rank's slot at `impl`'s buffers: its own (-R 2) or the shared ones.
+// Points every local rank's slot at `impl`'s buffers: its own (NCCL's) or the shared ones.
 void UseBuffersOf(World& world, const ImplRun& impl,
                   const std::vector<std::pair<void*, void*>>& shared) {
   SetSlotBuffers(world, impl.own_buffers.empty() ? shared : impl.own_buffers);
 }
 
-// -R 2: each library that wants buffers of its own gets a send and a receive buffer per local
-// rank, world.buffer_bytes each, from the library itself.
+// Each library that wants buffers of its own gets a send and a receive buffer per local rank,
+// world.buffer_bytes each, from the library itself.
 void AllocateOwnBuffers(World& world, std::vector<ImplRun>& impls, int mode) {
   for (ImplRun& impl : impls) {
     if (!impl.backend->WantsOwnBuffers(mode)) continue;
@@ -565,7 +556,7 @@ void AllocateOwnBuffers(World& world, std::vector<ImplRun>& impls, int mode) {
 void EndRun(World& world, std::vector<ImplRun>& impls, const PerfArgs& args, bool multi,
             HostExchange& exchange, const std::vector<std::pair<void*, void*>>& shared) {
   // Deregistration first: it needs the comms. Collective for YALI like the registration, so the
-  // ranks start it together (rank 0 has just written the report). NCCL (-R 2) requires its
+  // ranks start it together (rank 0 has just written the report). NCCL requires its
   // windows deregistered before ncclCommDestroy and before ncclMemFree of their memory: hence
   // deregister, destroy, then free the libraries' own buffers.
   if (args.registered) {
@@ -710,7 +701,7 @@ int Run(const Options& options) {
 
   for (ImplRun& impl : impls) InitComms(world, *impl.backend);
 
-  // -R 2: libraries that run on buffers of their own need a second set of the same size.
+  // Libraries that run on buffers of their own (NCCL) need a second set of the same size.
   int buffer_sets = 1;
   for (const ImplRun& impl : impls)
     if (impl.backend->WantsOwnBuffers(args.registered)) buffer_sets = 2;
@@ -732,10 +723,12 @@ int Run(const Options& options) {
     buffers = AllocateBuffers(world, wanted, /*fill=*/false, buffer_sets);
   }
   const std::vector<std::pair<void*, void*>> shared_buffers = SlotBuffers(world);
-  AllocateOwnBuffers(world, impls, args.registered);
-  // -R 1: every library registers the same buffers, so that each may run zero-copy and the
-  // comparison stays like for like. -R 2: each library registers the buffers it runs on in its
-  // best way (NCCL its own, as symmetric windows).
+  // -C alltoallv keeps every library on the shared buffers (RunAlltoAllv has no per-library
+  // buffers): NCCL's grouped send/recv there run on cudaMalloc memory, unregistered in graphs.
+  if (!alltoallv) AllocateOwnBuffers(world, impls, args.registered);
+  // -R 1: every library registers the buffers it runs on (YALI the shared ones, NCCL its own of
+  // the same size), so that each may run zero-copy. -R 2: each in its best way (NCCL as
+  // symmetric windows).
   if (args.registered) {
     for (ImplRun& impl : impls) {
       UseBuffersOf(world, impl, shared_buffers);
@@ -808,11 +801,16 @@ int Run(const Options& options) {
     const char* registration[] = {
         "not registered (-R 0)",
         "registered with each library (-R 1: yaliCommRegister, ncclCommRegister)",
-        "each library at its best (-R 2): YALI's registered with yaliCommRegister; NCCL's its "
-        "own, from ncclMemAlloc, registered as symmetric windows (ncclCommWindowRegister, "
-        "NCCL_WIN_COLL_SYMMETRIC)"};
+        "each library at its best (-R 2): YALI's registered with yaliCommRegister; NCCL's "
+        "registered as symmetric windows (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC)"};
     std::printf("# buffers: %zu bytes per buffer per rank, %s\n", world.buffer_bytes,
                 registration[args.registered]);
+    for (const ImplRun& impl : impls)
+      if (!impl.own_buffers.empty())
+        std::printf("# memory: %s on buffers of its own (NCCL: ncclMemAlloc, as nccl-tests; its "
+                    "registration, in graphs too, takes no cudaMalloc memory); the others on "
+                    "cudaMalloc's\n",
+                    impl.backend->Name());
     if (args.nccl_cta_policy >= 0)
       std::printf("# NCCL comms made with CTAPolicy %d (-x: 0 default, 1 efficiency, 2 zero)\n",
                   args.nccl_cta_policy);

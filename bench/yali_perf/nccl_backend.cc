@@ -293,8 +293,20 @@ class NcclBackend final : public Backend {
     return Supported(call, refusal);
   }
 
-  // -R 2: symmetric windows need memory from ncclMemAlloc (cuMem, NCCL's granularity).
-  bool WantsOwnBuffers(int mode) const override { return mode == 2; }
+  // Every -R mode runs NCCL on memory from ncclMemAlloc (cuMem), as nccl-tests allocates its
+  // buffers (2.19.6, common.cu AllocateBuffs): NCCL's IPC registration takes cuMem memory only
+  // (cudaMalloc's only with NCCL_LEGACY_CUDA_REGISTER=1, off by default), both its registration
+  // of captured buffers in CUDA graphs (NCCL_GRAPH_REGISTER, on by default: -R 0 with -G) and
+  // ncclCommRegister (-R 1); symmetric windows (-R 2) need it too. On the shared cudaMalloc
+  // buffers NCCL's send/recv in graphs copied through its FIFOs (8 MB: 47.6 us against 36.8 in
+  // nccl-tests, and the same with NCCL_GRAPH_REGISTER=0; Session 43).
+  bool WantsOwnBuffers(int mode) const override {
+#if NCCL_VERSION_CODE >= 21900
+    return true;
+#else
+    return mode == 2;  // refused in AllocateOwnBuffer: no ncclMemAlloc
+#endif
+  }
 
   void* AllocateOwnBuffer(int local, size_t bytes) override {
     YALI_PERF_CUDA(cudaSetDevice(devices_[local]));

@@ -152,9 +152,10 @@ struct PerfArgs {
   // -R (nccl-tests' flag and values). 0: plain buffers. 1: every library under test registers
   // each rank's send and receive buffers with its comms (yaliCommRegister, ncclCommRegister)
   // before the first case, so that both may run zero-copy on them. 2: each library at its best:
-  // YALI as with 1; NCCL on buffers of its own from ncclMemAlloc, registered as symmetric windows
-  // (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC), which its symmetric kernels and, under
-  // -x 2, its copy-engine collectives need.
+  // YALI as with 1; NCCL's registered as symmetric windows (ncclCommWindowRegister,
+  // NCCL_WIN_COLL_SYMMETRIC), which its symmetric kernels and, under -x 2, its copy-engine
+  // collectives need. In every mode NCCL's buffers are its own, from ncclMemAlloc
+  // (Backend::WantsOwnBuffers), YALI's from cudaMalloc.
   int registered = 0;
   // -x (nccl-tests' --cta_policy): NCCL's comms are made with ncclConfig_t.CTAPolicy set to
   // this (0 default, 1 efficiency, 2 zero: copy engines where NCCL can); -1: not set, the comms

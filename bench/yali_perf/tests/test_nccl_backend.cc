@@ -9,6 +9,8 @@
 //     freed its proxy state, which its cleanup of IPC registrations still uses (2.28.3,
 //     init.cc commFree: ncclProxyDestroy, then ncclRegCleanup).
 //   - likewise every ncclCommRegister handle (-R 1) is deregistered before the comm goes.
+//   - NCCL runs on ncclMemAlloc's memory in every -R mode (its registration takes no cudaMalloc
+//     memory).
 // And -C sendrecv's calls: nccl-tests' ncclGroupStart, ncclSend to rank+1, ncclRecv from rank-1,
 // ncclGroupEnd, nested in the harness's group; a refused ncclSend or ncclRecv (NCCL then launches
 // none of the group's calls, and the outermost ncclGroupEnd returns the refusal) is a refusal.
@@ -300,20 +302,40 @@ void WindowsAreDeregistered(int ncomms) {
   g_nccl = nullptr;
 }
 
-// -R 1: ncclCommRegister outside a group, deregistered before the comms go.
+// -R 0 and 1 as -R 2: NCCL runs on memory from ncclMemAlloc, as nccl-tests gives it, since its
+// registration (of captured buffers in graphs, and ncclCommRegister's) takes no cudaMalloc memory.
+// Until Session 43 it ran on the shared cudaMalloc buffers under -R 0 and 1 (WantsOwnBuffers was
+// false there), and its send/recv in graphs copied through its FIFOs.
+void NcclRunsOnItsOwnMemoryInEveryMode() {
+  FakeNccl fake;
+  g_nccl = &fake;
+  std::unique_ptr<Backend> backend = MakeBackend();
+  backend->InitAll({0, 1});
+  for (int mode = 0; mode <= 2; ++mode) EXPECT(backend->WantsOwnBuffers(mode));
+  void* buffer = backend->AllocateOwnBuffer(0, 1 << 16);
+  EXPECT(fake.allocations.count(buffer) == 1);  // ncclMemAlloc's
+  TearDown(*backend, {{buffer}});
+  EXPECT(fake.allocations.empty());
+  g_nccl = nullptr;
+}
+
+// -R 1: ncclCommRegister outside a group on NCCL's own buffers, deregistered before the comms
+// go, the buffers freed after.
 void RegistrationsAreDeregistered() {
   FakeNccl fake;
   g_nccl = &fake;
   std::unique_ptr<Backend> backend = MakeBackend();
   backend->InitAll({0, 1});
-  EXPECT(!backend->WantsOwnBuffers(1));
-  int storage[4];
-  std::vector<std::vector<void*>> buffers = {{&storage[0], &storage[1]}, {&storage[2], &storage[3]}};
-  backend->RegisterBuffers(buffers, sizeof(int), 1);
+  EXPECT(backend->WantsOwnBuffers(1));
+  std::vector<std::vector<void*>> buffers(2);
+  for (int local = 0; local < 2; ++local)
+    for (int k = 0; k < 2; ++k) buffers[local].push_back(backend->AllocateOwnBuffer(local, 1 << 16));
+  backend->RegisterBuffers(buffers, 1 << 16, 1);
   EXPECT(fake.live_registrations.size() == 4);
-  TearDown(*backend, {});
+  TearDown(*backend, buffers);
   EXPECT(fake.live_registrations.empty());
   EXPECT(fake.registrations_left_at_destroy == 0);
+  EXPECT(fake.allocations.empty());
   g_nccl = nullptr;
 }
 
@@ -406,6 +428,7 @@ int main() {
 #else
   std::printf("nccl.h %d has no symmetric windows: the -R 2 cases are not built\n", NCCL_VERSION_CODE);
 #endif
+  NcclRunsOnItsOwnMemoryInEveryMode();
   RegistrationsAreDeregistered();
   SendRecvIsOneGroup();
   return yali_perf_test::Summary();
