@@ -432,7 +432,8 @@ std::string AlltoAllvPreamble(const PerfArgs& args, int nranks) {
 
 uint64_t RunAlltoAllv(World& world, const std::vector<Backend*>& backends,
                       const std::map<std::string, std::string>& absent, const PerfArgs& args,
-                      const RunInfo& info, bool printer) {
+                      const RunInfo& info, bool printer,
+                      const std::function<void(const Backend&)>& use_buffers_of) {
   const AlltoAllvArgs& a = args.alltoallv;
   const TimingOptions base = TimingOptionsFor(args);
   std::vector<int> local_ranks;
@@ -497,6 +498,7 @@ uint64_t RunAlltoAllv(World& world, const std::vector<Backend*>& backends,
             TimingOptions timing = base;
             if (column.host_round_trip && timing.mode == TimingMode::kGraph)
               timing.mode = TimingMode::kEvents;
+            use_buffers_of(*backend);
             VarCase calls(column, plan, rows, words, buffers);
             const CaseResult result = RunCase(world, *backend, calls, timing);
             if (result.skipped) {

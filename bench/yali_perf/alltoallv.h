@@ -15,6 +15,7 @@
 #define YALI_PERF_ALLTOALLV_H_
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -40,11 +41,14 @@ std::string AlltoAllvPreamble(const PerfArgs& args, int nranks);
 
 // Runs every case on `world` with `backends` (their comms made, World's buffers allocated), in
 // step on every process. `absent` says, per library name, why a library of VarColumns() is not in
-// `backends`. The printer rank prints the table, the #wrong summary and, with -J, the JSON (with
-// `info`). Returns the #wrong over every column, line and rank.
+// `backends`. `use_buffers_of(backend)` points World's slots at the send and receive buffers that
+// library runs on (NCCL's own: Backend::WantsOwnBuffers), before each of its cells. The printer
+// rank prints the table, the #wrong summary and, with -J, the JSON (with `info`). Returns the
+// #wrong over every column, line and rank.
 uint64_t RunAlltoAllv(World& world, const std::vector<Backend*>& backends,
                       const std::map<std::string, std::string>& absent, const PerfArgs& args,
-                      const RunInfo& info, bool printer);
+                      const RunInfo& info, bool printer,
+                      const std::function<void(const Backend&)>& use_buffers_of);
 
 }  // namespace yali_perf
 

@@ -708,7 +708,7 @@ int Run(const Options& options) {
   std::vector<size_t> sizes;
   BufferPlan buffers;
   if (alltoallv) {
-    buffers = AllocateBuffers(world, AlltoAllvBufferBytes(args, world.nranks), /*fill=*/false);
+    buffers = AllocateBuffers(world, AlltoAllvBufferBytes(args, world.nranks), /*fill=*/false, buffer_sets);
   } else if (args.max_bytes_auto) {
     Prewarm(world, impls, args);
     buffers = AllocateBuffers(world, 0, /*fill=*/true, buffer_sets);
@@ -723,9 +723,7 @@ int Run(const Options& options) {
     buffers = AllocateBuffers(world, wanted, /*fill=*/false, buffer_sets);
   }
   const std::vector<std::pair<void*, void*>> shared_buffers = SlotBuffers(world);
-  // -C alltoallv keeps every library on the shared buffers (RunAlltoAllv has no per-library
-  // buffers): NCCL's grouped send/recv there run on cudaMalloc memory, unregistered in graphs.
-  if (!alltoallv) AllocateOwnBuffers(world, impls, args.registered);
+  AllocateOwnBuffers(world, impls, args.registered);
   // -R 1: every library registers the buffers it runs on (YALI the shared ones, NCCL its own of
   // the same size), so that each may run zero-copy. -R 2: each in its best way (NCCL as
   // symmetric windows).
@@ -831,7 +829,11 @@ int Run(const Options& options) {
     } else if (nccl_version < 0) {
       absent["nccl"] = "NCCL baseline not built: " + nccl_missing;
     }
-    const uint64_t wrong = RunAlltoAllv(world, backends, absent, args, info, printer);
+    auto use_buffers_of = [&](const Backend& backend) {
+      for (const ImplRun& impl : impls)
+        if (impl.backend.get() == &backend) UseBuffersOf(world, impl, shared_buffers);
+    };
+    const uint64_t wrong = RunAlltoAllv(world, backends, absent, args, info, printer, use_buffers_of);
     EndRun(world, impls, args, multi, exchange, shared_buffers);
     return wrong == 0 ? 0 : 1;
   }

@@ -11,6 +11,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 mkdir -p /tmp/o/yp; C=allreduce,allgather,broadcast,sendrecv
 for gr in 1 0; do NCCL_GRAPH_REGISTER=$gr timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C $C \
   -d float -b 256K -e 64M -f 4 -n 20 -w 5 -G 20 -J /tmp/o/yp/graph_reg$gr.json > /tmp/o/yp/graph_reg$gr.txt 2>&1; echo "graphs NCCL_GRAPH_REGISTER=$gr rc=$?"; done
+# -C alltoallv (NCCL's grouped send/recv, now on its own memory too), graphs, register 1 and 0:
+for gr in 1 0; do NCCL_GRAPH_REGISTER=$gr timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C alltoallv \
+  --dist uniform --tokens 1K,4K -n 20 -w 5 -G 20 > /tmp/o/yp/a2av_graph_reg$gr.txt 2>&1; echo "alltoallv graphs NCCL_GRAPH_REGISTER=$gr rc=$?"
+  grep -v '^#' /tmp/o/yp/a2av_graph_reg$gr.txt | tail -4; done
 for r in 0 1; do timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C $C -d float -b 256K -e 64M -f 4 \
   -n 20 -w 5 -R $r -J /tmp/o/yp/eager_R$r.json > /tmp/o/yp/eager_R$r.txt 2>&1; echo "eager -R $r rc=$?"; done
 # The rows (impl, bytes, count, type, op, time us, algbw, busbw, #wrong, ...) under each block's header:
