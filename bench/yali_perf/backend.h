@@ -160,6 +160,7 @@ std::unique_ptr<Backend> MakeYaliBackend();
 // How NCCL's comms are made.
 struct NcclOptions {
   int cta_policy = -1;  // -x: ncclConfig_t.CTAPolicy; -1: not set (ncclCommInitAll/InitRank)
+  bool own_memory = true;  // --nccl-memory own: NCCL on ncclMemAlloc buffers of its own
 };
 
 // nullptr when yali-perf was built without NCCL, or against an NCCL without what `options`

@@ -385,6 +385,7 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.max_case_seconds = args.max_case_seconds;
   info.registered = args.registered;
   info.nccl_cta_policy = args.nccl_cta_policy;
+  info.nccl_own_memory = args.nccl_own_memory;
   info.gpus = DescribeGpus(world);
   YALI_PERF_CUDA(cudaSetDevice(world.local[0].device));
   if (yaliGetVersion(&info.yali_version) != yaliSuccess) info.yali_version = -1;
@@ -659,6 +660,7 @@ int Run(const Options& options) {
   // --tune measures YALI alone: NCCL is not even loaded.
   NcclOptions nccl_options;
   nccl_options.cta_policy = args.nccl_cta_policy;
+  nccl_options.own_memory = args.nccl_own_memory;
   std::unique_ptr<Backend> nccl = args.tune ? nullptr : MakeNcclBackend(nccl_options, &nccl_missing);
   if (nccl == nullptr && args.run_nccl && args.impl_given && !ncclSitsOut)
     Fatal("--impl nccl: NCCL baseline not built: " + nccl_missing);
@@ -809,6 +811,9 @@ int Run(const Options& options) {
                     "registration, in graphs too, takes no cudaMalloc memory); the others on "
                     "cudaMalloc's\n",
                     impl.backend->Name());
+    if (!args.nccl_own_memory && args.run_nccl)
+      std::printf("# memory: NCCL on YALI's cudaMalloc buffers (--nccl-memory shared), as PyTorch's "
+                  "default allocator hands it memory: NCCL registers none of it, in graphs neither\n");
     if (args.nccl_cta_policy >= 0)
       std::printf("# NCCL comms made with CTAPolicy %d (-x: 0 default, 1 efficiency, 2 zero)\n",
                   args.nccl_cta_policy);

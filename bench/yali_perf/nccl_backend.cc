@@ -300,9 +300,10 @@ class NcclBackend final : public Backend {
   // ncclCommRegister (-R 1); symmetric windows (-R 2) need it too. On the shared cudaMalloc
   // buffers NCCL's send/recv in graphs copied through its FIFOs (8 MB: 47.6 us against 36.8 in
   // nccl-tests, and the same with NCCL_GRAPH_REGISTER=0; Session 43).
+  // --nccl-memory shared keeps NCCL on the shared buffers (but for -R 2, which it refuses).
   bool WantsOwnBuffers(int mode) const override {
 #if NCCL_VERSION_CODE >= 21900
-    return true;
+    return options_.own_memory || mode == 2;
 #else
     return mode == 2;  // refused in AllocateOwnBuffer: no ncclMemAlloc
 #endif

@@ -36,6 +36,7 @@ constexpr OptionSpec kOptions[] = {
     {0, "tune-colls", nullptr, true},
     {'C', "coll", "collective", true},     {'r', "root", nullptr, true},
     {'x', "cta-policy", "cta_policy", true},
+    {0, "nccl-memory", nullptr, true},
     // -C alltoallv's shape (AlltoAllvArgs); kAlltoAllvOptions below names them.
     {0, "tokens", nullptr, true},           {0, "hidden", nullptr, true},
     {0, "topk", nullptr, true},             {0, "experts", nullptr, true},
@@ -359,6 +360,8 @@ bool CheckTuneOptions(const PerfArgs& parsed, const std::vector<const OptionSpec
       why = "--tune times every candidate with the same -n and -w";
     } else if (name == "cta-policy") {
       why = "--tune measures YALI only (-x sets NCCL's CTA policy)";
+    } else if (name == "nccl-memory") {
+      why = "--tune measures YALI only (--nccl-memory sets NCCL's buffers)";
     } else if (name == "registered" && parsed.registered) {
       // The direct rows' step registers the buffers itself, and only for that step.
       why = "--tune registers its buffers itself, for the *_direct_min steps only (-R 0)";
@@ -622,6 +625,10 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
       for (int i = 0; i < 3; ++i)
         if (value == names[i] || value == std::to_string(i)) parsed.nccl_cta_policy = i;
       if (parsed.nccl_cta_policy < 0) return bad("0 (default), 1 (efficiency) or 2 (zero)");
+    } else if (name == "nccl-memory") {
+      if (value == "own") parsed.nccl_own_memory = true;
+      else if (value == "shared") parsed.nccl_own_memory = false;
+      else return bad("own (NCCL on its own ncclMemAlloc buffers, as nccl-tests) or shared (on YALI's cudaMalloc buffers)");
     } else if (name == "impl") {
       if (!ParseImplList(value, &parsed.run_yali, &parsed.run_nccl))
         return bad("yali, nccl, or yali,nccl");
@@ -735,6 +742,11 @@ bool ParsePerfArgs(int argc, const char* const* argv, PerfArgs* args, std::strin
   }
   if (tune_colls_given && !parsed.tune) {
     *error = "--tune-colls needs --tune";
+    return false;
+  }
+  if (!parsed.nccl_own_memory && parsed.registered == 2) {
+    *error = "--nccl-memory shared does not go with -R 2: NCCL's symmetric windows need its own "
+             "ncclMemAlloc memory";
     return false;
   }
   if (parsed.tune && !CheckTuneOptions(parsed, given, error)) return false;
@@ -1013,12 +1025,16 @@ std::string PerfUsage(const char* program) {
       << "                             the first case, for zero-copy paths (default 0); 2: each\n"
       << "                             library at its best: YALI as with 1, NCCL's registered as\n"
       << "                             symmetric windows (ncclCommWindowRegister, NCCL 2.27 or\n"
-      << "                             later). In every mode NCCL runs on buffers of its own from\n"
-      << "                             ncclMemAlloc, as in nccl-tests, YALI on cudaMalloc's\n"
+      << "                             later). NCCL runs on memory of its own (--nccl-memory)\n"
       << "  -x, --cta-policy <0|1|2>   NCCL's comms made with this CTA policy (ncclConfig_t):\n"
       << "                             0 default, 1 efficiency, 2 zero (copy-engine collectives\n"
       << "                             where NCCL has them: with -R 2; NCCL 2.28 or later);\n"
       << "                             default: not set\n"
+      << "  --nccl-memory <own|shared> NCCL's buffers: own (default), from ncclMemAlloc, as\n"
+      << "                             nccl-tests gives them (NCCL registers them in graphs and\n"
+      << "                             with -R 1); shared: YALI's cudaMalloc buffers, as PyTorch's\n"
+      << "                             default allocator hands NCCL (NCCL's registration takes no\n"
+      << "                             cudaMalloc memory)\n"
       << "      --impl <list>          yali, nccl, or yali,nccl (default both)\n"
       << "      --timing <mode>        events (default), graph, throughput, latency\n"
       << "      --inplace <0|1|2>      0 out-of-place, 1 in-place, 2 both (default 2); in place\n"

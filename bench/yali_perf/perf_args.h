@@ -154,9 +154,14 @@ struct PerfArgs {
   // before the first case, so that both may run zero-copy on them. 2: each library at its best:
   // YALI as with 1; NCCL's registered as symmetric windows (ncclCommWindowRegister,
   // NCCL_WIN_COLL_SYMMETRIC), which its symmetric kernels and, under -x 2, its copy-engine
-  // collectives need. In every mode NCCL's buffers are its own, from ncclMemAlloc
-  // (Backend::WantsOwnBuffers), YALI's from cudaMalloc.
+  // collectives need.
   int registered = 0;
+  // --nccl-memory: NCCL runs on buffers of its own from ncclMemAlloc (own, the default: what
+  // nccl-tests gives it, cuMem memory, which NCCL's registration takes, at capture in graphs and
+  // by ncclCommRegister) or on the cudaMalloc buffers YALI runs on (shared: what PyTorch's default
+  // caching allocator hands NCCL; NCCL registers none of it). YALI always runs on cudaMalloc's
+  // (its registration, CUDA IPC, takes only those). Backend::WantsOwnBuffers.
+  bool nccl_own_memory = true;
   // -x (nccl-tests' --cta_policy): NCCL's comms are made with ncclConfig_t.CTAPolicy set to
   // this (0 default, 1 efficiency, 2 zero: copy engines where NCCL can); -1: not set, the comms
   // are made as before (ncclCommInitAll / ncclCommInitRank).

@@ -131,6 +131,7 @@ std::string FormatJson(const RunInfo& info, const std::vector<ResultRecord>& rec
   json.Key("average"); json.Int(info.average);
   json.Key("nccl_cta_policy");
   if (info.nccl_cta_policy >= 0) json.Int(info.nccl_cta_policy); else json.Null();
+  json.Key("nccl_memory"); json.String(info.nccl_own_memory ? "own" : "shared");
   json.Key("environment");
   json.BeginArray();
   for (const std::string& v : info.environment) json.String(v);

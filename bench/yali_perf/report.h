@@ -64,6 +64,7 @@ struct RunInfo {
   double max_case_seconds = 0;  // --max-case-time; 0: none (JSON null)
   int registered = 0;           // -R: 0 plain, 1 registered with every library, 2 each at its best
   int nccl_cta_policy = -1;     // -x: NCCL's CTAPolicy; -1 not set (JSON null)
+  bool nccl_own_memory = true;  // --nccl-memory (JSON "nccl_memory": "own" or "shared")
   int average = 1;              // -a (nccl-tests' numbers: 0 rank 0, 1 mean, 2 min, 3 max)
   // The NCCL_*, YALI_*, CUDA_* and TORCH_* variables in force (NAME=value, sorted; JSON
   // "environment"): what either library ran under besides its defaults (NCCL_NVLS_ENABLE=0, a

@@ -319,6 +319,25 @@ void NcclRunsOnItsOwnMemoryInEveryMode() {
   g_nccl = nullptr;
 }
 
+// --nccl-memory shared: NCCL on the shared cudaMalloc buffers under -R 0 and 1 (what PyTorch's
+// default allocator hands it); -R 2's windows still take its own.
+void NcclSharesTheBuffersWhenAsked() {
+  FakeNccl fake;
+  g_nccl = &fake;
+  yali_perf::NcclOptions options;
+  options.own_memory = false;
+  std::string reason;
+  std::unique_ptr<Backend> backend = yali_perf::MakeNcclBackend(options, &reason);
+  EXPECT(backend != nullptr);
+  if (backend == nullptr) return;
+  backend->InitAll({0, 1});
+  EXPECT(!backend->WantsOwnBuffers(0));
+  EXPECT(!backend->WantsOwnBuffers(1));
+  EXPECT(backend->WantsOwnBuffers(2));
+  TearDown(*backend, {});
+  g_nccl = nullptr;
+}
+
 // -R 1: ncclCommRegister outside a group on NCCL's own buffers, deregistered before the comms
 // go, the buffers freed after.
 void RegistrationsAreDeregistered() {
@@ -429,6 +448,7 @@ int main() {
   std::printf("nccl.h %d has no symmetric windows: the -R 2 cases are not built\n", NCCL_VERSION_CODE);
 #endif
   NcclRunsOnItsOwnMemoryInEveryMode();
+  NcclSharesTheBuffersWhenAsked();
   RegistrationsAreDeregistered();
   SendRecvIsOneGroup();
   return yali_perf_test::Summary();

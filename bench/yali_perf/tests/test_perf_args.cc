@@ -398,6 +398,22 @@ void TestCtaPolicy() {
   EXPECT(PerfUsage("yali-perf").find("-x, --cta-policy <0|1|2>") != std::string::npos);
 }
 
+// --nccl-memory: NCCL on its own ncclMemAlloc buffers (the default, as nccl-tests) or on YALI's
+// cudaMalloc ones; shared cannot serve -R 2's symmetric windows.
+void TestNcclMemory() {
+  PerfArgs args;
+  EXPECT(ParseOk({}, &args) && args.nccl_own_memory);
+  EXPECT(ParseOk({"--nccl-memory", "shared"}, &args) && !args.nccl_own_memory);
+  EXPECT(ParseOk({"--nccl-memory=own", "-R", "2"}, &args) && args.nccl_own_memory && args.registered == 2);
+  EXPECT(ParseOk({"--nccl-memory", "shared", "-R", "1"}, &args) && !args.nccl_own_memory);
+  for (const char* bad : {"cudamalloc", "OWN", ""})
+    Expect(ParseFails({"--nccl-memory", bad}, "for --nccl-memory: expected own (NCCL on its own"),
+           std::string("--nccl-memory rejects '") + bad + "'", __LINE__);
+  EXPECT(ParseFails({"--nccl-memory", "shared", "-R", "2"}, "--nccl-memory shared does not go with -R 2"));
+  EXPECT(ParseFails({"--tune", "--nccl-memory", "own"}, "--nccl-memory does not apply to --tune"));
+  EXPECT(PerfUsage("yali-perf").find("--nccl-memory <own|shared>") != std::string::npos);
+}
+
 void TestRepeatAndTimeLimit() {
   PerfArgs args;
   EXPECT(ParseOk({"--repeat", "5", "--max-case-time", "0.02"}, &args));
@@ -751,6 +767,11 @@ void TestReport() {
   info.nccl_cta_policy = 2;
   EXPECT(FormatJson(info, {yali}).find("\"registered\": 2,") != std::string::npos);
   EXPECT(FormatJson(info, {yali}).find("\"nccl_cta_policy\": 2,") != std::string::npos);
+  // NCCL's buffers (--nccl-memory): its own by default.
+  EXPECT(json.find("\"nccl_memory\": \"own\",") != std::string::npos);
+  info.nccl_own_memory = false;
+  EXPECT(FormatJson(info, {yali}).find("\"nccl_memory\": \"shared\",") != std::string::npos);
+  info.nccl_own_memory = true;
   // The environment either library ran under, and -R 1's note on NCCL's registration (null: none).
   EXPECT(json.find("\"environment\": []") != std::string::npos);
   EXPECT(json.find("\"nccl_registration_note\": null") != std::string::npos);
@@ -1543,6 +1564,7 @@ int main() {
   TestYaliFlags();
   TestRegistered();
   TestCtaPolicy();
+  TestNcclMemory();
   TestRepeatAndTimeLimit();
   TestCallCountsWithinTimeLimit();
   TestBadOptions();
