@@ -11,6 +11,9 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 mkdir -p /tmp/o/yp; C=allreduce,allgather,broadcast,sendrecv
 for gr in 1 0; do NCCL_GRAPH_REGISTER=$gr timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C $C \
   -d float -b 256K -e 64M -f 4 -n 20 -w 5 -G 20 -J /tmp/o/yp/graph_reg$gr.json > /tmp/o/yp/graph_reg$gr.txt 2>&1; echo "graphs NCCL_GRAPH_REGISTER=$gr rc=$?"; done
+# The same with NCCL on YALI's cudaMalloc buffers, as main ran it (its 8 MB send/recv: 47.6 us):
+timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C $C --nccl-memory shared \
+  -d float -b 256K -e 64M -f 4 -n 20 -w 5 -G 20 -J /tmp/o/yp/graph_shared.json > /tmp/o/yp/graph_shared.txt 2>&1; echo "graphs --nccl-memory shared rc=$?"
 # -C alltoallv (NCCL's grouped send/recv, now on its own memory too), graphs, register 1 and 0:
 for gr in 1 0; do NCCL_GRAPH_REGISTER=$gr timeout 150 bash scripts/launch_ranks.sh 2 build/bench/yali-perf -g 1 -C alltoallv \
   --dist uniform --tokens 1K,4K -n 20 -w 5 -G 20 > /tmp/o/yp/a2av_graph_reg$gr.txt 2>&1; echo "alltoallv graphs NCCL_GRAPH_REGISTER=$gr rc=$?"
