@@ -394,10 +394,20 @@ RunInfo DescribeRun(const Options& options, World& world, const std::string& col
   info.buffer_bytes = world.buffer_bytes;
   info.environment = options.environment;  // as the user set them (yali-perf's own: nvls_note)
   info.average = static_cast<int>(args.average);
-  // info.nccl_registration_note stays empty: NCCL runs on its own ncclMemAlloc memory, which
-  // its registration takes (Backend::WantsOwnBuffers). Until Session 43 it ran on the shared
-  // cudaMalloc buffers, where its ncclCommRegister did nothing; the note said so.
-  (void)nccl_runs;
+  // NCCL runs here when it has a version (built, loaded) and the caller says it takes part. On its
+  // own ncclMemAlloc memory (the default) its registration takes effect; on the shared cudaMalloc
+  // buffers (--nccl-memory shared) ncclCommRegister succeeds and registers nothing (NCCL takes such
+  // memory, from 2.24 on, only with NCCL_LEGACY_CUDA_REGISTER=1, and never among the ranks of one
+  // process).
+  if (args.registered == 1 && nccl_runs && nccl_version >= 22400 && !args.nccl_own_memory) {
+    const char* legacy = std::getenv("NCCL_LEGACY_CUDA_REGISTER");
+    const bool effective = world.multi_process && legacy != nullptr && std::string(legacy) == "1";
+    if (!effective)
+      info.nccl_registration_note =
+          std::string("-R 1 with --nccl-memory shared: NCCL's registration of these cudaMalloc buffers does nothing (") +
+          (world.multi_process ? "NCCL_LEGACY_CUDA_REGISTER is not 1" : "one process drives every rank") +
+          "): NCCL runs its copy path while YALI may run zero-copy";
+  }
   return info;
 }
 
