@@ -66,26 +66,50 @@ namespace {
 // was the best of 28 geometries at 64M + 256M, and an 8K minimum slot the best at 256K..4M. At n = 4
 // the single-process tune is host-launch-bound, so ll_max there comes from one-process-per-GPU and
 // graph runs: LL 4.8 us at 64K against two-shot 13 us at 256K (graph mode).
-//  - The exchanges (every collective but AllReduce): not measured yet (they came with the
-//    collective set on a machine with one GPU, where ranks share it and no NVLink runs); the
-//    values are first estimates from the AllReduce figures above, to be replaced by the
-//    multi-GPU sweep. *_ll_max 256 KB per piece: LL sends each piece with its flags (twice the
-//    bytes) but no round trip, the staged path two round trips per step; *_direct_min 1 MB:
-//    writing into registered outputs saves the receiver's copy-out, but its entry and leave
-//    handshakes cost two round trips.
-// Each line is a tuning-file line (the format parseTuningText reads) holding every key.
-const char* const kBuiltinTable[] = {
-    "sm=9 nranks=2 ll_max=524288 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
-    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
-    "oneshot_pull_max=4194304 frugal_teams=2 twoshot_direct_min=16777216",
-    "sm=9 nranks=4 ll_max=262144 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
-    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
-    "oneshot_pull_max=524288 frugal_teams=2 twoshot_direct_min=16777216",
-    "sm=9 nranks=8 ll_max=65536 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
-    "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
-    "oneshot_pull_max=0 frugal_teams=1 twoshot_direct_min=0",
+//  - The exchanges (every collective but AllReduce): *_ll_max, the largest piece (bytes one rank
+//    sends to one receiver) sent as LL packets. LL sends each piece with its flags (twice the
+//    bytes) but no round trip; the staged path costs two round trips per step. Measured at n = 2
+//    (nvidia-h200-x2, 2026-11-30, one process per GPU, fp32, docs/PERF.md "Session 44"): LL is
+//    faster up to 512 KB pieces for every exchange, eager and in graphs (at a 512 KB piece 7.3-8.6
+//    against 10.2-11.0 us in graphs); from 1 MB pieces staged is as fast or faster (AllGather 2 MB:
+//    14.1 against 13.3 us), so 512 KB there. At n > 2 both paths send to n-1 peers, LL twice the
+//    bytes, so the crossover piece falls about as 1/(n-1): 256 KB, the first estimate, is kept at
+//    n >= 3 (not measured).
+//    *_direct_min 1 MB (not measured): writing into registered outputs saves the receiver's
+//    copy-out, but its entry and leave handshakes cost two round trips.
+// Each row is a tuning-file line (the format parseTuningText reads): the AllReduce keys, then the
+// exchanges' LL thresholds, then kBuiltinExchanges; together every key. builtinTuning takes the
+// row of the largest nranks at or under the world size.
+constexpr const char* kExchangeLL512K =
+    " reducescatter_ll_max=524288 allgather_ll_max=524288 broadcast_ll_max=524288 reduce_ll_max=524288"
+    " gather_ll_max=524288 scatter_ll_max=524288 alltoall_ll_max=524288";
+constexpr const char* kExchangeLL256K =
+    " reducescatter_ll_max=262144 allgather_ll_max=262144 broadcast_ll_max=262144 reduce_ll_max=262144"
+    " gather_ll_max=262144 scatter_ll_max=262144 alltoall_ll_max=262144";
+struct BuiltinRow {
+  const char* allreduce;   // sm, nranks and the AllReduce keys
+  const char* exchangeLL;  // the exchanges' *_ll_max
 };
-// Appended to every line above: the exchanges' thresholds (the same at every world size for now).
+// n = 3 has n = 2's AllReduce keys: it took the n = 2 row until the exchanges' thresholds differed.
+const BuiltinRow kBuiltinTable[] = {
+    {"sm=9 nranks=2 ll_max=524288 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+     "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+     "oneshot_pull_max=4194304 frugal_teams=2 twoshot_direct_min=16777216",
+     kExchangeLL512K},
+    {"sm=9 nranks=3 ll_max=524288 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+     "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+     "oneshot_pull_max=4194304 frugal_teams=2 twoshot_direct_min=16777216",
+     kExchangeLL256K},
+    {"sm=9 nranks=4 ll_max=262144 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+     "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+     "oneshot_pull_max=524288 frugal_teams=2 twoshot_direct_min=16777216",
+     kExchangeLL256K},
+    {"sm=9 nranks=8 ll_max=65536 ll_threads=512 ll_ctas=32 twoshot_threads=512 twoshot_ctas=64 "
+     "twoshot_min_slot=8192 twoshot_max_slot=131072 twoshot_push_min=1 frugal_min=67108864 frugal_ctas=32 "
+     "oneshot_pull_max=0 frugal_teams=1 twoshot_direct_min=0",
+     kExchangeLL256K},
+};
+// Appended to every row above: the exchanges' other thresholds (the same at every world size).
 // broadcast_twoshot and reduce_twoshot (the rooted collectives on two-shot's pipeline, so that the
 // root's links carry 2(n-1)/n of the message instead of (n-1) times it) are 0, never by default:
 // they have not run on a GPU yet. What they should beat (nvidia-h200-x4, one process per GPU, fp32,
@@ -100,9 +124,8 @@ const char* const kBuiltinTable[] = {
 const char* const kBuiltinExchanges =
     " allgather_ce_min=0 broadcast_ce_min=0 gather_ce_min=0 scatter_ce_min=0 alltoall_ce_min=0"
     " reducescatter_pull_min=0 reduce_pull_min=0"
-    " reducescatter_ll_max=262144 allgather_direct_min=1048576 allgather_ll_max=262144"
-    " broadcast_direct_min=1048576 broadcast_ll_max=262144 reduce_ll_max=262144 gather_ll_max=262144"
-    " scatter_direct_min=1048576 scatter_ll_max=262144 alltoall_direct_min=1048576 alltoall_ll_max=262144"
+    " allgather_direct_min=1048576 broadcast_direct_min=1048576 scatter_direct_min=1048576"
+    " alltoall_direct_min=1048576"
     " broadcast_twoshot_min=0 reduce_twoshot_min=0";
 
 // Two-shot and staged slots are 256-byte multiples: every pipeline's slot then starts as aligned as
@@ -274,8 +297,8 @@ const std::vector<TuningEntry>& builtinEntries() {
   static const std::vector<TuningEntry> entries = [] {
     std::vector<TuningEntry> v;
     std::string error;
-    for (const char* line : kBuiltinTable) {
-      if (!parseLines(std::string(line) + kBuiltinExchanges, nullptr, &v, &error)) {
+    for (const BuiltinRow& row : kBuiltinTable) {
+      if (!parseLines(std::string(row.allreduce) + row.exchangeLL + kBuiltinExchanges, nullptr, &v, &error)) {
         // A defect of this file, caught by the host tests before it ships; never run on without it.
         fprintf(stderr, "yali: the built-in tuning table is malformed: %s\n", error.c_str());
         abort();

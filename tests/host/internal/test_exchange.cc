@@ -50,11 +50,11 @@ Algo pick(const Selector& sel, const ExchangeRows& x, size_t bytes, bool registe
 
 }  // namespace
 
-// The default table at 2, 4 and 8 ranks: LL up to its threshold, staged above; registered outputs
+// The default table at 2, 3, 4 and 8 ranks: LL up to its threshold, staged above; registered outputs
 // direct from its threshold; the thresholds the table gives are what the selector uses.
 TEST(exchange_default_choice_by_piece_size) {
   const Settings s = defaultSettings();
-  for (int n : {2, 4, 8}) {
+  for (int n : {2, 3, 4, 8}) {
     const Selector sel = makeSelector(s, n);
     for (const ExchangeRows& x : exchanges()) {
       const size_t llMax = static_cast<size_t>(sel.entry().thresholds[idx(x.ll->id)]);
@@ -79,6 +79,24 @@ TEST(exchange_default_choice_by_piece_size) {
         CHECK_PICK(sel, x, SIZE_MAX, true, x.direct);
         CHECK_PICK(sel, x, directMin, false, x.staged);
       }
+    }
+  }
+}
+
+// The built-in LL thresholds as measured (selector.cc, docs/PERF.md "Session 44"): at 2 ranks every
+// exchange sends pieces up to 512 KB as LL packets (on 2 H200s 7.3-8.6 us in graphs at a 512 KB piece
+// against staged's 10.2-11.0), at 3 ranks and more up to 256 KB (not measured: the crossover falls
+// as 1/(n-1)). Until Session 44 every world size had 256 KB, and a 512 KB piece at 2 ranks went staged.
+TEST(exchange_ll_max_by_world_size) {
+  const Settings s = defaultSettings();
+  for (int n : {2, 3, 4, 5, 8}) {
+    const Selector sel = makeSelector(s, n);
+    const size_t expected = n == 2 ? size_t(512) << 10 : size_t(256) << 10;
+    for (const ExchangeRows& x : exchanges()) {
+      CHECK_EQ(static_cast<size_t>(sel.entry().thresholds[idx(x.ll->id)]), expected);
+      CHECK_PICK(sel, x, expected, false, x.ll);
+      CHECK_PICK(sel, x, expected + 1, false, x.staged);
+      CHECK_PICK(sel, x, size_t(384) << 10, false, n == 2 ? x.ll : x.staged);
     }
   }
 }

@@ -857,14 +857,20 @@ TEST(builtin_tuning_table_is_consistent) {
     other.smMajor = 9;
     CHECK(describe(other) == full);
   }
-  // Three lines (2, 4 and 8 ranks), each world size taking the nearest one below it: a line that
-  // did not parse would show as two equal neighbours. One-shot LL's crossover falls with n.
+  // Four lines (2, 3, 4 and 8 ranks), each world size taking the nearest one below it: a line that
+  // did not parse would show as two equal neighbours. One-shot LL's crossover falls with n. The
+  // 3-rank line is the 2-rank one but for the exchanges' LL thresholds (measured at 2 only).
   auto sameLine = [&](int a, int b) {
     TuningEntry x = byN[a];
     x.nranks = b;
     return describe(x) == describe(byN[b]);
   };
-  CHECK(sameLine(2, 3));
+  CHECK(!sameLine(2, 3));
+  TuningEntry three = byN[3];
+  for (int i = 0; i < count; ++i)
+    if (rows[i].family == Family::kExchangeLL) three.thresholds[i] = byN[2].thresholds[i];
+  three.nranks = 2;
+  CHECK(describe(three) == describe(byN[2]));
   for (int n : {5, 6, 7}) CHECK_MSG(sameLine(4, n), "n=%d", n);
   CHECK(!sameLine(2, 4));
   CHECK(!sameLine(4, 8));
