@@ -71,10 +71,10 @@ namespace {
 //    bytes) but no round trip; the staged path costs two round trips per step. Measured at n = 2
 //    (nvidia-h200-x2, 2026-11-30, one process per GPU, fp32, docs/PERF.md "Session 44"): LL is
 //    faster up to 512 KB pieces for every exchange, eager and in graphs (at a 512 KB piece 7.3-8.6
-//    against 10.2-11.0 us in graphs); from 1 MB pieces staged is as fast or faster (AllGather 2 MB:
-//    14.1 against 13.3 us), so 512 KB there. At n > 2 both paths send to n-1 peers, LL twice the
-//    bytes, so the crossover piece falls about as 1/(n-1): 256 KB, the first estimate, is kept at
-//    n >= 3 (not measured).
+//    against 10.2-11.0 us in graphs); at 1 MB pieces staged is faster eager for all seven and in
+//    graphs for five (AllGather 2 MB: 13.3 against 14.1 us; Broadcast level, Reduce 0.4 us slower),
+//    so 512 KB there. At n > 2 both paths send to n-1 peers, LL twice the bytes, so the crossover
+//    piece falls about as 1/(n-1): 256 KB, the first estimate, is kept at n >= 3 (not measured).
 //    *_direct_min 1 MB (not measured): writing into registered outputs saves the receiver's
 //    copy-out, but its entry and leave handshakes cost two round trips.
 // Each row is a tuning-file line (the format parseTuningText reads): the AllReduce keys, then the
