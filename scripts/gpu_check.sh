@@ -344,7 +344,8 @@ if has dropin && need_build dropin; then
     # A free port for each torchrun, not torchrun's default 29500: two checks side by side on one
     # machine (one per GPU) otherwise meet there, and the later one's store fails with EADDRINUSE
     # (Session 43, call 3: the 2-rank plain run, while the 4-rank one ran on the other GPU).
-    free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+    # The package's own helper (python/yali/_launch.py; PYTHONPATH below makes it importable).
+    free_port() { python3 -c 'from yali._launch import free_port; print(free_port())'; }
     ( export YALI_ALLOW_SHARED_GPU=1 NCCL_NVLS_ENABLE=0 YALI_NCCL_DEBUG=1 PYTHONPATH=$PWD/python \
         YALI_LIBRARY=$PWD/$BUILD/src/libyali.so YALI_TIMEOUT_MS=${DROPIN_YALI_TIMEOUT_MS:-20000} NCCL_DEBUG=WARN
       cd examples/05_dropin
